@@ -641,7 +641,7 @@ def send_email(channel: Dict[str, Any], title: str, text: str, timeout: float = 
         else:
             smtp = smtplib.SMTP(host, port, timeout=timeout)
     except (OSError, smtplib.SMTPException) as e:
-        raise ChannelError("SMTP connect to %s:%d failed: %s" % (host, port, e))
+        raise ChannelError("SMTP connect to %s:%d failed: %s" % (host, port, e)) from e
     try:
         smtp.ehlo()
         secure = bool(use_ssl)
@@ -661,13 +661,13 @@ def send_email(channel: Dict[str, Any], title: str, text: str, timeout: float = 
     except ChannelError:
         raise
     except smtplib.SMTPAuthenticationError as e:
-        raise ChannelError("SMTP login refused: %s %s" % (e.smtp_code, _b2s(e.smtp_error)), final=True)
+        raise ChannelError("SMTP login refused: %s %s" % (e.smtp_code, _b2s(e.smtp_error)), final=True) from e
     except smtplib.SMTPResponseException as e:
-        raise ChannelError("SMTP %s %s" % (e.smtp_code, _b2s(e.smtp_error)), final=500 <= e.smtp_code < 600)
+        raise ChannelError("SMTP %s %s" % (e.smtp_code, _b2s(e.smtp_error)), final=500 <= e.smtp_code < 600) from e
     except smtplib.SMTPRecipientsRefused as e:
-        raise ChannelError("SMTP recipients refused: %s" % e, final=True)
+        raise ChannelError("SMTP recipients refused: %s" % e, final=True) from e
     except (OSError, smtplib.SMTPException) as e:
-        raise ChannelError("SMTP error: %s" % e)
+        raise ChannelError("SMTP error: %s" % e) from e
     finally:
         try:
             smtp.quit()
@@ -781,7 +781,7 @@ def send_channel(channel: Dict[str, Any], title: str, text: str, event: Dict[str
                     try:
                         status, headers, body = transport(req, timeout)
                     except Exception as e:
-                        raise ChannelError("%s: %s" % (type(e).__name__, e))
+                        raise ChannelError("%s: %s" % (type(e).__name__, e)) from e
                     out["status"] = status
                     check_response(t, status, headers, body)
                 out["ok"] = True
