@@ -1,0 +1,204 @@
+"""Laptop side of notifications: ``gpujob notify test`` and the secrets the channels need.
+
+The bodies, signatures, retries, rate limits and redaction are those of ``remote/notify.py``
+(the agent's module); only the HTTP client differs (httpx here, urllib on the instance).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+import warnings
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, Callable
+
+import httpx
+
+from gpujob.bundle import import_remote
+
+notify = import_remote("notify")
+
+SECRETS_FILE_NAME = "secrets.env"
+
+
+class InsecureSecretsFileWarning(UserWarning):
+    """The secrets file can be read by the group or by others."""
+
+
+def _config_dir() -> Path:
+    env = os.environ.get("GPUJOB_CONFIG_DIR")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "gpujob"
+
+
+def default_secrets_file() -> Path:
+    """``$GPUJOB_CONFIG_DIR/secrets.env``, else ``~/.config/gpujob/secrets.env``."""
+    return _config_dir() / SECRETS_FILE_NAME
+
+
+def parse_dotenv(text: str) -> dict[str, str]:
+    """``NAME=value`` lines (``export`` prefix, quotes, ``#`` comments and blank lines allowed)."""
+    out: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("export "):
+            line = line[len("export ") :].lstrip()
+        name, sep, value = line.partition("=")
+        name = name.strip()
+        if not sep or not name.isidentifier():
+            continue
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            q, value = value[0], value[1:-1]
+            if q == '"':
+                value = value.replace("\\n", "\n").replace('\\"', '"').replace("\\\\", "\\")
+        else:
+            hash_at = value.find(" #")
+            if hash_at >= 0:
+                value = value[:hash_at].rstrip()
+        out[name] = value
+    return out
+
+
+def read_secrets_file(path: Path) -> dict[str, str]:
+    """All entries of a dotenv-style secrets file; warns when group or others may read it."""
+    st = path.stat()
+    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        warnings.warn(
+            f"{path} is readable by group or others (mode {stat.S_IMODE(st.st_mode):o}); run: chmod 600 {path}",
+            InsecureSecretsFileWarning,
+            stacklevel=3,
+        )
+    return parse_dotenv(path.read_text(encoding="utf-8"))
+
+
+def secrets_from_env(names: Iterable[str] | None, secrets_file: str | Path | None = None) -> dict[str, str]:
+    """The values of ``names`` (all of the file's entries when None) from the environment, else the
+    secrets file (``secrets_file`` or :func:`default_secrets_file` when it exists). Names found in
+    neither are left out: ``notify.validate_channels(cfg, secrets)`` reports them."""
+    path = Path(secrets_file).expanduser() if secrets_file else default_secrets_file()
+    from_file: dict[str, str] = {}
+    if path.is_file():
+        from_file = read_secrets_file(path)
+    elif secrets_file:
+        raise FileNotFoundError(f"secrets file {path} does not exist")
+    wanted = list(from_file) if names is None else list(dict.fromkeys(names))
+    out: dict[str, str] = {}
+    for n in wanted:
+        if os.environ.get(n):
+            out[n] = os.environ[n]
+        elif n in from_file:
+            out[n] = from_file[n]
+    return out
+
+
+def httpx_transport(client: httpx.Client) -> Callable[[Any, float], tuple[int, dict[str, str], bytes]]:
+    """A ``remote/notify.py`` transport that POSTs with ``client``."""
+
+    def post(req: Any, timeout: float) -> tuple[int, dict[str, str], bytes]:
+        r = client.post(req.url, content=req.body, headers=dict(req.headers), timeout=timeout)
+        return r.status_code, dict(r.headers), r.content
+
+    return post
+
+
+def make_test_event(job_id: str = "notify-test", name: str | None = None) -> dict[str, Any]:
+    """The event ``gpujob notify test`` sends."""
+    return {
+        "event": "test",
+        "job_id": job_id,
+        "name": name or "gpujob notify test",
+        "host": socket.gethostname(),
+        "duration_s": None,
+        "cost": None,
+        "currency": None,
+        "metrics": {},
+    }
+
+
+def send_from_laptop(
+    notify_cfg: dict[str, Any] | None,
+    event: dict[str, Any],
+    secrets: dict[str, str],
+    *,
+    all_channels: bool = False,
+    retries: int = 1,
+    backoff: float = 0.5,
+    timeout: float = 10.0,
+    state_dir: str | Path | None = None,
+) -> list[dict[str, Any]]:
+    """Send ``event`` from the laptop (e.g. ``lost``, which the dead agent cannot send).
+
+    Channels are filtered by ``on:`` unless ``all_channels``; returns the redacted outcomes.
+    """
+    chans = [c for c in (notify_cfg or {}).get("channels") or [] if isinstance(c, dict)]
+    if not all_channels:
+        chans = [c for c in chans if notify.wants(notify_cfg, str(event.get("event")), c)]
+    if not chans:
+        return []
+    sdir = str(state_dir) if state_dir is not None else str(_config_dir())
+    with httpx.Client(follow_redirects=False, headers={"User-Agent": "gpujob"}) as client:
+        return notify.send_all(
+            chans, event, secrets, sdir, retries=retries, backoff=backoff, timeout=timeout,
+            transport=httpx_transport(client),
+        )
+
+
+def notify_test(
+    notify_cfg: dict[str, Any] | None,
+    secrets: dict[str, str],
+    *,
+    job_name: str | None = None,
+    retries: int = 1,
+    backoff: float = 0.5,
+    timeout: float = 10.0,
+    state_dir: str | Path | None = None,
+) -> list[dict[str, Any]]:
+    """Send a ``test`` event to every channel of ``notify_cfg``; one outcome dict per channel.
+
+    A config error of a channel (bad key, missing secret) comes back as that channel's failed
+    outcome without sending. Outcome keys: channel, type, ok, skipped, attempts, status,
+    error (redacted), elapsed_s.
+    """
+    chans = list((notify_cfg or {}).get("channels") or [])
+    names = notify._channel_names(chans)
+    sensitive = notify.all_sensitive(chans, secrets)
+    errs = notify.validate_channels(notify_cfg, secrets)
+    bad: dict[int, str] = {}
+    for e in errs:
+        for i in range(len(chans)):
+            if e.startswith(f"notify.channels[{i}]"):
+                bad.setdefault(i, e)
+    good = [c for i, c in enumerate(chans) if i not in bad]
+    sent = iter(
+        send_from_laptop(
+            {"channels": good}, make_test_event(name=job_name), secrets, all_channels=True, retries=retries,
+            backoff=backoff, timeout=timeout, state_dir=state_dir,
+        )
+        if good
+        else []
+    )
+    out: list[dict[str, Any]] = []
+    for i, ch in enumerate(chans):
+        if i in bad:
+            out.append({
+                "channel": names[i], "type": notify.channel_type(ch) if isinstance(ch, dict) else "?", "ok": False,
+                "skipped": True, "attempts": 0, "status": None, "error": notify.redact(bad[i], sensitive),
+                "elapsed_s": 0.0,
+            })
+        else:
+            o = next(sent)
+            o["channel"] = names[i]
+            out.append(o)
+    return out
+
+
+def format_outcomes(outcomes: list[dict[str, Any]]) -> list[str]:
+    """One line per outcome, for the CLI."""
+    return [notify.format_outcome(o, "test") for o in outcomes]
