@@ -137,7 +137,8 @@ def send_from_laptop(
 
     Channels are filtered by ``on:`` unless ``all_channels``; returns the redacted outcomes.
     """
-    chans = [c for c in (notify_cfg or {}).get("channels") or [] if isinstance(c, dict)]
+    every = list((notify_cfg or {}).get("channels") or [])
+    chans = [dict(c, name=n) for c, n in zip(every, notify._channel_names(every)) if isinstance(c, dict)]
     if not all_channels:
         chans = [c for c in chans if notify.wants(notify_cfg, str(event.get("event")), c)]
     if not chans:
@@ -175,7 +176,7 @@ def notify_test(
         for i in range(len(chans)):
             if e.startswith(f"notify.channels[{i}]"):
                 bad.setdefault(i, e)
-    good = [c for i, c in enumerate(chans) if i not in bad]
+    good = [dict(c, name=names[i]) for i, c in enumerate(chans) if i not in bad]
     sent = iter(
         send_from_laptop(
             {"channels": good}, make_test_event(name=job_name), secrets, all_channels=True, retries=retries,
@@ -193,9 +194,7 @@ def notify_test(
                 "elapsed_s": 0.0,
             })
         else:
-            o = next(sent)
-            o["channel"] = names[i]
-            out.append(o)
+            out.append(next(sent))
     return out
 
 

@@ -864,7 +864,9 @@ def notify_event(cfg: Optional[Dict[str, Any]], event: Dict[str, Any], secrets: 
     that want it (``on:`` of the channel, else of the section, else :data:`DEFAULT_ON`).
     Returns the outcomes (empty when nothing wants the event). Never raises."""
     try:
-        chans = [c for c in (cfg or {}).get("channels") or []
+        every = list((cfg or {}).get("channels") or [])
+        names = _channel_names(every)  # named over the whole list, so a channel's name is stable
+        chans = [dict(c, name=n) for c, n in zip(every, names)
                  if isinstance(c, dict) and wants(cfg, str(event.get("event")), c)]
     except Exception:
         return []
