@@ -84,7 +84,7 @@ class Recorder:
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         self.base = f"http://127.0.0.1:{self.port}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
         self.thread.start()
 
     def on(self, path: str, *steps: tuple) -> None:
