@@ -191,9 +191,14 @@ def _variants(value: str) -> List[str]:
         if p.query:
             out.append(p.query)
         for part in p.path.split("/") + [v for _, v in urllib.parse.parse_qsl(p.query)]:
-            if len(part) >= 8:
+            if _token_like(part):
                 out.append(part)
     return out
+
+
+def _token_like(part: str) -> bool:
+    """A URL piece that looks like a key (not a word such as ``services`` or ``webhooks``)."""
+    return len(part) >= 16 or (len(part) >= 8 and any(c.isdigit() for c in part) and any(c.isalpha() for c in part))
 
 
 def redact(text: Any, secrets: Any) -> str:
@@ -594,12 +599,22 @@ def check_response(channel_type_: str, status: int, headers: Dict[str, str], bod
             raise ChannelError("refused by %s: code %s: %s" % (t, code, msg), final=True, status=status)
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirect is an answer (3xx, final), never a silent re-send as GET."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[override]
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)  # keeps the environment's proxy settings
+
+
 def urllib_transport(req: Request, timeout: float) -> Tuple[int, Dict[str, str], bytes]:
     """POST with urllib: (status, headers, body) for any HTTP answer; raises on network errors."""
     r = urllib.request.Request(req.url, data=req.body, headers=dict(req.headers, **{"User-Agent": "gpujob-agent"}),
                                method="POST")
     try:
-        with urllib.request.urlopen(r, timeout=timeout) as resp:
+        with _OPENER.open(r, timeout=timeout) as resp:
             return resp.status, dict(resp.headers.items()), resp.read(65536)
     except urllib.error.HTTPError as e:
         try:

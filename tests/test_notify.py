@@ -239,6 +239,10 @@ def test_redact():
     assert "ab stays" in r  # too short to hunt for
     assert notify.redact("k=a%2Bb%2Fc%3D", ["a+b/c="]) == "k=***"
     assert notify.redact(None, {}) == ""
+    # pieces of a secret URL that are plain words are not hunted for in the message text
+    url = "https://hooks.slack.com/services/T0001ABCD/B0002EFGH/abcdefghijklmnopqrstuvwx"
+    r = notify.redact("services and webhooks; got B0002EFGH and abcdefghijklmnopqrstuvwx", [url])
+    assert r == "services and webhooks; got *** and ***"
 
 
 # ----------------------------------------------------------------------------- each channel's request
@@ -361,22 +365,24 @@ def test_500_forever_timeout_refused_are_given_up_in_bounded_time(srv):
     srv.on("/down", (500, b"down"))
     srv.on("/slow", (200, b"ok", {"sleep": 1.5}))
     srv.on("/gone", (404, b"no such hook"))
+    srv.on("/moved", (302, b"", {"headers": {"Location": srv.base + "/elsewhere"}}))
     srv.on("/robot", (200, b'{"errcode":310000,"errmsg":"keywords not in content"}'))
     closed = f"http://127.0.0.1:{_free_port()}/nothing"
     chans = [{"type": "slack", "url": srv.base + "/down"}, {"type": "discord", "url": srv.base + "/slow"},
              {"type": "slack", "url": srv.base + "/gone"}, {"type": "dingtalk", "url": srv.base + "/robot"},
-             {"type": "webhook", "url": closed}]
+             {"type": "webhook", "url": closed}, {"type": "webhook", "url": srv.base + "/moved"}]
     t0 = time.monotonic()
     outs = notify.send_all(chans, FAILED, {}, None, retries=2, backoff=0.02, timeout=0.3)
     took = time.monotonic() - t0
-    assert [o["ok"] for o in outs] == [False] * 5
+    assert [o["ok"] for o in outs] == [False] * 6
+    assert outs[5]["attempts"] == 1 and outs[5]["status"] == 302 and srv.count("/elsewhere") == 0
     assert outs[0]["attempts"] == 3 and outs[0]["status"] == 500 and srv.count("/down") == 3
     assert outs[1]["attempts"] == 3 and "timed out" in outs[1]["error"].lower()
     assert outs[2]["attempts"] == 1 and outs[2]["status"] == 404  # 4xx is final
     assert outs[3]["attempts"] == 1 and "310000" in outs[3]["error"]  # platform refusal is final
     assert outs[4]["attempts"] == 3 and outs[4]["status"] is None
     assert took < 6, took
-    assert [o["channel"] for o in outs] == ["slack[0]", "discord", "slack[2]", "dingtalk", "webhook"]
+    assert [o["channel"] for o in outs] == ["slack[0]", "discord", "slack[2]", "dingtalk", "webhook[4]", "webhook[5]"]
 
 
 def test_send_all_never_raises():
