@@ -1,0 +1,385 @@
+"""``gpujob`` command line: argument parsing and dispatch, nothing else.
+
+Heavy modules (paramiko, rich, httpx) are imported inside the commands that use them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from gpujob import __version__
+from gpujob.errors import GpujobError, HostError
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+# ---- shared helpers ----------------------------------------------------------------------
+def _store() -> Any:
+    from gpujob.hosts import HostStore
+
+    return HostStore()
+
+
+def _agent(host_name: str | None) -> Any:
+    from gpujob.agent import connect_agent
+
+    return connect_agent(_store().get(host_name))
+
+
+def _host_for_job(args: argparse.Namespace) -> str | None:
+    if getattr(args, "host", None):
+        return args.host
+    from gpujob import index
+
+    return index.host_of(args.job) if getattr(args, "job", None) else None
+
+
+def _esc(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
+
+
+# ---- jobs --------------------------------------------------------------------------------
+def cmd_submit(args: argparse.Namespace) -> int:
+    from gpujob import index
+    from gpujob.spec import load_spec
+    from gpujob.submit import submit
+
+    spec = load_spec(args.job_file, args.set)
+    host = _store().get(args.host or spec.host)
+    from gpujob.agent import connect_agent
+
+    agent = connect_agent(host)
+    progress_cb = None
+    bar = None
+    if not args.json and sys.stderr.isatty():
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TimeRemainingColumn,
+            TransferSpeedColumn,
+        )
+
+        bar = Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                       TimeRemainingColumn(), transient=True)
+        task = bar.add_task(f"sync → {host.name}", total=None)
+        bar.start()
+
+        def progress_cb(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+    try:
+        res = submit(agent, spec, host, progress_cb)
+    finally:
+        if bar:
+            bar.stop()
+    index.record(res["job_id"], host.name, spec.name)
+    if args.json:
+        from gpujob.ui import print_json
+
+        print_json(res)
+    else:
+        from gpujob.ui import console
+
+        s = res["sync"]
+        c = console()
+        c.print(f"[bold]{res['job_id']}[/] submitted to [cyan]{host.name}[/] ({res['state']}); "
+                f"synced {s['files_sent']} file(s), {s['bytes_sent'] / 1e6:.1f} MB, {s['unchanged']} unchanged")
+        c.print(f"  follow: gpujob tail {res['job_id']} -f    status: gpujob status {res['job_id']}")
+    if args.follow:
+        return _follow(host.name, res["job_id"])
+    return 0
+
+
+def _follow(host_name: str | None, job: str) -> int:
+    from gpujob import jobs
+    from gpujob.agent import connect_agent
+
+    host = _store().get(host_name)
+    out = sys.stdout.buffer
+    current: list[Any] = []
+
+    def reconnect() -> Any:
+        for a in current:
+            a.t.close()
+        current[:] = [connect_agent(host)]
+        return current[0]
+
+    def write(b: bytes) -> None:
+        out.write(b)
+        out.flush()
+
+    try:
+        jobs.follow_logs(reconnect, job, write, lines=0)
+    except KeyboardInterrupt:
+        sys.stderr.write(f"\ndetached; {job} keeps running on {host.name}\n")
+        return 130
+    st = jobs.status(current[0] if current else reconnect(), job)
+    sys.stderr.write(f"{st['job_id']}: {st.get('state')}\n")
+    return 0 if st.get("state") == "succeeded" else 1
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from gpujob import jobs
+    from gpujob.ui import console, job_panel, print_json
+
+    if not args.job:
+        return cmd_ls(args)
+    st = jobs.status(_agent(_host_for_job(args)), args.job)
+    if args.json:
+        print_json(st)
+    else:
+        console().print(job_panel(st))
+    return 0
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    from gpujob import index, jobs
+    from gpujob.ui import console, jobs_table, print_json
+
+    names = [args.host] if getattr(args, "host", None) else (index.hosts() or ["local"])
+    out: list[dict[str, Any]] = []
+    errors: dict[str, str] = {}
+    for name in names:
+        try:
+            for j in jobs.ls(_agent(name)):
+                j.setdefault("host", name)
+                j["host"] = j["host"] or name
+                out.append(j)
+        except GpujobError as e:
+            if len(names) == 1:
+                raise
+            errors[name] = str(e)
+    if args.json:
+        print_json({"jobs": out, "errors": errors})
+        return 0
+    c = console()
+    c.print(jobs_table(out) if out else "no jobs yet: gpujob submit job.yaml")
+    for name, e in errors.items():
+        c.print(f"[yellow]{name}[/]: {_esc(e)}")
+    return 0
+
+
+def cmd_tail(args: argparse.Namespace) -> int:
+    from gpujob import jobs
+    from gpujob.agent import connect_agent
+
+    host = _store().get(_host_for_job(args))
+    out = sys.stdout.buffer
+
+    def write(b: bytes) -> None:
+        out.write(b)
+        out.flush()
+
+    try:
+        jobs.follow_logs(lambda: connect_agent(host), args.job, write, lines=args.lines, follow=args.follow)
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    from gpujob import jobs
+    from gpujob.ui import console, print_json
+
+    st = jobs.stop(_agent(_host_for_job(args)), args.job, wait=args.wait)
+    if args.json:
+        print_json(st)
+    else:
+        console().print(f"{st['job_id']}: {st.get('state')}")
+    return 0
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    from gpujob import jobs
+    from gpujob.ui import console, print_json
+
+    res = jobs.resume(_agent(_host_for_job(args)), args.job)
+    if args.json:
+        print_json(res)
+    else:
+        console().print(f"{res['job_id']}: resumed (was {res.get('previous')})")
+    return 0
+
+
+def cmd_pull(args: argparse.Namespace) -> int:
+    from gpujob.pull import pull
+    from gpujob.ui import console, print_json
+
+    res = pull(_agent(_host_for_job(args)), args.job, Path(args.dest))
+    if args.json:
+        print_json(res)
+    else:
+        console().print(f"{res['job_id']}: {res['files']} file(s), {res['bytes'] / 1e6:.1f} MB → {res['dest']}")
+    return 0
+
+
+# ---- hosts -------------------------------------------------------------------------------
+def cmd_host_add(args: argparse.Namespace) -> int:
+    from gpujob.hostsetup import add_host
+    from gpujob.ui import console, print_json
+
+    password = sys.stdin.readline().rstrip("\n") if args.password_stdin else None
+    host = add_host(args.name, args.ssh, password=password, root=args.root, preset=args.preset,
+                    price=args.price, identity=args.identity, check=not args.no_check, force=args.force)
+    if args.json:
+        print_json({"name": host.name, **host.to_dict()})
+    else:
+        console().print(f"host [bold]{host.name}[/] = {host.address} (preset {host.preset}, root {host.remote_root})")
+    return 0
+
+
+def cmd_host_set(args: argparse.Namespace) -> int:
+    from gpujob.hosts import parse_ssh_target
+
+    store = _store()
+    host = store.get(args.name)
+    if host.kind == "local":
+        raise HostError("'local' is built in", "set GPUJOB_LOCAL_ROOT to move its root")
+    if args.ssh:
+        for k, v in parse_ssh_target(args.ssh).items():
+            setattr(host, k, v)
+    for attr in ("root", "preset", "identity"):
+        val = getattr(args, attr)
+        if val is not None:
+            setattr(host, "identity_file" if attr == "identity" else attr, val)
+    if args.price is not None:
+        host.price_per_hour = args.price
+    if args.shutdown_command is not None:
+        host.shutdown_command = args.shutdown_command or None
+    store.save(host)
+    print(f"host {host.name} = {host.address}")
+    return 0
+
+
+def cmd_host_ls(args: argparse.Namespace) -> int:
+    from gpujob.ui import console, print_json
+
+    hosts = _store().all()
+    if args.json:
+        print_json([{"name": h.name, **h.to_dict()} for h in hosts])
+        return 0
+    from rich.table import Table
+
+    t = Table(box=None, header_style="bold")
+    for col in ("NAME", "ADDRESS", "PRESET", "ROOT", "PRICE/H"):
+        t.add_column(col)
+    for h in hosts:
+        t.add_row(h.name, h.address, h.preset, h.remote_root, f"{h.price_per_hour} {h.currency}" if h.price_per_hour else "-")
+    console().print(t)
+    return 0
+
+
+def cmd_host_rm(args: argparse.Namespace) -> int:
+    _store().remove(args.name)
+    print(f"removed host {args.name}")
+    return 0
+
+
+def cmd_host_trust(args: argparse.Namespace) -> int:
+    from gpujob.transport.ssh import forget_host_key, open_client
+
+    host = _store().get(args.name)
+    forget_host_key(host)
+    open_client(host).close()  # records the key offered now
+    print(f"trusted the current host key of {host.name} ({host.address})")
+    return 0
+
+
+# ---- parser ------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="gpujob", description="Run training jobs on rented GPU instances over SSH (or on this machine: host 'local').")
+    p.add_argument("--version", action="version", version=f"gpujob {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    def add(name: str, fn: Handler, help: str, parent: Any = sub) -> argparse.ArgumentParser:
+        sp = parent.add_parser(name, help=help, description=help)
+        sp.set_defaults(fn=fn)
+        sp.add_argument("--json", action="store_true", help="print JSON (schema: docs/json.md)")
+        return sp
+
+    s = add("submit", cmd_submit, "sync code and data, start the job under the agent")
+    s.add_argument("job_file", nargs="?", help="job YAML (default ./job.yaml)")
+    s.add_argument("--host", help="host profile (default: the job's host:, else local)")
+    s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a key, e.g. retry.max_restarts=3")
+    s.add_argument("-f", "--follow", action="store_true", help="follow the log; Ctrl-C detaches, the job goes on")
+
+    s = add("status", cmd_status, "a job's state, metrics and diagnosis (no JOB: the job list)")
+    s.add_argument("job", nargs="?")
+    s.add_argument("--host")
+    s = add("ls", cmd_ls, "list jobs (one remote command per host)")
+    s.add_argument("--host")
+    s = add("tail", cmd_tail, "print a job's output; -f follows and survives sleep and network drops")
+    s.add_argument("job")
+    s.add_argument("--host")
+    s.add_argument("-f", "--follow", action="store_true")
+    s.add_argument("-n", "--lines", type=int, default=20)
+    s = add("stop", cmd_stop, "stop a job (its code may checkpoint first); no process of it remains")
+    s.add_argument("job")
+    s.add_argument("--host")
+    s.add_argument("--wait", type=float, default=600, help="seconds to wait for the job to end")
+    s = add("resume", cmd_resume, "restart a lost, stopped or failed job from its newest complete checkpoint")
+    s.add_argument("job")
+    s.add_argument("--host")
+    s = add("pull", cmd_pull, "copy a job's checkpoints and logs here")
+    s.add_argument("job")
+    s.add_argument("dest", nargs="?", default="gpujob-pulls")
+    s.add_argument("--host")
+
+    hp = sub.add_parser("host", help="manage host profiles", description="manage host profiles")
+    hsub = hp.add_subparsers(dest="host_command", metavar="ACTION", required=True)
+    s = add("add", cmd_host_add, "add a host from its login line (asks the password once, installs a key)", hsub)
+    s.add_argument("name")
+    s.add_argument("--ssh", required=True, help='the login line, e.g. "ssh -p 41234 root@connect.westb.seetacloud.com"')
+    s.add_argument("--password-stdin", action="store_true", help="read the password from stdin (never stored)")
+    s.add_argument("--root", help="gpujob's folder on the instance")
+    s.add_argument("--preset", choices=["generic", "autodl", "vast", "runpod"])
+    s.add_argument("--price", type=float, help="price per hour, for cost tracking")
+    s.add_argument("--identity", help="an existing private key to use instead of gpujob's own")
+    s.add_argument("--no-check", action="store_true", help="save without connecting")
+    s.add_argument("--force", action="store_true", help="replace an existing profile")
+    s = add("set", cmd_host_set, "change a host profile (a new login line after a restart)", hsub)
+    s.add_argument("name")
+    s.add_argument("--ssh")
+    s.add_argument("--root")
+    s.add_argument("--preset", choices=["generic", "autodl", "vast", "runpod"])
+    s.add_argument("--price", type=float)
+    s.add_argument("--identity")
+    s.add_argument("--shutdown-command")
+    add("ls", cmd_host_ls, "list host profiles", hsub)
+    s = add("rm", cmd_host_rm, "remove a host profile", hsub)
+    s.add_argument("name")
+    s = add("trust", cmd_host_trust, "accept a host's new key (after an image change)", hsub)
+    s.add_argument("name")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "fn", None):
+        parser.print_help()
+        return 0
+    as_json = getattr(args, "json", False)
+    try:
+        return args.fn(args)
+    except GpujobError as e:
+        from gpujob.ui import error
+
+        error(e, as_json)
+        return e.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        os._exit(0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

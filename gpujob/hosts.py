@@ -1,0 +1,206 @@
+"""Host profiles: parsing a pasted ``ssh -p PORT user@host`` line, presets, storage (0600).
+
+The host ``local`` always exists: it runs jobs on this machine through the same agent.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpujob.errors import HostError
+from gpujob.paths import config_dir, write_private
+
+LOCAL = "local"
+
+
+@dataclass
+class Host:
+    """One place jobs run. ``kind`` is ``ssh`` or ``local``."""
+
+    name: str
+    kind: str = "ssh"
+    hostname: str = ""
+    port: int = 22
+    user: str = "root"
+    identity_file: str | None = None
+    root: str | None = None  # gpujob's folder on the instance; None = preset default
+    preset: str = "generic"
+    price_per_hour: float | None = None
+    currency: str = "CNY"
+    shutdown_command: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    connect_timeout: float = 15.0
+    agent_python: str | None = None  # the interpreter the agent uses; None = search the usual places
+
+    @property
+    def remote_root(self) -> str:
+        """The root on the instance (``~`` is expanded there)."""
+        if self.root:
+            return self.root
+        return PRESETS.get(self.preset, PRESETS["generic"])["root"]
+
+    @property
+    def address(self) -> str:
+        return "this machine" if self.kind == LOCAL else f"{self.user}@{self.hostname}:{self.port}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v not in (None, {}, "") and k != "name"}
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "generic": {"root": "~/.gpujob", "shutdown_command": None},
+    "autodl": {"root": "/root/autodl-tmp/gpujob", "shutdown_command": "/usr/bin/shutdown"},
+    "vast": {"root": "/workspace/.gpujob", "shutdown_command": "vastai stop instance $CONTAINER_ID"},
+    "runpod": {"root": "/workspace/.gpujob", "shutdown_command": "runpodctl stop pod $RUNPOD_POD_ID"},
+}
+
+
+def local_host() -> Host:
+    """The embedded default host: this machine, root ``$GPUJOB_LOCAL_ROOT`` or ``~/.gpujob``."""
+    return Host(name=LOCAL, kind=LOCAL, hostname="localhost", root=os.environ.get("GPUJOB_LOCAL_ROOT") or str(Path.home() / ".gpujob"))
+
+
+def parse_ssh_target(line: str) -> dict[str, Any]:
+    """Read ``ssh -p 41234 root@host``, ``user@host:port``, ``host:port`` or an ~/.ssh/config alias."""
+    line = line.strip()
+    if not line:
+        raise HostError("empty --ssh value", 'paste the login line, e.g. --ssh "ssh -p 41234 root@connect.westb.seetacloud.com"')
+    try:
+        words = shlex.split(line)
+    except ValueError as e:
+        raise HostError(f"cannot read {line!r}: {e}", "quote it as the console shows it") from None
+    out: dict[str, Any] = {}
+    target = None
+    if words and words[0] in ("ssh", "/usr/bin/ssh"):
+        words = words[1:]
+    i = 0
+    while i < len(words):
+        w = words[i]
+        if w in ("-p", "-i", "-l", "-o") and i + 1 < len(words):
+            val = words[i + 1]
+            if w == "-p":
+                out["port"] = _port(val)
+            elif w == "-i":
+                out["identity_file"] = str(Path(val).expanduser())
+            elif w == "-l":
+                out["user"] = val
+            elif w == "-o" and "=" in val:
+                k, _, v = val.partition("=")
+                if k.lower() == "port":
+                    out["port"] = _port(v)
+            i += 2
+            continue
+        if w.startswith("-p") and len(w) > 2:
+            out["port"] = _port(w[2:])
+        elif w.startswith("-"):
+            pass  # other ssh flags (-A, -X, -v) do not matter here
+        elif target is None:
+            target = w
+        i += 1
+    if target is None:
+        raise HostError(f"no host in {line!r}", 'expected something like "ssh -p 41234 root@connect.westb.seetacloud.com"')
+    if target.startswith("ssh://"):
+        target = target[6:]
+    if "@" in target:
+        out["user"], target = target.rsplit("@", 1)
+    if target.count(":") == 1:
+        target, port = target.split(":")
+        out["port"] = _port(port)
+    out["hostname"] = target
+    alias = _ssh_config_lookup(target)
+    if alias:
+        out.setdefault("user", alias.get("user", "root"))
+        out.setdefault("port", int(alias.get("port", 22)))
+        if alias.get("identityfile"):
+            out.setdefault("identity_file", str(Path(alias["identityfile"][0]).expanduser()))
+        out["hostname"] = alias.get("hostname", target)
+    return out
+
+
+def _port(text: str) -> int:
+    try:
+        p = int(text)
+    except ValueError:
+        p = -1
+    if not 0 < p < 65536:
+        raise HostError(f"{text!r} is not a port number", "the port is the number after -p in the console's login line")
+    return p
+
+
+def _ssh_config_lookup(alias: str) -> dict[str, Any] | None:
+    path = Path.home() / ".ssh" / "config"
+    if not path.is_file():
+        return None
+    import paramiko
+
+    cfg = paramiko.SSHConfig.from_path(str(path))
+    if alias not in cfg.get_hostnames():
+        return None
+    return dict(cfg.lookup(alias))
+
+
+def detect_preset(hostname: str) -> str:
+    """Guess the platform from the hostname (the instance can confirm it later)."""
+    h = hostname.lower()
+    if "seetacloud.com" in h or "autodl" in h:
+        return "autodl"
+    if "vast.ai" in h:
+        return "vast"
+    if "runpod" in h:
+        return "runpod"
+    return "generic"
+
+
+class HostStore:
+    """The profiles file (``hosts.yaml`` in the config folder, mode 0600)."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path or config_dir() / "hosts.yaml"
+
+    def _load(self) -> dict[str, dict]:
+        if not self.path.exists():
+            return {}
+        try:
+            data = yaml.safe_load(self.path.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise HostError(f"{self.path} is not valid YAML: {e}", "fix or delete that file, then add the host again") from None
+        return data.get("hosts", {}) if isinstance(data, dict) else {}
+
+    def all(self) -> list[Host]:
+        return [local_host()] + [self._make(n, d) for n, d in sorted(self._load().items())]
+
+    def _make(self, name: str, d: dict) -> Host:
+        known = {f.name for f in fields(Host)}
+        return Host(name=name, **{k: v for k, v in d.items() if k in known})
+
+    def get(self, name: str | None) -> Host:
+        if not name or name == LOCAL:
+            return local_host()
+        data = self._load()
+        if name not in data:
+            import difflib
+
+            close = difflib.get_close_matches(name, list(data) + [LOCAL], n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise HostError(f"unknown host {name!r}", f"{hint}add it with: gpujob host add {name} --ssh \"ssh -p PORT root@HOST\"")
+        return self._make(name, data[name])
+
+    def save(self, host: Host) -> None:
+        if host.name == LOCAL:
+            raise HostError("'local' is built in and cannot be redefined", "pick another name")
+        data = self._load()
+        data[host.name] = host.to_dict()
+        write_private(self.path, yaml.safe_dump({"hosts": data}, sort_keys=True))
+
+    def remove(self, name: str) -> None:
+        data = self._load()
+        if name not in data:
+            raise HostError(f"unknown host {name!r}", "see gpujob host ls")
+        del data[name]
+        write_private(self.path, yaml.safe_dump({"hosts": data}, sort_keys=True))

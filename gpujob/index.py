@@ -1,0 +1,49 @@
+"""The laptop's record of which host each submitted job lives on (``jobs.jsonl``)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from gpujob.paths import config_dir
+
+
+def _path() -> Path:
+    return config_dir() / "jobs.jsonl"
+
+
+def record(job_id: str, host: str, name: str) -> None:
+    with open(_path(), "a") as f:
+        f.write(json.dumps({"job_id": job_id, "host": host, "name": name, "t": time.time()}) + "\n")
+
+
+def entries() -> list[dict]:
+    p = _path()
+    if not p.exists():
+        return []
+    out = []
+    for line in p.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
+
+
+def host_of(ref: str) -> str | None:
+    """The host of the newest job whose id, id prefix or name is ``ref``; None if unknown here."""
+    for e in reversed(entries()):
+        jid = e.get("job_id", "")
+        if ref in (jid, e.get("name")) or jid.startswith(ref) or jid.rsplit("-", 1)[-1].startswith(ref):
+            return e.get("host")
+    return None
+
+
+def hosts() -> list[str]:
+    """Hosts that have received jobs from this laptop, newest use last."""
+    seen: dict[str, None] = {}
+    for e in entries():
+        seen.pop(e.get("host", ""), None)
+        seen[e.get("host", "")] = None
+    return [h for h in seen if h]

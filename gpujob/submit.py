@@ -1,0 +1,72 @@
+"""``submit``: validate, sync, start the job under the agent. The laptop may sleep after it."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict
+from typing import Any, Callable
+
+from gpujob.agent import Agent
+from gpujob.errors import SpecError
+from gpujob.hosts import Host
+from gpujob.spec import JobSpec
+from gpujob.sync import sync_job
+
+
+def collect_secrets(spec: JobSpec, extra_names: list[str] | None = None) -> dict[str, str]:
+    """Values of the job's ``secrets:`` (and ``${NAME}`` references) from the laptop's environment."""
+    names = list(dict.fromkeys(spec.secrets + (extra_names or [])))
+    try:
+        from gpujob.notify_test import secrets_from_env  # the secrets file lives with notifications
+    except ImportError:  # pragma: no cover
+        secrets_from_env = None
+    values = secrets_from_env(names) if secrets_from_env else {n: os.environ[n] for n in names if n in os.environ}
+    missing = [n for n in names if n not in values]
+    if missing:
+        raise SpecError(
+            f"secret(s) {', '.join(missing)} not set on this machine",
+            "export them in your shell (or put NAME=value lines in the gpujob secrets file); nothing was sent",
+        )
+    return values
+
+
+def secret_refs(spec: JobSpec) -> list[str]:
+    """Names written as ``${NAME}`` anywhere in ``notify:`` (channel URLs, tokens, passwords)."""
+    import re
+
+    found: list[str] = []
+
+    def visit(v: Any) -> None:
+        if isinstance(v, str):
+            found.extend(re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", v))
+        elif isinstance(v, dict):
+            for x in v.values():
+                visit(x)
+        elif isinstance(v, list):
+            for x in v:
+                visit(x)
+
+    visit(spec.notify)
+    return found
+
+
+def submit(agent: Agent, spec: JobSpec, host: Host, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """Sync the code and data, then create and start the job. Returns the agent's answer."""
+    secrets = collect_secrets(spec, secret_refs(spec))
+    report = sync_job(agent, spec, spec.name, progress)
+    request = {
+        "spec": spec.to_remote(),
+        "project": spec.name,
+        "host": host.name,
+        "host_env": {**host.env, **({"GPUJOB_PATH_PREFIX": os.environ.get("PATH", "")} if host.kind == "local" else {})},
+        "price_per_hour": host.price_per_hour,
+        "currency": host.currency,
+        "shutdown_command": host.shutdown_command,
+        "secrets": secrets,
+    }
+    import json
+
+    res = agent.call("submit", input=json.dumps(request).encode())
+    res["host"] = host.name
+    res["sync"] = asdict(report)
+    return res

@@ -1,0 +1,20 @@
+"""How the laptop talks to a host: one small interface, two implementations."""
+
+from __future__ import annotations
+
+from gpujob.hosts import LOCAL, Host
+from gpujob.transport.base import Result, Stream, Transport
+
+
+def connect(host: Host) -> Transport:
+    """A transport for ``host``: ``LocalTransport`` for ``local``, else ``SSHTransport``."""
+    if host.kind == LOCAL:
+        from gpujob.transport.local import LocalTransport
+
+        return LocalTransport(host)
+    from gpujob.transport.ssh import SSHTransport
+
+    return SSHTransport(host)
+
+
+__all__ = ["Result", "Stream", "Transport", "connect"]

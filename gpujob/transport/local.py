@@ -1,0 +1,68 @@
+"""``LocalTransport``: the ``local`` host, commands run by ``/bin/sh`` on this machine."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+
+from gpujob.transport.base import Forward, Result, Stream, Transport
+
+
+class _LocalStream(Stream):
+    def __init__(self, cmd: str) -> None:
+        self.proc = subprocess.Popen(
+            ["/bin/sh", "-c", cmd], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        assert self.proc.stdin and self.proc.stdout and self.proc.stderr
+        self.stdin, self.stdout = self.proc.stdin, self.proc.stdout
+        self._err = bytearray()
+        self._t = threading.Thread(target=self._drain, daemon=True)
+        self._t.start()
+
+    def _drain(self) -> None:
+        assert self.proc.stderr
+        for chunk in iter(lambda: self.proc.stderr.read(65536), b""):  # type: ignore[union-attr]
+            self._err += chunk
+
+    def close_stdin(self) -> None:
+        try:
+            self.stdin.close()
+        except OSError:
+            pass
+
+    def wait(self, timeout: float | None = None) -> int:
+        rc = self.proc.wait(timeout)
+        self._t.join(5)
+        return rc
+
+    def stderr_text(self) -> str:
+        return self._err.decode("utf-8", "replace")
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class _NoForward(Forward):
+    """On this machine the port is already local."""
+
+    def __init__(self, port: int) -> None:
+        self.local_port = port
+
+    def close(self) -> None:
+        pass
+
+
+class LocalTransport(Transport):
+    """Runs commands with ``/bin/sh -c`` locally."""
+
+    def run(self, cmd: str, input: bytes | None = None, timeout: float | None = None) -> Result:
+        p = subprocess.run(["/bin/sh", "-c", cmd], input=input or b"", capture_output=True, timeout=timeout)
+        return Result(p.returncode, p.stdout, p.stderr)
+
+    def stream(self, cmd: str) -> Stream:
+        return _LocalStream(cmd)
+
+    def forward(self, remote_port: int, local_port: int = 0, remote_host: str = "127.0.0.1") -> Forward:
+        return _NoForward(remote_port)

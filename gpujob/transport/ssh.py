@@ -1,0 +1,298 @@
+"""``SSHTransport``: paramiko, one connection per transport, host keys checked (trust on first use)."""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+import threading
+import time
+from pathlib import Path
+
+import paramiko
+
+from gpujob.errors import ConnectError, HostKeyChanged
+from gpujob.hosts import Host
+from gpujob.paths import config_dir, write_private
+from gpujob.transport.base import Forward, Result, Stream, Transport
+
+
+def known_hosts_path() -> Path:
+    return config_dir() / "known_hosts"
+
+
+def key_path() -> Path:
+    return config_dir() / "id_ed25519"
+
+
+def ensure_client_key() -> paramiko.PKey:
+    """gpujob's own client key (Ed25519, OpenSSH format), made on first use."""
+    path = key_path()
+    if not path.exists():
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+        k = Ed25519PrivateKey.generate()
+        priv = k.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption())
+        pub = k.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+        write_private(path, priv)
+        path.with_suffix(".pub").write_bytes(pub + b" gpujob\n")
+    return paramiko.Ed25519Key.from_private_key_file(str(path))
+
+
+def public_key_line() -> str:
+    ensure_client_key()
+    return key_path().with_suffix(".pub").read_text().strip()
+
+
+def _host_id(host: Host) -> str:
+    return host.hostname if host.port == 22 else f"[{host.hostname}]:{host.port}"
+
+
+def _save_keys(keys: paramiko.HostKeys, path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    keys.save(str(tmp))
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, path)
+
+
+class _TrustOnFirstUse(paramiko.MissingHostKeyPolicy):
+    """Record an unknown host's key; a changed key never reaches here (paramiko raises BadHostKey)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+        keys = paramiko.HostKeys()
+        if self.path.exists():
+            keys.load(str(self.path))
+        keys.add(hostname, key.get_name(), key)
+        _save_keys(keys, self.path)
+
+
+def forget_host_key(host: Host) -> bool:
+    """Drop the recorded key of ``host`` (``gpujob host trust``); True if one was there."""
+    path = known_hosts_path()
+    if not path.exists():
+        return False
+    keys = paramiko.HostKeys(str(path))
+    hid = _host_id(host)
+    found = hid in keys
+    if found:
+        del keys[hid]
+        _save_keys(keys, path)
+    return found
+
+
+def open_client(host: Host, password: str | None = None, retries: int | None = None) -> paramiko.SSHClient:
+    """Connect and authenticate, retrying refused or timed-out connects with backoff."""
+    if retries is None:
+        retries = int(os.environ.get("GPUJOB_CONNECT_RETRIES", "3"))
+    client = paramiko.SSHClient()
+    kh = known_hosts_path()
+    if kh.exists():
+        client.load_host_keys(str(kh))
+    client.set_missing_host_key_policy(_TrustOnFirstUse(kh))
+    pkey = None
+    key_files = [host.identity_file] if host.identity_file else None
+    if not key_files:
+        pkey = ensure_client_key()
+    delay = 1.0
+    for attempt in range(1, retries + 1):
+        try:
+            client.connect(
+                host.hostname, port=host.port, username=host.user, password=password, pkey=pkey,
+                key_filename=key_files, timeout=host.connect_timeout, banner_timeout=host.connect_timeout,
+                auth_timeout=host.connect_timeout, look_for_keys=False,
+                allow_agent=password is None and not os.environ.get("GPUJOB_NO_SSH_AGENT"),
+            )
+            tr = client.get_transport()
+            assert tr is not None
+            tr.set_keepalive(15)
+            return client
+        except paramiko.BadHostKeyException as e:
+            raise HostKeyChanged(
+                f"the host key of {host.name} ({_host_id(host)}) has CHANGED: recorded {e.expected_key.get_name()} "
+                f"{e.expected_key.get_fingerprint().hex()[:16]}…, offered {e.key.get_fingerprint().hex()[:16]}…. "
+                "This happens after an image change or a re-created instance — or an attack",
+                f"if you changed the instance, accept the new key with: gpujob host trust {host.name}",
+            ) from None
+        except paramiko.AuthenticationException:
+            if password is not None:
+                raise ConnectError(
+                    f"{host.address} refused the password",
+                    "copy the root password again from the console (it can change after a restart) and retry",
+                ) from None
+            raise ConnectError(
+                f"{host.address} refused gpujob's key ({host.identity_file or key_path()})",
+                f"install the key with the instance's password: gpujob host add {host.name} --ssh \"ssh -p {host.port} "
+                f"{host.user}@{host.hostname}\" --force",
+            ) from None
+        except socket.gaierror:
+            raise ConnectError(
+                f"cannot resolve the host name {host.hostname!r}",
+                f"check the name in the console's login line; update it with gpujob host set {host.name} --ssh \"...\"",
+            ) from None
+        except (ConnectionRefusedError, socket.timeout, TimeoutError, OSError, paramiko.SSHException) as e:
+            kind = (
+                "refused the connection" if isinstance(e, ConnectionRefusedError)
+                else "did not answer" if isinstance(e, (socket.timeout, TimeoutError))
+                else f"failed: {e}"
+            )
+            if attempt < retries:
+                time.sleep(delay)
+                delay *= 2
+                continue
+            raise ConnectError(
+                f"{host.address} {kind} (after {retries} tries)",
+                "is the instance powered on? Its port can change after a restart: copy the login line again and run "
+                f"gpujob host set {host.name} --ssh \"ssh -p PORT root@HOST\"",
+            ) from None
+    raise AssertionError("unreachable")
+
+
+class _SSHStream(Stream):
+    def __init__(self, chan: paramiko.Channel) -> None:
+        self.chan = chan
+        self.stdin = chan.makefile_stdin("wb")
+        self.stdout = chan.makefile("rb")
+        self._err = bytearray()
+        self._t = threading.Thread(target=self._drain, daemon=True)
+        self._t.start()
+
+    def _drain(self) -> None:
+        f = self.chan.makefile_stderr("rb")
+        for chunk in iter(lambda: f.read(65536) if not f.channel.closed else b"", b""):
+            self._err += chunk
+
+    def close_stdin(self) -> None:
+        try:
+            self.stdin.flush()
+            self.chan.shutdown_write()
+        except (OSError, EOFError):
+            pass
+
+    def wait(self, timeout: float | None = None) -> int:
+        if timeout is not None:
+            deadline = time.monotonic() + timeout
+            while not self.chan.exit_status_ready():
+                if time.monotonic() > deadline:
+                    raise TimeoutError("remote command did not finish")
+                time.sleep(0.05)
+        rc = self.chan.recv_exit_status()
+        self._t.join(5)
+        return rc
+
+    def stderr_text(self) -> str:
+        return self._err.decode("utf-8", "replace")
+
+    def kill(self) -> None:
+        self.chan.close()
+
+
+class _SSHForward(Forward):
+    def __init__(self, transport: paramiko.Transport, local_port: int, remote_host: str, remote_port: int) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", local_port))
+        self.sock.listen(16)
+        self.local_port = self.sock.getsockname()[1]
+        self.transport, self.target = transport, (remote_host, remote_port)
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                conn, addr = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._pump, args=(conn, addr), daemon=True).start()
+
+    def _pump(self, conn: socket.socket, addr: tuple) -> None:
+        try:
+            chan = self.transport.open_channel("direct-tcpip", self.target, addr)
+        except (paramiko.SSHException, OSError):
+            conn.close()
+            return
+        try:
+            while not self._closed:
+                r, _, _ = select.select([conn, chan], [], [], 1.0)
+                if conn in r:
+                    data = conn.recv(65536)
+                    if not data:
+                        break
+                    chan.sendall(data)
+                if chan in r:
+                    data = chan.recv(65536)
+                    if not data:
+                        break
+                    conn.sendall(data)
+        except OSError:
+            pass
+        finally:
+            chan.close()
+            conn.close()
+
+    def close(self) -> None:
+        self._closed = True
+        self.sock.close()
+
+
+class SSHTransport(Transport):
+    """A paramiko connection to ``host``; commands run through the login user's shell."""
+
+    def __init__(self, host: Host, password: str | None = None) -> None:
+        super().__init__(host)
+        self.client = open_client(host, password=password)
+
+    @property
+    def _transport(self) -> paramiko.Transport:
+        tr = self.client.get_transport()
+        if tr is None or not tr.is_active():
+            raise ConnectError(f"the connection to {self.host.address} dropped", "check the network and run the command again")
+        return tr
+
+    def _exec(self, cmd: str) -> paramiko.Channel:
+        try:
+            chan = self._transport.open_session()
+            chan.exec_command(cmd)
+        except (paramiko.SSHException, EOFError, OSError) as e:
+            raise ConnectError(f"the connection to {self.host.address} dropped ({e})", "run the command again") from None
+        return chan
+
+    def run(self, cmd: str, input: bytes | None = None, timeout: float | None = None) -> Result:
+        chan = self._exec(cmd)
+        if input:
+            chan.sendall(input)
+        chan.shutdown_write()
+        out, err = bytearray(), bytearray()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            r, _, _ = select.select([chan], [], [], 1.0)
+            got = False
+            while chan.recv_ready():
+                out += chan.recv(65536)
+                got = True
+            while chan.recv_stderr_ready():
+                err += chan.recv_stderr(65536)
+                got = True
+            if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+                break
+            if not got and chan.closed:
+                break
+            if deadline and time.monotonic() > deadline:
+                chan.close()
+                raise TimeoutError(f"remote command timed out after {timeout}s")
+        rc = chan.recv_exit_status()
+        chan.close()
+        return Result(rc, bytes(out), bytes(err))
+
+    def stream(self, cmd: str) -> Stream:
+        return _SSHStream(self._exec(cmd))
+
+    def forward(self, remote_port: int, local_port: int = 0, remote_host: str = "127.0.0.1") -> Forward:
+        return _SSHForward(self._transport, local_port, remote_host, remote_port)
+
+    def close(self) -> None:
+        self.client.close()

@@ -1,0 +1,126 @@
+"""Rendering for the terminal (rich, imported only when something is drawn) and JSON."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+from gpujob.durations import format_duration
+
+STATE_STYLE = {
+    "queued": "cyan", "running": "green", "restarting": "yellow", "succeeded": "bold green",
+    "failed": "bold red", "stopped": "magenta", "autostopped": "magenta", "lost": "bold red",
+}
+SPARK = "▁▂▃▄▅▆▇█"
+
+
+def console(stderr: bool = False) -> Any:
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False)
+
+
+def print_json(doc: Any) -> None:
+    sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def sparkline(values: list[float], width: int = 24) -> str:
+    """A one-line chart of the last ``width`` values."""
+    vals = [v for v in values if v == v][-width:]
+    if not vals:
+        return ""
+    lo, hi = min(vals), max(vals)
+    span = (hi - lo) or 1.0
+    return "".join(SPARK[min(len(SPARK) - 1, int((v - lo) / span * (len(SPARK) - 1)))] for v in vals)
+
+
+def elapsed(job: dict[str, Any]) -> float | None:
+    start = job.get("started_at")
+    if not start:
+        return None
+    end = job.get("ended_at") or job.get("now") or time.time()
+    return max(0.0, float(end) - float(start))
+
+
+def cost(job: dict[str, Any]) -> str:
+    price = (job.get("spec") or {}).get("price_per_hour") or job.get("price_per_hour")
+    secs = elapsed(job)
+    if not price or secs is None:
+        return "-"
+    return f"{price * secs / 3600:.2f}"
+
+
+def jobs_table(jobs: list[dict[str, Any]], title: str | None = None) -> Any:
+    from rich.table import Table
+
+    t = Table(title=title, box=None, header_style="bold")
+    for col in ("JOB", "HOST", "STATE", "ATTEMPT", "ELAPSED", "STEP", "LOSS", "LAST LINE"):
+        t.add_column(col, overflow="ellipsis", no_wrap=True, max_width=48 if col == "LAST LINE" else None)
+    for j in jobs:
+        m = j.get("last_metrics") or {}
+        state = j.get("state", "?")
+        t.add_row(
+            j.get("job_id", "?"), j.get("host") or "-", f"[{STATE_STYLE.get(state, 'white')}]{state}[/]",
+            str(j.get("attempt") or "-"), format_duration(elapsed(j)), str(m.get("step", "-")),
+            _fmt(m.get("loss")), (j.get("last_line") or "")[-60:],
+        )
+    return t
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return "-" if v is None else str(v)
+
+
+def job_panel(j: dict[str, Any]) -> Any:
+    """The detail view of ``gpujob status JOB``."""
+    from rich.table import Table
+
+    state = j.get("state", "?")
+    t = Table.grid(padding=(0, 2))
+    t.add_column(style="bold")
+    t.add_column()
+    t.add_row("job", j.get("job_id", "?"))
+    t.add_row("host", str(j.get("host") or "-"))
+    t.add_row("state", f"[{STATE_STYLE.get(state, 'white')}]{state}[/]" + (f"  ({j['reason']})" if j.get("reason") else "")
+              + (f"  ({j['lost_reason']})" if j.get("lost_reason") else ""))
+    t.add_row("attempt", str(j.get("attempt") or 0))
+    t.add_row("elapsed", format_duration(elapsed(j)))
+    c = cost(j)
+    if c != "-":
+        t.add_row("cost", f"{c} {(j.get('spec') or {}).get('currency', '')}")
+    if j.get("exit_code") is not None:
+        t.add_row("exit code", str(j["exit_code"]))
+    m = j.get("last_metrics") or {}
+    if m:
+        t.add_row("metrics", "  ".join(f"{k}={_fmt(v)}" for k, v in m.items() if k != "t"))
+    d = j.get("diagnosis")
+    if d:
+        t.add_row("cause", f"[red]{d.get('summary')}[/]" + (f"  at {d['where']}" if d.get("where") else ""))
+        t.add_row("remedy", d.get("remedy") or "")
+    ck = j.get("checkpoints") or []
+    if ck:
+        done = [c["name"] for c in ck if c.get("complete")]
+        t.add_row("checkpoints", f"{len(done)} complete, newest {done[-1] if done else '-'}")
+    if j.get("last_line"):
+        t.add_row("last line", j["last_line"])
+    return t
+
+
+def error(e: Exception, as_json: bool) -> None:
+    from gpujob.errors import GpujobError
+
+    if as_json:
+        doc = e.to_json() if isinstance(e, GpujobError) else {"error": str(e), "kind": type(e).__name__}
+        print_json(doc)
+        return
+    c = console(stderr=True)
+    if isinstance(e, GpujobError):
+        c.print(f"[bold red]error:[/] {e.cause}", markup=True, soft_wrap=True)
+        if e.remedy:
+            c.print(f"  [yellow]→[/] {e.remedy}", soft_wrap=True)
+    else:
+        c.print(f"[bold red]error:[/] {e}", soft_wrap=True)

@@ -1,0 +1,196 @@
+"""``python3 -m remote VERB --root ROOT ...``: one JSON document (or byte stream) per verb."""
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Dict, List
+
+from remote import AGENT_PROTOCOL, jobs, procs, transfer
+from remote.jobs import AgentError
+from remote.layout import TERMINAL, Root, agent_log
+
+
+def _out(doc: Any) -> None:
+    sys.stdout.write(json.dumps(doc, sort_keys=True))
+    sys.stdout.write("\n")
+    sys.stdout.flush()
+
+
+def cmd_hello(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+    return {"protocol": AGENT_PROTOCOL, "python": sys.version.split()[0], "executable": sys.executable,
+            "root": str(root.root), "boot_id": procs.boot_id(), "agent": Path(__file__).resolve().parent.parent.name}
+
+
+def cmd_status(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+    if a.job:
+        job_id = jobs.resolve(root, a.job)
+        return {"jobs": [jobs.describe(root, job_id, detail=True)], "now": time.time()}
+    ids = jobs.all_job_ids(root)
+    if a.limit:
+        ids = ids[-a.limit:]
+    return {"jobs": [jobs.describe(root, i) for i in ids], "now": time.time()}
+
+
+def cmd_submit(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+    request = json.loads(sys.stdin.read())
+    res = jobs.submit(root, request)
+    st = jobs.wait_started(root.job(res["job_id"]), 3.0)
+    if st:
+        res["state"] = st.get("state")
+    return res
+
+
+def cmd_stop(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+    return jobs.stop(root, jobs.resolve(root, a.job), a.wait)
+
+
+def cmd_resume(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+    return jobs.resume(root, jobs.resolve(root, a.job))
+
+
+def cmd_manifest(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+    root.ensure()
+    doc = {d: transfer.manifest(root.root / d) for d in a.dir}  # type: Dict[str, Any]
+    st = os.statvfs(str(root.root))
+    doc["free_bytes"] = st.f_bavail * st.f_frsize
+    return doc
+
+
+def cmd_receive(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+    root.ensure()
+    return transfer.receive(root.root / a.dir, sys.stdin.buffer)
+
+
+def cmd_send(root: Root, a: argparse.Namespace) -> None:
+    job = root.job(jobs.resolve(root, a.job))
+    members = [m for m in a.what.split(",") if m]
+    transfer.send(job.path, members, sys.stdout.buffer)
+    sys.stdout.buffer.flush()
+
+
+def _offset_of_last_lines(path: Path, n: int) -> int:
+    try:
+        with open(str(path), "rb") as f:
+            f.seek(0, 2)
+            size = pos = f.tell()
+            count = 0
+            while pos > 0:
+                step = min(65536, pos)
+                pos -= step
+                f.seek(pos)
+                block = f.read(step)
+                end = len(block) - 1 if pos + step == size and block.endswith(b"\n") else len(block)
+                for i in range(end - 1, -1, -1):
+                    if block[i:i + 1] == b"\n":
+                        count += 1
+                        if count == n:
+                            return pos + i + 1
+            return 0
+    except OSError:
+        return 0
+
+
+def cmd_logs(root: Root, a: argparse.Namespace) -> None:
+    """A header line ``gpujob-log JOB OFFSET``, then output.log's bytes from OFFSET.
+
+    With ``--lines N`` the offset is that of the last N lines; with ``--follow`` the
+    stream goes on until the job has ended and the file is drained.
+    """
+    job_id = jobs.resolve(root, a.job)
+    job = root.job(job_id)
+    out = sys.stdout.buffer
+    offset = a.offset if a.lines is None else _offset_of_last_lines(job.log, a.lines)
+    out.write("gpujob-log {} {}\n".format(job_id, offset).encode())
+    out.flush()
+    idle_since = time.time()
+    while True:
+        try:
+            with open(str(job.log), "rb") as f:
+                f.seek(offset)
+                chunk = f.read(1 << 20)
+        except OSError:
+            chunk = b""
+        if chunk:
+            out.write(chunk)
+            out.flush()
+            offset += len(chunk)
+            idle_since = time.time()
+            continue
+        if not a.follow:
+            return
+        st = jobs.live_status(root, job, procs.boot_id())
+        if st.get("state") in TERMINAL and time.time() - idle_since > 0.5:
+            return
+        time.sleep(0.25)
+
+
+def cmd_run(root: Root, a: argparse.Namespace) -> int:
+    from remote import supervisor
+
+    return supervisor.main(root, a.job_id)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="gpujob-agent")
+    p.add_argument("--root", default=os.environ.get("GPUJOB_ROOT", "~/.gpujob"))
+    sub = p.add_subparsers(dest="verb", required=True)
+    sub.add_parser("hello")
+    s = sub.add_parser("status")
+    s.add_argument("--job")
+    s.add_argument("--limit", type=int, default=0)
+    sub.add_parser("submit")
+    s = sub.add_parser("stop")
+    s.add_argument("--job", required=True)
+    s.add_argument("--wait", type=float, default=300.0)
+    s = sub.add_parser("resume")
+    s.add_argument("--job", required=True)
+    s = sub.add_parser("manifest")
+    s.add_argument("--dir", action="append", default=[])
+    s = sub.add_parser("receive")
+    s.add_argument("--dir", required=True)
+    s = sub.add_parser("send")
+    s.add_argument("--job", required=True)
+    s.add_argument("--what", default="ckpt,output.log,metrics.jsonl,events.jsonl,status.json")
+    s = sub.add_parser("logs")
+    s.add_argument("--job", required=True)
+    s.add_argument("--offset", type=int, default=0)
+    s.add_argument("--follow", action="store_true")
+    s.add_argument("--lines", type=int)
+    s = sub.add_parser("run")
+    s.add_argument("job_id")
+    return p
+
+
+STREAMING = {"send", "logs"}
+
+
+def main(argv: List[str]) -> int:
+    # the root may come before or after the verb
+    args = build_parser().parse_args(argv)
+    root = Root(args.root)
+    handler = globals()["cmd_" + args.verb]
+    try:
+        result = handler(root, args)
+    except AgentError as e:
+        _out({"error": e.message, "remedy": e.remedy, "code": e.code})
+        return 3
+    except BrokenPipeError:
+        return 0
+    except Exception as e:
+        agent_log(root, "verb {} failed: {}\n{}".format(args.verb, e, traceback.format_exc()))
+        _out({"error": "agent error in {}: {}".format(args.verb, e), "remedy": "see {}".format(root.agent_log),
+              "code": "agent_error"})
+        return 4
+    if args.verb == "run":
+        return int(result or 0)
+    if args.verb not in STREAMING:
+        _out(result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

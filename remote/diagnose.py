@@ -1,0 +1,66 @@
+"""Why a run failed, from its exit status and the tail of its log: a cause and a remedy."""
+
+import re
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from remote.layout import tail_lines
+
+# (cause, pattern, summary, remedy); the first match in the log tail wins.
+RULES = [
+    ("oom", r"CUDA out of memory|torch\.OutOfMemoryError|OutOfMemoryError: CUDA|CUBLAS_STATUS_ALLOC_FAILED",
+     "CUDA out of memory",
+     "lower the per-device batch and raise gradient accumulation (retry: {on_oom: halve_batch} does it), "
+     "or turn on gradient checkpointing / bf16"),
+    ("nccl", r"NCCL error|NCCL WARN|ProcessGroupNCCL.*[Tt]imeout|Watchdog caught collective operation timeout|ncclInternalError",
+     "NCCL communication error or timeout",
+     "one rank died or hung: read the first rank's traceback; set NCCL_DEBUG=INFO; check every GPU is visible"),
+    ("nan", r"(?i)\bloss\b[^\n]{0,40}\b(nan|inf)\b|non-finite loss|Loss is NaN",
+     "the loss became NaN/inf",
+     "lower the learning rate, add warmup and gradient clipping, or use bf16 instead of fp16"),
+    ("disk_full", r"No space left on device|Errno 28|disk quota exceeded",
+     "the disk is full",
+     "free space (gpujob doctor shows each disk) or keep fewer checkpoints (checkpoint: {keep: 2})"),
+    ("missing_module", r"ModuleNotFoundError: No module named '([^']+)'|ImportError: No module named ([\w.]+)",
+     "a Python module is missing",
+     "add it to requirements.txt (or setup:) and submit again; check python: picks the right environment"),
+    ("missing_file", r"FileNotFoundError: \[Errno 2\] No such file or directory: '([^']+)'",
+     "a file is missing",
+     "check the path; data: entries land under $GPUJOB_DATA_DIR"),
+    ("command_not_found", r"command not found|No such file or directory: 'python'",
+     "the run command was not found",
+     "check run: (is the interpreter on PATH under bash -l?)"),
+]
+
+
+def _last_frame(lines: List[str]) -> Optional[str]:
+    frame = None
+    for line in lines:
+        m = re.match(r'\s*File "([^"]+)", line (\d+), in (\S+)', line)
+        if m:
+            frame = "{}:{} in {}".format(m.group(1), m.group(2), m.group(3))
+    return frame
+
+
+def diagnose(log: Path, rc: Optional[int]) -> Dict[str, Optional[str]]:
+    """{cause, summary, remedy, where, line}: cause is a retry key (error, oom, nan, nccl, signal, ...)."""
+    lines = tail_lines(log, 200, 262144)
+    text = "\n".join(lines)
+    for cause, pattern, summary, remedy in RULES:
+        m = re.search(pattern, text)
+        if m:
+            detail = next((g for g in m.groups() if g), None) if m.groups() else None
+            line = next((ln.strip() for ln in reversed(lines) if re.search(pattern, ln)), None)
+            return {"cause": cause, "summary": summary + (": " + detail if detail else ""), "remedy": remedy,
+                    "where": _last_frame(lines), "line": line}
+    if rc in (137, -9):
+        return {"cause": "oom", "summary": "killed by SIGKILL (exit 137): most often the kernel's out-of-memory killer",
+                "remedy": "use less host RAM: fewer DataLoader workers, smaller shuffle buffers, memory-mapped data",
+                "where": _last_frame(lines), "line": None}
+    if rc is not None and (rc < 0 or rc > 128):
+        sig = -rc if rc < 0 else rc - 128
+        return {"cause": "signal", "summary": "killed by signal {}".format(sig), "remedy": "see the log for who sent it",
+                "where": _last_frame(lines), "line": None}
+    tb_line = next((ln.strip() for ln in reversed(lines) if re.match(r"^\w+(\.\w+)*(Error|Exception)\b", ln.strip())), None)
+    return {"cause": "error", "summary": tb_line or "exit code {}".format(rc),
+            "remedy": "read the traceback: gpujob tail JOB -n 50", "where": _last_frame(lines), "line": tb_line}

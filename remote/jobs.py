@@ -1,0 +1,240 @@
+"""Job records on the instance: create, find by prefix, list with liveness, stop, resume."""
+
+import os
+import random
+import shutil
+import string
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from remote import procs
+from remote.layout import (
+    TERMINAL,
+    JobDir,
+    Root,
+    agent_log,
+    last_json_line,
+    now,
+    read_json,
+    tail_lines,
+    write_json,
+)
+
+STALE_AFTER = float(os.environ.get("GPUJOB_STALE_AFTER", "30"))
+
+
+class AgentError(Exception):
+    """An error the client shows as is: message and next step."""
+
+    def __init__(self, message: str, remedy: str = "", code: str = "error") -> None:
+        super().__init__(message)
+        self.message, self.remedy, self.code = message, remedy, code
+
+
+def new_job_id(name: str) -> str:
+    suffix = "".join(random.choice(string.ascii_lowercase + string.digits) for _ in range(5))
+    return "{}-{}-{}".format(name[:40], time.strftime("%m%d%H%M"), suffix)
+
+
+def snapshot(src: Path, dst: Path) -> None:
+    """Hard-linked copy of the synced code: the job keeps the files it was submitted with.
+
+    Safe because a sync never rewrites a file in place (new file + rename = new inode).
+    """
+    for dirpath, dirnames, filenames in os.walk(str(src)):
+        rel = os.path.relpath(dirpath, str(src))
+        target = dst / rel if rel != "." else dst
+        target.mkdir(parents=True, exist_ok=True)
+        for name in dirnames:
+            s = os.path.join(dirpath, name)
+            if os.path.islink(s):
+                os.symlink(os.readlink(s), str(target / name))
+        for name in filenames:
+            s = os.path.join(dirpath, name)
+            if os.path.islink(s):
+                os.symlink(os.readlink(s), str(target / name))
+            else:
+                try:
+                    os.link(s, str(target / name))
+                except OSError:
+                    shutil.copy2(s, str(target / name))
+
+
+def start_supervisor(root: Root, job: JobDir) -> int:
+    """Start ``run`` detached in a new session, so a dropped SSH link cannot take it down."""
+    log = open(str(job.supervisor_log), "ab")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "remote", "--root", str(root.root), "run", job.id],
+        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        close_fds=True, env=env, cwd=str(root.root),
+    )
+    log.close()
+    return p.pid
+
+
+def submit(root: Root, request: Dict[str, Any]) -> Dict[str, Any]:
+    """Create the job folder from a synced project and start its supervisor."""
+    root.ensure()
+    spec = request["spec"]
+    project = request.get("project") or spec["name"]
+    code = root.project_code(project)
+    if not code.is_dir():
+        raise AgentError("the project {} has no synced code on this host".format(project), "submit again", "no_code")
+    job_id = request.get("job_id") or new_job_id(spec["name"])
+    job = root.job(job_id)
+    job.path.mkdir(parents=True)
+    snapshot(code, job.code)
+    spec = dict(spec, project=project, host=request.get("host"), host_env=request.get("host_env") or {},
+                price_per_hour=request.get("price_per_hour"), currency=request.get("currency", "CNY"),
+                shutdown_command=request.get("shutdown_command"))
+    write_json(job.spec, spec)
+    secrets = request.get("secrets") or {}
+    if secrets:
+        write_json(job.secrets, secrets, mode=0o600)
+    job.write_status({"job_id": job_id, "name": spec["name"], "project": project, "state": "queued",
+                      "submitted_at": now(), "attempt": 0, "host": request.get("host")})
+    job.event("submitted")
+    pid = start_supervisor(root, job)
+    return {"job_id": job_id, "state": "queued", "job_dir": str(job.path), "supervisor_pid": pid}
+
+
+def all_job_ids(root: Root) -> List[str]:
+    if not root.jobs.is_dir():
+        return []
+    ids = [p.name for p in root.jobs.iterdir() if (p / "status.json").exists()]
+    return sorted(ids, key=lambda i: (read_json(root.jobs / i / "status.json", {}) or {}).get("submitted_at", 0))
+
+
+def resolve(root: Root, ref: str) -> str:
+    """A job id from an id, a unique prefix, or a job name (its newest job)."""
+    ids = all_job_ids(root)
+    if ref in ids:
+        return ref
+    if ref in ("last", "latest", "@") and ids:
+        return ids[-1]
+    named = [i for i in ids if (read_json(root.jobs / i / "status.json", {}) or {}).get("name") == ref]
+    if named:
+        return named[-1]
+    matches = [i for i in ids if i.startswith(ref) or i.rsplit("-", 1)[-1].startswith(ref)]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise AgentError("no job matches {!r} on this host".format(ref), "list the jobs with: gpujob ls", "not_found")
+    raise AgentError("{!r} matches {} jobs: {}".format(ref, len(matches), ", ".join(matches[-5:])),
+                     "give more of the id", "ambiguous")
+
+
+def live_status(root: Root, job: JobDir, boot: str) -> Dict[str, Any]:
+    """status.json plus what a reader concludes: ``lost`` when the supervisor is gone."""
+    st = job.status()
+    state = st.get("state")
+    if state not in TERMINAL:
+        sup = st.get("supervisor_pid")
+        stale = now() - float(st.get("heartbeat") or st.get("submitted_at") or 0) > STALE_AFTER
+        rebooted = bool(st.get("boot_id")) and st.get("boot_id") != boot
+        if rebooted or (stale and not procs.belongs_to(sup, job.id)):
+            st["state"] = "lost"
+            st["lost_reason"] = "the instance rebooted" if rebooted else "the agent is gone (stale heartbeat)"
+    return st
+
+
+def describe(root: Root, job_id: str, detail: bool = False) -> Dict[str, Any]:
+    job = root.job(job_id)
+    st = live_status(root, job, procs.boot_id())
+    try:
+        st["log_size"] = job.log.stat().st_size
+    except OSError:
+        st["log_size"] = 0
+    st["last_metrics"] = last_json_line(job.metrics)
+    st["last_line"] = (tail_lines(job.log, 1) or [""])[0][-200:]
+    st["now"] = now()
+    if detail:
+        st["spec"] = {k: v for k, v in job.spec_data().items() if k not in ("host_env",)}
+        if st.get("state") == "failed":
+            from remote import diagnose
+
+            st["diagnosis"] = diagnose.diagnose(job.log, st.get("exit_code"))
+            st["log_tail"] = tail_lines(job.log, 20)
+        try:
+            from remote import checkpoints
+
+            st["checkpoints"] = [
+                {"name": p.name, "complete": checkpoints.is_complete(p)} for p in checkpoints.list_checkpoints(job.ckpt)
+            ]
+        except (ImportError, OSError):
+            st["checkpoints"] = []
+    return st
+
+
+def mark_lost(root: Root, job: JobDir, st: Dict[str, Any]) -> None:
+    """Persist a ``lost`` conclusion (so the record stops claiming to run)."""
+    fresh = job.status()
+    if fresh.get("state") not in TERMINAL:
+        fresh.update(state="lost", lost_reason=st.get("lost_reason"), ended_at=now())
+        job.write_status(fresh)
+        job.event("state", state="lost", reason=st.get("lost_reason"))
+
+
+def stop(root: Root, job_id: str, wait: float, reason: str = "stopped by user") -> Dict[str, Any]:
+    """Ask the supervisor to stop the job; without a live supervisor, stop the processes here."""
+    job = root.job(job_id)
+    st = live_status(root, job, procs.boot_id())
+    if st.get("state") in TERMINAL:
+        if st.get("state") == "lost":
+            procs.kill_tree(job_id, None, 5.0)
+            mark_lost(root, job, st)
+        return describe(root, job_id)
+    job.stop_file.write_text(reason + "\n")
+    job.event("stop_requested", reason=reason)
+    deadline = time.time() + wait
+    while time.time() < deadline:
+        if job.status().get("state") in TERMINAL:
+            break
+        if not procs.belongs_to(job.status().get("supervisor_pid"), job_id) and job.status().get("state") != "queued":
+            break
+        time.sleep(0.2)
+    st = job.status()
+    if st.get("state") not in TERMINAL and not procs.belongs_to(st.get("supervisor_pid"), job_id):
+        killed = procs.kill_tree(job_id, None, 5.0)
+        st.update(state="stopped", reason=reason, ended_at=now(), killed=killed)
+        job.write_status(st)
+        job.event("state", state="stopped", reason=reason)
+    return describe(root, job_id)
+
+
+def resume(root: Root, job_id: str) -> Dict[str, Any]:
+    """Restart a lost, stopped or failed job under the same id, from its newest complete checkpoint."""
+    job = root.job(job_id)
+    st = live_status(root, job, procs.boot_id())
+    if st.get("state") not in TERMINAL or st.get("state") == "succeeded":
+        raise AgentError("job {} is {}: only a lost, stopped or failed job can be resumed".format(job_id, st.get("state")),
+                         "see gpujob status {}".format(job_id), "bad_state")
+    procs.kill_tree(job_id, None, 5.0)
+    for p in (job.stop_file, Path(str(job.stop_file) + ".watch")):
+        try:
+            p.unlink()
+        except OSError:
+            pass
+    fresh = job.status()
+    fresh.update(state="queued", resumed_at=now(), ended_at=None, exit_code=None, reason=None,
+                 restart_base=int(fresh.get("attempt") or 0))
+    job.write_status(fresh)
+    job.event("resumed", previous=st.get("state"))
+    pid = start_supervisor(root, job)
+    agent_log(root, "resumed {} (supervisor {})".format(job_id, pid))
+    return {"job_id": job_id, "state": "queued", "supervisor_pid": pid, "previous": st.get("state")}
+
+
+def wait_started(job: JobDir, timeout: float = 5.0) -> Optional[Dict[str, Any]]:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        st = job.status()
+        if st.get("state") != "queued":
+            return st
+        time.sleep(0.05)
+    return None

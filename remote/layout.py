@@ -1,0 +1,138 @@
+"""The remote layout under ``<root>`` and small file helpers (atomic JSON writes)."""
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+TERMINAL = ("succeeded", "failed", "stopped", "autostopped", "lost")
+
+
+def now() -> float:
+    return time.time()
+
+
+def write_json(path: Path, data: Any, mode: int = 0o644) -> None:
+    """Write ``data`` as JSON atomically: a reader sees the old or the new file, never half."""
+    tmp = path.with_name(".{}.{}.tmp".format(path.name, os.getpid()))
+    fd = os.open(str(tmp), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(str(tmp), str(path))
+
+
+def read_json(path: Path, default: Any = None) -> Any:
+    try:
+        with open(str(path)) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return default
+
+
+def append_jsonl(path: Path, record: Dict[str, Any]) -> None:
+    with open(str(path), "a") as f:
+        f.write(json.dumps(record, sort_keys=True) + "\n")
+
+
+class Root:
+    """Paths under gpujob's root on this machine."""
+
+    def __init__(self, root: str) -> None:
+        self.root = Path(os.path.expanduser(root)).resolve()
+
+    @property
+    def jobs(self) -> Path:
+        return self.root / "jobs"
+
+    @property
+    def data(self) -> Path:
+        return self.root / "data"
+
+    @property
+    def envs(self) -> Path:
+        return self.root / "envs"
+
+    @property
+    def agent_log(self) -> Path:
+        return self.root / "agent.log"
+
+    def project_code(self, project: str) -> Path:
+        return self.root / "projects" / project / "code"
+
+    def job(self, job_id: str) -> "JobDir":
+        return JobDir(self.jobs / job_id)
+
+    def ensure(self) -> None:
+        for p in (self.jobs, self.data, self.envs, self.root / "projects"):
+            p.mkdir(parents=True, exist_ok=True)
+
+
+class JobDir:
+    """One job's folder (see DESIGN.md: remote layout)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.id = path.name
+
+    def __getattr__(self, name: str) -> Path:
+        files = {
+            "spec": "spec.json", "status_file": "status.json", "events": "events.jsonl",
+            "log": "output.log", "metrics": "metrics.jsonl", "gpu": "gpu.jsonl", "ckpt": "ckpt",
+            "tb": "tb", "code": "code", "secrets": "secrets.json", "stop_file": "STOP",
+            "supervisor_log": "agent.log",
+        }
+        if name in files:
+            return self.path / files[name]
+        raise AttributeError(name)
+
+    def status(self) -> Dict[str, Any]:
+        return read_json(self.status_file, {}) or {}
+
+    def write_status(self, status: Dict[str, Any]) -> None:
+        write_json(self.status_file, status)
+
+    def event(self, kind: str, **fields: Any) -> None:
+        rec = {"t": round(now(), 3), "event": kind}
+        rec.update(fields)
+        append_jsonl(self.events, rec)
+
+    def spec_data(self) -> Dict[str, Any]:
+        return read_json(self.spec, {}) or {}
+
+    def secrets_data(self) -> Dict[str, str]:
+        return read_json(self.secrets, {}) or {}
+
+
+def agent_log(root: Root, msg: str) -> None:
+    """Append a line to ``<root>/agent.log``: the agent's own errors, readable with ``gpujob doctor``."""
+    try:
+        with open(str(root.agent_log), "a") as f:
+            f.write("{} [{}] {}\n".format(time.strftime("%Y-%m-%d %H:%M:%S"), os.getpid(), msg))
+    except OSError:
+        pass
+
+
+def tail_lines(path: Path, n: int = 20, max_bytes: int = 65536) -> list:
+    """The last ``n`` lines of a text file, reading at most ``max_bytes`` from its end."""
+    try:
+        with open(str(path), "rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))
+            data = f.read()
+    except OSError:
+        return []
+    lines = data.decode("utf-8", "replace").splitlines()
+    return lines[-n:]
+
+
+def last_json_line(path: Path) -> Optional[Dict[str, Any]]:
+    for line in reversed(tail_lines(path, 5, 16384)):
+        try:
+            return json.loads(line)
+        except ValueError:
+            continue
+    return None
