@@ -1,0 +1,174 @@
+"""`gpujob data check FILE.jsonl`: find data problems on the laptop, before uploading.
+
+Reports lines that do not parse, missing fields, empty texts, exact duplicates, label counts,
+text length statistics (characters) and a token estimate (about 4 characters per token).
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+CHARS_PER_TOKEN = 4
+MAX_LISTED = 10
+
+
+@dataclass
+class DataReport:
+    """What check_jsonl found. Line numbers start at 1; lists hold every offending line."""
+
+    path: str
+    text_field: str
+    label_field: str | None
+    lines: int = 0                      # non-blank lines
+    records: int = 0                    # lines that parsed as JSON objects
+    blank_lines: list[int] = field(default_factory=list)
+    bad_json: list[tuple[int, str]] = field(default_factory=list)    # (line, error)
+    not_object: list[int] = field(default_factory=list)
+    missing_text: list[int] = field(default_factory=list)
+    non_string_text: list[int] = field(default_factory=list)
+    empty_text: list[int] = field(default_factory=list)
+    missing_label: list[int] = field(default_factory=list)
+    duplicates: list[tuple[int, int]] = field(default_factory=list)  # (line, first line with the same record)
+    label_counts: dict[str, int] = field(default_factory=dict)
+    lengths: dict[str, float] = field(default_factory=dict)          # min, p50, p90, p99, max, mean
+    total_chars: int = 0
+    token_estimate: int = 0
+
+    @property
+    def errors(self) -> int:
+        """Lines a training script would fail on or learn nothing from."""
+        return (len(self.bad_json) + len(self.not_object) + len(self.missing_text) + len(self.non_string_text)
+                + len(self.empty_text) + len(self.missing_label))
+
+    @property
+    def ok(self) -> bool:
+        return self.errors == 0 and self.records > 0
+
+    def to_json(self) -> dict:
+        d = dict(self.__dict__)
+        d.update(errors=self.errors, ok=self.ok)
+        return d
+
+
+def _percentile(sorted_vals: list[int], q: float) -> float:
+    if not sorted_vals:
+        return 0.0
+    k = (len(sorted_vals) - 1) * q
+    lo = int(k)
+    hi = min(lo + 1, len(sorted_vals) - 1)
+    return sorted_vals[lo] + (sorted_vals[hi] - sorted_vals[lo]) * (k - lo)
+
+
+def check_jsonl(path: Path | str, text_field: str = "text", label_field: str | None = None) -> DataReport:
+    """Read ``path`` line by line (any size) and report its problems and statistics."""
+    rep = DataReport(path=str(path), text_field=text_field, label_field=label_field)
+    seen: dict[bytes, int] = {}
+    lengths: list[int] = []
+    labels: Counter[str] = Counter()
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            if not raw.strip():
+                rep.blank_lines.append(n)
+                continue
+            rep.lines += 1
+            try:
+                obj = json.loads(raw.decode("utf-8"))
+            except UnicodeDecodeError as e:
+                rep.bad_json.append((n, f"not UTF-8 at byte {e.start}"))
+                continue
+            except json.JSONDecodeError as e:
+                rep.bad_json.append((n, f"{e.msg} at column {e.colno}"))
+                continue
+            if not isinstance(obj, dict):
+                rep.not_object.append(n)
+                continue
+            rep.records += 1
+            digest = hashlib.blake2b(json.dumps(obj, sort_keys=True).encode(), digest_size=16).digest()
+            if digest in seen:
+                rep.duplicates.append((n, seen[digest]))
+            else:
+                seen[digest] = n
+            if label_field is not None:
+                if label_field not in obj or obj[label_field] is None:
+                    rep.missing_label.append(n)
+                else:
+                    labels[json.dumps(obj[label_field], ensure_ascii=False).strip('"')] += 1
+            if text_field not in obj:
+                rep.missing_text.append(n)
+                continue
+            text = obj[text_field]
+            if not isinstance(text, str):
+                rep.non_string_text.append(n)
+                continue
+            if not text.strip():
+                rep.empty_text.append(n)
+            lengths.append(len(text))
+    lengths.sort()
+    rep.label_counts = dict(labels.most_common())
+    rep.total_chars = sum(lengths)
+    rep.token_estimate = rep.total_chars // CHARS_PER_TOKEN
+    if lengths:
+        rep.lengths = {"min": lengths[0], "p50": _percentile(lengths, 0.5), "p90": _percentile(lengths, 0.9),
+                       "p99": _percentile(lengths, 0.99), "max": lengths[-1], "mean": rep.total_chars / len(lengths)}
+    return rep
+
+
+def _lines(nums: list[int]) -> str:
+    shown = ", ".join(str(n) for n in nums[:MAX_LISTED])
+    return shown + (f", ... ({len(nums) - MAX_LISTED} more)" if len(nums) > MAX_LISTED else "")
+
+
+def _human(n: float) -> str:
+    for unit in ("", "K", "M", "B"):
+        if abs(n) < 1000:
+            return f"{n:.0f}{unit}" if unit == "" else f"{n:.1f}{unit}"
+        n /= 1000
+    return f"{n:.1f}T"
+
+
+def format_report(rep: DataReport) -> str:
+    """A human-readable report, problems first, each with its line numbers."""
+    out = [f"{rep.path}: {rep.records} records in {rep.lines} lines"
+           + (f" ({len(rep.blank_lines)} blank)" if rep.blank_lines else "")]
+    problems = []
+    if rep.bad_json:
+        shown = "; ".join(f"line {n}: {err}" for n, err in rep.bad_json[:MAX_LISTED])
+        more = f"; ... ({len(rep.bad_json) - MAX_LISTED} more)" if len(rep.bad_json) > MAX_LISTED else ""
+        problems.append(f"{len(rep.bad_json)} line(s) do not parse as JSON: {shown}{more}")
+    if rep.not_object:
+        problems.append(f"{len(rep.not_object)} line(s) are not JSON objects: lines {_lines(rep.not_object)}")
+    if rep.missing_text:
+        problems.append(f"{len(rep.missing_text)} record(s) lack {rep.text_field!r}: lines {_lines(rep.missing_text)}")
+    if rep.non_string_text:
+        problems.append(f"{len(rep.non_string_text)} record(s) have a non-string {rep.text_field!r}: "
+                        f"lines {_lines(rep.non_string_text)}")
+    if rep.empty_text:
+        problems.append(f"{len(rep.empty_text)} record(s) have an empty {rep.text_field!r}: lines {_lines(rep.empty_text)}")
+    if rep.missing_label:
+        problems.append(f"{len(rep.missing_label)} record(s) lack {rep.label_field!r}: lines {_lines(rep.missing_label)}")
+    for p in problems:
+        out.append("  ✗ " + p)
+    if rep.duplicates:
+        pairs = ", ".join(f"{n} (= {first})" for n, first in rep.duplicates[:MAX_LISTED])
+        more = f", ... ({len(rep.duplicates) - MAX_LISTED} more)" if len(rep.duplicates) > MAX_LISTED else ""
+        out.append(f"  ! {len(rep.duplicates)} exact duplicate record(s): lines {pairs}{more}")
+    if rep.label_counts:
+        total = sum(rep.label_counts.values())
+        parts = ", ".join(f"{k}: {v} ({100 * v / total:.0f}%)" for k, v in rep.label_counts.items())
+        out.append(f"  labels ({len(rep.label_counts)}): {parts}")
+    if rep.lengths:
+        L = rep.lengths
+        out.append(f"  {rep.text_field} length (chars): min {L['min']:.0f}, median {L['p50']:.0f}, "
+                   f"p90 {L['p90']:.0f}, p99 {L['p99']:.0f}, max {L['max']:.0f}, mean {L['mean']:.0f}")
+        out.append(f"  total {_human(rep.total_chars)} chars ≈ {_human(rep.token_estimate)} tokens "
+                   f"(~{CHARS_PER_TOKEN} chars/token)")
+    if rep.ok:
+        out.append("  ✓ no errors" + (" (duplicates are a warning)" if rep.duplicates else ""))
+    elif rep.records == 0 and not problems:
+        out.append("  ✗ no records")
+    return "\n".join(out)
