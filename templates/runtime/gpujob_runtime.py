@@ -131,7 +131,7 @@ def split_batch(batch_size: int, grad_accum: int = 1) -> "tuple[int, int]":
 
 def _dist() -> Any:
     """torch.distributed when it is imported and initialized, else None."""
-    if "torch" not in sys.modules:
+    if sys.modules.get("torch") is None:
         return None
     try:
         import torch.distributed as dist
@@ -336,11 +336,11 @@ def _torch_save(obj: Any, path: Path) -> None:
 
 def _rng_state() -> Dict[str, Any]:
     state: Dict[str, Any] = {"python": random.getstate()}
-    if "numpy" in sys.modules:
+    if sys.modules.get("numpy") is not None:
         import numpy as np
 
         state["numpy"] = np.random.get_state()
-    if "torch" in sys.modules:
+    if sys.modules.get("torch") is not None:
         import torch
 
         state["torch"] = torch.get_rng_state()
