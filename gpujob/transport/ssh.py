@@ -135,7 +135,8 @@ def open_client(host: Host, password: str | None = None, retries: int | None = N
             ) from None
         except (ConnectionRefusedError, socket.timeout, TimeoutError, OSError, paramiko.SSHException) as e:
             kind = (
-                "refused the connection" if isinstance(e, ConnectionRefusedError)
+                "refused the connection"
+                if isinstance(e, (ConnectionRefusedError, paramiko.ssh_exception.NoValidConnectionsError))
                 else "did not answer" if isinstance(e, (socket.timeout, TimeoutError))
                 else f"failed: {e}"
             )

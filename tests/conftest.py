@@ -1,0 +1,140 @@
+"""Fixtures with real parts: an OpenSSH sshd on 127.0.0.1, isolated gpujob config and roots."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SSHD = shutil.which("sshd") or ("/usr/sbin/sshd" if os.path.exists("/usr/sbin/sshd") else None)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port: int, timeout: float = 10.0) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on port {port}")
+
+
+@dataclass
+class Sshd:
+    """A running sshd: its port, folder and files."""
+
+    port: int
+    dir: Path
+    host_key: Path
+    authorized_keys: Path
+    proc: subprocess.Popen
+
+    def authorize(self, pubkey_line: str) -> None:
+        with open(self.authorized_keys, "a") as f:
+            f.write(pubkey_line.strip() + "\n")
+
+    def ssh_line(self) -> str:
+        return f"ssh -p {self.port} {os.environ.get('USER', 'root')}@127.0.0.1"
+
+
+def start_sshd(base: Path, host_key: Path | None = None, port: int | None = None) -> Sshd:
+    """Start sshd on 127.0.0.1 with its own host key and authorized_keys file."""
+    if SSHD is None:
+        if os.environ.get("CI"):
+            pytest.fail("sshd is not installed: CI must install openssh-server (see .ci/run)")
+        pytest.skip("sshd not installed (apt-get install openssh-server)")
+    base.mkdir(parents=True, exist_ok=True)
+    if host_key is None:
+        host_key = base / "ssh_host_ed25519_key"
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(host_key)], check=True)
+    ak = base / "authorized_keys"
+    ak.touch()
+    ak.chmod(0o600)
+    port = port or free_port()
+    cfg = base / "sshd_config"
+    cfg.write_text(
+        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {host_key}\nAuthorizedKeysFile {ak}\n"
+        f"PidFile {base / 'sshd.pid'}\nStrictModes no\nUsePAM no\nPasswordAuthentication no\n"
+        "KbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\nAllowTcpForwarding yes\n"
+        "ClientAliveInterval 0\nMaxSessions 50\nMaxStartups 50\nLogLevel ERROR\n"
+    )
+    Path("/run/sshd").mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(cfg)], stderr=open(base / "sshd.log", "ab"))
+    wait_port(port)
+    return Sshd(port, base, host_key, ak, proc)
+
+
+def stop_sshd(s: Sshd) -> None:
+    s.proc.terminate()
+    try:
+        s.proc.wait(5)
+    except subprocess.TimeoutExpired:
+        s.proc.kill()
+
+
+@pytest.fixture(autouse=True)
+def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test gets its own config folder (profiles, keys, known_hosts) and local root."""
+    cfg = tmp_path / "config"
+    monkeypatch.setenv("GPUJOB_CONFIG_DIR", str(cfg))
+    monkeypatch.setenv("GPUJOB_LOCAL_ROOT", str(tmp_path / "local-root"))
+    monkeypatch.setenv("GPUJOB_CONNECT_RETRIES", "1")
+    monkeypatch.setenv("GPUJOB_NO_SSH_AGENT", "1")
+    monkeypatch.setenv("GPUJOB_HEARTBEAT", "1")
+    return cfg
+
+
+@pytest.fixture
+def sshd(tmp_path: Path) -> Iterator[Sshd]:
+    s = start_sshd(tmp_path / "sshd")
+    yield s
+    stop_sshd(s)
+
+
+@pytest.fixture
+def ssh_host(sshd: Sshd, tmp_path: Path) -> str:
+    """A host profile ``box`` reaching the test sshd with gpujob's own key, root in a temp folder.
+
+    The job's login shell gets this interpreter's folder first on PATH (host env
+    GPUJOB_PATH_PREFIX), as a conda env would on an instance.
+    """
+    from gpujob.hosts import Host, HostStore
+    from gpujob.transport.ssh import public_key_line
+
+    sshd.authorize(public_key_line())
+    host = Host(name="box", hostname="127.0.0.1", port=sshd.port, user=os.environ.get("USER", "root"),
+                root=str(tmp_path / "remote-root"), env={"GPUJOB_PATH_PREFIX": str(Path(sys.executable).parent)},
+                connect_timeout=5)
+    HostStore().save(host)
+    return "box"
+
+
+@pytest.fixture(params=["local", "ssh"])
+def any_host(request: pytest.FixtureRequest) -> str:
+    """Each end-to-end test runs on the built-in ``local`` host and over real SSH."""
+    if request.param == "local":
+        return "local"
+    return request.getfixturevalue("ssh_host")
+
+
+def run_cli(*args: str, input: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    """``gpujob ARGS`` as a real process (the environment carries the test's isolation)."""
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, "-m", "gpujob.cli", *args], input=input, capture_output=True, text=True,
+                          timeout=timeout, env=env, stdin=None if input is not None else subprocess.DEVNULL)
