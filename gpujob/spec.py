@@ -59,6 +59,9 @@ class JobSpec:
     stop_grace: float = 120.0
     notify: dict[str, Any] = field(default_factory=dict)
     autostop: dict[str, Any] = field(default_factory=dict)
+    launcher: str = "none"  # none | torchrun
+    nodes: list[str] = field(default_factory=list)
+    checkpoint_dir: str | None = None  # shared storage for multi-node jobs (e.g. /root/autodl-fs/ckpt)
     source: str = "<spec>"
 
     def to_remote(self) -> dict[str, Any]:
@@ -162,6 +165,7 @@ def _duration(ctx: _Ctx, path: tuple, value: Any) -> float:
 TOP_KEYS = [
     "name", "host", "workdir", "exclude", "data", "setup", "requirements", "python", "run",
     "env", "secrets", "gpus", "checkpoint", "tensorboard", "retry", "stop", "notify", "autostop",
+    "launcher", "nodes",
 ]
 RETRY_ON = ["error", "oom", "nan", "nccl", "signal"]
 # Validators of sections that other modules own (notifications, auto-stop): name -> fn(dict) -> errors.
@@ -253,7 +257,11 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
     keep = 3
     ck = raw.get("checkpoint", {}) or {}
     if _want(ctx, ("checkpoint",), ck, dict, "{keep: N}"):
-        _check_keys(ctx, ("checkpoint",), ck, ["keep"])
+        _check_keys(ctx, ("checkpoint",), ck, ["keep", "dir"])
+        ckdir = ck.get("dir")
+        if ckdir is not None and _want(ctx, ("checkpoint", "dir"), ckdir, str, "an absolute path on the hosts"):
+            if not (ckdir.startswith("/") or ckdir.startswith("~")):
+                ctx.err(("checkpoint", "dir"), "use an absolute path on the instance (shared storage such as /root/autodl-fs/...)")
         keep = ck.get("keep", 3)
         if _want(ctx, ("checkpoint", "keep"), keep, int, "a number") and keep < 1:
             ctx.err(("checkpoint", "keep"), "keep at least 1 checkpoint")
@@ -290,6 +298,17 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
         if "grace" in st:
             grace = _duration(ctx, ("stop", "grace"), st["grace"])
 
+    launcher = raw.get("launcher", "none")
+    if launcher not in ("none", "torchrun"):
+        ctx.err(("launcher",), f"expected 'torchrun' or 'none', got {launcher!r}")
+    nodes = _str_list(ctx, ("nodes",), raw.get("nodes", []))
+    if nodes and launcher != "torchrun":
+        ctx.err(("nodes",), "several nodes need launcher: torchrun")
+    if len(set(nodes)) != len(nodes):
+        ctx.err(("nodes",), "a host appears twice")
+    if nodes and raw.get("host"):
+        ctx.err(("host",), "give either host: or nodes:, not both")
+
     sections: dict[str, dict] = {}
     for sec in ("notify", "autostop"):
         val = raw.get(sec) or {}
@@ -308,7 +327,8 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
         name=name, run=run, workdir=str(wd), host=host, exclude=exclude, data=data, setup=setup,
         requirements=req, python=python, env=env, secrets=secrets, gpus=gpus, checkpoint_keep=keep,
         tensorboard_logdir=logdir, retry=retry, stop_grace=grace, notify=sections.get("notify", {}),
-        autostop=sections.get("autostop", {}), source=source,
+        autostop=sections.get("autostop", {}), launcher=launcher, nodes=nodes,
+        checkpoint_dir=(ck.get("dir") if isinstance(ck, dict) else None), source=source,
     )
 
 

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from remote import procs
+from remote import launch, procs
 from remote.layout import JobDir, Root, agent_log, now
 
 HEARTBEAT = float(os.environ.get("GPUJOB_HEARTBEAT", "5"))
@@ -76,13 +76,14 @@ class Supervisor:
                 env.pop(k)
         job = self.job
         runtime = Path(__file__).resolve().parent.parent / "runtime"
-        job.ckpt.mkdir(exist_ok=True)
+        ckpt = self.ckpt_dir()
+        ckpt.mkdir(parents=True, exist_ok=True)
         tb = self.spec.get("tensorboard_logdir")
         tb_dir = str((job.code / tb).resolve()) if tb else str(job.tb)
         env.update({
             "GPUJOB_JOB_ID": job.id,
             "GPUJOB_JOB_DIR": str(job.path),
-            "GPUJOB_CKPT_DIR": str(job.ckpt),
+            "GPUJOB_CKPT_DIR": str(ckpt),
             "GPUJOB_TB_DIR": tb_dir,
             "GPUJOB_RESUME": resume,
             "GPUJOB_ATTEMPT": str(attempt),
@@ -97,18 +98,24 @@ class Supervisor:
         env.setdefault("HF_HOME", str(self.root.root / "cache" / "huggingface"))
         if self.status.get("cuda_visible_devices") is not None:
             env["CUDA_VISIBLE_DEVICES"] = self.status["cuda_visible_devices"]
+        env.update(launch.node_env(self.spec))
         env.update(self.spec.get("host_env") or {})
         env.update(self.spec.get("env") or {})
         env.update(self.job.secrets_data())
         return env
 
+    def ckpt_dir(self) -> Path:
+        """``<job>/ckpt``, or ``<checkpoint.dir>/<job id>`` on shared storage (multi-node)."""
+        shared = self.spec.get("checkpoint_dir")
+        return Path(os.path.expanduser(shared)) / self.job.id if shared else self.job.ckpt
+
     def start_attempt(self, attempt: int) -> None:
-        resume = latest_resume(self.job.ckpt)
+        resume = latest_resume(self.ckpt_dir())
         self.log_marker("attempt {} started{}".format(attempt, " (resume from {})".format(resume) if resume else ""))
         log = open(str(self.job.log), "ab")
         try:
             self.child = subprocess.Popen(
-                ["bash", "-lc", PATH_PREFIX + self.spec["run"]], cwd=str(self.job.code), env=self.env(attempt, resume),
+                ["bash", "-lc", PATH_PREFIX + launch.command(self.spec)], cwd=str(self.job.code), env=self.env(attempt, resume),
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             )
         finally:

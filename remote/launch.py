@@ -1,0 +1,81 @@
+"""How the run command is launched: as written, or under torchrun (one node or several).
+
+``run:`` stays the user's own command (``python train.py --lr 3e-4``); with
+``launcher: torchrun`` its leading ``python``/``python3`` becomes
+``python -m torch.distributed.run ...`` (the same interpreter, so the same environment).
+"""
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from typing import Any, Dict, List
+
+PY_RE = re.compile(r"^(\s*)(?:exec\s+)?(python3?(?:\.\d+)?|\S*/python3?(?:\.\d+)?)((?:\s+-[uBOs]+)*)\s+(.*)$")
+RDZV_PORT = 29400
+
+
+def gpu_count() -> int:
+    """GPUs this job may use: CUDA_VISIBLE_DEVICES if set, else nvidia-smi's list, else 0."""
+    vis = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if vis is not None and vis.strip():
+        return len([v for v in vis.split(",") if v.strip()])
+    if not shutil.which("nvidia-smi"):
+        return 0
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return len([ln for ln in out.splitlines() if ln.startswith("GPU ")])
+
+
+def procs_per_node(spec: Dict[str, Any]) -> int:
+    """``gpus: N`` → N processes; ``all`` → every GPU (1 on a CPU host)."""
+    gpus = spec.get("gpus")
+    if isinstance(gpus, int) and gpus > 0:
+        return gpus
+    return max(1, gpu_count())
+
+
+def torchrun_args(spec: Dict[str, Any]) -> List[str]:
+    node = spec.get("node") or {}
+    retry = spec.get("retry") or {}
+    args = ["--nproc-per-node={}".format(procs_per_node(spec))]
+    if int(node.get("num_nodes", 1)) <= 1:
+        return ["--standalone"] + args
+    return args + [
+        "--nnodes={}".format(node["num_nodes"]),
+        "--node-rank={}".format(node["rank"]),
+        "--rdzv-backend=c10d",
+        "--rdzv-endpoint={}:{}".format(node["master_addr"], node.get("port", RDZV_PORT)),
+        "--rdzv-id={}".format(node.get("rdzv_id") or spec.get("job_id") or spec["name"]),
+        "--max-restarts={}".format(int(retry.get("max_restarts", 0))),
+    ]
+
+
+def command(spec: Dict[str, Any]) -> str:
+    """The shell command the supervisor runs for ``spec``."""
+    run = spec["run"]
+    if spec.get("launcher") != "torchrun":
+        return run
+    lines = run.split("\n")
+    for i in range(len(lines) - 1, -1, -1):
+        m = PY_RE.match(lines[i])
+        if m and not m.group(4).startswith("-c "):
+            indent, py, _flags, rest = m.groups()
+            lines[i] = "{}{} -m torch.distributed.run {} {}".format(
+                indent, py, " ".join(shlex.quote(a) for a in torchrun_args(spec)), rest)
+            return "\n".join(lines)
+    return run
+
+
+def node_env(spec: Dict[str, Any]) -> Dict[str, str]:
+    """GPUJOB_NODE_RANK, GPUJOB_NUM_NODES, GPUJOB_NODE_ADDRS, GPUJOB_GPUS_PER_NODE."""
+    node = spec.get("node") or {}
+    return {
+        "GPUJOB_NODE_RANK": str(node.get("rank", 0)),
+        "GPUJOB_NUM_NODES": str(node.get("num_nodes", 1)),
+        "GPUJOB_NODE_ADDRS": ",".join(node.get("addrs") or []),
+        "GPUJOB_GPUS_PER_NODE": str(procs_per_node(spec) if spec.get("launcher") == "torchrun" else gpu_count()),
+    }
