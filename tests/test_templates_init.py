@@ -47,3 +47,14 @@ def test_unknown_template_suggests(tmp_path: Path) -> None:
     with pytest.raises(TemplateError, match="did you mean 'seq-cls'"):
         init_template("seqcls", tmp_path)
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("name", ["causal-lm", "seq-cls"])
+def test_examples_use_the_template_script(name: str) -> None:
+    root = templates_root().parent / "examples" / name
+    assert (root / "train.py").read_text() == (templates_root() / name / "train.py").read_text(), \
+        f"examples/{name}/train.py drifted from templates/{name}/train.py: copy it over"
+    spec = yaml.safe_load((root / "job.yaml").read_text())
+    for entry in spec["data"]:
+        assert (root / entry["src"]).is_file()
+    assert sum(f.stat().st_size for f in (root / "data").iterdir()) < 400_000
