@@ -212,11 +212,66 @@ def cmd_pull(args: argparse.Namespace) -> int:
     from gpujob.pull import pull
     from gpujob.ui import console, print_json
 
-    res = pull(_agent(_host_for_job(args)), args.job, Path(args.dest))
+    what = "latest" if args.latest else "best" if args.best is not None else "all"
+    metric = args.best or None
+    bar = None
+    progress_cb = None
+    if not args.json and sys.stderr.isatty():
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TimeRemainingColumn,
+            TransferSpeedColumn,
+        )
+
+        bar = Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                       TimeRemainingColumn(), transient=True)
+        task = bar.add_task(f"pull {args.job}", total=None)
+        bar.start()
+
+        def progress_cb(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+    try:
+        res = pull(_agent(_host_for_job(args)), args.job, Path(args.dest), what, metric, args.include, progress_cb)
+    finally:
+        if bar:
+            bar.stop()
     if args.json:
         print_json(res)
     else:
-        console().print(f"{res['job_id']}: {res['files']} file(s), {res['bytes'] / 1e6:.1f} MB → {res['dest']}")
+        sel = f" ({res['selected']})" if res.get("selected") else ""
+        console().print(f"{res['job_id']}{sel}: {res['files']} file(s), {res['bytes'] / 1e6:.1f} MB fetched, "
+                        f"{res['unchanged']} already here → {res['dest']}")
+    return 0
+
+
+def cmd_cost(args: argparse.Namespace) -> int:
+    from gpujob import index
+    from gpujob.cost import render, summarize
+    from gpujob.ui import console, print_json
+
+    names = [args.host] if args.host else (index.hosts() or ["local"])
+    doc = summarize(names, _agent)
+    if args.json:
+        print_json(doc)
+        return 0
+    c = console()
+    c.print(render(doc) if doc["jobs"] else "no jobs yet")
+    for name, e in doc["errors"].items():
+        c.print(f"[yellow]{name}[/]: {_esc(e)}")
+    return 0
+
+
+def cmd_agent_log(args: argparse.Namespace) -> int:
+    from gpujob.ui import print_json
+
+    doc = _agent(args.host).call("agentlog", ["--lines", str(args.lines)])
+    if args.json:
+        print_json(doc)
+    else:
+        sys.stdout.write("".join(line + "\n" for line in doc["lines"]) or f"(nothing in {doc['path']})\n")
     return 0
 
 
@@ -332,6 +387,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("job")
     s.add_argument("dest", nargs="?", default="gpujob-pulls")
     s.add_argument("--host")
+    g = s.add_mutually_exclusive_group()
+    g.add_argument("--latest", action="store_true", help="only the newest complete checkpoint (and the logs)")
+    g.add_argument("--best", nargs="?", const="", metavar="METRIC",
+                   help="only the best checkpoint: trainer_state.json's best_model_checkpoint, or by METRIC "
+                        "in metrics.jsonl (loss-like names: lowest wins)")
+    g.add_argument("--all", action="store_true", help="every checkpoint (the default)")
+    s.add_argument("--include", action="append", default=[], metavar="GLOB",
+                   help="only paths (relative to the job folder) matching GLOB; repeatable")
 
     hp = sub.add_parser("host", help="manage host profiles", description="manage host profiles")
     hsub = hp.add_subparsers(dest="host_command", metavar="ACTION", required=True)

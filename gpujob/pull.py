@@ -1,79 +1,115 @@
-"""``pull``: a job's checkpoints and logs from the host into a local folder, safely."""
+"""``pull``: a job's checkpoints and logs from the host into ``DEST/<job_id>/``.
+
+Two round trips: ``send --manifest`` (what the selection holds: sizes, mtimes, modes), then
+``send --list`` with only the files that are missing or differ here (a cut large file asks to
+resume from the chunks its part file holds; the agent checks them against its copy). Every
+file arrives under a ``.gpujob-part`` name and is renamed into place once its content hash
+checks out. Entries that would land outside DEST are refused before anything is written.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import tarfile
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, Callable
 
 from gpujob.agent import Agent
+from gpujob.bundle import import_remote
 from gpujob.errors import GpujobError, RemoteError
+
+chunks: Any = import_remote("chunks")
 
 
 def safe_member(dest: Path, m: tarfile.TarInfo) -> Path:
     """Where ``m`` lands under ``dest``; refuses absolute paths, ``..`` and links that point out."""
-    name = PurePosixPath(m.name)
-    if name.is_absolute() or ".." in name.parts:
-        raise GpujobError(f"refusing {m.name!r}: it would land outside {dest}", "the remote tree is not trusted; nothing more was written")
-    target = (dest / Path(*name.parts)).resolve() if name.parts else dest.resolve()
-    root = dest.resolve()
-    if target != root and root not in target.parents:
-        raise GpujobError(f"refusing {m.name!r}: it resolves outside {dest}", "a symlink in the way points out; remove it")
-    if m.issym() or m.islnk():
-        link = PurePosixPath(m.linkname)
-        resolved = (target.parent / Path(*link.parts)).resolve() if not link.is_absolute() else Path(m.linkname)
-        if link.is_absolute() or (resolved != root and root not in resolved.parents):
-            raise GpujobError(f"refusing link {m.name!r} -> {m.linkname!r}: it points outside {dest}", "nothing more was written")
-    if not (m.isfile() or m.isdir() or m.issym()):
-        raise GpujobError(f"refusing {m.name!r}: not a file, folder or symlink", "nothing more was written")
-    return target
+    try:
+        return chunks.safe_target(dest, m, links_out=False)
+    except chunks.TransferError as e:
+        raise GpujobError(str(e), "the remote tree is not trusted; nothing more was written") from None
 
 
-def extract(stream: Any, dest: Path) -> dict[str, int]:
-    """Unpack a tar stream under ``dest`` (files via a temporary name, then rename)."""
-    dest.mkdir(parents=True, exist_ok=True)
-    files = nbytes = 0
-    with tarfile.open(fileobj=stream, mode="r|*") as tar:
-        for m in tar:
-            target = safe_member(dest, m)
-            if m.isdir():
-                target.mkdir(parents=True, exist_ok=True)
-                continue
-            target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = target.with_name(target.name + ".gpujob-part")
-            if m.issym():
-                if os.path.lexists(tmp):
-                    os.unlink(tmp)
-                os.symlink(m.linkname, tmp)
+def extract(stream: Any, dest: Path, on_bytes: Callable[[int], None] | None = None) -> dict[str, int]:
+    """Unpack a verified stream under ``dest`` (temporary name, hash check, rename)."""
+    try:
+        res = chunks.read_items(dest, stream, links_out=False, on_bytes=on_bytes)
+    except chunks.TransferError as e:
+        raise GpujobError(str(e), "the remote tree is not trusted or the data was damaged; run pull again "
+                          "(finished files are kept)") from None
+    return {"files": res["written"], "bytes": res["bytes"]}
+
+
+def _check_name(dest: Path, rel: str, link: str | None) -> None:
+    m = tarfile.TarInfo(rel)
+    if link is not None:
+        m.type, m.linkname = tarfile.SYMTYPE, link
+    safe_member(dest, m)
+
+
+def plan_pull(target: Path, manifest: dict) -> tuple[list[Any], int, int]:
+    """The ``[rel, prefix_chunks]`` list to ask for, bytes to fetch, and files already here."""
+    want: list[Any] = []
+    nbytes = same = 0
+    for d in manifest.get("dirs", []):
+        _check_name(target, d, None)
+        if not (target / d).is_dir():
+            want.append(d)
+    for rel, (size, mtime, _mode, link) in sorted(manifest.get("files", {}).items()):
+        _check_name(target, rel, link)
+        local = target.joinpath(*PurePosixPath(rel).parts)
+        if link is not None:
+            if local.is_symlink() and os.readlink(local) == link:
+                same += 1
             else:
-                src = tar.extractfile(m)
-                assert src is not None
-                with open(tmp, "wb") as out:
-                    while chunk := src.read(1 << 20):
-                        out.write(chunk)
-                os.chmod(tmp, m.mode & 0o777)
-                os.utime(tmp, (m.mtime, m.mtime))
-                nbytes += m.size
-            os.replace(tmp, target)
-            files += 1
-    return {"files": files, "bytes": nbytes}
-
-
-def pull(agent: Agent, job: str, dest: Path, what: list[str] | None = None) -> dict[str, Any]:
-    """Copy the job's ``ckpt/`` and logs into ``dest/<job_id>/``."""
-    st = agent.call("status", ["--job", job])["jobs"][0]
-    job_id = st["job_id"]
-    target = dest / job_id
-    members = what or ["ckpt", "output.log", "metrics.jsonl", "events.jsonl", "status.json"]
-    with agent.stream("send", ["--job", job_id, "--what", ",".join(members)]) as s:
-        s.close_stdin()
+                want.append(rel)
+            continue
         try:
-            res = extract(s.stdout, target)
-        except tarfile.TarError as e:
-            s.wait()
-            raise RemoteError(f"pull from {agent.host.name} broke off: {e} {s.stderr_text()[-500:]}", "run pull again") from None
-        rc = s.wait()
-    if rc != 0:
-        raise RemoteError(f"pull failed on {agent.host.name}: {s.stderr_text()[-500:]}", "run pull again")
-    return {"job_id": job_id, "dest": str(target), **res}
+            st = local.lstat()
+            if not local.is_symlink() and local.is_file() and st.st_size == size and int(st.st_mtime) == mtime:
+                same += 1
+                continue
+        except OSError:
+            pass
+        prefix = chunks.part_chunks(local) if size > chunks.CHUNK else []
+        prefix = prefix[: (size - 1) // chunks.CHUNK] if prefix else []
+        want.append([rel, prefix] if prefix else rel)
+        nbytes += size - len(prefix) * chunks.CHUNK
+    return want, nbytes, same
+
+
+def pull(agent: Agent, job: str, dest: Path, what: str = "all", metric: str | None = None,
+         include: list[str] | None = None, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """Copy the job's logs and checkpoints (``what``: all, latest, best) into ``dest/<job_id>/``."""
+    args = ["--job", job, "--manifest", "--select", what]
+    if metric:
+        args += ["--metric", metric]
+    for g in include or []:
+        args += ["--include", g]
+    doc = agent.call("send", args)
+    job_id = doc["job_id"]
+    target = dest / job_id
+    target.mkdir(parents=True, exist_ok=True)
+    want, total, same = plan_pull(target, doc)
+    res = {"files": 0, "bytes": 0}
+    if want:
+        done = [0]
+
+        def on_bytes(n: int) -> None:
+            done[0] += n
+            if progress:
+                progress(done[0], total)
+
+        with agent.stream("send", ["--job", job_id, "--list"]) as s:
+            s.stdin.write(json.dumps(want).encode())
+            s.close_stdin()
+            try:
+                res = extract(s.stdout, target, on_bytes)
+            except (tarfile.TarError, OSError, EOFError) as e:
+                s.wait()
+                raise RemoteError(f"pull from {agent.host.name} broke off: {e} {s.stderr_text()[-500:]}",
+                                  "run pull again: finished files are kept and a large file resumes") from None
+            rc = s.wait()
+        if rc != 0:
+            raise RemoteError(f"pull failed on {agent.host.name}: {s.stderr_text()[-500:]}", "run pull again")
+    return {"job_id": job_id, "dest": str(target), "selected": doc.get("selected"), "unchanged": same, **res}

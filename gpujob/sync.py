@@ -1,28 +1,39 @@
-"""Upload: code and data to the host, only what changed, one tar stream.
+"""Upload: code and data to the host, only what changed, one verified stream.
 
-Round trips: one ``manifest`` (remote trees + free space), one ``receive`` (skipped when
-nothing changed). Deletions are mirrored in the project's ``code/`` only; ``data/`` is
-shared between jobs and never pruned.
+Round trips after connecting: one ``manifest`` (remote trees with cached content hashes, part
+files of cut transfers, free space), one ``receive`` (skipped when nothing changed).
+
+A file travels when it is missing there, its size, exec bit or link differs, or its mtime
+differs and the content hashes differ too (the laptop's sync record in
+``<config>/sync-hashes.json`` and the agent's cache mean only files whose size or mtime changed
+are hashed). ``data:`` entries ask the agent to hash everything (cached), so a data set
+already there costs one manifest. Large files go in verified 4 MiB chunks; a cut transfer
+resumes at the first chunk the part file does not have. Deletions are mirrored in the
+project's ``code/`` only; ``data/`` is shared between jobs and never pruned. The stream is
+gzip-compressed when a sample of the payload compresses well (``GPUJOB_SYNC_CODEC`` forces
+``none``, ``gz:L``, ``xz:L`` or ``bz2:L``).
 """
 
 from __future__ import annotations
 
-import io
-import json
 import os
 import stat
-import tarfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from gpujob.agent import Agent
+from gpujob.bundle import import_remote
 from gpujob.errors import GpujobError, RemoteError
 from gpujob.ignore import walk
+from gpujob.paths import config_dir
 from gpujob.spec import JobSpec
 
-CONTROL = ".gpujob-sync.json"
+chunks: Any = import_remote("chunks")
+CONTROL = chunks.CONTROL
 FREE_MARGIN = 256 << 20
+DEFAULT_CODEC = "gz:1"
 
 
 @dataclass
@@ -36,6 +47,10 @@ class Entry:
     mode: int
     link: str | None = None
     is_dir: bool = False
+    prefix: list[str] = field(default_factory=list)
+
+    def item(self) -> Any:
+        return chunks.Item(self.arcname, self.path, self.size, self.mtime, self.mode, self.link, self.is_dir, self.prefix)
 
 
 @dataclass
@@ -43,10 +58,16 @@ class Plan:
     send: list[Entry] = field(default_factory=list)
     delete: list[str] = field(default_factory=list)
     unchanged: int = 0
+    resumed_bytes: int = 0
 
     @property
     def bytes(self) -> int:
-        return sum(e.size for e in self.send)
+        return sum(e.size - len(e.prefix) * chunks.CHUNK for e in self.send if not e.is_dir and e.link is None)
+
+
+def sync_record() -> Any:
+    """The laptop's hash cache (the sync record)."""
+    return chunks.HashCache(config_dir() / "sync-hashes.json")
 
 
 def _entry(arc: str, path: Path, st: os.stat_result) -> Entry:
@@ -73,66 +94,66 @@ def local_tree(top: Path, prefix: str, exclude: list[str] | None = None, use_ign
     return out
 
 
-def _differs(e: Entry, remote: list | None) -> bool:
+def _same(e: Entry, remote: list | None, record: Any) -> bool:
     if remote is None:
+        return False
+    size, mtime, mode, link = remote[:4]
+    rhash = remote[4] if len(remote) > 4 else None
+    if e.link is not None or link is not None:
+        return link == e.link
+    if size != e.size or (mode & 0o111) != (e.mode & 0o111):
+        return False
+    if mtime == e.mtime:
         return True
-    size, mtime, mode, link = remote
-    if e.link is not None:
-        return link != e.link
-    return link is not None or size != e.size or mtime != e.mtime or (mode & 0o111) != (e.mode & 0o111)
+    return rhash is not None and record is not None and record.hash(e.path) == rhash
 
 
-def plan_tree(local: dict[str, Entry], remote: dict, mirror: str | None = None) -> Plan:
+def plan_tree(local: dict[str, Entry], remote: dict, mirror: str | None = None, record: Any = None) -> Plan:
     """What to send so ``remote`` matches ``local``; with ``mirror`` (the tree's name), what to delete too."""
     plan = Plan()
     rfiles: dict[str, list] = remote.get("files", {})
     rdirs = set(remote.get("dirs", []))
+    parts: dict[str, list] = remote.get("parts", {})
     for rel, e in local.items():
         if e.is_dir:
             if rel not in rdirs:
                 plan.send.append(e)
             continue
-        if _differs(e, rfiles.get(rel)):
-            plan.send.append(e)
-        else:
+        if _same(e, rfiles.get(rel), record):
             plan.unchanged += 1
+            continue
+        if e.link is None and parts.get(rel) and e.size > chunks.CHUNK:
+            e.prefix = chunks.matching_prefix(e.path, parts[rel], e.size)[: (e.size - 1) // chunks.CHUNK]
+            plan.resumed_bytes += len(e.prefix) * chunks.CHUNK
+        plan.send.append(e)
     if mirror is not None:
         plan.delete = [f"{mirror}/{rel}" for rel in list(rfiles) + sorted(rdirs) if rel and rel not in local]
     return plan
 
 
-def write_tar(out: io.RawIOBase, plan: Plan, on_bytes: Callable[[int], None] | None = None) -> None:
-    """Stream the plan as a tar: the deletions first, then every entry."""
-    with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:
-        if plan.delete:
-            data = json.dumps({"delete": plan.delete}).encode()
-            info = tarfile.TarInfo(CONTROL)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-        for e in plan.send:
-            info = tarfile.TarInfo(e.arcname)
-            info.mode = e.mode
-            info.mtime = e.mtime
-            if e.link is not None:
-                info.type, info.linkname = tarfile.SYMTYPE, e.link
-                tar.addfile(info)
-            elif e.is_dir:
-                info.type = tarfile.DIRTYPE
-                tar.addfile(info)
-            else:
-                info.size = e.size
-                with open(e.path, "rb") as f:
-                    tar.addfile(info, _Counting(f, on_bytes) if on_bytes else f)
-
-
-class _Counting(io.RawIOBase):
-    def __init__(self, f: io.BufferedReader, cb: Callable[[int], None]) -> None:
-        self.f, self.cb = f, cb
-
-    def read(self, n: int = -1) -> bytes:
-        data = self.f.read(n)
-        self.cb(len(data))
-        return data
+def choose_codec(entries: list[Entry], sample: int = 64 << 10, max_files: int = 24) -> str:
+    """``gz:1`` when a sample of the payload (the largest files, and small ones together)
+    shrinks below 80 % under zlib level 1, else ``none``; ``GPUJOB_SYNC_CODEC`` overrides."""
+    forced = os.environ.get("GPUJOB_SYNC_CODEC")
+    if forced:
+        return forced
+    files = [e for e in entries if not e.is_dir and e.link is None and e.size]
+    if not files:
+        return DEFAULT_CODEC  # headers only: they shrink a lot
+    total = sum(e.size for e in files)
+    by_size = sorted(files, key=lambda e: -e.size)
+    picks = by_size[: max_files // 2] + by_size[max_files // 2:][:: max(1, len(by_size) // max_files)][: max_files // 2]
+    raw = comp = 0
+    for e in picks:
+        try:
+            with open(e.path, "rb") as f:
+                data = f.read(sample)
+        except OSError:
+            continue
+        weight = e.size / total
+        raw += int(len(data) * weight * 1000) + 1
+        comp += int(len(zlib.compress(data, 1)) * weight * 1000) + 1
+    return DEFAULT_CODEC if comp < 0.8 * raw else "none"
 
 
 @dataclass
@@ -142,21 +163,75 @@ class SyncReport:
     deleted: int
     unchanged: int
     round_trips: int
+    resumed_bytes: int = 0
+    wire_bytes: int = 0
+    codec: str = "none"
+
+
+def plan_job(agent: Agent, spec: JobSpec, project: str, record: Any = None) -> tuple[Plan, dict]:
+    """One ``manifest`` round trip: the plan for the code and every ``data:`` entry."""
+    code_dir = f"projects/{project}/code"
+    args = ["--dir", code_dir]
+    for d in spec.data:
+        args += ["--hash-dir", f"data/{d.dst}"]
+    remote = agent.call("manifest", args)
+    code_local = local_tree(Path(spec.workdir), code_dir, spec.exclude)
+    plan = plan_tree(code_local, remote[code_dir], mirror=code_dir, record=record)
+    for d in spec.data:
+        local = local_tree(Path(d.src), f"data/{d.dst}", use_ignore_files=False)
+        sub = plan_tree(local, remote[f"data/{d.dst}"], record=record)
+        plan.send += sub.send
+        plan.unchanged += sub.unchanged
+        plan.resumed_bytes += sub.resumed_bytes
+    return plan, remote
+
+
+def upload(agent: Agent, plan: Plan, record: Any = None, progress: Callable[[int, int], None] | None = None,
+           codec: str | None = None) -> tuple[int, str]:
+    """Send ``plan`` as one stream into ``receive``; returns (bytes on the wire, codec)."""
+    total = plan.bytes
+    done = [0]
+    codec = codec or choose_codec(plan.send)
+
+    def on_bytes(n: int) -> None:
+        done[0] += n
+        if progress:
+            progress(done[0], total)
+
+    def on_hash(item: Any, h: str) -> None:
+        if record is not None:
+            try:
+                record.put(item.path, h)
+            except OSError:
+                pass
+
+    with agent.stream("receive", ["--dir", "."]) as s:
+        comp = chunks.Compressed(s.stdin, codec)
+        broke: Exception | None = None
+        try:
+            chunks.write_items(comp, (e.item() for e in plan.send), plan.delete, on_bytes, on_hash)
+            comp.finish()
+        except OSError as e:
+            broke = e
+        except chunks.TransferError as e:
+            raise GpujobError(str(e), "run submit again once the file stopped changing") from None
+        finally:
+            if record is not None:
+                record.save()
+        s.close_stdin()
+        out = s.stdout.read()
+        rc = s.wait()
+        if rc != 0 or broke is not None:
+            raise RemoteError(f"upload to {agent.host.name} broke off: {s.stderr_text().strip()[-1000:] or out.decode()[-1000:] or broke}",
+                              "run submit again: finished files are skipped and a large file resumes at its last chunk")
+    return comp.wire_bytes, codec
 
 
 def sync_job(agent: Agent, spec: JobSpec, project: str, progress: Callable[[int, int], None] | None = None) -> SyncReport:
     """Bring ``projects/<project>/code`` and every ``data:`` entry up to date on the host."""
-    code_dir = f"projects/{project}/code"
-    targets = [code_dir] + [f"data/{d.dst}" for d in spec.data]
-    remote = agent.call("manifest", [a for t in targets for a in ("--dir", t)])
-    code_local = local_tree(Path(spec.workdir), code_dir, spec.exclude)
-    plan = plan_tree(code_local, remote[code_dir], mirror=code_dir)
-    for d in spec.data:
-        src = Path(d.src)
-        local = local_tree(src, f"data/{d.dst}", use_ignore_files=False)
-        sub = plan_tree(local, remote[f"data/{d.dst}"])
-        plan.send += sub.send
-        plan.unchanged += sub.unchanged
+    record = sync_record()
+    plan, remote = plan_job(agent, spec, project, record)
+    record.save()
     free = remote.get("free_bytes")
     if free is not None and plan.bytes + FREE_MARGIN > free:
         raise GpujobError(
@@ -166,24 +241,6 @@ def sync_job(agent: Agent, spec: JobSpec, project: str, progress: Callable[[int,
         )
     if not plan.send and not plan.delete:
         return SyncReport(0, 0, 0, plan.unchanged, 1)
-    total = plan.bytes
-    done = [0]
-
-    def on_bytes(n: int) -> None:
-        done[0] += n
-        if progress:
-            progress(done[0], total)
-
-    with agent.stream("receive", ["--dir", "."]) as s:
-        try:
-            write_tar(s.stdin, plan, on_bytes)
-            s.stdin.flush()
-        except OSError:
-            pass
-        s.close_stdin()
-        out = s.stdout.read()
-        rc = s.wait()
-        if rc != 0:
-            raise RemoteError(f"upload to {agent.host.name} failed: {s.stderr_text().strip()[-1000:] or out.decode()[-1000:]}",
-                              "run submit again: files already received are skipped")
-    return SyncReport(len(plan.send), plan.bytes, len(plan.delete), plan.unchanged, 2)
+    wire, codec = upload(agent, plan, record, progress)
+    nfiles = sum(1 for e in plan.send if not e.is_dir)
+    return SyncReport(nfiles, plan.bytes, len(plan.delete), plan.unchanged, 2, plan.resumed_bytes, wire, codec)

@@ -54,7 +54,9 @@ def cmd_resume(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
 
 def cmd_manifest(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     root.ensure()
-    doc = {d: transfer.manifest(root.root / d) for d in a.dir}  # type: Dict[str, Any]
+    cache = transfer.hash_cache(root.root)
+    doc = {d: transfer.manifest(root.root / d, cache, d in a.hash_dir) for d in a.dir + a.hash_dir}  # type: Dict[str, Any]
+    cache.save()
     st = os.statvfs(str(root.root))
     doc["free_bytes"] = st.f_bavail * st.f_frsize
     return doc
@@ -62,11 +64,23 @@ def cmd_manifest(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
 
 def cmd_receive(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     root.ensure()
-    return transfer.receive(root.root / a.dir, sys.stdin.buffer)
+    return transfer.receive(root.root / a.dir, sys.stdin.buffer, transfer.hash_cache(root.root))
 
 
 def cmd_send(root: Root, a: argparse.Namespace) -> None:
     job = root.job(jobs.resolve(root, a.job))
+    if a.manifest:  # the pull manifest (JSON), then the client asks for what it lacks with --list
+        doc = transfer.select(job.path, a.select, a.metric, a.include)
+        if "error" in doc:
+            raise AgentError(doc["error"] + " in job " + job.id, "pull without --latest/--best, or pick another job",
+                             "no_checkpoint")
+        doc["job_id"] = job.id
+        _out(doc)
+        return
+    if a.list:
+        transfer.send_list(job.path, json.loads(sys.stdin.read()), sys.stdout.buffer)
+        sys.stdout.buffer.flush()
+        return
     members = [m for m in a.what.split(",") if m]
     transfer.send(job.path, members, sys.stdout.buffer)
     sys.stdout.buffer.flush()
@@ -150,11 +164,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--job", required=True)
     s = sub.add_parser("manifest")
     s.add_argument("--dir", action="append", default=[])
+    s.add_argument("--hash-dir", action="append", default=[], help="like --dir, with every file's content hash")
     s = sub.add_parser("receive")
     s.add_argument("--dir", required=True)
     s = sub.add_parser("send")
     s.add_argument("--job", required=True)
     s.add_argument("--what", default="ckpt,output.log,metrics.jsonl,events.jsonl,status.json")
+    s.add_argument("--manifest", action="store_true")
+    s.add_argument("--list", action="store_true", help="stream the [rel, prefix_chunks] list read from stdin")
+    s.add_argument("--select", default="all", choices=["all", "latest", "best"])
+    s.add_argument("--metric")
+    s.add_argument("--include", action="append", default=[])
     s = sub.add_parser("logs")
     s.add_argument("--job", required=True)
     s.add_argument("--offset", type=int, default=0)

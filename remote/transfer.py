@@ -1,126 +1,168 @@
-"""Moving trees in one round trip: a manifest out, a tar stream in, a tar stream out.
+"""Moving trees in one round trip: a manifest out, a verified tar stream in, a tar stream out.
 
-Received files are written under a temporary name and renamed into place, so a reader
-(and a job's hard-linked snapshot) never sees a half-written file.
+The stream format, part files and content hashes are in ``remote/chunks.py``. The agent keeps
+a hash cache (``<root>/cache/hashes.json``) filled by every received file, so a manifest with
+hashes costs no rereading of data it received itself.
 """
 
+import fnmatch
 import json
 import os
+import re
 import stat
-import tarfile
-from pathlib import Path
-from typing import IO, Any, Dict, Iterable, List
+from pathlib import Path, PurePosixPath
+from typing import IO, Any, Dict, List, Optional
 
-CONTROL = ".gpujob-sync.json"
+from remote import chunks
+from remote.checkpoints import is_complete, latest_complete, list_checkpoints, step_of
+
+CONTROL = chunks.CONTROL
+LOGS = ["output.log", "metrics.jsonl", "events.jsonl", "status.json"]
 
 
-def manifest(base: Path) -> Dict[str, Any]:
-    """{"files": {rel: [size, mtime_s, mode, link]}, "dirs": [rel, ...]} of a tree (missing = empty)."""
-    files: Dict[str, List[Any]] = {}
-    dirs: List[str] = []
-    if base.is_file() or base.is_symlink():
-        st = os.lstat(str(base))
-        link = os.readlink(str(base)) if base.is_symlink() else None
-        files[""] = [st.st_size, int(st.st_mtime), stat.S_IMODE(st.st_mode), link]
-        return {"files": files, "dirs": dirs, "exists": True}
-    if not base.is_dir():
-        return {"files": files, "dirs": dirs, "exists": False}
-    for dirpath, dirnames, filenames in os.walk(str(base)):
-        rel_dir = os.path.relpath(dirpath, str(base))
-        for name in list(dirnames) + filenames:
-            full = os.path.join(dirpath, name)
-            rel = name if rel_dir == "." else rel_dir + "/" + name
+def hash_cache(root: Path) -> chunks.HashCache:
+    return chunks.HashCache(root / "cache" / "hashes.json")
+
+
+def manifest(base: Path, cache: Optional[chunks.HashCache] = None, hash_all: bool = False) -> Dict[str, Any]:
+    """{"files": {rel: [size, mtime_s, mode, link, hash]}, "dirs": [...], "parts": {rel: chunks}}."""
+    return chunks.tree(base, cache, hash_all)
+
+
+def receive(base: Path, stream: IO[bytes], cache: Optional[chunks.HashCache] = None) -> Dict[str, Any]:
+    """Apply an upload stream under ``base`` (symlinks may point anywhere: they are the user's)."""
+    return chunks.read_items(base, stream, links_out=True, cache=cache)
+
+
+def delete(base: Path, rels: List[str]) -> int:
+    return chunks.delete_paths(base, rels)
+
+
+# ---- pull -------------------------------------------------------------------------------
+def _metric_mode(metric: str) -> str:
+    return "min" if re.search(r"loss|perplexity|ppl|error|wer|cer", metric) else "max"
+
+
+def best_checkpoint(job_path: Path, metric: Optional[str] = None) -> Optional[Path]:
+    """The best complete checkpoint: trainer_state.json's best_model_checkpoint (with no
+    ``metric`` given), else the one whose step scored best on ``metric`` in metrics.jsonl."""
+    ckpt = job_path / "ckpt"
+    complete = [p for p in list_checkpoints(ckpt) if is_complete(p)]
+    if not complete:
+        return None
+    if not metric:
+        for p in reversed(complete):
             try:
-                st = os.lstat(full)
-            except OSError:
+                with open(str(p / "trainer_state.json")) as f:
+                    best = json.load(f).get("best_model_checkpoint")
+            except (OSError, ValueError):
                 continue
-            if stat.S_ISLNK(st.st_mode):
-                files[rel] = [0, 0, 0o777, os.readlink(full)]
-            elif stat.S_ISDIR(st.st_mode):
-                dirs.append(rel)
-            elif stat.S_ISREG(st.st_mode) and ".gpujob-part" not in name:
-                files[rel] = [st.st_size, int(st.st_mtime), stat.S_IMODE(st.st_mode), None]
-        dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
-    return {"files": files, "dirs": dirs, "exists": True}
+            if best:
+                name = PurePosixPath(best).name
+                for q in complete:
+                    if q.name == name:
+                        return q
+        metric = "eval_loss"
+    scores = {}  # type: Dict[int, float]
+    try:
+        with open(str(job_path / "metrics.jsonl")) as f:
+            for line in f:
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(rec, dict) and isinstance(rec.get(metric), (int, float)) and "step" in rec:
+                    scores[int(rec["step"])] = float(rec[metric])
+    except OSError:
+        pass
+    if not scores:
+        return None
+    sign = 1.0 if _metric_mode(metric) == "min" else -1.0
+    ranked = []
+    for p in complete:
+        s = step_of(p) or 0
+        at = [k for k in scores if k <= s]
+        if at:
+            ranked.append((sign * scores[max(at)], -s, p))
+    if not ranked:
+        return None
+    ranked.sort(key=lambda t: (t[0], t[1]))
+    return ranked[0][2]
 
 
-def _safe_target(base: Path, name: str) -> Path:
-    if name.startswith("/") or ".." in Path(name).parts:
-        raise ValueError("refusing unsafe path {!r}".format(name))
-    target = base / name
-    if not str(target.resolve()).startswith(str(base.resolve())):
-        raise ValueError("refusing path outside the target: {!r}".format(name))
-    return target
+def select(job_path: Path, what: str = "all", metric: Optional[str] = None,
+           include: Optional[List[str]] = None) -> Dict[str, Any]:
+    """The pull manifest of a job: ``what`` is all, latest or best; ``include`` globs filter it."""
+    roots = [n for n in LOGS]
+    chosen = None  # type: Optional[str]
+    if what == "all":
+        roots.append("ckpt")
+    else:
+        p = latest_complete(job_path / "ckpt") if what == "latest" else best_checkpoint(job_path, metric)
+        if p is None:
+            return {"error": "no {} checkpoint".format("complete" if what == "latest" else "best (by {})".format(
+                metric or "trainer_state.json or eval_loss"))}
+        chosen = "ckpt/" + p.name
+        roots.append(chosen)
+    files = {}  # type: Dict[str, List[Any]]
+    dirs = []  # type: List[str]
+    for r in roots:
+        t = chunks.tree(job_path / r)
+        if not t["exists"]:
+            continue
+        for rel, v in t["files"].items():
+            files[r + ("/" + rel if rel else "")] = v[:4]
+        dirs += [r + "/" + d for d in t["dirs"]]
+        if (job_path / r).is_dir() and not (job_path / r).is_symlink():
+            dirs.append(r)
+    if include:
+        def keep(rel: str) -> bool:
+            return any(fnmatch.fnmatch(rel, g) or fnmatch.fnmatch(rel, g.rstrip("/") + "/*") for g in include)
+        files = {k: v for k, v in files.items() if keep(k)}
+        dirs = [d for d in dirs if keep(d) or any(k.startswith(d + "/") for k in files)]
+    return {"files": files, "dirs": sorted(set(dirs)), "selected": chosen}
 
 
-def receive(base: Path, stream: IO[bytes]) -> Dict[str, Any]:
-    """Unpack a tar stream into ``base``; a ``.gpujob-sync.json`` member lists deletions."""
-    base.mkdir(parents=True, exist_ok=True)
-    written, deleted, nbytes = 0, 0, 0
-    with tarfile.open(fileobj=stream, mode="r|*") as tar:
-        for m in tar:
-            if m.name == CONTROL:
-                f = tar.extractfile(m)
-                ctl = json.loads(f.read().decode()) if f else {}
-                deleted += delete(base, ctl.get("delete", []))
-                continue
-            target = _safe_target(base, m.name)
-            if m.isdir():
-                target.mkdir(parents=True, exist_ok=True)
-                continue
-            target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = target.with_name(target.name + ".gpujob-part")
-            if m.issym():
-                if os.path.lexists(str(tmp)):
-                    os.unlink(str(tmp))
-                os.symlink(m.linkname, str(tmp))
-            elif m.isfile():
-                src = tar.extractfile(m)
-                assert src is not None
-                with open(str(tmp), "wb") as out:
-                    while True:
-                        chunk = src.read(1 << 20)
-                        if not chunk:
-                            break
-                        out.write(chunk)
-                    out.flush()
-                    os.fsync(out.fileno())
-                os.chmod(str(tmp), m.mode & 0o7777)
-                os.utime(str(tmp), (m.mtime, m.mtime))
-                nbytes += m.size
-            else:
-                continue
-            if target.is_dir() and not target.is_symlink():
-                import shutil
+def send_list(base: Path, wanted: List[Any], out: IO[bytes]) -> None:
+    """Stream ``wanted`` ([rel, prefix_chunks] pairs, or bare rel strings) from ``base``.
 
-                shutil.rmtree(str(target))
-            os.replace(str(tmp), str(target))
-            written += 1
-    return {"written": written, "deleted": deleted, "bytes": nbytes}
-
-
-def delete(base: Path, rels: Iterable[str]) -> int:
-    n = 0
-    for rel in sorted(rels, key=lambda r: -r.count("/")):
-        try:
-            target = _safe_target(base, rel)
-        except ValueError:
+    A prefix is honoured only if this side's file starts with the same chunks."""
+    items = []  # type: List[chunks.Item]
+    root = base.resolve()
+    for w in wanted:
+        rel, prefix = (w, []) if isinstance(w, str) else (w[0], list(w[1] or []))
+        p = PurePosixPath(rel)
+        if p.is_absolute() or ".." in p.parts or not p.parts:
+            continue
+        full = base.joinpath(*p.parts)
+        if root not in full.parent.resolve().parents and full.parent.resolve() != root:
             continue
         try:
-            if target.is_dir() and not target.is_symlink():
-                os.rmdir(str(target))
-            else:
-                os.unlink(str(target))
-            n += 1
+            st = os.lstat(str(full))
         except OSError:
-            pass
-    return n
+            continue
+        if stat.S_ISLNK(st.st_mode):
+            items.append(chunks.Item(rel, full, link=os.readlink(str(full))))
+        elif stat.S_ISDIR(st.st_mode):
+            items.append(chunks.Item(rel, full, mode=stat.S_IMODE(st.st_mode), is_dir=True))
+        elif stat.S_ISREG(st.st_mode):
+            if prefix:
+                prefix = chunks.matching_prefix(full, prefix, st.st_size)
+                if len(prefix) * chunks.CHUNK >= st.st_size:
+                    prefix = prefix[:max(0, (st.st_size - 1) // chunks.CHUNK)]
+            items.append(chunks.Item(rel, full, st.st_size, int(st.st_mtime), stat.S_IMODE(st.st_mode), prefix=prefix))
+    chunks.write_items(out, items)
 
 
 def send(base: Path, members: List[str], out: IO[bytes]) -> None:
-    """Write a tar stream of ``members`` (paths relative to ``base``) to ``out``."""
-    with tarfile.open(fileobj=out, mode="w|") as tar:
-        for rel in members:
-            full = base / rel
-            if full.exists() or full.is_symlink():
-                tar.add(str(full), arcname=rel, recursive=True)
+    """Stream whole trees ``members`` (relative to ``base``), old-style."""
+    wanted = []  # type: List[Any]
+    for m in members:
+        t = chunks.tree(base / m)
+        if not t["exists"]:
+            continue
+        if (base / m).is_dir():
+            wanted.append(m)
+        wanted += sorted([m + "/" + d for d in t["dirs"]])
+        wanted += sorted(m + ("/" + r if r else "") for r in t["files"])
+    send_list(base, wanted, out)
