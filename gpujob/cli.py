@@ -247,34 +247,6 @@ def cmd_pull(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_cost(args: argparse.Namespace) -> int:
-    from gpujob import index
-    from gpujob.cost import render, summarize
-    from gpujob.ui import console, print_json
-
-    names = [args.host] if args.host else (index.hosts() or ["local"])
-    doc = summarize(names, _agent)
-    if args.json:
-        print_json(doc)
-        return 0
-    c = console()
-    c.print(render(doc) if doc["jobs"] else "no jobs yet")
-    for name, e in doc["errors"].items():
-        c.print(f"[yellow]{name}[/]: {_esc(e)}")
-    return 0
-
-
-def cmd_agent_log(args: argparse.Namespace) -> int:
-    from gpujob.ui import print_json
-
-    doc = _agent(args.host).call("agentlog", ["--lines", str(args.lines)])
-    if args.json:
-        print_json(doc)
-    else:
-        sys.stdout.write("".join(line + "\n" for line in doc["lines"]) or f"(nothing in {doc['path']})\n")
-    return 0
-
-
 # ---- hosts -------------------------------------------------------------------------------
 def cmd_host_add(args: argparse.Namespace) -> int:
     from gpujob.hostsetup import add_host
