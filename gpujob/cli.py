@@ -247,6 +247,34 @@ def cmd_pull(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_cost(args: argparse.Namespace) -> int:
+    from gpujob import index
+    from gpujob.cost import render, summarize
+    from gpujob.ui import console, print_json
+
+    names = [args.host] if args.host else (index.hosts() or ["local"])
+    doc = summarize(names, _agent)
+    if args.json:
+        print_json(doc)
+        return 0
+    c = console()
+    c.print(render(doc) if doc["jobs"] else "no jobs yet")
+    for name, e in doc["errors"].items():
+        c.print(f"[yellow]{name}[/]: {_esc(e)}")
+    return 0
+
+
+def cmd_agent_log(args: argparse.Namespace) -> int:
+    from gpujob.ui import print_json
+
+    doc = _agent(args.host).call("agentlog", ["--lines", str(args.lines)])
+    if args.json:
+        print_json(doc)
+    else:
+        sys.stdout.write("".join(line + "\n" for line in doc["lines"]) or f"(nothing in {doc['path']})\n")
+    return 0
+
+
 # ---- hosts -------------------------------------------------------------------------------
 def cmd_host_add(args: argparse.Namespace) -> int:
     from gpujob.hostsetup import add_host
@@ -355,6 +383,11 @@ def build_parser() -> argparse.ArgumentParser:
     s = add("resume", cmd_resume, "restart a lost, stopped or failed job from its newest complete checkpoint")
     s.add_argument("job")
     s.add_argument("--host")
+    s = add("cost", cmd_cost, "what jobs have cost (elapsed x price_per_hour), per job and per host")
+    s.add_argument("--host", help="one host (default: every host with jobs)")
+    s = add("agent-log", cmd_agent_log, "the last lines of the agent's own log on a host (its errors)")
+    s.add_argument("host", nargs="?", help="host profile (default local)")
+    s.add_argument("-n", "--lines", type=int, default=50)
     s = add("pull", cmd_pull, "copy a job's checkpoints and logs here")
     s.add_argument("job")
     s.add_argument("dest", nargs="?", default="gpujob-pulls")

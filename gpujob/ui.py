@@ -56,14 +56,14 @@ def jobs_table(jobs: list[dict[str, Any]], title: str | None = None) -> Any:
     from rich.table import Table
 
     t = Table(title=title, box=None, header_style="bold")
-    for col in ("JOB", "HOST", "STATE", "ATTEMPT", "ELAPSED", "STEP", "LOSS", "LAST LINE"):
+    for col in ("JOB", "HOST", "STATE", "QUEUE", "ATTEMPT", "ELAPSED", "STEP", "LOSS", "LAST LINE"):
         t.add_column(col, overflow="ellipsis", no_wrap=True, max_width=48 if col == "LAST LINE" else None)
     for j in jobs:
         m = j.get("last_metrics") or {}
         state = j.get("state", "?")
         t.add_row(
             j.get("job_id", "?"), j.get("host") or "-", f"[{STATE_STYLE.get(state, 'white')}]{state}[/]",
-            str(j.get("attempt") or "-"), format_duration(elapsed(j)), str(m.get("step", "-")),
+            f"#{j['queue_position']}" if j.get("queue_position") else "-", str(j.get("attempt") or "-"), format_duration(elapsed(j)), str(m.get("step", "-")),
             _fmt(m.get("loss")), (j.get("last_line") or "")[-60:],
         )
     return t
@@ -97,6 +97,12 @@ def job_panel(j: dict[str, Any]) -> Any:
     m = j.get("last_metrics") or {}
     if m:
         t.add_row("metrics", "  ".join(f"{k}={_fmt(v)}" for k, v in m.items() if k != "t"))
+    est = j.get("cost") if isinstance(j.get("cost"), dict) else {}
+    if est.get("projected_cost") is not None:
+        t.add_row("projection", f"{est['projected_cost']:.2f} {est.get('currency') or ''} in all, "
+                  f"done in {format_duration(est.get('eta_s'))} (step {est.get('step')}/{est.get('max_steps')})")
+    if j.get("queue_position"):
+        t.add_row("queue", f"#{j['queue_position']} for GPUs" + (f"  ({j['queue_reason']})" if j.get("queue_reason") else ""))
     d = j.get("diagnosis")
     if d:
         t.add_row("cause", f"[red]{d.get('summary')}[/]" + (f"  at {d['where']}" if d.get("where") else ""))

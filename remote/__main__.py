@@ -142,6 +142,61 @@ def cmd_logs(root: Root, a: argparse.Namespace) -> None:
         time.sleep(0.25)
 
 
+def cmd_agentlog(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+    """The last N lines of ``<root>/agent.log`` (the agent's own errors)."""
+    from remote.layout import tail_lines
+
+    return {"path": str(root.agent_log), "lines": tail_lines(root.agent_log, a.lines, 1 << 20)}
+
+
+def cmd_gpus(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+    """A fresh nvidia-smi sample (None on a CPU host), who holds which GPU, and the queue."""
+    from remote import gpus
+
+    return {"gpus": gpus.query(os.environ.get("GPUJOB_PATH_PREFIX", "")), "held": gpus.taken(root, ""),
+            "queue": gpus.queue(root)}
+
+
+def load_agent_env(root: Root) -> None:
+    """``<root>/agent.env`` (KEY=VALUE lines) sets the agent's own settings on hosts where
+    the SSH login cannot pass them (e.g. GPUJOB_BOOT_ID_FILE, GPUJOB_GPU_SAMPLE)."""
+    try:
+        text = (root.root / "agent.env").read_text()
+    except OSError:
+        return
+    for line in text.splitlines():
+        k, sep, v = line.strip().partition("=")
+        if sep and k and not k.startswith("#"):
+            os.environ.setdefault(k.strip(), v.strip())
+
+
+def cmd_notify_lost(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+    from remote import events
+
+    return events.notify_lost(root, a.job_id)
+
+
+def cmd_pulled(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+    from remote import power
+
+    return power.mark_pulled(root.job(jobs.resolve(root, a.job)))
+
+
+def cmd_idle_shutdown(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+    """Install (minutes > 0) or remove (0) the idle watcher; stdin: {"command": shutdown command}."""
+    from remote import power
+
+    req = json.loads(sys.stdin.read() or "{}")
+    return power.install_idle_watch(root, a.minutes, req.get("command"))
+
+
+def cmd_idle_watch(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+    from remote import power
+
+    req = json.loads(sys.stdin.read() or "{}")
+    return {"exit": power.idle_watch(root, a.minutes, req.get("command"), a.poll)}
+
+
 def cmd_run(root: Root, a: argparse.Namespace) -> int:
     from remote import supervisor
 
@@ -180,6 +235,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--offset", type=int, default=0)
     s.add_argument("--follow", action="store_true")
     s.add_argument("--lines", type=int)
+    s = sub.add_parser("agentlog")
+    s.add_argument("--lines", type=int, default=50)
+    sub.add_parser("gpus")
     s = sub.add_parser("run")
     s.add_argument("job_id")
     return p
@@ -192,6 +250,7 @@ def main(argv: List[str]) -> int:
     # the root may come before or after the verb
     args = build_parser().parse_args(argv)
     root = Root(args.root)
+    load_agent_env(root)
     handler = globals()["cmd_" + args.verb]
     try:
         result = handler(root, args)

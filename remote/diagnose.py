@@ -1,10 +1,13 @@
 """Why a run failed, from its exit status and the tail of its log: a cause and a remedy."""
 
+import math
 import re
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
-from remote.layout import tail_lines
+from remote.layout import last_json_line, tail_lines
+
+ATTEMPT_START = re.compile(r"^==> gpujob: attempt \d+ started")
 
 # (cause, pattern, summary, remedy); the first match in the log tail wins.
 RULES = [
@@ -12,7 +15,9 @@ RULES = [
      "CUDA out of memory",
      "lower the per-device batch and raise gradient accumulation (retry: {on_oom: halve_batch} does it), "
      "or turn on gradient checkpointing / bf16"),
-    ("nccl", r"NCCL error|NCCL WARN|ProcessGroupNCCL.*[Tt]imeout|Watchdog caught collective operation timeout|ncclInternalError",
+    ("nccl", r"NCCL error|NCCL WARN|ProcessGroupNCCL.*[Tt]imeout|Watchdog caught collective operation timeout|"
+             r"ncclInternalError|ncclUnhandledCudaError|ncclSystemError|DistBackendError|"
+             r"Timed out (?:after|waiting)[^\n]*(?:collective|NCCL|store)",
      "NCCL communication error or timeout",
      "one rank died or hung: read the first rank's traceback; set NCCL_DEBUG=INFO; check every GPU is visible"),
     ("nan", r"(?i)\bloss\b[^\n]{0,40}\b(nan|inf)\b|non-finite loss|Loss is NaN",
@@ -42,9 +47,32 @@ def _last_frame(lines: List[str]) -> Optional[str]:
     return frame
 
 
-def diagnose(log: Path, rc: Optional[int]) -> Dict[str, Optional[str]]:
-    """{cause, summary, remedy, where, line}: cause is a retry key (error, oom, nan, nccl, signal, ...)."""
-    lines = tail_lines(log, 200, 262144)
+def last_attempt(lines: List[str]) -> List[str]:
+    """The lines after the newest ``attempt N started`` marker: an earlier attempt's error
+    must not be blamed for this one's end."""
+    for i in range(len(lines) - 1, -1, -1):
+        if ATTEMPT_START.match(lines[i]):
+            return [ln for ln in lines[i + 1:] if not ln.startswith("==> gpujob:")]
+    return [ln for ln in lines if not ln.startswith("==> gpujob:")]
+
+
+def _bad_loss(metrics: Optional[Path]) -> Optional[str]:
+    """'loss=nan' when the last metrics record has a non-finite loss."""
+    rec = last_json_line(metrics) if metrics else None
+    for k, v in (rec or {}).items():
+        if "loss" in k and isinstance(v, float) and not math.isfinite(v):
+            return "{}={}".format(k, v)
+    return None
+
+
+def diagnose(log: Path, rc: Optional[int], metrics: Optional[Path] = None,
+             oom_killed: Optional[bool] = None) -> Dict[str, Any]:
+    """{cause, summary, remedy, where, line, gpu}: cause is a retry key (error, oom, nan, nccl, signal, ...).
+
+    ``oom_killed``: whether the cgroup's OOM-kill count grew during the attempt (None: unknown).
+    ``gpu`` is True for a CUDA out-of-memory (what ``on_oom: halve_batch`` acts on).
+    """
+    lines = last_attempt(tail_lines(log, 300, 262144))
     text = "\n".join(lines)
     for cause, pattern, summary, remedy in RULES:
         m = re.search(pattern, text)
@@ -52,15 +80,26 @@ def diagnose(log: Path, rc: Optional[int]) -> Dict[str, Optional[str]]:
             detail = next((g for g in m.groups() if g), None) if m.groups() else None
             line = next((ln.strip() for ln in reversed(lines) if re.search(pattern, ln)), None)
             return {"cause": cause, "summary": summary + (": " + detail if detail else ""), "remedy": remedy,
-                    "where": _last_frame(lines), "line": line}
+                    "where": _last_frame(lines), "line": line, "gpu": cause == "oom"}
+    bad = _bad_loss(metrics)
+    if bad:
+        nan = RULES[2]
+        return {"cause": "nan", "summary": "{} ({})".format(nan[2], bad), "remedy": nan[3],
+                "where": _last_frame(lines), "line": None, "gpu": False}
     if rc in (137, -9):
-        return {"cause": "oom", "summary": "killed by SIGKILL (exit 137): most often the kernel's out-of-memory killer",
+        if oom_killed is False:
+            return {"cause": "signal", "summary": "killed by SIGKILL (exit 137), not by the OOM killer",
+                    "remedy": "someone or something ran kill -9 on it (the platform's memory limit, a watchdog)",
+                    "where": _last_frame(lines), "line": None, "gpu": False}
+        sure = "by the kernel's out-of-memory killer" if oom_killed else "most often the kernel's out-of-memory killer"
+        return {"cause": "oom", "summary": "killed by SIGKILL (exit 137): {}".format(sure),
                 "remedy": "use less host RAM: fewer DataLoader workers, smaller shuffle buffers, memory-mapped data",
-                "where": _last_frame(lines), "line": None}
+                "where": _last_frame(lines), "line": None, "gpu": False}
     if rc is not None and (rc < 0 or rc > 128):
         sig = -rc if rc < 0 else rc - 128
         return {"cause": "signal", "summary": "killed by signal {}".format(sig), "remedy": "see the log for who sent it",
-                "where": _last_frame(lines), "line": None}
+                "where": _last_frame(lines), "line": None, "gpu": False}
     tb_line = next((ln.strip() for ln in reversed(lines) if re.match(r"^\w+(\.\w+)*(Error|Exception)\b", ln.strip())), None)
     return {"cause": "error", "summary": tb_line or "exit code {}".format(rc),
-            "remedy": "read the traceback: gpujob tail JOB -n 50", "where": _last_frame(lines), "line": tb_line}
+            "remedy": "read the traceback: gpujob tail JOB -n 50", "where": _last_frame(lines), "line": tb_line,
+            "gpu": False}

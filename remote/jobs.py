@@ -153,12 +153,22 @@ def describe(root: Root, job_id: str, detail: bool = False) -> Dict[str, Any]:
     st["last_metrics"] = last_json_line(job.metrics)
     st["last_line"] = (tail_lines(job.log, 1) or [""])[0][-200:]
     st["now"] = now()
+    if st.get("state") == "lost" and job.status().get("state") not in TERMINAL:
+        mark_lost(root, job, st)  # the record stops claiming to run
+    if st.get("state") == "queued" and st.get("waiting_for_gpus"):
+        from remote import gpus
+
+        st["queue_position"] = gpus.position(root, job_id)
+    from remote import cost
+
+    spec = job.spec_data()
+    st["cost"] = cost.estimate(st, spec, job.metrics, st["now"])
     if detail:
         st["spec"] = {k: v for k, v in job.spec_data().items() if k not in ("host_env",)}
-        if st.get("state") == "failed":
+        if st.get("state") in ("failed", "restarting"):
             from remote import diagnose
 
-            st["diagnosis"] = diagnose.diagnose(job.log, st.get("exit_code"))
+            st["diagnosis"] = diagnose.diagnose(job.log, st.get("exit_code"), metrics=job.metrics)
             st["log_tail"] = tail_lines(job.log, 20)
         try:
             from remote import checkpoints

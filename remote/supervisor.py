@@ -21,6 +21,8 @@ HEARTBEAT = float(os.environ.get("GPUJOB_HEARTBEAT", "5"))
 # laptop's own PATH (its venv) back in front.
 PATH_PREFIX = 'if [ -n "${GPUJOB_PATH_PREFIX:-}" ]; then export PATH="$GPUJOB_PATH_PREFIX:$PATH"; fi\n'
 TICK = 0.25
+ROTATE_EVERY = 5.0  # seconds between checkpoint rotations while a job runs
+QUEUE_POLL = float(os.environ.get("GPUJOB_QUEUE_POLL", "5"))
 
 
 def _checkpoints():
@@ -38,6 +40,47 @@ def latest_resume(ckpt_dir: Path) -> str:
     return str(found) if found else ""
 
 
+def oom_kills() -> Optional[int]:
+    """The kernel OOM killer's count for this container's memory cgroup (v2, then v1)."""
+    for path in ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"):
+        try:
+            for line in Path(path).read_text().splitlines():
+                k, _, v = line.partition(" ")
+                if k == "oom_kill":
+                    return int(v)
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+class Rotator:
+    """A watcher: every few seconds, delete old checkpoints beyond ``checkpoint_keep``.
+
+    ``checkpoints.rotate`` never deletes the newest complete checkpoint, nor an incomplete
+    one newer than it (it may still be being written).
+    """
+
+    def __init__(self, ckpt_dir: Path, keep: int) -> None:
+        self.ckpt_dir, self.keep, self.next_at = ckpt_dir, keep, 0.0
+
+    def tick(self, sup: Any) -> Optional[str]:
+        if time.time() >= self.next_at:
+            self.next_at = time.time() + ROTATE_EVERY
+            self.rotate(sup)
+        return None
+
+    def rotate(self, sup: Any) -> None:
+        if self.keep <= 0 or not self.ckpt_dir.is_dir():
+            return
+        try:
+            deleted = _checkpoints().rotate(self.ckpt_dir, self.keep)
+        except Exception as e:  # never let housekeeping take the job down
+            agent_log(sup.root, "rotation in {} failed: {}".format(self.ckpt_dir, e))
+            return
+        if deleted:
+            sup.job.event("rotated", deleted=[p.name for p in deleted])
+
+
 class Supervisor:
     """One job's life: attempts, restarts, stop requests, the final state."""
 
@@ -49,7 +92,22 @@ class Supervisor:
         self.last_beat = 0.0
         self.stop_reason: Optional[str] = None
         self.terminated = False
+        self.oom_before: Optional[int] = None
         self.watchers: List[Any] = []  # objects with tick(sup) -> Optional[reason to stop]
+        self.add_own_watchers()
+
+    def add_own_watchers(self) -> None:
+        """GPU sampling into gpu.jsonl and checkpoint rotation run beside every attempt."""
+        from remote import gpus
+
+        interval = float(self.spec.get("gpu_sample_interval") or os.environ.get("GPUJOB_GPU_SAMPLE", "5"))
+        self.sampler = gpus.Sampler(self.job.gpu, interval, self.path_prefix())
+        self.watchers.append(self.sampler)
+        self.watchers.append(Rotator(self.ckpt_dir(), int(self.spec.get("checkpoint_keep", 3) or 0)))
+
+    def path_prefix(self) -> str:
+        """The host profile's PATH prefix (where nvidia-smi may live), if any."""
+        return (self.spec.get("host_env") or {}).get("GPUJOB_PATH_PREFIX", "")
 
     # ---- status -------------------------------------------------------------------------
     def save(self, **changes: Any) -> None:
@@ -121,7 +179,8 @@ class Supervisor:
         finally:
             log.close()
         attempts = self.status.setdefault("attempts", [])
-        attempts.append({"n": attempt, "started_at": now(), "resume": resume, "pid": self.child.pid})
+        attempts.append({"n": attempt, "started_at": now(), "resume": resume, "pid": self.child.pid,
+                         "batch_divisor": int(self.status.get("batch_divisor", 1))})
         self.set_state("running", attempt=attempt, child_pid=self.child.pid, started_at=self.status.get("started_at") or now())
 
     def stop_requested(self) -> Optional[str]:
@@ -182,18 +241,72 @@ class Supervisor:
         on = retry.get("on") or ["error", "oom"]
         return cause in on or (cause not in ("oom", "nan", "nccl", "signal") and "error" in on)
 
-    def classify(self, rc: int) -> str:
+    def classify(self, rc: int) -> Dict[str, Any]:
+        """The diagnosis of the attempt that just ended (its part of the log, its exit status)."""
         from remote import diagnose
 
-        return diagnose.diagnose(self.job.log, rc)["cause"]
+        killed = None
+        if rc in (137, -9) and self.oom_before is not None:
+            after = oom_kills()
+            killed = after is not None and after > self.oom_before
+        return diagnose.diagnose(self.job.log, rc, metrics=self.job.metrics, oom_killed=killed)
+
+    # ---- GPUs and the queue -------------------------------------------------------------
+    def take_gpus(self) -> Optional[str]:
+        """Wait in the host's FIFO queue until the GPUs the job asks for are free.
+
+        Returns None once CUDA_VISIBLE_DEVICES is set, or the reason the job cannot run.
+        """
+        from remote import gpus
+
+        n = gpus.wanted(self.spec)
+        if n is None:
+            return None
+        self.set_state("queued", waiting_for_gpus=True, gpus_held=False, cuda_visible_devices=None)
+        told = None
+        while True:
+            if self.stop_requested():
+                return "stopped while queued"
+            with gpus.Lock(self.root):
+                first = (gpus.queue(self.root) or [self.job.id])[0] == self.job.id
+                res = gpus.try_allocate(self.root, self.job.id, n, self.path_prefix()) if first else None
+                if res and res["ok"]:
+                    self.save(cuda_visible_devices=res["devices"], gpus_held=True, waiting_for_gpus=False,
+                              queue_reason=None)
+                    self.job.event("gpus", devices=res["devices"])
+                    return None
+            if res and res.get("fatal"):
+                return res["why"]
+            why = res["why"] if res else "waiting behind earlier jobs in this host's queue"
+            if why != told:
+                self.log_marker(why)
+                told = why
+            self.save(queue_reason=why)
+            deadline = time.time() + QUEUE_POLL
+            while time.time() < deadline and not self.stop_requested():
+                self.heartbeat()
+                time.sleep(TICK)
 
     def run(self) -> str:
         self.save(supervisor_pid=os.getpid(), boot_id=procs.boot_id(), agent=str(Path(__file__).parent.parent.name))
         attempt = int(self.status.get("attempt") or 0)
+        cannot = self.take_gpus()
+        if cannot:
+            state = "stopped" if self.stop_requested() else "failed"
+            return self.finish(state, reason=cannot, exit_code=None)
+        from remote import provision  # setup:/requirements:/python: once per content hash
+
+        try:
+            self.spec["host_env"] = dict(self.spec.get("host_env") or {}, **provision.ensure(
+                self.root, self.job, self.spec, tick=lambda: self.heartbeat() or self.stop_requested()))
+        except provision.SetupFailed as e:
+            stop = self.stop_requested()
+            return self.finish("stopped" if stop else "failed", reason=stop or "setup failed", exit_code=e.rc)
         while True:
             if self.stop_requested():
                 return self.finish("stopped", reason=self.stop_requested(), exit_code=None)
             attempt += 1
+            self.oom_before = oom_kills()
             try:
                 self.start_attempt(attempt)
             except OSError as e:
@@ -203,19 +316,28 @@ class Supervisor:
             record = self.status["attempts"][-1]
             record.update(ended_at=now(), exit_code=rc)
             self.log_marker("attempt {} ended with exit code {}".format(attempt, rc))
+            for w in self.watchers:
+                if isinstance(w, Rotator):
+                    w.rotate(self)
             if self.stop_reason:
                 record["reason"] = self.stop_reason
                 state = "autostopped" if self.stop_reason.startswith("autostop") else "stopped"
                 return self.finish(state, reason=self.stop_reason, exit_code=rc)
             if rc == 0:
                 return self.finish("succeeded", exit_code=0)
-            cause = self.classify(rc)
-            record["reason"] = cause
+            diag = self.classify(rc)
+            cause = diag["cause"]
+            record.update(reason=cause, summary=diag.get("summary"))
             if not self.should_retry(attempt, rc, cause):
+                self.log_marker("attempt {} failed: {}; no restart".format(attempt, diag.get("summary")))
                 return self.finish("failed", reason=cause, exit_code=rc)
             retry = self.spec.get("retry") or {}
-            if cause == "oom" and retry.get("on_oom") == "halve_batch":
+            if cause == "oom" and diag.get("gpu") and retry.get("on_oom") == "halve_batch":
                 self.status["batch_divisor"] = int(self.status.get("batch_divisor", 1)) * 2
+                self.log_marker("CUDA out of memory: restarting with GPUJOB_BATCH_DIVISOR={}".format(
+                    self.status["batch_divisor"]))
+            else:
+                self.log_marker("attempt {} failed: {}; restarting".format(attempt, diag.get("summary")))
             backoff = float(retry.get("backoff", 10)) * (2 ** max(0, attempt - 1 - int(self.status.get("restart_base", 0))))
             self.set_state("restarting", reason=cause, exit_code=rc, next_attempt_at=now() + backoff)
             self.job.event("restart", attempt=attempt + 1, cause=cause, exit_code=rc)
@@ -225,7 +347,7 @@ class Supervisor:
                 time.sleep(TICK)
 
     def finish(self, state: str, **changes: Any) -> str:
-        self.set_state(state, ended_at=now(), child_pid=None, **changes)
+        self.set_state(state, ended_at=now(), child_pid=None, gpus_held=False, waiting_for_gpus=False, **changes)
         self.job.event("finished", state=state)
         return state
 

@@ -1,0 +1,70 @@
+"""What a job has cost so far, and what it will cost at its present pace.
+
+Elapsed time runs from the first attempt's start to the end (or now): restarts and backoff
+waits are billed too, since the instance is rented either way. The projection uses the
+step rate of the current attempt (a resumed run restarts its step count from the
+checkpoint, so older attempts would mislead) and ``max_steps`` from the job's metrics or
+its ``GPUJOB_MAX_STEPS`` environment variable.
+"""
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from remote.layout import tail_lines
+
+
+def _metrics_window(path: Path, since: float) -> List[Dict[str, Any]]:
+    """Metrics records (from the last 256 KiB) written at or after ``since`` that carry a step."""
+    out = []
+    for line in tail_lines(path, 100000, 262144):
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and isinstance(rec.get("step"), (int, float)) and float(rec.get("t", since)) >= since:
+            out.append(rec)
+    return out
+
+
+def max_steps(spec: Dict[str, Any], records: List[Dict[str, Any]]) -> Optional[int]:
+    for rec in reversed(records):
+        if isinstance(rec.get("max_steps"), (int, float)) and rec["max_steps"] > 0:
+            return int(rec["max_steps"])
+    env = spec.get("env") or {}
+    try:
+        v = int(env.get("GPUJOB_MAX_STEPS") or 0)
+    except (TypeError, ValueError):
+        v = 0
+    return v or None
+
+
+def estimate(status: Dict[str, Any], spec: Dict[str, Any], metrics: Path, now: float) -> Dict[str, Any]:
+    """{elapsed_s, cost, price_per_hour, currency, max_steps, step, eta_s, projected_cost}."""
+    start = status.get("started_at")
+    end = status.get("ended_at") or now
+    elapsed = max(0.0, float(end) - float(start)) if start else 0.0
+    price = spec.get("price_per_hour")
+    doc: Dict[str, Any] = {"elapsed_s": round(elapsed, 1), "price_per_hour": price,
+                           "currency": spec.get("currency") or "CNY"}
+    doc["cost"] = round(float(price) * elapsed / 3600.0, 4) if price else None
+    attempts = status.get("attempts") or []
+    since = float(attempts[-1].get("started_at") or 0) if attempts else 0.0
+    recs = _metrics_window(metrics, since) if os.path.exists(str(metrics)) else []
+    total = max_steps(spec, recs)
+    doc["max_steps"] = total
+    if not recs or not total:
+        return doc
+    first, last = recs[0], recs[-1]
+    step = float(last["step"])
+    doc["step"] = int(step)
+    doc["progress"] = round(min(1.0, step / total), 4)
+    dt = float(last.get("t", 0)) - float(first.get("t", 0))
+    dstep = step - float(first["step"])
+    if status.get("state") in ("running", "restarting") and dt > 0 and dstep > 0:
+        eta = max(0.0, (total - step) / (dstep / dt))
+        doc["eta_s"] = round(eta, 1)
+        if price:
+            doc["projected_cost"] = round(float(price) * (elapsed + eta) / 3600.0, 4)
+    return doc

@@ -1,0 +1,244 @@
+"""GPUs on this host: sampling ``nvidia-smi`` into gpu.jsonl, and allocating free GPUs.
+
+No ``nvidia-smi`` on PATH means a CPU host: sampling does nothing and a job that asks for
+no GPUs runs at once. Allocation is per agent root: a GPU is free when no other live job
+of this root holds it and its memory is nearly unused (another tenant may be using it).
+Jobs wait in a FIFO queue ordered by ``submitted_at``; ``<root>/gpus.lock`` serialises the
+choice.
+"""
+
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from remote.layout import TERMINAL, Root, read_json
+
+QUERY = "index,utilization.gpu,memory.used,memory.total,power.draw,temperature.gpu"
+FIELDS = ["index", "util", "mem_used", "mem_total", "power", "temp"]
+FREE_MEM_MIB = float(os.environ.get("GPUJOB_GPU_FREE_MIB", "1024"))  # below this a GPU counts as idle
+FULL_RES_S = 3600.0  # samples younger than this keep full resolution
+COMPACT_EVERY = 720  # rewrite gpu.jsonl after this many appended samples
+
+
+def _num(text: str) -> Optional[float]:
+    try:
+        v = float(text.strip())
+    except ValueError:
+        return None
+    return int(v) if v.is_integer() else round(v, 1)
+
+
+def query(path_prefix: str = "", timeout: float = 10.0) -> Optional[List[Dict[str, Any]]]:
+    """One sample per GPU, or None on a CPU host (no nvidia-smi) or when it fails."""
+    search = os.environ.get("PATH", "")
+    if path_prefix:
+        search = path_prefix + os.pathsep + search
+    exe = shutil.which("nvidia-smi", path=search)
+    if not exe:
+        return None
+    try:
+        out = subprocess.run([exe, "--query-gpu=" + QUERY, "--format=csv,noheader,nounits"],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=timeout, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    gpus = []
+    for line in out.stdout.decode("utf-8", "replace").splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) < len(FIELDS) or _num(parts[0]) is None:
+            continue
+        gpus.append({k: _num(v) for k, v in zip(FIELDS, parts)})
+    return gpus
+
+
+# ---- gpu.jsonl: one line a sample, {"t": .., "gpus": [{index, util, mem_used, ..}]} -------
+def _mean_rows(samples: List[List[Dict[str, Any]]]) -> List[Dict[str, Any]]:
+    """Average per GPU (by index) over several samples."""
+    by: Dict[Any, List[Dict[str, Any]]] = {}
+    for sample in samples:
+        for g in sample:
+            by.setdefault(g.get("index"), []).append(g)
+    out = []
+    for idx in sorted(by, key=lambda x: (x is None, x)):
+        gs = by[idx]
+        row: Dict[str, Any] = {"index": idx}
+        for k in FIELDS[1:]:
+            vals = [g[k] for g in gs if isinstance(g.get(k), (int, float))]
+            row[k] = round(sum(vals) / len(vals), 1) if vals else None
+        out.append(row)
+    return out
+
+
+def downsample(records: List[Dict[str, Any]], now: float) -> List[Dict[str, Any]]:
+    """Full resolution for the last hour, 1-minute means for the last day, 10-minute before.
+
+    A week of 5-second samples becomes about 720 + 1380 + 864 lines.
+    """
+    out: List[Dict[str, Any]] = []
+    buckets: Dict[tuple, List[Dict[str, Any]]] = {}
+    for rec in records:
+        age = now - float(rec.get("t", 0))
+        if age < FULL_RES_S:
+            out.append(rec)
+            continue
+        width = 60 if age < 86400 else 600
+        buckets.setdefault((width, int(rec["t"]) // width), []).append(rec)
+    merged = []
+    for (width, b), recs in buckets.items():
+        if len(recs) == 1 and recs[0].get("w") == width:
+            merged.append(recs[0])
+            continue
+        merged.append({"t": b * width, "w": width, "gpus": _mean_rows([r.get("gpus") or [] for r in recs])})
+    return sorted(merged + out, key=lambda r: r["t"])
+
+
+class Sampler:
+    """A supervisor watcher: samples every ``interval`` s into gpu.jsonl, compacting hourly."""
+
+    def __init__(self, path: Path, interval: float, path_prefix: str = "") -> None:
+        self.path, self.interval, self.prefix = path, interval, path_prefix
+        self.next_at = 0.0
+        self.appended = 0
+        self.cpu_host = False
+        self.last: Optional[List[Dict[str, Any]]] = None
+
+    def tick(self, sup: Any = None) -> None:
+        t = time.time()
+        if self.cpu_host or t < self.next_at or self.interval <= 0:
+            return None
+        self.next_at = t + self.interval
+        gpus = query(self.prefix)
+        if gpus is None:
+            if not shutil.which("nvidia-smi", path=self.prefix + os.pathsep + os.environ.get("PATH", "")):
+                self.cpu_host = True  # not an error: nothing to sample
+            return None
+        self.last = gpus
+        with open(str(self.path), "a") as f:
+            f.write(json.dumps({"t": int(t), "gpus": gpus}, separators=(",", ":")) + "\n")
+        self.appended += 1
+        if self.appended >= COMPACT_EVERY:
+            self.appended = 0
+            compact(self.path, t)
+        return None
+
+
+def read_samples(path: Path) -> List[Dict[str, Any]]:
+    out = []
+    try:
+        with open(str(path)) as f:
+            for line in f:
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    continue
+    except OSError:
+        pass
+    return out
+
+
+def compact(path: Path, now: float) -> None:
+    recs = downsample(read_samples(path), now)
+    tmp = path.with_name(".gpu.jsonl.tmp")
+    with open(str(tmp), "w") as f:
+        for r in recs:
+            f.write(json.dumps(r, separators=(",", ":")) + "\n")
+    os.replace(str(tmp), str(path))
+
+
+# ---- allocation and the FIFO queue -----------------------------------------------------
+def wanted(spec: Dict[str, Any]) -> Optional[int]:
+    """How many GPUs the job asks for: None (no request), N, or -1 for 'all'.
+
+    Under ``launcher: torchrun`` on a CPU host, ``gpus: N`` means N CPU processes (gloo):
+    no GPU is asked for then.
+    """
+    g = spec.get("gpus")
+    if g in (None, 0, "0"):
+        return None
+    if spec.get("launcher") == "torchrun" and query(spec.get("host_env", {}).get("GPUJOB_PATH_PREFIX", "")) is None:
+        return None
+    if g == "all":
+        return -1
+    return int(g)
+
+
+def _live(root: Root, job_id: str, st: Dict[str, Any]) -> bool:
+    from remote import procs
+
+    return st.get("state") not in TERMINAL and procs.belongs_to(st.get("supervisor_pid"), job_id)
+
+
+def taken(root: Root, me: str) -> Dict[str, str]:
+    """GPU index → job id, for GPUs held by other live jobs of this root."""
+    out: Dict[str, str] = {}
+    if not root.jobs.is_dir():
+        return out
+    for d in root.jobs.iterdir():
+        if d.name == me:
+            continue
+        st = read_json(d / "status.json", {}) or {}
+        cvd = st.get("cuda_visible_devices")
+        if cvd and st.get("gpus_held") and _live(root, d.name, st):
+            for i in str(cvd).split(","):
+                out[i.strip()] = d.name
+    return out
+
+
+def queue(root: Root) -> List[str]:
+    """Jobs waiting for GPUs, first in line first."""
+    waiting = []
+    if not root.jobs.is_dir():
+        return []
+    for d in root.jobs.iterdir():
+        st = read_json(d / "status.json", {}) or {}
+        if st.get("state") == "queued" and st.get("waiting_for_gpus") and _live(root, d.name, st):
+            waiting.append((float(st.get("submitted_at") or 0), d.name))
+    return [j for _, j in sorted(waiting)]
+
+
+class Lock:
+    """``<root>/gpus.lock``: one job at a time decides."""
+
+    def __init__(self, root: Root) -> None:
+        self.path = root.root / "gpus.lock"
+
+    def __enter__(self) -> "Lock":
+        self.f = open(str(self.path), "a")
+        fcntl.flock(self.f.fileno(), fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        fcntl.flock(self.f.fileno(), fcntl.LOCK_UN)
+        self.f.close()
+
+
+def try_allocate(root: Root, job_id: str, n: int, path_prefix: str = "") -> Dict[str, Any]:
+    """{"ok": True, "devices": "0,1"} | {"ok": False, "why": ..., "fatal": bool}.
+
+    Called under the lock by the job that is first in the queue.
+    """
+    gpus = query(path_prefix)
+    if gpus is None:
+        return {"ok": False, "fatal": True, "why": "the job asks for GPUs but this host has no nvidia-smi (a CPU host)"}
+    total = len(gpus)
+    if n == -1:
+        n = total
+    if n > total:
+        return {"ok": False, "fatal": True, "why": "the job asks for {} GPU(s); this host has {}".format(n, total)}
+    held = taken(root, job_id)
+    free = [str(g["index"]) for g in gpus if str(g["index"]) not in held and (g.get("mem_used") or 0) < FREE_MEM_MIB]
+    if len(free) < n:
+        busy = total - len(free)
+        return {"ok": False, "fatal": False,
+                "why": "waiting for {} GPU(s): {} of {} busy ({} held by other jobs)".format(n, busy, total, len(set(held)))}
+    return {"ok": True, "devices": ",".join(free[:n])}
+
+
+def position(root: Root, job_id: str) -> Optional[int]:
+    """1-based place in the GPU queue, or None when the job is not waiting."""
+    q = queue(root)
+    return q.index(job_id) + 1 if job_id in q else None

@@ -1,0 +1,93 @@
+"""The agent's pure parts: diagnosis rules, gpu.jsonl downsampling, cost projection."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from remote import cost, diagnose, gpus
+
+TB = '''Traceback (most recent call last):
+  File "/job/code/train.py", line 40, in <module>
+    main()
+  File "/job/code/model.py", line 12, in forward
+    x = self.net(x)
+'''
+
+
+def diag(tmp_path: Path, text: str, rc: int | None = 1, **kw: object) -> dict:
+    log = tmp_path / "output.log"
+    log.write_text(text)
+    return diagnose.diagnose(log, rc, **kw)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("text, rc, cause, in_summary", [
+    (TB + "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n", 1, "oom", "CUDA out of memory"),
+    ("step 10 loss nan\nValueError: boom\n", 1, "nan", "NaN"),
+    ("[rank1]:[E ProcessGroupNCCL.cpp:563] Watchdog caught collective operation timeout: WorkNCCL(...)\n", 1, "nccl", "NCCL"),
+    ("torch.distributed.DistBackendError: NCCL error in: ../nccl.cpp, unhandled system error\n", 1, "nccl", "NCCL"),
+    (TB + "ModuleNotFoundError: No module named 'flash_attn'\n", 1, "missing_module", "flash_attn"),
+    (TB + "OSError: [Errno 28] No space left on device\n", 1, "disk_full", "disk is full"),
+    ("step 10\n", 137, "oom", "out-of-memory killer"),
+    ("step 10\n", -15, "signal", "signal 15"),
+    (TB + "KeyError: 'labels'\n", 1, "error", "KeyError: 'labels'"),
+])
+def test_rules(tmp_path: Path, text: str, rc: int, cause: str, in_summary: str) -> None:
+    d = diag(tmp_path, text, rc)
+    assert d["cause"] == cause, d
+    assert in_summary in d["summary"], d
+    assert d["remedy"]
+    assert d["gpu"] is (cause == "oom" and rc == 1)
+
+
+def test_last_frame_and_only_the_last_attempt(tmp_path: Path) -> None:
+    text = ("==> gpujob: attempt 1 started [x]\n" + TB + "torch.OutOfMemoryError: CUDA out of memory.\n"
+            "==> gpujob: attempt 1 ended with exit code 1 [x]\n==> gpujob: attempt 2 started [x]\n"
+            + TB + "KeyError: 'labels'\n==> gpujob: attempt 2 ended with exit code 1 [x]\n")
+    d = diag(tmp_path, text)
+    assert d["cause"] == "error" and d["where"] == "/job/code/model.py:12 in forward"
+
+
+def test_oom_killer_known_from_cgroup_counter(tmp_path: Path) -> None:
+    assert "by the kernel's out-of-memory killer" in diag(tmp_path, "x\n", 137, oom_killed=True)["summary"]
+    d = diag(tmp_path, "x\n", 137, oom_killed=False)
+    assert d["cause"] == "signal" and "not by the OOM killer" in d["summary"]
+
+
+def test_nan_from_metrics(tmp_path: Path) -> None:
+    m = tmp_path / "metrics.jsonl"
+    m.write_text(json.dumps({"step": 3, "loss": math.nan}) + "\n")
+    assert diag(tmp_path, "torch.OutOfMemoryError: CUDA out of memory.\n", 1, metrics=m)["cause"] == "oom"  # log rules first
+    d = diag(tmp_path, "Traceback...\nRuntimeError: x\n", 1, metrics=m)
+    assert d["cause"] == "nan" and "loss=nan" in d["summary"]
+
+
+def test_week_of_gpu_samples_stays_small() -> None:
+    now = 1_000_000.0
+    recs = [{"t": now - i * 5, "gpus": [{"index": g, "util": 90, "mem_used": 70000, "mem_total": 81920,
+                                         "power": 300.5, "temp": 70} for g in range(1)]}
+            for i in range(7 * 86400 // 5, -1, -1)]
+    out = gpus.downsample(recs, now)
+    assert 2800 < len(out) < 3100  # 720 full + 1380 minutes + ~865 ten-minute means
+    assert [r["t"] for r in out] == sorted(r["t"] for r in out)
+    assert out[0]["w"] == 600 and out[0]["gpus"][0] == {"index": 0, "util": 90.0, "mem_used": 70000.0,
+                                                       "mem_total": 81920.0, "power": 300.5, "temp": 70.0}
+    # compacting again does not grow it
+    assert len(gpus.downsample(out, now)) <= len(out)
+
+
+def test_cost_projection(tmp_path: Path) -> None:
+    m = tmp_path / "metrics.jsonl"
+    m.write_text("".join(json.dumps({"t": 1000 + s, "step": s, "max_steps": 100}) + "\n" for s in range(0, 21, 5)))
+    st = {"state": "running", "started_at": 900, "attempts": [{"started_at": 990}]}
+    est = cost.estimate(st, {"price_per_hour": 3.6}, m, now=1020)
+    assert est["cost"] == pytest.approx(0.12) and est["elapsed_s"] == 120
+    assert est["eta_s"] == pytest.approx(80) and est["projected_cost"] == pytest.approx(0.2)
+    assert est["step"] == 20 and est["max_steps"] == 100
+    # max_steps from the job's env when the metrics do not say
+    m.write_text(json.dumps({"t": 1000, "step": 0}) + "\n" + json.dumps({"t": 1010, "step": 10}) + "\n")
+    est = cost.estimate(st, {"price_per_hour": 3.6, "env": {"GPUJOB_MAX_STEPS": "30"}}, m, now=1020)
+    assert est["eta_s"] == pytest.approx(20)

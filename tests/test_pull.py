@@ -1,0 +1,143 @@
+"""pull: incremental and verified, --latest / --best / --include, and traversal refused."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from gpujob.errors import GpujobError
+from gpujob.pull import chunks, extract
+from tests.conftest import run_cli
+from tests.test_first_path import submit, wait_state, write_job
+
+JOB = """
+import json, os
+from pathlib import Path
+ck = Path(os.environ["GPUJOB_CKPT_DIR"])
+for step, loss in ((100, 0.9), (200, 0.4), (300, 0.6)):
+    d = ck / f"step-{step}"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "weights.bin").write_bytes(bytes([step % 256]) * 5000)
+    (d / ".gpujob-complete").write_text("")
+    with open(os.environ["GPUJOB_METRICS_FILE"], "a") as f:
+        f.write(json.dumps({"step": step, "eval_loss": loss, "eval_acc": 1 - loss}) + "\\n")
+(ck / "step-400").mkdir()
+(ck / "step-400" / "weights.bin").write_bytes(b"partial")
+print("done")
+"""
+
+
+def pull(*args: str) -> dict:
+    r = run_cli("pull", *args, "--json")
+    assert r.returncode == 0, r.stderr + r.stdout
+    return json.loads(r.stdout)
+
+
+def test_pull_latest_best_include_and_incremental(tmp_path: Path) -> None:
+    res = submit("local", write_job(tmp_path, "ck", JOB, "python main.py"))
+    job_id = res["job_id"]
+    wait_state("local", job_id, ("succeeded",))
+    dest = tmp_path / "pulls"
+
+    latest = pull(job_id, str(dest / "latest"), "--latest")
+    got = Path(latest["dest"])
+    assert latest["selected"] == "ckpt/step-300"
+    assert sorted(p.name for p in (got / "ckpt").iterdir()) == ["step-300"]
+    assert (got / "ckpt" / "step-300" / "weights.bin").read_bytes() == bytes([300 % 256]) * 5000
+    assert "done" in (got / "output.log").read_text()
+
+    best = pull(job_id, str(dest / "best"), "--best", "eval_loss")
+    assert best["selected"] == "ckpt/step-200"
+    assert pull(job_id, str(dest / "best2"), "--best", "eval_acc")["selected"] == "ckpt/step-200"
+
+    inc = pull(job_id, str(dest / "inc"), "--include", "ckpt/step-100/*")
+    files = sorted(str(p.relative_to(inc["dest"])) for p in Path(inc["dest"]).rglob("*") if p.is_file())
+    assert files == ["ckpt/step-100/.gpujob-complete", "ckpt/step-100/weights.bin"]
+
+    # --all, then again: nothing travels the second time; a changed local file is fetched again
+    first = pull(job_id, str(dest / "all"))
+    assert first["files"] >= 9
+    again = pull(job_id, str(dest / "all"))
+    assert again["files"] == 0 and again["unchanged"] == first["files"]
+    w = Path(first["dest"]) / "ckpt" / "step-100" / "weights.bin"
+    w.write_bytes(b"damaged")
+    third = pull(job_id, str(dest / "all"))
+    assert third["files"] == 1 and w.read_bytes() == bytes([100]) * 5000
+
+
+def test_pull_refuses_a_symlink_pointing_out(tmp_path: Path) -> None:
+    res = submit("local", write_job(tmp_path, "evil", "print('x')", "python main.py"))
+    wait_state("local", res["job_id"], ("succeeded",))
+    job_dir = tmp_path / "local-root" / "jobs" / res["job_id"]
+    (job_dir / "ckpt").mkdir(exist_ok=True)
+    os.symlink("/etc", job_dir / "ckpt" / "escape")
+    r = run_cli("pull", res["job_id"], str(tmp_path / "p"), "--json")
+    assert r.returncode != 0 and "outside" in (r.stderr + r.stdout)
+    assert not (tmp_path / "p" / res["job_id"] / "ckpt" / "escape").exists()
+
+
+def tar_of(*members: tuple[tarfile.TarInfo, bytes | None]) -> io.BytesIO:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w|", format=tarfile.PAX_FORMAT) as t:
+        for info, data in members:
+            if data is not None:
+                info.size = len(data)
+                h = chunks.Hasher()
+                h.update(data)
+                info.pax_headers = {chunks.K_HASH: h.hexdigest()}
+                t.addfile(info, io.BytesIO(data))
+            else:
+                t.addfile(info)
+    buf.seek(0)
+    return buf
+
+
+def member(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile.TarInfo:
+    m = tarfile.TarInfo(name)
+    m.type, m.linkname = kind, link
+    return m
+
+
+@pytest.mark.parametrize("evil", [
+    [(member("../escape.txt"), b"x")],
+    [(member("/tmp/abs-escape.txt"), b"x")],
+    [(member("a/../../escape.txt"), b"x")],
+    [(member("out", tarfile.SYMTYPE, "/etc"), None)],
+    [(member("out", tarfile.SYMTYPE, "../.."), None)],
+    [(member("d", tarfile.SYMTYPE, "."), None), (member("d/../../escape.txt"), b"x")],
+    [(member("dev", tarfile.CHRTYPE), None)],
+    [(member("hard", tarfile.LNKTYPE, "/etc/passwd"), None)],
+])
+def test_extract_refuses_traversal(tmp_path: Path, evil: list) -> None:
+    dest = tmp_path / "a" / "dest"
+    with pytest.raises(GpujobError):
+        extract(tar_of((member("fine.txt"), b"ok"), *evil), dest)
+    assert (dest / "fine.txt").read_text() == "ok"
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["a", "dest", "fine.txt"]
+
+
+def test_extract_refuses_a_path_through_an_existing_link(tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    os.symlink(str(tmp_path), dest / "up")
+    with pytest.raises(GpujobError):
+        extract(tar_of((member("up/escape.txt"), b"x")), dest)
+    assert not (tmp_path / "escape.txt").exists()
+
+
+def test_extract_rejects_a_damaged_file(tmp_path: Path) -> None:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w|", format=tarfile.PAX_FORMAT) as t:
+        info = member("w.bin")
+        info.size = 4
+        info.pax_headers = {chunks.K_HASH: "0" * 64}
+        t.addfile(info, io.BytesIO(b"data"))
+    buf.seek(0)
+    with pytest.raises(GpujobError, match="hash mismatch"):
+        extract(buf, tmp_path / "d")
+    assert not (tmp_path / "d" / "w.bin").exists()
