@@ -38,6 +38,13 @@ class Host:
     connect_timeout: float = 15.0
     private_address: str | None = None  # the address other nodes reach this one at (multi-node)
     agent_python: str | None = None  # the interpreter the agent uses; None = search the usual places
+    # network and caches (AUTODL.md): sent to jobs as environment variables, see job_env()
+    network_turbo: bool | str | None = None  # true/"both", "setup" or "run": source /etc/network_turbo
+    hf_endpoint: str | None = None  # e.g. https://hf-mirror.com
+    pip_index_url: str | None = None
+    data_disk: str | None = None  # the fast data disk; None = preset default
+    tensorboard_port: int | None = None  # None = preset default
+    region: str | None = None  # AutoDL's region, as the instance reports it
 
     @property
     def remote_root(self) -> str:
@@ -47,18 +54,59 @@ class Host:
         return PRESETS.get(self.preset, PRESETS["generic"])["root"]
 
     @property
+    def data_disk_path(self) -> str | None:
+        """The data disk (caches, checkpoints): the profile's, else the preset's."""
+        return self.data_disk or self.preset_values.get("data_disk")
+
+    @property
+    def tb_port(self) -> int:
+        return self.tensorboard_port or int(self.preset_values.get("tensorboard_port") or 6006)
+
+    @property
+    def preset_values(self) -> dict[str, Any]:
+        return PRESETS.get(self.preset, PRESETS["generic"])
+
+    def settings_env(self) -> dict[str, str]:
+        """The profile's network settings as the variables jobs (and the agent's setup) read."""
+        out: dict[str, str] = {}
+        turbo = self.network_turbo
+        if turbo not in (None, False, "", "false", "off", "no"):
+            out["GPUJOB_NETWORK_TURBO"] = "both" if turbo is True or str(turbo).lower() in ("true", "yes", "on", "1") else str(turbo)
+        if self.hf_endpoint:
+            out["HF_ENDPOINT"] = self.hf_endpoint
+        if self.pip_index_url:
+            out["PIP_INDEX_URL"] = self.pip_index_url
+        return out
+
+    @property
     def address(self) -> str:
         return "this machine" if self.kind == LOCAL else f"{self.user}@{self.hostname}:{self.port}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v not in (None, {}, "") and k != "name"}
+        d = {k: v for k, v in asdict(self).items() if v not in (None, {}, "") and k != "name"}
+        # variables that came from the settings fields on load are not saved twice; hand-set ones stay
+        merged, now_ = getattr(self, "_merged_env", {}), self.settings_env()
+        env = {k: v for k, v in self.env.items() if k not in now_ and merged.get(k, object()) != v}
+        if env:
+            d["env"] = env
+        else:
+            d.pop("env", None)
+        return d
 
 
+
+
+# Platform defaults (sources in shared/AUTODL.md). Caches (HF_HOME, PIP_CACHE_DIR) live under the
+# root, so on AutoDL they land on the data disk /root/autodl-tmp rather than the 30 GB system disk.
 PRESETS: dict[str, dict[str, Any]] = {
-    "generic": {"root": "~/.gpujob", "shutdown_command": None},
-    "autodl": {"root": "/root/autodl-tmp/gpujob", "shutdown_command": "/usr/bin/shutdown"},
-    "vast": {"root": "/workspace/.gpujob", "shutdown_command": "vastai stop instance $CONTAINER_ID"},
-    "runpod": {"root": "/workspace/.gpujob", "shutdown_command": "runpodctl stop pod $RUNPOD_POD_ID"},
+    "generic": {"root": "~/.gpujob", "shutdown_command": None, "data_disk": None, "tensorboard_port": 6006,
+                "network_turbo": None},
+    "autodl": {"root": "/root/autodl-tmp/gpujob", "shutdown_command": "/usr/bin/shutdown",
+               "data_disk": "/root/autodl-tmp", "tensorboard_port": 6006, "network_turbo": None},
+    "vast": {"root": "/workspace/.gpujob", "shutdown_command": "vastai stop instance $CONTAINER_ID",
+             "data_disk": "/workspace", "tensorboard_port": 6006, "network_turbo": None},
+    "runpod": {"root": "/workspace/.gpujob", "shutdown_command": "runpodctl stop pod $RUNPOD_POD_ID",
+               "data_disk": "/workspace", "tensorboard_port": 6006, "network_turbo": None},
 }
 
 
@@ -178,7 +226,10 @@ class HostStore:
 
     def _make(self, name: str, d: dict) -> Host:
         known = {f.name for f in fields(Host)}
-        return Host(name=name, **{k: v for k, v in d.items() if k in known})
+        host = Host(name=name, **{k: v for k, v in d.items() if k in known})
+        host._merged_env = host.settings_env()  # type: ignore[attr-defined]
+        host.env = {**host.env, **host._merged_env}  # type: ignore[attr-defined]  # submit sends host.env
+        return host
 
     def get(self, name: str | None) -> Host:
         if not name or name == LOCAL:
