@@ -30,8 +30,8 @@ def test_stop_resume_matches_uninterrupted_and_divisor(tmp_path: Path) -> None:
     (job / "stop").touch()
     args_b = [*COMMON, "--batch-size", "2", "--grad-accum", "2"]
     b = start(SCRIPT, args_b, env_b, cwd, tmp_path / "b.log")
-    rc_b, out_b = finish(b, tmp_path / "b.log", timeout=180)
-    rc_a, out_a = finish(a, tmp_path / "a.log", timeout=180)
+    rc_b, out_b = finish(b, tmp_path / "b.log", timeout=300)
+    rc_a, out_a = finish(a, tmp_path / "a.log", timeout=300)
     assert rc_a == 0, out_a[-3000:]
     assert rc_b == 0, out_b[-3000:]
 
@@ -55,7 +55,7 @@ def test_stop_resume_matches_uninterrupted_and_divisor(tmp_path: Path) -> None:
     half.mkdir()
     (half / "config.json").write_text("{}")
     env_c = dict(env_b, GPUJOB_ATTEMPT="2", GPUJOB_METRICS_FILE=str(tmp_path / "c.jsonl"))
-    rc_c, out_c = run(SCRIPT, args_b, env_c, cwd, tmp_path / "c.log", timeout=180)
+    rc_c, out_c = run(SCRIPT, args_b, env_c, cwd, tmp_path / "c.log", timeout=300)
     assert rc_c == 0, out_c[-3000:]
     assert f"resuming from {first}" in out_c
     resumed = metrics(tmp_path / "c.jsonl")

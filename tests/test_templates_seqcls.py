@@ -19,23 +19,32 @@ SCRIPT = TEMPLATES / "seq-cls" / "train.py"
 COMMON = ["--epochs", "2", "--max-length", "48", "--save-steps", "4", "--seed", "3"]
 
 
+def subset(tmp: Path) -> list[str]:
+    """Smaller copies of the template's data: 192 training examples (12 steps per epoch), 48 eval."""
+    data = TEMPLATES / "seq-cls" / "data"
+    (tmp / "train.jsonl").write_text("".join((data / "train.jsonl").read_text().splitlines(True)[:192]))
+    (tmp / "eval.jsonl").write_text("".join((data / "eval.jsonl").read_text().splitlines(True)[:48]))
+    return [*COMMON, "--train", str(tmp / "train.jsonl"), "--eval", str(tmp / "eval.jsonl")]
+
+
 def test_sigkill_resume_is_exact_and_stop_request_saves(tmp_path: Path) -> None:
     rt = runtime_dir(tmp_path)
     cwd = TEMPLATES / "seq-cls"
+    common = subset(tmp_path)
     # A: uninterrupted, batch 16 halved by GPUJOB_BATCH_DIVISOR=2 -> micro-batch 8, accumulation 2.
     env_a = job_env(tmp_path / "a", rt, GPUJOB_BATCH_DIVISOR="2")
-    a = start(SCRIPT, [*COMMON, "--batch-size", "16", "--grad-accum", "1"], env_a, cwd, tmp_path / "a.log")
+    a = start(SCRIPT, [*common, "--batch-size", "16", "--grad-accum", "1"], env_a, cwd, tmp_path / "a.log")
     # B: the same effective setup given directly, slowed down, SIGKILLed mid-epoch after a save.
     job = tmp_path / "b"
     env_b = job_env(job, rt, GPUJOB_METRICS_FILE=str(tmp_path / "b.jsonl"))
-    args_b = [*COMMON, "--batch-size", "8", "--grad-accum", "2"]
-    b = start(SCRIPT, [*args_b, "--step-delay", "0.08"], env_b, cwd, tmp_path / "b.log")
+    args_b = [*common, "--batch-size", "8", "--grad-accum", "2"]
+    b = start(SCRIPT, [*args_b, "--step-delay", "0.1"], env_b, cwd, tmp_path / "b.log")
 
     def saved_mid_epoch() -> bool:
         latest = checkpoints.latest_complete(job / "ckpt")
-        return latest is not None and checkpoints.step_of(latest) >= 8
+        return latest is not None and checkpoints.step_of(latest) >= 4
 
-    assert wait_for(saved_mid_epoch, timeout=90), (tmp_path / "b.log").read_text()
+    assert wait_for(saved_mid_epoch, timeout=240), (tmp_path / "b.log").read_text()
     os.kill(b.pid, signal.SIGKILL)
     rc_b, out_b = finish(b, tmp_path / "b.log")
     assert rc_b == -signal.SIGKILL
@@ -53,7 +62,8 @@ def test_sigkill_resume_is_exact_and_stop_request_saves(tmp_path: Path) -> None:
 
     resume = checkpoints.latest_complete(job / "ckpt")
     k = checkpoints.step_of(resume)
-    assert 8 <= k < cfg_a["steps_per_epoch"], "the kill should land mid-epoch"
+    assert 4 <= k < cfg_a["steps_per_epoch"], "the kill should land mid-epoch"
+    assert "done" not in out_b
     killed = metrics(tmp_path / "b.jsonl")
     assert all(killed[s] == ref[s] for s in killed)
 

@@ -49,7 +49,7 @@ def start(script: Path, args: list[str], env: dict[str, str], cwd: Path, log: Pa
                             stdout=out, stderr=subprocess.STDOUT)
 
 
-def finish(proc: subprocess.Popen, log: Path, timeout: float = 120) -> tuple[int, str]:
+def finish(proc: subprocess.Popen, log: Path, timeout: float = 300) -> tuple[int, str]:
     """Wait for ``proc``; (returncode, its output)."""
     try:
         rc = proc.wait(timeout=timeout)
@@ -61,7 +61,7 @@ def finish(proc: subprocess.Popen, log: Path, timeout: float = 120) -> tuple[int
 
 
 def run(script: Path, args: list[str], env: dict[str, str], cwd: Path, log: Path,
-        timeout: float = 120) -> tuple[int, str]:
+        timeout: float = 300) -> tuple[int, str]:
     return finish(start(script, args, env, cwd, log), log, timeout)
 
 
