@@ -308,6 +308,10 @@ def cmd_host_set(args: argparse.Namespace) -> int:
         host.price_per_hour = args.price
     if args.shutdown_command is not None:
         host.shutdown_command = args.shutdown_command or None
+    for attr in ("network_turbo", "hf_endpoint", "pip_index_url", "data_disk", "tensorboard_port"):  # "" clears
+        val = getattr(args, attr, None)
+        if val is not None:
+            setattr(host, attr, {"true": True, "false": None}.get(val, val) if attr == "network_turbo" else (val or None))
     store.save(host)
     print(f"host {host.name} = {host.address}")
     return 0
@@ -344,6 +348,30 @@ def cmd_host_trust(args: argparse.Namespace) -> int:
     forget_host_key(host)
     open_client(host).close()  # records the key offered now
     print(f"trusted the current host key of {host.name} ({host.address})")
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from gpujob.doctor import run_doctor
+    from gpujob.ui import print_json
+
+    host = _store().get(args.host)
+    from gpujob.agent import connect_agent
+
+    rep = run_doctor(connect_agent(host), host, args.torch_timeout)
+    if args.json:
+        print_json(rep)
+    else:
+        from gpujob.ui import console
+
+        c = console()
+        c.print(f"[bold]{host.name}[/] ({host.address}, preset {host.preset}, root {rep.get('root')})")
+        colors = {"ok": "green", "warn": "yellow", "error": "red"}
+        for ch in rep["checks"]:
+            mark = {"ok": "✓", "warn": "!", "error": "✗"}[ch["level"]]
+            c.print(f"[{colors[ch['level']]}]{mark} {ch['name']:<14}[/] {_esc(ch['message'])}")
+            if ch["remedy"] and ch["level"] != "ok":
+                c.print(f"  [dim]→ {_esc(ch['remedy'])}[/]")
     return 0
 
 
@@ -401,6 +429,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--include", action="append", default=[], metavar="GLOB",
                    help="only paths (relative to the job folder) matching GLOB; repeatable")
 
+    s = add("doctor", cmd_doctor, "check a host in one round trip: Python, torch/CUDA, GPUs, disks, network, agent")
+    s.add_argument("host", nargs="?", help="host profile (default local)")
+    s.add_argument("--torch-timeout", type=float, default=60.0, help="seconds to wait for 'import torch'")
+
     hp = sub.add_parser("host", help="manage host profiles", description="manage host profiles")
     hsub = hp.add_subparsers(dest="host_command", metavar="ACTION", required=True)
     s = add("add", cmd_host_add, "add a host from its login line (asks the password once, installs a key)", hsub)
@@ -421,6 +453,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--price", type=float)
     s.add_argument("--identity")
     s.add_argument("--shutdown-command")
+    s.add_argument("--network-turbo", choices=["true", "false", "setup", "run"], help="source /etc/network_turbo (AutoDL)")
+    s.add_argument("--hf-endpoint", help="e.g. https://hf-mirror.com ('' clears)")
+    s.add_argument("--pip-index-url", help="pip's index for setup ('' clears)")
+    s.add_argument("--data-disk", help="the fast data disk (default: the preset's)")
+    s.add_argument("--tensorboard-port", type=int)
     add("ls", cmd_host_ls, "list host profiles", hsub)
     s = add("rm", cmd_host_rm, "remove a host profile", hsub)
     s.add_argument("name")

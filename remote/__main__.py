@@ -203,6 +203,12 @@ def cmd_run(root: Root, a: argparse.Namespace) -> int:
     return supervisor.main(root, a.job_id)
 
 
+def cmd_doctor(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+    from remote import doctor
+
+    return doctor.report(root, a.data_disk, a.turbo_file, a.path_prefix, a.torch_timeout)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gpujob-agent")
     p.add_argument("--root", default=os.environ.get("GPUJOB_ROOT", "~/.gpujob"))
@@ -240,6 +246,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("gpus")
     s = sub.add_parser("run")
     s.add_argument("job_id")
+    s = sub.add_parser("doctor")
+    s.add_argument("--data-disk")
+    s.add_argument("--turbo-file")
+    s.add_argument("--path-prefix", default="")
+    s.add_argument("--torch-timeout", type=float, default=60.0)
     return p
 
 

@@ -1,0 +1,137 @@
+"""``gpujob doctor`` over a real sshd: every JSON field on a host without a GPU; AutoDL
+detection from the session's variables; an ``nvidia-smi`` stand-in on PATH for the GPU lines."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli, stop_sshd, wait_port
+
+FIELDS = {
+    "agent": {"version", "protocol", "python", "python_version"},
+    "os": {"name", "kernel", "arch", "hostname"},
+    "torch": {"python", "version", "cuda", "cuda_available", "devices", "error"},
+    "nvidia": {"nvidia_smi", "driver", "cuda", "gpus", "error"},
+    "disks": {"system", "data", "root"},
+    "network_turbo": {"path", "exists"},
+    "platform": {"name", "autodl", "region", "container"},
+    "env": {"HF_ENDPOINT", "HF_HOME", "PIP_INDEX_URL", "http_proxy"},
+}
+TOP = set(FIELDS) | {"login_python", "pythons", "root", "envs", "agent_log_tail", "checks", "host", "preset"}
+
+FAKE_SMI = """#!/bin/sh
+case "$*" in
+  *query-gpu*) echo "0, NVIDIA A100-SXM4-80GB, 535.104.05, 81920, 1024, 7";;
+  *) echo "| NVIDIA-SMI 535.104.05   Driver Version: 535.104.05   CUDA Version: 12.2 |";;
+esac
+"""
+
+
+def no_torch_bin(tmp_path: Path, smi: bool = False) -> Path:
+    """A PATH prefix whose ``python`` is the system one (no torch), maybe with an nvidia-smi stand-in."""
+    d = tmp_path / "bin"
+    d.mkdir(exist_ok=True)
+    (d / "python").symlink_to("/usr/bin/python3")
+    if smi:
+        (d / "nvidia-smi").write_text(FAKE_SMI)
+        (d / "nvidia-smi").chmod(0o755)
+    return d
+
+
+def save_host(sshd, tmp_path: Path, prefix: Path, **kw: object) -> None:
+    from gpujob.hosts import Host, HostStore
+    from gpujob.transport.ssh import public_key_line
+
+    sshd.authorize(public_key_line())
+    HostStore().save(Host(name="box", hostname="127.0.0.1", port=sshd.port, user=os.environ.get("USER", "root"),
+                          root=str(tmp_path / "remote-root"), env={"GPUJOB_PATH_PREFIX": str(prefix)},
+                          connect_timeout=5, **kw))  # type: ignore[arg-type]
+
+
+@pytest.mark.skipif(not Path("/usr/bin/python3").exists(), reason="needs a system python3")
+def test_doctor_json_every_field_without_gpu(sshd, tmp_path: Path) -> None:
+    save_host(sshd, tmp_path, no_torch_bin(tmp_path))
+    r = run_cli("doctor", "box", "--json", timeout=180)
+    assert r.returncode == 0, r.stderr + r.stdout
+    rep = json.loads(r.stdout)
+    assert TOP <= set(rep), TOP - set(rep)
+    for key, sub in FIELDS.items():
+        assert sub <= set(rep[key]), (key, sub - set(rep[key]))
+    assert rep["nvidia"]["gpus"] is None and rep["nvidia"]["driver"] is None
+    assert rep["torch"]["version"] is None and "torch" in (rep["torch"]["error"] or "")
+    assert rep["login_python"] == str(tmp_path / "bin" / "python")
+    assert rep["pythons"][0]["source"] == "login shell" and rep["pythons"][0]["version"]
+    assert rep["disks"]["system"]["free_bytes"] > 0 and rep["disks"]["root"]["path"] == str(tmp_path / "remote-root")
+    levels = {c["name"]: c for c in rep["checks"]}
+    assert levels["gpu"]["level"] == "error" and levels["gpu"]["remedy"]
+    assert levels["torch"]["level"] == "warn" and levels["torch"]["remedy"]
+    assert all(c["level"] in ("ok", "warn", "error") for c in rep["checks"])
+
+    r = run_cli("doctor", "box", timeout=180)  # the human form: one line per check, remedies under
+    assert r.returncode == 0, r.stderr
+    assert "no GPU" in r.stdout and "→" in r.stdout
+
+
+def test_doctor_detects_autodl_and_gpu_stand_in(sshd, tmp_path: Path) -> None:
+    # AutoDL's own variables in every SSH session (sshd SetEnv), a data disk and network_turbo under tmp
+    stop_sshd(sshd)
+    cfg = sshd.dir / "sshd_config"
+    cfg.write_text(cfg.read_text() + "SetEnv AutoDLRegion=westb AutoDLContainerUUID=abc123\n")
+    sshd.proc = subprocess.Popen(["/usr/sbin/sshd" if Path("/usr/sbin/sshd").exists() else "sshd", "-D", "-e", "-f", str(cfg)],
+                                 stderr=open(sshd.dir / "sshd.log", "ab"))
+    wait_port(sshd.port)
+    data = tmp_path / "fs" / "root" / "autodl-tmp"
+    data.mkdir(parents=True)
+    turbo = tmp_path / "fs" / "etc" / "network_turbo"
+    turbo.parent.mkdir()
+    turbo.write_text("export http_proxy=http://127.0.0.1:9\n")
+    from gpujob.hosts import HostStore
+
+    save_host(sshd, tmp_path, no_torch_bin(tmp_path, smi=True), preset="generic", data_disk=str(data),
+              network_turbo=True)
+    store = HostStore()
+    h = store.get("box")
+    h.env["GPUJOB_NETWORK_TURBO_FILE"] = str(turbo)
+    store.save(h)
+    r = run_cli("doctor", "box", "--json", timeout=180)
+    assert r.returncode == 0, r.stderr + r.stdout
+    rep = json.loads(r.stdout)
+    assert rep["platform"] == {"name": "autodl", "autodl": True, "region": "westb", "container": "abc123"}
+    assert rep["nvidia"]["driver"] == "535.104.05" and rep["nvidia"]["cuda"] == "12.2"
+    assert rep["nvidia"]["gpus"][0]["name"] == "NVIDIA A100-SXM4-80GB"
+    assert rep["network_turbo"] == {"path": str(turbo), "exists": True}
+    assert rep["disks"]["data"]["path"] == str(data) and rep["disks"]["data"]["exists"]
+    checks = {c["name"]: c for c in rep["checks"]}
+    assert checks["gpu"]["level"] == "ok"
+    assert checks["platform"]["level"] == "warn" and "--preset autodl" in checks["platform"]["remedy"]
+    assert checks["root"]["level"] == "warn"  # root not on the data disk
+    assert checks["network_turbo"]["level"] == "ok"
+
+
+def test_checks_torch_cannot_use_gpu() -> None:
+    """The judging is a plain function over the report: torch without CUDA beside a GPU is red."""
+    from gpujob.doctor import checks
+    from gpujob.hosts import Host
+
+    rep = {"login_python": "/root/miniconda3/bin/python", "pythons": [],
+           "torch": {"python": "/root/miniconda3/bin/python", "version": "2.1.0+cpu", "cuda": None,
+                     "cuda_available": False, "devices": []},
+           "nvidia": {"driver": "535.104.05", "cuda": "12.2", "gpus": [{"index": 0, "name": "RTX 4090",
+                                                                       "memory_total_mib": 24564}]},
+           "disks": {"system": {"path": "/", "free_bytes": 1024**3, "total_bytes": 30 * 1024**3},
+                     "data": {"path": "/root/autodl-tmp", "free_bytes": 40 * 1024**3, "total_bytes": 50 * 1024**3},
+                     "root": {"path": "/root/autodl-tmp/gpujob", "free_bytes": 40 * 1024**3}},
+           "network_turbo": {"path": "/etc/network_turbo", "exists": False},
+           "platform": {"name": "autodl", "autodl": True, "region": "westb"},
+           "root": "/root/autodl-tmp/gpujob", "agent_log_tail": ["x supervisor j crashed: boom"]}
+    by = {c.name: c for c in checks(rep, Host(name="a", preset="autodl", network_turbo=True))}
+    assert by["torch"].level == "error" and "cu121" in by["torch"].remedy
+    assert by["disk:system"].level == "warn"
+    assert by["network_turbo"].level == "error"
+    assert by["platform"].level == "ok" and "westb" in by["platform"].message
+    assert by["agent log"].level == "warn"
