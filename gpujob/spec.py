@@ -71,6 +71,7 @@ class JobSpec:
         d["data"] = [e["dst"] for e in d["data"]]
         if self.requirements:
             d["requirements"] = Path(self.requirements).name
+        d["notify"] = notify_secrets(self.notify)[0]  # literal secrets go to the 0600 secrets file
         return d
 
 
@@ -170,6 +171,21 @@ TOP_KEYS = [
 RETRY_ON = ["error", "oom", "nan", "nccl", "signal"]
 # Validators of sections that other modules own (notifications, auto-stop): name -> fn(dict) -> errors.
 SECTION_VALIDATORS: dict[str, Callable[[Any], list[str]]] = {}
+
+
+def _register_remote_validators() -> None:
+    """``notify:`` and ``autostop:`` are checked by the agent's own modules (one set of rules)."""
+    from gpujob.bundle import import_remote
+
+    SECTION_VALIDATORS.setdefault("notify", import_remote("notify").validate_channels)
+    SECTION_VALIDATORS.setdefault("autostop", import_remote("autostop").validate)
+
+
+def notify_secrets(notify: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """(``notify`` with each literal secret replaced by ``${GPUJOB_NOTIFY_..}``, {name: value})."""
+    from gpujob.bundle import import_remote
+
+    return import_remote("notify").externalize_secrets(notify)
 
 
 def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) -> JobSpec:
@@ -310,6 +326,7 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
         ctx.err(("host",), "give either host: or nodes:, not both")
 
     sections: dict[str, dict] = {}
+    _register_remote_validators()
     for sec in ("notify", "autostop"):
         val = raw.get(sec) or {}
         if _want(ctx, (sec,), val, dict, "a mapping"):

@@ -1,0 +1,270 @@
+"""Job events → notifications, sent by the agent (standard library only).
+
+The supervisor calls ``Notifier.emit(kind, ...)`` at started / restarted / succeeded /
+failed / autostopped; sends run one at a time in a background thread so the loop never
+blocks. ``Notifier.flush()`` waits for every send to be delivered or to have spent its
+retries (the power-off waits on it).
+
+``lost`` cannot come from the supervisor that died: the agent sends it on its next start
+(any verb: ``gpujob status``, ``ls``, ``submit`` or the idle watcher) for each job found
+lost that has not been announced yet (``lost_notified`` marker in the job folder).
+"""
+
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from remote.layout import JobDir, Root, agent_log, last_json_line, now, tail_lines
+
+TB_ENV = ("AutoDLService6006URL", "AUTODL_SERVICE_6006_URL")
+LOST_MARK = "lost_notified"
+
+
+def _notify():
+    from remote import notify
+
+    return notify
+
+
+def tensorboard_url(spec: Dict[str, Any]) -> Optional[str]:
+    """AutoDL's custom-service URL for port 6006, when this instance has one."""
+    env = dict(os.environ)
+    env.update(spec.get("host_env") or {})
+    for k in TB_ENV:
+        if env.get(k):
+            return env[k]
+    return None
+
+
+def build_event(kind: str, job: JobDir, spec: Dict[str, Any], status: Dict[str, Any], **extra: Any) -> Dict[str, Any]:
+    """The event dict ``notify.render`` turns into a message: job, host, duration, cost, metrics, TB URL."""
+    t = now()
+    started = status.get("started_at") or status.get("submitted_at")
+    ended = status.get("ended_at") or t
+    duration = max(0.0, float(ended) - float(started)) if started else None
+    price = spec.get("price_per_hour")
+    cost = round(duration / 3600.0 * float(price), 4) if duration is not None and price else None
+    metrics = last_json_line(job.metrics) or {}
+    metrics = {k: v for k, v in metrics.items() if isinstance(v, (int, float, str, bool)) and k != "t"}
+    ev = {
+        "event": kind,
+        "job_id": job.id,
+        "name": spec.get("name") or status.get("name"),
+        "host": spec.get("host") or status.get("host"),
+        "state": status.get("state"),
+        "attempt": status.get("attempt"),
+        "duration_s": round(duration, 1) if duration is not None else None,
+        "cost": cost,
+        "currency": spec.get("currency") if cost is not None else None,
+        "metrics": metrics,
+        "tb_url": tensorboard_url(spec),
+        "time": t,
+    }  # type: Dict[str, Any]
+    if kind == "failed":
+        try:
+            from remote import diagnose
+
+            d = diagnose.diagnose(job.log, status.get("exit_code"))
+            ev["diagnosis"] = d.get("summary") or d.get("cause")
+            ev["remedy"] = d.get("remedy")
+        except Exception:
+            pass
+        ev["log_tail"] = tail_lines(job.log, 20)
+    ev.update({k: v for k, v in extra.items() if v is not None})
+    return ev
+
+
+class Notifier:
+    """Sends a job's events in order from one background thread; never raises."""
+
+    def __init__(self, root: Root, job: JobDir, spec: Dict[str, Any], retries: int = 3, backoff: float = 1.0,
+                 timeout: float = 10.0) -> None:
+        self.root, self.job, self.spec = root, job, spec
+        self.cfg = spec.get("notify") or {}
+        self.retries, self.backoff, self.timeout = retries, backoff, timeout
+        self.q = queue.Queue()  # type: queue.Queue
+        self.thread = None  # type: Optional[threading.Thread]
+        self.sent = []  # type: List[Dict[str, Any]]
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.cfg.get("channels"))
+
+    def _log(self, line: str) -> None:
+        try:
+            with open(str(self.job.supervisor_log), "a") as f:
+                f.write("{} {}\n".format(time.strftime("%Y-%m-%d %H:%M:%S"), line))
+        except OSError:
+            pass
+
+    def emit(self, kind: str, status: Dict[str, Any], **extra: Any) -> None:
+        """Queue ``kind`` (its dict is built now, from the job's current files)."""
+        if not self.enabled:
+            return
+        try:
+            notify = _notify()
+            if not any(notify.wants(self.cfg, kind, c) for c in self.cfg.get("channels") or [] if isinstance(c, dict)):
+                return
+            ev = build_event(kind, self.job, self.spec, dict(status), **extra)
+        except Exception as e:
+            self._log("notify {}: could not build the event: {}".format(kind, type(e).__name__))
+            return
+        self.q.put(ev)
+        if self.thread is None or not self.thread.is_alive():
+            self.thread = threading.Thread(target=self._work, name="gpujob-notify", daemon=True)
+            self.thread.start()
+
+    def _work(self) -> None:
+        while True:
+            try:
+                ev = self.q.get(timeout=0.5)
+            except queue.Empty:
+                return
+            try:
+                self.send_now(ev)
+            finally:
+                self.q.task_done()
+
+    def send_now(self, ev: Dict[str, Any]) -> List[Dict[str, Any]]:
+        outcomes = _notify().notify_event(self.cfg, ev, self.job.secrets_data(), str(self.root.root), log=self._log,
+                                          retries=self.retries, backoff=self.backoff, timeout=self.timeout)
+        summary = [{k: o.get(k) for k in ("channel", "ok", "skipped", "attempts", "status", "error")} for o in outcomes]
+        try:
+            self.job.event("notified", kind=ev.get("event"), outcomes=summary)
+        except OSError:
+            pass
+        self.sent.append(ev)
+        return outcomes
+
+    def flush(self, timeout: Optional[float] = None) -> bool:
+        """Wait until every queued event is delivered or has spent its retries."""
+        if timeout is None:
+            n = max(1, len((self.cfg or {}).get("channels") or []))
+            timeout = n * (self.retries + 1) * (self.timeout + self.backoff * 2 ** self.retries) + 5
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.q.unfinished_tasks == 0:
+                return True
+            time.sleep(0.05)
+        return False
+
+
+# ---- lost jobs ------------------------------------------------------------------------------
+
+def lost_candidates(root: Root) -> List[str]:
+    """Jobs that are lost now and whose ``lost`` has not been sent yet (cheap: a folder scan)."""
+    from remote import jobs, procs
+    from remote.layout import TERMINAL
+
+    out = []
+    if not root.jobs.is_dir():
+        return out
+    boot = None
+    for p in root.jobs.iterdir():
+        if (p / LOST_MARK).exists() or not (p / "spec.json").exists():
+            continue
+        job = root.job(p.name)
+        st = job.status()
+        if st.get("state") in TERMINAL and st.get("state") != "lost":
+            continue
+        if not (job.spec_data().get("notify") or {}).get("channels"):
+            continue
+        boot = boot or procs.boot_id()
+        if jobs.live_status(root, job, boot).get("state") == "lost":
+            out.append(p.name)
+    return out
+
+
+def spawn_lost_check(root: Root) -> None:
+    """Hand each newly lost job to a detached ``notify-lost`` process (the verb is not delayed)."""
+    try:
+        found = lost_candidates(root)
+    except Exception:
+        return
+    for job_id in found:
+        mark = root.job(job_id).path / LOST_MARK
+        try:
+            fd = os.open(str(mark), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)  # one sender per job
+            os.write(fd, str(now()).encode())
+            os.close(fd)
+        except OSError:
+            continue
+        env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+        try:
+            subprocess.Popen([sys.executable, "-m", "remote", "--root", str(root.root), "notify_lost", job_id],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True, close_fds=True, env=env)
+        except OSError as e:
+            agent_log(root, "could not start notify-lost for {}: {}".format(job_id, e))
+
+
+def notify_lost(root: Root, job_id: str) -> Dict[str, Any]:
+    """Send ``lost`` for one job (the ``notify-lost`` verb)."""
+    from remote import jobs, procs
+
+    job = root.job(job_id)
+    st = jobs.live_status(root, job, procs.boot_id())
+    spec = job.spec_data()
+    n = Notifier(root, job, spec)
+    ev = build_event("lost", job, spec, st, reason=st.get("lost_reason"))
+    outcomes = n.send_now(ev)  # notify_event applies on:
+    return {"job_id": job_id, "sent": len(outcomes), "ok": sum(1 for o in outcomes if o.get("ok"))}
+
+
+# ---- the supervisor's hooks (each never raises) ----------------------------------------------
+
+_FINAL = {"succeeded": "succeeded", "failed": "failed", "autostopped": "autostopped"}
+
+
+def attach(sup: Any) -> None:
+    """Give a supervisor its notifier and, when the spec has policies, its auto-stop watcher."""
+    try:
+        sup.notifier = Notifier(sup.root, sup.job, sup.spec)
+    except Exception as e:
+        agent_log(sup.root, "notifier for {} not started: {}".format(sup.job.id, e))
+    try:
+        from remote import autostop
+
+        w = autostop.watcher(sup.spec, str(sup.job.path))
+        if w is not None:
+            sup.watchers.append(w)
+    except Exception as e:
+        agent_log(sup.root, "auto-stop for {} not started: {}".format(sup.job.id, e))
+
+
+def emit(sup: Any, kind: str, **extra: Any) -> None:
+    """Queue a notification of ``kind`` for the supervisor's job (background send)."""
+    n = getattr(sup, "notifier", None)
+    if n is not None:
+        try:
+            n.emit(kind, sup.status, **extra)
+        except Exception:
+            pass
+
+
+def on_finish(sup: Any, state: str) -> None:
+    """The job ended: send the last notification, wait for it, then power off when asked."""
+    kind = _FINAL.get(state)
+    if kind:
+        emit(sup, kind, reason=sup.status.get("reason") if kind != "succeeded" else None)
+    n = getattr(sup, "notifier", None)
+    if n is not None:
+        n.flush()
+    try:
+        from remote import power
+
+        power.after_job(sup.root, sup.job, sup.spec, state, tick=sup.heartbeat)
+    except Exception as e:
+        agent_log(sup.root, "power-off after {} failed: {}".format(sup.job.id, e))
+
+
+def started(sup: Any) -> None:
+    """``started`` once per supervisor run (its first attempt); later attempts are ``restarted``."""
+    if not getattr(sup, "_announced_start", False):
+        sup._announced_start = True
+        emit(sup, "started")
