@@ -9,7 +9,14 @@ import sys
 from gpujob.errors import ConnectError, HostError
 from gpujob.hosts import PRESETS, Host, HostStore, detect_preset, parse_ssh_target
 
-DETECT = 'echo "autodl=${AutoDLRegion:-}"; test -d /root/autodl-tmp && echo autodl_tmp=1; echo "vast=${CONTAINER_ID:-}"; echo "runpod=${RUNPOD_POD_ID:-}"'
+# AutoDL's variables may be in the session, only in a login shell, or only in PID 1's environment
+# (the container's own); its data disk is /root/autodl-tmp. One command reads them all.
+_VARS = ("AutoDLRegion", "AutoDLContainerUUID", "CONTAINER_ID", "RUNPOD_POD_ID")
+DETECT = (
+    "{ env; bash -lc env 2>/dev/null; tr '\\0' '\\n' < /proc/1/environ 2>/dev/null; } | grep -E '^("
+    + "|".join(_VARS) + ")=' | sort -u; test -d /root/autodl-tmp && echo autodl_tmp=1; "
+    "test -f /etc/network_turbo && echo network_turbo=1; true"
+)
 
 
 def install_key(host: Host, password: str) -> None:
@@ -31,20 +38,24 @@ def install_key(host: Host, password: str) -> None:
         t.close()
 
 
-def detect_platform(host: Host) -> str:
-    """The preset the instance itself says it is (AutoDL's variables and folders)."""
+def detect_platform(host: Host) -> tuple[str, dict[str, str]]:
+    """The preset the instance itself says it is, and what it said (AutoDL's variables and folders)."""
     from gpujob.transport.ssh import SSHTransport
 
     t = SSHTransport(host)
     try:
-        out = dict(line.split("=", 1) for line in t.run(DETECT).text.splitlines() if "=" in line)
+        out = dict(line.split("=", 1) for line in t.run(DETECT, timeout=60).text.splitlines() if "=" in line)
     finally:
         t.close()
-    if out.get("autodl") or out.get("autodl_tmp"):
+    return platform_of(out), out
+
+
+def platform_of(found: dict[str, str]) -> str:
+    if found.get("AutoDLRegion") or found.get("AutoDLContainerUUID") or found.get("autodl_tmp"):
         return "autodl"
-    if out.get("vast"):
+    if found.get("CONTAINER_ID"):
         return "vast"
-    if out.get("runpod"):
+    if found.get("RUNPOD_POD_ID"):
         return "runpod"
     return "generic"
 
@@ -86,7 +97,16 @@ def add_host(
             install_key(host, password)
             open_client(host, retries=1).close()
         if not preset:
-            host.preset = detect_platform(host)
+            host.preset, found = detect_platform(host)
+            host.region = found.get("AutoDLRegion") or None
+            if host.preset != "generic":
+                p = PRESETS[host.preset]
+                where = f" (region {host.region})" if host.region else ""
+                print(f"detected {host.preset}{where}: preset {host.preset} — root {root or p['root']}, shutdown "
+                      f"{p['shutdown_command'] or 'off'}, TensorBoard port {p['tensorboard_port']}, caches under the root"
+                      + ("; /etc/network_turbo exists (gpujob host set NAME --network-turbo true to use it)"
+                         if found.get("network_turbo") else "")
+                      + f"; change with gpujob host set {name} --preset ...", file=sys.stderr)
     if host.shutdown_command is None:
         host.shutdown_command = PRESETS[host.preset]["shutdown_command"]
     store.save(host)

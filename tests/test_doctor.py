@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli, stop_sshd, wait_port
+from tests.conftest import SSHD, run_cli, stop_sshd, wait_port
 
 FIELDS = {
     "agent": {"version", "protocol", "python", "python_version"},
@@ -77,14 +77,35 @@ def test_doctor_json_every_field_without_gpu(sshd, tmp_path: Path) -> None:
     assert "no GPU" in r.stdout and "→" in r.stdout
 
 
-def test_doctor_detects_autodl_and_gpu_stand_in(sshd, tmp_path: Path) -> None:
-    # AutoDL's own variables in every SSH session (sshd SetEnv), a data disk and network_turbo under tmp
+def autodl_env(sshd) -> None:
+    """Restart the sshd so every session carries AutoDL's own variables (as an AutoDL container does)."""
     stop_sshd(sshd)
     cfg = sshd.dir / "sshd_config"
     cfg.write_text(cfg.read_text() + "SetEnv AutoDLRegion=westb AutoDLContainerUUID=abc123\n")
-    sshd.proc = subprocess.Popen(["/usr/sbin/sshd" if Path("/usr/sbin/sshd").exists() else "sshd", "-D", "-e", "-f", str(cfg)],
-                                 stderr=open(sshd.dir / "sshd.log", "ab"))
+    sshd.proc = subprocess.Popen([SSHD or "sshd", "-D", "-e", "-f", str(cfg)], stderr=open(sshd.dir / "sshd.log", "ab"))
     wait_port(sshd.port)
+
+
+def test_host_add_detects_autodl_and_proposes_the_preset(sshd, tmp_path: Path) -> None:
+    from gpujob.transport.ssh import public_key_line
+
+    autodl_env(sshd)
+    sshd.authorize(public_key_line())
+    r = run_cli("host", "add", "a100", "--ssh", sshd.ssh_line(), "--root", str(tmp_path / "r"), "--json")
+    assert r.returncode == 0, r.stderr + r.stdout
+    prof = json.loads(r.stdout)
+    assert prof["preset"] == "autodl" and prof["region"] == "westb" and prof["shutdown_command"] == "/usr/bin/shutdown"
+    assert "detected autodl (region westb)" in r.stderr and "TensorBoard port 6006" in r.stderr
+    from gpujob.hosts import HostStore
+
+    h = HostStore().get("a100")
+    assert h.data_disk_path == "/root/autodl-tmp" and h.tb_port == 6006
+    assert h.remote_root == str(tmp_path / "r")
+
+
+def test_doctor_detects_autodl_and_gpu_stand_in(sshd, tmp_path: Path) -> None:
+    # AutoDL's own variables in every SSH session (sshd SetEnv), a data disk and network_turbo under tmp
+    autodl_env(sshd)
     data = tmp_path / "fs" / "root" / "autodl-tmp"
     data.mkdir(parents=True)
     turbo = tmp_path / "fs" / "etc" / "network_turbo"
