@@ -294,6 +294,14 @@ class Supervisor:
         if cannot:
             state = "stopped" if self.stop_requested() else "failed"
             return self.finish(state, reason=cannot, exit_code=None)
+        from remote import provision  # setup:/requirements:/python: once per content hash
+
+        try:
+            self.spec["host_env"] = dict(self.spec.get("host_env") or {}, **provision.ensure(
+                self.root, self.job, self.spec, tick=lambda: self.heartbeat() or self.stop_requested()))
+        except provision.SetupFailed as e:
+            stop = self.stop_requested()
+            return self.finish("stopped" if stop else "failed", reason=stop or "setup failed", exit_code=e.rc)
         while True:
             if self.stop_requested():
                 return self.finish("stopped", reason=self.stop_requested(), exit_code=None)
