@@ -314,7 +314,49 @@ def cmd_host_set(args: argparse.Namespace) -> int:
             setattr(host, attr, {"true": True, "false": None}.get(val, val) if attr == "network_turbo" else (val or None))
     store.save(host)
     print(f"host {host.name} = {host.address}")
+    if getattr(args, "idle_shutdown", None) is not None:
+        _idle_shutdown(host, args.idle_shutdown)
     return 0
+
+
+def _idle_shutdown(host: Any, text: str) -> None:
+    """Install (``0``/``off``: remove) the instance's idle watcher: power off after N idle minutes."""
+    import json
+
+    from gpujob.durations import parse_duration
+
+    try:
+        minutes = 0.0 if text.strip().lower() in ("0", "off", "none", "") else parse_duration(text) / 60.0
+    except ValueError as e:
+        raise GpujobError(f"--idle-shutdown: {e}", "e.g. --idle-shutdown 30m (or off)") from None
+    if minutes and not host.shutdown_command:
+        raise HostError(f"host {host.name} has no shutdown command", f"set one: gpujob host set {host.name} --shutdown-command CMD")
+    res = _agent(host.name).call("idle_shutdown", ["--minutes", repr(minutes)],
+                                 input=json.dumps({"command": host.shutdown_command}).encode())
+    if minutes:
+        print(f"idle shutdown on {host.name}: after {text} with no job and no SSH session (watcher pid {res.get('pid')})")
+    else:
+        print(f"idle shutdown on {host.name}: off")
+
+
+def cmd_notify_test(args: argparse.Namespace) -> int:
+    from gpujob.bundle import import_remote
+    from gpujob.notify_test import format_outcomes, notify_test, secrets_from_env
+    from gpujob.spec import load_spec
+
+    spec = load_spec(args.job_file)
+    if not (spec.notify or {}).get("channels"):
+        raise GpujobError(f"{spec.source} has no notify channels", "add notify: {channels: [...]} (see docs/notifications.md)")
+    secrets = secrets_from_env(import_remote("notify").secret_names(spec.notify))
+    outcomes = notify_test(spec.notify, secrets, job_name=spec.name)
+    if args.json:
+        from gpujob.ui import print_json
+
+        print_json(outcomes)
+    else:
+        for line in format_outcomes(outcomes):
+            print(line)
+    return 0 if all(o.get("ok") for o in outcomes) else 1
 
 
 def cmd_host_ls(args: argparse.Namespace) -> int:
@@ -433,6 +475,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("host", nargs="?", help="host profile (default local)")
     s.add_argument("--torch-timeout", type=float, default=60.0, help="seconds to wait for 'import torch'")
 
+    np_ = sub.add_parser("notify", help="notifications", description="notifications")
+    nsub = np_.add_subparsers(dest="notify_command", metavar="ACTION", required=True)
+    s = add("test", cmd_notify_test, "send a test message to each notify channel of a job file, from here", nsub)
+    s.add_argument("job_file", nargs="?", help="job YAML (default ./job.yaml)")
+
     hp = sub.add_parser("host", help="manage host profiles", description="manage host profiles")
     hsub = hp.add_subparsers(dest="host_command", metavar="ACTION", required=True)
     s = add("add", cmd_host_add, "add a host from its login line (asks the password once, installs a key)", hsub)
@@ -458,6 +505,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--pip-index-url", help="pip's index for setup ('' clears)")
     s.add_argument("--data-disk", help="the fast data disk (default: the preset's)")
     s.add_argument("--tensorboard-port", type=int)
+    s.add_argument("--idle-shutdown", metavar="DURATION", help="power the instance off after this long with no job "
+                   "and no SSH session, e.g. 30m (off: never); a watcher on the instance checks")
     add("ls", cmd_host_ls, "list host profiles", hsub)
     s = add("rm", cmd_host_rm, "remove a host profile", hsub)
     s.add_argument("name")

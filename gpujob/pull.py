@@ -112,4 +112,8 @@ def pull(agent: Agent, job: str, dest: Path, what: str = "all", metric: str | No
             rc = s.wait()
         if rc != 0:
             raise RemoteError(f"pull failed on {agent.host.name}: {s.stderr_text()[-500:]}", "run pull again")
+    try:  # an agent waiting to power off (autostop.pull_before_shutdown) may go on now
+        agent.call("pulled", ["--job", job_id])
+    except GpujobError:
+        pass
     return {"job_id": job_id, "dest": str(target), "selected": doc.get("selected"), "unchanged": same, **res}

@@ -27,6 +27,9 @@ def collect_secrets(spec: JobSpec, extra_names: list[str] | None = None) -> dict
             f"secret(s) {', '.join(missing)} not set on this machine",
             "export them in your shell (or put NAME=value lines in the gpujob secrets file); nothing was sent",
         )
+    from gpujob.spec import notify_secrets
+
+    values.update(notify_secrets(spec.notify)[1])  # literal keys written in notify: travel here, not in spec.json
     return values
 
 

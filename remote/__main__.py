@@ -251,6 +251,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--turbo-file")
     s.add_argument("--path-prefix", default="")
     s.add_argument("--torch-timeout", type=float, default=60.0)
+    s = sub.add_parser("notify_lost")
+    s.add_argument("job_id")
+    s = sub.add_parser("pulled")
+    s.add_argument("--job", required=True)
+    s = sub.add_parser("idle_shutdown")
+    s.add_argument("--minutes", type=float, default=0.0)
+    s = sub.add_parser("idle_watch")
+    s.add_argument("--minutes", type=float, required=True)
+    s.add_argument("--poll", type=float, default=30.0)
     return p
 
 
@@ -263,6 +272,10 @@ def main(argv: List[str]) -> int:
     root = Root(args.root)
     load_agent_env(root)
     handler = globals()["cmd_" + args.verb]
+    if args.verb not in ("run", "notify_lost", "idle_watch"):
+        from remote import events  # a job found lost is announced once, by a detached sender
+
+        events.spawn_lost_check(root)
     try:
         result = handler(root, args)
     except AgentError as e:

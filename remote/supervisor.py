@@ -25,6 +25,12 @@ ROTATE_EVERY = 5.0  # seconds between checkpoint rotations while a job runs
 QUEUE_POLL = float(os.environ.get("GPUJOB_QUEUE_POLL", "5"))
 
 
+def _events():
+    from remote import events
+
+    return events
+
+
 def _checkpoints():
     from remote import checkpoints
 
@@ -95,6 +101,7 @@ class Supervisor:
         self.oom_before: Optional[int] = None
         self.watchers: List[Any] = []  # objects with tick(sup) -> Optional[reason to stop]
         self.add_own_watchers()
+        _events().attach(self)  # notifications and auto-stop policies
 
     def add_own_watchers(self) -> None:
         """GPU sampling into gpu.jsonl and checkpoint rotation run beside every attempt."""
@@ -159,7 +166,8 @@ class Supervisor:
         env.update(launch.node_env(self.spec))
         env.update(self.spec.get("host_env") or {})
         env.update(self.spec.get("env") or {})
-        env.update(self.job.secrets_data())
+        wanted = set(self.spec.get("secrets") or [])  # notification keys stay with the agent
+        env.update({k: v for k, v in self.job.secrets_data().items() if k in wanted})
         return env
 
     def ckpt_dir(self) -> Path:
@@ -182,6 +190,7 @@ class Supervisor:
         attempts.append({"n": attempt, "started_at": now(), "resume": resume, "pid": self.child.pid,
                          "batch_divisor": int(self.status.get("batch_divisor", 1))})
         self.set_state("running", attempt=attempt, child_pid=self.child.pid, started_at=self.status.get("started_at") or now())
+        _events().started(self)
 
     def stop_requested(self) -> Optional[str]:
         if self.terminated:
@@ -341,6 +350,7 @@ class Supervisor:
             backoff = float(retry.get("backoff", 10)) * (2 ** max(0, attempt - 1 - int(self.status.get("restart_base", 0))))
             self.set_state("restarting", reason=cause, exit_code=rc, next_attempt_at=now() + backoff)
             self.job.event("restart", attempt=attempt + 1, cause=cause, exit_code=rc)
+            _events().emit(self, "restarted", reason=diag.get("summary") or cause, diagnosis=diag.get("summary"))
             deadline = time.time() + min(backoff, 3600)
             while time.time() < deadline and not self.stop_requested():
                 self.heartbeat()
@@ -349,6 +359,7 @@ class Supervisor:
     def finish(self, state: str, **changes: Any) -> str:
         self.set_state(state, ended_at=now(), child_pid=None, gpus_held=False, waiting_for_gpus=False, **changes)
         self.job.event("finished", state=state)
+        _events().on_finish(self, state)  # last notification delivered, then power-off if asked
         return state
 
 
