@@ -8,8 +8,8 @@ from gpujob.agent import Agent
 
 
 def job_cost(job: dict[str, Any]) -> dict[str, Any]:
-    """One job's line: the agent's estimate (``cost`` in its status record) plus identity."""
-    c = job.get("cost") or {}
+    """One job's line: the agent's estimate (``billing`` in its status record) plus identity."""
+    c = job.get("billing") or {}
     return {
         "job_id": job.get("job_id"), "host": job.get("host"), "state": job.get("state"),
         "elapsed_s": c.get("elapsed_s"), "cost": c.get("cost"), "currency": c.get("currency"),

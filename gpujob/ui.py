@@ -97,7 +97,7 @@ def job_panel(j: dict[str, Any]) -> Any:
     m = j.get("last_metrics") or {}
     if m:
         t.add_row("metrics", "  ".join(f"{k}={_fmt(v)}" for k, v in m.items() if k != "t"))
-    est = j.get("cost") if isinstance(j.get("cost"), dict) else {}
+    est = j.get("billing") or {}
     if est.get("projected_cost") is not None:
         t.add_row("projection", f"{est['projected_cost']:.2f} {est.get('currency') or ''} in all, "
                   f"done in {format_duration(est.get('eta_s'))} (step {est.get('step')}/{est.get('max_steps')})")

@@ -162,7 +162,7 @@ def describe(root: Root, job_id: str, detail: bool = False) -> Dict[str, Any]:
     from remote import cost
 
     spec = job.spec_data()
-    st["cost"] = cost.estimate(st, spec, job.metrics, st["now"])
+    st["billing"] = cost.estimate(st, spec, job.metrics, st["now"])
     if detail:
         st["spec"] = {k: v for k, v in job.spec_data().items() if k not in ("host_env",)}
         if st.get("state") in ("failed", "restarting"):
