@@ -38,7 +38,7 @@ def procs_per_node(spec: Dict[str, Any]) -> int:
     return max(1, gpu_count())
 
 
-def torchrun_args(spec: Dict[str, Any]) -> List[str]:
+def torchrun_args(spec: Dict[str, Any], attempt: int = 1) -> List[str]:
     node = spec.get("node") or {}
     retry = spec.get("retry") or {}
     args = ["--nproc-per-node={}".format(procs_per_node(spec))]
@@ -46,15 +46,21 @@ def torchrun_args(spec: Dict[str, Any]) -> List[str]:
         return ["--standalone"] + args
     return args + [
         "--nnodes={}".format(node["num_nodes"]),
-        "--node-rank={}".format(node["rank"]),
         "--rdzv-backend=c10d",
         "--rdzv-endpoint={}:{}".format(node["master_addr"], node.get("port", RDZV_PORT)),
+        # torchrun restarts its workers in place (--max-restarts); a node whose supervisor
+        # restarts torchrun rejoins the same rendezvous, which runs on the first node
         "--rdzv-id={}".format(node.get("rdzv_id") or spec.get("job_id") or spec["name"]),
         "--max-restarts={}".format(int(retry.get("max_restarts", 0))),
+        # the first node hosts the rendezvous store: say so, rather than let torchrun guess
+        # from host names (which a container's /etc/hosts often gets wrong)
+        "--rdzv-conf=is_host={}".format(1 if int(node["rank"]) == 0 else 0),
+        # the address the other nodes reach this one at (the master address workers connect to)
+        "--local-addr={}".format(node["addrs"][int(node["rank"])]),
     ]
 
 
-def command(spec: Dict[str, Any]) -> str:
+def command(spec: Dict[str, Any], attempt: int = 1) -> str:
     """The shell command the supervisor runs for ``spec``."""
     run = spec["run"]
     if spec.get("launcher") != "torchrun":
@@ -65,7 +71,7 @@ def command(spec: Dict[str, Any]) -> str:
         if m and not m.group(4).startswith("-c "):
             indent, py, _flags, rest = m.groups()
             lines[i] = "{}{} -m torch.distributed.run {} {}".format(
-                indent, py, " ".join(shlex.quote(a) for a in torchrun_args(spec)), rest)
+                indent, py, " ".join(shlex.quote(a) for a in torchrun_args(spec, attempt)), rest)
             return "\n".join(lines)
     return run
 

@@ -72,7 +72,10 @@ def start_sshd(base: Path, host_key: Path | None = None, port: int | None = None
         f"Port {port}\nListenAddress 127.0.0.1\nHostKey {host_key}\nAuthorizedKeysFile {ak}\n"
         f"PidFile {base / 'sshd.pid'}\nStrictModes no\nUsePAM no\nPasswordAuthentication no\n"
         "KbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\nAllowTcpForwarding yes\n"
-        "ClientAliveInterval 0\nMaxSessions 50\nMaxStartups 50\nLogLevel ERROR\n"
+        "ClientAliveInterval 0\nMaxSessions 50\nMaxStartups 50\n"
+        # login shells of this image run `pyenv rehash`, which waits up to 60 s on a lock
+        # when many sessions start at once
+        "SetEnv PYENV_REHASH_TIMEOUT=1\nLogLevel ERROR\n"
     )
     Path("/run/sshd").mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(cfg)], stderr=open(base / "sshd.log", "ab"))

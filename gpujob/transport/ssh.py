@@ -284,7 +284,8 @@ class SSHTransport(Transport):
                 break
             if deadline and time.monotonic() > deadline:
                 chan.close()
-                raise TimeoutError(f"remote command timed out after {timeout}s")
+                raise ConnectError(f"{self.host.address} did not answer a command within {timeout:.0f}s",
+                                   "the instance may be overloaded or the link stalled: run the command again")
         rc = chan.recv_exit_status()
         chan.close()
         return Result(rc, bytes(out), bytes(err))

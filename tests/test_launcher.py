@@ -1,0 +1,208 @@
+"""torchrun jobs: several CPU processes (gloo) on one host, and two nodes in network namespaces."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, Sshd, run_cli, stop_sshd
+from tests.test_first_path import job_processes, submit, wait_state
+
+DDP = REPO / "tests" / "ddp_job"
+
+
+def ddp_job(tmp_path: Path, **spec: object) -> Path:
+    d = tmp_path / "ddp"
+    shutil.copytree(DDP, d)
+    base = {"name": "ddp", "launcher": "torchrun", "gpus": 2, "run": "python train.py --steps 20 --save-every 10"}
+    base.update(spec)
+    (d / "job.yaml").write_text(json.dumps(base))
+    return d / "job.yaml"
+
+
+def test_launch_command_rewrites_leading_python() -> None:
+    sys.path.insert(0, str(REPO))
+    from remote import launch
+
+    spec = {"name": "x", "run": "pip list\npython -u train.py --lr 3e-4", "launcher": "torchrun", "gpus": 2}
+    assert launch.command(spec).splitlines() == [
+        "pip list", "python -m torch.distributed.run --standalone --nproc-per-node=2 train.py --lr 3e-4"]
+    spec = {"name": "x", "run": "python3 -m pkg.train", "launcher": "torchrun", "gpus": 1, "job_id": "j",
+            "node": {"num_nodes": 2, "rank": 1, "master_addr": "10.0.0.1"}, "retry": {"max_restarts": 2}}
+    cmd = launch.command(spec, attempt=3)
+    assert "--nnodes=2" in cmd and "--rdzv-backend=c10d" in cmd and "--rdzv-endpoint=10.0.0.1:29400" in cmd
+    assert "--rdzv-id=j " in cmd and "--max-restarts=2" in cmd and cmd.endswith("-m pkg.train")
+    assert launch.command({"name": "x", "run": "python train.py", "launcher": "none"}) == "python train.py"
+
+
+def test_two_cpu_processes_on_one_host(tmp_path: Path) -> None:
+    job_id = submit("local", ddp_job(tmp_path))["job_id"]
+    st = wait_state("local", job_id, ("succeeded", "failed"), timeout=120)
+    assert st["state"] == "succeeded", run_cli("tail", job_id, "-n", "40").stdout
+    jd = Path(os.environ["GPUJOB_LOCAL_ROOT"]) / "jobs" / job_id
+    digests = {(jd / f"params-rank{r}.txt").read_text() for r in (0, 1)}
+    assert len(digests) == 1  # DDP kept both ranks identical
+    assert [c["name"] for c in st["checkpoints"] if c["complete"]][-1] == "step-20"
+
+
+def test_nodes_spec_validation(tmp_path: Path) -> None:
+    from gpujob.errors import SpecError
+    from gpujob.spec import load_spec
+
+    job = ddp_job(tmp_path, nodes=["a", "b"], launcher="none")
+    with pytest.raises(SpecError, match="several nodes need launcher: torchrun"):
+        load_spec(job)
+
+
+# ---- two instances in network namespaces --------------------------------------------------
+def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(["ip", *args], capture_output=True, text=True, check=check)
+
+
+@pytest.fixture
+def two_nodes(tmp_path: Path) -> Iterator[list[Sshd]]:
+    """Two "instances": network namespaces on a bridge (10.231.0.1, .2), each with its own sshd."""
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        msg = "network namespaces need root and iproute2"
+        if os.environ.get("CI"):
+            pytest.fail(msg)
+        pytest.skip(msg)
+    tag = str(os.getpid() % 10000)
+    br, nss = f"gjbr{tag}", [f"gjns{tag}a", f"gjns{tag}b"]
+    made: list[Sshd] = []
+    try:
+        _ip("link", "add", br, "type", "bridge")
+        _ip("addr", "add", "10.231.0.254/24", "dev", br)
+        _ip("link", "set", br, "up")
+        for i, ns in enumerate(nss, start=1):
+            _ip("netns", "add", ns)
+            _ip("link", "add", f"gjv{tag}{i}", "type", "veth", "peer", "name", "gjeth0", "netns", ns)
+            _ip("link", "set", f"gjv{tag}{i}", "master", br, "up")
+            _ip("-n", ns, "addr", "add", f"10.231.0.{i}/24", "dev", "gjeth0")
+            _ip("-n", ns, "link", "set", "gjeth0", "up")
+            _ip("-n", ns, "link", "set", "lo", "up")
+            made.append(_sshd_in(ns, f"10.231.0.{i}", tmp_path / f"node{i}"))
+        yield made
+    finally:
+        for s in made:
+            stop_sshd(s)
+        for ns in nss:
+            for pid in _ip("netns", "pids", ns, check=False).stdout.split():
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except OSError:
+                    pass
+            _ip("netns", "del", ns, check=False)
+        _ip("link", "del", br, check=False)
+
+
+def _sshd_in(ns: str, addr: str, base: Path) -> Sshd:
+    from tests.conftest import SSHD
+
+    assert SSHD
+    base.mkdir(parents=True)
+    key = base / "hostkey"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    ak = base / "authorized_keys"
+    ak.touch()
+    cfg = base / "sshd_config"
+    cfg.write_text(
+        f"Port 22\nListenAddress {addr}\nHostKey {key}\nAuthorizedKeysFile {ak}\nPidFile {base / 'pid'}\n"
+        "StrictModes no\nUsePAM no\nPasswordAuthentication no\nPermitRootLogin prohibit-password\n"
+        "MaxSessions 50\nMaxStartups 50\n"
+        # login shells of this image run `pyenv rehash`, which waits up to 60 s on a lock
+        # when many sessions start at once
+        "SetEnv PYENV_REHASH_TIMEOUT=1\nLogLevel ERROR\n")
+    Path("/run/sshd").mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen(["ip", "netns", "exec", ns, SSHD, "-D", "-e", "-f", str(cfg)],
+                            stderr=open(base / "sshd.log", "ab"))
+    deadline = time.time() + 10
+    import socket
+
+    while time.time() < deadline:
+        try:
+            socket.create_connection((addr, 22), timeout=0.5).close()
+            break
+        except OSError:
+            time.sleep(0.1)
+    else:
+        raise RuntimeError(f"sshd in {ns} did not start: {(base / 'sshd.log').read_text()}")
+    return Sshd(22, base, key, ak, proc)
+
+
+def test_two_node_job_trains_stays_identical_and_resumes(two_nodes: list[Sshd], tmp_path: Path) -> None:
+    from gpujob.hosts import Host, HostStore
+    from gpujob.transport.ssh import public_key_line
+
+    shared = tmp_path / "shared-fs"  # both "instances" see it, as AutoDL's autodl-fs
+    store = HostStore()
+    for i, s in enumerate(two_nodes, start=1):
+        s.authorize(public_key_line())
+        store.save(Host(name=f"node{i}", hostname=f"10.231.0.{i}", port=22, user="root",
+                        root=str(tmp_path / f"root{i}"), connect_timeout=5,
+                        env={"GPUJOB_PATH_PREFIX": str(Path(sys.executable).parent), "GLOO_SOCKET_IFNAME": "gjeth0"}))
+    job = ddp_job(tmp_path, gpus=1, nodes=["node1", "node2"], checkpoint={"dir": str(shared), "keep": 10},
+                  retry={"max_restarts": 2, "backoff": "1s"}, run="python train.py --steps 60 --save-every 10 --sleep 0.1")
+    r = run_cli("submit", str(job), "--json", timeout=180)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    job_id = res["job_id"]
+    assert [n["host"] for n in res["nodes"]] == ["node1", "node2"]
+
+    # both nodes train; once a checkpoint exists, kill every process of the job on node 2
+    deadline = time.time() + 90
+    while time.time() < deadline and not list((shared / job_id).glob("step-20/.gpujob-complete")):
+        time.sleep(0.3)
+    assert list((shared / job_id).glob("step-20/.gpujob-complete")), _debug(job_id, tmp_path)
+    node2 = tmp_path / "root2" / "jobs" / job_id
+    sup2 = json.loads((node2 / "status.json").read_text())["child_pid"]
+    pids = [p for p in job_processes(job_id) if _is_under(p, tmp_path / "root2")] or [sup2]
+    for p in pids:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except OSError:
+            pass
+
+    deadline = time.time() + 150
+    st: dict = {}
+    while time.time() < deadline:
+        st = json.loads(run_cli("status", job_id, "--json").stdout)
+        if st["state"] in ("succeeded", "failed"):
+            break
+        time.sleep(1)
+    log = run_cli("tail", job_id, "-n", "200").stdout
+    assert st["state"] == "succeeded", log
+    assert {n["state"] for n in st["nodes"]} == {"succeeded"}
+    assert "[node 0]" in log and "[node 1]" in log and "resumed from" in log
+    d1 = (tmp_path / "root1" / "jobs" / job_id / "params-rank0.txt").read_text()
+    d2 = (node2 / "params-rank1.txt").read_text()
+    assert d1 == d2  # the parameters are identical on both nodes
+    assert any(a.get("resume") for a in json.loads((node2 / "status.json").read_text())["attempts"][1:])
+
+
+def _is_under(pid: int, root: Path) -> bool:
+    try:
+        env = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return False
+    return f"GPUJOB_JOB_DIR={root}".encode() in env
+
+
+def _debug(job_id: str, tmp_path: Path) -> str:
+    out = []
+    for i in (1, 2):
+        jd = tmp_path / f"root{i}" / "jobs" / job_id
+        for name in ("output.log", "agent.log", "status.json"):
+            p = jd / name
+            out.append(f"--- node{i} {name}\n" + (p.read_text()[-3000:] if p.exists() else "(none)"))
+    out.append(subprocess.run(["ps", "-eo", "pid,stat,etime,args"], capture_output=True, text=True).stdout[-4000:])
+    return "\n".join(out)
