@@ -33,6 +33,21 @@ def collect_secrets(spec: JobSpec, extra_names: list[str] | None = None) -> dict
     return values
 
 
+def keep_secret_job_file_home(spec: JobSpec) -> None:
+    """A job file with literal secrets in ``notify:`` is not uploaded (its values go in the secrets file)."""
+    from pathlib import Path
+
+    from gpujob.spec import notify_secrets
+
+    if not notify_secrets(spec.notify)[1]:
+        return
+    try:
+        rel = Path(spec.source).resolve().relative_to(Path(spec.workdir))
+    except ValueError:
+        return
+    spec.exclude.append("/" + rel.as_posix())
+
+
 def secret_refs(spec: JobSpec) -> list[str]:
     """Names written as ``${NAME}`` anywhere in ``notify:`` (channel URLs, tokens, passwords)."""
     import re
@@ -56,6 +71,7 @@ def secret_refs(spec: JobSpec) -> list[str]:
 def submit(agent: Agent, spec: JobSpec, host: Host, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Sync the code and data, then create and start the job. Returns the agent's answer."""
     secrets = collect_secrets(spec, secret_refs(spec))
+    keep_secret_job_file_home(spec)
     report = sync_job(agent, spec, spec.name, progress)
     request = {
         "spec": spec.to_remote(),

@@ -1,0 +1,155 @@
+"""No secret value anywhere: remote files, local config, logs, agent log, notifications, ``ps``, CLI output."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+from tests.test_events import Hook
+
+HOOK_TOKEN = "hooktok-51e0c9a2b7d4"  # from the secrets file, used as ${HOOK_TOKEN} in the URL
+SIGN_KEY = "signkey-3c8e1f70aa92"  # a literal in the job file (moved to the secrets file on submit)
+API_KEY = "apikey-7d2b9e4c1f08"  # a job secret (secrets: [MY_API_KEY]) from the environment
+SECRETS = [HOOK_TOKEN, SIGN_KEY, API_KEY]
+
+JOB = r'''
+import json, os, time
+print("has key:", "MY_API_KEY" in os.environ, "notify vars:", sum(k.startswith("GPUJOB_NOTIFY") for k in os.environ), flush=True)
+stop = os.environ["GPUJOB_STOP_FILE"]
+open(stop + ".watch", "w").close()
+i = 0
+while not os.path.exists(stop):
+    i += 1
+    with open(os.environ["GPUJOB_METRICS_FILE"], "a") as m:
+        m.write(json.dumps({"step": i, "loss": 1.0 / i}) + "\n")
+    time.sleep(0.2)
+print("saved", flush=True)
+'''
+
+
+def found_in(text: str) -> list[str]:
+    return [s for s in SECRETS if s in text]
+
+
+@pytest.fixture
+def hook():
+    h = Hook()
+    yield h
+    h.server.shutdown()
+    h.server.server_close()
+
+
+def test_no_secret_anywhere(ssh_host: str, tmp_path: Path, hook: Hook, isolated: Path,
+                            monkeypatch: pytest.MonkeyPatch) -> None:
+    isolated.mkdir(parents=True, exist_ok=True)
+    sf = isolated / "secrets.env"
+    sf.write_text(f"HOOK_TOKEN={HOOK_TOKEN}\n")
+    sf.chmod(0o600)
+    monkeypatch.setenv("MY_API_KEY", API_KEY)
+    base = hook.url.rsplit("/", 1)[0]
+    d = tmp_path / "proj"
+    d.mkdir()
+    (d / "main.py").write_text(JOB)
+    (d / "job.yaml").write_text(json.dumps({
+        "name": "secretive", "run": "python main.py", "secrets": ["MY_API_KEY"],
+        "autostop": {"max_runtime": "4s", "check_every": "1s"},
+        "notify": {"on": ["started", "autostopped"],
+                   "channels": [{"type": "webhook", "url": base + "/${HOOK_TOKEN}", "secret": SIGN_KEY}]},
+    }))
+    r = run_cli("submit", str(d / "job.yaml"), "--host", ssh_host, "--json")
+    assert r.returncode == 0, r.stderr + r.stdout
+    job_id = json.loads(r.stdout)["job_id"]
+    assert not found_in(r.stdout + r.stderr)
+
+    hook.wait_for("started", 30)
+    deadline, seen = time.time() + 20, False
+    while time.time() < deadline and not seen:  # every snapshot while the job starts and runs
+        ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+        assert not found_in(ps), ps
+        seen = "python main.py" in ps
+        time.sleep(0.2)
+    assert seen
+
+    g = hook.wait_for("autostopped", 60)
+    assert g["path"] == f"/hook/{HOOK_TOKEN}"  # the secret reached the endpoint, and only its URL
+    outputs = []
+    for args in (("status", job_id), ("ls",), ("tail", job_id, "-n", "100")):
+        r = run_cli(*args, "--host", ssh_host, "--json")
+        assert r.returncode == 0, r.stderr
+        outputs.append(r.stdout + r.stderr)
+    for out in outputs:
+        assert not found_in(out), out
+    for req in hook.got:
+        assert not found_in(req["raw"].decode()), req["raw"]
+        assert not found_in(json.dumps({k: v for k, v in req["headers"].items()}))
+
+    root = tmp_path / "remote-root"
+    secrets_file = root / "jobs" / job_id / "secrets.json"
+    assert secrets_file.stat().st_mode & 0o777 == 0o600
+    assert set(json.loads(secrets_file.read_text()).values()) == set(SECRETS)
+    scanned = 0
+    for base_dir, skip in ((root, secrets_file), (isolated, sf)):
+        for p in base_dir.rglob("*"):
+            if p.is_file() and not p.is_symlink() and p != skip:
+                data = p.read_bytes().decode("utf-8", "replace")
+                assert not found_in(data), p
+                scanned += 1
+    assert scanned > 20
+    log = (root / "jobs" / job_id / "output.log").read_text()
+    assert "has key: True notify vars: 0" in log and "saved" in log
+    assert (root / "agent.log").exists() or (root / "jobs" / job_id / "agent.log").exists()
+
+
+def test_idle_watcher_powers_off_only_when_idle(ssh_host: str, tmp_path: Path) -> None:
+    import paramiko
+
+    from gpujob.hosts import HostStore
+    from gpujob.transport.ssh import open_client
+
+    root = tmp_path / "remote-root"
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "agent.env").write_text("GPUJOB_IDLE_POLL=0.5\n")
+    log = tmp_path / "shutdown.log"
+    stand_in = tmp_path / "fake-shutdown"
+    stand_in.write_text(f'#!/bin/sh\necho "$(date +%s.%N) idle shutdown" >> {log}\n')
+    stand_in.chmod(0o755)
+    d = tmp_path / "p"
+    d.mkdir()
+    (d / "main.py").write_text("import time\ntime.sleep(4)\nprint('done')\n")
+    (d / "job.yaml").write_text(json.dumps({"name": "short", "run": "python main.py"}))
+
+    # an interactive SSH session (a tty): the watcher must wait for it too
+    client: paramiko.SSHClient = open_client(HostStore().get(ssh_host))
+    shell = client.invoke_shell()
+    time.sleep(0.5)
+    r = run_cli("submit", str(d / "job.yaml"), "--host", ssh_host, "--json")
+    assert r.returncode == 0, r.stderr
+    job_id = json.loads(r.stdout)["job_id"]
+    r = run_cli("host", "set", ssh_host, "--shutdown-command", str(stand_in), "--idle-shutdown", "2s")
+    assert r.returncode == 0, r.stderr + r.stdout
+    deadline = time.time() + 30
+    st: dict = {}
+    while time.time() < deadline:
+        st = json.loads(run_cli("status", job_id, "--host", ssh_host, "--json").stdout)
+        if st["state"] == "succeeded":
+            break
+        time.sleep(0.5)
+    assert st["state"] == "succeeded"
+    time.sleep(3.5)  # idle long enough, but the tty session is open
+    assert not log.exists(), "powered off under an open SSH session"
+    shell.close()
+    client.close()
+    closed_at = time.time()
+    deadline = time.time() + 20
+    while time.time() < deadline and not log.exists():
+        time.sleep(0.2)
+    assert log.exists(), "the idle watcher never powered off"
+    shut_at = float(log.read_text().split()[0])
+    assert shut_at >= st["ended_at"] + 2 and shut_at >= closed_at + 1.5
+    assert os.path.exists(root / "idle-watch.json")
