@@ -51,6 +51,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
     from gpujob.submit import submit
 
     spec = load_spec(args.job_file, args.set)
+    if spec.nodes and not args.host:
+        return _submit_nodes(args, spec)
     host = _store().get(args.host or spec.host)
     from gpujob.agent import connect_agent
 
@@ -97,6 +99,35 @@ def cmd_submit(args: argparse.Namespace) -> int:
     return 0
 
 
+def _submit_nodes(args: argparse.Namespace, spec: Any) -> int:
+    from gpujob import index
+    from gpujob.nodes import submit_nodes
+
+    store = _store()
+    hosts = [store.get(n) for n in spec.nodes]
+    res = submit_nodes(spec, hosts)
+    index.record(res["job_id"], res["host"], spec.name)
+    if args.json:
+        from gpujob.ui import print_json
+
+        print_json(res)
+    else:
+        print(f"{res['job_id']} submitted to {len(hosts)} nodes: {res['host']}")
+        print(f"  follow: gpujob tail {res['job_id']} -f    status: gpujob status {res['job_id']}")
+    if args.follow:
+        return cmd_tail(argparse.Namespace(job=res["job_id"], host=None, follow=True, lines=0, node=None))
+    return 0
+
+
+def _node_hosts(args: argparse.Namespace) -> list[Any] | None:
+    """The hosts of a job over several nodes (from the local index), else None."""
+    name = _host_for_job(args)
+    if not name or "," not in name:
+        return None
+    store = _store()
+    return [store.get(n) for n in name.split(",")]
+
+
 def _follow(host_name: str | None, job: str) -> int:
     from gpujob import jobs
     from gpujob.agent import connect_agent
@@ -130,8 +161,22 @@ def cmd_status(args: argparse.Namespace) -> int:
     from gpujob.ui import console, job_panel, print_json
 
     if not args.job:
+        if getattr(args, "watch", False):
+            return _watch_ls(args)
         return cmd_ls(args)
-    st = jobs.status(_agent(_host_for_job(args)), args.job)
+    nodes = _node_hosts(args)
+    if nodes:
+        from gpujob.nodes import aggregate, on_nodes
+
+        st = aggregate(args.job, nodes, on_nodes(nodes, lambda a: jobs.status(a, args.job)))
+    else:
+        from gpujob import watch
+
+        agent = _agent(_host_for_job(args))
+        if getattr(args, "watch", False) and not args.json:
+            st = watch.live(agent, args.job, args.interval)
+            return 0
+        st = watch.fetch(agent, args.job)
     if args.json:
         print_json(st)
     else:
@@ -170,17 +215,124 @@ def cmd_tail(args: argparse.Namespace) -> int:
     from gpujob import jobs
     from gpujob.agent import connect_agent
 
-    host = _store().get(_host_for_job(args))
     out = sys.stdout.buffer
 
     def write(b: bytes) -> None:
         out.write(b)
         out.flush()
 
+    nodes = _node_hosts(args)
+    if nodes and getattr(args, "node", None) is None:
+        import threading
+
+        from gpujob.nodes import PrefixWriter
+
+        pw = PrefixWriter(write)
+        threads = [
+            threading.Thread(target=jobs.follow_logs, args=(lambda h=h: connect_agent(h), args.job, pw.for_node(r)),
+                             kwargs={"lines": args.lines, "follow": args.follow}, daemon=True)
+            for r, h in enumerate(nodes)
+        ]
+        for t in threads:
+            t.start()
+        try:
+            for t in threads:
+                while t.is_alive():
+                    t.join(0.5)
+        except KeyboardInterrupt:
+            return 130
+        return 0
+    host = nodes[args.node] if nodes else _store().get(_host_for_job(args))
+    grep, as_json, since = getattr(args, "grep", None), getattr(args, "json", False), _since(getattr(args, "since", None))
+    flt = jobs.LineFilter(write, grep, as_json) if grep or as_json else None
     try:
-        jobs.follow_logs(lambda: connect_agent(host), args.job, write, lines=args.lines, follow=args.follow)
+        jobs.follow_logs(lambda: connect_agent(host), args.job, flt or write, lines=None if since is not None else args.lines,
+                         follow=args.follow, since=since, on_start=flt.start if flt else None)
     except KeyboardInterrupt:
         return 130
+    finally:
+        if flt:
+            flt.flush()
+    return 0
+
+
+def _since(value: str | None) -> float | None:
+    """``--since``: a duration before now (10m, 2h) as a negative number, or a date as epoch seconds."""
+    if not value:
+        return None
+    from gpujob.durations import parse_duration
+
+    try:
+        return -max(parse_duration(value), 0.001)
+    except ValueError:
+        pass
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(value).timestamp()
+    except ValueError:
+        raise GpujobError(f"--since {value!r} is neither a duration nor a date",
+                          "write 10m, 2h, 1d or a local time like 2026-11-30T09:30") from None
+
+
+def _watch_ls(args: argparse.Namespace) -> int:
+    from gpujob import index, jobs
+    from gpujob.watch import live_table
+
+    names = [args.host] if getattr(args, "host", None) else (index.hosts() or ["local"])
+    agents = {n: _agent(n) for n in names}  # one connection per host, one command per refresh
+
+    def fetch_all() -> list[dict[str, Any]]:
+        out = []
+        for name, agent in agents.items():
+            for j in jobs.ls(agent):
+                j["host"] = j.get("host") or name
+                out.append(j)
+        return out
+
+    live_table(fetch_all, args.interval)
+    return 0
+
+
+def cmd_tunnel(args: argparse.Namespace) -> int:
+    from gpujob.tunnel import run_tunnel
+    from gpujob.ui import console, print_json
+
+    store = _store()
+    names = {h.name for h in store.all()} | {"local"}
+    job = None if args.target in names and not args.host else args.target
+    host = store.get(args.target if job is None else _host_for_job(argparse.Namespace(job=job, host=args.host)))
+    remote_port = args.remote_port or 6006
+
+    def ready(info: dict[str, Any]) -> None:
+        if args.json:
+            print_json(info)
+            sys.stdout.flush()
+            return
+        c = console()
+        if info.get("note"):
+            c.print(f"[yellow]{info['note']}[/]")
+        what = f"TensorBoard of {info['job_id']}" if job else f"port {remote_port} of {host.name}"
+        c.print(f"{what}: [bold]{info['url']}[/]   (Ctrl-C to stop the tunnel)")
+        if info.get("autodl_url"):
+            c.print(f"AutoDL custom service: {info['autodl_url']}")
+
+    try:
+        run_tunnel(host, remote_port, args.local_port, job, ready)
+    except KeyboardInterrupt:
+        return 0
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from gpujob.plot import plot_job
+    from gpujob.ui import console, print_json
+
+    res = plot_job(_agent(_host_for_job(args)), args.job, Path(args.output or f"{args.job}.png"))
+    if args.json:
+        print_json(res)
+    else:
+        console().print(f"{res['job_id']}: {', '.join(res['keys'])} → {res['path']}")
     return 0
 
 
@@ -188,7 +340,13 @@ def cmd_stop(args: argparse.Namespace) -> int:
     from gpujob import jobs
     from gpujob.ui import console, print_json
 
-    st = jobs.stop(_agent(_host_for_job(args)), args.job, wait=args.wait)
+    nodes = _node_hosts(args)
+    if nodes:
+        from gpujob.nodes import aggregate, on_nodes
+
+        st = aggregate(args.job, nodes, on_nodes(nodes, lambda a: jobs.stop(a, args.job, wait=args.wait)))
+    else:
+        st = jobs.stop(_agent(_host_for_job(args)), args.job, wait=args.wait)
     if args.json:
         print_json(st)
     else:
@@ -417,6 +575,41 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---- templates and data ------------------------------------------------------------------
+def cmd_init(args: argparse.Namespace) -> int:
+    from gpujob.init import init_template, list_templates
+    from gpujob.ui import print_json
+
+    if args.list:
+        items = list_templates()
+        if args.json:
+            print_json(items)
+        else:
+            for t in items:
+                print(f"{t['name']:<12} {t['description']}")
+        return 0
+    written = init_template(args.template, Path(args.dir), force=args.force)
+    if args.json:
+        print_json({"template": args.template, "files": [str(p) for p in written]})
+    else:
+        for p in written:
+            print(f"wrote {p}")
+        print(f"next: gpujob submit {Path(args.dir) / 'job.yaml'} --follow")
+    return 0
+
+
+def cmd_data_check(args: argparse.Namespace) -> int:
+    from gpujob.datacheck import check_jsonl, format_report
+    from gpujob.ui import print_json
+
+    rep = check_jsonl(args.file, text_field=args.text_field, label_field=args.label_field)
+    if args.json:
+        print_json(rep.to_json())
+    else:
+        print(format_report(rep))
+    return 0 if rep.ok else 1
+
+
 # ---- parser ------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -439,6 +632,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = add("status", cmd_status, "a job's state, metrics and diagnosis (no JOB: the job list)")
     s.add_argument("job", nargs="?")
     s.add_argument("--host")
+    s.add_argument("-w", "--watch", action="store_true", help="refresh in place (one remote command per refresh)")
+    s.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes with -w")
     s = add("ls", cmd_ls, "list jobs (one remote command per host)")
     s.add_argument("--host")
     s = add("tail", cmd_tail, "print a job's output; -f follows and survives sleep and network drops")
@@ -446,6 +641,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--host")
     s.add_argument("-f", "--follow", action="store_true")
     s.add_argument("-n", "--lines", type=int, default=20)
+    s.add_argument("--since", help="start at lines written in the last 10m/2h/1d, or since a date (docs/json.md)")
+    s.add_argument("--grep", metavar="REGEX", help="only lines matching REGEX (Python syntax)")
+    s.add_argument("--node", type=int, help="one node of a job over several (default: all, prefixed)")
     s = add("stop", cmd_stop, "stop a job (its code may checkpoint first); no process of it remains")
     s.add_argument("job")
     s.add_argument("--host")
@@ -458,6 +656,15 @@ def build_parser() -> argparse.ArgumentParser:
     s = add("agent-log", cmd_agent_log, "the last lines of the agent's own log on a host (its errors)")
     s.add_argument("host", nargs="?", help="host profile (default local)")
     s.add_argument("-n", "--lines", type=int, default=50)
+    s = add("tunnel", cmd_tunnel, "TensorBoard of a job (or any port of a host) on a local port, until Ctrl-C")
+    s.add_argument("target", metavar="JOB|HOST")
+    s.add_argument("--host", help="the job's host (default: where it was submitted)")
+    s.add_argument("--remote-port", type=int, default=6006, help="port on the instance (default 6006: TensorBoard)")
+    s.add_argument("--local-port", type=int, help="local port (default: the remote one, or the next free)")
+    s = add("plot", cmd_plot, "draw a job's loss and metric curves to a PNG (needs matplotlib)")
+    s.add_argument("job")
+    s.add_argument("-o", "--output", help="the PNG (default JOB.png)")
+    s.add_argument("--host")
     s = add("pull", cmd_pull, "copy a job's checkpoints and logs here")
     s.add_argument("job")
     s.add_argument("dest", nargs="?", default="gpujob-pulls")
@@ -479,6 +686,18 @@ def build_parser() -> argparse.ArgumentParser:
     nsub = np_.add_subparsers(dest="notify_command", metavar="ACTION", required=True)
     s = add("test", cmd_notify_test, "send a test message to each notify channel of a job file, from here", nsub)
     s.add_argument("job_file", nargs="?", help="job YAML (default ./job.yaml)")
+
+    s = add("init", cmd_init, "write a job (job.yaml, training script, requirements, sample data) from a template")
+    s.add_argument("dir", nargs="?", default=".")
+    s.add_argument("-t", "--template", default="causal-lm", help="causal-lm, seq-cls or custom (see --list)")
+    s.add_argument("--list", action="store_true", help="describe each template")
+    s.add_argument("--force", action="store_true", help="overwrite existing files")
+    dp = sub.add_parser("data", help="check data before uploading it", description="check data before uploading it")
+    dsub = dp.add_subparsers(dest="data_command", metavar="ACTION", required=True)
+    s = add("check", cmd_data_check, "lint a jsonl file: parse errors, missing fields, empty texts, duplicates, stats", dsub)
+    s.add_argument("file")
+    s.add_argument("--text-field", default="text")
+    s.add_argument("--label-field", default=None)
 
     hp = sub.add_parser("host", help="manage host profiles", description="manage host profiles")
     hsub = hp.add_subparsers(dest="host_command", metavar="ACTION", required=True)

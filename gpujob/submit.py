@@ -68,8 +68,14 @@ def secret_refs(spec: JobSpec) -> list[str]:
     return found
 
 
-def submit(agent: Agent, spec: JobSpec, host: Host, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
-    """Sync the code and data, then create and start the job. Returns the agent's answer."""
+def submit(
+    agent: Agent, spec: JobSpec, host: Host, progress: Callable[[int, int], None] | None = None, *,
+    job_id: str | None = None, node: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Sync the code and data, then create and start the job. Returns the agent's answer.
+
+    ``job_id`` and ``node`` are given for a job over several nodes (see gpujob.nodes).
+    """
     secrets = collect_secrets(spec, secret_refs(spec))
     keep_secret_job_file_home(spec)
     report = sync_job(agent, spec, spec.name, progress)
@@ -82,6 +88,9 @@ def submit(agent: Agent, spec: JobSpec, host: Host, progress: Callable[[int, int
         "currency": host.currency,
         "shutdown_command": host.shutdown_command,
         "secrets": secrets,
+        "job_id": job_id,
+        "node": node,
+        "cpu_fallback": host.kind == "local",  # try a GPU job on a laptop's CPU; a rented host must have its GPUs
     }
     import json
 

@@ -159,8 +159,9 @@ def wanted(spec: Dict[str, Any]) -> Optional[int]:
     g = spec.get("gpus")
     if g in (None, 0, "0"):
         return None
-    if spec.get("launcher") == "torchrun" and query(spec.get("host_env", {}).get("GPUJOB_PATH_PREFIX", "")) is None:
-        return None
+    cpu_ok = spec.get("launcher") == "torchrun" or spec.get("cpu_fallback")
+    if cpu_ok and query(spec.get("host_env", {}).get("GPUJOB_PATH_PREFIX", "")) is None:
+        return None  # torchrun starts N CPU processes; the local host tries GPU jobs on its CPU
     if g == "all":
         return -1
     return int(g)

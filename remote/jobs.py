@@ -91,7 +91,8 @@ def submit(root: Root, request: Dict[str, Any]) -> Dict[str, Any]:
     snapshot(code, job.code)
     spec = dict(spec, project=project, host=request.get("host"), host_env=request.get("host_env") or {},
                 price_per_hour=request.get("price_per_hour"), currency=request.get("currency", "CNY"),
-                shutdown_command=request.get("shutdown_command"), node=request.get("node"), job_id=job_id)
+                shutdown_command=request.get("shutdown_command"), node=request.get("node"), job_id=job_id,
+                cpu_fallback=bool(request.get("cpu_fallback")))
     write_json(job.spec, spec)
     secrets = request.get("secrets") or {}
     if secrets:

@@ -100,6 +100,9 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("GPUJOB_CONNECT_RETRIES", "1")
     monkeypatch.setenv("GPUJOB_NO_SSH_AGENT", "1")
     monkeypatch.setenv("GPUJOB_HEARTBEAT", "1")
+    # this image's login shells run `pyenv rehash`, which waits up to 60 s on a lock file
+    # that a job killed mid-start can leave behind
+    monkeypatch.setenv("PYENV_REHASH_TIMEOUT", "1")
     return cfg
 
 
