@@ -392,7 +392,9 @@ def cmd_pull(args: argparse.Namespace) -> int:
             bar.update(task, completed=done, total=total)
 
     try:
-        res = pull(_agent(_host_for_job(args)), args.job, Path(args.dest), what, metric, args.include, progress_cb)
+        nodes = _node_hosts(args)  # a job over several nodes: rank 0's node (the checkpoints are shared)
+        agent = _agent(nodes[0].name) if nodes else _agent(_host_for_job(args))
+        res = pull(agent, args.job, Path(args.dest), what, metric, args.include, progress_cb)
     finally:
         if bar:
             bar.stop()
@@ -464,6 +466,8 @@ def cmd_host_set(args: argparse.Namespace) -> int:
             setattr(host, "identity_file" if attr == "identity" else attr, val)
     if args.price is not None:
         host.price_per_hour = args.price
+    if getattr(args, "private_address", None) is not None:
+        host.private_address = args.private_address or None
     if args.shutdown_command is not None:
         host.shutdown_command = args.shutdown_command or None
     for attr in ("network_turbo", "hf_endpoint", "pip_index_url", "data_disk", "tensorboard_port"):  # "" clears
@@ -719,6 +723,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--price", type=float)
     s.add_argument("--identity")
     s.add_argument("--shutdown-command")
+    s.add_argument("--private-address", help="the address other nodes reach this host at (several-node jobs)")
     s.add_argument("--network-turbo", choices=["true", "false", "setup", "run"], help="source /etc/network_turbo (AutoDL)")
     s.add_argument("--hf-endpoint", help="e.g. https://hf-mirror.com ('' clears)")
     s.add_argument("--pip-index-url", help="pip's index for setup ('' clears)")
