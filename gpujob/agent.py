@@ -52,7 +52,7 @@ class Agent:
         return (
             self._prelude()
             + f'if [ ! -f "$A/ok" ]; then echo gpujob-agent-missing >&2; exit {NEED_AGENT}; fi; '
-            + f'PY=$(cat "$A/python"); exec env PYTHONPATH="$A" "$PY" -m remote --root "$R" {argv}'
+            + f'PY=$(cat "$A/python"); cd "$A" && exec env PYTHONPATH="$A" "$PY" -m remote --root "$R" {argv}'
         )
 
     def _install_command(self) -> str:

@@ -173,7 +173,13 @@ class Supervisor:
     def ckpt_dir(self) -> Path:
         """``<job>/ckpt``, or ``<checkpoint.dir>/<job id>`` on shared storage (multi-node)."""
         shared = self.spec.get("checkpoint_dir")
-        return Path(os.path.expanduser(shared)) / self.job.id if shared else self.job.ckpt
+        if not shared:
+            return self.job.ckpt
+        path = Path(os.path.expanduser(shared)) / self.job.id
+        if not os.path.lexists(str(self.job.ckpt)):
+            path.mkdir(parents=True, exist_ok=True)
+            os.symlink(str(path), str(self.job.ckpt))  # status and pull see it as <job>/ckpt
+        return path
 
     def start_attempt(self, attempt: int) -> None:
         resume = latest_resume(self.ckpt_dir())
@@ -181,7 +187,7 @@ class Supervisor:
         log = open(str(self.job.log), "ab")
         try:
             self.child = subprocess.Popen(
-                ["bash", "-lc", PATH_PREFIX + launch.command(self.spec)], cwd=str(self.job.code), env=self.env(attempt, resume),
+                ["bash", "-lc", PATH_PREFIX + launch.command(self.spec, attempt)], cwd=str(self.job.code), env=self.env(attempt, resume),
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             )
         finally:
