@@ -127,6 +127,8 @@ class Notifier:
                 return
             try:
                 self.send_now(ev)
+            except Exception as e:  # never let one event end the sender
+                self._log("notify {}: {}".format(ev.get("event"), type(e).__name__))
             finally:
                 self.q.task_done()
 
@@ -135,8 +137,8 @@ class Notifier:
                                           retries=self.retries, backoff=self.backoff, timeout=self.timeout)
         summary = [{k: o.get(k) for k in ("channel", "ok", "skipped", "attempts", "status", "error")} for o in outcomes]
         try:
-            self.job.event("notified", kind=ev.get("event"), outcomes=summary)
-        except OSError:
+            self.job.event("notified", about=ev.get("event"), outcomes=summary)
+        except (OSError, TypeError, ValueError):
             pass
         self.sent.append(ev)
         return outcomes
