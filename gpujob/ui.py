@@ -75,44 +75,75 @@ def _fmt(v: Any) -> str:
     return "-" if v is None else str(v)
 
 
+def _gpu_line(gpu: dict[str, Any] | None) -> str | None:
+    if not gpu:
+        return None
+    avg = {g.get("index"): g for g in gpu.get("avg") or []}
+    parts = []
+    for g in gpu.get("now") or []:
+        a = avg.get(g.get("index")) or {}
+        mem = f"{(g.get('mem_used') or 0) / 1024:.1f}/{(g.get('mem_total') or 0) / 1024:.1f} GiB"
+        parts.append(f"#{g.get('index')} {_fmt(g.get('util'))}% {mem}"
+                     + (f" (avg {_fmt(a.get('util'))}%, {(a.get('mem_used') or 0) / 1024:.1f} GiB)" if a else ""))
+    return "   ".join(parts) or None
+
+
 def job_panel(j: dict[str, Any]) -> Any:
-    """The detail view of ``gpujob status JOB``."""
+    """The detail view of ``gpujob status JOB`` (a plain record, or one from ``watch.status_doc``)."""
+    from rich.markup import escape
     from rich.table import Table
 
     state = j.get("state", "?")
     t = Table.grid(padding=(0, 2))
     t.add_column(style="bold")
     t.add_column()
-    t.add_row("job", j.get("job_id", "?"))
-    t.add_row("host", str(j.get("host") or "-"))
-    t.add_row("state", f"[{STATE_STYLE.get(state, 'white')}]{state}[/]" + (f"  ({j['reason']})" if j.get("reason") else "")
-              + (f"  ({j['lost_reason']})" if j.get("lost_reason") else ""))
-    t.add_row("attempt", str(j.get("attempt") or 0))
-    t.add_row("elapsed", format_duration(elapsed(j)))
+    t.add_row("job", j.get("job_id", "?") + (f"  on {j['host']}" if j.get("host") else ""))
+    t.add_row("state", f"[{STATE_STYLE.get(state, 'white')}]{state}[/]" + (f"  ({escape(str(j['reason']))})" if j.get("reason") else "")
+              + (f"  ({escape(str(j['lost_reason']))})" if j.get("lost_reason") else "")
+              + f"   attempt {j.get('attempt') or 0}")
+    m = j.get("latest_metrics") or j.get("last_metrics") or {}
+    if m.get("step") is not None or m.get("epoch") is not None:
+        prog = f"step {_fmt(m.get('step'))}" + (f"/{j['max_steps']}" if j.get("max_steps") else "")
+        if m.get("epoch") is not None:
+            prog += f"   epoch {_fmt(m.get('epoch'))}"
+        if j.get("steps_per_s"):
+            prog += f"   {j['steps_per_s']:.3g} steps/s"
+        if j.get("eta_s") is not None:
+            prog += f"   ETA {format_duration(j['eta_s'])}"
+        t.add_row("progress", prog)
+    lk = j.get("loss_key") or ("loss" if "loss" in m else None)
+    if lk and m.get(lk) is not None:
+        hist = [p[1] for p in (j.get("series") or {}).get(lk) or []]
+        t.add_row(lk, f"{_fmt(m.get(lk))}  [cyan]{sparkline(hist, 40)}[/]")
+    ev = j.get("eval_metrics") or {}
+    if ev:
+        t.add_row("eval", "  ".join(f"{k}={_fmt(v)}" for k, v in ev.items()))
+    others = {k: v for k, v in m.items() if k not in ("t", "step", "epoch", lk, "max_steps") and k not in ev}
+    if others:
+        t.add_row("metrics", "  ".join(f"{k}={_fmt(v)}" for k, v in others.items()))
+    g = _gpu_line(j.get("gpu"))
+    if g:
+        t.add_row("gpu", g)
     c = cost(j)
-    if c != "-":
-        t.add_row("cost", f"{c} {(j.get('spec') or {}).get('currency', '')}")
-    if j.get("exit_code") is not None:
-        t.add_row("exit code", str(j["exit_code"]))
-    m = j.get("last_metrics") or {}
-    if m:
-        t.add_row("metrics", "  ".join(f"{k}={_fmt(v)}" for k, v in m.items() if k != "t"))
+    t.add_row("elapsed", format_duration(elapsed(j)) + (f"   cost {c} {(j.get('spec') or {}).get('currency', '')}" if c != "-" else ""))
     est = j.get("billing") or {}
     if est.get("projected_cost") is not None:
         t.add_row("projection", f"{est['projected_cost']:.2f} {est.get('currency') or ''} in all, "
                   f"done in {format_duration(est.get('eta_s'))} (step {est.get('step')}/{est.get('max_steps')})")
     if j.get("queue_position"):
         t.add_row("queue", f"#{j['queue_position']} for GPUs" + (f"  ({j['queue_reason']})" if j.get("queue_reason") else ""))
+    if j.get("exit_code") is not None:
+        t.add_row("exit code", str(j["exit_code"]))
     d = j.get("diagnosis")
     if d:
-        t.add_row("cause", f"[red]{d.get('summary')}[/]" + (f"  at {d['where']}" if d.get("where") else ""))
-        t.add_row("remedy", d.get("remedy") or "")
+        t.add_row("cause", f"[red]{escape(str(d.get('summary')))}[/]" + (f"  at {escape(str(d['where']))}" if d.get("where") else ""))
+        t.add_row("remedy", escape(d.get("remedy") or ""))
     ck = j.get("checkpoints") or []
     if ck:
         done = [c["name"] for c in ck if c.get("complete")]
         t.add_row("checkpoints", f"{len(done)} complete, newest {done[-1] if done else '-'}")
     if j.get("last_line"):
-        t.add_row("last line", j["last_line"])
+        t.add_row("last line", escape(j["last_line"]))
     return t
 
 

@@ -118,6 +118,10 @@ def cmd_logs(root: Root, a: argparse.Namespace) -> None:
     job = root.job(job_id)
     out = sys.stdout.buffer
     offset = a.offset if a.lines is None else _offset_of_last_lines(job.log, a.lines)
+    if a.since is not None:
+        from remote import observe
+
+        offset = observe.offset_since(job, a.since if a.since > 0 else time.time() + a.since)
     out.write("gpujob-log {} {}\n".format(job_id, offset).encode())
     out.flush()
     idle_since = time.time()
@@ -140,6 +144,18 @@ def cmd_logs(root: Root, a: argparse.Namespace) -> None:
         if st.get("state") in TERMINAL and time.time() - idle_since > 0.5:
             return
         time.sleep(0.25)
+
+
+def cmd_watch(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+    from remote import observe
+
+    return observe.watch(root, a.job, a.points)
+
+
+def cmd_tb(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+    from remote import observe
+
+    return observe.tensorboard(root, a.job, a.port, a.wait)
 
 
 def cmd_agentlog(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
@@ -241,6 +257,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--offset", type=int, default=0)
     s.add_argument("--follow", action="store_true")
     s.add_argument("--lines", type=int)
+    s.add_argument("--since", type=float, help="epoch seconds (<= 0: seconds before now): start at the first line written then or later")
+    s = sub.add_parser("watch")
+    s.add_argument("--job", required=True)
+    s.add_argument("--points", type=int, default=60, help="metric points per key (0: all)")
+    s = sub.add_parser("tb")
+    s.add_argument("--job", required=True)
+    s.add_argument("--port", type=int, default=6006)
+    s.add_argument("--wait", type=float, default=60.0)
     s = sub.add_parser("agentlog")
     s.add_argument("--lines", type=int, default=50)
     sub.add_parser("gpus")

@@ -122,6 +122,9 @@ class Supervisor:
         self.status["heartbeat"] = now()
         self.job.write_status(self.status)
         self.last_beat = time.time()
+        from remote.observe import index_log_size  # T SIZE of output.log, for tail --since
+
+        index_log_size(self.job)
 
     def set_state(self, state: str, **changes: Any) -> None:
         old = self.status.get("state")

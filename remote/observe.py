@@ -1,0 +1,277 @@
+"""Seeing a run from the instance: one document per refresh, TensorBoard, log offsets by time.
+
+``watch`` answers everything ``gpujob status JOB`` shows in one round trip: the job's
+detail, its metric history (down-sampled), GPU samples summarised, derived rates.
+"""
+
+import json
+import os
+import re
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+from remote import jobs
+from remote.layout import JobDir, Root, read_json, write_json
+
+PATH_PREFIX = 'if [ -n "${GPUJOB_PATH_PREFIX:-}" ]; then export PATH="$GPUJOB_PATH_PREFIX:$PATH"; fi\n'
+MAX_READ = 32 << 20  # at most this much of a .jsonl file's end is read
+MARKER = re.compile(rb"^==> gpujob: .*\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\]$")
+
+
+def _read_jsonl(path: Path, max_bytes: int = MAX_READ) -> List[Dict[str, Any]]:
+    try:
+        with open(str(path), "rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))
+            data = f.read()
+    except OSError:
+        return []
+    lines = data.split(b"\n")
+    if size > max_bytes:
+        lines = lines[1:]  # the first one is cut
+    out = []
+    for line in lines:
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line.decode("utf-8", "replace"))
+        except ValueError:
+            continue
+        if isinstance(rec, dict):
+            out.append(rec)
+    return out
+
+
+def downsample(rows: List[Any], points: int) -> List[Any]:
+    """At most ``points`` rows spread evenly, always keeping the first and the last."""
+    if points <= 0 or len(rows) <= points:
+        return rows
+    if points == 1:
+        return rows[-1:]
+    step = (len(rows) - 1) / float(points - 1)
+    return [rows[int(round(i * step))] for i in range(points)]
+
+
+def gpu_summary(path: Path) -> Optional[Dict[str, Any]]:
+    """The newest sample and per-GPU averages over ``gpu.jsonl``; None when there is none."""
+    samples = [s for s in _read_jsonl(path, 8 << 20) if isinstance(s.get("gpus"), list)]
+    if not samples:
+        return None
+    sums = {}  # type: Dict[int, Dict[str, float]]
+    for s in samples:
+        for g in s["gpus"]:
+            acc = sums.setdefault(int(g.get("index", 0)), {"util": 0.0, "mem_used": 0.0, "n": 0.0})
+            acc["util"] += float(g.get("util") or 0)
+            acc["mem_used"] += float(g.get("mem_used") or 0)
+            acc["n"] += 1
+    avg = [{"index": i, "util": round(a["util"] / a["n"], 1), "mem_used": round(a["mem_used"] / a["n"], 1)}
+           for i, a in sorted(sums.items())]
+    return {"now": samples[-1]["gpus"], "t": samples[-1].get("t"), "avg": avg, "samples": len(samples)}
+
+
+def watch(root: Root, ref: str, points: int = 60) -> Dict[str, Any]:
+    """The job's detail, its metric series and GPU summary, in one document."""
+    job_id = jobs.resolve(root, ref)
+    job = root.job(job_id)
+    detail = jobs.describe(root, job_id, detail=True)
+    rows = _read_jsonl(job.metrics)
+    keys = []  # type: List[str]
+    for r in rows:
+        for k, v in r.items():
+            if k not in ("t", "step", "epoch") and isinstance(v, (int, float)) and not isinstance(v, bool) and k not in keys:
+                keys.append(k)
+    series = {}  # type: Dict[str, List[List[Any]]]
+    for k in keys:
+        pts = [[r.get("step"), r[k], r.get("t")] for r in rows if isinstance(r.get(k), (int, float))]
+        series[k] = downsample(pts, points)
+    last = {}  # type: Dict[str, Any]
+    for r in rows:  # the newest value of every key (eval metrics come on their own lines)
+        last.update(r)
+    timed = [(float(r["t"]), float(r["step"])) for r in rows
+             if isinstance(r.get("t"), (int, float)) and isinstance(r.get("step"), (int, float))]
+    return {"job": detail, "series": series, "latest": last, "rows": len(rows),
+            "rate": _rate(timed), "gpu": gpu_summary(job.gpu), "now": time.time()}
+
+
+def _rate(timed: List[Tuple[float, float]]) -> Optional[float]:
+    """Steps per second over the newest stretch of one attempt (at most the last 50 points)."""
+    pts = timed[-50:]
+    # keep the tail after the last step decrease (a restart resumes from an older step)
+    for i in range(len(pts) - 1, 0, -1):
+        if pts[i][1] < pts[i - 1][1]:
+            pts = pts[i:]
+            break
+    if len(pts) < 2 or pts[-1][0] <= pts[0][0]:
+        return None
+    return (pts[-1][1] - pts[0][1]) / (pts[-1][0] - pts[0][0])
+
+
+# ---- log offsets by time -------------------------------------------------------------------
+def _parse_marker_time(stamp: bytes) -> float:
+    return time.mktime(time.strptime(stamp.decode(), "%Y-%m-%d %H:%M:%S"))
+
+
+def offset_since(job: JobDir, since: float) -> int:
+    """The byte offset of the first line written at or after ``since`` (epoch seconds).
+
+    Sources, finest first: the supervisor's size index ``output.log.idx`` (``T SIZE`` per
+    heartbeat: SIZE bytes existed at T), then the attempt markers' timestamps. The offset
+    is the largest known position written before ``since``, moved to a line start; a
+    log untouched since then gives its end.
+    """
+    log = job.log
+    try:
+        st = log.stat()
+    except OSError:
+        return 0
+    if st.st_mtime < since:
+        return st.st_size
+    best = 0
+    try:
+        with open(str(job.path / "output.log.idx")) as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) == 2 and float(parts[0]) <= since:
+                    best = max(best, int(parts[1]))
+    except (OSError, ValueError):
+        pass
+    if not best:  # no index: the newest marker before since
+        pos = 0
+        with open(str(log), "rb") as f:
+            for line in f:
+                m = MARKER.match(line.rstrip(b"\n"))
+                if m and _parse_marker_time(m.group(1)) <= since:
+                    best = pos
+                pos += len(line)
+    return _line_start(log, min(best, st.st_size))
+
+
+def _line_start(path: Path, offset: int) -> int:
+    """``offset`` if a line starts there, else the start of the next line."""
+    if offset <= 0:
+        return 0
+    with open(str(path), "rb") as f:
+        f.seek(offset - 1)
+        pos = offset - 1
+        while True:
+            block = f.read(65536)
+            if not block:
+                return pos
+            i = block.find(b"\n")
+            if i >= 0:
+                return pos + i + 1
+            pos += len(block)
+
+
+# ---- TensorBoard ---------------------------------------------------------------------------
+def _listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def autodl_url(port: int) -> Optional[str]:
+    """The AutoDL custom-service URL for ``port`` (6006/6008), from our or PID 1's environment."""
+    key = "AutoDLService{}URL".format(port)
+    if os.environ.get(key):
+        return os.environ[key]
+    try:
+        with open("/proc/1/environ", "rb") as f:
+            for item in f.read().split(b"\0"):
+                if item.startswith(key.encode() + b"="):
+                    return item.split(b"=", 1)[1].decode("utf-8", "replace") or None
+    except OSError:
+        pass
+    return None
+
+
+def tb_dir(job: JobDir) -> str:
+    spec = job.spec_data()
+    tb = spec.get("tensorboard_logdir")
+    return str((job.code / tb).resolve()) if tb else str(job.tb)
+
+
+def tensorboard(root: Root, ref: str, port: int, wait: float = 60.0) -> Dict[str, Any]:
+    """Start TensorBoard on the job's tb folder on ``port`` unless something serves there.
+
+    Detached (own session), with the job's interpreter: the run command's login shell,
+    PATH and environment. Returns what serves the port and the AutoDL URL if exposed.
+    """
+    job_id = jobs.resolve(root, ref)
+    job = root.job(job_id)
+    logdir = tb_dir(job)
+    url = autodl_url(port)
+    if _listening(port):
+        info = read_json(job.path / "tensorboard.json", {}) or {}
+        return {"job_id": job_id, "port": port, "started": False, "logdir": logdir, "pid": info.get("pid"),
+                "autodl_url": url}
+    Path(logdir).mkdir(parents=True, exist_ok=True)
+    spec = job.spec_data()
+    env = dict(os.environ)
+    for k in list(env):
+        if k.startswith("GPUJOB_") or k == "PYTHONPATH":
+            env.pop(k)
+    env.update(spec.get("host_env") or {})
+    env.update(spec.get("env") or {})
+    bind = "0.0.0.0" if url else "127.0.0.1"
+    cmd = PATH_PREFIX + "exec python3 -m tensorboard.main --logdir {} --port {} --host {} --reload_interval 5".format(
+        _q(logdir), int(port), bind)
+    log_path = job.path / "tensorboard.log"
+    log = open(str(log_path), "ab")
+    start = log_path.stat().st_size
+    p = subprocess.Popen(["bash", "-lc", cmd], cwd=str(job.path), env=env, stdin=subprocess.DEVNULL, stdout=log,
+                         stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+    log.close()
+    write_json(job.path / "tensorboard.json", {"pid": p.pid, "port": port, "logdir": logdir, "started_at": time.time()})
+    deadline = time.time() + wait
+    while time.time() < deadline:
+        if _listening(port):
+            return {"job_id": job_id, "port": port, "started": True, "logdir": logdir, "pid": p.pid, "autodl_url": url}
+        if p.poll() is not None:
+            break
+        time.sleep(0.2)
+    try:
+        with open(str(log_path), "rb") as f:
+            f.seek(start)
+            out = f.read().decode("utf-8", "replace")
+    except OSError:
+        out = ""
+    if p.poll() is None:
+        p.kill()
+    if "No module named" in out and "tensorboard" in out:
+        raise jobs.AgentError(
+            "TensorBoard is not installed in the job's environment on this host",
+            "install it where the job's python3 is: gpujob's run command environment, e.g. "
+            "`pip install tensorboard` in that env (then retry gpujob tunnel)", "tb_missing")
+    raise jobs.AgentError("TensorBoard did not start on port {}: {}".format(port, out.strip()[-600:] or "no output"),
+                          "see {}; another port: gpujob tunnel JOB --remote-port N".format(log_path), "tb_failed")
+
+
+def _q(s: str) -> str:
+    return "'" + s.replace("'", "'\"'\"'") + "'"
+
+
+_indexed = {}  # type: Dict[str, int]
+
+
+def index_log_size(job: JobDir) -> None:
+    """Append ``T SIZE`` to ``output.log.idx`` when the log grew (the supervisor's heartbeat)."""
+    try:
+        size = job.log.stat().st_size
+    except OSError:
+        return
+    key = str(job.path)
+    if _indexed.get(key) == size:
+        return
+    _indexed[key] = size
+    try:
+        with open(str(job.path / "output.log.idx"), "a") as f:
+            f.write("{:.3f} {}\n".format(time.time(), size))
+    except OSError:
+        pass

@@ -1,0 +1,208 @@
+"""``gpujob tail``: byte-exact across a link that drops or freezes; --since, --grep, --json."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+
+from tests.conftest import REPO, free_port, run_cli
+from tests.test_first_path import submit, wait_state, write_job
+
+
+class TcpProxy:
+    """A TCP relay on 127.0.0.1 between the client and sshd, which a test can break.
+
+    ``kill()`` closes the listener and every connection (a dropped link: both ends see
+    it); ``freeze()`` stops relaying but keeps the sockets open (a laptop that slept: the
+    client hears nothing, ever); ``start()`` listens again on the same port.
+    """
+
+    def __init__(self, target_port: int, port: int | None = None) -> None:
+        self.target = target_port
+        self.port = port or free_port()
+        self.conns: list[socket.socket] = []
+        self.frozen: set[int] = set()
+        self.lock = threading.Lock()
+        self.listener: socket.socket | None = None
+        self.generation = 0
+        self.start()
+
+    def start(self) -> None:
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", self.port))
+        s.listen(16)
+        s.settimeout(0.1)  # a close must not wait behind a blocked accept()
+        self.listener = s
+        self.generation += 1
+        threading.Thread(target=self._accept, args=(s, self.generation), daemon=True).start()
+
+    def _accept(self, listener: socket.socket, gen: int) -> None:
+        while self.listener is listener:
+            try:
+                c, _ = listener.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            c.settimeout(None)
+            try:
+                u = socket.create_connection(("127.0.0.1", self.target))
+            except OSError:
+                c.close()
+                continue
+            with self.lock:
+                self.conns += [c, u]
+            for a, b in ((c, u), (u, c)):
+                threading.Thread(target=self._pump, args=(a, b, gen), daemon=True).start()
+
+    def _pump(self, a: socket.socket, b: socket.socket, gen: int) -> None:
+        try:
+            while True:
+                data = a.recv(65536)
+                if not data:
+                    break
+                while gen in self.frozen:  # swallow nothing, deliver nothing
+                    time.sleep(0.05)
+                    if a.fileno() < 0:
+                        return
+                b.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (a, b):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def freeze(self) -> None:
+        """Existing connections go silent; new ones (after ``start``) work."""
+        self.frozen.add(self.generation)
+        self._close_listener()
+
+    def _close_listener(self) -> None:
+        listener, self.listener = self.listener, None
+        if listener:
+            time.sleep(0.15)  # the accept loop notices and leaves
+            listener.close()
+
+    def kill(self) -> None:
+        self._close_listener()
+        with self.lock:
+            conns, self.conns = self.conns, []
+        for s in conns:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+
+
+def _proxied_host(sshd_port: int, tmp_path: Path) -> TcpProxy:
+    """Point the profile ``box`` at a proxy in front of sshd."""
+    from gpujob.hosts import HostStore
+
+    proxy = TcpProxy(sshd_port)
+    store = HostStore()
+    host = store.get("box")
+    host.port = proxy.port
+    store.save(host)
+    return proxy
+
+
+COUNTER = """
+import sys, time
+n = int(sys.argv[1])
+for i in range(n):
+    print("line %05d " % i + "x" * (i % 37), flush=True)
+    time.sleep(float(sys.argv[2]))
+print("end", flush=True)
+"""
+
+
+def _tail_proc(job_id: str, host: str, out: Path) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=str(REPO), GPUJOB_LINK_PROBE="2", PYTHONFAULTHANDLER="1")
+    return subprocess.Popen([sys.executable, "-m", "gpujob.cli", "tail", job_id, "--host", host, "-f", "-n", "100000000"],
+                            stdout=open(out, "wb"), stderr=subprocess.PIPE, env=env)
+
+
+def test_tail_follow_survives_dropped_and_frozen_links(ssh_host: str, sshd, tmp_path: Path) -> None:
+    """Through a proxy that is killed, restarted and frozen, tail -f copies output.log byte for byte."""
+    job = write_job(tmp_path, "counter", COUNTER, "python main.py 400 0.02")
+    job_id = submit(ssh_host, job)["job_id"]
+    proxy = _proxied_host(sshd.port, tmp_path)
+    out = tmp_path / "tail.out"
+    p = _tail_proc(job_id, ssh_host, out)
+    try:
+        time.sleep(2.0)
+        proxy.kill()  # the link drops: both ends see it
+        time.sleep(1.5)
+        proxy.start()
+        time.sleep(2.5)
+        proxy.freeze()  # the laptop sleeps: the old connection never speaks again
+        time.sleep(1.0)
+        proxy.start()
+        try:
+            rc = p.wait(60)
+        except subprocess.TimeoutExpired:
+            import signal
+            p.send_signal(signal.SIGABRT)
+            p.wait(10)
+            rc = -1
+        err = p.stderr.read().decode()[-6000:] if p.stderr else ""
+        print(err)
+        assert rc == 0, err
+    finally:
+        if p.poll() is None:
+            p.kill()
+        proxy.kill()
+    log = (tmp_path / "remote-root" / "jobs" / job_id / "output.log").read_bytes()
+    got = out.read_bytes()
+    assert log.count(b"\nline ") + log.startswith(b"line ") >= 400 or b"line 00399" in log
+    assert got == log, f"tail copied {len(got)} bytes, the log has {len(log)}"
+
+
+def test_tail_since_grep_json(tmp_path: Path) -> None:
+    """--since starts at the first line written at or after the time; --grep and --json filter and frame."""
+    script = """
+import time, pathlib
+for i in range(5):
+    print("early", i, flush=True)
+time.sleep(2.5)
+pathlib.Path("../mid").write_text(repr(time.time()))
+for i in range(12):
+    print("late", i, flush=True)
+"""
+    job = write_job(tmp_path, "since", script, "python main.py")
+    job_id = submit("local", job)["job_id"]
+    assert wait_state("local", job_id, ("succeeded", "failed"))["state"] == "succeeded"
+    jdir = tmp_path / "local-root" / "jobs" / job_id
+    mid = float((jdir / "mid").read_text())
+    r = run_cli("tail", job_id, "--host", "local", "--since", datetime.fromtimestamp(mid).isoformat())
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert "early 4" not in r.stdout and lines[0] == "late 0", lines[:3]
+    assert [ln for ln in lines if ln.startswith("late")] == [f"late {i}" for i in range(12)]
+
+    r = run_cli("tail", job_id, "--host", "local", "-n", "1000", "--grep", r"^late 1\d?$")
+    assert r.stdout.splitlines() == ["late 1", "late 10", "late 11"]
+
+    r = run_cli("tail", job_id, "--host", "local", "-n", "3", "--json")
+    docs = [json.loads(x) for x in r.stdout.splitlines()]
+    log = (jdir / "output.log").read_bytes()
+    assert len(docs) == 3 and all(d["job_id"] == job_id for d in docs)
+    for d in docs:  # offsets are byte offsets into output.log
+        assert log[d["offset"]:].startswith(d["line"].encode())
+
+    r = run_cli("tail", job_id, "--host", "local", "--since", "1d")
+    assert r.stdout.encode() == log
+    r = run_cli("tail", job_id, "--host", "local", "--since", "yesterday")
+    assert r.returncode == 2 and "neither a duration nor a date" in r.stderr
