@@ -1,0 +1,150 @@
+"""``gpujob tunnel``: a real TensorBoard over the real sshd, any port of a host, a link that drops."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, free_port, run_cli
+from tests.test_first_path import submit, wait_state, write_job
+from tests.test_tail import _proxied_host
+
+
+def _tunnel(*args: str) -> tuple[subprocess.Popen, dict]:
+    env = dict(os.environ, PYTHONPATH=str(REPO), GPUJOB_LINK_PROBE="1")
+    p = subprocess.Popen([sys.executable, "-m", "gpujob.cli", "tunnel", *args, "--json"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, env=env, text=True)
+    assert p.stdout
+    text = ""
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        line = p.stdout.readline()
+        if not line:
+            raise AssertionError(f"tunnel exited {p.wait()}: {p.stderr.read() if p.stderr else ''}")
+        text += line
+        try:
+            return p, json.loads(text)
+        except ValueError:
+            continue
+    raise AssertionError("the tunnel printed no JSON")
+
+
+def _get(url: str, timeout: float = 60, want: str | None = None) -> str:
+    deadline = time.time() + timeout
+    last: object = None
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as r:
+                body = r.read().decode()
+            if want is None or want in body:
+                return body
+            last = body
+        except OSError as e:
+            last = e
+        time.sleep(0.5)
+    raise AssertionError(f"{url}: {last}")
+
+
+def _stop(p: subprocess.Popen) -> int:
+    p.send_signal(signal.SIGINT)
+    try:
+        return p.wait(15)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        return -9
+
+
+def _write_events(logdir: Path) -> None:
+    from tensorboard.compat.proto import event_pb2, summary_pb2
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    w = EventFileWriter(str(logdir))
+    for step in range(1, 4):
+        value = summary_pb2.Summary.Value(tag="loss", simple_value=1.0 / step)
+        w.add_event(event_pb2.Event(wall_time=time.time(), step=step, summary=summary_pb2.Summary(value=[value])))
+    w.close()
+
+
+def test_tensorboard_through_tunnel_survives_a_drop(ssh_host: str, sshd, tmp_path: Path) -> None:
+    job = write_job(tmp_path, "tbjob", "print('hi')\n", "python main.py")
+    job_id = submit(ssh_host, job)["job_id"]
+    jdir = tmp_path / "remote-root" / "jobs" / job_id
+    _write_events(jdir / "tb" / "run1")
+    proxy = _proxied_host(sshd.port, tmp_path)
+    remote_port = free_port()
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    busy = taken.getsockname()[1]
+    p, info = _tunnel(job_id, "--host", ssh_host, "--remote-port", str(remote_port), "--local-port", str(busy))
+    try:
+        assert info["job_id"] == job_id and info["tensorboard"]["started"] is True
+        assert info["local_port"] != busy and "taken" in info["note"]
+        runs = json.loads(_get(info["url"] + "data/runs", want="run1"))
+        assert "run1" in runs
+        proxy.kill()  # the link drops; the tunnel notices and listens again on the same port
+        time.sleep(1.5)
+        proxy.start()
+        assert "run1" in json.loads(_get(info["url"] + "data/runs", timeout=60, want="run1"))
+        assert _stop(p) == 0
+        # a second tunnel finds TensorBoard serving and does not start another
+        p, info2 = _tunnel(job_id, "--host", ssh_host, "--remote-port", str(remote_port))
+        assert info2["tensorboard"]["started"] is False
+        assert _stop(p) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+        proxy.kill()
+        taken.close()
+        tb = json.loads((jdir / "tensorboard.json").read_text())
+        try:
+            os.killpg(tb["pid"], signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def test_any_port_of_a_host(ssh_host: str) -> None:
+    """HOST instead of JOB: a plain forward (Jupyter's 8888, here a small HTTP server)."""
+    class Hello(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"hello through the tunnel")
+
+        def log_message(self, *a: object) -> None:
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hello)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    p, info = _tunnel(ssh_host, "--remote-port", str(srv.server_address[1]))
+    try:
+        assert "job_id" not in info
+        assert _get(info["url"], timeout=20) == "hello through the tunnel"
+    finally:
+        _stop(p)
+        srv.shutdown()
+
+
+def test_tensorboard_missing_says_how_to_install(tmp_path: Path) -> None:
+    if not Path("/usr/bin/python3").exists():
+        pytest.skip("needs a system python3 without tensorboard")
+    r = subprocess.run(["/usr/bin/python3", "-c", "import tensorboard"], capture_output=True)
+    if r.returncode == 0:
+        pytest.skip("the system python3 has tensorboard")
+    job = write_job(tmp_path, "notb", "", "true", env={"GPUJOB_PATH_PREFIX": "/usr/bin"})
+    job_id = submit("local", job)["job_id"]
+    wait_state("local", job_id, ("succeeded", "failed"))
+    r = run_cli("tunnel", job_id, "--host", "local", "--remote-port", str(free_port()))
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "TensorBoard is not installed" in r.stderr and "pip install tensorboard" in r.stderr
