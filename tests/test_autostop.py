@@ -51,7 +51,7 @@ def job_file(tmp_path: Path, name: str, mode: str, policies: dict) -> Path:
     d.mkdir()
     (d / "main.py").write_text(JOB)
     spec = {"name": name, "run": f"python main.py {mode}", "stop": {"grace": "20s"},
-            "autostop": {"check_every": "1s", **policies}}
+            "autostop": {"check_every": "2s", **policies}}
     (d / "job.yaml").write_text(json.dumps(spec))
     return d / "job.yaml"
 
@@ -111,16 +111,16 @@ def test_each_policy_stops_its_job(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("GPUJOB_GPU_SAMPLE", "0.5")
     cases = {
-        "maxrt": ("print", {"max_runtime": "2s"}, "max_runtime"),
-        "stall": ("quiet", {"stall": "2s"}, "stall"),
+        "maxrt": ("print", {"max_runtime": "4s"}, "max_runtime"),
+        "stall": ("quiet", {"stall": "3s"}, "stall"),
         "nan": ("nan", {"nan_loss": True}, "nan_loss"),
         "plateau": ("plateau", {"plateau": {"metric": "eval_loss", "mode": "min", "patience": 3, "min_delta": 0.01}},
                     "plateau"),
         # fires at its first check: one late enough for the job to have started its stop handling
-        "disk": ("print", {"disk_free_below": "100000TB", "check_every": "3s"}, "disk_free_below"),
+        "disk": ("print", {"disk_free_below": "100000TB", "check_every": "4s"}, "disk_free_below"),
         "idle": ("print", {"gpu_idle": {"below": 5, "for": "3s"}}, "gpu_idle"),
         # utilisation is as low, but steps advance: not idle; the backstop ends it
-        "busy": ("steps", {"gpu_idle": {"below": 5, "for": "3s"}, "max_runtime": "8s"}, "max_runtime"),
+        "busy": ("steps", {"gpu_idle": {"below": 5, "for": "3s"}, "max_runtime": "9s"}, "max_runtime"),
     }
     ids = {name: submit(job_file(tmp_path, name, mode, pol)) for name, (mode, pol, _) in cases.items()}
     root = Path(os.environ["GPUJOB_LOCAL_ROOT"])
@@ -133,7 +133,7 @@ def test_each_policy_stops_its_job(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         assert "checkpoint saved at step" in log, name
         assert (root / "jobs" / ids[name] / "gpu.jsonl").exists()
     idle = json.loads(run_cli("status", ids["idle"], "--host", "local", "--json").stdout)
-    assert idle["ended_at"] - idle["started_at"] < 8
+    assert idle["ended_at"] - idle["started_at"] < 9
 
 
 def test_budget_uses_the_host_price(ssh_host: str, tmp_path: Path) -> None:

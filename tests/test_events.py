@@ -55,7 +55,7 @@ class Hook:
     def events(self) -> list[str]:
         return [g["body"]["event"] for g in self.got if g["status"] == 200]
 
-    def wait_for(self, ev: str, timeout: float = 60) -> dict:
+    def wait_for(self, ev: str, timeout: float = 120) -> dict:
         deadline = time.time() + timeout
         while time.time() < deadline:
             for g in self.got:
@@ -200,3 +200,15 @@ def test_lost_is_announced_once_by_the_agent(hook: Hook, tmp_path: Path, monkeyp
     assert g["body"]["job_id"] == job_id and "stale heartbeat" in g["body"]["text"]
     time.sleep(1)
     assert hook.events().count("lost") == 1
+
+
+def test_notify_test_command_sends_from_the_laptop(hook: Hook, tmp_path: Path) -> None:
+    job = job_dir(tmp_path, "probe", "print('x')\n", {"notify": notify_cfg(hook, ["failed"])})
+    r = run_cli("notify", "test", str(job))
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert "delivered" in r.stdout and SECRET not in r.stdout and TOKEN not in r.stdout
+    g = hook.wait_for("test", 5)
+    check_signature(g)
+    (tmp_path / "none.yaml").write_text("run: echo\n")
+    r = run_cli("notify", "test", str(tmp_path / "none.yaml"))
+    assert r.returncode != 0 and "no notify channels" in (r.stderr + r.stdout)
