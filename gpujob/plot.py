@@ -42,6 +42,9 @@ def plot_series(series: dict[str, list[list[Any]]], out: Path, title: str = "") 
         for k in group:
             pts = [p for p in series[k] if p[0] is not None] or [[i, p[1]] for i, p in enumerate(series[k])]
             ax.plot([p[0] for p in pts], [p[1] for p in pts], label=k, marker="." if len(pts) < 30 else None)
+        ys = [p[1] for k in group for p in series[k] if isinstance(p[1], (int, float))]
+        if ys and min(ys) > 0 and max(ys) / min(ys) > 100:  # a loss over orders of magnitude
+            ax.set_yscale("log")
         ax.set_ylabel(group[0] if len(group) == 1 else "loss")
         ax.grid(alpha=0.3)
         if len(group) > 1:

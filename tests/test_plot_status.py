@@ -1,0 +1,95 @@
+"""``gpujob plot`` and ``gpujob status JOB`` (-w): curves, throughput, ETA, GPU use, from one remote command."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.conftest import REPO, run_cli
+from tests.test_first_path import EXAMPLE, submit, wait_state, write_job
+
+PROGRESS = """
+import json, os, time
+path = os.environ["GPUJOB_METRICS_FILE"]
+for step in range(1, 121):
+    time.sleep(0.05)
+    rec = {"t": time.time(), "step": step, "loss": 2.0 / step, "max_steps": 120, "lr": 0.001}
+    if step % 20 == 0:
+        rec["eval_loss"] = 3.0 / step
+    with open(path, "a") as f:
+        f.write(json.dumps(rec) + "\\n")
+print("done", flush=True)
+"""
+
+
+def test_plot_draws_a_png_from_the_tiny_example(tmp_path: Path) -> None:
+    job_id = submit("local", EXAMPLE)["job_id"]
+    assert wait_state("local", job_id, ("succeeded", "failed"), timeout=120)["state"] == "succeeded"
+    out = tmp_path / "curves" / "loss.png"
+    r = run_cli("plot", job_id, "--host", "local", "-o", str(out), "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["keys"] == ["loss"] and doc["points"]["loss"] == 20  # every 10th of 200 steps
+    data = out.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+
+    st = json.loads(run_cli("status", job_id, "--host", "local", "--json").stdout)
+    assert st["loss_key"] == "loss" and len(st["series"]["loss"]) == 20
+    assert st["series"]["loss"][-1][0] == 200 and st["steps_per_s"] > 0
+    assert st["gpu"] is None or isinstance(st["gpu"], dict)
+
+
+def test_status_shows_rate_eta_eval_and_gpu(tmp_path: Path) -> None:
+    job = write_job(tmp_path, "progress", PROGRESS, "python main.py")
+    job_id = submit("local", job)["job_id"]
+    jdir = tmp_path / "local-root" / "jobs" / job_id
+    deadline = time.time() + 60
+    st: dict = {}
+    while time.time() < deadline:  # a moment while it runs, past the first eval
+        st = json.loads(run_cli("status", job_id, "--host", "local", "--json").stdout)
+        if st["state"] == "running" and (st.get("latest_metrics") or {}).get("step", 0) >= 25:
+            break
+        time.sleep(0.3)
+    assert st["state"] == "running", st["state"]
+    assert st["max_steps"] == 120 and st["steps_per_s"] > 1
+    assert st["eta_s"] is not None and 0 < st["eta_s"] < 120
+    assert "eval_loss" in st["eval_metrics"]
+    assert st["elapsed_s"] > 0
+
+    env = dict(os.environ, PYTHONPATH=str(REPO), COLUMNS="120")
+    w = subprocess.run([sys.executable, "-m", "gpujob.cli", "status", job_id, "--host", "local", "-w", "--interval", "0.5"],
+                       capture_output=True, text=True, timeout=90, env=env)
+    assert w.returncode == 0, w.stderr
+    assert "succeeded" in w.stdout and "eval_loss" in w.stdout
+
+    # GPU samples as the sampler writes them: now and average per GPU
+    with open(jdir / "gpu.jsonl", "a") as f:
+        for util, mem in ((20, 1000), (80, 3000)):
+            f.write(json.dumps({"t": time.time(), "gpus": [{"index": 0, "util": util, "mem_used": mem, "mem_total": 8192,
+                                                            "power": 100, "temp": 60}]}) + "\n")
+        f.write("not json\n")
+    st = json.loads(run_cli("status", job_id, "--host", "local", "--json").stdout)
+    gpu = st["gpu"]
+    assert gpu["now"][0]["util"] == 80
+    assert gpu["avg"][0]["index"] == 0 and gpu["samples"] >= 2
+    text = subprocess.run([sys.executable, "-m", "gpujob.cli", "status", job_id, "--host", "local"], capture_output=True,
+                          text=True, env=env, timeout=60).stdout
+    assert "gpu" in text and "80%" in text and "step 120/120" in text
+    assert any(ch in text for ch in "▁▂▃▄▅▆▇█")
+
+
+def test_sparkline_and_rate_helpers() -> None:
+    from gpujob.ui import sparkline
+    from remote.observe import _rate, downsample
+
+    assert sparkline([3, 2, 1]) == "█▄▁"
+    assert sparkline([float("nan")]) == ""
+    assert downsample(list(range(10)), 4) == [0, 3, 6, 9]
+    assert downsample([1, 2], 5) == [1, 2]
+    # a restart resumes from an older step: the rate is that of the newest attempt
+    assert _rate([(0, 0), (10, 100), (11, 50), (21, 70)]) == 2.0
+    assert _rate([(0, 5)]) is None
