@@ -475,7 +475,12 @@ def cmd_host_set(args: argparse.Namespace) -> int:
         if val is not None:
             setattr(host, attr, {"true": True, "false": None}.get(val, val) if attr == "network_turbo" else (val or None))
     store.save(host)
-    print(f"host {host.name} = {host.address}")
+    if args.json:
+        from gpujob.ui import print_json
+
+        print_json({"name": host.name, **host.to_dict()})
+    else:
+        print(f"host {host.name} = {host.address}")
     if getattr(args, "idle_shutdown", None) is not None:
         _idle_shutdown(host, args.idle_shutdown)
     return 0
@@ -541,7 +546,12 @@ def cmd_host_ls(args: argparse.Namespace) -> int:
 
 def cmd_host_rm(args: argparse.Namespace) -> int:
     _store().remove(args.name)
-    print(f"removed host {args.name}")
+    if args.json:
+        from gpujob.ui import print_json
+
+        print_json({"removed": args.name})
+    else:
+        print(f"removed host {args.name}")
     return 0
 
 
@@ -551,7 +561,12 @@ def cmd_host_trust(args: argparse.Namespace) -> int:
     host = _store().get(args.name)
     forget_host_key(host)
     open_client(host).close()  # records the key offered now
-    print(f"trusted the current host key of {host.name} ({host.address})")
+    if args.json:
+        from gpujob.ui import print_json
+
+        print_json({"trusted": host.name, "address": host.address})
+    else:
+        print(f"trusted the current host key of {host.name} ({host.address})")
     return 0
 
 
