@@ -1,0 +1,58 @@
+"""Liveness: a job from before the last boot is ``lost``; ``resume`` continues it from its
+newest complete checkpoint under the same id (local and over the real sshd)."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+from tests.test_agent import remote_root, status, wait_for
+from tests.test_first_path import job_processes, submit, wait_state, write_job
+
+REBOOT_JOB = """
+    import os, pathlib, time
+    ck = pathlib.Path(os.environ["GPUJOB_CKPT_DIR"])
+    print("attempt", os.environ["GPUJOB_ATTEMPT"], "resume", os.environ["GPUJOB_RESUME"] or "-", flush=True)
+    if not os.environ["GPUJOB_RESUME"]:
+        d = ck / "step-7"
+        d.mkdir()
+        (d / ".gpujob-complete").write_text("ok")
+        print("ready", flush=True)
+        time.sleep(600)
+    print("continued from", os.path.basename(os.environ["GPUJOB_RESUME"]), flush=True)
+"""
+
+
+def test_reboot_makes_the_job_lost_and_resume_continues(any_host: str, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    boot = tmp_path / "boot_id"
+    boot.write_text("boot-one\n")
+    root = remote_root(tmp_path, any_host)
+    if any_host == "local":
+        monkeypatch.setenv("GPUJOB_BOOT_ID_FILE", str(boot))  # the local agent inherits the environment
+    else:  # an SSH login does not: the agent reads <root>/agent.env
+        root.mkdir(parents=True, exist_ok=True)
+        (root / "agent.env").write_text(f"GPUJOB_BOOT_ID_FILE={boot}\n")
+    job = write_job(tmp_path, "reboot", REBOOT_JOB, "python main.py")
+    job_id = submit(any_host, job)["job_id"]
+    jd = root / "jobs" / job_id
+    wait_for(lambda: "ready" in (jd / "output.log").read_text() if (jd / "output.log").exists() else False, 60, "ready")
+    st = status(any_host, job_id)
+    assert st["state"] == "running" and st["boot_id"] == "boot-one"
+    # the power goes: every process of the job and the agent die at once; a new boot id
+    os.kill(st["supervisor_pid"], signal.SIGKILL)
+    for pid in job_processes(job_id):
+        os.kill(pid, signal.SIGKILL)
+    boot.write_text("boot-two\n")
+    st = status(any_host, job_id)
+    assert st["state"] == "lost" and "rebooted" in st["lost_reason"]
+    r = run_cli("resume", job_id, "--host", any_host, "--json")
+    assert r.returncode == 0, r.stderr
+    st = wait_state(any_host, job_id, ("succeeded", "failed"), 60)
+    assert st["state"] == "succeeded" and st["job_id"] == job_id
+    assert st["attempts"][-1]["resume"].endswith("step-7") and st["boot_id"] == "boot-two"
+    assert "continued from step-7" in (jd / "output.log").read_text()
