@@ -3,6 +3,7 @@ newest complete checkpoint under the same id (local and over the real sshd)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from pathlib import Path
@@ -56,3 +57,23 @@ def test_reboot_makes_the_job_lost_and_resume_continues(any_host: str, tmp_path:
     assert st["state"] == "succeeded" and st["job_id"] == job_id
     assert st["attempts"][-1]["resume"].endswith("step-7") and st["boot_id"] == "boot-two"
     assert "continued from step-7" in (jd / "output.log").read_text()
+
+
+def test_dead_agent_with_a_stale_heartbeat_is_lost(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No reboot: the supervisor died (and its pid may be reused). A stale heartbeat and no
+    process carrying the job id make the job ``lost``; the conclusion is recorded."""
+    monkeypatch.setenv("GPUJOB_STALE_AFTER", "2")
+    job = write_job(tmp_path, "stale", REBOOT_JOB, "python main.py")
+    job_id = submit("local", job)["job_id"]
+    jd = tmp_path / "local-root" / "jobs" / job_id
+    wait_for(lambda: "ready" in (jd / "output.log").read_text() if (jd / "output.log").exists() else False, 60, "ready")
+    st = status("local", job_id)
+    os.kill(st["supervisor_pid"], signal.SIGKILL)
+    for pid in job_processes(job_id):
+        os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: status("local", job_id)["state"] == "lost", 20, "lost")
+    st = status("local", job_id)
+    assert "agent is gone" in st["lost_reason"]
+    assert json.loads((jd / "status.json").read_text())["state"] == "lost"  # recorded, not only concluded
+    assert run_cli("resume", job_id, "--json").returncode == 0
+    assert wait_state("local", job_id, ("succeeded", "failed"))["state"] == "succeeded"
