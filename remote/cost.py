@@ -16,9 +16,9 @@ from remote.layout import tail_lines
 
 
 def _metrics_window(path: Path, since: float) -> List[Dict[str, Any]]:
-    """Metrics records (from the last 256 KiB) written at or after ``since`` that carry a step."""
+    """Metrics records (from the last 64 KiB) written at or after ``since`` that carry a step."""
     out = []
-    for line in tail_lines(path, 100000, 262144):
+    for line in tail_lines(path, 100000, 65536):
         try:
             rec = json.loads(line)
         except ValueError:
@@ -41,7 +41,11 @@ def max_steps(spec: Dict[str, Any], records: List[Dict[str, Any]]) -> Optional[i
 
 
 def estimate(status: Dict[str, Any], spec: Dict[str, Any], metrics: Path, now: float) -> Dict[str, Any]:
-    """{elapsed_s, cost, price_per_hour, currency, max_steps, step, eta_s, projected_cost}."""
+    """{elapsed_s, cost, price_per_hour, currency, max_steps, step, eta_s, projected_cost}.
+
+    Step progress and the projection only while the job runs (a listing of many ended jobs
+    reads no metrics).
+    """
     start = status.get("started_at")
     end = status.get("ended_at") or now
     elapsed = max(0.0, float(end) - float(start)) if start else 0.0
@@ -51,7 +55,8 @@ def estimate(status: Dict[str, Any], spec: Dict[str, Any], metrics: Path, now: f
     doc["cost"] = round(float(price) * elapsed / 3600.0, 4) if price else None
     attempts = status.get("attempts") or []
     since = float(attempts[-1].get("started_at") or 0) if attempts else 0.0
-    recs = _metrics_window(metrics, since) if os.path.exists(str(metrics)) else []
+    live = status.get("state") in ("running", "restarting")
+    recs = _metrics_window(metrics, since) if live and os.path.exists(str(metrics)) else []
     total = max_steps(spec, recs)
     doc["max_steps"] = total
     if not recs or not total:
@@ -62,7 +67,7 @@ def estimate(status: Dict[str, Any], spec: Dict[str, Any], metrics: Path, now: f
     doc["progress"] = round(min(1.0, step / total), 4)
     dt = float(last.get("t", 0)) - float(first.get("t", 0))
     dstep = step - float(first["step"])
-    if status.get("state") in ("running", "restarting") and dt > 0 and dstep > 0:
+    if dt > 0 and dstep > 0:
         eta = max(0.0, (total - step) / (dstep / dt))
         doc["eta_s"] = round(eta, 1)
         if price:
