@@ -1,7 +1,8 @@
 """``pull``: a job's checkpoints and logs from the host into ``DEST/<job_id>/``.
 
-Two round trips: ``send --manifest`` (what the selection holds: sizes, mtimes, modes), then
-``send --list`` with only the files that are missing or differ here (a cut large file asks to
+One exec channel (``send --manifest --list``): the agent writes what the selection holds
+(sizes, mtimes, modes) as one line, the laptop answers with only the files that are missing or
+differ here (a cut large file asks to
 resume from the chunks its part file holds; the agent checks them against its copy). Every
 file arrives under a ``.gpujob-part`` name and is renamed into place once its content hash
 checks out. Entries that would land outside DEST are refused before anything is written.
@@ -15,7 +16,7 @@ import tarfile
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable
 
-from gpujob.agent import Agent
+from gpujob.agent import NEED_AGENT, Agent
 from gpujob.bundle import import_remote
 from gpujob.errors import GpujobError, RemoteError
 
@@ -86,13 +87,31 @@ def pull(agent: Agent, job: str, dest: Path, what: str = "all", metric: str | No
         args += ["--metric", metric]
     for g in include or []:
         args += ["--include", g]
-    doc = agent.call("send", args)
-    job_id = doc["job_id"]
-    target = dest / job_id
-    target.mkdir(parents=True, exist_ok=True)
-    want, total, same = plan_pull(target, doc)
-    res = {"files": 0, "bytes": 0}
-    if want:
+    args.append("--list")
+    for attempt in (0, 1):
+        s = agent.t.stream(agent.command("send", args))
+        line = s.stdout.readline()
+        if line:
+            break
+        s.close_stdin()
+        rc = s.wait(60)
+        if rc == NEED_AGENT and attempt == 0:
+            agent.install()
+            continue
+        raise RemoteError(f"pull from {agent.host.name} failed (exit {rc}): {s.stderr_text()[-500:]}",
+                          f"see the agent log: gpujob doctor {agent.host.name}")
+    with s:
+        doc = json.loads(line)
+        if "error" in doc:
+            raise RemoteError(doc["error"], doc.get("remedy", ""))
+        job_id = doc["job_id"]
+        target = dest / job_id
+        target.mkdir(parents=True, exist_ok=True)
+        try:
+            want, total, same = plan_pull(target, doc)
+        except GpujobError:
+            s.close_stdin()
+            raise
         done = [0]
 
         def on_bytes(n: int) -> None:
@@ -100,20 +119,15 @@ def pull(agent: Agent, job: str, dest: Path, what: str = "all", metric: str | No
             if progress:
                 progress(done[0], total)
 
-        with agent.stream("send", ["--job", job_id, "--list"]) as s:
-            s.stdin.write(json.dumps(want).encode())
-            s.close_stdin()
-            try:
-                res = extract(s.stdout, target, on_bytes)
-            except (tarfile.TarError, OSError, EOFError) as e:
-                s.wait()
-                raise RemoteError(f"pull from {agent.host.name} broke off: {e} {s.stderr_text()[-500:]}",
-                                  "run pull again: finished files are kept and a large file resumes") from None
-            rc = s.wait()
-        if rc != 0:
-            raise RemoteError(f"pull failed on {agent.host.name}: {s.stderr_text()[-500:]}", "run pull again")
-    try:  # an agent waiting to power off (autostop.pull_before_shutdown) may go on now
-        agent.call("pulled", ["--job", job_id])
-    except GpujobError:
-        pass
+        s.stdin.write(json.dumps(want).encode() + b"\n")
+        s.close_stdin()
+        try:
+            res = extract(s.stdout, target, on_bytes)
+        except (tarfile.TarError, OSError, EOFError) as e:
+            s.wait(60)
+            raise RemoteError(f"pull from {agent.host.name} broke off: {e} {s.stderr_text()[-500:]}",
+                              "run pull again: finished files are kept and a large file resumes") from None
+        rc = s.wait()
+    if rc != 0:
+        raise RemoteError(f"pull failed on {agent.host.name}: {s.stderr_text()[-500:]}", "run pull again")
     return {"job_id": job_id, "dest": str(target), "selected": doc.get("selected"), "unchanged": same, **res}

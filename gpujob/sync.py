@@ -1,7 +1,9 @@
 """Upload: code and data to the host, only what changed, one verified stream.
 
-Round trips after connecting: one ``manifest`` (remote trees with cached content hashes, part
-files of cut transfers, free space), one ``receive`` (skipped when nothing changed).
+One exec channel after connecting (agent verb ``sync``): the agent writes its manifest (remote
+trees with cached content hashes, part files of cut transfers, free space) as one line, the
+laptop plans and writes the stream of what differs (nothing when nothing changed), the agent
+applies it and answers. A no-op sync is one round trip; a sync with changes adds the stream.
 
 A file travels when it is missing there, its size, exec bit or link differs, or its mtime
 differs and the content hashes differ too (the laptop's sync record in
@@ -16,6 +18,7 @@ gzip-compressed when a sample of the payload compresses well (``GPUJOB_SYNC_CODE
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import zlib
@@ -23,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from gpujob.agent import Agent
+from gpujob.agent import NEED_AGENT, Agent
 from gpujob.bundle import import_remote
 from gpujob.errors import GpujobError, RemoteError
 from gpujob.ignore import walk
@@ -168,13 +171,17 @@ class SyncReport:
     codec: str = "none"
 
 
-def plan_job(agent: Agent, spec: JobSpec, project: str, record: Any = None) -> tuple[Plan, dict]:
-    """One ``manifest`` round trip: the plan for the code and every ``data:`` entry."""
-    code_dir = f"projects/{project}/code"
-    args = ["--dir", code_dir]
+def targets(spec: JobSpec, project: str) -> list[str]:
+    """The agent arguments naming the trees to compare: code, then each ``data:`` entry (hashed)."""
+    args = ["--dir", f"projects/{project}/code"]
     for d in spec.data:
         args += ["--hash-dir", f"data/{d.dst}"]
-    remote = agent.call("manifest", args)
+    return args
+
+
+def plan_from(remote: dict, spec: JobSpec, project: str, record: Any = None) -> Plan:
+    """The plan for the code and every ``data:`` entry against the remote manifest."""
+    code_dir = f"projects/{project}/code"
     code_local = local_tree(Path(spec.workdir), code_dir, spec.exclude)
     plan = plan_tree(code_local, remote[code_dir], mirror=code_dir, record=record)
     for d in spec.data:
@@ -183,12 +190,33 @@ def plan_job(agent: Agent, spec: JobSpec, project: str, record: Any = None) -> t
         plan.send += sub.send
         plan.unchanged += sub.unchanged
         plan.resumed_bytes += sub.resumed_bytes
-    return plan, remote
+    return plan
 
 
-def upload(agent: Agent, plan: Plan, record: Any = None, progress: Callable[[int, int], None] | None = None,
+def open_session(agent: Agent, args: list[str]) -> tuple[Any, dict]:
+    """Start the agent's ``sync`` verb and read its manifest line (installing the agent if needed)."""
+    for attempt in (0, 1):
+        s = agent.t.stream(agent.command("sync", args))
+        line = s.stdout.readline()
+        if line:
+            doc = json.loads(line)
+            if "error" in doc:
+                s.kill()
+                raise RemoteError(doc["error"], doc.get("remedy", ""))
+            return s, doc
+        s.close_stdin()
+        rc = s.wait(60)
+        if rc == NEED_AGENT and attempt == 0:
+            agent.install()
+            continue
+        raise RemoteError(f"the agent on {agent.host.name} did not answer the sync (exit {rc}): {s.stderr_text()[-1000:]}",
+                          f"see the agent log: gpujob doctor {agent.host.name}")
+    raise AssertionError("unreachable")
+
+
+def upload(s: Any, agent: Agent, plan: Plan, record: Any = None, progress: Callable[[int, int], None] | None = None,
            codec: str | None = None) -> tuple[int, str]:
-    """Send ``plan`` as one stream into ``receive``; returns (bytes on the wire, codec)."""
+    """Send ``plan`` as one stream into the open session ``s``; returns (bytes on the wire, codec)."""
     total = plan.bytes
     done = [0]
     codec = codec or choose_codec(plan.send)
@@ -205,42 +233,48 @@ def upload(agent: Agent, plan: Plan, record: Any = None, progress: Callable[[int
             except OSError:
                 pass
 
-    with agent.stream("receive", ["--dir", "."]) as s:
-        comp = chunks.Compressed(s.stdin, codec)
-        broke: Exception | None = None
-        try:
-            chunks.write_items(comp, (e.item() for e in plan.send), plan.delete, on_bytes, on_hash)
-            comp.finish()
-        except OSError as e:
-            broke = e
-        except chunks.TransferError as e:
-            raise GpujobError(str(e), "run submit again once the file stopped changing") from None
-        finally:
-            if record is not None:
-                record.save()
-        s.close_stdin()
-        out = s.stdout.read()
-        rc = s.wait()
-        if rc != 0 or broke is not None:
-            raise RemoteError(f"upload to {agent.host.name} broke off: {s.stderr_text().strip()[-1000:] or out.decode()[-1000:] or broke}",
-                              "run submit again: finished files are skipped and a large file resumes at its last chunk")
+    comp = chunks.Compressed(s.stdin, codec)
+    broke: Exception | None = None
+    try:
+        chunks.write_items(comp, (e.item() for e in plan.send), plan.delete, on_bytes, on_hash)
+        comp.finish()
+    except OSError as e:
+        broke = e
+    except chunks.TransferError as e:
+        raise GpujobError(str(e), "run submit again once the file stopped changing") from None
+    finally:
+        if record is not None:
+            record.save()
+    s.close_stdin()
+    out = s.stdout.read()
+    rc = s.wait()
+    if rc != 0 or broke is not None:
+        raise RemoteError(f"upload to {agent.host.name} broke off: {s.stderr_text().strip()[-1000:] or out.decode()[-1000:] or broke}",
+                          "run submit again: finished files are skipped and a large file resumes at its last chunk")
     return comp.wire_bytes, codec
 
 
 def sync_job(agent: Agent, spec: JobSpec, project: str, progress: Callable[[int, int], None] | None = None) -> SyncReport:
-    """Bring ``projects/<project>/code`` and every ``data:`` entry up to date on the host."""
+    """Bring ``projects/<project>/code`` and every ``data:`` entry up to date on the host, over one
+    exec channel: the agent's manifest comes back first, the stream of what differs goes in."""
     record = sync_record()
-    plan, remote = plan_job(agent, spec, project, record)
-    record.save()
-    free = remote.get("free_bytes")
-    if free is not None and plan.bytes + FREE_MARGIN > free:
-        raise GpujobError(
-            f"not enough space on {agent.host.name}: {plan.bytes / 1e9:.2f} GB to send, {free / 1e9:.2f} GB free under {agent.root}",
-            "free space on the instance (gpujob doctor shows each disk) or move the root to the data disk "
-            f"(gpujob host set {agent.host.name} --root /root/autodl-tmp/gpujob); nothing was written",
-        )
-    if not plan.send and not plan.delete:
-        return SyncReport(0, 0, 0, plan.unchanged, 1)
-    wire, codec = upload(agent, plan, record, progress)
+    s, remote = open_session(agent, targets(spec, project))
+    with s:
+        plan = plan_from(remote, spec, project, record)
+        record.save()
+        free = remote.get("free_bytes")
+        if free is not None and plan.bytes + FREE_MARGIN > free:
+            s.close_stdin()
+            s.wait(60)
+            raise GpujobError(
+                f"not enough space on {agent.host.name}: {plan.bytes / 1e9:.2f} GB to send, {free / 1e9:.2f} GB free under {agent.root}",
+                "free space on the instance (gpujob doctor shows each disk) or move the root to the data disk "
+                f"(gpujob host set {agent.host.name} --root /root/autodl-tmp/gpujob); nothing was written",
+            )
+        if not plan.send and not plan.delete:
+            s.close_stdin()
+            s.wait(60)
+            return SyncReport(0, 0, 0, plan.unchanged, 1)
+        wire, codec = upload(s, agent, plan, record, progress)
     nfiles = sum(1 for e in plan.send if not e.is_dir)
     return SyncReport(nfiles, plan.bytes, len(plan.delete), plan.unchanged, 2, plan.resumed_bytes, wire, codec)

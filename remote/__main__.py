@@ -67,6 +67,12 @@ def cmd_receive(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     return transfer.receive(root.root / a.dir, sys.stdin.buffer, transfer.hash_cache(root.root))
 
 
+def cmd_sync(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+    """Manifest, then receive, on one channel (see transfer.session)."""
+    root.ensure()
+    return transfer.session(root.root, a.dir, a.hash_dir, sys.stdin.buffer, sys.stdout.buffer)
+
+
 def cmd_send(root: Root, a: argparse.Namespace) -> None:
     job = root.job(jobs.resolve(root, a.job))
     if a.manifest:  # the pull manifest (JSON), then the client asks for what it lacks with --list
@@ -76,6 +82,11 @@ def cmd_send(root: Root, a: argparse.Namespace) -> None:
                              "no_checkpoint")
         doc["job_id"] = job.id
         _out(doc)
+        if not a.list:
+            return
+        line = sys.stdin.buffer.readline()  # the client's wish list answers on the same channel
+        transfer.send_list(job.path, json.loads(line.decode() or "[]"), sys.stdout.buffer)
+        sys.stdout.buffer.flush()
         return
     if a.list:
         transfer.send_list(job.path, json.loads(sys.stdin.read()), sys.stdout.buffer)
@@ -242,6 +253,9 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("manifest")
     s.add_argument("--dir", action="append", default=[])
     s.add_argument("--hash-dir", action="append", default=[], help="like --dir, with every file's content hash")
+    s = sub.add_parser("sync")
+    s.add_argument("--dir", action="append", default=[])
+    s.add_argument("--hash-dir", action="append", default=[])
     s = sub.add_parser("receive")
     s.add_argument("--dir", required=True)
     s = sub.add_parser("send")

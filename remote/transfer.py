@@ -166,3 +166,34 @@ def send(base: Path, members: List[str], out: IO[bytes]) -> None:
         wanted += sorted([m + "/" + d for d in t["dirs"]])
         wanted += sorted(m + ("/" + r if r else "") for r in t["files"])
     send_list(base, wanted, out)
+
+
+def session(root: Path, dirs: List[str], hash_dirs: List[str], stdin: IO[bytes], stdout: IO[bytes]) -> Dict[str, Any]:
+    """Manifest and receive over one exec channel: write the manifest as one JSON line, then
+    apply the stream that follows on stdin (none = nothing to do). Returns the receive result."""
+    cache = hash_cache(root)
+    doc = {d: manifest(root / d, cache, d in hash_dirs) for d in dirs + hash_dirs}  # type: Dict[str, Any]
+    cache.save()
+    st = os.statvfs(str(root))
+    doc["free_bytes"] = st.f_bavail * st.f_frsize
+    stdout.write(json.dumps(doc).encode() + b"\n")
+    stdout.flush()
+    first = stdin.read(1)
+    if not first:
+        return {"written": 0, "deleted": 0, "bytes": 0}
+    return receive(root, _Prepend(first, stdin), cache)
+
+
+class _Prepend:
+    """A read-only stream with ``head`` put back in front of ``rest``."""
+
+    def __init__(self, head: bytes, rest: IO[bytes]) -> None:
+        self.head, self.rest = head, rest
+
+    def read(self, n: int = -1) -> bytes:
+        if self.head:
+            h, self.head = self.head, b""
+            if n is None or n < 0:
+                return h + self.rest.read()
+            return h + self.rest.read(n - len(h)) if n > len(h) else h
+        return self.rest.read(n)

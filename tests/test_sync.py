@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from gpujob.agent import Agent
+from gpujob.errors import GpujobError
 from gpujob.hosts import HostStore
 from gpujob.spec import DataEntry, JobSpec
 from gpujob.sync import chunks, sync_job
@@ -138,7 +139,7 @@ def test_cut_transfer_resumes_without_resending(ssh_host: str, sshd, tmp_path: P
     # the agent is installed first, so the cut hits the data
     agent_for(ssh_host).call("hello")
     link = le.Link(sshd.port, cut_after_up=11 << 20)
-    with pytest.raises(Exception):
+    with pytest.raises(GpujobError):
         sync_job(agent_for(ssh_host, link.port), spec_for(src), "proj")
     link.close()
     assert not (code / "b-big.bin").exists()  # never visible half-written
