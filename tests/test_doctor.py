@@ -81,7 +81,9 @@ def autodl_env(sshd) -> None:
     """Restart the sshd so every session carries AutoDL's own variables (as an AutoDL container does)."""
     stop_sshd(sshd)
     cfg = sshd.dir / "sshd_config"
-    cfg.write_text(cfg.read_text() + "SetEnv AutoDLRegion=westb AutoDLContainerUUID=abc123\n")
+    text, ours = cfg.read_text(), "AutoDLRegion=westb AutoDLContainerUUID=abc123"
+    # sshd keeps the first SetEnv line only: join ours to the fixture's, if it has one
+    cfg.write_text(text.replace("SetEnv ", f"SetEnv {ours} ", 1) if "SetEnv " in text else text + f"SetEnv {ours}\n")
     sshd.proc = subprocess.Popen([SSHD or "sshd", "-D", "-e", "-f", str(cfg)], stderr=open(sshd.dir / "sshd.log", "ab"))
     wait_port(sshd.port)
 
