@@ -17,7 +17,8 @@ from remote import jobs
 from remote.layout import JobDir, Root, read_json, write_json
 
 PATH_PREFIX = 'if [ -n "${GPUJOB_PATH_PREFIX:-}" ]; then export PATH="$GPUJOB_PATH_PREFIX:$PATH"; fi\n'
-MAX_READ = 32 << 20  # at most this much of a .jsonl file's end is read
+MAX_READ = 32 << 20  # at most this much of a .jsonl file's end is read (plot: every point)
+LIVE_READ = 4 << 20  # status: the newest ~50k metric lines
 MARKER = re.compile(rb"^==> gpujob: .*\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\]$")
 
 
@@ -78,7 +79,7 @@ def watch(root: Root, ref: str, points: int = 60) -> Dict[str, Any]:
     job_id = jobs.resolve(root, ref)
     job = root.job(job_id)
     detail = jobs.describe(root, job_id, detail=True)
-    rows = _read_jsonl(job.metrics)
+    rows = _read_jsonl(job.metrics, MAX_READ if points <= 0 else LIVE_READ)  # a refresh stays cheap
     keys = []  # type: List[str]
     for r in rows:
         for k, v in r.items():
