@@ -206,3 +206,23 @@ for i in range(12):
     assert r.stdout.encode() == log
     r = run_cli("tail", job_id, "--host", "local", "--since", "yesterday")
     assert r.returncode == 2 and "neither a duration nor a date" in r.stderr
+
+
+def test_offset_since_index_markers_and_mtime(tmp_path: Path) -> None:
+    """The time → offset rule: the size index first, else attempt markers; a stale log gives its end."""
+    from remote.layout import JobDir
+    from remote.observe import offset_since
+
+    job = JobDir(tmp_path / "j")
+    job.path.mkdir()
+    t0 = time.mktime(time.strptime("2026-01-02 03:04:05", "%Y-%m-%d %H:%M:%S"))
+    text = (b"==> gpujob: attempt 1 started [2026-01-02 03:04:05]\nold 1\nold 2\n"
+            b"==> gpujob: attempt 2 started [2026-01-02 04:00:00]\nnew 1\n")
+    job.log.write_bytes(text)
+    second = text.index(b"==> gpujob: attempt 2")
+    assert offset_since(job, t0 - 10) == 0
+    assert offset_since(job, t0 + 3600) == second  # the newest marker at or before the time
+    (job.path / "output.log.idx").write_text(f"{t0 + 1:.3f} 55\n{t0 + 5000:.3f} {len(text)}\n")
+    assert offset_since(job, t0 + 2) == text.index(b"old 1") + len(b"old 1\n")  # 55 is mid-line: next line start
+    os.utime(job.log, (t0 + 6000, t0 + 6000))
+    assert offset_since(job, t0 + 7000) == len(text)  # nothing written since
