@@ -85,8 +85,7 @@ def main() -> None:
         for name, ts in times.items():
             med = statistics.median(ts)
             print(f"| `{name}` | {med * 1000:.0f} ms | {min(ts) * 1000:.0f} ms | {med / base:.2f} |")
-        out = Path(__file__).with_name("results.json")
-        out.write_text(json.dumps({k: sorted(v) for k, v in times.items()}, indent=1))
+        print("\nraw (s):", json.dumps({k: [round(x, 3) for x in sorted(v)] for k, v in times.items()}))
     finally:
         stop_sshd(sshd)
 
