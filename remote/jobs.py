@@ -245,7 +245,7 @@ def wait_started(job: JobDir, timeout: float = 5.0) -> Optional[Dict[str, Any]]:
     deadline = time.time() + timeout
     while time.time() < deadline:
         st = job.status()
-        if st.get("state") != "queued":
+        if st.get("state") != "queued" or st.get("waiting_for_gpus"):  # started, or in the GPU queue
             return st
         time.sleep(0.05)
     return None
