@@ -182,16 +182,20 @@ def matching_prefix(path: Path, remote_chunks: List[str], size: int) -> List[str
 
 
 # ---- safety -----------------------------------------------------------------------------
-def safe_target(base: Path, m: tarfile.TarInfo, links_out: bool) -> Path:
+def safe_target(base: Path, m: tarfile.TarInfo, links_out: bool, seen: Optional[Dict[str, Path]] = None) -> Path:
     """Where member ``m`` lands under ``base``; refuses absolute names, ``..``, paths through
     symlinks that leave ``base``, devices, hard links, and (unless ``links_out``) symlinks that
     point outside ``base``."""
     name = PurePosixPath(m.name)
     if not m.name or name.is_absolute() or ".." in name.parts:
         raise TransferError("refusing {!r}: it would land outside {}".format(m.name, base))
-    root = base.resolve()
     target = base.joinpath(*name.parts)
-    parent = target.parent.resolve()
+    if seen is None:
+        seen = {}
+    root = seen.get("") or base.resolve()
+    seen[""] = root
+    key = str(target.parent)
+    parent = seen.get(key) or target.parent.resolve()
     if parent != root and root not in parent.parents:
         raise TransferError("refusing {!r}: a symlink on its way points outside {}".format(m.name, base))
     if not (m.isfile() or m.isdir() or m.issym()):
@@ -204,6 +208,10 @@ def safe_target(base: Path, m: tarfile.TarInfo, links_out: bool) -> Path:
             bad = resolved != root and root not in resolved.parents
         if bad:
             raise TransferError("refusing link {!r} -> {!r}: it points outside {}".format(m.name, m.linkname, base))
+    if m.issym():
+        seen.clear()  # a new link may change how later paths resolve
+    else:
+        seen[key] = parent
     return parent / target.name
 
 
@@ -344,6 +352,30 @@ def _replace(tmp: Path, target: Path) -> None:
     os.replace(str(tmp), str(target))
 
 
+def _write_small(tmp: Path, target: Path, data: bytes, m: tarfile.TarInfo) -> os.stat_result:
+    """Write ``data`` to ``tmp`` (never through a link), set mode and mtime, rename onto ``target``."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(str(tmp), flags, 0o600)
+    except OSError:
+        os.unlink(str(tmp))
+        fd = os.open(str(tmp), flags, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fchmod(fd, m.mode & 0o7777)
+        os.utime(fd, (m.mtime, m.mtime))
+        st = os.fstat(fd)
+    finally:
+        os.close(fd)
+    try:
+        os.replace(str(tmp), str(target))
+    except IsADirectoryError:
+        _replace(tmp, target)
+    return st
+
+
 def delete_paths(base: Path, rels: Iterable[str]) -> int:
     """Remove ``rels`` under ``base`` (deepest first); unsafe names are skipped."""
     n = 0
@@ -398,6 +430,8 @@ def read_items(base: Path, stream: IO[bytes], links_out: bool = True, cache: Opt
     except (ValueError, OSError, AttributeError):  # not the main thread
         pass
     current = None  # type: Optional[_Pending]
+    seen = {}  # type: Dict[str, Path]
+    made = set()  # type: set
     try:
         with tarfile.open(fileobj=stream, mode="r|*") as tar:
             for m in tar:
@@ -416,16 +450,15 @@ def read_items(base: Path, stream: IO[bytes], links_out: bool = True, cache: Opt
                     ctl = json.loads(f.read().decode()) if f else {}
                     res["deleted"] += delete_paths(base, ctl.get("delete", []))
                     continue
-                try:
-                    target = safe_target(base, m, links_out)
-                except TransferError:
-                    raise
+                target = safe_target(base, m, links_out, seen)
                 if m.isdir():
                     if target.is_symlink() or (target.exists() and not target.is_dir()):
                         os.unlink(str(target))
                     target.mkdir(parents=True, exist_ok=True)
                     continue
-                target.parent.mkdir(parents=True, exist_ok=True)
+                if target.parent not in made:
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    made.add(target.parent)
                 tmp = target.with_name(target.name + PART)
                 if m.issym():
                     if os.path.lexists(str(tmp)):
@@ -433,6 +466,21 @@ def read_items(base: Path, stream: IO[bytes], links_out: bool = True, cache: Opt
                     os.symlink(m.linkname, str(tmp))
                     _replace(tmp, target)
                     res["written"] += 1
+                    continue
+                if K_HASH in m.pax_headers and m.size <= CHUNK:  # small: verify in memory, then one write
+                    src = tar.extractfile(m)
+                    data = src.read() if src else b""
+                    h = Hasher()
+                    h.update(data)
+                    if h.hexdigest() != m.pax_headers[K_HASH] or len(data) != m.size:
+                        raise TransferError("{}: content hash mismatch".format(m.name))
+                    st = _write_small(tmp, target, data, m)
+                    if cache is not None:
+                        cache.put(target, m.pax_headers[K_HASH], st)
+                    res["bytes"] += len(data)
+                    res["written"] += 1
+                    if on_bytes:
+                        on_bytes(len(data))
                     continue
                 off = int(m.pax_headers.get(K_OFF, "0"))
                 big = K_HASH not in m.pax_headers
@@ -477,7 +525,8 @@ def read_items(base: Path, stream: IO[bytes], links_out: bool = True, cache: Opt
                         elif not big:
                             h.update(data)
                     fh.flush()
-                    os.fsync(fh.fileno())
+                    if big:  # small files: the rename alone keeps readers safe; fsync costs too much per file
+                        os.fsync(fh.fileno())
                 current = None
                 if big:
                     _save_sidecar(target, h.chunks)

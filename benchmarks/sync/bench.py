@@ -1,0 +1,189 @@
+"""gpujob sync vs rsync -az and scp over a real sshd, on loopback and through an emulated slow link.
+
+    python benchmarks/sync/bench.py [--small 3000] [--large-mb 64] [--rtt-ms 40] [--mbit 100] [--out FILE]
+
+Sizes are scaled down from the issue (3,000 small files as asked; 64 MB instead of 512 MB for the
+large cases) so it runs in a few minutes on 2 cores. Every tool's time includes its own SSH
+connect. gpujob's agent is installed before timing (it is a one-off per version).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+WORDS = ("def class return import self model loss step batch optimizer tensor grad for in if else "
+         "print config data train eval lr = ( ) : + - * 0 1 2 32 128 # TODO note").split()
+
+
+def make_small(top: Path, n: int, seed: int = 1) -> int:
+    rnd = random.Random(seed)
+    total = 0
+    for i in range(n):
+        d = top / f"pkg{i % 30}" / f"mod{i % 7}"
+        d.mkdir(parents=True, exist_ok=True)
+        text = "\n".join(" ".join(rnd.choice(WORDS) for _ in range(rnd.randint(4, 12))) for _ in range(rnd.randint(20, 120)))
+        (d / f"file_{i}.py").write_text(text + "\n")
+        total += len(text) + 1
+    return total
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--small", type=int, default=3000)
+    ap.add_argument("--large-mb", type=int, default=64)
+    ap.add_argument("--rtt-ms", type=float, default=40)
+    ap.add_argument("--mbit", type=float, default=100)
+    ap.add_argument("--out", help="also write the markdown table here")
+    a = ap.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="gpujob-bench-"))
+    os.environ["GPUJOB_CONFIG_DIR"] = str(work / "config")
+    os.environ["GPUJOB_NO_SSH_AGENT"] = "1"
+    from linkemu import Link
+
+    from gpujob.agent import Agent
+    from gpujob.hosts import Host
+    from gpujob.pull import pull
+    from gpujob.spec import JobSpec
+    from gpujob.sync import sync_job
+    from gpujob.transport import connect
+    from gpujob.transport.ssh import key_path, public_key_line
+    from tests.conftest import start_sshd, stop_sshd
+
+    sshd = start_sshd(work / "sshd")
+    try:
+        rows = _run(a, work, sshd, Link, Agent, Host, pull, JobSpec, sync_job, connect, key_path, public_key_line)
+    finally:
+        stop_sshd(sshd)
+    _report(a, rows)
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def _run(a, work, sshd, Link, Agent, Host, pull, JobSpec, sync_job, connect, key_path, public_key_line):  # noqa: N803
+    sshd.authorize(public_key_line())
+    key = str(key_path())
+    user = os.environ.get("USER", "root")
+    root = work / "remote-root"
+    src = work / "src"
+    nbytes = make_small(src, a.small)
+    big = work / "big"
+    big.mkdir()
+    (big / "model.bin").write_bytes(os.urandom(a.large_mb << 20))
+    job = root / "jobs" / "bench-job"
+    (job / "ckpt" / "step-1").mkdir(parents=True)
+    (job / "status.json").write_text('{"job_id": "bench-job", "state": "succeeded", "submitted_at": 1}')
+    (job / "ckpt" / "step-1" / "model.bin").write_bytes(os.urandom(a.large_mb << 20))
+    (job / "ckpt" / "step-1" / ".gpujob-complete").write_text("")
+    print(f"tree: {a.small} small files, {nbytes / 1e6:.1f} MB; large file {a.large_mb} MB", flush=True)
+
+    def agent(port: int) -> Agent:
+        host = Host(name="bench", hostname="127.0.0.1", port=port, user=user, root=str(root), connect_timeout=10,
+                    agent_python=sys.executable)
+        return Agent(connect(host), host)
+
+    agent(sshd.port).call("hello")  # install the agent once
+
+    def ssh_e(port: int) -> str:
+        return f"ssh -p {port} -i {key} -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR"
+
+    def run(cmd: list[str]) -> None:
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+
+    def timed(fn) -> float:
+        t = time.monotonic()
+        fn()
+        return time.monotonic() - t
+
+    rows = []
+    links = [("loopback", None), (f"{a.rtt_ms:.0f} ms RTT / {a.mbit:.0f} Mbit", (a.rtt_ms / 2, a.mbit))]
+    def one_link(link_name: str, shape: tuple | None) -> None:
+        link = Link(sshd.port, shape[0], shape[1]) if shape else None
+        slug = "slow" if shape else "lo"
+        port = link.port if link else sshd.port
+        for d in ("gp", "rs", "scp"):
+            shutil.rmtree(root / "projects" / d, ignore_errors=True)
+            shutil.rmtree(root / "up" / d, ignore_errors=True)
+        (root / "up").mkdir(parents=True, exist_ok=True)
+        rs_dst = f"{user}@127.0.0.1:{root}/projects/rs/code/"
+        scp_dst = f"{user}@127.0.0.1:{root}/projects/scp/code"
+        spec = JobSpec(name="gp", run="true", workdir=str(src))
+        rts = {}
+
+        def gp_sync() -> None:
+            rts["rt"] = sync_job(agent(port), spec, "gp").round_trips
+
+        def rsync_up(s: Path = src, dst: str = rs_dst) -> None:
+            run(["rsync", "-az", "-e", ssh_e(port), f"{s}/", dst])
+
+        def scp_up(s: Path = src, dst: str = scp_dst) -> None:
+            run(["scp", "-O", "-q", "-r", "-P", str(port), "-i", key, "-o", "StrictHostKeyChecking=no", "-o",
+                 "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", str(s), dst])
+
+        def case(name: str, gp, rs, sc) -> None:
+            tg, tr, ts = timed(gp), timed(rs), timed(sc)
+            rows.append((link_name, name, tg, tr, ts, rts.get("rt", "")))
+            rts.clear()
+            print(f"{link_name:>22} | {name:<28} gpujob {tg:6.2f}s  rsync {tr:6.2f}s  scp {ts:6.2f}s", flush=True)
+
+        (root / "projects" / "scp").mkdir(parents=True, exist_ok=True)
+        (root / "projects" / "rs").mkdir(parents=True, exist_ok=True)
+        case(f"{a.small} small files, first", gp_sync, rsync_up, scp_up)
+        case("no-op resync", gp_sync, rsync_up, scp_up)
+        f = next(src.rglob("file_7.py"))
+        f.write_text(f.read_text() + "# edited\n")
+        case("one file changed", gp_sync, rsync_up, scp_up)
+
+        big_spec = JobSpec(name="gp", run="true", workdir=str(work / "empty"), data=[])
+        (work / "empty").mkdir(exist_ok=True)
+        from gpujob.spec import DataEntry
+
+        big_spec.data = [DataEntry(str(big / "model.bin"), f"bench-{slug}/model.bin")]
+
+        def gp_big() -> None:
+            rts["rt"] = sync_job(agent(port), big_spec, "big").round_trips
+
+        case(f"{a.large_mb} MB file up", gp_big,
+             lambda: rsync_up(big, f"{user}@127.0.0.1:{root}/up/rs-{slug}/"),
+             lambda: scp_up(big / "model.bin", f"{user}@127.0.0.1:{root}/up/scp-{slug}.bin"))
+        down = work / "down" / slug
+        ck = f"{root}/jobs/bench-job/ckpt/step-1/model.bin"
+        case(f"{a.large_mb} MB checkpoint down",
+             lambda: pull(agent(port), "bench-job", down / "gp", "latest", include=["ckpt/*"]),
+             lambda: run(["rsync", "-az", "-e", ssh_e(port), f"{user}@127.0.0.1:{ck}", str(down / "rs.bin")]),
+             lambda: run(["scp", "-O", "-q", "-P", str(port), "-i", key, "-o", "StrictHostKeyChecking=no", "-o",
+                          "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", f"{user}@127.0.0.1:{ck}",
+                          str(down / "scp.bin")]))
+        (down).mkdir(parents=True, exist_ok=True)
+        if link:
+            link.close()
+
+    for link_name, shape in links:
+        one_link(link_name, shape)
+    return rows
+
+
+def _report(a, rows) -> None:
+    lines = ["| link | case | gpujob s | rsync -az s | scp s | gpujob/rsync | gpujob/scp | gpujob round trips |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for ln, name, tg, tr, ts, rt in rows:
+        lines.append(f"| {ln} | {name} | {tg:.2f} | {tr:.2f} | {ts:.2f} | {tg / tr:.2f} | {tg / ts:.2f} | {rt} |")
+    table = "\n".join(lines)
+    print(table)
+    if a.out:
+        Path(a.out).write_text(table + "\n")
+
+
+if __name__ == "__main__":
+    main()
