@@ -169,7 +169,12 @@ def describe(root: Root, job_id: str, detail: bool = False) -> Dict[str, Any]:
         if st.get("state") in ("failed", "restarting"):
             from remote import diagnose
 
-            st["diagnosis"] = diagnose.diagnose(job.log, st.get("exit_code"), metrics=job.metrics)
+            if st.get("exit_code") is None and st.get("reason"):  # it never ran: the agent said why
+                st["diagnosis"] = {"cause": "not_started", "summary": st["reason"], "where": None, "line": None,
+                                   "remedy": st.get("remedy") or "see the agent's log: gpujob agent-log HOST",
+                                   "gpu": False}
+            else:
+                st["diagnosis"] = diagnose.diagnose(job.log, st.get("exit_code"), metrics=job.metrics)
             st["log_tail"] = tail_lines(job.log, 20)
         try:
             from remote import checkpoints

@@ -310,8 +310,10 @@ class Supervisor:
         attempt = int(self.status.get("attempt") or 0)
         cannot = self.take_gpus()
         if cannot:
-            state = "stopped" if self.stop_requested() else "failed"
-            return self.finish(state, reason=cannot, exit_code=None)
+            if self.stop_requested():
+                return self.finish("stopped", reason=cannot, exit_code=None)
+            return self.finish("failed", reason=cannot, exit_code=None,
+                               remedy="submit to a host with enough GPUs (gpujob doctor HOST lists them), or lower gpus:")
         from remote import provision  # setup:/requirements:/python: once per content hash
 
         try:

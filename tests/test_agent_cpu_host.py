@@ -12,7 +12,7 @@ from tests.test_agent import remote_root
 from tests.test_first_path import submit, wait_state, write_job
 
 
-def test_cpu_host_without_nvidia_smi(ssh_host: str, tmp_path: Path) -> None:
+def test_cpu_host_without_nvidia_smi(ssh_host: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No nvidia-smi: not an error for a job without gpus:, a clear failure for one with
     (on a rented host; the laptop's ``local`` host runs a GPU job on its CPU instead)."""
     if shutil.which("nvidia-smi"):
@@ -25,7 +25,9 @@ def test_cpu_host_without_nvidia_smi(ssh_host: str, tmp_path: Path) -> None:
     job = write_job(tmp_path / "g", "gpu", "print('ok')", "python main.py", gpus=2)
     st = wait_state(ssh_host, submit(ssh_host, job)["job_id"], ("succeeded", "failed"))
     assert st["state"] == "failed" and "no nvidia-smi" in st["reason"]
-    assert "no nvidia-smi" in run_cli("status", st["job_id"], "--host", ssh_host).stdout
+    monkeypatch.setenv("COLUMNS", "250")
+    human = run_cli("status", st["job_id"], "--host", ssh_host).stdout
+    assert "no nvidia-smi" in human and "or lower gpus:" in human  # cause and remedy
 
 
 def test_agent_log_command(tmp_path: Path) -> None:
