@@ -91,3 +91,38 @@ def test_cost_projection(tmp_path: Path) -> None:
     m.write_text(json.dumps({"t": 1000, "step": 0}) + "\n" + json.dumps({"t": 1010, "step": 10}) + "\n")
     est = cost.estimate(st, {"price_per_hour": 3.6, "env": {"GPUJOB_MAX_STEPS": "30"}}, m, now=1020)
     assert est["eta_s"] == pytest.approx(20)
+
+
+def test_compact_rewrites_gpu_jsonl_in_place(tmp_path: Path) -> None:
+    f = tmp_path / "gpu.jsonl"
+    now = 2_000_000.0
+    f.write_text("".join(json.dumps({"t": now - i * 5, "gpus": [{"index": 0, "util": i % 100}]}) + "\n"
+                         for i in range(2 * 3600 // 5, -1, -1)) + "not json\n")
+    gpus.compact(f, now)
+    recs = [json.loads(line) for line in f.read_text().splitlines()]
+    minutes = sum(1 for r in recs if r.get("w") == 60)
+    assert minutes in (60, 61) and len(recs) == 720 + minutes  # the last hour as is, the hour before in 1-minute means
+
+
+def test_gpus_verb_with_a_stand_in(tmp_path: Path) -> None:
+    """``python -m remote gpus``: a fresh sample and the queue; on PATH, an nvidia-smi stand-in."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "nvidia-smi").write_text("#!/bin/sh\necho '0, 12, 300, 81920, 61.5, 40'\necho '1, 99, 70000, 81920, [N/A], 80'\n")
+    (bindir / "nvidia-smi").chmod(0o755)
+    env = dict(os.environ, PATH=f"{bindir}:{os.environ['PATH']}", PYTHONPATH=str(REPO))
+    out = subprocess.run([sys.executable, "-m", "remote", "--root", str(tmp_path / "root"), "gpus"], env=env,
+                         capture_output=True, text=True, check=True).stdout
+    doc = json.loads(out)
+    assert doc["gpus"][0] == {"index": 0, "util": 12, "mem_used": 300, "mem_total": 81920, "power": 61.5, "temp": 40}
+    assert doc["gpus"][1]["power"] is None and doc["queue"] == [] and doc["held"] == {}
+    env["PATH"] = "/usr/bin:/bin"
+    out = subprocess.run([sys.executable, "-m", "remote", "--root", str(tmp_path / "root"), "gpus"], env=env,
+                         capture_output=True, text=True, check=True).stdout
+    assert json.loads(out)["gpus"] is None  # a CPU host
