@@ -141,6 +141,10 @@ def live_status(root: Root, job: JobDir, boot: str) -> Dict[str, Any]:
         if rebooted or (stale and not procs.belongs_to(sup, job.id)):
             st["state"] = "lost"
             st["lost_reason"] = "the instance rebooted" if rebooted else "the agent is gone (stale heartbeat)"
+            left = [] if rebooted else sorted(procs.job_pids(job.id))
+            if left:
+                st["lost_reason"] += "; {} process(es) of the job still run: stop ends them, resume restarts " \
+                                     "from the newest checkpoint".format(len(left))
     return st
 
 
