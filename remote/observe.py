@@ -58,19 +58,34 @@ def downsample(rows: List[Any], points: int) -> List[Any]:
 
 
 def gpu_summary(path: Path) -> Optional[Dict[str, Any]]:
-    """The newest sample and per-GPU averages over ``gpu.jsonl``; None when there is none."""
+    """The newest sample and per-GPU time-weighted averages over ``gpu.jsonl``; None when there is none.
+
+    A compacted line (``w``: the seconds it averages) weighs ``w``; a raw sample weighs the
+    sampling interval (the median gap between raw samples).
+    """
     samples = [s for s in _read_jsonl(path, 8 << 20) if isinstance(s.get("gpus"), list)]
     if not samples:
         return None
-    sums = {}  # type: Dict[int, Dict[str, float]]
+    raw_t = sorted(float(s["t"]) for s in samples if not s.get("w") and isinstance(s.get("t"), (int, float)))
+    gaps = sorted(b - a for a, b in zip(raw_t, raw_t[1:]) if b > a)
+    interval = gaps[len(gaps) // 2] if gaps else 5.0
+    keys = ("util", "mem_used")
+    sums = {}  # type: Dict[Any, Dict[str, List[float]]]  # index -> key -> [weighted sum, weight]
     for s in samples:
+        weight = float(s.get("w") or interval)
         for g in s["gpus"]:
-            acc = sums.setdefault(int(g.get("index", 0)), {"util": 0.0, "mem_used": 0.0, "n": 0.0})
-            acc["util"] += float(g.get("util") or 0)
-            acc["mem_used"] += float(g.get("mem_used") or 0)
-            acc["n"] += 1
-    avg = [{"index": i, "util": round(a["util"] / a["n"], 1), "mem_used": round(a["mem_used"] / a["n"], 1)}
-           for i, a in sorted(sums.items())]
+            acc = sums.setdefault(g.get("index"), {k: [0.0, 0.0] for k in keys})
+            for k in keys:
+                v = g.get(k)
+                if isinstance(v, (int, float)):
+                    acc[k][0] += float(v) * weight
+                    acc[k][1] += weight
+    avg = []
+    for i, a in sorted(sums.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
+        row = {"index": i}  # type: Dict[str, Any]
+        for k in keys:
+            row[k] = round(a[k][0] / a[k][1], 1) if a[k][1] else None
+        avg.append(row)
     return {"now": samples[-1]["gpus"], "t": samples[-1].get("t"), "avg": avg, "samples": len(samples)}
 
 

@@ -93,3 +93,18 @@ def test_sparkline_and_rate_helpers() -> None:
     # a restart resumes from an older step: the rate is that of the newest attempt
     assert _rate([(0, 0), (10, 100), (11, 50), (21, 70)]) == 2.0
     assert _rate([(0, 5)]) is None
+
+
+def test_gpu_average_weighs_compacted_lines(tmp_path: Path) -> None:
+    """A compacted line (w: seconds it averages) weighs w; raw samples weigh the sampling interval."""
+    from remote.observe import gpu_summary
+
+    recs = [{"t": 0, "w": 600, "gpus": [{"index": 0, "util": 10, "mem_used": None}]},
+            {"t": 1000, "gpus": [{"index": 0, "util": 90, "mem_used": 100}]},
+            {"t": 1005, "gpus": [{"index": 0, "util": 90, "mem_used": 100}]}]
+    path = tmp_path / "gpu.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    g = gpu_summary(path)
+    assert g is not None and g["now"][0]["util"] == 90 and g["samples"] == 3
+    assert g["avg"] == [{"index": 0, "util": round((10 * 600 + 90 * 10) / 610, 1), "mem_used": 100.0}]
+    assert gpu_summary(tmp_path / "absent.jsonl") is None
