@@ -46,6 +46,14 @@ def run_tunnel(host: Host, remote_port: int, local_port: int | None, job: str | 
     if job:
         tb = ensure_tensorboard(agent, job, remote_port)
         info.update(job_id=tb["job_id"], tensorboard=tb, autodl_url=tb.get("autodl_url"))
+    else:
+        p = agent.call("port", ["--port", str(remote_port)])
+        if not p.get("listening"):
+            agent.t.close()
+            raise GpujobError(f"nothing listens on port {remote_port} on {host.name}",
+                              "start the server there first (e.g. jupyter lab --port 8888 --no-browser), "
+                              "or give a job to get its TensorBoard: gpujob tunnel JOB")
+        info["autodl_url"] = p.get("autodl_url")
     want = local_port or remote_port
     port = want if host.kind == LOCAL else free_local_port(want)
     fwd = agent.t.forward(remote_port, port)

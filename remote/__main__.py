@@ -169,6 +169,13 @@ def cmd_tb(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     return observe.tensorboard(root, a.job, a.port, a.wait)
 
 
+def cmd_port(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+    """Whether something listens on 127.0.0.1:PORT here, and AutoDL's URL for it if exposed."""
+    from remote import observe
+
+    return {"port": a.port, "listening": observe._listening(a.port), "autodl_url": observe.autodl_url(a.port)}
+
+
 def cmd_agentlog(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     """The last N lines of ``<root>/agent.log`` (the agent's own errors)."""
     from remote.layout import tail_lines
@@ -279,6 +286,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--job", required=True)
     s.add_argument("--port", type=int, default=6006)
     s.add_argument("--wait", type=float, default=60.0)
+    s = sub.add_parser("port")
+    s.add_argument("--port", type=int, required=True)
     s = sub.add_parser("agentlog")
     s.add_argument("--lines", type=int, default=50)
     sub.add_parser("gpus")

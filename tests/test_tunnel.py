@@ -148,3 +148,8 @@ def test_tensorboard_missing_says_how_to_install(tmp_path: Path) -> None:
     r = run_cli("tunnel", job_id, "--host", "local", "--remote-port", str(free_port()))
     assert r.returncode == 2, r.stdout + r.stderr
     assert "TensorBoard is not installed" in r.stderr and "pip install tensorboard" in r.stderr
+
+
+def test_nothing_listening_on_the_host_port() -> None:
+    r = run_cli("tunnel", "local", "--remote-port", str(free_port()))
+    assert r.returncode == 2 and "nothing listens on port" in r.stderr and "jupyter" in r.stderr
