@@ -107,7 +107,9 @@ class Supervisor:
         """GPU sampling into gpu.jsonl and checkpoint rotation run beside every attempt."""
         from remote import gpus
 
-        interval = float(self.spec.get("gpu_sample_interval") or os.environ.get("GPUJOB_GPU_SAMPLE", "5"))
+        # the host profile's env (spec host_env), then <root>/agent.env / the agent's environment
+        interval = float((self.spec.get("host_env") or {}).get("GPUJOB_GPU_SAMPLE")
+                         or os.environ.get("GPUJOB_GPU_SAMPLE", "5"))
         self.sampler = gpus.Sampler(self.job.gpu, interval, self.path_prefix())
         self.watchers.append(self.sampler)
         self.watchers.append(Rotator(self.ckpt_dir(), int(self.spec.get("checkpoint_keep", 3) or 0)))
