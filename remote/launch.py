@@ -35,6 +35,9 @@ def procs_per_node(spec: Dict[str, Any]) -> int:
     gpus = spec.get("gpus")
     if isinstance(gpus, int) and gpus > 0:
         return gpus
+    allocated = spec.get("allocated")
+    if allocated:
+        return len([d for d in str(allocated).split(",") if d.strip()])
     return max(1, gpu_count())
 
 

@@ -168,12 +168,16 @@ class Supervisor:
         env.setdefault("HF_HOME", str(self.root.root / "cache" / "huggingface"))
         if self.status.get("cuda_visible_devices") is not None:
             env["CUDA_VISIBLE_DEVICES"] = self.status["cuda_visible_devices"]
-        env.update(launch.node_env(self.spec))
+        env.update(launch.node_env(self.launch_spec()))
         env.update(self.spec.get("host_env") or {})
         env.update(self.spec.get("env") or {})
         wanted = set(self.spec.get("secrets") or [])  # notification keys stay with the agent
         env.update({k: v for k, v in self.job.secrets_data().items() if k in wanted})
         return env
+
+    def launch_spec(self) -> Dict[str, Any]:
+        """The spec plus the GPUs this job was given (``gpus: all`` counts those)."""
+        return dict(self.spec, allocated=self.status.get("cuda_visible_devices"))
 
     def ckpt_dir(self) -> Path:
         """``<job>/ckpt``, or ``<checkpoint.dir>/<job id>`` on shared storage (multi-node)."""
@@ -192,7 +196,7 @@ class Supervisor:
         log = open(str(self.job.log), "ab")
         try:
             self.child = subprocess.Popen(
-                ["bash", "-lc", PATH_PREFIX + launch.command(self.spec, attempt)], cwd=str(self.job.code), env=self.env(attempt, resume),
+                ["bash", "-lc", PATH_PREFIX + launch.command(self.launch_spec(), attempt)], cwd=str(self.job.code), env=self.env(attempt, resume),
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             )
         finally:
