@@ -105,7 +105,8 @@ def base_env(root: Root, job: JobDir, spec: Dict[str, Any]) -> Dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUJOB_") and k != "PYTHONPATH"}
     env.update(spec.get("host_env") or {})
     env.update(spec.get("env") or {})
-    env.update(job.secrets_data())
+    wanted = set(spec.get("secrets") or [])  # the job's secrets only: notification keys stay with the agent
+    env.update({k: v for k, v in job.secrets_data().items() if k in wanted})
     return env
 
 
