@@ -141,3 +141,27 @@ def test_extract_rejects_a_damaged_file(tmp_path: Path) -> None:
     with pytest.raises(GpujobError, match="hash mismatch"):
         extract(buf, tmp_path / "d")
     assert not (tmp_path / "d" / "w.bin").exists()
+
+
+def test_cut_pull_resumes_from_verified_chunks(tmp_path: Path) -> None:
+    src = tmp_path / "model.bin"
+    src.write_bytes(os.urandom(3 * chunks.CHUNK + 1234))
+    st = src.stat()
+
+    def stream(prefix: list[str]) -> bytes:
+        buf = io.BytesIO()
+        chunks.write_items(buf, [chunks.Item("ckpt/model.bin", src, st.st_size, int(st.st_mtime), 0o644, prefix=prefix)])
+        return buf.getvalue()
+
+    dest = tmp_path / "dest"
+    whole = stream([])
+    with pytest.raises((GpujobError, tarfile.TarError, EOFError)):
+        extract(io.BytesIO(whole[: 2 * chunks.CHUNK + 5000]), dest)
+    target = dest / "ckpt" / "model.bin"
+    assert not target.exists()
+    have = chunks.part_chunks(target)
+    assert len(have) == 2
+    res = extract(io.BytesIO(stream(have)), dest)
+    assert res["bytes"] == st.st_size - 2 * chunks.CHUNK
+    assert target.read_bytes() == src.read_bytes()
+    assert not chunks.part_chunks(target) and not list(dest.rglob("*.gpujob-part*"))
