@@ -58,9 +58,10 @@ def torchrun_args(spec: Dict[str, Any], attempt: int = 1) -> List[str]:
         # the first node hosts the rendezvous store: say so, rather than let torchrun guess
         # from host names (which a container's /etc/hosts often gets wrong)
         "--rdzv-conf=is_host={}".format(1 if int(node["rank"]) == 0 else 0),
+    ] + (
         # the address the other nodes reach this one at (the master address workers connect to)
-        "--local-addr={}".format(node["addrs"][int(node["rank"])]),
-    ]
+        ["--local-addr={}".format(node["addrs"][int(node["rank"])])] if node.get("addrs") else []
+    )
 
 
 def command(spec: Dict[str, Any], attempt: int = 1) -> str:
