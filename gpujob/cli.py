@@ -6,8 +6,10 @@ Heavy modules (paramiko, rich, httpx) are imported inside the commands that use 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Callable
 
@@ -44,6 +46,25 @@ def _esc(text: str) -> str:
     return escape(text)
 
 
+@contextlib.contextmanager
+def _transfer_bar(description: str, enabled: bool) -> Iterator[Callable[[int, int], None] | None]:
+    """A rich progress bar (bytes, rate, ETA) on a terminal; yields its update callback, or None."""
+    if not enabled or not sys.stderr.isatty():
+        yield None
+        return
+    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
+
+    bar = Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                   TimeRemainingColumn(), transient=True)
+    task = bar.add_task(description, total=None)
+
+    def update(done: int, total: int) -> None:
+        bar.update(task, completed=done, total=total)
+
+    with bar:
+        yield update
+
+
 # ---- jobs --------------------------------------------------------------------------------
 def cmd_submit(args: argparse.Namespace) -> int:
     from gpujob import index
@@ -57,30 +78,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
     from gpujob.agent import connect_agent
 
     agent = connect_agent(host)
-    progress_cb = None
-    bar = None
-    if not args.json and sys.stderr.isatty():
-        from rich.progress import (
-            BarColumn,
-            DownloadColumn,
-            Progress,
-            TimeRemainingColumn,
-            TransferSpeedColumn,
-        )
-
-        bar = Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                       TimeRemainingColumn(), transient=True)
-        task = bar.add_task(f"sync → {host.name}", total=None)
-        bar.start()
-
-        def progress_cb(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
-
-    try:
+    with _transfer_bar(f"sync → {host.name}", not args.json) as progress_cb:
         res = submit(agent, spec, host, progress_cb)
-    finally:
-        if bar:
-            bar.stop()
     index.record(res["job_id"], host.name, spec.name)
     if args.json:
         from gpujob.ui import print_json
@@ -372,32 +371,10 @@ def cmd_pull(args: argparse.Namespace) -> int:
 
     what = "latest" if args.latest else "best" if args.best is not None else "all"
     metric = args.best or None
-    bar = None
-    progress_cb = None
-    if not args.json and sys.stderr.isatty():
-        from rich.progress import (
-            BarColumn,
-            DownloadColumn,
-            Progress,
-            TimeRemainingColumn,
-            TransferSpeedColumn,
-        )
-
-        bar = Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                       TimeRemainingColumn(), transient=True)
-        task = bar.add_task(f"pull {args.job}", total=None)
-        bar.start()
-
-        def progress_cb(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
-
-    try:
-        nodes = _node_hosts(args)  # a job over several nodes: rank 0's node (the checkpoints are shared)
-        agent = _agent(nodes[0].name) if nodes else _agent(_host_for_job(args))
+    nodes = _node_hosts(args)  # a job over several nodes: rank 0's node (the checkpoints are shared)
+    agent = _agent(nodes[0].name) if nodes else _agent(_host_for_job(args))
+    with _transfer_bar(f"pull {args.job}", not args.json) as progress_cb:
         res = pull(agent, args.job, Path(args.dest), what, metric, args.include, progress_cb)
-    finally:
-        if bar:
-            bar.stop()
     if args.json:
         print_json(res)
     else:
