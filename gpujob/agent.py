@@ -67,7 +67,7 @@ class Agent:
             + 'T="$A.tmp.$$"; PY=""; '
             + f"for p in {quoted}; do "
             + 'if command -v "$p" >/dev/null 2>&1 && "$p" -c "import sys; sys.exit(0 if sys.version_info >= (3, 8) else 1)" '
-            + '>/dev/null 2>&1; then PY=$(command -v "$p"); break; fi; done; '
+            + '>/dev/null 2>&1; then PY=$("$p" -c "import sys; print(sys.executable)"); break; fi; done; '
             + f'if [ -z "$PY" ]; then echo gpujob-no-python >&2; exit {NO_PYTHON}; fi; '
             + f'mkdir -p "$T" && tar -x -C "$T" && echo "$PY" > "$T/python" && touch "$T/ok" || exit {CANT_WRITE}; '
             + 'rm -rf "$A" && mv "$T" "$A" && echo "$PY"'
@@ -132,6 +132,30 @@ class Agent:
         if probe.rc != 0:
             self.install()
         return self.t.stream(self.command(verb, args))
+
+
+    def stream_doc(self, verb: str, args: list[str] | None = None) -> tuple[Stream, dict[str, Any]]:
+        """Start a streaming verb whose first line is a JSON document (sync, send --manifest).
+
+        Installs the agent once if it is missing; an error document becomes ``RemoteError``.
+        """
+        for attempt in (0, 1):
+            s = self.t.stream(self.command(verb, args))
+            line = s.stdout.readline()
+            if line:
+                doc = json.loads(line)
+                if "error" in doc:
+                    s.kill()
+                    raise RemoteError(doc["error"], doc.get("remedy", ""))
+                return s, doc
+            s.close_stdin()
+            rc = s.wait(60)
+            if rc == NEED_AGENT and attempt == 0:
+                self.install()
+                continue
+            raise RemoteError(f"the agent on {self.host.name} did not answer {verb!r} (exit {rc}): {s.stderr_text()[-1000:]}",
+                              f"see the agent log: gpujob agent-log {self.host.name}")
+        raise AssertionError("unreachable")
 
 
 def connect_agent(host: Host) -> Agent:

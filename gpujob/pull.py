@@ -16,7 +16,7 @@ import tarfile
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable
 
-from gpujob.agent import NEED_AGENT, Agent
+from gpujob.agent import Agent
 from gpujob.bundle import import_remote
 from gpujob.errors import GpujobError, RemoteError
 
@@ -88,22 +88,8 @@ def pull(agent: Agent, job: str, dest: Path, what: str = "all", metric: str | No
     for g in include or []:
         args += ["--include", g]
     args.append("--list")
-    for attempt in (0, 1):
-        s = agent.t.stream(agent.command("send", args))
-        line = s.stdout.readline()
-        if line:
-            break
-        s.close_stdin()
-        rc = s.wait(60)
-        if rc == NEED_AGENT and attempt == 0:
-            agent.install()
-            continue
-        raise RemoteError(f"pull from {agent.host.name} failed (exit {rc}): {s.stderr_text()[-500:]}",
-                          f"see the agent log: gpujob doctor {agent.host.name}")
+    s, doc = agent.stream_doc("send", args)
     with s:
-        doc = json.loads(line)
-        if "error" in doc:
-            raise RemoteError(doc["error"], doc.get("remedy", ""))
         job_id = doc["job_id"]
         target = dest / job_id
         target.mkdir(parents=True, exist_ok=True)

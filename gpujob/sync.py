@@ -18,7 +18,6 @@ gzip-compressed when a sample of the payload compresses well (``GPUJOB_SYNC_CODE
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 import zlib
@@ -26,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from gpujob.agent import NEED_AGENT, Agent
+from gpujob.agent import Agent
 from gpujob.bundle import import_remote
 from gpujob.errors import GpujobError, RemoteError
 from gpujob.ignore import walk
@@ -195,23 +194,7 @@ def plan_from(remote: dict, spec: JobSpec, project: str, record: Any = None) -> 
 
 def open_session(agent: Agent, args: list[str]) -> tuple[Any, dict]:
     """Start the agent's ``sync`` verb and read its manifest line (installing the agent if needed)."""
-    for attempt in (0, 1):
-        s = agent.t.stream(agent.command("sync", args))
-        line = s.stdout.readline()
-        if line:
-            doc = json.loads(line)
-            if "error" in doc:
-                s.kill()
-                raise RemoteError(doc["error"], doc.get("remedy", ""))
-            return s, doc
-        s.close_stdin()
-        rc = s.wait(60)
-        if rc == NEED_AGENT and attempt == 0:
-            agent.install()
-            continue
-        raise RemoteError(f"the agent on {agent.host.name} did not answer the sync (exit {rc}): {s.stderr_text()[-1000:]}",
-                          f"see the agent log: gpujob doctor {agent.host.name}")
-    raise AssertionError("unreachable")
+    return agent.stream_doc("sync", args)
 
 
 def upload(s: Any, agent: Agent, plan: Plan, record: Any = None, progress: Callable[[int, int], None] | None = None,

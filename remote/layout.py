@@ -4,7 +4,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 TERMINAL = ("succeeded", "failed", "stopped", "autostopped", "lost")
 
@@ -115,16 +115,21 @@ def agent_log(root: Root, msg: str) -> None:
         pass
 
 
-def tail_lines(path: Path, n: int = 20, max_bytes: int = 65536) -> list:
-    """The last ``n`` lines of a text file, reading at most ``max_bytes`` from its end."""
+def read_tail(path: Path, max_bytes: int) -> Tuple[bytes, int]:
+    """(the last ``max_bytes`` of a file, its size); (b"", 0) when it cannot be read."""
     try:
         with open(str(path), "rb") as f:
             f.seek(0, 2)
             size = f.tell()
             f.seek(max(0, size - max_bytes))
-            data = f.read()
+            return f.read(), size
     except OSError:
-        return []
+        return b"", 0
+
+
+def tail_lines(path: Path, n: int = 20, max_bytes: int = 65536) -> list:
+    """The last ``n`` lines of a text file, reading at most ``max_bytes`` from its end."""
+    data, _ = read_tail(path, max_bytes)
     lines = data.decode("utf-8", "replace").splitlines()
     return lines[-n:]
 

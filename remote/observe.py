@@ -14,23 +14,16 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from remote import jobs
-from remote.layout import JobDir, Root, read_json, write_json
+from remote.layout import JobDir, Root, read_json, read_tail, write_json
+from remote.supervisor import PATH_PREFIX
 
-PATH_PREFIX = 'if [ -n "${GPUJOB_PATH_PREFIX:-}" ]; then export PATH="$GPUJOB_PATH_PREFIX:$PATH"; fi\n'
 MAX_READ = 32 << 20  # at most this much of a .jsonl file's end is read (plot: every point)
 LIVE_READ = 4 << 20  # status: the newest ~50k metric lines
 MARKER = re.compile(rb"^==> gpujob: .*\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\]$")
 
 
 def _read_jsonl(path: Path, max_bytes: int = MAX_READ) -> List[Dict[str, Any]]:
-    try:
-        with open(str(path), "rb") as f:
-            f.seek(0, 2)
-            size = f.tell()
-            f.seek(max(0, size - max_bytes))
-            data = f.read()
-    except OSError:
-        return []
+    data, size = read_tail(path, max_bytes)
     lines = data.split(b"\n")
     if size > max_bytes:
         lines = lines[1:]  # the first one is cut
