@@ -451,6 +451,11 @@ def cmd_host_set(args: argparse.Namespace) -> int:
         val = getattr(args, attr, None)
         if val is not None:
             setattr(host, attr, {"true": True, "false": None}.get(val, val) if attr == "network_turbo" else (val or None))
+    note = None
+    if getattr(args, "idle_shutdown", None) is not None:
+        note = _idle_shutdown(host, args.idle_shutdown)
+        off = args.idle_shutdown.strip().lower() in ("0", "off", "none", "")
+        host.idle_shutdown = None if off else args.idle_shutdown  # the instance revives its watcher after a reboot
     store.save(host)
     if args.json:
         from gpujob.ui import print_json
@@ -458,12 +463,12 @@ def cmd_host_set(args: argparse.Namespace) -> int:
         print_json({"name": host.name, **host.to_dict()})
     else:
         print(f"host {host.name} = {host.address}")
-    if getattr(args, "idle_shutdown", None) is not None:
-        _idle_shutdown(host, args.idle_shutdown)
+        if note:
+            print(note)
     return 0
 
 
-def _idle_shutdown(host: Any, text: str) -> None:
+def _idle_shutdown(host: Any, text: str) -> str:
     """Install (``0``/``off``: remove) the instance's idle watcher: power off after N idle minutes."""
     import json
 
@@ -478,9 +483,8 @@ def _idle_shutdown(host: Any, text: str) -> None:
     res = _agent(host.name).call("idle_shutdown", ["--minutes", repr(minutes)],
                                  input=json.dumps({"command": host.shutdown_command}).encode())
     if minutes:
-        print(f"idle shutdown on {host.name}: after {text} with no job and no SSH session (watcher pid {res.get('pid')})")
-    else:
-        print(f"idle shutdown on {host.name}: off")
+        return f"idle shutdown on {host.name}: after {text} with no job and no SSH session (watcher pid {res.get('pid')})"
+    return f"idle shutdown on {host.name}: off"
 
 
 def cmd_notify_test(args: argparse.Namespace) -> int:

@@ -36,6 +36,7 @@ class Host:
     shutdown_command: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     connect_timeout: float = 15.0
+    idle_shutdown: str | None = None  # e.g. "30m": the instance powers off when idle (set with host set)
     private_address: str | None = None  # the address other nodes reach this one at (multi-node)
     agent_python: str | None = None  # the interpreter the agent uses; None = search the usual places
     # network and caches (AUTODL.md): sent to jobs as environment variables, see job_env()

@@ -323,6 +323,12 @@ def main(argv: List[str]) -> int:
         from remote import events  # a job found lost is announced once, by a detached sender
 
         events.spawn_lost_check(root)
+        from remote import power  # the idle watcher comes back after a reboot
+
+        try:
+            power.revive_idle_watch(root)
+        except Exception as e:  # never let it block the verb
+            agent_log(root, "could not restart the idle watcher: {}".format(e))
     try:
         result = handler(root, args)
     except AgentError as e:

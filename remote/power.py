@@ -184,13 +184,38 @@ def install_idle_watch(root: Root, minutes: Optional[float], command: Optional[s
     deadline = time.time() + 5
     while time.time() < deadline and (read_json(path, {}) or {}).get("pid") != p.pid:
         time.sleep(0.05)
-    write_json(path, dict(read_json(path, {}) or {}, command=command))
+    from remote import procs
+
+    write_json(path, dict(read_json(path, {}) or {}, command=command, boot_id=procs.boot_id()))
     return {"idle_shutdown": minutes, "pid": p.pid}
 
 
-def _alive(pid: Any) -> bool:
+def revive_idle_watch(root: Root) -> Optional[Dict[str, Any]]:
+    """Restart the idle watcher after a reboot (or a crash): the setting outlives its process.
+
+    Called before every agent verb; costs one small file read when nothing is to be done.
+    """
+    cur = read_json(root.root / IDLE_FILE, None)
+    if not cur or not cur.get("minutes"):
+        return None
+    from remote import procs
+
+    same_boot = cur.get("boot_id") == procs.boot_id()
+    if same_boot and (_alive(cur.get("pid")) or cur.get("fired_at")):
+        return None
+    agent_log(root, "idle watcher {} is gone (new boot: {}): starting it again".format(cur.get("pid"), not same_boot))
     try:
-        os.kill(int(pid), 0)
-        return True
-    except (OSError, ValueError, TypeError):
+        os.unlink(str(root.root / IDLE_FILE))
+    except OSError:
+        pass
+    return install_idle_watch(root, float(cur["minutes"]), cur.get("command"))
+
+
+def _alive(pid: Any) -> bool:
+    """A live, non-zombie process (a killed watcher whose parent is gone can linger as a zombie)."""
+    from remote import procs
+
+    try:
+        return procs.pid_alive(int(pid))
+    except (TypeError, ValueError):
         return False

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -153,3 +154,20 @@ def test_idle_watcher_powers_off_only_when_idle(ssh_host: str, tmp_path: Path) -
     shut_at = float(log.read_text().split()[0])
     assert shut_at >= st["ended_at"] + 2 and shut_at >= closed_at + 1.5
     assert os.path.exists(root / "idle-watch.json")
+
+
+def test_idle_watcher_setting_outlives_its_process(ssh_host: str, tmp_path: Path) -> None:
+    """The profile keeps --idle-shutdown; a watcher that died (reboot, crash) is started again by the next command."""
+    r = run_cli("host", "set", ssh_host, "--shutdown-command", "/bin/true", "--idle-shutdown", "30m", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["idle_shutdown"] == "30m"  # JSON stays JSON
+    state = tmp_path / "remote-root" / "idle-watch.json"
+    first = json.loads(state.read_text())["pid"]
+    os.kill(first, signal.SIGKILL)
+    time.sleep(0.3)
+    assert run_cli("ls", "--host", ssh_host).returncode == 0
+    revived = json.loads(state.read_text())["pid"]
+    assert revived != first
+    os.kill(revived, 0)  # alive
+    r = run_cli("host", "set", ssh_host, "--idle-shutdown", "off", "--json")
+    assert "idle_shutdown" not in json.loads(r.stdout) and not state.exists()
