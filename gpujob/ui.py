@@ -88,6 +88,23 @@ def _gpu_line(gpu: dict[str, Any] | None) -> str | None:
     return "   ".join(parts) or None
 
 
+def autostop_summary(cfg: dict[str, Any]) -> str:
+    """``max_runtime 8h · gpu_idle <5% for 30m · then shutdown`` from a job's ``autostop:``."""
+    parts = []
+    for key, val in cfg.items():
+        if key in ("after", "check_every", "pull_before_shutdown") or val in (None, False):
+            continue
+        if key == "gpu_idle" and isinstance(val, dict):
+            parts.append(f"gpu_idle <{val.get('below', 5)}% for {val.get('for', '?')}")
+        elif key == "plateau" and isinstance(val, dict):
+            parts.append(f"plateau {val.get('metric', '?')} ({val.get('mode', 'min')}, patience {val.get('patience', '?')})")
+        else:
+            parts.append(key if val is True else f"{key} {val}")
+    if parts and cfg.get("after") == "shutdown":
+        parts.append("then shutdown")
+    return " · ".join(parts)
+
+
 def job_panel(j: dict[str, Any]) -> Any:
     """The detail view of ``gpujob status JOB`` (a plain record, or one from ``watch.status_doc``)."""
     from rich.markup import escape
@@ -130,6 +147,9 @@ def job_panel(j: dict[str, Any]) -> Any:
     if est.get("projected_cost") is not None:
         t.add_row("projection", f"{est['projected_cost']:.2f} {est.get('currency') or ''} in all, "
                   f"done in {format_duration(est.get('eta_s'))} (step {est.get('step')}/{est.get('max_steps')})")
+    policies = autostop_summary((j.get("spec") or {}).get("autostop") or {})
+    if policies:
+        t.add_row("autostop", escape(policies))
     if j.get("queue_position"):
         t.add_row("queue", f"#{j['queue_position']} for GPUs" + (f"  ({j['queue_reason']})" if j.get("queue_reason") else ""))
     if j.get("exit_code") is not None:

@@ -108,3 +108,12 @@ def test_gpu_average_weighs_compacted_lines(tmp_path: Path) -> None:
     assert g is not None and g["now"][0]["util"] == 90 and g["samples"] == 3
     assert g["avg"] == [{"index": 0, "util": round((10 * 600 + 90 * 10) / 610, 1), "mem_used": 100.0}]
     assert gpu_summary(tmp_path / "absent.jsonl") is None
+
+
+def test_autostop_summary_line() -> None:
+    from gpujob.ui import autostop_summary
+
+    line = autostop_summary({"max_runtime": "8h", "gpu_idle": {"below": 5, "for": "30m"}, "nan_loss": True,
+                             "plateau": {"metric": "eval_loss", "mode": "min", "patience": 5}, "after": "shutdown"})
+    assert line == "max_runtime 8h · gpu_idle <5% for 30m · nan_loss · plateau eval_loss (min, patience 5) · then shutdown"
+    assert autostop_summary({"after": "shutdown"}) == ""
