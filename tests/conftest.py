@@ -144,3 +144,14 @@ def run_cli(*args: str, input: str | None = None, timeout: float = 120) -> subpr
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     return subprocess.run([sys.executable, "-m", "gpujob.cli", *args], input=input, capture_output=True, text=True,
                           timeout=timeout, env=env, stdin=None if input is not None else subprocess.DEVNULL)
+
+
+@pytest.fixture
+def hook() -> Iterator[object]:
+    """A real HTTP server that records notification requests (tests.test_events.Hook)."""
+    from tests.test_events import Hook
+
+    h = Hook()
+    yield h
+    h.server.shutdown()
+    h.server.server_close()

@@ -65,14 +65,6 @@ class Hook:
         raise AssertionError(f"no {ev!r} notification; got {self.events()}")
 
 
-@pytest.fixture
-def hook():
-    h = Hook()
-    yield h
-    h.server.shutdown()
-    h.server.server_close()
-
-
 def job_dir(tmp_path: Path, name: str, script: str, spec: dict) -> Path:
     d = tmp_path / name
     d.mkdir()

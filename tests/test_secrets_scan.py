@@ -38,14 +38,6 @@ def found_in(text: str) -> list[str]:
     return [s for s in SECRETS if s in text]
 
 
-@pytest.fixture
-def hook():
-    h = Hook()
-    yield h
-    h.server.shutdown()
-    h.server.server_close()
-
-
 def test_no_secret_anywhere(ssh_host: str, tmp_path: Path, hook: Hook, isolated: Path,
                             monkeypatch: pytest.MonkeyPatch) -> None:
     isolated.mkdir(parents=True, exist_ok=True)
