@@ -4,7 +4,10 @@ Standard library only, Python 3.8+, no imports from the rest of ``remote`` (the 
 this file by path). The wire format is a PAX tar stream, optionally gzip/xz/bz2 compressed
 (the reader auto-detects):
 
-- a regular file of at most one chunk carries its content hash in the PAX header ``GPUJOB.h``;
+- small files (at most one chunk) come in batches: a ``.gpujob-hashes.json`` member maps each
+  name of the batch to its content hash, then the files follow as plain ustar members (a PAX
+  header per file cost more than everything else on a tree of small files); the hash may
+  also come in a file's own PAX header ``GPUJOB.h`` (the older form, still read);
 - a larger file is followed by a ``.gpujob-verify`` member holding its hash, and may start at
   ``GPUJOB.off`` (a whole number of chunks) to resume a part file;
 - ``.gpujob-sync.json`` lists deletions.
@@ -29,13 +32,16 @@ import stat
 import tarfile
 import zlib
 from pathlib import Path, PurePosixPath
-from typing import IO, Any, Callable, Dict, Iterable, List, Optional
+from typing import IO, Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 CHUNK = 4 << 20
 PART = ".gpujob-part"
 SIDECAR = PART + ".json"
 VERIFY = ".gpujob-verify"
 CONTROL = ".gpujob-sync.json"
+HASHES = ".gpujob-hashes.json"
+BATCH_FILES = 512  # small files per hashes member
+BATCH_BYTES = 16 << 20
 K_OFF = "GPUJOB.off"
 K_HASH = "GPUJOB.h"
 SIDECAR_EVERY = 4  # chunks between sidecar writes
@@ -300,7 +306,42 @@ def write_items(out: IO[bytes], items: Iterable[Item], delete: Optional[List[str
             info = tarfile.TarInfo(CONTROL)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
+        batch: List[Tuple[Item, bytes, str]] = []
+
+        def flush() -> None:
+            if not batch:
+                return
+            doc = json.dumps({it.arcname: digest for it, _, digest in batch}).encode()
+            hinfo = tarfile.TarInfo(HASHES)
+            hinfo.size = len(doc)
+            tar.addfile(hinfo, io.BytesIO(doc))
+            for it, data, digest in batch:
+                info = tarfile.TarInfo(it.arcname)
+                info.mode, info.mtime, info.size = it.mode & 0o7777, it.mtime, len(data)
+                tar.addfile(info, io.BytesIO(data))
+                if on_bytes:
+                    on_bytes(it.size)
+                if on_hash:
+                    on_hash(it, digest)
+            del batch[:]
+
+        size = 0
         for it in items:
+            if it.link is None and not it.is_dir and it.size <= CHUNK and not it.prefix:
+                with open(str(it.path), "rb") as f:
+                    data = f.read(it.size + 1)
+                if len(data) != it.size:
+                    raise TransferError("{} changed while being sent".format(it.path))
+                h = Hasher()
+                h.update(data)
+                batch.append((it, data, h.hexdigest()))
+                size += len(data)
+                if len(batch) >= BATCH_FILES or size >= BATCH_BYTES:
+                    flush()
+                    size = 0
+                continue
+            flush()
+            size = 0
             info = tarfile.TarInfo(it.arcname)
             info.mode, info.mtime = it.mode & 0o7777, it.mtime
             if it.link is not None:
@@ -311,33 +352,20 @@ def write_items(out: IO[bytes], items: Iterable[Item], delete: Optional[List[str
                 info.type = tarfile.DIRTYPE
                 tar.addfile(info)
                 continue
-            if it.size <= CHUNK and not it.prefix:
-                with open(str(it.path), "rb") as f:
-                    data = f.read(it.size + 1)
-                if len(data) != it.size:
-                    raise TransferError("{} changed while being sent".format(it.path))
-                h = Hasher()
-                h.update(data)
-                digest = h.hexdigest()
-                info.size = it.size
-                info.pax_headers = {K_HASH: digest}
-                tar.addfile(info, io.BytesIO(data))
-                if on_bytes:
-                    on_bytes(it.size)
-            else:
-                h = Hasher(it.prefix)
-                info.size = it.size - it.offset
-                info.pax_headers = {K_OFF: str(it.offset)}
-                with open(str(it.path), "rb") as f:
-                    f.seek(it.offset)
-                    tar.addfile(info, _Reader(f, h, on_bytes))  # type: ignore[arg-type]
-                digest = h.hexdigest()
-                data = json.dumps({"h": digest}).encode()
-                v = tarfile.TarInfo(VERIFY)
-                v.size = len(data)
-                tar.addfile(v, io.BytesIO(data))
+            h = Hasher(it.prefix)
+            info.size = it.size - it.offset
+            info.pax_headers = {K_OFF: str(it.offset)}
+            with open(str(it.path), "rb") as f:
+                f.seek(it.offset)
+                tar.addfile(info, _Reader(f, h, on_bytes))  # type: ignore[arg-type]
+            digest = h.hexdigest()
+            data = json.dumps({"h": digest}).encode()
+            v = tarfile.TarInfo(VERIFY)
+            v.size = len(data)
+            tar.addfile(v, io.BytesIO(data))
             if on_hash:
                 on_hash(it, digest)
+        flush()
 
 
 # ---- reading ----------------------------------------------------------------------------
@@ -432,6 +460,7 @@ def read_items(base: Path, stream: IO[bytes], links_out: bool = True, cache: Opt
     current = None  # type: Optional[_Pending]
     seen = {}  # type: Dict[str, Path]
     made = set()  # type: set
+    expect = {}  # type: Dict[str, str]
     try:
         with tarfile.open(fileobj=stream, mode="r|*") as tar:
             for m in tar:
@@ -450,6 +479,10 @@ def read_items(base: Path, stream: IO[bytes], links_out: bool = True, cache: Opt
                     ctl = json.loads(f.read().decode()) if f else {}
                     res["deleted"] += delete_paths(base, ctl.get("delete", []))
                     continue
+                if m.name == HASHES:
+                    f = tar.extractfile(m)
+                    expect = json.loads(f.read().decode()) if f else {}
+                    continue
                 target = safe_target(base, m, links_out, seen)
                 if m.isdir():
                     if target.is_symlink() or (target.exists() and not target.is_dir()):
@@ -467,16 +500,17 @@ def read_items(base: Path, stream: IO[bytes], links_out: bool = True, cache: Opt
                     _replace(tmp, target)
                     res["written"] += 1
                     continue
-                if K_HASH in m.pax_headers and m.size <= CHUNK:  # small: verify in memory, then one write
+                digest = m.pax_headers.get(K_HASH) or expect.pop(m.name, None)
+                if digest is not None and m.size <= CHUNK:  # small: verify in memory, then one write
                     src = tar.extractfile(m)
                     data = src.read() if src else b""
                     h = Hasher()
                     h.update(data)
-                    if h.hexdigest() != m.pax_headers[K_HASH] or len(data) != m.size:
+                    if h.hexdigest() != digest or len(data) != m.size:
                         raise TransferError("{}: content hash mismatch".format(m.name))
                     st = _write_small(tmp, target, data, m)
                     if cache is not None:
-                        cache.put(target, m.pax_headers[K_HASH], st)
+                        cache.put(target, digest, st)
                     res["bytes"] += len(data)
                     res["written"] += 1
                     if on_bytes:

@@ -160,3 +160,34 @@ def test_cut_transfer_resumes_without_resending(ssh_host: str, sshd, tmp_path: P
     whole = (16 << 20) + (1 << 20) + 100_000
     assert link2.up < whole - len(verified) * chunks.CHUNK + (1 << 20)
     assert rep.files_sent == 2
+
+
+def test_small_files_travel_in_batches_without_per_file_headers(tmp_path: Path) -> None:
+    """Small files: one hashes member per batch, then plain ustar members; the reader verifies each."""
+    import io
+    import tarfile
+
+    from gpujob.bundle import import_remote
+
+    chunks = import_remote("chunks")
+    src = tmp_path / "src"
+    src.mkdir()
+    items = []
+    for i in range(5):
+        p = src / f"f{i}.py"
+        p.write_text(f"print({i})\n" * (i + 1))
+        st = p.stat()
+        items.append(chunks.Item(f"code/f{i}.py", p, st.st_size, int(st.st_mtime), 0o644))
+    buf = io.BytesIO()
+    chunks.write_items(buf, items)
+    with tarfile.open(fileobj=io.BytesIO(buf.getvalue()), mode="r|") as tar:
+        members = [(m.name, dict(m.pax_headers)) for m in tar]
+    assert members[0][0] == chunks.HASHES and [n for n, _ in members[1:]] == [f"code/f{i}.py" for i in range(5)]
+    assert all(not pax for _, pax in members)
+    res = chunks.read_items(tmp_path / "dst", io.BytesIO(buf.getvalue()))
+    assert res["written"] == 5 and (tmp_path / "dst" / "code" / "f4.py").read_text() == "print(4)\n" * 5
+    # a corrupted batch entry is refused, not written
+    bad = buf.getvalue().replace(b"print(2)", b"print(9)")
+    with pytest.raises(chunks.TransferError, match="hash mismatch"):
+        chunks.read_items(tmp_path / "dst2", io.BytesIO(bad))
+    assert not (tmp_path / "dst2" / "code" / "f2.py").exists()
