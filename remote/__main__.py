@@ -52,21 +52,6 @@ def cmd_resume(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     return jobs.resume(root, jobs.resolve(root, a.job))
 
 
-def cmd_manifest(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
-    root.ensure()
-    cache = transfer.hash_cache(root.root)
-    doc = {d: transfer.manifest(root.root / d, cache, d in a.hash_dir) for d in a.dir + a.hash_dir}  # type: Dict[str, Any]
-    cache.save()
-    st = os.statvfs(str(root.root))
-    doc["free_bytes"] = st.f_bavail * st.f_frsize
-    return doc
-
-
-def cmd_receive(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
-    root.ensure()
-    return transfer.receive(root.root / a.dir, sys.stdin.buffer, transfer.hash_cache(root.root))
-
-
 def cmd_sync(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     """Manifest, then receive, on one channel (see transfer.session)."""
     root.ensure()
@@ -257,14 +242,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--wait", type=float, default=300.0)
     s = sub.add_parser("resume")
     s.add_argument("--job", required=True)
-    s = sub.add_parser("manifest")
-    s.add_argument("--dir", action="append", default=[])
-    s.add_argument("--hash-dir", action="append", default=[], help="like --dir, with every file's content hash")
     s = sub.add_parser("sync")
     s.add_argument("--dir", action="append", default=[])
     s.add_argument("--hash-dir", action="append", default=[])
-    s = sub.add_parser("receive")
-    s.add_argument("--dir", required=True)
     s = sub.add_parser("send")
     s.add_argument("--job", required=True)
     s.add_argument("--what", default="ckpt,output.log,metrics.jsonl,events.jsonl,status.json")
