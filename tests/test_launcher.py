@@ -147,7 +147,10 @@ def _sshd_in(ns: str, addr: str, base: Path) -> Sshd:
     return Sshd(22, base, key, ak, proc)
 
 
-def test_two_node_job_trains_stays_identical_and_resumes(two_nodes: list[Sshd], tmp_path: Path) -> None:
+def test_two_node_job_trains_stays_identical_and_resumes(two_nodes: list[Sshd], tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    # the product's default: a fresh namespace's first handshake can be refused while it settles
+    monkeypatch.setenv("GPUJOB_CONNECT_RETRIES", "3")
     from gpujob.hosts import Host, HostStore
     from gpujob.transport.ssh import public_key_line
 
