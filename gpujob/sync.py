@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 from gpujob.agent import Agent
 from gpujob.bundle import import_remote
-from gpujob.errors import GpujobError, RemoteError
+from gpujob.errors import ConnectError, GpujobError, RemoteError
 from gpujob.ignore import walk
 from gpujob.paths import config_dir
 from gpujob.spec import JobSpec
@@ -258,6 +258,10 @@ def sync_job(agent: Agent, spec: JobSpec, project: str, progress: Callable[[int,
             s.close_stdin()
             s.wait(60)
             return SyncReport(0, 0, 0, plan.unchanged, 1)
-        wire, codec = upload(s, agent, plan, record, progress)
+        try:
+            wire, codec = upload(s, agent, plan, record, progress)
+        except (EOFError, OSError) as e:  # the link dropped mid-stream (paramiko raises either)
+            raise ConnectError(f"the connection to {agent.host.name} dropped during the upload ({e or type(e).__name__})",
+                               "run submit again: finished files are kept and a cut file resumes") from None
     nfiles = sum(1 for e in plan.send if not e.is_dir)
     return SyncReport(nfiles, plan.bytes, len(plan.delete), plan.unchanged, 2, plan.resumed_bytes, wire, codec)
