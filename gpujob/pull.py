@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import tarfile
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable
 
@@ -23,10 +22,11 @@ from gpujob.errors import GpujobError, RemoteError
 chunks: Any = import_remote("chunks")
 
 
-def safe_member(dest: Path, m: tarfile.TarInfo) -> Path:
-    """Where ``m`` lands under ``dest``; refuses absolute paths, ``..`` and links that point out."""
+def safe_member(dest: Path, name: str, kind: str = "f", link: str | None = None) -> Path:
+    """Where entry ``name`` (``kind`` f, d or l) lands under ``dest``; refuses absolute paths,
+    ``..``, paths through links that leave ``dest`` and links that point out."""
     try:
-        return chunks.safe_target(dest, m, links_out=False)
+        return chunks.safe_target(dest, name, kind, link, links_out=False)
     except chunks.TransferError as e:
         raise GpujobError(str(e), "the remote tree is not trusted; nothing more was written") from None
 
@@ -42,10 +42,7 @@ def extract(stream: Any, dest: Path, on_bytes: Callable[[int], None] | None = No
 
 
 def _check_name(dest: Path, rel: str, link: str | None) -> None:
-    m = tarfile.TarInfo(rel)
-    if link is not None:
-        m.type, m.linkname = tarfile.SYMTYPE, link
-    safe_member(dest, m)
+    safe_member(dest, rel, "f" if link is None else "l", link)
 
 
 def plan_pull(target: Path, manifest: dict) -> tuple[list[Any], int, int]:
@@ -109,7 +106,7 @@ def pull(agent: Agent, job: str, dest: Path, what: str = "all", metric: str | No
         s.close_stdin()
         try:
             res = extract(s.stdout, target, on_bytes)
-        except (tarfile.TarError, OSError, EOFError) as e:
+        except (OSError, EOFError) as e:
             s.wait(60)
             raise RemoteError(f"pull from {agent.host.name} broke off: {e} {s.stderr_text()[-500:]}",
                               "run pull again: finished files are kept and a large file resumes") from None

@@ -4,6 +4,8 @@ One exec channel after connecting (agent verb ``sync``): the agent writes its ma
 trees with cached content hashes, part files of cut transfers, free space) as one line, the
 laptop plans and writes the stream of what differs (nothing when nothing changed), the agent
 applies it and answers. A no-op sync is one round trip; a sync with changes adds the stream.
+The laptop walks its trees while the manifest is on its way, and reads, hashes and compresses
+the stream in one thread while another sends it (the link and the two CPUs work at once).
 
 A file travels when it is missing there, its size, exec bit or link differs, or its mtime
 differs and the content hashes differ too (the laptop's sync record in
@@ -19,7 +21,9 @@ gzip-compressed when a sample of the payload compresses well (``GPUJOB_SYNC_CODE
 from __future__ import annotations
 
 import os
+import queue
 import stat
+import threading
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +37,6 @@ from gpujob.paths import config_dir
 from gpujob.spec import JobSpec
 
 chunks: Any = import_remote("chunks")
-CONTROL = chunks.CONTROL
 FREE_MARGIN = 256 << 20
 DEFAULT_CODEC = "gz:1"
 
@@ -50,9 +53,11 @@ class Entry:
     link: str | None = None
     is_dir: bool = False
     prefix: list[str] = field(default_factory=list)
+    st: os.stat_result | None = None
 
     def item(self) -> Any:
-        return chunks.Item(self.arcname, self.path, self.size, self.mtime, self.mode, self.link, self.is_dir, self.prefix)
+        return chunks.Item(self.arcname, self.path, self.size, self.mtime, self.mode, self.link, self.is_dir, self.prefix,
+                           self.st)
 
 
 @dataclass
@@ -77,7 +82,7 @@ def _entry(arc: str, path: Path, st: os.stat_result) -> Entry:
         return Entry(arc, path, 0, 0, 0o777, link=os.readlink(path))
     if stat.S_ISDIR(st.st_mode):
         return Entry(arc, path, 0, 0, stat.S_IMODE(st.st_mode), is_dir=True)
-    return Entry(arc, path, st.st_size, int(st.st_mtime), stat.S_IMODE(st.st_mode))
+    return Entry(arc, path, st.st_size, int(st.st_mtime), stat.S_IMODE(st.st_mode), st=st)
 
 
 def local_tree(top: Path, prefix: str, exclude: list[str] | None = None, use_ignore_files: bool = True) -> dict[str, Entry]:
@@ -107,7 +112,7 @@ def _same(e: Entry, remote: list | None, record: Any) -> bool:
         return False
     if mtime == e.mtime:
         return True
-    return rhash is not None and record is not None and record.hash(e.path) == rhash
+    return rhash is not None and record is not None and record.hash(e.path, e.st) == rhash
 
 
 def plan_tree(local: dict[str, Entry], remote: dict, mirror: str | None = None, record: Any = None) -> Plan:
@@ -178,13 +183,20 @@ def targets(spec: JobSpec, project: str) -> list[str]:
     return args
 
 
-def plan_from(remote: dict, spec: JobSpec, project: str, record: Any = None) -> Plan:
+def local_trees(spec: JobSpec, project: str) -> list[dict[str, Entry]]:
+    """The local code tree, then each ``data:`` entry's."""
+    out = [local_tree(Path(spec.workdir), f"projects/{project}/code", spec.exclude)]
+    out += [local_tree(Path(d.src), f"data/{d.dst}", use_ignore_files=False) for d in spec.data]
+    return out
+
+
+def plan_from(remote: dict, spec: JobSpec, project: str, record: Any = None,
+              trees: list[dict[str, Entry]] | None = None) -> Plan:
     """The plan for the code and every ``data:`` entry against the remote manifest."""
     code_dir = f"projects/{project}/code"
-    code_local = local_tree(Path(spec.workdir), code_dir, spec.exclude)
-    plan = plan_tree(code_local, remote[code_dir], mirror=code_dir, record=record)
-    for d in spec.data:
-        local = local_tree(Path(d.src), f"data/{d.dst}", use_ignore_files=False)
+    trees = trees if trees is not None else local_trees(spec, project)
+    plan = plan_tree(trees[0], remote[code_dir], mirror=code_dir, record=record)
+    for d, local in zip(spec.data, trees[1:]):
         sub = plan_tree(local, remote[f"data/{d.dst}"], record=record)
         plan.send += sub.send
         plan.unchanged += sub.unchanged
@@ -197,9 +209,42 @@ def open_session(agent: Agent, args: list[str]) -> tuple[Any, dict]:
     return agent.stream_doc("sync", args)
 
 
+class _Pipe:
+    """A bounded queue of byte pieces between the thread writing the stream and the one sending it."""
+
+    def __init__(self, piece: int = 256 << 10, depth: int = 32) -> None:
+        self.q: queue.Queue = queue.Queue(depth)
+        self.buf = bytearray()
+        self.piece = piece
+        self.stopped = False
+
+    def write(self, data: Any) -> int:
+        self.buf += data
+        if len(self.buf) >= self.piece:
+            self.flush()
+        return len(data)
+
+    def flush(self) -> None:
+        if self.buf:
+            self.put(bytes(self.buf))
+            self.buf.clear()
+
+    def put(self, item: Any) -> None:
+        while True:
+            if self.stopped:
+                raise OSError("the upload stopped")
+            try:
+                self.q.put(item, timeout=0.2)
+                return
+            except queue.Full:
+                continue
+
+
 def upload(s: Any, agent: Agent, plan: Plan, record: Any = None, progress: Callable[[int, int], None] | None = None,
            codec: str | None = None) -> tuple[int, str]:
-    """Send ``plan`` as one stream into the open session ``s``; returns (bytes on the wire, codec)."""
+    """Send ``plan`` as one stream into the open session ``s``; returns (bytes on the wire, codec).
+
+    One thread reads, hashes, frames and compresses; this one sends what it hands over."""
     total = plan.bytes
     done = [0]
     codec = codec or choose_codec(plan.send)
@@ -212,22 +257,46 @@ def upload(s: Any, agent: Agent, plan: Plan, record: Any = None, progress: Calla
     def on_hash(item: Any, h: str) -> None:
         if record is not None:
             try:
-                record.put(item.path, h)
+                record.put(item.path, h, item.st)
             except OSError:
                 pass
 
-    comp = chunks.Compressed(s.stdin, codec)
-    broke: Exception | None = None
+    pipe = _Pipe()
+    comp = chunks.Compressed(pipe, codec)
+    end = object()
+
+    def produce() -> None:
+        try:
+            chunks.write_items(comp, (e.item() for e in plan.send), plan.delete, on_bytes, on_hash)
+            comp.finish()
+            pipe.put(end)
+        except BaseException as e:  # noqa: BLE001 - handed to the sending thread
+            if not pipe.stopped:
+                pipe.put(e)
+
+    producer = threading.Thread(target=produce, name="gpujob-sync-read", daemon=True)
+    producer.start()
+    broke: BaseException | None = None
     try:
-        chunks.write_items(comp, (e.item() for e in plan.send), plan.delete, on_bytes, on_hash)
-        comp.finish()
-    except OSError as e:
-        broke = e
+        while True:
+            item = pipe.q.get()
+            if item is end:
+                break
+            if isinstance(item, BaseException):
+                raise item
+            s.stdin.write(item)
+            s.stdin.flush()
     except chunks.TransferError as e:
         raise GpujobError(str(e), "run submit again once the file stopped changing") from None
+    except (OSError, EOFError) as e:
+        broke = e
     finally:
+        pipe.stopped = True
+        producer.join()
         if record is not None:
             record.save()
+    if isinstance(broke, EOFError):
+        raise broke
     s.close_stdin()
     out = s.stdout.read()
     rc = s.wait()
@@ -241,9 +310,25 @@ def sync_job(agent: Agent, spec: JobSpec, project: str, progress: Callable[[int,
     """Bring ``projects/<project>/code`` and every ``data:`` entry up to date on the host, over one
     exec channel: the agent's manifest comes back first, the stream of what differs goes in."""
     record = sync_record()
-    s, remote = open_session(agent, targets(spec, project))
+    walked: dict[str, Any] = {}
+
+    def walk_local() -> None:  # while the manifest is on its way
+        try:
+            walked["trees"] = local_trees(spec, project)
+        except BaseException as e:  # noqa: BLE001 - raised below, in this thread
+            walked["error"] = e
+
+    walker = threading.Thread(target=walk_local, name="gpujob-sync-walk", daemon=True)
+    walker.start()
+    try:
+        s, remote = open_session(agent, targets(spec, project))
+    finally:
+        walker.join()
+    if "error" in walked:
+        s.kill()
+        raise walked["error"]
     with s:
-        plan = plan_from(remote, spec, project, record)
+        plan = plan_from(remote, spec, project, record, walked["trees"])
         record.save()
         free = remote.get("free_bytes")
         if free is not None and plan.bytes + FREE_MARGIN > free:

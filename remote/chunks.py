@@ -1,35 +1,42 @@
 """Verified, resumable file streams shared by both ends (upload receive, pull extract).
 
 Standard library only, Python 3.8+, no imports from the rest of ``remote`` (the laptop loads
-this file by path). The wire format is a PAX tar stream, optionally gzip/xz/bz2 compressed
-(the reader auto-detects):
+this file by path). The wire format is gpujob's own framing, optionally wrapped whole in
+gzip/xz/bz2 (the reader tells them apart by their magic bytes): ``GJS1``, then records, each
+one type byte, a 4-byte big-endian length and that many bytes of JSON header, then the payload
+the header announces:
 
-- small files (at most one chunk) come in batches: a ``.gpujob-hashes.json`` member maps each
-  name of the batch to its content hash, then the files follow as plain ustar members (a PAX
-  header per file cost more than everything else on a tree of small files); the hash may
-  also come in a file's own PAX header ``GPUJOB.h`` (the older form, still read);
-- a larger file is followed by a ``.gpujob-verify`` member holding its hash, and may start at
-  ``GPUJOB.off`` (a whole number of chunks) to resume a part file;
-- ``.gpujob-sync.json`` lists deletions.
+- ``B`` (batch): small files (at most one chunk), folders and symlinks, up to ``BATCH_FILES``
+  entries or ``BATCH_BYTES``: ``[["f", name, mode, mtime, size, hash] | ["d", name, mode] |
+  ["l", name, target], ...]``, then the files' bytes concatenated in that order (tar headers
+  and one Python call chain per member cost more than everything else on a tree of small
+  files);
+- ``F`` (large file): ``{"n", "mode", "mtime", "size", "off"}``, then bytes ``off..size``
+  (``off``, a whole number of chunks, resumes a part file), then a ``V`` record ``{"h"}``;
+- ``X``: ``{"delete": [names]}``; ``E``: the end (a stream without it was cut).
 
 A file is received as ``<name>.gpujob-part`` and renamed into place only after its hash
 checks out, so it is never visible half-written under its final name (and the rename gives a
-new inode, so hard-linked job snapshots keep their old content). The part file of a large
-file keeps its verified prefix; ``<name>.gpujob-part.json`` lists the prefix's chunk hashes so
-a cut transfer resumes where it stopped.
+new inode, so hard-linked job snapshots keep their old content). Small files are verified in
+memory and written by a few threads (create with the mode, write, mtime, rename: the file
+system's create cost dominates and overlaps with parsing); the receiver makes them durable
+with one ``syncfs`` per stream before it saves its hash cache. The part file of a large file
+keeps its verified prefix, fsynced; ``<name>.gpujob-part.json`` lists the prefix's chunk
+hashes so a cut transfer resumes where it stopped.
 
 Content hash: sha256 over the concatenated sha256 digests of 4 MiB chunks (one empty chunk
 for an empty file), so a resumed file is verified without rereading its prefix.
 """
 
 import hashlib
-import io
 import json
 import os
+import queue
 import shutil
 import signal
 import stat
-import tarfile
+import struct
+import threading
 import zlib
 from pathlib import Path, PurePosixPath
 from typing import IO, Any, Callable, Dict, Iterable, List, Optional, Tuple
@@ -37,14 +44,16 @@ from typing import IO, Any, Callable, Dict, Iterable, List, Optional, Tuple
 CHUNK = 4 << 20
 PART = ".gpujob-part"
 SIDECAR = PART + ".json"
-VERIFY = ".gpujob-verify"
-CONTROL = ".gpujob-sync.json"
-HASHES = ".gpujob-hashes.json"
-BATCH_FILES = 512  # small files per hashes member
-BATCH_BYTES = 16 << 20
-K_OFF = "GPUJOB.off"
-K_HASH = "GPUJOB.h"
+MAGIC = b"GJS1"
+BATCH_FILES = 256  # small files per batch record (smaller batches start the receiver sooner)
+BATCH_BYTES = 8 << 20
+MAX_HEAD = 16 << 20  # a larger record header is refused as corrupt
+MAX_BATCH = 64 << 20
+WRITERS = 4  # receiver threads writing small files
 SIDECAR_EVERY = 4  # chunks between sidecar writes
+_REC = struct.Struct(">cI")
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
 class TransferError(Exception):
@@ -79,6 +88,11 @@ class Hasher:
         if self.n or not parts:
             parts.append(self.cur.hexdigest())
         return hashlib.sha256("".join(parts).encode()).hexdigest()
+
+
+def small_hash(data: Any) -> str:
+    """The content hash of at most one chunk (what ``Hasher`` gives), in one call."""
+    return hashlib.sha256(hashlib.sha256(data).hexdigest().encode()).hexdigest()
 
 
 def file_hash(path: Path, limit: Optional[int] = None) -> Hasher:
@@ -130,6 +144,20 @@ class HashCache:
             h = file_hash(path).hexdigest()
             self.put(path, h, st)
         return h
+
+    def drop(self, path: str) -> None:
+        if self.data.pop(path, None) is not None:
+            self.dirty = True
+
+    def prune(self, base: str, keep: Iterable[str]) -> None:
+        """Drop entries under folder ``base`` whose path is not in ``keep`` (files gone)."""
+        prefix = base.rstrip("/") + "/"
+        keep = set(keep)
+        gone = [k for k in self.data if k.startswith(prefix) and k not in keep]
+        for k in gone:
+            del self.data[k]
+        if gone:
+            self.dirty = True
 
     def save(self) -> None:
         if self.path is None or not self.dirty:
@@ -188,80 +216,103 @@ def matching_prefix(path: Path, remote_chunks: List[str], size: int) -> List[str
 
 
 # ---- safety -----------------------------------------------------------------------------
-def safe_target(base: Path, m: tarfile.TarInfo, links_out: bool, seen: Optional[Dict[str, Path]] = None) -> Path:
-    """Where member ``m`` lands under ``base``; refuses absolute names, ``..``, paths through
-    symlinks that leave ``base``, devices, hard links, and (unless ``links_out``) symlinks that
-    point outside ``base``."""
-    name = PurePosixPath(m.name)
-    if not m.name or name.is_absolute() or ".." in name.parts:
-        raise TransferError("refusing {!r}: it would land outside {}".format(m.name, base))
-    target = base.joinpath(*name.parts)
-    if seen is None:
-        seen = {}
-    root = seen.get("") or base.resolve()
-    seen[""] = root
-    key = str(target.parent)
-    parent = seen.get(key) or target.parent.resolve()
-    if parent != root and root not in parent.parents:
-        raise TransferError("refusing {!r}: a symlink on its way points outside {}".format(m.name, base))
-    if not (m.isfile() or m.isdir() or m.issym()):
-        raise TransferError("refusing {!r}: not a file, folder or symlink".format(m.name))
-    if m.issym() and not links_out:
-        link = PurePosixPath(m.linkname)
-        bad = link.is_absolute() or not link.parts
-        if not bad:
-            resolved = Path(os.path.normpath(str(parent.joinpath(*link.parts))))
-            bad = resolved != root and root not in resolved.parents
-        if bad:
-            raise TransferError("refusing link {!r} -> {!r}: it points outside {}".format(m.name, m.linkname, base))
-    if m.issym():
-        seen.clear()  # a new link may change how later paths resolve
-    else:
-        seen[key] = parent
-    return parent / target.name
+def check_name(name: Any) -> List[str]:
+    """The parts of a relative name; refuses absolute names, ``..``, ``.`` and empty parts."""
+    if not isinstance(name, str) or not name or name[0] == "/" or "\0" in name:
+        raise TransferError("refusing {!r}: it would land outside the destination".format(name))
+    parts = name.split("/")
+    if ".." in parts or "" in parts or "." in parts:
+        raise TransferError("refusing {!r}: it would land outside the destination".format(name))
+    return parts
+
+
+class Guard:
+    """Where names land under ``base``: refuses traversal, paths through symlinks that leave
+    ``base`` and (unless ``links_out``) symlinks pointing outside it. A folder's real path is
+    resolved once and cached until a symlink is written."""
+
+    def __init__(self, base: Path, links_out: bool) -> None:
+        self.base = str(base)
+        self.root = os.path.realpath(self.base)
+        self.links_out = links_out
+        self.parents = {}  # type: Dict[str, str]
+
+    def inside(self, path: str) -> bool:
+        return path == self.root or path.startswith(self.root + "/") or self.root == "/"
+
+    def place(self, name: Any) -> Tuple[str, str]:
+        """(real parent folder, leaf) of ``name``; the leaf itself is never followed."""
+        check_name(name)
+        rel_parent, _, leaf = name.rpartition("/")
+        parent = self.parents.get(rel_parent)
+        if parent is None:
+            parent = os.path.realpath(os.path.join(self.base, rel_parent)) if rel_parent else self.root
+            if not self.inside(parent):
+                raise TransferError("refusing {!r}: a symlink on its way points outside {}".format(name, self.base))
+            self.parents[rel_parent] = parent
+        return parent, leaf
+
+    def link(self, name: str, parent: str, target: Any) -> None:
+        """Refuse a symlink that points outside ``base`` (unless links may point anywhere)."""
+        if not isinstance(target, str) or not target or "\0" in target:
+            raise TransferError("refusing link {!r} -> {!r}: not a link target".format(name, target))
+        if self.links_out:
+            return
+        lp = PurePosixPath(target)
+        if lp.is_absolute() or not lp.parts or not self.inside(os.path.normpath(os.path.join(parent, target))):
+            raise TransferError("refusing link {!r} -> {!r}: it points outside {}".format(name, target, self.base))
+
+
+def safe_target(base: Path, name: str, kind: str = "f", link: Optional[str] = None, links_out: bool = False) -> Path:
+    """Where entry ``name`` (``kind`` f, d or l) lands under ``base``; raises ``TransferError``
+    for traversal, paths through links that leave ``base``, other kinds of entry, and
+    (unless ``links_out``) links pointing outside."""
+    if kind not in ("f", "d", "l"):
+        raise TransferError("refusing {!r}: not a file, folder or symlink".format(name))
+    g = Guard(base, links_out)
+    parent, leaf = g.place(name)
+    if kind == "l":
+        g.link(name, parent, link)
+    return Path(parent) / leaf
 
 
 # ---- writing ----------------------------------------------------------------------------
 class Item:
-    """One thing to send: ``arcname`` on the wire, ``path`` here, resumed from ``prefix`` chunks."""
+    """One thing to send: ``arcname`` on the wire, ``path`` here, resumed from ``prefix`` chunks
+    (``st``: the stat the size came from, for the sender's hash cache)."""
 
-    __slots__ = ("arcname", "path", "size", "mtime", "mode", "link", "is_dir", "prefix")
+    __slots__ = ("arcname", "path", "size", "mtime", "mode", "link", "is_dir", "prefix", "st")
 
     def __init__(self, arcname: str, path: Path, size: int = 0, mtime: int = 0, mode: int = 0o644,
-                 link: Optional[str] = None, is_dir: bool = False, prefix: Optional[List[str]] = None) -> None:
+                 link: Optional[str] = None, is_dir: bool = False, prefix: Optional[List[str]] = None,
+                 st: Optional[os.stat_result] = None) -> None:
         self.arcname, self.path, self.size, self.mtime, self.mode = arcname, path, size, mtime, mode
-        self.link, self.is_dir, self.prefix = link, is_dir, list(prefix or [])
+        self.link, self.is_dir, self.prefix, self.st = link, is_dir, list(prefix or []), st
 
     @property
     def offset(self) -> int:
         return len(self.prefix) * CHUNK
 
 
-class _Reader(io.RawIOBase):
-    def __init__(self, f: IO[bytes], h: Hasher, cb: Optional[Callable[[int], None]]) -> None:
-        self.f, self.h, self.cb = f, h, cb
-
-    def readable(self) -> bool:
-        return True
-
-    def read(self, n: int = -1) -> bytes:
-        data = self.f.read(n)
-        self.h.update(data)
-        if self.cb:
-            self.cb(len(data))
-        return data
+def frame(kind: bytes, head: Any) -> bytes:
+    """One record header: type byte, length, JSON."""
+    doc = json.dumps(head, separators=(",", ":")).encode()
+    return _REC.pack(kind, len(doc)) + doc
 
 
-class Compressed(io.RawIOBase):
-    """A write-only wrapper compressing into ``out``: codec ``none``, ``gz:L``, ``xz:L`` or ``bz2:L``."""
+class Compressed:
+    """A write-only wrapper compressing into ``out``: codec ``none``, ``gz:L``, ``xz:L`` or ``bz2:L``.
+    ``flush`` makes everything written so far decodable (a zlib sync point)."""
 
     def __init__(self, out: IO[bytes], codec: str) -> None:
         self.out = out
         name, _, level = codec.partition(":")
         lv = int(level) if level else None
         self.c = None  # type: Any
+        self.sync = False
         if name == "gz":
             self.c = zlib.compressobj(6 if lv is None else lv, zlib.DEFLATED, 31)
+            self.sync = True
         elif name == "xz":
             import lzma
 
@@ -274,179 +325,393 @@ class Compressed(io.RawIOBase):
             raise ValueError("unknown codec {!r}".format(codec))
         self.raw_bytes = 0
         self.wire_bytes = 0
+        self.done = False
 
-    def writable(self) -> bool:
-        return True
+    def _out(self, data: bytes) -> None:
+        if data:
+            self.wire_bytes += len(data)
+            self.out.write(data)
 
     def write(self, data: Any) -> int:
         n = len(data)
         self.raw_bytes += n
-        out = self.c.compress(bytes(data)) if self.c else bytes(data)
-        if out:
-            self.wire_bytes += len(out)
-            self.out.write(out)
+        self._out(self.c.compress(data) if self.c else bytes(data))
         return n
 
-    def finish(self) -> None:
-        if self.c:
-            tail = self.c.flush()
-            self.wire_bytes += len(tail)
-            self.out.write(tail)
+    def flush(self) -> None:
+        if self.done:
+            return
+        if self.sync:
+            self._out(self.c.flush(zlib.Z_SYNC_FLUSH))
         self.out.flush()
+
+    def finish(self) -> None:
+        if self.c and not self.done:
+            self._out(self.c.flush())
+        self.done = True
+        self.out.flush()
+
+
+def _read_small(it: Item) -> bytes:
+    fd = os.open(str(it.path), os.O_RDONLY | _CLOEXEC)
+    try:
+        data = os.read(fd, it.size + 1)
+        while len(data) < it.size:
+            more = os.read(fd, it.size + 1 - len(data))
+            if not more:
+                break
+            data += more
+    finally:
+        os.close(fd)
+    if len(data) != it.size:
+        raise TransferError("{} changed while being sent".format(it.path))
+    return data
 
 
 def write_items(out: IO[bytes], items: Iterable[Item], delete: Optional[List[str]] = None,
                 on_bytes: Optional[Callable[[int], None]] = None,
-                on_hash: Optional[Callable[[Item, str], None]] = None,
-                read_base: Optional[Path] = None) -> None:
-    """Write ``items`` as a verified tar stream (see the module doc) to ``out``."""
-    with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:
-        if delete:
-            data = json.dumps({"delete": delete}).encode()
-            info = tarfile.TarInfo(CONTROL)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-        batch: List[Tuple[Item, bytes, str]] = []
+                on_hash: Optional[Callable[[Item, str], None]] = None) -> None:
+    """Write ``items`` as a verified stream (see the module doc) to ``out``; each file is read
+    and hashed once. ``out.flush`` (when there is one) is called after every batch."""
+    w = out.write
+    flush_out = getattr(out, "flush", None)
+    w(MAGIC)
+    if delete:
+        w(frame(b"X", {"delete": delete}))
+    ents = []  # type: List[List[Any]]
+    datas = []  # type: List[bytes]
+    sent = []  # type: List[Tuple[Item, str]]
+    size = 0
 
-        def flush() -> None:
-            if not batch:
-                return
-            doc = json.dumps({it.arcname: digest for it, _, digest in batch}).encode()
-            hinfo = tarfile.TarInfo(HASHES)
-            hinfo.size = len(doc)
-            tar.addfile(hinfo, io.BytesIO(doc))
-            for it, data, digest in batch:
-                info = tarfile.TarInfo(it.arcname)
-                info.mode, info.mtime, info.size = it.mode & 0o7777, it.mtime, len(data)
-                tar.addfile(info, io.BytesIO(data))
-                if on_bytes:
-                    on_bytes(it.size)
-                if on_hash:
-                    on_hash(it, digest)
-            del batch[:]
-
-        size = 0
-        for it in items:
-            if it.link is None and not it.is_dir and it.size <= CHUNK and not it.prefix:
-                with open(str(it.path), "rb") as f:
-                    data = f.read(it.size + 1)
-                if len(data) != it.size:
-                    raise TransferError("{} changed while being sent".format(it.path))
-                h = Hasher()
-                h.update(data)
-                batch.append((it, data, h.hexdigest()))
-                size += len(data)
-                if len(batch) >= BATCH_FILES or size >= BATCH_BYTES:
-                    flush()
-                    size = 0
-                continue
-            flush()
-            size = 0
-            info = tarfile.TarInfo(it.arcname)
-            info.mode, info.mtime = it.mode & 0o7777, it.mtime
-            if it.link is not None:
-                info.type, info.linkname = tarfile.SYMTYPE, it.link
-                tar.addfile(info)
-                continue
-            if it.is_dir:
-                info.type = tarfile.DIRTYPE
-                tar.addfile(info)
-                continue
-            h = Hasher(it.prefix)
-            info.size = it.size - it.offset
-            info.pax_headers = {K_OFF: str(it.offset)}
-            with open(str(it.path), "rb") as f:
-                f.seek(it.offset)
-                tar.addfile(info, _Reader(f, h, on_bytes))  # type: ignore[arg-type]
-            digest = h.hexdigest()
-            data = json.dumps({"h": digest}).encode()
-            v = tarfile.TarInfo(VERIFY)
-            v.size = len(data)
-            tar.addfile(v, io.BytesIO(data))
+    def flush() -> None:
+        if not ents:
+            return
+        w(frame(b"B", ents))
+        if datas:
+            w(b"".join(datas))
+        for it, digest in sent:
+            if on_bytes:
+                on_bytes(it.size)
             if on_hash:
                 on_hash(it, digest)
-        flush()
+        del ents[:], datas[:], sent[:]
+        if flush_out:
+            flush_out()
+
+    for it in items:
+        if it.is_dir:
+            ents.append(["d", it.arcname, it.mode & 0o7777])
+        elif it.link is not None:
+            ents.append(["l", it.arcname, it.link])
+        elif it.size <= CHUNK and not it.prefix:
+            data = _read_small(it)
+            digest = small_hash(data)
+            ents.append(["f", it.arcname, it.mode & 0o7777, it.mtime, it.size, digest])
+            datas.append(data)
+            sent.append((it, digest))
+            size += it.size
+        else:
+            flush()
+            size = 0
+            _write_large(w, it, on_bytes, on_hash)
+            continue
+        if len(ents) >= BATCH_FILES or size >= BATCH_BYTES:
+            flush()
+            size = 0
+    flush()
+    w(frame(b"E", {}))
+    if flush_out:
+        flush_out()
+
+
+def _write_large(w: Callable[[bytes], Any], it: Item, on_bytes: Optional[Callable[[int], None]],
+                 on_hash: Optional[Callable[[Item, str], None]]) -> None:
+    h = Hasher(it.prefix)
+    w(frame(b"F", {"n": it.arcname, "mode": it.mode & 0o7777, "mtime": it.mtime, "size": it.size, "off": it.offset}))
+    left = it.size - it.offset
+    with open(str(it.path), "rb") as f:
+        f.seek(it.offset)
+        while left > 0:
+            data = f.read(min(1 << 20, left))
+            if not data:
+                raise TransferError("{} changed while being sent".format(it.path))
+            h.update(data)
+            w(data)
+            left -= len(data)
+            if on_bytes:
+                on_bytes(len(data))
+    digest = h.hexdigest()
+    w(frame(b"V", {"h": digest}))
+    if on_hash:
+        on_hash(it, digest)
 
 
 # ---- reading ----------------------------------------------------------------------------
-class _Pending:
-    def __init__(self, target: Path, tmp: Path, h: Hasher, m: tarfile.TarInfo, big: bool) -> None:
-        self.target, self.tmp, self.h, self.m, self.big = target, tmp, h, m, big
+class _Source:
+    """Exact reads from a stream, decompressed when it starts with gzip, xz or bz2 magic."""
+
+    def __init__(self, raw: Any) -> None:
+        self.raw = raw
+        self.read1 = getattr(raw, "read1", None) or raw.read
+        self.buf = b""
+        self.pos = 0
+        self.dec = None  # type: Any
+        head = b""
+        while len(head) < 6:
+            more = self.read1(1 << 16)
+            if not more:
+                break
+            head += more
+        if head[:2] == b"\x1f\x8b":
+            self.dec = zlib.decompressobj(31)
+        elif head[:3] == b"BZh":
+            import bz2
+
+            self.dec = bz2.BZ2Decompressor()
+        elif head[:6] == b"\xfd7zXZ\x00":
+            import lzma
+
+            self.dec = lzma.LZMADecompressor()
+        self.buf = self._decode(head)
+        if self.read(len(MAGIC)) != MAGIC:
+            raise TransferError("not a gpujob stream (or an empty one)")
+
+    def _decode(self, data: bytes) -> bytes:
+        if self.dec is None or not data:
+            return data
+        if getattr(self.dec, "eof", False):
+            return b""
+        try:
+            return self.dec.decompress(data)
+        except (zlib.error, OSError, EOFError, ValueError) as e:
+            raise TransferError("corrupt compressed stream: {}".format(e)) from None
+
+    def read(self, n: int) -> bytes:
+        """``n`` bytes, fewer only at the end of the stream."""
+        avail = len(self.buf) - self.pos
+        if avail >= n:
+            out = self.buf[self.pos:self.pos + n]
+            self.pos += n
+            return out
+        pieces = [self.buf[self.pos:]]
+        got = avail
+        self.buf, self.pos = b"", 0
+        while got < n:
+            data = self.read1(1 << 16)
+            if not data:
+                break
+            data = self._decode(data)
+            if got + len(data) > n:
+                take = n - got
+                pieces.append(data[:take])
+                self.buf = data
+                self.pos = take
+                got = n
+                break
+            pieces.append(data)
+            got += len(data)
+        return b"".join(pieces)
+
+    def record(self) -> Tuple[bytes, Any]:
+        raw = self.read(_REC.size)
+        if len(raw) < _REC.size:
+            raise TransferError("the stream ended early (a cut transfer)")
+        kind, n = _REC.unpack(raw)
+        if n > MAX_HEAD:
+            raise TransferError("corrupt stream: a {}-byte record header".format(n))
+        doc = self.read(n)
+        if len(doc) < n:
+            raise TransferError("the stream ended early (a cut transfer)")
+        try:
+            return kind, json.loads(doc.decode())
+        except ValueError:
+            raise TransferError("corrupt stream: a record header is not JSON") from None
 
 
-def _replace(tmp: Path, target: Path) -> None:
-    if target.is_dir() and not target.is_symlink():
-        shutil.rmtree(str(target))
-    os.replace(str(tmp), str(target))
-
-
-def _write_small(tmp: Path, target: Path, data: bytes, m: tarfile.TarInfo) -> os.stat_result:
-    """Write ``data`` to ``tmp`` (never through a link), set mode and mtime, rename onto ``target``."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
+def _replace(tmp: str, target: str) -> None:
     try:
-        fd = os.open(str(tmp), flags, 0o600)
+        os.replace(tmp, target)
     except OSError:
-        os.unlink(str(tmp))
-        fd = os.open(str(tmp), flags, 0o600)
+        if not (os.path.isdir(target) and not os.path.islink(target)):
+            raise
+        shutil.rmtree(target)  # a folder replaced by a file
+        os.replace(tmp, target)
+
+
+def _remove(path: str) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    else:
+        os.unlink(path)
+
+
+def _write_small(tmp: str, target: str, data: Any, mode: int, mtime: int, umask: int) -> os.stat_result:
+    """Create ``tmp`` with ``mode`` (never through a link), write ``data``, set the mtime, rename
+    onto ``target``."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC
     try:
-        view = memoryview(data)
-        while view:
+        fd = os.open(tmp, flags, mode)
+    except FileExistsError:  # a leftover of an earlier cut
+        _remove(tmp)
+        fd = os.open(tmp, flags, mode)
+    try:
+        view = data
+        while len(view):
             view = view[os.write(fd, view):]
-        os.fchmod(fd, m.mode & 0o7777)
-        os.utime(fd, (m.mtime, m.mtime))
+        if mode & (umask | 0o7000):
+            os.fchmod(fd, mode)
+        os.utime(fd, (mtime, mtime))
         st = os.fstat(fd)
-    finally:
+    except BaseException:
         os.close(fd)
-    try:
-        os.replace(str(tmp), str(target))
-    except IsADirectoryError:
-        _replace(tmp, target)
+        os.unlink(tmp)
+        raise
+    os.close(fd)
+    _replace(tmp, target)
     return st
 
 
-def delete_paths(base: Path, rels: Iterable[str]) -> int:
-    """Remove ``rels`` under ``base`` (deepest first); unsafe names are skipped."""
+class _Writers:
+    """A few threads writing verified small files; ``drain`` waits for all given so far and
+    raises the first error."""
+
+    def __init__(self, cache: Optional["HashCache"], on_bytes: Optional[Callable[[int], None]]) -> None:
+        self.q = queue.Queue(maxsize=64)  # type: Any
+        self.cache, self.on_bytes = cache, on_bytes
+        self.threads = []  # type: List[threading.Thread]
+        self.errors = []  # type: List[BaseException]
+        self.written = 0
+        self.nbytes = 0
+        self.lock = threading.Lock()
+        self.job = []  # type: List[Tuple[str, str, Any, int, int, str, str]]
+        old = os.umask(0o22)
+        os.umask(old)
+        self.umask = old
+
+    def put(self, tmp: str, target: str, data: Any, mode: int, mtime: int, digest: str, key: str) -> None:
+        self.job.append((tmp, target, data, mode, mtime, digest, key))
+        if len(self.job) >= 16:
+            self.send()
+
+    def send(self) -> None:
+        if not self.job:
+            return
+        if self.errors:
+            raise self.errors[0]
+        if len(self.threads) < WRITERS:
+            t = threading.Thread(target=self._run, daemon=True)
+            t.start()
+            self.threads.append(t)
+        job, self.job = self.job, []
+        self.q.put(job)
+
+    def _run(self) -> None:
+        while True:
+            job = self.q.get()
+            try:
+                if job is None:
+                    return
+                if self.errors:
+                    continue
+                n = b = 0
+                for tmp, target, data, mode, mtime, digest, key in job:
+                    st = _write_small(tmp, target, data, mode, mtime, self.umask)
+                    if self.cache is not None:
+                        self.cache.data[key] = [st.st_size, st.st_mtime_ns, st.st_ino, digest]
+                    n += 1
+                    b += len(data)
+                with self.lock:
+                    self.written += n
+                    self.nbytes += b
+                    if self.cache is not None:
+                        self.cache.dirty = True
+                if self.on_bytes:
+                    self.on_bytes(b)
+            except BaseException as e:  # noqa: BLE001 - handed to the reading thread
+                self.errors.append(e)
+            finally:
+                self.q.task_done()
+
+    def drain(self) -> None:
+        self.send()
+        self.q.join()
+        if self.errors:
+            raise self.errors[0]
+
+    def close(self) -> None:
+        """Finish what was given (verified files are kept even when the stream broke)."""
+        try:
+            self.send()
+        except BaseException:  # noqa: BLE001 - the first error is raised by the caller's path
+            pass
+        for _ in self.threads:
+            self.q.put(None)
+        for t in self.threads:
+            t.join()
+
+
+def durable(path: Path) -> None:
+    """Flush the file system holding ``path`` to disk (``syncfs``; ``sync`` where it is missing)."""
+    try:
+        import ctypes
+
+        fn = ctypes.CDLL(None, use_errno=True).syncfs
+        fd = os.open(str(path), os.O_RDONLY | _CLOEXEC)
+        try:
+            if fn(fd) == 0:
+                return
+        finally:
+            os.close(fd)
+    except (ImportError, OSError, AttributeError):
+        pass
+    if hasattr(os, "sync"):
+        os.sync()
+
+
+def delete_paths(base: Path, rels: Iterable[str], cache: Optional["HashCache"] = None,
+                 guard: Optional[Guard] = None) -> int:
+    """Remove ``rels`` under ``base`` (deepest first); unsafe names (and names through links
+    that leave ``base``) are skipped; their hash cache entries go too."""
+    g = guard or Guard(base, True)
     n = 0
     for rel in sorted(rels, key=lambda r: -r.count("/")):
-        p = PurePosixPath(rel)
-        if p.is_absolute() or ".." in p.parts or not p.parts:
-            continue
-        target = base.joinpath(*p.parts)
         try:
-            if target.is_dir() and not target.is_symlink():
-                os.rmdir(str(target))
+            parent, leaf = g.place(rel)
+        except TransferError:
+            continue
+        target = os.path.join(parent, leaf)
+        try:
+            if os.path.isdir(target) and not os.path.islink(target):
+                os.rmdir(target)
             else:
-                os.unlink(str(target))
+                os.unlink(target)
             n += 1
         except OSError:
-            pass
+            continue
+        if cache is not None:
+            cache.drop(os.path.join(str(base), rel))
     return n
 
 
+def _ints(*vals: Any) -> bool:
+    return all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in vals)
+
+
 def read_items(base: Path, stream: IO[bytes], links_out: bool = True, cache: Optional[HashCache] = None,
-               on_bytes: Optional[Callable[[int], None]] = None) -> Dict[str, Any]:
+               on_bytes: Optional[Callable[[int], None]] = None, sync: bool = True) -> Dict[str, Any]:
     """Apply a stream written by ``write_items`` under ``base``.
 
-    Returns ``{"written", "deleted", "bytes"}`` (bytes = file bytes received). On a cut stream
-    the part file of the file in flight keeps its verified chunks, and the error is raised.
+    Returns ``{"written", "deleted", "bytes"}`` (bytes = file bytes received). Everything that
+    arrived verified is kept on a cut or refused stream (the part file of a large file keeps its
+    verified chunks), and the error is raised. With ``sync``, the small files written are made
+    durable (one ``syncfs``) before the hash cache is saved.
     """
     base.mkdir(parents=True, exist_ok=True)
     res = {"written": 0, "deleted": 0, "bytes": 0}
-    pending = None  # type: Optional[_Pending]
-
-    def finish(p: _Pending, expected: str) -> None:
-        got = p.h.hexdigest()
-        if got != expected:
-            drop_part(p.target)
-            raise TransferError("{}: content hash mismatch (sent {}, received {})".format(p.m.name, expected[:12], got[:12]))
-        os.chmod(str(p.tmp), p.m.mode & 0o7777)
-        os.utime(str(p.tmp), (p.m.mtime, p.m.mtime))
-        _replace(p.tmp, p.target)
-        if p.big:
-            drop_part(p.target)
-        if cache is not None:
-            cache.put(p.target, got)
-        res["written"] += 1
+    guard = Guard(base, links_out)
+    writers = _Writers(cache, on_bytes)
+    made = set()  # type: set
+    base_s = str(base)
 
     def on_signal(signum: int, frame: Any) -> None:
         raise TransferError("interrupted by signal {}".format(signum))
@@ -457,128 +722,174 @@ def read_items(base: Path, stream: IO[bytes], links_out: bool = True, cache: Opt
             old.append((sig, signal.signal(sig, on_signal)))
     except (ValueError, OSError, AttributeError):  # not the main thread
         pass
-    current = None  # type: Optional[_Pending]
-    seen = {}  # type: Dict[str, Path]
-    made = set()  # type: set
-    expect = {}  # type: Dict[str, str]
     try:
-        with tarfile.open(fileobj=stream, mode="r|*") as tar:
-            for m in tar:
-                if m.name == VERIFY:
-                    f = tar.extractfile(m)
-                    doc = json.loads(f.read().decode()) if f else {}
-                    if pending is None:
-                        raise TransferError("verify record without a file")
-                    finish(pending, doc.get("h", ""))
-                    pending = None
-                    continue
-                if pending is not None:
-                    raise TransferError("{}: no verify record".format(pending.m.name))
-                if m.name == CONTROL:
-                    f = tar.extractfile(m)
-                    ctl = json.loads(f.read().decode()) if f else {}
-                    res["deleted"] += delete_paths(base, ctl.get("delete", []))
-                    continue
-                if m.name == HASHES:
-                    f = tar.extractfile(m)
-                    expect = json.loads(f.read().decode()) if f else {}
-                    continue
-                target = safe_target(base, m, links_out, seen)
-                if m.isdir():
-                    if target.is_symlink() or (target.exists() and not target.is_dir()):
-                        os.unlink(str(target))
-                    target.mkdir(parents=True, exist_ok=True)
-                    continue
-                if target.parent not in made:
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    made.add(target.parent)
-                tmp = target.with_name(target.name + PART)
-                if m.issym():
-                    if os.path.lexists(str(tmp)):
-                        os.unlink(str(tmp))
-                    os.symlink(m.linkname, str(tmp))
-                    _replace(tmp, target)
-                    res["written"] += 1
-                    continue
-                digest = m.pax_headers.get(K_HASH) or expect.pop(m.name, None)
-                if digest is not None and m.size <= CHUNK:  # small: verify in memory, then one write
-                    src = tar.extractfile(m)
-                    data = src.read() if src else b""
-                    h = Hasher()
-                    h.update(data)
-                    if h.hexdigest() != digest or len(data) != m.size:
-                        raise TransferError("{}: content hash mismatch".format(m.name))
-                    st = _write_small(tmp, target, data, m)
-                    if cache is not None:
-                        cache.put(target, digest, st)
-                    res["bytes"] += len(data)
-                    res["written"] += 1
-                    if on_bytes:
-                        on_bytes(len(data))
-                    continue
-                off = int(m.pax_headers.get(K_OFF, "0"))
-                big = K_HASH not in m.pax_headers
-                chunks = []  # type: List[str]
-                if off:
-                    chunks = part_chunks(target)
-                    if len(chunks) * CHUNK < off or off % CHUNK:
-                        raise TransferError("{}: cannot resume at {} (have {} chunks)".format(m.name, off, len(chunks)))
-                    chunks = chunks[:off // CHUNK]
-                    if os.stat(str(tmp)).st_nlink > 1:  # never write into a hard-linked inode
-                        shutil.copyfile(str(tmp), str(tmp) + ".x")
-                        os.replace(str(tmp) + ".x", str(tmp))
-                    fh = open(str(tmp), "r+b")
-                    fh.truncate(off)
-                    fh.seek(off)
-                else:
-                    if big:
-                        drop_part(target)
-                    if os.path.lexists(str(tmp)):
-                        os.unlink(str(tmp))
-                    fh = open(str(tmp), "wb")
-                h = Hasher(chunks)
-                current = _Pending(target, tmp, h, m, big)
-                src = tar.extractfile(m)
-                assert src is not None
-                since = 0
-                with fh:
-                    while True:
-                        data = src.read(1 << 20)
-                        if not data:
-                            break
-                        fh.write(data)
-                        res["bytes"] += len(data)
-                        if on_bytes:
-                            on_bytes(len(data))
-                        if big and h.update(data):
-                            since += 1
-                            if since >= SIDECAR_EVERY:
-                                fh.flush()
-                                _save_sidecar(target, h.chunks)
-                                since = 0
-                        elif not big:
-                            h.update(data)
-                    fh.flush()
-                    if big:  # small files: the rename alone keeps readers safe; fsync costs too much per file
-                        os.fsync(fh.fileno())
-                current = None
-                if big:
-                    _save_sidecar(target, h.chunks)
-                    pending = _Pending(target, tmp, h, m, big)
-                else:
-                    finish(_Pending(target, tmp, h, m, big), m.pax_headers[K_HASH])
-        if pending is not None:
-            raise TransferError("{}: stream ended before its verify record".format(pending.m.name))
-    except BaseException:
-        if current is not None and current.big:
-            _save_sidecar(current.target, current.h.chunks)
-        raise
+        src = _Source(stream)
+        while True:
+            kind, head = src.record()
+            if kind == b"E":
+                break
+            if kind == b"B":
+                _batch(src, head, guard, writers, made, base_s, res)
+            elif kind == b"F":
+                _large(src, head, guard, made, base_s, cache, on_bytes, res)
+            elif kind == b"X":
+                writers.drain()
+                dels = head.get("delete", []) if isinstance(head, dict) else None
+                if not isinstance(dels, list) or not all(isinstance(d, str) for d in dels):
+                    raise TransferError("corrupt stream: a bad delete record")
+                res["deleted"] += delete_paths(base, dels, cache, guard)
+                guard.parents.clear()
+            else:
+                raise TransferError("corrupt stream: unknown record {!r}".format(kind))
+        writers.drain()
     finally:
+        writers.close()
+        res["written"] += writers.written
+        res["bytes"] += writers.nbytes
         for sig, handler in old:
             signal.signal(sig, handler)
+        if sync and writers.written:
+            durable(base)
         if cache is not None:
             cache.save()
     return res
+
+
+def _mkparent(parent: str, made: set) -> None:
+    if parent not in made:
+        os.makedirs(parent, exist_ok=True)
+        made.add(parent)
+
+
+def _batch(src: _Source, ents: Any, guard: Guard, writers: _Writers, made: set, base_s: str,
+           res: Dict[str, Any]) -> None:
+    if not isinstance(ents, list):
+        raise TransferError("corrupt stream: a bad batch record")
+    total = 0
+    for e in ents:
+        if not isinstance(e, list) or not e:
+            raise TransferError("corrupt stream: a bad batch entry")
+        if e[0] == "f":
+            if len(e) != 6 or not _ints(e[2], e[3], e[4]) or e[4] > CHUNK or not isinstance(e[5], str):
+                raise TransferError("corrupt stream: a bad file entry {!r}".format(e[:2]))
+            total += e[4]
+    if total > MAX_BATCH:
+        raise TransferError("corrupt stream: a {}-byte batch".format(total))
+    payload = src.read(total)
+    if len(payload) < total:
+        raise TransferError("the stream ended early (a cut transfer)")
+    view = memoryview(payload)
+    off = 0
+    for e in ents:
+        kind, name = e[0], e[1]
+        if kind == "f":
+            size = e[4]
+            data = view[off:off + size]
+            off += size
+            if small_hash(data) != e[5]:
+                raise TransferError("{}: content hash mismatch".format(name))
+            parent, leaf = guard.place(name)
+            _mkparent(parent, made)
+            target = parent + "/" + leaf
+            writers.put(target + PART, target, data, e[2] & 0o7777, e[3], e[5], base_s + "/" + name)
+        elif kind == "d":
+            if len(e) != 3 or not _ints(e[2]):
+                raise TransferError("corrupt stream: a bad folder entry {!r}".format(e[:2]))
+            parent, leaf = guard.place(name)
+            target = parent + "/" + leaf
+            if os.path.islink(target) or (os.path.lexists(target) and not os.path.isdir(target)):
+                writers.drain()
+                os.unlink(target)
+                guard.parents.clear()
+            os.makedirs(target, exist_ok=True)
+            made.add(target)
+        elif kind == "l":
+            if len(e) != 3:
+                raise TransferError("corrupt stream: a bad link entry {!r}".format(e[:2]))
+            parent, leaf = guard.place(name)
+            guard.link(name, parent, e[2])
+            writers.drain()  # links change how later names resolve
+            _mkparent(parent, made)
+            tmp = parent + "/" + leaf + PART
+            if os.path.lexists(tmp):
+                _remove(tmp)
+            os.symlink(e[2], tmp)
+            _replace(tmp, parent + "/" + leaf)
+            guard.parents.clear()
+            res["written"] += 1
+        else:
+            raise TransferError("refusing {!r}: not a file, folder or symlink".format(name))
+
+
+def _large(src: _Source, head: Any, guard: Guard, made: set, base_s: str, cache: Optional[HashCache],
+           on_bytes: Optional[Callable[[int], None]], res: Dict[str, Any]) -> None:
+    try:
+        name, mode, mtime, size, off = head["n"], head["mode"], head["mtime"], head["size"], head["off"]
+    except (KeyError, TypeError):
+        raise TransferError("corrupt stream: a bad file record") from None
+    if not _ints(mode, mtime, size, off) or off % CHUNK or off > size:
+        raise TransferError("corrupt stream: a bad file record for {!r}".format(name))
+    parent, leaf = guard.place(name)
+    _mkparent(parent, made)
+    target = Path(parent) / leaf
+    tmp = str(target) + PART
+    chunks = []  # type: List[str]
+    if off:
+        chunks = part_chunks(target)
+        if len(chunks) * CHUNK < off:
+            raise TransferError("{}: cannot resume at {} (have {} chunks)".format(name, off, len(chunks)))
+        chunks = chunks[:off // CHUNK]
+        if os.stat(tmp).st_nlink > 1:  # never write into a hard-linked inode
+            shutil.copyfile(tmp, tmp + ".x")
+            os.replace(tmp + ".x", tmp)
+        fh = open(tmp, "r+b")
+        fh.truncate(off)
+        fh.seek(off)
+    else:
+        drop_part(target)
+        if os.path.lexists(tmp):
+            _remove(tmp)
+        fh = open(tmp, "wb")
+    h = Hasher(chunks)
+    left = size - off
+    since = 0
+    try:
+        with fh:
+            while left > 0:
+                data = src.read(min(1 << 20, left))
+                if not data:
+                    raise TransferError("the stream ended early (a cut transfer) in {}".format(name))
+                fh.write(data)
+                left -= len(data)
+                res["bytes"] += len(data)
+                if on_bytes:
+                    on_bytes(len(data))
+                if h.update(data):
+                    since += 1
+                    if since >= SIDECAR_EVERY:
+                        fh.flush()
+                        _save_sidecar(target, h.chunks)
+                        since = 0
+            fh.flush()
+            os.fsync(fh.fileno())
+    except BaseException:
+        _save_sidecar(target, h.chunks)
+        raise
+    _save_sidecar(target, h.chunks)
+    kind, doc = src.record()
+    if kind != b"V" or not isinstance(doc, dict):
+        raise TransferError("{}: no verify record".format(name))
+    got = h.hexdigest()
+    if doc.get("h") != got:
+        drop_part(target)
+        raise TransferError("{}: content hash mismatch (sent {}, received {})".format(name, str(doc.get("h"))[:12], got[:12]))
+    os.chmod(tmp, mode & 0o7777)
+    os.utime(tmp, (mtime, mtime))
+    _replace(tmp, str(target))
+    drop_part(target)
+    if cache is not None:
+        cache.put(Path(base_s + "/" + name), got)
+    res["written"] += 1
 
 
 def tree(base: Path, cache: Optional[HashCache] = None, hash_all: bool = False,
@@ -590,6 +901,7 @@ def tree(base: Path, cache: Optional[HashCache] = None, hash_all: bool = False,
     files = {}  # type: Dict[str, List[Any]]
     dirs = []  # type: List[str]
     parts = {}  # type: Dict[str, List[str]]
+    seen = []  # type: List[str]
 
     def one(full: str, rel: str) -> None:
         try:
@@ -612,7 +924,8 @@ def tree(base: Path, cache: Optional[HashCache] = None, hash_all: bool = False,
                 return
             h = None
             if cache is not None:
-                h = cache.hash(Path(full), st) if hash_all else cache.get(Path(full), st)
+                h = cache.hash(full, st) if hash_all else cache.get(full, st)  # type: ignore[arg-type]
+                seen.append(full)
             files[rel] = [st.st_size, int(st.st_mtime), stat.S_IMODE(st.st_mode), None, h]
 
     if base.is_symlink() or base.is_file():
@@ -622,6 +935,8 @@ def tree(base: Path, cache: Optional[HashCache] = None, hash_all: bool = False,
         ch = part_chunks(base)  # a single-file entry's part file sits beside it
         if ch:
             parts[""] = ch
+        if cache is not None:
+            cache.prune(str(base), [])
         return {"files": files, "dirs": dirs, "parts": parts, "exists": False}
     for dirpath, dirnames, filenames in os.walk(str(base)):
         rel_dir = os.path.relpath(dirpath, str(base))
@@ -632,4 +947,7 @@ def tree(base: Path, cache: Optional[HashCache] = None, hash_all: bool = False,
             one(os.path.join(dirpath, name), rel)
         dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))
                        and not skip(d if rel_dir == "." else rel_dir + "/" + d)]
+    if cache is not None:  # entries of files that are gone (skipped ones stay)
+        top = str(base) + "/"
+        cache.prune(str(base), seen + [k for k in cache.data if k.startswith(top) and skip(k[len(top):])])
     return {"files": files, "dirs": dirs, "parts": parts, "exists": True}

@@ -1,4 +1,4 @@
-"""Moving trees in one round trip: a manifest out, a verified tar stream in, a tar stream out.
+"""Moving trees in one round trip: a manifest out, a verified stream in, a verified stream out.
 
 The stream format, part files and content hashes are in ``remote/chunks.py``. The agent keeps
 a hash cache (``<root>/cache/hashes.json``) filled by every received file, so a manifest with
@@ -16,7 +16,6 @@ from typing import IO, Any, Dict, List, Optional
 from remote import chunks
 from remote.checkpoints import is_complete, latest_complete, list_checkpoints, step_of
 
-CONTROL = chunks.CONTROL
 LOGS = ["output.log", "metrics.jsonl", "events.jsonl", "status.json"]
 
 
@@ -34,8 +33,8 @@ def receive(base: Path, stream: IO[bytes], cache: Optional[chunks.HashCache] = N
     return chunks.read_items(base, stream, links_out=True, cache=cache)
 
 
-def delete(base: Path, rels: List[str]) -> int:
-    return chunks.delete_paths(base, rels)
+def delete(base: Path, rels: List[str], cache: Optional[chunks.HashCache] = None) -> int:
+    return chunks.delete_paths(base, rels, cache)
 
 
 # ---- pull -------------------------------------------------------------------------------
@@ -197,3 +196,10 @@ class _Prepend:
                 return h + self.rest.read()
             return h + self.rest.read(n - len(h)) if n > len(h) else h
         return self.rest.read(n)
+
+    def read1(self, n: int = -1) -> bytes:
+        if self.head:
+            h, self.head = self.head, b""
+            return h
+        read1 = getattr(self.rest, "read1", None)
+        return read1(n) if read1 else self.rest.read(n)
