@@ -162,32 +162,116 @@ def test_cut_transfer_resumes_without_resending(ssh_host: str, sshd, tmp_path: P
     assert rep.files_sent == 2
 
 
-def test_small_files_travel_in_batches_without_per_file_headers(tmp_path: Path) -> None:
-    """Small files: one hashes member per batch, then plain ustar members; the reader verifies each."""
-    import io
-    import tarfile
+def records(stream: bytes) -> list[tuple[bytes, object, bytes]]:
+    """The (type, header, payload) records of an uncompressed stream."""
+    import json
+    import struct
 
-    from gpujob.bundle import import_remote
+    assert stream[:4] == chunks.MAGIC
+    out, pos = [], 4
+    while pos < len(stream):
+        kind, n = struct.unpack(">cI", stream[pos:pos + 5])
+        head = json.loads(stream[pos + 5:pos + 5 + n])
+        pos += 5 + n
+        size = sum(e[4] for e in head if e[0] == "f") if kind == b"B" else 0
+        out.append((kind, head, stream[pos:pos + size]))
+        pos += size
+    return out
 
-    chunks = import_remote("chunks")
-    src = tmp_path / "src"
+
+def small_tree(src: Path, n: int = 5) -> list:
     src.mkdir()
     items = []
-    for i in range(5):
+    for i in range(n):
         p = src / f"f{i}.py"
         p.write_text(f"print({i})\n" * (i + 1))
         st = p.stat()
-        items.append(chunks.Item(f"code/f{i}.py", p, st.st_size, int(st.st_mtime), 0o644))
+        items.append(chunks.Item(f"code/f{i}.py", p, st.st_size, int(st.st_mtime), 0o755 if i == 1 else 0o644))
+    return items
+
+
+def test_small_files_travel_in_batches_under_one_header(tmp_path: Path) -> None:
+    """Small files: one JSON header per batch, then their bytes; the reader verifies each."""
+    import io
+
     buf = io.BytesIO()
-    chunks.write_items(buf, items)
-    with tarfile.open(fileobj=io.BytesIO(buf.getvalue()), mode="r|") as tar:
-        members = [(m.name, dict(m.pax_headers)) for m in tar]
-    assert members[0][0] == chunks.HASHES and [n for n, _ in members[1:]] == [f"code/f{i}.py" for i in range(5)]
-    assert all(not pax for _, pax in members)
+    chunks.write_items(buf, small_tree(tmp_path / "src"))
+    recs = records(buf.getvalue())
+    assert [k for k, _, _ in recs] == [b"B", b"E"]
+    assert [e[1] for e in recs[0][1]] == [f"code/f{i}.py" for i in range(5)]
     res = chunks.read_items(tmp_path / "dst", io.BytesIO(buf.getvalue()))
-    assert res["written"] == 5 and (tmp_path / "dst" / "code" / "f4.py").read_text() == "print(4)\n" * 5
-    # a corrupted batch entry is refused, not written
+    dst = tmp_path / "dst" / "code"
+    assert res["written"] == 5 and (dst / "f4.py").read_text() == "print(4)\n" * 5
+    assert (dst / "f1.py").stat().st_mode & 0o777 == 0o755 and (dst / "f0.py").stat().st_mode & 0o777 == 0o644
+    # compressed the same way the laptop sends it
+    gz = io.BytesIO()
+    comp = chunks.Compressed(gz, "gz:1")
+    chunks.write_items(comp, small_tree(tmp_path / "src2"))
+    comp.finish()
+    assert chunks.read_items(tmp_path / "dst3", io.BytesIO(gz.getvalue()))["written"] == 5
+    # a corrupted batch entry is refused, not written; the ones before it are kept
     bad = buf.getvalue().replace(b"print(2)", b"print(9)")
     with pytest.raises(chunks.TransferError, match="hash mismatch"):
         chunks.read_items(tmp_path / "dst2", io.BytesIO(bad))
     assert not (tmp_path / "dst2" / "code" / "f2.py").exists()
+    assert (tmp_path / "dst2" / "code" / "f1.py").exists()
+    assert not list((tmp_path / "dst2").rglob("*.gpujob-part*"))
+
+
+def framed(*recs: tuple[bytes, object, bytes], end: bool = True) -> bytes:
+    body = b"".join(chunks.frame(k, h) + p for k, h, p in recs)
+    return chunks.MAGIC + body + (chunks.frame(b"E", {}) if end else b"")
+
+
+def f_entry(name: str, data: bytes = b"x") -> tuple[list, bytes]:
+    return ["f", name, 0o644, 0, len(data), chunks.small_hash(data)], data
+
+
+def batch(*ents: tuple[list, bytes]) -> tuple[bytes, object, bytes]:
+    return b"B", [e for e, _ in ents], b"".join(d for _, d in ents)
+
+
+@pytest.mark.parametrize("stream, match", [
+    (framed(batch(f_entry("ok.txt"), f_entry("../up.txt"))), "outside"),
+    (framed(batch(f_entry("ok.txt"), f_entry("/tmp/abs.txt"))), "outside"),
+    (framed(batch(f_entry("ok.txt"), f_entry("a//b"))), "outside"),
+    (framed(batch(f_entry("ok.txt"), (["l", "out", "/etc"], b""), f_entry("out/passwd"))), "outside"),
+    (framed(batch(f_entry("ok.txt"), (["f", "big", 0o644, 0, 99 << 20, "0"], b""))), "bad file entry"),
+    (framed(batch(f_entry("ok.txt"), (["f", "neg", 0o644, 0, -1, "0"], b""))), "bad file entry"),
+    (framed(batch(f_entry("ok.txt"), (["p", "fifo", 0], b""))), "not a file"),
+    (framed(batch(f_entry("ok.txt")), (b"Z", {}, b"")), "unknown record"),
+    (framed(batch(f_entry("ok.txt")), (b"F", {"n": "x", "mode": 420, "mtime": 0, "size": 10, "off": 3}, b"")), "bad file record"),
+    (framed(batch(f_entry("ok.txt")), end=False), "ended early"),
+    (framed(batch(f_entry("ok.txt")))[:-3] + b"\xff\xff\xff", "ended early|record header"),
+    (chunks.MAGIC + b"B\x7f\xff\xff\xff", "record header"),
+    (b"not a stream at all", "not a gpujob stream"),
+])
+def test_crafted_streams_are_refused(tmp_path: Path, stream: bytes, match: str) -> None:
+    """The receiver refuses traversal, links out (with links_out off), bad sizes and kinds, and
+    cut or garbage streams; files that came verified before the bad part are kept."""
+    import io
+
+    dest = tmp_path / "dest"
+    with pytest.raises(chunks.TransferError, match=match):
+        chunks.read_items(dest, io.BytesIO(stream), links_out=False)
+    names = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+    assert names in (["dest"], ["dest", "dest/ok.txt"])
+    if match == "outside":  # refused at the bad entry: the verified one before it was written
+        assert names == ["dest", "dest/ok.txt"]
+
+
+def test_hash_cache_pruned_of_files_gone(tmp_path: Path) -> None:
+    import io
+
+    base = tmp_path / "root"
+    cache = chunks.HashCache(tmp_path / "cache.json")
+    buf = io.BytesIO()
+    chunks.write_items(buf, small_tree(tmp_path / "src"))
+    chunks.read_items(base, io.BytesIO(buf.getvalue()), cache=cache)
+    assert len(cache.data) == 5
+    (base / "code" / "f3.py").unlink()
+    chunks.delete_paths(base, ["code/f4.py"], cache)
+    t = chunks.tree(base / "code", cache)
+    cache.save()
+    assert sorted(t["files"]) == ["f0.py", "f1.py", "f2.py"] and all(v[4] for v in t["files"].values())
+    assert sorted(Path(k).name for k in chunks.HashCache(tmp_path / "cache.json").data) == ["f0.py", "f1.py", "f2.py"]
