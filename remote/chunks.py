@@ -49,7 +49,7 @@ BATCH_FILES = 256  # small files per batch record (smaller batches start the rec
 BATCH_BYTES = 8 << 20
 MAX_HEAD = 16 << 20  # a larger record header is refused as corrupt
 MAX_BATCH = 64 << 20
-WRITERS = 4  # receiver threads writing small files
+WRITERS = 4  # receiver threads writing small files (GPUJOB_SYNC_WRITERS overrides)
 SIDECAR_EVERY = 4  # chunks between sidecar writes
 _REC = struct.Struct(">cI")
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -584,6 +584,10 @@ class _Writers:
         self.nbytes = 0
         self.lock = threading.Lock()
         self.job = []  # type: List[Tuple[str, str, Any, int, int, str, str]]
+        try:
+            self.nthreads = max(1, int(os.environ.get("GPUJOB_SYNC_WRITERS", WRITERS)))
+        except ValueError:
+            self.nthreads = WRITERS
         old = os.umask(0o22)
         os.umask(old)
         self.umask = old
@@ -598,7 +602,7 @@ class _Writers:
             return
         if self.errors:
             raise self.errors[0]
-        if len(self.threads) < WRITERS:
+        if len(self.threads) < self.nthreads:
             t = threading.Thread(target=self._run, daemon=True)
             t.start()
             self.threads.append(t)

@@ -46,12 +46,18 @@ def main() -> None:
     ap.add_argument("--rtt-ms", type=float, default=40)
     ap.add_argument("--mbit", type=float, default=100)
     ap.add_argument("--out", help="also write the markdown table here")
+    ap.add_argument("--links", default="lo,slow", help="which links: lo, slow or both (lo,slow)")
+    ap.add_argument("--cases", default="small,noop,one,up,down", help="which cases to run")
+    ap.add_argument("--no-scp", action="store_true", help="skip scp (its 3,000 files on the slow link take minutes)")
     a = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="gpujob-bench-"))
     os.environ["GPUJOB_CONFIG_DIR"] = str(work / "config")
     os.environ["GPUJOB_NO_SSH_AGENT"] = "1"
-    from linkemu import Link
+    # each gpujob run makes its own SSH connection, as rsync and scp do (the multiplexer's kept
+    # connection would skip the handshake: GPUJOB_MUX=1 measures that)
+    os.environ.setdefault("GPUJOB_MUX", "0")
+    from linkemu import LinkProcess as Link
 
     from gpujob.agent import Agent
     from gpujob.hosts import Host
@@ -102,12 +108,17 @@ def _run(a, work, sshd, Link, Agent, Host, pull, JobSpec, sync_job, connect, key
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
 
     def timed(fn) -> float:
+        os.sync()  # no tool flushes the page cache another one left dirty
         t = time.monotonic()
         fn()
         return time.monotonic() - t
 
     rows = []
-    links = [("loopback", None), (f"{a.rtt_ms:.0f} ms RTT / {a.mbit:.0f} Mbit", (a.rtt_ms / 2, a.mbit))]
+    links = [("loopback", None)] if "lo" in a.links.split(",") else []
+    if "slow" in a.links.split(","):
+        links.append((f"{a.rtt_ms:.0f} ms RTT / {a.mbit:.0f} Mbit", (a.rtt_ms / 2, a.mbit)))
+    cases = set(a.cases.split(","))
+
     def one_link(link_name: str, shape: tuple | None) -> None:
         link = Link(sshd.port, shape[0], shape[1]) if shape else None
         slug = "slow" if shape else "lo"
@@ -133,19 +144,22 @@ def _run(a, work, sshd, Link, Agent, Host, pull, JobSpec, sync_job, connect, key
 
         def case(name: str, gp, rs, sc) -> None:
             tg, tr = timed(gp), timed(rs)
-            ts = timed(sc) if sc else float("nan")
+            ts = timed(sc) if sc and not a.no_scp else float("nan")
             rows.append((link_name, name, tg, tr, ts, rts.get("rt", "")))
             rts.clear()
             print(f"{link_name:>22} | {name:<28} gpujob {tg:6.2f}s  rsync {tr:6.2f}s  scp {ts:6.2f}s", flush=True)
 
         (root / "projects" / "scp").mkdir(parents=True, exist_ok=True)
         (root / "projects" / "rs").mkdir(parents=True, exist_ok=True)
-        case(f"{a.small} small files, first", gp_sync, rsync_up, scp_up)
+        if "small" in cases:
+            case(f"{a.small} small files, first", gp_sync, rsync_up, scp_up)
         # scp has no incremental mode: a resync resends the whole tree (the first row's time)
-        case("no-op resync", gp_sync, rsync_up, None)
-        f = next(src.rglob("file_7.py"))
-        f.write_text(f.read_text() + "# edited\n")
-        case("one file changed", gp_sync, rsync_up, None)
+        if "noop" in cases:
+            case("no-op resync", gp_sync, rsync_up, None)
+        if "one" in cases:
+            f = next(src.rglob("file_7.py"))
+            f.write_text(f.read_text() + "# edited\n")
+            case("one file changed", gp_sync, rsync_up, None)
 
         big_spec = JobSpec(name="gp", run="true", workdir=str(work / "empty"), data=[])
         (work / "empty").mkdir(exist_ok=True)
@@ -156,17 +170,19 @@ def _run(a, work, sshd, Link, Agent, Host, pull, JobSpec, sync_job, connect, key
         def gp_big() -> None:
             rts["rt"] = sync_job(agent(port), big_spec, "big").round_trips
 
-        case(f"{a.large_mb} MB file up", gp_big,
-             lambda: rsync_up(big, f"{user}@127.0.0.1:{root}/up/rs-{slug}/"),
-             lambda: scp_up(big / "model.bin", f"{user}@127.0.0.1:{root}/up/scp-{slug}.bin"))
+        if "up" in cases:
+            case(f"{a.large_mb} MB file up", gp_big,
+                 lambda: rsync_up(big, f"{user}@127.0.0.1:{root}/up/rs-{slug}/"),
+                 lambda: scp_up(big / "model.bin", f"{user}@127.0.0.1:{root}/up/scp-{slug}.bin"))
         down = work / "down" / slug
         ck = f"{root}/jobs/bench-job/ckpt/step-1/model.bin"
-        case(f"{a.large_mb} MB checkpoint down",
-             lambda: pull(agent(port), "bench-job", down / "gp", "latest", include=["ckpt/*"]),
-             lambda: run(["rsync", "-az", "-e", ssh_e(port), f"{user}@127.0.0.1:{ck}", str(down / "rs.bin")]),
-             lambda: run(["scp", "-O", "-q", "-P", str(port), "-i", key, "-o", "StrictHostKeyChecking=no", "-o",
-                          "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", f"{user}@127.0.0.1:{ck}",
-                          str(down / "scp.bin")]))
+        if "down" in cases:
+            case(f"{a.large_mb} MB checkpoint down",
+                 lambda: pull(agent(port), "bench-job", down / "gp", "latest", include=["ckpt/*"]),
+                 lambda: run(["rsync", "-az", "-e", ssh_e(port), f"{user}@127.0.0.1:{ck}", str(down / "rs.bin")]),
+                 lambda: run(["scp", "-O", "-q", "-P", str(port), "-i", key, "-o", "StrictHostKeyChecking=no", "-o",
+                              "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", f"{user}@127.0.0.1:{ck}",
+                              str(down / "scp.bin")]))
         (down).mkdir(parents=True, exist_ok=True)
         if link:
             link.close()

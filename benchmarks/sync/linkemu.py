@@ -116,3 +116,31 @@ class Link:
         self._closed = True
         self.sock.close()
         self.kill()
+
+
+class LinkProcess:
+    """A ``Link`` in its own process, so the emulator does not share the measured tool's GIL
+    (in-process, its threads slowed a Python client but not rsync or scp)."""
+
+    def __init__(self, target_port: int, delay_ms: float = 0.0, mbit: float = 0.0) -> None:
+        import subprocess
+        import sys
+
+        self.proc = subprocess.Popen([sys.executable, __file__, str(target_port), str(delay_ms), str(mbit)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None
+        self.port = int(self.proc.stdout.readline())
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(10)
+
+
+if __name__ == "__main__":
+    import sys
+
+    link = Link(int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]))
+    print(link.port, flush=True)
+    sys.stdin.read()  # until the parent closes our stdin
+    link.close()
