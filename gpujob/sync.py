@@ -219,6 +219,9 @@ class _Pipe:
         self.stopped = False
 
     def write(self, data: Any) -> int:
+        if not self.buf and len(data) >= self.piece:  # a large file's piece: no copy
+            self.put(bytes(data))
+            return len(data)
         self.buf += data
         if len(self.buf) >= self.piece:
             self.flush()

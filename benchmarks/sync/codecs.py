@@ -1,4 +1,4 @@
-"""Which codec pays on a slow link: compress a source-tree tar stream and a checkpoint-like
+"""Which codec pays on a slow link: compress a source-tree sync stream and a checkpoint-like
 random file with each stdlib codec (the agent must decompress with the standard library).
 
     python benchmarks/sync/codecs.py [--mbit 100]
@@ -34,7 +34,7 @@ def payloads() -> dict[str, bytes]:
              for p in sorted((w / "src").rglob("*"))]
     buf = io.BytesIO()
     chunks.write_items(buf, items)
-    return {"3000 source files (tar)": buf.getvalue(), "16 MB random (checkpoint-like)": os.urandom(16 << 20)}
+    return {"3000 source files (stream)": buf.getvalue(), "16 MB random (checkpoint-like)": os.urandom(16 << 20)}
 
 
 CODECS = {
