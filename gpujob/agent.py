@@ -16,6 +16,7 @@ from gpujob.errors import ConnectError, GpujobError, RemoteError
 from gpujob.hosts import LOCAL, Host
 from gpujob.transport import Result, Stream, Transport
 
+SERVED = ("hello", "status", "watch", "port", "agentlog", "gpus")  # remote/__main__.py SERVED
 NEED_AGENT = 97
 NO_PYTHON = 98
 CANT_WRITE = 96
@@ -52,7 +53,7 @@ class Agent:
         return (
             self._prelude()
             + f'if [ ! -f "$A/ok" ]; then echo gpujob-agent-missing >&2; exit {NEED_AGENT}; fi; '
-            + f'PY=$(cat "$A/python"); cd "$A" && exec env PYTHONPATH="$A" "$PY" -m remote --root "$R" {argv}'
+            + f'PY=$(cat "$A/python"); cd "$A" && exec env PYTHONPATH="$A" "$PY" -S -m remote --root "$R" {argv}'
         )
 
     def _install_command(self) -> str:
@@ -94,6 +95,15 @@ class Agent:
 
     # ---- calls --------------------------------------------------------------------------
     def _raw(self, verb: str, args: list[str] | None, input: bytes | None, timeout: float | None) -> Result:
+        serve_call = getattr(self.t, "serve_call", None)
+        if verb in SERVED and input is None and serve_call is not None:  # the multiplexer's kept agent
+            argv = [verb, *(args or [])]
+            served = serve_call(self.command("serve"), argv, timeout)
+            if served is not None and served.rc == NEED_AGENT:
+                self.install()
+                served = serve_call(self.command("serve"), argv, timeout)
+            if served is not None:
+                return served
         res = self.t.run(self.command(verb, args), input=input, timeout=timeout)
         if res.rc == NEED_AGENT:
             self.install()

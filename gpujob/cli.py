@@ -302,6 +302,19 @@ def cmd_tunnel(args: argparse.Namespace) -> int:
     job = None if args.target in names and not args.host else args.target
     host = store.get(args.target if job is None else _host_for_job(argparse.Namespace(job=job, host=args.host)))
     remote_port = args.remote_port or 6006
+    if args.stop:
+        if job is None:
+            raise HostError("--stop takes a job: it stops the TensorBoard gpujob started for that job",
+                            "gpujob tunnel JOB --stop")
+        from gpujob.agent import connect_agent
+
+        res = connect_agent(host).call("tb", ["--job", job, "--stop"])
+        if args.json:
+            print_json(res)
+        else:
+            print(f"stopped TensorBoard of {res['job_id']} (pid {res['pid']})" if res["stopped"]
+                  else f"no TensorBoard of {res['job_id']} was running")
+        return 0
 
     def ready(info: dict[str, Any]) -> None:
         if args.json:
@@ -526,7 +539,13 @@ def cmd_host_ls(args: argparse.Namespace) -> int:
 
 
 def cmd_host_rm(args: argparse.Namespace) -> int:
-    _store().remove(args.name)
+    from gpujob import mux
+
+    store = _store()
+    host = store.get(args.name)
+    store.remove(args.name)
+    if host.kind != "local":
+        mux.disconnect(host)  # a kept connection to it closes too
     if args.json:
         from gpujob.ui import print_json
 
@@ -537,9 +556,11 @@ def cmd_host_rm(args: argparse.Namespace) -> int:
 
 
 def cmd_host_trust(args: argparse.Namespace) -> int:
+    from gpujob import mux
     from gpujob.transport.ssh import forget_host_key, open_client
 
     host = _store().get(args.name)
+    mux.disconnect(host)  # a kept connection still talks to the old key's server
     forget_host_key(host)
     open_client(host).close()  # records the key offered now
     if args.json:
@@ -661,6 +682,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--host", help="the job's host (default: where it was submitted)")
     s.add_argument("--remote-port", type=int, default=6006, help="port on the instance (default 6006: TensorBoard)")
     s.add_argument("--local-port", type=int, help="local port (default: the remote one, or the next free)")
+    s.add_argument("--stop", action="store_true", help="stop the TensorBoard that gpujob tunnel started for JOB")
     s = add("plot", cmd_plot, "draw a job's loss and metric curves to a PNG (needs matplotlib)")
     s.add_argument("job")
     s.add_argument("-o", "--output", help="the PNG (default JOB.png)")

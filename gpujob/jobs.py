@@ -101,7 +101,7 @@ def follow_logs(
             else:
                 start = ["--lines", str(lines)] if lines is not None else ["--offset", str(offset)]
             last = [time.monotonic()]
-            if follow and agent.host.kind != LOCAL:  # watches the opening too: a link can freeze at any time
+            if agent.host.kind != LOCAL:  # watches the opening too (and a plain tail): a link can freeze at any time
                 threading.Thread(target=_watchdog, args=(agent, last, done, idle_probe), daemon=True).start()
             with agent.stream("logs", ["--job", job, *start] + (["--follow"] if follow else [])) as s:
                 s.close_stdin()
@@ -165,7 +165,7 @@ def _watchdog(agent: Agent, last: list[float], done: threading.Event, idle: floa
             return
         if not alive(agent):
             if not done.is_set():
-                agent.t.close()
+                agent.t.reset()
             return
         last[0] = time.monotonic()
 

@@ -1,7 +1,8 @@
 """``gpujob tunnel JOB|HOST``: TensorBoard (or any port) on the instance, reachable here.
 
 For a job, the agent starts TensorBoard on the job's tb folder when nothing serves the
-port yet (detached; it outlives the tunnel). The forward is re-established after the
+port yet (detached; it outlives the tunnel, so AutoDL's custom-service URL keeps working;
+``gpujob tunnel JOB --stop`` ends it). The forward is re-established after the
 link drops: a probe command every few seconds notices a dead connection, then we
 reconnect with backoff and listen again on the same local port.
 """
@@ -70,7 +71,7 @@ def run_tunnel(host: Host, remote_port: int, local_port: int | None, job: str | 
                 continue
             say(f"the link to {host.name} dropped; reconnecting…")
             fwd.close()
-            agent.t.close()
+            agent.t.reset()
             while True:
                 failures += 1
                 if failures > retries:

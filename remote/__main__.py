@@ -151,6 +151,8 @@ def cmd_watch(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
 def cmd_tb(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     from remote import observe
 
+    if a.stop:
+        return observe.stop_tensorboard(root, a.job)
     return observe.tensorboard(root, a.job, a.port, a.wait)
 
 
@@ -228,6 +230,46 @@ def cmd_doctor(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     return doctor.report(root, a.data_disk, a.turbo_file, a.path_prefix, a.torch_timeout)
 
 
+SERVED = ("hello", "status", "watch", "port", "agentlog", "gpus")
+
+
+def cmd_serve(root: Root, a: argparse.Namespace) -> None:
+    """Answer quick read-only verbs, one JSON line in and one out, until stdin closes.
+
+    The laptop's connection multiplexer keeps this process open so that ``status`` or
+    ``watch`` costs one round trip and no Python start. A request is ``{"argv": [VERB, ...]}``;
+    the answer is ``{"rc", "out", "err"}``, exactly what a one-shot command would have given.
+    """
+    import io
+
+    real_out, real_err = sys.stdout, sys.stderr
+    env = dict(os.environ)
+    while True:
+        line = sys.stdin.buffer.readline()
+        if not line:
+            return
+        try:
+            argv = [str(x) for x in json.loads(line.decode("utf-8"))["argv"]]
+        except (ValueError, KeyError, TypeError):
+            argv = []
+        if not argv or argv[0] not in SERVED:
+            answer = {"rc": 2, "out": "", "err": "serve answers only: {}\n".format(", ".join(SERVED))}
+        else:
+            os.environ.clear()
+            os.environ.update(env)  # agent.env is read afresh for every request
+            out, err = io.StringIO(), io.StringIO()
+            sys.stdout, sys.stderr = out, err
+            try:
+                rc = main(["--root", str(root.root), *argv])
+            except SystemExit as e:
+                rc = e.code if isinstance(e.code, int) else 2
+            finally:
+                sys.stdout, sys.stderr = real_out, real_err
+            answer = {"rc": rc, "out": out.getvalue(), "err": err.getvalue()}
+        real_out.write(json.dumps(answer) + "\n")
+        real_out.flush()
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gpujob-agent")
     p.add_argument("--root", default=os.environ.get("GPUJOB_ROOT", "~/.gpujob"))
@@ -266,11 +308,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--job", required=True)
     s.add_argument("--port", type=int, default=6006)
     s.add_argument("--wait", type=float, default=60.0)
+    s.add_argument("--stop", action="store_true", help="stop the TensorBoard started for the job")
     s = sub.add_parser("port")
     s.add_argument("--port", type=int, required=True)
     s = sub.add_parser("agentlog")
     s.add_argument("--lines", type=int, default=50)
     sub.add_parser("gpus")
+    sub.add_parser("serve")
     s = sub.add_parser("run")
     s.add_argument("job_id")
     s = sub.add_parser("doctor")
@@ -290,7 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-STREAMING = {"send", "logs"}
+STREAMING = {"send", "logs", "serve"}
 
 
 def main(argv: List[str]) -> int:
@@ -299,7 +343,7 @@ def main(argv: List[str]) -> int:
     root = Root(args.root)
     load_agent_env(root)
     handler = globals()["cmd_" + args.verb]
-    if args.verb not in ("run", "notify_lost", "idle_watch"):
+    if args.verb not in ("run", "notify_lost", "idle_watch", "serve"):
         from remote import events  # a job found lost is announced once, by a detached sender
 
         events.spawn_lost_check(root)

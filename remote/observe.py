@@ -262,6 +262,40 @@ def tensorboard(root: Root, ref: str, port: int, wait: float = 60.0) -> Dict[str
                           "see {}; another port: gpujob tunnel JOB --remote-port N".format(log_path), "tb_failed")
 
 
+def stop_tensorboard(root: Root, ref: str, grace: float = 5.0) -> Dict[str, Any]:
+    """Stop the TensorBoard that ``tensorboard`` started for the job (its whole session)."""
+    import signal
+
+    job_id = jobs.resolve(root, ref)
+    job = root.job(job_id)
+    info = read_json(job.path / "tensorboard.json", {}) or {}
+    pid = info.get("pid")
+    try:
+        with open("/proc/{}/cmdline".format(int(pid)), "rb") as f:
+            ours = b"tensorboard" in f.read()
+    except (OSError, TypeError, ValueError):
+        ours = False
+    if not ours:  # gone already, or the pid now belongs to someone else
+        return {"job_id": job_id, "stopped": False, "pid": pid, "running": False}
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 2.0)):
+        try:
+            os.killpg(int(pid), sig)
+        except OSError:
+            break
+        deadline = time.time() + wait
+        while time.time() < deadline and os.path.exists("/proc/{}".format(pid)):
+            try:
+                os.waitpid(int(pid), os.WNOHANG)
+            except OSError:
+                pass
+            time.sleep(0.1)
+        if not os.path.exists("/proc/{}".format(pid)):
+            break
+    info["stopped_at"] = time.time()
+    write_json(job.path / "tensorboard.json", info)
+    return {"job_id": job_id, "stopped": True, "pid": pid, "running": False}
+
+
 def _q(s: str) -> str:
     return "'" + s.replace("'", "'\"'\"'") + "'"
 

@@ -83,12 +83,40 @@ def start_sshd(base: Path, host_key: Path | None = None, port: int | None = None
     return Sshd(port, base, host_key, ak, proc)
 
 
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (by parent links in /proc)."""
+    children: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(d))
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
 def stop_sshd(s: Sshd) -> None:
+    """Stop sshd and its open sessions, as when an instance goes away (jobs started with
+    setsid live on: they were handed to init)."""
+    sessions = _descendants(s.proc.pid)
     s.proc.terminate()
     try:
         s.proc.wait(5)
     except subprocess.TimeoutExpired:
         s.proc.kill()
+    for pid in sessions:
+        try:
+            os.kill(pid, 9)
+        except OSError:
+            pass
 
 
 @pytest.fixture(autouse=True)
@@ -104,6 +132,24 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     # that a job killed mid-start can leave behind
     monkeypatch.setenv("PYENV_REHASH_TIMEOUT", "1")
     return cfg
+
+
+@pytest.fixture(autouse=True)
+def mux_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The multiplexer's sockets in a short private folder of the test's own; its daemons leave with it."""
+    import tempfile
+
+    d = Path(tempfile.mkdtemp(prefix="gjmux"))
+    monkeypatch.setenv("GPUJOB_MUX_DIR", str(d))
+    yield d
+    from gpujob.mux import _request
+
+    for sock in d.glob("*.sock"):
+        try:
+            _request(sock, {"op": "exit"}, timeout=5).close()
+        except OSError:
+            pass
+    shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture

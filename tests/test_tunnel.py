@@ -102,6 +102,15 @@ def test_tensorboard_through_tunnel_survives_a_drop(ssh_host: str, sshd, tmp_pat
         p, info2 = _tunnel(job_id, "--host", ssh_host, "--remote-port", str(remote_port))
         assert info2["tensorboard"]["started"] is False
         assert _stop(p) == 0
+        # TensorBoard outlives the tunnel (AutoDL's service URL) until told to stop
+        pid = json.loads((jdir / "tensorboard.json").read_text())["pid"]
+        assert Path(f"/proc/{pid}").exists()
+        r = run_cli("tunnel", job_id, "--host", ssh_host, "--stop", "--json")
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["stopped"] is True
+        assert not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+        r = run_cli("tunnel", job_id, "--host", ssh_host, "--stop", "--json")
+        assert json.loads(r.stdout)["stopped"] is False
     finally:
         if p.poll() is None:
             p.kill()

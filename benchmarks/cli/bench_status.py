@@ -1,8 +1,12 @@
 """``gpujob status JOB`` against ``ssh -p PORT host cat <root>/jobs/<id>/status.json`` (OpenSSH).
 
 Both over the same real sshd on 127.0.0.1 (tests/conftest.py start_sshd), in one run,
-alternating, each a fresh process with a fresh connection (what a user types). Prints a
-Markdown table with medians; the target is gpujob ≤ 1.5× OpenSSH.
+alternating, each a fresh process (what a user types). gpujob is timed three ways: with its
+kept connection (the multiplexer daemon already running, as for every command after the
+first in ten minutes), as the first command (the daemon is told to leave before each run,
+so the command starts it and connects), and with the multiplexer off (``GPUJOB_MUX=0``: a
+connection of its own). OpenSSH is timed plain and with its own ControlMaster. Prints a
+Markdown table with medians; the target is gpujob ≤ 1.5× plain OpenSSH.
 
     python benchmarks/cli/bench_status.py [--runs 15]
 """
@@ -23,7 +27,9 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 
-def timed(cmd: list[str], env: dict[str, str]) -> float:
+def timed(cmd: list[str], env: dict[str, str], before: object = None) -> float:
+    if callable(before):
+        before()
     t0 = time.perf_counter()
     r = subprocess.run(cmd, capture_output=True, env=env, stdin=subprocess.DEVNULL, timeout=120)
     dt = time.perf_counter() - t0
@@ -38,7 +44,8 @@ def main() -> None:
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-cli-"))
     os.environ.update(GPUJOB_CONFIG_DIR=str(tmp / "config"), GPUJOB_LOCAL_ROOT=str(tmp / "local"),
-                      GPUJOB_NO_SSH_AGENT="1", GPUJOB_CONNECT_RETRIES="1")
+                      GPUJOB_NO_SSH_AGENT="1", GPUJOB_CONNECT_RETRIES="1",
+                      GPUJOB_MUX_DIR=tempfile.mkdtemp(prefix="gjmux"))
     from gpujob.hosts import Host, HostStore
     from gpujob.transport.ssh import key_path, public_key_line
     from tests.conftest import start_sshd, stop_sshd
@@ -67,17 +74,34 @@ def main() -> None:
         ssh = ["ssh", "-p", str(sshd.port), "-i", str(key_path()), "-o", "StrictHostKeyChecking=no", "-o",
                "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "-o", "BatchMode=yes", f"{user}@127.0.0.1",
                f"cat {root}/jobs/{job_id}/status.json"]
-        cases = {
-            "ssh … cat status.json (OpenSSH)": ssh,
-            "gpujob status JOB --json": cli + ["status", job_id, "--host", "box", "--json"],
-            "gpujob status JOB (rendered)": cli + ["status", job_id, "--host", "box"],
+        ctl = str(tmp / "cm-%C")
+        ssh_cm = ssh[:1] + ["-o", "ControlMaster=auto", "-o", f"ControlPath={ctl}", "-o", "ControlPersist=600"] + ssh[1:]
+        from gpujob import mux
+
+        def drop_mux() -> None:
+            for sock in (mux.mux_dir() or tmp).glob("*.sock"):
+                try:
+                    mux._request(sock, {"op": "exit"}, timeout=5).close()
+                except OSError:
+                    pass
+            time.sleep(0.2)
+
+        status = cli + ["status", job_id, "--host", "box"]
+        nomux = dict(env, GPUJOB_MUX="0")
+        cases: dict[str, tuple[list[str], dict[str, str], object]] = {
+            "ssh … cat status.json (OpenSSH)": (ssh, env, None),
+            "ssh … cat status.json (OpenSSH, ControlMaster kept)": (ssh_cm, env, None),
+            "gpujob status JOB --json (kept connection)": (status + ["--json"], env, None),
+            "gpujob status JOB (rendered, kept connection)": (status, env, None),
+            "gpujob status JOB --json (first command: starts the connection)": (status + ["--json"], env, drop_mux),
+            "gpujob status JOB --json (GPUJOB_MUX=0: own connection)": (status + ["--json"], nomux, None),
         }
-        for cmd in cases.values():  # warm: agent installed, page cache
-            timed(cmd, env)
+        for cmd, e, _ in cases.values():  # warm: agent installed, page cache, daemons started
+            timed(cmd, e)
         times: dict[str, list[float]] = {k: [] for k in cases}
         for _ in range(args.runs):
-            for name, cmd in cases.items():
-                times[name].append(timed(cmd, env))
+            for name, (cmd, e, before) in cases.items():
+                times[name].append(timed(cmd, e, before))
         base = statistics.median(times["ssh … cat status.json (OpenSSH)"])
         print(f"\n{args.runs} runs each, alternating; sshd on 127.0.0.1; {os.cpu_count()} CPUs\n")
         print("| command | median | min | × OpenSSH |")
@@ -87,6 +111,10 @@ def main() -> None:
             print(f"| `{name}` | {med * 1000:.0f} ms | {min(ts) * 1000:.0f} ms | {med / base:.2f} |")
         print("\nraw (s):", json.dumps({k: [round(x, 3) for x in sorted(v)] for k, v in times.items()}))
     finally:
+        from gpujob import mux
+
+        for sock in (mux.mux_dir() or tmp).glob("*.sock"):
+            mux._request(sock, {"op": "exit"}, timeout=5).close()
         stop_sshd(sshd)
 
 

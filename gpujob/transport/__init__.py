@@ -7,11 +7,17 @@ from gpujob.transport.base import Result, Stream, Transport
 
 
 def connect(host: Host) -> Transport:
-    """A transport for ``host``: ``LocalTransport`` for ``local``, else ``SSHTransport``."""
+    """A transport for ``host``: ``LocalTransport`` for ``local``; for SSH the multiplexer's
+    kept connection (``gpujob.mux``), else a connection of its own (``SSHTransport``)."""
     if host.kind == LOCAL:
         from gpujob.transport.local import LocalTransport
 
         return LocalTransport(host)
+    from gpujob import mux
+
+    t = mux.connect(host)
+    if t is not None:
+        return t
     from gpujob.transport.ssh import SSHTransport
 
     return SSHTransport(host)

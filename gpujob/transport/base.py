@@ -82,6 +82,10 @@ class Transport(abc.ABC):
     def close(self) -> None:  # noqa: B027 - a transport may have nothing to release
         """Release the connection."""
 
+    def reset(self) -> None:
+        """The link is believed dead (a probe failed): drop it, and any kept connection with it."""
+        self.close()
+
     def __enter__(self) -> Transport:
         return self
 

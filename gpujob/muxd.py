@@ -1,0 +1,321 @@
+"""The multiplexer daemon: one paramiko connection to one host, shared by later commands.
+
+``python -m gpujob.muxd SOCKET`` reads the host's connection fields on stdin, connects, prints
+one line (``{"ready": true}`` or the error that ended the connect, in ``GpujobError.to_json``
+form) and then serves the Unix socket (mode 0600) until it has been idle for
+``GPUJOB_MUX_PERSIST`` seconds (default 600) or its connection drops. One request per
+socket connection, a JSON line:
+
+- ``exec`` (stdin, stdout and stderr pipes attached with SCM_RIGHTS): answers
+  ``{"started": true}``, pumps the channel through the pipes, then sends ``{"rc": N}``
+  (-1: the link went down first). The client closing the socket ends the command.
+- ``call``: a quick agent verb in the kept ``serve`` process for that agent command line;
+  answers ``{"rc", "out", "err"}``.
+- ``ping`` and ``exit``.
+
+A request that cannot open a channel answers ``{"stale": true}`` and the daemon leaves, so
+the client starts a fresh one.
+"""
+
+from __future__ import annotations
+
+import array
+import json
+import os
+import select
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import paramiko
+
+from gpujob.hosts import Host
+from gpujob.mux import describe_error
+from gpujob.transport.ssh import open_client
+
+
+def _recv_request(conn: socket.socket) -> tuple[dict[str, Any], list[int]]:
+    buf, fds = b"", []
+    while b"\n" not in buf:
+        msg, anc, _flags, _addr = conn.recvmsg(65536, socket.CMSG_SPACE(8 * 4))
+        for level, kind, data in anc:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                a = array.array("i")
+                a.frombytes(data[: len(data) - len(data) % a.itemsize])
+                fds.extend(a)
+        if not msg:
+            break
+        buf += msg
+    return (json.loads(buf.partition(b"\n")[0]) if buf else {}), fds
+
+
+def _send(conn: socket.socket, doc: dict[str, Any]) -> None:
+    try:
+        conn.sendall(json.dumps(doc).encode() + b"\n")
+    except OSError:
+        pass
+
+
+class _Serve:
+    """A kept ``python -m remote serve`` channel: one JSON request line, one JSON answer line."""
+
+    def __init__(self, tr: paramiko.Transport, cmd: str, timeout: float) -> None:
+        self.chan = tr.open_session(timeout=timeout)
+        self.chan.exec_command(cmd)
+        self.rfile = self.chan.makefile("rb")
+        self.lock = threading.Lock()
+        self.answered = False
+
+    def close(self) -> None:
+        self.chan.close()
+
+
+class Daemon:
+    """Accepts requests on the socket and runs them over one SSH connection."""
+
+    def __init__(self, client: paramiko.SSHClient, host: Host, srv: socket.socket, path: Path) -> None:
+        self.client, self.host, self.srv, self.path = client, host, srv, path
+        tr = client.get_transport()
+        assert tr is not None
+        self.tr = tr
+        self.persist = float(os.environ.get("GPUJOB_MUX_PERSIST", "600"))
+        self.active = 0
+        self.last = time.monotonic()
+        self.lock = threading.Lock()
+        self.serves: dict[str, _Serve] = {}
+        self.stopping = threading.Event()
+        self.stopped = False
+        self.ino = os.stat(path).st_ino
+
+    # ---- the accept loop ---------------------------------------------------------------
+    def serve_forever(self) -> None:
+        self.srv.settimeout(1.0)
+        while not self.stopping.is_set():
+            try:
+                conn, _ = self.srv.accept()
+            except socket.timeout:
+                with self.lock:
+                    idle = self.active == 0 and time.monotonic() - self.last > self.persist
+                if idle or not self.tr.is_active():
+                    break
+                continue
+            except OSError:
+                break
+            with self.lock:
+                self.active += 1
+                self.last = time.monotonic()
+            threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
+        self.stop()
+
+    def stop(self) -> None:
+        """Leave: no new requests (the socket goes first), then the connection closes."""
+        with self.lock:
+            if self.stopped:
+                return
+            self.stopped = True
+        self.stopping.set()
+        try:  # a successor may already listen under the same name: remove only our own socket
+            if os.stat(self.path).st_ino == self.ino:
+                self.path.unlink()
+        except OSError:
+            pass
+        self.srv.close()
+        self.client.close()
+
+    def _handle(self, conn: socket.socket) -> None:
+        fds: list[int] = []
+        try:
+            req, fds = _recv_request(conn)
+            op = req.get("op")
+            if op == "ping":
+                _send(conn, {"ok": self.tr.is_active() and not self.stopping.is_set(), "pid": os.getpid()})
+            elif op == "exit":
+                _send(conn, {"ok": True})
+                self.stop()
+            elif op == "exec" and len(fds) == 3:
+                self._exec(conn, str(req["cmd"]), *fds)
+                fds = []
+            elif op == "call":
+                self._call(conn, str(req["serve"]), [str(a) for a in req["argv"]], req.get("timeout"))
+            else:
+                _send(conn, {"error": f"unknown request {op!r}", "remedy": "upgrade gpujob", "kind": "ConnectError"})
+        except Exception as e:  # one bad request never takes the daemon down
+            _send(conn, describe_error(e))
+        finally:
+            for fd in fds:
+                os.close(fd)
+            conn.close()
+            with self.lock:
+                self.active -= 1
+                self.last = time.monotonic()
+
+    def _open(self) -> paramiko.Channel | None:
+        try:
+            return self.tr.open_session(timeout=self.host.connect_timeout)
+        except (paramiko.SSHException, EOFError, OSError):
+            return None
+
+    def _stale(self, conn: socket.socket) -> None:
+        _send(conn, {"stale": True, "error": f"the connection to {self.host.address} dropped",
+                     "remedy": "run the command again", "kind": "ConnectError"})
+        self.stop()
+
+    # ---- exec: a command whose pipes the client holds ------------------------------------
+    def _exec(self, conn: socket.socket, cmd: str, in_r: int, out_w: int, err_w: int) -> None:
+        chan = self._open()
+        if chan is not None:
+            try:
+                chan.exec_command(cmd)
+            except (paramiko.SSHException, EOFError, OSError):
+                chan = None
+        if chan is None:
+            for fd in (in_r, out_w, err_w):
+                os.close(fd)
+            self._stale(conn)
+            return
+        _send(conn, {"started": True})
+        pumps = [threading.Thread(target=_pump_out, args=(chan, out_w, False), daemon=True),
+                 threading.Thread(target=_pump_out, args=(chan, err_w, True), daemon=True)]
+        for t in pumps:
+            t.start()
+        threading.Thread(target=_pump_in, args=(chan, in_r), daemon=True).start()
+        while any(t.is_alive() for t in pumps):
+            r, _, _ = select.select([conn], [], [], 0.5)
+            if r:
+                try:
+                    gone = not conn.recv(4096)
+                except OSError:
+                    gone = True
+                if gone:  # the client left: end the command
+                    chan.close()
+                    break
+        for t in pumps:
+            t.join()
+        _send(conn, {"rc": chan.recv_exit_status()})
+        chan.close()
+
+    # ---- call: a quick verb in the kept serve process ----------------------------------
+    def _call(self, conn: socket.socket, cmd: str, argv: list[str], timeout: float | None) -> None:
+        line = json.dumps({"argv": argv}).encode() + b"\n"
+        for _attempt in (0, 1):
+            with self.lock:
+                s = self.serves.get(cmd)
+            if s is None:
+                try:
+                    s = _Serve(self.tr, cmd, self.host.connect_timeout)
+                except (paramiko.SSHException, EOFError, OSError):
+                    self._stale(conn)
+                    return
+                with self.lock:
+                    self.serves[cmd] = s
+            with s.lock:
+                try:
+                    s.chan.settimeout(timeout)
+                    s.chan.sendall(line)
+                    answer = s.rfile.readline()
+                except socket.timeout:
+                    self._drop(cmd, s)
+                    _send(conn, {"error": f"{self.host.address} did not answer a command within {timeout:.0f}s",
+                                 "remedy": "the instance may be overloaded or the link stalled: run the command again",
+                                 "kind": "ConnectError"})
+                    return
+                except (OSError, EOFError, paramiko.SSHException):
+                    answer = b""
+                if answer:
+                    s.answered = True
+                    conn.sendall(answer)
+                    return
+                first = not s.answered
+                self._drop(cmd, s)
+            if first:  # the serve command itself ended: report as a one-shot command would
+                rc = s.chan.recv_exit_status()
+                err = b""
+                while s.chan.recv_stderr_ready():
+                    err += s.chan.recv_stderr(65536)
+                if rc >= 0:
+                    _send(conn, {"rc": rc, "out": "", "err": err.decode("utf-8", "replace")})
+                    return
+            if not self.tr.is_active():
+                self._stale(conn)
+                return
+        _send(conn, {"stale": True})
+
+    def _drop(self, cmd: str, s: _Serve) -> None:
+        with self.lock:
+            if self.serves.get(cmd) is s:
+                del self.serves[cmd]
+        s.close()
+
+
+def _pump_out(chan: paramiko.Channel, fd: int, stderr: bool) -> None:
+    recv = chan.recv_stderr if stderr else chan.recv
+    try:
+        while True:
+            data = recv(65536)
+            if not data:
+                break
+            view = memoryview(data)
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+    except (OSError, EOFError, paramiko.SSHException):
+        chan.close()  # the client stopped reading
+    finally:
+        os.close(fd)
+
+
+def _pump_in(chan: paramiko.Channel, fd: int) -> None:
+    try:
+        while True:
+            r, _, _ = select.select([fd], [], [], 1.0)
+            if not r:
+                if chan.closed:
+                    break
+                continue
+            data = os.read(fd, 65536)
+            if not data:
+                chan.shutdown_write()
+                break
+            chan.sendall(data)
+    except (OSError, EOFError, paramiko.SSHException):
+        pass
+    finally:
+        os.close(fd)
+
+
+def main(argv: list[str]) -> int:
+    path = Path(argv[0])
+    conn = json.loads(sys.stdin.read())
+    host = Host(**conn)
+    try:
+        client = open_client(host)
+    except Exception as e:
+        sys.stdout.write(json.dumps(describe_error(e)) + "\n")
+        sys.stdout.flush()
+        return 1
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        srv.bind(str(path))
+    except OSError as e:
+        sys.stdout.write(json.dumps({"error": f"cannot listen on {path}: {e}", "remedy": "GPUJOB_MUX=0 turns the "
+                                     "multiplexer off", "kind": "ConnectError"}) + "\n")
+        return 1
+    finally:
+        os.umask(old)
+    srv.listen(64)
+    sys.stdout.write(json.dumps({"ready": True, "pid": os.getpid()}) + "\n")
+    sys.stdout.flush()
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)
+    os.dup2(devnull, 1)
+    os.close(devnull)
+    Daemon(client, host, srv, path).serve_forever()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

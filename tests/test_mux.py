@@ -1,0 +1,134 @@
+"""The connection multiplexer over a real sshd: one kept connection, safe sockets, clean recovery."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import time
+from pathlib import Path
+
+from tests.conftest import run_cli, stop_sshd
+
+
+def _ping(mux_dir: Path) -> dict:
+    from gpujob.mux import _read_line, _request
+
+    socks = list(mux_dir.glob("*.sock"))
+    assert len(socks) == 1, socks
+    s = _request(socks[0], {"op": "ping"}, timeout=5)
+    try:
+        doc = _read_line(s)
+    finally:
+        s.close()
+    assert doc is not None
+    return doc
+
+
+def _cmdline(pid: int) -> str:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+
+
+def _submit(tmp_path: Path, host: str) -> str:
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "job.yaml").write_text(json.dumps({"name": "m", "run": "echo done"}))
+    r = run_cli("submit", str(proj / "job.yaml"), "--host", host, "--json")
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)["job_id"]
+
+
+def test_commands_share_one_kept_connection(ssh_host: str, sshd, mux_dir: Path, tmp_path: Path) -> None:
+    job = _submit(tmp_path, ssh_host)
+    first = _ping(mux_dir)
+    for _ in range(2):
+        r = run_cli("status", job, "--json")
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["job_id"] == job
+    again = _ping(mux_dir)
+    assert again["ok"] and again["pid"] == first["pid"]  # the same daemon served every command
+    # only this user reaches the socket, and the daemon's command line carries no host details
+    assert stat.S_IMODE(os.stat(mux_dir).st_mode) == 0o700
+    sock = next(mux_dir.glob("*.sock"))
+    assert stat.S_IMODE(os.stat(sock).st_mode) == 0o600
+    assert str(sshd.port) not in _cmdline(first["pid"]) and "127.0.0.1" not in _cmdline(first["pid"])
+    # the status verbs ran in the kept agent process: one `serve` on the instance
+    root = str((tmp_path / "remote-root").resolve())
+    serves = [p for p in os.listdir("/proc") if p.isdigit() and _safe_cmdline(int(p)).endswith(f"{root} serve ")]
+    assert len(serves) == 1
+
+
+def _safe_cmdline(pid: int) -> str:
+    try:
+        return _cmdline(pid)
+    except OSError:
+        return ""
+
+
+def test_a_killed_daemon_or_dropped_link_is_replaced(ssh_host: str, sshd, mux_dir: Path, tmp_path: Path) -> None:
+    job = _submit(tmp_path, ssh_host)
+    pid = _ping(mux_dir)["pid"]
+    os.kill(pid, signal.SIGKILL)  # leaves its socket file behind
+    r = run_cli("status", job, "--json")
+    assert r.returncode == 0, r.stderr
+    pid2 = _ping(mux_dir)["pid"]
+    assert pid2 != pid
+    # the instance goes away under the kept connection: a clear error, then recovery when it is back
+    from tests.conftest import start_sshd
+
+    stop_sshd(sshd)
+    r = run_cli("status", job, "--json")
+    assert r.returncode == 3 and "refused the connection" in r.stdout and "Traceback" not in r.stderr + r.stdout
+    s2 = start_sshd(sshd.dir, host_key=sshd.host_key, port=sshd.port)
+    try:
+        r = run_cli("status", job, "--json")
+        assert r.returncode == 0, r.stderr
+    finally:
+        stop_sshd(s2)
+
+
+def test_idle_daemon_leaves(ssh_host: str, mux_dir: Path, monkeypatch) -> None:
+    monkeypatch.setenv("GPUJOB_MUX_PERSIST", "1")
+    assert run_cli("ls", "--host", ssh_host).returncode == 0
+    pid = _ping(mux_dir)["pid"]
+    deadline = time.time() + 15
+    while time.time() < deadline and (Path(f"/proc/{pid}").exists() or list(mux_dir.glob("*.sock"))):
+        time.sleep(0.2)
+    assert not list(mux_dir.glob("*.sock"))
+    assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
+
+
+def test_unsafe_socket_folder_falls_back_to_direct(ssh_host: str, tmp_path: Path, monkeypatch) -> None:
+    d = tmp_path / "shared"
+    d.mkdir()
+    d.chmod(0o755)
+    monkeypatch.setenv("GPUJOB_MUX_DIR", str(d))
+    from gpujob.hosts import HostStore
+    from gpujob.transport import connect
+    from gpujob.transport.ssh import SSHTransport
+
+    t = connect(HostStore().get(ssh_host))
+    try:
+        assert isinstance(t, SSHTransport)
+        assert t.run("echo ok").stdout == b"ok\n"
+    finally:
+        t.close()
+    assert not list(d.iterdir())
+
+
+def test_streams_and_exit_codes_through_the_daemon(ssh_host: str) -> None:
+    from gpujob.hosts import HostStore
+    from gpujob.mux import MuxTransport
+    from gpujob.transport import connect
+
+    t = connect(HostStore().get(ssh_host))
+    assert isinstance(t, MuxTransport)
+    r = t.run("cat; echo oops >&2; exit 7", input=b"x" * 300_000)
+    assert (r.rc, len(r.stdout), r.stderr) == (7, 300_000, b"oops\n")
+    s = t.stream("read a; echo got $a; sleep 30")
+    s.stdin.write(b"hello\n")
+    s.stdin.flush()
+    assert s.stdout.readline() == b"got hello\n"
+    s.kill()  # closing our end ends the remote command
+    t.close()
