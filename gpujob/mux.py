@@ -7,7 +7,7 @@ so skip importing paramiko, the TCP and SSH handshakes and the login. The daemon
 one agent ``serve`` process open per agent version, so quick read-only verbs (status,
 watch, hello) cost one round trip and no process start on the instance.
 
-The daemon leaves after ``GPUJOB_MUX_PERSIST`` idle seconds (default 600) or as soon as its
+The daemon leaves after ``GPUJOB_MUX_PERSIST`` idle seconds (default 1800) or as soon as its
 connection drops. ``GPUJOB_MUX=0`` (or a host without a usable socket folder) falls back to
 one connection per command. This module imports no paramiko.
 """
@@ -165,6 +165,8 @@ class _Daemon:
         if doc.get("ready"):
             return True
         proc.wait(5)
+        if doc.get("kind") == "no_socket":  # this folder cannot hold a socket: connect directly
+            return False
         _raise_doc(doc)
         return False
 

@@ -3,7 +3,7 @@
 ``python -m gpujob.muxd SOCKET`` reads the host's connection fields on stdin, connects, prints
 one line (``{"ready": true}`` or the error that ended the connect, in ``GpujobError.to_json``
 form) and then serves the Unix socket (mode 0600) until it has been idle for
-``GPUJOB_MUX_PERSIST`` seconds (default 600) or its connection drops. One request per
+``GPUJOB_MUX_PERSIST`` seconds (default 1800) or its connection drops. One request per
 socket connection, a JSON line:
 
 - ``exec`` (stdin, stdout and stderr pipes attached with SCM_RIGHTS): answers
@@ -35,6 +35,8 @@ import paramiko
 from gpujob.hosts import Host
 from gpujob.mux import describe_error
 from gpujob.transport.ssh import open_client
+
+PROBE_AFTER = float(os.environ.get("GPUJOB_MUX_PROBE_AFTER", "20"))  # quiet seconds before a ping checks the link
 
 
 def _recv_request(conn: socket.socket) -> tuple[dict[str, Any], list[int]]:
@@ -81,13 +83,15 @@ class Daemon:
         tr = client.get_transport()
         assert tr is not None
         self.tr = tr
-        self.persist = float(os.environ.get("GPUJOB_MUX_PERSIST", "600"))
+        self.persist = float(os.environ.get("GPUJOB_MUX_PERSIST", "1800"))
         self.active = 0
         self.last = time.monotonic()
         self.lock = threading.Lock()
         self.serves: dict[str, _Serve] = {}
         self.stopping = threading.Event()
         self.stopped = False
+        self.probe_lock = threading.Lock()
+        self.last_probe = time.monotonic()
         self.ino = os.stat(path).st_ino
 
     # ---- the accept loop ---------------------------------------------------------------
@@ -106,7 +110,6 @@ class Daemon:
                 break
             with self.lock:
                 self.active += 1
-                self.last = time.monotonic()
             threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
         self.stop()
 
@@ -131,7 +134,10 @@ class Daemon:
             req, fds = _recv_request(conn)
             op = req.get("op")
             if op == "ping":
-                _send(conn, {"ok": self.tr.is_active() and not self.stopping.is_set(), "pid": os.getpid()})
+                ok = self.tr.is_active() and not self.stopping.is_set() and self._fresh()
+                if not ok:
+                    self.stop()  # the client starts a fresh daemon
+                _send(conn, {"ok": ok, "pid": os.getpid()})
             elif op == "exit":
                 _send(conn, {"ok": True})
                 self.stop()
@@ -151,6 +157,32 @@ class Daemon:
             with self.lock:
                 self.active -= 1
                 self.last = time.monotonic()
+
+    def _fresh(self) -> bool:
+        """After a quiet spell, check that the link still carries packets (a laptop that slept
+        finds its TCP connection dead without a word; opening a channel would hang)."""
+        with self.probe_lock:
+            with self.lock:
+                quiet = self.active <= 1 and time.monotonic() - max(self.last, self.last_probe) > PROBE_AFTER
+            if not quiet:
+                return True
+            done = threading.Event()
+            answered: list[bool] = []
+
+            def probe() -> None:
+                try:
+                    self.tr.global_request("keepalive@openssh.com", wait=True)  # any answer will do
+                    answered.append(self.tr.is_active())
+                except Exception:
+                    pass
+                done.set()
+
+            threading.Thread(target=probe, daemon=True).start()
+            done.wait(max(3.0, min(10.0, self.host.connect_timeout / 3)))
+            if answered and answered[0]:
+                self.last_probe = time.monotonic()
+                return True
+            return False
 
     def _open(self) -> paramiko.Channel | None:
         try:
@@ -301,8 +333,7 @@ def main(argv: list[str]) -> int:
     try:
         srv.bind(str(path))
     except OSError as e:
-        sys.stdout.write(json.dumps({"error": f"cannot listen on {path}: {e}", "remedy": "GPUJOB_MUX=0 turns the "
-                                     "multiplexer off", "kind": "ConnectError"}) + "\n")
+        sys.stdout.write(json.dumps({"error": f"cannot listen on {path}: {e}", "remedy": "", "kind": "no_socket"}) + "\n")
         return 1
     finally:
         os.umask(old)

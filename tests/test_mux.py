@@ -132,3 +132,23 @@ def test_streams_and_exit_codes_through_the_daemon(ssh_host: str) -> None:
     assert s.stdout.readline() == b"got hello\n"
     s.kill()  # closing our end ends the remote command
     t.close()
+
+
+def test_a_link_frozen_while_idle_is_noticed(ssh_host: str, sshd, mux_dir: Path, tmp_path: Path, monkeypatch) -> None:
+    """A laptop that slept: the kept connection hears nothing; the next command checks it first
+    (instead of waiting on the kept agent for ever) and connects afresh."""
+    from tests.test_tail import _proxied_host
+
+    monkeypatch.setenv("GPUJOB_MUX_PROBE_AFTER", "0.5")
+    proxy = _proxied_host(sshd.port, tmp_path)
+    try:
+        assert run_cli("ls", "--host", ssh_host).returncode == 0
+        pid = _ping(mux_dir)["pid"]
+        proxy.freeze()
+        proxy.start()
+        time.sleep(1)
+        r = run_cli("ls", "--host", ssh_host, "--json", timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert _ping(mux_dir)["pid"] != pid
+    finally:
+        proxy.kill()

@@ -3,7 +3,7 @@
 Both over the same real sshd on 127.0.0.1 (tests/conftest.py start_sshd), in one run,
 alternating, each a fresh process (what a user types). gpujob is timed three ways: with its
 kept connection (the multiplexer daemon already running, as for every command after the
-first in ten minutes), as the first command (the daemon is told to leave before each run,
+first in thirty minutes), as the first command (the daemon is told to leave before each run,
 so the command starts it and connects), and with the multiplexer off (``GPUJOB_MUX=0``: a
 connection of its own). OpenSSH is timed plain and with its own ControlMaster. Prints a
 Markdown table with medians; the target is gpujob ≤ 1.5× plain OpenSSH.
