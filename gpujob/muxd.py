@@ -30,11 +30,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-import paramiko
+sys.modules.setdefault("invoke", None)  # type: ignore[arg-type]  # paramiko.config imports it (130 ms) for `Match exec` only
+import paramiko  # noqa: E402
 
-from gpujob.hosts import Host
-from gpujob.mux import describe_error
-from gpujob.transport.ssh import open_client
+from gpujob.hosts import Host  # noqa: E402
+from gpujob.mux import describe_error  # noqa: E402
+from gpujob.transport.ssh import open_client  # noqa: E402
 
 PROBE_AFTER = float(os.environ.get("GPUJOB_MUX_PROBE_AFTER", "20"))  # quiet seconds before a ping checks the link
 
