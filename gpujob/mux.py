@@ -266,6 +266,10 @@ class _MuxStream(Stream):
                 pass
 
 
+class _Busy(Exception):
+    """The server refused one more session on the kept connection (MaxSessions)."""
+
+
 class MuxTransport(Transport):
     """A transport whose commands run over the daemon's connection to ``host``."""
 
@@ -301,6 +305,8 @@ class MuxTransport(Transport):
                 os.close(fd)
             if ctrl is not None:
                 ctrl.close()
+            if doc and doc.get("busy"):  # the server allows no more sessions on the kept connection
+                raise _Busy()
             if doc and not doc.get("stale"):
                 _raise_doc(doc)
             if attempt == 0 and self.daemon.ensure():  # the kept connection had died: open a fresh one
@@ -309,7 +315,10 @@ class MuxTransport(Transport):
         raise AssertionError("unreachable")
 
     def run(self, cmd: str, input: bytes | None = None, timeout: float | None = None) -> Result:
-        s = self._exec(cmd)
+        try:
+            s = self._exec(cmd)
+        except _Busy:
+            return self._direct_transport().run(cmd, input, timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
             if input:
@@ -349,7 +358,10 @@ class MuxTransport(Transport):
         s.close_stdin()
 
     def stream(self, cmd: str) -> Stream:
-        return self._exec(cmd)
+        try:
+            return self._exec(cmd)
+        except _Busy:
+            return self._direct_transport().stream(cmd)
 
     def serve_call(self, serve_cmd: str, argv: list[str], timeout: float | None = None) -> Result | None:
         """Run a quick agent verb in the kept ``serve`` process started by ``serve_cmd``; None if unusable."""
@@ -364,18 +376,22 @@ class MuxTransport(Transport):
             return None
         finally:
             s.close()
-        if not doc or doc.get("stale"):
+        if not doc or doc.get("stale") or doc.get("busy"):
             return None
         if "error" in doc:
             _raise_doc(doc)
         return Result(int(doc["rc"]), doc.get("out", "").encode(), doc.get("err", "").encode())
 
-    def forward(self, remote_port: int, local_port: int = 0, remote_host: str = "127.0.0.1") -> Forward:
-        if self._direct is None:  # a long-lived forward gets its own connection
+    def _direct_transport(self) -> Transport:
+        """A connection of this process's own (forwards; commands the server will not multiplex)."""
+        if self._direct is None:
             from gpujob.transport.ssh import SSHTransport
 
             self._direct = SSHTransport(self.host)
-        return self._direct.forward(remote_port, local_port, remote_host)
+        return self._direct
+
+    def forward(self, remote_port: int, local_port: int = 0, remote_host: str = "127.0.0.1") -> Forward:
+        return self._direct_transport().forward(remote_port, local_port, remote_host)  # a long-lived forward
 
     def reset(self) -> None:
         """The link is believed dead (a probe failed): end the kept connection and every stream on it."""

@@ -186,10 +186,18 @@ class Daemon:
             return False
 
     def _open(self) -> paramiko.Channel | None:
+        """A new session channel; None when the link is dead. The server refusing one more
+        channel (OpenSSH's MaxSessions, 10 by default) raises ``ChannelException``."""
         try:
             return self.tr.open_session(timeout=self.host.connect_timeout)
+        except paramiko.ChannelException:
+            raise
         except (paramiko.SSHException, EOFError, OSError):
             return None
+
+    @staticmethod
+    def _busy(conn: socket.socket) -> None:
+        _send(conn, {"busy": True})  # the client runs this one command on a connection of its own
 
     def _stale(self, conn: socket.socket) -> None:
         _send(conn, {"stale": True, "error": f"the connection to {self.host.address} dropped",
@@ -198,7 +206,13 @@ class Daemon:
 
     # ---- exec: a command whose pipes the client holds ------------------------------------
     def _exec(self, conn: socket.socket, cmd: str, in_r: int, out_w: int, err_w: int) -> None:
-        chan = self._open()
+        try:
+            chan = self._open()
+        except paramiko.ChannelException:
+            for fd in (in_r, out_w, err_w):
+                os.close(fd)
+            self._busy(conn)
+            return
         if chan is not None:
             try:
                 chan.exec_command(cmd)
@@ -239,6 +253,9 @@ class Daemon:
             if s is None:
                 try:
                     s = _Serve(self.tr, cmd, self.host.connect_timeout)
+                except paramiko.ChannelException:
+                    self._busy(conn)
+                    return
                 except (paramiko.SSHException, EOFError, OSError):
                     self._stale(conn)
                     return
@@ -341,6 +358,7 @@ def main(argv: list[str]) -> int:
     srv.listen(64)
     sys.stdout.write(json.dumps({"ready": True, "pid": os.getpid()}) + "\n")
     sys.stdout.flush()
+    os.chdir("/")  # hold no folder of the client's busy
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)

@@ -53,7 +53,7 @@ class Sshd:
         return f"ssh -p {self.port} {os.environ.get('USER', 'root')}@127.0.0.1"
 
 
-def start_sshd(base: Path, host_key: Path | None = None, port: int | None = None) -> Sshd:
+def start_sshd(base: Path, host_key: Path | None = None, port: int | None = None, max_sessions: int = 50) -> Sshd:
     """Start sshd on 127.0.0.1 with its own host key and authorized_keys file."""
     if SSHD is None:
         if os.environ.get("CI"):
@@ -72,7 +72,7 @@ def start_sshd(base: Path, host_key: Path | None = None, port: int | None = None
         f"Port {port}\nListenAddress 127.0.0.1\nHostKey {host_key}\nAuthorizedKeysFile {ak}\n"
         f"PidFile {base / 'sshd.pid'}\nStrictModes no\nUsePAM no\nPasswordAuthentication no\n"
         "KbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\nAllowTcpForwarding yes\n"
-        "ClientAliveInterval 0\nMaxSessions 50\nMaxStartups 50\n"
+        f"ClientAliveInterval 0\nMaxSessions {max_sessions}\nMaxStartups 50\n"
         # login shells of this image run `pyenv rehash`, which waits up to 60 s on a lock
         # when many sessions start at once
         "SetEnv PYENV_REHASH_TIMEOUT=1\nLogLevel ERROR\n"

@@ -152,3 +152,32 @@ def test_a_link_frozen_while_idle_is_noticed(ssh_host: str, sshd, mux_dir: Path,
         assert _ping(mux_dir)["pid"] != pid
     finally:
         proxy.kill()
+
+
+def test_more_commands_than_the_server_multiplexes(tmp_path: Path, mux_dir: Path) -> None:
+    """OpenSSH allows 10 sessions per connection by default: a command beyond that gets a
+    connection of its own, and the kept one stays up for the others."""
+    from gpujob.hosts import Host
+    from gpujob.mux import MuxTransport
+    from gpujob.transport import connect
+    from gpujob.transport.ssh import public_key_line
+    from tests.conftest import start_sshd
+
+    s = start_sshd(tmp_path / "sshd", max_sessions=2)
+    try:
+        s.authorize(public_key_line())
+        t = connect(Host(name="small", hostname="127.0.0.1", port=s.port, user=os.environ.get("USER", "root"),
+                         connect_timeout=5))
+        assert isinstance(t, MuxTransport)
+        streams = [t.stream("read a; echo got $a") for _ in range(3)]  # the third is one too many
+        for i, st in enumerate(streams):
+            st.stdin.write(f"{i}\n".encode())
+            st.close_stdin()
+            assert st.stdout.read() == f"got {i}\n".encode()
+            assert st.wait(30) == 0
+            st.kill()
+        assert t._direct is not None
+        assert _ping(mux_dir)["ok"]
+        t.close()
+    finally:
+        stop_sshd(s)
