@@ -185,9 +185,10 @@ def any_host(request: pytest.FixtureRequest) -> str:
     return request.getfixturevalue("ssh_host")
 
 
-def run_cli(*args: str, input: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+def run_cli(*args: str, input: str | None = None, timeout: float = 120,
+            env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """``gpujob ARGS`` as a real process (the environment carries the test's isolation)."""
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), **(env_extra or {}))
     return subprocess.run([sys.executable, "-m", "gpujob.cli", *args], input=input, capture_output=True, text=True,
                           timeout=timeout, env=env, stdin=None if input is not None else subprocess.DEVNULL)
 

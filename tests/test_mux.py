@@ -48,6 +48,15 @@ def test_commands_share_one_kept_connection(ssh_host: str, sshd, mux_dir: Path, 
         assert json.loads(r.stdout)["job_id"] == job
     again = _ping(mux_dir)
     assert again["ok"] and again["pid"] == first["pid"]  # the same daemon served every command
+    # the kept agent answers exactly what a one-shot agent command does
+    served = json.loads(run_cli("status", job, "--json").stdout)
+    direct = run_cli("status", job, "--json", env_extra={"GPUJOB_MUX": "0"})
+    assert direct.returncode == 0, direct.stderr
+    one_shot = json.loads(direct.stdout)
+    for doc in (served, one_shot):
+        for k in ("now", "heartbeat_age_s"):
+            doc.pop(k, None)
+    assert served == one_shot
     # only this user reaches the socket, and the daemon's command line carries no host details
     assert stat.S_IMODE(os.stat(mux_dir).st_mode) == 0o700
     sock = next(mux_dir.glob("*.sock"))
