@@ -555,6 +555,20 @@ def cmd_host_rm(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_host_disconnect(args: argparse.Namespace) -> int:
+    from gpujob import mux
+
+    host = _store().get(args.name)
+    closed = host.kind != "local" and mux.disconnect(host)
+    if args.json:
+        from gpujob.ui import print_json
+
+        print_json({"host": host.name, "closed": closed})
+    else:
+        print(f"closed the kept connection to {host.name}" if closed else f"no connection to {host.name} was kept open")
+    return 0
+
+
 def cmd_host_trust(args: argparse.Namespace) -> int:
     from gpujob import mux
     from gpujob.transport.ssh import forget_host_key, open_client
@@ -753,6 +767,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = add("rm", cmd_host_rm, "remove a host profile", hsub)
     s.add_argument("name")
     s = add("trust", cmd_host_trust, "accept a host's new key (after an image change)", hsub)
+    s.add_argument("name")
+    s = add("disconnect", cmd_host_disconnect, "close the connection kept open to a host between commands", hsub)
     s.add_argument("name")
     return p
 

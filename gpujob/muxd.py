@@ -140,8 +140,8 @@ class Daemon:
                     self.stop()  # the client starts a fresh daemon
                 _send(conn, {"ok": ok, "pid": os.getpid()})
             elif op == "exit":
+                self.stop()  # the socket is gone before the client hears back
                 _send(conn, {"ok": True})
-                self.stop()
             elif op == "exec" and len(fds) == 3:
                 self._exec(conn, str(req["cmd"]), *fds)
                 fds = []

@@ -97,6 +97,15 @@ def test_a_killed_daemon_or_dropped_link_is_replaced(ssh_host: str, sshd, mux_di
         stop_sshd(s2)
 
 
+def test_host_disconnect(ssh_host: str, mux_dir: Path) -> None:
+    assert run_cli("ls", "--host", ssh_host).returncode == 0
+    assert list(mux_dir.glob("*.sock"))
+    r = run_cli("host", "disconnect", ssh_host, "--json")
+    assert json.loads(r.stdout) == {"host": ssh_host, "closed": True}
+    assert not list(mux_dir.glob("*.sock"))
+    assert json.loads(run_cli("host", "disconnect", ssh_host, "--json").stdout)["closed"] is False
+
+
 def test_idle_daemon_leaves(ssh_host: str, mux_dir: Path, monkeypatch) -> None:
     monkeypatch.setenv("GPUJOB_MUX_PERSIST", "1")
     assert run_cli("ls", "--host", ssh_host).returncode == 0
