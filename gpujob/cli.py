@@ -433,11 +433,36 @@ def cmd_host_add(args: argparse.Namespace) -> int:
     password = sys.stdin.readline().rstrip("\n") if args.password_stdin else None
     host = add_host(args.name, args.ssh, password=password, root=args.root, preset=args.preset,
                     price=args.price, identity=args.identity, check=not args.no_check, force=args.force)
+    note = None
+    if any(getattr(args, k) is not None for k in ("shutdown_command", "private_address", "network_turbo", "hf_endpoint",
+                                                  "pip_index_url", "data_disk", "tensorboard_port", "idle_shutdown")):
+        note = _apply_host_settings(host, args)
+        _store().save(host)
     if args.json:
         print_json({"name": host.name, **host.to_dict()})
     else:
         console().print(f"host [bold]{host.name}[/] = {host.address} (preset {host.preset}, root {host.remote_root})")
+        if note:
+            print(note)
     return 0
+
+
+def _apply_host_settings(host: Any, args: argparse.Namespace) -> str | None:
+    """Apply ``_host_setting_args`` to a profile (not saved); the idle-shutdown note, if any."""
+    if getattr(args, "private_address", None) is not None:
+        host.private_address = args.private_address or None
+    if args.shutdown_command is not None:
+        host.shutdown_command = args.shutdown_command or None
+    for attr in ("network_turbo", "hf_endpoint", "pip_index_url", "data_disk", "tensorboard_port"):  # "" clears
+        val = getattr(args, attr, None)
+        if val is not None:
+            setattr(host, attr, {"true": True, "false": None}.get(val, val) if attr == "network_turbo" else (val or None))
+    note = None
+    if getattr(args, "idle_shutdown", None) is not None:
+        note = _idle_shutdown(host, args.idle_shutdown)
+        off = args.idle_shutdown.strip().lower() in ("0", "off", "none", "")
+        host.idle_shutdown = None if off else args.idle_shutdown  # the instance revives its watcher after a reboot
+    return note
 
 
 def cmd_host_set(args: argparse.Namespace) -> int:
@@ -456,19 +481,7 @@ def cmd_host_set(args: argparse.Namespace) -> int:
             setattr(host, "identity_file" if attr == "identity" else attr, val)
     if args.price is not None:
         host.price_per_hour = args.price
-    if getattr(args, "private_address", None) is not None:
-        host.private_address = args.private_address or None
-    if args.shutdown_command is not None:
-        host.shutdown_command = args.shutdown_command or None
-    for attr in ("network_turbo", "hf_endpoint", "pip_index_url", "data_disk", "tensorboard_port"):  # "" clears
-        val = getattr(args, attr, None)
-        if val is not None:
-            setattr(host, attr, {"true": True, "false": None}.get(val, val) if attr == "network_turbo" else (val or None))
-    note = None
-    if getattr(args, "idle_shutdown", None) is not None:
-        note = _idle_shutdown(host, args.idle_shutdown)
-        off = args.idle_shutdown.strip().lower() in ("0", "off", "none", "")
-        host.idle_shutdown = None if off else args.idle_shutdown  # the instance revives its watcher after a reboot
+    note = _apply_host_settings(host, args)
     store.save(host)
     if args.json:
         from gpujob.ui import print_json
@@ -747,6 +760,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--identity", help="an existing private key to use instead of gpujob's own")
     s.add_argument("--no-check", action="store_true", help="save without connecting")
     s.add_argument("--force", action="store_true", help="replace an existing profile")
+    _host_setting_args(s)
     s = add("set", cmd_host_set, "change a host profile (a new login line after a restart)", hsub)
     s.add_argument("name")
     s.add_argument("--ssh")
@@ -754,6 +768,19 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--preset", choices=["generic", "autodl", "vast", "runpod"])
     s.add_argument("--price", type=float)
     s.add_argument("--identity")
+    _host_setting_args(s)
+    add("ls", cmd_host_ls, "list host profiles", hsub)
+    s = add("rm", cmd_host_rm, "remove a host profile", hsub)
+    s.add_argument("name")
+    s = add("trust", cmd_host_trust, "accept a host's new key (after an image change)", hsub)
+    s.add_argument("name")
+    s = add("disconnect", cmd_host_disconnect, "close the connection kept open to a host between commands", hsub)
+    s.add_argument("name")
+    return p
+
+
+def _host_setting_args(s: argparse.ArgumentParser) -> None:
+    """The settings ``host add`` and ``host set`` both take."""
     s.add_argument("--shutdown-command")
     s.add_argument("--private-address", help="the address other nodes reach this host at (several-node jobs)")
     s.add_argument("--network-turbo", choices=["true", "false", "setup", "run"], help="source /etc/network_turbo (AutoDL)")
@@ -763,14 +790,6 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--tensorboard-port", type=int)
     s.add_argument("--idle-shutdown", metavar="DURATION", help="power the instance off after this long with no job "
                    "and no SSH session, e.g. 30m (off: never); a watcher on the instance checks")
-    add("ls", cmd_host_ls, "list host profiles", hsub)
-    s = add("rm", cmd_host_rm, "remove a host profile", hsub)
-    s.add_argument("name")
-    s = add("trust", cmd_host_trust, "accept a host's new key (after an image change)", hsub)
-    s.add_argument("name")
-    s = add("disconnect", cmd_host_disconnect, "close the connection kept open to a host between commands", hsub)
-    s.add_argument("name")
-    return p
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -214,11 +214,14 @@ def test_host_add_then_changed_host_key_is_refused(sshd, tmp_path: Path) -> None
     from tests.conftest import start_sshd, stop_sshd
 
     sshd.authorize(public_key_line())
-    r = run_cli("host", "add", "box", "--ssh", sshd.ssh_line(), "--root", str(tmp_path / "rr"))
+    r = run_cli("host", "add", "box", "--ssh", sshd.ssh_line(), "--root", str(tmp_path / "rr"),
+                "--hf-endpoint", "https://hf-mirror.com", "--network-turbo", "setup")  # the settings host set takes
     assert r.returncode == 0, r.stderr
     assert oct(os.stat(Path(os.environ["GPUJOB_CONFIG_DIR"]) / "hosts.yaml").st_mode & 0o777) == "0o600"
     hl = run_cli("host", "ls", "--json")
     assert [h["name"] for h in json.loads(hl.stdout)] == ["local", "box"]
+    box = json.loads(hl.stdout)[1]
+    assert (box["hf_endpoint"], box["network_turbo"]) == ("https://hf-mirror.com", "setup")
     # the instance is re-created: same address, new host key
     stop_sshd(sshd)
     s2 = start_sshd(tmp_path / "sshd2", port=sshd.port)
