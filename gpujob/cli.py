@@ -388,6 +388,8 @@ def cmd_pull(args: argparse.Namespace) -> int:
     agent = _agent(nodes[0].name) if nodes else _agent(_host_for_job(args))
     with _transfer_bar(f"pull {args.job}", not args.json) as progress_cb:
         res = pull(agent, args.job, Path(args.dest), what, metric, args.include, progress_cb)
+    # the agent learns the files are here: a job waiting with autostop.pull_before_shutdown powers off now
+    agent.call("pulled", ["--job", res["job_id"]])
     if args.json:
         print_json(res)
     else:

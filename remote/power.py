@@ -49,12 +49,17 @@ def mark_pulled(job: JobDir) -> Dict[str, Any]:
     return {"job_id": job.id, "pulled": True}
 
 
-def wait_pulled(job: JobDir, timeout: float, tick: Optional[Callable[[], None]] = None) -> bool:
-    """Wait up to ``timeout`` seconds for the ``pulled`` marker."""
+def wait_pulled(job: JobDir, timeout: float, tick: Optional[Callable[[], None]] = None,
+                after: float = 0.0) -> bool:
+    """Wait up to ``timeout`` seconds for a ``pulled`` marker written at ``after`` or later
+    (a pull made while the job still ran lacks its final checkpoint)."""
     deadline = time.time() + timeout
     while True:
-        if (job.path / PULLED).exists():
-            return True
+        try:
+            if float((job.path / PULLED).read_text().strip() or 0) >= after:
+                return True
+        except (OSError, ValueError):
+            pass
         if time.time() >= deadline:
             return False
         if tick:
@@ -73,7 +78,8 @@ def after_job(root: Root, job: JobDir, spec: Dict[str, Any], state: str,
     wait = autostop.pull_wait(cfg)
     if wait > 0:
         job.event("waiting_for_pull", timeout_s=wait)
-        got = wait_pulled(job, wait, tick)
+        ended = (read_json(job.path / "status.json", {}) or {}).get("ended_at") or now()
+        got = wait_pulled(job, wait, tick, after=float(ended))
         job.event("pull_wait_done", pulled=got)
     if busy(root, exclude=job.id):
         job.event("shutdown_skipped", reason="another job is running or waiting")

@@ -170,6 +170,43 @@ def test_shutdown_runs_after_checkpoint_and_last_notification(hook: Hook, ssh_ho
     assert "final checkpoint written" in (root / "output.log").read_text()
 
 
+SAVES = r'''
+import os
+d = os.path.join(os.environ["GPUJOB_CKPT_DIR"], "final")
+os.makedirs(d, exist_ok=True)
+open(os.path.join(d, "weights.bin"), "wb").write(b"w" * 4096)
+print("saved", flush=True)
+'''
+
+
+def test_shutdown_waits_for_gpujob_pull_of_the_finished_job(ssh_host: str, tmp_path: Path) -> None:
+    log = tmp_path / "shutdown.log"
+    stand_in = tmp_path / "fake-shutdown"
+    stand_in.write_text(f'#!/bin/sh\necho "$(date +%s.%N) shutdown $*" >> {log}\n')
+    stand_in.chmod(0o755)
+    assert run_cli("host", "set", ssh_host, "--shutdown-command", str(stand_in)).returncode == 0
+    job = job_dir(tmp_path, "keepme", SAVES, {"autostop": {"after": "shutdown", "pull_before_shutdown": "2m"}})
+    job_id = submit(job, ssh_host)
+    events = tmp_path / "remote-root" / "jobs" / job_id / "events.jsonl"
+    deadline = time.time() + 60
+    while time.time() < deadline and "waiting_for_pull" not in (events.read_text() if events.exists() else ""):
+        time.sleep(0.2)
+    assert "waiting_for_pull" in events.read_text()
+    time.sleep(1.5)
+    assert not log.exists()  # the meter runs on until the results are safe on the laptop
+    pulled_at = time.time()
+    r = run_cli("pull", job_id, str(tmp_path / "got"), "--host", ssh_host, "--json")
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "got" / job_id / "ckpt" / "final" / "weights.bin").stat().st_size == 4096
+    deadline = time.time() + 30
+    while time.time() < deadline and not log.exists():
+        time.sleep(0.2)
+    assert log.exists(), "the shutdown command never ran after the pull"
+    assert float(log.read_text().split()[0]) > pulled_at
+    done = [json.loads(x) for x in events.read_text().splitlines() if '"pull_wait_done"' in x]
+    assert done and done[0]["pulled"] is True
+
+
 def test_lost_is_announced_once_by_the_agent(hook: Hook, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPUJOB_STALE_AFTER", "2")
     job = job_dir(tmp_path, "doomed", LOOP, {"notify": notify_cfg(hook, ["lost"])})
