@@ -138,9 +138,12 @@ class Agent:
 
     def stream(self, verb: str, args: list[str] | None = None) -> Stream:
         """Start a streaming verb (receive, send, logs). Installs the agent first if needed."""
-        probe = self.t.run(self._prelude() + 'test -f "$A/ok"', timeout=60)
-        if probe.rc != 0:
-            self.install()
+        serve_call = getattr(self.t, "serve_call", None)
+        served = serve_call(self.command("serve"), ["hello"], 60) if serve_call is not None else None
+        if served is None or served.rc != 0:  # the kept agent answering proves the install; else look
+            probe = self.t.run(self._prelude() + 'test -f "$A/ok"', timeout=60)
+            if probe.rc != 0:
+                self.install()
         return self.t.stream(self.command(verb, args))
 
 
