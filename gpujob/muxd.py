@@ -143,8 +143,8 @@ class Daemon:
                 self.stop()  # the socket is gone before the client hears back
                 _send(conn, {"ok": True})
             elif op == "exec" and len(fds) == 3:
-                self._exec(conn, str(req["cmd"]), *fds)
-                fds = []
+                mine, fds = fds, []  # _exec owns (and closes) them from here
+                self._exec(conn, str(req["cmd"]), *mine)
             elif op == "call":
                 self._call(conn, str(req["serve"]), [str(a) for a in req["argv"]], req.get("timeout"))
             else:
