@@ -110,17 +110,21 @@ class _Daemon:
         self.path = directory / f"{key}.sock"
         self.lock = directory / f"{key}.lock"
 
-    def ping(self) -> bool:
+    def _ask(self, op: str) -> dict[str, Any] | None:
+        """One small request; None when no daemon answers."""
         try:
-            s = _request(self.path, {"op": "ping"}, timeout=5)
+            s = _request(self.path, {"op": op}, timeout=5)
         except OSError:
-            return False
+            return None
         try:
-            doc = _read_line(s)
+            return _read_line(s)
         except (OSError, ValueError):
-            return False
+            return None
         finally:
             s.close()
+
+    def ping(self) -> bool:
+        doc = self._ask("ping")
         return bool(doc and doc.get("ok"))
 
     def ensure(self) -> bool:
@@ -172,17 +176,7 @@ class _Daemon:
 
     def exit(self) -> bool:
         """Ask the daemon to close its connection and leave; True if one was there."""
-        try:
-            s = _request(self.path, {"op": "exit"}, timeout=5)
-        except OSError:
-            return False
-        try:
-            _read_line(s)
-        except (OSError, ValueError):
-            pass
-        finally:
-            s.close()
-        return True
+        return self._ask("exit") is not None
 
 
 def connect(host: Host) -> MuxTransport | None:
