@@ -825,6 +825,52 @@ def _batch(src: _Source, ents: Any, guard: Guard, writers: _Writers, made: set, 
             raise TransferError("refusing {!r}: not a file, folder or symlink".format(name))
 
 
+class _Sink:
+    """Writes and hashes a large file's pieces in a thread of its own (both release the GIL), so
+    reading the stream goes on meanwhile; every ``SIDECAR_EVERY`` chunks the data is synced
+    to disk before the sidecar lists it."""
+
+    def __init__(self, fh: Any, h: Hasher, target: Path) -> None:
+        self.fh, self.h, self.target = fh, h, target
+        self.q = queue.Queue(maxsize=8)  # type: Any
+        self.error = None  # type: Optional[BaseException]
+        self.t = threading.Thread(target=self._run, daemon=True)
+        self.t.start()
+
+    def put(self, data: bytes) -> None:
+        if self.error is not None:
+            raise self.error
+        self.q.put(data)
+
+    def _run(self) -> None:
+        since = 0
+        datasync = getattr(os, "fdatasync", os.fsync)
+        while True:
+            data = self.q.get()
+            if data is None:
+                return
+            if self.error is not None:
+                continue
+            try:
+                self.fh.write(data)
+                if self.h.update(data):
+                    since += 1
+                    if since >= SIDECAR_EVERY:
+                        self.fh.flush()
+                        datasync(self.fh.fileno())
+                        _save_sidecar(self.target, self.h.chunks)
+                        since = 0
+            except BaseException as e:  # noqa: BLE001 - raised in the reading thread
+                self.error = e
+
+    def close(self) -> None:
+        """Wait for every piece given; raise the first error."""
+        self.q.put(None)
+        self.t.join()
+        if self.error is not None:
+            raise self.error
+
+
 def _large(src: _Source, head: Any, guard: Guard, made: set, base_s: str, cache: Optional[HashCache],
            on_bytes: Optional[Callable[[int], None]], res: Dict[str, Any]) -> None:
     try:
@@ -856,24 +902,21 @@ def _large(src: _Source, head: Any, guard: Guard, made: set, base_s: str, cache:
         fh = open(tmp, "wb")
     h = Hasher(chunks)
     left = size - off
-    since = 0
+    sink = _Sink(fh, h, target)
     try:
         with fh:
-            while left > 0:
-                data = src.read(min(1 << 20, left))
-                if not data:
-                    raise TransferError("the stream ended early (a cut transfer) in {}".format(name))
-                fh.write(data)
-                left -= len(data)
-                res["bytes"] += len(data)
-                if on_bytes:
-                    on_bytes(len(data))
-                if h.update(data):
-                    since += 1
-                    if since >= SIDECAR_EVERY:
-                        fh.flush()
-                        _save_sidecar(target, h.chunks)
-                        since = 0
+            try:
+                while left > 0:
+                    data = src.read(min(1 << 20, left))
+                    if not data:
+                        raise TransferError("the stream ended early (a cut transfer) in {}".format(name))
+                    sink.put(data)
+                    left -= len(data)
+                    res["bytes"] += len(data)
+                    if on_bytes:
+                        on_bytes(len(data))
+            finally:
+                sink.close()
             fh.flush()
             os.fsync(fh.fileno())
     except BaseException:
