@@ -58,14 +58,17 @@ def test_pull_latest_best_include_and_incremental(tmp_path: Path) -> None:
     files = sorted(str(p.relative_to(inc["dest"])) for p in Path(inc["dest"]).rglob("*") if p.is_file())
     assert files == ["ckpt/step-100/.gpujob-complete", "ckpt/step-100/weights.bin"]
 
-    # --all, then again: nothing travels the second time; a changed local file is fetched again
+    # --all, then again: nothing travels the second time (but events.jsonl, which each pull's
+    # `pulled` event grows); a changed local file is fetched again
     first = pull(job_id, str(dest / "all"))
     assert first["files"] >= 9
     again = pull(job_id, str(dest / "all"))
-    assert again["files"] == 0 and again["unchanged"] == first["files"]
+    events = Path(first["dest"]) / "events.jsonl"
+    assert again["files"] == 1 and again["bytes"] == events.stat().st_size and again["unchanged"] == first["files"] - 1
+    assert pull(job_id, str(dest / "all"), "--include", "ckpt/*")["files"] == 0
     w = Path(first["dest"]) / "ckpt" / "step-100" / "weights.bin"
     w.write_bytes(b"damaged")
-    third = pull(job_id, str(dest / "all"))
+    third = pull(job_id, str(dest / "all"), "--include", "ckpt/*")
     assert third["files"] == 1 and w.read_bytes() == bytes([100]) * 5000
 
 
