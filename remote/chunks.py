@@ -20,9 +20,10 @@ checks out, so it is never visible half-written under its final name (and the re
 new inode, so hard-linked job snapshots keep their old content). Small files are verified in
 memory and written by a few threads (create with the mode, write, mtime, rename: the file
 system's create cost dominates and overlaps with parsing); the receiver makes them durable
-with one ``syncfs`` per stream before it saves its hash cache. The part file of a large file
-keeps its verified prefix, fsynced; ``<name>.gpujob-part.json`` lists the prefix's chunk
-hashes so a cut transfer resumes where it stopped.
+before it saves its hash cache: an fsync each when there are at most ``FSYNC_EACH``, else one
+``syncfs`` for the stream. The part file of a large file keeps its verified prefix, synced
+before ``<name>.gpujob-part.json`` lists the prefix's chunk hashes, so a cut transfer resumes
+where it stopped.
 
 Content hash: sha256 over the concatenated sha256 digests of 4 MiB chunks (one empty chunk
 for an empty file), so a resumed file is verified without rereading its prefix.
@@ -51,6 +52,7 @@ MAX_HEAD = 16 << 20  # a larger record header is refused as corrupt
 MAX_BATCH = 64 << 20
 WRITERS = 4  # receiver threads writing small files (GPUJOB_SYNC_WRITERS overrides)
 SIDECAR_EVERY = 4  # chunks between sidecar writes
+FSYNC_EACH = 64  # up to this many small files are fsynced each; more get one syncfs
 _REC = struct.Struct(">cI")
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -583,6 +585,7 @@ class _Writers:
         self.written = 0
         self.nbytes = 0
         self.lock = threading.Lock()
+        self.paths = []  # type: List[str]  # the first files written (enough to fsync each)
         self.job = []  # type: List[Tuple[str, str, Any, int, int, str, str]]
         try:
             self.nthreads = max(1, int(os.environ.get("GPUJOB_SYNC_WRITERS", WRITERS)))
@@ -625,6 +628,8 @@ class _Writers:
                     n += 1
                     b += len(data)
                 with self.lock:
+                    if len(self.paths) < FSYNC_EACH:
+                        self.paths += [j[1] for j in job]
                     self.written += n
                     self.nbytes += b
                     if self.cache is not None:
@@ -654,8 +659,22 @@ class _Writers:
             t.join()
 
 
-def durable(path: Path) -> None:
-    """Flush the file system holding ``path`` to disk (``syncfs``; ``sync`` where it is missing)."""
+def durable(path: Path, files: Optional[List[str]] = None) -> None:
+    """Make ``files`` (with their folders) durable, or with none given the whole file system
+    holding ``path`` (``syncfs``; ``sync`` where it is missing)."""
+    if files is not None:
+        for p in files + sorted(set(os.path.dirname(f) for f in files)):
+            try:
+                fd = os.open(p, os.O_RDONLY | _CLOEXEC)
+            except OSError:
+                continue
+            try:
+                os.fsync(fd)
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+        return
     try:
         import ctypes
 
@@ -708,7 +727,7 @@ def read_items(base: Path, stream: IO[bytes], links_out: bool = True, cache: Opt
     Returns ``{"written", "deleted", "bytes"}`` (bytes = file bytes received). Everything that
     arrived verified is kept on a cut or refused stream (the part file of a large file keeps its
     verified chunks), and the error is raised. With ``sync``, the small files written are made
-    durable (one ``syncfs``) before the hash cache is saved.
+    durable (an fsync each when they are few, else one ``syncfs``) before the hash cache is saved.
     """
     base.mkdir(parents=True, exist_ok=True)
     res = {"written": 0, "deleted": 0, "bytes": 0}
@@ -752,8 +771,8 @@ def read_items(base: Path, stream: IO[bytes], links_out: bool = True, cache: Opt
         res["bytes"] += writers.nbytes
         for sig, handler in old:
             signal.signal(sig, handler)
-        if sync and writers.written:
-            durable(base)
+        if sync and writers.written:  # a few files: fsync each; many: one syncfs
+            durable(base, writers.paths if writers.written <= FSYNC_EACH else None)
         if cache is not None:
             cache.save()
     return res
