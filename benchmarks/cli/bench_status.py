@@ -95,6 +95,7 @@ def main() -> None:
             "gpujob status JOB (rendered, kept connection)": (status, env, None),
             "gpujob status JOB --json (first command: starts the connection)": (status + ["--json"], env, drop_mux),
             "gpujob status JOB --json (GPUJOB_MUX=0: own connection)": (status + ["--json"], nomux, None),
+            "python -c pass (this interpreter's bare start, for scale)": ([sys.executable, "-c", "pass"], env, None),
         }
         for cmd, e, _ in cases.values():  # warm: agent installed, page cache, daemons started
             timed(cmd, e)
