@@ -274,8 +274,10 @@ def upload(s: Any, agent: Agent, plan: Plan, record: Any = None, progress: Calla
             comp.finish()
             pipe.put(end)
         except BaseException as e:  # noqa: BLE001 - handed to the sending thread
-            if not pipe.stopped:
+            try:
                 pipe.put(e)
+            except OSError:  # the sender stopped first: it has its own error
+                pass
 
     producer = threading.Thread(target=produce, name="gpujob-sync-read", daemon=True)
     producer.start()
