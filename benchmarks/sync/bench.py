@@ -59,10 +59,6 @@ def main() -> None:
     # each gpujob run makes its own SSH connection, as rsync and scp do (the multiplexer's kept
     # connection would skip the handshake: GPUJOB_MUX=1 measures that)
     os.environ.setdefault("GPUJOB_MUX", "0")
-    # paramiko's own rekey after 512 MB received can livelock when the channel closes meanwhile
-    # (paramiko issue #822): a 512 MB pull on the slow link failed with "Key-exchange timed out".
-    # Leave rekeying to OpenSSH, as the fix proposed for gpujob/transport/ssh.py does.
-    import paramiko
     from linkemu import LinkProcess as Link
 
     from gpujob.agent import Agent
@@ -73,8 +69,6 @@ def main() -> None:
     from gpujob.transport import connect
     from gpujob.transport.ssh import key_path, public_key_line
     from tests.conftest import start_sshd, stop_sshd
-
-    paramiko.packet.Packetizer.REKEY_BYTES = paramiko.packet.Packetizer.REKEY_PACKETS = 1 << 40
 
     sshd = start_sshd(work / "sshd")
     try:

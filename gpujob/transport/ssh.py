@@ -109,6 +109,9 @@ def open_client(host: Host, password: str | None = None, retries: int | None = N
             tr = client.get_transport()
             assert tr is not None
             tr.set_keepalive(15)
+            # paramiko starts its own re-key after 512 MB and can livelock when a channel closes
+            # during it (paramiko#822); OpenSSH servers re-key on their own schedule instead
+            tr.packetizer.REKEY_BYTES = tr.packetizer.REKEY_PACKETS = 1 << 40
             return client
         except paramiko.BadHostKeyException as e:
             raise HostKeyChanged(
