@@ -229,20 +229,15 @@ class Daemon:
         for t in pumps:
             t.start()
         threading.Thread(target=_pump_in, args=(chan, in_r), daemon=True).start()
-        while any(t.is_alive() for t in pumps):
-            r, _, _ = select.select([conn], [], [], 0.5)
-            if r:
-                try:
-                    gone = not conn.recv(4096)
-                except OSError:
-                    gone = True
-                if gone:  # the client left: end the command
-                    chan.close()
-                    break
-        for t in pumps:
+        threading.Thread(target=_watch_client, args=(conn, chan), daemon=True).start()
+        for t in pumps:  # woken by the channel's end, not by a poll: the exit status goes out at once
             t.join()
         _send(conn, {"rc": chan.recv_exit_status()})
         chan.close()
+        try:
+            conn.shutdown(socket.SHUT_RDWR)  # wakes _watch_client (a close alone would not)
+        except OSError:
+            pass
 
     # ---- call: a quick verb in the kept serve process ----------------------------------
     def _call(self, conn: socket.socket, cmd: str, argv: list[str], timeout: float | None) -> None:
@@ -315,6 +310,16 @@ def _pump_out(chan: paramiko.Channel, fd: int, stderr: bool) -> None:
         chan.close()  # the client stopped reading
     finally:
         os.close(fd)
+
+
+def _watch_client(conn: socket.socket, chan: paramiko.Channel) -> None:
+    """End the command when the client closes its request socket (Ctrl-C, a killed process)."""
+    try:
+        while conn.recv(4096):
+            pass
+    except OSError:
+        pass
+    chan.close()
 
 
 def _pump_in(chan: paramiko.Channel, fd: int) -> None:

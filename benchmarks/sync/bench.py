@@ -50,6 +50,8 @@ def main() -> None:
     ap.add_argument("--out", help="also write the markdown table here")
     ap.add_argument("--links", default="lo,slow", help="which links: lo, slow or both (lo,slow)")
     ap.add_argument("--cases", default="small,noop,one,up,down", help="which cases to run")
+    ap.add_argument("--kept", action="store_true", help="gpujob with its kept connection (the multiplexer) and "
+                    "rsync/scp with OpenSSH's ControlMaster, both opened before timing")
     ap.add_argument("--no-scp", action="store_true", help="skip scp (its 3,000 files on the slow link take minutes)")
     a = ap.parse_args()
 
@@ -58,7 +60,9 @@ def main() -> None:
     os.environ["GPUJOB_NO_SSH_AGENT"] = "1"
     # each gpujob run makes its own SSH connection, as rsync and scp do (the multiplexer's kept
     # connection would skip the handshake: GPUJOB_MUX=1 measures that)
-    os.environ.setdefault("GPUJOB_MUX", "0")
+    os.environ.setdefault("GPUJOB_MUX", "1" if a.kept else "0")
+    if a.kept:
+        os.environ["GPUJOB_MUX_DIR"] = tempfile.mkdtemp(prefix="gjmux")
     from linkemu import LinkProcess as Link
 
     from gpujob.agent import Agent
@@ -104,7 +108,9 @@ def _run(a, work, sshd, Link, Agent, Host, pull, JobSpec, sync_job, connect, key
     agent(sshd.port).call("hello")  # install the agent once
 
     def ssh_e(port: int) -> str:
-        return f"ssh -p {port} -i {key} -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR"
+        kept = f" -o ControlMaster=auto -o ControlPath={work}/cm-%C -o ControlPersist=600" if a.kept else ""
+        return (f"ssh -p {port} -i {key} -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null "
+                f"-o LogLevel=ERROR{kept}")
 
     def run(cmd: list[str]) -> None:
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
@@ -133,6 +139,9 @@ def _run(a, work, sshd, Link, Agent, Host, pull, JobSpec, sync_job, connect, key
         scp_dst = f"{user}@127.0.0.1:{root}/projects/scp/code"
         spec = JobSpec(name="gp", run="true", workdir=str(src))
         rts = {}
+        if a.kept:  # both tools' kept connections open before timing: gpujob's daemon, OpenSSH's master
+            agent(port).call("hello")
+            run(ssh_e(port).split() + [f"{user}@127.0.0.1", "true"])
 
         def gp_sync() -> None:
             rts["rt"] = sync_job(agent(port), spec, "gp").round_trips
