@@ -70,7 +70,11 @@ class Agent:
             + 'if command -v "$p" >/dev/null 2>&1 && "$p" -c "import sys; sys.exit(0 if sys.version_info >= (3, 8) else 1)" '
             + '>/dev/null 2>&1; then PY=$("$p" -c "import sys; print(sys.executable)"); break; fi; done; '
             + f'if [ -z "$PY" ]; then echo gpujob-no-python >&2; exit {NO_PYTHON}; fi; '
-            + f'mkdir -p "$T" && tar -x -C "$T" && echo "$PY" > "$T/python" && touch "$T/ok" || exit {CANT_WRITE}; '
+            + f'mkdir -p "$T" && tar -x -C "$T" && echo "$PY" > "$T/python" || exit {CANT_WRITE}; '
+            # bytecode now: every agent command would otherwise compile its modules again wherever
+            # PYTHONDONTWRITEBYTECODE is set or the folder is read-only later (about 0.1 s a start)
+            + '"$PY" -S -m compileall -q "$T/remote" >/dev/null 2>&1; '
+            + f'touch "$T/ok" || exit {CANT_WRITE}; '
             + 'rm -rf "$A" && mv "$T" "$A" && echo "$PY"'
         )
 
