@@ -16,7 +16,7 @@ from gpujob.errors import ConnectError, GpujobError, RemoteError
 from gpujob.hosts import LOCAL, Host
 from gpujob.transport import Result, Stream, Transport
 
-SERVED = ("hello", "status", "watch", "port", "agentlog", "gpus")  # remote/__main__.py SERVED
+SERVED = ("hello", "status", "watch", "port", "agentlog", "gpus", "manifest", "receive")  # remote/__main__.py SERVED
 NEED_AGENT = 97
 NO_PYTHON = 98
 CANT_WRITE = 96
@@ -100,12 +100,12 @@ class Agent:
     # ---- calls --------------------------------------------------------------------------
     def _raw(self, verb: str, args: list[str] | None, input: bytes | None, timeout: float | None) -> Result:
         serve_call = getattr(self.t, "serve_call", None)
-        if verb in SERVED and input is None and serve_call is not None:  # the multiplexer's kept agent
+        if verb in SERVED and serve_call is not None:  # the multiplexer's kept agent
             argv = [verb, *(args or [])]
-            served = serve_call(self.command("serve"), argv, timeout)
+            served = serve_call(self.command("serve"), argv, timeout, input)
             if served is not None and served.rc == NEED_AGENT:
                 self.install()
-                served = serve_call(self.command("serve"), argv, timeout)
+                served = serve_call(self.command("serve"), argv, timeout, input)
             if served is not None:
                 return served
         res = self.t.run(self.command(verb, args), input=input, timeout=timeout)

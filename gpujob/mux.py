@@ -15,6 +15,7 @@ one connection per command. This module imports no paramiko.
 from __future__ import annotations
 
 import array
+import base64
 import hashlib
 import json
 import os
@@ -357,11 +358,15 @@ class MuxTransport(Transport):
         except _Busy:
             return self._direct_transport().stream(cmd)
 
-    def serve_call(self, serve_cmd: str, argv: list[str], timeout: float | None = None) -> Result | None:
-        """Run a quick agent verb in the kept ``serve`` process started by ``serve_cmd``; None if unusable."""
+    def serve_call(self, serve_cmd: str, argv: list[str], timeout: float | None = None,
+                   input: bytes | None = None) -> Result | None:
+        """Run a quick agent verb in the kept ``serve`` process started by ``serve_cmd`` (``input``:
+        its stdin); None if that process cannot be used (the caller runs the verb as a command)."""
+        req: dict[str, Any] = {"op": "call", "serve": serve_cmd, "argv": argv, "timeout": timeout}
+        if input:
+            req["input"] = base64.b64encode(input).decode()
         try:
-            s = _request(self.daemon.path, {"op": "call", "serve": serve_cmd, "argv": argv, "timeout": timeout},
-                         timeout=None if timeout is None else timeout + 10)
+            s = _request(self.daemon.path, req, timeout=None if timeout is None else timeout + 10)
         except OSError:
             return None
         try:

@@ -41,8 +41,8 @@ PROBE_AFTER = float(os.environ.get("GPUJOB_MUX_PROBE_AFTER", "20"))  # quiet sec
 
 
 def _recv_request(conn: socket.socket) -> tuple[dict[str, Any], list[int]]:
-    buf, fds = b"", []
-    while b"\n" not in buf:
+    buf, fds = bytearray(), []
+    while not buf.endswith(b"\n"):
         msg, anc, _flags, _addr = conn.recvmsg(65536, socket.CMSG_SPACE(8 * 4))
         for level, kind, data in anc:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
@@ -52,7 +52,7 @@ def _recv_request(conn: socket.socket) -> tuple[dict[str, Any], list[int]]:
         if not msg:
             break
         buf += msg
-    return (json.loads(buf.partition(b"\n")[0]) if buf else {}), fds
+    return (json.loads(bytes(buf).partition(b"\n")[0]) if buf else {}), fds
 
 
 def _send(conn: socket.socket, doc: dict[str, Any]) -> None:
@@ -146,7 +146,7 @@ class Daemon:
                 mine, fds = fds, []  # _exec owns (and closes) them from here
                 self._exec(conn, str(req["cmd"]), *mine)
             elif op == "call":
-                self._call(conn, str(req["serve"]), [str(a) for a in req["argv"]], req.get("timeout"))
+                self._call(conn, str(req["serve"]), [str(a) for a in req["argv"]], req.get("timeout"), req.get("input"))
             else:
                 _send(conn, {"error": f"unknown request {op!r}", "remedy": "upgrade gpujob", "kind": "ConnectError"})
         except Exception as e:  # one bad request never takes the daemon down
@@ -240,8 +240,9 @@ class Daemon:
             pass
 
     # ---- call: a quick verb in the kept serve process ----------------------------------
-    def _call(self, conn: socket.socket, cmd: str, argv: list[str], timeout: float | None) -> None:
-        line = json.dumps({"argv": argv}).encode() + b"\n"
+    def _call(self, conn: socket.socket, cmd: str, argv: list[str], timeout: float | None,
+              data: str | None = None) -> None:
+        line = json.dumps({"argv": argv, "input": data} if data else {"argv": argv}).encode() + b"\n"
         for _attempt in (0, 1):
             with self.lock:
                 s = self.serves.get(cmd)

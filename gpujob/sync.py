@@ -4,6 +4,9 @@ One exec channel after connecting (agent verb ``sync``): the agent writes its ma
 trees with cached content hashes, part files of cut transfers, free space) as one line, the
 laptop plans and writes the stream of what differs (nothing when nothing changed), the agent
 applies it and answers. A no-op sync is one round trip; a sync with changes adds the stream.
+Over the multiplexer's kept connection the same two halves are the verbs ``manifest`` and
+``receive`` answered by the kept agent process (a small upload is one request; a large one
+streams into a ``receive`` command), so an edit-and-resubmit starts no process on the host.
 The laptop walks its trees while the manifest is on its way, and reads, hashes and compresses
 the stream in one thread while another sends it (the link and the two CPUs work at once).
 
@@ -20,6 +23,7 @@ gzip-compressed when a sample of the payload compresses well (``GPUJOB_SYNC_CODE
 
 from __future__ import annotations
 
+import io
 import os
 import queue
 import stat
@@ -38,6 +42,7 @@ from gpujob.spec import JobSpec
 
 chunks: Any = import_remote("chunks")
 FREE_MARGIN = 256 << 20
+KEPT_UPLOAD_MAX = 8 << 20  # file bytes one request to the kept agent may carry
 DEFAULT_CODEC = "gz:1"
 
 
@@ -243,14 +248,10 @@ class _Pipe:
                 continue
 
 
-def upload(s: Any, agent: Agent, plan: Plan, record: Any = None, progress: Callable[[int, int], None] | None = None,
-           codec: str | None = None) -> tuple[int, str]:
-    """Send ``plan`` as one stream into the open session ``s``; returns (bytes on the wire, codec).
-
-    One thread reads, hashes, frames and compresses; this one sends what it hands over."""
-    total = plan.bytes
-    done = [0]
-    codec = codec or choose_codec(plan.send)
+def _callbacks(plan: Plan, record: Any, progress: Callable[[int, int], None] | None
+               ) -> tuple[Callable[[int], None], Callable[[Any, str], None]]:
+    """The stream writer's byte counter (drives ``progress``) and hash hook (fills the record)."""
+    total, done = plan.bytes, [0]
 
     def on_bytes(n: int) -> None:
         done[0] += n
@@ -264,6 +265,42 @@ def upload(s: Any, agent: Agent, plan: Plan, record: Any = None, progress: Calla
             except OSError:
                 pass
 
+    return on_bytes, on_hash
+
+
+def fits_kept_agent(plan: Plan) -> bool:
+    """Small enough to go as one request to the kept ``serve`` agent: small files only (no
+    resumable large file), at most ``KEPT_UPLOAD_MAX`` bytes in all."""
+    return plan.bytes <= KEPT_UPLOAD_MAX and all(e.size < chunks.CHUNK and not e.prefix for e in plan.send)
+
+
+def upload_kept(agent: Agent, plan: Plan, record: Any = None, progress: Callable[[int, int], None] | None = None,
+                codec: str | None = None) -> tuple[int, str]:
+    """Send a small ``plan`` as one ``receive`` request to the kept agent; (bytes on the wire, codec)."""
+    codec = codec or choose_codec(plan.send)
+    on_bytes, on_hash = _callbacks(plan, record, progress)
+    buf = io.BytesIO()
+    comp = chunks.Compressed(buf, codec)
+    try:
+        chunks.write_items(comp, (e.item() for e in plan.send), plan.delete, on_bytes, on_hash)
+    except chunks.TransferError as e:
+        raise GpujobError(str(e), "run submit again once the file stopped changing") from None
+    comp.finish()
+    try:
+        agent.call("receive", input=buf.getvalue(), timeout=600)
+    finally:
+        if record is not None:
+            record.save()
+    return comp.wire_bytes, codec
+
+
+def upload(s: Any, agent: Agent, plan: Plan, record: Any = None, progress: Callable[[int, int], None] | None = None,
+           codec: str | None = None) -> tuple[int, str]:
+    """Send ``plan`` as one stream into the open session ``s``; returns (bytes on the wire, codec).
+
+    One thread reads, hashes, frames and compresses; this one sends what it hands over."""
+    codec = codec or choose_codec(plan.send)
+    on_bytes, on_hash = _callbacks(plan, record, progress)
     pipe = _Pipe()
     comp = chunks.Compressed(pipe, codec)
     end = object()
@@ -312,8 +349,12 @@ def upload(s: Any, agent: Agent, plan: Plan, record: Any = None, progress: Calla
 
 
 def sync_job(agent: Agent, spec: JobSpec, project: str, progress: Callable[[int, int], None] | None = None) -> SyncReport:
-    """Bring ``projects/<project>/code`` and every ``data:`` entry up to date on the host, over one
-    exec channel: the agent's manifest comes back first, the stream of what differs goes in."""
+    """Bring ``projects/<project>/code`` and every ``data:`` entry up to date on the host.
+
+    Over a kept connection (the multiplexer) the manifest and a small upload are each one
+    request to the kept agent, with no command started on the host, and a large upload streams
+    into a ``receive`` command; otherwise one exec channel carries the manifest out and the
+    stream in."""
     record = sync_record()
     walked: dict[str, Any] = {}
 
@@ -323,27 +364,33 @@ def sync_job(agent: Agent, spec: JobSpec, project: str, progress: Callable[[int,
         except BaseException as e:  # noqa: BLE001 - raised below, in this thread
             walked["error"] = e
 
+    kept = getattr(agent.t, "serve_call", None) is not None
     walker = threading.Thread(target=walk_local, name="gpujob-sync-walk", daemon=True)
     walker.start()
+    s: Any = None
     try:
-        s, remote = open_session(agent, targets(spec, project))
+        if kept:
+            remote = agent.call("manifest", targets(spec, project), timeout=600)
+        else:
+            s, remote = open_session(agent, targets(spec, project))
     finally:
         walker.join()
     if "error" in walked:
-        s.kill()
+        if s is not None:
+            s.kill()
         raise walked["error"]
+    plan = plan_from(remote, spec, project, record, walked["trees"])
+    record.save()
+    if s is None and (plan.send or plan.delete):
+        _check_space(agent, plan, remote, None)
+        if fits_kept_agent(plan):
+            wire, codec = upload_kept(agent, plan, record, progress)
+            return _report(plan, 2, wire, codec)
+        s = agent.stream("receive")  # a large upload streams over a command of its own
+    if s is None:
+        return SyncReport(0, 0, 0, plan.unchanged, 1)
     with s:
-        plan = plan_from(remote, spec, project, record, walked["trees"])
-        record.save()
-        free = remote.get("free_bytes")
-        if free is not None and plan.bytes + FREE_MARGIN > free:
-            s.close_stdin()
-            s.wait(60)
-            raise GpujobError(
-                f"not enough space on {agent.host.name}: {plan.bytes / 1e9:.2f} GB to send, {free / 1e9:.2f} GB free under {agent.root}",
-                "free space on the instance (gpujob doctor shows each disk) or move the root to the data disk "
-                f"(gpujob host set {agent.host.name} --root /root/autodl-tmp/gpujob); nothing was written",
-            )
+        _check_space(agent, plan, remote, s)
         if not plan.send and not plan.delete:
             s.close_stdin()
             s.wait(60)
@@ -353,5 +400,23 @@ def sync_job(agent: Agent, spec: JobSpec, project: str, progress: Callable[[int,
         except (EOFError, OSError) as e:  # the link dropped mid-stream (paramiko raises either)
             raise ConnectError(f"the connection to {agent.host.name} dropped during the upload ({e or type(e).__name__})",
                                "run submit again: finished files are kept and a cut file resumes") from None
+    return _report(plan, 2, wire, codec)
+
+
+def _check_space(agent: Agent, plan: Plan, remote: dict[str, Any], s: Any) -> None:
+    """Refuse, before anything is written, an upload larger than the free space there."""
+    free = remote.get("free_bytes")
+    if free is not None and plan.bytes + FREE_MARGIN > free:
+        if s is not None:
+            s.close_stdin()
+            s.wait(60)
+        raise GpujobError(
+            f"not enough space on {agent.host.name}: {plan.bytes / 1e9:.2f} GB to send, {free / 1e9:.2f} GB free under {agent.root}",
+            "free space on the instance (gpujob doctor shows each disk) or move the root to the data disk "
+            f"(gpujob host set {agent.host.name} --root /root/autodl-tmp/gpujob); nothing was written",
+        )
+
+
+def _report(plan: Plan, round_trips: int, wire: int, codec: str) -> SyncReport:
     nfiles = sum(1 for e in plan.send if not e.is_dir)
-    return SyncReport(nfiles, plan.bytes, len(plan.delete), plan.unchanged, 2, plan.resumed_bytes, wire, codec)
+    return SyncReport(nfiles, plan.bytes, len(plan.delete), plan.unchanged, round_trips, plan.resumed_bytes, wire, codec)

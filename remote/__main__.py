@@ -58,6 +58,18 @@ def cmd_sync(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     return transfer.session(root.root, a.dir, a.hash_dir, sys.stdin.buffer, sys.stdout.buffer)
 
 
+def cmd_manifest(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+    """The first half of ``sync`` on its own (the kept ``serve`` process answers it)."""
+    root.ensure()
+    return transfer.manifest_doc(root.root, a.dir, a.hash_dir)
+
+
+def cmd_receive(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+    """The second half of ``sync``: apply the upload stream on stdin (a small one, in ``serve``)."""
+    root.ensure()
+    return transfer.receive(root.root, sys.stdin.buffer, transfer.hash_cache(root.root))
+
+
 def cmd_send(root: Root, a: argparse.Namespace) -> None:
     job = root.job(jobs.resolve(root, a.job))
     if a.manifest:  # the pull manifest (JSON), then the client asks for what it lacks with --list
@@ -230,41 +242,46 @@ def cmd_doctor(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     return doctor.report(root, a.data_disk, a.turbo_file, a.path_prefix, a.torch_timeout)
 
 
-SERVED = ("hello", "status", "watch", "port", "agentlog", "gpus")
+SERVED = ("hello", "status", "watch", "port", "agentlog", "gpus", "manifest", "receive")
 
 
 def cmd_serve(root: Root, a: argparse.Namespace) -> None:
     """Answer quick read-only verbs, one JSON line in and one out, until stdin closes.
 
     The laptop's connection multiplexer keeps this process open so that ``status`` or
-    ``watch`` costs one round trip and no Python start. A request is ``{"argv": [VERB, ...]}``;
-    the answer is ``{"rc", "out", "err"}``, exactly what a one-shot command would have given.
+    ``watch`` costs one round trip and no Python start. A request is ``{"argv": [VERB, ...]}``
+    with an optional ``"input"`` (base64: the verb's stdin, e.g. a small upload for
+    ``receive``); the answer is ``{"rc", "out", "err"}``, what a one-shot command would give.
     """
+    import base64
     import io
 
-    real_out, real_err = sys.stdout, sys.stderr
+    real_out, real_err, real_in = sys.stdout, sys.stderr, sys.stdin
     env = dict(os.environ)
     while True:
         line = sys.stdin.buffer.readline()
         if not line:
             return
         try:
-            argv = [str(x) for x in json.loads(line.decode("utf-8"))["argv"]]
+            req = json.loads(line.decode("utf-8"))
+            argv = [str(x) for x in req["argv"]]
         except (ValueError, KeyError, TypeError):
-            argv = []
+            req, argv = {}, []
         if not argv or argv[0] not in SERVED:
             answer = {"rc": 2, "out": "", "err": "serve answers only: {}\n".format(", ".join(SERVED))}
         else:
             os.environ.clear()
             os.environ.update(env)  # agent.env is read afresh for every request
             out, err = io.StringIO(), io.StringIO()
+            data = base64.b64decode(req.get("input") or "")
             sys.stdout, sys.stderr = out, err
+            sys.stdin = io.TextIOWrapper(io.BytesIO(data))  # what a one-shot command reads on stdin
             try:
                 rc = main(["--root", str(root.root), *argv])
             except SystemExit as e:
                 rc = e.code if isinstance(e.code, int) else 2
             finally:
-                sys.stdout, sys.stderr = real_out, real_err
+                sys.stdout, sys.stderr, sys.stdin = real_out, real_err, real_in
             answer = {"rc": rc, "out": out.getvalue(), "err": err.getvalue()}
         real_out.write(json.dumps(answer) + "\n")
         real_out.flush()
@@ -287,6 +304,10 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("sync")
     s.add_argument("--dir", action="append", default=[])
     s.add_argument("--hash-dir", action="append", default=[])
+    s = sub.add_parser("manifest")
+    s.add_argument("--dir", action="append", default=[])
+    s.add_argument("--hash-dir", action="append", default=[])
+    sub.add_parser("receive")
     s = sub.add_parser("send")
     s.add_argument("--job", required=True)
     s.add_argument("--what", default="ckpt,output.log,metrics.jsonl,events.jsonl,status.json")

@@ -167,14 +167,22 @@ def send(base: Path, members: List[str], out: IO[bytes]) -> None:
     send_list(base, wanted, out)
 
 
-def session(root: Path, dirs: List[str], hash_dirs: List[str], stdin: IO[bytes], stdout: IO[bytes]) -> Dict[str, Any]:
-    """Manifest and receive over one exec channel: write the manifest as one JSON line, then
-    apply the stream that follows on stdin (none = nothing to do). Returns the receive result."""
-    cache = hash_cache(root)
+def manifest_doc(root: Path, dirs: List[str], hash_dirs: List[str], cache: Optional[chunks.HashCache] = None
+                 ) -> Dict[str, Any]:
+    """What is under each of ``dirs`` (content hashes for ``hash_dirs``), and the free bytes."""
+    cache = cache or hash_cache(root)
     doc = {d: manifest(root / d, cache, d in hash_dirs) for d in dirs + hash_dirs}  # type: Dict[str, Any]
     cache.save()
     st = os.statvfs(str(root))
     doc["free_bytes"] = st.f_bavail * st.f_frsize
+    return doc
+
+
+def session(root: Path, dirs: List[str], hash_dirs: List[str], stdin: IO[bytes], stdout: IO[bytes]) -> Dict[str, Any]:
+    """Manifest and receive over one exec channel: write the manifest as one JSON line, then
+    apply the stream that follows on stdin (none = nothing to do). Returns the receive result."""
+    cache = hash_cache(root)
+    doc = manifest_doc(root, dirs, hash_dirs, cache)
     stdout.write(json.dumps(doc).encode() + b"\n")
     stdout.flush()
     first = stdin.read(1)
