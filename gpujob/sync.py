@@ -42,7 +42,7 @@ from gpujob.spec import JobSpec
 
 chunks: Any = import_remote("chunks")
 FREE_MARGIN = 256 << 20
-KEPT_UPLOAD_MAX = 8 << 20  # file bytes one request to the kept agent may carry
+KEPT_UPLOAD_MAX = 1 << 20  # file bytes one request to the kept agent carries; more stream (pipelined)
 DEFAULT_CODEC = "gz:1"
 
 
