@@ -112,11 +112,39 @@ def stop_sshd(s: Sshd) -> None:
         s.proc.wait(5)
     except subprocess.TimeoutExpired:
         s.proc.kill()
-    for pid in sessions:
+    for sig in (15, 9):  # TERM first: a login shell gets to run its exit traps
+        for pid in sessions:
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+        deadline = time.time() + 1.0
+        while sig == 15 and time.time() < deadline and any(_running(p) for p in sessions):
+            time.sleep(0.05)
+    _drop_stale_pyenv_lock()
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _drop_stale_pyenv_lock() -> None:
+    """This image's login shells run `pyenv rehash` under a lock file; a shell killed meanwhile
+    leaves it, and every later login shell then waits and complains (see .ci/run)."""
+    lock = Path(os.environ.get("PYENV_ROOT", str(Path.home() / ".pyenv"))) / "shims" / ".pyenv-shim"
+    if not lock.exists():
+        return
+    for d in os.listdir("/proc"):
         try:
-            os.kill(pid, 9)
+            if d.isdigit() and b"pyenv-rehash" in Path(f"/proc/{d}/cmdline").read_bytes():
+                return  # a rehash is running: its lock is live
         except OSError:
-            pass
+            continue
+    lock.unlink(missing_ok=True)
 
 
 @pytest.fixture(autouse=True)
