@@ -141,7 +141,7 @@ def live_status(root: Root, job: JobDir, boot: str) -> Dict[str, Any]:
         if rebooted or (stale and not procs.belongs_to(sup, job.id)):
             st["state"] = "lost"
             st["lost_reason"] = "the instance rebooted" if rebooted else "the agent is gone (stale heartbeat)"
-            left = [] if rebooted else sorted(procs.job_pids(job.id))
+            left = [] if rebooted else sorted(procs.job_pids(job.id, job_dir=str(job.path)))
             if left:
                 st["lost_reason"] += "; {} process(es) of the job still run: stop ends them, resume restarts " \
                                      "from the newest checkpoint".format(len(left))
@@ -206,7 +206,7 @@ def stop(root: Root, job_id: str, wait: float, reason: str = "stopped by user") 
     st = live_status(root, job, procs.boot_id())
     if st.get("state") in TERMINAL:
         if st.get("state") == "lost":
-            procs.kill_tree(job_id, None, 5.0)
+            procs.kill_tree(job_id, None, 5.0, job_dir=str(job.path))
             mark_lost(root, job, st)
         return describe(root, job_id)
     job.stop_file.write_text(reason + "\n")
@@ -220,7 +220,7 @@ def stop(root: Root, job_id: str, wait: float, reason: str = "stopped by user") 
         time.sleep(0.2)
     st = job.status()
     if st.get("state") not in TERMINAL and not procs.belongs_to(st.get("supervisor_pid"), job_id):
-        killed = procs.kill_tree(job_id, None, 5.0)
+        killed = procs.kill_tree(job_id, None, 5.0, job_dir=str(job.path))
         st.update(state="stopped", reason=reason, ended_at=now(), killed=killed)
         job.write_status(st)
         job.event("state", state="stopped", reason=reason)
@@ -234,7 +234,7 @@ def resume(root: Root, job_id: str) -> Dict[str, Any]:
     if st.get("state") not in TERMINAL or st.get("state") == "succeeded":
         raise AgentError("job {} is {}: only a lost, stopped or failed job can be resumed".format(job_id, st.get("state")),
                          "see gpujob status {}".format(job_id), "bad_state")
-    procs.kill_tree(job_id, None, 5.0)
+    procs.kill_tree(job_id, None, 5.0, job_dir=str(job.path))
     for p in (job.stop_file, Path(str(job.stop_file) + ".watch")):
         try:
             p.unlink()

@@ -73,12 +73,14 @@ def _parents() -> Dict[int, int]:
     return out
 
 
-def job_pids(job_id: str, root_pid: Optional[int] = None) -> Set[int]:
-    """Every live process of the job: descendants of ``root_pid`` and carriers of its job id."""
+def job_pids(job_id: str, root_pid: Optional[int] = None, job_dir: Optional[str] = None) -> Set[int]:
+    """Every live process of the job: descendants of ``root_pid`` and carriers of its job id
+    (of its job folder, when ``job_dir`` is given: the nodes of a several-node job share the
+    id, and two of them can share one machine's process table)."""
     me = os.getpid()
     parents = _parents()
     found = set()
-    token = b"GPUJOB_JOB_ID=" + job_id.encode() + b"\0"
+    token = (b"GPUJOB_JOB_DIR=" + job_dir.encode() if job_dir else b"GPUJOB_JOB_ID=" + job_id.encode()) + b"\0"
     for pid in parents:
         if pid != me and token in _environ(pid):
             found.add(pid)
@@ -100,24 +102,24 @@ def signal_pids(pids: Set[int], sig: int) -> None:
             pass
 
 
-def kill_tree(job_id: str, root_pid: Optional[int], grace: float, poll=None) -> List[int]:
+def kill_tree(job_id: str, root_pid: Optional[int], grace: float, poll=None, job_dir: Optional[str] = None) -> List[int]:
     """SIGTERM every process of the job, wait up to ``grace`` s, then SIGKILL what is left.
 
     ``poll`` is called while waiting (the supervisor reaps its child there). Returns the
     pids that had to be killed.
     """
-    pids = job_pids(job_id, root_pid)
+    pids = job_pids(job_id, root_pid, job_dir)
     signal_pids(pids, signal.SIGTERM)
     deadline = time.time() + grace
     while time.time() < deadline:
         if poll:
             poll()
-        if not job_pids(job_id, root_pid):
+        if not job_pids(job_id, root_pid, job_dir):
             return []
         time.sleep(0.2)
     killed = []
     for _ in range(20):
-        left = job_pids(job_id, root_pid)
+        left = job_pids(job_id, root_pid, job_dir)
         if not left:
             break
         killed.extend(left)

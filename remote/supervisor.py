@@ -231,7 +231,7 @@ class Supervisor:
                 self.heartbeat()
                 time.sleep(TICK)
             grace = 10.0
-        killed = procs.kill_tree(self.job.id, self.child.pid, grace, poll=self.heartbeat)
+        killed = procs.kill_tree(self.job.id, self.child.pid, grace, poll=self.heartbeat, job_dir=str(self.job.path))
         if killed:
             self.job.event("killed", pids=killed)
         self.child.wait()
@@ -246,7 +246,7 @@ class Supervisor:
             rc = self.child.poll()
             if rc is not None:
                 # the main process ended: no straggler of this attempt may survive it
-                procs.kill_tree(self.job.id, None, 5.0)
+                procs.kill_tree(self.job.id, None, 5.0, job_dir=str(self.job.path))
                 return rc
             reason = self.stop_requested()
             for w in self.watchers:
@@ -396,7 +396,7 @@ def main(root: Root, job_id: str) -> int:
 
         agent_log(root, "supervisor {} crashed: {}\n{}".format(job_id, e, traceback.format_exc()))
         if sup.child and sup.child.poll() is None:
-            procs.kill_tree(job_id, sup.child.pid, 10.0)
+            procs.kill_tree(job_id, sup.child.pid, 10.0, job_dir=str(job.path))
         sup.finish("failed", reason="agent error: {}".format(e))
         return 1
     return 0
