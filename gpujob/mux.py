@@ -226,12 +226,6 @@ class _MuxStream(Stream):
         finally:
             os.close(self._err_r)
 
-    def close_stdin(self) -> None:
-        try:
-            self.stdin.close()
-        except OSError:
-            pass
-
     def wait(self, timeout: float | None = None) -> int:
         if self._rc is None:
             self.ctrl.settimeout(timeout)

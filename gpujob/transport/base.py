@@ -28,9 +28,12 @@ class Stream(abc.ABC):
     stdin: IO[bytes]
     stdout: IO[bytes]
 
-    @abc.abstractmethod
     def close_stdin(self) -> None:
-        """Send EOF to the command."""
+        """Send EOF to the command (here: close its stdin pipe)."""
+        try:
+            self.stdin.close()
+        except OSError:
+            pass
 
     @abc.abstractmethod
     def wait(self, timeout: float | None = None) -> int:

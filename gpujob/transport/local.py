@@ -24,12 +24,6 @@ class _LocalStream(Stream):
         for chunk in iter(lambda: self.proc.stderr.read(65536), b""):  # type: ignore[union-attr]
             self._err += chunk
 
-    def close_stdin(self) -> None:
-        try:
-            self.stdin.close()
-        except OSError:
-            pass
-
     def wait(self, timeout: float | None = None) -> int:
         rc = self.proc.wait(timeout)
         self._t.join(5)
