@@ -90,7 +90,6 @@ class Daemon:
         self.lock = threading.Lock()
         self.serves: dict[str, _Serve] = {}
         self.stopping = threading.Event()
-        self.stopped = False
         self.probe_lock = threading.Lock()
         self.last_probe = time.monotonic()
         self.ino = os.stat(path).st_ino
@@ -117,10 +116,9 @@ class Daemon:
     def stop(self) -> None:
         """Leave: no new requests (the socket goes first), then the connection closes."""
         with self.lock:
-            if self.stopped:
+            if self.stopping.is_set():
                 return
-            self.stopped = True
-        self.stopping.set()
+            self.stopping.set()
         try:  # a successor may already listen under the same name: remove only our own socket
             if os.stat(self.path).st_ino == self.ino:
                 self.path.unlink()

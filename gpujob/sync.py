@@ -381,20 +381,19 @@ def sync_job(agent: Agent, spec: JobSpec, project: str, progress: Callable[[int,
         raise walked["error"]
     plan = plan_from(remote, spec, project, record, walked["trees"])
     record.save()
-    if s is None and (plan.send or plan.delete):
-        _check_space(agent, plan, remote, None)
+    _check_space(agent, plan, remote, s)
+    if not plan.send and not plan.delete:
+        if s is not None:
+            with s:
+                s.close_stdin()
+                s.wait(60)
+        return SyncReport(0, 0, 0, plan.unchanged, 1)
+    if s is None:
         if fits_kept_agent(plan):
             wire, codec = upload_kept(agent, plan, record, progress)
             return _report(plan, 2, wire, codec)
         s = agent.stream("receive")  # a large upload streams over a command of its own
-    if s is None:
-        return SyncReport(0, 0, 0, plan.unchanged, 1)
     with s:
-        _check_space(agent, plan, remote, s)
-        if not plan.send and not plan.delete:
-            s.close_stdin()
-            s.wait(60)
-            return SyncReport(0, 0, 0, plan.unchanged, 1)
         try:
             wire, codec = upload(s, agent, plan, record, progress)
         except (EOFError, OSError) as e:  # the link dropped mid-stream (paramiko raises either)
@@ -410,6 +409,7 @@ def _check_space(agent: Agent, plan: Plan, remote: dict[str, Any], s: Any) -> No
         if s is not None:
             s.close_stdin()
             s.wait(60)
+            s.kill()
         raise GpujobError(
             f"not enough space on {agent.host.name}: {plan.bytes / 1e9:.2f} GB to send, {free / 1e9:.2f} GB free under {agent.root}",
             "free space on the instance (gpujob doctor shows each disk) or move the root to the data disk "

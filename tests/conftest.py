@@ -85,16 +85,11 @@ def start_sshd(base: Path, host_key: Path | None = None, port: int | None = None
 
 def _descendants(pid: int) -> list[int]:
     """Every process below ``pid`` (by parent links in /proc)."""
+    from remote.procs import _parents
+
     children: dict[int, list[int]] = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(d))
+    for p, pp in _parents().items():
+        children.setdefault(pp, []).append(p)
     out, todo = [], [pid]
     while todo:
         for c in children.get(todo.pop(), []):
@@ -112,6 +107,8 @@ def stop_sshd(s: Sshd) -> None:
         s.proc.wait(5)
     except subprocess.TimeoutExpired:
         s.proc.kill()
+    from remote.procs import pid_alive
+
     for sig in (15, 9):  # TERM first: a login shell gets to run its exit traps
         for pid in sessions:
             try:
@@ -119,17 +116,9 @@ def stop_sshd(s: Sshd) -> None:
             except OSError:
                 pass
         deadline = time.time() + 1.0
-        while sig == 15 and time.time() < deadline and any(_running(p) for p in sessions):
+        while sig == 15 and time.time() < deadline and any(pid_alive(p) for p in sessions):
             time.sleep(0.05)
     _drop_stale_pyenv_lock()
-
-
-def _running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 def _drop_stale_pyenv_lock() -> None:
