@@ -13,8 +13,12 @@ bf16 (fp16 where bf16 is missing), fused AdamW, TF32, SDPA; it also reports MFU
 (6·N + 12·L·d·T FLOPs per token, against ``--peak-tflops`` or the GPU's known dense bf16
 peak). Prints a markdown table and writes ``--json`` if given.
 
+``--recipes`` picks the rows: ``packed``, ``packed+compile`` (the same with ``torch.compile``)
+and ``padded``; ``--compile`` is short for compiling the packed row.
+
     python benchmarks/train/bench_tokens.py                    # CPU, ~2 minutes on 2 cores
     python benchmarks/train/bench_tokens.py --max-steps 60     # CUDA
+    python benchmarks/train/bench_tokens.py --recipes packed,packed+compile,padded --json cuda.json
 """
 
 from __future__ import annotations
@@ -98,6 +102,9 @@ def model_for(args, tokenizer, cuda: bool):
     return GPT2LMHeadModel(cfg), cfg
 
 
+RECIPES = ("packed", "packed+compile", "padded")
+
+
 def run_recipe(name: str, args, tpl, tokenizer, workdir: Path) -> dict:
     import torch
     from transformers import DataCollatorForLanguageModeling, Trainer, default_data_collator, set_seed
@@ -105,7 +112,8 @@ def run_recipe(name: str, args, tpl, tokenizer, workdir: Path) -> dict:
     cuda = torch.cuda.is_available()
     set_seed(0)
     model, cfg = model_for(args, tokenizer, cuda)
-    if name == "packed":
+    compiled = name == "packed+compile" or (args.compile and name == "packed")
+    if name.startswith("packed"):
         data = tpl.packed_dataset(args.data, "text", tokenizer, args.block_size)
         collator = CountingCollator(default_data_collator)
         extra = {"optim": "adamw_torch_fused" if cuda else "adamw_torch", **tpl.precision("auto")}
@@ -117,15 +125,19 @@ def run_recipe(name: str, args, tpl, tokenizer, workdir: Path) -> dict:
         from datasets import concatenate_datasets
 
         data = concatenate_datasets([data] * args.repeat)
+    if compiled:
+        extra.update(torch_compile=True, torch_compile_backend=args.compile_backend)
     targs, _ = tpl.training_arguments(
         output_dir=str(workdir / name), report_to=[], per_device_train_batch_size=args.batch_size,
         max_steps=args.max_steps, num_train_epochs=1, save_strategy="no", logging_strategy="no",
-        disable_tqdm=True, seed=0, torch_compile=args.compile and name == "packed", **extra)
+        disable_tqdm=True, seed=0, **extra)
     timer = make_timer()
     trainer = Trainer(model=model, args=targs, train_dataset=data, data_collator=collator, callbacks=[timer])
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     trainer.train()
+    if compiled and "OptimizedModule" not in type(trainer.model_wrapped).__name__:
+        raise SystemExit(f"{name}: Trainer did not compile the model ({type(trainer.model_wrapped).__name__})")
     steps = len(timer.times)
     w = min(args.warmup, max(0, steps - 2))
     seconds = timer.times[-1] - timer.times[w]
@@ -134,16 +146,17 @@ def run_recipe(name: str, args, tpl, tokenizer, workdir: Path) -> dict:
     n_params = sum(p.numel() for p in model.parameters())
     row = {"recipe": name, "steps_timed": steps - w - 1, "useful_tokens": tokens, "seconds": round(seconds, 3),
            "useful_tokens_per_s": round(tokens / seconds, 1), "useful_fraction_of_block_slots": round(tokens / slots, 3),
-           "params": n_params, "precision": "bf16" if targs.bf16 else "fp16" if targs.fp16 else "fp32"}
-    if cuda:
-        # 6 FLOPs per weight per token (forward + backward; the tied lm_head counts as a matmul),
-        # position embeddings excluded, plus attention scores: 12 * layers * width * seq.
-        n_matmul = n_params - model.transformer.wpe.weight.numel()
-        flops_per_token = 6 * n_matmul + 12 * cfg.n_layer * cfg.n_embd * args.block_size
-        peak = args.peak_tflops or next((v for k, v in PEAK_TFLOPS.items() if k in torch.cuda.get_device_name()), None)
-        row["tflops"] = round(flops_per_token * tokens / seconds / 1e12, 1)
-        row["mfu"] = round(row["tflops"] / peak, 3) if peak else None
-        row["max_memory_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 1)
+           "params": n_params, "precision": "bf16" if targs.bf16 else "fp16" if targs.fp16 else "fp32",
+           "compiled": compiled, "compile_backend": args.compile_backend if compiled else None}
+    # 6 FLOPs per weight per token (forward + backward; the tied lm_head counts as a matmul),
+    # position embeddings excluded, plus attention scores: 12 * layers * width * seq.
+    n_matmul = n_params - model.transformer.wpe.weight.numel()
+    flops_per_token = 6 * n_matmul + 12 * cfg.n_layer * cfg.n_embd * args.block_size
+    peak = args.peak_tflops or (next((v for k, v in PEAK_TFLOPS.items() if k in torch.cuda.get_device_name()), None)
+                                if cuda else None)
+    row["tflops"] = round(flops_per_token * tokens / seconds / 1e12, 4 if not cuda else 1)
+    row["mfu"] = round(row["tflops"] / peak, 3) if peak else None
+    row["max_memory_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 1) if cuda else None
     return row
 
 
@@ -156,10 +169,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=1, help="repeat the corpus (longer runs)")
     p.add_argument("--warmup", type=int, default=None, help="steps not timed (default 3 CPU, 10 CUDA)")
     p.add_argument("--tiny", action="store_true", help="tiny model on CUDA too")
+    p.add_argument("--recipes", default="packed,padded", help="comma list of " + ", ".join(RECIPES))
     p.add_argument("--compile", action="store_true", help="torch.compile the packed recipe")
+    p.add_argument("--compile-backend", default="inductor", help="torch.compile backend (eager: a quick CPU check)")
     p.add_argument("--peak-tflops", type=float, default=None, help="dense bf16 peak for MFU")
     p.add_argument("--json", default=None, help="write the results here")
     args = p.parse_args(argv)
+    recipes = [r.strip() for r in args.recipes.split(",") if r.strip()]
+    unknown = [r for r in recipes if r not in RECIPES]
+    if unknown or not recipes:
+        p.error(f"--recipes: unknown {unknown or recipes}; pick from {', '.join(RECIPES)}")
 
     import torch
 
@@ -182,23 +201,28 @@ def main(argv: list[str] | None = None) -> int:
     tpl = load_template()
     tokenizer = tpl.byte_tokenizer()
     with tempfile.TemporaryDirectory() as tmp:
-        rows = [run_recipe(name, args, tpl, tokenizer, Path(tmp)) for name in ("packed", "padded")]
-    ratio = rows[0]["useful_tokens_per_s"] / rows[1]["useful_tokens_per_s"]
+        rows = [run_recipe(name, args, tpl, tokenizer, Path(tmp)) for name in recipes]
+    rate = {r["recipe"]: r["useful_tokens_per_s"] for r in rows}
+    ratio = rate["packed"] / rate["padded"] if "packed" in rate and "padded" in rate else None
     device = torch.cuda.get_device_name() if cuda else f"CPU ({platform.processor() or platform.machine()}, " \
         f"{torch.get_num_threads()} threads)"
     import transformers
 
     env = {"device": device, "torch": torch.__version__, "transformers": transformers.__version__,
-           "block_size": args.block_size, "batch_size": args.batch_size, "data": Path(args.data).name}
-    cols = ["recipe", "precision", "params", "steps_timed", "useful_tokens_per_s", "useful_fraction_of_block_slots"]
+           "block_size": args.block_size, "batch_size": args.batch_size, "data": Path(args.data).name,
+           "cuda": cuda, "tf32": bool(cuda and torch.backends.cuda.matmul.allow_tf32), "attention": "sdpa",
+           "max_steps": args.max_steps, "warmup": args.warmup, "repeat": args.repeat}
+    cols = ["recipe", "precision", "params", "steps_timed", "useful_tokens_per_s", "useful_fraction_of_block_slots",
+            "tflops"]
     if cuda:
-        cols += ["tflops", "mfu", "max_memory_gib"]
+        cols += ["mfu", "max_memory_gib"]
     print(f"\n{env}\n")
     print("| " + " | ".join(cols) + " |")
     print("|" + "---|" * len(cols))
     for r in rows:
         print("| " + " | ".join(str(r.get(c)) for c in cols) + " |")
-    print(f"\npacked / padded useful tokens/s: {ratio:.2f}x (target >= 1.5x)")
+    if ratio is not None:
+        print(f"\npacked / padded useful tokens/s: {ratio:.2f}x (target >= 1.5x)")
     if args.json:
         Path(args.json).write_text(json.dumps({"env": env, "rows": rows, "ratio": ratio}, indent=1))
     return 0

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The one-shot GPU check (issue 18). Needs only this repository, a Python 3.9+ with pip, and
+# either the package registries or a folder of wheels (--wheels DIR / GPUCHECK_WHEELS).
+#
+#   OUT=/tmp/gpucheck bash benchmarks/gpu/run.sh             # on one NVIDIA GPU: about 5-7 minutes
+#   OUT=/tmp/gpucheck bash benchmarks/gpu/run.sh --cpu-dry-run   # any CPU machine: under a minute
+#
+# Writes $OUT/gpu-check.json (every figure, every step's outcome; rewritten after each step),
+# summary.md, gpu.jsonl, doctor.json, oom-output.log and idle-output.log, prints the summary,
+# and exits 1 if any step failed. PYTHON picks the interpreter (default: python3).
+set -u
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+py="${PYTHON:-python3}"
+if ! command -v "$py" >/dev/null 2>&1; then
+  echo "gpu check: no $py on PATH; set PYTHON=/path/to/python3" >&2
+  exit 2
+fi
+export PYTHONUNBUFFERED=1 PIP_NO_INPUT=1
+cd "$repo" || exit 2
+# the overall guard: the steps' own guards add up to less; this one catches a hang between them
+exec timeout --kill-after=30 "${GPUCHECK_TIMEOUT:-900}" "$py" "$here/check.py" "$@" </dev/null
