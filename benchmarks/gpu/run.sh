@@ -18,5 +18,8 @@ if ! command -v "$py" >/dev/null 2>&1; then
 fi
 export PYTHONUNBUFFERED=1 PIP_NO_INPUT=1
 cd "$repo" || exit 2
-# the overall guard: the steps' own guards add up to less; this one catches a hang between them
-exec timeout --kill-after=30 "${GPUCHECK_TIMEOUT:-900}" "$py" "$here/check.py" "$@" </dev/null
+# The overall guard: 8 minutes (10 for a dry run). check.py clips its step guards to finish
+# inside it with the results written; timeout's SIGTERM (then SIGKILL 20 s later) is the backstop.
+total="${GPUCHECK_TIMEOUT:-480}"
+case " $* " in *" --cpu-dry-run "*) total="${GPUCHECK_TIMEOUT:-600}" ;; esac
+exec timeout --kill-after=20 "$((total + 15))" "$py" "$here/check.py" --total-budget "$total" "$@" </dev/null
