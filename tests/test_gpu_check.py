@@ -52,6 +52,7 @@ def test_cpu_dry_run_passes_every_step(tmp_path: Path) -> None:
     rows = {row["recipe"]: row for n in ("bench", "bench_compile") for row in steps[n]["rows"]}
     assert set(rows) == {"packed", "padded", "packed+compile"}
     assert rows["packed+compile"]["compiled"] and not rows["packed"]["compiled"]
+    assert rows["packed"]["attention"] == rows["packed+compile"]["attention"] == "sdpa"
     assert all(row["useful_tokens_per_s"] > 0 and row["tflops"] > 0 for row in rows.values())
     assert rows["packed"]["useful_fraction_of_block_slots"] > rows["padded"]["useful_fraction_of_block_slots"]
 

@@ -88,10 +88,11 @@ class Check:
         if self.args.only and name not in self.args.only:
             self.doc["steps"][name] = {"ok": False, "skipped": "not selected (--only)"}
             return
-        budget = min(BUDGETS[name][1 if self.dry else 0] * self.args.budget_scale, self.deadline - time.time())
+        left = self.deadline - time.time()
+        budget = min(BUDGETS[name][1 if self.dry else 0] * self.args.budget_scale, left)
         rec: dict = {"ok": False, "budget_s": round(budget, 1)}
         self.doc["steps"][name] = rec
-        if budget < 5:
+        if left < 5:
             rec["error"] = f"not run: the overall budget of {self.args.total_budget:.0f} s is spent"
             print(f"== {name}: {rec['error']}", flush=True)
             self.save()

@@ -70,6 +70,12 @@ def bench(rec: dict, python: str, shapes: Shapes, recipes: str, out: Path, dry_r
     for row in doc["rows"]:
         if not row.get("useful_tokens_per_s"):
             raise StepFailed(f"{row['recipe']}: no tokens/s measured")
+        want = "fp32" if dry_run else "bf16" if row["recipe"].startswith("packed") else "fp16"
+        if row["precision"] != want or (row["recipe"].startswith("packed") and row.get("attention") != "sdpa"):
+            raise StepFailed(f"{row['recipe']}: ran {row['precision']} with {row.get('attention')} attention, "
+                             f"not the recipe's {want} (SDPA for packed)")
+    if not dry_run and not doc["env"].get("tf32"):
+        raise StepFailed("TF32 matmuls were off")
         if row["recipe"].startswith("packed") and not dry_run:
             rec.setdefault("targets", {})[f"mfu {row['recipe']} >= {MFU_TARGET:.0%}"] = {
                 "value": row.get("mfu"), "met": bool(row.get("mfu") and row["mfu"] >= MFU_TARGET)}
@@ -115,6 +121,7 @@ def oom_retry(rec: dict, gj: Gpujob, shapes: Shapes, dry_run: bool, deadline: fl
     metrics = gj.job_dir(job) / "metrics.jsonl"
     last = json.loads(metrics.read_text().splitlines()[-1]) if metrics.exists() and metrics.read_text().strip() else {}
     rec["last_metrics"] = last
+    rec["gpu_jsonl_max_mem_used_mib"] = max_mem_used(read_samples(gj.job_dir(job) / "gpu.jsonl"))  # 5 s samples
     if st.get("state") != "succeeded":
         raise StepFailed(f"job ended {st.get('state')}: {st.get('reason')}")
     if [a["reason"] for a in rec["attempts"]][:1] != ["oom"] or [a["batch_divisor"] for a in rec["attempts"]] != [1, 2]:
@@ -149,13 +156,21 @@ def smi_cost(path_prefix: str, calls: int = 5) -> dict:
             "sample": text.strip()}
 
 
+def read_samples(path: Path) -> list[dict]:
+    return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()] if path.exists() else []
+
+
+def max_mem_used(recs: list[dict]) -> float | None:
+    return max((g.get("mem_used") or 0 for r in recs for g in r.get("gpus", [])), default=None)
+
+
 def check_samples(path: Path) -> dict:
     """gpu.jsonl parsed as the agent wrote it: counts, fields and figures of the last sample."""
-    recs = [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
+    recs = read_samples(path)
     gpus = [g for r in recs for g in r.get("gpus", [])]
     nulls = {k: sum(1 for g in gpus if g.get(k) is None) for k in ("util", "mem_used", "mem_total", "power", "temp")}
     info = {"samples": len(recs), "null_fields": nulls, "last": recs[-1] if recs else None,
-            "max_mem_used_mib": max((g.get("mem_used") or 0 for g in gpus), default=None),
+            "max_mem_used_mib": max_mem_used(recs),
             "max_util": max((g.get("util") or 0 for g in gpus), default=None)}
     if len(recs) < 2:
         raise StepFailed(f"gpu.jsonl has {len(recs)} samples")

@@ -147,7 +147,8 @@ def run_recipe(name: str, args, tpl, tokenizer, workdir: Path) -> dict:
     row = {"recipe": name, "steps_timed": steps - w - 1, "useful_tokens": tokens, "seconds": round(seconds, 3),
            "useful_tokens_per_s": round(tokens / seconds, 1), "useful_fraction_of_block_slots": round(tokens / slots, 3),
            "params": n_params, "precision": "bf16" if targs.bf16 else "fp16" if targs.fp16 else "fp32",
-           "compiled": compiled, "compile_backend": args.compile_backend if compiled else None}
+           "compiled": compiled, "compile_backend": args.compile_backend if compiled else None,
+           "attention": getattr(model.config, "_attn_implementation", None)}
     # 6 FLOPs per weight per token (forward + backward; the tied lm_head counts as a matmul),
     # position embeddings excluded, plus attention scores: 12 * layers * width * seq.
     n_matmul = n_params - model.transformer.wpe.weight.numel()
@@ -210,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
 
     env = {"device": device, "torch": torch.__version__, "transformers": transformers.__version__,
            "block_size": args.block_size, "batch_size": args.batch_size, "data": Path(args.data).name,
-           "cuda": cuda, "tf32": bool(cuda and torch.backends.cuda.matmul.allow_tf32), "attention": "sdpa",
+           "cuda": cuda, "tf32": bool(cuda and torch.backends.cuda.matmul.allow_tf32),
            "max_steps": args.max_steps, "warmup": args.warmup, "repeat": args.repeat}
     cols = ["recipe", "precision", "params", "steps_timed", "useful_tokens_per_s", "useful_fraction_of_block_slots",
             "tflops"]
