@@ -94,11 +94,11 @@ class Check:
         self.doc["steps"][name] = rec
         if left < 5:
             rec["error"] = f"not run: the overall budget of {self.args.total_budget:.0f} s is spent"
-            print(f"== {name}: {rec['error']}", flush=True)
+            say(f"== {name}: {rec['error']}")
             self.save()
             return
         self.save()
-        print(f"== {name} (at most {budget:.0f} s)", flush=True)
+        say(f"== {name} (at most {budget:.0f} s)")
         t0 = time.time()
         old = signal.signal(signal.SIGALRM, _alarm)
         signal.setitimer(signal.ITIMER_REAL, budget)
@@ -121,7 +121,7 @@ class Check:
             rec["seconds"] = round(time.time() - t0, 1)
         if not rec["ok"]:
             rec["killed_after_failure"] = self.gj.cleanup()  # a stuck job must not hold the GPU for the next step
-        print(f"   {'ok' if rec['ok'] else 'FAILED: ' + rec['error']} ({rec['seconds']} s)", flush=True)
+        say(f"   {'ok' if rec['ok'] else 'FAILED: ' + rec['error']} ({rec['seconds']} s)")
         self.save()
 
     def run(self) -> int:
@@ -166,7 +166,15 @@ class Check:
         self.save()
         text = summary(self.doc)
         (self.out / "summary.md").write_text(text)
-        print("\n" + text, flush=True)
+        say("\n" + text)
+
+
+def say(text: str) -> None:
+    """Print; a closed stdout (``| head``) must not cost the results, which are on disk anyway."""
+    try:
+        print(text, flush=True)
+    except OSError:
+        pass
 
 
 def machine(prefix: str) -> dict:
@@ -263,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.wheels and (REPO / ".whl").is_dir():
         args.wheels = str(REPO / ".whl")
     check = Check(args)
-    print(f"gpujob GPU check ({check.doc['mode']}): results in {check.out}", flush=True)
+    say(f"gpujob GPU check ({check.doc['mode']}): results in {check.out}")
     return check.run()
 
 

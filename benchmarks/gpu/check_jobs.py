@@ -101,7 +101,8 @@ class Gpujob:
             if st.get("state") in states:
                 return st
             time.sleep(0.5)
-        raise StepFailed(f"job {job_id} stayed {st.get('state')!r} for {timeout:.0f} s (wanted {'/'.join(states)})")
+        why = f": {st['queue_reason']}" if st.get("queue_reason") else ""
+        raise StepFailed(f"job {job_id} stayed {st.get('state')!r} for {timeout:.0f} s (wanted {'/'.join(states)}){why}")
 
     def job_dir(self, job_id: str) -> Path:
         return self.root / "jobs" / job_id

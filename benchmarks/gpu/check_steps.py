@@ -31,6 +31,7 @@ class Shapes:
     oom_batch: int
     oom_seq: int | None         # None: probe the GPU for it
     oom_width: int
+    oom_layers: int             # more layers, smaller tensors: each stays under 2^31 elements on 141 GB
     sample_every: str           # GPUJOB_GPU_SAMPLE
     cpu_window: float           # seconds of the agent's CPU measured while it samples
     idle_for: float             # gpu_idle's window, seconds
@@ -39,15 +40,17 @@ class Shapes:
 
 
 GPU = Shapes(bench=["--max-steps", "60", "--repeat", "40", "--warmup", "10"], compile_backend="inductor",
-             oom_batch=16, oom_seq=None, oom_width=1024, sample_every="5", cpu_window=30.0, idle_for=45.0,
+             oom_batch=16, oom_seq=None, oom_width=1024, oom_layers=8, sample_every="5", cpu_window=30.0, idle_for=45.0,
              check_every="5s", idle_hold_mib=1024)
 DRY = Shapes(bench=["--block-size", "64", "--batch-size", "4", "--max-steps", "6", "--warmup", "2"],
-             compile_backend="eager", oom_batch=8, oom_seq=64, oom_width=64, sample_every="0.5", cpu_window=3.0,
+             compile_backend="eager", oom_batch=8, oom_seq=64, oom_width=64, oom_layers=2, sample_every="0.5", cpu_window=3.0,
              idle_for=6.0, check_every="1s", idle_hold_mib=0)
 
 
 def child_env(dry_run: bool) -> dict[str, str]:
-    env = dict(os.environ, PYTHONPATH=str(REPO), TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1")
+    # nothing here needs the model hub: offline, so a machine without internet never waits on it
+    env = dict(os.environ, PYTHONPATH=str(REPO), TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1",
+               HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
     if dry_run:
         env["CUDA_VISIBLE_DEVICES"] = ""
     return env
@@ -85,7 +88,7 @@ def bench(rec: dict, python: str, shapes: Shapes, recipes: str, out: Path, dry_r
 def oom_probe(python: str, shapes: Shapes, timeout: float) -> dict:
     """Sequence length at which ``oom_batch`` samples need about 1.4x the free GPU memory."""
     rc, text = run_cmd([python, str(HERE / "oom_train.py"), "--probe", "--seq", "8192", "--width",
-                        str(shapes.oom_width)], child_env(False), timeout)
+                        str(shapes.oom_width), "--layers", str(shapes.oom_layers)], child_env(False), timeout)
     if rc != 0:
         raise StepFailed(f"oom_train.py --probe exited {rc}: {text[-800:]}")
     probe = json.loads(text.strip().splitlines()[-1])
@@ -105,7 +108,8 @@ def oom_retry(rec: dict, gj: Gpujob, shapes: Shapes, dry_run: bool, deadline: fl
     batch = rec["batch"] = shapes.oom_batch
     env = {"GPUJOB_CHECK_OOM_ABOVE": str(batch // 2)} if dry_run else {}
     res = gj.submit("gpucheck-oom", HERE / "oom_train.py",
-                    ["--batch-size", str(batch), "--seq", str(seq), "--width", str(shapes.oom_width), "--steps", "3"],
+                    ["--batch-size", str(batch), "--seq", str(seq), "--width", str(shapes.oom_width),
+                     "--layers", str(shapes.oom_layers), "--steps", "3"],
                     gpus=1, env=env, retry={"max_restarts": 1, "on": ["oom"], "on_oom": "halve_batch", "backoff": "0s"})
     job = rec["job_id"] = res["job_id"]
     st = gj.wait(job, ("succeeded", "failed", "stopped", "autostopped"), deadline - time.time())
@@ -132,7 +136,7 @@ def oom_retry(rec: dict, gj: Gpujob, shapes: Shapes, dry_run: bool, deadline: fl
         raise StepFailed(f"attempt 2 should run per-device {batch // 2} x 2 accumulation = {batch}: {configs}")
     if last.get("effective_batch") != batch:
         raise StepFailed(f"metrics.jsonl's last step has effective batch {last.get('effective_batch')}, not {batch}")
-    if not dry_run and "GPU 0 has a total capacity" not in log:
+    if not dry_run and ("Tried to allocate" not in rec["oom_line"] or "dry run" in rec["oom_line"]):
         raise StepFailed("the OOM was not the CUDA allocator's own message")
 
 
@@ -218,7 +222,10 @@ def gpu_sampling(rec: dict, gj: Gpujob, shapes: Shapes, out: Path, dry_run: bool
     if not samples.exists():
         raise StepFailed("the agent wrote no gpu.jsonl")
     shutil.copyfile(samples, out)
-    rec["gpu_jsonl"] = check_samples(samples)
+    rec["gpu_jsonl"] = info = check_samples(samples)
+    if (info["max_mem_used_mib"] or 0) < shapes.idle_hold_mib:  # the real driver's figures, parsed right
+        raise StepFailed(f"gpu.jsonl shows at most {info['max_mem_used_mib']} MiB used while the job held "
+                         f"{shapes.idle_hold_mib} MiB")
     if st.get("state") != "autostopped" or not str(st.get("reason", "")).startswith("autostop: gpu_idle"):
         raise StepFailed(f"the idle job ended {st.get('state')} ({st.get('reason')}), not autostopped by gpu_idle")
 
