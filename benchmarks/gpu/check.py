@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import signal
 import socket
 import subprocess
@@ -145,8 +146,9 @@ class Check:
         return 0 if self.doc["ok"] else 1
 
     def finish(self) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # run.sh's SIGKILL follows in 20 s: no polite stops then
         try:
-            self.doc["leftover_processes_killed"] = self.gj.cleanup()
+            self.doc["leftover_processes_killed"] = self.gj.cleanup(polite=not self.doc.get("terminated"))
         except Exception as e:  # cleanup must not hide the results
             self.doc["cleanup_error"] = str(e)
         for res in self.gj.submitted:
@@ -154,7 +156,7 @@ class Check:
             name = "oom-output.log" if res["job_id"].startswith("gpucheck-oom") else "idle-output.log"
             if log.exists():
                 (self.out / name).write_text(log.read_text(errors="replace"))
-        subprocess.run(["rm", "-rf", str(self.tmp)], check=False)
+        shutil.rmtree(self.tmp, ignore_errors=True)
         steps = self.doc["steps"]
         for n in SECTIONS:  # never reached (terminated): a section all the same, saying so
             steps.setdefault(n, {"ok": False, "error": "not run: the run was terminated before it"})

@@ -107,9 +107,10 @@ class Gpujob:
     def job_dir(self, job_id: str) -> Path:
         return self.root / "jobs" / job_id
 
-    def cleanup(self) -> list[int]:
-        """Stop every job still running, then kill any process left under the temporary root."""
-        for res in self.submitted:
+    def cleanup(self, polite: bool = True) -> list[int]:
+        """Stop every job still running (``polite``: through gpujob, so it may checkpoint), then kill
+        any process left under the temporary root."""
+        for res in self.submitted if polite else []:
             try:
                 if self.status(res["job_id"]).get("state") not in TERMINAL:
                     self.cli("stop", res["job_id"], "--host", "local", timeout=60)
