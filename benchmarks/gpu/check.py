@@ -236,10 +236,11 @@ def headline(name: str, rec: dict) -> str:
         ratio = rec.get("packed_over_padded")
         return f"{len(rec.get('rows', []))} rows" + (f", packed/padded {ratio}x" if ratio else "")
     if name == "oom_retry":
-        a = rec.get("attempts") or []
-        return (f"batch {rec.get('batch')}: " + ", ".join(f"attempt {x.get('n')} divisor {x.get('batch_divisor')} "
-                                                         f"{x.get('reason') or 'ok'}" for x in a)
-                + f"; state {rec.get('state')}")
+        tries = ", ".join(f"attempt {a.get('n')} divisor {a.get('batch_divisor')} {a.get('reason') or 'ok'}"
+                          for a in rec.get("attempts") or [])
+        peak = (rec.get("last_metrics") or {}).get("max_memory_gib")
+        return (f"batch {rec.get('batch')}: {tries}; state {rec.get('state')}"
+                + (f", peak {peak:.1f} GiB" if isinstance(peak, (int, float)) else ""))
     if name == "gpu_sampling":
         cpu, smi = rec.get("agent_cpu") or {}, rec.get("nvidia_smi") or {}
         return (f"agent CPU {cpu.get('percent_of_one_core')} % of a core, nvidia-smi {smi.get('cpu_ms')} ms CPU/call, "

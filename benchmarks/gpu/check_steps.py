@@ -119,7 +119,7 @@ def oom_retry(rec: dict, gj: Gpujob, shapes: Shapes, dry_run: bool, deadline: fl
     rec["attempts"] = [{k: a.get(k) for k in ("n", "exit_code", "reason", "summary", "batch_divisor")}
                        for a in st.get("attempts", [])]
     rec["configs"] = configs
-    rec["state"] = st.get("state")
+    rec["state"], rec["status_batch_divisor"] = st.get("state"), st.get("batch_divisor")
     rec["oom_line"] = next((ln.strip() for ln in log.splitlines() if "CUDA out of memory" in ln
                             and not ln.startswith("==>")), None)
     metrics = gj.job_dir(job) / "metrics.jsonl"
