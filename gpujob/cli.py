@@ -11,7 +11,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 from gpujob import __version__
 from gpujob.errors import GpujobError, HostError
@@ -704,8 +704,15 @@ def cmd_data_check(args: argparse.Namespace) -> int:
 
 
 # ---- parser ------------------------------------------------------------------------------
+class _Parser(argparse.ArgumentParser):
+    """argparse with a usage error in two lines (the cause, then where the usage is), not the whole usage."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n  → {self.prog} --help shows the usage\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="gpujob", description="Run training jobs on rented GPU instances over SSH (or on this machine: host 'local').")
     p.add_argument("--version", action="version", version=f"gpujob {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")

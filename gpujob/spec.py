@@ -128,7 +128,8 @@ class _Expander:
         try:
             return self.scalars.construct_object(node)
         except (yaml.YAMLError, ValueError, TypeError, AttributeError, OverflowError) as e:  # e.g. `!!int x`
-            raise SpecError(f"{self.mark(node)}: cannot read {str(node.value)[:40]!r} as {node.tag}: "
+            tag = node.tag.replace("tag:yaml.org,2002:", "!!")
+            raise SpecError(f"{self.mark(node)}: cannot read {str(node.value)[:40]!r} as {tag}: "
                             f"{getattr(e, 'problem', None) or e}", "remove the tag (!...) or fix the value") from None
 
     def mapping(self, node: yaml.MappingNode, path: tuple) -> dict:
@@ -479,7 +480,7 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
 def apply_overrides(raw: Any, marks: dict[tuple, Mark], overrides: list[str]) -> Any:
     """Apply ``--set a.b=value`` (value read as YAML) on the raw tree."""
     if not isinstance(raw, dict):
-        raw = {}
+        return raw  # not a job file: validate says so
     for item in overrides:
         if "=" not in item:
             raise SpecError(f"--set {item!r}: expected KEY=VALUE", "e.g. --set retry.max_restarts=3")
