@@ -6,14 +6,20 @@ traceback, was accepted with exit 0 or named the wrong cause before (issue 14, f
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import random
+import socket
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import run_cli
+from tests.test_first_path import submit, wait_state, write_job
+from tests.test_tail import TcpProxy
 
 ALIAS_BOMB = "\n".join(
     ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
@@ -180,3 +186,87 @@ def test_login_lines_still_read(tmp_path: Path) -> None:
         "port": 2200, "user": "ubuntu", "identity_file": str(Path("~/.ssh/k").expanduser()), "hostname": "10.0.0.7"}
     assert parse_ssh_target("ssh://root@[::1]:2222") == {"user": "root", "hostname": "::1", "port": 2222}
     assert parse_ssh_target("ssh -p 41234 root@connect.westb.seetacloud.com")["hostname"] == "connect.westb.seetacloud.com"
+
+
+# ---- a cut link names the link, not whatever the remote side wrote to stderr -----------------------
+class CutProxy(TcpProxy):
+    """A relay in front of sshd that drops every connection once ``limit`` bytes went one way
+    (``up``: towards sshd) after ``cut_after``."""
+
+    def __init__(self, target_port: int, up: bool) -> None:
+        self.up, self.limit, self.moved = up, None, 0
+        self.done = threading.Event()
+        super().__init__(target_port)
+
+    def cut_after(self, nbytes: int) -> None:
+        self.moved, self.limit = 0, nbytes
+        self.done.clear()
+
+    def _pump(self, a: socket.socket, b: socket.socket, gen: int) -> None:
+        counted = (b.getpeername()[1] == self.target) == self.up
+        try:
+            while True:
+                data = a.recv(65536)
+                if not data:
+                    break
+                b.sendall(data)
+                if counted and self.limit is not None:
+                    self.moved += len(data)
+                    if self.moved >= self.limit:
+                        self.limit = None
+                        self.kill()
+                        self.done.set()
+        except OSError:
+            pass
+        finally:
+            for s in (a, b):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+
+
+def _through(proxy: CutProxy) -> None:
+    from gpujob.hosts import HostStore
+
+    store = HostStore()
+    host = store.get("box")
+    host.port = proxy.port
+    store.save(host)
+
+
+def test_cut_upload_says_the_link_was_cut(sshd, ssh_host: str, tmp_path: Path) -> None:
+    proxy = CutProxy(sshd.port, up=True)
+    _through(proxy)
+    job_file = write_job(tmp_path, "cutup", "print('ok')\n", "python main.py")
+    assert run_cli("submit", str(job_file), "--host", "box").returncode == 0  # the agent is installed
+    (job_file.parent / "big.bin").write_bytes(os.urandom(24 << 20))
+    proxy.cut_after(4 << 20)
+    r = run_cli("submit", str(job_file), "--host", "box", timeout=120)
+    assert proxy.done.is_set()
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert "link to box was cut during the upload" in r.stderr and "submit again" in r.stderr, r.stderr
+    proxy.start()
+    r = run_cli("submit", str(job_file), "--host", "box", "--json", timeout=120)  # the remedy works
+    assert r.returncode == 0, r.stderr
+    proxy.kill()
+
+
+def test_cut_pull_says_the_link_was_cut_and_pull_resumes(sshd, ssh_host: str, tmp_path: Path) -> None:
+    proxy = CutProxy(sshd.port, up=False)
+    _through(proxy)
+    script = """
+        import os
+        with open(os.path.join(os.environ["GPUJOB_CKPT_DIR"], "model.bin"), "wb") as f:
+            f.write(os.urandom(24 << 20))
+    """
+    job_id = submit("box", write_job(tmp_path, "cutpull", script, "python main.py"))["job_id"]
+    wait_state("box", job_id, ("succeeded",))
+    proxy.cut_after(6 << 20)
+    r = run_cli("pull", job_id, str(tmp_path / "pulled"), "--host", "box", timeout=120)
+    assert proxy.done.is_set()
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert "cut" in r.stderr and "pull again" in r.stderr and "not trusted" not in r.stderr, r.stderr
+    proxy.start()
+    r = run_cli("pull", job_id, str(tmp_path / "pulled"), "--host", "box", timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "pulled" / job_id / "ckpt" / "model.bin").stat().st_size == 24 << 20
+    proxy.kill()
