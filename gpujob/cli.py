@@ -69,7 +69,7 @@ def _job_ref(text: str) -> str:
     """argparse type of a JOB argument: an id, an id's unique part, a job name, or last/@."""
     import re
 
-    if not re.match(r"^[A-Za-z0-9@][A-Za-z0-9@._-]{0,127}$", text):
+    if not re.fullmatch(r"[A-Za-z0-9@_][A-Za-z0-9@._-]{0,127}", text):  # "_": a host name (tunnel HOST)
         raise argparse.ArgumentTypeError(
             f"{text[:60]!r} is not a job: give a job id, the end of one, or a job name (gpujob ls lists them)")
     return text
@@ -282,6 +282,9 @@ def cmd_tail(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             return 130
         return 0
+    if nodes and args.node >= len(nodes):
+        raise GpujobError(f"--node {args.node}: {args.job} runs on {len(nodes)} nodes (0 to {len(nodes) - 1})",
+                          f"gpujob tail {args.job} --node 0")
     host = nodes[args.node] if nodes else _store().get(_host_for_job(args))
     grep, as_json, since = getattr(args, "grep", None), getattr(args, "json", False), _since(getattr(args, "since", None))
     flt = jobs.LineFilter(write, grep, as_json) if grep or as_json else None
@@ -757,7 +760,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("host", nargs="?", help="host profile (default local)")
     s.add_argument("-n", "--lines", type=_number(int, 0, 10**6), default=50)
     s = add("tunnel", cmd_tunnel, "TensorBoard of a job (or any port of a host) on a local port, until Ctrl-C")
-    s.add_argument("target", metavar="JOB|HOST")
+    s.add_argument("target", metavar="JOB|HOST", type=_job_ref)
     s.add_argument("--host", help="the job's host (default: where it was submitted)")
     s.add_argument("--remote-port", type=_PORT, default=6006, help="port on the instance (default 6006: TensorBoard)")
     s.add_argument("--local-port", type=_PORT, help="local port (default: the remote one, or the next free)")

@@ -30,7 +30,7 @@ _SSH_FLAGS = set("46AaCfGgKkMNnqsTtvXxY")
 
 def check_host_name(name: str) -> str:
     """``name`` when it can name a host profile; else a ``HostError`` saying what a name may hold."""
-    if not _HOST_NAME_RE.match(name or ""):
+    if not _HOST_NAME_RE.fullmatch(name or ""):
         raise HostError(f"{name[:80]!r} cannot name a host: use letters, digits, '.', '_' and '-' (at most 64), "
                         "not starting with '.' or '-'", "e.g. gpujob host add a100 --ssh \"ssh -p PORT root@HOST\"")
     return name
@@ -186,7 +186,7 @@ def parse_ssh_target(line: str) -> dict[str, Any]:
         target, port = target.split(":")
         out["port"] = _port(port)
     out["hostname"] = _check_address(target, line)
-    if "user" in out and not _USER_RE.match(out["user"]):
+    if "user" in out and not _USER_RE.fullmatch(out["user"]):
         raise HostError(f"{out['user'][:40]!r} is not a user name (in {line[:80]!r})", example)
     alias = _ssh_config_lookup(target)
     if alias:
@@ -223,7 +223,7 @@ def _check_address(target: str, line: str) -> str:
         return target
     except ValueError:
         pass
-    if not _DNS_RE.match(target):
+    if not _DNS_RE.fullmatch(target):
         raise HostError(f"{target[:60]!r} is not a host name or address (in {line[:80]!r})",
                         'expected something like "ssh -p 41234 root@connect.westb.seetacloud.com"')
     return target
@@ -296,7 +296,7 @@ class HostStore:
             close = difflib.get_close_matches(name, list(data) + [LOCAL], n=1)
             hint = f"did you mean {close[0]!r}? " if close else ""
             known = ", ".join([LOCAL] + sorted(data))
-            add = f"gpujob host add {name} --ssh \"ssh -p PORT root@HOST\"" if _HOST_NAME_RE.match(name) else "gpujob host add NAME --ssh ..."
+            add = f"gpujob host add {name} --ssh \"ssh -p PORT root@HOST\"" if _HOST_NAME_RE.fullmatch(name) else "gpujob host add NAME --ssh ..."
             raise HostError(f"unknown host {name[:80]!r} (known: {known})", f"{hint}add it with: {add}")
         return self._make(name, data[name])
 

@@ -112,6 +112,8 @@ CASES: list[tuple[str, Callable[[Path], list[str]], list[str]]] = [
     ("data-check-folder", data_check_folder, ["is a folder"]),
     ("host-add-path-name", argv("host", "add", "../evil", "--ssh", "ssh -p 22 root@h", "--no-check"), ["cannot name a host"]),
     ("host-add-dot-name", argv("host", "add", ".hidden", "--ssh", "ssh -p 22 root@h", "--no-check"), ["cannot name a host"]),
+    ("host-add-newline-name", argv("host", "add", "evil\n", "--ssh", "ssh -p 22 root@h", "--no-check"), ["cannot name a host"]),
+    ("job-name-newline", job('name: "x\\n"\nrun: echo\nenv: {"A\\n": 1}\n'), ["name", "'A\\n' is not a valid variable name"]),
     ("host-add-long-name", argv("host", "add", "a" * 65, "--ssh", "ssh -p 22 root@h", "--no-check"), ["cannot name a host"]),
     ("ssh-garbage", argv("host", "add", "box", "--ssh", "hello world foo", "--no-check"), ["a command is not part"]),
     ("ssh-port-range", argv("host", "add", "box", "--ssh", "ssh -p 99999 root@h", "--no-check"), ["not a port number"]),

@@ -76,7 +76,7 @@ def _mutate(changes: list[tuple[tuple, object]]) -> dict:
 # values near the bounds are as likely as wrong types, so valid specs come out too (and get checked)
 PLAUSIBLE = st.one_of(st.integers(min_value=-2, max_value=1001), st.floats(min_value=-1, max_value=4e6),
                       st.sampled_from(["0s", "5s", "30m", "8h", "30d", "31d", "365d", "366d", "all", "5GB", "error",
-                                       "halve_batch", "torchrun", ["error", "nan"], "~/x", "/root/autodl-fs/ckpt"]))
+                                       "halve_batch", "torchrun", ["error", "nan"], "~/x", "/root/autodl-fs/ckpt", "x\n", "A\n"]))
 MUTATED = st.lists(st.tuples(st.sampled_from(PATHS), st.one_of(PLAUSIBLE, PLAUSIBLE, VALUES)), min_size=1, max_size=2)
 SPECS = st.one_of(MUTATED.map(_mutate), MUTATED.map(_mutate), MUTATED.map(_mutate), st.dictionaries(KEYS, VALUES, max_size=8))
 # raw text: YAML's own syntax characters, for the parser's error paths
@@ -103,6 +103,8 @@ def _check(text: str, overrides: list[str], base: Path) -> None:
         return
     assert isinstance(s, JobSpec)
     assert isinstance(s.run, str) and s.run.strip() and "\0" not in s.run
+    assert re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}", s.name), s.name
+    assert all(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k) and "\0" not in v for k, v in s.env.items()), s.env
     assert s.gpus in (None, "all") or (type(s.gpus) is int and 0 <= s.gpus <= MAX_GPUS)
     assert 0 <= s.retry.max_restarts <= MAX_RESTARTS and 1 <= s.checkpoint_keep <= MAX_KEEP
     for seconds in (s.retry.backoff, s.stop_grace):
@@ -129,7 +131,8 @@ NOHOST = ["nohost", "a100x", "Box"]
 VALS = st.sampled_from([
     "", " ", "-", "nan", "inf", "-1", "0", "7", "65536", "99999999999999999999", "1e400", "(", "a[", "[/x]", "[bold]",
     "a" * 200, "../evil", ".x", "\udcff", "✓", "${X}", "30m", "off", "true", "vast", "job.yaml", "bad.yaml", "bomb.yaml",
-    "data.jsonl", "folder", "nosuch", "gpus=1e400", "retry.backoff=.nan", "run=", "=x", "env=[", "causal-lm", "custom",
+    "data.jsonl", "folder", "nosuch", "gpus=1e400", "retry.backoff=.nan", "run=", "=x", "env=[", "run=\udcff",
+    "causal-lm", "custom",
 ])
 TOKENS = st.sampled_from(["--", "-x", "--bogus", "--json", "-f", "-n", "--host", "--set", "--stop"])
 _COMMON = ["--interval", "-n", "--lines", "--since", "--grep", "--node", "--wait", "--remote-port", "--local-port",
