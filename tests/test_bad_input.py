@@ -78,6 +78,8 @@ CASES: list[tuple[str, Callable[[Path], list[str]], list[str]]] = [
     ("comments-only", job("# nothing yet\n"), ["is empty"]),
     ("latin-1", job(b"run: caf\xe9\n"), ["not UTF-8"]),
     ("not-a-mapping", job("import torch\n"), ["mapping of keys"]),
+    ("data-file-as-job-file", job("".join(f'- {{"text": "line {i}"}}\n' for i in range(60000))), ["not a job file"]),
+    ("huge-file", job("run: echo\n#" + "x" * (1 << 20) + "\n"), ["over 1 MB"]),
     ("non-scalar-key", job("run: x\n? [a, b]\n: c\n"), ["plain word"]),
     ("bad-tag", spec("gpus: !!int lots"), ["cannot read", "!!int"]),
     ("backoff-nan", spec("retry: {backoff: .nan}"), ["retry.backoff", "finite"]),
