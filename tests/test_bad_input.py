@@ -218,8 +218,8 @@ class CutProxy(TcpProxy):
                     self.moved += len(data)
                     if self.moved >= self.limit:
                         self.limit = None
-                        self.kill()
                         self.done.set()
+                        self.kill()
         except OSError:
             pass
         finally:
@@ -245,7 +245,7 @@ def test_cut_upload_says_the_link_was_cut(sshd, ssh_host: str, tmp_path: Path) -
     (job_file.parent / "big.bin").write_bytes(os.urandom(24 << 20))
     proxy.cut_after(4 << 20)
     r = run_cli("submit", str(job_file), "--host", "box", timeout=120)
-    assert proxy.done.is_set()
+    assert proxy.done.wait(5)  # the link was cut, not the upload refused
     assert r.returncode != 0 and "Traceback" not in r.stderr
     assert "link to box was cut during the upload" in r.stderr and "submit again" in r.stderr, r.stderr
     proxy.start()
@@ -266,7 +266,7 @@ def test_cut_pull_says_the_link_was_cut_and_pull_resumes(sshd, ssh_host: str, tm
     wait_state("box", job_id, ("succeeded",))
     proxy.cut_after(6 << 20)
     r = run_cli("pull", job_id, str(tmp_path / "pulled"), "--host", "box", timeout=120)
-    assert proxy.done.is_set()
+    assert proxy.done.wait(5)  # the link was cut, not the pull refused
     assert r.returncode != 0 and "Traceback" not in r.stderr
     assert "cut" in r.stderr and "pull again" in r.stderr and "not trusted" not in r.stderr, r.stderr
     proxy.start()
