@@ -94,6 +94,29 @@ _PORT = _number(int, 1, 65535)
 _PRICE = _number(float, 0, 1e6)
 
 
+def _url(text: str) -> str:
+    """argparse type of a mirror's address: an http(s) URL, or "" (clears)."""
+    from urllib.parse import urlsplit
+
+    try:
+        ok = not text or (urlsplit(text).scheme in ("http", "https") and bool(urlsplit(text).hostname))
+    except ValueError:
+        ok = False
+    if not ok or any(c.isspace() for c in text):
+        raise argparse.ArgumentTypeError(f"{text[:60]!r} is not an http(s) URL, e.g. https://hf-mirror.com ('' clears)")
+    return text
+
+
+def _address(text: str) -> str:
+    """argparse type of ``--private-address``: a host name or IP address, or "" (clears)."""
+    from gpujob.hosts import check_address
+
+    try:
+        return check_address(text) if text else text
+    except GpujobError as e:
+        raise argparse.ArgumentTypeError(e.cause) from None
+
+
 def _regex(text: str) -> str:
     """argparse type of ``--grep``: a pattern Python's ``re`` compiles."""
     import re
@@ -837,10 +860,10 @@ def build_parser() -> argparse.ArgumentParser:
 def _host_setting_args(s: argparse.ArgumentParser) -> None:
     """The settings ``host add`` and ``host set`` both take."""
     s.add_argument("--shutdown-command")
-    s.add_argument("--private-address", help="the address other nodes reach this host at (several-node jobs)")
+    s.add_argument("--private-address", type=_address, help="the address other nodes reach this host at (several-node jobs)")
     s.add_argument("--network-turbo", choices=["true", "false", "setup", "run"], help="source /etc/network_turbo (AutoDL)")
-    s.add_argument("--hf-endpoint", help="e.g. https://hf-mirror.com ('' clears)")
-    s.add_argument("--pip-index-url", help="pip's index for setup ('' clears)")
+    s.add_argument("--hf-endpoint", type=_url, help="e.g. https://hf-mirror.com ('' clears)")
+    s.add_argument("--pip-index-url", type=_url, help="pip's index for setup ('' clears)")
     s.add_argument("--data-disk", help="the fast data disk (default: the preset's)")
     s.add_argument("--tensorboard-port", type=_PORT)
     s.add_argument("--idle-shutdown", metavar="DURATION", help="power the instance off after this long with no job "

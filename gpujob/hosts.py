@@ -185,7 +185,7 @@ def parse_ssh_target(line: str) -> dict[str, Any]:
     elif target.count(":") == 1:
         target, port = target.split(":")
         out["port"] = _port(port)
-    out["hostname"] = _check_address(target, line)
+    out["hostname"] = check_address(target, line)
     if "user" in out and not _USER_RE.fullmatch(out["user"]):
         raise HostError(f"{out['user'][:40]!r} is not a user name (in {line[:80]!r})", example)
     alias = _ssh_config_lookup(target)
@@ -216,15 +216,16 @@ def _ssh_option(out: dict[str, Any], opt: str, val: str) -> None:
             out["user"] = v.strip()
 
 
-def _check_address(target: str, line: str) -> str:
-    """``target`` when it is a host name, an IP address or an ~/.ssh/config alias."""
+def check_address(target: str, line: str = "") -> str:
+    """``target`` when it is a host name, an IP address or an ~/.ssh/config alias (read from ``line``)."""
     try:
         ipaddress.ip_address(target)
         return target
     except ValueError:
         pass
     if not _DNS_RE.fullmatch(target):
-        raise HostError(f"{target[:60]!r} is not a host name or address (in {line[:80]!r})",
+        where = f" (in {line[:80]!r})" if line and line != target else ""
+        raise HostError(f"{target[:60]!r} is not a host name or address{where}",
                         'expected something like "ssh -p 41234 root@connect.westb.seetacloud.com"')
     return target
 

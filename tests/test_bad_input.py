@@ -124,6 +124,10 @@ CASES: list[tuple[str, Callable[[Path], list[str]], list[str]]] = [
     ("ssh-shell-chars", argv("host", "add", "box", "--ssh", "ssh root@h;rm", "--no-check"), ["not a host name"]),
     ("ssh-bad-user", argv("host", "add", "box", "--ssh", "ssh 'ro ot'@h", "--no-check"), ["not a user name"]),
     ("ssh-unknown-option", argv("host", "add", "box", "--ssh", "ssh -Z root@h", "--no-check"), ["not an ssh option"]),
+    ("host-private-address", argv("host", "add", "box", "--ssh", "ssh root@h", "--private-address", "a b", "--no-check"),
+     ["'a b' is not a host name or address"]),
+    ("host-mirror-url", argv("host", "add", "box", "--ssh", "ssh root@h", "--hf-endpoint", "hf-mirror", "--no-check"),
+     ["not an http(s) URL"]),
     ("host-price-nan", argv("host", "add", "box", "--ssh", "ssh root@h", "--price", "nan", "--no-check"), ["--price"]),
 ]
 
