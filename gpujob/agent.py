@@ -12,7 +12,7 @@ import sys
 from typing import Any
 
 from gpujob.bundle import bundle_tar, bundle_version
-from gpujob.errors import ConnectError, GpujobError, RemoteError
+from gpujob.errors import ConnectError, GpujobError, RemoteError, link_cut
 from gpujob.hosts import LOCAL, Host
 from gpujob.transport import Result, Stream, Transport
 
@@ -129,6 +129,8 @@ class Agent:
                 doc = None
         if isinstance(doc, dict) and "error" in doc and res.rc != 0:
             raise RemoteError(doc["error"], doc.get("remedy", ""))
+        if res.rc < 0 and doc is None:  # no exit status came back: the link, not the agent, failed
+            raise link_cut(self.host, f"{verb!r} call", res.rc, "run the command again (a transfer resumes)")
         if res.rc != 0 or doc is None:
             err = res.stderr.decode("utf-8", "replace").strip()[-2000:]
             if res.rc == 127 or "not found" in err and "python" in err.lower():
@@ -170,6 +172,8 @@ class Agent:
             if rc == NEED_AGENT and attempt == 0:
                 self.install()
                 continue
+            if rc < 0:
+                raise link_cut(self.host, f"{verb!r} call", rc, "run the command again (a transfer resumes)")
             raise RemoteError(f"the agent on {self.host.name} did not answer {verb!r} (exit {rc}): {s.stderr_text()[-1000:]}",
                               f"see the agent log: gpujob agent-log {self.host.name}")
         raise AssertionError("unreachable")

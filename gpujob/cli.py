@@ -11,7 +11,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 from gpujob import __version__
 from gpujob.errors import GpujobError, HostError
@@ -63,6 +63,70 @@ def _transfer_bar(description: str, enabled: bool) -> Iterator[Callable[[int, in
 
     with bar:
         yield update
+
+
+def _job_ref(text: str) -> str:
+    """argparse type of a JOB argument: an id, an id's unique part, a job name, or last/@."""
+    import re
+
+    if not re.fullmatch(r"[A-Za-z0-9@_][A-Za-z0-9@._-]{0,127}", text):  # "_": a host name (tunnel HOST)
+        raise argparse.ArgumentTypeError(
+            f"{text[:60]!r} is not a job: give a job id, the end of one, or a job name (gpujob ls lists them)")
+    return text
+
+
+def _number(kind: Callable[[str], float], lo: float, hi: float) -> Callable[[str], Any]:
+    """argparse type of a number from ``lo`` to ``hi`` (nan and inf refused)."""
+    def parse(text: str) -> Any:
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a number") from None
+        if not lo <= v <= hi:  # false for nan too
+            raise argparse.ArgumentTypeError(f"{text[:40]!r} is out of range: expected {lo:g} to {hi:g}")
+        return v
+
+    parse.__name__ = kind.__name__  # argparse names the type in its messages
+    return parse
+
+
+_PORT = _number(int, 1, 65535)
+_PRICE = _number(float, 0, 1e6)
+
+
+def _url(text: str) -> str:
+    """argparse type of a mirror's address: an http(s) URL, or "" (clears)."""
+    from urllib.parse import urlsplit
+
+    try:
+        ok = not text or (urlsplit(text).scheme in ("http", "https") and bool(urlsplit(text).hostname))
+    except ValueError:
+        ok = False
+    if not ok or any(c.isspace() for c in text):
+        raise argparse.ArgumentTypeError(f"{text[:60]!r} is not an http(s) URL, e.g. https://hf-mirror.com ('' clears)")
+    return text
+
+
+def _address(text: str) -> str:
+    """argparse type of ``--private-address``: a host name or IP address, or "" (clears)."""
+    from gpujob.hosts import check_address
+
+    try:
+        return check_address(text) if text else text
+    except GpujobError as e:
+        raise argparse.ArgumentTypeError(e.cause) from None
+
+
+def _regex(text: str) -> str:
+    """argparse type of ``--grep``: a pattern Python's ``re`` compiles."""
+    import re
+
+    try:
+        re.compile(text.encode("utf-8", "surrogateescape"))  # as tail's filter compiles it
+    except (re.error, OverflowError, RecursionError) as e:
+        raise argparse.ArgumentTypeError(f"{text[:60]!r} is not a valid regular expression: {e} "
+                                         "(Python syntax; escape ( [ * + ? with a backslash)") from None
+    return text
 
 
 # ---- jobs --------------------------------------------------------------------------------
@@ -159,7 +223,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from gpujob import jobs
     from gpujob.ui import console, job_panel, print_json
 
-    if not args.job:
+    if args.job is None:
         if getattr(args, "watch", False):
             return _watch_ls(args)
         return cmd_ls(args)
@@ -241,6 +305,9 @@ def cmd_tail(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             return 130
         return 0
+    if nodes and args.node >= len(nodes):
+        raise GpujobError(f"--node {args.node}: {args.job} runs on {len(nodes)} nodes (0 to {len(nodes) - 1})",
+                          f"gpujob tail {args.job} --node 0")
     host = nodes[args.node] if nodes else _store().get(_host_for_job(args))
     grep, as_json, since = getattr(args, "grep", None), getattr(args, "json", False), _since(getattr(args, "since", None))
     flt = jobs.LineFilter(write, grep, as_json) if grep or as_json else None
@@ -404,6 +471,8 @@ def cmd_cost(args: argparse.Namespace) -> int:
     from gpujob.cost import render, summarize
     from gpujob.ui import console, print_json
 
+    if args.host:
+        _store().get(args.host)  # an unknown host is an error here, not a row of the table
     names = [args.host] if args.host else (index.hosts() or ["local"])
     doc = summarize(names, _agent)
     if args.json:
@@ -661,8 +730,15 @@ def cmd_data_check(args: argparse.Namespace) -> int:
 
 
 # ---- parser ------------------------------------------------------------------------------
+class _Parser(argparse.ArgumentParser):
+    """argparse with a usage error in two lines (the cause, then where the usage is), not the whole usage."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n  → {self.prog} --help shows the usage\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="gpujob", description="Run training jobs on rented GPU instances over SSH (or on this machine: host 'local').")
     p.add_argument("--version", action="version", version=f"gpujob {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
@@ -680,44 +756,44 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("-f", "--follow", action="store_true", help="follow the log; Ctrl-C detaches, the job goes on")
 
     s = add("status", cmd_status, "a job's state, metrics and diagnosis (no JOB: the job list)")
-    s.add_argument("job", nargs="?")
+    s.add_argument("job", nargs="?", type=_job_ref)
     s.add_argument("--host")
     s.add_argument("-w", "--watch", action="store_true", help="refresh in place (one remote command per refresh)")
-    s.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes with -w")
+    s.add_argument("--interval", type=_number(float, 0.1, 3600), default=2.0, help="seconds between refreshes with -w")
     s = add("ls", cmd_ls, "list jobs (one remote command per host)")
     s.add_argument("--host")
     s = add("tail", cmd_tail, "print a job's output; -f follows and survives sleep and network drops")
-    s.add_argument("job")
+    s.add_argument("job", type=_job_ref)
     s.add_argument("--host")
     s.add_argument("-f", "--follow", action="store_true")
-    s.add_argument("-n", "--lines", type=int, default=20)
+    s.add_argument("-n", "--lines", type=_number(int, 0, 10**9), default=20)
     s.add_argument("--since", help="start at lines written in the last 10m/2h/1d, or since a date (docs/json.md)")
-    s.add_argument("--grep", metavar="REGEX", help="only lines matching REGEX (Python syntax)")
-    s.add_argument("--node", type=int, help="one node of a job over several (default: all, prefixed)")
+    s.add_argument("--grep", metavar="REGEX", type=_regex, help="only lines matching REGEX (Python syntax)")
+    s.add_argument("--node", type=_number(int, 0, 1023), help="one node of a job over several (default: all, prefixed)")
     s = add("stop", cmd_stop, "stop a job (its code may checkpoint first); no process of it remains")
-    s.add_argument("job")
+    s.add_argument("job", type=_job_ref)
     s.add_argument("--host")
-    s.add_argument("--wait", type=float, default=600, help="seconds to wait for the job to end")
+    s.add_argument("--wait", type=_number(float, 0, 86400), default=600, help="seconds to wait for the job to end")
     s = add("resume", cmd_resume, "restart a lost, stopped or failed job from its newest complete checkpoint")
-    s.add_argument("job")
+    s.add_argument("job", type=_job_ref)
     s.add_argument("--host")
     s = add("cost", cmd_cost, "what jobs have cost (elapsed x price_per_hour), per job and per host")
     s.add_argument("--host", help="one host (default: every host with jobs)")
     s = add("agent-log", cmd_agent_log, "the last lines of the agent's own log on a host (its errors)")
     s.add_argument("host", nargs="?", help="host profile (default local)")
-    s.add_argument("-n", "--lines", type=int, default=50)
+    s.add_argument("-n", "--lines", type=_number(int, 0, 10**6), default=50)
     s = add("tunnel", cmd_tunnel, "TensorBoard of a job (or any port of a host) on a local port, until Ctrl-C")
-    s.add_argument("target", metavar="JOB|HOST")
+    s.add_argument("target", metavar="JOB|HOST", type=_job_ref)
     s.add_argument("--host", help="the job's host (default: where it was submitted)")
-    s.add_argument("--remote-port", type=int, default=6006, help="port on the instance (default 6006: TensorBoard)")
-    s.add_argument("--local-port", type=int, help="local port (default: the remote one, or the next free)")
+    s.add_argument("--remote-port", type=_PORT, default=6006, help="port on the instance (default 6006: TensorBoard)")
+    s.add_argument("--local-port", type=_PORT, help="local port (default: the remote one, or the next free)")
     s.add_argument("--stop", action="store_true", help="stop the TensorBoard that gpujob tunnel started for JOB")
     s = add("plot", cmd_plot, "draw a job's loss and metric curves to a PNG (needs matplotlib)")
-    s.add_argument("job")
+    s.add_argument("job", type=_job_ref)
     s.add_argument("-o", "--output", help="the PNG (default JOB.png)")
     s.add_argument("--host")
     s = add("pull", cmd_pull, "copy a job's checkpoints and logs here")
-    s.add_argument("job")
+    s.add_argument("job", type=_job_ref)
     s.add_argument("dest", nargs="?", default="gpujob-pulls")
     s.add_argument("--host")
     g = s.add_mutually_exclusive_group()
@@ -731,7 +807,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = add("doctor", cmd_doctor, "check a host in one round trip: Python, torch/CUDA, GPUs, disks, network, agent")
     s.add_argument("host", nargs="?", help="host profile (default local)")
-    s.add_argument("--torch-timeout", type=float, default=60.0, help="seconds to wait for 'import torch'")
+    s.add_argument("--torch-timeout", type=_number(float, 1, 3600), default=60.0, help="seconds to wait for 'import torch'")
 
     np_ = sub.add_parser("notify", help="notifications", description="notifications")
     nsub = np_.add_subparsers(dest="notify_command", metavar="ACTION", required=True)
@@ -758,7 +834,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--password-stdin", action="store_true", help="read the password from stdin (never stored)")
     s.add_argument("--root", help="gpujob's folder on the instance")
     s.add_argument("--preset", choices=["generic", "autodl", "vast", "runpod"])
-    s.add_argument("--price", type=float, help="price per hour, for cost tracking")
+    s.add_argument("--price", type=_PRICE, help="price per hour, for cost tracking")
     s.add_argument("--identity", help="an existing private key to use instead of gpujob's own")
     s.add_argument("--no-check", action="store_true", help="save without connecting")
     s.add_argument("--force", action="store_true", help="replace an existing profile")
@@ -768,7 +844,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--ssh")
     s.add_argument("--root")
     s.add_argument("--preset", choices=["generic", "autodl", "vast", "runpod"])
-    s.add_argument("--price", type=float)
+    s.add_argument("--price", type=_PRICE)
     s.add_argument("--identity")
     _host_setting_args(s)
     add("ls", cmd_host_ls, "list host profiles", hsub)
@@ -784,12 +860,12 @@ def build_parser() -> argparse.ArgumentParser:
 def _host_setting_args(s: argparse.ArgumentParser) -> None:
     """The settings ``host add`` and ``host set`` both take."""
     s.add_argument("--shutdown-command")
-    s.add_argument("--private-address", help="the address other nodes reach this host at (several-node jobs)")
+    s.add_argument("--private-address", type=_address, help="the address other nodes reach this host at (several-node jobs)")
     s.add_argument("--network-turbo", choices=["true", "false", "setup", "run"], help="source /etc/network_turbo (AutoDL)")
-    s.add_argument("--hf-endpoint", help="e.g. https://hf-mirror.com ('' clears)")
-    s.add_argument("--pip-index-url", help="pip's index for setup ('' clears)")
+    s.add_argument("--hf-endpoint", type=_url, help="e.g. https://hf-mirror.com ('' clears)")
+    s.add_argument("--pip-index-url", type=_url, help="pip's index for setup ('' clears)")
     s.add_argument("--data-disk", help="the fast data disk (default: the preset's)")
-    s.add_argument("--tensorboard-port", type=int)
+    s.add_argument("--tensorboard-port", type=_PORT)
     s.add_argument("--idle-shutdown", metavar="DURATION", help="power the instance off after this long with no job "
                    "and no SSH session, e.g. 30m (off: never); a watcher on the instance checks")
 
@@ -812,6 +888,15 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         os._exit(0)
+    except Exception as e:  # noqa: BLE001 - one paragraph, not a traceback; GPUJOB_DEBUG=1 shows it
+        if os.environ.get("GPUJOB_DEBUG"):
+            raise
+        from gpujob.errors import unexpected
+        from gpujob.ui import error
+
+        err = unexpected(e)
+        error(err, as_json)
+        return err.exit_code
 
 
 if __name__ == "__main__":

@@ -12,6 +12,9 @@ import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
+
+from gpujob.errors import GpujobError
 
 CHARS_PER_TOKEN = 4
 MAX_LISTED = 10
@@ -64,13 +67,24 @@ def _percentile(sorted_vals: list[int], q: float) -> float:
     return sorted_vals[lo] + (sorted_vals[hi] - sorted_vals[lo]) * (k - lo)
 
 
+def _open(path: Path | str) -> BinaryIO:
+    """``path`` opened for reading; a missing file, a folder or no permission is a ``GpujobError``."""
+    try:
+        if Path(path).is_dir():
+            raise IsADirectoryError(21, "is a folder, not a jsonl file", str(path))
+        return open(path, "rb")
+    except OSError as e:
+        what = "does not exist" if isinstance(e, FileNotFoundError) else e.strerror or str(e)
+        raise GpujobError(f"cannot check {path}: {what}", "give the path of a .jsonl file (one JSON object per line)") from None
+
+
 def check_jsonl(path: Path | str, text_field: str = "text", label_field: str | None = None) -> DataReport:
     """Read ``path`` line by line (any size) and report its problems and statistics."""
     rep = DataReport(path=str(path), text_field=text_field, label_field=label_field)
     seen: dict[bytes, int] = {}
     lengths: list[int] = []
     labels: Counter[str] = Counter()
-    with open(path, "rb") as f:
+    with _open(path) as f:
         for n, raw in enumerate(f, 1):
             if not raw.strip():
                 rep.blank_lines.append(n)
@@ -83,6 +97,9 @@ def check_jsonl(path: Path | str, text_field: str = "text", label_field: str | N
                 continue
             except json.JSONDecodeError as e:
                 rep.bad_json.append((n, f"{e.msg} at column {e.colno}"))
+                continue
+            except RecursionError:
+                rep.bad_json.append((n, "nested too deeply"))
                 continue
             if not isinstance(obj, dict):
                 rep.not_object.append(n)

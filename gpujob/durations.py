@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -13,11 +14,15 @@ def parse_duration(value: object) -> float:
     if isinstance(value, bool):
         raise ValueError("expected a duration like 90s, 30m, 8h")
     if isinstance(value, (int, float)):
-        return float(value)
-    m = _RE.match(str(value))
-    if not m:
-        raise ValueError(f"{value!r} is not a duration: write 90s, 30m, 8h or 1d")
-    return float(m.group(1)) * _UNITS[m.group(2) or "s"]
+        seconds = float(value) if -1e300 < value < 1e300 else math.inf
+    else:
+        m = _RE.match(str(value))
+        if not m:
+            raise ValueError(f"{str(value)[:40]!r} is not a duration: write 90s, 30m, 8h or 1d")
+        seconds = float(m.group(1)) * _UNITS[m.group(2) or "s"]
+    if not math.isfinite(seconds):
+        raise ValueError(f"{str(value)[:40]!r} is not a finite duration: write 90s, 30m, 8h or 1d")
+    return seconds
 
 
 def format_duration(seconds: float | None) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class GpujobError(Exception):
     """A failure with a cause and a remedy, printed without a traceback by the CLI."""
@@ -44,3 +46,41 @@ class RemoteError(GpujobError):
 
 class JobNotFound(GpujobError):
     """No job matches the id or prefix given."""
+
+
+class InternalError(GpujobError):
+    """Something gpujob did not foresee: a bug to report, shown as one paragraph (GPUJOB_DEBUG=1: the traceback)."""
+
+    exit_code = 70  # EX_SOFTWARE
+
+
+def unexpected(e: BaseException) -> GpujobError:
+    """The error the CLI prints for an exception that is not a ``GpujobError``.
+
+    What the user's machine causes (a file that cannot be read or written, a full disk) names the
+    file and the next step; anything else is a bug: its type and message, and how to see more."""
+    import errno
+
+    if isinstance(e, OSError) and e.errno is not None:
+        where = f" ({e.filename})" if e.filename else ""
+        if e.errno == errno.ENOSPC:
+            return GpujobError(f"no space left on this machine{where}", "free some space (df -h shows where), then run the command again")
+        if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            return GpujobError(f"not allowed: {e.strerror}{where}", "check the permissions of that path, then run the command again")
+        return GpujobError(f"{e.strerror or e}{where}", "check that path, then run the command again")
+    if isinstance(e, MemoryError):
+        return GpujobError("out of memory on this machine", "close other programs or give a smaller input, then run it again")
+    return InternalError(f"internal error: {type(e).__name__}: {str(e)[:300]}",
+                         "this is a bug in gpujob: run the command again with GPUJOB_DEBUG=1 to see the traceback, and report it")
+
+
+def link_cut(host: Any, action: str, rc: int, again: str) -> RemoteError:
+    """The error for a transfer whose other end never reported back (no exit status: ``rc`` < 0).
+
+    Whatever the remote command wrote to stderr before the cut (a login shell's noise) is not the
+    cause, so it is not shown."""
+    if getattr(host, "kind", "") == "local":
+        cause = f"the {action} on this machine was interrupted: its process was killed (signal {-rc})"
+    else:
+        cause = f"the link to {host.name} was cut during the {action}: the instance never reported back"
+    return RemoteError(cause, again)

@@ -5,7 +5,9 @@ The host ``local`` always exists: it runs jobs on this machine through the same 
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import re
 import shlex
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -17,6 +19,21 @@ from gpujob.errors import HostError
 from gpujob.paths import config_dir, write_private
 
 LOCAL = "local"
+# A profile name is a word on the command line and a key in hosts.yaml: never a path or an option.
+_HOST_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,63}$")
+_USER_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,63}\$?$")
+_DNS_RE = re.compile(r"^(?=.{1,253}$)([A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?)(\.[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?)*\.?$")
+# ssh's own options: those that take a value (skipped with it) and flags (skipped alone)
+_SSH_VALUE_OPTS = set("BbcDEeFIiJLlmOopQRSWw")
+_SSH_FLAGS = set("46AaCfGgKkMNnqsTtvXxY")
+
+
+def check_host_name(name: str) -> str:
+    """``name`` when it can name a host profile; else a ``HostError`` saying what a name may hold."""
+    if not _HOST_NAME_RE.fullmatch(name or ""):
+        raise HostError(f"{name[:80]!r} cannot name a host: use letters, digits, '.', '_' and '-' (at most 64), "
+                        "not starting with '.' or '-'", "e.g. gpujob host add a100 --ssh \"ssh -p PORT root@HOST\"")
+    return name
 
 
 @dataclass
@@ -117,14 +134,18 @@ def local_host() -> Host:
 
 
 def parse_ssh_target(line: str) -> dict[str, Any]:
-    """Read ``ssh -p 41234 root@host``, ``user@host:port``, ``host:port`` or an ~/.ssh/config alias."""
+    """Read ``ssh -p 41234 root@host``, ``user@host:port``, ``host:port`` or an ~/.ssh/config alias.
+
+    Strict: anything that is not an ssh option, a user, a host name or address and a port is refused,
+    so a garbage line is caught here even when the host is not contacted (``--no-check``)."""
     line = line.strip()
+    example = 'paste the console\'s login line, e.g. --ssh "ssh -p 41234 root@connect.westb.seetacloud.com"'
     if not line:
-        raise HostError("empty --ssh value", 'paste the login line, e.g. --ssh "ssh -p 41234 root@connect.westb.seetacloud.com"')
+        raise HostError("empty --ssh value", example)
     try:
         words = shlex.split(line)
     except ValueError as e:
-        raise HostError(f"cannot read {line!r}: {e}", "quote it as the console shows it") from None
+        raise HostError(f"cannot read {line[:80]!r}: {e}", "quote it as the console shows it") from None
     out: dict[str, Any] = {}
     target = None
     if words and words[0] in ("ssh", "/usr/bin/ssh"):
@@ -132,54 +153,88 @@ def parse_ssh_target(line: str) -> dict[str, Any]:
     i = 0
     while i < len(words):
         w = words[i]
-        if w in ("-p", "-i", "-l", "-o") and i + 1 < len(words):
-            val = words[i + 1]
-            if w == "-p":
-                out["port"] = _port(val)
-            elif w == "-i":
-                out["identity_file"] = str(Path(val).expanduser())
-            elif w == "-l":
-                out["user"] = val
-            elif w == "-o" and "=" in val:
-                k, _, v = val.partition("=")
-                if k.lower() == "port":
-                    out["port"] = _port(v)
-            i += 2
-            continue
-        if w.startswith("-p") and len(w) > 2:
-            out["port"] = _port(w[2:])
-        elif w.startswith("-"):
-            pass  # other ssh flags (-A, -X, -v) do not matter here
+        if w.startswith("-") and len(w) > 1:
+            opt, val = w[1], w[2:]
+            if opt in _SSH_VALUE_OPTS:
+                if not val:
+                    if i + 1 >= len(words):
+                        raise HostError(f"ssh option {w} lacks its value in {line[:80]!r}", example)
+                    i += 1
+                    val = words[i]
+                _ssh_option(out, opt, val)
+            elif not set(w[1:]) <= _SSH_FLAGS:
+                raise HostError(f"{w[:40]!r} is not an ssh option", example)
         elif target is None:
             target = w
+        else:
+            raise HostError(f"{line[:80]!r} has more after the host ({w[:40]!r}): a command is not part of a login line",
+                            example)
         i += 1
     if target is None:
-        raise HostError(f"no host in {line!r}", 'expected something like "ssh -p 41234 root@connect.westb.seetacloud.com"')
+        raise HostError(f"no host in {line[:80]!r}", example)
     if target.startswith("ssh://"):
-        target = target[6:]
+        target = target[6:].rstrip("/")
     if "@" in target:
         out["user"], target = target.rsplit("@", 1)
-    if target.count(":") == 1:
+    if target.startswith("[") and "]" in target:  # [::1]:2222
+        target, _, rest = target[1:].partition("]")
+        if rest:
+            if not rest.startswith(":"):
+                raise HostError(f"cannot read the host in {line[:80]!r}", example)
+            out["port"] = _port(rest[1:])
+    elif target.count(":") == 1:
         target, port = target.split(":")
         out["port"] = _port(port)
-    out["hostname"] = target
+    out["hostname"] = check_address(target, line)
+    if "user" in out and not _USER_RE.fullmatch(out["user"]):
+        raise HostError(f"{out['user'][:40]!r} is not a user name (in {line[:80]!r})", example)
     alias = _ssh_config_lookup(target)
     if alias:
         out.setdefault("user", alias.get("user", "root"))
-        out.setdefault("port", int(alias.get("port", 22)))
+        out.setdefault("port", _port(str(alias.get("port", 22))))
         if alias.get("identityfile"):
             out.setdefault("identity_file", str(Path(alias["identityfile"][0]).expanduser()))
         out["hostname"] = alias.get("hostname", target)
     return out
 
 
-def _port(text: str) -> int:
+def _ssh_option(out: dict[str, Any], opt: str, val: str) -> None:
+    """Record the ssh options a profile keeps (-p, -i, -l, -o Port/User); others are checked and skipped."""
+    if opt == "p":
+        out["port"] = _port(val)
+    elif opt == "i":
+        out["identity_file"] = str(Path(val).expanduser())
+    elif opt == "l":
+        out["user"] = val
+    elif opt == "o":
+        k, sep, v = val.partition("=")
+        if not sep:
+            k, _, v = val.partition(" ")
+        if k.strip().lower() == "port":
+            out["port"] = _port(v.strip())
+        elif k.strip().lower() == "user":
+            out["user"] = v.strip()
+
+
+def check_address(target: str, line: str = "") -> str:
+    """``target`` when it is a host name, an IP address or an ~/.ssh/config alias (read from ``line``)."""
     try:
-        p = int(text)
+        ipaddress.ip_address(target)
+        return target
     except ValueError:
-        p = -1
+        pass
+    if not _DNS_RE.fullmatch(target):
+        where = f" (in {line[:80]!r})" if line and line != target else ""
+        raise HostError(f"{target[:60]!r} is not a host name or address{where}",
+                        'expected something like "ssh -p 41234 root@connect.westb.seetacloud.com"')
+    return target
+
+
+def _port(text: str) -> int:
+    p = int(text) if text.isdigit() and len(text) <= 5 else -1
     if not 0 < p < 65536:
-        raise HostError(f"{text!r} is not a port number", "the port is the number after -p in the console's login line")
+        raise HostError(f"{text[:40]!r} is not a port number (1 to 65535)",
+                        "the port is the number after -p in the console's login line")
     return p
 
 
@@ -241,12 +296,15 @@ class HostStore:
 
             close = difflib.get_close_matches(name, list(data) + [LOCAL], n=1)
             hint = f"did you mean {close[0]!r}? " if close else ""
-            raise HostError(f"unknown host {name!r}", f"{hint}add it with: gpujob host add {name} --ssh \"ssh -p PORT root@HOST\"")
+            known = ", ".join([LOCAL] + sorted(data))
+            add = f"gpujob host add {name} --ssh \"ssh -p PORT root@HOST\"" if _HOST_NAME_RE.fullmatch(name) else "gpujob host add NAME --ssh ..."
+            raise HostError(f"unknown host {name[:80]!r} (known: {known})", f"{hint}add it with: {add}")
         return self._make(name, data[name])
 
     def save(self, host: Host) -> None:
         if host.name == LOCAL:
             raise HostError("'local' is built in and cannot be redefined", "pick another name")
+        check_host_name(host.name)
         data = self._load()
         data[host.name] = host.to_dict()
         write_private(self.path, yaml.safe_dump({"hosts": data}, sort_keys=True))

@@ -7,7 +7,7 @@ import shlex
 import sys
 
 from gpujob.errors import ConnectError, HostError
-from gpujob.hosts import PRESETS, Host, HostStore, detect_preset, parse_ssh_target
+from gpujob.hosts import PRESETS, Host, HostStore, check_host_name, detect_preset, parse_ssh_target
 
 # AutoDL's variables may be in the session, only in a login shell, or only in PID 1's environment
 # (the container's own); its data disk is /root/autodl-tmp. One command reads them all.
@@ -69,6 +69,7 @@ def add_host(
     store = store or HostStore()
     if name == "local":
         raise HostError("'local' is built in", "pick another name")
+    check_host_name(name)
     existing = {h.name for h in store.all()}
     if name in existing and not force:
         raise HostError(f"host {name!r} exists", f"change it with gpujob host set {name} --ssh \"...\", or add --force")

@@ -175,7 +175,7 @@ class LineFilter:
 
     def __init__(self, write: Callable[[bytes], None], pattern: str | None = None, as_json: bool = False) -> None:
         self.write, self.as_json, self.job, self.offset = write, as_json, "", 0
-        self.rx = re.compile(pattern.encode()) if pattern else None
+        self.rx = re.compile(pattern.encode("utf-8", "surrogateescape")) if pattern else None
         self.partial = b""
 
     def __call__(self, chunk: bytes) -> None:

@@ -17,9 +17,12 @@ from typing import Any, Callable
 
 from gpujob.agent import Agent
 from gpujob.bundle import import_remote
-from gpujob.errors import GpujobError, RemoteError
+from gpujob.errors import GpujobError, RemoteError, link_cut
 
 chunks: Any = import_remote("chunks")
+AGAIN = "run pull again: finished files are kept and a large file resumes at its last verified chunk"
+# What chunks says when the stream stops short: a cut link (or an empty stream), not a bad tree.
+_CUT_SIGNS = ("ended early", "ended before", "or an empty one")
 
 
 def safe_member(dest: Path, name: str, kind: str = "f", link: str | None = None) -> Path:
@@ -36,8 +39,12 @@ def extract(stream: Any, dest: Path, on_bytes: Callable[[int], None] | None = No
     try:
         res = chunks.read_items(dest, stream, links_out=False, on_bytes=on_bytes)
     except chunks.TransferError as e:
-        raise GpujobError(str(e), "the remote tree is not trusted or the data was damaged; run pull again "
-                          "(finished files are kept)") from None
+        msg = str(e)
+        if any(sign in msg for sign in _CUT_SIGNS):
+            raise GpujobError(f"the link was cut during the pull ({msg})", AGAIN) from None
+        if msg.startswith("refusing"):
+            raise GpujobError(msg, "the remote tree is not trusted; nothing more was written") from None
+        raise GpujobError(msg, f"the data arrived damaged; {AGAIN}") from None
     return {"files": res["written"], "bytes": res["bytes"]}
 
 
@@ -107,10 +114,13 @@ def pull(agent: Agent, job: str, dest: Path, what: str = "all", metric: str | No
         try:
             res = extract(s.stdout, target, on_bytes)
         except (OSError, EOFError) as e:
-            s.wait(60)
-            raise RemoteError(f"pull from {agent.host.name} broke off: {e} {s.stderr_text()[-500:]}",
-                              "run pull again: finished files are kept and a large file resumes") from None
+            rc = s.wait(60)
+            if rc < 0:
+                raise link_cut(agent.host, "pull", rc, AGAIN) from None
+            raise RemoteError(f"pull from {agent.host.name} broke off: {e} {s.stderr_text()[-500:]}", AGAIN) from None
         rc = s.wait()
+    if rc < 0:
+        raise link_cut(agent.host, "pull", rc, AGAIN)
     if rc != 0:
         raise RemoteError(f"pull failed on {agent.host.name}: {s.stderr_text()[-500:]}", "run pull again")
     return {"job_id": job_id, "dest": str(target), "selected": doc.get("selected"), "unchanged": same, **res}

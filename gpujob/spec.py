@@ -11,14 +11,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Union
 
-import yaml
-
 from gpujob.durations import parse_duration
 from gpujob.errors import SpecError
+from gpujob.yamlsafe import Mark, load_yaml, read_job_file, read_value
 
-Mark = str  # "job.yaml:3:5" or "--set retry.max_restarts"
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+MAX_LISTED = 20  # problems listed in one error
+# Bounds of the numbers (docs/job-spec.md says the same).
+MAX_GPUS = 64
+MAX_RESTARTS = 1000
+MAX_KEEP = 1000
+MAX_DURATION = 30 * 86400.0
 
 
 @dataclass
@@ -91,37 +95,6 @@ class _Ctx:
         self.errors.append(f"{where or '?'}: {key + ': ' if key else ''}{msg}")
 
 
-def _to_python(node: yaml.Node, path: tuple, marks: dict[tuple, Mark], source: str) -> Any:
-    marks[path] = f"{source}:{node.start_mark.line + 1}:{node.start_mark.column + 1}"
-    if isinstance(node, yaml.MappingNode):
-        out: dict = {}
-        for knode, vnode in node.value:
-            key = yaml.safe_load(yaml.serialize(knode)) if not isinstance(knode, yaml.ScalarNode) else knode.value
-            marks[path + (key,)] = f"{source}:{knode.start_mark.line + 1}:{knode.start_mark.column + 1}"
-            if key in out:
-                raise SpecError(f"{marks[path + (key,)]}: key {key!r} appears twice", "keep one of them")
-            out[key] = _to_python(vnode, path + (key,), marks, source)
-            marks[path + (key,)] = f"{source}:{knode.start_mark.line + 1}:{knode.start_mark.column + 1}"
-        return out
-    if isinstance(node, yaml.SequenceNode):
-        return [_to_python(v, path + (i,), marks, source) for i, v in enumerate(node.value)]
-    return yaml.safe_load(yaml.serialize(node))
-
-
-def load_yaml(text: str, source: str) -> tuple[Any, dict[tuple, Mark]]:
-    """Parse YAML keeping each key's position; syntax errors become ``SpecError``."""
-    marks: dict[tuple, Mark] = {}
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.MarkedYAMLError as e:
-        m = e.problem_mark
-        pos = f"{source}:{m.line + 1}:{m.column + 1}" if m else source
-        raise SpecError(f"{pos}: not valid YAML: {e.problem}", "fix the YAML syntax at that line") from None
-    if node is None:
-        return {}, marks
-    return _to_python(node, (), marks, source), marks
-
-
 def _suggest(key: str, known: list[str]) -> str:
     close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else f" (known keys: {', '.join(sorted(known))})"
@@ -130,7 +103,13 @@ def _suggest(key: str, known: list[str]) -> str:
 def _check_keys(ctx: _Ctx, path: tuple, d: dict, known: list[str]) -> None:
     for k in d:
         if k not in known:
-            ctx.err(path + (k,), f"unknown key {k!r}{_suggest(str(k), known)}")
+            ctx.err(path + (k,), f"unknown key {_short(k)}{_suggest(str(k), known)}")
+
+
+def _short(value: Any) -> str:
+    """``repr`` cut to one line's worth: an error message names a value, it does not reprint it."""
+    r = repr(value)
+    return r if len(r) <= 60 else r[:57] + "..."
 
 
 def _want(ctx: _Ctx, path: tuple, value: Any, kind: type | tuple, what: str) -> bool:
@@ -139,8 +118,21 @@ def _want(ctx: _Ctx, path: tuple, value: Any, kind: type | tuple, what: str) -> 
     else:
         ok = isinstance(value, kind)
     if not ok:
-        ctx.err(path, f"expected {what}, got {type(value).__name__} {value!r}")
+        ctx.err(path, f"expected {what}, got {type(value).__name__} {_short(value)}")
+    elif isinstance(value, str) and "\0" in value:
+        ctx.err(path, "holds a NUL character (\\0), which no command, path or variable can carry")
+        ok = False
     return ok
+
+
+def _int_in(ctx: _Ctx, path: tuple, value: Any, lo: int, hi: int, what: str) -> bool:
+    """``value`` is a whole number from ``lo`` to ``hi``."""
+    if not _want(ctx, path, value, int, what):
+        return False
+    if not lo <= value <= hi:
+        ctx.err(path, f"{_short(value)} is out of range: expected {what} from {lo} to {hi}")
+        return False
+    return True
 
 
 def _str_list(ctx: _Ctx, path: tuple, value: Any) -> list[str]:
@@ -155,12 +147,34 @@ def _str_list(ctx: _Ctx, path: tuple, value: Any) -> list[str]:
     return out
 
 
-def _duration(ctx: _Ctx, path: tuple, value: Any) -> float:
+def _duration(ctx: _Ctx, path: tuple, value: Any, default: float) -> float:
+    """A duration from 0 to ``MAX_DURATION`` (30 days), else an error and ``default``."""
     try:
-        return parse_duration(value)
+        seconds = parse_duration(value)
     except ValueError as e:
         ctx.err(path, str(e))
-        return 0.0
+        return default
+    if not 0 <= seconds <= MAX_DURATION:
+        ctx.err(path, f"{_short(value)} is out of range: expected 0s to 30d")
+        return default
+    return seconds
+
+
+def _local_path(ctx: _Ctx, path: tuple, base: Path, value: str) -> Path | None:
+    """``value`` resolved against ``base`` on this machine; None (with an error) when it cannot be."""
+    try:
+        return (base / Path(value).expanduser()).resolve()
+    except (OSError, RuntimeError, ValueError) as e:  # ~nosuchuser, a name too long, a loop of links
+        ctx.err(path, f"{_short(value)} is not a usable path here: {e}")
+        return None
+
+
+def _exists(p: Path, kind: str) -> bool:
+    """``p`` is a folder (``kind`` "dir"), a file ("file") or anything ("any"); False when it cannot be read."""
+    try:
+        return {"dir": p.is_dir, "file": p.is_file, "any": p.exists}[kind]()
+    except (OSError, ValueError):
+        return False
 
 
 TOP_KEYS = [
@@ -192,32 +206,39 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
     """Check every key and type; raise one ``SpecError`` listing every problem found."""
     ctx = _Ctx(marks)
     if not isinstance(raw, dict):
-        raise SpecError(f"{source}: a job file is a mapping of keys (name:, run:, ...)", "see docs/job-spec.md")
+        raise SpecError(f"{source}: a job file is a mapping of keys (name:, run:, ...), not a {type(raw).__name__}",
+                        "see docs/job-spec.md, or write one with gpujob init")
     _check_keys(ctx, (), raw, TOP_KEYS)
     run = raw.get("run")
     if run is None:
         ctx.err((), "missing required key 'run' (the command that trains, e.g. run: python train.py)")
         run = ""
-    elif isinstance(run, list):
-        run = "\n".join(_str_list(ctx, ("run",), run))
-    elif _want(ctx, ("run",), run, str, "a shell command"):
+    elif _want(ctx, ("run",), run, str, "a shell command as one string (several lines: run: |)"):
         run = run.strip()
+        if not run:
+            ctx.err(("run",), "is empty: give the command that trains, e.g. run: python train.py")
     workdir = raw.get("workdir", ".")
     if not _want(ctx, ("workdir",), workdir, str, "a folder path"):
         workdir = "."
-    wd = (base_dir / Path(workdir).expanduser()).resolve()
-    if not wd.is_dir():
+    wd = _local_path(ctx, ("workdir",), base_dir, workdir) or base_dir.resolve()
+    if not _exists(wd, "dir"):
         ctx.err(("workdir",), f"folder {wd} does not exist")
     name = raw.get("name", wd.name)
-    if _want(ctx, ("name",), name, str, "a name") and not _NAME_RE.match(name):
-        ctx.err(("name",), f"{name!r}: use letters, digits, '.', '_' and '-' (at most 63)")
+    if _want(ctx, ("name",), name, str, "a name") and not _NAME_RE.fullmatch(name):
+        ctx.err(("name",), f"{_short(name)}: use letters, digits, '.', '_' and '-' (at most 63)")
     host = raw.get("host")
     if host is not None:
         _want(ctx, ("host",), host, str, "a host profile name")
     exclude = _str_list(ctx, ("exclude",), raw.get("exclude", []))
 
     data: list[DataEntry] = []
-    for i, item in enumerate(raw.get("data") or []):
+    items = raw.get("data") or []
+    if isinstance(items, (str, dict)):  # `data: ./corpus` and `data: {src: ..., dst: ...}` stand for one entry
+        items = [items]
+    elif not isinstance(items, list):
+        ctx.err(("data",), f"expected a path or a list of {{src, dst}}, got {_short(items)}")
+        items = []
+    for i, item in enumerate(items):
         p = ("data", i)
         if isinstance(item, str):
             item = {"src": item}
@@ -227,15 +248,17 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
         src = item.get("src")
         if not _want(ctx, p + ("src",), src, str, "a local path"):
             continue
-        srcp = (base_dir / Path(src).expanduser()).resolve()
-        if not srcp.exists():
+        srcp = _local_path(ctx, p + ("src",), base_dir, src)
+        if srcp is None:
+            continue
+        if not _exists(srcp, "any"):
             ctx.err(p + ("src",), f"{srcp} does not exist")
-        dst = str(item.get("dst") or srcp.name)
-        if dst.startswith("/") or ".." in Path(dst).parts:
-            ctx.err(p + ("dst",), f"{dst!r} must be a relative path under the data folder")
+        dst = item.get("dst") or srcp.name
+        if not _want(ctx, p + ("dst",), dst, str, "a path under the data folder"):
+            continue
+        if dst.startswith("/") or ".." in Path(dst).parts or not Path(dst).parts:
+            ctx.err(p + ("dst",), f"{_short(dst)} must be a relative path under the data folder")
         data.append(DataEntry(src=str(srcp), dst=dst))
-    if "data" in raw and not isinstance(raw["data"], (list, type(None))):
-        ctx.err(("data",), "expected a list of {src, dst}")
 
     setup = raw.get("setup")
     if isinstance(setup, list):
@@ -244,8 +267,8 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
         setup = None
     req = raw.get("requirements")
     if req is not None and _want(ctx, ("requirements",), req, str, "a file path"):
-        rp = (wd / req).resolve()
-        if not rp.is_file():
+        rp = _local_path(ctx, ("requirements",), wd, req)
+        if rp is not None and not _exists(rp, "file"):
             ctx.err(("requirements",), f"{rp} does not exist")
         req = str(rp)
     python = raw.get("python")
@@ -253,22 +276,24 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
         _want(ctx, ("python",), python, str, "an interpreter: a path, 'conda:NAME' or 'venv'")
 
     env: dict[str, str] = {}
-    if _want(ctx, ("env",), raw.get("env", {}), dict, "a mapping NAME: value"):
+    if _want(ctx, ("env",), raw.get("env") or {}, dict, "a mapping NAME: value"):
         for k, v in (raw.get("env") or {}).items():
-            if not _ENV_RE.match(str(k)):
-                ctx.err(("env", k), f"{k!r} is not a valid variable name")
+            if not _ENV_RE.fullmatch(str(k)):
+                ctx.err(("env", k), f"{_short(k)} is not a valid variable name")
             elif isinstance(v, (dict, list)):
                 ctx.err(("env", k), "expected a string or number")
+            elif isinstance(v, str) and "\0" in v:
+                ctx.err(("env", k), "holds a NUL character, which no variable can carry")
             else:
                 env[str(k)] = "" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
     secrets = _str_list(ctx, ("secrets",), raw.get("secrets", []))
     for i, s in enumerate(secrets):
-        if not _ENV_RE.match(s):
-            ctx.err(("secrets", i), f"{s!r} is not a valid variable name")
+        if not _ENV_RE.fullmatch(s):
+            ctx.err(("secrets", i), f"{_short(s)} is not a valid variable name")
 
     gpus = raw.get("gpus")
-    if gpus is not None and not (gpus == "all" or (isinstance(gpus, int) and not isinstance(gpus, bool) and gpus >= 0)):
-        ctx.err(("gpus",), f"expected a number of GPUs or 'all', got {gpus!r}")
+    if gpus is not None and gpus != "all":
+        _int_in(ctx, ("gpus",), gpus, 0, MAX_GPUS, "a number of GPUs (or 'all')")
 
     keep = 3
     ck = raw.get("checkpoint", {}) or {}
@@ -279,8 +304,7 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
             if not (ckdir.startswith("/") or ckdir.startswith("~")):
                 ctx.err(("checkpoint", "dir"), "use an absolute path on the instance (shared storage such as /root/autodl-fs/...)")
         keep = ck.get("keep", 3)
-        if _want(ctx, ("checkpoint", "keep"), keep, int, "a number") and keep < 1:
-            ctx.err(("checkpoint", "keep"), "keep at least 1 checkpoint")
+        _int_in(ctx, ("checkpoint", "keep"), keep, 1, MAX_KEEP, "a number of checkpoints")
     tb = raw.get("tensorboard", {}) or {}
     logdir = None
     if _want(ctx, ("tensorboard",), tb, dict, "{logdir: path}"):
@@ -294,29 +318,29 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
     if _want(ctx, ("retry",), rr, dict, "{max_restarts, on, backoff, on_oom}"):
         _check_keys(ctx, ("retry",), rr, ["max_restarts", "on", "backoff", "on_oom"])
         mr = rr.get("max_restarts", 0)
-        if _want(ctx, ("retry", "max_restarts"), mr, int, "a number"):
+        if _int_in(ctx, ("retry", "max_restarts"), mr, 0, MAX_RESTARTS, "a number of restarts"):
             retry.max_restarts = mr
         if "on" in rr:
             retry.on = _str_list(ctx, ("retry", "on"), rr["on"])
             for i, o in enumerate(retry.on):
                 if o not in RETRY_ON:
-                    ctx.err(("retry", "on", i), f"unknown cause {o!r}{_suggest(o, RETRY_ON)}")
+                    ctx.err(("retry", "on", i), f"unknown cause {_short(o)}{_suggest(o, RETRY_ON)}")
         if "backoff" in rr:
-            retry.backoff = _duration(ctx, ("retry", "backoff"), rr["backoff"])
+            retry.backoff = _duration(ctx, ("retry", "backoff"), rr["backoff"], retry.backoff)
         oo = rr.get("on_oom", "retry")
         if oo not in ("retry", "halve_batch"):
-            ctx.err(("retry", "on_oom"), f"expected 'retry' or 'halve_batch', got {oo!r}")
+            ctx.err(("retry", "on_oom"), f"expected 'retry' or 'halve_batch', got {_short(oo)}")
         retry.on_oom = oo
     grace = 120.0
     st = raw.get("stop", {}) or {}
     if _want(ctx, ("stop",), st, dict, "{grace: 120s}"):
         _check_keys(ctx, ("stop",), st, ["grace"])
         if "grace" in st:
-            grace = _duration(ctx, ("stop", "grace"), st["grace"])
+            grace = _duration(ctx, ("stop", "grace"), st["grace"], grace)
 
     launcher = raw.get("launcher", "none")
     if launcher not in ("none", "torchrun"):
-        ctx.err(("launcher",), f"expected 'torchrun' or 'none', got {launcher!r}")
+        ctx.err(("launcher",), f"expected 'torchrun' or 'none', got {_short(launcher)}")
     nodes = _str_list(ctx, ("nodes",), raw.get("nodes", []))
     if nodes and launcher != "torchrun":
         ctx.err(("nodes",), "several nodes need launcher: torchrun")
@@ -336,8 +360,9 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
                 ctx.err((sec,), msg)
 
     if ctx.errors:
+        shown = ctx.errors[:MAX_LISTED] + ([f"... and {len(ctx.errors) - MAX_LISTED} more"] if len(ctx.errors) > MAX_LISTED else [])
         raise SpecError(
-            f"{len(ctx.errors)} problem(s) in {source}:\n  " + "\n  ".join(ctx.errors),
+            f"{len(ctx.errors)} problem(s) in {source}:\n  " + "\n  ".join(shown),
             "fix the job file (see docs/job-spec.md); nothing was sent",
         )
     return JobSpec(
@@ -352,7 +377,7 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
 def apply_overrides(raw: Any, marks: dict[tuple, Mark], overrides: list[str]) -> Any:
     """Apply ``--set a.b=value`` (value read as YAML) on the raw tree."""
     if not isinstance(raw, dict):
-        raw = {}
+        return raw  # not a job file: validate says so
     for item in overrides:
         if "=" not in item:
             raise SpecError(f"--set {item!r}: expected KEY=VALUE", "e.g. --set retry.max_restarts=3")
@@ -360,10 +385,7 @@ def apply_overrides(raw: Any, marks: dict[tuple, Mark], overrides: list[str]) ->
         parts = [p for p in key.strip().split(".") if p]
         if not parts:
             raise SpecError(f"--set {item!r}: empty key", "e.g. --set gpus=2")
-        try:
-            value = yaml.safe_load(text) if text.strip() else ""
-        except yaml.YAMLError:
-            value = text
+        value = read_value(text, f"--set {key}", marks, tuple(parts))
         node = raw
         for i, p in enumerate(parts[:-1]):
             if not isinstance(node.get(p), dict):
@@ -387,13 +409,12 @@ def load_spec(path: str | Path | None, overrides: list[str] | None = None, *, ru
         marks: dict[tuple, Mark] = {}
         source, base = "<command line>", Path.cwd()
     else:
-        try:
-            text = p.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise SpecError(f"job file {p} not found", "check the path, or create one with gpujob init") from None
-        except UnicodeDecodeError:
-            raise SpecError(f"{p} is not UTF-8 text", "save the job file as UTF-8") from None
+        text = read_job_file(p)
         source, base = str(p), p.resolve().parent
         raw, marks = load_yaml(text, source)
+        if raw == {} and not overrides:
+            raise SpecError(f"{p} is empty: a job file needs at least run:",
+                            "write run: python train.py in it, or create one with gpujob init")
     raw = apply_overrides(raw, marks, overrides or [])
     return validate(raw, marks, source, base)
+

@@ -35,7 +35,7 @@ from typing import Any, Callable
 
 from gpujob.agent import Agent
 from gpujob.bundle import import_remote
-from gpujob.errors import ConnectError, GpujobError, RemoteError
+from gpujob.errors import ConnectError, GpujobError, RemoteError, link_cut
 from gpujob.ignore import walk
 from gpujob.paths import config_dir
 from gpujob.spec import JobSpec
@@ -342,9 +342,12 @@ def upload(s: Any, agent: Agent, plan: Plan, record: Any = None, progress: Calla
     s.close_stdin()
     out = s.stdout.read()
     rc = s.wait()
-    if rc != 0 or broke is not None:
-        raise RemoteError(f"upload to {agent.host.name} broke off: {s.stderr_text().strip()[-1000:] or out.decode()[-1000:] or broke}",
-                          "run submit again: finished files are skipped and a large file resumes at its last chunk")
+    again = "run submit again: finished files are skipped and a large file resumes at its last chunk"
+    if rc < 0 or (rc == 0 and broke is not None):  # no exit status: the link, not the receiver, failed
+        raise link_cut(agent.host, "upload", rc, again)
+    if rc != 0:
+        raise RemoteError(f"upload to {agent.host.name} failed (exit {rc}): "
+                          f"{s.stderr_text().strip()[-1000:] or out.decode('utf-8', 'replace')[-1000:] or broke}", again)
     return comp.wire_bytes, codec
 
 

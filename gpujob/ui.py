@@ -174,10 +174,12 @@ def error(e: Exception, as_json: bool) -> None:
         doc = e.to_json() if isinstance(e, GpujobError) else {"error": str(e), "kind": type(e).__name__}
         print_json(doc)
         return
-    c = console(stderr=True)
+    from rich.markup import escape
+
+    c = console(stderr=True)  # causes quote what the user typed: brackets in it are text, not markup
     if isinstance(e, GpujobError):
-        c.print(f"[bold red]error:[/] {e.cause}", markup=True, soft_wrap=True)
+        c.print(f"[bold red]error:[/] {escape(e.cause)}", markup=True, soft_wrap=True)
         if e.remedy:
-            c.print(f"  [yellow]→[/] {e.remedy}", soft_wrap=True)
+            c.print(f"  [yellow]→[/] {escape(e.remedy)}", soft_wrap=True)
     else:
-        c.print(f"[bold red]error:[/] {e}", soft_wrap=True)
+        c.print(f"[bold red]error:[/] {escape(str(e))}", soft_wrap=True)

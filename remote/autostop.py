@@ -35,6 +35,9 @@ _SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 KEYS = ["max_runtime", "budget", "gpu_idle", "stall", "nan_loss", "plateau", "disk_free_below", "after",
         "pull_before_shutdown", "check_every"]
 DEFAULT_PULL_WAIT = 1800.0
+# Bounds of the policies' numbers (docs/autostop.md): far above any real value, refusing nan/inf.
+MAX_DURATION = 365 * 86400.0
+MAX_SIZE = float(1 << 60)
 
 
 def parse_duration(value: Any) -> float:
@@ -42,23 +45,28 @@ def parse_duration(value: Any) -> float:
     if isinstance(value, bool):
         raise ValueError("expected a duration like 90s, 30m, 8h")
     if isinstance(value, (int, float)):
-        return float(value)
-    m = _DUR.match(str(value))
-    if not m:
-        raise ValueError("{!r} is not a duration: write 90s, 30m, 8h or 1d".format(value))
-    return float(m.group(1)) * _UNITS[m.group(2) or "s"]
+        seconds = float(value) if -1e300 < value < 1e300 else math.inf
+    else:
+        m = _DUR.match(str(value))
+        if not m:
+            raise ValueError("{!r} is not a duration: write 90s, 30m, 8h or 1d".format(str(value)[:40]))
+        seconds = float(m.group(1)) * _UNITS[m.group(2) or "s"]
+    if not math.isfinite(seconds):
+        raise ValueError("{!r} is not a finite duration: write 90s, 30m, 8h or 1d".format(str(value)[:40]))
+    return seconds
 
 
 def parse_size(value: Any) -> int:
     """Bytes of ``5GB``, ``500MB``, ``2G`` or a plain number of bytes (units are powers of 1024)."""
     if isinstance(value, bool):
         raise ValueError("expected a size like 5GB")
-    if isinstance(value, (int, float)):
+    if isinstance(value, (int, float)) and -1e300 < value < 1e300:
         return int(value)
     m = _SIZE.match(str(value))
-    if not m:
-        raise ValueError("{!r} is not a size: write 5GB, 500MB".format(value))
-    return int(float(m.group(1)) * _SIZE_UNITS[m.group(2).upper()])
+    n = float(m.group(1)) * _SIZE_UNITS[m.group(2).upper()] if m else math.nan
+    if not math.isfinite(n) or n > MAX_SIZE:
+        raise ValueError("{!r} is not a size: write 5GB, 500MB".format(str(value)[:40]))
+    return int(n)
 
 
 def pull_wait(cfg: Optional[Dict[str, Any]]) -> float:
@@ -84,14 +92,14 @@ def validate(cfg: Any) -> List[str]:
 
     def dur(key: str, v: Any) -> None:
         try:
-            if parse_duration(v) <= 0:
-                errs.append("{}: must be more than 0".format(key))
+            if not 0 < parse_duration(v) <= MAX_DURATION:
+                errs.append("{}: expected more than 0s and at most 365d".format(key))
         except ValueError as e:
             errs.append("{}: {}".format(key, e))
 
-    def num(key: str, v: Any) -> None:
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-            errs.append("{}: expected a number, got {!r}".format(key, v))
+    def num(key: str, v: Any, top: float = 1e12) -> None:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= top:
+            errs.append("{}: expected a number from 0 to {:g}, got {}".format(key, top, repr(v)[:40]))
 
     for key in ("max_runtime", "stall", "check_every"):
         if key in cfg:
@@ -117,7 +125,7 @@ def validate(cfg: Any) -> List[str]:
             for k in gi:
                 if k not in ("below", "for"):
                     errs.append("gpu_idle: unknown key {!r} (known: below, for)".format(k))
-            num("gpu_idle.below", gi.get("below", 5))
+            num("gpu_idle.below", gi.get("below", 5), 100)
             dur("gpu_idle.for", gi.get("for", "30m"))
     pl = cfg.get("plateau")
     if pl is not None:
@@ -132,8 +140,8 @@ def validate(cfg: Any) -> List[str]:
             if pl.get("mode", "min") not in ("min", "max"):
                 errs.append("plateau.mode: expected 'min' or 'max'")
             p = pl.get("patience", 5)
-            if isinstance(p, bool) or not isinstance(p, int) or p < 1:
-                errs.append("plateau.patience: expected a whole number of evaluations >= 1")
+            if isinstance(p, bool) or not isinstance(p, int) or not 1 <= p <= 1000000:
+                errs.append("plateau.patience: expected a whole number of evaluations from 1 to 1000000")
             num("plateau.min_delta", pl.get("min_delta", 0.0))
     return errs
 

@@ -319,8 +319,8 @@ def validate_channels(cfg: Any, secrets: Optional[Dict[str, str]] = None) -> Lis
             if ch.get("password") and not ch.get("user"):
                 errs.append("%s.user: required when a password is given" % where)
             tmo = ch.get("timeout")
-            if tmo is not None and (isinstance(tmo, bool) or not isinstance(tmo, (int, float)) or tmo <= 0):
-                errs.append("%s.timeout: must be a positive number of seconds" % where)
+            if tmo is not None and (isinstance(tmo, bool) or not isinstance(tmo, (int, float)) or not 0 < tmo <= 3600):
+                errs.append("%s.timeout: must be a number of seconds from 0 to 3600" % where)
         if secrets is not None:
             for n in secret_names({"channels": [ch]}):
                 if n not in secrets:
