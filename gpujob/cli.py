@@ -660,6 +660,31 @@ def cmd_data_check(args: argparse.Namespace) -> int:
     return 0 if rep.ok else 1
 
 
+# ---- shell completion --------------------------------------------------------------------
+def cmd_completion(args: argparse.Namespace) -> int:
+    from gpujob import completion
+
+    if args.words:
+        items = completion.words(args.words)
+        if args.json:
+            import json
+
+            print(json.dumps(items))
+        else:
+            sys.stdout.write("".join(w + "\n" for w in items))
+        return 0
+    if not args.shell:
+        raise GpujobError("which shell?", "gpujob completion bash|zsh|fish (see README: Shell completion)")
+    text = completion.script(args.shell, build_parser())
+    if args.json:
+        import json
+
+        print(json.dumps({"shell": args.shell, "script": text}))
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
 # ---- parser ------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -732,6 +757,10 @@ def build_parser() -> argparse.ArgumentParser:
     s = add("doctor", cmd_doctor, "check a host in one round trip: Python, torch/CUDA, GPUs, disks, network, agent")
     s.add_argument("host", nargs="?", help="host profile (default local)")
     s.add_argument("--torch-timeout", type=float, default=60.0, help="seconds to wait for 'import torch'")
+
+    s = add("completion", cmd_completion, "print a shell completion script: eval \"$(gpujob completion bash)\"")
+    s.add_argument("shell", nargs="?", choices=["bash", "zsh", "fish"])
+    s.add_argument("--words", choices=["hosts", "jobs"], help="print host names or job ids, one a line (what the script calls)")
 
     np_ = sub.add_parser("notify", help="notifications", description="notifications")
     nsub = np_.add_subparsers(dest="notify_command", metavar="ACTION", required=True)

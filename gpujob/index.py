@@ -6,11 +6,11 @@ import json
 import time
 from pathlib import Path
 
-from gpujob.paths import config_dir
+from gpujob.paths import moved_from_config, state_dir
 
 
 def _path() -> Path:
-    return config_dir() / "jobs.jsonl"
+    return moved_from_config(state_dir() / "jobs.jsonl")
 
 
 def record(job_id: str, host: str, name: str) -> None:

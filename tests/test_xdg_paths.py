@@ -1,0 +1,58 @@
+"""The job index lives in the state folder and the hash cache in the cache folder (XDG), moved
+there once from the config folder where older versions kept them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+
+
+@pytest.fixture
+def xdg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
+    dirs = {k: tmp_path / k for k in ("config", "state", "cache")}
+    for k in ("GPUJOB_CONFIG_DIR", "GPUJOB_STATE_DIR", "GPUJOB_CACHE_DIR"):
+        monkeypatch.delenv(k)
+    for k, d in dirs.items():
+        monkeypatch.setenv(f"XDG_{k.upper()}_HOME", str(d))
+    return {k: d / "gpujob" for k, d in dirs.items()}
+
+
+def test_old_index_and_hash_cache_move_once(xdg: dict[str, Path]) -> None:
+    xdg["config"].mkdir(parents=True)
+    line = json.dumps({"job_id": "old-11300000-abcde", "host": "local", "name": "old", "t": 1.0}) + "\n"
+    (xdg["config"] / "jobs.jsonl").write_text(line)
+    (xdg["config"] / "sync-hashes.json").write_text('{"v": 1}')
+    r = run_cli("completion", "--words", "jobs")  # reads the index, contacts no host
+    assert r.returncode == 0, r.stderr
+    assert "old-11300000-abcde" in r.stdout.split()
+    assert (xdg["state"] / "jobs.jsonl").read_text() == line
+    assert not (xdg["config"] / "jobs.jsonl").exists()
+    from gpujob.sync import sync_record
+
+    sync_record()
+    assert (xdg["cache"] / "sync-hashes.json").read_text() == '{"v": 1}'
+    assert not (xdg["config"] / "sync-hashes.json").exists()
+
+
+def test_new_index_wins_and_the_old_one_is_kept(xdg: dict[str, Path]) -> None:
+    xdg["config"].mkdir(parents=True)
+    xdg["state"].mkdir(parents=True)
+    (xdg["config"] / "jobs.jsonl").write_text("old\n")
+    (xdg["state"] / "jobs.jsonl").write_text("new\n")
+    from gpujob import index
+
+    assert index._path() == xdg["state"] / "jobs.jsonl"
+    assert (xdg["state"] / "jobs.jsonl").read_text() == "new\n"
+    assert (xdg["config"] / "jobs.jsonl").read_text() == "old\n"
+
+
+def test_overrides_win(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpujob.paths import cache_dir, state_dir
+
+    monkeypatch.setenv("GPUJOB_STATE_DIR", str(tmp_path / "s"))
+    monkeypatch.setenv("GPUJOB_CACHE_DIR", str(tmp_path / "c"))
+    assert state_dir() == tmp_path / "s" and cache_dir() == tmp_path / "c"
