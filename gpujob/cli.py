@@ -152,7 +152,9 @@ def _follow(host_name: str | None, job: str) -> int:
         return 130
     st = jobs.status(current[0] if current else reconnect(), job)
     sys.stderr.write(f"{st['job_id']}: {st.get('state')}\n")
-    return 0 if st.get("state") == "succeeded" else 1
+    from gpujob.exitcodes import for_state
+
+    return for_state(st.get("state"))
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -180,6 +182,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         print_json(st)
     else:
         console().print(job_panel(st))
+    if getattr(args, "exit_code", False):
+        from gpujob.exitcodes import for_state
+
+        return for_state(st.get("state"))
     return 0
 
 
@@ -240,6 +246,11 @@ def cmd_tail(args: argparse.Namespace) -> int:
                     t.join(0.5)
         except KeyboardInterrupt:
             return 130
+        if args.follow:
+            from gpujob.exitcodes import for_state
+            from gpujob.nodes import aggregate, on_nodes
+
+            return for_state(aggregate(args.job, nodes, on_nodes(nodes, lambda a: jobs.status(a, args.job))).get("state"))
         return 0
     host = nodes[args.node] if nodes else _store().get(_host_for_job(args))
     grep, as_json, since = getattr(args, "grep", None), getattr(args, "json", False), _since(getattr(args, "since", None))
@@ -252,6 +263,10 @@ def cmd_tail(args: argparse.Namespace) -> int:
     finally:
         if flt:
             flt.flush()
+    if args.follow:  # the log ended with the job: exit with its outcome
+        from gpujob.exitcodes import for_state
+
+        return for_state(jobs.status(connect_agent(host), args.job).get("state"))
     return 0
 
 
@@ -709,6 +724,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--host")
     s.add_argument("-w", "--watch", action="store_true", help="refresh in place (one remote command per refresh)")
     s.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes with -w")
+    s.add_argument("--exit-code", action="store_true",
+                   help="exit with the job's outcome: 0 succeeded, 1 failed, 4 stopped, 5 autostopped, 6 lost, "
+                        "7 not finished (docs/cli.md)")
     s = add("ls", cmd_ls, "list jobs (one remote command per host)")
     s.add_argument("--host")
     s = add("tail", cmd_tail, "print a job's output; -f follows and survives sleep and network drops")
