@@ -341,14 +341,20 @@ def cmd_tunnel(args: argparse.Namespace) -> int:
             c.print(f"[yellow]{info['note']}[/]")
         what = f"TensorBoard of {info['job_id']}" if job else f"port {remote_port} of {host.name}"
         c.print(f"{what}: [bold]{info['url']}[/]   (Ctrl-C to stop the tunnel)")
+        via = (info.get("tensorboard") or {}).get("via")
+        if via:
+            c.print(f"[dim]served by {_esc(via['path'])} ({_TB_VIA.get(via['kind'], via['kind'])})[/]")
         if info.get("autodl_url"):
             c.print(f"AutoDL custom service: {info['autodl_url']}")
 
     try:
-        run_tunnel(host, remote_port, args.local_port, job, ready)
+        run_tunnel(host, remote_port, args.local_port, job, ready, install=args.install)
     except KeyboardInterrupt:
         return 0
     return 0
+
+
+_TB_VIA = {"job": "the job's python", "host": "the host's PATH", "tools": "gpujob's tools environment"}
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
@@ -755,6 +761,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--remote-port", type=int, default=6006, help="port on the instance (default 6006: TensorBoard)")
     s.add_argument("--local-port", type=int, help="local port (default: the remote one, or the next free)")
     s.add_argument("--stop", action="store_true", help="stop the TensorBoard that gpujob tunnel started for JOB")
+    s.add_argument("--install", action="store_true", help="first pip-install TensorBoard into gpujob's tools environment "
+                   "on the host (<root>/tools/tensorboard; the host's pip_index_url and network_turbo apply)")
     s = add("plot", cmd_plot, "draw a job's loss and metric curves to a PNG (needs matplotlib)")
     s.add_argument("job")
     s.add_argument("-o", "--output", help="the PNG (default JOB.png)")

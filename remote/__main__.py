@@ -165,6 +165,8 @@ def cmd_tb(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
 
     if a.stop:
         return observe.stop_tensorboard(root, a.job)
+    if getattr(a, "install", False):
+        return observe.install_tensorboard(root, a.job)
     return observe.tensorboard(root, a.job, a.port, a.wait)
 
 
@@ -330,6 +332,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--port", type=int, default=6006)
     s.add_argument("--wait", type=float, default=60.0)
     s.add_argument("--stop", action="store_true", help="stop the TensorBoard started for the job")
+    s.add_argument("--install", action="store_true", help="pip-install TensorBoard into <root>/tools/tensorboard")
     s = sub.add_parser("port")
     s.add_argument("--port", type=int, required=True)
     s = sub.add_parser("agentlog")
