@@ -681,6 +681,47 @@ def cmd_data_check(args: argparse.Namespace) -> int:
     return 0 if rep.ok else 1
 
 
+# ---- disk: rm and gc ---------------------------------------------------------------------
+def cmd_rm(args: argparse.Namespace) -> int:
+    from gpujob import index
+    from gpujob.cleanup import human_bytes, remove_jobs
+
+    res = remove_jobs(args.jobs, _agent, lambda ref: args.host or index.host_of(ref), args.force)
+    if args.json:
+        from gpujob.ui import print_json
+
+        print_json({"removed": res})
+    else:
+        for r in res:
+            how = "stopped and removed" if r["stopped"] else "removed"
+            print(f"{r['job_id']}: {how} on {r['host']} ({human_bytes(r['bytes'])} freed)")
+    return 0
+
+
+def cmd_gc(args: argparse.Namespace) -> int:
+    from gpujob.cleanup import collect, human_bytes
+    from gpujob.durations import parse_duration
+
+    try:
+        older = parse_duration(args.older_than)
+    except ValueError as e:
+        raise GpujobError(f"--older-than: {e}", "e.g. --older-than 7d (or 12h, 30m)") from None
+    doc = collect(_agent(args.host), older, args.dry_run, args.checkpoints_only)
+    if args.json:
+        from gpujob.ui import print_json
+
+        print_json(doc)
+        return 0
+    verb = "would free" if args.dry_run else "freed"
+    for it in doc["items"]:
+        what = f"{it['kind']} {it.get('job_id') or it['path']}"
+        print(f"{human_bytes(it['bytes']):>9}  {what}")
+    print(f"{doc['host']}: {verb} {human_bytes(doc['bytes'])} in {len(doc['items'])} item(s); "
+          f"{len(doc['busy'])} queued/running job(s) and agent {doc['agent']} kept"
+          + ("   (run without --dry-run to remove)" if args.dry_run and doc["items"] else ""))
+    return 0
+
+
 # ---- shell completion --------------------------------------------------------------------
 def cmd_completion(args: argparse.Namespace) -> int:
     from gpujob import completion
@@ -784,6 +825,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("host", nargs="?", help="host profile (default local)")
     s.add_argument("--torch-timeout", type=float, default=60.0, help="seconds to wait for 'import torch'")
 
+    s = add("rm", cmd_rm, "remove jobs' folders on their hosts and their local index entries (not a running job)")
+    s.add_argument("jobs", nargs="+", metavar="JOB")
+    s.add_argument("--host", help="the jobs' host (default: where each was submitted)")
+    s.add_argument("--force", action="store_true", help="stop a queued or running job first, then remove it")
+    s = add("gc", cmd_gc, "free a host's disk: old finished jobs, unused environments, stale agents and projects")
+    s.add_argument("host", nargs="?", help="host profile (default local)")
+    s.add_argument("--older-than", default="7d", metavar="DURATION", help="finished (or last used) before this long ago "
+                   "(default 7d)")
+    s.add_argument("--dry-run", action="store_true", help="list what would go and the bytes it frees; remove nothing")
+    s.add_argument("--checkpoints-only", action="store_true", help="of old finished jobs remove the checkpoints only "
+                   "(logs and metrics stay)")
     s = add("completion", cmd_completion, "print a shell completion script: eval \"$(gpujob completion bash)\"")
     s.add_argument("shell", nargs="?", choices=["bash", "zsh", "fish"])
     s.add_argument("--words", choices=["hosts", "jobs"], help="print host names or job ids, one a line (what the script calls)")

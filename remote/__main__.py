@@ -244,6 +244,18 @@ def cmd_doctor(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     return doctor.report(root, a.data_disk, a.turbo_file, a.path_prefix, a.torch_timeout)
 
 
+def cmd_rm(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+    from remote import cleanup
+
+    return cleanup.remove(root, a.job, a.force, a.wait)
+
+
+def cmd_gc(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+    from remote import cleanup
+
+    return cleanup.gc(root, a.older_than, a.dry_run, a.checkpoints_only)
+
+
 SERVED = ("hello", "status", "watch", "port", "agentlog", "gpus", "manifest", "receive")
 
 
@@ -350,6 +362,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("job_id")
     s = sub.add_parser("pulled")
     s.add_argument("--job", required=True)
+    s = sub.add_parser("rm")
+    s.add_argument("--job", required=True)
+    s.add_argument("--force", action="store_true")
+    s.add_argument("--wait", type=float, default=120.0)
+    s = sub.add_parser("gc")
+    s.add_argument("--older-than", type=float, required=True, help="seconds")
+    s.add_argument("--dry-run", action="store_true")
+    s.add_argument("--checkpoints-only", action="store_true")
     s = sub.add_parser("idle_shutdown")
     s.add_argument("--minutes", type=float, default=0.0)
     s = sub.add_parser("idle_watch")

@@ -10,7 +10,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from remote.layout import JobDir, Root, read_json, write_json
 
-KEYS = ("GPUJOB_PATH_PREFIX", "GPUJOB_PYTHON", "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV")
+KEYS = ("GPUJOB_PATH_PREFIX", "GPUJOB_PYTHON", "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "GPUJOB_ENV_HASH")
 FILE = "env.json"
 
 
