@@ -681,6 +681,82 @@ def cmd_data_check(args: argparse.Namespace) -> int:
     return 0 if rep.ok else 1
 
 
+# ---- a command or a shell on a host -----------------------------------------------------
+def _command_after(args: argparse.Namespace, flags: tuple[str, ...], valued: tuple[str, ...] = ()) -> list[str]:
+    """The words after HOST: our own options up to ``--`` (or the first other word) set, the rest is the command."""
+    rest = list(args.cmd)
+    while rest and (rest[0] in flags or rest[0] in valued):
+        opt = rest.pop(0)
+        if opt in valued:
+            if not rest:
+                raise GpujobError(f"{opt} needs a value", f"e.g. {opt} ~/.ssh/config")
+            setattr(args, opt.lstrip("-").replace("-", "_"), rest.pop(0))
+        else:
+            setattr(args, opt.lstrip("-"), True)
+    return rest[1:] if rest[:1] == ["--"] else rest
+
+
+def cmd_exec(args: argparse.Namespace) -> int:
+    from gpujob.shell import command_text, run_exec
+
+    host = _store().get(args.host)
+    argv = _command_after(args, ("--json",))
+    if args.json:
+        chunks: list[bytes] = []
+        rc = run_exec(host, argv, chunks.append)
+        from gpujob.ui import print_json
+
+        print_json({"host": host.name, "command": command_text(argv), "exit_code": rc,
+                    "output": b"".join(chunks).decode("utf-8", "replace")})
+        return rc
+    out = sys.stdout.buffer
+
+    def write(b: bytes) -> None:
+        out.write(b)
+        out.flush()
+
+    return run_exec(host, argv, write)
+
+
+def cmd_ssh(args: argparse.Namespace) -> int:
+    import shutil
+
+    from gpujob import shell
+
+    host = _store().get(args.host)
+    command = _command_after(args, ("--json", "--print"), ("--ssh-config",))
+    if host.kind == "local":
+        argv, path, block = shell.local_shell_argv(host, command), None, ""
+    else:
+        shell.check_ssh_host(host)
+        path = Path(args.ssh_config).expanduser() if args.ssh_config else shell.ssh_config_path()
+        argv, block = shell.ssh_argv(host, command, None if args.ssh_config is None else path), shell.config_block(_store().all())
+    if args.print:
+        if args.json:
+            from gpujob.ui import print_json
+
+            print_json({"host": host.name, "argv": argv, "ssh_config": str(path) if path else None, "block": block})
+        else:
+            if block:
+                print(f"# in {path}:\n{block}")
+            print(" ".join(shlex_quote(a) for a in argv))
+        return 0
+    if path is not None:
+        shell.write_config(_store().all(), path)
+        if not shutil.which("ssh"):
+            raise GpujobError("OpenSSH's ssh is not installed here",
+                              f"install it (apt-get install openssh-client), or use gpujob exec {host.name} -- CMD")
+    sys.stdout.flush()
+    os.execvp(argv[0], argv)
+    return 0  # not reached
+
+
+def shlex_quote(a: str) -> str:
+    import shlex
+
+    return shlex.quote(a)
+
+
 # ---- disk: rm and gc ---------------------------------------------------------------------
 def cmd_rm(args: argparse.Namespace) -> int:
     from gpujob import index
@@ -825,6 +901,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("host", nargs="?", help="host profile (default local)")
     s.add_argument("--torch-timeout", type=float, default=60.0, help="seconds to wait for 'import torch'")
 
+    s = add("exec", cmd_exec, "run one command on a host in the environment jobs get there; exits with its code")
+    s.add_argument("host", metavar="HOST")
+    s.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD", help="the command (one argument: a shell line)")
+    s = add("ssh", cmd_ssh, "an interactive shell on a host (OpenSSH with gpujob's key; a Host gpujob-NAME entry "
+            "in ~/.ssh/config)")
+    s.add_argument("host", metavar="HOST")
+    s.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD", help="run this instead of a shell")
+    s.add_argument("--print", action="store_true", help="show the ssh command and config entry; run nothing")
+    s.add_argument("--ssh-config", metavar="PATH", help="the ssh_config to keep the entry in (default ~/.ssh/config)")
     s = add("rm", cmd_rm, "remove jobs' folders on their hosts and their local index entries (not a running job)")
     s.add_argument("jobs", nargs="+", metavar="JOB")
     s.add_argument("--host", help="the jobs' host (default: where each was submitted)")
