@@ -9,11 +9,11 @@ from pathlib import Path
 def config_dir() -> Path:
     """``$GPUJOB_CONFIG_DIR``, else ``$XDG_CONFIG_HOME/gpujob``, else ``~/.config/gpujob`` (mode 0700)."""
     env = os.environ.get("GPUJOB_CONFIG_DIR")
-    if env:
-        d = Path(env)
-    else:
-        base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-        d = Path(base) / "gpujob"
+    return _private(Path(env) if env else Path(os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")) / "gpujob")
+
+
+def _private(d: Path) -> Path:
+    """``d``, made if missing, mode 0700."""
     d.mkdir(parents=True, exist_ok=True)
     try:
         d.chmod(0o700)
@@ -25,17 +25,10 @@ def config_dir() -> Path:
 def _own_dir(override: str, xdg: str, default: str, beside_config: str) -> Path:
     env = os.environ.get(override)
     if env:
-        d = Path(env)
-    elif os.environ.get("GPUJOB_CONFIG_DIR") and not os.environ.get(xdg):
-        d = Path(os.environ["GPUJOB_CONFIG_DIR"]) / beside_config  # an isolated config keeps all together
-    else:
-        d = Path(os.environ.get(xdg) or str(Path.home() / default)) / "gpujob"
-    d.mkdir(parents=True, exist_ok=True)
-    try:
-        d.chmod(0o700)
-    except OSError:
-        pass
-    return d
+        return _private(Path(env))
+    if os.environ.get("GPUJOB_CONFIG_DIR") and not os.environ.get(xdg):
+        return _private(Path(os.environ["GPUJOB_CONFIG_DIR"]) / beside_config)  # an isolated config keeps all together
+    return _private(Path(os.environ.get(xdg) or str(Path.home() / default)) / "gpujob")
 
 
 def state_dir() -> Path:
