@@ -719,42 +719,23 @@ def cmd_exec(args: argparse.Namespace) -> int:
 
 
 def cmd_ssh(args: argparse.Namespace) -> int:
-    import shutil
-
     from gpujob import shell
 
     host = _store().get(args.host)
     command = _command_after(args, ("--json", "--print"), ("--ssh-config",))
-    if host.kind == "local":
-        argv, path, block = shell.local_shell_argv(host, command), None, ""
-    else:
-        shell.check_ssh_host(host)
-        path = Path(args.ssh_config).expanduser() if args.ssh_config else shell.ssh_config_path()
-        argv, block = shell.ssh_argv(host, command, None if args.ssh_config is None else path), shell.config_block(_store().all())
+    plan = shell.ssh_plan(host, _store().all(), command, args.ssh_config)
     if args.print:
         if args.json:
             from gpujob.ui import print_json
 
-            print_json({"host": host.name, "argv": argv, "ssh_config": str(path) if path else None, "block": block})
+            print_json({"host": host.name, **plan})
         else:
-            if block:
-                print(f"# in {path}:\n{block}")
-            print(" ".join(shlex_quote(a) for a in argv))
+            if plan["block"]:
+                print(f"# in {plan['ssh_config']}:\n{plan['block']}")
+            print(shell.join(plan["argv"]))
         return 0
-    if path is not None:
-        shell.write_config(_store().all(), path)
-        if not shutil.which("ssh"):
-            raise GpujobError("OpenSSH's ssh is not installed here",
-                              f"install it (apt-get install openssh-client), or use gpujob exec {host.name} -- CMD")
-    sys.stdout.flush()
-    os.execvp(argv[0], argv)
-    return 0  # not reached
-
-
-def shlex_quote(a: str) -> str:
-    import shlex
-
-    return shlex.quote(a)
+    shell.hand_over(plan)
+    return 0  # not reached: OpenSSH (or the local shell) replaced this process
 
 
 # ---- disk: rm and gc ---------------------------------------------------------------------

@@ -139,19 +139,6 @@ def ssh_config_path() -> Path:
     return Path.home() / ".ssh" / "config"
 
 
-def write_config(hosts: list[Host], path: Path | None = None) -> Path:
-    """Rewrite gpujob's block of ``~/.ssh/config`` (0600, atomically; the rest kept as it was)."""
-    from gpujob.paths import write_private
-
-    path = path or ssh_config_path()
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    old = path.read_text() if path.exists() else ""
-    new = updated_config(old, config_block(hosts))
-    if new != old:
-        write_private(path, new)
-    return path
-
-
 def ssh_argv(host: Host, command: list[str], config: Path | None = None) -> list[str]:
     """OpenSSH's command line; ``config``: a file other than ~/.ssh/config (``-F``)."""
     opts = ["-F", str(config)] if config is not None else []
@@ -163,6 +150,36 @@ def local_shell_argv(host: Host, command: list[str]) -> list[str]:
     return ["bash", "-lc", login_script(host, command_text(command) if command else "exec bash -i")]
 
 
-def check_ssh_host(host: Host) -> None:
+def ssh_plan(host: Host, hosts: list[Host], command: list[str], ssh_config: str | None = None) -> dict[str, Any]:
+    """{argv, ssh_config, block}: what ``gpujob ssh`` runs and the entry it keeps (none for ``local``)."""
+    if host.kind == LOCAL:
+        return {"argv": local_shell_argv(host, command), "ssh_config": None, "block": ""}
     if not host.hostname:
         raise HostError(f"host {host.name} has no address", f"gpujob host set {host.name} --ssh \"ssh -p PORT root@HOST\"")
+    path = Path(ssh_config).expanduser() if ssh_config else ssh_config_path()
+    return {"argv": ssh_argv(host, command, path if ssh_config else None), "ssh_config": str(path),
+            "block": config_block(hosts)}
+
+
+def hand_over(plan: dict[str, Any]) -> None:
+    """Write the entry, then become OpenSSH (or the local shell)."""
+    import shutil
+
+    if plan["ssh_config"]:
+        if not shutil.which("ssh"):
+            raise GpujobError("OpenSSH's ssh is not installed here",
+                              "install it (apt-get install openssh-client), or use gpujob exec HOST -- CMD")
+        path = Path(plan["ssh_config"])
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        old = path.read_text() if path.exists() else ""
+        new = updated_config(old, plan["block"])
+        if new != old:
+            from gpujob.paths import write_private
+
+            write_private(path, new)
+    sys.stdout.flush()
+    os.execvp(plan["argv"][0], plan["argv"])
+
+
+def join(argv: list[str]) -> str:
+    return shlex.join(argv)
