@@ -4,6 +4,7 @@ there once from the config folder where older versions kept them."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -56,3 +57,25 @@ def test_overrides_win(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPUJOB_STATE_DIR", str(tmp_path / "s"))
     monkeypatch.setenv("GPUJOB_CACHE_DIR", str(tmp_path / "c"))
     assert state_dir() == tmp_path / "s" and cache_dir() == tmp_path / "c"
+
+
+def test_move_across_file_systems(xdg: dict[str, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Config on another file system than state (here /dev/shm, a tmpfs): copied, fsynced, renamed, then removed."""
+    import shutil
+    import tempfile
+
+    if not Path("/dev/shm").is_dir() or os.stat("/dev/shm").st_dev == os.stat(tmp_path).st_dev:
+        pytest.skip("needs /dev/shm on a file system of its own")
+    other = Path(tempfile.mkdtemp(prefix="gjcfg", dir="/dev/shm"))
+    try:
+        monkeypatch.setenv("XDG_CONFIG_HOME", str(other))
+        (other / "gpujob").mkdir()
+        (other / "gpujob" / "jobs.jsonl").write_text("line\n")
+        from gpujob import index
+
+        assert index._path() == xdg["state"] / "jobs.jsonl"
+        assert (xdg["state"] / "jobs.jsonl").read_text() == "line\n"
+        assert not (other / "gpujob" / "jobs.jsonl").exists()
+        assert [p.name for p in xdg["state"].iterdir()] == ["jobs.jsonl"]  # no temporary copy left
+    finally:
+        shutil.rmtree(other, ignore_errors=True)
