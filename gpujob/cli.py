@@ -216,7 +216,9 @@ def _follow(host_name: str | None, job: str) -> int:
         return 130
     st = jobs.status(current[0] if current else reconnect(), job)
     sys.stderr.write(f"{st['job_id']}: {st.get('state')}\n")
-    return 0 if st.get("state") == "succeeded" else 1
+    from gpujob.exitcodes import for_state
+
+    return for_state(st.get("state"))
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -244,6 +246,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         print_json(st)
     else:
         console().print(job_panel(st))
+    if getattr(args, "exit_code", False):
+        from gpujob.exitcodes import for_state
+
+        return for_state(st.get("state"))
     return 0
 
 
@@ -304,6 +310,11 @@ def cmd_tail(args: argparse.Namespace) -> int:
                     t.join(0.5)
         except KeyboardInterrupt:
             return 130
+        if args.follow:
+            from gpujob.exitcodes import for_state
+            from gpujob.nodes import aggregate, on_nodes
+
+            return for_state(aggregate(args.job, nodes, on_nodes(nodes, lambda a: jobs.status(a, args.job))).get("state"))
         return 0
     if nodes and args.node >= len(nodes):
         raise GpujobError(f"--node {args.node}: {args.job} runs on {len(nodes)} nodes (0 to {len(nodes) - 1})",
@@ -319,6 +330,10 @@ def cmd_tail(args: argparse.Namespace) -> int:
     finally:
         if flt:
             flt.flush()
+    if args.follow:  # the log ended with the job: exit with its outcome
+        from gpujob.exitcodes import for_state
+
+        return for_state(jobs.status(connect_agent(host), args.job).get("state"))
     return 0
 
 
@@ -393,14 +408,20 @@ def cmd_tunnel(args: argparse.Namespace) -> int:
             c.print(f"[yellow]{info['note']}[/]")
         what = f"TensorBoard of {info['job_id']}" if job else f"port {remote_port} of {host.name}"
         c.print(f"{what}: [bold]{info['url']}[/]   (Ctrl-C to stop the tunnel)")
+        via = (info.get("tensorboard") or {}).get("via")
+        if via:
+            c.print(f"[dim]served by {_esc(via['path'])} ({_TB_VIA.get(via['kind'], via['kind'])})[/]")
         if info.get("autodl_url"):
             c.print(f"AutoDL custom service: {info['autodl_url']}")
 
     try:
-        run_tunnel(host, remote_port, args.local_port, job, ready)
+        run_tunnel(host, remote_port, args.local_port, job, ready, install=args.install)
     except KeyboardInterrupt:
         return 0
     return 0
+
+
+_TB_VIA = {"job": "the job's python", "host": "the host's PATH", "tools": "gpujob's tools environment"}
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
@@ -729,6 +750,129 @@ def cmd_data_check(args: argparse.Namespace) -> int:
     return 0 if rep.ok else 1
 
 
+# ---- a command or a shell on a host -----------------------------------------------------
+def _command_after(args: argparse.Namespace, flags: tuple[str, ...], valued: tuple[str, ...] = ()) -> list[str]:
+    """The words after HOST: our own options up to ``--`` (or the first other word) set, the rest is the command."""
+    rest = list(args.cmd)
+    while rest and (rest[0] in flags or rest[0] in valued):
+        opt = rest.pop(0)
+        if opt in valued:
+            if not rest:
+                raise GpujobError(f"{opt} needs a value", f"e.g. {opt} ~/.ssh/config")
+            setattr(args, opt.lstrip("-").replace("-", "_"), rest.pop(0))
+        else:
+            setattr(args, opt.lstrip("-"), True)
+    return rest[1:] if rest[:1] == ["--"] else rest
+
+
+def cmd_exec(args: argparse.Namespace) -> int:
+    from gpujob.shell import command_text, run_exec
+
+    host = _store().get(args.host)
+    argv = _command_after(args, ("--json",))
+    if args.json:
+        chunks: list[bytes] = []
+        rc = run_exec(host, argv, chunks.append)
+        from gpujob.ui import print_json
+
+        print_json({"host": host.name, "command": command_text(argv), "exit_code": rc,
+                    "output": b"".join(chunks).decode("utf-8", "replace")})
+        return rc
+    out = sys.stdout.buffer
+
+    def write(b: bytes) -> None:
+        out.write(b)
+        out.flush()
+
+    return run_exec(host, argv, write)
+
+
+def cmd_ssh(args: argparse.Namespace) -> int:
+    from gpujob import shell
+
+    host = _store().get(args.host)
+    command = _command_after(args, ("--json", "--print"), ("--ssh-config",))
+    plan = shell.ssh_plan(host, _store().all(), command, args.ssh_config)
+    if args.print:
+        if args.json:
+            from gpujob.ui import print_json
+
+            print_json({"host": host.name, **plan})
+        else:
+            if plan["block"]:
+                print(f"# in {plan['ssh_config']}:\n{plan['block']}")
+            print(shell.join(plan["argv"]))
+        return 0
+    shell.hand_over(plan)
+    return 0  # not reached: OpenSSH (or the local shell) replaced this process
+
+
+# ---- disk: rm and gc ---------------------------------------------------------------------
+def cmd_rm(args: argparse.Namespace) -> int:
+    from gpujob import index
+    from gpujob.cleanup import human_bytes, remove_jobs
+
+    res = remove_jobs(args.jobs, _agent, lambda ref: args.host or index.host_of(ref), args.force)
+    if args.json:
+        from gpujob.ui import print_json
+
+        print_json({"removed": res})
+    else:
+        for r in res:
+            how = "stopped and removed" if r["stopped"] else "removed"
+            print(f"{r['job_id']}: {how} on {r['host']} ({human_bytes(r['bytes'])} freed)")
+    return 0
+
+
+def cmd_gc(args: argparse.Namespace) -> int:
+    from gpujob.cleanup import collect, human_bytes
+    from gpujob.durations import parse_duration
+
+    try:
+        older = parse_duration(args.older_than)
+    except ValueError as e:
+        raise GpujobError(f"--older-than: {e}", "e.g. --older-than 7d (or 12h, 30m)") from None
+    doc = collect(_agent(args.host), older, args.dry_run, args.checkpoints_only)
+    if args.json:
+        from gpujob.ui import print_json
+
+        print_json(doc)
+        return 0
+    verb = "would free" if args.dry_run else "freed"
+    for it in doc["items"]:
+        what = f"{it['kind']} {it.get('job_id') or it['path']}"
+        print(f"{human_bytes(it['bytes']):>9}  {what}")
+    print(f"{doc['host']}: {verb} {human_bytes(doc['bytes'])} in {len(doc['items'])} item(s); "
+          f"{len(doc['busy'])} queued/running job(s) and agent {doc['agent']} kept"
+          + ("   (run without --dry-run to remove)" if args.dry_run and doc["items"] else ""))
+    return 0
+
+
+# ---- shell completion --------------------------------------------------------------------
+def cmd_completion(args: argparse.Namespace) -> int:
+    from gpujob import completion
+
+    if args.words:
+        items = completion.words(args.words)
+        if args.json:
+            import json
+
+            print(json.dumps(items))
+        else:
+            sys.stdout.write("".join(w + "\n" for w in items))
+        return 0
+    if not args.shell:
+        raise GpujobError("which shell?", "gpujob completion bash|zsh|fish (see README: Shell completion)")
+    text = completion.script(args.shell, build_parser())
+    if args.json:
+        import json
+
+        print(json.dumps({"shell": args.shell, "script": text}))
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
 # ---- parser ------------------------------------------------------------------------------
 class _Parser(argparse.ArgumentParser):
     """argparse with a usage error in two lines (the cause, then where the usage is), not the whole usage."""
@@ -760,6 +904,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--host")
     s.add_argument("-w", "--watch", action="store_true", help="refresh in place (one remote command per refresh)")
     s.add_argument("--interval", type=_number(float, 0.1, 3600), default=2.0, help="seconds between refreshes with -w")
+    s.add_argument("--exit-code", action="store_true",
+                   help="exit with the job's outcome: 0 succeeded, 1 failed, 4 stopped, 5 autostopped, 6 lost, "
+                        "7 not finished (docs/cli.md)")
     s = add("ls", cmd_ls, "list jobs (one remote command per host)")
     s.add_argument("--host")
     s = add("tail", cmd_tail, "print a job's output; -f follows and survives sleep and network drops")
@@ -788,6 +935,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--remote-port", type=_PORT, default=6006, help="port on the instance (default 6006: TensorBoard)")
     s.add_argument("--local-port", type=_PORT, help="local port (default: the remote one, or the next free)")
     s.add_argument("--stop", action="store_true", help="stop the TensorBoard that gpujob tunnel started for JOB")
+    s.add_argument("--install", action="store_true", help="first pip-install TensorBoard into gpujob's tools environment "
+                   "on the host (<root>/tools/tensorboard; the host's pip_index_url and network_turbo apply)")
     s = add("plot", cmd_plot, "draw a job's loss and metric curves to a PNG (needs matplotlib)")
     s.add_argument("job", type=_job_ref)
     s.add_argument("-o", "--output", help="the PNG (default JOB.png)")
@@ -808,6 +957,30 @@ def build_parser() -> argparse.ArgumentParser:
     s = add("doctor", cmd_doctor, "check a host in one round trip: Python, torch/CUDA, GPUs, disks, network, agent")
     s.add_argument("host", nargs="?", help="host profile (default local)")
     s.add_argument("--torch-timeout", type=_number(float, 1, 3600), default=60.0, help="seconds to wait for 'import torch'")
+
+    s = add("exec", cmd_exec, "run one command on a host in the environment jobs get there; exits with its code")
+    s.add_argument("host", metavar="HOST")
+    s.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD", help="the command (one argument: a shell line)")
+    s = add("ssh", cmd_ssh, "an interactive shell on a host (OpenSSH with gpujob's key; a Host gpujob-NAME entry "
+            "in ~/.ssh/config)")
+    s.add_argument("host", metavar="HOST")
+    s.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD", help="run this instead of a shell")
+    s.add_argument("--print", action="store_true", help="show the ssh command and config entry; run nothing")
+    s.add_argument("--ssh-config", metavar="PATH", help="the ssh_config to keep the entry in (default ~/.ssh/config)")
+    s = add("rm", cmd_rm, "remove jobs' folders on their hosts and their local index entries (not a running job)")
+    s.add_argument("jobs", nargs="+", metavar="JOB")
+    s.add_argument("--host", help="the jobs' host (default: where each was submitted)")
+    s.add_argument("--force", action="store_true", help="stop a queued or running job first, then remove it")
+    s = add("gc", cmd_gc, "free a host's disk: old finished jobs, unused environments, stale agents and projects")
+    s.add_argument("host", nargs="?", help="host profile (default local)")
+    s.add_argument("--older-than", default="7d", metavar="DURATION", help="finished (or last used) before this long ago "
+                   "(default 7d)")
+    s.add_argument("--dry-run", action="store_true", help="list what would go and the bytes it frees; remove nothing")
+    s.add_argument("--checkpoints-only", action="store_true", help="of old finished jobs remove the checkpoints only "
+                   "(logs and metrics stay)")
+    s = add("completion", cmd_completion, "print a shell completion script: eval \"$(gpujob completion bash)\"")
+    s.add_argument("shell", nargs="?", choices=["bash", "zsh", "fish"])
+    s.add_argument("--words", choices=["hosts", "jobs"], help="print host names or job ids, one a line (what the script calls)")
 
     np_ = sub.add_parser("notify", help="notifications", description="notifications")
     nsub = np_.add_subparsers(dest="notify_command", metavar="ACTION", required=True)

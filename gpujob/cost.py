@@ -7,6 +7,31 @@ from typing import Any, Callable
 from gpujob.agent import Agent
 
 
+def fill_host_price(job: dict[str, Any] | None, price: float | None, currency: str | None) -> dict[str, Any] | None:
+    """A job record submitted without a price gets the host's current one (``host set --price``).
+
+    The price is captured in spec.json at submit; a price set later reaches the job here, on the
+    laptop where the profile lives, so status and cost show it even for a running job.
+    """
+    if not job or not price:
+        return job
+    spec = job.get("spec")
+    b = job.get("billing")
+    if (spec or {}).get("price_per_hour") or (b or {}).get("price_per_hour"):
+        return job
+    if isinstance(spec, dict):
+        spec.update(price_per_hour=price, currency=spec.get("currency") or currency)
+    if isinstance(b, dict):
+        b.update(price_per_hour=price, price_source="host", currency=b.get("currency") or currency)
+        if b.get("elapsed_s") is not None:
+            b["cost"] = round(float(price) * float(b["elapsed_s"]) / 3600.0, 4)
+            if b.get("eta_s") is not None:
+                b["projected_cost"] = round(float(price) * (float(b["elapsed_s"]) + float(b["eta_s"])) / 3600.0, 4)
+    else:
+        job["price_per_hour"] = price
+    return job
+
+
 def job_cost(job: dict[str, Any]) -> dict[str, Any]:
     """One job's line: the agent's estimate (``billing`` in its status record) plus identity."""
     c = job.get("billing") or {}
@@ -26,12 +51,14 @@ def summarize(hosts: list[str], agent_for: Callable[[str], Agent]) -> dict[str, 
     errors: dict[str, str] = {}
     for name in hosts:
         try:
-            listed = agent_for(name).call("status")["jobs"]
+            agent = agent_for(name)
+            listed = agent.call("status")["jobs"]
         except GpujobError as e:
             errors[name] = str(e)
             continue
         h = per_host.setdefault(name, {"cost": 0.0, "currency": None, "jobs": 0, "unpriced": 0})
         for j in listed:
+            fill_host_price(j, agent.host.price_per_hour, agent.host.currency)
             line = job_cost({**j, "host": j.get("host") or name})
             out.append(line)
             h["jobs"] += 1

@@ -5,11 +5,12 @@ Each check is ``ok`` (green), ``warn`` (yellow) or ``error`` (red) and says what
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from gpujob.agent import Agent
-from gpujob.hosts import Host
+from gpujob.hosts import LOCAL, Host
 
 LOW_DISK = 5 * 1024**3  # below this free, a checkpoint or a pip install may not fit
 LEVELS = ("ok", "warn", "error")
@@ -34,8 +35,9 @@ def run_doctor(agent: Agent, host: Host, torch_timeout: float = 60.0) -> dict[st
         args += ["--data-disk", host.data_disk_path]
     if host.env.get("GPUJOB_NETWORK_TURBO_FILE"):
         args += ["--turbo-file", host.env["GPUJOB_NETWORK_TURBO_FILE"]]
-    if host.env.get("GPUJOB_PATH_PREFIX"):
-        args += ["--path-prefix", host.env["GPUJOB_PATH_PREFIX"]]
+    prefix = host.env.get("GPUJOB_PATH_PREFIX") or (os.environ.get("PATH", "") if host.kind == LOCAL else "")
+    if prefix:  # on local, jobs get this PATH (submit sends it), so the venv gpujob runs from is theirs
+        args += ["--path-prefix", prefix]
     rep = agent.call("doctor", args, timeout=torch_timeout + 120)
     rep["host"] = host.name
     rep["preset"] = host.preset
@@ -53,7 +55,9 @@ def checks(r: dict[str, Any], host: Host) -> list[Check]:
     pys = r.get("pythons") or []
     if r.get("login_python"):
         listed = ", ".join(f"{p['path']} {p.get('version') or '?'} ({p['source']})" for p in pys)
-        out.append(Check("python", "ok", f"jobs run {r['login_python']}; found: {listed}"))
+        jp = r.get("job_python") or {}
+        via = f" (as job {jp['job_id']} did)" if jp.get("job_id") else ""
+        out.append(Check("python", "ok", f"jobs run {r['login_python']}{via}; found: {listed}"))
     else:
         out.append(Check("python", "error", "no python on a login shell's PATH",
                          "install one (apt-get install -y python3) or set python: in the job to a path or conda:NAME"))

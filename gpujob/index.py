@@ -6,11 +6,11 @@ import json
 import time
 from pathlib import Path
 
-from gpujob.paths import config_dir
+from gpujob.paths import moved_from_config, state_dir
 
 
 def _path() -> Path:
-    return config_dir() / "jobs.jsonl"
+    return moved_from_config(state_dir() / "jobs.jsonl")
 
 
 def record(job_id: str, host: str, name: str) -> None:
@@ -47,3 +47,27 @@ def hosts() -> list[str]:
         seen.pop(e.get("host", ""), None)
         seen[e.get("host", "")] = None
     return [h for h in seen if h]
+
+
+def forget(job_ids: set[str]) -> int:
+    """Drop the entries of ``job_ids`` (rewritten atomically); how many went."""
+    import os
+
+    p = _path()
+    if not p.exists():
+        return 0
+    keep, dropped = [], 0
+    for line in p.read_text().splitlines():
+        try:
+            jid = json.loads(line).get("job_id")
+        except ValueError:
+            jid = None
+        if jid in job_ids:
+            dropped += 1
+        else:
+            keep.append(line + "\n")
+    if dropped:
+        tmp = p.with_name(p.name + ".tmp")
+        tmp.write_text("".join(keep))
+        os.replace(tmp, p)
+    return dropped

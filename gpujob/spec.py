@@ -353,7 +353,9 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
     _register_remote_validators()
     for sec in ("notify", "autostop"):
         val = raw.get(sec) or {}
-        if _want(ctx, (sec,), val, dict, "a mapping"):
+        if sec == "notify" and isinstance(val, list):  # a bare list of channels means the channels
+            val = {"channels": val}
+        if _want(ctx, (sec,), val, dict, "a mapping" + (" (did you mean notify: {channels: [...]}?)" if sec == "notify" else "")):
             sections[sec] = val
             validator = SECTION_VALIDATORS.get(sec)
             for msg in validator(val) if validator else []:

@@ -12,7 +12,7 @@ the stream in one thread while another sends it (the link and the two CPUs work 
 
 A file travels when it is missing there, its size, exec bit or link differs, or its mtime
 differs and the content hashes differ too (the laptop's sync record in
-``<config>/sync-hashes.json`` and the agent's cache mean only files whose size or mtime changed
+``<cache>/sync-hashes.json`` and the agent's cache mean only files whose size or mtime changed
 are hashed). ``data:`` entries ask the agent to hash everything (cached), so a data set
 already there costs one manifest. Large files go in verified 4 MiB chunks; a cut transfer
 resumes at the first chunk the part file does not have. Deletions are mirrored in the
@@ -37,7 +37,7 @@ from gpujob.agent import Agent
 from gpujob.bundle import import_remote
 from gpujob.errors import ConnectError, GpujobError, RemoteError, link_cut
 from gpujob.ignore import walk
-from gpujob.paths import config_dir
+from gpujob.paths import cache_dir, moved_from_config
 from gpujob.spec import JobSpec
 
 chunks: Any = import_remote("chunks")
@@ -79,7 +79,7 @@ class Plan:
 
 def sync_record() -> Any:
     """The laptop's hash cache (the sync record)."""
-    return chunks.HashCache(config_dir() / "sync-hashes.json")
+    return chunks.HashCache(moved_from_config(cache_dir() / "sync-hashes.json"))
 
 
 def _entry(arc: str, path: Path, st: os.stat_result) -> Entry:

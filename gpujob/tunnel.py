@@ -37,13 +37,21 @@ def ensure_tensorboard(agent: Agent, job: str, port: int) -> dict[str, Any]:
     return agent.call("tb", ["--job", job, "--port", str(port)], timeout=120)
 
 
+def install_tensorboard(agent: Agent, job: str) -> dict[str, Any]:
+    """pip-install TensorBoard into gpujob's tools environment on the host (``<root>/tools/tensorboard``)."""
+    return agent.call("tb", ["--job", job, "--install"], timeout=1200)
+
+
 def run_tunnel(host: Host, remote_port: int, local_port: int | None, job: str | None = None,
                on_ready: Callable[[dict[str, Any]], None] | None = None,
-               on_event: Callable[[str], None] | None = None, retries: int = 1000) -> None:
+               on_event: Callable[[str], None] | None = None, retries: int = 1000, install: bool = False) -> None:
     """Forward a local port to ``remote_port`` on ``host`` until interrupted (Ctrl-C)."""
     say = on_event or (lambda msg: sys.stderr.write(msg + "\n"))
     agent = connect_agent(host)
     info: dict[str, Any] = {"host": host.name, "remote_port": remote_port}
+    if job and install:
+        say(f"installing TensorBoard into gpujob's tools environment on {host.name}…")
+        info["installed"] = install_tensorboard(agent, job)
     if job:
         tb = ensure_tensorboard(agent, job, remote_port)
         info.update(job_id=tb["job_id"], tensorboard=tb, autodl_url=tb.get("autodl_url"))

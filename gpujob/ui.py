@@ -52,20 +52,55 @@ def cost(job: dict[str, Any]) -> str:
     return f"{price * secs / 3600:.2f}"
 
 
-def jobs_table(jobs: list[dict[str, Any]], title: str | None = None) -> Any:
-    from rich.table import Table
+# ``ls`` columns in the order shown, most important first in LS_IMPORTANCE: at a narrow width
+# the least important give way whole (never a header cut to ``ST…``); the last line fills what is left
+LS_COLUMNS = ("JOB", "HOST", "STATE", "QUEUE", "ATTEMPT", "ELAPSED", "STEP", "LOSS", "LAST LINE")
+LS_IMPORTANCE = ("JOB", "STATE", "HOST", "STEP", "LOSS", "ELAPSED", "ATTEMPT", "QUEUE", "LAST LINE")
+LS_GAP = 2
+LAST_LINE_MIN, LAST_LINE_MAX = 12, 60
 
-    t = Table(title=title, box=None, header_style="bold")
-    for col in ("JOB", "HOST", "STATE", "QUEUE", "ATTEMPT", "ELAPSED", "STEP", "LOSS", "LAST LINE"):
-        t.add_column(col, overflow="ellipsis", no_wrap=True, max_width=48 if col == "LAST LINE" else None)
-    for j in jobs:
-        m = j.get("last_metrics") or {}
-        state = j.get("state", "?")
-        t.add_row(
-            j.get("job_id", "?"), j.get("host") or "-", f"[{STATE_STYLE.get(state, 'white')}]{state}[/]",
-            f"#{j['queue_position']}" if j.get("queue_position") else "-", str(j.get("attempt") or "-"), format_duration(elapsed(j)), str(m.get("step", "-")),
-            _fmt(m.get("loss")), (j.get("last_line") or "")[-60:],
-        )
+
+def _ls_cells(j: dict[str, Any]) -> dict[str, str]:
+    m = j.get("last_metrics") or {}
+    return {
+        "JOB": j.get("job_id", "?"), "HOST": j.get("host") or "-", "STATE": j.get("state", "?"),
+        "QUEUE": f"#{j['queue_position']}" if j.get("queue_position") else "-",
+        "ATTEMPT": str(j.get("attempt") or "-"), "ELAPSED": format_duration(elapsed(j)),
+        "STEP": str(m.get("step", "-")), "LOSS": _fmt(m.get("loss")),
+        "LAST LINE": " ".join((j.get("last_line") or "").split()),  # its start: a line is read from the left
+    }
+
+
+def ls_layout(rows: list[dict[str, str]], width: int) -> dict[str, int]:
+    """{column: width} of the columns that fit in ``width``, by importance; empty columns left out."""
+    widths = {c: max([len(c)] + [len(r[c]) for r in rows]) for c in LS_COLUMNS}
+    shown = [c for c in LS_COLUMNS if c in ("JOB", "HOST", "STATE") or any(r[c] not in ("-", "") for r in rows)]
+    chosen: dict[str, int] = {}
+    used = -LS_GAP
+    for c in (c for c in LS_IMPORTANCE if c in shown):
+        if c == "LAST LINE":
+            room = width - used - LS_GAP
+            if room >= LAST_LINE_MIN:
+                chosen[c] = min(widths[c], room, LAST_LINE_MAX)
+            continue
+        if used + LS_GAP + widths[c] > width and c not in ("JOB", "STATE"):
+            break  # a less important column never shows where a more important one could not
+        chosen[c] = widths[c]
+        used += LS_GAP + widths[c]
+    return {c: chosen[c] for c in LS_COLUMNS if c in chosen}
+
+
+def jobs_table(jobs: list[dict[str, Any]], title: str | None = None, width: int | None = None) -> Any:
+    from rich.table import Table
+    from rich.text import Text
+
+    rows = [_ls_cells(j) for j in jobs]
+    layout = ls_layout(rows, width if width is not None else console().width)
+    t = Table(title=title, box=None, header_style="bold", pad_edge=False, padding=(0, LS_GAP // 2))
+    for col, w in layout.items():
+        t.add_column(col, overflow="ellipsis", no_wrap=True, min_width=w, max_width=w)
+    for r in rows:
+        t.add_row(*(Text(r[c], style=STATE_STYLE.get(r[c], "white") if c == "STATE" else "") for c in layout))
     return t
 
 

@@ -69,7 +69,11 @@ def status_doc(doc: dict[str, Any]) -> dict[str, Any]:
 
 def fetch(agent: Agent, job: str, points: int = 60) -> dict[str, Any]:
     """One remote command: the agent's ``watch`` verb."""
-    return status_doc(agent.call("watch", ["--job", job, "--points", str(points)]))
+    from gpujob.cost import fill_host_price
+
+    doc = agent.call("watch", ["--job", job, "--points", str(points)])
+    fill_host_price(doc.get("job"), agent.host.price_per_hour, agent.host.currency)  # a price set after submit
+    return status_doc(doc)
 
 
 def live(agent: Agent, job: str, interval: float = 2.0, render: Callable[[dict[str, Any]], Any] | None = None) -> dict:

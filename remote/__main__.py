@@ -165,6 +165,8 @@ def cmd_tb(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
 
     if a.stop:
         return observe.stop_tensorboard(root, a.job)
+    if getattr(a, "install", False):
+        return observe.install_tensorboard(root, a.job)
     return observe.tensorboard(root, a.job, a.port, a.wait)
 
 
@@ -240,6 +242,18 @@ def cmd_doctor(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     from remote import doctor
 
     return doctor.report(root, a.data_disk, a.turbo_file, a.path_prefix, a.torch_timeout)
+
+
+def cmd_rm(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+    from remote import cleanup
+
+    return cleanup.remove(root, a.job, a.force, a.wait)
+
+
+def cmd_gc(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+    from remote import cleanup
+
+    return cleanup.gc(root, a.older_than, a.dry_run, a.checkpoints_only)
 
 
 SERVED = ("hello", "status", "watch", "port", "agentlog", "gpus", "manifest", "receive")
@@ -330,6 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--port", type=int, default=6006)
     s.add_argument("--wait", type=float, default=60.0)
     s.add_argument("--stop", action="store_true", help="stop the TensorBoard started for the job")
+    s.add_argument("--install", action="store_true", help="pip-install TensorBoard into <root>/tools/tensorboard")
     s = sub.add_parser("port")
     s.add_argument("--port", type=int, required=True)
     s = sub.add_parser("agentlog")
@@ -347,6 +362,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("job_id")
     s = sub.add_parser("pulled")
     s.add_argument("--job", required=True)
+    s = sub.add_parser("rm")
+    s.add_argument("--job", required=True)
+    s.add_argument("--force", action="store_true")
+    s.add_argument("--wait", type=float, default=120.0)
+    s = sub.add_parser("gc")
+    s.add_argument("--older-than", type=float, required=True, help="seconds")
+    s.add_argument("--dry-run", action="store_true")
+    s.add_argument("--checkpoints-only", action="store_true")
     s = sub.add_parser("idle_shutdown")
     s.add_argument("--minutes", type=float, default=0.0)
     s = sub.add_parser("idle_watch")

@@ -174,8 +174,19 @@ def disk(path: Optional[str]) -> Dict[str, Any]:
 
 def report(root: Root, data_disk: Optional[str] = None, turbo_file: Optional[str] = None, path_prefix: str = "",
            torch_timeout: float = 60.0) -> Dict[str, Any]:
-    """Every field, null when unknown."""
+    """Every field, null when unknown.
+
+    Python and torch are those of the newest job's interpreter (its ``python:`` and PATH, kept
+    in env.json) when a job has run here: what jobs actually run, not the bare login shell's.
+    """
+    from remote import jobenv
+
+    job_id, jenv = jobenv.newest(root)
+    if jenv.get("GPUJOB_PATH_PREFIX"):
+        path_prefix = jenv["GPUJOB_PATH_PREFIX"]
     lenv = login_env(path_prefix)
+    if jenv.get("GPUJOB_PYTHON"):
+        lenv["python"] = jenv["GPUJOB_PYTHON"]
     penv = pid1_env()
     plat = {}  # type: Dict[str, str]
     for source in (penv, lenv, os.environ):
@@ -194,6 +205,7 @@ def report(root: Root, data_disk: Optional[str] = None, turbo_file: Optional[str
                   "python_version": sys.version.split()[0]},
         "os": os_info(),
         "login_python": login_py,
+        "job_python": {"job_id": job_id, "python": login_py, "path_prefix": path_prefix} if job_id else None,
         "pythons": pythons(login_py),
         "torch": torch_info(login_py, torch_timeout),
         "nvidia": nvidia(path_prefix),

@@ -1,7 +1,7 @@
 """Job events → notifications, sent by the agent (standard library only).
 
 The supervisor calls ``Notifier.emit(kind, ...)`` at started / restarted / succeeded /
-failed / autostopped; sends run one at a time in a background thread so the loop never
+failed / stopped / autostopped; sends run one at a time in a background thread so the loop never
 blocks. ``Notifier.flush()`` waits for every send to be delivered or to have spent its
 retries (the power-off waits on it).
 
@@ -220,7 +220,7 @@ def notify_lost(root: Root, job_id: str) -> Dict[str, Any]:
 
 # ---- the supervisor's hooks (each never raises) ----------------------------------------------
 
-_FINAL = {"succeeded": "succeeded", "failed": "failed", "autostopped": "autostopped"}
+_FINAL = {"succeeded": "succeeded", "failed": "failed", "stopped": "stopped", "autostopped": "autostopped"}
 
 
 def attach(sup: Any) -> None:

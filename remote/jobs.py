@@ -83,8 +83,9 @@ def submit(root: Root, request: Dict[str, Any]) -> Dict[str, Any]:
     spec = request["spec"]
     project = request.get("project") or spec["name"]
     code = root.project_code(project)
-    if not code.is_dir():
-        raise AgentError("the project {} has no synced code on this host".format(project), "submit again", "no_code")
+    # the client syncs right before this; an absent folder is an empty tree (a project whose only
+    # file is its job file, kept home for its secrets), which is a valid project
+    code.mkdir(parents=True, exist_ok=True)
     job_id = request.get("job_id") or new_job_id(spec["name"])
     job = root.job(job_id)
     job.path.mkdir(parents=True)

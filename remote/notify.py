@@ -32,7 +32,7 @@ from email.message import EmailMessage
 from email.utils import formatdate, make_msgid
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
-EVENTS = ("started", "succeeded", "failed", "restarted", "autostopped", "lost", "test")
+EVENTS = ("started", "succeeded", "failed", "restarted", "stopped", "autostopped", "lost", "test")
 DEFAULT_ON = ["succeeded", "failed", "autostopped", "lost"]
 
 AUTODL_URL = "https://www.autodl.com/api/v1/wechat/message/send"
@@ -361,6 +361,7 @@ _VERB = {
     "succeeded": ("\u2705", "succeeded"),
     "failed": ("\u274c", "failed"),
     "restarted": ("\U0001f501", "restarted"),
+    "stopped": ("\u23f9\ufe0f", "stopped"),
     "autostopped": ("\u23f9\ufe0f", "auto-stopped"),
     "lost": ("\u26a0\ufe0f", "lost contact"),
     "test": ("\U0001f514", "test notification"),

@@ -206,11 +206,76 @@ def tb_dir(job: JobDir) -> str:
     return str((job.code / tb).resolve()) if tb else str(job.tb)
 
 
+# which TensorBoard serves a job: the job's own interpreter (``python:`` and its PATH), then any
+# ``tensorboard`` that runs on the host's login PATH, then gpujob's tools environment
+TB_PICK = """
+py="${GPUJOB_PYTHON:-$(command -v python || command -v python3)}"
+if [ -n "$py" ] && "$py" -c 'import tensorboard' >/dev/null 2>&1; then
+  echo "gpujob-tb job $py"; exec "$py" -m tensorboard.main "$@"
+fi
+tb="$(command -v tensorboard)"
+if [ -n "$tb" ] && "$tb" --version >/dev/null 2>&1; then echo "gpujob-tb host $tb"; exec "$tb" "$@"; fi
+if [ -x "$GPUJOB_TB_TOOLS/bin/tensorboard" ]; then
+  echo "gpujob-tb tools $GPUJOB_TB_TOOLS/bin/tensorboard"; exec "$GPUJOB_TB_TOOLS/bin/tensorboard" "$@"
+fi
+echo "gpujob-tb none ${py:-no-python}"; exit 127
+"""
+# a venv (seeing the image's packages) that gpujob installs TensorBoard into on request
+TB_INSTALL = """
+py="$(command -v python3 || command -v python)"
+[ -n "$py" ] || { echo "no python3 on the login shell's PATH"; exit 127; }
+[ -x "$GPUJOB_TB_TOOLS/bin/python" ] || "$py" -m venv --system-site-packages "$GPUJOB_TB_TOOLS" || exit $?
+exec "$GPUJOB_TB_TOOLS/bin/python" -m pip install --disable-pip-version-check tensorboard
+"""
+
+
+def tb_tools(root: Root) -> Path:
+    return root.root / "tools" / "tensorboard"
+
+
+def job_env(root: Root, job: JobDir) -> Dict[str, str]:
+    """What the job's run command saw (host env, job env, its interpreter's PATH), without gpujob's own."""
+    from remote import jobenv
+
+    spec = job.spec_data()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUJOB_") and k != "PYTHONPATH"}
+    env.update(spec.get("host_env") or {})
+    env.update(spec.get("env") or {})
+    env.update(jobenv.load(job))
+    env["GPUJOB_TB_TOOLS"] = str(tb_tools(root))
+    return env
+
+
+def install_tensorboard(root: Root, ref: str, timeout: float = 900.0) -> Dict[str, Any]:
+    """pip-install TensorBoard into ``<root>/tools/tensorboard`` with the host's pip and proxy settings."""
+    from remote import provision
+
+    job = root.job(jobs.resolve(root, ref))
+    env = job_env(root, job)
+    if provision.turbo_mode(env):
+        env.update(provision.turbo_env(env))
+    tools = tb_tools(root)
+    tools.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        res = subprocess.run(["bash", "-lc", PATH_PREFIX + TB_INSTALL], env=env, cwd=str(root.root),
+                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise jobs.AgentError("installing TensorBoard took over {:.0f} s".format(timeout),
+                              "check the host's network (gpujob doctor), then retry", "tb_install") from None
+    out = res.stdout.decode("utf-8", "replace")
+    if res.returncode != 0:
+        raise jobs.AgentError("pip could not install TensorBoard into {}: {}".format(tools, out.strip()[-600:]),
+                              "set a reachable index: gpujob host set HOST --pip-index-url URL "
+                              "(or --network-turbo true on AutoDL), then retry", "tb_install")
+    return {"installed": True, "path": str(tools), "pip_index_url": env.get("PIP_INDEX_URL")}
+
+
 def tensorboard(root: Root, ref: str, port: int, wait: float = 60.0) -> Dict[str, Any]:
     """Start TensorBoard on the job's tb folder on ``port`` unless something serves there.
 
-    Detached (own session), with the job's interpreter: the run command's login shell,
-    PATH and environment. Returns what serves the port and the AutoDL URL if exposed.
+    Detached (own session), with the job's interpreter (its ``python:`` and PATH, in a login
+    shell), else the host's ``tensorboard``, else gpujob's tools environment. Returns what
+    serves the port (``via``) and the AutoDL URL if exposed.
     """
     job_id = jobs.resolve(root, ref)
     job = root.job(job_id)
@@ -219,47 +284,61 @@ def tensorboard(root: Root, ref: str, port: int, wait: float = 60.0) -> Dict[str
     if _listening(port):
         info = read_json(job.path / "tensorboard.json", {}) or {}
         return {"job_id": job_id, "port": port, "started": False, "logdir": logdir, "pid": info.get("pid"),
-                "autodl_url": url}
+                "via": info.get("via"), "autodl_url": url}
     Path(logdir).mkdir(parents=True, exist_ok=True)
-    spec = job.spec_data()
-    env = dict(os.environ)
-    for k in list(env):
-        if k.startswith("GPUJOB_") or k == "PYTHONPATH":
-            env.pop(k)
-    env.update(spec.get("host_env") or {})
-    env.update(spec.get("env") or {})
+    env = job_env(root, job)
     bind = "0.0.0.0" if url else "127.0.0.1"
-    cmd = PATH_PREFIX + "exec python3 -m tensorboard.main --logdir {} --port {} --host {} --reload_interval 5".format(
-        _q(logdir), int(port), bind)
+    args = ["--logdir", logdir, "--port", str(int(port)), "--host", bind, "--reload_interval", "5"]
     log_path = job.path / "tensorboard.log"
     log = open(str(log_path), "ab")
     start = log_path.stat().st_size
-    p = subprocess.Popen(["bash", "-lc", cmd], cwd=str(job.path), env=env, stdin=subprocess.DEVNULL, stdout=log,
-                         stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+    p = subprocess.Popen(["bash", "-lc", PATH_PREFIX + TB_PICK, "gpujob-tb"] + args, cwd=str(job.path), env=env,
+                         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                         close_fds=True)
     log.close()
     write_json(job.path / "tensorboard.json", {"pid": p.pid, "port": port, "logdir": logdir, "started_at": time.time()})
+
+    def output() -> str:
+        try:
+            with open(str(log_path), "rb") as f:
+                f.seek(start)
+                return f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
     deadline = time.time() + wait
     while time.time() < deadline:
         if _listening(port):
-            return {"job_id": job_id, "port": port, "started": True, "logdir": logdir, "pid": p.pid, "autodl_url": url}
+            via = _tb_via(output())
+            write_json(job.path / "tensorboard.json", {"pid": p.pid, "port": port, "logdir": logdir,
+                                                       "started_at": time.time(), "via": via})
+            return {"job_id": job_id, "port": port, "started": True, "logdir": logdir, "pid": p.pid, "via": via,
+                    "autodl_url": url}
         if p.poll() is not None:
             break
         time.sleep(0.2)
-    try:
-        with open(str(log_path), "rb") as f:
-            f.seek(start)
-            out = f.read().decode("utf-8", "replace")
-    except OSError:
-        out = ""
+    out = output()
     if p.poll() is None:
         p.kill()
-    if "No module named" in out and "tensorboard" in out:
+    via = _tb_via(out)
+    if via and via["kind"] == "none":
         raise jobs.AgentError(
-            "TensorBoard is not installed in the job's environment on this host",
-            "install it where the job's python3 is: gpujob's run command environment, e.g. "
-            "`pip install tensorboard` in that env (then retry gpujob tunnel)", "tb_missing")
+            "TensorBoard is not installed in the job's environment ({}) nor on this host's PATH".format(via["path"]),
+            "gpujob tunnel JOB --install puts it into gpujob's tools environment on the host ({}; pip with the "
+            "host's pip_index_url and network_turbo settings: gpujob host set HOST --pip-index-url URL), "
+            "or `pip install tensorboard` with the job's python".format(tb_tools(root)), "tb_missing")
     raise jobs.AgentError("TensorBoard did not start on port {}: {}".format(port, out.strip()[-600:] or "no output"),
                           "see {}; another port: gpujob tunnel JOB --remote-port N".format(log_path), "tb_failed")
+
+
+def _tb_via(out: str) -> Optional[Dict[str, str]]:
+    """``{kind: job|host|tools|none, path}`` from the picker's first line."""
+    for line in out.splitlines():
+        if line.startswith("gpujob-tb "):
+            parts = line.split(" ", 2)
+            if len(parts) == 3:
+                return {"kind": parts[1], "path": parts[2]}
+    return None
 
 
 def stop_tensorboard(root: Root, ref: str, grace: float = 5.0) -> Dict[str, Any]:
@@ -294,10 +373,6 @@ def stop_tensorboard(root: Root, ref: str, grace: float = 5.0) -> Dict[str, Any]
     info["stopped_at"] = time.time()
     write_json(job.path / "tensorboard.json", info)
     return {"job_id": job_id, "stopped": True, "pid": pid, "running": False}
-
-
-def _q(s: str) -> str:
-    return "'" + s.replace("'", "'\"'\"'") + "'"
 
 
 _indexed = {}  # type: Dict[str, int]

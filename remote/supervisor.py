@@ -328,6 +328,12 @@ class Supervisor:
         except provision.SetupFailed as e:
             stop = self.stop_requested()
             return self.finish("stopped" if stop else "failed", reason=stop or "setup failed", exit_code=e.rc)
+        try:  # tunnel, doctor and exec run what the job runs
+            from remote import jobenv
+
+            jobenv.record(self.job, self.spec)
+        except OSError as e:
+            agent_log(self.root, "env.json of {} not written: {}".format(self.job.id, e))
         while True:
             if self.stop_requested():
                 return self.finish("stopped", reason=self.stop_requested(), exit_code=None)

@@ -138,9 +138,11 @@ def _drop_stale_pyenv_lock() -> None:
 
 @pytest.fixture(autouse=True)
 def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Every test gets its own config folder (profiles, keys, known_hosts) and local root."""
+    """Every test gets its own config folder (profiles, keys, known_hosts), state and cache folders, and local root."""
     cfg = tmp_path / "config"
     monkeypatch.setenv("GPUJOB_CONFIG_DIR", str(cfg))
+    monkeypatch.setenv("GPUJOB_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("GPUJOB_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("GPUJOB_LOCAL_ROOT", str(tmp_path / "local-root"))
     monkeypatch.setenv("GPUJOB_CONNECT_RETRIES", "1")
     monkeypatch.setenv("GPUJOB_NO_SSH_AGENT", "1")

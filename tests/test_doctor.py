@@ -158,3 +158,26 @@ def test_checks_torch_cannot_use_gpu() -> None:
     assert by["network_turbo"].level == "error"
     assert by["platform"].level == "ok" and "westb" in by["platform"].message
     assert by["agent log"].level == "warn"
+
+
+def test_doctor_on_local_reports_the_interpreter_jobs_run(tmp_path: Path) -> None:
+    """After a job ran with a venv's python, doctor reports that python and its torch."""
+    import subprocess
+    import sys
+
+    from tests.test_first_path import submit, wait_state, write_job
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
+    job = write_job(tmp_path, "vj", "import sys; print(sys.executable)\n", "python main.py",
+                    python=str(venv / "bin" / "python"))
+    job_id = submit("local", job)["job_id"]
+    wait_state("local", job_id, ("succeeded",))
+    r = run_cli("doctor", "--json", timeout=300)
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["login_python"] == str(venv / "bin" / "python")
+    assert rep["job_python"]["job_id"] == job_id
+    assert rep["torch"]["python"] == str(venv / "bin" / "python") and rep["torch"]["version"]
+    human = "".join(run_cli("doctor", timeout=300).stdout.split())  # rich wraps long paths at 80 columns
+    assert f"jobsrun{venv / 'bin' / 'python'}" in human and "torchnotimportable" not in human

@@ -151,12 +151,49 @@ def test_tensorboard_missing_says_how_to_install(tmp_path: Path) -> None:
     r = subprocess.run(["/usr/bin/python3", "-c", "import tensorboard"], capture_output=True)
     if r.returncode == 0:
         pytest.skip("the system python3 has tensorboard")
-    job = write_job(tmp_path, "notb", "", "true", env={"GPUJOB_PATH_PREFIX": "/usr/bin"})
+    # the job runs /usr/bin/python3; pyenv's shims (on this image's login PATH) find nothing for "system"
+    job = write_job(tmp_path, "notb", "", "true", env={"GPUJOB_PATH_PREFIX": "/usr/bin", "PYENV_VERSION": "system",
+                                                        "PIP_INDEX_URL": f"http://127.0.0.1:{free_port()}/simple",
+                                                        "PIP_CONFIG_FILE": os.devnull, "PIP_FIND_LINKS": str(tmp_path),
+                                                        "PIP_RETRIES": "0", "PIP_TIMEOUT": "2"})
     job_id = submit("local", job)["job_id"]
     wait_state("local", job_id, ("succeeded", "failed"))
     r = run_cli("tunnel", job_id, "--host", "local", "--remote-port", str(free_port()))
     assert r.returncode == 2, r.stdout + r.stderr
     assert "TensorBoard is not installed" in r.stderr and "pip install tensorboard" in r.stderr
+    assert "nor on this host's PATH" in r.stderr and "gpujob tunnel JOB --install" in r.stderr
+    assert "--pip-index-url" in r.stderr
+    # the offered install uses the host's pip settings: an index that does not answer fails clearly
+    r = run_cli("tunnel", job_id, "--host", "local", "--remote-port", str(free_port()), "--install", timeout=300)
+    assert r.returncode == 2 and "pip could not install TensorBoard" in r.stderr, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr
+    assert (Path(os.environ["GPUJOB_LOCAL_ROOT"]) / "tools" / "tensorboard" / "bin" / "python").exists()
+
+
+def test_tensorboard_runs_with_the_jobs_venv_python(ssh_host: str, tmp_path: Path) -> None:
+    """A job whose ``python:`` is a venv: TensorBoard starts with that interpreter, not the login shell's."""
+    venv = tmp_path / "jobvenv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
+    job = write_job(tmp_path, "venvtb", "import sys; print('prefix', sys.prefix)\n", "python main.py",
+                    python=str(venv / "bin" / "python"))
+    job_id = submit(ssh_host, job)["job_id"]
+    wait_state(ssh_host, job_id, ("succeeded",))
+    jdir = tmp_path / "remote-root" / "jobs" / job_id
+    assert f"prefix {venv}" in (jdir / "output.log").read_text()  # the job itself ran in the venv
+    _write_events(jdir / "tb" / "run1")
+    p, info = _tunnel(job_id, "--host", ssh_host, "--remote-port", str(free_port()))
+    pid = info["tensorboard"]["pid"]
+    try:
+        assert info["tensorboard"]["via"] == {"kind": "job", "path": str(venv / "bin" / "python")}
+        assert "run1" in json.loads(_get(info["url"] + "data/runs", want="run1"))
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        assert argv[0].decode() == str(venv / "bin" / "python") and b"tensorboard.main" in argv
+    finally:
+        _stop(p)
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            pass
 
 
 def test_nothing_listening_on_the_host_port() -> None:

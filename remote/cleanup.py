@@ -1,0 +1,168 @@
+"""``rm`` (one job's folder) and ``gc`` (what old jobs, environments, agents and projects hold).
+
+A rented instance's data disk is small (AutoDL: about 50 GB). Nothing a queued or running job
+needs is ever removed: its folder, its environment, the agent version its supervisor runs, and
+the agent version answering now. The bytes reported are what removal frees: a file hard-linked
+from elsewhere (a job's code snapshot shares its files with the project's code) counts only
+when every link to it goes.
+"""
+
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from remote import jobs, procs
+from remote.layout import TERMINAL, Root, read_json
+
+FINISHED = ("succeeded", "failed", "stopped", "autostopped")  # lost stays: gpujob resume may revive it
+
+
+def freed_bytes(paths: List[Path]) -> int:
+    """Bytes that removing ``paths`` gives back (a file's blocks only once all its links go)."""
+    seen = {}  # type: Dict[tuple, List[int]]
+    for top in paths:
+        try:
+            tst = top.lstat()
+        except OSError:
+            continue
+        walk = [(str(top), tst)]
+        if not top.is_symlink() and top.is_dir():
+            for dirpath, dirnames, filenames in os.walk(str(top)):
+                for n in dirnames + filenames:
+                    p = os.path.join(dirpath, n)
+                    try:
+                        walk.append((p, os.lstat(p)))
+                    except OSError:
+                        pass
+        for _, st in walk:
+            rec = seen.setdefault((st.st_dev, st.st_ino), [0, st.st_nlink, st.st_blocks * 512 or st.st_size])
+            rec[0] += 1
+    return sum(size for count, links, size in seen.values() if count >= links or links <= 1)
+
+
+def _remove(path: Path) -> None:
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.exists():
+        shutil.rmtree(str(path))
+
+
+def _stop_tensorboard(root: Root, job_id: str) -> None:
+    from remote import observe
+
+    try:
+        observe.stop_tensorboard(root, job_id, grace=2.0)
+    except Exception:
+        pass
+
+
+def remove(root: Root, ref: str, force: bool = False, wait: float = 120.0) -> Dict[str, Any]:
+    """Remove a job's folder; a queued or running one only with ``force`` (stopped first)."""
+    job_id = jobs.resolve(root, ref)
+    job = root.job(job_id)
+    st = jobs.live_status(root, job, procs.boot_id())
+    stopped = False
+    if st.get("state") not in TERMINAL:
+        if not force:
+            raise jobs.AgentError("{} is {}: it would lose its work".format(job_id, st.get("state")),
+                                  "stop it first (gpujob stop {0}), or gpujob rm {0} --force stops it, "
+                                  "then removes it".format(job_id), "running")
+        st = jobs.stop(root, job_id, wait, reason="stopped by gpujob rm --force")
+        if st.get("state") not in TERMINAL:
+            raise jobs.AgentError("{} did not stop within {:.0f} s; nothing was removed".format(job_id, wait),
+                                  "retry gpujob rm {} --force".format(job_id), "not_stopped")
+        stopped = True
+    _stop_tensorboard(root, job_id)
+    size = freed_bytes([job.path])
+    _remove(job.path)
+    return {"job_id": job_id, "removed": True, "stopped": stopped, "bytes": size, "path": str(job.path)}
+
+
+def _agent_version() -> str:
+    return Path(__file__).resolve().parent.parent.name
+
+
+def plan(root: Root, older_than: float, checkpoints_only: bool = False, now: Optional[float] = None) -> Dict[str, Any]:
+    """What ``gc`` would remove: [{kind, path, bytes, job_id?}] and what it kept busy."""
+    from remote import jobenv
+
+    t = now if now is not None else time.time()
+    cutoff = t - older_than
+    boot = procs.boot_id()
+    items = []  # type: List[Dict[str, Any]]
+    live_agents = {_agent_version()}
+    used_envs = set()  # env hashes (and venv names) that kept jobs use
+    used_projects = set()  # projects of kept jobs
+    env_unknown = False  # a live job whose environment is not recorded yet: keep every environment
+    busy = []  # type: List[str]
+    for job_id in jobs.all_job_ids(root):
+        job = root.job(job_id)
+        st = jobs.live_status(root, job, boot)
+        spec = job.spec_data()
+        env = read_json(job.path / jobenv.FILE, None)
+        state = st.get("state")
+        ended = float(st.get("ended_at") or st.get("submitted_at") or 0)
+        old = state in FINISHED and ended < cutoff
+        if state not in TERMINAL:
+            busy.append(job_id)
+            if st.get("agent"):
+                live_agents.add(str(st["agent"]))
+            if not isinstance(env, dict):
+                env_unknown = True
+        if old and checkpoints_only:
+            if job.ckpt.is_dir() and not job.ckpt.is_symlink() and any(job.ckpt.iterdir()):
+                items.append({"kind": "checkpoints", "job_id": job_id, "path": str(job.ckpt)})
+        elif old:
+            items.append({"kind": "job", "job_id": job_id, "path": str(job.path)})
+            continue
+        if isinstance(env, dict):
+            used_envs.add(str(env.get("GPUJOB_ENV_HASH") or ""))
+            if env.get("VIRTUAL_ENV"):
+                used_envs.add(Path(str(env["VIRTUAL_ENV"])).name[len("venv-"):])
+        used_projects.add(str(spec.get("project") or spec.get("name") or ""))
+    if not checkpoints_only:
+        if root.envs.is_dir() and not env_unknown:
+            for p in sorted(root.envs.iterdir()):
+                digest = p.name[:-3] if p.name.endswith(".ok") else p.name[len("venv-"):] if p.name.startswith("venv-") else None
+                if digest and digest not in used_envs and _mtime(p) < cutoff:
+                    items.append({"kind": "env", "path": str(p)})
+        agents = root.root / "agent"
+        if agents.is_dir():
+            for p in sorted(agents.iterdir()):
+                if p.is_dir() and p.name not in live_agents and _mtime(p) < cutoff:
+                    items.append({"kind": "agent", "path": str(p)})
+        projects = root.root / "projects"
+        if projects.is_dir():
+            for p in sorted(projects.iterdir()):
+                if p.is_dir() and p.name not in used_projects and _mtime(p / "code") < cutoff:
+                    items.append({"kind": "project", "path": str(p)})
+    for it in items:
+        it["bytes"] = freed_bytes([Path(it["path"])])
+    return {"items": items, "bytes": freed_bytes([Path(i["path"]) for i in items]), "busy": busy,
+            "agent": _agent_version(), "older_than_s": older_than}
+
+
+def _mtime(p: Path) -> float:
+    try:
+        return p.lstat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def gc(root: Root, older_than: float, dry_run: bool = False, checkpoints_only: bool = False) -> Dict[str, Any]:
+    doc = plan(root, older_than, checkpoints_only)
+    doc["dry_run"] = dry_run
+    if dry_run:
+        return doc
+    for it in doc["items"]:
+        path = Path(it["path"])
+        if it.get("job_id"):
+            _stop_tensorboard(root, it["job_id"])
+        if it["kind"] == "checkpoints":
+            for child in list(path.iterdir()):
+                _remove(child)
+        else:
+            _remove(path)
+    return doc

@@ -1,0 +1,71 @@
+"""``gpujob exec`` (one command in the environment jobs get, streamed, its exit code) and
+``gpujob ssh`` (OpenSSH through a managed ~/.ssh/config entry), on ``local`` and the real sshd."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, run_cli
+
+
+def test_exec_runs_where_jobs_run(any_host: str) -> None:
+    if any_host != "local":
+        assert run_cli("host", "set", any_host, "--pip-index-url", "http://mirror.invalid/simple").returncode == 0
+    r = run_cli("exec", any_host, "--", 'echo "index=${PIP_INDEX_URL:-none}"; command -v python; echo oops >&2; exit 7')
+    assert r.returncode == 7, r.stderr
+    lines = r.stdout.splitlines()
+    if any_host != "local":
+        assert lines[0] == "index=http://mirror.invalid/simple"
+        assert lines[1] == str(Path(sys.executable).parent / "python")  # the profile's PATH prefix
+    assert lines[-1] == "oops"  # stderr arrives in order with stdout
+    r = run_cli("exec", any_host, "--json", "--", "tr", "a-z", "A-Z", input="piped in\n")
+    doc = json.loads(r.stdout)
+    assert r.returncode == 0 and doc["output"] == "PIPED IN\n" and doc["command"] == "tr a-z A-Z"
+
+
+def test_exec_streams_output_as_it_comes() -> None:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    p = subprocess.Popen([sys.executable, "-m", "gpujob.cli", "exec", "local", "--", "echo first; read x; echo got $x"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert p.stdout and p.stdin
+        assert p.stdout.readline() == "first\n"  # printed while the command still waits for input
+        p.stdin.write("more\n")
+        p.stdin.close()
+        assert p.stdout.read() == "got more\n" and p.wait(30) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+
+
+def test_exec_without_a_command() -> None:
+    r = run_cli("exec", "local")
+    assert r.returncode == 2 and "gpujob exec HOST -- " in r.stderr
+
+
+@pytest.mark.skipif(shutil.which("ssh") is None, reason="needs OpenSSH's client")
+def test_ssh_writes_a_marked_entry_and_runs_openssh(ssh_host: str, tmp_path: Path) -> None:
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text("Host mine\n    HostName example.com\n")
+    assert run_cli("exec", ssh_host, "--", "true").returncode == 0  # gpujob records the host key first
+    r = run_cli("ssh", ssh_host, "--print", "--json", "--ssh-config", str(cfg))
+    doc = json.loads(r.stdout)
+    assert "Host gpujob-box" in doc["block"] and doc["argv"][-1] == "gpujob-box"
+    assert cfg.read_text() == "Host mine\n    HostName example.com\n"  # --print writes nothing
+    for _ in range(2):
+        r = run_cli("ssh", ssh_host, "--ssh-config", str(cfg), "--", "echo", "hello-from-openssh", timeout=60)
+        assert r.returncode == 0 and r.stdout.strip() == "hello-from-openssh", r.stderr
+    text = cfg.read_text()
+    assert text.startswith("Host mine\n    HostName example.com\n") and text.count("Host gpujob-box") == 1
+    assert oct(cfg.stat().st_mode & 0o777) == "0o600"
+    r = run_cli("ssh", ssh_host, "--ssh-config", str(cfg), "--", "exit", "5", timeout=60)
+    assert r.returncode == 5
+    time.sleep(0)  # nothing left running: OpenSSH replaced gpujob and exited
