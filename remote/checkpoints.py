@@ -23,9 +23,9 @@ Kinds (docs/checkpoints.md has the user's version):
   complete as it appears: temporary names (``*.tmp``, ``*.part``, dot files) are never
   checkpoints.
 
-Order: by the step in the name (``checkpoint-N``, ``global_stepN``, ``step=N``, a trailing
-number), else by modification time; a file without a step (``last.ckpt``) sits where its
-time puts it among the others.
+Order: within a series (names that differ only in their numbers) by the step in the name
+(``checkpoint-N``, ``global_stepN``, ``step=N``, a trailing number); across series and for
+names without a step (``last.ckpt``) by modification time.
 """
 
 import json
@@ -252,13 +252,20 @@ def _check(found: List[Checkpoint], writing: Set[str]) -> None:
 
 
 def _ordered(found: List[Checkpoint]) -> List[Checkpoint]:
-    """Oldest first: by step, with times made monotone along the steps, and unnumbered ones by time."""
-    stepped = sorted((c for c in found if c.step is not None), key=lambda c: (c.step, c.mtime, c.name))
+    """Oldest first. Within a series (names differing only in their numbers) the step in the name
+    decides; across series, whose numbers need not compare (accelerate counts saves, Lightning
+    steps), and for names without a step, the time does. A series' times are made monotone along
+    its steps, so that both rules agree."""
     eff = {}  # type: Dict[int, float]
-    t = float("-inf")
-    for c in stepped:
-        t = max(t, c.mtime)
-        eff[id(c)] = t
+    series = {}  # type: Dict[str, List[Checkpoint]]
+    for c in found:
+        if c.step is not None:
+            series.setdefault(_series(c), []).append(c)
+    for group in series.values():
+        t = float("-inf")
+        for c in sorted(group, key=lambda c: (c.step, c.mtime, c.name)):
+            t = max(t, c.mtime)
+            eff[id(c)] = t
     return sorted(found, key=lambda c: (eff.get(id(c), c.mtime), -1 if c.step is None else c.step, c.name))
 
 
