@@ -148,6 +148,18 @@ def live_status(root: Root, job: JobDir, boot: str) -> Dict[str, Any]:
     return st
 
 
+def attempt_start(st: Dict[str, Any]) -> float:
+    """When the current attempt started, once there was an earlier one (0: every record counts)."""
+    attempts = st.get("attempts") or []
+    return float(attempts[-1].get("started_at") or 0) if len(attempts) > 1 else 0.0
+
+
+def this_attempt(st: Dict[str, Any], rec: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """``rec`` if the current attempt wrote it: a restarted job shows no metrics of a killed attempt."""
+    t = rec.get("t") if isinstance(rec, dict) else None
+    return None if isinstance(t, (int, float)) and t < attempt_start(st) else rec
+
+
 def describe(root: Root, job_id: str, detail: bool = False) -> Dict[str, Any]:
     job = root.job(job_id)
     st = live_status(root, job, procs.boot_id())
@@ -155,7 +167,7 @@ def describe(root: Root, job_id: str, detail: bool = False) -> Dict[str, Any]:
         st["log_size"] = job.log.stat().st_size
     except OSError:
         st["log_size"] = 0
-    st["last_metrics"] = last_json_line(job.metrics)
+    st["last_metrics"] = this_attempt(st, last_json_line(job.metrics))
     st["last_line"] = (tail_lines(job.log, 1) or [""])[0][-200:]
     st["now"] = now()
     if st.get("state") == "lost" and job.status().get("state") not in TERMINAL:

@@ -127,3 +127,23 @@ def test_gpus_verb_with_a_stand_in(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-m", "remote", "--root", str(tmp_path / "root"), "gpus"], env=env,
                          capture_output=True, text=True, check=True).stdout
     assert json.loads(out)["gpus"] is None  # a CPU host
+
+
+def test_a_restarted_job_shows_only_the_current_attempts_metrics(tmp_path: Path) -> None:
+    from remote import jobs, observe
+    from remote.layout import Root
+
+    root = Root(str(tmp_path / "root"))
+    job = root.job("j-1")
+    job.path.mkdir(parents=True)
+    job.write_status({"job_id": "j-1", "state": "running", "attempt": 2, "heartbeat": 1e12,
+                      "attempts": [{"n": 1, "started_at": 100.0}, {"n": 2, "started_at": 200.0}]})
+    job.metrics.write_text(json.dumps({"t": 150, "step": 50, "loss": 9.0, "eval_loss": 8.0}) + "\n")
+    assert jobs.describe(root, "j-1")["last_metrics"] is None          # the killed attempt's: not shown
+    assert observe.watch(root, "j-1")["latest"] == {}
+    with open(job.metrics, "a") as f:
+        f.write(json.dumps({"t": 210, "step": 41, "loss": 1.0}) + "\n")
+    assert jobs.describe(root, "j-1")["last_metrics"]["step"] == 41
+    w = observe.watch(root, "j-1")
+    assert w["latest"]["loss"] == 1.0 and "eval_loss" not in w["latest"]
+    assert [p[0] for p in w["series"]["loss"]] == [50, 41]               # the history keeps both attempts
