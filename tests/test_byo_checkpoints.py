@@ -187,11 +187,15 @@ def test_hf_trainer_job_pull_latest_loads(tmp_path: Path) -> None:
 
     job = write_job(tmp_path, "hfjob", HF, "python main.py ${GPUJOB_RESUME:+$GPUJOB_RESUME}",
                     checkpoint={"dir": "outputs", "keep": 2}, env={"HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"})
+    (job.parent / "outputs").mkdir()
+    (job.parent / "outputs" / "notes.txt").write_text("synced with the code")  # moved into the job's ckpt
     job_id = submit("local", job)["job_id"]
     st = wait_state("local", job_id, ("succeeded", "failed"), 180)
     assert st["state"] == "succeeded", st
     assert [(c["name"], c["kind"], c["complete"]) for c in st["checkpoints"]] == [
         ("checkpoint-4", "hf", True), ("checkpoint-6", "hf", True)]
+    jd = tmp_path / "local-root" / "jobs" / job_id
+    assert (jd / "code" / "outputs").is_symlink() and (jd / "ckpt" / "notes.txt").read_text() == "synced with the code"
     doc = json.loads(run_cli("pull", job_id, str(tmp_path / "p"), "--latest", "--json").stdout)
     assert doc["selected"] == "ckpt/checkpoint-6"
     m = AutoModelForCausalLM.from_pretrained(str(Path(doc["dest"]) / doc["selected"]))
@@ -231,3 +235,21 @@ def test_oom_named_only_on_evidence(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("GPUJOB_KMSG", str(tmp_path / "none"))
     assert oom.Watch().killed() is None                                   # nothing readable: no verdict
     assert diagnose.diagnose(log, 137, oom_killed=None)["cause"] == "signal"
+
+
+def test_checkpoint_keys_in_the_job_file(tmp_path: Path) -> None:
+    from gpujob.errors import SpecError
+    from gpujob.spec import load_spec
+
+    f = tmp_path / "job.yaml"
+    f.write_text("run: python train.py\ncheckpoint: {dir: outputs/run1, pattern: '*.pt', keep: 2}\n")
+    spec = load_spec(f)
+    assert (spec.checkpoint_dir, spec.checkpoint_pattern, spec.checkpoint_keep) == ("outputs/run1", "*.pt", 2)
+    assert spec.retry.on == ["error", "oom", "signal"]      # a kill gpujob did not send restarts by default
+    assert spec.to_remote()["checkpoint_pattern"] == "*.pt"
+    for bad, words in (("{dir: ../elsewhere}", "inside the code"), ("{pattern: /abs/*.pt}", "relative to the checkpoint"),
+                       ("{dir: x, patern: '*.pt'}", "pattern")):
+        f.write_text(f"run: python train.py\ncheckpoint: {bad}\n")
+        with pytest.raises(SpecError) as e:
+            load_spec(f)
+        assert words in str(e.value) and "job.yaml:2" in str(e.value)
