@@ -204,7 +204,8 @@ def _candidates(base: Path, pattern: Optional[str]) -> List[Path]:
             found += [sub / n for n in sorted(os.listdir(str(sub)))]
         except OSError:
             continue
-    found += sorted(base.glob("*/version_*/checkpoints/*"))  # Lightning's default_root_dir layout
+    # Lightning's layout under default_root_dir (or under lightning_logs/ given as the folder)
+    found += sorted(base.glob("*/version_*/checkpoints/*")) + sorted(base.glob("version_*/checkpoints/*"))
     return found
 
 
