@@ -243,7 +243,7 @@ def find(ckpt_dir: PathLike, pattern: Optional[str] = None, pids: Any = None,
 
 def _writers(found: List[Checkpoint], base: Path, pids: Any) -> Set[str]:
     """Files open for writing under ``base``, looked up only when a kind needs it and something
-    of that kind changed within ``WRITE_WINDOW`` s (reading every process's fds costs tens of ms)."""
+    of that kind changed within ``WRITE_WINDOW`` s (every tick would read every process's fds)."""
     recent = time.time() - WRITE_WINDOW
     if not any(c.kind not in ("hf", "gpujob") and c.mtime >= recent for c in found):
         return set()
