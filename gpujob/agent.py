@@ -75,7 +75,10 @@ class Agent:
             # PYTHONDONTWRITEBYTECODE is set or the folder is read-only later (about 0.1 s a start)
             + '"$PY" -S -m compileall -q "$T/remote" >/dev/null 2>&1; '
             + f'touch "$T/ok" || exit {CANT_WRITE}; '
-            + 'rm -rf "$A" && mv "$T" "$A" && echo "$PY"'
+            # concurrent first submits each install: a complete install (ok) already in place is
+            # kept, since other commands may be importing from it
+            + 'if [ ! -f "$A/ok" ]; then rm -rf "$A"; mv -T "$T" "$A" 2>/dev/null; fi; rm -rf "$T"; '
+            + '[ -f "$A/ok" ] && echo "$PY"'
         )
 
     def install(self) -> str:
