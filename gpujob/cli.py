@@ -390,6 +390,8 @@ def cmd_pull(args: argparse.Namespace) -> int:
         res = pull(agent, args.job, Path(args.dest), what, metric, args.include, progress_cb)
     # the agent learns the files are here: a job waiting with autostop.pull_before_shutdown powers off now
     agent.call("pulled", ["--job", res["job_id"]])
+    for link in res.get("skipped") or []:
+        print(f"warning: symlink {link} not kept: it leads outside {res['dest']}", file=sys.stderr)
     if args.json:
         print_json(res)
     else:
