@@ -180,7 +180,15 @@ def cmd_status(args: argparse.Namespace) -> int:
         print_json(st)
     else:
         console().print(job_panel(st))
+        _disk_warning([st])
     return 0
+
+
+def _disk_warning(jobs: list[dict[str, Any]]) -> None:
+    """A full or nearly full disk on the instance: how much is free and what to delete (stderr)."""
+    for advice in dict.fromkeys((j.get("disk") or {}).get("advice") for j in jobs):
+        if advice:
+            print(f"warning: {advice}", file=sys.stderr)
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
@@ -207,6 +215,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
     c.print(jobs_table(out) if out else "no jobs yet: gpujob submit job.yaml")
     for name, e in errors.items():
         c.print(f"[yellow]{name}[/]: {_esc(e)}")
+    _disk_warning(out)
     return 0
 
 

@@ -166,6 +166,11 @@ def describe(root: Root, job_id: str, detail: bool = False) -> Dict[str, Any]:
         st["log_size"] = job.log.stat().st_size
     except OSError:
         st["log_size"] = 0
+    from remote import disk
+
+    low = disk.report(root.root)
+    if low:
+        st["disk"] = low
     st["last_metrics"] = last_json_line(job.metrics)
     st["last_line"] = (tail_lines(job.log, 1) or [""])[0][-200:]
     st["now"] = now()
