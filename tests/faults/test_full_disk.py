@@ -33,7 +33,14 @@ try:
         print("saved step", step, flush=True)
 except OSError as e:
     print("the disk is full:", e, flush=True)
-    sys.exit(1)
+with open(ck / "last-page", "wb", buffering=0) as f:  # not one free page left for the agent
+    for size in (4096, 1):
+        try:
+            while True:
+                f.write(bytes(size))
+        except OSError:
+            pass
+sys.exit(1)
 """
 
 
