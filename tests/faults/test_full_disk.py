@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import kill_job_processes, run_cli
 from tests.test_first_path import submit, wait_state, write_job
 
 FILLER = """
@@ -57,8 +57,6 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
     try:
         yield mnt
     finally:
-        from tests.faults.cleanup import kill_job_processes
-
         kill_job_processes(mnt)
         subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
 
