@@ -10,7 +10,8 @@
   takes the project's lease with its manifest, keeps it through the upload and gives it back
   when its snapshot is taken, so no other submit of the project writes in between. A lease
   whose holder went quiet (a client killed mid-submit) expires after ``GPUJOB_SYNC_LEASE_TTL``
-  seconds (60); a receive in progress keeps renewing it.
+  seconds (60); a receive in progress keeps renewing it, and one that fails (a cut link) gives
+  it back at once.
 """
 
 import contextlib
@@ -153,6 +154,12 @@ def lease_kept(root: Path, project: str, token: str) -> Iterator[bool]:
     t.start()
     try:
         yield True
+    except BaseException:  # a cut or refused upload: that submit stops here, the next need not wait
+        done.set()
+        t.join()
+        with project_locked(root, project):
+            release(root, project, token)
+        raise
     finally:
         done.set()
         t.join()
