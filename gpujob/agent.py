@@ -16,7 +16,7 @@ from gpujob.errors import ConnectError, GpujobError, RemoteError
 from gpujob.hosts import LOCAL, Host
 from gpujob.transport import Result, Stream, Transport
 
-SERVED = ("hello", "status", "watch", "port", "agentlog", "gpus", "manifest", "receive")  # remote/__main__.py SERVED
+SERVED = ("hello", "status", "watch", "port", "agentlog", "gpus", "manifest", "receive", "unlease")  # remote/__main__.py SERVED
 NEED_AGENT = 97
 NO_PYTHON = 98
 CANT_WRITE = 96

@@ -400,7 +400,24 @@ def sync_job(agent: Agent, spec: JobSpec, project: str, progress: Callable[[int,
         if s is not None:
             s.kill()
         raise walked["error"]
-    plan = plan_from(remote, spec, project, record, walked["trees"])
+    try:
+        return _sync_planned(agent, spec, project, remote, walked["trees"], record, s, leased, progress)
+    except GpujobError as e:
+        # refused here (no room there, a file changing as it is read): the next submit of the project
+        # need not wait for this one's lease to expire. A broken link or a failed receive is left
+        # alone: the agent's receive gives the lease back itself, and a dead link would only add a
+        # connect timeout before the error
+        if lease and not isinstance(e, (ConnectError, RemoteError)):
+            try:
+                agent.call("unlease", leased, timeout=30)
+            except Exception:  # noqa: BLE001 - the link may be what failed; the lease then expires
+                pass
+        raise
+
+
+def _sync_planned(agent: Agent, spec: JobSpec, project: str, remote: dict, trees: list[dict[str, Entry]], record: Any,
+                  s: Any, leased: list[str], progress: Callable[[int, int], None] | None) -> SyncReport:
+    plan = plan_from(remote, spec, project, record, trees)
     record.save()
     _check_space(agent, plan, remote, s)
     if not plan.send and not plan.delete:

@@ -37,7 +37,12 @@ def cmd_status(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
 
 def cmd_submit(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     request = json.loads(sys.stdin.read())
-    res = jobs.submit(root, request)
+    try:
+        res = jobs.submit(root, request)
+    except BaseException:
+        if request.get("lease"):  # no snapshot: the project's next submit need not wait
+            locks.give_back(root.root, request.get("project") or request["spec"]["name"], request["lease"])
+        raise
     st = jobs.wait_started(root.job(res["job_id"]), 3.0)
     if st:
         res["state"] = st.get("state")
@@ -88,6 +93,12 @@ def cmd_manifest(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
         if left is not None:
             return {"busy": left}
     return transfer.manifest_doc(root.root, a.dir, a.hash_dir)
+
+
+def cmd_unlease(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+    """Give a submit's sync lease back (its client stopped before the upload or the snapshot)."""
+    locks.give_back(root.root, a.project, a.lease)
+    return {"released": True}
 
 
 def cmd_receive(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
@@ -273,7 +284,7 @@ def cmd_doctor(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     return doctor.report(root, a.data_disk, a.turbo_file, a.path_prefix, a.torch_timeout)
 
 
-SERVED = ("hello", "status", "watch", "port", "agentlog", "gpus", "manifest", "receive")
+SERVED = ("hello", "status", "watch", "port", "agentlog", "gpus", "manifest", "receive", "unlease")
 
 
 def cmd_serve(root: Root, a: argparse.Namespace) -> None:
@@ -345,6 +356,9 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("receive")
     s.add_argument("--project")
     s.add_argument("--lease")
+    s = sub.add_parser("unlease")
+    s.add_argument("--project", required=True)
+    s.add_argument("--lease", required=True)
     s = sub.add_parser("send")
     s.add_argument("--job", required=True)
     s.add_argument("--what", default="ckpt,output.log,metrics.jsonl,events.jsonl,status.json")

@@ -157,8 +157,7 @@ def lease_kept(root: Path, project: str, token: str) -> Iterator[bool]:
     except BaseException:  # a cut or refused upload: that submit stops here, the next need not wait
         done.set()
         t.join()
-        with project_locked(root, project):
-            release(root, project, token)
+        give_back(root, project, token)
         raise
     finally:
         done.set()
@@ -179,3 +178,9 @@ def release(root: Path, project: str, token: str) -> None:
             lease.unlink()
         except OSError:
             pass
+
+
+def give_back(root: Path, project: str, token: str) -> None:
+    """Release ``token``'s lease: its submit stopped short of a snapshot."""
+    with project_locked(root, project):
+        release(root, project, token)

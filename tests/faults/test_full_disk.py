@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import kill_job_processes, run_cli
-from tests.test_first_path import submit, wait_state, write_job
+from tests.test_first_path import wait_state, write_job
 
 FILLER = """
 import os, pathlib, sys
@@ -65,7 +65,15 @@ def test_a_full_disk_keeps_the_record_and_the_read_only_verbs(small_disk: Path, 
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPUJOB_LOCAL_ROOT", str(small_disk / "root"))
     job = write_job(tmp_path, "filler", FILLER, "python main.py", checkpoint={"keep": 100})
-    job_id = submit("local", job)["job_id"]
+    with open(job.parent / "big.bin", "wb") as f:
+        f.truncate(100 << 20)  # sparse here, 100 MB there: more than the 300 MB disk can take with its margin
+    r = run_cli("submit", str(job))
+    assert r.returncode != 0 and "not enough space" in r.stderr, r.stderr
+    (job.parent / "big.bin").unlink()
+    # the refused submit gave its project's sync lease back: this one does not wait 60 s for it
+    r = run_cli("submit", str(job), "--json", timeout=40)
+    assert r.returncode == 0, r.stderr
+    job_id = json.loads(r.stdout)["job_id"]
     st = wait_state("local", job_id, ("failed", "succeeded"), 120)
     assert st["state"] == "failed" and st["exit_code"] == 1
     jd = small_disk / "root" / "jobs" / job_id
