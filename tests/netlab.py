@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from remote.procs import pid_alive
+
 NAME = re.compile(r"^gj[bnv](\d+)x\d+$")
 
 
@@ -32,16 +34,6 @@ def require_root_and_ip() -> None:
         if os.environ.get("CI"):
             pytest.fail(msg)
         pytest.skip(msg)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def kill_netns(ns: str) -> None:
@@ -59,7 +51,7 @@ def clean_stale() -> list[str]:
     for line in ip("netns", "list", check=False).stdout.splitlines():
         ns = line.split()[0] if line.split() else ""
         m = NAME.match(ns)
-        if m and not _alive(int(m.group(1))):
+        if m and not pid_alive(int(m.group(1))):
             kill_netns(ns)
             removed.append(ns)
     for line in ip("-o", "link", "show", check=False).stdout.splitlines():
@@ -68,7 +60,7 @@ def clean_stale() -> list[str]:
             continue
         name = parts[1].strip().split("@")[0]
         m = NAME.match(name)
-        if m and not _alive(int(m.group(1))):
+        if m and not pid_alive(int(m.group(1))):
             ip("link", "del", name, check=False)
             removed.append(name)
     return removed

@@ -47,15 +47,13 @@ def test_ten_concurrent_submits_each_run_their_own_code(ssh_host: str, tmp_path:
         assert f"I am number {i}\n" in (root / "jobs" / job_id / "output.log").read_text()
 
 
+# a checkpoint on the first attempt, then every attempt says it is up and runs on
 LONG_JOB = """
-    import os, pathlib, time
-    ck = pathlib.Path(os.environ["GPUJOB_CKPT_DIR"])
-    print("attempt", os.environ["GPUJOB_ATTEMPT"], flush=True)
+    import os, time
     if not os.environ["GPUJOB_RESUME"]:
-        d = ck / "step-1"
-        d.mkdir()
-        (d / ".gpujob-complete").write_text("ok")
-    print("ready", flush=True)
+        os.makedirs(os.path.join(os.environ["GPUJOB_CKPT_DIR"], "step-1"))
+        open(os.path.join(os.environ["GPUJOB_CKPT_DIR"], "step-1", ".gpujob-complete"), "w").close()
+    print("attempt", os.environ["GPUJOB_ATTEMPT"], "ready", flush=True)
     time.sleep(600)
 """
 
