@@ -27,6 +27,7 @@ import io
 import os
 import queue
 import stat
+import sys
 import threading
 import time
 import zlib
@@ -362,6 +363,9 @@ def _manifest_leased(agent: Agent, args: list[str]) -> dict:
         if time.monotonic() > deadline:
             raise RemoteError(f"another submit of this project is still syncing to {agent.host.name}",
                               "wait for it to finish, then submit again; nothing was sent")
+        if delay == 0.05:
+            sys.stderr.write(f"another submit of this project is syncing to {agent.host.name}: waiting for it "
+                             f"(at most {remote['busy']:.0f} s)\n")
         time.sleep(delay)
         delay = min(0.5, delay * 1.5)
 
