@@ -67,7 +67,7 @@ def _busy(a: argparse.Namespace, left: float) -> AgentError:
 
 def _lease_lost(a: argparse.Namespace) -> AgentError:
     return AgentError("another submit of project {} took over its code while this one was quiet for longer than "
-                      "{:.0f} s".format(a.project, locks.LEASE_TTL), "submit again", "lease_lost")
+                      "{:.0f} s".format(a.project, locks.lease_ttl()), "submit again", "lease_lost")
 
 
 def cmd_sync(root: Root, a: argparse.Namespace) -> Dict[str, Any]:

@@ -94,7 +94,7 @@ def submit(root: Root, request: Dict[str, Any]) -> Dict[str, Any]:
             if not locks.renew_locked(root.root, project, lease):
                 shutil.rmtree(str(job.path), ignore_errors=True)
                 raise AgentError("another submit of project {} took over its code while this one was quiet for "
-                                 "longer than {:.0f} s".format(project, locks.LEASE_TTL), "submit again", "lease_lost")
+                                 "longer than {:.0f} s".format(project, locks.lease_ttl()), "submit again", "lease_lost")
             snapshot(code, job.code)
             locks.release(root.root, project, lease)
     else:

@@ -23,7 +23,10 @@ import time
 from pathlib import Path
 from typing import Any, Dict, Iterator, Optional
 
-LEASE_TTL = float(os.environ.get("GPUJOB_SYNC_LEASE_TTL", "60"))
+
+def lease_ttl() -> float:
+    """Seconds a quiet holder keeps the lease (read late: ``<root>/agent.env`` may set it)."""
+    return float(os.environ.get("GPUJOB_SYNC_LEASE_TTL", "60"))
 
 
 @contextlib.contextmanager
@@ -93,7 +96,7 @@ def _write(lease: Path, token: str) -> None:
     # no fsync: after a crash the lease only has to expire, which time does
     tmp = lease.with_name(".{}.{}.tmp".format(lease.name, os.getpid()))
     with open(str(tmp), "w") as f:
-        json.dump({"token": token, "until": time.time() + LEASE_TTL, "pid": os.getpid()}, f)
+        json.dump({"token": token, "until": time.time() + lease_ttl(), "pid": os.getpid()}, f)
     os.replace(str(tmp), str(lease))
 
 
@@ -147,7 +150,7 @@ def lease_kept(root: Path, project: str, token: str) -> Iterator[bool]:
     done = threading.Event()
 
     def keep() -> None:
-        while not done.wait(LEASE_TTL / 3):
+        while not done.wait(lease_ttl() / 3):
             renew(root, project, token)
 
     t = threading.Thread(target=keep, daemon=True)
