@@ -1,6 +1,6 @@
 """A TCP link between the laptop and an instance that a test can cut, freeze and resume.
 
-``LinkProxy(target_port)`` listens on 127.0.0.1:``port`` and forwards every connection to
+``LinkProxy(target_port, rate=B)`` listens on 127.0.0.1:``port`` and forwards every connection to
 127.0.0.1:``target_port``. ``freeze()`` stops moving bytes both ways (connections stay open:
 a laptop that slept, a NAT that dropped its state); ``cut()`` closes every connection and
 refuses new ones (an instance that went away); ``resume()`` moves bytes again and accepts.
@@ -11,11 +11,13 @@ from __future__ import annotations
 import select
 import socket
 import threading
+import time
 
 
 class LinkProxy:
-    def __init__(self, target_port: int, target_host: str = "127.0.0.1") -> None:
+    def __init__(self, target_port: int, target_host: str = "127.0.0.1", rate: float = 0.0) -> None:
         self.target = (target_host, target_port)
+        self.rate = rate  # bytes per second each way per connection (0: as fast as it goes)
         self.srv = socket.socket()
         self.srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.srv.bind(("127.0.0.1", 0))
@@ -63,6 +65,8 @@ class LinkProxy:
                         return
                     peer[s].sendall(data)
                     self.bytes += len(data)
+                    if self.rate:  # a link of known speed: a cut lands where the test wants it
+                        time.sleep(len(data) / self.rate)
         except (OSError, ValueError):  # cut: the sockets were closed under us
             pass
         finally:

@@ -24,7 +24,7 @@ def via(ssh_host: str, sshd: Sshd) -> Iterator[tuple[str, LinkProxy]]:
     """Host ``via``: the test sshd through a link proxy (connect timeout 5 s)."""
     from gpujob.hosts import HostStore
 
-    proxy = LinkProxy(sshd.port)
+    proxy = LinkProxy(sshd.port, rate=40e6)  # 40 MB/s: a cut after N bytes lands near N on a loaded machine too
     store = HostStore()
     h = store.get(ssh_host)
     h.name, h.port = "via", proxy.port
@@ -41,19 +41,20 @@ def cli(*args: str) -> subprocess.Popen:
 
 def cut_after(proxy: LinkProxy, nbytes: int, p: subprocess.Popen) -> None:
     """Cut the link once ``nbytes`` more have crossed it (while ``p`` runs)."""
-    start = proxy.bytes
-    wait_for(lambda: proxy.bytes - start > nbytes or p.poll() is not None, 60, "bytes on the link")
+    start, deadline = proxy.bytes, time.time() + 60
+    while proxy.bytes - start <= nbytes and p.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
     proxy.cut()
 
 
 def test_a_cut_upload_resumes_on_the_next_submit(via: tuple[str, LinkProxy], tmp_path: Path) -> None:
     host, proxy = via
     job = write_job(tmp_path, "bigsync", "print(len(open('blob.bin','rb').read()))", "python main.py")
-    blob = os.urandom(24 << 20)
+    blob = os.urandom(40 << 20)
     (job.parent / "blob.bin").write_bytes(blob)
     assert run_cli("ls", "--host", host).returncode == 0
     p = cli("submit", str(job), "--host", host, "--json")
-    cut_after(proxy, 10 << 20, p)
+    cut_after(proxy, 24 << 20, p)  # past the first 16 MiB the receiver lists as verified
     out, err = p.communicate(timeout=120)
     assert p.returncode != 0 and b"Traceback" not in err and b"submit again" in out + err, out + err
     proxy.resume()
@@ -97,7 +98,7 @@ import os
 from pathlib import Path
 d = Path(os.environ["GPUJOB_CKPT_DIR"]) / "step-1"
 d.mkdir()
-(d / "model.bin").write_bytes(os.urandom(24 << 20))
+(d / "model.bin").write_bytes(os.urandom(40 << 20))
 (d / ".gpujob-complete").write_text("")
 """
 
@@ -108,7 +109,7 @@ def test_a_cut_pull_resumes(via: tuple[str, LinkProxy], tmp_path: Path) -> None:
     assert wait_state(host, job_id, ("succeeded", "failed"))["state"] == "succeeded"
     dest = tmp_path / "pulled"
     p = cli("pull", job_id, str(dest), "--host", host, "--latest", "--json")
-    cut_after(proxy, 10 << 20, p)
+    cut_after(proxy, 24 << 20, p)
     out, err = p.communicate(timeout=120)
     assert p.returncode != 0 and b"Traceback" not in err and b"pull again" in out + err, out + err
     proxy.resume()
