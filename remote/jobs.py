@@ -87,7 +87,8 @@ def submit(root: Root, request: Dict[str, Any]) -> Dict[str, Any]:
         raise AgentError("the project {} has no synced code on this host".format(project), "submit again", "no_code")
     job_id = request.get("job_id") or new_job_id(spec["name"])
     job = root.job(job_id)
-    job.path.mkdir(parents=True)
+    carried = _take_in(root, job, request) if request.get("moved_from") else {}  # a job moved here
+    job.path.mkdir(parents=True, exist_ok=bool(carried))
     snapshot(code, job.code)
     spec = dict(spec, project=project, host=request.get("host"), host_env=request.get("host_env") or {},
                 price_per_hour=request.get("price_per_hour"), currency=request.get("currency", "CNY"),
@@ -98,10 +99,19 @@ def submit(root: Root, request: Dict[str, Any]) -> Dict[str, Any]:
     if secrets:
         write_json(job.secrets, secrets, mode=0o600)
     job.write_status({"job_id": job_id, "name": spec["name"], "project": project, "state": "queued",
-                      "submitted_at": now(), "attempt": 0, "host": request.get("host")})
-    job.event("submitted")
+                      "submitted_at": now(), "attempt": 0, "host": request.get("host"), **carried})
+    if carried:
+        job.event("moved", **{k: v for k, v in carried["moves"][-1].items() if k != "t"})
+    else:
+        job.event("submitted")
     pid = start_supervisor(root, job)
     return {"job_id": job_id, "state": "queued", "job_dir": str(job.path), "supervisor_pid": pid}
+
+
+def _take_in(root: Root, job: JobDir, request: Dict[str, Any]) -> Dict[str, Any]:
+    from remote import move
+
+    return move.take_in(root, job, request)
 
 
 def all_job_ids(root: Root) -> List[str]:
@@ -231,6 +241,9 @@ def resume(root: Root, job_id: str) -> Dict[str, Any]:
     """Restart a lost, stopped or failed job under the same id, from its newest complete checkpoint."""
     job = root.job(job_id)
     st = live_status(root, job, procs.boot_id())
+    if st.get("state") == "moved":
+        raise AgentError("job {} moved to {}: it goes on there".format(job_id, st.get("moved_to")),
+                         "gpujob resume {} (the laptop knows its new host)".format(job_id), "moved")
     if st.get("state") not in TERMINAL or st.get("state") == "succeeded":
         raise AgentError("job {} is {}: only a lost, stopped or failed job can be resumed".format(job_id, st.get("state")),
                          "see gpujob status {}".format(job_id), "bad_state")
