@@ -59,7 +59,7 @@ def probe(host: Host, need: int) -> tuple[Agent | None, str]:
         agent = connect_agent(host)
         doc = agent.call("gpus", timeout=60) if need else {}
     except GpujobError as e:
-        return None, f"does not answer ({e})"
+        return None, f"does not answer ({str(e).splitlines()[0]})"
     why = why_not(doc, need)
     if why:
         agent.t.close()

@@ -225,6 +225,8 @@ def test_placement_skips_a_busy_host_and_one_that_does_not_answer(two_hosts: tup
         (bindir / "nvidia-smi").chmod(0o755)
         (bindir / "figures.csv").write_text(figures)  # a: someone else's process fills GPU 0
         add_host(name, two_hosts[0 if name == "a" else 1], tmp_path / f"root-{name}", str(bindir))
+        (tmp_path / f"root-{name}").mkdir()  # the agent's own gpus verb finds the stand-in too
+        (tmp_path / f"root-{name}" / "agent.env").write_text(f"GPUJOB_PATH_PREFIX={bindir}\n")
     HostStore().save(Host(name="gone", hostname="127.0.0.1", port=free_port(), user="root", connect_timeout=2))
     job = write_job(tmp_path, "place", "print('placed')\n", "python main.py", gpus=1, host=["gone", "a", "b"])
     r = run_cli("submit", str(job), "--json")
@@ -239,3 +241,15 @@ def test_placement_skips_a_busy_host_and_one_that_does_not_answer(two_hosts: tup
     r = run_cli("submit", str(job), "--host", "a,b")
     assert r.returncode != 0 and "no host has the job's GPUs free" in r.stderr and "--wait-gpus" in r.stderr
     assert "Traceback" not in r.stderr
+    # --wait-gpus: polls until b frees up, then lands there
+    env = dict(os.environ, PYTHONPATH=str(REPO), GPUJOB_PLACE_POLL="0.5")
+    waiting = subprocess.Popen([sys.executable, "-m", "gpujob.cli", "submit", str(job), "--host", "a,b", "--wait-gpus",
+                                "2m"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        wait_for(lambda: (waiting.stderr.readline() or "").startswith("waiting"), 60, "the first wait")
+        (tmp_path / "bin-b" / "figures.csv").write_text("0, 0, 5, 81920, 60.0, 30\n")
+        out, err = waiting.communicate(timeout=120)
+    finally:
+        waiting.kill()
+    assert waiting.returncode == 0, err
+    assert "submitted to b" in out and "skipped a: 1 of 1 GPU(s) busy" in err
