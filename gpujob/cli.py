@@ -456,6 +456,23 @@ def cmd_move(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_guard(args: argparse.Namespace) -> int:
+    from gpujob.guard import guard
+    from gpujob.ui import console, print_json
+
+    def note(text: str) -> None:
+        if not args.json:
+            console().print(_esc(text))
+
+    outcomes = guard(args.jobs, args.interval, args.once, note)
+    if args.json:
+        print_json({"outcomes": outcomes})
+    for o in outcomes if not args.json else []:
+        what = f"moved to {o['move']['to']}" if o["action"] == "moved" else o.get("why") or o.get("state")
+        console().print(_esc(f"{o['job_id']}: {what}"))
+    return 0
+
+
 def cmd_cost(args: argparse.Namespace) -> int:
     from gpujob import index
     from gpujob.cost import render, summarize
@@ -766,6 +783,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--to", required=True, metavar="HOST", help="the host profile it goes on on")
     s.add_argument("--job-file", help="the job file (default: the one it was submitted from)")
     s.add_argument("--wait", type=float, default=600, help="seconds to wait for it to stop on the old host")
+    s = add("guard", cmd_guard, "watch jobs; move one whose host stays away longer than its retry.move_after")
+    s.add_argument("jobs", nargs="+", metavar="JOB")
+    s.add_argument("--interval", type=float, default=30.0, help="seconds between looks (default 30)")
+    s.add_argument("--once", action="store_true", help="one look at each job (for cron); the time away adds up")
     s = add("cost", cmd_cost, "what jobs have cost (elapsed x price_per_hour), per job and per host")
     s.add_argument("--host", help="one host (default: every host with jobs)")
     s = add("agent-log", cmd_agent_log, "the last lines of the agent's own log on a host (its errors)")

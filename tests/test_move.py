@@ -16,6 +16,7 @@ import pytest
 
 from tests.conftest import REPO, Sshd, run_cli, start_sshd, stop_sshd
 from tests.test_agent import wait_for
+from tests.test_events import Hook
 from tests.test_first_path import job_processes, wait_state, write_job
 
 # plain torch, full-batch gradient descent: deterministic, so a resumed run logs exactly the
@@ -98,9 +99,9 @@ def metrics(path: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
 
 
-def submit_training(tmp_path: Path, host: str, steps: int, **extra: object) -> str:
+def submit_training(tmp_path: Path, to: str, steps: int, **extra: object) -> str:
     job = write_job(tmp_path, "lin", TRAIN, "python main.py", env={"STEPS": str(steps), "STEP_S": "0.15"}, **extra)
-    r = run_cli("submit", str(job), "--host", host, "--json")
+    r = run_cli("submit", str(job), "--host", to, "--json")
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)["job_id"]
 
@@ -192,21 +193,38 @@ def test_move_from_a_pulled_checkpoint_when_the_host_is_dead(two_hosts: tuple[Ss
     check_resumed(new_dir, int(pulled.split("-")[1]), reference, 25)
 
 
-def test_move_from_shared_storage_when_the_host_is_dead(two_hosts: tuple[Sshd, Sshd], tmp_path: Path) -> None:
+def test_guard_moves_a_job_whose_host_stays_away_checkpoint_on_shared_storage(
+        two_hosts: tuple[Sshd, Sshd], tmp_path: Path, hook: Hook) -> None:
     shared = tmp_path / "shared-fs"
-    job_id = submit_training(tmp_path, "a", 25, checkpoint={"dir": str(shared)})
+    notify = {"on": ["lost", "succeeded"], "channels": [{"type": "webhook", "url": hook.url}]}
+    job_id = submit_training(tmp_path, "a", 25, checkpoint={"dir": str(shared)}, host=["a", "b"],
+                             retry={"move_after": "1s"}, notify=notify)
     old_dir, new_dir = tmp_path / "root-a" / "jobs" / job_id, tmp_path / "root-b" / "jobs" / job_id
     reached(old_dir, 6)
     reference = {m["step"]: m["loss"] for m in metrics(old_dir / "metrics.jsonl")}
+    r = run_cli("guard", job_id, "--once", "--json")  # the host answers: nothing to do yet
+    assert r.returncode == 0 and json.loads(r.stdout)["outcomes"] == [], r.stderr
     kill_instance(two_hosts[0], old_dir)
     from remote.checkpoints import latest_complete
 
     ck = latest_complete(shared / job_id)
     assert ck is not None
-    res = move(job_id, "b")
-    assert res["source"] == "shared" and res["files"] == 0
+    outcomes: list[dict] = []
+
+    def moved() -> bool:  # the first look sees a silent host, a later one (1 s on) moves the job
+        r = run_cli("guard", job_id, "--once", "--json", timeout=300)
+        assert r.returncode == 0, r.stderr
+        outcomes[:] = json.loads(r.stdout)["outcomes"]
+        return bool(outcomes)
+
+    wait_for(moved, 120, "the guard's move")
+    res = outcomes[0]["move"]
+    assert outcomes[0]["action"] == "moved" and res["source"] == "shared" and res["files"] == 0 and res["to"] == "b"
+    lost = hook.wait_for("lost", 20)["body"]
+    assert lost["job_id"] == job_id and "moved to b" in lost["text"]
     st = wait_state("b", job_id, ("succeeded", "failed"), 120)
     assert st["state"] == "succeeded", st
+    assert hook.wait_for("succeeded", 30)["body"]["job_id"] == job_id  # its notifications go on from b
     assert (new_dir / "ckpt").resolve() == (shared / job_id).resolve()
     check_resumed(new_dir, int(ck.name.split("-")[1]), reference, 25)
 
