@@ -115,7 +115,11 @@ def _place(names: list[str], spec: Any, args: argparse.Namespace) -> tuple[Any, 
         wait = parse_duration(args.wait_gpus) if args.wait_gpus else None
     except ValueError as e:
         raise GpujobError(f"--wait-gpus: {e}", "e.g. --wait-gpus 2h; nothing was submitted") from None
-    return place(names, spec.gpus, wait=wait, note=note)
+    try:
+        return place(names, spec.gpus, wait=wait, note=note)
+    except KeyboardInterrupt:
+        print("stopped waiting for GPUs; nothing was submitted", file=sys.stderr)
+        raise
 
 
 def _resubmit_fields(spec: Any, args: argparse.Namespace) -> dict[str, Any]:

@@ -185,7 +185,9 @@ def test_move_from_a_pulled_checkpoint_when_the_host_is_dead(two_hosts: tuple[Ss
     pulled = json.loads(r.stdout)["selected"]
     reference = {m["step"]: m["loss"] for m in metrics(old_dir / "metrics.jsonl")}
     kill_instance(two_hosts[0], old_dir)
-    res = move(job_id, "b")
+    r = run_cli("resume", job_id, "--host", "b", "--json", timeout=300)  # another host: resume moves it
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
     assert res["source"] == "pull" and res["checkpoint"] == pulled and not res["old_marked"]
     assert "does not answer" in res["old_unreachable"]
     st = wait_state("b", job_id, ("succeeded", "failed"), 120)
