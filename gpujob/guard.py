@@ -6,6 +6,8 @@ for cron) that asks each guarded job's host how the job is. A host that does not
 (default: the job's ``host:`` list, after the current one, wrapping round), with a ``lost``
 notification on the job's channels saying where it went. When the time the host went away was
 first seen is kept in ``guard.json`` beside the job index, so passes of ``--once`` add up.
+A host the job left while it was silent is told (and the job stopped there if it runs: the
+host was only cut off) when it answers again.
 """
 
 from __future__ import annotations
@@ -71,9 +73,10 @@ def _notify(spec: Any, job_id: str, old: str, res: dict[str, Any], away: float) 
 
 def check(job_id: str, now: float, note: Note) -> dict[str, Any] | None:
     """One look at one job: None while it needs watching, else what became of it."""
-    from gpujob.move import move
+    from gpujob.move import move, settle_old
     from gpujob.spec import load_spec
 
+    settle_old(job_id, note)  # a host it left earlier answers again: it must not run the job too
     entry = index.entry_of(job_id)
     if entry is None or not entry.get("job_file"):
         return {"job_id": job_id, "action": "skipped", "why": "not submitted from this machine (no job file recorded)"}
@@ -107,7 +110,8 @@ def check(job_id: str, now: float, note: Note) -> dict[str, Any] | None:
 
 
 def guard(refs: list[str], interval: float = 30.0, once: bool = False, note: Note = lambda s: None) -> list[dict]:
-    """Watch ``refs`` until each is finished, moved or not guardable (``once``: one pass)."""
+    """Watch ``refs`` until each has finished or is not guardable (``once``: one pass); a
+    moved job is watched on on its new host."""
     left = list(dict.fromkeys(refs))
     outcomes: list[dict] = []
     while left:
@@ -115,7 +119,8 @@ def guard(refs: list[str], interval: float = 30.0, once: bool = False, note: Not
             out = check(ref, time.time(), note)
             if out is not None:
                 outcomes.append(out)
-                left.remove(ref)
+                if out["action"] != "moved":
+                    left.remove(ref)
         if once or not left:
             break
         time.sleep(interval)

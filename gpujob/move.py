@@ -167,6 +167,9 @@ def move(ref: str, to: str, *, job_file: str | None = None, stop_wait: float = 6
     if entry is None:
         raise GpujobError(f"no job {ref!r} was submitted from this machine", "list them with: gpujob ls")
     job_id, old_name = entry["job_id"], entry["host"]
+    if "," in old_name:
+        raise GpujobError(f"{job_id} runs over several nodes ({old_name}): it cannot move as one job",
+                          "stop it and submit it again with nodes: listing the hosts you have now")
     if old_name == to:
         raise GpujobError(f"{job_id} is already on {to}", f"gpujob resume {job_id} restarts it there")
     path = job_file or entry.get("job_file")
@@ -235,3 +238,26 @@ def _adopt(agent: Agent, request: dict[str, Any], src: Source, progress: Callabl
         s.close_stdin()
         rest = s.stdout.read()
         return agent._parse("adopt", Result(s.wait(), rest, s.stderr_text().encode()))
+
+
+def settle_old(job_id: str, note: Note = lambda s: None) -> bool:
+    """After a move whose old host did not answer: once it answers, stop the job there if it
+    runs (a host that was only cut off kept training) and mark it moved. True once done."""
+    from gpujob import jobs
+    from gpujob.hosts import HostStore
+
+    e = index.entry_of(job_id)
+    if not e or e.get("old_marked", True) or not e.get("moved_from"):
+        return False
+    try:
+        agent = connect_agent(HostStore().get(e["moved_from"]))
+        if jobs.status(agent, e["job_id"]).get("state") not in FINAL:
+            note(f"{e['job_id']} still runs on {e['moved_from']}, which it left: stopping it there")
+            jobs.stop(agent, e["job_id"], wait=120)
+        agent.call("moved", ["--job", e["job_id"], "--to", e["host"]])
+    except GpujobError:
+        return False
+    index.record(e["job_id"], e["host"], e.get("name", ""), **{k: e[k] for k in ("job_file", "set") if k in e},
+                 moved_from=e["moved_from"], old_marked=True)
+    note(f"{e['job_id']}: marked moved on {e['moved_from']}")
+    return True

@@ -193,6 +193,15 @@ def test_move_from_a_pulled_checkpoint_when_the_host_is_dead(two_hosts: tuple[Ss
     st = wait_state("b", job_id, ("succeeded", "failed"), 120)
     assert st["state"] == "succeeded", st
     check_resumed(new_dir, int(pulled.split("-")[1]), reference, 25)
+    # the old instance comes back: guard tells it the job left, so it cannot run it a second time
+    assert json.loads((old_dir / "status.json").read_text())["state"] != "moved"
+    revived = start_sshd(tmp_path / "sshd-a", host_key=two_hosts[0].host_key, port=two_hosts[0].port)
+    try:
+        r = run_cli("guard", job_id, "--once")
+        assert r.returncode == 0 and "marked moved on a" in r.stdout, r.stderr
+        assert json.loads((old_dir / "status.json").read_text())["state"] == "moved"
+    finally:
+        stop_sshd(revived)
 
 
 def test_guard_moves_a_job_whose_host_stays_away_checkpoint_on_shared_storage(
