@@ -784,7 +784,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--host")
     s = add("move", cmd_move, "continue a job on another host from its newest complete checkpoint (same id, history)")
     s.add_argument("job")
-    s.add_argument("--to", required=True, metavar="HOST", help="the host profile it goes on on")
+    s.add_argument("--to", required=True, metavar="HOST", help="the host profile it goes on on (a,b,c: the first "
+                   "with the job's GPUs free)")
     s.add_argument("--job-file", help="the job file (default: the one it was submitted from)")
     s.add_argument("--wait", type=float, default=600, help="seconds to wait for it to stop on the old host")
     s = add("guard", cmd_guard, "watch jobs; move one whose host stays away longer than its retry.move_after")

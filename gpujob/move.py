@@ -177,8 +177,14 @@ def move(ref: str, to: str, *, job_file: str | None = None, stop_wait: float = 6
         raise GpujobError(f"the job file of {job_id} ({path or 'not recorded'}) is not here: the code, data and "
                           "settings are sent from it", f"gpujob move {job_id} --to {to} --job-file PATH/job.yaml")
     spec = load_spec(path, entry.get("set") or [])
-    new_host = HostStore().get(to)
-    new = connect_agent(new_host)  # before touching the old host: a wrong target changes nothing
+    if "," in to:  # a list: the first (other than the old host) with the job's GPUs free now
+        from gpujob.placement import place
+
+        new_host, new, _ = place([h for h in to.split(",") if h and h != old_name], spec.gpus, note=note)
+        to = new_host.name
+    else:
+        new_host = HostStore().get(to)
+        new = connect_agent(new_host)  # before touching the old host: a wrong target changes nothing
     old, why_old, prev = _reach_old(old_name, job_id, stop_wait, note)
     src = find_source(job_id, old, spec.checkpoint_dir, why_old)
     src.previous = prev or src.previous

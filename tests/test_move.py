@@ -145,7 +145,7 @@ def test_move_mid_run_with_the_old_host_answering(two_hosts: tuple[Sshd, Sshd], 
     job_id = submit_training(tmp_path, "a", 40)
     old_dir, new_dir = tmp_path / "root-a" / "jobs" / job_id, tmp_path / "root-b" / "jobs" / job_id
     reached(old_dir, 8)
-    res = move(job_id, "b")
+    res = move(job_id, "a,b")  # a list: the first other host that fits
     assert res["source"] == "host" and res["old_marked"] and res["from"] == "a" and res["to"] == "b"
     ck_step = int(res["checkpoint"].split("-")[1])
     assert ck_step >= 8 and res["files"] >= 3
