@@ -201,12 +201,17 @@ def move(ref: str, to: str, *, job_file: str | None = None, stop_wait: float = 6
     finally:
         if src.stream is not None:
             src.stream.kill()
+    fields = {"job_file": str(Path(path).resolve()), "set": entry.get("set") or [], "moved_from": old_name}
+    index.record(job_id, to, spec.name, **fields, old_marked=False)  # the job runs there now, come what may
     marked = False
     if old is not None:
-        old.call("moved", ["--job", job_id, "--to", to])
-        marked = True
-    index.record(job_id, to, spec.name, job_file=str(Path(path).resolve()), set=entry.get("set") or [],
-                 moved_from=old_name, old_marked=marked)
+        try:
+            old.call("moved", ["--job", job_id, "--to", to])
+            marked = True
+        except GpujobError as e:  # gpujob guard JOB tells it later
+            note(f"could not mark {job_id} moved on {old_name}: {e}")
+    if marked:
+        index.record(job_id, to, spec.name, **fields, old_marked=True)
     return {"job_id": job_id, "from": old_name, "to": to, "source": src.kind, "source_where": src.where,
             "checkpoint": src.checkpoint, "state": res.get("state"), "files": res.get("received_files", 0),
             "bytes": res.get("received_bytes", 0), "old_marked": marked, "old_unreachable": why_old or None,
