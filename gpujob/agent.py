@@ -16,7 +16,7 @@ from gpujob.errors import ConnectError, GpujobError, RemoteError
 from gpujob.hosts import LOCAL, Host
 from gpujob.transport import Result, Stream, Transport
 
-SERVED = ("hello", "status", "watch", "port", "agentlog", "gpus", "manifest", "receive")  # remote/__main__.py SERVED
+SERVED = ("hello", "status", "watch", "port", "agentlog", "gpus", "manifest", "receive", "unlease")  # remote/__main__.py SERVED
 NEED_AGENT = 97
 NO_PYTHON = 98
 CANT_WRITE = 96
@@ -75,7 +75,10 @@ class Agent:
             # PYTHONDONTWRITEBYTECODE is set or the folder is read-only later (about 0.1 s a start)
             + '"$PY" -S -m compileall -q "$T/remote" >/dev/null 2>&1; '
             + f'touch "$T/ok" || exit {CANT_WRITE}; '
-            + 'rm -rf "$A" && mv "$T" "$A" && echo "$PY"'
+            # concurrent first submits each install: a complete install (ok) already in place is
+            # kept, since other commands may be importing from it
+            + 'if [ ! -f "$A/ok" ]; then rm -rf "$A"; mv -T "$T" "$A" 2>/dev/null; fi; rm -rf "$T"; '
+            + '[ -f "$A/ok" ] && echo "$PY"'
         )
 
     def install(self) -> str:

@@ -210,7 +210,15 @@ def cmd_status(args: argparse.Namespace) -> int:
         print_json(st)
     else:
         console().print(job_panel(st))
+        _disk_warning([st])
     return 0
+
+
+def _disk_warning(jobs: list[dict[str, Any]]) -> None:
+    """A full or nearly full disk on the instance: how much is free and what to delete (stderr)."""
+    for advice in dict.fromkeys((j.get("disk") or {}).get("advice") for j in jobs):
+        if advice:
+            print(f"warning: {advice}", file=sys.stderr)
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
@@ -237,6 +245,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
     c.print(jobs_table(out) if out else "no jobs yet: gpujob submit job.yaml")
     for name, e in errors.items():
         c.print(f"[yellow]{name}[/]: {_esc(e)}")
+    _disk_warning(out)
     return 0
 
 
@@ -424,6 +433,8 @@ def cmd_pull(args: argparse.Namespace) -> int:
         res = pull(agent, args.job, Path(args.dest), what, metric, args.include, progress_cb)
     # the agent learns the files are here: a job waiting with autostop.pull_before_shutdown powers off now
     agent.call("pulled", ["--job", res["job_id"]])
+    for link in res.get("skipped") or []:
+        print(f"warning: symlink {link} not kept: it leads outside {res['dest']}", file=sys.stderr)
     from gpujob import index
 
     index.record_pull(res["job_id"], str(Path(args.dest).resolve()))

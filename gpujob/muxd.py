@@ -38,6 +38,9 @@ from gpujob.mux import describe_error  # noqa: E402
 from gpujob.transport.ssh import open_client  # noqa: E402
 
 PROBE_AFTER = float(os.environ.get("GPUJOB_MUX_PROBE_AFTER", "20"))  # quiet seconds before a ping checks the link
+# while a request is open, seconds with no byte from the server before a probe asks whether the
+# link still carries packets (a dead link otherwise held a command for the 600 s of its timeout)
+PROBE_QUIET = float(os.environ.get("GPUJOB_MUX_PROBE_QUIET", "2"))
 
 
 def _recv_request(conn: socket.socket) -> tuple[dict[str, Any], list[int]]:
@@ -97,6 +100,7 @@ class Daemon:
     # ---- the accept loop ---------------------------------------------------------------
     def serve_forever(self) -> None:
         self.srv.settimeout(1.0)
+        threading.Thread(target=self._watchdog, name="gpujob-mux-watchdog", daemon=True).start()
         while not self.stopping.is_set():
             try:
                 conn, _ = self.srv.accept()
@@ -165,23 +169,57 @@ class Daemon:
                 quiet = self.active <= 1 and time.monotonic() - max(self.last, self.last_probe) > PROBE_AFTER
             if not quiet:
                 return True
-            done = threading.Event()
-            answered: list[bool] = []
+            return self._probe()
 
-            def probe() -> None:
-                try:
-                    self.tr.global_request("keepalive@openssh.com", wait=True)  # any answer will do
-                    answered.append(self.tr.is_active())
-                except Exception:
-                    pass
-                done.set()
+    def _probe(self) -> bool:
+        """Whether the server answers a keepalive request within a few seconds."""
+        done = threading.Event()
+        answered: list[bool] = []
 
-            threading.Thread(target=probe, daemon=True).start()
-            done.wait(max(3.0, min(10.0, self.host.connect_timeout / 3)))
-            if answered and answered[0]:
-                self.last_probe = time.monotonic()
-                return True
-            return False
+        def probe() -> None:
+            try:
+                self.tr.global_request("keepalive@openssh.com", wait=True)  # any answer will do
+                answered.append(self.tr.is_active())
+            except Exception:
+                pass
+            done.set()
+
+        threading.Thread(target=probe, daemon=True).start()
+        done.wait(max(3.0, min(10.0, self.host.connect_timeout / 3)))
+        if answered and answered[0]:
+            self.last_probe = time.monotonic()
+            return True
+        return False
+
+    def _received(self) -> tuple[Any, Any]:
+        """paramiko's counters of what the server sent (they move on any packet, window
+        adjustments of an upload included)."""
+        p = self.tr.packetizer
+        return getattr(p, "_Packetizer__received_bytes", None), getattr(p, "_Packetizer__received_packets", None)
+
+    def _watchdog(self) -> None:
+        """While requests are open and the server has sent nothing for ``PROBE_QUIET`` s, probe
+        the link; no answer means it is dead: the connection closes, every open request ends at
+        once (a served one answers stale, so the client reconnects as a direct command would)."""
+        seen, quiet_since = self._received(), time.monotonic()
+        while not self.stopping.wait(0.5):
+            with self.lock:
+                busy = self.active > 0
+            now_seen = self._received()
+            if not busy or now_seen != seen or time.monotonic() - quiet_since < PROBE_QUIET:
+                if not busy or now_seen != seen:
+                    seen, quiet_since = now_seen, time.monotonic()
+                continue
+            with self.probe_lock:
+                alive = self._probe()
+            if alive:
+                seen, quiet_since = self._received(), time.monotonic()
+                continue
+            sys.stderr.write(f"{time.strftime('%H:%M:%S')} the link to {self.host.address} is dead: closing\n")
+            sys.stderr.flush()
+            self.tr.close()
+            self.stop()
+            return
 
     def _open(self) -> paramiko.Channel | None:
         """A new session channel; None when the link is dead. The server refusing one more

@@ -10,8 +10,11 @@ checks out. Entries that would land outside DEST are refused before anything is 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import sys
+from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable
 
@@ -31,18 +34,46 @@ def safe_member(dest: Path, name: str, kind: str = "f", link: str | None = None)
         raise GpujobError(str(e), "the remote tree is not trusted; nothing more was written") from None
 
 
-def extract(stream: Any, dest: Path, on_bytes: Callable[[int], None] | None = None) -> dict[str, int]:
-    """Unpack a verified stream under ``dest`` (temporary name, hash check, rename)."""
+def extract(stream: Any, dest: Path, on_bytes: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Unpack a verified stream under ``dest`` (temporary name, hash check, rename). Links that
+    resolve outside ``dest`` are not kept: they are listed under ``skipped``."""
     try:
         res = chunks.read_items(dest, stream, links_out=False, on_bytes=on_bytes)
     except chunks.TransferError as e:
         raise GpujobError(str(e), "the remote tree is not trusted or the data was damaged; run pull again "
                           "(finished files are kept)") from None
-    return {"files": res["written"], "bytes": res["bytes"]}
+    return {"files": res["written"], "bytes": res["bytes"], "skipped": res.get("skipped", [])}
 
 
 def _check_name(dest: Path, rel: str, link: str | None) -> None:
-    safe_member(dest, rel, "f" if link is None else "l", link)
+    safe_member(dest, rel, "f")  # where a link points is judged as it is written (extract)
+
+
+@contextlib.contextmanager
+def dest_locked(dest: Path, on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
+    """One pull at a time into ``dest`` (two at once raced on the same part files): the next
+    one waits, saying so."""
+    dest.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock
+        yield
+        return
+    fd = os.open(dest, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            (on_wait or _say)(f"another pull into {dest} is running; waiting for it to finish")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _say(text: str) -> None:
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
 
 
 def plan_pull(target: Path, manifest: dict) -> tuple[list[Any], int, int]:
@@ -85,6 +116,11 @@ def pull(agent: Agent, job: str, dest: Path, what: str = "all", metric: str | No
     for g in include or []:
         args += ["--include", g]
     args.append("--list")
+    with dest_locked(dest):
+        return _pull(agent, args, dest, progress)
+
+
+def _pull(agent: Agent, args: list[str], dest: Path, progress: Callable[[int, int], None] | None) -> dict[str, Any]:
     s, doc = agent.stream_doc("send", args)
     with s:
         job_id = doc["job_id"]

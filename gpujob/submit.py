@@ -80,7 +80,10 @@ def submit(
     """
     secrets = collect_secrets(spec, secret_refs(spec))
     keep_secret_job_file_home(spec)
-    report = sync_job(agent, spec, spec.name, progress)
+    import secrets as _secrets
+
+    lease = _secrets.token_hex(8)  # the project's code is this submit's from its manifest to its snapshot
+    report = sync_job(agent, spec, spec.name, progress, lease=lease)
     request = {
         "spec": spec.to_remote(),
         "project": spec.name,
@@ -92,6 +95,7 @@ def submit(
         "secrets": secrets,
         "job_id": job_id,
         "node": node,
+        "lease": lease,
         "cpu_fallback": host.kind == "local",  # try a GPU job on a laptop's CPU; a rented host must have its GPUs
     }
     import json

@@ -27,7 +27,9 @@ import io
 import os
 import queue
 import stat
+import sys
 import threading
+import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +46,7 @@ chunks: Any = import_remote("chunks")
 FREE_MARGIN = 256 << 20
 KEPT_UPLOAD_MAX = 1 << 20  # file bytes one request to the kept agent carries; more stream (pipelined)
 DEFAULT_CODEC = "gz:1"
+LEASE_WAIT = 600.0  # seconds a submit waits for another submit of its project to take its snapshot
 
 
 @dataclass
@@ -275,7 +278,7 @@ def fits_kept_agent(plan: Plan) -> bool:
 
 
 def upload_kept(agent: Agent, plan: Plan, record: Any = None, progress: Callable[[int, int], None] | None = None,
-                codec: str | None = None) -> tuple[int, str]:
+                codec: str | None = None, args: list[str] | None = None) -> tuple[int, str]:
     """Send a small ``plan`` as one ``receive`` request to the kept agent; (bytes on the wire, codec)."""
     codec = codec or choose_codec(plan.send)
     on_bytes, on_hash = _callbacks(plan, record, progress)
@@ -287,7 +290,7 @@ def upload_kept(agent: Agent, plan: Plan, record: Any = None, progress: Callable
         raise GpujobError(str(e), "run submit again once the file stopped changing") from None
     comp.finish()
     try:
-        agent.call("receive", input=buf.getvalue(), timeout=600)
+        agent.call("receive", args, input=buf.getvalue(), timeout=600)
     finally:
         if record is not None:
             record.save()
@@ -348,14 +351,36 @@ def upload(s: Any, agent: Agent, plan: Plan, record: Any = None, progress: Calla
     return comp.wire_bytes, codec
 
 
-def sync_job(agent: Agent, spec: JobSpec, project: str, progress: Callable[[int, int], None] | None = None) -> SyncReport:
+def _manifest_leased(agent: Agent, args: list[str]) -> dict:
+    """The kept agent's manifest, waiting (here, not in the shared kept process) while another
+    submit of the project holds its sync lease."""
+    deadline = time.monotonic() + LEASE_WAIT
+    delay = 0.05
+    while True:
+        remote = agent.call("manifest", args, timeout=600)
+        if "busy" not in remote:
+            return remote
+        if time.monotonic() > deadline:
+            raise RemoteError(f"another submit of this project is still syncing to {agent.host.name}",
+                              "wait for it to finish, then submit again; nothing was sent")
+        if delay == 0.05:
+            sys.stderr.write(f"another submit of this project is syncing to {agent.host.name}: waiting for it "
+                             f"(at most {remote['busy']:.0f} s)\n")
+        time.sleep(delay)
+        delay = min(0.5, delay * 1.5)
+
+
+def sync_job(agent: Agent, spec: JobSpec, project: str, progress: Callable[[int, int], None] | None = None,
+             lease: str | None = None) -> SyncReport:
     """Bring ``projects/<project>/code`` and every ``data:`` entry up to date on the host.
 
     Over a kept connection (the multiplexer) the manifest and a small upload are each one
     request to the kept agent, with no command started on the host, and a large upload streams
     into a ``receive`` command; otherwise one exec channel carries the manifest out and the
-    stream in."""
+    stream in. With ``lease`` (a token of the submit's), the project's code is leased to this
+    submit from the manifest until its job's snapshot (remote/locks.py)."""
     record = sync_record()
+    leased = ["--project", project, "--lease", lease] if lease else []
     walked: dict[str, Any] = {}
 
     def walk_local() -> None:  # while the manifest is on its way
@@ -370,16 +395,33 @@ def sync_job(agent: Agent, spec: JobSpec, project: str, progress: Callable[[int,
     s: Any = None
     try:
         if kept:
-            remote = agent.call("manifest", targets(spec, project), timeout=600)
+            remote = _manifest_leased(agent, targets(spec, project) + leased)
         else:
-            s, remote = open_session(agent, targets(spec, project))
+            s, remote = open_session(agent, targets(spec, project) + leased)
     finally:
         walker.join()
     if "error" in walked:
         if s is not None:
             s.kill()
         raise walked["error"]
-    plan = plan_from(remote, spec, project, record, walked["trees"])
+    try:
+        return _sync_planned(agent, spec, project, remote, walked["trees"], record, s, leased, progress)
+    except GpujobError as e:
+        # refused here (no room there, a file changing as it is read): the next submit of the project
+        # need not wait for this one's lease to expire. A broken link or a failed receive is left
+        # alone: the agent's receive gives the lease back itself, and a dead link would only add a
+        # connect timeout before the error
+        if lease and not isinstance(e, (ConnectError, RemoteError)):
+            try:
+                agent.call("unlease", leased, timeout=30)
+            except Exception:  # noqa: BLE001 - the link may be what failed; the lease then expires
+                pass
+        raise
+
+
+def _sync_planned(agent: Agent, spec: JobSpec, project: str, remote: dict, trees: list[dict[str, Entry]], record: Any,
+                  s: Any, leased: list[str], progress: Callable[[int, int], None] | None) -> SyncReport:
+    plan = plan_from(remote, spec, project, record, trees)
     record.save()
     _check_space(agent, plan, remote, s)
     if not plan.send and not plan.delete:
@@ -390,9 +432,9 @@ def sync_job(agent: Agent, spec: JobSpec, project: str, progress: Callable[[int,
         return SyncReport(0, 0, 0, plan.unchanged, 1)
     if s is None:
         if fits_kept_agent(plan):
-            wire, codec = upload_kept(agent, plan, record, progress)
+            wire, codec = upload_kept(agent, plan, record, progress, args=leased)
             return _report(plan, 2, wire, codec)
-        s = agent.stream("receive")  # a large upload streams over a command of its own
+        s = agent.stream("receive", leased)  # a large upload streams over a command of its own
     with s:
         try:
             wire, codec = upload(s, agent, plan, record, progress)

@@ -9,7 +9,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Dict, List
 
-from remote import AGENT_PROTOCOL, jobs, procs, transfer
+from remote import AGENT_PROTOCOL, jobs, locks, procs, transfer
 from remote.jobs import AgentError
 from remote.layout import TERMINAL, Root, agent_log
 
@@ -37,7 +37,12 @@ def cmd_status(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
 
 def cmd_submit(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     request = json.loads(sys.stdin.read())
-    res = jobs.submit(root, request)
+    try:
+        res = jobs.submit(root, request)
+    except BaseException:
+        if request.get("lease"):  # no snapshot: the project's next submit need not wait
+            locks.give_back(root.root, request.get("project") or request["spec"]["name"], request["lease"])
+        raise
     st = jobs.wait_started(root.job(res["job_id"]), 3.0)
     if st:
         res["state"] = st.get("state")
@@ -52,21 +57,58 @@ def cmd_resume(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     return jobs.resume(root, jobs.resolve(root, a.job))
 
 
+LEASE_WAIT = 600.0  # how long a sync waits for another submit of its project to take its snapshot
+
+
+def _busy(a: argparse.Namespace, left: float) -> AgentError:
+    return AgentError("another submit of project {} is still syncing to this host (its lease ends in {:.0f} s at "
+                      "most)".format(a.project, left), "wait for it to finish, then submit again", "project_busy")
+
+
+def _lease_lost(a: argparse.Namespace) -> AgentError:
+    return AgentError("another submit of project {} took over its code while this one was quiet for longer than "
+                      "{:.0f} s".format(a.project, locks.lease_ttl()), "submit again", "lease_lost")
+
+
 def cmd_sync(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
-    """Manifest, then receive, on one channel (see transfer.session)."""
+    """Manifest, then receive, on one channel (see transfer.session); with ``--lease``, under
+    the project's sync lease (waited for here: this command has a process of its own)."""
     root.ensure()
+    if a.lease:
+        left = locks.take_lease(root.root, a.project, a.lease, LEASE_WAIT)
+        if left is not None:
+            raise _busy(a, left)
+        with locks.lease_kept(root.root, a.project, a.lease):
+            return transfer.session(root.root, a.dir, a.hash_dir, sys.stdin.buffer, sys.stdout.buffer)
     return transfer.session(root.root, a.dir, a.hash_dir, sys.stdin.buffer, sys.stdout.buffer)
 
 
 def cmd_manifest(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
-    """The first half of ``sync`` on its own (the kept ``serve`` process answers it)."""
+    """The first half of ``sync`` on its own (the kept ``serve`` process answers it). With
+    ``--lease``, a project's lease held by another submit answers ``{"busy": seconds}`` at
+    once: the kept process serves other clients too, so the client waits, not this one."""
     root.ensure()
+    if a.lease:
+        left = locks.try_lease(root.root, a.project, a.lease)
+        if left is not None:
+            return {"busy": left}
     return transfer.manifest_doc(root.root, a.dir, a.hash_dir)
+
+
+def cmd_unlease(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+    """Give a submit's sync lease back (its client stopped before the upload or the snapshot)."""
+    locks.give_back(root.root, a.project, a.lease)
+    return {"released": True}
 
 
 def cmd_receive(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     """The second half of ``sync``: apply the upload stream on stdin (a small one, in ``serve``)."""
     root.ensure()
+    if a.lease:
+        with locks.lease_kept(root.root, a.project, a.lease) as ours:
+            if not ours:
+                raise _lease_lost(a)
+            return transfer.receive(root.root, sys.stdin.buffer, transfer.hash_cache(root.root))
     return transfer.receive(root.root, sys.stdin.buffer, transfer.hash_cache(root.root))
 
 
@@ -255,7 +297,7 @@ def cmd_doctor(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     return doctor.report(root, a.data_disk, a.turbo_file, a.path_prefix, a.torch_timeout)
 
 
-SERVED = ("hello", "status", "watch", "port", "agentlog", "gpus", "manifest", "receive")
+SERVED = ("hello", "status", "watch", "port", "agentlog", "gpus", "manifest", "receive", "unlease")
 
 
 def cmd_serve(root: Root, a: argparse.Namespace) -> None:
@@ -317,10 +359,19 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("sync")
     s.add_argument("--dir", action="append", default=[])
     s.add_argument("--hash-dir", action="append", default=[])
+    s.add_argument("--project")
+    s.add_argument("--lease", help="the submit's token for the project's sync lease (see remote/locks.py)")
     s = sub.add_parser("manifest")
     s.add_argument("--dir", action="append", default=[])
     s.add_argument("--hash-dir", action="append", default=[])
-    sub.add_parser("receive")
+    s.add_argument("--project")
+    s.add_argument("--lease", help="the submit's token for the project's sync lease (see remote/locks.py)")
+    s = sub.add_parser("receive")
+    s.add_argument("--project")
+    s.add_argument("--lease")
+    s = sub.add_parser("unlease")
+    s.add_argument("--project", required=True)
+    s.add_argument("--lease", required=True)
     s = sub.add_parser("send")
     s.add_argument("--job", required=True)
     s.add_argument("--what", default="ckpt,output.log,metrics.jsonl,events.jsonl,status.json")

@@ -39,7 +39,7 @@ import stat
 import struct
 import threading
 import zlib
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import IO, Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 CHUNK = 4 << 20
@@ -238,6 +238,8 @@ class Guard:
         self.root = os.path.realpath(self.base)
         self.links_out = links_out
         self.parents = {}  # type: Dict[str, str]
+        self.skipped = []  # type: List[str]  # "name -> target" of links not kept (they lead out)
+        self.made = []  # type: List[str]  # links written, checked again once the stream is applied
 
     def inside(self, path: str) -> bool:
         return path == self.root or path.startswith(self.root + "/") or self.root == "/"
@@ -254,15 +256,30 @@ class Guard:
             self.parents[rel_parent] = parent
         return parent, leaf
 
-    def link(self, name: str, parent: str, target: Any) -> None:
-        """Refuse a symlink that points outside ``base`` (unless links may point anywhere)."""
+    def link(self, name: str, parent: str, target: Any) -> bool:
+        """Whether to write a symlink: one that resolves outside ``base`` is skipped (unless
+        links may point anywhere). Resolved for real, through the links already written, the
+        way secure tar extraction does: a chain of links fools a textual check."""
         if not isinstance(target, str) or not target or "\0" in target:
             raise TransferError("refusing link {!r} -> {!r}: not a link target".format(name, target))
         if self.links_out:
-            return
-        lp = PurePosixPath(target)
-        if lp.is_absolute() or not lp.parts or not self.inside(os.path.normpath(os.path.join(parent, target))):
-            raise TransferError("refusing link {!r} -> {!r}: it points outside {}".format(name, target, self.base))
+            return True
+        if target.startswith("/") or not self.inside(os.path.realpath(os.path.join(parent, target))):
+            self.skipped.append("{} -> {}".format(name, target))
+            return False
+        return True
+
+    def recheck(self) -> None:
+        """Remove links written here that resolve outside ``base`` now that every entry is in
+        place (a later link can redirect an earlier one), until none does."""
+        while not self.links_out:
+            bad = [p for p in self.made if os.path.islink(p) and not self.inside(os.path.realpath(p))]
+            if not bad:
+                return
+            for p in bad:
+                self.skipped.append("{} -> {}".format(os.path.relpath(p, self.root), os.readlink(p)))
+                os.unlink(p)
+                self.made.remove(p)
 
 
 def safe_target(base: Path, name: str, kind: str = "f", link: Optional[str] = None, links_out: bool = False) -> Path:
@@ -273,8 +290,8 @@ def safe_target(base: Path, name: str, kind: str = "f", link: Optional[str] = No
         raise TransferError("refusing {!r}: not a file, folder or symlink".format(name))
     g = Guard(base, links_out)
     parent, leaf = g.place(name)
-    if kind == "l":
-        g.link(name, parent, link)
+    if kind == "l" and not g.link(name, parent, link):
+        raise TransferError("refusing link {!r} -> {!r}: it points outside {}".format(name, link, base))
     return Path(parent) / leaf
 
 
@@ -767,6 +784,8 @@ def read_items(base: Path, stream: IO[bytes], links_out: bool = True, cache: Opt
         writers.drain()
     finally:
         writers.close()
+        guard.recheck()
+        res["skipped"] = guard.skipped
         res["written"] += writers.written
         res["bytes"] += writers.nbytes
         for sig, handler in old:
@@ -830,7 +849,8 @@ def _batch(src: _Source, ents: Any, guard: Guard, writers: _Writers, made: set, 
             if len(e) != 3:
                 raise TransferError("corrupt stream: a bad link entry {!r}".format(e[:2]))
             parent, leaf = guard.place(name)
-            guard.link(name, parent, e[2])
+            if not guard.link(name, parent, e[2]):
+                continue
             writers.drain()  # links change how later names resolve
             _mkparent(parent, made)
             tmp = parent + "/" + leaf + PART
@@ -839,6 +859,7 @@ def _batch(src: _Source, ents: Any, guard: Guard, writers: _Writers, made: set, 
             os.symlink(e[2], tmp)
             _replace(tmp, parent + "/" + leaf)
             guard.parents.clear()
+            guard.made.append(parent + "/" + leaf)
             res["written"] += 1
         else:
             raise TransferError("refusing {!r}: not a file, folder or symlink".format(name))

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from remote import procs
+from remote import locks, procs
 from remote.layout import (
     TERMINAL,
     JobDir,
@@ -89,7 +89,17 @@ def submit(root: Root, request: Dict[str, Any]) -> Dict[str, Any]:
     job = root.job(job_id)
     carried = _take_in(root, job, request) if request.get("moved_from") else {}  # a job moved here
     job.path.mkdir(parents=True, exist_ok=bool(carried))
-    snapshot(code, job.code)
+    lease = request.get("lease")
+    if lease:  # the code is what this submit sent: no other submit wrote since its manifest
+        with locks.project_locked(root.root, project):
+            if not locks.renew_locked(root.root, project, lease):
+                shutil.rmtree(str(job.path), ignore_errors=True)
+                raise AgentError("another submit of project {} took over its code while this one was quiet for "
+                                 "longer than {:.0f} s".format(project, locks.lease_ttl()), "submit again", "lease_lost")
+            snapshot(code, job.code)
+            locks.release(root.root, project, lease)
+    else:
+        snapshot(code, job.code)
     spec = dict(spec, project=project, host=request.get("host"), host_env=request.get("host_env") or {},
                 price_per_hour=request.get("price_per_hour"), currency=request.get("currency", "CNY"),
                 shutdown_command=request.get("shutdown_command"), node=request.get("node"), job_id=job_id,
@@ -98,13 +108,14 @@ def submit(root: Root, request: Dict[str, Any]) -> Dict[str, Any]:
     secrets = request.get("secrets") or {}
     if secrets:
         write_json(job.secrets, secrets, mode=0o600)
-    job.write_status({"job_id": job_id, "name": spec["name"], "project": project, "state": "queued",
-                      "submitted_at": now(), "attempt": 0, "host": request.get("host"), **carried})
-    if carried:
-        job.event("moved", **{k: v for k, v in carried["moves"][-1].items() if k != "t"})
-    else:
-        job.event("submitted")
-    pid = start_supervisor(root, job)
+    with locks.job_lock(job.path):
+        job.write_status({"job_id": job_id, "name": spec["name"], "project": project, "state": "queued",
+                          "submitted_at": now(), "attempt": 0, "host": request.get("host"), **carried})
+        if carried:
+            job.event("moved", **{k: v for k, v in carried["moves"][-1].items() if k != "t"})
+        else:
+            job.event("submitted")
+        pid = start_supervisor(root, job)
     return {"job_id": job_id, "state": "queued", "job_dir": str(job.path), "supervisor_pid": pid}
 
 
@@ -148,7 +159,7 @@ def live_status(root: Root, job: JobDir, boot: str) -> Dict[str, Any]:
         sup = st.get("supervisor_pid")
         stale = now() - float(st.get("heartbeat") or st.get("submitted_at") or 0) > STALE_AFTER
         rebooted = bool(st.get("boot_id")) and st.get("boot_id") != boot
-        if rebooted or (stale and not procs.belongs_to(sup, job.id)):
+        if rebooted or (stale and not procs.belongs_to(sup, job.id) and not locks.supervisor_alive(job.path)):
             st["state"] = "lost"
             st["lost_reason"] = "the instance rebooted" if rebooted else "the agent is gone (stale heartbeat)"
             left = [] if rebooted else sorted(procs.job_pids(job.id, job_dir=str(job.path)))
@@ -165,6 +176,11 @@ def describe(root: Root, job_id: str, detail: bool = False) -> Dict[str, Any]:
         st["log_size"] = job.log.stat().st_size
     except OSError:
         st["log_size"] = 0
+    from remote import disk
+
+    low = disk.report(root.root)
+    if low:
+        st["disk"] = low
     st["last_metrics"] = last_json_line(job.metrics)
     st["last_line"] = (tail_lines(job.log, 1) or [""])[0][-200:]
     st["now"] = now()
@@ -203,11 +219,15 @@ def describe(root: Root, job_id: str, detail: bool = False) -> Dict[str, Any]:
 
 def mark_lost(root: Root, job: JobDir, st: Dict[str, Any]) -> None:
     """Persist a ``lost`` conclusion (so the record stops claiming to run)."""
-    fresh = job.status()
-    if fresh.get("state") not in TERMINAL:
-        fresh.update(state="lost", lost_reason=st.get("lost_reason"), ended_at=now())
-        job.write_status(fresh)
-        job.event("state", state="lost", reason=st.get("lost_reason"))
+    try:
+        with locks.job_lock(job.path):
+            fresh = job.status()  # judged again under the lock: a resume may have just restarted it
+            if fresh.get("state") not in TERMINAL and live_status(root, job, procs.boot_id()).get("state") == "lost":
+                fresh.update(state="lost", lost_reason=st.get("lost_reason"), ended_at=now())
+                job.write_status(fresh)
+                job.event("state", state="lost", reason=st.get("lost_reason"))
+    except OSError as e:  # a full disk: the reader still gets its answer, the record waits
+        agent_log(root, "could not record {} as lost: {}".format(job.id, e))
 
 
 def stop(root: Root, job_id: str, wait: float, reason: str = "stopped by user") -> Dict[str, Any]:
@@ -228,37 +248,43 @@ def stop(root: Root, job_id: str, wait: float, reason: str = "stopped by user") 
         if not procs.belongs_to(job.status().get("supervisor_pid"), job_id) and job.status().get("state") != "queued":
             break
         time.sleep(0.2)
-    st = job.status()
-    if st.get("state") not in TERMINAL and not procs.belongs_to(st.get("supervisor_pid"), job_id):
-        killed = procs.kill_tree(job_id, None, 5.0, job_dir=str(job.path))
-        st.update(state="stopped", reason=reason, ended_at=now(), killed=killed)
-        job.write_status(st)
-        job.event("state", state="stopped", reason=reason)
+    with locks.job_lock(job.path):
+        st = job.status()
+        if st.get("state") not in TERMINAL and not procs.belongs_to(st.get("supervisor_pid"), job_id) \
+                and not locks.supervisor_alive(job.path):
+            killed = procs.kill_tree(job_id, None, 5.0, job_dir=str(job.path))
+            st.update(state="stopped", reason=reason, ended_at=now(), killed=killed)
+            job.write_status(st)
+            job.event("state", state="stopped", reason=reason)
     return describe(root, job_id)
 
 
 def resume(root: Root, job_id: str) -> Dict[str, Any]:
     """Restart a lost, stopped or failed job under the same id, from its newest complete checkpoint."""
     job = root.job(job_id)
-    st = live_status(root, job, procs.boot_id())
-    if st.get("state") == "moved":
-        raise AgentError("job {} moved to {}: it goes on there".format(job_id, st.get("moved_to")),
-                         "gpujob resume {} (the laptop knows its new host)".format(job_id), "moved")
-    if st.get("state") not in TERMINAL or st.get("state") == "succeeded":
-        raise AgentError("job {} is {}: only a lost, stopped or failed job can be resumed".format(job_id, st.get("state")),
-                         "see gpujob status {}".format(job_id), "bad_state")
-    procs.kill_tree(job_id, None, 5.0, job_dir=str(job.path))
-    for p in (job.stop_file, Path(str(job.stop_file) + ".watch")):
-        try:
-            p.unlink()
-        except OSError:
-            pass
-    fresh = job.status()
-    fresh.update(state="queued", resumed_at=now(), ended_at=None, exit_code=None, reason=None,
-                 restart_base=int(fresh.get("attempt") or 0))
-    job.write_status(fresh)
-    job.event("resumed", previous=st.get("state"))
-    pid = start_supervisor(root, job)
+    with locks.job_lock(job.path):  # a second resume waits here, then finds the job running
+        st = live_status(root, job, procs.boot_id())
+        if st.get("state") == "moved":
+            raise AgentError("job {} moved to {}: it goes on there".format(job_id, st.get("moved_to")),
+                             "gpujob resume {} (the laptop knows its new host)".format(job_id), "moved")
+        if locks.supervisor_alive(job.path) or st.get("state") not in TERMINAL:
+            raise AgentError("job {} is already running ({}): its supervisor is alive".format(
+                job_id, st.get("state")), "follow it with: gpujob tail -f {}".format(job_id), "already_running")
+        if st.get("state") == "succeeded":
+            raise AgentError("job {} has succeeded: only a lost, stopped or failed job can be resumed".format(job_id),
+                             "see gpujob status {}".format(job_id), "bad_state")
+        procs.kill_tree(job_id, None, 5.0, job_dir=str(job.path))
+        for p in (job.stop_file, Path(str(job.stop_file) + ".watch")):
+            try:
+                p.unlink()
+            except OSError:
+                pass
+        fresh = job.status()
+        fresh.update(state="queued", resumed_at=now(), ended_at=None, exit_code=None, reason=None,
+                     restart_base=int(fresh.get("attempt") or 0), heartbeat=now(), boot_id=procs.boot_id())
+        job.write_status(fresh)
+        job.event("resumed", previous=st.get("state"))
+        pid = start_supervisor(root, job)
     agent_log(root, "resumed {} (supervisor {})".format(job_id, pid))
     return {"job_id": job_id, "state": "queued", "supervisor_pid": pid, "previous": st.get("state")}
 

@@ -1,5 +1,6 @@
 """The remote layout under ``<root>`` and small file helpers (atomic JSON writes)."""
 
+import errno
 import json
 import os
 import time
@@ -13,15 +14,75 @@ def now() -> float:
     return time.time()
 
 
+RESERVE_NAME = ".reserve"  # under <root>: space given back when a state cannot be recorded
+RESERVE_BYTES = 4 << 20
+_reserve = []  # type: list  # the Root's reserve file, once a Root is made in this process
+
+
+def _write_json_once(path: Path, tmp: Path, data: Any, mode: int) -> None:
+    try:
+        fd = os.open(str(tmp), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(str(tmp), str(path))
+    except BaseException:
+        try:  # never leave a temporary file behind (on a full disk they piled up)
+            os.unlink(str(tmp))
+        except OSError:
+            pass
+        raise
+
+
 def write_json(path: Path, data: Any, mode: int = 0o644) -> None:
-    """Write ``data`` as JSON atomically: a reader sees the old or the new file, never half."""
+    """Write ``data`` as JSON atomically: a reader sees the old or the new file, never half.
+
+    On a full disk the root's reserve file is given back once and the write retried, so a
+    job's final state is still recorded."""
     tmp = path.with_name(".{}.{}.tmp".format(path.name, os.getpid()))
-    fd = os.open(str(tmp), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(str(tmp), str(path))
+    try:
+        _write_json_once(path, tmp, data, mode)
+    except OSError as e:
+        if e.errno != errno.ENOSPC or not release_reserve():
+            raise
+        _write_json_once(path, tmp, data, mode)
+
+
+def release_reserve() -> bool:
+    """Delete the reserve file (True if there was one to give back)."""
+    for r in _reserve:
+        try:
+            os.unlink(str(r))
+            return True
+        except OSError:
+            pass
+    return False
+
+
+def make_reserve(root: Path) -> None:
+    """Keep ``RESERVE_BYTES`` set aside under ``root`` while the disk has room for it."""
+    r = root / RESERVE_NAME
+    try:
+        if r.stat().st_size >= RESERVE_BYTES:
+            return
+    except OSError:
+        pass
+    try:
+        st = os.statvfs(str(root))
+        if st.f_bavail * st.f_frsize < 4 * RESERVE_BYTES:
+            return  # too little room: the reserve would be the thing that fills the disk
+        tmp = root / (RESERVE_NAME + ".tmp")
+        with open(str(tmp), "wb") as f:
+            f.write(b"\0" * RESERVE_BYTES)  # real blocks, not a sparse file
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(str(tmp), str(r))
+    except OSError:
+        try:
+            os.unlink(str(root / (RESERVE_NAME + ".tmp")))
+        except OSError:
+            pass
 
 
 def read_json(path: Path, default: Any = None) -> Any:
@@ -42,6 +103,7 @@ class Root:
 
     def __init__(self, root: str) -> None:
         self.root = Path(os.path.expanduser(root)).resolve()
+        _reserve[:] = [self.root / RESERVE_NAME]
 
     @property
     def jobs(self) -> Path:
@@ -68,6 +130,7 @@ class Root:
     def ensure(self) -> None:
         for p in (self.jobs, self.data, self.envs, self.root / "projects"):
             p.mkdir(parents=True, exist_ok=True)
+        make_reserve(self.root)
 
 
 class JobDir:
@@ -97,7 +160,10 @@ class JobDir:
     def event(self, kind: str, **fields: Any) -> None:
         rec = {"t": round(now(), 3), "event": kind}
         rec.update(fields)
-        append_jsonl(self.events, rec)
+        try:
+            append_jsonl(self.events, rec)
+        except OSError:  # a full disk: status.json (with the reserve) is the record that must be written
+            pass
 
     def spec_data(self) -> Dict[str, Any]:
         return read_json(self.spec, {}) or {}

@@ -44,7 +44,10 @@ def run_shutdown(root: Root, command: Optional[str], why: str) -> Dict[str, Any]
 
 def mark_pulled(job: JobDir) -> Dict[str, Any]:
     """The ``pulled`` verb: ``gpujob pull`` says it has the job's files."""
-    (job.path / PULLED).write_text(str(now()))
+    try:
+        (job.path / PULLED).write_text(str(now()))
+    except OSError as e:  # a full disk: the pull itself succeeded; only the marker is missing
+        return {"job_id": job.id, "pulled": False, "error": str(e)}
     job.event("pulled")
     return {"job_id": job.id, "pulled": True}
 

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from remote import launch, procs
+from remote import launch, locks, procs
 from remote.layout import JobDir, Root, agent_log, now
 
 HEARTBEAT = float(os.environ.get("GPUJOB_HEARTBEAT", "5"))
@@ -122,7 +122,8 @@ class Supervisor:
     def save(self, **changes: Any) -> None:
         self.status.update(changes)
         self.status["heartbeat"] = now()
-        self.job.write_status(self.status)
+        with locks.job_lock(self.job.path):
+            self.job.write_status(self.status)
         self.last_beat = time.time()
         from remote.observe import index_log_size  # T SIZE of output.log, for tail --since
 
@@ -135,8 +136,11 @@ class Supervisor:
             self.job.event("state", state=state, **{k: v for k, v in changes.items() if k in ("reason", "exit_code", "attempt")})
 
     def log_marker(self, text: str) -> None:
-        with open(str(self.job.log), "a") as f:
-            f.write("==> gpujob: {} [{}]\n".format(text, time.strftime("%Y-%m-%d %H:%M:%S")))
+        try:
+            with open(str(self.job.log), "a") as f:
+                f.write("==> gpujob: {} [{}]\n".format(text, time.strftime("%Y-%m-%d %H:%M:%S")))
+        except OSError as e:  # a full disk: the marker is lost, the job's life goes on
+            agent_log(self.root, "{}: could not write a log marker: {}".format(self.job.id, e))
 
     # ---- one attempt --------------------------------------------------------------------
     def env(self, attempt: int, resume: str) -> Dict[str, str]:
@@ -238,7 +242,11 @@ class Supervisor:
 
     def heartbeat(self) -> None:
         if time.time() - self.last_beat >= HEARTBEAT:
-            self.save()
+            try:
+                self.save()
+            except OSError as e:  # a full disk: skip this beat (the final state uses the reserve)
+                self.last_beat = time.time()
+                agent_log(self.root, "{}: heartbeat not written: {}".format(self.job.id, e))
 
     def wait_attempt(self) -> int:
         assert self.child is not None
@@ -382,6 +390,10 @@ class Supervisor:
 
 def main(root: Root, job_id: str) -> int:
     job = root.job(job_id)
+    held = locks.hold_supervisor(job.path)  # kept open for this process's life
+    if held is None:
+        agent_log(root, "{}: another supervisor runs it; this one leaves".format(job_id))
+        return 0
     sup = Supervisor(root, job)
 
     def on_term(signum: int, frame: Any) -> None:

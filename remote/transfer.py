@@ -110,7 +110,10 @@ def select(job_path: Path, what: str = "all", metric: Optional[str] = None,
         if not t["exists"]:
             continue
         for rel, v in t["files"].items():
-            files[r + ("/" + rel if rel else "")] = v[:4]
+            name = r + ("/" + rel if rel else "")
+            files[name] = v[:4]
+            if v[3] is not None:  # as send_list will send it
+                files[name][3] = portable_link(job_path, job_path / name, v[3])
         dirs += [r + "/" + d for d in t["dirs"]]
         if (job_path / r).is_dir() and not (job_path / r).is_symlink():
             dirs.append(r)
@@ -120,6 +123,19 @@ def select(job_path: Path, what: str = "all", metric: Optional[str] = None,
         files = {k: v for k, v in files.items() if keep(k)}
         dirs = [d for d in dirs if keep(d) or any(k.startswith(d + "/") for k in files)]
     return {"files": files, "dirs": sorted(set(dirs)), "selected": chosen}
+
+
+def portable_link(base: Path, link_path: Path, target: str) -> str:
+    """An absolute link into the job folder (``ckpt/latest -> <job>/ckpt/step-1``) as a
+    relative one, which still holds in the laptop's copy; other links as they are."""
+    if not target.startswith("/"):
+        return target
+    t = os.path.normpath(target)
+    root = str(base.resolve())
+    for prefix in (os.path.normpath(str(base)), root):
+        if t == prefix or t.startswith(prefix + "/"):
+            return os.path.relpath(root + t[len(prefix):], str(link_path.parent.resolve()))
+    return target
 
 
 def send_list(base: Path, wanted: List[Any], out: IO[bytes]) -> None:
@@ -141,7 +157,7 @@ def send_list(base: Path, wanted: List[Any], out: IO[bytes]) -> None:
         except OSError:
             continue
         if stat.S_ISLNK(st.st_mode):
-            items.append(chunks.Item(rel, full, link=os.readlink(str(full))))
+            items.append(chunks.Item(rel, full, link=portable_link(base, full, os.readlink(str(full)))))
         elif stat.S_ISDIR(st.st_mode):
             items.append(chunks.Item(rel, full, mode=stat.S_IMODE(st.st_mode), is_dir=True))
         elif stat.S_ISREG(st.st_mode):

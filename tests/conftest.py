@@ -136,9 +136,39 @@ def _drop_stale_pyenv_lock() -> None:
     lock.unlink(missing_ok=True)
 
 
+def job_processes_under(folder: Path) -> set[int]:
+    """Processes of jobs under ``folder``: by ``GPUJOB_JOB_DIR`` in their environment (trainers),
+    by the folder on a ``-m remote`` command line (supervisors, the agent's helpers)."""
+    from remote.procs import _cmdline, _environ, _parents
+
+    paths = {str(folder).encode() + b"/", os.path.realpath(folder).encode() + b"/"}  # not test_x01 for test_x0
+    mine = {os.getpid(), os.getppid()}
+    found = set()
+    for pid in _parents():
+        if pid in mine:
+            continue
+        env = _environ(pid)
+        cmd = _cmdline(pid)
+        if any(b"GPUJOB_JOB_DIR=" + p in env for p in paths) or (b"remote\0" in cmd and any(p in cmd for p in paths)):
+            found.add(pid)
+    return found
+
+
+def kill_job_processes(folder: Path) -> list[int]:
+    """SIGKILL every job process under ``folder`` (a failed test leaves none running)."""
+    pids = job_processes_under(folder)
+    for pid in pids:
+        try:
+            os.kill(pid, 9)
+        except OSError:
+            pass
+    return sorted(pids)
+
+
 @pytest.fixture(autouse=True)
-def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Every test gets its own config folder (profiles, keys, known_hosts) and local root."""
+def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Every test gets its own config folder (profiles, keys, known_hosts) and local root; no
+    job process of the test outlives it, whatever its outcome."""
     cfg = tmp_path / "config"
     monkeypatch.setenv("GPUJOB_CONFIG_DIR", str(cfg))
     monkeypatch.setenv("GPUJOB_LOCAL_ROOT", str(tmp_path / "local-root"))
@@ -148,7 +178,8 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     # this image's login shells run `pyenv rehash`, which waits up to 60 s on a lock file
     # that a job killed mid-start can leave behind
     monkeypatch.setenv("PYENV_REHASH_TIMEOUT", "1")
-    return cfg
+    yield cfg
+    kill_job_processes(tmp_path)
 
 
 @pytest.fixture(autouse=True)

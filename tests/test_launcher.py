@@ -72,45 +72,22 @@ def test_nodes_spec_validation(tmp_path: Path) -> None:
 
 
 # ---- two instances in network namespaces --------------------------------------------------
-def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    return subprocess.run(["ip", *args], capture_output=True, text=True, check=check)
-
-
 @pytest.fixture
-def two_nodes(tmp_path: Path) -> Iterator[list[Sshd]]:
-    """Two "instances": network namespaces on a bridge (10.231.0.1, .2), each with its own sshd."""
-    if os.geteuid() != 0 or shutil.which("ip") is None:
-        msg = "network namespaces need root and iproute2"
-        if os.environ.get("CI"):
-            pytest.fail(msg)
-        pytest.skip(msg)
-    tag = str(os.getpid() % 10000)
-    br, nss = f"gjbr{tag}", [f"gjns{tag}a", f"gjns{tag}b"]
-    made: list[Sshd] = []
+def two_nodes(tmp_path: Path) -> Iterator[list[tuple[str, Sshd]]]:
+    """Two "instances": network namespaces on a bridge (a free 10.x.y.0/24, names unique to this
+    run; leftovers of a killed earlier run removed), each with its own sshd: (address, sshd)."""
+    from tests.netlab import make_lab
+
+    lab = make_lab(2)
+    made: list[tuple[str, Sshd]] = []
     try:
-        _ip("link", "add", br, "type", "bridge")
-        _ip("addr", "add", "10.231.0.254/24", "dev", br)
-        _ip("link", "set", br, "up")
-        for i, ns in enumerate(nss, start=1):
-            _ip("netns", "add", ns)
-            _ip("link", "add", f"gjv{tag}{i}", "type", "veth", "peer", "name", "gjeth0", "netns", ns)
-            _ip("link", "set", f"gjv{tag}{i}", "master", br, "up")
-            _ip("-n", ns, "addr", "add", f"10.231.0.{i}/24", "dev", "gjeth0")
-            _ip("-n", ns, "link", "set", "gjeth0", "up")
-            _ip("-n", ns, "link", "set", "lo", "up")
-            made.append(_sshd_in(ns, f"10.231.0.{i}", tmp_path / f"node{i}"))
+        for i, ns in enumerate(lab.namespaces):
+            made.append((lab.addr(i), _sshd_in(ns, lab.addr(i), tmp_path / f"node{i + 1}")))
         yield made
     finally:
-        for s in made:
+        for _, s in made:
             stop_sshd(s)
-        for ns in nss:
-            for pid in _ip("netns", "pids", ns, check=False).stdout.split():
-                try:
-                    os.kill(int(pid), signal.SIGKILL)
-                except OSError:
-                    pass
-            _ip("netns", "del", ns, check=False)
-        _ip("link", "del", br, check=False)
+        lab.close()
 
 
 def _sshd_in(ns: str, addr: str, base: Path) -> Sshd:
@@ -147,7 +124,7 @@ def _sshd_in(ns: str, addr: str, base: Path) -> Sshd:
     return Sshd(22, base, key, ak, proc)
 
 
-def test_two_node_job_trains_stays_identical_and_resumes(two_nodes: list[Sshd], tmp_path: Path,
+def test_two_node_job_trains_stays_identical_and_resumes(two_nodes: list[tuple[str, Sshd]], tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     # the product's default: a fresh namespace's first handshake can be refused while it settles
     monkeypatch.setenv("GPUJOB_CONNECT_RETRIES", "3")
@@ -156,9 +133,9 @@ def test_two_node_job_trains_stays_identical_and_resumes(two_nodes: list[Sshd], 
 
     shared = tmp_path / "shared-fs"  # both "instances" see it, as AutoDL's autodl-fs
     store = HostStore()
-    for i, s in enumerate(two_nodes, start=1):
+    for i, (addr, s) in enumerate(two_nodes, start=1):
         s.authorize(public_key_line())
-        store.save(Host(name=f"node{i}", hostname=f"10.231.0.{i}", port=22, user="root",
+        store.save(Host(name=f"node{i}", hostname=addr, port=22, user="root",
                         root=str(tmp_path / f"root{i}"), connect_timeout=5,
                         env={"GPUJOB_PATH_PREFIX": str(Path(sys.executable).parent), "GLOO_SOCKET_IFNAME": "gjeth0"}))
     job = ddp_job(tmp_path, gpus=1, nodes=["node1", "node2"], checkpoint={"dir": str(shared), "keep": 10},

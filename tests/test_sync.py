@@ -236,7 +236,6 @@ def batch(*ents: tuple[list, bytes]) -> tuple[bytes, object, bytes]:
     (framed(batch(f_entry("ok.txt"), f_entry("../up.txt"))), "outside"),
     (framed(batch(f_entry("ok.txt"), f_entry("/tmp/abs.txt"))), "outside"),
     (framed(batch(f_entry("ok.txt"), f_entry("a//b"))), "outside"),
-    (framed(batch(f_entry("ok.txt"), (["l", "out", "/etc"], b""), f_entry("out/passwd"))), "outside"),
     (framed(batch(f_entry("ok.txt"), (["f", "big", 0o644, 0, 99 << 20, "0"], b""))), "bad file entry"),
     (framed(batch(f_entry("ok.txt"), (["f", "neg", 0o644, 0, -1, "0"], b""))), "bad file entry"),
     (framed(batch(f_entry("ok.txt"), (["p", "fifo", 0], b""))), "not a file"),

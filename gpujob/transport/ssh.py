@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import select
 import socket
@@ -15,6 +16,10 @@ from gpujob.errors import ConnectError, HostKeyChanged
 from gpujob.hosts import Host
 from gpujob.paths import config_dir, write_private
 from gpujob.transport.base import Forward, Result, Stream, Transport
+
+# paramiko's transport thread logs the traceback of a failed handshake (no banner over a dead
+# link); with no handler Python prints it on stderr. The error reaches the user as one message.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 
 def known_hosts_path() -> Path:
@@ -141,6 +146,7 @@ def open_client(host: Host, password: str | None = None, retries: int | None = N
                 "refused the connection"
                 if isinstance(e, (ConnectionRefusedError, paramiko.ssh_exception.NoValidConnectionsError))
                 else "did not answer" if isinstance(e, (socket.timeout, TimeoutError))
+                or "No existing session" in str(e) or "banner" in str(e)  # a link that carries nothing
                 else f"failed: {e}"
             )
             if attempt < retries:

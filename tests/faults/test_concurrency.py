@@ -1,0 +1,106 @@
+"""Concurrent clients on one host: ten submits of one project each run their own code; three
+resumes of one lost job leave one supervisor."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.conftest import REPO
+from tests.test_agent import remote_root, status, wait_for
+from tests.test_first_path import job_processes, submit, wait_state, write_job
+
+
+def cli(*args: str) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.Popen([sys.executable, "-m", "gpujob.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, text=True, env=env)
+
+
+def test_ten_concurrent_submits_each_run_their_own_code(ssh_host: str, tmp_path: Path) -> None:
+    folders = []
+    for i in range(10):
+        d = tmp_path / f"c{i}"
+        d.mkdir()
+        (d / "w.py").write_text(f"print('I am number {i}')\n")
+        # whole seconds apart: same-size edits within one second are change detection's case
+        # (tests/test_sync.py), not this one's
+        os.utime(d / "w.py", (1_700_000_000 + i, 1_700_000_000 + i))
+        (d / "job.yaml").write_text(json.dumps({"name": "conc", "run": "python w.py"}))
+        folders.append(d / "job.yaml")
+    procs = [cli("submit", str(f), "--host", ssh_host, "--json") for f in folders]
+    ids = []
+    for i, p in enumerate(procs):
+        out, err = p.communicate(timeout=240)
+        assert p.returncode == 0, f"submit {i}: {err}{out}"
+        ids.append(json.loads(out)["job_id"])
+    root = remote_root(tmp_path, ssh_host)
+    for i, job_id in enumerate(ids):
+        st = wait_state(ssh_host, job_id, ("succeeded", "failed"), 120)
+        assert st["state"] == "succeeded", st
+        assert (root / "jobs" / job_id / "code" / "w.py").read_text() == f"print('I am number {i}')\n"
+        assert f"I am number {i}\n" in (root / "jobs" / job_id / "output.log").read_text()
+
+
+# a checkpoint on the first attempt, then every attempt says it is up and runs on
+LONG_JOB = """
+    import os, time
+    if not os.environ["GPUJOB_RESUME"]:
+        os.makedirs(os.path.join(os.environ["GPUJOB_CKPT_DIR"], "step-1"))
+        open(os.path.join(os.environ["GPUJOB_CKPT_DIR"], "step-1", ".gpujob-complete"), "w").close()
+    print("attempt", os.environ["GPUJOB_ATTEMPT"], "ready", flush=True)
+    time.sleep(600)
+"""
+
+
+def supervisors(job_id: str) -> list[int]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                cmd = (d / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"run" in cmd and job_id.encode() in cmd and b"remote" in cmd:
+                out.append(int(d.name))
+    return out
+
+
+def test_three_concurrent_resumes_start_one_supervisor(ssh_host: str, tmp_path: Path) -> None:
+    job = write_job(tmp_path, "resume3", LONG_JOB, "python main.py")
+    job_id = submit(ssh_host, job)["job_id"]
+    jd = remote_root(tmp_path, ssh_host) / "jobs" / job_id
+    wait_for(lambda: "ready" in (jd / "output.log").read_text() if (jd / "output.log").exists() else False, 60, "ready")
+    st = status(ssh_host, job_id)
+    os.kill(st["supervisor_pid"], signal.SIGKILL)  # the agent dies with the trainer: the job is lost
+    for pid in job_processes(job_id):
+        os.kill(pid, signal.SIGKILL)
+    # the heartbeat ages past GPUJOB_STALE_AFTER (30 s by default; the record says so at once
+    # once the supervisor's pid is gone and its lock is free)
+    st = json.loads((jd / "status.json").read_text())
+    st["heartbeat"] = time.time() - 3600
+    (jd / "status.json").write_text(json.dumps(st))
+    assert status(ssh_host, job_id)["state"] == "lost"
+    try:
+        procs = [cli("resume", job_id, "--host", ssh_host) for _ in range(3)]
+        results = [(p.wait(120), p.stdout.read(), p.stderr.read()) for p in procs]  # type: ignore[union-attr]
+        ok = [r for r in results if r[0] == 0]
+        refused = [r for r in results if r[0] != 0]
+        assert len(ok) == 1 and len(refused) == 2, results
+        for _rc, _out, err in refused:
+            assert "already running" in err and "Traceback" not in err
+        wait_for(lambda: (jd / "output.log").read_text().count("ready") >= 2, 60, "the resumed attempt")
+        assert len(supervisors(job_id)) == 1, supervisors(job_id)
+        trainers = [p for p in job_processes(job_id) if b"main.py" in Path(f"/proc/{p}/cmdline").read_bytes()]
+        assert len(trainers) == 1
+    finally:
+        for p in supervisors(job_id) + job_processes(job_id):
+            try:
+                os.kill(p, signal.SIGKILL)
+            except OSError:
+                pass

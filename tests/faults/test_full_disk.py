@@ -1,0 +1,102 @@
+"""A job fills the instance's disk (the root on a small tmpfs): its final state is still
+recorded, the read-only verbs keep working, no temporary file is left, and status says how
+much is free and what to delete."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import kill_job_processes, run_cli
+from tests.test_first_path import wait_state, write_job
+
+FILLER = """
+import os, pathlib, sys
+ck = pathlib.Path(os.environ["GPUJOB_CKPT_DIR"])
+step = 0
+try:
+    while True:
+        step += 1
+        d = ck / f"step-{step}"
+        d.mkdir()
+        with open(d / "w.bin", "wb") as f:
+            for _ in range(16):
+                f.write(bytes(1 << 20))
+        (d / ".gpujob-complete").write_text("")
+        print("saved step", step, flush=True)
+except OSError as e:
+    print("the disk is full:", e, flush=True)
+with open(ck / "last-page", "wb", buffering=0) as f:  # not one free page left for the agent
+    for size in (4096, 1):
+        try:
+            while True:
+                f.write(bytes(size))
+        except OSError:
+            pass
+sys.exit(1)
+"""
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 300 MB tmpfs (a submit wants 256 MB free), unmounted afterwards (skips where mounting is not allowed)."""
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        pytest.skip("needs root and mount(8) for a tmpfs")
+    mnt = tmp_path / f"gjdisk-{uuid.uuid4().hex[:6]}"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=300m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        kill_job_processes(mnt)
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def test_a_full_disk_keeps_the_record_and_the_read_only_verbs(small_disk: Path, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUJOB_LOCAL_ROOT", str(small_disk / "root"))
+    job = write_job(tmp_path, "filler", FILLER, "python main.py", checkpoint={"keep": 100})
+    with open(job.parent / "big.bin", "wb") as f:
+        f.truncate(100 << 20)  # sparse here, 100 MB there: more than the 300 MB disk can take with its margin
+    r = run_cli("submit", str(job))
+    assert r.returncode != 0 and "not enough space" in r.stderr, r.stderr
+    (job.parent / "big.bin").unlink()
+    # the refused submit gave its project's sync lease back: this one does not wait 60 s for it
+    r = run_cli("submit", str(job), "--json", timeout=40)
+    assert r.returncode == 0, r.stderr
+    job_id = json.loads(r.stdout)["job_id"]
+    st = wait_state("local", job_id, ("failed", "succeeded"), 120)
+    assert st["state"] == "failed" and st["exit_code"] == 1
+    jd = small_disk / "root" / "jobs" / job_id
+    assert json.loads((jd / "status.json").read_text())["state"] == "failed"  # recorded, not only concluded
+    assert not list(small_disk.rglob("*.tmp")), list(small_disk.rglob("*.tmp"))
+    # the reserve gave its room back for the final state: fill that too, then every read-only verb answers
+    with open(small_disk / "rest", "wb") as f, pytest.raises(OSError):
+        while True:
+            f.write(bytes(1 << 16))
+            f.flush()
+    free = os.statvfs(small_disk).f_bavail * os.statvfs(small_disk).f_frsize
+    assert free < 1 << 16
+    r = run_cli("status", job_id)
+    assert r.returncode == 0, r.stderr
+    assert "MB free" in r.stderr and "step-" in r.stderr and "delete" in r.stderr
+    r = run_cli("status", job_id, "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["disk"]["free_bytes"] == free
+    r = run_cli("ls")
+    assert r.returncode == 0 and "MB free" in r.stderr, r.stderr
+    r = run_cli("ls", "--json")
+    assert r.returncode == 0 and job_id in r.stdout, r.stderr
+    r = run_cli("tail", job_id, "-n", "3")
+    assert r.returncode == 0 and "the disk is full" in r.stdout, r.stderr
+    r = run_cli("pull", job_id, str(tmp_path / "p"), "--latest", "--json")
+    assert r.returncode == 0, r.stderr
+    assert not list(small_disk.rglob("*.tmp"))

@@ -1,0 +1,168 @@
+"""Cut and frozen links (a link proxy between the laptop and the test sshd) during sync, tail
+and pull, and a dead link (a namespace's link taken down) under the kept connection."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, Sshd, run_cli, stop_sshd
+from tests.faults.linkproxy import LinkProxy
+from tests.test_agent import wait_for
+from tests.test_first_path import submit, wait_state, write_job
+
+
+@pytest.fixture
+def via(ssh_host: str, sshd: Sshd) -> Iterator[tuple[str, LinkProxy]]:
+    """Host ``via``: the test sshd through a link proxy (connect timeout 5 s)."""
+    from gpujob.hosts import HostStore
+
+    proxy = LinkProxy(sshd.port, rate=40e6)  # 40 MB/s: a cut after N bytes lands near N on a loaded machine too
+    store = HostStore()
+    h = store.get(ssh_host)
+    h.name, h.port = "via", proxy.port
+    store.save(h)
+    yield "via", proxy
+    proxy.close()
+
+
+def cli(*args: str) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.Popen([sys.executable, "-m", "gpujob.cli", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env)
+
+
+def cut_after(proxy: LinkProxy, nbytes: int, p: subprocess.Popen) -> None:
+    """Cut the link once ``nbytes`` more have crossed it (while ``p`` runs)."""
+    start, deadline = proxy.bytes, time.time() + 60
+    while proxy.bytes - start <= nbytes and p.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    proxy.cut()
+
+
+def test_a_cut_upload_resumes_on_the_next_submit(via: tuple[str, LinkProxy], tmp_path: Path) -> None:
+    host, proxy = via
+    job = write_job(tmp_path, "bigsync", "print(len(open('blob.bin','rb').read()))", "python main.py")
+    blob = os.urandom(40 << 20)
+    (job.parent / "blob.bin").write_bytes(blob)
+    assert run_cli("ls", "--host", host).returncode == 0
+    p = cli("submit", str(job), "--host", host, "--json")
+    cut_after(proxy, 24 << 20, p)  # past the first 16 MiB the receiver lists as verified
+    out, err = p.communicate(timeout=120)
+    assert p.returncode != 0 and b"Traceback" not in err and b"submit again" in out + err, out + err
+    proxy.resume()
+    res = submit(host, job)
+    assert res["sync"]["resumed_bytes"] > 0
+    assert wait_state(host, res["job_id"], ("succeeded", "failed"))["state"] == "succeeded"
+    jd = tmp_path / "remote-root" / "jobs" / res["job_id"]
+    assert (jd / "code" / "blob.bin").read_bytes() == blob
+    assert str(len(blob)) in (jd / "output.log").read_text()
+
+
+COUNTER = """
+import time
+for i in range(60):
+    print(f"line {i:03d}", flush=True)
+    time.sleep(0.1)
+"""
+
+
+def test_tail_follows_through_a_freeze_and_a_cut(via: tuple[str, LinkProxy], tmp_path: Path) -> None:
+    host, proxy = via
+    job_id = submit(host, write_job(tmp_path, "count", COUNTER, "python main.py"))["job_id"]
+    t = cli("tail", job_id, "--host", host, "-f", "-n", "100000")
+    log = tmp_path / "remote-root" / "jobs" / job_id / "output.log"
+    wait_for(lambda: log.exists() and "line 010" in log.read_text(), 60, "line 10")
+    proxy.freeze()
+    wait_for(lambda: "line 025" in log.read_text(), 60, "line 25")
+    proxy.resume()
+    wait_for(lambda: "line 035" in log.read_text(), 60, "line 35")
+    proxy.cut()
+    time.sleep(0.5)  # the link stays down a moment (cut() refuses new connections meanwhile)
+    proxy.resume()
+    out, err = t.communicate(timeout=120)
+    assert t.returncode == 0, err
+    lines = [ln for ln in out.decode().splitlines() if ln.startswith("line ")]
+    assert lines == [f"line {i:03d}" for i in range(60)], err
+
+
+BIG_CKPT = """
+import os
+from pathlib import Path
+d = Path(os.environ["GPUJOB_CKPT_DIR"]) / "step-1"
+d.mkdir()
+(d / "model.bin").write_bytes(os.urandom(40 << 20))
+(d / ".gpujob-complete").write_text("")
+"""
+
+
+def test_a_cut_pull_resumes(via: tuple[str, LinkProxy], tmp_path: Path) -> None:
+    host, proxy = via
+    job_id = submit(host, write_job(tmp_path, "bigpull", BIG_CKPT, "python main.py"))["job_id"]
+    assert wait_state(host, job_id, ("succeeded", "failed"))["state"] == "succeeded"
+    dest = tmp_path / "pulled"
+    p = cli("pull", job_id, str(dest), "--host", host, "--latest", "--json")
+    cut_after(proxy, 24 << 20, p)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode != 0 and b"Traceback" not in err and b"pull again" in out + err, out + err
+    proxy.resume()
+    r = run_cli("pull", job_id, str(dest), "--host", host, "--latest", "--json")
+    assert r.returncode == 0, r.stderr
+    src = tmp_path / "remote-root" / "jobs" / job_id / "ckpt" / "step-1" / "model.bin"
+    got = dest / job_id / "ckpt" / "step-1" / "model.bin"
+    assert got.read_bytes() == src.read_bytes()
+    assert json.loads(r.stdout)["bytes"] < src.stat().st_size  # resumed, not fetched again
+
+
+@pytest.fixture
+def instance(tmp_path: Path) -> Iterator[tuple[str, object]]:
+    """Host ``inst``: an sshd in a network namespace whose link the test can take down."""
+    from gpujob.hosts import Host, HostStore
+    from gpujob.transport.ssh import public_key_line
+    from tests.netlab import make_lab
+    from tests.test_launcher import _sshd_in
+
+    lab = make_lab(1)
+    s = None
+    try:
+        s = _sshd_in(lab.namespaces[0], lab.addr(0), tmp_path / "inst")
+        s.authorize(public_key_line())
+        HostStore().save(Host(name="inst", hostname=lab.addr(0), port=22, user="root", root=str(tmp_path / "inst-root"),
+                              connect_timeout=5))
+        yield "inst", lab
+    finally:
+        if s is not None:
+            stop_sshd(s)
+        lab.close()
+
+
+def test_a_link_taken_down_fails_a_kept_connection_command_like_a_direct_one(instance: tuple[str, object]) -> None:
+    host, lab = instance
+    assert run_cli("ls", "--host", host).returncode == 0
+    assert run_cli("ls", "--host", host).returncode == 0  # over the kept connection
+    lab.link(0, False)  # type: ignore[attr-defined]
+    direct = run_cli("ls", "--host", host, env_extra={"GPUJOB_MUX": "0"}, timeout=120)
+    kept = run_cli("ls", "--host", host, timeout=120)  # it used to hang for 10 minutes
+    assert direct.returncode != 0 and "Traceback" not in direct.stderr
+    assert (kept.returncode, kept.stderr) == (direct.returncode, direct.stderr)
+    lab.link(0, True)  # type: ignore[attr-defined]
+    assert run_cli("ls", "--host", host, timeout=120).returncode == 0
+
+
+def test_a_frozen_link_fails_a_kept_connection_command_like_a_direct_one(via: tuple[str, LinkProxy]) -> None:
+    host, proxy = via
+    assert run_cli("ls", "--host", host).returncode == 0  # the kept connection is up, and was just used
+    proxy.freeze()
+    direct = run_cli("ls", "--host", host, env_extra={"GPUJOB_MUX": "0"}, timeout=120)
+    assert direct.returncode != 0 and "Traceback" not in direct.stderr and "did not answer" in direct.stderr
+    kept = run_cli("ls", "--host", host, timeout=120)  # it used to hang for the 600 s of its timeout
+    assert (kept.returncode, kept.stderr) == (direct.returncode, direct.stderr)
+    proxy.resume()
+    assert run_cli("ls", "--host", host).returncode == 0  # and it comes back by itself
