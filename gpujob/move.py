@@ -141,9 +141,9 @@ def _reach_old(host_name: str, job_id: str, stop_wait: float, note: Note) -> tup
     except RemoteError as e:
         if "no job matches" in str(e):
             raise GpujobError(f"{host_name} has no job {job_id}", "check the id with: gpujob ls --host " + host_name) from None
-        return None, f"{host_name} answers but its agent failed ({e})", {}
+        return None, f"{host_name} answers but its agent failed ({str(e).splitlines()[0]})", {}
     except GpujobError as e:
-        return None, f"{host_name} does not answer ({e})", {}
+        return None, f"{host_name} does not answer ({str(e).splitlines()[0]})", {}
     if st.get("state") == "moved":
         raise GpujobError(f"{job_id} already moved from {host_name} to {st.get('moved_to')}",
                           f"gpujob status {job_id} shows it there")
