@@ -138,13 +138,18 @@ def cmd_submit(args: argparse.Namespace) -> int:
     spec = load_spec(args.job_file, args.set)
     if spec.nodes and not args.host:
         return _submit_nodes(args, spec)
-    host = _store().get(args.host or spec.host)
-    from gpujob.agent import connect_agent
+    names = args.host.split(",") if args.host else (spec.hosts or [spec.host])
+    if len(names) > 1 or args.wait_gpus:  # placement: the first host with the GPUs free
+        host, agent, skipped = _place(names, spec, args)
+    else:
+        from gpujob.agent import connect_agent
 
-    agent = connect_agent(host)
+        host, skipped = _store().get(names[0]), []
+        agent = connect_agent(host)
     with _transfer_bar(f"sync → {host.name}", not args.json) as progress_cb:
         res = submit(agent, spec, host, progress_cb)
-    index.record(res["job_id"], host.name, spec.name)
+    res["skipped"] = [vars(s) for s in skipped]
+    index.record(res["job_id"], host.name, spec.name, **_resubmit_fields(spec, args))
     if args.json:
         from gpujob.ui import print_json
 
@@ -160,6 +165,31 @@ def cmd_submit(args: argparse.Namespace) -> int:
     if args.follow:
         return _follow(host.name, res["job_id"])
     return 0
+
+
+def _place(names: list[str], spec: Any, args: argparse.Namespace) -> tuple[Any, Any, list[Any]]:
+    from gpujob.durations import parse_duration
+    from gpujob.placement import place
+
+    def note(text: str) -> None:
+        if not args.json:
+            print(text, file=sys.stderr)
+
+    try:
+        wait = parse_duration(args.wait_gpus) if args.wait_gpus else None
+    except ValueError as e:
+        raise GpujobError(f"--wait-gpus: {e}", "e.g. --wait-gpus 2h; nothing was submitted") from None
+    try:
+        return place(names, spec.gpus, wait=wait, note=note)
+    except KeyboardInterrupt:
+        print("stopped waiting for GPUs; nothing was submitted", file=sys.stderr)
+        raise
+
+
+def _resubmit_fields(spec: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """What ``gpujob move`` needs to send the job again: its job file and ``--set`` overrides."""
+    src = Path(spec.source)
+    return {"job_file": str(src.resolve()), "set": list(args.set)} if src.is_file() else {}
 
 
 def _submit_nodes(args: argparse.Namespace, spec: Any) -> int:
@@ -464,8 +494,12 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    from gpujob import jobs
+    from gpujob import index, jobs
     from gpujob.ui import console, print_json
+
+    known = index.host_of(args.job)
+    if args.host and known and args.host != known and "," not in known:  # another host: the job moves there
+        return cmd_move(argparse.Namespace(**{**vars(args), "to": args.host, "job_file": None, "wait": 600.0}))
 
     res = jobs.resume(_agent(_host_for_job(args)), args.job)
     if args.json:
@@ -489,12 +523,56 @@ def cmd_pull(args: argparse.Namespace) -> int:
     agent.call("pulled", ["--job", res["job_id"]])
     for link in res.get("skipped") or []:
         print(f"warning: symlink {link} not kept: it leads outside {res['dest']}", file=sys.stderr)
+    from gpujob import index
+
+    index.record_pull(res["job_id"], str(Path(args.dest).resolve()))
     if args.json:
         print_json(res)
     else:
         sel = f" ({res['selected']})" if res.get("selected") else ""
         console().print(f"{res['job_id']}{sel}: {res['files']} file(s), {res['bytes'] / 1e6:.1f} MB fetched, "
                         f"{res['unchanged']} already here → {res['dest']}")
+    return 0
+
+
+def cmd_move(args: argparse.Namespace) -> int:
+    from gpujob.move import move
+    from gpujob.ui import console, print_json
+
+    def note(text: str) -> None:
+        if not args.json:
+            console().print(_esc(text))
+
+    with _transfer_bar(f"move {args.job} → {args.to}", not args.json) as progress_cb:
+        res = move(args.job, args.to, job_file=args.job_file, stop_wait=args.wait, progress=progress_cb, note=note)
+    if args.json:
+        print_json(res)
+        return 0
+    c = console()
+    ck = f" from {res['checkpoint']}" if res.get("checkpoint") else " (checkpoint on shared storage)" \
+        if res["source"] == "shared" else " from scratch (no complete checkpoint)"
+    c.print(f"[bold]{res['job_id']}[/] moved {res['from']} → [cyan]{res['to']}[/] ({res['state']}){_esc(ck)}; "
+            f"{res['files']} file(s), {res['bytes'] / 1e6:.1f} MB from {res['source']}")
+    if not res["old_marked"]:
+        c.print(f"  {_esc(res['from'])} did not answer: the job there is not marked moved; do not resume it there")
+    c.print(f"  follow: gpujob tail {res['job_id']} -f")
+    return 0
+
+
+def cmd_guard(args: argparse.Namespace) -> int:
+    from gpujob.guard import guard
+    from gpujob.ui import console, print_json
+
+    def note(text: str) -> None:
+        if not args.json:
+            console().print(_esc(text))
+
+    outcomes = guard(args.jobs, args.interval, args.once, note)
+    if args.json:
+        print_json({"outcomes": outcomes})
+    for o in outcomes if not args.json else []:
+        what = f"moved to {o['move']['to']}" if o["action"] == "moved" else o.get("why") or o.get("state")
+        console().print(_esc(f"{o['job_id']}: {what}"))
     return 0
 
 
@@ -906,7 +984,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = add("submit", cmd_submit, "sync code and data, start the job under the agent")
     s.add_argument("job_file", nargs="?", help="job YAML (default ./job.yaml)")
-    s.add_argument("--host", help="host profile (default: the job's host:, else local)")
+    s.add_argument("--host", help="host profile, or a,b,c: the first that answers with the GPUs free "
+                   "(default: the job's host:, else local)")
+    s.add_argument("--wait-gpus", nargs="?", const="6h", metavar="DURATION",
+                   help="no host has the GPUs free: wait (poll with backoff) up to DURATION (default 6h)")
     s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a key, e.g. retry.max_restarts=3")
     s.add_argument("-f", "--follow", action="store_true", help="follow the log; Ctrl-C detaches, the job goes on")
 
@@ -935,6 +1016,16 @@ def build_parser() -> argparse.ArgumentParser:
     s = add("resume", cmd_resume, "restart a lost, stopped or failed job from its newest complete checkpoint")
     s.add_argument("job", type=_job_ref)
     s.add_argument("--host")
+    s = add("move", cmd_move, "continue a job on another host from its newest complete checkpoint (same id, history)")
+    s.add_argument("job")
+    s.add_argument("--to", required=True, metavar="HOST", help="the host profile it goes on on (a,b,c: the first "
+                   "with the job's GPUs free)")
+    s.add_argument("--job-file", help="the job file (default: the one it was submitted from)")
+    s.add_argument("--wait", type=float, default=600, help="seconds to wait for it to stop on the old host")
+    s = add("guard", cmd_guard, "watch jobs; move one whose host stays away longer than its retry.move_after")
+    s.add_argument("jobs", nargs="+", metavar="JOB")
+    s.add_argument("--interval", type=float, default=30.0, help="seconds between looks (default 30)")
+    s.add_argument("--once", action="store_true", help="one look at each job (for cron); the time away adds up")
     s = add("cost", cmd_cost, "what jobs have cost (elapsed x price_per_hour), per job and per host")
     s.add_argument("--host", help="one host (default: every host with jobs)")
     s = add("agent-log", cmd_agent_log, "the last lines of the agent's own log on a host (its errors)")

@@ -13,9 +13,10 @@ def _path() -> Path:
     return moved_from_config(state_dir() / "jobs.jsonl")
 
 
-def record(job_id: str, host: str, name: str) -> None:
+def record(job_id: str, host: str, name: str, **extra: object) -> None:
+    """``extra``: e.g. the job file and ``--set`` overrides (what ``gpujob move`` submits again)."""
     with open(_path(), "a") as f:
-        f.write(json.dumps({"job_id": job_id, "host": host, "name": name, "t": time.time()}) + "\n")
+        f.write(json.dumps({"job_id": job_id, "host": host, "name": name, "t": time.time(), **extra}) + "\n")
 
 
 def entries() -> list[dict]:
@@ -33,11 +34,41 @@ def entries() -> list[dict]:
 
 def host_of(ref: str) -> str | None:
     """The host of the newest job whose id, id prefix or name is ``ref``; None if unknown here."""
+    e = entry_of(ref)
+    return e.get("host") if e else None
+
+
+def entry_of(ref: str) -> dict | None:
+    """The newest record of the job ``ref`` (id, id prefix or name), with fields that only
+    older records of the same job hold (the job file of a job since moved) filled in."""
+    found: dict | None = None
     for e in reversed(entries()):
         jid = e.get("job_id", "")
-        if ref in (jid, e.get("name")) or jid.startswith(ref) or jid.rsplit("-", 1)[-1].startswith(ref):
-            return e.get("host")
-    return None
+        if found is None and (ref in (jid, e.get("name")) or jid.startswith(ref) or jid.rsplit("-", 1)[-1].startswith(ref)):
+            found = dict(e)
+        elif found is not None and jid == found["job_id"]:
+            found = {**e, **found}
+    return found
+
+
+def record_pull(job_id: str, dest: str) -> None:
+    """Where ``gpujob pull`` put a job's files (``move`` takes a checkpoint from there when its host is gone)."""
+    with open(state_dir() / "pulls.jsonl", "a") as f:
+        f.write(json.dumps({"job_id": job_id, "dest": dest, "t": time.time()}) + "\n")
+
+
+def pulls_of(job_id: str) -> list[str]:
+    """Folders holding a pulled copy of the job, newest pull first."""
+    p = state_dir() / "pulls.jsonl"
+    out: list[str] = []
+    for line in reversed(p.read_text().splitlines() if p.exists() else []):
+        try:
+            e = json.loads(line)
+        except ValueError:
+            continue
+        if e.get("job_id") == job_id and e.get("dest") not in out:
+            out.append(e["dest"])
+    return out
 
 
 def hosts() -> list[str]:

@@ -15,7 +15,7 @@ from gpujob.errors import ConnectError, GpujobError, HostKeyChanged
 from gpujob.hosts import LOCAL
 from gpujob.transport import Result
 
-FINAL = ("succeeded", "failed", "stopped", "autostopped", "lost")
+FINAL = ("succeeded", "failed", "stopped", "autostopped", "lost", "moved")
 
 
 def status(agent: Agent, job: str) -> dict[str, Any]:

@@ -39,6 +39,8 @@ class Retry:
     on: list[str] = field(default_factory=lambda: ["error", "oom", "signal"])  # signal: one gpujob did not send
     backoff: float = 10.0
     on_oom: str = "retry"  # retry | halve_batch
+    move_after: float | None = None  # a lost job whose host stays away this long moves (gpujob guard)
+    move_to: list[str] = field(default_factory=list)  # where to (default: the job's host: list)
 
 
 @dataclass
@@ -68,6 +70,7 @@ class JobSpec:
     checkpoint_dir: str | None = None  # absolute: shared storage (multi-node); relative: a folder the code writes
     checkpoint_pattern: str | None = None  # glob (under the checkpoint folder) of what the script writes
     source: str = "<spec>"
+    hosts: list[str] = field(default_factory=list)  # host: [a, b, c]: placement tries them in order
 
     def to_remote(self) -> dict[str, Any]:
         """What the agent receives (and writes to spec.json): never secret values."""
@@ -228,8 +231,14 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
     if _want(ctx, ("name",), name, str, "a name") and not _NAME_RE.fullmatch(name):
         ctx.err(("name",), f"{_short(name)}: use letters, digits, '.', '_' and '-' (at most 63)")
     host = raw.get("host")
-    if host is not None:
-        _want(ctx, ("host",), host, str, "a host profile name")
+    hosts: list[str] = []
+    if isinstance(host, list):
+        hosts = _str_list(ctx, ("host",), host)
+        if not hosts or len(set(hosts)) != len(hosts):
+            ctx.err(("host",), "list each host profile once (at least one)")
+        host = hosts[0] if hosts else None
+    elif host is not None:
+        _want(ctx, ("host",), host, str, "a host profile name or a list of them")
     exclude = _str_list(ctx, ("exclude",), raw.get("exclude", []))
 
     data: list[DataEntry] = []
@@ -325,7 +334,10 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
     retry = Retry()
     rr = raw.get("retry", {}) or {}
     if _want(ctx, ("retry",), rr, dict, "{max_restarts, on, backoff, on_oom}"):
-        _check_keys(ctx, ("retry",), rr, ["max_restarts", "on", "backoff", "on_oom"])
+        _check_keys(ctx, ("retry",), rr, ["max_restarts", "on", "backoff", "on_oom", "move_after", "move_to"])
+        if rr.get("move_after") is not None:
+            retry.move_after = _duration(ctx, ("retry", "move_after"), rr["move_after"], 0.0) or None
+        retry.move_to = _str_list(ctx, ("retry", "move_to"), rr.get("move_to") or [])
         mr = rr.get("max_restarts", 0)
         if _int_in(ctx, ("retry", "max_restarts"), mr, 0, MAX_RESTARTS, "a number of restarts"):
             retry.max_restarts = mr
@@ -382,7 +394,7 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
         tensorboard_logdir=logdir, retry=retry, stop_grace=grace, notify=sections.get("notify", {}),
         autostop=sections.get("autostop", {}), launcher=launcher, nodes=nodes,
         checkpoint_dir=(ck.get("dir") if isinstance(ck, dict) else None),
-        checkpoint_pattern=(ck.get("pattern") if isinstance(ck, dict) else None), source=source,
+        checkpoint_pattern=(ck.get("pattern") if isinstance(ck, dict) else None), source=source, hosts=hosts,
     )
 
 

@@ -71,10 +71,12 @@ def secret_refs(spec: JobSpec) -> list[str]:
 def submit(
     agent: Agent, spec: JobSpec, host: Host, progress: Callable[[int, int], None] | None = None, *,
     job_id: str | None = None, node: dict[str, Any] | None = None,
+    call: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Sync the code and data, then create and start the job. Returns the agent's answer.
 
-    ``job_id`` and ``node`` are given for a job over several nodes (see gpujob.nodes).
+    ``job_id`` and ``node`` are given for a job over several nodes (see gpujob.nodes);
+    ``call`` sends the request another way (gpujob.move: with the job's files).
     """
     secrets = collect_secrets(spec, secret_refs(spec))
     keep_secret_job_file_home(spec)
@@ -98,7 +100,7 @@ def submit(
     }
     import json
 
-    res = agent.call("submit", input=json.dumps(request).encode())
+    res = call(request) if call else agent.call("submit", input=json.dumps(request).encode())
     res["host"] = host.name
     res["sync"] = asdict(report)
     return res

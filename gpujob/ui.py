@@ -12,6 +12,7 @@ from gpujob.durations import format_duration
 STATE_STYLE = {
     "queued": "cyan", "running": "green", "restarting": "yellow", "succeeded": "bold green",
     "failed": "bold red", "stopped": "magenta", "autostopped": "magenta", "lost": "bold red",
+    "moved": "blue",
 }
 SPARK = "▁▂▃▄▅▆▇█"
 

@@ -234,6 +234,19 @@ def cmd_gpus(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
             "queue": gpus.queue(root)}
 
 
+def cmd_adopt(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+    """A job moving here: request line in, wish list out, its files in, the job started."""
+    from remote import move
+
+    return move.adopt(root, sys.stdin.buffer, sys.stdout.buffer)
+
+
+def cmd_moved(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+    from remote import move
+
+    return move.mark_moved(root, a.job, a.to)
+
+
 def load_agent_env(root: Root) -> None:
     """``<root>/agent.env`` (KEY=VALUE lines) sets the agent's own settings on hosts where
     the SSH login cannot pass them (e.g. GPUJOB_BOOT_ID_FILE, GPUJOB_GPU_SAMPLE)."""
@@ -411,6 +424,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--torch-timeout", type=float, default=60.0)
     s = sub.add_parser("notify_lost")
     s.add_argument("job_id")
+    sub.add_parser("adopt", help="a job moving here: request line, wish list, its files (remote/move.py)")
+    s = sub.add_parser("moved", help="the job went on on another host: a final state here")
+    s.add_argument("--job", required=True)
+    s.add_argument("--to", required=True, help="the host profile it went to")
     s = sub.add_parser("pulled")
     s.add_argument("--job", required=True)
     s = sub.add_parser("rm")

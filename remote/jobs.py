@@ -88,7 +88,8 @@ def submit(root: Root, request: Dict[str, Any]) -> Dict[str, Any]:
     code.mkdir(parents=True, exist_ok=True)
     job_id = request.get("job_id") or new_job_id(spec["name"])
     job = root.job(job_id)
-    job.path.mkdir(parents=True)
+    carried = _take_in(root, job, request) if request.get("moved_from") else {}  # a job moved here
+    job.path.mkdir(parents=True, exist_ok=bool(carried))
     lease = request.get("lease")
     if lease:  # the code is what this submit sent: no other submit wrote since its manifest
         with locks.project_locked(root.root, project):
@@ -110,10 +111,19 @@ def submit(root: Root, request: Dict[str, Any]) -> Dict[str, Any]:
         write_json(job.secrets, secrets, mode=0o600)
     with locks.job_lock(job.path):
         job.write_status({"job_id": job_id, "name": spec["name"], "project": project, "state": "queued",
-                          "submitted_at": now(), "attempt": 0, "host": request.get("host")})
-        job.event("submitted")
+                          "submitted_at": now(), "attempt": 0, "host": request.get("host"), **carried})
+        if carried:
+            job.event("moved", **{k: v for k, v in carried["moves"][-1].items() if k != "t"})
+        else:
+            job.event("submitted")
         pid = start_supervisor(root, job)
     return {"job_id": job_id, "state": "queued", "job_dir": str(job.path), "supervisor_pid": pid}
+
+
+def _take_in(root: Root, job: JobDir, request: Dict[str, Any]) -> Dict[str, Any]:
+    from remote import move
+
+    return move.take_in(root, job, request)
 
 
 def all_job_ids(root: Root) -> List[str]:
@@ -275,6 +285,9 @@ def resume(root: Root, job_id: str) -> Dict[str, Any]:
     job = root.job(job_id)
     with locks.job_lock(job.path):  # a second resume waits here, then finds the job running
         st = live_status(root, job, procs.boot_id())
+        if st.get("state") == "moved":
+            raise AgentError("job {} moved to {}: it goes on there".format(job_id, st.get("moved_to")),
+                             "gpujob resume {} (the laptop knows its new host)".format(job_id), "moved")
         if locks.supervisor_alive(job.path) or st.get("state") not in TERMINAL:
             raise AgentError("job {} is already running ({}): its supervisor is alive".format(
                 job_id, st.get("state")), "follow it with: gpujob tail -f {}".format(job_id), "already_running")

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
-TERMINAL = ("succeeded", "failed", "stopped", "autostopped", "lost")
+TERMINAL = ("succeeded", "failed", "stopped", "autostopped", "lost", "moved")
 
 
 def now() -> float:
