@@ -76,7 +76,8 @@ def test_gpus_sampling_queue_and_cost(ssh_host: str, tmp_path: Path, monkeypatch
     st_b = wait_state(ssh_host, b, ("running",), 30)
     assert st_b["cuda_visible_devices"] == "1"
     wait_for(lambda: status(ssh_host, c).get("queue_position") == 1, 20, "c first in the queue")
-    assert "devices 1" in (root / "jobs" / b / "output.log").read_text()
+    b_log = root / "jobs" / b / "output.log"
+    wait_for(lambda: "devices 1" in b_log.read_text(), 20, "b reports its device")  # printed after start
 
     # cost so far and a projection from step progress (max_steps in the metrics)
     st_a = status(ssh_host, a)
