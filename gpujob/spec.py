@@ -32,7 +32,7 @@ class DataEntry:
 @dataclass
 class Retry:
     max_restarts: int = 0
-    on: list[str] = field(default_factory=lambda: ["error", "oom"])
+    on: list[str] = field(default_factory=lambda: ["error", "oom", "signal"])  # signal: one gpujob did not send
     backoff: float = 10.0
     on_oom: str = "retry"  # retry | halve_batch
 
@@ -62,7 +62,8 @@ class JobSpec:
     autostop: dict[str, Any] = field(default_factory=dict)
     launcher: str = "none"  # none | torchrun
     nodes: list[str] = field(default_factory=list)
-    checkpoint_dir: str | None = None  # shared storage for multi-node jobs (e.g. /root/autodl-fs/ckpt)
+    checkpoint_dir: str | None = None  # absolute: shared storage (multi-node); relative: a folder the code writes
+    checkpoint_pattern: str | None = None  # glob (under the checkpoint folder) of what the script writes
     source: str = "<spec>"
 
     def to_remote(self) -> dict[str, Any]:
@@ -274,11 +275,19 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
     keep = 3
     ck = raw.get("checkpoint", {}) or {}
     if _want(ctx, ("checkpoint",), ck, dict, "{keep: N}"):
-        _check_keys(ctx, ("checkpoint",), ck, ["keep", "dir"])
+        _check_keys(ctx, ("checkpoint",), ck, ["keep", "dir", "pattern"])
         ckdir = ck.get("dir")
-        if ckdir is not None and _want(ctx, ("checkpoint", "dir"), ckdir, str, "an absolute path on the hosts"):
-            if not (ckdir.startswith("/") or ckdir.startswith("~")):
-                ctx.err(("checkpoint", "dir"), "use an absolute path on the instance (shared storage such as /root/autodl-fs/...)")
+        if ckdir is not None and _want(ctx, ("checkpoint", "dir"), ckdir, str, "a folder"):
+            rel = Path(ckdir)
+            if not (ckdir.startswith("/") or ckdir.startswith("~")) and (".." in rel.parts or not rel.parts
+                                                                          or rel.parts == (".",)):
+                ctx.err(("checkpoint", "dir"), "a relative folder must lie inside the code (no '..'), e.g. outputs; "
+                        "for storage every node sees give an absolute path such as /root/autodl-fs/ckpt")
+        pat = ck.get("pattern")
+        if pat is not None and _want(ctx, ("checkpoint", "pattern"), pat, str, "a glob such as '*.pt'"):
+            if pat.startswith("/") or ".." in Path(pat).parts:
+                ctx.err(("checkpoint", "pattern"), "a glob relative to the checkpoint folder, e.g. '*.pt' or "
+                        "'version_*/checkpoints/*.ckpt'")
         keep = ck.get("keep", 3)
         if _want(ctx, ("checkpoint", "keep"), keep, int, "a number") and keep < 1:
             ctx.err(("checkpoint", "keep"), "keep at least 1 checkpoint")
@@ -354,7 +363,8 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
         tensorboard_logdir=logdir, retry=retry, stop_grace=grace, notify=sections.get("notify", {}),
         autostop=sections.get("autostop", {}), launcher=launcher, nodes=nodes,
         runtime_auto=auto is not False,
-        checkpoint_dir=(ck.get("dir") if isinstance(ck, dict) else None), source=source,
+        checkpoint_dir=(ck.get("dir") if isinstance(ck, dict) else None),
+        checkpoint_pattern=(ck.get("pattern") if isinstance(ck, dict) else None), source=source,
     )
 
 

@@ -160,8 +160,14 @@ def job_panel(j: dict[str, Any]) -> Any:
         t.add_row("remedy", escape(d.get("remedy") or ""))
     ck = j.get("checkpoints") or []
     if ck:
-        done = [c["name"] for c in ck if c.get("complete")]
-        t.add_row("checkpoints", f"{len(done)} complete, newest {done[-1] if done else '-'}")
+        done = [c for c in ck if c.get("complete")]
+        what = "-"
+        if done:
+            n = done[-1]
+            about = [n["kind"]] if n.get("kind") else []
+            about += [f"step {n['step']}"] if n.get("step") is not None else []
+            what = escape(n["name"]) + (f" ({', '.join(about)})" if about else "")
+        t.add_row("checkpoints", f"{len(done)} complete, newest {what}")
     if j.get("last_line"):
         t.add_row("last line", escape(j["last_line"]))
     return t

@@ -1,35 +1,367 @@
-"""Checkpoint completeness, listing and rotation.
+"""Checkpoints of every common kind: finding, ordering, completeness, rotation, the best one.
 
 Standard library only, Python 3.8+, importable on its own (no relative imports): the agent
 uses it to compute GPUJOB_RESUME, and the runtime helper imports it as ``gpujob_checkpoints``.
 
-Two layouts are understood, both as sub-folders of the checkpoint folder:
+Kinds (docs/checkpoints.md has the user's version):
 
-- Hugging Face Trainer: ``checkpoint-<N>/``. Complete when ``trainer_state.json`` exists (the
-  Trainer writes it last), at least one ``rng_state*.pth`` is there (all of them when the
-  world size is known from the state) and ``checkpoint-is-incomplete.txt`` is absent.
-- gpujob's own layout: ``step-<N>/``, written as ``.tmp-step-<N>/`` and renamed. Complete when
-  the marker file ``.gpujob-complete`` exists (written last, after the data files are synced).
+- ``hf``: a Hugging Face Trainer ``checkpoint-<N>/``. Complete when ``trainer_state.json``
+  exists (the Trainer writes it last), the ``rng_state*.pth`` files are there (all ranks when
+  the world size is known) and ``checkpoint-is-incomplete.txt`` is absent.
+- ``gpujob``: the runtime helper's ``step-<N>/``, written as ``.tmp-step-<N>/`` and renamed;
+  complete when its marker ``.gpujob-complete`` (written last) exists.
+- ``accelerate``: a ``save_state`` folder (``checkpoints/checkpoint_<n>`` with automatic
+  naming, or any folder holding ``random_states_<rank>.pkl``): complete when the random
+  states (written last) of ranks 0..max are whole archives and no job process writes in it.
+- ``deepspeed``: ``global_step<N>/``: complete when the ``latest`` file beside it names it or
+  a newer tag (DeepSpeed writes ``latest`` after the save) and no job process writes in it.
+- ``lightning`` (``*.ckpt``) and ``file`` (``*.pt``, ``*.pth``, ``*.bin``, ``*.safetensors``,
+  ``*.tar``): one file, complete when no job process has it open for writing and its format
+  says it is whole (a zip archive from ``torch.save`` has its central directory; a
+  safetensors file is as long as its header says) or, for other formats, it has not changed
+  for ``SETTLE`` seconds. A file written under a temporary name and renamed into place is
+  complete as it appears: temporary names (``*.tmp``, ``*.part``, dot files) are never
+  checkpoints.
+
+Order: within a series (names that differ only in their numbers) by the step in the name
+(``checkpoint-N``, ``global_stepN``, ``step=N``, a trailing number); across series and for
+names without a step (``last.ckpt``) by modification time.
 """
 
+import json
+import os
 import re
 import shutil
+import struct
+import time
+import zipfile
 from pathlib import Path
-from typing import List, Optional, Union
+from typing import Any, Dict, Iterable, List, Optional, Set, Union
 
 COMPLETE_MARKER = ".gpujob-complete"
 HF_INCOMPLETE = "checkpoint-is-incomplete.txt"
 HF_STATE = "trainer_state.json"
-
-_NAME = re.compile(r"^(checkpoint|step)-(\d+)$")
+FILE_EXTS = (".pt", ".pth", ".bin", ".safetensors", ".tar", ".ckpt")
+SETTLE = 2.0  # seconds a file of unknown format must stay unchanged to count as whole
+STALE = 60.0  # seconds an incomplete checkpoint must stay unchanged before rotation may delete it
+FOLDER_KINDS = ("hf", "gpujob", "accelerate", "deepspeed", "folder")
+# files beside checkpoints that are not checkpoints themselves
+SIDE_FILES = re.compile(r"^(training_args\.bin|rng_state(_\d+)?\.pth|optimizer\.(pt|bin)|scheduler\.(pt|bin)|"
+                        r"scaler\.pt|random_states_\d+\.pkl)$")
+_TEMP = re.compile(r"(^\.|\.tmp$|\.part$|\.partial$|\.gpujob-part|~$|\.tmp\.)")
+_HF_NAME = re.compile(r"^checkpoint-(\d+)$")
+_OWN_NAME = re.compile(r"^step-(\d+)$")
+_ACC_NAME = re.compile(r"^checkpoint_(\d+)$")
+_DS_NAME = re.compile(r"^global_step(\d+)$")
+_STEP_IN_NAME = re.compile(r"(?:^|[-_=.])step[=_-]?(\d+)(?![\d.])")
+_TRAILING = re.compile(r"(?:^|[-_.]|[A-Za-uw-z])(\d+)$")
+_NAME_METRIC = re.compile(r"(?:^|[-_])([A-Za-z][\w/.]*?)=(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)(?=$|-)")
 
 PathLike = Union[str, Path]
 
 
+class Checkpoint(object):
+    """One checkpoint: a folder (folder kinds) or a file (``lightning``, ``file``)."""
+
+    __slots__ = ("path", "kind", "step", "mtime", "metrics", "complete")
+
+    def __init__(self, path: Path, kind: str, step: Optional[int], mtime: float, metrics: Dict[str, float]) -> None:
+        self.path, self.kind, self.step, self.mtime, self.metrics = path, kind, step, mtime, metrics
+        self.complete = False  # type: bool
+
+    @property
+    def is_dir(self) -> bool:
+        return self.kind in FOLDER_KINDS
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    def rel(self, base: PathLike) -> str:
+        try:
+            return str(self.path.relative_to(Path(base)))
+        except ValueError:
+            return str(self.path)
+
+    def as_dict(self, base: PathLike) -> Dict[str, Any]:
+        return {"name": self.rel(base), "kind": self.kind, "step": self.step, "complete": self.complete,
+                "mtime": round(self.mtime, 3), "metrics": self.metrics}
+
+    def __repr__(self) -> str:
+        return "Checkpoint({}, {}, step={}, complete={})".format(self.path, self.kind, self.step, self.complete)
+
+
+# ---- names ------------------------------------------------------------------------------
+def _stem(name: str) -> str:
+    for ext in FILE_EXTS:
+        if name.endswith(ext):
+            return name[: -len(ext)]
+    return name
+
+
 def step_of(path: PathLike) -> Optional[int]:
-    """The step number in a checkpoint folder's name, or None if the name is not one."""
-    m = _NAME.match(Path(path).name)
-    return int(m.group(2)) if m else None
+    """The step number in a checkpoint's name, or None if the name carries none."""
+    name = Path(path).name
+    for rx in (_HF_NAME, _OWN_NAME, _ACC_NAME, _DS_NAME):
+        m = rx.match(name)
+        if m:
+            return int(m.group(1))
+    stem = _stem(name)
+    if stem.startswith("last"):
+        return None
+    m = _STEP_IN_NAME.search(stem)
+    if m:
+        return int(m.group(1))
+    if "=" in stem:  # Lightning names without step=: the numbers are epochs and metrics
+        return None
+    m = _TRAILING.search(stem)
+    return int(m.group(1)) if m else None
+
+
+def name_metrics(name: str) -> Dict[str, float]:
+    """Monitored values written in a Lightning name (``epoch=2-val_loss=0.02.ckpt``)."""
+    out = {}  # type: Dict[str, float]
+    for k, v in _NAME_METRIC.findall(_stem(name)):
+        if k not in ("epoch", "step"):
+            try:
+                out[k] = float(v)
+            except ValueError:
+                continue
+    return out
+
+
+def _series(c: Checkpoint) -> str:
+    """Checkpoints of one series differ only in their numbers (rotation counts per series)."""
+    return "{}|{}|{}".format(c.path.parent, c.kind, re.sub(r"\d+(\.\d+)?([eE][-+]?\d+)?", "#", c.name))
+
+
+# ---- what a path is ---------------------------------------------------------------------
+def _folder_kind(p: Path) -> Optional[str]:
+    name = p.name
+    if _OWN_NAME.match(name):
+        return "gpujob"
+    if _DS_NAME.match(name):
+        return "deepspeed"
+    try:
+        names = set(os.listdir(str(p)))
+    except OSError:
+        return None
+    hf = HF_STATE in names or any(n.startswith("rng_state") and n.endswith(".pth") for n in names)
+    acc = any(re.match(r"^random_states_\d+\.pkl$", n) for n in names)
+    if _HF_NAME.match(name):
+        return "accelerate" if acc and not hf else "hf"
+    if hf:
+        return "hf"
+    if acc or _ACC_NAME.match(name):
+        return "accelerate"
+    return None
+
+
+def _classify(p: Path, by_pattern: bool) -> Optional[Checkpoint]:
+    name = p.name
+    if _TEMP.search(name):
+        return None
+    try:
+        st = p.stat()  # follows a link (Lightning's last.ckpt may be one)
+    except OSError:
+        return None
+    if p.is_dir():
+        kind = _folder_kind(p) or ("folder" if by_pattern else None)
+        if kind is None:
+            return None
+        return Checkpoint(p, kind, step_of(p), _tree_mtime(p, st.st_mtime), {})
+    if not p.is_file() or SIDE_FILES.match(name):
+        return None
+    if name.endswith(".ckpt"):
+        kind = "lightning"
+    elif name.endswith(FILE_EXTS) or by_pattern:
+        kind = "file"
+    else:
+        return None
+    return Checkpoint(p, kind, step_of(p), st.st_mtime, name_metrics(name))
+
+
+def _tree_mtime(p: Path, own: float) -> float:
+    """A folder's time: its own mtime or its newest direct entry's (files rewritten in place)."""
+    newest = own
+    try:
+        for e in os.scandir(str(p)):
+            try:
+                newest = max(newest, e.stat(follow_symlinks=False).st_mtime)
+            except OSError:
+                continue
+    except OSError:
+        pass
+    return newest
+
+
+def _candidates(base: Path, pattern: Optional[str]) -> List[Path]:
+    if pattern:
+        return sorted(base.glob(pattern))
+    found = []  # type: List[Path]
+    for sub in (base, base / "checkpoints"):  # accelerate's project_dir/checkpoints/checkpoint_<n>
+        try:
+            found += [sub / n for n in sorted(os.listdir(str(sub)))]
+        except OSError:
+            continue
+    found += sorted(base.glob("*/version_*/checkpoints/*"))  # Lightning's default_root_dir layout
+    return found
+
+
+def find(ckpt_dir: PathLike, pattern: Optional[str] = None, pids: Any = None,
+         check: bool = True) -> List[Checkpoint]:
+    """The checkpoints in ``ckpt_dir`` (or matching the glob ``pattern`` under it), oldest first.
+
+    With ``check`` each one's ``complete`` is decided; ``pids`` are the processes whose open
+    files count as "being written" (None: every process this user can see).
+    """
+    base = Path(ckpt_dir)
+    if not base.is_dir():
+        return []
+    seen = set()  # type: Set[Path]
+    found = []  # type: List[Checkpoint]
+    for p in _candidates(base, pattern):
+        if p in seen:
+            continue
+        seen.add(p)
+        c = _classify(p, bool(pattern))
+        if c is not None:
+            found.append(c)
+    # loose files beside checkpoint folders (a final model.safetensors, training_args.bin) are not
+    # checkpoints, unless the user's pattern asked for them
+    if not pattern:
+        with_folders = {c.path.parent for c in found if c.is_dir}
+        found = [c for c in found if c.is_dir or c.kind == "lightning" or c.path.parent not in with_folders]
+    found = _ordered(found)
+    if check and found:
+        _check(found, _writers(found, base, pids))
+    return found
+
+
+def _writers(found: List[Checkpoint], base: Path, pids: Any) -> Set[str]:
+    """Files open for writing under ``base``, looked up only when a kind needs it."""
+    if all(c.kind in ("hf", "gpujob") for c in found):
+        return set()
+    return open_for_writing(pids, [str(base.resolve())])
+
+
+def _check(found: List[Checkpoint], writing: Set[str]) -> None:
+    now = time.time()
+    for c in found:
+        c.complete = _complete(c, writing, now)
+
+
+def _ordered(found: List[Checkpoint]) -> List[Checkpoint]:
+    """Oldest first. Within a series (names differing only in their numbers) the step in the name
+    decides; across series, whose numbers need not compare (accelerate counts saves, Lightning
+    steps), and for names without a step, the time does. A series' times are made monotone along
+    its steps, so that both rules agree."""
+    eff = {}  # type: Dict[int, float]
+    series = {}  # type: Dict[str, List[Checkpoint]]
+    for c in found:
+        if c.step is not None:
+            series.setdefault(_series(c), []).append(c)
+    for group in series.values():
+        t = float("-inf")
+        for c in sorted(group, key=lambda c: (c.step, c.mtime, c.name)):
+            t = max(t, c.mtime)
+            eff[id(c)] = t
+    return sorted(found, key=lambda c: (eff.get(id(c), c.mtime), -1 if c.step is None else c.step, c.name))
+
+
+# ---- being written ----------------------------------------------------------------------
+def _all_pids() -> List[int]:
+    try:
+        return [int(n) for n in os.listdir("/proc") if n.isdigit()]
+    except OSError:
+        return []
+
+
+def open_for_writing(pids: Any, under: List[str]) -> Set[str]:
+    """Paths under any of ``under`` that one of ``pids`` holds open for writing (/proc fd + fdinfo).
+
+    ``pids``: the processes to look at (None: every process this user can see; a callable is
+    called for them)."""
+    if callable(pids):
+        pids = pids()
+    prefixes = tuple(u.rstrip("/") + "/" for u in under)
+    out = set()  # type: Set[str]
+    for pid in (_all_pids() if pids is None else pids):
+        fd_dir = "/proc/{}/fd".format(pid)
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(fd_dir + "/" + fd)
+            except OSError:
+                continue
+            if not target.startswith(prefixes):
+                continue
+            try:
+                with open("/proc/{}/fdinfo/{}".format(pid, fd)) as f:
+                    flags = next((int(ln.split()[1], 8) for ln in f if ln.startswith("flags:")), 0)
+            except (OSError, ValueError, IndexError):
+                continue
+            if flags & 3 in (os.O_WRONLY, os.O_RDWR):
+                out.add(target)
+    return out
+
+
+def _written_in(path: Path, writing: Set[str]) -> bool:
+    if not writing:
+        return False
+    real = str(path.resolve())
+    return real in writing or any(w.startswith(real + "/") for w in writing)
+
+
+# ---- complete ---------------------------------------------------------------------------
+def _zip_whole(path: Path) -> Optional[bool]:
+    """True/False for a zip archive (torch.save's format) with/without its central directory;
+    None when the file is no zip archive at all."""
+    try:
+        with open(str(path), "rb") as f:
+            if f.read(4) != b"PK\x03\x04":
+                return None
+        with zipfile.ZipFile(str(path)) as z:
+            z.infolist()
+        return True
+    except (OSError, zipfile.BadZipFile, ValueError, EOFError):
+        return False
+
+
+def _safetensors_whole(path: Path, size: int) -> Optional[bool]:
+    """A safetensors file is whole when it is as long as its JSON header says."""
+    try:
+        with open(str(path), "rb") as f:
+            n = struct.unpack("<Q", f.read(8))[0]
+            if n <= 0 or n > 100 << 20:
+                return False
+            header = json.loads(f.read(n).decode("utf-8"))
+    except (OSError, ValueError, struct.error, UnicodeDecodeError):
+        return False
+    end = 0
+    for k, v in header.items():
+        if k != "__metadata__" and isinstance(v, dict):
+            end = max(end, int((v.get("data_offsets") or [0, 0])[1]))
+    return size == 8 + n + end
+
+
+def file_whole(path: Path, now: Optional[float] = None) -> bool:
+    """Whether a single checkpoint file is whole by its format (or, unknown, unchanged for SETTLE s)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return False
+    if st.st_size == 0:
+        return False
+    z = _zip_whole(path)
+    if z is not None:
+        return z
+    if path.name.endswith(".safetensors"):
+        return bool(_safetensors_whole(path, st.st_size))
+    return (now if now is not None else time.time()) - st.st_mtime >= SETTLE
 
 
 def _rng_complete(path: Path, world_size: Optional[int]) -> bool:
@@ -50,70 +382,281 @@ def _rng_complete(path: Path, world_size: Optional[int]) -> bool:
     return not ranks or ranks == set(range(max(ranks) + 1))
 
 
-def is_complete(path: PathLike, world_size: Optional[int] = None) -> bool:
-    """True when the checkpoint folder at ``path`` was fully written.
+def _accelerate_complete(p: Path) -> bool:
+    ranks = {}  # type: Dict[int, Path]
+    for f in p.glob("random_states_*.pkl"):
+        m = re.match(r"^random_states_(\d+)\.pkl$", f.name)
+        if m:
+            ranks[int(m.group(1))] = f
+    if not ranks or set(ranks) != set(range(max(ranks) + 1)):
+        return False
+    return all(_zip_whole(f) is not False for f in ranks.values())
+
+
+def _deepspeed_complete(p: Path) -> bool:
+    try:
+        tag = (p.parent / "latest").read_text().strip()
+    except OSError:
+        return False
+    if tag == p.name:
+        return True
+    mine, theirs = step_of(p), step_of(tag)
+    return mine is not None and theirs is not None and theirs > mine and (p.parent / tag).is_dir()
+
+
+def _settled_folder(p: Path, now: float) -> bool:
+    try:
+        files = [f for f in p.rglob("*") if f.is_file()]
+    except OSError:
+        return False
+    return bool(files) and all(file_whole(f, now) for f in files)
+
+
+def _complete(c: Checkpoint, writing: Set[str], now: float, world_size: Optional[int] = None) -> bool:
+    p = c.path
+    if c.kind == "gpujob":
+        return (p / COMPLETE_MARKER).is_file()
+    if c.kind == "hf":
+        if not (p / HF_STATE).is_file() or (p / HF_INCOMPLETE).exists():
+            return False
+        return _rng_complete(p, world_size)
+    if _written_in(p, writing):
+        return False
+    if c.kind == "accelerate":
+        return _accelerate_complete(p)
+    if c.kind == "deepspeed":
+        return _deepspeed_complete(p)
+    if c.kind == "folder":
+        return _settled_folder(p, now)
+    return file_whole(p, now)
+
+
+def is_complete(path: PathLike, world_size: Optional[int] = None, pids: Any = None) -> bool:
+    """True when the checkpoint (folder or file) at ``path`` was fully written.
 
     ``world_size`` (the number of training processes), when known, makes the Trainer check
-    exact: every ``rng_state_<rank>.pth`` must be there.
+    exact: every ``rng_state_<rank>.pth`` must be there. ``pids``: see ``find``.
     """
     p = Path(path)
-    if not p.is_dir():
+    c = _classify(p, by_pattern=True)
+    if c is None:
         return False
-    m = _NAME.match(p.name)
-    if m and m.group(1) == "step":
-        return (p / COMPLETE_MARKER).is_file()
-    if not (p / HF_STATE).is_file() or (p / HF_INCOMPLETE).exists():
-        return False
-    return _rng_complete(p, world_size)
+    if c.kind == "folder" and _HF_NAME.match(p.name):
+        c.kind = "hf"
+    writing = set() if c.kind in ("gpujob", "hf") else open_for_writing(pids, [str(p.parent.resolve())])
+    return _complete(c, writing, time.time(), world_size)
 
 
-def list_checkpoints(ckpt_dir: PathLike) -> List[Path]:
-    """Checkpoint folders (``checkpoint-N`` or ``step-N``) in ``ckpt_dir``, by step ascending."""
-    d = Path(ckpt_dir)
-    if not d.is_dir():
-        return []
-    found = []
-    for child in d.iterdir():
-        n = step_of(child)
-        if n is not None and child.is_dir():
-            found.append((n, child.name, child))
-    found.sort(key=lambda t: (t[0], t[1]))
-    return [t[2] for t in found]
+def list_checkpoints(ckpt_dir: PathLike, pattern: Optional[str] = None) -> List[Path]:
+    """Checkpoint folders and files in ``ckpt_dir``, oldest first (no completeness check)."""
+    return [c.path for c in find(ckpt_dir, pattern, check=False)]
 
 
-def latest_complete(ckpt_dir: PathLike) -> Optional[Path]:
-    """The newest complete checkpoint in ``ckpt_dir``, or None."""
-    for p in reversed(list_checkpoints(ckpt_dir)):
-        if is_complete(p):
-            return p
+def latest(ckpt_dir: PathLike, pattern: Optional[str] = None, pids: Any = None
+           ) -> Optional[Checkpoint]:
+    """The newest complete checkpoint, or None."""
+    for c in reversed(find(ckpt_dir, pattern, pids)):
+        if c.complete:
+            return c
     return None
 
 
-def rotate(ckpt_dir: PathLike, keep: int) -> List[Path]:
-    """Delete old checkpoints, keeping the newest ``keep`` complete ones; return what was deleted.
+def latest_complete(ckpt_dir: PathLike, pattern: Optional[str] = None, pids: Any = None
+                    ) -> Optional[Path]:
+    """The newest complete checkpoint's path in ``ckpt_dir``, or None."""
+    c = latest(ckpt_dir, pattern, pids)
+    return c.path if c else None
 
-    The newest complete checkpoint is never deleted (even with ``keep`` < 1). Incomplete
-    folders are deleted only when older than the newest complete one (a newer incomplete one
-    may still be being written). Stale ``.tmp-step-*`` folders older than it go too.
+
+# ---- the best one -----------------------------------------------------------------------
+def metric_mode(metric: str) -> str:
+    """'min' for losses and errors, 'max' for the rest (accuracy, f1, bleu...)."""
+    return "min" if re.search(r"loss|perplexity|ppl|error|wer|cer|mse|mae|rmse", metric) else "max"
+
+
+def _hf_best(complete: List[Checkpoint]) -> Optional[Checkpoint]:
+    for c in reversed(complete):
+        if c.kind != "hf":
+            continue
+        try:
+            with open(str(c.path / HF_STATE)) as f:
+                best = json.load(f).get("best_model_checkpoint")
+        except (OSError, ValueError):
+            continue
+        if best:
+            name = os.path.basename(str(best).rstrip("/"))
+            for q in complete:
+                if q.name == name:
+                    return q
+    return None
+
+
+def _by_name_metric(complete: List[Checkpoint], metric: str) -> Optional[Checkpoint]:
+    scored = [c for c in complete if metric in c.metrics]
+    if not scored:
+        return None
+    sign = 1.0 if metric_mode(metric) == "min" else -1.0
+    return min(reversed(scored), key=lambda c: sign * c.metrics[metric])
+
+
+def metric_history(job_path: Optional[Path], complete: List[Checkpoint], metric: str) -> Dict[int, float]:
+    """step -> value of ``metric`` from metrics.jsonl, else from the newest trainer_state.json's log."""
+    scores = {}  # type: Dict[int, float]
+    if job_path is not None:
+        try:
+            with open(str(job_path / "metrics.jsonl")) as f:
+                for line in f:
+                    try:
+                        rec = json.loads(line)
+                    except ValueError:
+                        continue
+                    if isinstance(rec, dict) and isinstance(rec.get(metric), (int, float)) and \
+                            isinstance(rec.get("step"), (int, float)):
+                        scores[int(rec["step"])] = float(rec[metric])
+        except OSError:
+            pass
+    if scores:
+        return scores
+    for c in reversed(complete):
+        if c.kind == "hf":
+            try:
+                with open(str(c.path / HF_STATE)) as f:
+                    log = json.load(f).get("log_history") or []
+            except (OSError, ValueError):
+                continue
+            for rec in log:
+                if isinstance(rec, dict) and isinstance(rec.get(metric), (int, float)) and "step" in rec:
+                    scores[int(rec["step"])] = float(rec[metric])
+            break
+    return scores
+
+
+def best(found: List[Checkpoint], metric: Optional[str] = None, job_path: Optional[Path] = None
+         ) -> Optional[Checkpoint]:
+    """The best complete checkpoint: with no ``metric``, trainer_state.json's best_model_checkpoint,
+    else the one monitored value all names carry, else ``eval_loss``; a metric is looked up in
+    the names first, then in the history (metrics.jsonl, trainer_state.json) at each one's step."""
+    complete = [c for c in found if c.complete]
+    if not complete:
+        return None
+    if not metric:
+        hf = _hf_best(complete)
+        if hf is not None:
+            return hf
+        keys = set()  # type: Set[str]
+        for c in complete:
+            keys.update(c.metrics)
+        metric = sorted(keys)[0] if len(keys) == 1 else "eval_loss"
+    named = _by_name_metric(complete, metric)
+    if named is not None:
+        return named
+    scores = metric_history(job_path, complete, metric)
+    if not scores:
+        return None
+    sign = 1.0 if metric_mode(metric) == "min" else -1.0
+    ranked = []
+    for c in complete:
+        if c.step is None:
+            continue
+        at = [k for k in scores if k <= c.step]
+        if at:
+            ranked.append((sign * scores[max(at)], -c.step, c.name, c))
+    if not ranked:
+        return None
+    ranked.sort(key=lambda t: t[:3])
+    return ranked[0][3]
+
+
+# ---- rotation ---------------------------------------------------------------------------
+def _protected(found: List[Checkpoint], protect: Iterable[PathLike]) -> Set[Path]:
+    """What rotation never deletes: the newest complete checkpoint, ``protect`` (the one being
+    resumed), Lightning's last*.ckpt (and what a last link points at), the best ones."""
+    keep = set()  # type: Set[Path]
+    complete = [c for c in found if c.complete]
+    if complete:
+        keep.add(complete[-1].path)
+    for p in protect:
+        if p:
+            keep.add(Path(p))
+    for c in found:
+        if c.name.startswith("last") and c.kind == "lightning":
+            keep.add(c.path)
+            if c.path.is_symlink():
+                keep.add(c.path.resolve())
+    hf = _hf_best(complete)
+    if hf is not None:
+        keep.add(hf.path)
+    by_series = {}  # type: Dict[str, List[Checkpoint]]
+    for c in complete:
+        if c.metrics:
+            by_series.setdefault(_series(c), []).append(c)
+    for group in by_series.values():
+        for m in set(k for c in group for k in c.metrics):
+            b = _by_name_metric(group, m)
+            if b is not None:
+                keep.add(b.path)
+    return keep
+
+
+def _remove(p: Path) -> None:
+    if p.is_dir() and not p.is_symlink():
+        shutil.rmtree(str(p), ignore_errors=True)
+    else:
+        try:
+            p.unlink()
+        except OSError:
+            pass
+
+
+def rotate(ckpt_dir: PathLike, keep: int, pattern: Optional[str] = None, pids: Any = None,
+           protect: Iterable[PathLike] = ()) -> List[Path]:
+    """Delete old checkpoints, keeping the newest ``keep`` complete ones of each series; return
+    what was deleted, oldest first.
+
+    A series is the checkpoints of one kind in one folder whose names differ only in their
+    numbers (``checkpoint_100.pt``, ``checkpoint_200.pt``); a name without a number is never
+    counted away. Never deleted: the newest complete checkpoint (even with ``keep`` < 1),
+    ``protect`` (the one being resumed), ``last*.ckpt``, the best one (trainer_state.json's, a
+    Lightning name's monitored value), anything open for writing. An incomplete checkpoint is
+    deleted only when older than the newest complete one and unchanged for ``STALE`` seconds
+    (a killed write); stale ``.tmp-step-*`` folders likewise.
     """
     keep = max(1, int(keep))
-    all_ckpts = list_checkpoints(ckpt_dir)
-    complete = [p for p in all_ckpts if is_complete(p)]
+    base = Path(ckpt_dir)
+    if not base.is_dir():
+        return []
+    found = find(base, pattern, check=False)
+    writing = _writers(found, base, pids) if found else set()
+    _check(found, writing)
+    complete = [c for c in found if c.complete]
     if not complete:
         return []
+    safe = _protected(found, protect)
+    safe |= {p.resolve() for p in safe}
+    now = time.time()
+    doomed = []  # type: List[Checkpoint]
+    series = {}  # type: Dict[str, List[Checkpoint]]
+    for c in complete:
+        if c.step is not None:
+            series.setdefault(_series(c), []).append(c)
+    for group in series.values():
+        doomed += group[:-keep]
     newest = complete[-1]
-    newest_step = step_of(newest)
-    kept = set(complete[-keep:])
-    doomed = [p for p in complete if p not in kept]
-    doomed += [p for p in all_ckpts if p not in complete and (step_of(p) or 0) < (newest_step or 0)]
-    for tmp in Path(ckpt_dir).glob(".tmp-step-*"):
-        m = re.match(r"^\.tmp-step-(\d+)$", tmp.name)
-        if m and int(m.group(1)) < (newest_step or 0):
-            doomed.append(tmp)
-    deleted = []
-    for p in doomed:
-        if p == newest:
+    order = {id(c): i for i, c in enumerate(found)}
+    for c in found:
+        if not c.complete and order[id(c)] < order[id(newest)] and now - c.mtime >= STALE:
+            doomed.append(c)
+    deleted = []  # type: List[Path]
+    for c in doomed:
+        if c.path in safe or c.path.resolve() in safe or _written_in(c.path, writing):
             continue
-        shutil.rmtree(str(p), ignore_errors=True)
-        deleted.append(p)
+        _remove(c.path)
+        deleted.append(c.path)
+    newest_step = max([c.step for c in complete if c.kind == "gpujob" and c.step is not None] or [-1])
+    for tmp in base.glob(".tmp-step-*"):
+        m = re.match(r"^\.tmp-step-(\d+)$", tmp.name)
+        if m and int(m.group(1)) < newest_step and \
+                now - _tree_mtime(tmp, tmp.stat().st_mtime) >= STALE and not _written_in(tmp, writing):
+            shutil.rmtree(str(tmp), ignore_errors=True)
+            deleted.append(tmp)
     return sorted(deleted, key=lambda q: (step_of(q.name.replace(".tmp-", "", 1)) or 0, q.name))

@@ -2,6 +2,7 @@
 
 import math
 import re
+import signal
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -65,11 +66,29 @@ def _bad_loss(metrics: Optional[Path]) -> Optional[str]:
     return None
 
 
+def _signal(sig: int, oom_killed: Optional[bool], lines: List[str]) -> Dict[str, Any]:
+    """A signal gpujob did not send (its own stops are not diagnosed). The OOM killer is named
+    only on evidence (see remote/oom.py)."""
+    try:
+        name = signal.Signals(sig).name
+    except ValueError:
+        name = "signal {}".format(sig)
+    summary = "killed by {} (exit {}) from outside gpujob".format(name, 128 + sig)
+    if sig == 9:
+        summary += "; the kernel's out-of-memory killer left no trace" if oom_killed is False else \
+            "; no cgroup counter or kernel log here tells whether the out-of-memory killer did it"
+    return {"cause": "signal", "summary": summary,
+            "remedy": "something outside gpujob killed it (the platform, a watchdog, kill); with retry.max_restarts "
+                      "it restarts from the newest complete checkpoint",
+            "where": _last_frame(lines), "line": None, "gpu": False}
+
+
 def diagnose(log: Path, rc: Optional[int], metrics: Optional[Path] = None,
              oom_killed: Optional[bool] = None) -> Dict[str, Any]:
     """{cause, summary, remedy, where, line, gpu}: cause is a retry key (error, oom, nan, nccl, signal, ...).
 
-    ``oom_killed``: whether the cgroup's OOM-kill count grew during the attempt (None: unknown).
+    ``oom_killed``: whether the OOM killer is known to have struck during the attempt (the
+    cgroup counter grew or the kernel log says so; None: nothing could be read).
     ``gpu`` is True for a CUDA out-of-memory (what ``on_oom: halve_batch`` acts on).
     """
     lines = last_attempt(tail_lines(log, 300, 262144))
@@ -86,19 +105,12 @@ def diagnose(log: Path, rc: Optional[int], metrics: Optional[Path] = None,
         nan = RULES[2]
         return {"cause": "nan", "summary": "{} ({})".format(nan[2], bad), "remedy": nan[3],
                 "where": _last_frame(lines), "line": None, "gpu": False}
-    if rc in (137, -9):
-        if oom_killed is False:
-            return {"cause": "signal", "summary": "killed by SIGKILL (exit 137), not by the OOM killer",
-                    "remedy": "someone or something ran kill -9 on it (the platform's memory limit, a watchdog)",
-                    "where": _last_frame(lines), "line": None, "gpu": False}
-        sure = "by the kernel's out-of-memory killer" if oom_killed else "most often the kernel's out-of-memory killer"
-        return {"cause": "oom", "summary": "killed by SIGKILL (exit 137): {}".format(sure),
+    if rc in (137, -9) and oom_killed:
+        return {"cause": "oom", "summary": "killed by SIGKILL (exit 137): the kernel's out-of-memory killer",
                 "remedy": "use less host RAM: fewer DataLoader workers, smaller shuffle buffers, memory-mapped data",
                 "where": _last_frame(lines), "line": None, "gpu": False}
     if rc is not None and (rc < 0 or rc > 128):
-        sig = -rc if rc < 0 else rc - 128
-        return {"cause": "signal", "summary": "killed by signal {}".format(sig), "remedy": "see the log for who sent it",
-                "where": _last_frame(lines), "line": None, "gpu": False}
+        return _signal(-rc if rc < 0 else rc - 128, oom_killed, lines)
     tb_line = next((ln.strip() for ln in reversed(lines) if re.match(r"^\w+(\.\w+)*(Error|Exception)\b", ln.strip())), None)
     return {"cause": "error", "summary": tb_line or "exit code {}".format(rc),
             "remedy": "read the traceback: gpujob tail JOB -n 50", "where": _last_frame(lines), "line": tb_line,

@@ -148,6 +148,18 @@ def live_status(root: Root, job: JobDir, boot: str) -> Dict[str, Any]:
     return st
 
 
+def attempt_start(st: Dict[str, Any]) -> float:
+    """When the current attempt started, once there was an earlier one (0: every record counts)."""
+    attempts = st.get("attempts") or []
+    return float(attempts[-1].get("started_at") or 0) if len(attempts) > 1 else 0.0
+
+
+def this_attempt(st: Dict[str, Any], rec: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """``rec`` if the current attempt wrote it: a restarted job shows no metrics of a killed attempt."""
+    t = rec.get("t") if isinstance(rec, dict) else None
+    return None if isinstance(t, (int, float)) and t < attempt_start(st) else rec
+
+
 def describe(root: Root, job_id: str, detail: bool = False) -> Dict[str, Any]:
     job = root.job(job_id)
     st = live_status(root, job, procs.boot_id())
@@ -155,7 +167,7 @@ def describe(root: Root, job_id: str, detail: bool = False) -> Dict[str, Any]:
         st["log_size"] = job.log.stat().st_size
     except OSError:
         st["log_size"] = 0
-    st["last_metrics"] = last_json_line(job.metrics)
+    st["last_metrics"] = this_attempt(st, last_json_line(job.metrics))
     st["last_line"] = (tail_lines(job.log, 1) or [""])[0][-200:]
     st["now"] = now()
     if st.get("state") == "lost" and job.status().get("state") not in TERMINAL:
@@ -173,22 +185,30 @@ def describe(root: Root, job_id: str, detail: bool = False) -> Dict[str, Any]:
         if st.get("state") in ("failed", "restarting"):
             from remote import diagnose
 
-            if st.get("exit_code") is None and st.get("reason"):  # it never ran: the agent said why
+            if st.get("diagnosis"):  # the supervisor's, from the attempt's end (what the log says too)
+                pass
+            elif st.get("exit_code") is None and st.get("reason"):  # it never ran: the agent said why
                 st["diagnosis"] = {"cause": "not_started", "summary": st["reason"], "where": None, "line": None,
                                    "remedy": st.get("remedy") or "see the agent's log: gpujob agent-log HOST",
                                    "gpu": False}
             else:
                 st["diagnosis"] = diagnose.diagnose(job.log, st.get("exit_code"), metrics=job.metrics)
             st["log_tail"] = tail_lines(job.log, 20)
-        try:
-            from remote import checkpoints
-
-            st["checkpoints"] = [
-                {"name": p.name, "complete": checkpoints.is_complete(p)} for p in checkpoints.list_checkpoints(job.ckpt)
-            ]
-        except (ImportError, OSError):
-            st["checkpoints"] = []
+        st["checkpoints"] = checkpoint_list(job, spec, live=st.get("state") not in TERMINAL or st.get("state") == "lost")
     return st
+
+
+def checkpoint_list(job: JobDir, spec: Dict[str, Any], live: bool) -> List[Dict[str, Any]]:
+    """The job's checkpoints of every kind, oldest first: {name (under ckpt/), kind, step, complete, ...}.
+
+    Only a job that may still run has processes whose open files count as "being written"."""
+    try:
+        from remote import checkpoints
+
+        pids = (lambda: procs.job_pids(job.id, job_dir=str(job.path))) if live else []
+        return [c.as_dict(job.ckpt) for c in checkpoints.find(job.ckpt, spec.get("checkpoint_pattern"), pids)]
+    except (ImportError, OSError):
+        return []
 
 
 def mark_lost(root: Root, job: JobDir, st: Dict[str, Any]) -> None:
@@ -241,6 +261,8 @@ def resume(root: Root, job_id: str) -> Dict[str, Any]:
         except OSError:
             pass
     fresh = job.status()
+    for k in ("lost_reason", "diagnosis", "remedy", "killed", "stopping"):  # the ended run's, not this one's
+        fresh.pop(k, None)
     fresh.update(state="queued", resumed_at=now(), ended_at=None, exit_code=None, reason=None,
                  restart_base=int(fresh.get("attempt") or 0))
     job.write_status(fresh)

@@ -98,8 +98,9 @@ def watch(root: Root, ref: str, points: int = 60) -> Dict[str, Any]:
         pts = [[r.get("step"), r[k], r.get("t")] for r in rows if isinstance(r.get(k), (int, float))]
         series[k] = downsample(pts, points)
     last = {}  # type: Dict[str, Any]
-    for r in rows:  # the newest value of every key (eval metrics come on their own lines)
-        last.update(r)
+    for r in rows:  # the newest value of every key (eval metrics come on their own lines), this attempt's
+        if jobs.this_attempt(detail, r) is not None:
+            last.update(r)
     timed = [(float(r["t"]), float(r["step"])) for r in rows
              if isinstance(r.get("t"), (int, float)) and isinstance(r.get("step"), (int, float))]
     return {"job": detail, "series": series, "latest": last, "rows": len(rows),

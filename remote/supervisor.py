@@ -6,6 +6,7 @@ attempt markers in ``output.log``.
 """
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,6 +24,9 @@ PATH_PREFIX = 'if [ -n "${GPUJOB_PATH_PREFIX:-}" ]; then export PATH="$GPUJOB_PA
 TICK = 0.25
 ROTATE_EVERY = 5.0  # seconds between checkpoint rotations while a job runs
 QUEUE_POLL = float(os.environ.get("GPUJOB_QUEUE_POLL", "5"))
+# causes that restart a failed attempt when retry.on is not given: a signal gpujob did not send
+# (a watchdog, the platform, the OOM killer without evidence) is one a user expects to survive
+DEFAULT_RETRY_ON = ["error", "oom", "signal"]
 
 
 def _events():
@@ -37,37 +41,31 @@ def _checkpoints():
     return checkpoints
 
 
-def latest_resume(ckpt_dir: Path) -> str:
-    """The newest complete checkpoint, or '' (what GPUJOB_RESUME holds)."""
+def latest_resume(ckpt_dir: Path, pattern: Optional[str] = None, pids: Any = None) -> str:
+    """The newest complete checkpoint (a folder, or the file itself for single-file kinds), or ''
+    (what GPUJOB_RESUME holds)."""
     try:
-        found = _checkpoints().latest_complete(ckpt_dir)
+        found = _checkpoints().latest_complete(ckpt_dir, pattern, pids)
     except ImportError:
         return ""
     return str(found) if found else ""
 
 
-def oom_kills() -> Optional[int]:
-    """The kernel OOM killer's count for this container's memory cgroup (v2, then v1)."""
-    for path in ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"):
-        try:
-            for line in Path(path).read_text().splitlines():
-                k, _, v = line.partition(" ")
-                if k == "oom_kill":
-                    return int(v)
-        except (OSError, ValueError):
-            continue
-    return None
+# fields of an attempt's end that must not outlive it: a recovered job shows none of them
+ATTEMPT_END_FIELDS = ("reason", "exit_code", "lost_reason", "diagnosis", "remedy", "next_attempt_at",
+                      "stopping", "killed")
 
 
 class Rotator:
     """A watcher: every few seconds, delete old checkpoints beyond ``checkpoint_keep``.
 
-    ``checkpoints.rotate`` never deletes the newest complete checkpoint, nor an incomplete
-    one newer than it (it may still be being written).
+    ``checkpoints.rotate`` never deletes the newest complete checkpoint, the one the attempt
+    resumed from, one still being written (open for writing by a process of the job), nor
+    Lightning's ``last*.ckpt``.
     """
 
-    def __init__(self, ckpt_dir: Path, keep: int) -> None:
-        self.ckpt_dir, self.keep, self.next_at = ckpt_dir, keep, 0.0
+    def __init__(self, ckpt_dir: Path, keep: int, pattern: Optional[str] = None) -> None:
+        self.ckpt_dir, self.keep, self.pattern, self.next_at = ckpt_dir, keep, pattern, 0.0
 
     def tick(self, sup: Any) -> Optional[str]:
         if time.time() >= self.next_at:
@@ -78,8 +76,11 @@ class Rotator:
     def rotate(self, sup: Any) -> None:
         if self.keep <= 0 or not self.ckpt_dir.is_dir():
             return
+        attempts = sup.status.get("attempts") or []
+        resume = attempts[-1].get("resume") if attempts else None
         try:
-            deleted = _checkpoints().rotate(self.ckpt_dir, self.keep)
+            deleted = _checkpoints().rotate(self.ckpt_dir, self.keep, self.pattern, pids=sup.job_pids,
+                                            protect=[resume] if resume else [])
         except Exception as e:  # never let housekeeping take the job down
             agent_log(sup.root, "rotation in {} failed: {}".format(self.ckpt_dir, e))
             return
@@ -98,7 +99,7 @@ class Supervisor:
         self.last_beat = 0.0
         self.stop_reason: Optional[str] = None
         self.terminated = False
-        self.oom_before: Optional[int] = None
+        self.oom: Any = None  # remote.oom.Watch of the running attempt
         self.watchers: List[Any] = []  # objects with tick(sup) -> Optional[reason to stop]
         self.add_own_watchers()
         _events().attach(self)  # notifications and auto-stop policies
@@ -112,7 +113,15 @@ class Supervisor:
                          or os.environ.get("GPUJOB_GPU_SAMPLE", "5"))
         self.sampler = gpus.Sampler(self.job.gpu, interval, self.path_prefix())
         self.watchers.append(self.sampler)
-        self.watchers.append(Rotator(self.ckpt_dir(), int(self.spec.get("checkpoint_keep", 3) or 0)))
+        self.watchers.append(Rotator(self.ckpt_dir(), int(self.spec.get("checkpoint_keep", 3) or 0),
+                                     self.spec.get("checkpoint_pattern")))
+
+    def job_pids(self) -> List[int]:
+        """The job's live processes (for "open for writing"); remembered for the OOM evidence."""
+        pids = procs.job_pids(self.job.id, self.child.pid if self.child else None, str(self.job.path))
+        if self.oom is not None:
+            self.oom.pids.update(pids)
+        return sorted(pids)
 
     def path_prefix(self) -> str:
         """The host profile's PATH prefix (where nvidia-smi may live), if any."""
@@ -188,9 +197,12 @@ class Supervisor:
         return dict(self.spec, allocated=self.status.get("cuda_visible_devices"))
 
     def ckpt_dir(self) -> Path:
-        """``<job>/ckpt``, or ``<checkpoint.dir>/<job id>`` on shared storage (multi-node)."""
+        """``<job>/ckpt``, or ``<checkpoint.dir>/<job id>`` on shared storage (multi-node).
+
+        A relative ``checkpoint.dir`` is a folder the script writes in its code: that folder
+        becomes a link to ``<job>/ckpt`` (see link_code_dir)."""
         shared = self.spec.get("checkpoint_dir")
-        if not shared:
+        if not shared or not (shared.startswith("/") or shared.startswith("~")):
             return self.job.ckpt
         path = Path(os.path.expanduser(shared)) / self.job.id
         if not os.path.lexists(str(self.job.ckpt)):
@@ -198,8 +210,31 @@ class Supervisor:
             os.symlink(str(path), str(self.job.ckpt))  # status and pull see it as <job>/ckpt
         return path
 
+    def link_code_dir(self, rel: str) -> None:
+        """Make ``<job>/code/<rel>`` a link to ``<job>/ckpt``: what the script writes there lands
+        outside the code snapshot, where restarts, ``resume``, status, rotation and pull find it.
+        What the snapshot already held there (synced from the laptop) is moved in first."""
+        ckpt, link = self.job.ckpt, self.job.code / rel
+        ckpt.mkdir(parents=True, exist_ok=True)
+        if link.is_symlink():
+            return
+        if link.is_dir():
+            for entry in sorted(os.listdir(str(link))):
+                if not os.path.lexists(str(ckpt / entry)):
+                    os.rename(str(link / entry), str(ckpt / entry))
+            shutil.rmtree(str(link))
+        elif os.path.lexists(str(link)):
+            raise OSError("checkpoint.dir {} is a file in the code, not a folder".format(rel))
+        link.parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(os.path.relpath(str(ckpt), str(link.parent)), str(link))
+
     def start_attempt(self, attempt: int) -> None:
-        resume = latest_resume(self.ckpt_dir())
+        rel = self.spec.get("checkpoint_dir")
+        if rel and not (rel.startswith("/") or rel.startswith("~")):
+            self.link_code_dir(rel)
+        resume = latest_resume(self.ckpt_dir(), self.spec.get("checkpoint_pattern"), self.job_pids)
+        for k in ATTEMPT_END_FIELDS:  # the previous attempt's end is history (attempts, events)
+            self.status.pop(k, None)
         try:  # each attempt acknowledges the stop file afresh (a Trainer hook: at its first step)
             os.unlink(str(self.job.stop_file) + ".watch")
         except OSError:
@@ -295,17 +330,14 @@ class Supervisor:
         retry = self.spec.get("retry") or {}
         if attempt > int(retry.get("max_restarts", 0)):
             return False
-        on = retry.get("on") or ["error", "oom"]
+        on = retry.get("on") or DEFAULT_RETRY_ON
         return cause in on or (cause not in ("oom", "nan", "nccl", "signal") and "error" in on)
 
     def classify(self, rc: int) -> Dict[str, Any]:
         """The diagnosis of the attempt that just ended (its part of the log, its exit status)."""
         from remote import diagnose
 
-        killed = None
-        if rc in (137, -9) and self.oom_before is not None:
-            after = oom_kills()
-            killed = after is not None and after > self.oom_before
+        killed = self.oom.killed() if rc in (137, -9) and self.oom is not None else None
         return diagnose.diagnose(self.job.log, rc, metrics=self.job.metrics, oom_killed=killed)
 
     # ---- GPUs and the queue -------------------------------------------------------------
@@ -365,7 +397,9 @@ class Supervisor:
             if self.stop_requested():
                 return self.finish("stopped", reason=self.stop_requested(), exit_code=None)
             attempt += 1
-            self.oom_before = oom_kills()
+            from remote import oom
+
+            self.oom = oom.Watch()
             try:
                 self.start_attempt(attempt)
             except OSError as e:
@@ -387,6 +421,7 @@ class Supervisor:
             diag = self.classify(rc)
             cause = diag["cause"]
             record.update(reason=cause, summary=diag.get("summary"))
+            self.status["diagnosis"] = diag  # status shows what the log says, not a second opinion
             if not self.should_retry(attempt, rc, cause):
                 self.log_marker("attempt {} failed: {}; no restart".format(attempt, diag.get("summary")))
                 return self.finish("failed", reason=cause, exit_code=rc)

@@ -8,13 +8,12 @@ hashes costs no rereading of data it received itself.
 import fnmatch
 import json
 import os
-import re
 import stat
 from pathlib import Path, PurePosixPath
 from typing import IO, Any, Dict, List, Optional
 
-from remote import chunks
-from remote.checkpoints import is_complete, latest_complete, list_checkpoints, step_of
+from remote import checkpoints, chunks
+from remote.layout import read_json
 
 LOGS = ["output.log", "metrics.jsonl", "events.jsonl", "status.json"]
 
@@ -38,55 +37,30 @@ def delete(base: Path, rels: List[str], cache: Optional[chunks.HashCache] = None
 
 
 # ---- pull -------------------------------------------------------------------------------
-def _metric_mode(metric: str) -> str:
-    return "min" if re.search(r"loss|perplexity|ppl|error|wer|cer", metric) else "max"
+def _found(job_path: Path) -> List[Any]:
+    """The job's checkpoints of every kind (spec's checkpoint.pattern), completeness decided with
+    the job's own processes as the writers."""
+    from remote import procs
+
+    spec = read_json(job_path / "spec.json", {}) or {}
+    return checkpoints.find(job_path / "ckpt", spec.get("checkpoint_pattern"),
+                            lambda: procs.job_pids(job_path.name, job_dir=str(job_path)))
 
 
 def best_checkpoint(job_path: Path, metric: Optional[str] = None) -> Optional[Path]:
-    """The best complete checkpoint: trainer_state.json's best_model_checkpoint (with no
-    ``metric`` given), else the one whose step scored best on ``metric`` in metrics.jsonl."""
-    ckpt = job_path / "ckpt"
-    complete = [p for p in list_checkpoints(ckpt) if is_complete(p)]
-    if not complete:
+    """The best complete checkpoint (see checkpoints.best): trainer_state.json's best, a monitored
+    value in Lightning names, or ``metric`` in the job's metric history at each one's step."""
+    c = checkpoints.best(_found(job_path), metric, job_path)
+    return c.path if c else None
+
+
+def _chosen(job_path: Path, what: str, metric: Optional[str]) -> Optional[Path]:
+    if what == "latest":
+        for c in reversed(_found(job_path)):
+            if c.complete:
+                return c.path
         return None
-    if not metric:
-        for p in reversed(complete):
-            try:
-                with open(str(p / "trainer_state.json")) as f:
-                    best = json.load(f).get("best_model_checkpoint")
-            except (OSError, ValueError):
-                continue
-            if best:
-                name = PurePosixPath(best).name
-                for q in complete:
-                    if q.name == name:
-                        return q
-        metric = "eval_loss"
-    scores = {}  # type: Dict[int, float]
-    try:
-        with open(str(job_path / "metrics.jsonl")) as f:
-            for line in f:
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(rec, dict) and isinstance(rec.get(metric), (int, float)) and "step" in rec:
-                    scores[int(rec["step"])] = float(rec[metric])
-    except OSError:
-        pass
-    if not scores:
-        return None
-    sign = 1.0 if _metric_mode(metric) == "min" else -1.0
-    ranked = []
-    for p in complete:
-        s = step_of(p) or 0
-        at = [k for k in scores if k <= s]
-        if at:
-            ranked.append((sign * scores[max(at)], -s, p))
-    if not ranked:
-        return None
-    ranked.sort(key=lambda t: (t[0], t[1]))
-    return ranked[0][2]
+    return best_checkpoint(job_path, metric)
 
 
 def select(job_path: Path, what: str = "all", metric: Optional[str] = None,
@@ -97,11 +71,13 @@ def select(job_path: Path, what: str = "all", metric: Optional[str] = None,
     if what == "all":
         roots.append("ckpt")
     else:
-        p = latest_complete(job_path / "ckpt") if what == "latest" else best_checkpoint(job_path, metric)
+        p = _chosen(job_path, what, metric)
         if p is None:
             return {"error": "no {} checkpoint".format("complete" if what == "latest" else "best (by {})".format(
-                metric or "trainer_state.json or eval_loss"))}
-        chosen = "ckpt/" + p.name
+                metric or "trainer_state.json, a monitored value in the names, or eval_loss"))}
+        if p.is_symlink() and p.resolve().parent == p.parent.resolve():
+            p = p.parent / os.readlink(str(p))  # Lightning's last.ckpt as a link: the file it names
+        chosen = "ckpt/" + p.relative_to(job_path / "ckpt").as_posix()
         roots.append(chosen)
     files = {}  # type: Dict[str, List[Any]]
     dirs = []  # type: List[str]

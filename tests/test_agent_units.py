@@ -31,8 +31,8 @@ def diag(tmp_path: Path, text: str, rc: int | None = 1, **kw: object) -> dict:
     ("torch.distributed.DistBackendError: NCCL error in: ../nccl.cpp, unhandled system error\n", 1, "nccl", "NCCL"),
     (TB + "ModuleNotFoundError: No module named 'flash_attn'\n", 1, "missing_module", "flash_attn"),
     (TB + "OSError: [Errno 28] No space left on device\n", 1, "disk_full", "disk is full"),
-    ("step 10\n", 137, "oom", "out-of-memory killer"),
-    ("step 10\n", -15, "signal", "signal 15"),
+    ("step 10\n", 137, "signal", "SIGKILL (exit 137) from outside gpujob"),  # OOM killer only on evidence
+    ("step 10\n", -15, "signal", "killed by SIGTERM"),
     (TB + "KeyError: 'labels'\n", 1, "error", "KeyError: 'labels'"),
 ])
 def test_rules(tmp_path: Path, text: str, rc: int, cause: str, in_summary: str) -> None:
@@ -52,9 +52,10 @@ def test_last_frame_and_only_the_last_attempt(tmp_path: Path) -> None:
 
 
 def test_oom_killer_known_from_cgroup_counter(tmp_path: Path) -> None:
-    assert "by the kernel's out-of-memory killer" in diag(tmp_path, "x\n", 137, oom_killed=True)["summary"]
+    d = diag(tmp_path, "x\n", 137, oom_killed=True)
+    assert d["cause"] == "oom" and "the kernel's out-of-memory killer" in d["summary"]
     d = diag(tmp_path, "x\n", 137, oom_killed=False)
-    assert d["cause"] == "signal" and "not by the OOM killer" in d["summary"]
+    assert d["cause"] == "signal" and "out-of-memory killer left no trace" in d["summary"]
 
 
 def test_nan_from_metrics(tmp_path: Path) -> None:
@@ -126,3 +127,23 @@ def test_gpus_verb_with_a_stand_in(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-m", "remote", "--root", str(tmp_path / "root"), "gpus"], env=env,
                          capture_output=True, text=True, check=True).stdout
     assert json.loads(out)["gpus"] is None  # a CPU host
+
+
+def test_a_restarted_job_shows_only_the_current_attempts_metrics(tmp_path: Path) -> None:
+    from remote import jobs, observe
+    from remote.layout import Root
+
+    root = Root(str(tmp_path / "root"))
+    job = root.job("j-1")
+    job.path.mkdir(parents=True)
+    job.write_status({"job_id": "j-1", "state": "running", "attempt": 2, "heartbeat": 1e12,
+                      "attempts": [{"n": 1, "started_at": 100.0}, {"n": 2, "started_at": 200.0}]})
+    job.metrics.write_text(json.dumps({"t": 150, "step": 50, "loss": 9.0, "eval_loss": 8.0}) + "\n")
+    assert jobs.describe(root, "j-1")["last_metrics"] is None          # the killed attempt's: not shown
+    assert observe.watch(root, "j-1")["latest"] == {}
+    with open(job.metrics, "a") as f:
+        f.write(json.dumps({"t": 210, "step": 41, "loss": 1.0}) + "\n")
+    assert jobs.describe(root, "j-1")["last_metrics"]["step"] == 41
+    w = observe.watch(root, "j-1")
+    assert w["latest"]["loss"] == 1.0 and "eval_loss" not in w["latest"]
+    assert [p[0] for p in w["series"]["loss"]] == [50, 41]               # the history keeps both attempts

@@ -424,7 +424,8 @@ def save_best(state: Dict[str, Any], step: int, metric: str, value: float, **ext
 
 
 def load(path: Any = None, map_location: Any = "cpu", restore_rng_state: bool = False) -> Optional[Dict[str, Any]]:
-    """Load ``state.pt`` from a checkpoint (default: latest_checkpoint()); None when there is none.
+    """Load ``state.pt`` from a checkpoint folder, or a checkpoint file itself (default:
+    latest_checkpoint()); None when there is none.
 
     With ``restore_rng_state`` this rank's RNG is restored too; do that right before the loop
     continues, after building model and data (they consume random numbers).
@@ -432,14 +433,15 @@ def load(path: Any = None, map_location: Any = "cpu", restore_rng_state: bool = 
     folder = Path(path) if path is not None else latest_checkpoint()
     if folder is None:
         return None
+    target = folder if folder.is_file() else folder / STATE_FILE  # a single-file checkpoint (a .pt) is the state
     try:
         import torch
 
-        state = torch.load(str(folder / STATE_FILE), map_location=map_location, weights_only=False)
+        state = torch.load(str(target), map_location=map_location, weights_only=False)
     except ImportError:
         import pickle
 
-        with open(folder / STATE_FILE, "rb") as f:
+        with open(target, "rb") as f:
             state = pickle.load(f)
     if restore_rng_state:
         restore_rng(folder)
