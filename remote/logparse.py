@@ -18,7 +18,7 @@ times a second does not become ten records a second.
 """
 
 import re
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 NUM = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|nan|inf)"
@@ -34,6 +34,7 @@ METRIC_NAME = re.compile(r"loss|acc|lr$|learning_rate|ppl|perplexity|grad_norm|f
                          re.I)
 NOT_PROGRESS = re.compile(r"valid|sanity|test|predict|eval|infer", re.I)
 MARKER = "==> gpujob: attempt "
+Pending = Tuple[float, int, Optional[int], str]  # a bar not read in full yet: t, step, total, its rate and postfix
 SKIP_KEYS = ("v_num",)
 MAX_LINE = 8192  # longer segments are not parsed (a bar or a dict line is far shorter)
 MAX_PENDING = 1 << 16  # an unterminated segment longer than this is dropped
@@ -79,7 +80,7 @@ class LogParser:
         self.bars_done = 0  # finished main bars without an epoch in their description
         self.epoch_base = None  # type: Optional[int]
         self.step = None  # type: Optional[int]
-        self.bar_record = None  # type: Optional[Dict[str, Any]]
+        self.bar_pending = None  # type: Optional[Pending]
 
     # ---- input ---------------------------------------------------------------------------
     def feed(self, data: bytes, t: float) -> List[Dict[str, Any]]:
@@ -97,9 +98,7 @@ class LogParser:
             for seg in line.split("\r"):
                 if seg and len(seg) <= MAX_LINE:
                     self._segment(seg, t, out)
-        if self.bar_record is not None:
-            out.append(self.bar_record)
-            self.bar_record = None
+        self._flush_bar(out)
         return out
 
     def _segment(self, seg: str, t: float, out: List[Dict[str, Any]]) -> None:
@@ -136,58 +135,36 @@ class LogParser:
         m = BAR.search(s)
         if not m:
             return -1
-        n, total_s, elapsed, left, rest = m.groups()
+        n, total_s, _elapsed, _left, rest = m.groups()
+        if not rest or ("/s" not in rest and "s/" not in rest):
+            return -1
         desc = s[:m.start()]
         desc = desc.split("%|")[0] if "%|" in desc else desc
-        if NOT_PROGRESS.search(desc):
+        if desc and NOT_PROGRESS.search(desc):
             return m.end()
-        rest = rest or ""
-        rm = RATE.search(rest)
-        if not rm:
-            return -1
         total = int(total_s) if total_s and total_s != "?" else None
-        rate = _num(rm.group(1)) if rm.group(1) != "?" else None
-        if rate and rm.group(2).startswith("s/"):
-            rate = 1.0 / rate if rate > 0 else None
-        post = rest[rm.end():]
-        metrics = {}
-        for k, v in PAIR.findall(post):
-            if k not in SKIP_KEYS:
-                x = _num(v)
-                if x is not None:
-                    metrics[k] = x
-        self._progress(int(n), total, rate, EPOCH.search(desc), t, metrics)
+        self._progress(int(n), total, EPOCH.search(desc) if desc else None, t, rest)
         return m.end()
 
     def _rich(self, s: str, t: float) -> bool:
         m = RICH.match(s)
         if not m or NOT_PROGRESS.search(m.group("desc")):
             return bool(m)
-        rate = _num(m.group("rate"))
-        if rate and m.group("unit") == "s/it":
-            rate = 1.0 / rate
-        metrics = {}
-        for k, v in PAIR.findall(m.group("rest")):
-            if k not in SKIP_KEYS:
-                x = _num(v)
-                if x is not None:
-                    metrics[k] = x
-        em = EPOCH.search(m.group("desc"))
-        self._progress(int(m.group("n")), int(m.group("total")), rate, em, t, metrics, rich=True)
+        rest = m.group("rate") + m.group("unit") + ", " + m.group("rest")
+        self._progress(int(m.group("n")), int(m.group("total")), EPOCH.search(m.group("desc")), t, rest, rich=True)
         return True
 
-    def _progress(self, n: int, total: Optional[int], rate: Optional[float], em: Any, t: float,
-                  metrics: Dict[str, float], rich: bool = False) -> None:
+    def _progress(self, n: int, total: Optional[int], em: Any, t: float, rest: str, rich: bool = False) -> None:
         if n == 0:
             return  # a bar not started yet (or Lightning's reset before the next epoch) tells nothing
         if self.main_total is not None and total != self.main_total:
             return  # another bar (HF's evaluation bar has no description): not the training's
         epoch = epochs = None
+        base = 0
         if em:
             epoch = int(em.group(1))
             if em.group(2) is None or rich:
-                base = 0  # Lightning counts epochs from 0 ("Epoch 3:", rich "Epoch 3/9" = index/last index)
-                epochs = int(em.group(2)) + 1 if em.group(2) else None
+                epochs = int(em.group(2)) + 1 if em.group(2) else None  # Lightning counts epochs from 0
             else:  # a script's own "epoch 2/10": counted from wherever its first one started
                 if self.epoch_base is None:
                     self.epoch_base = min(epoch, 1)
@@ -206,14 +183,32 @@ class LogParser:
         elif total and not multi:
             grand = total
         self.step = step
+        # the rate and the postfix are read only for the bar that becomes a record (_flush_bar):
+        # most redraws are overwritten by the next one before anyone looks
+        self.bar_pending = (t, step, grand, rest)
+
+    def _flush_bar(self, out: List[Dict[str, Any]]) -> None:
+        """The newest bar becomes a record (before any record printed after it: the file stays in order)."""
+        if self.bar_pending is None:
+            return
+        t, step, grand, rest = self.bar_pending
+        self.bar_pending = None
+        rm = RATE.search(rest)
+        rate = _num(rm.group(1)) if rm and rm.group(1) != "?" else None
+        if rate and rm and rm.group(2).startswith("s/"):
+            rate = 1.0 / rate if rate > 0 else None
         self.progress = {"step": step, "total": grand, "rate": rate, "t": t}
         if grand and rate:
             self.progress["eta_s"] = round(max(0.0, grand - step) / rate, 1)
         rec = {"t": t, "step": step}  # type: Dict[str, Any]
         if grand:
             rec["max_steps"] = grand
-        rec.update(metrics)
-        self.bar_record = rec
+        for k, v in PAIR.findall(rest[rm.end():] if rm else rest):
+            if k not in SKIP_KEYS:
+                x = _num(v)
+                if x is not None:
+                    rec[k] = x
+        out.append(rec)
 
     def _plain(self, s: str, t: float, out: List[Dict[str, Any]]) -> None:
         rec = {}  # type: Dict[str, Any]
@@ -239,8 +234,3 @@ class LogParser:
         rec["t"] = t
         out.append(rec)
 
-    def _flush_bar(self, out: List[Dict[str, Any]]) -> None:
-        """A bar record goes out before a record printed after it (keeps the file in order)."""
-        if self.bar_record is not None:
-            out.append(self.bar_record)
-            self.bar_record = None

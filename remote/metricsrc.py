@@ -21,13 +21,15 @@ elsewhere: ``progress(job)``.
 import json
 import os
 import re
+import struct
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from remote import tfevents
 from remote.layout import JobDir, read_json, tail_lines
-from remote.logparse import LogParser
+
+# the readers (tfevents, logparse) are imported by the Collector only: every agent verb reads
+# sources through active()/progress(), and a verb's start should not pay for their tables and regexes
 
 SOURCES = (("file", "metrics.jsonl"), ("tensorboard", "metrics.tb.jsonl"), ("log", "metrics.log.jsonl"))
 STATE = "metrics.state.json"
@@ -151,7 +153,7 @@ def _f32(v: float) -> float:
     """The shortest decimal that reads back as the same float32 (0.1f is 0.10000000149…)."""
     for digits in (6, 7, 8, 9):
         s = float("%.*g" % (digits, v))
-        if tfevents.struct.unpack("<f", tfevents.struct.pack("<f", s))[0] == v:
+        if struct.unpack("<f", struct.pack("<f", s))[0] == v:
             return s
     return v
 
@@ -160,6 +162,10 @@ class Collector:
     """A supervisor watcher: every EVERY seconds, new log bytes and new events become records."""
 
     def __init__(self, job: JobDir, spec: Dict[str, Any], since: float) -> None:
+        from remote import tfevents
+        from remote.logparse import LogParser
+
+        self.tfevents = tfevents
         self.job, self.spec, self.since = job, spec, since
         st = read_json(job.path / STATE, {}) or {}
         self.log_offset = int(st.get("log_offset") or 0)
@@ -232,12 +238,12 @@ class Collector:
         if time.time() >= self.next_scan:
             self.next_scan = time.time() + SCAN_EVERY[bool(self.tb)]
             for p in find_event_files(tb_roots(self.job, self.spec), self.since):
-                self.tb.setdefault(p, tfevents.FileState())
+                self.tb.setdefault(p, self.tfevents.FileState())
         recs = []  # type: List[Dict[str, Any]]
         before = {p: s.offset for p, s in self.tb.items()}
         for p, state in self.tb.items():
             rec = None  # type: Optional[Dict[str, Any]]
-            for wall, step, values in tfevents.read_new(p, state):
+            for wall, step, values in self.tfevents.read_new(p, state):
                 vals = {tb_key(tag): _f32(v) for tag, v in values if tag != "hp_metric"}
                 if not vals:
                     continue
