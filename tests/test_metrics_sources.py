@@ -326,3 +326,24 @@ def test_a_job_that_only_writes_tensorboard(any_host: str, tmp_path: Path) -> No
     out = tmp_path / "tb.png"
     doc = json.loads(run_cli("plot", job_id, "--host", any_host, "-o", str(out), "--json").stdout)
     assert doc["points"]["Loss/train"] == 160 and doc["points"]["Loss/val"] == 8
+
+
+NAN_SCRIPT = '''
+import time
+for step in range(1, 400):
+    loss = 1.0 / step if step < 8 else float("nan")
+    print(f"step {step} loss: {loss}", flush=True)
+    time.sleep(0.1)
+'''
+
+
+def test_nan_loss_policy_reads_the_log(tmp_path: Path) -> None:
+    d = tmp_path / "nanlog"
+    d.mkdir()
+    (d / "main.py").write_text(NAN_SCRIPT)
+    (d / "job.yaml").write_text(json.dumps({"name": "nanlog", "run": "python main.py",
+                                            "autostop": {"nan_loss": True, "check_every": "1s"}}))
+    job_id = submit("local", d / "job.yaml")["job_id"]
+    st = wait_state("local", job_id, ("autostopped", "succeeded", "failed"), timeout=60)
+    assert st["state"] == "autostopped" and st["reason"].startswith("autostop: nan_loss"), st
+    assert st["metrics_source"] == "log" and st["last_metrics"]["step"] < 60
