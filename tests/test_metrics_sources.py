@@ -347,3 +347,33 @@ def test_nan_loss_policy_reads_the_log(tmp_path: Path) -> None:
     st = wait_state("local", job_id, ("autostopped", "succeeded", "failed"), timeout=60)
     assert st["state"] == "autostopped" and st["reason"].startswith("autostop: nan_loss"), st
     assert st["metrics_source"] == "log" and st["last_metrics"]["step"] < 60
+
+
+CALLBACK_SCRIPT = '''
+import torch
+import gpujob_runtime as gj
+from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+torch.manual_seed(0)
+model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64, n_positions=16))
+data = [{"input_ids": torch.randint(0, 64, (8,)), "labels": torch.randint(0, 64, (8,))} for _ in range(16)]
+args = TrainingArguments(output_dir="out", num_train_epochs=2, per_device_train_batch_size=4, logging_steps=2,
+                         save_strategy="no", report_to=[], use_cpu=True, disable_tqdm=True)
+Trainer(model=model, args=args, train_dataset=data, callbacks=[gj.trainer_callback()]).train()
+'''
+
+
+def test_runtime_callback_reports_the_trainers_total(tmp_path: Path) -> None:
+    """With the runtime helper's callback, every record carries max_steps (epochs × steps): status has an ETA."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "main.py").write_text(CALLBACK_SCRIPT)
+    metrics = tmp_path / "metrics.jsonl"
+    env = dict(os.environ, PYTHONPATH=str(REPO / "templates" / "runtime"), GPUJOB_METRICS_FILE=str(metrics),
+               GPUJOB_JOB_DIR=str(tmp_path), GPUJOB_STOP_FILE=str(tmp_path / "STOP"))
+    r = subprocess.run([sys.executable, "main.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    recs = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert [x["step"] for x in recs if "loss" in x] == [2, 4, 6, 8]
+    assert all(x["max_steps"] == 8 for x in recs)  # 2 epochs × 4 steps
