@@ -23,10 +23,19 @@ def _pyplot() -> Any:
 
 
 def plot_series(series: dict[str, list[list[Any]]], out: Path, title: str = "") -> list[str]:
-    """Draw each metric against its step: the loss (and eval losses) on one panel, others beside.
+    """Draw the curves of ``series`` (see ``figure``) to the PNG ``out``; returns the keys drawn."""
+    fig, curves = figure(series, title)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(str(out), dpi=110)
+    _pyplot().close(fig)
+    return curves
+
+
+def figure(series: dict[str, list[list[Any]]], title: str = "") -> tuple[Any, list[str]]:
+    """Each metric against its step: the loss (and eval losses) on one panel, others below.
 
     A metric with a single point (``train_runtime``, ``total_flos``, a final score) is no curve:
-    it is written as text under the title instead of getting a panel. Returns the keys drawn.
+    it is written as text under the panels instead of getting a panel of its own.
     """
     keys = [k for k, pts in series.items() if pts and k != "max_steps"]
     curves = [k for k in keys if len(series[k]) > 1]
@@ -62,10 +71,7 @@ def plot_series(series: dict[str, list[list[Any]]], out: Path, title: str = "") 
         fig.supxlabel(note, fontsize=8, color="0.3")
     # the layout engine keeps the suptitle and the note clear of the panels
     fig.set_layout_engine("constrained")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(str(out), dpi=110)
-    plt.close(fig)
-    return curves
+    return fig, curves
 
 
 def _fmt(v: Any) -> str:

@@ -377,3 +377,26 @@ def test_runtime_callback_reports_the_trainers_total(tmp_path: Path) -> None:
     recs = [json.loads(line) for line in metrics.read_text().splitlines()]
     assert [x["step"] for x in recs if "loss" in x] == [2, 4, 6, 8]
     assert all(x["max_steps"] == 8 for x in recs)  # 2 epochs × 4 steps
+
+
+def test_plot_gives_single_values_no_panel_and_keeps_the_title_clear(tmp_path: Path) -> None:
+    from gpujob.errors import GpujobError
+    from gpujob.plot import figure, plot_series
+
+    series = {"loss": [[i, 4.5 - i / 100, None] for i in range(1, 13)], "eval_loss": [[6, 4.54, None], [12, 4.5, None]],
+              "learning_rate": [[i, 5e-5 * (1 - i / 12), None] for i in range(1, 13)],
+              "train_runtime": [[12, 2.003, None]], "total_flos": [[12, 1234.0, None]]}
+    fig, curves = figure(series, "hf-tiny-11301700-abcde")
+    assert curves == ["loss", "eval_loss", "learning_rate"] and len(fig.axes) == 2
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    title = fig._suptitle.get_window_extent(r)
+    first = fig.axes[0].get_tightbbox(r)  # the panel with its tick labels
+    assert title.y0 >= first.y1, (title, first)  # above the first panel, not over it
+    note = fig._supxlabel.get_window_extent(r)
+    assert "train_runtime = 2.003" in fig._supxlabel.get_text() and note.y1 <= fig.axes[-1].get_tightbbox(r).y0
+    out = tmp_path / "p.png"
+    assert plot_series(series, out, "t") == curves and out.read_bytes()[:4] == b"\x89PNG"
+    with pytest.raises(GpujobError) as e:
+        plot_series({"train_runtime": [[12, 2.0, None]]}, out, "t")
+    assert "single values only: train_runtime" in e.value.cause
