@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from remote.layout import tail_lines
+from remote.metricsrc import run_hints, total_from_epochs
 
 
 def _metrics_window(path: Path, since: float) -> List[Dict[str, Any]]:
@@ -32,8 +33,6 @@ def max_steps(spec: Dict[str, Any], records: List[Dict[str, Any]]) -> Optional[i
     for rec in reversed(records):
         if isinstance(rec.get("max_steps"), (int, float)) and rec["max_steps"] > 0:
             return int(rec["max_steps"])
-    from remote.metricsrc import run_hints
-
     return run_hints(spec).get("max_steps")
 
 
@@ -57,7 +56,7 @@ def estimate(status: Dict[str, Any], spec: Dict[str, Any], metrics: Path, now: f
     live = status.get("state") in ("running", "restarting")
     recs = _metrics_window(metrics, since) if live and os.path.exists(str(metrics)) else []
     prog = progress if live and progress and float(progress.get("t") or 0) >= since else {}
-    total = max_steps(spec, recs) or prog.get("total")
+    total = max_steps(spec, recs) or prog.get("total") or total_from_epochs(recs, run_hints(spec).get("epochs"))
     doc["max_steps"] = total
     step = float(recs[-1]["step"]) if recs else prog.get("step")
     if step is None or not total:

@@ -92,6 +92,28 @@ def run_hints(spec: Dict[str, Any]) -> Dict[str, int]:
     return hints
 
 
+def total_from_epochs(rows: List[Dict[str, Any]], epochs: Optional[int]) -> Optional[int]:
+    """``epochs`` × steps per epoch, the latter read from the ``epoch`` the records carry.
+
+    HF logs a fractional epoch (step 30 at epoch 0.75: 40 an epoch); Lightning logs the epoch
+    index, so an epoch ends between the last step logged with the old index and the first one
+    with the new: the midpoint of the two, over the new index.
+    """
+    if not epochs:
+        return None
+    prev_e, prev_step = None, None  # type: Optional[float], Optional[float]
+    for r in rows:
+        e, step = r.get("epoch"), r.get("step")
+        if not isinstance(e, (int, float)) or not isinstance(step, (int, float)):
+            continue
+        if e > 0 and e != int(e):
+            return int(round(step / e * epochs))
+        if e > 0 and prev_e is not None and prev_step is not None and int(e) == int(prev_e) + 1:
+            return int(round((prev_step + step) / 2.0 / e * epochs))
+        prev_e, prev_step = e, step
+    return None
+
+
 def tb_roots(job: JobDir, spec: Dict[str, Any]) -> List[Tuple[Path, int]]:
     """(folder, depth) to search for event files: the job's TensorBoard folder first."""
     tb = spec.get("tensorboard_logdir")

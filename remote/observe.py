@@ -111,7 +111,8 @@ def watch(root: Root, ref: str, points: int = 60) -> Dict[str, Any]:
     if float(prog.get("t") or 0) < float(attempts[-1].get("started_at") or 0):
         prog = {}  # an earlier attempt's bar
     if not prog.get("total"):
-        total = metricsrc.run_hints(job.spec_data()).get("max_steps")  # --max_steps N in run:, GPUJOB_MAX_STEPS
+        hints = metricsrc.run_hints(job.spec_data())  # --max_steps/--max_epochs N in run:, GPUJOB_MAX_STEPS/EPOCHS
+        total = hints.get("max_steps") or metricsrc.total_from_epochs(rows, hints.get("epochs"))
         prog = dict(prog, total=total) if total else prog
     return {"job": detail, "series": series, "latest": last, "rows": len(rows), "source": source,
             "progress": prog, "rate": prog.get("rate") or _rate(timed), "gpu": gpu_summary(job.gpu), "now": time.time()}

@@ -3,7 +3,7 @@
 The event reader runs on files written by torch's ``SummaryWriter`` (``simple_value``) and by the
 ``tensorboard`` package's own writer (tensor form); the log parser on output captured from real
 runs (tests/fixtures/logs, made by tests/metrics_scripts/*.py: ``python3 SCRIPT > X.log 2>&1``, with
-``lightning_tiny.py 2 rich`` for the rich bar) and on a live job.
+``lightning_tiny.py --bar rich`` for the rich bar) and on live jobs.
 """
 
 from __future__ import annotations
@@ -400,3 +400,28 @@ def test_plot_gives_single_values_no_panel_and_keeps_the_title_clear(tmp_path: P
     with pytest.raises(GpujobError) as e:
         plot_series({"train_runtime": [[12, 2.0, None]]}, out, "t")
     assert "single values only: train_runtime" in e.value.cause
+
+
+def test_total_from_epochs() -> None:
+    from remote.metricsrc import total_from_epochs
+
+    assert total_from_epochs([{"step": 10, "epoch": 0.25}], 3) == 120  # HF: a fractional epoch
+    # Lightning (as its TensorBoardLogger wrote it: 8 batches an epoch, logged every 2nd step from 0)
+    lightning = [{"step": 5, "epoch": 0.0}, {"step": 7, "epoch": 0.0}, {"step": 9, "epoch": 1.0}]
+    assert total_from_epochs(lightning, 2) == 16  # the epoch ends between step 7 and step 9
+    assert total_from_epochs([{"step": 12, "epoch": 1.0}], 2) is None  # no change seen: no guess
+    assert total_from_epochs(lightning, None) is None
+
+
+def test_a_lightning_job_with_its_default_bar_and_logger(tmp_path: Path) -> None:
+    """Lightning with rich installed draws nothing into a log until the end: TensorBoard carries it."""
+    job = _job(tmp_path, "light", SCRIPTS / "lightning_tiny.py",
+               "python lightning_tiny.py --bar rich --max_epochs 6 --sleep 0.15")
+    job_id = submit("local", job)["job_id"]
+    st = _running_status("local", job_id, lambda s: s.get("metrics_source") == "tensorboard"
+                         and s.get("eta_s") is not None, timeout=120)
+    assert st["loss_key"] == "train_loss" and st["max_steps"] == 48  # 6 epochs × 8 batches
+    assert st["steps_per_s"] > 0 and st["eta_s"] > 0
+    done = wait_state("local", job_id, ("succeeded", "failed"), timeout=120)
+    assert done["state"] == "succeeded" and done["metrics_source"] == "tensorboard"
+    assert done["last_metrics"]["step"] >= 47
