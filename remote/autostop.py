@@ -25,11 +25,7 @@ import re
 import shutil
 import subprocess
 import time
-from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
-
-from remote import metricsrc
-from remote.layout import JobDir
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _DUR = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
@@ -275,6 +271,16 @@ class _Files:
         del self.records[:-10000]
 
 
+def _active_metrics(job_path: str) -> str:
+    """The job's metrics file by precedence (imported here: the laptop loads this module by path alone)."""
+    from pathlib import Path
+
+    from remote import metricsrc
+    from remote.layout import JobDir
+
+    return str(metricsrc.active(JobDir(Path(job_path)))[1])
+
+
 class AutoStop:
     """A supervisor watcher: ``tick(sup)`` returns ``"autostop: ..."`` when a policy fires."""
 
@@ -285,7 +291,7 @@ class AutoStop:
         self.every = parse_duration(self.cfg.get("check_every", os.environ.get("GPUJOB_AUTOSTOP_EVERY", "5")))
         self.started = time.time()
         self.files = _Files(os.path.join(job_path, "output.log"), os.path.join(job_path, "metrics.jsonl"),
-                            resolve=lambda: str(metricsrc.active(JobDir(Path(job_path)))[1]))
+                            resolve=lambda: _active_metrics(job_path))
         self.next_check = self.started + self.every
         self.own_samples = []  # type: List[Dict[str, Any]]
         self.fired = None  # type: Optional[str]
