@@ -12,7 +12,8 @@ Fed the new bytes of ``output.log`` (stdout and stderr together), a ``LogParser`
 - plain prints: ``step 120`` / ``step 120/1000``, ``loss: 0.5``, ``loss=0.5``, ``val_acc=0.9``.
 
 A record gets a step only where one is printed: the bar's count (plus whole epochs before it)
-or a ``step N`` on the same line. Validation, test and sanity-check bars are not progress.
+or a ``step N`` on the same line. Validation, test, sanity-check and data-preparation bars (``Map``, ``Downloading``, ``Loading
+checkpoint shards``; units other than iterations, steps or batches) are not progress.
 Bar redraws between two ``feed`` calls become one record (the newest), so a bar redrawn ten
 times a second does not become ten records a second.
 """
@@ -32,9 +33,11 @@ STEP = re.compile(r"\b(?:global_step|step|iter|iteration)\b\s*[:=#]?\s*(\d+)(?:\
 PAIR = re.compile(r"([A-Za-z][\w/.-]{0,60})\s*[:=]\s*(" + NUM + r")(?![\w.])")
 METRIC_NAME = re.compile(r"loss|acc|lr$|learning_rate|ppl|perplexity|grad_norm|f1|bleu|rouge|wer|cer|reward|score",
                          re.I)
-NOT_PROGRESS = re.compile(r"valid|sanity|test|predict|eval|infer", re.I)
+NOT_PROGRESS = re.compile(r"valid|sanity|test|predict|eval|infer|map|filter|token|download|load|generat|extract|"
+                          r"process|shard|sav|resolv|convert|upload", re.I)
+STEP_UNITS = ("it", "its", "step", "steps", "batch", "batches", "iter", "iters", "ba")
 MARKER = "==> gpujob: attempt "
-Pending = Tuple[float, int, Optional[int], str]  # a bar not read in full yet: t, step, total, its rate and postfix
+Pending = Tuple[float, int, Optional[int], str, str, str]  # a bar not read in full yet: t, step, total, rate, unit, postfix
 SKIP_KEYS = ("v_num",)
 MAX_LINE = 8192  # longer segments are not parsed (a bar or a dict line is far shorter)
 MAX_PENDING = 1 << 16  # an unterminated segment longer than this is dropped
@@ -138,23 +141,31 @@ class LogParser:
         n, total_s, _elapsed, _left, rest = m.groups()
         if not rest or ("/s" not in rest and "s/" not in rest):
             return -1
+        rm = RATE.search(rest)
+        if not rm:
+            return -1
+        unit = rm.group(2)
+        if (unit[2:] if unit.startswith("s/") else unit[:-2]).lower() not in STEP_UNITS:
+            return m.end()  # datasets' "examples/s", downloads' "MB/s": not training steps
         desc = s[:m.start()]
         desc = desc.split("%|")[0] if "%|" in desc else desc
         if desc and NOT_PROGRESS.search(desc):
             return m.end()
         total = int(total_s) if total_s and total_s != "?" else None
-        self._progress(int(n), total, EPOCH.search(desc) if desc else None, t, rest)
+        self._progress(int(n), total, EPOCH.search(desc) if desc else None, t, (rm.group(1), unit, rest[rm.end():]))
         return m.end()
 
     def _rich(self, s: str, t: float) -> bool:
         m = RICH.match(s)
         if not m or NOT_PROGRESS.search(m.group("desc")):
             return bool(m)
-        rest = m.group("rate") + m.group("unit") + ", " + m.group("rest")
-        self._progress(int(m.group("n")), int(m.group("total")), EPOCH.search(m.group("desc")), t, rest, rich=True)
+        rate = (m.group("rate"), m.group("unit"), m.group("rest"))
+        self._progress(int(m.group("n")), int(m.group("total")), EPOCH.search(m.group("desc")), t, rate, rich=True)
         return True
 
-    def _progress(self, n: int, total: Optional[int], em: Any, t: float, rest: str, rich: bool = False) -> None:
+    def _progress(self, n: int, total: Optional[int], em: Any, t: float, rate: Tuple[str, str, str],
+                  rich: bool = False) -> None:
+        """``rate``: the bar's rate, its unit (``it/s``, ``s/it``) and the postfix after it."""
         if n == 0:
             return  # a bar not started yet (or Lightning's reset before the next epoch) tells nothing
         if self.main_total is not None and total != self.main_total:
@@ -185,17 +196,16 @@ class LogParser:
         self.step = step
         # the rate and the postfix are read only for the bar that becomes a record (_flush_bar):
         # most redraws are overwritten by the next one before anyone looks
-        self.bar_pending = (t, step, grand, rest)
+        self.bar_pending = (t, step, grand) + rate
 
     def _flush_bar(self, out: List[Dict[str, Any]]) -> None:
         """The newest bar becomes a record (before any record printed after it: the file stays in order)."""
         if self.bar_pending is None:
             return
-        t, step, grand, rest = self.bar_pending
+        t, step, grand, rate_s, unit, post = self.bar_pending
         self.bar_pending = None
-        rm = RATE.search(rest)
-        rate = _num(rm.group(1)) if rm and rm.group(1) != "?" else None
-        if rate and rm and rm.group(2).startswith("s/"):
+        rate = _num(rate_s) if rate_s != "?" else None
+        if rate is not None and unit.startswith("s/"):
             rate = 1.0 / rate if rate > 0 else None
         self.progress = {"step": step, "total": grand, "rate": rate, "t": t}
         if grand and rate:
@@ -203,7 +213,7 @@ class LogParser:
         rec = {"t": t, "step": step}  # type: Dict[str, Any]
         if grand:
             rec["max_steps"] = grand
-        for k, v in PAIR.findall(rest[rm.end():] if rm else rest):
+        for k, v in PAIR.findall(post):
             if k not in SKIP_KEYS:
                 x = _num(v)
                 if x is not None:

@@ -425,3 +425,13 @@ def test_a_lightning_job_with_its_default_bar_and_logger(tmp_path: Path) -> None
     done = wait_state("local", job_id, ("succeeded", "failed"), timeout=120)
     assert done["state"] == "succeeded" and done["metrics_source"] == "tensorboard"
     assert done["last_metrics"]["step"] >= 47
+
+
+def test_data_preparation_bars_are_not_training_progress() -> None:
+    p = LogParser()
+    p.feed(b"Map: 100%|##########| 1000/1000 [00:00<00:00, 5120.33 examples/s]\n"
+           b"Loading checkpoint shards: 100%|##| 2/2 [00:01<00:00,  1.50it/s]\n"
+           b"model.safetensors: 100%|##| 500M/500M [00:05<00:00, 98.1MB/s]\n", 0.0)
+    assert p.progress == {}
+    out = p.feed(b"\r  8%|8         | 1/12 [00:00<00:06,  1.61it/s]\r", 1.0)
+    assert out == [{"t": 1.0, "step": 1, "max_steps": 12}] and p.progress["total"] == 12
