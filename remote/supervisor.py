@@ -115,6 +115,10 @@ class Supervisor:
         self.watchers.append(self.sampler)
         self.watchers.append(Rotator(self.ckpt_dir(), int(self.spec.get("checkpoint_keep", 3) or 0),
                                      self.spec.get("checkpoint_pattern")))
+        from remote.metricsrc import Collector  # metrics from TensorBoard events and the log
+
+        self.collector = Collector(self.job, self.spec, float(self.status.get("submitted_at") or now()))
+        self.watchers.append(self.collector)
 
     def job_pids(self) -> List[int]:
         """The job's live processes (for "open for writing"); remembered for the OOM evidence."""
@@ -412,6 +416,7 @@ class Supervisor:
             for w in self.watchers:
                 if isinstance(w, Rotator):
                     w.rotate(self)
+            self.collector.collect(final=True)  # the attempt's last lines and events, before any notification
             if self.stop_reason:
                 record["reason"] = self.stop_reason
                 state = "autostopped" if self.stop_reason.startswith("autostop") else "stopped"

@@ -504,8 +504,8 @@ def trainer_callback_class() -> Any:
         def on_log(self, args: Any, state: Any, control: Any, logs: Optional[Dict[str, Any]] = None,
                    **kwargs: Any) -> Any:
             if logs and state.is_world_process_zero:
-                extra = {"max_steps": state.max_steps} if state.max_steps and "max_steps" not in logs else {}
-                report(step=state.global_step, **dict(extra, **logs))
+                # max_steps: the Trainer's own total (epochs × steps included), so status has an ETA
+                report(step=state.global_step, **dict({"max_steps": state.max_steps} if state.max_steps else {}, **logs))
             return control
 
     return GpujobCallback
