@@ -31,6 +31,8 @@ RICH = re.compile(r"^(?P<desc>.*?)\s*━*\s+(?P<n>\d+)/(?P<total>\d+)\s+(?P<elap
 EPOCH = re.compile(r"\bepoch\s*[:#]?\s*(\d+)(?:\s*/\s*(\d+))?", re.I)
 STEP = re.compile(r"\b(?:global_step|step|iter|iteration)\b\s*[:=#]?\s*(\d+)(?:\s*/\s*(\d+))?", re.I)
 PAIR = re.compile(r"([A-Za-z][\w/.-]{0,60})\s*[:=]\s*(" + NUM + r")(?![\w.])")
+# "step 12 loss 0.53": a metric name and its number with only a space between (plain loops, examples/tiny)
+SPACED = re.compile(r"\b([A-Za-z][\w/.-]{0,60})\s+(" + NUM + r")(?![\w.:=])")
 METRIC_NAME = re.compile(r"loss|acc|lr$|learning_rate|ppl|perplexity|grad_norm|f1|bleu|rouge|wer|cer|reward|score",
                          re.I)
 NOT_PROGRESS = re.compile(r"valid|sanity|test|predict|eval|infer|map|filter|token|download|load|generat|extract|"
@@ -223,7 +225,7 @@ class LogParser:
     def _plain(self, s: str, t: float, out: List[Dict[str, Any]]) -> None:
         rec = {}  # type: Dict[str, Any]
         sm = STEP.search(s)
-        for k, v in PAIR.findall(s):
+        for k, v in PAIR.findall(s) or SPACED.findall(s):
             if METRIC_NAME.search(k) and k not in SKIP_KEYS:
                 x = _num(v)
                 if x is not None:
