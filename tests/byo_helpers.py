@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import time
 from pathlib import Path
 
 from tests.conftest import REPO, run_cli
+from tests.test_agent import wait_for as wait_until  # noqa: F401 (the byo tests' name)
 from tests.test_first_path import submit
 
 BYO = REPO / "examples" / "bring-your-own"
@@ -35,15 +35,6 @@ def submit_example(host: str, job: Path, run: str, **keys: object) -> str:
 
 def job_dir(tmp_path: Path, host: str, job_id: str) -> Path:
     return tmp_path / ("local-root" if host == "local" else "remote-root") / "jobs" / job_id
-
-
-def wait_until(pred, timeout: float, what: str) -> None:  # noqa: ANN001
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if pred():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
 
 
 def log_text(jd: Path) -> str:

@@ -36,7 +36,8 @@ from tests.byo_helpers import (
     submit_example,
     wait_until,
 )
-from tests.test_first_path import job_processes, wait_state
+from tests.test_agent import training_pid
+from tests.test_first_path import wait_state
 
 
 @dataclass
@@ -116,17 +117,6 @@ def complete_steps(ckpt: Path, kind: Kind) -> dict[int, Path]:
     return out
 
 
-def trainer_pid(job_id: str) -> int | None:
-    for pid in job_processes(job_id):
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if cmd and b"python" in os.path.basename(cmd[0]) and b"train.py" in cmd:
-            return pid
-    return None
-
-
 def live_figures(host: str, job_id: str) -> dict:
     st = gpujob("status", job_id, "--host", host)
     m = st.get("latest_metrics") or {}
@@ -151,8 +141,7 @@ def life(host: str, tmp_path: Path, name: str) -> tuple[Kind, Path, dict]:
 
     # SIGKILL once two checkpoints are complete: the restart resumes from the newest complete one
     wait_until(lambda: len(complete_steps(ckpt, kind)) >= 2, 120, "two complete checkpoints")
-    pid = trainer_pid(job_id)
-    assert pid is not None
+    pid = training_pid(job_id, b"train.py")
     os.kill(pid, signal.SIGKILL)
     wait_until(lambda: not Path(f"/proc/{pid}").exists() or b"Z" in Path(f"/proc/{pid}/stat").read_bytes().split(b")")[-1][:3],
                30, "the trainer to die")

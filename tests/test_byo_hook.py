@@ -151,6 +151,7 @@ def tree(tmp_path: Path):  # noqa: ANN201
             signal.signal(signal.SIGINT, signal.SIG_IGN)
         if kind == "fork":
             os.fork()  # a DataLoader-like worker: the same command line as its parent
+        open("ready-%s-%d" % (kind, os.getpid()), "w").close()  # handlers in place
         time.sleep(300)
     """))
     (tmp_path / "torchrun").write_text("import subprocess, sys, time\n"
@@ -172,18 +173,14 @@ def tree(tmp_path: Path):  # noqa: ANN201
     rp.signal_pids(rp.job_pids("tree", None, jd), signal.SIGKILL)
 
 
-def test_stop_targets_choose_a_signal_per_process(tree: str) -> None:
+def test_stop_targets_choose_a_signal_per_process(tree: str, tmp_path: Path) -> None:
     from remote import procs as rp
 
     def cmd(pid: int) -> list[str]:
         return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
 
-    def ready() -> bool:  # every process up, with its handlers installed
-        pids = rp.job_pids("tree", None, tree)
-        mains = [p for p in pids if "python" in os.path.basename(cmd(p)[0]) and "main.py" in cmd(p)]
-        return len(mains) == 5 and all(rp._status_mask(p, "SigCgt") or rp._status_mask(p, "SigIgn") & 2 for p in mains)
-
-    assert wait_until_true(ready, 60)
+    # every process up, with its handlers installed: two forked, term, noint, torchrun's child
+    assert wait_until_true(lambda: len(list(tmp_path.glob("ready-*"))) == 5, 60)
     pids = rp.job_pids("tree", None, tree)
     targets = rp.stop_targets(pids)
     by_kind: dict[str, list[int]] = {}

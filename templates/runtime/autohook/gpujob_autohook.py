@@ -54,6 +54,8 @@ class _PatchingLoader(importlib.abc.Loader):
             _warn(module.__name__, e)
 
     def __getattr__(self, name: str) -> Any:  # get_source, get_resource_reader, ...
+        if name == "_real":  # not set yet (a copy being built): no recursion
+            raise AttributeError(name)
         return getattr(self._real, name)
 
 
