@@ -26,9 +26,10 @@ PROBE = """
     import json, os, sys
     import email.mime.text  # any ordinary import goes through the finder
     print("PROBE " + json.dumps({
-        "finder": any(type(f).__name__ == "Finder" and type(f).__module__ == "gpujob_autohook" for f in sys.meta_path),
+        "finder": any(getattr(f, "gpujob", False) for f in sys.meta_path),
         "loaded": sorted(m for m in ("torch", "transformers", "lightning", "gpujob_runtime", "gpujob_checkpoints")
                          if m in sys.modules),
+        "modules": sorted(sys.modules),
         "user_site": getattr(__import__("builtins"), "USER_SITE_RAN", False),
         "path": os.environ.get("PYTHONPATH", ""),
     }), flush=True)
@@ -57,7 +58,12 @@ def test_hook_is_inert_for_other_scripts(tmp_path: Path) -> None:
     r = run_probe(tmp_path, AUTOHOOK, RUNTIME)
     assert r.returncode == 0 and r.stderr == "", r.stderr
     p = probe(r.stdout)
-    assert p["finder"] is True and p["loaded"] == []  # only the finder: nothing heavy, no runtime helper
+    assert p["finder"] is True and p["loaded"] == []
+    # the hook adds its sitecustomize and the import machinery that looks for the next one:
+    # not even its own patching code is imported
+    without = probe(run_probe(tmp_path, RUNTIME).stdout)
+    added = set(p["modules"]) - set(without["modules"])
+    assert "sitecustomize" in p["modules"] and added <= {"sitecustomize", "importlib.machinery", "importlib.util"}
 
 
 def test_an_existing_sitecustomize_still_runs(tmp_path: Path) -> None:

@@ -1,9 +1,9 @@
 """Graceful stop for HF ``Trainer`` and Lightning ``Trainer`` scripts that never import gpujob.
 
-``install()`` (called by this folder's ``sitecustomize``) puts a finder first on
-``sys.meta_path``. When ``transformers.trainer``, ``lightning.pytorch.trainer.trainer`` or
-``pytorch_lightning.trainer.trainer`` is imported, the real module loads as usual and then its
-``Trainer.__init__`` is wrapped to add one gpujob callback to every Trainer:
+Imported by this folder's ``sitecustomize`` only when ``transformers.trainer``,
+``lightning.pytorch.trainer.trainer`` or ``pytorch_lightning.trainer.trainer`` has just been
+loaded: ``patch_module`` wraps its ``Trainer.__init__`` to add one gpujob callback to every
+Trainer:
 
 - HF: ``gpujob_runtime``'s ``GpujobCallback``. At each step end it asks whether the job should
   stop (the stop file, SIGTERM or SIGINT; all ranks agree through an all-reduce MAX) and then
@@ -20,73 +20,15 @@ already loaded. A failure to patch is reported on stderr and leaves the script a
 """
 
 import functools
-import importlib.abc
 import os
 import sys
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Dict, Optional
 
-TARGETS = {
-    "transformers.trainer": "hf",
-    "lightning.pytorch.trainer.trainer": "lightning.pytorch",
-    "pytorch_lightning.trainer.trainer": "pytorch_lightning",
-}
 MARK = "_gpujob_autohook"
 
 
 def _warn(what: str, e: BaseException) -> None:
     sys.stderr.write("[gpujob] automatic stop hook not installed ({}): {}: {}\n".format(what, type(e).__name__, e))
-
-
-class _PatchingLoader(importlib.abc.Loader):
-    """The real loader, then the patch; everything else is the real loader's."""
-
-    def __init__(self, real: Any, patch: Callable[[Any], None]) -> None:
-        self._real, self._patch = real, patch
-
-    def create_module(self, spec: Any) -> Any:
-        return self._real.create_module(spec)
-
-    def exec_module(self, module: Any) -> None:
-        self._real.exec_module(module)
-        try:
-            self._patch(module)
-        except Exception as e:  # never break the user's import
-            _warn(module.__name__, e)
-
-    def __getattr__(self, name: str) -> Any:  # get_source, get_resource_reader, ...
-        if name == "_real":  # not set yet (a copy being built): no recursion
-            raise AttributeError(name)
-        return getattr(self._real, name)
-
-
-class Finder(importlib.abc.MetaPathFinder):
-    """Finds nothing itself: it wraps the loader of the few Trainer modules."""
-
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        kind = TARGETS.get(fullname)
-        if kind is None:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                break
-        else:
-            return None
-        if spec.loader is not None:
-            spec.loader = _PatchingLoader(spec.loader, functools.partial(patch_module, kind))
-        return spec
-
-
-def install() -> None:
-    """Put the finder first on sys.meta_path (once); patch Trainer modules already imported."""
-    if any(isinstance(f, Finder) for f in sys.meta_path):
-        return
-    sys.meta_path.insert(0, Finder())
-    for name, kind in TARGETS.items():
-        if name in sys.modules:
-            patch_module(kind, sys.modules[name])
 
 
 def patch_module(kind: str, module: Any) -> None:
