@@ -721,10 +721,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("dest", nargs="?", default="gpujob-pulls")
     s.add_argument("--host")
     g = s.add_mutually_exclusive_group()
-    g.add_argument("--latest", action="store_true", help="only the newest complete checkpoint (and the logs)")
+    g.add_argument("--latest", action="store_true",
+                   help="only the newest complete checkpoint of any kind (and the logs)")
     g.add_argument("--best", nargs="?", const="", metavar="METRIC",
                    help="only the best checkpoint: trainer_state.json's best_model_checkpoint, or by METRIC "
-                        "in metrics.jsonl (loss-like names: lowest wins)")
+                        "in the names (val_loss=0.12.ckpt) or the metric history (loss-like names: lowest wins)")
     g.add_argument("--all", action="store_true", help="every checkpoint (the default)")
     s.add_argument("--include", action="append", default=[], metavar="GLOB",
                    help="only paths (relative to the job folder) matching GLOB; repeatable")

@@ -16,7 +16,8 @@ Kinds (docs/checkpoints.md has the user's version):
 - ``deepspeed``: ``global_step<N>/``: complete when the ``latest`` file beside it names it or
   a newer tag (DeepSpeed writes ``latest`` after the save) and no job process writes in it.
 - ``lightning`` (``*.ckpt``) and ``file`` (``*.pt``, ``*.pth``, ``*.bin``, ``*.safetensors``,
-  ``*.tar``): one file, complete when no job process has it open for writing and its format
+  ``*.tar``): one file, complete when no job process has it open for writing (looked up while
+  it changed within ``WRITE_WINDOW`` s) and its format
   says it is whole (a zip archive from ``torch.save`` has its central directory; a
   safetensors file is as long as its header says) or, for other formats, it has not changed
   for ``SETTLE`` seconds. A file written under a temporary name and renamed into place is
@@ -44,6 +45,7 @@ HF_STATE = "trainer_state.json"
 FILE_EXTS = (".pt", ".pth", ".bin", ".safetensors", ".tar", ".ckpt")
 SETTLE = 2.0  # seconds a file of unknown format must stay unchanged to count as whole
 STALE = 60.0  # seconds an incomplete checkpoint must stay unchanged before rotation may delete it
+WRITE_WINDOW = 60.0  # a checkpoint unchanged for longer is not looked for among open files
 FOLDER_KINDS = ("hf", "gpujob", "accelerate", "deepspeed", "folder")
 # files beside checkpoints that are not checkpoints themselves
 SIDE_FILES = re.compile(r"^(training_args\.bin|rng_state(_\d+)?\.pth|optimizer\.(pt|bin)|scheduler\.(pt|bin)|"
@@ -204,7 +206,8 @@ def _candidates(base: Path, pattern: Optional[str]) -> List[Path]:
             found += [sub / n for n in sorted(os.listdir(str(sub)))]
         except OSError:
             continue
-    found += sorted(base.glob("*/version_*/checkpoints/*"))  # Lightning's default_root_dir layout
+    # Lightning's layout under default_root_dir (or under lightning_logs/ given as the folder)
+    found += sorted(base.glob("*/version_*/checkpoints/*")) + sorted(base.glob("version_*/checkpoints/*"))
     return found
 
 
@@ -239,8 +242,10 @@ def find(ckpt_dir: PathLike, pattern: Optional[str] = None, pids: Any = None,
 
 
 def _writers(found: List[Checkpoint], base: Path, pids: Any) -> Set[str]:
-    """Files open for writing under ``base``, looked up only when a kind needs it."""
-    if all(c.kind in ("hf", "gpujob") for c in found):
+    """Files open for writing under ``base``, looked up only when a kind needs it and something
+    of that kind changed within ``WRITE_WINDOW`` s (every tick would read every process's fds)."""
+    recent = time.time() - WRITE_WINDOW
+    if not any(c.kind not in ("hf", "gpujob") and c.mtime >= recent for c in found):
         return set()
     return open_for_writing(pids, [str(base.resolve())])
 

@@ -252,6 +252,8 @@ class Supervisor:
             )
         finally:
             log.close()
+        if self.oom is not None:
+            self.oom.pids.add(self.child.pid)
         attempts = self.status.setdefault("attempts", [])
         attempts.append({"n": attempt, "started_at": now(), "resume": resume, "pid": self.child.pid,
                          "batch_divisor": int(self.status.get("batch_divisor", 1))})

@@ -10,13 +10,13 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import run_cli
-from tests.test_agent import remote_root, status, training_pid, wait_for
+from tests.test_agent import remote_root, training_pid, wait_for
+from tests.test_checkpoints import LIGHTNING_MODEL
 from tests.test_first_path import submit, wait_state, write_job
 
 PLAIN = """
@@ -124,26 +124,12 @@ LIGHTNING = """
                   enable_progress_bar=False, enable_model_summary=False, callbacks=[cb], num_sanity_val_steps=0)
     t.fit(M(), dl, dl, ckpt_path=sys.argv[1] if len(sys.argv) > 1 else None)
 """
-MODEL = """
-    import torch
-    import lightning as L
-    class M(L.LightningModule):
-        def __init__(self):
-            super().__init__()
-            self.net = torch.nn.Linear(4, 1)
-        def training_step(self, b, i):
-            return torch.nn.functional.mse_loss(self.net(b[0]), b[1])
-        def validation_step(self, b, i):
-            self.log("val_loss", torch.nn.functional.mse_loss(self.net(b[0]), b[1]))
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=0.05)
-"""
 
 
 def test_lightning_job_checkpoints_rotate_and_pull(tmp_path: Path) -> None:
     job = write_job(tmp_path, "light", LIGHTNING, "python main.py ${GPUJOB_RESUME:+$GPUJOB_RESUME}",
                     checkpoint={"dir": "lightning_ckpts", "keep": 2})
-    (job.parent / "model.py").write_text(textwrap.dedent(MODEL))
+    (job.parent / "model.py").write_text(LIGHTNING_MODEL)
     job_id = submit("local", job)["job_id"]
     st = wait_state("local", job_id, ("succeeded", "failed"), 180)
     assert st["state"] == "succeeded", st
@@ -215,15 +201,14 @@ def test_oom_named_only_on_evidence(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
     ev, km = tmp_path / "memory.events", tmp_path / "kmsg"
     ev.write_text("oom 0\noom_kill 0\n")
-    km.write_text("6,1,{},-;unrelated\n".format(int((time.monotonic() - 100) * 1e6)))
+    km.write_text(f"6,1,{int((time.monotonic() - 100) * 1e6)},-;unrelated\n")
     monkeypatch.setenv("GPUJOB_MEMORY_EVENTS", str(ev))
     monkeypatch.setenv("GPUJOB_KMSG", str(km))
     w = oom.Watch()
     w.pids.add(4242)
     ev.write_text(events)
     if kmsg:
-        km.write_text(km.read_text() + "3,2,{},-;Out of memory: Killed process 4242 (python) total-vm:1kB\n".format(
-            int(time.monotonic() * 1e6)))
+        km.write_text(km.read_text() + f"3,2,{int(time.monotonic() * 1e6)},-;Out of memory: Killed process 4242 (python) total-vm:1kB\n")
     killed = w.killed()
     assert killed is (cause == "oom")
     log = tmp_path / "output.log"

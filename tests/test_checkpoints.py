@@ -176,7 +176,7 @@ def test_a_file_open_for_writing_by_a_job_process_is_not_complete(tmp_path: Path
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert p.stdout.readline().strip() == "ready"
-        age(d / "checkpoint_2.pt")                                   # old, whole by format: only the open fd says no
+        # whole by its format (a zip needs no settling): only the open fd says no
         assert not ck.is_complete(d / "checkpoint_2.pt")             # any process (the runtime helper's view)
         assert [c.complete for c in ck.find(d, pids=[p.pid])] == [True, False]  # the job's processes
         assert [c.complete for c in ck.find(d, pids=[])] == [True, True]
@@ -222,6 +222,20 @@ def test_loose_files_beside_checkpoint_folders_are_not_checkpoints(tmp_path: Pat
 
 
 # ---- what the libraries write, for real ----------------------------------------------------
+LIGHTNING_MODEL = """
+import torch
+import lightning as L
+class M(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Linear(4, 1)
+    def training_step(self, b, i):
+        return torch.nn.functional.mse_loss(self.net(b[0]), b[1])
+    def validation_step(self, b, i):
+        self.log("val_loss", torch.nn.functional.mse_loss(self.net(b[0]), b[1]))
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.05)
+"""
 LIBS = r'''
 import sys, time
 from pathlib import Path
@@ -234,15 +248,7 @@ import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
 from torch.utils.data import DataLoader, TensorDataset
 X = torch.randn(32, 4); Y = X.sum(1, keepdim=True)
-class M(L.LightningModule):
-    def __init__(self):
-        super().__init__(); self.net = torch.nn.Linear(4, 1)
-    def training_step(self, b, i):
-        return torch.nn.functional.mse_loss(self.net(b[0]), b[1])
-    def validation_step(self, b, i):
-        self.log("val_loss", torch.nn.functional.mse_loss(self.net(b[0]), b[1]))
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.05)
+''' + LIGHTNING_MODEL + r'''
 def fit(epochs, ckpt_path=None):
     cb = ModelCheckpoint(dirpath=str(out / "lightning"), filename="{epoch}-{step}-{val_loss:.4f}", monitor="val_loss",
                          save_top_k=-1, save_last=True)
@@ -393,3 +399,13 @@ def test_step_and_metrics_in_names() -> None:
         [7, 12, 3, 300, None, None, None, 100, 50, 90, None]
     assert ck.name_metrics("epoch=2-step=30-val_loss=0.0213-val_acc=-1.5e-3.ckpt") == {"val_loss": 0.0213,
                                                                                        "val_acc": -0.0015}
+
+
+def test_lightning_default_layout_found_from_either_folder(tmp_path: Path) -> None:
+    for v, s in ((0, 4), (1, 8)):  # a restart that does not resume logs into a new version folder
+        d = tmp_path / "lightning_logs" / f"version_{v}" / "checkpoints"
+        d.mkdir(parents=True)
+        age(tsave(d / f"epoch={v}-step={s}.ckpt", s), 10 - v)
+    assert [c.rel(tmp_path) for c in ck.find(tmp_path)] == ["lightning_logs/version_0/checkpoints/epoch=0-step=4.ckpt",
+                                                            "lightning_logs/version_1/checkpoints/epoch=1-step=8.ckpt"]
+    assert ck.latest_complete(tmp_path / "lightning_logs").name == "epoch=1-step=8.ckpt"
