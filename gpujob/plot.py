@@ -49,7 +49,8 @@ def figure(series: dict[str, list[list[Any]]], title: str = "") -> tuple[Any, li
     plt = _pyplot()
     lk = loss_key(curves)
     loss_keys = [k for k in curves if k == lk or ("loss" in k.lower() and k.lower().startswith(EVAL_PREFIXES))]
-    others = [k for k in curves if k not in loss_keys]
+    # the curves that say how training goes first; evaluation timings (eval_runtime, *_per_second) last
+    others = sorted((k for k in curves if k not in loss_keys), key=lambda k: k.endswith(("_runtime", "_per_second")))
     panels = ([loss_keys] if loss_keys else []) + [[k] for k in others[:8]]
     note = "   ".join(f"{k} = {_fmt(series[k][0][1])}" for k in singles[:6])
     fig, axes = plt.subplots(len(panels), 1, figsize=(8, 2.6 * len(panels) + 0.9), squeeze=False)
