@@ -133,7 +133,7 @@ def kill_tree(job_id: str, root_pid: Optional[int], grace: float, poll=None, job
 # --- asking a job that does not watch the stop file to stop -------------------------------
 
 SHELLS = ("bash", "sh", "dash", "zsh", "ksh", "mksh", "ash", "busybox")
-FORWARDERS = (b"torch.distributed.run", b"torchrun")  # pass the signal on to their workers
+FORWARDERS = (b"torch.distributed.run", b"torch.distributed.launch", b"torchrun")  # pass signals to workers
 
 
 def _status_mask(pid: int, field: str) -> int:
@@ -154,6 +154,12 @@ def _comm(pid: int) -> str:
         return ""
 
 
+def _forwards(cmd: bytes) -> bool:
+    """torchrun (``torchrun ...``, ``python -m torch.distributed.run ...``, the console script)."""
+    args = cmd.split(b"\0")[:3]
+    return any(os.path.basename(a) in FORWARDERS for a in args)
+
+
 def _catches(mask: int, sig: int) -> bool:
     return bool(mask >> (sig - 1) & 1)
 
@@ -167,8 +173,7 @@ def stop_signal(pid: int) -> int:
     blocks and ``except KeyboardInterrupt:`` savers run (SIGTERM would end it on the spot).
     torchrun gets SIGINT too: it forwards its signal to the workers. Anything else: SIGTERM.
     """
-    cmd = _cmdline(pid)
-    if any(f in cmd for f in FORWARDERS):
+    if _forwards(_cmdline(pid)):
         return signal.SIGINT
     caught = _status_mask(pid, "SigCgt")
     if _catches(caught, signal.SIGTERM):
@@ -195,7 +200,7 @@ def stop_targets(pids: Set[int]) -> Dict[int, int]:
         parent = parents.get(pid)
         if parent in pids:
             pcmd = _cmdline(parent)
-            if pcmd == _cmdline(pid) or any(f in pcmd for f in FORWARDERS):
+            if pcmd == _cmdline(pid) or _forwards(pcmd):
                 continue
         out[pid] = stop_signal(pid)
     return out
