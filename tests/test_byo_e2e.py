@@ -171,6 +171,9 @@ def life(host: str, tmp_path: Path, name: str) -> tuple[Kind, Path, dict]:
     assert st["state"] == "stopped" and a2["exit_code"] == 0, attempt_log(jd, 2)[-3000:]
     assert not [e for e in events(jd) if e.get("event") == "killed"]
     second = attempt_log(jd, 2)
+    if name == "loop":  # it never acknowledged the stop file: one SIGINT (KeyboardInterrupt), no SIGKILL
+        assert not (jd / "STOP.watch").exists()
+        assert re.search(r"==> gpujob: stop: pid \d+ SIGINT \(grace 60s, then SIGKILL\)", second), second[-2000:]
     stopped_at = int(re.findall(kind.stop_line, second)[-1])
     assert newest < stopped_at < kind.max_steps
     assert stopped_at in complete_steps(ckpt, kind)
