@@ -73,7 +73,7 @@ class Agent:
             + f'mkdir -p "$T" && tar -x -C "$T" && echo "$PY" > "$T/python" || exit {CANT_WRITE}; '
             # bytecode now: every agent command would otherwise compile its modules again wherever
             # PYTHONDONTWRITEBYTECODE is set or the folder is read-only later (about 0.1 s a start)
-            + '"$PY" -S -m compileall -q "$T/remote" >/dev/null 2>&1; '
+            + '"$PY" -S -m compileall -q "$T/remote" "$T/runtime" >/dev/null 2>&1; '
             + f'touch "$T/ok" || exit {CANT_WRITE}; '
             # concurrent first submits each install: a complete install (ok) already in place is
             # kept, since other commands may be importing from it

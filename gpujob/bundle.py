@@ -58,6 +58,8 @@ def bundle_files() -> dict[str, Path]:
     if runtime.is_file():
         files["runtime/gpujob_runtime.py"] = runtime
     files["runtime/gpujob_checkpoints.py"] = rdir / "checkpoints.py"
+    for p in sorted((templates_dir() / "runtime" / "autohook").glob("*.py")):  # the Trainer stop hook
+        files["runtime/autohook/" + p.name] = p
     return files
 
 
@@ -90,5 +92,7 @@ def materialize_runtime(dest: Path) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     for name, path in bundle_files().items():
         if name.startswith("runtime/"):
-            (dest / name.split("/", 1)[1]).write_bytes(path.read_bytes())
+            target = dest / name.split("/", 1)[1]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(path.read_bytes())
     return dest

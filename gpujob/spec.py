@@ -63,6 +63,7 @@ class JobSpec:
     tensorboard_logdir: str | None = None
     retry: Retry = field(default_factory=Retry)
     stop_grace: float = 120.0
+    runtime_auto: bool = True  # runtime: {auto: false} takes gpujob's Trainer stop hook off PYTHONPATH
     notify: dict[str, Any] = field(default_factory=dict)
     autostop: dict[str, Any] = field(default_factory=dict)
     launcher: str = "none"  # none | torchrun
@@ -184,7 +185,7 @@ def _exists(p: Path, kind: str) -> bool:
 TOP_KEYS = [
     "name", "host", "workdir", "exclude", "data", "setup", "requirements", "python", "run",
     "env", "secrets", "gpus", "checkpoint", "tensorboard", "retry", "stop", "notify", "autostop",
-    "launcher", "nodes",
+    "launcher", "nodes", "runtime",
 ]
 RETRY_ON = ["error", "oom", "nan", "nccl", "signal"]
 # Validators of sections that other modules own (notifications, auto-stop): name -> fn(dict) -> errors.
@@ -359,6 +360,13 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
         if "grace" in st:
             grace = _duration(ctx, ("stop", "grace"), st["grace"], grace)
 
+    auto = True
+    rt = raw.get("runtime", {}) or {}
+    if _want(ctx, ("runtime",), rt, dict, "{auto: false}"):
+        _check_keys(ctx, ("runtime",), rt, ["auto"])
+        auto = rt.get("auto", True)
+        _want(ctx, ("runtime", "auto"), auto, bool, "true or false")
+
     launcher = raw.get("launcher", "none")
     if launcher not in ("none", "torchrun"):
         ctx.err(("launcher",), f"expected 'torchrun' or 'none', got {_short(launcher)}")
@@ -393,6 +401,7 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
         requirements=req, python=python, env=env, secrets=secrets, gpus=gpus, checkpoint_keep=keep,
         tensorboard_logdir=logdir, retry=retry, stop_grace=grace, notify=sections.get("notify", {}),
         autostop=sections.get("autostop", {}), launcher=launcher, nodes=nodes,
+        runtime_auto=auto is not False,
         checkpoint_dir=(ck.get("dir") if isinstance(ck, dict) else None),
         checkpoint_pattern=(ck.get("pattern") if isinstance(ck, dict) else None), source=source, hosts=hosts,
     )

@@ -167,7 +167,8 @@ def job_panel(j: dict[str, Any]) -> Any:
     lk = j.get("loss_key") or ("loss" if "loss" in m else None)
     if lk and m.get(lk) is not None:
         hist = [p[1] for p in (j.get("series") or {}).get(lk) or []]
-        t.add_row(lk, f"{_fmt(m.get(lk))}  [cyan]{sparkline(hist, 40)}[/]")
+        src = {"tensorboard": "TensorBoard events", "log": "the log"}.get(j.get("metrics_source") or "")
+        t.add_row(lk, f"{_fmt(m.get(lk))}  [cyan]{sparkline(hist, 40)}[/]" + (f"  [dim](from {src})[/]" if src else ""))
     ev = j.get("eval_metrics") or {}
     if ev:
         t.add_row("eval", "  ".join(f"{k}={_fmt(v)}" for k, v in ev.items()))

@@ -21,14 +21,19 @@ def loss_key(keys: list[str] | dict[str, Any]) -> str | None:
     for k in ("loss", "train_loss", "train/loss"):
         if k in names:
             return k
-    return next((k for k in names if "loss" in k and not k.startswith(EVAL_PREFIXES)), None)
+    return next((k for k in names if "loss" in k.lower() and not k.lower().startswith(EVAL_PREFIXES)
+                 and not k.lower().endswith(("/val", "/eval", "/test", "_val"))), None)
 
 
 def max_steps_of(doc: dict[str, Any]) -> int | None:
-    """Total steps: the metric key ``max_steps``, else env GPUJOB_MAX_STEPS / MAX_STEPS of the job."""
+    """Total steps: the metric key ``max_steps``, else the log's progress bar total, else env
+    GPUJOB_MAX_STEPS / MAX_STEPS of the job."""
     latest = doc.get("latest") or {}
     if isinstance(latest.get("max_steps"), (int, float)):
         return int(latest["max_steps"])
+    total = (doc.get("progress") or {}).get("total")
+    if isinstance(total, (int, float)) and total > 0:
+        return int(total)
     env = ((doc.get("job") or {}).get("spec") or {}).get("env") or {}
     for k in ("GPUJOB_MAX_STEPS", "MAX_STEPS"):
         try:
@@ -47,6 +52,9 @@ def status_doc(doc: dict[str, Any]) -> dict[str, Any]:
     series = doc.get("series") or {}
     rate = doc.get("rate")
     step = latest.get("step")
+    prog = doc.get("progress") or {}
+    if isinstance(prog.get("step"), (int, float)) and (not isinstance(step, (int, float)) or prog["step"] > step):
+        step = latest["step"] = prog["step"]  # the bar moves between two metric lines
     total = max_steps_of(doc)
     eta = None
     if rate and total and isinstance(step, (int, float)) and job.get("state") == "running":
@@ -61,6 +69,7 @@ def status_doc(doc: dict[str, Any]) -> dict[str, Any]:
         steps_per_s=rate,
         max_steps=total,
         eta_s=eta,
+        metrics_source=doc.get("source", job.get("metrics_source")),
         elapsed_s=ui.elapsed(job),
         cost=None if ui.cost(job) == "-" else float(ui.cost(job)),
     )

@@ -25,7 +25,7 @@ import re
 import shutil
 import subprocess
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _DUR = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
@@ -225,8 +225,9 @@ def nvidia_smi_sample(path_prefix: str = "") -> Optional[Dict[str, Any]]:
 class _Files:
     """What has changed in the job's output.log and metrics.jsonl, and when."""
 
-    def __init__(self, log: str, metrics: str) -> None:
+    def __init__(self, log: str, metrics: str, resolve: Optional[Callable[[], str]] = None) -> None:
         self.log, self.metrics = log, metrics
+        self.resolve = resolve  # the job's active metrics file (the metrics file, TensorBoard's, the log's)
         self.log_size = self._size(log)
         self.metrics_size = self._size(metrics)
         self.log_changed = self.metrics_changed = time.time()
@@ -243,6 +244,9 @@ class _Files:
             return 0
 
     def poll(self, now: float) -> None:
+        path = self.resolve() if self.resolve is not None else self.metrics
+        if path != self.metrics:  # another source took precedence: read it from its start
+            self.metrics, self._offset, self.records, self.metrics_size = path, 0, [], 0
         s = self._size(self.log)
         if s != self.log_size:
             self.log_size, self.log_changed = s, now
@@ -275,6 +279,16 @@ class _Files:
         del self.records[:-10000]
 
 
+def _active_metrics(job_path: str) -> str:
+    """The job's metrics file by precedence (imported here: the laptop loads this module by path alone)."""
+    from pathlib import Path
+
+    from remote import metricsrc
+    from remote.layout import JobDir
+
+    return str(metricsrc.active(JobDir(Path(job_path)))[1])
+
+
 class AutoStop:
     """A supervisor watcher: ``tick(sup)`` returns ``"autostop: ..."`` when a policy fires."""
 
@@ -284,7 +298,8 @@ class AutoStop:
         self.spec = spec
         self.every = parse_duration(self.cfg.get("check_every", os.environ.get("GPUJOB_AUTOSTOP_EVERY", "5")))
         self.started = time.time()
-        self.files = _Files(os.path.join(job_path, "output.log"), os.path.join(job_path, "metrics.jsonl"))
+        self.files = _Files(os.path.join(job_path, "output.log"), os.path.join(job_path, "metrics.jsonl"),
+                            resolve=lambda: _active_metrics(job_path))
         self.next_check = self.started + self.every
         self.own_samples = []  # type: List[Dict[str, Any]]
         self.fired = None  # type: Optional[str]

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from remote.layout import tail_lines
+from remote.metricsrc import run_hints, total_from_epochs
 
 
 def _metrics_window(path: Path, since: float) -> List[Dict[str, Any]]:
@@ -32,19 +33,16 @@ def max_steps(spec: Dict[str, Any], records: List[Dict[str, Any]]) -> Optional[i
     for rec in reversed(records):
         if isinstance(rec.get("max_steps"), (int, float)) and rec["max_steps"] > 0:
             return int(rec["max_steps"])
-    env = spec.get("env") or {}
-    try:
-        v = int(env.get("GPUJOB_MAX_STEPS") or 0)
-    except (TypeError, ValueError):
-        v = 0
-    return v or None
+    return run_hints(spec).get("max_steps")
 
 
-def estimate(status: Dict[str, Any], spec: Dict[str, Any], metrics: Path, now: float) -> Dict[str, Any]:
-    """{elapsed_s, cost, price_per_hour, currency, max_steps, step, eta_s, projected_cost}.
+def estimate(status: Dict[str, Any], spec: Dict[str, Any], metrics: Path, now: float,
+             progress: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """{elapsed_s, cost, price_per_hour, currency, max_steps, step, steps_per_s, eta_s, projected_cost}.
 
     Step progress and the projection only while the job runs (a listing of many ended jobs
-    reads no metrics).
+    reads no metrics). ``metrics`` is the job's active metrics file; ``progress`` what the log's
+    progress bar said (its total and rate stand in where the records carry none).
     """
     start = status.get("started_at")
     end = status.get("ended_at") or now
@@ -57,18 +55,23 @@ def estimate(status: Dict[str, Any], spec: Dict[str, Any], metrics: Path, now: f
     since = float(attempts[-1].get("started_at") or 0) if attempts else 0.0
     live = status.get("state") in ("running", "restarting")
     recs = _metrics_window(metrics, since) if live and os.path.exists(str(metrics)) else []
-    total = max_steps(spec, recs)
+    prog = progress if live and progress and float(progress.get("t") or 0) >= since else {}
+    total = max_steps(spec, recs) or prog.get("total") or total_from_epochs(recs, run_hints(spec).get("epochs"))
     doc["max_steps"] = total
-    if not recs or not total:
+    step = float(recs[-1]["step"]) if recs else prog.get("step")
+    if step is None or not total:
         return doc
-    first, last = recs[0], recs[-1]
-    step = float(last["step"])
     doc["step"] = int(step)
     doc["progress"] = round(min(1.0, step / total), 4)
-    dt = float(last.get("t", 0)) - float(first.get("t", 0))
-    dstep = step - float(first["step"])
-    if dt > 0 and dstep > 0:
-        eta = max(0.0, (total - step) / (dstep / dt))
+    rate = None
+    if recs:
+        dt = float(recs[-1].get("t", 0)) - float(recs[0].get("t", 0))
+        dstep = step - float(recs[0]["step"])
+        rate = dstep / dt if dt > 0 and dstep > 0 else None
+    rate = prog.get("rate") or rate  # the bar's own rate is measured per step, not per metric line
+    if rate:
+        doc["steps_per_s"] = round(rate, 4)
+        eta = max(0.0, (total - step) / rate)
         doc["eta_s"] = round(eta, 1)
         if price:
             doc["projected_cost"] = round(float(price) * (elapsed + eta) / 3600.0, 4)

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from remote.layout import JobDir, Root, agent_log, last_json_line, now, tail_lines
+from remote.layout import JobDir, Root, agent_log, now, tail_lines
 
 TB_ENV = ("AutoDLService6006URL", "AUTODL_SERVICE_6006_URL")
 LOST_MARK = "lost_notified"
@@ -49,7 +49,10 @@ def build_event(kind: str, job: JobDir, spec: Dict[str, Any], status: Dict[str, 
     duration = max(0.0, float(ended) - float(started)) if started else None
     price = spec.get("price_per_hour")
     cost = round(duration / 3600.0 * float(price), 4) if duration is not None and price else None
-    metrics = last_json_line(job.metrics) or {}
+    from remote import metricsrc
+
+    source, path = metricsrc.active(job)
+    metrics = metricsrc.latest(path)  # the newest loss and the newest eval metrics, from lines of their own
     metrics = {k: v for k, v in metrics.items() if isinstance(v, (int, float, str, bool)) and k != "t"}
     ev = {
         "event": kind,
@@ -62,6 +65,7 @@ def build_event(kind: str, job: JobDir, spec: Dict[str, Any], status: Dict[str, 
         "cost": cost,
         "currency": spec.get("currency") if cost is not None else None,
         "metrics": metrics,
+        "metrics_source": source,
         "tb_url": tensorboard_url(spec),
         "time": t,
     }  # type: Dict[str, Any]

@@ -194,7 +194,11 @@ def describe(root: Root, job_id: str, detail: bool = False) -> Dict[str, Any]:
     low = disk.report(root.root)
     if low:
         st["disk"] = low
-    st["last_metrics"] = this_attempt(st, last_json_line(job.metrics))
+    from remote import metricsrc
+
+    source, metrics = metricsrc.active(job)
+    st["last_metrics"] = this_attempt(st, last_json_line(metrics))
+    st["metrics_source"] = source
     st["last_line"] = (tail_lines(job.log, 1) or [""])[0][-200:]
     st["now"] = now()
     if st.get("state") == "lost" and job.status().get("state") not in TERMINAL:
@@ -206,7 +210,7 @@ def describe(root: Root, job_id: str, detail: bool = False) -> Dict[str, Any]:
     from remote import cost
 
     spec = job.spec_data()
-    st["billing"] = cost.estimate(st, spec, job.metrics, st["now"])
+    st["billing"] = cost.estimate(st, spec, metrics, st["now"], metricsrc.progress(job))
     if detail:
         st["spec"] = {k: v for k, v in job.spec_data().items() if k not in ("host_env",)}
         if st.get("state") in ("failed", "restarting"):
@@ -219,7 +223,7 @@ def describe(root: Root, job_id: str, detail: bool = False) -> Dict[str, Any]:
                                    "remedy": st.get("remedy") or "see the agent's log: gpujob agent-log HOST",
                                    "gpu": False}
             else:
-                st["diagnosis"] = diagnose.diagnose(job.log, st.get("exit_code"), metrics=job.metrics)
+                st["diagnosis"] = diagnose.diagnose(job.log, st.get("exit_code"), metrics=metrics)
             st["log_tail"] = tail_lines(job.log, 20)
         st["checkpoints"] = checkpoint_list(job, spec, live=st.get("state") not in TERMINAL or st.get("state") == "lost")
     return st

@@ -87,11 +87,15 @@ def watch(root: Root, ref: str, points: int = 60) -> Dict[str, Any]:
     job_id = jobs.resolve(root, ref)
     job = root.job(job_id)
     detail = jobs.describe(root, job_id, detail=True)
-    rows = _read_jsonl(job.metrics, MAX_READ if points <= 0 else LIVE_READ)  # a refresh stays cheap
+    from remote import metricsrc
+
+    source, path = metricsrc.active(job)
+    rows = _read_jsonl(path, MAX_READ if points <= 0 else LIVE_READ)  # a refresh stays cheap
     keys = []  # type: List[str]
     for r in rows:
         for k, v in r.items():
-            if k not in ("t", "step", "epoch") and isinstance(v, (int, float)) and not isinstance(v, bool) and k not in keys:
+            if k not in ("t", "step", "epoch", "max_steps") and isinstance(v, (int, float)) and not isinstance(v, bool) \
+                    and k not in keys:
                 keys.append(k)
     series = {}  # type: Dict[str, List[List[Any]]]
     for k in keys:
@@ -103,8 +107,16 @@ def watch(root: Root, ref: str, points: int = 60) -> Dict[str, Any]:
             last.update(r)
     timed = [(float(r["t"]), float(r["step"])) for r in rows
              if isinstance(r.get("t"), (int, float)) and isinstance(r.get("step"), (int, float))]
-    return {"job": detail, "series": series, "latest": last, "rows": len(rows),
-            "rate": _rate(timed), "gpu": gpu_summary(job.gpu), "now": time.time()}
+    prog = metricsrc.progress(job)
+    attempts = detail.get("attempts") or [{}]
+    if float(prog.get("t") or 0) < float(attempts[-1].get("started_at") or 0):
+        prog = {}  # an earlier attempt's bar
+    if not prog.get("total"):
+        hints = metricsrc.run_hints(job.spec_data())  # --max_steps/--max_epochs N in run:, GPUJOB_MAX_STEPS/EPOCHS
+        total = hints.get("max_steps") or metricsrc.total_from_epochs(rows, hints.get("epochs"))
+        prog = dict(prog, total=total) if total else prog
+    return {"job": detail, "series": series, "latest": last, "rows": len(rows), "source": source,
+            "progress": prog, "rate": prog.get("rate") or _rate(timed), "gpu": gpu_summary(job.gpu), "now": time.time()}
 
 
 def _rate(timed: List[Tuple[float, float]]) -> Optional[float]:

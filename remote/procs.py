@@ -128,3 +128,87 @@ def kill_tree(job_id: str, root_pid: Optional[int], grace: float, poll=None, job
             poll()
         time.sleep(0.1)
     return sorted(set(killed))
+
+
+# --- asking a job that does not watch the stop file to stop -------------------------------
+
+SHELLS = ("bash", "sh", "dash", "zsh", "ksh", "mksh", "ash", "busybox")
+FORWARDERS = (b"torch.distributed.run", b"torch.distributed.launch", b"torchrun")  # pass signals to workers
+
+
+def _status_mask(pid: int, field: str) -> int:
+    """A signal mask of /proc/PID/status (``SigCgt``: caught, ``SigIgn``: ignored), 0 if unreadable."""
+    try:
+        for line in (PROC / str(pid) / "status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1], 16)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def _comm(pid: int) -> str:
+    try:
+        return (PROC / str(pid) / "comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _forwards(cmd: bytes) -> bool:
+    """torchrun (``torchrun ...``, ``python -m torch.distributed.run ...``, the console script)."""
+    args = cmd.split(b"\0")[:3]
+    return any(os.path.basename(a) in FORWARDERS for a in args)
+
+
+def _catches(mask: int, sig: int) -> bool:
+    return bool(mask >> (sig - 1) & 1)
+
+
+def stop_signal(pid: int) -> int:
+    """The signal by which ``pid`` is most likely to stop cleanly.
+
+    SIGTERM when it installed its own SIGTERM handler (it asked for it: Lightning, HF's
+    ``enable_jit_checkpoint``, a script's handler); else SIGINT when it catches SIGINT: every
+    Python program does by default, raising KeyboardInterrupt where the loop is, so ``finally``
+    blocks and ``except KeyboardInterrupt:`` savers run (SIGTERM would end it on the spot).
+    torchrun gets SIGINT too: it forwards its signal to the workers. Anything else: SIGTERM.
+    """
+    if _forwards(_cmdline(pid)):
+        return signal.SIGINT
+    caught = _status_mask(pid, "SigCgt")
+    if _catches(caught, signal.SIGTERM):
+        return signal.SIGTERM
+    if _catches(caught, signal.SIGINT):
+        return signal.SIGINT
+    return signal.SIGTERM
+
+
+def stop_targets(pids: Set[int]) -> Dict[int, int]:
+    """Which of a job's processes to ask to stop, and with which signal.
+
+    Shells are skipped (each ends when its command does, and runs no further command of the
+    job's script after it was stopped); so are forks that share their parent's command line
+    (DataLoader workers: their parent shuts them down) and torchrun's workers (torchrun
+    forwards the signal). A process would otherwise get the signal twice, and a second
+    KeyboardInterrupt can break the first one's save.
+    """
+    parents = _parents()
+    out = {}
+    for pid in pids:
+        if _comm(pid) in SHELLS:
+            continue
+        parent = parents.get(pid)
+        if parent in pids:
+            pcmd = _cmdline(parent)
+            if pcmd == _cmdline(pid) or _forwards(pcmd):
+                continue
+        out[pid] = stop_signal(pid)
+    return out
+
+
+def ask_to_stop(job_id: str, root_pid: Optional[int], job_dir: Optional[str] = None) -> Dict[int, int]:
+    """Send each of the job's processes chosen by :func:`stop_targets` its stop signal."""
+    targets = stop_targets(job_pids(job_id, root_pid, job_dir))
+    for pid, sig in targets.items():
+        signal_pids({pid}, sig)
+    return targets

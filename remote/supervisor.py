@@ -115,6 +115,10 @@ class Supervisor:
         self.watchers.append(self.sampler)
         self.watchers.append(Rotator(self.ckpt_dir(), int(self.spec.get("checkpoint_keep", 3) or 0),
                                      self.spec.get("checkpoint_pattern")))
+        from remote.metricsrc import Collector  # metrics from TensorBoard events and the log
+
+        self.collector = Collector(self.job, self.spec, float(self.status.get("submitted_at") or now()))
+        self.watchers.append(self.collector)
 
     def job_pids(self) -> List[int]:
         """The job's live processes (for "open for writing"); remembered for the OOM evidence."""
@@ -158,7 +162,6 @@ class Supervisor:
             if k.startswith("GPUJOB_") or k == "PYTHONPATH":
                 env.pop(k)
         job = self.job
-        runtime = Path(__file__).resolve().parent.parent / "runtime"
         ckpt = self.ckpt_dir()
         ckpt.mkdir(parents=True, exist_ok=True)
         tb = self.spec.get("tensorboard_logdir")
@@ -175,7 +178,7 @@ class Supervisor:
             "GPUJOB_KEEP": str(self.spec.get("checkpoint_keep", 3)),
             "GPUJOB_BATCH_DIVISOR": str(self.status.get("batch_divisor", 1)),
             "GPUJOB_DATA_DIR": str(self.root.data),
-            "PYTHONPATH": str(runtime) + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else ""),
+            "PYTHONPATH": os.pathsep.join(self.runtime_path() + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])),
             "PYTHONUNBUFFERED": "1",
         })
         env.setdefault("HF_HOME", str(self.root.root / "cache" / "huggingface"))
@@ -184,9 +187,18 @@ class Supervisor:
         env.update(launch.node_env(self.launch_spec()))
         env.update(self.spec.get("host_env") or {})
         env.update(self.spec.get("env") or {})
+        if (self.spec.get("env") or {}).get("PYTHONPATH") is not None:  # the user's own path comes after ours
+            env["PYTHONPATH"] = os.pathsep.join(self.runtime_path() + [env["PYTHONPATH"]])
         wanted = set(self.spec.get("secrets") or [])  # notification keys stay with the agent
         env.update({k: v for k, v in self.job.secrets_data().items() if k in wanted})
         return env
+
+    def runtime_path(self) -> List[str]:
+        """What the run command gets on PYTHONPATH: the runtime helper and, unless
+        ``runtime: {auto: false}``, the hook that adds gpujob's stop callback to Trainers."""
+        runtime = Path(__file__).resolve().parent.parent / "runtime"
+        hook = [str(runtime / "autohook")] if self.spec.get("runtime_auto", True) else []
+        return hook + [str(runtime)]
 
     def launch_spec(self) -> Dict[str, Any]:
         """The spec plus the GPUs this job was given (``gpus: all`` counts those)."""
@@ -231,6 +243,10 @@ class Supervisor:
         resume = latest_resume(self.ckpt_dir(), self.spec.get("checkpoint_pattern"), self.job_pids)
         for k in ATTEMPT_END_FIELDS:  # the previous attempt's end is history (attempts, events)
             self.status.pop(k, None)
+        try:  # each attempt acknowledges the stop file afresh (a Trainer hook: at its first step)
+            os.unlink(str(self.job.stop_file) + ".watch")
+        except OSError:
+            pass
         self.log_marker("attempt {} started{}".format(attempt, " (resume from {})".format(resume) if resume else ""))
         log = open(str(self.job.log), "ab")
         try:
@@ -258,7 +274,9 @@ class Supervisor:
         return text or "stop requested"
 
     def stop_child(self, reason: str) -> None:
-        """Ask politely through the stop file, then SIGTERM the whole tree, then SIGKILL."""
+        """Stop the attempt: the stop file; then, for code that watches it, the grace to save
+        before SIGTERM/SIGKILL; for code that does not, a stop signal to each process chosen
+        for where it listens (procs.stop_signal), the grace, then SIGKILL of what is left."""
         self.stop_reason = reason
         self.save(stopping=reason)
         if not self.job.stop_file.exists():
@@ -266,16 +284,35 @@ class Supervisor:
         grace = float(self.spec.get("stop_grace", 120))
         assert self.child is not None
         watching = Path(str(self.job.stop_file) + ".watch").exists()
-        if watching:  # the runtime helper polls the stop file: give it the grace to save
+        if watching:  # the runtime helper (or the Trainer hook) polls the stop file: give it the grace to save
             deadline = time.time() + grace
             while time.time() < deadline and self.child.poll() is None:
                 self.heartbeat()
                 time.sleep(TICK)
             grace = 10.0
+        else:
+            grace = self.ask_to_stop(grace)
         killed = procs.kill_tree(self.job.id, self.child.pid, grace, poll=self.heartbeat, job_dir=str(self.job.path))
         if killed:
             self.job.event("killed", pids=killed)
         self.child.wait()
+
+    def ask_to_stop(self, grace: float) -> float:
+        """Signal the job's processes (SIGINT or SIGTERM each) and wait up to ``grace`` for them;
+        returns how long the rest may take before SIGKILL (0 when the grace ran out)."""
+        assert self.child is not None
+        asked = procs.ask_to_stop(self.job.id, self.child.pid, job_dir=str(self.job.path))
+        names = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM"}
+        self.log_marker("stop: {} (grace {:g}s, then SIGKILL)".format(
+            ", ".join("pid {} {}".format(p, names.get(s, s)) for p, s in sorted(asked.items())) or "no process to ask",
+            grace))
+        self.job.event("stop_signals", signals={str(p): names.get(s, s) for p, s in asked.items()})
+        deadline = time.time() + grace
+        while time.time() < deadline and any(procs.pid_alive(p) for p in asked):
+            self.child.poll()  # reap the run command's shell
+            self.heartbeat()
+            time.sleep(TICK)
+        return 0.0 if time.time() >= deadline else 5.0
 
     def heartbeat(self) -> None:
         if time.time() - self.last_beat >= HEARTBEAT:
@@ -395,6 +432,7 @@ class Supervisor:
             for w in self.watchers:
                 if isinstance(w, Rotator):
                     w.rotate(self)
+            self.collector.collect(final=True)  # the attempt's last lines and events, before any notification
             if self.stop_reason:
                 record["reason"] = self.stop_reason
                 state = "autostopped" if self.stop_reason.startswith("autostop") else "stopped"
@@ -443,6 +481,9 @@ def main(root: Root, job_id: str) -> int:
         sup.terminated = True
 
     signal.signal(signal.SIGTERM, on_term)
+    # caught, not ignored: an ignored SIGINT (a background start) would be inherited by the
+    # run command, and Python then installs no KeyboardInterrupt for a stop to raise
+    signal.signal(signal.SIGINT, on_term)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:
         sup.run()

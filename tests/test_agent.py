@@ -32,13 +32,13 @@ def wait_for(pred, timeout: float = 60, what: str = "") -> None:  # noqa: ANN001
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def training_pid(job_id: str) -> int:
+def training_pid(job_id: str, script: bytes = b"main.py") -> int:
     for pid in job_processes(job_id):
         try:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if cmd and b"python" in os.path.basename(cmd[0]) and b"main.py" in cmd:
+        if cmd and b"python" in os.path.basename(cmd[0]) and script in cmd:
             return pid
     raise AssertionError(f"no training process for {job_id}")
 

@@ -13,7 +13,7 @@ import sys
 
 from tests.conftest import REPO
 
-HEAVY = {"torch", "paramiko", "httpx", "rich", "matplotlib", "tensorboard", "numpy", "fabric", "cryptography"}
+HEAVY = {"torch", "transformers", "lightning", "pytorch_lightning", "paramiko", "httpx", "rich", "matplotlib", "tensorboard", "numpy", "fabric", "cryptography"}
 
 
 def imported(*args: str) -> set[str]:

@@ -55,7 +55,8 @@ __all__ = [
     "COMPLETE_MARKER", "batch_divisor", "ckpt_dir", "is_complete", "is_main_process",
     "latest_checkpoint", "latest_complete", "list_checkpoints", "load", "rank", "report",
     "restore_rng", "rotate", "save", "save_best", "should_stop", "stop_requested",
-    "tb_dir", "trainer_callback", "worker_init_fn", "world_size",
+    "tb_dir", "trainer_callback", "trainer_callback_class", "watch_stop_file", "worker_init_fn",
+    "world_size",
 ]
 
 STATE_FILE = "state.pt"
@@ -480,10 +481,15 @@ def restore_rng(path: Any) -> bool:
 def trainer_callback() -> Any:
     """A ``transformers.TrainerCallback``: save and stop at the next step end on a stop request,
     and copy the Trainer's logs into the metrics file. Installs the signal handlers now."""
-    from transformers import TrainerCallback
-
     install_signal_handlers()
     _touch_watch()
+    return trainer_callback_class()()
+
+
+def trainer_callback_class() -> Any:
+    """The class of :func:`trainer_callback`'s callback. Its first step end installs the signal
+    handlers and acknowledges the stop file (what gpujob's automatic hook adds to a Trainer)."""
+    from transformers import TrainerCallback
 
     class GpujobCallback(TrainerCallback):
         stopped_early = False
@@ -498,10 +504,17 @@ def trainer_callback() -> Any:
         def on_log(self, args: Any, state: Any, control: Any, logs: Optional[Dict[str, Any]] = None,
                    **kwargs: Any) -> Any:
             if logs and state.is_world_process_zero:
-                report(step=state.global_step, **logs)
+                # max_steps: the Trainer's own total (epochs × steps included), so status has an ETA
+                report(step=state.global_step, **dict({"max_steps": state.max_steps} if state.max_steps else {}, **logs))
             return control
 
-    return GpujobCallback()
+    return GpujobCallback
+
+
+def watch_stop_file() -> None:
+    """Acknowledge the stop protocol: this process polls GPUJOB_STOP_FILE (the agent then grants
+    the grace period before any signal). Idempotent; should_stop() does it on its first call."""
+    _touch_watch()
 
 
 def files_in(path: Any) -> List[str]:

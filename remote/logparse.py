@@ -1,0 +1,248 @@
+"""Metrics and progress from what a training script prints, for scripts that never call gpujob.
+
+Fed the new bytes of ``output.log`` (stdout and stderr together), a ``LogParser`` splits them at
+``\\n`` and at ``\\r`` (tqdm redraws a bar in place with ``\\r``) and recognises:
+
+- Hugging Face ``Trainer`` dict lines, ``{'loss': '4.03', 'grad_norm': '0.865', ...}``
+  (transformers 5 prints the values as strings, 4.x as numbers), ``eval_*`` dicts included;
+- tqdm bars, ``42%|████▏     | 42/100 [00:10<00:14, 4.01it/s, loss=0.5]`` (also ``s/it``, and
+  ``42it [00:10, 4.01it/s]`` without a total), with a description such as Lightning's
+  ``Epoch 3:`` and a postfix of ``key=value`` metrics; Lightning's rich bar line
+  ``Epoch 1/9 ━━━ 8/8 0:00:01 • 0:00:00 6.1it/s v_num: 0 train_loss: 0.017``;
+- plain prints: ``step 120`` / ``step 120/1000``, ``loss: 0.5``, ``loss=0.5``, ``val_acc=0.9``.
+
+A record gets a step only where one is printed: the bar's count (plus whole epochs before it)
+or a ``step N`` on the same line. Validation, test, sanity-check and data-preparation bars (``Map``, ``Downloading``, ``Loading
+checkpoint shards``; units other than iterations, steps or batches) are not progress.
+Bar redraws between two ``feed`` calls become one record (the newest), so a bar redrawn ten
+times a second does not become ten records a second.
+"""
+
+import re
+from typing import Any, Dict, List, Optional, Tuple
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+NUM = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|nan|inf)"
+DICT_PAIR = re.compile(r"'([^'\\]{1,80})':\s*'?(" + NUM + r")'?(?=\s*[,}])")
+BAR = re.compile(r"(?:^|[\s|])(\d+)(?:/(\d+|\?))?(?:it)?\s*\[([^\]<,]*)(?:<([^\],]*))?(?:,\s*([^\]]*))?\]")
+RATE = re.compile(r"(\?|[\d.]+)\s*(s/\w+|\w+/s)")
+RICH = re.compile(r"^(?P<desc>.*?)\s*━*\s+(?P<n>\d+)/(?P<total>\d+)\s+(?P<elapsed>[\d:]+)\s*•\s*(?P<left>[\d:-]+)"
+                  r"\s+(?P<rate>[\d.]+)(?P<unit>it/s|s/it)(?P<rest>.*)$")
+EPOCH = re.compile(r"\bepoch\s*[:#]?\s*(\d+)(?:\s*/\s*(\d+))?", re.I)
+STEP = re.compile(r"\b(?:global_step|step|iter|iteration)\b\s*[:=#]?\s*(\d+)(?:\s*/\s*(\d+))?", re.I)
+PAIR = re.compile(r"([A-Za-z][\w/.-]{0,60})\s*[:=]\s*(" + NUM + r")(?![\w.])")
+# "step 12 loss 0.53": a metric name and its number with only a space between (plain loops, examples/tiny)
+SPACED = re.compile(r"\b([A-Za-z][\w/.-]{0,60})\s+(" + NUM + r")(?![\w.:=])")
+METRIC_NAME = re.compile(r"loss|acc|lr$|learning_rate|ppl|perplexity|grad_norm|f1|bleu|rouge|wer|cer|reward|score",
+                         re.I)
+NOT_PROGRESS = re.compile(r"valid|sanity|test|predict|eval|infer|map|filter|token|download|load|generat|extract|"
+                          r"process|shard|sav|resolv|convert|upload", re.I)
+STEP_UNITS = ("it", "its", "step", "steps", "batch", "batches", "iter", "iters", "ba")
+MARKER = "==> gpujob: attempt "
+Pending = Tuple[float, int, Optional[int], str, str, str]  # a bar not read in full yet: t, step, total, rate, unit, postfix
+SKIP_KEYS = ("v_num",)
+MAX_LINE = 8192  # longer segments are not parsed (a bar or a dict line is far shorter)
+MAX_PENDING = 1 << 16  # an unterminated segment longer than this is dropped
+
+
+def _num(s: str) -> Optional[float]:
+    try:
+        return float(s)
+    except ValueError:
+        return None
+
+
+def _seconds(clock: str) -> Optional[float]:
+    """``01:02:03`` / ``02:03`` / ``1d, 01:02:03`` → seconds."""
+    clock = clock.strip()
+    days = 0.0
+    if "d," in clock:
+        d, _, clock = clock.partition("d,")
+        days = float(d.strip() or 0)
+        clock = clock.strip()
+    try:
+        parts = [float(p) for p in clock.split(":")]
+    except ValueError:
+        return None
+    secs = 0.0
+    for p in parts:
+        secs = secs * 60 + p
+    return days * 86400 + secs
+
+
+class LogParser:
+    """Incremental: ``feed(new_bytes, t)`` returns the records those bytes complete."""
+
+    def __init__(self, epochs: Optional[int] = None) -> None:
+        self.pending = b""
+        self.epochs_hint = epochs  # total epochs from the job (run-command flags, env), if known
+        self.progress = {}  # type: Dict[str, Any]
+        self._reset()
+
+    def _reset(self) -> None:
+        self.main_total = None  # type: Optional[int]
+        self.main_n = 0
+        self.bars_done = 0  # finished main bars without an epoch in their description
+        self.epoch_base = None  # type: Optional[int]
+        self.step = None  # type: Optional[int]
+        self.bar_pending = None  # type: Optional[Pending]
+
+    # ---- input ---------------------------------------------------------------------------
+    def feed(self, data: bytes, t: float) -> List[Dict[str, Any]]:
+        buf = self.pending + data
+        cut = max(buf.rfind(b"\n"), buf.rfind(b"\r"))
+        if cut < 0:
+            self.pending = buf if len(buf) <= MAX_PENDING else b""
+            return []
+        self.pending = buf[cut + 1:]
+        if len(self.pending) > MAX_PENDING:
+            self.pending = b""
+        out = []  # type: List[Dict[str, Any]]
+        text = buf[:cut].decode("utf-8", "replace")
+        for line in text.split("\n"):
+            for seg in line.split("\r"):
+                if seg and len(seg) <= MAX_LINE:
+                    self._segment(seg, t, out)
+        self._flush_bar(out)
+        return out
+
+    def _segment(self, seg: str, t: float, out: List[Dict[str, Any]]) -> None:
+        if "\x1b" in seg:
+            seg = ANSI.sub("", seg)
+        s = seg.strip()
+        if not s:
+            return
+        if s.startswith(MARKER):
+            self._flush_bar(out)
+            self._reset()
+            return
+        if s[0] == "{" and "':" in s:
+            rec = {k: v for k, v in ((k, _num(v)) for k, v in DICT_PAIR.findall(s)) if v is not None}
+            if rec:
+                self._flush_bar(out)
+                self._add(rec, t, out)
+            return
+        if "/s" in s or "s/" in s:
+            end = self._bar(s, t) if "[" in s else -1
+            if end >= 0:
+                if s[end:].strip():  # a print that followed the bar on the same line
+                    self._segment(s[end:], t, out)
+                return
+            if "•" in s and self._rich(s, t):
+                return
+        low = s.lower()
+        if "loss" in low or "step" in low or "iter" in low or "acc" in low or "lr" in low:
+            self._plain(s, t, out)
+
+    # ---- shapes --------------------------------------------------------------------------
+    def _bar(self, s: str, t: float) -> int:
+        """Where the bar in ``s`` ends (-1: no bar)."""
+        m = BAR.search(s)
+        if not m:
+            return -1
+        n, total_s, _elapsed, _left, rest = m.groups()
+        if not rest or ("/s" not in rest and "s/" not in rest):
+            return -1
+        rm = RATE.search(rest)
+        if not rm:
+            return -1
+        unit = rm.group(2)
+        if (unit[2:] if unit.startswith("s/") else unit[:-2]).lower() not in STEP_UNITS:
+            return m.end()  # datasets' "examples/s", downloads' "MB/s": not training steps
+        desc = s[:m.start()]
+        desc = desc.split("%|")[0] if "%|" in desc else desc
+        if desc and NOT_PROGRESS.search(desc):
+            return m.end()
+        total = int(total_s) if total_s and total_s != "?" else None
+        self._progress(int(n), total, EPOCH.search(desc) if desc else None, t, (rm.group(1), unit, rest[rm.end():]))
+        return m.end()
+
+    def _rich(self, s: str, t: float) -> bool:
+        m = RICH.match(s)
+        if not m or NOT_PROGRESS.search(m.group("desc")):
+            return bool(m)
+        rate = (m.group("rate"), m.group("unit"), m.group("rest"))
+        self._progress(int(m.group("n")), int(m.group("total")), EPOCH.search(m.group("desc")), t, rate, rich=True)
+        return True
+
+    def _progress(self, n: int, total: Optional[int], em: Any, t: float, rate: Tuple[str, str, str],
+                  rich: bool = False) -> None:
+        """``rate``: the bar's rate, its unit (``it/s``, ``s/it``) and the postfix after it."""
+        if n == 0:
+            return  # a bar not started yet (or Lightning's reset before the next epoch) tells nothing
+        if self.main_total is not None and total != self.main_total:
+            return  # another bar (HF's evaluation bar has no description): not the training's
+        epoch = epochs = None
+        base = 0
+        if em:
+            epoch = int(em.group(1))
+            if em.group(2) is None or rich:
+                epochs = int(em.group(2)) + 1 if em.group(2) else None  # Lightning counts epochs from 0
+            else:  # a script's own "epoch 2/10": counted from wherever its first one started
+                if self.epoch_base is None:
+                    self.epoch_base = min(epoch, 1)
+                base = self.epoch_base
+                epochs = int(em.group(2))
+        elif self.main_total is not None and total == self.main_total and n < self.main_n:
+            self.bars_done += 1  # a new bar of the same length: the next pass over the data
+        self.main_total, self.main_n = total, n
+        before = epoch - base if epoch is not None else self.bars_done
+        step = n + before * total if total else n
+        multi = em is not None or self.bars_done > 0
+        epochs = epochs or self.epochs_hint
+        grand = None  # type: Optional[int]
+        if total and multi and epochs:
+            grand = epochs * total
+        elif total and not multi:
+            grand = total
+        self.step = step
+        # the rate and the postfix are read only for the bar that becomes a record (_flush_bar):
+        # most redraws are overwritten by the next one before anyone looks
+        self.bar_pending = (t, step, grand) + rate
+
+    def _flush_bar(self, out: List[Dict[str, Any]]) -> None:
+        """The newest bar becomes a record (before any record printed after it: the file stays in order)."""
+        if self.bar_pending is None:
+            return
+        t, step, grand, rate_s, unit, post = self.bar_pending
+        self.bar_pending = None
+        rate = _num(rate_s) if rate_s != "?" else None
+        if rate is not None and unit.startswith("s/"):
+            rate = 1.0 / rate if rate > 0 else None
+        self.progress = {"step": step, "total": grand, "rate": rate, "t": t}
+        if grand and rate:
+            self.progress["eta_s"] = round(max(0.0, grand - step) / rate, 1)
+        rec = {"t": t, "step": step}  # type: Dict[str, Any]
+        if grand:
+            rec["max_steps"] = grand
+        for k, v in PAIR.findall(post):
+            if k not in SKIP_KEYS:
+                x = _num(v)
+                if x is not None:
+                    rec[k] = x
+        out.append(rec)
+
+    def _plain(self, s: str, t: float, out: List[Dict[str, Any]]) -> None:
+        rec = {}  # type: Dict[str, Any]
+        sm = STEP.search(s)
+        for k, v in PAIR.findall(s) or SPACED.findall(s):
+            if METRIC_NAME.search(k) and k not in SKIP_KEYS:
+                x = _num(v)
+                if x is not None:
+                    rec[k] = x
+        if not rec:
+            return
+        if sm:
+            rec["step"] = int(sm.group(1))
+            if sm.group(2):
+                rec["max_steps"] = int(sm.group(2))
+            self.step = rec["step"]
+        self._flush_bar(out)
+        self._add(rec, t, out)
+
+    def _add(self, rec: Dict[str, Any], t: float, out: List[Dict[str, Any]]) -> None:
+        if "step" not in rec and self.step is not None:
+            rec["step"] = self.step  # the bar's count when the line was printed
+        rec["t"] = t
+        out.append(rec)
+

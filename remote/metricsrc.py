@@ -1,0 +1,297 @@
+"""Where a job's metrics come from: its metrics file, else TensorBoard events, else its log.
+
+Precedence: ``GPUJOB_METRICS_FILE`` (``metrics.jsonl``, what the runtime helper or the script
+writes) > TensorBoard event files > what the log prints. While the job runs, the supervisor's
+``Collector`` reads the event files and ``output.log`` incrementally (byte offsets kept in
+``metrics.state.json``) and appends what it finds, in the metrics file's own format
+(``{"t", "step", key: value}`` per line), to ``metrics.tb.jsonl`` and ``metrics.log.jsonl``.
+Every reader (status, plot, notifications, cost) then takes the first of the three files that
+has a record: ``active(job)``.
+
+Event files are looked for under the job's TensorBoard folder (``GPUJOB_TB_DIR`` or
+``tensorboard.logdir``), then, in a bounded walk, under the job's code folder and
+``<job>/ckpt/runs`` (where scripts' own writers put them by default: torch's and HF's
+``runs/<date>_<host>/``, Lightning's ``lightning_logs/version_N/``). Files created before the job
+was submitted (a ``runs/`` folder synced from the laptop) are not this job's and are skipped.
+
+The log also gives progress (step, total, steps/s from tqdm) even when the metrics come from
+elsewhere: ``progress(job)``.
+"""
+
+import json
+import os
+import re
+import struct
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+from remote.layout import JobDir, read_json, tail_lines
+
+# the readers (tfevents, logparse) are imported by the Collector only: every agent verb reads
+# sources through active()/progress(), and a verb's start should not pay for their tables and regexes
+
+SOURCES = (("file", "metrics.jsonl"), ("tensorboard", "metrics.tb.jsonl"), ("log", "metrics.log.jsonl"))
+STATE = "metrics.state.json"
+EVERY = float(os.environ.get("GPUJOB_METRICS_EVERY", "2"))  # seconds between two reads
+SCAN_EVERY = (5.0, 30.0)  # seconds between two searches for new event files: before the first is found, after
+MAX_WALK = 3000  # folders a search visits at most
+WALK_DEPTH = 4
+SKIP_DIRS = {"__pycache__", "node_modules", "site-packages", "wandb", "data", "datasets", "ckpt", "checkpoints"}
+EVENTS = "events.out.tfevents."
+READ_CHUNK = 4 << 20  # log bytes read per collect at most (a huge backlog is caught up over ticks)
+RUN_FLAGS = re.compile(r"--(max[_-]steps|max[_-]epochs|num[_-]train[_-]epochs|epochs)[= ](\d+)\b")
+
+
+def path_of(job: JobDir, source: str) -> Path:
+    return job.path / dict(SOURCES)[source]
+
+
+def active(job: JobDir) -> Tuple[Optional[str], Path]:
+    """(source name, its file): the first source with a record; (None, metrics.jsonl) when none has."""
+    for name, fname in SOURCES:
+        p = job.path / fname
+        try:
+            if p.stat().st_size > 0:
+                return name, p
+        except OSError:
+            continue
+    return None, job.metrics
+
+
+def progress(job: JobDir) -> Dict[str, Any]:
+    """The log's newest progress: {step, total, rate (steps/s), eta_s, t} (empty when none)."""
+    return (read_json(job.path / STATE, {}) or {}).get("progress") or {}
+
+
+def latest(path: Path, lines: int = 200) -> Dict[str, Any]:
+    """The newest value of each key over the last ``lines`` records (eval metrics come on lines of their own)."""
+    out = {}  # type: Dict[str, Any]
+    for line in tail_lines(path, lines, 1 << 18):
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict):
+            out.update(rec)
+    return out
+
+
+def run_hints(spec: Dict[str, Any]) -> Dict[str, int]:
+    """``max_steps`` / ``epochs`` from the job's env (GPUJOB_MAX_STEPS, GPUJOB_MAX_EPOCHS) or run flags."""
+    hints = {}  # type: Dict[str, int]
+    for m in RUN_FLAGS.finditer(str(spec.get("run") or "")):
+        hints["max_steps" if "steps" in m.group(1) else "epochs"] = int(m.group(2))
+    env = spec.get("env") or {}
+    for key, name in (("GPUJOB_MAX_STEPS", "max_steps"), ("GPUJOB_MAX_EPOCHS", "epochs")):
+        try:
+            if int(env.get(key) or 0) > 0:
+                hints[name] = int(env[key])
+        except (TypeError, ValueError):
+            pass
+    return hints
+
+
+def total_from_epochs(rows: List[Dict[str, Any]], epochs: Optional[int]) -> Optional[int]:
+    """``epochs`` × steps per epoch, the latter read from the ``epoch`` the records carry.
+
+    HF logs a fractional epoch (step 30 at epoch 0.75: 40 an epoch); Lightning logs the epoch
+    index, so an epoch ends between the last step logged with the old index and the first one
+    with the new: the midpoint of the two, over the new index.
+    """
+    if not epochs:
+        return None
+    prev_e, prev_step = None, None  # type: Optional[float], Optional[float]
+    for r in rows:
+        e, step = r.get("epoch"), r.get("step")
+        if not isinstance(e, (int, float)) or not isinstance(step, (int, float)):
+            continue
+        if e > 0 and e != int(e):
+            return int(round(step / e * epochs))
+        if e > 0 and prev_e is not None and prev_step is not None and int(e) == int(prev_e) + 1:
+            return int(round((prev_step + step) / 2.0 / e * epochs))
+        prev_e, prev_step = e, step
+    return None
+
+
+def tb_roots(job: JobDir, spec: Dict[str, Any]) -> List[Tuple[Path, int]]:
+    """(folder, depth) to search for event files: the job's TensorBoard folder first."""
+    tb = spec.get("tensorboard_logdir")
+    own = (job.code / tb).resolve() if tb else job.tb
+    return [(own, 6), (job.code, WALK_DEPTH), (job.path / "ckpt" / "runs", 2)]
+
+
+def find_event_files(roots: List[Tuple[Path, int]], since: float) -> List[str]:
+    """Event files under ``roots`` created at or after ``since`` (bounded: MAX_WALK folders)."""
+    found, seen, visited = [], set(), 0  # type: List[str], set, int
+    for root, depth in roots:
+        stack = [(str(root), 0)]
+        while stack and visited < MAX_WALK:
+            folder, d = stack.pop()
+            visited += 1
+            try:
+                entries = list(os.scandir(folder))
+            except OSError:
+                continue
+            for e in entries:
+                if e.name.startswith(EVENTS):
+                    real = os.path.realpath(e.path)
+                    if real not in seen and _created(e, since):
+                        seen.add(real)
+                        found.append(e.path)
+                elif d < depth and not e.name.startswith(".") and e.name not in SKIP_DIRS:
+                    try:
+                        if e.is_dir(follow_symlinks=False):
+                            stack.append((e.path, d + 1))
+                    except OSError:
+                        pass
+    return sorted(found)
+
+
+def _created(entry: Any, since: float) -> bool:
+    """Written for this job: the creation time in its name (``…tfevents.<unix time>.…``) or its mtime."""
+    try:
+        stamp = float(entry.name[len(EVENTS):].split(".")[0])
+    except ValueError:
+        stamp = 0.0
+    if stamp >= since - 60:
+        return True
+    try:
+        return entry.stat().st_mtime >= since
+    except OSError:
+        return False
+
+
+def tb_key(tag: str) -> str:
+    """HF's TensorBoard tags ``train/loss``, ``eval/loss`` → the metric file's ``loss``, ``eval_loss``."""
+    if tag.startswith("train/"):
+        return tag[6:]
+    if tag.startswith("eval/"):
+        return "eval_" + tag[5:]
+    return tag
+
+
+def _f32(v: float) -> float:
+    """The shortest decimal that reads back as the same float32 (0.1f is 0.10000000149…)."""
+    for digits in (6, 7, 8, 9):
+        s = float("%.*g" % (digits, v))
+        if struct.unpack("<f", struct.pack("<f", s))[0] == v:
+            return s
+    return v
+
+
+class Collector:
+    """A supervisor watcher: every EVERY seconds, new log bytes and new events become records."""
+
+    def __init__(self, job: JobDir, spec: Dict[str, Any], since: float) -> None:
+        from remote import tfevents
+        from remote.logparse import LogParser
+
+        self.tfevents = tfevents
+        self.job, self.spec, self.since = job, spec, since
+        st = read_json(job.path / STATE, {}) or {}
+        self.log_offset = int(st.get("log_offset") or 0)
+        self.tb = {p: tfevents.FileState(int(v.get("offset") or 0)) for p, v in (st.get("tb") or {}).items()}
+        for p, v in (st.get("tb") or {}).items():
+            self.tb[p].corrupt = bool(v.get("corrupt"))
+        hints = run_hints(spec)
+        self.max_steps = hints.get("max_steps")
+        self.parser = LogParser(epochs=hints.get("epochs"))
+        self.progress = dict(st.get("progress") or {})
+        self.next_at = 0.0
+        self.next_scan = 0.0
+        self.cpu = 0.0  # process time spent collecting (the benchmark reads it)
+
+    def tick(self, sup: Any) -> Optional[str]:
+        if time.time() >= self.next_at:
+            self.next_at = time.time() + EVERY
+            self.collect()
+        return None
+
+    def collect(self, final: bool = False) -> None:
+        """Read what is new (never raises: a parse problem must not touch the job).
+
+        ``final``: the attempt ended; look for event files now (a short run's only chance)."""
+        c0 = time.process_time()
+        if final:
+            self.next_scan = 0.0
+        try:
+            t = round(time.time(), 3)
+            changed = self._log(t)
+            if not self._file_has_records():
+                changed = self._events(t) or changed
+            if changed:
+                self._save()
+        except Exception as e:  # pragma: no cover - logged, never fatal
+            try:
+                self.job.event("metrics_error", error="{}: {}".format(type(e).__name__, e))
+            except OSError:
+                pass
+        self.cpu += time.process_time() - c0
+
+    def _file_has_records(self) -> bool:
+        try:
+            return self.job.metrics.stat().st_size > 0
+        except OSError:
+            return False
+
+    def _log(self, t: float) -> bool:
+        try:
+            with open(str(self.job.log), "rb") as f:
+                f.seek(self.log_offset)
+                data = f.read(READ_CHUNK)
+        except OSError:
+            return False
+        if not data:
+            return False
+        self.log_offset += len(data)
+        recs = self.parser.feed(data, t)
+        if self.max_steps:
+            for r in recs:
+                r.setdefault("max_steps", self.max_steps)
+        if self.parser.progress:
+            self.progress = dict(self.parser.progress)
+            if self.max_steps and not self.progress.get("total"):
+                self.progress["total"] = self.max_steps
+        self._append(path_of(self.job, "log"), recs)
+        return True
+
+    def _events(self, t: float) -> bool:
+        if time.time() >= self.next_scan:
+            self.next_scan = time.time() + SCAN_EVERY[bool(self.tb)]
+            for p in find_event_files(tb_roots(self.job, self.spec), self.since):
+                self.tb.setdefault(p, self.tfevents.FileState())
+        recs = []  # type: List[Dict[str, Any]]
+        before = {p: s.offset for p, s in self.tb.items()}
+        for p, state in self.tb.items():
+            rec = None  # type: Optional[Dict[str, Any]]
+            for wall, step, values in self.tfevents.read_new(p, state):
+                vals = {tb_key(tag): _f32(v) for tag, v in values if tag != "hp_metric"}
+                if not vals:
+                    continue
+                if rec is None or rec.get("step") != step:
+                    if rec is not None:
+                        recs.append(rec)
+                    rec = {"t": round(wall, 3) if wall else t}
+                    if step is not None:
+                        rec["step"] = step
+                rec.update(vals)
+            if rec is not None:
+                recs.append(rec)
+        self._append(path_of(self.job, "tensorboard"), recs)
+        return bool(recs) or before != {p: s.offset for p, s in self.tb.items()}
+
+    @staticmethod
+    def _append(path: Path, recs: List[Dict[str, Any]]) -> None:
+        if recs:
+            with open(str(path), "a") as f:
+                f.write("".join(json.dumps(r, sort_keys=True) + "\n" for r in recs))
+
+    def _save(self) -> None:
+        doc = {"log_offset": self.log_offset, "progress": self.progress,
+               "tb": {p: {"offset": s.offset, "corrupt": s.corrupt, "bad_records": s.bad_records}
+                      for p, s in self.tb.items()}}
+        tmp = self.job.path / ".{}.tmp".format(STATE)
+        with open(str(tmp), "w") as f:
+            json.dump(doc, f)
+        os.replace(str(tmp), str(self.job.path / STATE))  # a cache: no fsync on every tick
