@@ -79,7 +79,7 @@ class Plan:
 
 def sync_record() -> Any:
     """The laptop's hash cache (the sync record)."""
-    return chunks.HashCache(config_dir() / "sync-hashes.json")
+    return chunks.HashCache(config_dir() / "sync-hashes.json", strict=True)
 
 
 def _entry(arc: str, path: Path, st: os.stat_result) -> Entry:
@@ -87,7 +87,7 @@ def _entry(arc: str, path: Path, st: os.stat_result) -> Entry:
         return Entry(arc, path, 0, 0, 0o777, link=os.readlink(path))
     if stat.S_ISDIR(st.st_mode):
         return Entry(arc, path, 0, 0, stat.S_IMODE(st.st_mode), is_dir=True)
-    return Entry(arc, path, st.st_size, int(st.st_mtime), stat.S_IMODE(st.st_mode), st=st)
+    return Entry(arc, path, st.st_size, st.st_mtime_ns, stat.S_IMODE(st.st_mode), st=st)
 
 
 def local_tree(top: Path, prefix: str, exclude: list[str] | None = None, use_ignore_files: bool = True) -> dict[str, Entry]:
@@ -101,6 +101,8 @@ def local_tree(top: Path, prefix: str, exclude: list[str] | None = None, use_ign
     else:
         items = ((str(p.relative_to(top)), p.lstat(), p.is_dir() and not p.is_symlink()) for p in sorted(top.rglob("*")))
     for rel, st, _ in items:
+        if chunks.is_tmp_name(rel.rpartition("/")[2]):
+            continue
         if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode) or stat.S_ISLNK(st.st_mode):
             out[rel] = _entry(f"{prefix}/{rel}", top / rel, st)
     return out
@@ -115,9 +117,11 @@ def _same(e: Entry, remote: list | None, record: Any) -> bool:
         return link == e.link
     if size != e.size or (mode & 0o111) != (e.mode & 0o111):
         return False
-    if mtime == e.mtime:
-        return True
-    return rhash is not None and record is not None and record.hash(e.path, e.st) == rhash
+    if record is None or rhash is None:  # nothing to compare contents with: the quick check
+        return mtime == e.mtime
+    # the record knows this file's hash only while its size, mtime_ns, ctime and inode stay
+    # the same (and were not racily close to the clock); otherwise it is read again
+    return record.hash(e.path, e.st) == rhash
 
 
 def plan_tree(local: dict[str, Entry], remote: dict, mirror: str | None = None, record: Any = None) -> Plan:

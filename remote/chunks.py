@@ -7,7 +7,7 @@ one type byte, a 4-byte big-endian length and that many bytes of JSON header, th
 the header announces:
 
 - ``B`` (batch): small files (at most one chunk), folders and symlinks, up to ``BATCH_FILES``
-  entries or ``BATCH_BYTES``: ``[["f", name, mode, mtime, size, hash] | ["d", name, mode] |
+  entries or ``BATCH_BYTES``: ``[["f", name, mode, mtime_ns, size, hash] | ["d", name, mode] |
   ["l", name, target], ...]``, then the files' bytes concatenated in that order (tar headers
   and one Python call chain per member cost more than everything else on a tree of small
   files);
@@ -15,15 +15,16 @@ the header announces:
   (``off``, a whole number of chunks, resumes a part file), then a ``V`` record ``{"h"}``;
 - ``X``: ``{"delete": [names]}``; ``E``: the end (a stream without it was cut).
 
-A file is received as ``<name>.gpujob-part`` and renamed into place only after its hash
-checks out, so it is never visible half-written under its final name (and the rename gives a
-new inode, so hard-linked job snapshots keep their old content). Small files are verified in
+A file is received under a short temporary name in its folder (``.gpujob-<24 hex digits of
+the name's hash>.part``: it fits NAME_MAX whatever the name's length) and renamed into place
+only after its hash checks out, so it is never visible half-written under its final name
+(and the rename gives a new inode, so hard-linked job snapshots keep their old content). Small files are verified in
 memory and written by a few threads (create with the mode, write, mtime, rename: the file
 system's create cost dominates and overlaps with parsing); the receiver makes them durable
 before it saves its hash cache: an fsync each when there are at most ``FSYNC_EACH``, else one
 ``syncfs`` for the stream. The part file of a large file keeps its verified prefix, synced
-before ``<name>.gpujob-part.json`` lists the prefix's chunk hashes, so a cut transfer resumes
-where it stopped.
+before the sidecar ``.gpujob-<hash>.json`` lists the final name and the prefix's chunk hashes,
+so a cut transfer resumes where it stopped. Mtimes travel in nanoseconds.
 
 Content hash: sha256 over the concatenated sha256 digests of 4 MiB chunks (one empty chunk
 for an empty file), so a resumed file is verified without rereading its prefix.
@@ -38,13 +39,17 @@ import signal
 import stat
 import struct
 import threading
+import time
 import zlib
 from pathlib import Path, PurePosixPath
 from typing import IO, Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 CHUNK = 4 << 20
-PART = ".gpujob-part"
-SIDECAR = PART + ".json"
+TMP_PREFIX = ".gpujob-"  # temporary names: TMP_PREFIX + a hash of the final name + a suffix
+PART = ".part"  # a file being received (small ones for a moment, a large one until verified)
+SIDECAR = ".json"  # beside a large file's part file: its final name and verified chunk hashes
+LEGACY_PART = ".gpujob-part"  # the suffix older agents appended to the final name
+RACY_NS = 2 * 10 ** 9  # a stat this close to the clock may not show the next change (coarse timestamps)
 MAGIC = b"GJS1"
 BATCH_FILES = 256  # small files per batch record (smaller batches start the receiver sooner)
 BATCH_BYTES = 8 << 20
@@ -113,10 +118,15 @@ def file_hash(path: Path, limit: Optional[int] = None) -> Hasher:
 
 
 class HashCache:
-    """Content hashes by absolute path, valid while (size, mtime_ns, inode) stay the same."""
+    """Content hashes by absolute path, valid while (size, mtime_ns, inode) stay the same.
 
-    def __init__(self, path: Optional[Path]) -> None:
+    ``strict`` (the laptop, where files are edited in place): the ctime must stay the same too,
+    and a stat taken within ``RACY_NS`` of its own timestamps is not trusted the next time (an
+    edit in the same clock tick keeps size, mtime, ctime and inode: git's "racily clean")."""
+
+    def __init__(self, path: Optional[Path], strict: bool = False) -> None:
         self.path = path
+        self.strict = strict
         self.data = {}  # type: Dict[str, List[Any]]
         self.dirty = False
         if path is not None:
@@ -126,17 +136,21 @@ class HashCache:
             except (OSError, ValueError):
                 self.data = {}
 
-    @staticmethod
-    def _key(st: os.stat_result) -> List[Any]:
+    def _key(self, st: os.stat_result) -> List[Any]:
+        if self.strict:
+            return [st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns]
         return [st.st_size, st.st_mtime_ns, st.st_ino]
 
     def get(self, path: Path, st: os.stat_result) -> Optional[str]:
         rec = self.data.get(str(path))
-        return rec[3] if rec and rec[:3] == self._key(st) else None
+        return rec[-1] if rec and rec[:-1] == self._key(st) else None
 
     def put(self, path: Path, h: str, st: Optional[os.stat_result] = None) -> None:
         st = st or os.stat(str(path))
-        self.data[str(path)] = self._key(st) + [h]
+        key = self._key(st)
+        if self.strict and max(st.st_mtime_ns, st.st_ctime_ns) > time.time_ns() - RACY_NS:
+            key[0] = -1  # racily clean: hashed again next time
+        self.data[str(path)] = key + [h]
         self.dirty = True
 
     def hash(self, path: Path, st: Optional[os.stat_result] = None) -> str:
@@ -173,32 +187,58 @@ class HashCache:
 
 
 # ---- part files -------------------------------------------------------------------------
+def tmp_stem(leaf: str) -> str:
+    """The temporary name's stem for final name ``leaf``, in the same folder: short and fixed
+    (``.gpujob-`` + 24 hex digits), so it fits NAME_MAX whatever the final name's length and a
+    cut transfer finds its part file again."""
+    return TMP_PREFIX + hashlib.sha256(leaf.encode("utf-8", "surrogateescape")).hexdigest()[:24]
+
+
+def is_tmp_name(name: str) -> bool:
+    """A temporary name of ours (or an older agent's): never listed, never sent."""
+    if name.endswith(LEGACY_PART) or name.endswith(LEGACY_PART + ".json") or name.endswith(LEGACY_PART + ".json.tmp"):
+        return True
+    return name.startswith(TMP_PREFIX) and len(name) >= len(TMP_PREFIX) + 24 and \
+        name[len(TMP_PREFIX) + 24:] in (PART, SIDECAR, SIDECAR + ".tmp", PART + ".x")
+
+
+def part_path(target: Any) -> str:
+    """Where ``target`` (a path) is received before it is renamed into place."""
+    d, _, leaf = str(target).rpartition("/")
+    return d + "/" + tmp_stem(leaf) + PART
+
+
+def sidecar_path(target: Any) -> str:
+    d, _, leaf = str(target).rpartition("/")
+    return d + "/" + tmp_stem(leaf) + SIDECAR
+
+
 def part_chunks(target: Path) -> List[str]:
     """The verified chunk hashes of ``target``'s part file (empty when there is none)."""
-    side = target.with_name(target.name + SIDECAR)
-    part = target.with_name(target.name + PART)
     try:
-        with open(str(side)) as f:
-            chunks = list(json.load(f).get("chunks", []))
-        if os.path.getsize(str(part)) >= len(chunks) * CHUNK:
+        with open(sidecar_path(target)) as f:
+            doc = json.load(f)
+        chunks = list(doc.get("chunks", []))
+        if doc.get("name", Path(target).name) == Path(target).name and \
+                os.path.getsize(part_path(target)) >= len(chunks) * CHUNK:
             return chunks
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, TypeError):
         pass
     return []
 
 
 def _save_sidecar(target: Path, chunks: List[str]) -> None:
-    side = target.with_name(target.name + SIDECAR)
-    tmp = side.with_name(side.name + ".tmp")
-    with open(str(tmp), "w") as f:
-        json.dump({"chunks": chunks, "chunk": CHUNK}, f)
-    os.replace(str(tmp), str(side))
+    side = sidecar_path(target)
+    tmp = side + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump({"name": Path(target).name, "chunks": chunks, "chunk": CHUNK}, f)
+    os.replace(tmp, side)
 
 
 def drop_part(target: Path) -> None:
-    for suffix in (PART, SIDECAR):
+    for p in (part_path(target), sidecar_path(target)):
         try:
-            os.unlink(str(target.with_name(target.name + suffix)))
+            os.unlink(p)
         except OSError:
             pass
 
@@ -354,20 +394,35 @@ class Compressed:
         self.out.flush()
 
 
+def _stamp(st: os.stat_result) -> Tuple[int, int, int, int]:
+    return st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino
+
+
+READ_TRIES = 3
+
+
 def _read_small(it: Item) -> bytes:
-    fd = os.open(str(it.path), os.O_RDONLY | _CLOEXEC)
-    try:
-        data = os.read(fd, it.size + 1)
-        while len(data) < it.size:
-            more = os.read(fd, it.size + 1 - len(data))
-            if not more:
-                break
-            data += more
-    finally:
-        os.close(fd)
-    if len(data) != it.size:
-        raise TransferError("{} changed while being sent".format(it.path))
-    return data
+    """The file's bytes as of one moment: read again when its size or stamps moved during the
+    read (``it.st`` and ``it.mtime`` become that moment's); refused after ``READ_TRIES``."""
+    for _ in range(READ_TRIES):
+        fd = os.open(str(it.path), os.O_RDONLY | _CLOEXEC)
+        try:
+            before = os.fstat(fd)
+            data = os.read(fd, before.st_size + 1)
+            while len(data) <= before.st_size:
+                more = os.read(fd, before.st_size + 1 - len(data))
+                if not more:
+                    break
+                data += more
+            after = os.fstat(fd)
+        finally:
+            os.close(fd)
+        if _stamp(before) == _stamp(after) and len(data) == before.st_size == it.size:
+            it.st, it.mtime = after, after.st_mtime_ns
+            return data
+        if len(data) > CHUNK or after.st_size > CHUNK:
+            break  # grew past a batch entry: the plan no longer fits it
+    raise TransferError("{} changed while being sent".format(it.path))
 
 
 def write_items(out: IO[bytes], items: Iterable[Item], delete: Optional[List[str]] = None,
@@ -429,19 +484,26 @@ def write_items(out: IO[bytes], items: Iterable[Item], delete: Optional[List[str
 def _write_large(w: Callable[[bytes], Any], it: Item, on_bytes: Optional[Callable[[int], None]],
                  on_hash: Optional[Callable[[Item, str], None]]) -> None:
     h = Hasher(it.prefix)
-    w(frame(b"F", {"n": it.arcname, "mode": it.mode & 0o7777, "mtime": it.mtime, "size": it.size, "off": it.offset}))
-    left = it.size - it.offset
+    changed = "{} changed while being sent".format(it.path)
     with open(str(it.path), "rb") as f:
+        before = os.fstat(f.fileno())
+        if before.st_size != it.size:
+            raise TransferError(changed)
+        it.st, it.mtime = before, before.st_mtime_ns
+        w(frame(b"F", {"n": it.arcname, "mode": it.mode & 0o7777, "mtime": it.mtime, "size": it.size, "off": it.offset}))
+        left = it.size - it.offset
         f.seek(it.offset)
         while left > 0:
             data = f.read(min(1 << 20, left))
             if not data:
-                raise TransferError("{} changed while being sent".format(it.path))
+                raise TransferError(changed)
             h.update(data)
             w(data)
             left -= len(data)
             if on_bytes:
                 on_bytes(len(data))
+        if _stamp(os.fstat(f.fileno())) != _stamp(before):  # a torn read: never verified as sent
+            raise TransferError(changed)
     digest = h.hexdigest()
     w(frame(b"V", {"h": digest}))
     if on_hash:
@@ -562,7 +624,7 @@ def _write_small(tmp: str, target: str, data: Any, mode: int, mtime: int, umask:
             view = view[os.write(fd, view):]
         if mode & (umask | 0o7000):
             os.fchmod(fd, mode)
-        os.utime(fd, (mtime, mtime))
+        os.utime(fd, ns=(mtime, mtime))
         st = os.fstat(fd)
     except BaseException:
         os.close(fd)
@@ -624,7 +686,7 @@ class _Writers:
                 for tmp, target, data, mode, mtime, digest, key in job:
                     st = _write_small(tmp, target, data, mode, mtime, self.umask)
                     if self.cache is not None:
-                        self.cache.data[key] = [st.st_size, st.st_mtime_ns, st.st_ino, digest]
+                        self.cache.data[key] = self.cache._key(st) + [digest]
                     n += 1
                     b += len(data)
                 with self.lock:
@@ -814,7 +876,8 @@ def _batch(src: _Source, ents: Any, guard: Guard, writers: _Writers, made: set, 
             parent, leaf = guard.place(name)
             _mkparent(parent, made)
             target = parent + "/" + leaf
-            writers.put(target + PART, target, data, e[2] & 0o7777, e[3], e[5], base_s + "/" + name)
+            writers.put(parent + "/" + tmp_stem(leaf) + PART, target, data, e[2] & 0o7777, e[3], e[5],
+                        base_s + "/" + name)
         elif kind == "d":
             if len(e) != 3 or not _ints(e[2]):
                 raise TransferError("corrupt stream: a bad folder entry {!r}".format(e[:2]))
@@ -833,7 +896,7 @@ def _batch(src: _Source, ents: Any, guard: Guard, writers: _Writers, made: set, 
             guard.link(name, parent, e[2])
             writers.drain()  # links change how later names resolve
             _mkparent(parent, made)
-            tmp = parent + "/" + leaf + PART
+            tmp = parent + "/" + tmp_stem(leaf) + PART
             if os.path.lexists(tmp):
                 _remove(tmp)
             os.symlink(e[2], tmp)
@@ -901,7 +964,7 @@ def _large(src: _Source, head: Any, guard: Guard, made: set, base_s: str, cache:
     parent, leaf = guard.place(name)
     _mkparent(parent, made)
     target = Path(parent) / leaf
-    tmp = str(target) + PART
+    tmp = part_path(target)
     chunks = []  # type: List[str]
     if off:
         chunks = part_chunks(target)
@@ -950,7 +1013,7 @@ def _large(src: _Source, head: Any, guard: Guard, made: set, base_s: str, cache:
         drop_part(target)
         raise TransferError("{}: content hash mismatch (sent {}, received {})".format(name, str(doc.get("h"))[:12], got[:12]))
     os.chmod(tmp, mode & 0o7777)
-    os.utime(tmp, (mtime, mtime))
+    os.utime(tmp, ns=(mtime, mtime))
     _replace(tmp, str(target))
     drop_part(target)
     if cache is not None:
@@ -958,44 +1021,51 @@ def _large(src: _Source, head: Any, guard: Guard, made: set, base_s: str, cache:
     res["written"] += 1
 
 
-def tree(base: Path, cache: Optional[HashCache] = None, hash_all: bool = False,
-         skip: Callable[[str], bool] = lambda rel: False) -> Dict[str, Any]:
-    """``{"files": {rel: [size, mtime_s, mode, link, hash]}, "dirs": [...], "parts": {rel: chunks}}``.
+def tree_digest(files: Dict[str, List[Any]], dirs: Iterable[str]) -> Optional[str]:
+    """One digest of a tree's names, modes, content hashes and link targets (not its mtimes):
+    equal digests on both ends mean nothing to send. None when a file's hash is unknown."""
+    lines = []  # type: List[str]
+    for rel, v in files.items():
+        if v[3] is not None:
+            lines.append("l\0{}\0{}".format(rel, v[3]))
+        elif v[4] is None:
+            return None
+        else:
+            lines.append("f\0{}\0{:o}\0{}".format(rel, v[2] & 0o7777, v[4]))
+    lines += ["d\0" + d for d in dirs]
+    lines.sort()
+    return hashlib.sha256("\n".join(lines).encode("utf-8", "surrogateescape")).hexdigest()
 
-    ``hash`` comes from ``cache`` (computed on a miss when ``hash_all``), else None.
+
+def tree(base: Path, cache: Optional[HashCache] = None, hash_all: bool = False) -> Dict[str, Any]:
+    """``{"files": {rel: [size, mtime_ns, mode, link, hash]}, "dirs": [...], "parts": {rel: chunks}}``.
+
+    ``hash`` comes from ``cache`` (computed on a miss when ``hash_all``), else None. Temporary
+    names are left out; a large file's part file is listed under its final name in ``parts``.
     """
     files = {}  # type: Dict[str, List[Any]]
     dirs = []  # type: List[str]
     parts = {}  # type: Dict[str, List[str]]
     seen = []  # type: List[str]
+    get = None  # type: Any
+    if cache is not None:
+        get = cache.hash if hash_all else cache.get
 
-    def one(full: str, rel: str) -> None:
-        try:
-            st = os.lstat(full)
-        except OSError:
-            return
-        if stat.S_ISLNK(st.st_mode):
+    def one(full: str, rel: str, st: os.stat_result) -> None:
+        mode = st.st_mode
+        if stat.S_ISLNK(mode):
             files[rel] = [0, 0, 0o777, os.readlink(full), None]
-        elif stat.S_ISDIR(st.st_mode):
+        elif stat.S_ISDIR(mode):
             dirs.append(rel)
-        elif stat.S_ISREG(st.st_mode):
-            name = os.path.basename(rel)
-            if name.endswith(SIDECAR) or name.endswith(SIDECAR + ".tmp"):
-                return
-            if name.endswith(PART):
-                final = rel[: -len(PART)]
-                ch = part_chunks(Path(full[: -len(PART)]))
-                if ch:
-                    parts[final] = ch
-                return
+        elif stat.S_ISREG(mode):
             h = None
-            if cache is not None:
-                h = cache.hash(full, st) if hash_all else cache.get(full, st)  # type: ignore[arg-type]
+            if get is not None:
+                h = get(full, st)
                 seen.append(full)
-            files[rel] = [st.st_size, int(st.st_mtime), stat.S_IMODE(st.st_mode), None, h]
+            files[rel] = [st.st_size, st.st_mtime_ns, stat.S_IMODE(mode), None, h]
 
     if base.is_symlink() or base.is_file():
-        one(str(base), "")
+        one(str(base), "", os.lstat(str(base)))
         return {"files": files, "dirs": dirs, "parts": parts, "exists": True}
     if not base.is_dir():
         ch = part_chunks(base)  # a single-file entry's part file sits beside it
@@ -1004,16 +1074,41 @@ def tree(base: Path, cache: Optional[HashCache] = None, hash_all: bool = False,
         if cache is not None:
             cache.prune(str(base), [])
         return {"files": files, "dirs": dirs, "parts": parts, "exists": False}
-    for dirpath, dirnames, filenames in os.walk(str(base)):
-        rel_dir = os.path.relpath(dirpath, str(base))
-        for name in sorted(dirnames) + sorted(filenames):
-            rel = name if rel_dir == "." else rel_dir + "/" + name
-            if skip(rel):
+    stack = [(str(base), "")]
+    while stack:
+        path, rel_dir = stack.pop()
+        try:
+            with os.scandir(path) as it:
+                ents = list(it)
+        except OSError:
+            continue
+        for e in ents:
+            name = e.name
+            rel = rel_dir + name
+            if is_tmp_name(name):
+                if name.endswith(SIDECAR) and name.startswith(TMP_PREFIX):
+                    _part_of(e.path, rel_dir, parts)
                 continue
-            one(os.path.join(dirpath, name), rel)
-        dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))
-                       and not skip(d if rel_dir == "." else rel_dir + "/" + d)]
-    if cache is not None:  # entries of files that are gone (skipped ones stay)
-        top = str(base) + "/"
-        cache.prune(str(base), seen + [k for k in cache.data if k.startswith(top) and skip(k[len(top):])])
+            try:
+                st = e.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            one(e.path, rel, st)
+            if stat.S_ISDIR(st.st_mode):
+                stack.append((e.path, rel + "/"))
+    if cache is not None:  # entries of files that are gone
+        cache.prune(str(base), seen)
     return {"files": files, "dirs": dirs, "parts": parts, "exists": True}
+
+
+def _part_of(sidecar: str, rel_dir: str, parts: Dict[str, List[str]]) -> None:
+    """List the part file a sidecar describes under its final name (its verified chunks)."""
+    try:
+        with open(sidecar) as f:
+            name = json.load(f).get("name")
+    except (OSError, ValueError, AttributeError):
+        return
+    if isinstance(name, str) and name and "/" not in name:
+        ch = part_chunks(Path(os.path.dirname(sidecar)) / name)
+        if ch:
+            parts[rel_dir + name] = ch

@@ -24,7 +24,7 @@ def hash_cache(root: Path) -> chunks.HashCache:
 
 
 def manifest(base: Path, cache: Optional[chunks.HashCache] = None, hash_all: bool = False) -> Dict[str, Any]:
-    """{"files": {rel: [size, mtime_s, mode, link, hash]}, "dirs": [...], "parts": {rel: chunks}}."""
+    """{"files": {rel: [size, mtime_ns, mode, link, hash]}, "dirs": [...], "parts": {rel: chunks}}."""
     return chunks.tree(base, cache, hash_all)
 
 
@@ -149,7 +149,7 @@ def send_list(base: Path, wanted: List[Any], out: IO[bytes]) -> None:
                 prefix = chunks.matching_prefix(full, prefix, st.st_size)
                 if len(prefix) * chunks.CHUNK >= st.st_size:
                     prefix = prefix[:max(0, (st.st_size - 1) // chunks.CHUNK)]
-            items.append(chunks.Item(rel, full, st.st_size, int(st.st_mtime), stat.S_IMODE(st.st_mode), prefix=prefix))
+            items.append(chunks.Item(rel, full, st.st_size, st.st_mtime_ns, stat.S_IMODE(st.st_mode), prefix=prefix))
     chunks.write_items(out, items)
 
 
