@@ -55,13 +55,13 @@ def cmd_resume(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
 def cmd_sync(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     """Manifest, then receive, on one channel (see transfer.session)."""
     root.ensure()
-    return transfer.session(root.root, a.dir, a.hash_dir, sys.stdin.buffer, sys.stdout.buffer)
+    return transfer.session(root.root, a.dir, a.hash_dir, sys.stdin.buffer, sys.stdout.buffer, a.known)
 
 
 def cmd_manifest(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     """The first half of ``sync`` on its own (the kept ``serve`` process answers it)."""
     root.ensure()
-    return transfer.manifest_doc(root.root, a.dir, a.hash_dir)
+    return transfer.manifest_doc(root.root, a.dir, a.hash_dir, known=a.known)
 
 
 def cmd_receive(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
@@ -301,12 +301,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--wait", type=float, default=300.0)
     s = sub.add_parser("resume")
     s.add_argument("--job", required=True)
-    s = sub.add_parser("sync")
-    s.add_argument("--dir", action="append", default=[])
-    s.add_argument("--hash-dir", action="append", default=[])
-    s = sub.add_parser("manifest")
-    s.add_argument("--dir", action="append", default=[])
-    s.add_argument("--hash-dir", action="append", default=[])
+    for name in ("sync", "manifest"):
+        s = sub.add_parser(name)
+        s.add_argument("--dir", action="append", default=[])
+        s.add_argument("--hash-dir", action="append", default=[])
+        s.add_argument("--known", action="append", default=[], help="DIR=DIGEST: the client's record of DIR")
     sub.add_parser("receive")
     s = sub.add_parser("send")
     s.add_argument("--job", required=True)

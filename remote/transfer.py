@@ -167,22 +167,32 @@ def send(base: Path, members: List[str], out: IO[bytes]) -> None:
     send_list(base, wanted, out)
 
 
-def manifest_doc(root: Path, dirs: List[str], hash_dirs: List[str], cache: Optional[chunks.HashCache] = None
-                 ) -> Dict[str, Any]:
-    """What is under each of ``dirs`` (content hashes for ``hash_dirs``), and the free bytes."""
+def manifest_doc(root: Path, dirs: List[str], hash_dirs: List[str], cache: Optional[chunks.HashCache] = None,
+                 known: Optional[List[str]] = None) -> Dict[str, Any]:
+    """What is under each of ``dirs`` and ``hash_dirs`` (with content hashes, from the cache, and
+    the tree's digest), and the free bytes. ``known`` (``DIR=DIGEST``: what the client's record
+    says it left there): a tree whose digest is that one answers ``same`` without its files."""
     cache = cache or hash_cache(root)
-    doc = {d: manifest(root / d, cache, d in hash_dirs) for d in dirs + hash_dirs}  # type: Dict[str, Any]
+    expect = dict(k.split("=", 1) for k in known or [] if "=" in k)
+    doc = {}  # type: Dict[str, Any]
+    for d in dirs + hash_dirs:
+        t = manifest(root / d, cache, True)
+        t["digest"] = chunks.tree_digest(t["files"], t["dirs"])
+        if t["digest"] is not None and expect.get(d) == t["digest"]:
+            t = {"same": True, "digest": t["digest"], "parts": t["parts"], "exists": t["exists"]}
+        doc[d] = t
     cache.save()
     st = os.statvfs(str(root))
     doc["free_bytes"] = st.f_bavail * st.f_frsize
     return doc
 
 
-def session(root: Path, dirs: List[str], hash_dirs: List[str], stdin: IO[bytes], stdout: IO[bytes]) -> Dict[str, Any]:
+def session(root: Path, dirs: List[str], hash_dirs: List[str], stdin: IO[bytes], stdout: IO[bytes],
+            known: Optional[List[str]] = None) -> Dict[str, Any]:
     """Manifest and receive over one exec channel: write the manifest as one JSON line, then
     apply the stream that follows on stdin (none = nothing to do). Returns the receive result."""
     cache = hash_cache(root)
-    doc = manifest_doc(root, dirs, hash_dirs, cache)
+    doc = manifest_doc(root, dirs, hash_dirs, cache, known)
     stdout.write(json.dumps(doc).encode() + b"\n")
     stdout.flush()
     first = stdin.read(1)

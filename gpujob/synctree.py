@@ -1,0 +1,208 @@
+"""What a sync sends: the local tree's scan, the laptop's record of what the host holds, the plan.
+
+The record (``<config>/sync/<hash>.json``, one per host, root and remote tree) lists every file
+the host holds as ``[size, mtime_ns, inode, ctime_ns, mode, hash]``: the local stat the hash
+was taken from, the mode and content hash there; links and folders too; and the digest of that
+tree (``chunks.tree_digest``). The agent computes its tree's digest from its own hash cache; when
+it equals the record's, the record *is* the host's tree and the agent sends no manifest. A local
+file whose size, mtime_ns, inode and ctime equal the record's is not read; one whose stamps were
+within ``RACY_NS`` of the clock when recorded is read again (an edit in the same clock tick keeps
+every stamp).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpujob.bundle import import_remote
+from gpujob.ignore import walk
+from gpujob.paths import config_dir
+
+chunks: Any = import_remote("chunks")
+
+
+@dataclass
+class LocalTree:
+    """A local file or folder as it will be named under ``prefix`` on the host."""
+
+    top: str
+    prefix: str
+    files: dict[str, tuple[int, int, int, int, int]] = field(default_factory=dict)  # size, mtime_ns, ino, ctime_ns, mode
+    links: dict[str, str] = field(default_factory=dict)
+    dirs: list[str] = field(default_factory=list)  # parents before children
+
+    def path(self, rel: str) -> str:
+        return self.top + "/" + rel if rel else self.top
+
+    def arc(self, rel: str) -> str:
+        return self.prefix + "/" + rel if rel else self.prefix
+
+
+def _stamp(st: os.stat_result) -> tuple[int, int, int, int, int]:
+    return st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns, stat.S_IMODE(st.st_mode)
+
+
+def scan(top: Path, prefix: str, exclude: list[str] | None = None, use_ignore_files: bool = True) -> LocalTree:
+    """The entries of a local file or folder (ignore rules applied with ``use_ignore_files``)."""
+    t = LocalTree(str(top), prefix)
+    if top.is_file():
+        t.files[""] = _stamp(top.stat())
+        return t
+    files, links, dirs = t.files, t.links, t.dirs
+    for rel, st, is_dir in walk(top, exclude, use_ignore_files):
+        mode = st.st_mode
+        if is_dir:
+            dirs.append(rel)
+        elif stat.S_ISREG(mode):
+            if not chunks.is_tmp_name(rel[rel.rfind("/") + 1:]):
+                files[rel] = (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns, stat.S_IMODE(mode))
+        elif stat.S_ISLNK(mode):
+            links[rel] = os.readlink(t.path(rel))
+    return t
+
+
+class Record:
+    """What the laptop last left on the host under one remote tree (see the module doc)."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.digest: str | None = None
+        self.files: dict[str, list[Any]] = {}
+        self.links: dict[str, str] = {}
+        self.dirs: list[str] = []
+        if path is not None:
+            try:
+                with open(path) as f:
+                    doc = json.load(f)
+                if doc.get("v") == 1:
+                    self.digest, self.files, self.links, self.dirs = doc["digest"], doc["files"], doc["links"], doc["dirs"]
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
+                pass
+
+    @staticmethod
+    def for_tree(host_key: str, tree: str) -> Record:
+        name = hashlib.sha256(json.dumps([host_key, tree]).encode()).hexdigest()[:24]
+        return Record(config_dir() / "sync" / f"{name}.json")
+
+    def save(self) -> None:
+        if self.path is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        with open(tmp, "w") as f:
+            json.dump({"v": 1, "digest": self.digest, "files": self.files, "links": self.links, "dirs": self.dirs}, f,
+                      separators=(",", ":"))
+        os.replace(tmp, self.path)
+
+    def compute_digest(self) -> str | None:
+        files: dict[str, list[Any]] = {rel: [v[0], 0, v[4], None, v[5]] for rel, v in self.files.items()}
+        files.update({rel: [0, 0, 0o777, target, None] for rel, target in self.links.items()})
+        return chunks.tree_digest(files, self.dirs)
+
+
+def record_key(st: tuple | os.stat_result, now_ns: int) -> list[int]:
+    """The stat part of a record entry; a stat racily close to ``now_ns`` gets mtime -1 (never equal)."""
+    if isinstance(st, os.stat_result):
+        st = _stamp(st)
+    size, mtime, ino, ctime = st[:4]
+    if max(mtime, ctime) > now_ns - chunks.RACY_NS:
+        mtime = -1
+    return [size, mtime, ino, ctime]
+
+
+@dataclass
+class TreePlan:
+    """What to send and delete for one tree, and the record it leaves once the upload succeeded."""
+
+    local: LocalTree
+    send: list[Any] = field(default_factory=list)  # chunks.Item
+    delete: list[str] = field(default_factory=list)
+    unchanged: int = 0
+    resumed_bytes: int = 0
+    hashed: int = 0  # local files read to compare their content
+    after: Record = field(default_factory=lambda: Record(None))
+
+
+def plan_tree(local: LocalTree, remote: dict[str, Any], record: Record, mirror: bool) -> TreePlan:
+    """What to send so the host's tree matches ``local`` (and, with ``mirror``, what to delete).
+
+    ``remote`` is the agent's answer for this tree: ``same`` (its digest is the record's: the
+    record is its content) or its manifest with content hashes."""
+    plan = TreePlan(local)
+    after = plan.after
+    after.path = record.path
+    now = time.time_ns()
+    if remote.get("same"):
+        base_files = {rel: (v[0], v[4], v[5]) for rel, v in record.files.items()}  # size, mode, hash
+        base_links, base_dirs = dict(record.links), set(record.dirs)
+    else:
+        base_files, base_links = {}, {}
+        for rel, v in remote.get("files", {}).items():
+            if v[3] is not None:
+                base_links[rel] = v[3]
+            else:
+                base_files[rel] = (v[0], v[2], v[4])
+        base_dirs = set(remote.get("dirs", []))
+    parts: dict[str, list[str]] = remote.get("parts", {})
+    known = record.files
+
+    for rel in local.dirs:
+        if rel not in base_dirs:
+            plan.send.append(chunks.Item(local.arc(rel), local.path(rel), mode=0o755, is_dir=True))
+    after.dirs = list(local.dirs)
+    for rel, (size, mtime, ino, ctime, mode) in local.files.items():
+        b = base_files.get(rel)
+        if b is not None and b[0] == size and (b[1] & 0o111) == (mode & 0o111) and b[2] is not None:
+            k = known.get(rel)
+            h = k[5] if k is not None and k[0] == size and k[1] == mtime and k[2] == ino and k[3] == ctime else None
+            key = [size, mtime, ino, ctime]
+            if h is None:
+                try:
+                    st = os.stat(local.path(rel))
+                    h = chunks.file_hash(local.path(rel)).hexdigest()
+                except OSError:
+                    h = None
+                else:
+                    plan.hashed += 1
+                    key = record_key(st, now)
+            if h == b[2]:
+                plan.unchanged += 1
+                after.files[rel] = key + [b[1], h]
+                continue
+        it = chunks.Item(local.arc(rel), local.path(rel), size, mtime, mode)
+        if parts.get(rel) and size > chunks.CHUNK:
+            it.prefix = chunks.matching_prefix(Path(it.path), parts[rel], size)[: (size - 1) // chunks.CHUNK]
+            plan.resumed_bytes += len(it.prefix) * chunks.CHUNK
+        plan.send.append(it)
+    for rel, target in local.links.items():
+        if base_links.get(rel) != target:
+            plan.send.append(chunks.Item(local.arc(rel), local.path(rel), link=target))
+        after.links[rel] = target
+    names = set(local.files) | set(local.links) | set(local.dirs)
+    if mirror:
+        plan.delete = [local.arc(rel) for rel in list(base_files) + list(base_links) + sorted(base_dirs)
+                       if rel and rel not in names]
+    else:  # the host keeps what it has beyond this tree (shared data)
+        for rel, (size, mode, h) in base_files.items():
+            if rel not in names:
+                after.files[rel] = [size, -1, 0, 0, mode, h]
+        for rel, target in base_links.items():
+            if rel not in names:
+                after.links[rel] = target
+        after.dirs += sorted(d for d in base_dirs if d not in names)
+    return plan
+
+
+def sent(plan: TreePlan, rel: str, item: Any, digest: str, now_ns: int) -> None:
+    """Record a file the stream carried: the stat it was read under, its mode and hash."""
+    st = item.st
+    if st is None:
+        return
+    plan.after.files[rel] = record_key(st, now_ns) + [item.mode & 0o7777, digest]

@@ -1,0 +1,67 @@
+"""A sync's cost follows what changed: a no-op is one digest compared in one round trip (no
+manifest of the tree comes back), and the laptop's record never hides a change made on the host."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from gpujob.paths import config_dir
+from gpujob.sync import sync_job
+from tests.test_sync import agent_for, diff, linkemu, spec_for
+
+
+def tree(top: Path, n: int) -> None:
+    for i in range(n):
+        d = top / f"pkg{i % 20}"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f"module_with_a_long_name_{i}.py").write_text(f"x = {i}\n" * 20)
+
+
+def test_noop_and_one_change_send_no_manifest(ssh_host: str, sshd, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    tree(src, 1500)  # its manifest would be about 200 KB
+    agent_for(ssh_host).call("hello")
+    assert sync_job(agent_for(ssh_host), spec_for(src), "proj").files_sent == 1500
+    le = linkemu()
+
+    link = le.Link(sshd.port)
+    rep = sync_job(agent_for(ssh_host, link.port), spec_for(src), "proj")
+    link.close()
+    assert (rep.files_sent, rep.round_trips, rep.unchanged) == (0, 1, 1500)
+    assert link.down < 40_000, link.down  # SSH's handshake and one small answer
+
+    (src / "pkg3" / "module_with_a_long_name_3.py").write_text("x = 'changed'\n")
+    link = le.Link(sshd.port)
+    rep = sync_job(agent_for(ssh_host, link.port), spec_for(src), "proj")
+    link.close()
+    assert (rep.files_sent, rep.round_trips) == (1, 2)
+    assert link.down < 40_000, link.down
+    assert diff(src, tmp_path / "remote-root" / "projects" / "proj" / "code") == ""
+
+
+def test_changes_on_the_host_are_seen_despite_the_record(ssh_host: str, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    tree(src, 30)
+    code = tmp_path / "remote-root" / "projects" / "proj" / "code"
+    agent = agent_for(ssh_host)
+    sync_job(agent, spec_for(src), "proj")
+
+    # edited in place (same size), deleted and added on the host: its digest no longer matches
+    victim = code / "pkg1" / "module_with_a_long_name_1.py"
+    data = victim.read_bytes()
+    with open(victim, "r+b") as f:
+        f.write(b"y" + data[1:])
+    (code / "pkg2" / "module_with_a_long_name_2.py").unlink()
+    (code / "stray.txt").write_text("left by a job\n")
+    rep = sync_job(agent, spec_for(src), "proj")
+    assert diff(src, code) == ""
+    assert (rep.files_sent, rep.deleted) == (2, 1)
+
+    # the laptop's record lost: the host's manifest and content hashes decide, nothing is resent
+    shutil.rmtree(config_dir() / "sync")
+    os.utime(src / "pkg4" / "module_with_a_long_name_4.py", (1_000_000_000, 1_000_000_000))
+    rep = sync_job(agent, spec_for(src), "proj")
+    assert (rep.files_sent, rep.round_trips, rep.unchanged) == (0, 1, 30)
+    assert sync_job(agent, spec_for(src), "proj").files_sent == 0
