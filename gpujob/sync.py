@@ -41,7 +41,7 @@ from gpujob.agent import Agent
 from gpujob.bundle import import_remote
 from gpujob.errors import ConnectError, GpujobError, RemoteError
 from gpujob.spec import JobSpec
-from gpujob.synctree import LocalTree, Record, TreePlan, plan_tree, scan, sent
+from gpujob.synctree import LocalTree, Record, StaleRecord, TreePlan, plan_tree, scan, sent
 
 chunks: Any = import_remote("chunks")
 FREE_MARGIN = 256 << 20
@@ -315,7 +315,14 @@ def sync_job(agent: Agent, spec: JobSpec, project: str, progress: Callable[[int,
         if s is not None:
             s.kill()
         raise walked["error"]
-    plan = plan_from(remote, walked["trees"], records)
+    try:
+        plan = plan_from(remote, walked["trees"], records)
+    except StaleRecord:  # rare (a damaged record): the host's manifest decides instead
+        if s is not None:
+            s.kill()
+            s = None
+        remote = agent.call("manifest", targets(spec, project), timeout=600)
+        plan = plan_from(remote, walked["trees"], [Record(None) for _ in records])
     _check_space(agent, plan, remote, s)
     if not plan.send and not plan.delete:
         if s is not None:

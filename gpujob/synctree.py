@@ -37,6 +37,7 @@ class LocalTree:
     files: dict[str, tuple[int, int, int, int, int]] = field(default_factory=dict)  # size, mtime_ns, ino, ctime_ns, mode
     links: dict[str, str] = field(default_factory=dict)
     dirs: list[str] = field(default_factory=list)  # parents before children
+    stamp: str | None = None  # digest of every entry's stat; None when one was racily new
 
     def path(self, rel: str) -> str:
         return self.top + "/" + rel if rel else self.top
@@ -52,39 +53,89 @@ def _stamp(st: os.stat_result) -> tuple[int, int, int, int, int]:
 def scan(top: Path, prefix: str, exclude: list[str] | None = None, use_ignore_files: bool = True) -> LocalTree:
     """The entries of a local file or folder (ignore rules applied with ``use_ignore_files``)."""
     t = LocalTree(str(top), prefix)
+    lines: list[str] = []
+    newest = 0
     if top.is_file():
-        t.files[""] = _stamp(top.stat())
-        return t
-    files, links, dirs = t.files, t.links, t.dirs
-    for rel, st, is_dir in walk(top, exclude, use_ignore_files):
-        mode = st.st_mode
+        st = top.stat()
+        t.files[""] = _stamp(st)
+        lines.append(f"{st.st_mode}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}\0{st.st_ctime_ns}")
+        newest = max(st.st_mtime_ns, st.st_ctime_ns)
+    files, links, dirs, add = t.files, t.links, t.dirs, lines.append
+    for rel, st, is_dir in ([] if top.is_file() else walk(top, exclude, use_ignore_files)):
+        mode, mt, ct = st.st_mode, st.st_mtime_ns, st.st_ctime_ns
         if is_dir:
             dirs.append(rel)
         elif stat.S_ISREG(mode):
-            if not chunks.is_tmp_name(rel[rel.rfind("/") + 1:]):
-                files[rel] = (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns, stat.S_IMODE(mode))
+            if chunks.is_tmp_name(rel[rel.rfind("/") + 1:]):
+                continue
+            files[rel] = (st.st_size, mt, st.st_ino, ct, stat.S_IMODE(mode))
         elif stat.S_ISLNK(mode):
             links[rel] = os.readlink(t.path(rel))
+        else:
+            continue
+        add(f"{rel}\0{mode}\0{st.st_size}\0{mt}\0{st.st_ino}\0{ct}")
+        if mt > newest or ct > newest:
+            newest = max(mt, ct)
+    if newest <= time.time_ns() - chunks.RACY_NS:
+        t.stamp = hashlib.sha256("\n".join(lines).encode("utf-8", "surrogateescape")).hexdigest()
     return t
 
 
+class StaleRecord(Exception):
+    """A record's entries could not be read: ask the host for its manifest instead."""
+
+
 class Record:
-    """What the laptop last left on the host under one remote tree (see the module doc)."""
+    """What the laptop last left on the host under one remote tree (see the module doc).
+
+    Its head (``<name>.head``: the tree's digest and the local tree's stamp then) is read first;
+    the entries only when a plan needs them (when the local stamp or the host's digest moved)."""
 
     def __init__(self, path: Path | None) -> None:
         self.path = path
         self.digest: str | None = None
-        self.files: dict[str, list[Any]] = {}
-        self.links: dict[str, str] = {}
-        self.dirs: list[str] = []
+        self.stamp: str | None = None
+        self._entries: tuple[dict[str, list[Any]], dict[str, str], list[str]] | None = None if path else ({}, {}, [])
         if path is not None:
             try:
-                with open(path) as f:
+                with open(path.with_suffix(".head")) as f:
+                    head = json.load(f)
+                self.digest, self.stamp = head["digest"], head["stamp"]
+            except (OSError, ValueError, KeyError, TypeError):
+                self._entries = ({}, {}, [])
+
+    def _load(self) -> tuple[dict[str, list[Any]], dict[str, str], list[str]]:
+        if self._entries is None:
+            try:
+                with open(self.path) as f:  # type: ignore[arg-type]
                     doc = json.load(f)
-                if doc.get("v") == 1:
-                    self.digest, self.files, self.links, self.dirs = doc["digest"], doc["files"], doc["links"], doc["dirs"]
+                if doc.get("digest") != self.digest:
+                    raise ValueError("not the entries its head names")
+                self._entries = (doc["files"], doc["links"], doc["dirs"])
             except (OSError, ValueError, KeyError, TypeError, AttributeError):
-                pass
+                self.digest = self.stamp = None
+                self._entries = ({}, {}, [])
+                try:
+                    os.unlink(Path(str(self.path)).with_suffix(".head"))
+                except OSError:
+                    pass
+                raise StaleRecord(str(self.path)) from None
+        return self._entries
+
+    @property
+    def files(self) -> dict[str, list[Any]]:
+        return self._load()[0]
+
+    @property
+    def links(self) -> dict[str, str]:
+        return self._load()[1]
+
+    @property
+    def dirs(self) -> list[str]:
+        return self._load()[2]
+
+    def set(self, files: dict[str, list[Any]], links: dict[str, str], dirs: list[str]) -> None:
+        self._entries = (files, links, dirs)
 
     @staticmethod
     def for_tree(host_key: str, tree: str) -> Record:
@@ -92,14 +143,17 @@ class Record:
         return Record(config_dir() / "sync" / f"{name}.json")
 
     def save(self) -> None:
+        """The entries, then the head naming them (a head never names entries not yet written)."""
         if self.path is None:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        with open(tmp, "w") as f:
-            json.dump({"v": 1, "digest": self.digest, "files": self.files, "links": self.links, "dirs": self.dirs}, f,
-                      separators=(",", ":"))
-        os.replace(tmp, self.path)
+        docs = ((self.path, {"digest": self.digest, "files": self.files, "links": self.links, "dirs": self.dirs}),
+                (self.path.with_suffix(".head"), {"digest": self.digest, "stamp": self.stamp}))
+        for path, doc in docs:
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            with open(tmp, "w") as f:
+                f.write(json.dumps(doc, separators=(",", ":")))  # dumps: C speed; dump() encodes in Python
+            os.replace(tmp, path)
 
     def compute_digest(self) -> str | None:
         files: dict[str, list[Any]] = {rel: [v[0], 0, v[4], None, v[5]] for rel, v in self.files.items()}
@@ -136,8 +190,14 @@ def plan_tree(local: LocalTree, remote: dict[str, Any], record: Record, mirror: 
     ``remote`` is the agent's answer for this tree: ``same`` (its digest is the record's: the
     record is its content) or its manifest with content hashes."""
     plan = TreePlan(local)
+    if remote.get("same") and local.stamp is not None and local.stamp == record.stamp:
+        plan.unchanged = len(local.files)  # both ends as the record left them: no entry is looked at
+        plan.after = record
+        return plan
     after = plan.after
     after.path = record.path
+    after.stamp = local.stamp
+    after.set({}, {}, [])
     now = time.time_ns()
     if remote.get("same"):
         base_files = {rel: (v[0], v[4], v[5]) for rel, v in record.files.items()}  # size, mode, hash
@@ -156,7 +216,7 @@ def plan_tree(local: LocalTree, remote: dict[str, Any], record: Record, mirror: 
     for rel in local.dirs:
         if rel not in base_dirs:
             plan.send.append(chunks.Item(local.arc(rel), local.path(rel), mode=0o755, is_dir=True))
-    after.dirs = list(local.dirs)
+    after.dirs.extend(local.dirs)
     for rel, (size, mtime, ino, ctime, mode) in local.files.items():
         b = base_files.get(rel)
         if b is not None and b[0] == size and (b[1] & 0o111) == (mode & 0o111) and b[2] is not None:
@@ -196,7 +256,7 @@ def plan_tree(local: LocalTree, remote: dict[str, Any], record: Record, mirror: 
         for rel, target in base_links.items():
             if rel not in names:
                 after.links[rel] = target
-        after.dirs += sorted(d for d in base_dirs if d not in names)
+        after.dirs.extend(sorted(d for d in base_dirs if d not in names))
     return plan
 
 

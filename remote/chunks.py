@@ -181,7 +181,7 @@ class HashCache:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(".{}.{}.tmp".format(self.path.name, os.getpid()))
         with open(str(tmp), "w") as f:
-            json.dump(self.data, f)
+            f.write(json.dumps(self.data, separators=(",", ":")))  # dumps: C speed; dump() encodes in Python
         os.replace(str(tmp), str(self.path))
         self.dirty = False
 
@@ -1038,67 +1038,105 @@ def tree_digest(files: Dict[str, List[Any]], dirs: Iterable[str]) -> Optional[st
 
 
 def tree(base: Path, cache: Optional[HashCache] = None, hash_all: bool = False) -> Dict[str, Any]:
-    """``{"files": {rel: [size, mtime_ns, mode, link, hash]}, "dirs": [...], "parts": {rel: chunks}}``.
+    """``{"files": {rel: [size, mtime_ns, mode, link, hash]}, "dirs": [...], "parts": {rel: chunks},
+    "exists", "stamp"}``.
 
     ``hash`` comes from ``cache`` (computed on a miss when ``hash_all``), else None. Temporary
     names are left out; a large file's part file is listed under its final name in ``parts``.
+    ``stamp`` is a digest of every name's type, mode, size, mtime_ns, inode and ctime (the tree
+    did not change while it stays the same), None when a stamp was too close to the clock to
+    tell the next change (see ``RACY_NS``).
     """
     files = {}  # type: Dict[str, List[Any]]
     dirs = []  # type: List[str]
     parts = {}  # type: Dict[str, List[str]]
-    seen = []  # type: List[str]
-    get = None  # type: Any
-    if cache is not None:
-        get = cache.hash if hash_all else cache.get
-
-    def one(full: str, rel: str, st: os.stat_result) -> None:
-        mode = st.st_mode
-        if stat.S_ISLNK(mode):
-            files[rel] = [0, 0, 0o777, os.readlink(full), None]
-        elif stat.S_ISDIR(mode):
-            dirs.append(rel)
-        elif stat.S_ISREG(mode):
-            h = None
-            if get is not None:
-                h = get(full, st)
-                seen.append(full)
-            files[rel] = [st.st_size, st.st_mtime_ns, stat.S_IMODE(mode), None, h]
-
+    lines = []  # type: List[str]
+    inos = {}  # type: Dict[str, int]
+    newest = 0
+    out = {"files": files, "dirs": dirs, "parts": parts, "exists": True}  # type: Dict[str, Any]
     if base.is_symlink() or base.is_file():
-        one(str(base), "", os.lstat(str(base)))
-        return {"files": files, "dirs": dirs, "parts": parts, "exists": True}
-    if not base.is_dir():
+        st = os.lstat(str(base))
+        if stat.S_ISLNK(st.st_mode):
+            files[""] = [0, 0, 0o777, os.readlink(str(base)), None]
+        else:
+            files[""] = [st.st_size, st.st_mtime_ns, stat.S_IMODE(st.st_mode), None, None]
+            inos[""] = st.st_ino
+        lines.append("{}\0{}\0{}\0{}\0{}".format(st.st_mode, st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns))
+        newest = max(st.st_mtime_ns, st.st_ctime_ns)
+    elif not base.is_dir():
         ch = part_chunks(base)  # a single-file entry's part file sits beside it
         if ch:
             parts[""] = ch
         if cache is not None:
             cache.prune(str(base), [])
-        return {"files": files, "dirs": dirs, "parts": parts, "exists": False}
-    stack = [(str(base), "")]
-    while stack:
-        path, rel_dir = stack.pop()
-        try:
-            with os.scandir(path) as it:
-                ents = list(it)
-        except OSError:
-            continue
-        for e in ents:
-            name = e.name
-            rel = rel_dir + name
-            if is_tmp_name(name):
-                if name.endswith(SIDECAR) and name.startswith(TMP_PREFIX):
-                    _part_of(e.path, rel_dir, parts)
-                continue
+        out["exists"] = False
+        out["stamp"] = None
+        return out
+    else:
+        stack = [(str(base), "")]
+        s_isdir, s_isreg, s_islnk, s_imode = stat.S_ISDIR, stat.S_ISREG, stat.S_ISLNK, stat.S_IMODE
+        add = lines.append
+        while stack:
+            path, rel_dir = stack.pop()
             try:
-                st = e.stat(follow_symlinks=False)
+                with os.scandir(path) as it:
+                    ents = sorted(it, key=lambda e: e.name)
             except OSError:
                 continue
-            one(e.path, rel, st)
-            if stat.S_ISDIR(st.st_mode):
-                stack.append((e.path, rel + "/"))
-    if cache is not None:  # entries of files that are gone
-        cache.prune(str(base), seen)
-    return {"files": files, "dirs": dirs, "parts": parts, "exists": True}
+            for e in ents:
+                name = e.name
+                if (name[0] == "." or "gpujob-part" in name) and is_tmp_name(name):
+                    if name.endswith(SIDECAR) and name.startswith(TMP_PREFIX):
+                        _part_of(e.path, rel_dir, parts)
+                    continue
+                try:
+                    st = e.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                rel = rel_dir + name
+                mode, mt, ct = st.st_mode, st.st_mtime_ns, st.st_ctime_ns
+                add("{}\0{}\0{}\0{}\0{}\0{}".format(rel, mode, st.st_size, mt, st.st_ino, ct))
+                if mt > newest or ct > newest:
+                    newest = max(mt, ct)
+                if s_isreg(mode):
+                    files[rel] = [st.st_size, mt, s_imode(mode), None, None]
+                    inos[rel] = st.st_ino
+                elif s_isdir(mode):
+                    dirs.append(rel)
+                    stack.append((e.path, rel + "/"))
+                elif s_islnk(mode):
+                    files[rel] = [0, 0, 0o777, os.readlink(e.path), None]
+    racy = newest > time.time_ns() - RACY_NS
+    out["stamp"] = None if racy else hashlib.sha256("\n".join(lines).encode("utf-8", "surrogateescape")).hexdigest()
+    out["inos"] = inos
+    if cache is not None:
+        fill_hashes(base, out, cache, hash_all)
+    return out
+
+
+def fill_hashes(base: Path, t: Dict[str, Any], cache: HashCache, hash_all: bool = False) -> None:
+    """Content hashes into a ``tree`` from ``cache`` (read on a miss when ``hash_all``); the cache
+    drops the entries of files that are gone."""
+    top = str(base)
+    data = cache.data
+    seen = []  # type: List[str]
+    inos = t.get("inos", {})
+    for rel, v in t["files"].items():
+        if v[3] is not None:
+            continue
+        full = top + "/" + rel if rel else top
+        seen.append(full)
+        rec = data.get(full)
+        if rec is not None and len(rec) == 4 and rec[0] == v[0] and rec[1] == v[1] and rec[2] == inos.get(rel):
+            v[4] = rec[3]
+        elif hash_all or rec is not None:
+            try:
+                st = os.lstat(full)
+            except OSError:
+                continue
+            v[4] = cache.hash(full, st) if hash_all else cache.get(full, st)  # type: ignore[arg-type]
+    if t.get("exists"):
+        cache.prune(top, seen)
 
 
 def _part_of(sidecar: str, rel_dir: str, parts: Dict[str, List[str]]) -> None:

@@ -171,34 +171,69 @@ def manifest_doc(root: Path, dirs: List[str], hash_dirs: List[str], cache: Optio
                  known: Optional[List[str]] = None) -> Dict[str, Any]:
     """What is under each of ``dirs`` and ``hash_dirs`` (with content hashes, from the cache, and
     the tree's digest), and the free bytes. ``known`` (``DIR=DIGEST``: what the client's record
-    says it left there): a tree whose digest is that one answers ``same`` without its files."""
-    cache = cache or hash_cache(root)
+    says it left there): a tree whose digest is that one answers ``same`` without its files.
+
+    ``<root>/cache/trees.json`` remembers each tree's stamp (a digest of its stats) with its
+    content digest: while the stamp stays the same the digest is known without the hash cache."""
     expect = dict(k.split("=", 1) for k in known or [] if "=" in k)
+    seals_path = root / "cache" / "trees.json"
+    seals = _load(seals_path)
+    changed = False
     doc = {}  # type: Dict[str, Any]
     for d in dirs + hash_dirs:
-        t = manifest(root / d, cache, True)
-        t["digest"] = chunks.tree_digest(t["files"], t["dirs"])
-        if t["digest"] is not None and expect.get(d) == t["digest"]:
-            t = {"same": True, "digest": t["digest"], "parts": t["parts"], "exists": t["exists"]}
+        t = manifest(root / d)
+        stamp = t.pop("stamp", None)
+        seal = seals.get(d)
+        digest = seal[1] if stamp is not None and isinstance(seal, list) and seal[0] == stamp else None
+        if digest is None or expect.get(d) != digest:  # the files go back: with their hashes
+            cache = cache or hash_cache(root)
+            chunks.fill_hashes(root / d, t, cache, True)
+            digest = chunks.tree_digest(t["files"], t["dirs"])
+            if stamp is not None and digest is not None:
+                seals[d] = [stamp, digest]
+                changed = True
+        t.pop("inos", None)
+        t["digest"] = digest
+        if digest is not None and expect.get(d) == digest:
+            t = {"same": True, "digest": digest, "parts": t["parts"], "exists": t["exists"]}
         doc[d] = t
-    cache.save()
+    if cache is not None:
+        cache.save()
+    if changed:
+        _save(seals_path, seals)
     st = os.statvfs(str(root))
     doc["free_bytes"] = st.f_bavail * st.f_frsize
     return doc
+
+
+def _load(path: Path) -> Dict[str, Any]:
+    try:
+        with open(str(path)) as f:
+            doc = json.load(f)
+        return doc if isinstance(doc, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _save(path: Path, doc: Dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(".{}.{}.tmp".format(path.name, os.getpid()))
+    with open(str(tmp), "w") as f:
+        json.dump(doc, f)
+    os.replace(str(tmp), str(path))
 
 
 def session(root: Path, dirs: List[str], hash_dirs: List[str], stdin: IO[bytes], stdout: IO[bytes],
             known: Optional[List[str]] = None) -> Dict[str, Any]:
     """Manifest and receive over one exec channel: write the manifest as one JSON line, then
     apply the stream that follows on stdin (none = nothing to do). Returns the receive result."""
-    cache = hash_cache(root)
-    doc = manifest_doc(root, dirs, hash_dirs, cache, known)
+    doc = manifest_doc(root, dirs, hash_dirs, None, known)
     stdout.write(json.dumps(doc).encode() + b"\n")
     stdout.flush()
     first = stdin.read(1)
     if not first:
         return {"written": 0, "deleted": 0, "bytes": 0}
-    return receive(root, _Prepend(first, stdin), cache)
+    return receive(root, _Prepend(first, stdin), hash_cache(root))
 
 
 class _Prepend:

@@ -65,3 +65,11 @@ def test_changes_on_the_host_are_seen_despite_the_record(ssh_host: str, tmp_path
     rep = sync_job(agent, spec_for(src), "proj")
     assert (rep.files_sent, rep.round_trips, rep.unchanged) == (0, 1, 30)
     assert sync_job(agent, spec_for(src), "proj").files_sent == 0
+
+    # a damaged record: the host's manifest decides, the change still travels
+    for rec in (config_dir() / "sync").glob("*.json"):
+        rec.write_text("{not json")
+    (src / "pkg5" / "module_with_a_long_name_5.py").write_text("x = 'changed'\n")
+    rep = sync_job(agent, spec_for(src), "proj")
+    assert diff(src, code) == "" and rep.files_sent == 1
+    assert sync_job(agent, spec_for(src), "proj").files_sent == 0
