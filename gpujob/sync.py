@@ -118,11 +118,12 @@ def targets(spec: JobSpec, project: str, records: list[Record] | None = None) ->
     return args
 
 
-def local_trees(spec: JobSpec, project: str) -> list[LocalTree]:
-    """The local code tree, then each ``data:`` entry's."""
+def local_trees(spec: JobSpec, project: str, records: list[Record] | None = None) -> list[LocalTree]:
+    """The local code tree, then each ``data:`` entry's (``lazy`` where the record's stamp holds)."""
     names = tree_names(spec, project)
-    out = [scan(Path(spec.workdir), names[0], spec.exclude)]
-    out += [scan(Path(d.src), n, use_ignore_files=False) for d, n in zip(spec.data, names[1:])]
+    stamps = [r.stamp for r in records] if records else [None] * len(names)
+    out = [scan(Path(spec.workdir), names[0], spec.exclude, expect=stamps[0])]
+    out += [scan(Path(d.src), n, use_ignore_files=False, expect=st) for d, n, st in zip(spec.data, names[1:], stamps[1:])]
     return out
 
 
@@ -296,7 +297,7 @@ def sync_job(agent: Agent, spec: JobSpec, project: str, progress: Callable[[int,
 
     def walk_local() -> None:  # while the manifest is on its way
         try:
-            walked["trees"] = local_trees(spec, project)
+            walked["trees"] = local_trees(spec, project, records)
         except BaseException as e:  # noqa: BLE001 - raised below, in this thread
             walked["error"] = e
 
@@ -351,7 +352,7 @@ def _save_records(plan: Plan, remote: dict[str, Any]) -> None:
     """After a successful sync each record is what the host now holds (a no-op keeps a record
     that still matches, unless files had to be read to tell)."""
     for tp in plan.trees:
-        if remote[tp.local.prefix].get("same") and not tp.send and not tp.delete and not tp.hashed:
+        if tp.after is tp.record:  # the record still holds
             continue
         tp.after.digest = tp.after.compute_digest()
         tp.after.save()

@@ -6,7 +6,7 @@ was taken from, the mode and content hash there; links and folders too; and the 
 tree (``chunks.tree_digest``). The agent computes its tree's digest from its own hash cache; when
 it equals the record's, the record *is* the host's tree and the agent sends no manifest. A local
 file whose size, mtime_ns, inode and ctime equal the record's is not read; one whose stamps were
-within ``RACY_NS`` of the clock when recorded is read again (an edit in the same clock tick keeps
+racily close to the clock when recorded (``chunks.racy``) is read again (an edit in the same clock tick keeps
 every stamp).
 """
 
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from gpujob.bundle import import_remote
-from gpujob.ignore import walk
+from gpujob.ignore import ALWAYS, walk
 from gpujob.paths import config_dir
 
 chunks: Any = import_remote("chunks")
@@ -38,6 +38,9 @@ class LocalTree:
     links: dict[str, str] = field(default_factory=dict)
     dirs: list[str] = field(default_factory=list)  # parents before children
     stamp: str | None = None  # digest of every entry's stat; None when one was racily new
+    exclude: list[str] | None = None
+    use_ignore_files: bool = True
+    lazy: bool = False  # its stamp is the record's: not walked in Python, no entries listed
 
     def path(self, rel: str) -> str:
         return self.top + "/" + rel if rel else self.top
@@ -50,9 +53,28 @@ def _stamp(st: os.stat_result) -> tuple[int, int, int, int, int]:
     return st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns, stat.S_IMODE(st.st_mode)
 
 
-def scan(top: Path, prefix: str, exclude: list[str] | None = None, use_ignore_files: bool = True) -> LocalTree:
-    """The entries of a local file or folder (ignore rules applied with ``use_ignore_files``)."""
-    t = LocalTree(str(top), prefix)
+PRUNE = [p.rstrip("/") for p in ALWAYS if p.endswith("/") and "*" not in p]  # folders never sent
+
+
+def find_stamp(top: Path, exclude: list[str] | None, use_ignore_files: bool) -> str | None:
+    """``chunks.find_stamp`` of a local tree (GNU find), with the rules that choose its entries."""
+    fs = chunks.find_stamp(top, PRUNE if use_ignore_files else ())
+    if fs is None:
+        return None
+    return "find:" + hashlib.sha256(json.dumps([fs, exclude or [], use_ignore_files]).encode()).hexdigest()
+
+
+def scan(top: Path, prefix: str, exclude: list[str] | None = None, use_ignore_files: bool = True,
+         expect: str | None = None) -> LocalTree:
+    """The entries of a local file or folder (ignore rules applied with ``use_ignore_files``).
+    When GNU find's stamp of it is ``expect`` (the record's), nothing is walked in Python: the
+    tree comes back ``lazy``, without entries."""
+    t = LocalTree(str(top), prefix, exclude=exclude, use_ignore_files=use_ignore_files)
+    fast = find_stamp(top, exclude, use_ignore_files)
+    if fast is not None and fast == expect:
+        t.stamp, t.lazy = fast, True
+        return t
+    now = time.time_ns()  # before the walk: a change during it is newer than this
     lines: list[str] = []
     newest = 0
     if top.is_file():
@@ -76,7 +98,9 @@ def scan(top: Path, prefix: str, exclude: list[str] | None = None, use_ignore_fi
         add(f"{rel}\0{mode}\0{st.st_size}\0{mt}\0{st.st_ino}\0{ct}")
         if mt > newest or ct > newest:
             newest = max(mt, ct)
-    if newest <= time.time_ns() - chunks.RACY_NS:
+    if fast is not None:
+        t.stamp = fast  # the find stamp taken before the walk: a change since makes the next one differ
+    elif not chunks.racy(newest, now):
         t.stamp = hashlib.sha256("\n".join(lines).encode("utf-8", "surrogateescape")).hexdigest()
     return t
 
@@ -95,12 +119,13 @@ class Record:
         self.path = path
         self.digest: str | None = None
         self.stamp: str | None = None
+        self.count = 0  # files, for the report of a no-op that reads no entries
         self._entries: tuple[dict[str, list[Any]], dict[str, str], list[str]] | None = None if path else ({}, {}, [])
         if path is not None:
             try:
                 with open(path.with_suffix(".head")) as f:
                     head = json.load(f)
-                self.digest, self.stamp = head["digest"], head["stamp"]
+                self.digest, self.stamp, self.count = head["digest"], head["stamp"], head.get("count", 0)
             except (OSError, ValueError, KeyError, TypeError):
                 self._entries = ({}, {}, [])
 
@@ -148,7 +173,8 @@ class Record:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         docs = ((self.path, {"digest": self.digest, "files": self.files, "links": self.links, "dirs": self.dirs}),
-                (self.path.with_suffix(".head"), {"digest": self.digest, "stamp": self.stamp}))
+                (self.path.with_suffix(".head"), {"digest": self.digest, "stamp": self.stamp,
+                                                  "count": len(self.files)}))
         for path, doc in docs:
             tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
             with open(tmp, "w") as f:
@@ -166,7 +192,7 @@ def record_key(st: tuple | os.stat_result, now_ns: int) -> list[int]:
     if isinstance(st, os.stat_result):
         st = _stamp(st)
     size, mtime, ino, ctime = st[:4]
-    if max(mtime, ctime) > now_ns - chunks.RACY_NS:
+    if chunks.racy(max(mtime, ctime), now_ns):
         mtime = -1
     return [size, mtime, ino, ctime]
 
@@ -182,6 +208,7 @@ class TreePlan:
     resumed_bytes: int = 0
     hashed: int = 0  # local files read to compare their content
     after: Record = field(default_factory=lambda: Record(None))
+    record: Record | None = None  # the record it started from (``after`` when that still holds)
 
 
 def plan_tree(local: LocalTree, remote: dict[str, Any], record: Record, mirror: bool) -> TreePlan:
@@ -189,11 +216,13 @@ def plan_tree(local: LocalTree, remote: dict[str, Any], record: Record, mirror: 
 
     ``remote`` is the agent's answer for this tree: ``same`` (its digest is the record's: the
     record is its content) or its manifest with content hashes."""
-    plan = TreePlan(local)
+    plan = TreePlan(local, record=record)
     if remote.get("same") and local.stamp is not None and local.stamp == record.stamp:
-        plan.unchanged = len(local.files)  # both ends as the record left them: no entry is looked at
+        plan.unchanged = record.count  # both ends as the record left them: no entry is looked at
         plan.after = record
         return plan
+    if local.lazy:  # the host changed: the local entries are needed after all
+        local = plan.local = scan(Path(local.top), local.prefix, local.exclude, local.use_ignore_files)
     after = plan.after
     after.path = record.path
     after.stamp = local.stamp

@@ -173,17 +173,24 @@ def manifest_doc(root: Path, dirs: List[str], hash_dirs: List[str], cache: Optio
     the tree's digest), and the free bytes. ``known`` (``DIR=DIGEST``: what the client's record
     says it left there): a tree whose digest is that one answers ``same`` without its files.
 
-    ``<root>/cache/trees.json`` remembers each tree's stamp (a digest of its stats) with its
-    content digest: while the stamp stays the same the digest is known without the hash cache."""
+    ``<root>/cache/trees.json`` remembers each tree's stamp (a digest of its stats: GNU find's
+    listing where there is one, else the Python walk's) with its content digest: while the stamp
+    stays the same the digest is known without the hash cache (and, with find, without a walk
+    in Python)."""
     expect = dict(k.split("=", 1) for k in known or [] if "=" in k)
     seals_path = root / "cache" / "trees.json"
     seals = _load(seals_path)
     changed = False
     doc = {}  # type: Dict[str, Any]
     for d in dirs + hash_dirs:
-        t = manifest(root / d)
-        stamp = t.pop("stamp", None)
+        fast = chunks.find_stamp(root / d)
         seal = seals.get(d)
+        if fast is not None and isinstance(seal, list) and seal[0] == fast and expect.get(d) == seal[1]:
+            doc[d] = {"same": True, "digest": seal[1], "parts": {}, "exists": True}  # no walk in Python
+            continue
+        t = manifest(root / d)
+        stamp = fast or t.pop("stamp", None)
+        t.pop("stamp", None)
         digest = seal[1] if stamp is not None and isinstance(seal, list) and seal[0] == stamp else None
         if digest is None or expect.get(d) != digest:  # the files go back: with their hashes
             cache = cache or hash_cache(root)

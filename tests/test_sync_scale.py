@@ -7,6 +7,8 @@ import os
 import shutil
 from pathlib import Path
 
+import pytest
+
 from gpujob.paths import config_dir
 from gpujob.sync import sync_job
 from tests.test_sync import agent_for, diff, linkemu, spec_for
@@ -41,11 +43,26 @@ def test_noop_and_one_change_send_no_manifest(ssh_host: str, sshd, tmp_path: Pat
     assert diff(src, tmp_path / "remote-root" / "projects" / "proj" / "code") == ""
 
 
-def test_changes_on_the_host_are_seen_despite_the_record(ssh_host: str, tmp_path: Path) -> None:
+@pytest.fixture(params=["gnu-find", "no-find"])
+def find_or_not(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """With GNU find both ends stamp their trees with its listing; without it (a ``find`` that
+    fails, as BSD find does on ``-printf``) with their Python walks."""
+    if request.param == "no-find":
+        fake = tmp_path / "fakebin"
+        fake.mkdir()
+        (fake / "find").write_text("#!/bin/sh\necho 'find: unknown predicate -printf' >&2\nexit 1\n")
+        (fake / "find").chmod(0o755)
+        monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ['PATH']}")
+    return request.param
+
+
+def test_changes_on_the_host_are_seen_despite_the_record(find_or_not: str, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     src = tmp_path / "src"
     tree(src, 30)
+    monkeypatch.setenv("GPUJOB_LOCAL_ROOT", str(tmp_path / "remote-root"))  # the agent inherits PATH here
     code = tmp_path / "remote-root" / "projects" / "proj" / "code"
-    agent = agent_for(ssh_host)
+    agent = agent_for("local")
     sync_job(agent, spec_for(src), "proj")
 
     # edited in place (same size), deleted and added on the host: its digest no longer matches
@@ -64,6 +81,8 @@ def test_changes_on_the_host_are_seen_despite_the_record(ssh_host: str, tmp_path
     os.utime(src / "pkg4" / "module_with_a_long_name_4.py", (1_000_000_000, 1_000_000_000))
     rep = sync_job(agent, spec_for(src), "proj")
     assert (rep.files_sent, rep.round_trips, rep.unchanged) == (0, 1, 30)
+    assert sync_job(agent, spec_for(src), "proj").files_sent == 0
+    os.utime(victim, (1_000_000_000, 1_000_000_000))  # the host's tree moved, its content did not
     assert sync_job(agent, spec_for(src), "proj").files_sent == 0
 
     # a damaged record: the host's manifest decides, the change still travels
