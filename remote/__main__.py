@@ -29,10 +29,18 @@ def cmd_status(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     if a.job:
         job_id = jobs.resolve(root, a.job)
         return {"jobs": [jobs.describe(root, job_id, detail=True)], "now": time.time()}
-    ids = jobs.all_job_ids(root)
+    from remote import jobindex
+
+    ids, older, done = jobindex.listing(root, everything=a.all or bool(a.limit))
     if a.limit:
         ids = ids[-a.limit:]
-    return {"jobs": [jobs.describe(root, i) for i in ids], "now": time.time()}
+    described = [jobs.describe(root, i) for i in ids]
+    for i, d in zip(ids, described):
+        d.setdefault("job_id", i)  # a damaged status.json still names its job
+    finished = [i for i, d in zip(ids, described) if d.get("state") in TERMINAL and i not in done]
+    if finished:  # the next listing skips them without reading their folders
+        jobindex.mark(root, finished, True)
+    return {"jobs": described, "now": time.time(), "older": older}
 
 
 def cmd_submit(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
@@ -295,6 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("status")
     s.add_argument("--job")
     s.add_argument("--limit", type=int, default=0)
+    s.add_argument("--all", action="store_true", help="every job (else running ones and the newest finished)")
     sub.add_parser("submit")
     s = sub.add_parser("stop")
     s.add_argument("--job", required=True)
