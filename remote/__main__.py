@@ -37,7 +37,8 @@ def cmd_status(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     described = [jobs.describe(root, i) for i in ids]
     for i, d in zip(ids, described):
         d.setdefault("job_id", i)  # a damaged status.json still names its job
-    finished = [i for i, d in zip(ids, described) if d.get("state") in TERMINAL and i not in done]
+    finished = [i for i, d in zip(ids, described)  # lost ones stay: resumable, and still to be announced
+                if d.get("state") in TERMINAL and d.get("state") != "lost" and i not in done]
     if finished:  # the next listing skips them without reading their folders
         jobindex.mark(root, finished, True)
     return {"jobs": described, "now": time.time(), "older": older}

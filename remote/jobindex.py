@@ -3,7 +3,8 @@ not the number of old jobs.
 
 One JSON line per event, appended (a line is far below PIPE_BUF, so concurrent appends do not
 interleave): ``{"id", "t", "name"}`` when a job is submitted, ``{"id", "done": true}`` once a
-reader saw it in a final state, ``{"id", "done": false}`` when it is resumed. Job folders the
+reader saw it in a final state other than ``lost`` (a lost job is still to be announced and
+may be resumed), ``{"id", "done": false}`` when it is resumed. Job folders the
 index does not know (made before it existed) are added from their status.json on the next read;
 folders removed by hand drop out.
 """
@@ -74,7 +75,7 @@ def read(root: Root) -> Tuple[List[str], Dict[str, str], Set[str]]:
             st = read_json(root.jobs / i / "status.json", {}) or {}
             times[i], names[i] = float(st.get("submitted_at") or 0), str(st.get("name") or "")
             new.append({"id": i, "t": times[i], "name": names[i]})
-            if st.get("state") in TERMINAL:
+            if st.get("state") in TERMINAL and st.get("state") != "lost":
                 done.add(i)
                 new.append({"id": i, "done": True})
         try:
