@@ -104,9 +104,18 @@ class Hasher:
         return hashlib.sha256("".join(parts).encode()).hexdigest()
 
 
+_SHA256 = hashlib.sha256()  # copied, never updated: a copy costs less than a new OpenSSL context
+
+
+def _sha256(data: Any) -> Any:
+    h = _SHA256.copy()
+    h.update(data)
+    return h
+
+
 def small_hash(data: Any) -> str:
     """The content hash of at most one chunk (what ``Hasher`` gives), in one call."""
-    return hashlib.sha256(hashlib.sha256(data).hexdigest().encode()).hexdigest()
+    return _sha256(_sha256(data).hexdigest().encode()).hexdigest()
 
 
 def file_hash(path: Path, limit: Optional[int] = None) -> Hasher:
@@ -198,7 +207,7 @@ def tmp_stem(leaf: str) -> str:
     """The temporary name's stem for final name ``leaf``, in the same folder: short and fixed
     (``.gpujob-`` + 24 hex digits), so it fits NAME_MAX whatever the final name's length and a
     cut transfer finds its part file again."""
-    return TMP_PREFIX + hashlib.sha256(leaf.encode("utf-8", "surrogateescape")).hexdigest()[:24]
+    return TMP_PREFIX + _sha256(leaf.encode("utf-8", "surrogateescape")).hexdigest()[:24]
 
 
 def is_tmp_name(name: str) -> bool:
