@@ -25,6 +25,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def make_jobs(root: Path, n: int) -> None:
@@ -49,15 +50,6 @@ def make_jobs(root: Path, n: int) -> None:
         (d / "events.jsonl").write_text(json.dumps({"t": t0, "event": "submitted"}) + "\n")
 
 
-def timed(cmd: list[str]) -> float:
-    t = time.perf_counter()
-    r = subprocess.run(cmd, capture_output=True, stdin=subprocess.DEVNULL, timeout=300)
-    dt = time.perf_counter() - t
-    if r.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed: {r.stderr.decode()[-800:]}{r.stdout.decode()[-800:]}")
-    return dt
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=11)
@@ -67,6 +59,11 @@ def main() -> None:
     os.environ.update(GPUJOB_CONFIG_DIR=str(tmp / "config"), GPUJOB_LOCAL_ROOT=str(tmp / "local"),
                       GPUJOB_NO_SSH_AGENT="1", GPUJOB_CONNECT_RETRIES="1", GPUJOB_MUX_DIR=tempfile.mkdtemp(prefix="gjmux"),
                       PYTHONPATH=str(REPO))
+    from bench_status import timed as timed_env
+
+    def timed(cmd: list[str]) -> float:
+        return timed_env(cmd, dict(os.environ))
+
     from gpujob.hosts import Host, HostStore
     from gpujob.transport.ssh import public_key_line
     from tests.conftest import start_sshd, stop_sshd
