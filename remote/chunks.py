@@ -136,38 +136,74 @@ def file_hash(path: Path, limit: Optional[int] = None) -> Hasher:
 class HashCache:
     """Content hashes by absolute path, valid while (size, mtime_ns, inode) stay the same.
 
-    ``strict`` (the laptop, where files are edited in place): the ctime must stay the same too,
-    and a stat taken within ``RACY_NS`` of its own timestamps is not trusted the next time (an
-    edit in the same clock tick keeps size, mtime, ctime and inode: git's "racily clean")."""
+    Kept as ``<path>`` (a JSON object) plus ``<path>.log`` (one JSON line per change since),
+    read only when a hash is looked up: a receive that adds one file to a tree of 100,000
+    appends one line instead of reading and rewriting the whole cache. ``save`` folds the log
+    into the object once it has grown past a quarter of it."""
 
-    def __init__(self, path: Optional[Path], strict: bool = False) -> None:
+    def __init__(self, path: Optional[Path]) -> None:
         self.path = path
-        self.strict = strict
-        self.data = {}  # type: Dict[str, List[Any]]
-        self.dirty = False
-        if path is not None:
-            try:
-                with open(str(path)) as f:
-                    self.data = json.load(f)
-            except (OSError, ValueError):
-                self.data = {}
+        self._data = None  # type: Optional[Dict[str, List[Any]]]
+        self.ops = []  # type: List[List[Any]]  # [path, entry or None] not yet saved
+        self.lock = threading.Lock()
 
-    def _key(self, st: os.stat_result) -> List[Any]:
-        if self.strict:
-            return [st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns]
+    @property
+    def data(self) -> Dict[str, List[Any]]:
+        if self._data is None:
+            self._data = self._read()
+        return self._data
+
+    def _read(self) -> Dict[str, List[Any]]:
+        data = {}  # type: Dict[str, List[Any]]
+        if self.path is None:
+            return data
+        try:
+            with open(str(self.path)) as f:
+                doc = json.load(f)
+            if isinstance(doc, dict):
+                data = doc
+        except (OSError, ValueError):
+            pass
+        try:
+            with open(str(self.path) + ".log", "rb") as f:
+                lines = f.read().splitlines()
+        except OSError:
+            lines = []
+        for line in lines:
+            try:
+                k, rec = json.loads(line.decode("utf-8", "surrogateescape"))
+            except (ValueError, TypeError):
+                continue  # a torn line of a crashed writer: that entry is only hashed again
+            if rec is None:
+                data.pop(k, None)
+            else:
+                data[k] = rec
+        return data
+
+    @property
+    def dirty(self) -> bool:
+        return bool(self.ops)
+
+    @staticmethod
+    def _key(st: os.stat_result) -> List[Any]:
         return [st.st_size, st.st_mtime_ns, st.st_ino]
+
+    def set(self, path: str, rec: Optional[List[Any]]) -> None:
+        """Record (or, with None, forget) an entry; thread-safe."""
+        with self.lock:
+            self.ops.append([path, rec])
+            if self._data is not None:
+                if rec is None:
+                    self._data.pop(path, None)
+                else:
+                    self._data[path] = rec
 
     def get(self, path: Path, st: os.stat_result) -> Optional[str]:
         rec = self.data.get(str(path))
         return rec[-1] if rec and rec[:-1] == self._key(st) else None
 
     def put(self, path: Path, h: str, st: Optional[os.stat_result] = None) -> None:
-        st = st or os.stat(str(path))
-        key = self._key(st)
-        if self.strict and racy(max(st.st_mtime_ns, st.st_ctime_ns), time.time_ns()):
-            key[0] = -1  # racily clean: hashed again next time
-        self.data[str(path)] = key + [h]
-        self.dirty = True
+        self.set(str(path), self._key(st or os.stat(str(path))) + [h])
 
     def hash(self, path: Path, st: Optional[os.stat_result] = None) -> str:
         st = st or os.stat(str(path))
@@ -178,28 +214,55 @@ class HashCache:
         return h
 
     def drop(self, path: str) -> None:
-        if self.data.pop(path, None) is not None:
-            self.dirty = True
+        if self._data is None or path in self._data:
+            self.set(path, None)
 
     def prune(self, base: str, keep: Iterable[str]) -> None:
         """Drop entries under folder ``base`` whose path is not in ``keep`` (files gone)."""
         prefix = base.rstrip("/") + "/"
         keep = set(keep)
-        gone = [k for k in self.data if k.startswith(prefix) and k not in keep]
-        for k in gone:
-            del self.data[k]
-        if gone:
-            self.dirty = True
+        for k in [k for k in self.data if k.startswith(prefix) and k not in keep]:
+            self.set(k, None)
 
     def save(self) -> None:
-        if self.path is None or not self.dirty:
+        if self.path is None or not self.ops:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        log = str(self.path) + ".log"
+        with self.lock:
+            ops, self.ops = self.ops, []
+            loaded = self._data is not None  # then set() applied the ops to it already
+        try:
+            log_size = os.path.getsize(log)
+        except OSError:
+            log_size = 0
+        try:
+            base_size = os.path.getsize(str(self.path))
+        except OSError:
+            base_size = 0
+        if log_size + 100 * len(ops) <= max(base_size // 4, 1 << 20):
+            data = "".join(json.dumps(op, separators=(",", ":")) + "\n" for op in ops).encode("utf-8", "surrogateescape")
+            fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, data)
+            finally:
+                os.close(fd)
+            return
+        full = self.data  # the object and the log ...
+        if not loaded:
+            for k, rec in ops:  # ... and what this run changed
+                if rec is None:
+                    full.pop(k, None)
+                else:
+                    full[k] = rec
         tmp = self.path.with_name(".{}.{}.tmp".format(self.path.name, os.getpid()))
         with open(str(tmp), "w") as f:
-            f.write(json.dumps(self.data, separators=(",", ":")))  # dumps: C speed; dump() encodes in Python
+            f.write(json.dumps(full, separators=(",", ":")))  # dumps: C speed; dump() encodes in Python
         os.replace(str(tmp), str(self.path))
-        self.dirty = False
+        try:
+            os.unlink(log)
+        except OSError:
+            pass
 
 
 # ---- part files -------------------------------------------------------------------------
@@ -702,7 +765,7 @@ class _Writers:
                 for tmp, target, data, mode, mtime, digest, key in job:
                     st = _write_small(tmp, target, data, mode, mtime, self.umask)
                     if self.cache is not None:
-                        self.cache.data[key] = self.cache._key(st) + [digest]
+                        self.cache.set(key, self.cache._key(st) + [digest])
                     n += 1
                     b += len(data)
                 with self.lock:
@@ -710,8 +773,6 @@ class _Writers:
                         self.paths += [j[1] for j in job]
                     self.written += n
                     self.nbytes += b
-                    if self.cache is not None:
-                        self.cache.dirty = True
                 if self.on_bytes:
                     self.on_bytes(b)
             except BaseException as e:  # noqa: BLE001 - handed to the reading thread

@@ -92,3 +92,41 @@ def test_changes_on_the_host_are_seen_despite_the_record(find_or_not: str, tmp_p
     rep = sync_job(agent, spec_for(src), "proj")
     assert diff(src, code) == "" and rep.files_sent == 1
     assert sync_job(agent, spec_for(src), "proj").files_sent == 0
+
+
+def test_hash_cache_appends_changes_and_folds_them_in(tmp_path: Path) -> None:
+    from gpujob.sync import chunks
+
+    path = tmp_path / "cache" / "hashes.json"
+    files = []
+    for i in range(3):
+        f = tmp_path / f"f{i}"
+        f.write_text(str(i))
+        files.append(f)
+    first = chunks.HashCache(path)
+    for f in files:
+        first.hash(f)
+    first.save()
+    log = Path(str(path) + ".log")
+    before = log.read_text().splitlines()
+
+    # a receive of one file: one line appended, the object neither read nor rewritten
+    (tmp_path / "f0").write_text("changed")
+    one = chunks.HashCache(path)
+    one.put(files[0], "h0")
+    one.drop(str(files[1]))
+    one.save()
+    assert one._data is None and not path.exists()  # nothing was read or rewritten
+    assert log.read_text().splitlines()[: len(before)] == before and len(log.read_text().splitlines()) == len(before) + 2
+    seen = chunks.HashCache(path)
+    assert seen.get(files[0], files[0].stat()) == "h0" and str(files[1]) not in seen.data
+    assert seen.get(files[2], files[2].stat()) is not None
+
+    # a log past a quarter of the object (and 1 MB) is folded into it
+    many = chunks.HashCache(path)
+    for i in range(12_000):
+        many.set(f"/x/{i}", [1, 2, 3, "h"])
+    many.save()
+    assert not log.exists() and path.exists()
+    folded = chunks.HashCache(path).data
+    assert len(folded) == 12_002 and folded[str(files[0])][-1] == "h0" and str(files[1]) not in folded
