@@ -119,11 +119,11 @@ def targets(spec: JobSpec, project: str, records: list[Record] | None = None) ->
 
 
 def local_trees(spec: JobSpec, project: str, records: list[Record] | None = None) -> list[LocalTree]:
-    """The local code tree, then each ``data:`` entry's (``lazy`` where the record's stamp holds)."""
+    """The local code tree, then each ``data:`` entry's (``lazy`` or a ``delta`` where a record helps)."""
     names = tree_names(spec, project)
-    stamps = [r.stamp for r in records] if records else [None] * len(names)
-    out = [scan(Path(spec.workdir), names[0], spec.exclude, expect=stamps[0])]
-    out += [scan(Path(d.src), n, use_ignore_files=False, expect=st) for d, n, st in zip(spec.data, names[1:], stamps[1:])]
+    recs: list[Record | None] = list(records) if records else [None] * len(names)
+    out = [scan(Path(spec.workdir), names[0], spec.exclude, record=recs[0])]
+    out += [scan(Path(d.src), n, use_ignore_files=False, record=r) for d, n, r in zip(spec.data, names[1:], recs[1:])]
     return out
 
 

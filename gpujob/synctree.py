@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from gpujob.bundle import import_remote
-from gpujob.ignore import ALWAYS, walk
+from gpujob.ignore import ALWAYS, IGNORE_FILES, IgnoreRules, walk
 from gpujob.paths import config_dir
 
 chunks: Any = import_remote("chunks")
@@ -41,6 +41,8 @@ class LocalTree:
     exclude: list[str] | None = None
     use_ignore_files: bool = True
     lazy: bool = False  # its stamp is the record's: not walked in Python, no entries listed
+    listing: bytes | None = None  # GNU find's listing the stamp was taken from
+    delta: tuple[dict[str, tuple[str, tuple, str | None]], set[str]] | None = None  # changed, removed (no entries)
 
     def path(self, rel: str) -> str:
         return self.top + "/" + rel if rel else self.top
@@ -56,24 +58,33 @@ def _stamp(st: os.stat_result) -> tuple[int, int, int, int, int]:
 PRUNE = [p.rstrip("/") for p in ALWAYS if p.endswith("/") and "*" not in p]  # folders never sent
 
 
-def find_stamp(top: Path, exclude: list[str] | None, use_ignore_files: bool) -> str | None:
-    """``chunks.find_stamp`` of a local tree (GNU find), with the rules that choose its entries."""
-    fs = chunks.find_stamp(top, PRUNE if use_ignore_files else ())
-    if fs is None:
-        return None
-    return "find:" + hashlib.sha256(json.dumps([fs, exclude or [], use_ignore_files]).encode()).hexdigest()
+def listing_stamp(listing: bytes, exclude: list[str] | None, use_ignore_files: bool) -> str:
+    """The stamp of a local tree from its find listing and the rules that choose its entries."""
+    return "find:" + hashlib.sha256(json.dumps([hashlib.sha256(listing).hexdigest(), exclude or [],
+                                                use_ignore_files]).encode()).hexdigest()
 
 
 def scan(top: Path, prefix: str, exclude: list[str] | None = None, use_ignore_files: bool = True,
-         expect: str | None = None) -> LocalTree:
+         record: Record | None = None) -> LocalTree:
     """The entries of a local file or folder (ignore rules applied with ``use_ignore_files``).
-    When GNU find's stamp of it is ``expect`` (the record's), nothing is walked in Python: the
-    tree comes back ``lazy``, without entries."""
+
+    With GNU find and a ``record``: when the stamp is the record's the tree comes back ``lazy``
+    (no entries: nothing changed); else when the record kept its find listing, only the names
+    whose listing line changed come back (``delta``). Neither walks in Python."""
     t = LocalTree(str(top), prefix, exclude=exclude, use_ignore_files=use_ignore_files)
-    fast = find_stamp(top, exclude, use_ignore_files)
-    if fast is not None and fast == expect:
-        t.stamp, t.lazy = fast, True
-        return t
+    listing = chunks.find_listing(top, PRUNE if use_ignore_files else ())
+    fast = None if listing is None else listing_stamp(listing, exclude, use_ignore_files)
+    if fast is not None and record is not None and record.stamp:
+        t.stamp, t.listing = fast, listing
+        if fast == record.stamp:
+            t.lazy = True
+            return t
+        old = record.old_listing()
+        if old is not None and listing_stamp(old, exclude, use_ignore_files) == record.stamp and not top.is_file():
+            t.delta = delta(t, old, listing)
+            if t.delta is not None:
+                return t
+        t.stamp = t.listing = None
     now = time.time_ns()  # before the walk: a change during it is newer than this
     lines: list[str] = []
     newest = 0
@@ -98,11 +109,52 @@ def scan(top: Path, prefix: str, exclude: list[str] | None = None, use_ignore_fi
         add(f"{rel}\0{mode}\0{st.st_size}\0{mt}\0{st.st_ino}\0{ct}")
         if mt > newest or ct > newest:
             newest = max(mt, ct)
-    if fast is not None:
-        t.stamp = fast  # the find stamp taken before the walk: a change since makes the next one differ
+    if fast is not None:  # the find stamp taken before the walk: a change since makes the next one differ
+        t.stamp, t.listing = fast, listing
     elif not chunks.racy(newest, now):
         t.stamp = hashlib.sha256("\n".join(lines).encode("utf-8", "surrogateescape")).hexdigest()
     return t
+
+
+def delta(t: LocalTree, old: bytes, new: bytes) -> tuple[dict[str, tuple[str, tuple, str | None]], set[str]] | None:
+    """The names whose find line changed: {rel: (type f/d/l, stat tuple, link target)} for the
+    new or changed ones (ignore rules applied), and the rels of lines gone. None when an ignore
+    file changed (every name may be in or out now: walk instead)."""
+    olds, news = set(old.split(b"\0")), set(new.split(b"\0"))
+    changed: dict[str, tuple[str, tuple, str | None]] = {}
+    removed: set[str] = set()
+    for line in olds - news:
+        if line:
+            removed.add(os.fsdecode(line.split(b" ", 6)[6]))
+    added = []
+    for line in news - olds:
+        if line:
+            c, m, kind, mode, size, ino, rel = line.split(b" ", 6)
+            added.append((os.fsdecode(rel), kind.decode(), (int(size), chunks.find_ns(m), int(ino), chunks.find_ns(c),
+                                                              int(mode, 8))))
+    if t.use_ignore_files and any(r.rpartition("/")[2] in IGNORE_FILES for r in removed | {a[0] for a in added}):
+        return None
+    rules = None
+    if t.use_ignore_files:
+        rules = IgnoreRules(t.exclude)
+        loaded: set[str] = set()
+        for line in new.split(b"\0"):  # parents before children, as the walk loads them
+            rel = os.fsdecode(line.split(b" ", 6)[-1]) if line else ""
+            folder, _, name = rel.rpartition("/")
+            if name in IGNORE_FILES and folder not in loaded:
+                loaded.add(folder)
+                rules.load_dir(Path(t.top), folder)
+    for rel, kind, st in added:
+        if kind not in ("f", "d", "l") or not rel:
+            continue
+        if rules is not None:
+            parts = rel.split("/")
+            if any(rules.ignored("/".join(parts[:i]), True) for i in range(1, len(parts))) or rules.ignored(rel, kind == "d"):
+                continue
+        if kind == "f" and chunks.is_tmp_name(rel.rpartition("/")[2]):
+            continue
+        changed[rel] = (kind, st, os.readlink(t.path(rel)) if kind == "l" else None)
+    return changed, removed - set(changed)
 
 
 class StaleRecord(Exception):
@@ -120,6 +172,7 @@ class Record:
         self.digest: str | None = None
         self.stamp: str | None = None
         self.count = 0  # files, for the report of a no-op that reads no entries
+        self.listing: bytes | None = None  # to save beside it (see ``scan``)
         self._entries: tuple[dict[str, list[Any]], dict[str, str], list[str]] | None = None if path else ({}, {}, [])
         if path is not None:
             try:
@@ -162,6 +215,14 @@ class Record:
     def set(self, files: dict[str, list[Any]], links: dict[str, str], dirs: list[str]) -> None:
         self._entries = (files, links, dirs)
 
+    def old_listing(self) -> bytes | None:
+        """The find listing the record's stamp was taken from (None when it kept none)."""
+        try:
+            with open(Path(str(self.path)).with_suffix(".find"), "rb") as f:
+                return f.read()
+        except (OSError, TypeError):
+            return None
+
     @staticmethod
     def for_tree(host_key: str, tree: str) -> Record:
         name = hashlib.sha256(json.dumps([host_key, tree]).encode()).hexdigest()[:24]
@@ -172,6 +233,15 @@ class Record:
         if self.path is None:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        side = self.path.with_suffix(".find")
+        if self.listing is not None:
+            with open(side, "wb") as f:
+                f.write(self.listing)
+        else:
+            try:
+                os.unlink(side)
+            except OSError:
+                pass
         docs = ((self.path, {"digest": self.digest, "files": self.files, "links": self.links, "dirs": self.dirs}),
                 (self.path.with_suffix(".head"), {"digest": self.digest, "stamp": self.stamp,
                                                   "count": len(self.files)}))
@@ -221,11 +291,13 @@ def plan_tree(local: LocalTree, remote: dict[str, Any], record: Record, mirror: 
         plan.unchanged = record.count  # both ends as the record left them: no entry is looked at
         plan.after = record
         return plan
-    if local.lazy:  # the host changed: the local entries are needed after all
+    if remote.get("same") and local.delta is not None:
+        return _plan_delta(plan, local, record, remote, mirror)
+    if local.lazy or local.delta is not None:  # the host changed: every local entry is needed after all
         local = plan.local = scan(Path(local.top), local.prefix, local.exclude, local.use_ignore_files)
     after = plan.after
     after.path = record.path
-    after.stamp = local.stamp
+    after.stamp, after.listing = local.stamp, local.listing
     after.set({}, {}, [])
     now = time.time_ns()
     if remote.get("same"):
@@ -246,30 +318,8 @@ def plan_tree(local: LocalTree, remote: dict[str, Any], record: Record, mirror: 
         if rel not in base_dirs:
             plan.send.append(chunks.Item(local.arc(rel), local.path(rel), mode=0o755, is_dir=True))
     after.dirs.extend(local.dirs)
-    for rel, (size, mtime, ino, ctime, mode) in local.files.items():
-        b = base_files.get(rel)
-        if b is not None and b[0] == size and (b[1] & 0o111) == (mode & 0o111) and b[2] is not None:
-            k = known.get(rel)
-            h = k[5] if k is not None and k[0] == size and k[1] == mtime and k[2] == ino and k[3] == ctime else None
-            key = [size, mtime, ino, ctime]
-            if h is None:
-                try:
-                    st = os.stat(local.path(rel))
-                    h = chunks.file_hash(local.path(rel)).hexdigest()
-                except OSError:
-                    h = None
-                else:
-                    plan.hashed += 1
-                    key = record_key(st, now)
-            if h == b[2]:
-                plan.unchanged += 1
-                after.files[rel] = key + [b[1], h]
-                continue
-        it = chunks.Item(local.arc(rel), local.path(rel), size, mtime, mode)
-        if parts.get(rel) and size > chunks.CHUNK:
-            it.prefix = chunks.matching_prefix(Path(it.path), parts[rel], size)[: (size - 1) // chunks.CHUNK]
-            plan.resumed_bytes += len(it.prefix) * chunks.CHUNK
-        plan.send.append(it)
+    for rel, st in local.files.items():
+        _plan_file(plan, rel, st, base_files.get(rel), known.get(rel), parts, now)
     for rel, target in local.links.items():
         if base_links.get(rel) != target:
             plan.send.append(chunks.Item(local.arc(rel), local.path(rel), link=target))
@@ -286,6 +336,78 @@ def plan_tree(local: LocalTree, remote: dict[str, Any], record: Record, mirror: 
             if rel not in names:
                 after.links[rel] = target
         after.dirs.extend(sorted(d for d in base_dirs if d not in names))
+    return plan
+
+
+def _plan_file(plan: TreePlan, rel: str, st: tuple, b: tuple | None, k: list[Any] | None,
+               parts: dict[str, list[str]], now: int) -> None:
+    """Send local file ``rel`` (stat tuple ``st``) unless the host's (size, mode, hash) ``b``
+    shows the same content: the record entry ``k`` gives its hash while its stat is the same,
+    else the file is read."""
+    size, mtime, ino, ctime, mode = st
+    local = plan.local
+    if b is not None and b[0] == size and (b[1] & 0o111) == (mode & 0o111) and b[2] is not None:
+        h = k[5] if k is not None and k[0] == size and k[1] == mtime and k[2] == ino and k[3] == ctime else None
+        key = [size, mtime, ino, ctime]
+        if h is None:
+            try:
+                fresh = os.stat(local.path(rel))
+                h = chunks.file_hash(local.path(rel)).hexdigest()
+            except OSError:
+                h = None
+            else:
+                plan.hashed += 1
+                key = record_key(fresh, now)
+        if h == b[2]:
+            plan.unchanged += 1
+            plan.after.files[rel] = key + [b[1], h]
+            return
+    it = chunks.Item(local.arc(rel), local.path(rel), size, mtime, mode)
+    if parts.get(rel) and size > chunks.CHUNK:
+        it.prefix = chunks.matching_prefix(Path(it.path), parts[rel], size)[: (size - 1) // chunks.CHUNK]
+        plan.resumed_bytes += len(it.prefix) * chunks.CHUNK
+    plan.send.append(it)
+
+
+def _plan_delta(plan: TreePlan, local: LocalTree, record: Record, remote: dict[str, Any], mirror: bool) -> TreePlan:
+    """The plan when the host holds what the record says and only ``local.delta`` changed here."""
+    changed, removed = local.delta  # type: ignore[misc]
+    files, links, dirs = dict(record.files), dict(record.links), list(record.dirs)
+    after = plan.after
+    after.path, after.stamp, after.listing = record.path, local.stamp, local.listing
+    after.set(files, links, dirs)
+    dirset = set(dirs)
+    gone = [rel for rel in removed if rel in files or rel in links or rel in dirset]
+    if mirror:
+        plan.delete = [local.arc(rel) for rel in gone]
+        for rel in gone:
+            files.pop(rel, None)
+            links.pop(rel, None)
+            dirset.discard(rel)
+    parts: dict[str, list[str]] = remote.get("parts", {})
+    now = time.time_ns()
+    for rel in sorted(changed):  # parents before children
+        kind, st, target = changed[rel]
+        if kind == "d":
+            files.pop(rel, None)
+            links.pop(rel, None)
+            if rel not in dirset:
+                plan.send.append(chunks.Item(local.arc(rel), local.path(rel), mode=0o755, is_dir=True))
+                dirset.add(rel)
+            continue
+        if kind == "l":
+            if links.get(rel) != target:
+                plan.send.append(chunks.Item(local.arc(rel), local.path(rel), link=target))
+            links[rel] = target  # type: ignore[assignment]
+            files.pop(rel, None)
+            dirset.discard(rel)
+            continue
+        k = files.pop(rel, None)
+        links.pop(rel, None)
+        dirset.discard(rel)
+        _plan_file(plan, rel, st, (k[0], k[4], k[5]) if k else None, k, parts, now)
+    plan.unchanged = len(files)  # files the delta did not touch, and those found equal
+    dirs[:] = [d for d in dirs if d in dirset] + sorted(dirset - set(dirs))
     return plan
 
 

@@ -1098,12 +1098,12 @@ def _large(src: _Source, head: Any, guard: Guard, made: set, base_s: str, cache:
     res["written"] += 1
 
 
-def find_stamp(base: Path, prune: Iterable[str] = (), now_ns: Optional[int] = None) -> Optional[str]:
-    """A stamp of everything under ``base`` (each name's ctime, mtime, type, mode, size and
-    inode) from GNU find's listing: a C walk, several times faster than one in Python. None where
-    there is no GNU find, the walk failed, a temporary name of ours is there (its part files
-    must be listed) or the newest ctime is racily close to ``now_ns`` (see ``racy``). Folders
-    named in ``prune`` are not entered."""
+def find_listing(base: Path, prune: Iterable[str] = (), now_ns: Optional[int] = None) -> Optional[bytes]:
+    """GNU find's listing of everything under ``base``: per name ``%C@ %T@ %y %m %s %i %P`` (ctime,
+    mtime, type, mode, size, inode, path), NUL-terminated; a C walk, several times faster than
+    one in Python. None where there is no GNU find, the walk failed, a temporary name of ours is
+    there (its part files must be listed) or the newest ctime is racily close to ``now_ns``
+    (see ``racy``). Folders named in ``prune`` are not entered."""
     now_ns = time.time_ns() if now_ns is None else now_ns
     cmd = ["find", str(base)]
     names = list(prune)
@@ -1123,15 +1123,23 @@ def find_stamp(base: Path, prune: Iterable[str] = (), now_ns: Optional[int] = No
     out = r.stdout
     if r.returncode != 0 or not out or TMP_PREFIX.encode() in out:
         return None
-    newest = max(out.split(b"\0"))[:32].split(b" ", 1)[0]  # ctime comes first, fixed width until 2286
     try:
-        sec, _, frac = newest.decode().partition(".")
-        ctime = int(sec) * 10 ** 9 + int((frac + "000000000")[:9])
+        ctime = find_ns(max(out.split(b"\0"))[:32].split(b" ", 1)[0])  # ctime first, fixed width until 2286
     except ValueError:
         return None
-    if racy(ctime, now_ns):
-        return None
-    return "find:" + hashlib.sha256(out).hexdigest()
+    return None if racy(ctime, now_ns) else out
+
+
+def find_ns(stamp: bytes) -> int:
+    """Nanoseconds of a find ``%T@``/``%C@`` field (seconds, a dot, ten digits)."""
+    sec, _, frac = stamp.partition(b".")
+    return int(sec) * 10 ** 9 + int((frac + b"000000000")[:9])
+
+
+def find_stamp(base: Path, prune: Iterable[str] = (), now_ns: Optional[int] = None) -> Optional[str]:
+    """A stamp of everything under ``base`` (``find_listing``'s digest), or None."""
+    out = find_listing(base, prune, now_ns)
+    return None if out is None else "find:" + hashlib.sha256(out).hexdigest()
 
 
 def tree_digest(files: Dict[str, List[Any]], dirs: Iterable[str]) -> Optional[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -130,3 +131,69 @@ def test_hash_cache_appends_changes_and_folds_them_in(tmp_path: Path) -> None:
     assert not log.exists() and path.exists()
     folded = chunks.HashCache(path).data
     assert len(folded) == 12_002 and folded[str(files[0])][-1] == "h0" and str(files[1]) not in folded
+
+
+def settle(top: Path) -> None:
+    """Wait until every stamp under ``top`` is older than the racy window, so both ends may
+    trust their stamps (what happens between edits and a submit at human pace)."""
+    import time
+
+    from gpujob.sync import chunks
+
+    newest = max(p.lstat().st_ctime_ns for p in [top, *top.rglob("*")])
+    deadline = time.time() + 10
+    while chunks.racy(newest, time.time_ns()) and time.time() < deadline:
+        time.sleep(0.05)
+
+
+def test_changes_between_settled_syncs(find_or_not: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With GNU find the second sync plans from the lines of find's listing that changed."""
+    src = tmp_path / "src"
+    tree(src, 40)
+    (src / ".gitignore").write_text("*.log\nbuild/\n")
+    (src / "dir-to-file").mkdir()
+    (src / "dir-to-file" / "x.py").write_text("x\n")
+    (src / "file-to-dir").write_text("f\n")
+    os.symlink("pkg1", src / "link")
+    monkeypatch.setenv("GPUJOB_LOCAL_ROOT", str(tmp_path / "remote-root"))
+    code = tmp_path / "remote-root" / "projects" / "proj" / "code"
+    agent = agent_for("local")
+    settle(src)
+    sync_job(agent, spec_for(src), "proj")
+    settle(code)
+    assert sync_job(agent, spec_for(src), "proj").files_sent == 0
+
+    f = src / "pkg1" / "module_with_a_long_name_1.py"
+    f.write_text(f.read_text().replace("x", "y"))  # same size
+    (src / "pkg2" / "module_with_a_long_name_2.py").unlink()
+    (src / "pkg9" / "new.py").write_text("new\n")
+    (src / "new dir" / "deep").mkdir(parents=True)
+    (src / "new dir" / "deep" / "n.py").write_text("n\n")
+    (src / "run.log").write_text("ignored\n")
+    (src / "build").mkdir()
+    (src / "build" / "out.py").write_text("ignored too\n")
+    (src / "dir-to-file" / "x.py").unlink()
+    (src / "dir-to-file").rmdir()
+    (src / "dir-to-file").write_text("now a file\n")
+    (src / "file-to-dir").unlink()
+    (src / "file-to-dir").mkdir()
+    (src / "file-to-dir" / "y.py").write_text("y\n")
+    (src / "link").unlink()
+    os.symlink("pkg3", src / "link")
+    (src / "pkg4" / "module_with_a_long_name_4.py").chmod(0o755)
+    settle(src)
+    rep = sync_job(agent, spec_for(src), "proj")
+    d = subprocess.run(["diff", "-r", "--no-dereference", "-x", "*.log", "-x", "build", str(src), str(code)],
+                       capture_output=True, text=True)
+    assert d.stdout + d.stderr == ""
+    assert not (code / "run.log").exists() and not (code / "build").exists()
+    assert os.access(code / "pkg4" / "module_with_a_long_name_4.py", os.X_OK)
+    assert (rep.files_sent, rep.deleted) == (7, 2), rep
+
+    # an ignore file changed: every name may be in or out now
+    (src / ".gitignore").write_text("*.log\n")
+    settle(src)
+    sync_job(agent, spec_for(src), "proj")
+    assert (code / "build" / "out.py").exists() and not (code / "run.log").exists()
+    settle(code)
+    assert sync_job(agent, spec_for(src), "proj").files_sent == 0
