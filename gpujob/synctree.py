@@ -72,20 +72,22 @@ def scan(top: Path, prefix: str, exclude: list[str] | None = None, use_ignore_fi
     (no entries: nothing changed); else when the record kept its find listing, only the names
     whose listing line changed come back (``delta``). Neither walks in Python."""
     t = LocalTree(str(top), prefix, exclude=exclude, use_ignore_files=use_ignore_files)
-    listing = chunks.find_listing(top, PRUNE if use_ignore_files else ())
-    fast = None if listing is None else listing_stamp(listing, exclude, use_ignore_files)
-    if fast is not None and record is not None and record.stamp:
+    now = time.time_ns()
+    raw = chunks.find_listing(top, PRUNE if use_ignore_files else (), now, allow_racy=True)
+    fast = listing = None
+    if raw is not None:  # kept: the listing without racy lines (they look changed next time)
+        listing, racy_lines = chunks.drop_racy(raw, now)
+        fast = None if racy_lines else listing_stamp(raw, exclude, use_ignore_files)
+    if raw is not None and record is not None and record.lstamp:
         t.stamp, t.listing = fast, listing
-        if fast == record.stamp:
+        if fast is not None and fast == record.stamp:
             t.lazy = True
             return t
         old = record.old_listing()
-        if old is not None and listing_stamp(old, exclude, use_ignore_files) == record.stamp and not top.is_file():
-            t.delta = delta(t, old, listing)
+        if old is not None and listing_stamp(old, exclude, use_ignore_files) == record.lstamp and not top.is_file():
+            t.delta = delta(t, old, raw)
             if t.delta is not None:
                 return t
-        t.stamp = t.listing = None
-    now = time.time_ns()  # before the walk: a change during it is newer than this
     lines: list[str] = []
     newest = 0
     if top.is_file():
@@ -109,7 +111,7 @@ def scan(top: Path, prefix: str, exclude: list[str] | None = None, use_ignore_fi
         add(f"{rel}\0{mode}\0{st.st_size}\0{mt}\0{st.st_ino}\0{ct}")
         if mt > newest or ct > newest:
             newest = max(mt, ct)
-    if fast is not None:  # the find stamp taken before the walk: a change since makes the next one differ
+    if raw is not None:  # the find stamp taken before the walk: a change since makes the next one differ
         t.stamp, t.listing = fast, listing
     elif not chunks.racy(newest, now):
         t.stamp = hashlib.sha256("\n".join(lines).encode("utf-8", "surrogateescape")).hexdigest()
@@ -173,12 +175,16 @@ class Record:
         self.stamp: str | None = None
         self.count = 0  # files, for the report of a no-op that reads no entries
         self.listing: bytes | None = None  # to save beside it (see ``scan``)
+        self.lstamp: str | None = None  # the saved listing's stamp
+        self.exclude: list[str] | None = None  # the rules the listing's stamp is taken with
+        self.use_ignore_files = True
         self._entries: tuple[dict[str, list[Any]], dict[str, str], list[str]] | None = None if path else ({}, {}, [])
         if path is not None:
             try:
                 with open(path.with_suffix(".head")) as f:
                     head = json.load(f)
                 self.digest, self.stamp, self.count = head["digest"], head["stamp"], head.get("count", 0)
+                self.lstamp = head.get("lstamp")
             except (OSError, ValueError, KeyError, TypeError):
                 self._entries = ({}, {}, [])
 
@@ -234,7 +240,9 @@ class Record:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         side = self.path.with_suffix(".find")
+        self.lstamp = None
         if self.listing is not None:
+            self.lstamp = listing_stamp(self.listing, self.exclude, self.use_ignore_files)
             with open(side, "wb") as f:
                 f.write(self.listing)
         else:
@@ -243,7 +251,7 @@ class Record:
             except OSError:
                 pass
         docs = ((self.path, {"digest": self.digest, "files": self.files, "links": self.links, "dirs": self.dirs}),
-                (self.path.with_suffix(".head"), {"digest": self.digest, "stamp": self.stamp,
+                (self.path.with_suffix(".head"), {"digest": self.digest, "stamp": self.stamp, "lstamp": self.lstamp,
                                                   "count": len(self.files)}))
         for path, doc in docs:
             tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -298,6 +306,7 @@ def plan_tree(local: LocalTree, remote: dict[str, Any], record: Record, mirror: 
     after = plan.after
     after.path = record.path
     after.stamp, after.listing = local.stamp, local.listing
+    after.exclude, after.use_ignore_files = local.exclude, local.use_ignore_files
     after.set({}, {}, [])
     now = time.time_ns()
     if remote.get("same"):
@@ -375,6 +384,7 @@ def _plan_delta(plan: TreePlan, local: LocalTree, record: Record, remote: dict[s
     files, links, dirs = dict(record.files), dict(record.links), list(record.dirs)
     after = plan.after
     after.path, after.stamp, after.listing = record.path, local.stamp, local.listing
+    after.exclude, after.use_ignore_files = local.exclude, local.use_ignore_files
     after.set(files, links, dirs)
     dirset = set(dirs)
     gone = [rel for rel in removed if rel in files or rel in links or rel in dirset]

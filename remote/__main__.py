@@ -79,6 +79,11 @@ def cmd_receive(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     return transfer.receive(root.root, sys.stdin.buffer, transfer.hash_cache(root.root))
 
 
+def cmd_reseal(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+    """Bring the synced trees' seals up to date (started detached after a receive)."""
+    return transfer.reseal(root.root)
+
+
 def cmd_send(root: Root, a: argparse.Namespace) -> None:
     job = root.job(jobs.resolve(root, a.job))
     if a.manifest:  # the pull manifest (JSON), then the client asks for what it lacks with --list
@@ -317,6 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--hash-dir", action="append", default=[])
         s.add_argument("--known", action="append", default=[], help="DIR=DIGEST: the client's record of DIR")
     sub.add_parser("receive")
+    sub.add_parser("reseal")
     s = sub.add_parser("send")
     s.add_argument("--job", required=True)
     s.add_argument("--what", default="ckpt,output.log,metrics.jsonl,events.jsonl,status.json")
@@ -373,7 +379,7 @@ def main(argv: List[str]) -> int:
     root = Root(args.root)
     load_agent_env(root)
     handler = globals()["cmd_" + args.verb]
-    if args.verb not in ("run", "notify_lost", "idle_watch", "serve"):
+    if args.verb not in ("run", "notify_lost", "idle_watch", "serve", "reseal"):
         from remote import events  # a job found lost is announced once, by a detached sender
 
         events.spawn_lost_check(root)

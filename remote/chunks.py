@@ -1098,12 +1098,13 @@ def _large(src: _Source, head: Any, guard: Guard, made: set, base_s: str, cache:
     res["written"] += 1
 
 
-def find_listing(base: Path, prune: Iterable[str] = (), now_ns: Optional[int] = None) -> Optional[bytes]:
+def find_listing(base: Path, prune: Iterable[str] = (), now_ns: Optional[int] = None,
+                 allow_racy: bool = False) -> Optional[bytes]:
     """GNU find's listing of everything under ``base``: per name ``%C@ %T@ %y %m %s %i %P`` (ctime,
     mtime, type, mode, size, inode, path), NUL-terminated; a C walk, several times faster than
     one in Python. None where there is no GNU find, the walk failed, a temporary name of ours is
     there (its part files must be listed) or the newest ctime is racily close to ``now_ns``
-    (see ``racy``). Folders named in ``prune`` are not entered."""
+    (see ``racy``; unless ``allow_racy``). Folders named in ``prune`` are not entered."""
     now_ns = time.time_ns() if now_ns is None else now_ns
     cmd = ["find", str(base)]
     names = list(prune)
@@ -1123,11 +1124,25 @@ def find_listing(base: Path, prune: Iterable[str] = (), now_ns: Optional[int] = 
     out = r.stdout
     if r.returncode != 0 or not out or TMP_PREFIX.encode() in out:
         return None
+    if allow_racy:
+        return out
     try:
         ctime = find_ns(max(out.split(b"\0"))[:32].split(b" ", 1)[0])  # ctime first, fixed width until 2286
     except ValueError:
         return None
     return None if racy(ctime, now_ns) else out
+
+
+def drop_racy(listing: bytes, now_ns: int) -> Tuple[bytes, bool]:
+    """``listing`` without the lines whose ctime is racily close to ``now_ns`` (a later look
+    sees them as changed and checks them again), and whether there were any."""
+    try:
+        if not racy(find_ns(max(listing.split(b"\0"))[:32].split(b" ", 1)[0]), now_ns):
+            return listing, False
+        keep = [line for line in listing.split(b"\0") if line and not racy(find_ns(line.split(b" ", 1)[0]), now_ns)]
+    except ValueError:
+        return b"", True
+    return b"".join(line + b"\0" for line in keep), True
 
 
 def find_ns(stamp: bytes) -> int:
