@@ -243,6 +243,9 @@ def manifest_doc(root: Path, dirs: List[str], hash_dirs: List[str], cache: Optio
             if stamp is not None and digest is not None:
                 seals[d] = [stamp, digest]
                 changed = True
+            elif d not in seals:  # known now: the reseal after a receive looks at it
+                seals[d] = [None, None]
+                changed = True
         t.pop("inos", None)
         t["digest"] = digest
         if digest is not None and expect.get(d) == digest:
