@@ -1,13 +1,17 @@
 """What a sync sends: the local tree's scan, the laptop's record of what the host holds, the plan.
 
-The record (``<config>/sync/<hash>.json``, one per host, root and remote tree) lists every file
-the host holds as ``[size, mtime_ns, inode, ctime_ns, mode, hash]``: the local stat the hash
-was taken from, the mode and content hash there; links and folders too; and the digest of that
-tree (``chunks.tree_digest``). The agent computes its tree's digest from its own hash cache; when
-it equals the record's, the record *is* the host's tree and the agent sends no manifest. A local
-file whose size, mtime_ns, inode and ctime equal the record's is not read; one whose stamps were
-racily close to the clock when recorded (``chunks.racy``) is read again (an edit in the same clock tick keeps
-every stamp).
+The record (``<config>/sync/<hash>.json``, one per host profile, root and remote tree) lists
+every file the host holds as ``[size, mtime_ns, inode, ctime_ns, mode, hash]``: the local stat
+the hash was taken from, the mode and content hash there; links and folders too; and the
+digest of that tree (``chunks.tree_digest``). Its head (``.head``) holds the digest and the
+local tree's stamps, and ``.find`` the GNU find listing the stamps came from. The agent
+computes its tree's digest; when it equals the record's, the record *is* the host's tree and
+the agent sends no manifest. Then the laptop needs no walk in Python: an unchanged stamp means
+nothing to send, a changed one is planned from the listing's changed lines. A local file
+whose size, mtime_ns, inode and ctime equal the record's is not read; one whose stamps were
+racily close to the clock when recorded (``chunks.racy``) is read again (an edit in the same
+clock tick keeps every stamp). Without GNU find (BSD find has no ``-printf``) the tree is
+walked with ``os.scandir``.
 """
 
 from __future__ import annotations
