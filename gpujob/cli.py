@@ -298,9 +298,10 @@ def cmd_ls(args: argparse.Namespace) -> int:
     names = [args.host] if getattr(args, "host", None) else (index.hosts() or ["local"])
     out: list[dict[str, Any]] = []
     errors: dict[str, str] = {}
+    older: list[int] = []
     for name in names:
         try:
-            for j in jobs.ls(_agent(name)):
+            for j in jobs.ls(_agent(name), everything=getattr(args, "all", False), older=older):
                 j.setdefault("host", name)
                 j["host"] = j["host"] or name
                 out.append(j)
@@ -309,10 +310,12 @@ def cmd_ls(args: argparse.Namespace) -> int:
                 raise
             errors[name] = str(e)
     if args.json:
-        print_json({"jobs": out, "errors": errors})
+        print_json({"jobs": out, "errors": errors, "older": sum(older)})
         return 0
     c = console()
     c.print(jobs_table(out) if out else "no jobs yet: gpujob submit job.yaml")
+    if sum(older):
+        c.print(f"[dim]{sum(older)} older finished job(s) not shown: gpujob ls --all[/]")
     for name, e in errors.items():
         c.print(f"[yellow]{name}[/]: {_esc(e)}")
     _disk_warning(out)
@@ -1001,6 +1004,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "7 not finished (docs/cli.md)")
     s = add("ls", cmd_ls, "list jobs (one remote command per host)")
     s.add_argument("--host")
+    s.add_argument("--all", action="store_true", help="every job, not only running ones and the newest 30 finished")
     s = add("tail", cmd_tail, "print a job's output; -f follows and survives sleep and network drops")
     s.add_argument("job", type=_job_ref)
     s.add_argument("--host")

@@ -17,6 +17,7 @@ class _Rule:
     regex: re.Pattern
     negate: bool
     dir_only: bool
+    name_body: str | None = None  # set when the rule tests the last name only (a top-level ``*.pyc``)
 
 
 def _translate(pat: str) -> str:
@@ -70,7 +71,8 @@ def compile_rule(line: str, base: str = "") -> _Rule | None:
     body = _translate(line)
     prefix = re.escape(base + "/") if base else ""
     regex = "^" + prefix + body + "$" if anchored else "^" + prefix + "(?:.*/)?" + body + "$"
-    return _Rule(re.compile(regex), negate, dir_only)
+    name_only = not anchored and not base and "**" not in line
+    return _Rule(re.compile(regex), negate, dir_only, body if name_only else None)
 
 
 class IgnoreRules:
@@ -78,6 +80,7 @@ class IgnoreRules:
 
     def __init__(self, patterns: list[str] | None = None) -> None:
         self.rules: list[_Rule] = []
+        self._fast: tuple[re.Pattern | None, re.Pattern | None, list[_Rule]] | None = None
         for p in ALWAYS + list(patterns or []):
             self.add(p)
 
@@ -85,6 +88,7 @@ class IgnoreRules:
         rule = compile_rule(line, base)
         if rule:
             self.rules.append(rule)
+            self._fast = None
 
     def load_dir(self, top: Path, rel: str) -> None:
         for name in IGNORE_FILES:
@@ -93,7 +97,26 @@ class IgnoreRules:
                 for line in f.read_text(errors="replace").splitlines():
                     self.add(line, rel)
 
+    def _compile(self) -> tuple[re.Pattern | None, re.Pattern | None, list[_Rule]]:
+        """Without negations the last match is any match: the rules that test the last name
+        become one regex for files and one for folders (one match per path, not one per rule)."""
+        def one(bodies: list[str]) -> re.Pattern | None:
+            return re.compile("(?:" + "|".join(bodies) + ")$") if bodies else None  # matched from the name's start
+
+        names = [r for r in self.rules if r.name_body is not None]
+        files = one([r.name_body for r in names if not r.dir_only])  # type: ignore[misc]
+        dirs = one([r.name_body for r in names])  # type: ignore[misc]
+        return files, dirs, [r for r in self.rules if r.name_body is None]
+
     def ignored(self, rel: str, is_dir: bool) -> bool:
+        if not any(r.negate for r in self.rules):
+            if self._fast is None:
+                self._fast = self._compile()
+            files, dirs, others = self._fast
+            rx = dirs if is_dir else files
+            if rx is not None and rx.match(rel, rel.rfind("/") + 1):
+                return True
+            return any(r.regex.match(rel) for r in others if is_dir or not r.dir_only)
         result = False
         for r in self.rules:
             if r.dir_only and not is_dir:
@@ -103,25 +126,32 @@ class IgnoreRules:
         return result
 
 
-def walk(top: Path, extra: list[str] | None = None) -> Iterator[tuple[str, os.stat_result, bool]]:
-    """(relative path, lstat, is_dir) of every kept entry under ``top``, parents before children."""
-    rules = IgnoreRules(extra)
-    rules.load_dir(top, "")
+def walk(top: Path, extra: list[str] | None = None, rules_apply: bool = True
+         ) -> Iterator[tuple[str, os.stat_result, bool]]:
+    """(relative path, lstat, is_dir) of every kept entry under ``top``, parents before children
+    (``rules_apply=False``: every entry, no ignore rules at all). One ``scandir`` per folder;
+    a folder's ignore files are looked for in its listing, not with a stat each."""
+    rules = IgnoreRules(extra) if rules_apply else None
     stack = [""]
     while stack:
         rel_dir = stack.pop()
-        base = top / rel_dir if rel_dir else top
         try:
-            entries = sorted(os.scandir(base), key=lambda e: e.name)
+            with os.scandir(top / rel_dir if rel_dir else top) as it:
+                entries = sorted(it, key=lambda e: e.name)
         except OSError:
             continue
+        if rules is not None and any(e.name in IGNORE_FILES for e in entries):
+            rules.load_dir(top, rel_dir)
+        pre = rel_dir + "/" if rel_dir else ""
         for e in entries:
-            rel = f"{rel_dir}/{e.name}" if rel_dir else e.name
-            st = e.stat(follow_symlinks=False)
+            rel = pre + e.name
+            try:
+                st = e.stat(follow_symlinks=False)
+            except OSError:  # gone since the listing
+                continue
             is_dir = e.is_dir(follow_symlinks=False)
-            if rules.ignored(rel, is_dir):
+            if rules is not None and rules.ignored(rel, is_dir):
                 continue
             yield rel, st, is_dir
             if is_dir:
-                rules.load_dir(top, rel)
                 stack.append(rel)

@@ -23,9 +23,14 @@ def status(agent: Agent, job: str) -> dict[str, Any]:
     return agent.call("status", ["--job", job])["jobs"][0]
 
 
-def ls(agent: Agent, limit: int = 0) -> list[dict[str, Any]]:
-    """Every job on the host, oldest first (one remote command)."""
-    return agent.call("status", ["--limit", str(limit)] if limit else [])["jobs"]
+def ls(agent: Agent, limit: int = 0, everything: bool = False, older: list[int] | None = None) -> list[dict[str, Any]]:
+    """The host's running and queued jobs and its newest finished ones (``everything``: every
+    job), oldest first, in one remote command; ``older`` gets the count of jobs left out."""
+    args = ["--limit", str(limit)] if limit else ["--all"] if everything else []
+    doc = agent.call("status", args)
+    if older is not None:
+        older.append(int(doc.get("older") or 0))
+    return doc["jobs"]
 
 
 def stop(agent: Agent, job: str, wait: float = 600) -> dict[str, Any]:

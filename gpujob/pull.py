@@ -4,7 +4,7 @@ One exec channel (``send --manifest --list``): the agent writes what the selecti
 (sizes, mtimes, modes) as one line, the laptop answers with only the files that are missing or
 differ here (a cut large file asks to
 resume from the chunks its part file holds; the agent checks them against its copy). Every
-file arrives under a ``.gpujob-part`` name and is renamed into place once its content hash
+file arrives under a short temporary name (``.gpujob-<hash>.part``) and is renamed into place once its content hash
 checks out. Entries that would land outside DEST are refused before anything is written.
 """
 
@@ -102,7 +102,7 @@ def plan_pull(target: Path, manifest: dict) -> tuple[list[Any], int, int]:
             continue
         try:
             st = local.lstat()
-            if not local.is_symlink() and local.is_file() and st.st_size == size and int(st.st_mtime) == mtime:
+            if not local.is_symlink() and local.is_file() and st.st_size == size and st.st_mtime_ns == mtime:
                 same += 1
                 continue
         except OSError:

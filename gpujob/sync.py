@@ -10,11 +10,14 @@ streams into a ``receive`` command), so an edit-and-resubmit starts no process o
 The laptop walks its trees while the manifest is on its way, and reads, hashes and compresses
 the stream in one thread while another sends it (the link and the two CPUs work at once).
 
-A file travels when it is missing there, its size, exec bit or link differs, or its mtime
-differs and the content hashes differ too (the laptop's sync record in
-``<cache>/sync-hashes.json`` and the agent's cache mean only files whose size or mtime changed
-are hashed). ``data:`` entries ask the agent to hash everything (cached), so a data set
-already there costs one manifest. Large files go in verified 4 MiB chunks; a cut transfer
+The cost follows what changed, not the tree's size: the laptop keeps a record of what it left
+on the host (``gpujob/synctree.py``) and sends the digest of that tree with its request; the
+agent computes its tree's digest from its hash cache (keyed by size, mtime_ns and inode) and,
+when they are equal, answers ``same`` instead of a manifest. A file travels when it is missing
+there, its size, exec bit or link differs, or its content hash differs; a local file is read
+to tell only when its size, mtime_ns, inode or ctime moved since it was recorded. A file
+changed while it is read is read again (small) or refused with a clear message (large), never
+sent torn. Large files go in verified 4 MiB chunks; a cut transfer
 resumes at the first chunk the part file does not have. Deletions are mirrored in the
 project's ``code/`` only; ``data/`` is shared between jobs and never pruned. The stream is
 gzip-compressed when a sample of the payload compresses well (``GPUJOB_SYNC_CODEC`` forces
@@ -24,9 +27,9 @@ gzip-compressed when a sample of the payload compresses well (``GPUJOB_SYNC_CODE
 from __future__ import annotations
 
 import io
+import json
 import os
 import queue
-import stat
 import sys
 import threading
 import time
@@ -38,9 +41,8 @@ from typing import Any, Callable
 from gpujob.agent import Agent
 from gpujob.bundle import import_remote
 from gpujob.errors import ConnectError, GpujobError, RemoteError, link_cut
-from gpujob.ignore import walk
-from gpujob.paths import cache_dir, moved_from_config
 from gpujob.spec import JobSpec
+from gpujob.synctree import LocalTree, Record, StaleRecord, TreePlan, plan_tree, scan, sent
 
 chunks: Any = import_remote("chunks")
 FREE_MARGIN = 256 << 20
@@ -50,27 +52,11 @@ LEASE_WAIT = 600.0  # seconds a submit waits for another submit of its project t
 
 
 @dataclass
-class Entry:
-    """A local file, folder or link to send, under its name relative to the remote root."""
-
-    arcname: str
-    path: Path
-    size: int
-    mtime: int
-    mode: int
-    link: str | None = None
-    is_dir: bool = False
-    prefix: list[str] = field(default_factory=list)
-    st: os.stat_result | None = None
-
-    def item(self) -> Any:
-        return chunks.Item(self.arcname, self.path, self.size, self.mtime, self.mode, self.link, self.is_dir, self.prefix,
-                           self.st)
-
-
-@dataclass
 class Plan:
-    send: list[Entry] = field(default_factory=list)
+    """Every tree's plan together: one stream carries them all."""
+
+    trees: list[TreePlan] = field(default_factory=list)
+    send: list[Any] = field(default_factory=list)  # chunks.Item, every tree's
     delete: list[str] = field(default_factory=list)
     unchanged: int = 0
     resumed_bytes: int = 0
@@ -80,73 +66,7 @@ class Plan:
         return sum(e.size - len(e.prefix) * chunks.CHUNK for e in self.send if not e.is_dir and e.link is None)
 
 
-def sync_record() -> Any:
-    """The laptop's hash cache (the sync record)."""
-    return chunks.HashCache(moved_from_config(cache_dir() / "sync-hashes.json"))
-
-
-def _entry(arc: str, path: Path, st: os.stat_result) -> Entry:
-    if stat.S_ISLNK(st.st_mode):
-        return Entry(arc, path, 0, 0, 0o777, link=os.readlink(path))
-    if stat.S_ISDIR(st.st_mode):
-        return Entry(arc, path, 0, 0, stat.S_IMODE(st.st_mode), is_dir=True)
-    return Entry(arc, path, st.st_size, int(st.st_mtime), stat.S_IMODE(st.st_mode), st=st)
-
-
-def local_tree(top: Path, prefix: str, exclude: list[str] | None = None, use_ignore_files: bool = True) -> dict[str, Entry]:
-    """Entries of a local file or folder, named ``prefix/rel``."""
-    out: dict[str, Entry] = {}
-    if top.is_file():
-        out[""] = _entry(prefix, top, top.stat())
-        return out
-    if use_ignore_files:
-        items = walk(top, exclude)
-    else:
-        items = ((str(p.relative_to(top)), p.lstat(), p.is_dir() and not p.is_symlink()) for p in sorted(top.rglob("*")))
-    for rel, st, _ in items:
-        if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode) or stat.S_ISLNK(st.st_mode):
-            out[rel] = _entry(f"{prefix}/{rel}", top / rel, st)
-    return out
-
-
-def _same(e: Entry, remote: list | None, record: Any) -> bool:
-    if remote is None:
-        return False
-    size, mtime, mode, link = remote[:4]
-    rhash = remote[4] if len(remote) > 4 else None
-    if e.link is not None or link is not None:
-        return link == e.link
-    if size != e.size or (mode & 0o111) != (e.mode & 0o111):
-        return False
-    if mtime == e.mtime:
-        return True
-    return rhash is not None and record is not None and record.hash(e.path, e.st) == rhash
-
-
-def plan_tree(local: dict[str, Entry], remote: dict, mirror: str | None = None, record: Any = None) -> Plan:
-    """What to send so ``remote`` matches ``local``; with ``mirror`` (the tree's name), what to delete too."""
-    plan = Plan()
-    rfiles: dict[str, list] = remote.get("files", {})
-    rdirs = set(remote.get("dirs", []))
-    parts: dict[str, list] = remote.get("parts", {})
-    for rel, e in local.items():
-        if e.is_dir:
-            if rel not in rdirs:
-                plan.send.append(e)
-            continue
-        if _same(e, rfiles.get(rel), record):
-            plan.unchanged += 1
-            continue
-        if e.link is None and parts.get(rel) and e.size > chunks.CHUNK:
-            e.prefix = chunks.matching_prefix(e.path, parts[rel], e.size)[: (e.size - 1) // chunks.CHUNK]
-            plan.resumed_bytes += len(e.prefix) * chunks.CHUNK
-        plan.send.append(e)
-    if mirror is not None:
-        plan.delete = [f"{mirror}/{rel}" for rel in list(rfiles) + sorted(rdirs) if rel and rel not in local]
-    return plan
-
-
-def choose_codec(entries: list[Entry], sample: int = 64 << 10, max_files: int = 24) -> str:
+def choose_codec(entries: list[Any], sample: int = 64 << 10, max_files: int = 24) -> str:
     """``gz:1`` when a sample of the payload (the largest files, and small ones together)
     shrinks below 80 % under zlib level 1, else ``none``; ``GPUJOB_SYNC_CODEC`` overrides."""
     forced = os.environ.get("GPUJOB_SYNC_CODEC")
@@ -183,32 +103,48 @@ class SyncReport:
     codec: str = "none"
 
 
-def targets(spec: JobSpec, project: str) -> list[str]:
-    """The agent arguments naming the trees to compare: code, then each ``data:`` entry (hashed)."""
-    args = ["--dir", f"projects/{project}/code"]
-    for d in spec.data:
-        args += ["--hash-dir", f"data/{d.dst}"]
+def tree_names(spec: JobSpec, project: str) -> list[str]:
+    """The remote trees a job needs: its project's code, then each ``data:`` entry."""
+    return [f"projects/{project}/code"] + [f"data/{d.dst}" for d in spec.data]
+
+
+def targets(spec: JobSpec, project: str, records: list[Record] | None = None) -> list[str]:
+    """The agent arguments naming the trees to compare (with the digest each record expects)."""
+    names = tree_names(spec, project)
+    args = ["--dir", names[0]]
+    for n in names[1:]:
+        args += ["--hash-dir", n]
+    for n, r in zip(names, records or []):
+        if r.digest:
+            args += ["--known", f"{n}={r.digest}"]
     return args
 
 
-def local_trees(spec: JobSpec, project: str) -> list[dict[str, Entry]]:
-    """The local code tree, then each ``data:`` entry's."""
-    out = [local_tree(Path(spec.workdir), f"projects/{project}/code", spec.exclude)]
-    out += [local_tree(Path(d.src), f"data/{d.dst}", use_ignore_files=False) for d in spec.data]
+def local_trees(spec: JobSpec, project: str, records: list[Record] | None = None) -> list[LocalTree]:
+    """The local code tree, then each ``data:`` entry's (``lazy`` or a ``delta`` where a record helps)."""
+    names = tree_names(spec, project)
+    recs: list[Record | None] = list(records) if records else [None] * len(names)
+    out = [scan(Path(spec.workdir), names[0], spec.exclude, record=recs[0])]
+    out += [scan(Path(d.src), n, use_ignore_files=False, record=r) for d, n, r in zip(spec.data, names[1:], recs[1:])]
     return out
 
 
-def plan_from(remote: dict, spec: JobSpec, project: str, record: Any = None,
-              trees: list[dict[str, Entry]] | None = None) -> Plan:
-    """The plan for the code and every ``data:`` entry against the remote manifest."""
-    code_dir = f"projects/{project}/code"
-    trees = trees if trees is not None else local_trees(spec, project)
-    plan = plan_tree(trees[0], remote[code_dir], mirror=code_dir, record=record)
-    for d, local in zip(spec.data, trees[1:]):
-        sub = plan_tree(local, remote[f"data/{d.dst}"], record=record)
-        plan.send += sub.send
-        plan.unchanged += sub.unchanged
-        plan.resumed_bytes += sub.resumed_bytes
+def host_key(agent: Agent) -> str:
+    """Which record to use: the profile's name and root (a record naming another machine's tree
+    costs only speed: the agent's digest will not match it)."""
+    return json.dumps([agent.host.name, agent.root])
+
+
+def plan_from(remote: dict, trees: list[LocalTree], records: list[Record]) -> Plan:
+    """The plan for the code (mirrored) and every ``data:`` entry against the agent's answer."""
+    plan = Plan()
+    for i, (t, rec) in enumerate(zip(trees, records)):
+        tp = plan_tree(t, remote[t.prefix], rec, mirror=i == 0)
+        plan.trees.append(tp)
+        plan.send += tp.send
+        plan.delete += tp.delete
+        plan.unchanged += tp.unchanged
+        plan.resumed_bytes += tp.resumed_bytes
     return plan
 
 
@@ -251,10 +187,17 @@ class _Pipe:
                 continue
 
 
-def _callbacks(plan: Plan, record: Any, progress: Callable[[int, int], None] | None
+def _callbacks(plan: Plan, progress: Callable[[int, int], None] | None
                ) -> tuple[Callable[[int], None], Callable[[Any, str], None]]:
-    """The stream writer's byte counter (drives ``progress``) and hash hook (fills the record)."""
+    """The stream writer's byte counter (drives ``progress``) and hash hook (fills the records
+    the upload leaves once it succeeds)."""
     total, done = plan.bytes, [0]
+    owner = {}
+    for tp in plan.trees:
+        n = len(tp.local.prefix) + 1
+        for it in tp.send:
+            owner[it.arcname] = (tp, it.arcname[n:])
+    now = time.time_ns()
 
     def on_bytes(n: int) -> None:
         done[0] += n
@@ -262,11 +205,9 @@ def _callbacks(plan: Plan, record: Any, progress: Callable[[int, int], None] | N
             progress(done[0], total)
 
     def on_hash(item: Any, h: str) -> None:
-        if record is not None:
-            try:
-                record.put(item.path, h, item.st)
-            except OSError:
-                pass
+        tp, rel = owner.get(item.arcname, (None, ""))
+        if tp is not None:
+            sent(tp, rel, item, h, now)
 
     return on_bytes, on_hash
 
@@ -277,40 +218,36 @@ def fits_kept_agent(plan: Plan) -> bool:
     return plan.bytes <= KEPT_UPLOAD_MAX and all(e.size < chunks.CHUNK and not e.prefix for e in plan.send)
 
 
-def upload_kept(agent: Agent, plan: Plan, record: Any = None, progress: Callable[[int, int], None] | None = None,
+def upload_kept(agent: Agent, plan: Plan, progress: Callable[[int, int], None] | None = None,
                 codec: str | None = None, args: list[str] | None = None) -> tuple[int, str]:
     """Send a small ``plan`` as one ``receive`` request to the kept agent; (bytes on the wire, codec)."""
     codec = codec or choose_codec(plan.send)
-    on_bytes, on_hash = _callbacks(plan, record, progress)
+    on_bytes, on_hash = _callbacks(plan, progress)
     buf = io.BytesIO()
     comp = chunks.Compressed(buf, codec)
     try:
-        chunks.write_items(comp, (e.item() for e in plan.send), plan.delete, on_bytes, on_hash)
+        chunks.write_items(comp, plan.send, plan.delete, on_bytes, on_hash)
     except chunks.TransferError as e:
         raise GpujobError(str(e), "run submit again once the file stopped changing") from None
     comp.finish()
-    try:
-        agent.call("receive", args, input=buf.getvalue(), timeout=600)
-    finally:
-        if record is not None:
-            record.save()
+    agent.call("receive", args, input=buf.getvalue(), timeout=600)
     return comp.wire_bytes, codec
 
 
-def upload(s: Any, agent: Agent, plan: Plan, record: Any = None, progress: Callable[[int, int], None] | None = None,
+def upload(s: Any, agent: Agent, plan: Plan, progress: Callable[[int, int], None] | None = None,
            codec: str | None = None) -> tuple[int, str]:
     """Send ``plan`` as one stream into the open session ``s``; returns (bytes on the wire, codec).
 
     One thread reads, hashes, frames and compresses; this one sends what it hands over."""
     codec = codec or choose_codec(plan.send)
-    on_bytes, on_hash = _callbacks(plan, record, progress)
+    on_bytes, on_hash = _callbacks(plan, progress)
     pipe = _Pipe()
     comp = chunks.Compressed(pipe, codec)
     end = object()
 
     def produce() -> None:
         try:
-            chunks.write_items(comp, (e.item() for e in plan.send), plan.delete, on_bytes, on_hash)
+            chunks.write_items(comp, plan.send, plan.delete, on_bytes, on_hash)
             comp.finish()
             pipe.put(end)
         except BaseException as e:  # noqa: BLE001 - handed to the sending thread
@@ -338,8 +275,6 @@ def upload(s: Any, agent: Agent, plan: Plan, record: Any = None, progress: Calla
     finally:
         pipe.stopped = True
         producer.join()
-        if record is not None:
-            record.save()
     if isinstance(broke, EOFError):
         raise broke
     s.close_stdin()
@@ -382,13 +317,14 @@ def sync_job(agent: Agent, spec: JobSpec, project: str, progress: Callable[[int,
     into a ``receive`` command; otherwise one exec channel carries the manifest out and the
     stream in. With ``lease`` (a token of the submit's), the project's code is leased to this
     submit from the manifest until its job's snapshot (remote/locks.py)."""
-    record = sync_record()
+    key = host_key(agent)
+    records = [Record.for_tree(key, n) for n in tree_names(spec, project)]
     leased = ["--project", project, "--lease", lease] if lease else []
     walked: dict[str, Any] = {}
 
     def walk_local() -> None:  # while the manifest is on its way
         try:
-            walked["trees"] = local_trees(spec, project)
+            walked["trees"] = local_trees(spec, project, records)
         except BaseException as e:  # noqa: BLE001 - raised below, in this thread
             walked["error"] = e
 
@@ -398,9 +334,9 @@ def sync_job(agent: Agent, spec: JobSpec, project: str, progress: Callable[[int,
     s: Any = None
     try:
         if kept:
-            remote = _manifest_leased(agent, targets(spec, project) + leased)
+            remote = _manifest_leased(agent, targets(spec, project, records) + leased)
         else:
-            s, remote = open_session(agent, targets(spec, project) + leased)
+            s, remote = open_session(agent, targets(spec, project, records) + leased)
     finally:
         walker.join()
     if "error" in walked:
@@ -408,7 +344,7 @@ def sync_job(agent: Agent, spec: JobSpec, project: str, progress: Callable[[int,
             s.kill()
         raise walked["error"]
     try:
-        return _sync_planned(agent, spec, project, remote, walked["trees"], record, s, leased, progress)
+        return _sync_planned(agent, spec, project, remote, walked["trees"], records, s, leased, progress)
     except GpujobError as e:
         # refused here (no room there, a file changing as it is read): the next submit of the project
         # need not wait for this one's lease to expire. A broken link or a failed receive is left
@@ -422,29 +358,48 @@ def sync_job(agent: Agent, spec: JobSpec, project: str, progress: Callable[[int,
         raise
 
 
-def _sync_planned(agent: Agent, spec: JobSpec, project: str, remote: dict, trees: list[dict[str, Entry]], record: Any,
+def _sync_planned(agent: Agent, spec: JobSpec, project: str, remote: dict, trees: list[Any], records: list[Record],
                   s: Any, leased: list[str], progress: Callable[[int, int], None] | None) -> SyncReport:
-    plan = plan_from(remote, spec, project, record, trees)
-    record.save()
+    try:
+        plan = plan_from(remote, trees, records)
+    except StaleRecord:  # rare (a damaged record): the host's manifest decides instead
+        if s is not None:
+            s.kill()
+            s = None
+        remote = _manifest_leased(agent, targets(spec, project) + leased)
+        plan = plan_from(remote, trees, [Record(None) for _ in records])
     _check_space(agent, plan, remote, s)
     if not plan.send and not plan.delete:
         if s is not None:
             with s:
                 s.close_stdin()
                 s.wait(60)
+        _save_records(plan, remote)
         return SyncReport(0, 0, 0, plan.unchanged, 1)
     if s is None:
         if fits_kept_agent(plan):
-            wire, codec = upload_kept(agent, plan, record, progress, args=leased)
+            wire, codec = upload_kept(agent, plan, progress, args=leased)
+            _save_records(plan, remote)
             return _report(plan, 2, wire, codec)
         s = agent.stream("receive", leased)  # a large upload streams over a command of its own
     with s:
         try:
-            wire, codec = upload(s, agent, plan, record, progress)
+            wire, codec = upload(s, agent, plan, progress)
         except (EOFError, OSError) as e:  # the link dropped mid-stream (paramiko raises either)
             raise ConnectError(f"the connection to {agent.host.name} dropped during the upload ({e or type(e).__name__})",
                                "run submit again: finished files are kept and a cut file resumes") from None
+    _save_records(plan, remote)
     return _report(plan, 2, wire, codec)
+
+
+def _save_records(plan: Plan, remote: dict[str, Any]) -> None:
+    """After a successful sync each record is what the host now holds (a no-op keeps a record
+    that still matches, unless files had to be read to tell)."""
+    for tp in plan.trees:
+        if tp.after is tp.record:  # the record still holds
+            continue
+        tp.after.digest = tp.after.compute_digest()
+        tp.after.save()
 
 
 def _check_space(agent: Agent, plan: Plan, remote: dict[str, Any], s: Any) -> None:

@@ -29,10 +29,19 @@ def cmd_status(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     if a.job:
         job_id = jobs.resolve(root, a.job)
         return {"jobs": [jobs.describe(root, job_id, detail=True)], "now": time.time()}
-    ids = jobs.all_job_ids(root)
+    from remote import jobindex
+
+    ids, older, done = jobindex.listing(root, everything=a.all or bool(a.limit))
     if a.limit:
         ids = ids[-a.limit:]
-    return {"jobs": [jobs.describe(root, i) for i in ids], "now": time.time()}
+    described = [jobs.describe(root, i) for i in ids]
+    for i, d in zip(ids, described):
+        d.setdefault("job_id", i)  # a damaged status.json still names its job
+    finished = [i for i, d in zip(ids, described)  # lost ones stay: resumable, and still to be announced
+                if d.get("state") in TERMINAL and d.get("state") != "lost" and i not in done]
+    if finished:  # the next listing skips them without reading their folders
+        jobindex.mark(root, finished, True)
+    return {"jobs": described, "now": time.time(), "older": older}
 
 
 def cmd_submit(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
@@ -79,8 +88,8 @@ def cmd_sync(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
         if left is not None:
             raise _busy(a, left)
         with locks.lease_kept(root.root, a.project, a.lease):
-            return transfer.session(root.root, a.dir, a.hash_dir, sys.stdin.buffer, sys.stdout.buffer)
-    return transfer.session(root.root, a.dir, a.hash_dir, sys.stdin.buffer, sys.stdout.buffer)
+            return transfer.session(root.root, a.dir, a.hash_dir, sys.stdin.buffer, sys.stdout.buffer, a.known)
+    return transfer.session(root.root, a.dir, a.hash_dir, sys.stdin.buffer, sys.stdout.buffer, a.known)
 
 
 def cmd_manifest(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
@@ -92,7 +101,7 @@ def cmd_manifest(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
         left = locks.try_lease(root.root, a.project, a.lease)
         if left is not None:
             return {"busy": left}
-    return transfer.manifest_doc(root.root, a.dir, a.hash_dir)
+    return transfer.manifest_doc(root.root, a.dir, a.hash_dir, known=a.known)
 
 
 def cmd_unlease(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
@@ -110,6 +119,11 @@ def cmd_receive(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
                 raise _lease_lost(a)
             return transfer.receive(root.root, sys.stdin.buffer, transfer.hash_cache(root.root))
     return transfer.receive(root.root, sys.stdin.buffer, transfer.hash_cache(root.root))
+
+
+def cmd_reseal(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+    """Bring the synced trees' seals up to date (started detached after a receive)."""
+    return transfer.reseal(root.root)
 
 
 def cmd_send(root: Root, a: argparse.Namespace) -> None:
@@ -364,28 +378,27 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("status")
     s.add_argument("--job")
     s.add_argument("--limit", type=int, default=0)
+    s.add_argument("--all", action="store_true", help="every job (else running ones and the newest finished)")
     sub.add_parser("submit")
     s = sub.add_parser("stop")
     s.add_argument("--job", required=True)
     s.add_argument("--wait", type=float, default=300.0)
     s = sub.add_parser("resume")
     s.add_argument("--job", required=True)
-    s = sub.add_parser("sync")
-    s.add_argument("--dir", action="append", default=[])
-    s.add_argument("--hash-dir", action="append", default=[])
-    s.add_argument("--project")
-    s.add_argument("--lease", help="the submit's token for the project's sync lease (see remote/locks.py)")
-    s = sub.add_parser("manifest")
-    s.add_argument("--dir", action="append", default=[])
-    s.add_argument("--hash-dir", action="append", default=[])
-    s.add_argument("--project")
-    s.add_argument("--lease", help="the submit's token for the project's sync lease (see remote/locks.py)")
+    for name in ("sync", "manifest"):
+        s = sub.add_parser(name)
+        s.add_argument("--dir", action="append", default=[])
+        s.add_argument("--hash-dir", action="append", default=[])
+        s.add_argument("--known", action="append", default=[], help="DIR=DIGEST: the client's record of DIR")
+        s.add_argument("--project")
+        s.add_argument("--lease", help="the submit's token for the project's sync lease (see remote/locks.py)")
     s = sub.add_parser("receive")
     s.add_argument("--project")
     s.add_argument("--lease")
     s = sub.add_parser("unlease")
     s.add_argument("--project", required=True)
     s.add_argument("--lease", required=True)
+    sub.add_parser("reseal")
     s = sub.add_parser("send")
     s.add_argument("--job", required=True)
     s.add_argument("--what", default="ckpt,output.log,metrics.jsonl,events.jsonl,status.json")
@@ -455,7 +468,7 @@ def main(argv: List[str]) -> int:
     root = Root(args.root)
     load_agent_env(root)
     handler = globals()["cmd_" + args.verb]
-    if args.verb not in ("run", "notify_lost", "idle_watch", "serve"):
+    if args.verb not in ("run", "notify_lost", "idle_watch", "serve", "reseal"):
         from remote import events  # a job found lost is announced once, by a detached sender
 
         events.spawn_lost_check(root)

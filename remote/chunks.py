@@ -7,7 +7,7 @@ one type byte, a 4-byte big-endian length and that many bytes of JSON header, th
 the header announces:
 
 - ``B`` (batch): small files (at most one chunk), folders and symlinks, up to ``BATCH_FILES``
-  entries or ``BATCH_BYTES``: ``[["f", name, mode, mtime, size, hash] | ["d", name, mode] |
+  entries or ``BATCH_BYTES``: ``[["f", name, mode, mtime_ns, size, hash] | ["d", name, mode] |
   ["l", name, target], ...]``, then the files' bytes concatenated in that order (tar headers
   and one Python call chain per member cost more than everything else on a tree of small
   files);
@@ -15,15 +15,16 @@ the header announces:
   (``off``, a whole number of chunks, resumes a part file), then a ``V`` record ``{"h"}``;
 - ``X``: ``{"delete": [names]}``; ``E``: the end (a stream without it was cut).
 
-A file is received as ``<name>.gpujob-part`` and renamed into place only after its hash
-checks out, so it is never visible half-written under its final name (and the rename gives a
-new inode, so hard-linked job snapshots keep their old content). Small files are verified in
+A file is received under a short temporary name in its folder (``.gpujob-<24 hex digits of
+the name's hash>.part``: it fits NAME_MAX whatever the name's length) and renamed into place
+only after its hash checks out, so it is never visible half-written under its final name
+(and the rename gives a new inode, so hard-linked job snapshots keep their old content). Small files are verified in
 memory and written by a few threads (create with the mode, write, mtime, rename: the file
 system's create cost dominates and overlaps with parsing); the receiver makes them durable
 before it saves its hash cache: an fsync each when there are at most ``FSYNC_EACH``, else one
 ``syncfs`` for the stream. The part file of a large file keeps its verified prefix, synced
-before ``<name>.gpujob-part.json`` lists the prefix's chunk hashes, so a cut transfer resumes
-where it stopped.
+before the sidecar ``.gpujob-<hash>.json`` lists the final name and the prefix's chunk hashes,
+so a cut transfer resumes where it stopped. Mtimes travel in nanoseconds.
 
 Content hash: sha256 over the concatenated sha256 digests of 4 MiB chunks (one empty chunk
 for an empty file), so a resumed file is verified without rereading its prefix.
@@ -38,13 +39,24 @@ import signal
 import stat
 import struct
 import threading
+import time
 import zlib
 from pathlib import Path
 from typing import IO, Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 CHUNK = 4 << 20
-PART = ".gpujob-part"
-SIDECAR = PART + ".json"
+TMP_PREFIX = ".gpujob-"  # temporary names: TMP_PREFIX + a hash of the final name + a suffix
+PART = ".part"  # a file being received (small ones for a moment, a large one until verified)
+SIDECAR = ".json"  # beside a large file's part file: its final name and verified chunk hashes
+LEGACY_PART = ".gpujob-part"  # the suffix older agents appended to the final name
+RACY_NS = 2 * 10 ** 9  # a stat this close to the clock may not show the next change (whole-second stamps)
+FINE_RACY_NS = 10 ** 8  # the same where stamps have sub-second digits (a kernel tick is at most 10 ms)
+
+
+def racy(stamp_ns: int, now_ns: int) -> bool:
+    """A stamp so close to ``now_ns`` that a change in the same timestamp tick could follow
+    unseen (git's "racily clean"): the window is 2 s on file systems with whole-second stamps."""
+    return stamp_ns > now_ns - (RACY_NS if stamp_ns % 10 ** 9 == 0 else FINE_RACY_NS)
 MAGIC = b"GJS1"
 BATCH_FILES = 256  # small files per batch record (smaller batches start the receiver sooner)
 BATCH_BYTES = 8 << 20
@@ -92,9 +104,18 @@ class Hasher:
         return hashlib.sha256("".join(parts).encode()).hexdigest()
 
 
+_SHA256 = hashlib.sha256()  # copied, never updated: a copy costs less than a new OpenSSL context
+
+
+def _sha256(data: Any) -> Any:
+    h = _SHA256.copy()
+    h.update(data)
+    return h
+
+
 def small_hash(data: Any) -> str:
     """The content hash of at most one chunk (what ``Hasher`` gives), in one call."""
-    return hashlib.sha256(hashlib.sha256(data).hexdigest().encode()).hexdigest()
+    return _sha256(_sha256(data).hexdigest().encode()).hexdigest()
 
 
 def file_hash(path: Path, limit: Optional[int] = None) -> Hasher:
@@ -113,31 +134,76 @@ def file_hash(path: Path, limit: Optional[int] = None) -> Hasher:
 
 
 class HashCache:
-    """Content hashes by absolute path, valid while (size, mtime_ns, inode) stay the same."""
+    """Content hashes by absolute path, valid while (size, mtime_ns, inode) stay the same.
+
+    Kept as ``<path>`` (a JSON object) plus ``<path>.log`` (one JSON line per change since),
+    read only when a hash is looked up: a receive that adds one file to a tree of 100,000
+    appends one line instead of reading and rewriting the whole cache. ``save`` folds the log
+    into the object once it has grown past a quarter of it."""
 
     def __init__(self, path: Optional[Path]) -> None:
         self.path = path
-        self.data = {}  # type: Dict[str, List[Any]]
-        self.dirty = False
-        if path is not None:
+        self._data = None  # type: Optional[Dict[str, List[Any]]]
+        self.ops = []  # type: List[List[Any]]  # [path, entry or None] not yet saved
+        self.lock = threading.Lock()
+
+    @property
+    def data(self) -> Dict[str, List[Any]]:
+        if self._data is None:
+            self._data = self._read()
+        return self._data
+
+    def _read(self) -> Dict[str, List[Any]]:
+        data = {}  # type: Dict[str, List[Any]]
+        if self.path is None:
+            return data
+        try:
+            with open(str(self.path)) as f:
+                doc = json.load(f)
+            if isinstance(doc, dict):
+                data = doc
+        except (OSError, ValueError):
+            pass
+        try:
+            with open(str(self.path) + ".log", "rb") as f:
+                lines = f.read().splitlines()
+        except OSError:
+            lines = []
+        for line in lines:
             try:
-                with open(str(path)) as f:
-                    self.data = json.load(f)
-            except (OSError, ValueError):
-                self.data = {}
+                k, rec = json.loads(line.decode("utf-8", "surrogateescape"))
+            except (ValueError, TypeError):
+                continue  # a torn line of a crashed writer: that entry is only hashed again
+            if rec is None:
+                data.pop(k, None)
+            else:
+                data[k] = rec
+        return data
+
+    @property
+    def dirty(self) -> bool:
+        return bool(self.ops)
 
     @staticmethod
     def _key(st: os.stat_result) -> List[Any]:
         return [st.st_size, st.st_mtime_ns, st.st_ino]
 
+    def set(self, path: str, rec: Optional[List[Any]]) -> None:
+        """Record (or, with None, forget) an entry; thread-safe."""
+        with self.lock:
+            self.ops.append([path, rec])
+            if self._data is not None:
+                if rec is None:
+                    self._data.pop(path, None)
+                else:
+                    self._data[path] = rec
+
     def get(self, path: Path, st: os.stat_result) -> Optional[str]:
         rec = self.data.get(str(path))
-        return rec[3] if rec and rec[:3] == self._key(st) else None
+        return rec[-1] if rec and rec[:-1] == self._key(st) else None
 
     def put(self, path: Path, h: str, st: Optional[os.stat_result] = None) -> None:
-        st = st or os.stat(str(path))
-        self.data[str(path)] = self._key(st) + [h]
-        self.dirty = True
+        self.set(str(path), self._key(st or os.stat(str(path))) + [h])
 
     def hash(self, path: Path, st: Optional[os.stat_result] = None) -> str:
         st = st or os.stat(str(path))
@@ -148,57 +214,110 @@ class HashCache:
         return h
 
     def drop(self, path: str) -> None:
-        if self.data.pop(path, None) is not None:
-            self.dirty = True
+        if self._data is None or path in self._data:
+            self.set(path, None)
 
     def prune(self, base: str, keep: Iterable[str]) -> None:
         """Drop entries under folder ``base`` whose path is not in ``keep`` (files gone)."""
         prefix = base.rstrip("/") + "/"
         keep = set(keep)
-        gone = [k for k in self.data if k.startswith(prefix) and k not in keep]
-        for k in gone:
-            del self.data[k]
-        if gone:
-            self.dirty = True
+        for k in [k for k in self.data if k.startswith(prefix) and k not in keep]:
+            self.set(k, None)
 
     def save(self) -> None:
-        if self.path is None or not self.dirty:
+        if self.path is None or not self.ops:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        log = str(self.path) + ".log"
+        with self.lock:
+            ops, self.ops = self.ops, []
+            loaded = self._data is not None  # then set() applied the ops to it already
+        try:
+            log_size = os.path.getsize(log)
+        except OSError:
+            log_size = 0
+        try:
+            base_size = os.path.getsize(str(self.path))
+        except OSError:
+            base_size = 0
+        if log_size + 100 * len(ops) <= max(base_size // 4, 1 << 20):
+            data = "".join(json.dumps(op, separators=(",", ":")) + "\n" for op in ops).encode("utf-8", "surrogateescape")
+            fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, data)
+            finally:
+                os.close(fd)
+            return
+        full = self.data  # the object and the log ...
+        if not loaded:
+            for k, rec in ops:  # ... and what this run changed
+                if rec is None:
+                    full.pop(k, None)
+                else:
+                    full[k] = rec
         tmp = self.path.with_name(".{}.{}.tmp".format(self.path.name, os.getpid()))
         with open(str(tmp), "w") as f:
-            json.dump(self.data, f)
+            f.write(json.dumps(full, separators=(",", ":")))  # dumps: C speed; dump() encodes in Python
         os.replace(str(tmp), str(self.path))
-        self.dirty = False
+        try:
+            os.unlink(log)
+        except OSError:
+            pass
 
 
 # ---- part files -------------------------------------------------------------------------
+def tmp_stem(leaf: str) -> str:
+    """The temporary name's stem for final name ``leaf``, in the same folder: short and fixed
+    (``.gpujob-`` + 24 hex digits), so it fits NAME_MAX whatever the final name's length and a
+    cut transfer finds its part file again."""
+    return TMP_PREFIX + _sha256(leaf.encode("utf-8", "surrogateescape")).hexdigest()[:24]
+
+
+def is_tmp_name(name: str) -> bool:
+    """A temporary name of ours (or an older agent's): never listed, never sent."""
+    if name.endswith(LEGACY_PART) or name.endswith(LEGACY_PART + ".json") or name.endswith(LEGACY_PART + ".json.tmp"):
+        return True
+    return name.startswith(TMP_PREFIX) and len(name) >= len(TMP_PREFIX) + 24 and \
+        name[len(TMP_PREFIX) + 24:] in (PART, SIDECAR, SIDECAR + ".tmp", PART + ".x")
+
+
+def part_path(target: Any) -> str:
+    """Where ``target`` (a path) is received before it is renamed into place."""
+    d, _, leaf = str(target).rpartition("/")
+    return d + "/" + tmp_stem(leaf) + PART
+
+
+def sidecar_path(target: Any) -> str:
+    d, _, leaf = str(target).rpartition("/")
+    return d + "/" + tmp_stem(leaf) + SIDECAR
+
+
 def part_chunks(target: Path) -> List[str]:
     """The verified chunk hashes of ``target``'s part file (empty when there is none)."""
-    side = target.with_name(target.name + SIDECAR)
-    part = target.with_name(target.name + PART)
     try:
-        with open(str(side)) as f:
-            chunks = list(json.load(f).get("chunks", []))
-        if os.path.getsize(str(part)) >= len(chunks) * CHUNK:
+        with open(sidecar_path(target)) as f:
+            doc = json.load(f)
+        chunks = list(doc.get("chunks", []))
+        if doc.get("name", Path(target).name) == Path(target).name and \
+                os.path.getsize(part_path(target)) >= len(chunks) * CHUNK:
             return chunks
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, TypeError):
         pass
     return []
 
 
 def _save_sidecar(target: Path, chunks: List[str]) -> None:
-    side = target.with_name(target.name + SIDECAR)
-    tmp = side.with_name(side.name + ".tmp")
-    with open(str(tmp), "w") as f:
-        json.dump({"chunks": chunks, "chunk": CHUNK}, f)
-    os.replace(str(tmp), str(side))
+    side = sidecar_path(target)
+    tmp = side + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump({"name": Path(target).name, "chunks": chunks, "chunk": CHUNK}, f)
+    os.replace(tmp, side)
 
 
 def drop_part(target: Path) -> None:
-    for suffix in (PART, SIDECAR):
+    for p in (part_path(target), sidecar_path(target)):
         try:
-            os.unlink(str(target.with_name(target.name + suffix)))
+            os.unlink(p)
         except OSError:
             pass
 
@@ -371,20 +490,35 @@ class Compressed:
         self.out.flush()
 
 
+def _stamp(st: os.stat_result) -> Tuple[int, int, int, int]:
+    return st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino
+
+
+READ_TRIES = 3
+
+
 def _read_small(it: Item) -> bytes:
-    fd = os.open(str(it.path), os.O_RDONLY | _CLOEXEC)
-    try:
-        data = os.read(fd, it.size + 1)
-        while len(data) < it.size:
-            more = os.read(fd, it.size + 1 - len(data))
-            if not more:
-                break
-            data += more
-    finally:
-        os.close(fd)
-    if len(data) != it.size:
-        raise TransferError("{} changed while being sent".format(it.path))
-    return data
+    """The file's bytes as of one moment: read again when its size or stamps moved during the
+    read (``it.st`` and ``it.mtime`` become that moment's); refused after ``READ_TRIES``."""
+    for _ in range(READ_TRIES):
+        fd = os.open(str(it.path), os.O_RDONLY | _CLOEXEC)
+        try:
+            before = os.fstat(fd)
+            data = os.read(fd, before.st_size + 1)
+            while len(data) <= before.st_size:
+                more = os.read(fd, before.st_size + 1 - len(data))
+                if not more:
+                    break
+                data += more
+            after = os.fstat(fd)
+        finally:
+            os.close(fd)
+        if _stamp(before) == _stamp(after) and len(data) == before.st_size == it.size:
+            it.st, it.mtime = after, after.st_mtime_ns
+            return data
+        if len(data) > CHUNK or after.st_size > CHUNK:
+            break  # grew past a batch entry: the plan no longer fits it
+    raise TransferError("{} changed while being sent".format(it.path))
 
 
 def write_items(out: IO[bytes], items: Iterable[Item], delete: Optional[List[str]] = None,
@@ -446,19 +580,26 @@ def write_items(out: IO[bytes], items: Iterable[Item], delete: Optional[List[str
 def _write_large(w: Callable[[bytes], Any], it: Item, on_bytes: Optional[Callable[[int], None]],
                  on_hash: Optional[Callable[[Item, str], None]]) -> None:
     h = Hasher(it.prefix)
-    w(frame(b"F", {"n": it.arcname, "mode": it.mode & 0o7777, "mtime": it.mtime, "size": it.size, "off": it.offset}))
-    left = it.size - it.offset
+    changed = "{} changed while being sent".format(it.path)
     with open(str(it.path), "rb") as f:
+        before = os.fstat(f.fileno())
+        if before.st_size != it.size:
+            raise TransferError(changed)
+        it.st, it.mtime = before, before.st_mtime_ns
+        w(frame(b"F", {"n": it.arcname, "mode": it.mode & 0o7777, "mtime": it.mtime, "size": it.size, "off": it.offset}))
+        left = it.size - it.offset
         f.seek(it.offset)
         while left > 0:
             data = f.read(min(1 << 20, left))
             if not data:
-                raise TransferError("{} changed while being sent".format(it.path))
+                raise TransferError(changed)
             h.update(data)
             w(data)
             left -= len(data)
             if on_bytes:
                 on_bytes(len(data))
+        if _stamp(os.fstat(f.fileno())) != _stamp(before):  # a torn read: never verified as sent
+            raise TransferError(changed)
     digest = h.hexdigest()
     w(frame(b"V", {"h": digest}))
     if on_hash:
@@ -579,7 +720,7 @@ def _write_small(tmp: str, target: str, data: Any, mode: int, mtime: int, umask:
             view = view[os.write(fd, view):]
         if mode & (umask | 0o7000):
             os.fchmod(fd, mode)
-        os.utime(fd, (mtime, mtime))
+        os.utime(fd, ns=(mtime, mtime))
         st = os.fstat(fd)
     except BaseException:
         os.close(fd)
@@ -641,7 +782,7 @@ class _Writers:
                 for tmp, target, data, mode, mtime, digest, key in job:
                     st = _write_small(tmp, target, data, mode, mtime, self.umask)
                     if self.cache is not None:
-                        self.cache.data[key] = [st.st_size, st.st_mtime_ns, st.st_ino, digest]
+                        self.cache.set(key, self.cache._key(st) + [digest])
                     n += 1
                     b += len(data)
                 with self.lock:
@@ -649,8 +790,6 @@ class _Writers:
                         self.paths += [j[1] for j in job]
                     self.written += n
                     self.nbytes += b
-                    if self.cache is not None:
-                        self.cache.dirty = True
                 if self.on_bytes:
                     self.on_bytes(b)
             except BaseException as e:  # noqa: BLE001 - handed to the reading thread
@@ -833,7 +972,8 @@ def _batch(src: _Source, ents: Any, guard: Guard, writers: _Writers, made: set, 
             parent, leaf = guard.place(name)
             _mkparent(parent, made)
             target = parent + "/" + leaf
-            writers.put(target + PART, target, data, e[2] & 0o7777, e[3], e[5], base_s + "/" + name)
+            writers.put(parent + "/" + tmp_stem(leaf) + PART, target, data, e[2] & 0o7777, e[3], e[5],
+                        base_s + "/" + name)
         elif kind == "d":
             if len(e) != 3 or not _ints(e[2]):
                 raise TransferError("corrupt stream: a bad folder entry {!r}".format(e[:2]))
@@ -853,7 +993,7 @@ def _batch(src: _Source, ents: Any, guard: Guard, writers: _Writers, made: set, 
                 continue
             writers.drain()  # links change how later names resolve
             _mkparent(parent, made)
-            tmp = parent + "/" + leaf + PART
+            tmp = parent + "/" + tmp_stem(leaf) + PART
             if os.path.lexists(tmp):
                 _remove(tmp)
             os.symlink(e[2], tmp)
@@ -922,7 +1062,7 @@ def _large(src: _Source, head: Any, guard: Guard, made: set, base_s: str, cache:
     parent, leaf = guard.place(name)
     _mkparent(parent, made)
     target = Path(parent) / leaf
-    tmp = str(target) + PART
+    tmp = part_path(target)
     chunks = []  # type: List[str]
     if off:
         chunks = part_chunks(target)
@@ -971,7 +1111,7 @@ def _large(src: _Source, head: Any, guard: Guard, made: set, base_s: str, cache:
         drop_part(target)
         raise TransferError("{}: content hash mismatch (sent {}, received {})".format(name, str(doc.get("h"))[:12], got[:12]))
     os.chmod(tmp, mode & 0o7777)
-    os.utime(tmp, (mtime, mtime))
+    os.utime(tmp, ns=(mtime, mtime))
     _replace(tmp, str(target))
     drop_part(target)
     if cache is not None:
@@ -979,62 +1119,191 @@ def _large(src: _Source, head: Any, guard: Guard, made: set, base_s: str, cache:
     res["written"] += 1
 
 
-def tree(base: Path, cache: Optional[HashCache] = None, hash_all: bool = False,
-         skip: Callable[[str], bool] = lambda rel: False) -> Dict[str, Any]:
-    """``{"files": {rel: [size, mtime_s, mode, link, hash]}, "dirs": [...], "parts": {rel: chunks}}``.
+def find_listing(base: Path, prune: Iterable[str] = (), now_ns: Optional[int] = None,
+                 allow_racy: bool = False) -> Optional[bytes]:
+    """GNU find's listing of everything under ``base``: per name ``%C@ %T@ %y %m %s %i %P`` (ctime,
+    mtime, type, mode, size, inode, path), NUL-terminated; a C walk, several times faster than
+    one in Python. None where there is no GNU find, the walk failed, a temporary name of ours is
+    there (its part files must be listed) or the newest ctime is racily close to ``now_ns``
+    (see ``racy``; unless ``allow_racy``). Folders named in ``prune`` are not entered."""
+    now_ns = time.time_ns() if now_ns is None else now_ns
+    cmd = ["find", str(base)]
+    names = list(prune)
+    if names:
+        cmd.append("(")
+        for n in names:
+            cmd += ["-name", n, "-o"]
+        cmd[-1:] = [")", "-prune", "-o"]
+    cmd += ["-printf", "%C@ %T@ %y %m %s %i %P\\0"]
+    import subprocess  # here: the laptop loads this module on paths that never walk
 
-    ``hash`` comes from ``cache`` (computed on a miss when ``hash_all``), else None.
+    try:
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+                           env=dict(os.environ, LC_ALL="C"), timeout=600)
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return None
+    out = r.stdout
+    if r.returncode != 0 or not out or TMP_PREFIX.encode() in out:
+        return None
+    if allow_racy:
+        return out
+    try:
+        ctime = find_ns(max(out.split(b"\0"))[:32].split(b" ", 1)[0])  # ctime first, fixed width until 2286
+    except ValueError:
+        return None
+    return None if racy(ctime, now_ns) else out
+
+
+def drop_racy(listing: bytes, now_ns: int) -> Tuple[bytes, bool]:
+    """``listing`` without the lines whose ctime is racily close to ``now_ns`` (a later look
+    sees them as changed and checks them again), and whether there were any."""
+    try:
+        if not racy(find_ns(max(listing.split(b"\0"))[:32].split(b" ", 1)[0]), now_ns):
+            return listing, False
+        keep = [line for line in listing.split(b"\0") if line and not racy(find_ns(line.split(b" ", 1)[0]), now_ns)]
+    except ValueError:
+        return b"", True
+    return b"".join(line + b"\0" for line in keep), True
+
+
+def find_ns(stamp: bytes) -> int:
+    """Nanoseconds of a find ``%T@``/``%C@`` field (seconds, a dot, ten digits)."""
+    sec, _, frac = stamp.partition(b".")
+    return int(sec) * 10 ** 9 + int((frac + b"000000000")[:9])
+
+
+def find_stamp(base: Path, prune: Iterable[str] = (), now_ns: Optional[int] = None) -> Optional[str]:
+    """A stamp of everything under ``base`` (``find_listing``'s digest), or None."""
+    out = find_listing(base, prune, now_ns)
+    return None if out is None else "find:" + hashlib.sha256(out).hexdigest()
+
+
+def tree_digest(files: Dict[str, List[Any]], dirs: Iterable[str]) -> Optional[str]:
+    """One digest of a tree's names, modes, content hashes and link targets (not its mtimes):
+    equal digests on both ends mean nothing to send. None when a file's hash is unknown."""
+    lines = []  # type: List[str]
+    for rel, v in files.items():
+        if v[3] is not None:
+            lines.append("l\0{}\0{}".format(rel, v[3]))
+        elif v[4] is None:
+            return None
+        else:
+            lines.append("f\0{}\0{:o}\0{}".format(rel, v[2] & 0o7777, v[4]))
+    lines += ["d\0" + d for d in dirs]
+    lines.sort()
+    return hashlib.sha256("\n".join(lines).encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def tree(base: Path, cache: Optional[HashCache] = None, hash_all: bool = False) -> Dict[str, Any]:
+    """``{"files": {rel: [size, mtime_ns, mode, link, hash]}, "dirs": [...], "parts": {rel: chunks},
+    "exists", "stamp"}``.
+
+    ``hash`` comes from ``cache`` (computed on a miss when ``hash_all``), else None. Temporary
+    names are left out; a large file's part file is listed under its final name in ``parts``.
+    ``stamp`` is a digest of every name's type, mode, size, mtime_ns, inode and ctime (the tree
+    did not change while it stays the same), None when a stamp was too close to the clock to
+    tell the next change (see ``racy``).
     """
+    now = time.time_ns()  # before the walk: a change during it is newer than this
     files = {}  # type: Dict[str, List[Any]]
     dirs = []  # type: List[str]
     parts = {}  # type: Dict[str, List[str]]
-    seen = []  # type: List[str]
-
-    def one(full: str, rel: str) -> None:
-        try:
-            st = os.lstat(full)
-        except OSError:
-            return
-        if stat.S_ISLNK(st.st_mode):
-            files[rel] = [0, 0, 0o777, os.readlink(full), None]
-        elif stat.S_ISDIR(st.st_mode):
-            dirs.append(rel)
-        elif stat.S_ISREG(st.st_mode):
-            name = os.path.basename(rel)
-            if name.endswith(SIDECAR) or name.endswith(SIDECAR + ".tmp"):
-                return
-            if name.endswith(PART):
-                final = rel[: -len(PART)]
-                ch = part_chunks(Path(full[: -len(PART)]))
-                if ch:
-                    parts[final] = ch
-                return
-            h = None
-            if cache is not None:
-                h = cache.hash(full, st) if hash_all else cache.get(full, st)  # type: ignore[arg-type]
-                seen.append(full)
-            files[rel] = [st.st_size, int(st.st_mtime), stat.S_IMODE(st.st_mode), None, h]
-
+    lines = []  # type: List[str]
+    inos = {}  # type: Dict[str, int]
+    newest = 0
+    out = {"files": files, "dirs": dirs, "parts": parts, "exists": True}  # type: Dict[str, Any]
     if base.is_symlink() or base.is_file():
-        one(str(base), "")
-        return {"files": files, "dirs": dirs, "parts": parts, "exists": True}
-    if not base.is_dir():
+        st = os.lstat(str(base))
+        if stat.S_ISLNK(st.st_mode):
+            files[""] = [0, 0, 0o777, os.readlink(str(base)), None]
+        else:
+            files[""] = [st.st_size, st.st_mtime_ns, stat.S_IMODE(st.st_mode), None, None]
+            inos[""] = st.st_ino
+        lines.append("{}\0{}\0{}\0{}\0{}".format(st.st_mode, st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns))
+        newest = max(st.st_mtime_ns, st.st_ctime_ns)
+    elif not base.is_dir():
         ch = part_chunks(base)  # a single-file entry's part file sits beside it
         if ch:
             parts[""] = ch
         if cache is not None:
             cache.prune(str(base), [])
-        return {"files": files, "dirs": dirs, "parts": parts, "exists": False}
-    for dirpath, dirnames, filenames in os.walk(str(base)):
-        rel_dir = os.path.relpath(dirpath, str(base))
-        for name in sorted(dirnames) + sorted(filenames):
-            rel = name if rel_dir == "." else rel_dir + "/" + name
-            if skip(rel):
+        out["exists"] = False
+        out["stamp"] = None
+        return out
+    else:
+        stack = [(str(base), "")]
+        s_isdir, s_isreg, s_islnk, s_imode = stat.S_ISDIR, stat.S_ISREG, stat.S_ISLNK, stat.S_IMODE
+        add = lines.append
+        while stack:
+            path, rel_dir = stack.pop()
+            try:
+                with os.scandir(path) as it:
+                    ents = sorted(it, key=lambda e: e.name)
+            except OSError:
                 continue
-            one(os.path.join(dirpath, name), rel)
-        dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))
-                       and not skip(d if rel_dir == "." else rel_dir + "/" + d)]
-    if cache is not None:  # entries of files that are gone (skipped ones stay)
-        top = str(base) + "/"
-        cache.prune(str(base), seen + [k for k in cache.data if k.startswith(top) and skip(k[len(top):])])
-    return {"files": files, "dirs": dirs, "parts": parts, "exists": True}
+            for e in ents:
+                name = e.name
+                if (name[0] == "." or "gpujob-part" in name) and is_tmp_name(name):
+                    if name.endswith(SIDECAR) and name.startswith(TMP_PREFIX):
+                        _part_of(e.path, rel_dir, parts)
+                    continue
+                try:
+                    st = e.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                rel = rel_dir + name
+                mode, mt, ct = st.st_mode, st.st_mtime_ns, st.st_ctime_ns
+                add("{}\0{}\0{}\0{}\0{}\0{}".format(rel, mode, st.st_size, mt, st.st_ino, ct))
+                if mt > newest or ct > newest:
+                    newest = max(mt, ct)
+                if s_isreg(mode):
+                    files[rel] = [st.st_size, mt, s_imode(mode), None, None]
+                    inos[rel] = st.st_ino
+                elif s_isdir(mode):
+                    dirs.append(rel)
+                    stack.append((e.path, rel + "/"))
+                elif s_islnk(mode):
+                    files[rel] = [0, 0, 0o777, os.readlink(e.path), None]
+    out["stamp"] = None if racy(newest, now) else hashlib.sha256("\n".join(lines).encode("utf-8", "surrogateescape")).hexdigest()
+    out["inos"] = inos
+    if cache is not None:
+        fill_hashes(base, out, cache, hash_all)
+    return out
+
+
+def fill_hashes(base: Path, t: Dict[str, Any], cache: HashCache, hash_all: bool = False) -> None:
+    """Content hashes into a ``tree`` from ``cache`` (read on a miss when ``hash_all``); the cache
+    drops the entries of files that are gone."""
+    top = str(base)
+    data = cache.data
+    seen = []  # type: List[str]
+    inos = t.get("inos", {})
+    for rel, v in t["files"].items():
+        if v[3] is not None:
+            continue
+        full = top + "/" + rel if rel else top
+        seen.append(full)
+        rec = data.get(full)
+        if rec is not None and len(rec) == 4 and rec[0] == v[0] and rec[1] == v[1] and rec[2] == inos.get(rel):
+            v[4] = rec[3]
+        elif hash_all or rec is not None:
+            try:
+                st = os.lstat(full)
+            except OSError:
+                continue
+            v[4] = cache.hash(full, st) if hash_all else cache.get(full, st)  # type: ignore[arg-type]
+    if t.get("exists"):
+        cache.prune(top, seen)
+
+
+def _part_of(sidecar: str, rel_dir: str, parts: Dict[str, List[str]]) -> None:
+    """List the part file a sidecar describes under its final name (its verified chunks)."""
+    try:
+        with open(sidecar) as f:
+            name = json.load(f).get("name")
+    except (OSError, ValueError, AttributeError):
+        return
+    if isinstance(name, str) and name and "/" not in name:
+        ch = part_chunks(Path(os.path.dirname(sidecar)) / name)
+        if ch:
+            parts[rel_dir + name] = ch

@@ -164,14 +164,15 @@ class Notifier:
 
 def lost_candidates(root: Root) -> List[str]:
     """Jobs that are lost now and whose ``lost`` has not been sent yet (cheap: a folder scan)."""
-    from remote import jobs, procs
+    from remote import jobindex, jobs, procs
     from remote.layout import TERMINAL
 
     out = []
     if not root.jobs.is_dir():
         return out
     boot = None
-    for p in root.jobs.iterdir():
+    ids, _, done = jobindex.read(root)
+    for p in (root.jobs / i for i in ids if i not in done):  # finished jobs are known from the index
         if (p / LOST_MARK).exists() or not (p / "spec.json").exists():
             continue
         job = root.job(p.name)

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from remote import locks, procs
+from remote import jobindex, locks, procs
 from remote.layout import (
     TERMINAL,
     JobDir,
@@ -18,7 +18,6 @@ from remote.layout import (
     agent_log,
     last_json_line,
     now,
-    read_json,
     tail_lines,
     write_json,
 )
@@ -116,6 +115,7 @@ def submit(root: Root, request: Dict[str, Any]) -> Dict[str, Any]:
             job.event("moved", **{k: v for k, v in carried["moves"][-1].items() if k != "t"})
         else:
             job.event("submitted")
+        jobindex.add(root, job_id, spec["name"], job.status().get("submitted_at") or now())
         pid = start_supervisor(root, job)
     return {"job_id": job_id, "state": "queued", "job_dir": str(job.path), "supervisor_pid": pid}
 
@@ -127,20 +127,18 @@ def _take_in(root: Root, job: JobDir, request: Dict[str, Any]) -> Dict[str, Any]
 
 
 def all_job_ids(root: Root) -> List[str]:
-    if not root.jobs.is_dir():
-        return []
-    ids = [p.name for p in root.jobs.iterdir() if (p / "status.json").exists()]
-    return sorted(ids, key=lambda i: (read_json(root.jobs / i / "status.json", {}) or {}).get("submitted_at", 0))
+    """Every job, in submit order (from the job index: no status.json is read)."""
+    return jobindex.read(root)[0]
 
 
 def resolve(root: Root, ref: str) -> str:
     """A job id from an id, a unique prefix, or a job name (its newest job)."""
-    ids = all_job_ids(root)
+    ids, names, _ = jobindex.read(root)
     if ref in ids:
         return ref
     if ref in ("last", "latest", "@") and ids:
         return ids[-1]
-    named = [i for i in ids if (read_json(root.jobs / i / "status.json", {}) or {}).get("name") == ref]
+    named = [i for i in ids if names.get(i) == ref]
     if named:
         return named[-1]
     matches = [i for i in ids if i.startswith(ref) or i.rsplit("-", 1)[-1].startswith(ref)]
@@ -311,6 +309,7 @@ def resume(root: Root, job_id: str) -> Dict[str, Any]:
                      restart_base=int(fresh.get("attempt") or 0), heartbeat=now(), boot_id=procs.boot_id())
         job.write_status(fresh)
         job.event("resumed", previous=st.get("state"))
+        jobindex.mark(root, [job_id], False)
         pid = start_supervisor(root, job)
     agent_log(root, "resumed {} (supervisor {})".format(job_id, pid))
     return {"job_id": job_id, "state": "queued", "supervisor_pid": pid, "previous": st.get("state")}

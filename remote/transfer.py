@@ -23,13 +23,57 @@ def hash_cache(root: Path) -> chunks.HashCache:
 
 
 def manifest(base: Path, cache: Optional[chunks.HashCache] = None, hash_all: bool = False) -> Dict[str, Any]:
-    """{"files": {rel: [size, mtime_s, mode, link, hash]}, "dirs": [...], "parts": {rel: chunks}}."""
+    """{"files": {rel: [size, mtime_ns, mode, link, hash]}, "dirs": [...], "parts": {rel: chunks}}."""
     return chunks.tree(base, cache, hash_all)
 
 
 def receive(base: Path, stream: IO[bytes], cache: Optional[chunks.HashCache] = None) -> Dict[str, Any]:
-    """Apply an upload stream under ``base`` (symlinks may point anywhere: they are the user's)."""
-    return chunks.read_items(base, stream, links_out=True, cache=cache)
+    """Apply an upload stream under ``base`` (symlinks may point anywhere: they are the user's);
+    then a detached ``reseal`` brings the changed trees' seals up to date, so the next no-op's
+    manifest is the fast one."""
+    try:
+        res = chunks.read_items(base, stream, links_out=True, cache=cache)
+    finally:
+        _spawn_reseal(base)
+    return res
+
+
+def _spawn_reseal(root: Path) -> None:
+    import subprocess
+    import sys
+
+    agent = str(Path(__file__).resolve().parent.parent)
+    try:
+        subprocess.Popen([sys.executable, "-S", "-m", "remote", "--root", str(root), "reseal"], cwd=agent,
+                         env=dict(os.environ, PYTHONPATH=agent), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+    except OSError:
+        pass  # only speed is lost: the next manifest computes the digest itself
+
+
+def reseal(root: Path) -> Dict[str, Any]:
+    """Recompute the seal (stamp and digest) of every known tree whose stamp moved (the
+    ``reseal`` verb, started detached after a receive). A tree still racily new is waited for."""
+    import time
+
+    seals = _load(root / "cache" / "trees.json")
+    done = []  # type: List[str]
+    todo = sorted(seals)
+    for wait in (0.2, 2.1):  # a fine-grained racy window, then a whole-second one
+        time.sleep(wait)
+        later = []
+        for d in todo:
+            stamp = chunks.find_stamp(root / d)
+            seal = seals.get(d)
+            if stamp is None:
+                later.append(d)
+            elif not (isinstance(seal, list) and seal[0] == stamp):
+                manifest_doc(root, [d], [])  # walks, reads the hash cache, stores the seal
+                done.append(d)
+        todo = later
+        if not todo:
+            break
+    return {"resealed": done}
 
 
 def delete(base: Path, rels: List[str], cache: Optional[chunks.HashCache] = None) -> int:
@@ -141,7 +185,7 @@ def send_list(base: Path, wanted: List[Any], out: IO[bytes]) -> None:
                 prefix = chunks.matching_prefix(full, prefix, st.st_size)
                 if len(prefix) * chunks.CHUNK >= st.st_size:
                     prefix = prefix[:max(0, (st.st_size - 1) // chunks.CHUNK)]
-            items.append(chunks.Item(rel, full, st.st_size, int(st.st_mtime), stat.S_IMODE(st.st_mode), prefix=prefix))
+            items.append(chunks.Item(rel, full, st.st_size, st.st_mtime_ns, stat.S_IMODE(st.st_mode), prefix=prefix))
     chunks.write_items(out, items)
 
 
@@ -159,28 +203,83 @@ def send(base: Path, members: List[str], out: IO[bytes]) -> None:
     send_list(base, wanted, out)
 
 
-def manifest_doc(root: Path, dirs: List[str], hash_dirs: List[str], cache: Optional[chunks.HashCache] = None
-                 ) -> Dict[str, Any]:
-    """What is under each of ``dirs`` (content hashes for ``hash_dirs``), and the free bytes."""
-    cache = cache or hash_cache(root)
-    doc = {d: manifest(root / d, cache, d in hash_dirs) for d in dirs + hash_dirs}  # type: Dict[str, Any]
-    cache.save()
+def manifest_doc(root: Path, dirs: List[str], hash_dirs: List[str], cache: Optional[chunks.HashCache] = None,
+                 known: Optional[List[str]] = None) -> Dict[str, Any]:
+    """What is under each of ``dirs`` and ``hash_dirs`` (with content hashes, from the cache, and
+    the tree's digest), and the free bytes. ``known`` (``DIR=DIGEST``: what the client's record
+    says it left there): a tree whose digest is that one answers ``same`` without its files.
+
+    ``<root>/cache/trees.json`` remembers each tree's stamp (a digest of its stats: GNU find's
+    listing where there is one, else the Python walk's) with its content digest: while the stamp
+    stays the same the digest is known without the hash cache (and, with find, without a walk
+    in Python)."""
+    expect = dict(k.split("=", 1) for k in known or [] if "=" in k)
+    seals_path = root / "cache" / "trees.json"
+    seals = _load(seals_path)
+    changed = False
+    doc = {}  # type: Dict[str, Any]
+    for d in dirs + hash_dirs:
+        fast = chunks.find_stamp(root / d)
+        seal = seals.get(d)
+        if fast is not None and isinstance(seal, list) and seal[0] == fast and expect.get(d) == seal[1]:
+            doc[d] = {"same": True, "digest": seal[1], "parts": {}, "exists": True}  # no walk in Python
+            continue
+        t = manifest(root / d)
+        stamp = fast or t.pop("stamp", None)
+        t.pop("stamp", None)
+        digest = seal[1] if stamp is not None and isinstance(seal, list) and seal[0] == stamp else None
+        if digest is None or expect.get(d) != digest:  # the files go back: with their hashes
+            cache = cache or hash_cache(root)
+            chunks.fill_hashes(root / d, t, cache, True)
+            digest = chunks.tree_digest(t["files"], t["dirs"])
+            if stamp is not None and digest is not None:
+                seals[d] = [stamp, digest]
+                changed = True
+            elif d not in seals:  # known now: the reseal after a receive looks at it
+                seals[d] = [None, None]
+                changed = True
+        t.pop("inos", None)
+        t["digest"] = digest
+        if digest is not None and expect.get(d) == digest:
+            t = {"same": True, "digest": digest, "parts": t["parts"], "exists": t["exists"]}
+        doc[d] = t
+    if cache is not None:
+        cache.save()
+    if changed:
+        _save(seals_path, seals)
     st = os.statvfs(str(root))
     doc["free_bytes"] = st.f_bavail * st.f_frsize
     return doc
 
 
-def session(root: Path, dirs: List[str], hash_dirs: List[str], stdin: IO[bytes], stdout: IO[bytes]) -> Dict[str, Any]:
+def _load(path: Path) -> Dict[str, Any]:
+    try:
+        with open(str(path)) as f:
+            doc = json.load(f)
+        return doc if isinstance(doc, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _save(path: Path, doc: Dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(".{}.{}.tmp".format(path.name, os.getpid()))
+    with open(str(tmp), "w") as f:
+        json.dump(doc, f)
+    os.replace(str(tmp), str(path))
+
+
+def session(root: Path, dirs: List[str], hash_dirs: List[str], stdin: IO[bytes], stdout: IO[bytes],
+            known: Optional[List[str]] = None) -> Dict[str, Any]:
     """Manifest and receive over one exec channel: write the manifest as one JSON line, then
     apply the stream that follows on stdin (none = nothing to do). Returns the receive result."""
-    cache = hash_cache(root)
-    doc = manifest_doc(root, dirs, hash_dirs, cache)
+    doc = manifest_doc(root, dirs, hash_dirs, None, known)
     stdout.write(json.dumps(doc).encode() + b"\n")
     stdout.flush()
     first = stdin.read(1)
     if not first:
         return {"written": 0, "deleted": 0, "bytes": 0}
-    return receive(root, _Prepend(first, stdin), cache)
+    return receive(root, _Prepend(first, stdin), hash_cache(root))
 
 
 class _Prepend:

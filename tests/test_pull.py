@@ -145,7 +145,7 @@ def test_cut_pull_resumes_from_verified_chunks(tmp_path: Path) -> None:
 
     def stream(prefix: list[str]) -> bytes:
         buf = io.BytesIO()
-        chunks.write_items(buf, [chunks.Item("ckpt/model.bin", src, st.st_size, int(st.st_mtime), 0o644, prefix=prefix)])
+        chunks.write_items(buf, [chunks.Item("ckpt/model.bin", src, st.st_size, st.st_mtime_ns, 0o644, prefix=prefix)])
         return buf.getvalue()
 
     dest = tmp_path / "dest"

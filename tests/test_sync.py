@@ -143,7 +143,7 @@ def test_cut_transfer_resumes_without_resending(ssh_host: str, sshd, tmp_path: P
         sync_job(agent_for(ssh_host, link.port), spec_for(src), "proj")
     link.close()
     assert not (code / "b-big.bin").exists()  # never visible half-written
-    part = code / ("b-big.bin" + chunks.PART)
+    part = Path(chunks.part_path(code / "b-big.bin"))
     deadline = time.time() + 10  # the agent notices the cut link and records the verified prefix
     while not chunks.part_chunks(code / "b-big.bin") and time.time() < deadline:
         time.sleep(0.1)
@@ -186,7 +186,7 @@ def small_tree(src: Path, n: int = 5) -> list:
         p = src / f"f{i}.py"
         p.write_text(f"print({i})\n" * (i + 1))
         st = p.stat()
-        items.append(chunks.Item(f"code/f{i}.py", p, st.st_size, int(st.st_mtime),
+        items.append(chunks.Item(f"code/f{i}.py", p, st.st_size, st.st_mtime_ns,
                                  {1: 0o755, 2: 0o666}.get(i, 0o644)))
     return items
 

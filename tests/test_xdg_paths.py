@@ -32,11 +32,11 @@ def test_old_index_and_hash_cache_move_once(xdg: dict[str, Path]) -> None:
     assert "old-11300000-abcde" in r.stdout.split()
     assert (xdg["state"] / "jobs.jsonl").read_text() == line
     assert not (xdg["config"] / "jobs.jsonl").exists()
-    from gpujob.sync import sync_record
+    # the old hash cache is not read any more (the sync records replaced it); they live in the cache folder
+    from gpujob.synctree import Record
 
-    sync_record()
-    assert (xdg["cache"] / "sync-hashes.json").read_text() == '{"v": 1}'
-    assert not (xdg["config"] / "sync-hashes.json").exists()
+    rec = Record.for_tree("127.0.0.1:22", "projects/p/code")
+    assert rec.path is not None and rec.path.is_relative_to(xdg["cache"])
 
 
 def test_new_index_wins_and_the_old_one_is_kept(xdg: dict[str, Path]) -> None:

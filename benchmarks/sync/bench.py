@@ -158,7 +158,11 @@ def _run(a, work, sshd, Link, Agent, Host, pull, JobSpec, sync_job, connect, key
             ts = timed(sc) if sc and not a.no_scp else float("nan")
             rows.append((link_name, name, tg, tr, ts, rts.get("rt", "")))
             rts.clear()
-            print(f"{link_name:>22} | {name:<28} gpujob {tg:6.2f}s  rsync {tr:6.2f}s  scp {ts:6.2f}s", flush=True)
+            import resource
+
+            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # this process: gpujob's laptop side
+            print(f"{link_name:>22} | {name:<28} gpujob {tg:6.2f}s  rsync {tr:6.2f}s  scp {ts:6.2f}s  "
+                  f"(peak memory so far {peak:.0f} MB)", flush=True)
 
         (root / "projects" / "scp").mkdir(parents=True, exist_ok=True)
         (root / "projects" / "rs").mkdir(parents=True, exist_ok=True)

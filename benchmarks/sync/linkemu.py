@@ -53,7 +53,7 @@ class Link:
             self._pipe(s, c, False)
 
     def _pipe(self, src: socket.socket, dst: socket.socket, up: bool) -> None:
-        q: queue.Queue = queue.Queue(maxsize=64)
+        q: queue.Queue = queue.Queue(maxsize=512)  # up to 32 MB in flight: 150 ms at 400 Mbit is 3.75 MB
         state = {"tx": 0.0}
 
         def reader() -> None:
