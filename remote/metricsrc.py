@@ -292,6 +292,12 @@ class Collector:
                "tb": {p: {"offset": s.offset, "corrupt": s.corrupt, "bad_records": s.bad_records}
                       for p, s in self.tb.items()}}
         tmp = self.job.path / ".{}.tmp".format(STATE)
-        with open(str(tmp), "w") as f:
-            json.dump(doc, f)
-        os.replace(str(tmp), str(self.job.path / STATE))  # a cache: no fsync on every tick
+        try:
+            with open(str(tmp), "w") as f:
+                json.dump(doc, f)
+            os.replace(str(tmp), str(self.job.path / STATE))  # a cache: no fsync on every tick
+        except OSError:  # a full disk: the offsets are a cache (read again next time), never a leftover
+            try:
+                os.unlink(str(tmp))
+            except OSError:
+                pass
