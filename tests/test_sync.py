@@ -144,12 +144,17 @@ def test_cut_transfer_resumes_without_resending(ssh_host: str, sshd, tmp_path: P
     link.close()
     assert not (code / "b-big.bin").exists()  # never visible half-written
     part = Path(chunks.part_path(code / "b-big.bin"))
-    deadline = time.time() + 10  # the agent notices the cut link and records the verified prefix
-    while not chunks.part_chunks(code / "b-big.bin") and time.time() < deadline:
+    def smalls_kept() -> bool:
+        return all((code / f"a-small-{i}.txt").is_file() for i in range(5))
+
+    # the agent notices the cut link, records the verified prefix and finishes the small files'
+    # writes (its writer threads may still run when the part's sidecar is saved)
+    deadline = time.time() + 10
+    while not (chunks.part_chunks(code / "b-big.bin") and smalls_kept()) and time.time() < deadline:
         time.sleep(0.1)
     verified = chunks.part_chunks(code / "b-big.bin")
     assert part.exists() and len(verified) >= 2
-    assert all((code / f"a-small-{i}.txt").is_file() for i in range(5))
+    assert smalls_kept()
 
     link2 = le.Link(sshd.port)
     rep = sync_job(agent_for(ssh_host, link2.port), spec_for(src), "proj")

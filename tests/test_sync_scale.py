@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpujob.paths import config_dir
+from gpujob.paths import cache_dir
 from gpujob.sync import sync_job
 from tests.test_sync import agent_for, diff, linkemu, spec_for
 
@@ -78,7 +78,7 @@ def test_changes_on_the_host_are_seen_despite_the_record(find_or_not: str, tmp_p
     assert (rep.files_sent, rep.deleted) == (2, 1)
 
     # the laptop's record lost: the host's manifest and content hashes decide, nothing is resent
-    shutil.rmtree(config_dir() / "sync")
+    shutil.rmtree(cache_dir() / "sync")
     os.utime(src / "pkg4" / "module_with_a_long_name_4.py", (1_000_000_000, 1_000_000_000))
     rep = sync_job(agent, spec_for(src), "proj")
     assert (rep.files_sent, rep.round_trips, rep.unchanged) == (0, 1, 30)
@@ -87,7 +87,7 @@ def test_changes_on_the_host_are_seen_despite_the_record(find_or_not: str, tmp_p
     assert sync_job(agent, spec_for(src), "proj").files_sent == 0
 
     # a damaged record: the host's manifest decides, the change still travels
-    for rec in (config_dir() / "sync").glob("*.json"):
+    for rec in (cache_dir() / "sync").glob("*.json"):
         rec.write_text("{not json")
     (src / "pkg5" / "module_with_a_long_name_5.py").write_text("x = 'changed'\n")
     rep = sync_job(agent, spec_for(src), "proj")
