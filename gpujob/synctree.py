@@ -1,6 +1,6 @@
 """What a sync sends: the local tree's scan, the laptop's record of what the host holds, the plan.
 
-The record (``<config>/sync/<hash>.json``, one per host profile, root and remote tree) lists
+The record (``<cache>/sync/<hash>.json``, one per host profile, root and remote tree) lists
 every file the host holds as ``[size, mtime_ns, inode, ctime_ns, mode, hash]``: the local stat
 the hash was taken from, the mode and content hash there; links and folders too; and the
 digest of that tree (``chunks.tree_digest``). Its head (``.head``) holds the digest and the
