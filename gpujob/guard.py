@@ -19,14 +19,14 @@ from typing import Any, Callable
 from gpujob import index
 from gpujob.errors import GpujobError
 from gpujob.jobs import FINAL
-from gpujob.paths import config_dir, write_private
+from gpujob.paths import state_dir, write_private
 
 Note = Callable[[str], None]
 
 
 def _state() -> dict[str, float]:
     try:
-        return json.loads((config_dir() / "guard.json").read_text())
+        return json.loads((state_dir() / "guard.json").read_text())
     except (OSError, ValueError):
         return {}
 
@@ -87,10 +87,10 @@ def check(job_id: str, now: float, note: Note) -> dict[str, Any] | None:
     state = _job_state(host, entry["job_id"])
     if state is not None:
         seen.pop(entry["job_id"], None)
-        write_private(config_dir() / "guard.json", json.dumps(seen))
+        write_private(state_dir() / "guard.json", json.dumps(seen))
         return {"job_id": entry["job_id"], "action": "done", "state": state} if state in FINAL else None
     away = now - seen.setdefault(entry["job_id"], now)
-    write_private(config_dir() / "guard.json", json.dumps(seen))
+    write_private(state_dir() / "guard.json", json.dumps(seen))
     if away < spec.retry.move_after:
         note(f"{entry['job_id']}: {host} does not answer ({away:.0f} s of {spec.retry.move_after:.0f} s)")
         return None
@@ -102,7 +102,7 @@ def check(job_id: str, now: float, note: Note) -> dict[str, Any] | None:
             note(f"  {target}: {e}")
             continue
         seen.pop(entry["job_id"], None)
-        write_private(config_dir() / "guard.json", json.dumps(seen))
+        write_private(state_dir() / "guard.json", json.dumps(seen))
         sent = _notify(spec, entry["job_id"], host, res, away)
         return {"job_id": entry["job_id"], "action": "moved", "move": res, "notified": len(sent)}
     note(f"{entry['job_id']}: no host to move it to took it; trying again later")
