@@ -11,7 +11,7 @@ import argparse
 import shlex
 
 # positional arguments by what they name; a command not listed takes files
-JOB_COMMANDS = {"status", "tail", "stop", "resume", "pull", "plot", "rm"}
+JOB_COMMANDS = {"status", "tail", "stop", "resume", "move", "guard", "pull", "plot", "rm"}
 HOST_COMMANDS = {"doctor", "agent-log", "exec", "ssh", "gc", "host set", "host rm", "host trust", "host disconnect"}
 JOB_OR_HOST = {"tunnel"}
 NO_POSITIONAL = {"ls", "cost", "host ls", "completion"}
