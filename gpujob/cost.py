@@ -52,7 +52,7 @@ def summarize(hosts: list[str], agent_for: Callable[[str], Agent]) -> dict[str, 
     for name in hosts:
         try:
             agent = agent_for(name)
-            listed = agent.call("status")["jobs"]
+            listed = agent.call("status", ["--all"])["jobs"]  # every job: ls shows only the newest finished
         except GpujobError as e:
             errors[name] = str(e)
             continue

@@ -63,3 +63,13 @@ def test_ls_shows_running_and_newest_finished_jobs(tmp_path: Path) -> None:
     # names resolve through the index
     r = run_cli("status", "old44", "--host", "local", "--json")
     assert r.returncode == 0 and json.loads(r.stdout)["job_id"] == ids[44], r.stdout + r.stderr
+
+
+def test_cost_counts_every_job_not_only_those_ls_shows(tmp_path: Path) -> None:
+    root = tmp_path / "local-root"
+    ids = [fake_job(root, i, "succeeded") for i in range(jobindex.RECENT + 5)]
+    r = run_cli("cost", "--host", "local", "--json")
+    assert r.returncode == 0, r.stderr + r.stdout
+    doc = json.loads(r.stdout)
+    assert sorted(j["job_id"] for j in doc["jobs"]) == sorted(ids)
+    assert doc["hosts"]["local"]["jobs"] == len(ids)
