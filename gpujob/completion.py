@@ -15,7 +15,7 @@ JOB_COMMANDS = {"status", "tail", "stop", "resume", "move", "guard", "pull", "pl
 HOST_COMMANDS = {"doctor", "agent-log", "exec", "ssh", "gc", "host set", "host rm", "host trust", "host disconnect"}
 JOB_OR_HOST = {"tunnel"}
 NO_POSITIONAL = {"ls", "cost", "host ls", "completion"}
-VALUE_KINDS = {"--host": "hosts"}
+VALUE_KINDS = {"--host": "hosts", "--to": "hosts"}  # options whose value is a host
 SHELLS = ("bash", "zsh", "fish")
 
 
@@ -83,9 +83,10 @@ def bash_script(table: dict[str, list[str]]) -> str:
              "        elif [[ $n == 0 && \" " + " ".join(groups) + " \" == *\" $cmd \"* ]]; then cmd=\"$cmd $w\"; n=1",
              "        else n=2; fi",
              "    done",
-             "    if [[ $prev == --host ]]; then",
-             "        COMPREPLY=($(compgen -W \"$(_gpujob_words hosts)\" -- \"$cur\")); return",
-             "    fi",
+             "    case \"$prev\" in"]
+    lines += [f"        {o}) COMPREPLY=($(compgen -W \"$(_gpujob_words {k})\" -- \"$cur\")); return ;;"
+              for o, k in VALUE_KINDS.items()]
+    lines += ["    esac",
              "    local opts=\"\" kind=files",
              "    case \"$cmd\" in"]
     for key, items in table.items():
@@ -119,7 +120,8 @@ def fish_script(table: dict[str, list[str]]) -> str:
     out = ["# gpujob completion for fish (gpujob completion fish > ~/.config/fish/completions/gpujob.fish)",
            "complete -c gpujob -f",
            f"complete -c gpujob -n __fish_use_subcommand -a {shlex.quote(' '.join(top))}",
-           "complete -c gpujob -l host -x -a '(gpujob completion --words hosts 2>/dev/null)'"]
+           *(f"complete -c gpujob -l {o[2:]} -x -a '(gpujob completion --words {k} 2>/dev/null)'"
+             for o, k in VALUE_KINDS.items())]
     for key, items in table.items():
         if not key:
             continue

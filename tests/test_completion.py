@@ -58,6 +58,8 @@ def test_bash_completes_commands_options_hosts_and_jobs(gpujob_on_path: dict[str
     assert "gpubox" in complete(gpujob_on_path, script, "gpujob", "doctor", "")
     assert complete(gpujob_on_path, script, "gpujob", "host", "set", "gpu") == ["gpubox"]
     assert complete(gpujob_on_path, script, "gpujob", "ls", "--host", "g") == ["gpubox"]
+    assert complete(gpujob_on_path, script, "gpujob", "move", job_id, "--to", "g") == ["gpubox"]
+    assert job_id in complete(gpujob_on_path, script, "gpujob", "move", "")
     assert {"add", "set", "trust"} <= set(complete(gpujob_on_path, script, "gpujob", "host", ""))
 
 
