@@ -252,20 +252,33 @@ class _SSHForward(Forward):
         self.sock.close()
 
 
-def window_for(tr: paramiko.Transport) -> int:
+def window_for(tr: paramiko.Transport, timeout: float = 5.0) -> int:
     """The receive window for this connection's channels, from one measured round trip.
 
     What the server may send before we acknowledge: paramiko's 2 MB caps a download at 2 MB per
     round trip (13 MB/s at 150 ms, whatever the link). The window is RTT × 1 Gbit, at least
     2 MB: a larger one on a short link only costs (paramiko's channel buffer copies what it
-    holds on every read: a 16 MB window halved a loopback download)."""
-    t = time.monotonic()
-    try:
-        tr.global_request("keepalive@openssh.com", wait=True)  # any reply is one round trip
-    except (paramiko.SSHException, EOFError, OSError):
+    holds on every read: a 16 MB window halved a loopback download).
+
+    paramiko waits for the reply for as long as the transport looks alive, which a link that died
+    silently does for minutes: the probe runs in a thread of its own, and no answer within
+    ``timeout`` leaves the smallest window (the first command then meets the dead link as usual)."""
+    rtts: list[float] = []
+
+    def probe() -> None:
+        t = time.monotonic()
+        try:
+            tr.global_request("keepalive@openssh.com", wait=True)  # any reply is one round trip
+        except (paramiko.SSHException, EOFError, OSError):
+            return
+        rtts.append(time.monotonic() - t)
+
+    th = threading.Thread(target=probe, name="gpujob-rtt", daemon=True)
+    th.start()
+    th.join(timeout)
+    if not rtts:
         return WINDOW_MIN
-    rtt = time.monotonic() - t
-    return int(min(WINDOW_MAX, max(WINDOW_MIN, rtt * WINDOW_RATE)))
+    return int(min(WINDOW_MAX, max(WINDOW_MIN, rtts[0] * WINDOW_RATE)))
 
 
 class SSHTransport(Transport):
