@@ -12,6 +12,7 @@ changed host key is refused there too).
 
 from __future__ import annotations
 
+import base64
 import os
 import shlex
 import sys
@@ -36,6 +37,20 @@ def host_env(host: Host) -> dict[str, str]:
 
 def login_script(host: Host, command: str) -> str:
     """``bash -lc`` text: the profile's env, network_turbo (for runs), PATH prefix, then ``command``."""
+    return env_script(host) + "\n" + command
+
+
+def stdin_login(host: Host, command: str) -> tuple[str, bytes]:
+    """The remote command line for ``command`` and the bytes to write first on its stdin: the
+    profile's settings (a pip index URL may carry a token) travel there, never in ``ps``."""
+    script = base64.b64encode(env_script(host).encode()).decode()  # ASCII: read -N counts characters
+    line = (f'IFS= read -r -N {len(script)} __gj && eval "$(printf %s "$__gj" | base64 -d)" && unset __gj || exit 125\n'
+            + command)
+    return f"cd ~ 2>/dev/null; exec bash -lc {shlex.quote(line)} 2>&1", script.encode()
+
+
+def env_script(host: Host) -> str:
+    """Shell lines that give a command what a job's run command gets from the host profile."""
     env = host_env(host)
     lines = [f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items()) if k.replace("_", "").isalnum()]
     turbo = (env.get("GPUJOB_NETWORK_TURBO") or "").lower()
@@ -43,7 +58,6 @@ def login_script(host: Host, command: str) -> str:
         f = shlex.quote(env.get("GPUJOB_NETWORK_TURBO_FILE") or "/etc/network_turbo")
         lines.append(f"[ -f {f} ] && . {f} >/dev/null 2>&1")
     lines.append('if [ -n "${GPUJOB_PATH_PREFIX:-}" ]; then export PATH="$GPUJOB_PATH_PREFIX:$PATH"; fi')
-    lines.append(command)
     return "\n".join(lines)
 
 
@@ -60,9 +74,11 @@ def run_exec(host: Host, argv: list[str], write: Callable[[bytes], None]) -> int
     from gpujob.jobs import _read_some
 
     agent = connect_agent(host)
-    remote = f"cd ~ 2>/dev/null; exec bash -lc {shlex.quote(login_script(host, command_text(argv)))} 2>&1"
+    remote, settings = stdin_login(host, command_text(argv))
     try:
         s = agent.t.stream(remote)
+        s.stdin.write(settings)
+        s.stdin.flush()
         feeder = None
         if sys.stdin is not None and not sys.stdin.isatty():
             feeder = threading.Thread(target=_feed, args=(s,), daemon=True)

@@ -26,6 +26,10 @@ def test_exec_runs_where_jobs_run(any_host: str) -> None:
         assert lines[0] == "index=http://mirror.invalid/simple"
         assert lines[1] == str(Path(sys.executable).parent / "python")  # the profile's PATH prefix
     assert lines[-1] == "oops"  # stderr arrives in order with stdout
+    if any_host != "local":  # the profile's settings reach the command on stdin, not on a command line (ps)
+        r = run_cli("exec", any_host, "--", "tr '\\0' ' ' < /proc/$$/cmdline; echo; echo \"$PIP_INDEX_URL\"")
+        shown, value = r.stdout.splitlines()[-2:]
+        assert value == "http://mirror.invalid/simple" and "mirror.invalid" not in shown, r.stdout
     r = run_cli("exec", any_host, "--json", "--", "tr", "a-z", "A-Z", input="piped in\n")
     doc = json.loads(r.stdout)
     assert r.returncode == 0 and doc["output"] == "PIPED IN\n" and doc["command"] == "tr a-z A-Z"
