@@ -337,7 +337,12 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
     if _want(ctx, ("retry",), rr, dict, "{max_restarts, on, backoff, on_oom}"):
         _check_keys(ctx, ("retry",), rr, ["max_restarts", "on", "backoff", "on_oom", "move_after", "move_to"])
         if rr.get("move_after") is not None:
-            retry.move_after = _duration(ctx, ("retry", "move_after"), rr["move_after"], 0.0) or None
+            after = _duration(ctx, ("retry", "move_after"), rr["move_after"], -1.0)
+            if after == 0:
+                ctx.err(("retry", "move_after"), "0s would move a job at its first silence: give a duration "
+                        "such as 20m (leave the key out for no automatic move)")
+            elif after > 0:
+                retry.move_after = after
         retry.move_to = _str_list(ctx, ("retry", "move_to"), rr.get("move_to") or [])
         mr = rr.get("max_restarts", 0)
         if _int_in(ctx, ("retry", "max_restarts"), mr, 0, MAX_RESTARTS, "a number of restarts"):

@@ -85,6 +85,7 @@ CASES: list[tuple[str, Callable[[Path], list[str]], list[str]]] = [
     ("backoff-nan", spec("retry: {backoff: .nan}"), ["retry.backoff", "finite"]),
     ("backoff-inf", spec("retry: {backoff: .inf}"), ["retry.backoff", "finite"]),
     ("backoff-negative", spec("retry: {backoff: -5}"), ["retry.backoff", "out of range"]),
+    ("move-after-zero", spec("retry: {move_after: 0}"), ["retry.move_after", "20m"]),
     ("gpus-huge", spec(f"gpus: {10**26}"), ["gpus", "out of range", "0 to 64"]),
     ("gpus-float", spec("gpus: 1.5"), ["gpus", "expected a number of GPUs"]),
     ("grace-huge", spec(f"stop: {{grace: {10**32}d}}"), ["stop.grace", "out of range"]),
