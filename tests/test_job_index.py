@@ -63,3 +63,16 @@ def test_ls_shows_running_and_newest_finished_jobs(tmp_path: Path) -> None:
     # names resolve through the index
     r = run_cli("status", "old44", "--host", "local", "--json")
     assert r.returncode == 0 and json.loads(r.stdout)["job_id"] == ids[44], r.stdout + r.stderr
+
+
+def test_a_job_submitted_again_under_its_id_is_not_known_finished(tmp_path: Path) -> None:
+    """A job that moved away (finished here, marked done) and moved back is submitted again
+    under the same id: the plain listing must show it however old it is."""
+    root = Root(str(tmp_path / "r"))
+    job_id = fake_job(root.root, 1, "running")
+    jobindex.add(root, job_id, "old1", 1.0)
+    jobindex.mark(root, [job_id], True)
+    assert job_id in jobindex.read(root)[2]
+    jobindex.add(root, job_id, "old1", 2.0)
+    assert job_id not in jobindex.read(root)[2]
+    assert job_id in jobindex.listing(root, recent=0)[0]
