@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional
 from remote import jobs, locks, procs
 from remote.layout import TERMINAL, Root, read_json
 
-FINISHED = ("succeeded", "failed", "stopped", "autostopped")  # lost stays: gpujob resume may revive it
+FINISHED = ("succeeded", "failed", "stopped", "autostopped", "moved")  # lost stays: gpujob resume may revive it
 
 
 def freed_bytes(paths: List[Path]) -> int:
