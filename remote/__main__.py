@@ -40,7 +40,10 @@ def cmd_status(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     finished = [i for i, d in zip(ids, described)  # lost ones stay: resumable, and still to be announced
                 if d.get("state") in TERMINAL and d.get("state") != "lost" and i not in done]
     if finished:  # the next listing skips them without reading their folders
-        jobindex.mark(root, finished, True)
+        try:
+            jobindex.mark(root, finished, True)
+        except OSError:  # a full or read-only disk: the listing still answers
+            pass
     return {"jobs": described, "now": time.time(), "older": older}
 
 
