@@ -307,9 +307,9 @@ def resume(root: Root, job_id: str) -> Dict[str, Any]:
             fresh.pop(k, None)
         fresh.update(state="queued", resumed_at=now(), ended_at=None, exit_code=None, reason=None,
                      restart_base=int(fresh.get("attempt") or 0), heartbeat=now(), boot_id=procs.boot_id())
+        jobindex.mark(root, [job_id], False)  # first: a full disk refusing it leaves the job as it was
         job.write_status(fresh)
         job.event("resumed", previous=st.get("state"))
-        jobindex.mark(root, [job_id], False)
         pid = start_supervisor(root, job)
     agent_log(root, "resumed {} (supervisor {})".format(job_id, pid))
     return {"job_id": job_id, "state": "queued", "supervisor_pid": pid, "previous": st.get("state")}
