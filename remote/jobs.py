@@ -115,7 +115,10 @@ def submit(root: Root, request: Dict[str, Any]) -> Dict[str, Any]:
             job.event("moved", **{k: v for k, v in carried["moves"][-1].items() if k != "t"})
         else:
             job.event("submitted")
-        jobindex.add(root, job_id, spec["name"], job.status().get("submitted_at") or now())
+        try:
+            jobindex.add(root, job_id, spec["name"], job.status().get("submitted_at") or now())
+        except OSError:  # a full disk: the next read adds the folder from its status.json
+            pass
         pid = start_supervisor(root, job)
     return {"job_id": job_id, "state": "queued", "job_dir": str(job.path), "supervisor_pid": pid}
 
