@@ -39,8 +39,13 @@ def cmd_status(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
         d.setdefault("job_id", i)  # a damaged status.json still names its job
     finished = [i for i, d in zip(ids, described)  # lost ones stay: resumable, and still to be announced
                 if d.get("state") in TERMINAL and d.get("state") != "lost" and i not in done]
-    if finished:  # the next listing skips them without reading their folders
-        jobindex.mark(root, finished, True)
+    for i in finished:  # the next listing skips them without reading their folders
+        try:
+            with locks.job_lock(root.job(i).path):  # judged again: a resume in between keeps it listed
+                if root.job(i).status().get("state") in TERMINAL and root.job(i).status().get("state") != "lost":
+                    jobindex.mark(root, [i], True)
+        except OSError:  # a full or read-only disk: the listing still answers
+            pass
     return {"jobs": described, "now": time.time(), "older": older}
 
 

@@ -256,9 +256,16 @@ class HashCache:
                 else:
                     full[k] = rec
         tmp = self.path.with_name(".{}.{}.tmp".format(self.path.name, os.getpid()))
-        with open(str(tmp), "w") as f:
-            f.write(json.dumps(full, separators=(",", ":")))  # dumps: C speed; dump() encodes in Python
-        os.replace(str(tmp), str(self.path))
+        try:
+            with open(str(tmp), "w") as f:
+                f.write(json.dumps(full, separators=(",", ":")))  # dumps: C speed; dump() encodes in Python
+            os.replace(str(tmp), str(self.path))
+        except OSError:  # a full disk: no half-written temp file left behind
+            try:
+                os.unlink(str(tmp))
+            except OSError:
+                pass
+            raise
         try:
             os.unlink(log)
         except OSError:

@@ -13,10 +13,10 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from remote import jobs, procs
+from remote import jobs, locks, procs
 from remote.layout import TERMINAL, Root, read_json
 
-FINISHED = ("succeeded", "failed", "stopped", "autostopped")  # lost stays: gpujob resume may revive it
+FINISHED = ("succeeded", "failed", "stopped", "autostopped", "moved")  # lost stays: gpujob resume may revive it
 
 
 def freed_bytes(paths: List[Path]) -> int:
@@ -74,9 +74,14 @@ def remove(root: Root, ref: str, force: bool = False, wait: float = 120.0) -> Di
             raise jobs.AgentError("{} did not stop within {:.0f} s; nothing was removed".format(job_id, wait),
                                   "retry gpujob rm {} --force".format(job_id), "not_stopped")
         stopped = True
-    _stop_tensorboard(root, job_id)
-    size = freed_bytes([job.path])
-    _remove(job.path)
+    with locks.job_lock(job.path):  # judged again under the lock: a resume may have just restarted it
+        st = jobs.live_status(root, job, procs.boot_id())
+        if st.get("state") not in TERMINAL:
+            raise jobs.AgentError("{} was started again meanwhile ({}); nothing was removed".format(
+                job_id, st.get("state")), "stop it first: gpujob stop {}".format(job_id), "running")
+        _stop_tensorboard(root, job_id)
+        size = freed_bytes([job.path])
+        _remove(job.path)
     return {"job_id": job_id, "removed": True, "stopped": stopped, "bytes": size, "path": str(job.path)}
 
 
@@ -157,12 +162,23 @@ def gc(root: Root, older_than: float, dry_run: bool = False, checkpoints_only: b
     if dry_run:
         return doc
     for it in doc["items"]:
-        path = Path(it["path"])
         if it.get("job_id"):
-            _stop_tensorboard(root, it["job_id"])
-        if it["kind"] == "checkpoints":
-            for child in list(path.iterdir()):
-                _remove(child)
+            job = root.job(it["job_id"])
+            with locks.job_lock(job.path):  # a job resumed since the plan is kept
+                if jobs.live_status(root, job, procs.boot_id()).get("state") not in FINISHED:
+                    it["skipped"] = "resumed"
+                    continue
+                _stop_tensorboard(root, it["job_id"])
+                _gc_item(it)
         else:
-            _remove(path)
+            _gc_item(it)
     return doc
+
+
+def _gc_item(it: Dict[str, Any]) -> None:
+    path = Path(it["path"])
+    if it["kind"] == "checkpoints":
+        for child in list(path.iterdir()):
+            _remove(child)
+    else:
+        _remove(path)

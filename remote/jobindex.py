@@ -57,9 +57,10 @@ def read(root: Root) -> Tuple[List[str], Dict[str, str], Set[str]]:
             i = r["id"]
         except (ValueError, KeyError, TypeError, UnicodeDecodeError):
             continue  # a torn last line of a crashed writer
-        if "t" in r:
+        if "t" in r:  # a (re)submit: a job moved away and back here runs again
             times[i] = float(r["t"] or 0)
             names[i] = str(r.get("name") or "")
+            done.discard(i)
         elif r.get("done") is True:
             done.add(i)
         elif r.get("done") is False:

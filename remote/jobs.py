@@ -115,7 +115,10 @@ def submit(root: Root, request: Dict[str, Any]) -> Dict[str, Any]:
             job.event("moved", **{k: v for k, v in carried["moves"][-1].items() if k != "t"})
         else:
             job.event("submitted")
-        jobindex.add(root, job_id, spec["name"], job.status().get("submitted_at") or now())
+        try:
+            jobindex.add(root, job_id, spec["name"], job.status().get("submitted_at") or now())
+        except OSError:  # a full disk: the next read adds the folder from its status.json
+            pass
         pid = start_supervisor(root, job)
     return {"job_id": job_id, "state": "queued", "job_dir": str(job.path), "supervisor_pid": pid}
 
@@ -307,9 +310,9 @@ def resume(root: Root, job_id: str) -> Dict[str, Any]:
             fresh.pop(k, None)
         fresh.update(state="queued", resumed_at=now(), ended_at=None, exit_code=None, reason=None,
                      restart_base=int(fresh.get("attempt") or 0), heartbeat=now(), boot_id=procs.boot_id())
+        jobindex.mark(root, [job_id], False)  # first: a full disk refusing it leaves the job as it was
         job.write_status(fresh)
         job.event("resumed", previous=st.get("state"))
-        jobindex.mark(root, [job_id], False)
         pid = start_supervisor(root, job)
     agent_log(root, "resumed {} (supervisor {})".format(job_id, pid))
     return {"job_id": job_id, "state": "queued", "supervisor_pid": pid, "previous": st.get("state")}

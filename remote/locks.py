@@ -95,9 +95,14 @@ def _read(lease: Path) -> Dict[str, Any]:
 def _write(lease: Path, token: str) -> None:
     # no fsync: after a crash the lease only has to expire, which time does
     tmp = lease.with_name(".{}.{}.tmp".format(lease.name, os.getpid()))
-    with open(str(tmp), "w") as f:
-        json.dump({"token": token, "until": time.time() + lease_ttl(), "pid": os.getpid()}, f)
-    os.replace(str(tmp), str(lease))
+    try:
+        with open(str(tmp), "w") as f:
+            json.dump({"token": token, "until": time.time() + lease_ttl(), "pid": os.getpid()}, f)
+        os.replace(str(tmp), str(lease))
+    except OSError:  # a full disk: no half-written temp file left behind
+        with contextlib.suppress(OSError):
+            os.unlink(str(tmp))
+        raise
 
 
 def try_lease(root: Path, project: str, token: str) -> Optional[float]:

@@ -14,7 +14,7 @@ import shutil
 import time
 from typing import IO, Any, Dict, List
 
-from remote import chunks, procs
+from remote import chunks, locks, procs
 from remote.jobs import AgentError, live_status, resolve
 from remote.layout import TERMINAL, JobDir, Root, now
 
@@ -91,12 +91,13 @@ def take_in(root: Root, job: JobDir, request: Dict[str, Any]) -> Dict[str, Any]:
 def mark_moved(root: Root, ref: str, to: str) -> Dict[str, Any]:
     """The job left for host ``to``: a final state here, so it cannot be resumed on this host."""
     job = root.job(resolve(root, ref))
-    st = live_status(root, job, procs.boot_id())
-    if st.get("state") not in TERMINAL:
-        raise AgentError("job {} is still {} here".format(job.id, st.get("state")),
-                         "stop it first: gpujob stop {}".format(job.id), "bad_state")
-    fresh = job.status()
-    fresh.update(state="moved", moved_to=to, ended_at=fresh.get("ended_at") or now(), reason="moved to " + to)
-    job.write_status(fresh)
-    job.event("state", state="moved", reason="moved to " + to)
+    with locks.job_lock(job.path):  # judged under the lock: a resume may be restarting it
+        st = live_status(root, job, procs.boot_id())
+        if st.get("state") not in TERMINAL:
+            raise AgentError("job {} is still {} here".format(job.id, st.get("state")),
+                             "stop it first: gpujob stop {}".format(job.id), "bad_state")
+        fresh = job.status()
+        fresh.update(state="moved", moved_to=to, ended_at=fresh.get("ended_at") or now(), reason="moved to " + to)
+        job.write_status(fresh)
+        job.event("state", state="moved", reason="moved to " + to)
     return {"job_id": job.id, "state": "moved", "moved_to": to, "t": time.time()}

@@ -5,6 +5,7 @@ a hash cache (``<root>/cache/hashes.json``) filled by every received file, so a 
 hashes costs no rereading of data it received itself.
 """
 
+import contextlib
 import fnmatch
 import json
 import os
@@ -264,9 +265,14 @@ def _load(path: Path) -> Dict[str, Any]:
 def _save(path: Path, doc: Dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(".{}.{}.tmp".format(path.name, os.getpid()))
-    with open(str(tmp), "w") as f:
-        json.dump(doc, f)
-    os.replace(str(tmp), str(path))
+    try:
+        with open(str(tmp), "w") as f:
+            json.dump(doc, f)
+        os.replace(str(tmp), str(path))
+    except OSError:  # a full disk: no half-written temp file left behind
+        with contextlib.suppress(OSError):
+            os.unlink(str(tmp))
+        raise
 
 
 def session(root: Path, dirs: List[str], hash_dirs: List[str], stdin: IO[bytes], stdout: IO[bytes],

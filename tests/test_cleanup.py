@@ -72,3 +72,24 @@ def test_gc_dry_run_then_frees_all_but_what_runs(tmp_path: Path) -> None:
     assert wait_state("local", busy, ("running",))["state"] == "running"
     assert old not in known_jobs() and busy in known_jobs()
     run_cli("stop", busy)
+
+
+def test_gc_frees_a_job_that_moved_to_another_host(tmp_path: Path) -> None:
+    """A job that went on elsewhere is history here: gc frees it like a finished one."""
+    import time
+
+    from remote import cleanup
+    from remote.layout import Root
+
+    root = Root(str(tmp_path / "r"))
+    job_id = "moved-0101-x0001"
+    d = root.jobs / job_id
+    d.mkdir(parents=True)
+    t = time.time() - 100_000
+    (d / "status.json").write_text(json.dumps({"job_id": job_id, "name": "m", "state": "moved", "moved_to": "b",
+                                               "submitted_at": t, "ended_at": t + 1}))
+    (d / "spec.json").write_text(json.dumps({"name": "m", "run": "true"}))
+    items = cleanup.plan(root, 3600.0)["items"]
+    assert {"kind": "job", "job_id": job_id} in [{"kind": i["kind"], "job_id": i.get("job_id")} for i in items]
+    cleanup.gc(root, 3600.0)
+    assert not d.exists()

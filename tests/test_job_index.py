@@ -73,3 +73,16 @@ def test_cost_counts_every_job_not_only_those_ls_shows(tmp_path: Path) -> None:
     doc = json.loads(r.stdout)
     assert sorted(j["job_id"] for j in doc["jobs"]) == sorted(ids)
     assert doc["hosts"]["local"]["jobs"] == len(ids)
+
+
+def test_a_job_submitted_again_under_its_id_is_not_known_finished(tmp_path: Path) -> None:
+    """A job that moved away (finished here, marked done) and moved back is submitted again
+    under the same id: the plain listing must show it however old it is."""
+    root = Root(str(tmp_path / "r"))
+    job_id = fake_job(root.root, 1, "running")
+    jobindex.add(root, job_id, "old1", 1.0)
+    jobindex.mark(root, [job_id], True)
+    assert job_id in jobindex.read(root)[2]
+    jobindex.add(root, job_id, "old1", 2.0)
+    assert job_id not in jobindex.read(root)[2]
+    assert job_id in jobindex.listing(root, recent=0)[0]
