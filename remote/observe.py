@@ -12,6 +12,7 @@ import subprocess
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
+from urllib.parse import urlsplit, urlunsplit
 
 from remote import jobs
 from remote.layout import JobDir, Root, read_json, read_tail, write_json
@@ -280,7 +281,17 @@ def install_tensorboard(root: Root, ref: str, timeout: float = 900.0) -> Dict[st
         raise jobs.AgentError("pip could not install TensorBoard into {}: {}".format(tools, out.strip()[-600:]),
                               "set a reachable index: gpujob host set HOST --pip-index-url URL "
                               "(or --network-turbo true on AutoDL), then retry", "tb_install")
-    return {"installed": True, "path": str(tools), "pip_index_url": env.get("PIP_INDEX_URL")}
+    return {"installed": True, "path": str(tools), "pip_index_url": _without_credentials(env.get("PIP_INDEX_URL"))}
+
+
+def _without_credentials(url: Optional[str]) -> Optional[str]:
+    """An index URL as it may be shown: ``https://user:token@host/`` loses its ``user:token@``."""
+    if not url:
+        return url
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[1]))
 
 
 def tensorboard(root: Root, ref: str, port: int, wait: float = 60.0) -> Dict[str, Any]:

@@ -147,3 +147,11 @@ def test_a_restarted_job_shows_only_the_current_attempts_metrics(tmp_path: Path)
     w = observe.watch(root, "j-1")
     assert w["latest"]["loss"] == 1.0 and "eval_loss" not in w["latest"]
     assert [p[0] for p in w["series"]["loss"]] == [50, 41]               # the history keeps both attempts
+
+
+def test_an_index_url_is_shown_without_its_credentials() -> None:
+    from remote.observe import _without_credentials
+
+    assert _without_credentials("https://user:tok3n@mirror.example/simple") == "https://***@mirror.example/simple"
+    assert _without_credentials("https://mirror.example/simple") == "https://mirror.example/simple"
+    assert _without_credentials(None) is None
