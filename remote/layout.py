@@ -93,6 +93,12 @@ def read_json(path: Path, default: Any = None) -> Any:
         return default
 
 
+def read_doc(path: Path) -> Dict[str, Any]:
+    """A JSON object from ``path``; ``{}`` when it is missing, unreadable or not an object."""
+    doc = read_json(path, {})
+    return doc if isinstance(doc, dict) else {}
+
+
 def append_jsonl(path: Path, record: Dict[str, Any]) -> None:
     with open(str(path), "a") as f:
         f.write(json.dumps(record, sort_keys=True) + "\n")

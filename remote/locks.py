@@ -21,7 +21,9 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, Iterator, Optional
+
+from remote.layout import read_doc
 
 
 def lease_ttl() -> float:
@@ -83,15 +85,6 @@ def _project(root: Path, project: str) -> Path:
     return d
 
 
-def _read(lease: Path) -> Dict[str, Any]:
-    try:
-        with open(str(lease)) as f:
-            doc = json.load(f)
-        return doc if isinstance(doc, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
 def _write(lease: Path, token: str) -> None:
     # no fsync: after a crash the lease only has to expire, which time does
     tmp = lease.with_name(".{}.{}.tmp".format(lease.name, os.getpid()))
@@ -110,7 +103,7 @@ def try_lease(root: Path, project: str, token: str) -> Optional[float]:
     holder's lease has left."""
     d = _project(root, project)
     with flocked(d / ".lock"):
-        cur = _read(d / "sync.lease")
+        cur = read_doc(d / "sync.lease")
         left = float(cur.get("until") or 0) - time.time()
         if cur.get("token") not in (None, token) and left > 0:
             return left
@@ -139,7 +132,7 @@ def renew(root: Path, project: str, token: str) -> bool:
 def renew_locked(root: Path, project: str, token: str) -> bool:
     """``renew`` for a caller that holds ``project_locked`` (a second flock would wait on it)."""
     lease = root / "projects" / project / "sync.lease"
-    if _read(lease).get("token") != token:
+    if read_doc(lease).get("token") != token:
         return False
     _write(lease, token)
     return True
@@ -181,7 +174,7 @@ def project_locked(root: Path, project: str) -> Iterator[None]:
 def release(root: Path, project: str, token: str) -> None:
     """Give the lease back (the caller holds ``project_locked``)."""
     lease = root / "projects" / project / "sync.lease"
-    if _read(lease).get("token") == token:
+    if read_doc(lease).get("token") == token:
         try:
             lease.unlink()
         except OSError:

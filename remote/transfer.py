@@ -14,7 +14,7 @@ from pathlib import Path, PurePosixPath
 from typing import IO, Any, Dict, List, Optional
 
 from remote import checkpoints, chunks
-from remote.layout import read_json
+from remote.layout import read_doc, read_json
 
 LOGS = ["output.log", "metrics.jsonl", "events.jsonl", "status.json"]
 
@@ -57,7 +57,7 @@ def reseal(root: Path) -> Dict[str, Any]:
     ``reseal`` verb, started detached after a receive). A tree still racily new is waited for."""
     import time
 
-    seals = _load(root / "cache" / "trees.json")
+    seals = read_doc(root / "cache" / "trees.json")
     done = []  # type: List[str]
     todo = sorted(seals)
     for wait in (0.2, 2.1):  # a fine-grained racy window, then a whole-second one
@@ -216,7 +216,7 @@ def manifest_doc(root: Path, dirs: List[str], hash_dirs: List[str], cache: Optio
     in Python)."""
     expect = dict(k.split("=", 1) for k in known or [] if "=" in k)
     seals_path = root / "cache" / "trees.json"
-    seals = _load(seals_path)
+    seals = read_doc(seals_path)
     changed = False
     doc = {}  # type: Dict[str, Any]
     for d in dirs + hash_dirs:
@@ -251,15 +251,6 @@ def manifest_doc(root: Path, dirs: List[str], hash_dirs: List[str], cache: Optio
     st = os.statvfs(str(root))
     doc["free_bytes"] = st.f_bavail * st.f_frsize
     return doc
-
-
-def _load(path: Path) -> Dict[str, Any]:
-    try:
-        with open(str(path)) as f:
-            doc = json.load(f)
-        return doc if isinstance(doc, dict) else {}
-    except (OSError, ValueError):
-        return {}
 
 
 def _save(path: Path, doc: Dict[str, Any]) -> None:
