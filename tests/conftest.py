@@ -192,7 +192,7 @@ def mux_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     d = Path(tempfile.mkdtemp(prefix="gjmux"))
     monkeypatch.setenv("GPUJOB_MUX_DIR", str(d))
     yield d
-    from gpujob.mux import _request
+    from gpujob.transport.mux import _request
 
     for sock in d.glob("*.sock"):
         try:
@@ -216,7 +216,7 @@ def ssh_host(sshd: Sshd, tmp_path: Path) -> str:
     The job's login shell gets this interpreter's folder first on PATH (host env
     GPUJOB_PATH_PREFIX), as a conda env would on an instance.
     """
-    from gpujob.hosts import Host, HostStore
+    from gpujob.config.hosts import Host, HostStore
     from gpujob.transport.ssh import public_key_line
 
     sshd.authorize(public_key_line())

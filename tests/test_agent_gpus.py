@@ -32,7 +32,7 @@ GPU_JOB = """
 
 
 def test_gpus_sampling_queue_and_cost(ssh_host: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpujob.hosts import HostStore
+    from gpujob.config.hosts import HostStore
 
     monkeypatch.setenv("COLUMNS", "250")  # the ls table at full width
 

@@ -92,7 +92,7 @@ def test_parsers_and_validation() -> None:
 
 
 def test_spec_rejects_bad_policy_with_position(tmp_path: Path) -> None:
-    from gpujob.spec import load_spec
+    from gpujob.config.spec import load_spec
 
     (tmp_path / "job.yaml").write_text("run: python x.py\nautostop:\n  stall: soon\n  after: reboot\n")
     with pytest.raises(SpecError) as e:

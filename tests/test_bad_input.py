@@ -168,7 +168,7 @@ def test_debug_shows_the_traceback_of_an_unforeseen_error(tmp_path: Path) -> Non
 
 
 def test_documented_data_forms_are_accepted(tmp_path: Path) -> None:
-    from gpujob.spec import load_spec
+    from gpujob.config.spec import load_spec
 
     (tmp_path / "corpus").mkdir()
     (tmp_path / "corpus" / "train.jsonl").write_text("{}\n")
@@ -189,7 +189,7 @@ def test_documented_data_forms_are_accepted(tmp_path: Path) -> None:
 
 
 def test_login_lines_still_read(tmp_path: Path) -> None:
-    from gpujob.hosts import parse_ssh_target
+    from gpujob.config.hosts import parse_ssh_target
 
     assert parse_ssh_target("ssh -o Port=2200 -o User=ubuntu -A -i ~/.ssh/k 10.0.0.7") == {
         "port": 2200, "user": "ubuntu", "identity_file": str(Path("~/.ssh/k").expanduser()), "hostname": "10.0.0.7"}
@@ -234,7 +234,7 @@ class CutProxy(TcpProxy):
 
 
 def _through(proxy: CutProxy) -> None:
-    from gpujob.hosts import HostStore
+    from gpujob.config.hosts import HostStore
 
     store = HostStore()
     host = store.get("box")

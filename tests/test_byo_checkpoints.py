@@ -223,8 +223,8 @@ def test_oom_named_only_on_evidence(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 
 def test_checkpoint_keys_in_the_job_file(tmp_path: Path) -> None:
+    from gpujob.config.spec import load_spec
     from gpujob.errors import SpecError
-    from gpujob.spec import load_spec
 
     f = tmp_path / "job.yaml"
     f.write_text("run: python train.py\ncheckpoint: {dir: outputs/run1, pattern: '*.pt', keep: 2}\n")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gpujob.datacheck import check_jsonl, format_report
+from gpujob.usecases.datacheck import check_jsonl, format_report
 
 
 def write(path: Path, lines: list[str]) -> Path:
@@ -58,5 +58,5 @@ def test_not_utf8_and_no_torch(tmp_path: Path) -> None:
     f.write_bytes(b'{"text": "ok"}\n\xff\xfe{"text": 1}\n')
     rep = check_jsonl(f)
     assert [n for n, _ in rep.bad_json] == [2] and "UTF-8" in rep.bad_json[0][1]
-    import gpujob.datacheck as dc
+    import gpujob.usecases.datacheck as dc
     assert "torch" not in dc.__dict__

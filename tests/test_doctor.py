@@ -44,7 +44,7 @@ def no_torch_bin(tmp_path: Path, smi: bool = False) -> Path:
 
 
 def save_host(sshd, tmp_path: Path, prefix: Path, **kw: object) -> None:
-    from gpujob.hosts import Host, HostStore
+    from gpujob.config.hosts import Host, HostStore
     from gpujob.transport.ssh import public_key_line
 
     sshd.authorize(public_key_line())
@@ -98,7 +98,7 @@ def test_host_add_detects_autodl_and_proposes_the_preset(sshd, tmp_path: Path) -
     prof = json.loads(r.stdout)
     assert prof["preset"] == "autodl" and prof["region"] == "westb" and prof["shutdown_command"] == "/usr/bin/shutdown"
     assert "detected autodl (region westb)" in r.stderr and "TensorBoard port 6006" in r.stderr
-    from gpujob.hosts import HostStore
+    from gpujob.config.hosts import HostStore
 
     h = HostStore().get("a100")
     assert h.data_disk_path == "/root/autodl-tmp" and h.tb_port == 6006
@@ -113,7 +113,7 @@ def test_doctor_detects_autodl_and_gpu_stand_in(sshd, tmp_path: Path) -> None:
     turbo = tmp_path / "fs" / "etc" / "network_turbo"
     turbo.parent.mkdir()
     turbo.write_text("export http_proxy=http://127.0.0.1:9\n")
-    from gpujob.hosts import HostStore
+    from gpujob.config.hosts import HostStore
 
     save_host(sshd, tmp_path, no_torch_bin(tmp_path, smi=True), preset="generic", data_disk=str(data),
               network_turbo=True)
@@ -138,8 +138,8 @@ def test_doctor_detects_autodl_and_gpu_stand_in(sshd, tmp_path: Path) -> None:
 
 def test_checks_torch_cannot_use_gpu() -> None:
     """The judging is a plain function over the report: torch without CUDA beside a GPU is red."""
-    from gpujob.doctor import checks
-    from gpujob.hosts import Host
+    from gpujob.config.hosts import Host
+    from gpujob.usecases.doctor import checks
 
     rep = {"login_python": "/root/miniconda3/bin/python", "pythons": [],
            "torch": {"python": "/root/miniconda3/bin/python", "version": "2.1.0+cpu", "cuda": None,

@@ -175,7 +175,7 @@ def test_misspelt_key_did_you_mean(tmp_path: Path) -> None:
 
 
 def test_set_overrides_a_key(tmp_path: Path) -> None:
-    from gpujob.spec import load_spec
+    from gpujob.config.spec import load_spec
 
     spec = load_spec(EXAMPLE, ["retry.max_restarts=4", "gpus=2", "env.LR=3e-4"])
     assert spec.retry.max_restarts == 4 and spec.gpus == 2 and spec.env["LR"] == "3e-4"
@@ -204,7 +204,7 @@ def test_refused_key(sshd, tmp_path: Path) -> None:
     r = run_cli("host", "add", "box", "--ssh", sshd.ssh_line())
     assert r.returncode == 3
     assert "needs a password once" in r.stderr and "--password-stdin" in r.stderr
-    from gpujob.hosts import HostStore
+    from gpujob.config.hosts import HostStore
 
     assert [h.name for h in HostStore().all()] == ["local"]  # nothing half-saved
 
@@ -237,7 +237,7 @@ def test_host_add_then_changed_host_key_is_refused(sshd, tmp_path: Path) -> None
 
 
 def test_parse_login_lines() -> None:
-    from gpujob.hosts import parse_ssh_target
+    from gpujob.config.hosts import parse_ssh_target
 
     assert parse_ssh_target("ssh -p 41234 root@connect.westb.seetacloud.com") == {
         "port": 41234, "user": "root", "hostname": "connect.westb.seetacloud.com"}

@@ -60,7 +60,7 @@ def test_an_empty_tree_is_a_project(tmp_path: Path) -> None:
 
 
 def test_secret_references_are_not_literal_secrets() -> None:
-    from gpujob.spec import notify_secrets
+    from gpujob.config.spec import notify_secrets
 
     refs = {"channels": [{"type": "webhook", "url": "${HOOK_URL}", "secret": "${X}"}]}
     assert notify_secrets(refs)[1] == {}

@@ -17,8 +17,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpujob.errors import GpujobError
-from gpujob.spec import (
+from gpujob.config.spec import (
     MAX_DURATION,
     MAX_GPUS,
     MAX_KEEP,
@@ -29,6 +28,7 @@ from gpujob.spec import (
     load_yaml,
     validate,
 )
+from gpujob.errors import GpujobError
 
 FUZZ = settings(max_examples=250, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])

@@ -46,7 +46,7 @@ def test_launch_command_rewrites_leading_python() -> None:
 
 def test_seq_cls_template_unchanged_under_torchrun(tmp_path: Path) -> None:
     """The seq-cls template, as `gpujob init` writes it, runs as 2 gloo processes (DDP) on a CPU host."""
-    from gpujob.init import init_template
+    from gpujob.usecases.init import init_template
 
     d = tmp_path / "cls"
     init_template("seq-cls", d)
@@ -63,8 +63,8 @@ def test_seq_cls_template_unchanged_under_torchrun(tmp_path: Path) -> None:
 
 
 def test_nodes_spec_validation(tmp_path: Path) -> None:
+    from gpujob.config.spec import load_spec
     from gpujob.errors import SpecError
-    from gpujob.spec import load_spec
 
     job = ddp_job(tmp_path, nodes=["a", "b"], launcher="none")
     with pytest.raises(SpecError, match="several nodes need launcher: torchrun"):
@@ -128,7 +128,7 @@ def test_two_node_job_trains_stays_identical_and_resumes(two_nodes: list[tuple[s
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     # the product's default: a fresh namespace's first handshake can be refused while it settles
     monkeypatch.setenv("GPUJOB_CONNECT_RETRIES", "3")
-    from gpujob.hosts import Host, HostStore
+    from gpujob.config.hosts import Host, HostStore
     from gpujob.transport.ssh import public_key_line
 
     shared = tmp_path / "shared-fs"  # both "instances" see it, as AutoDL's autodl-fs

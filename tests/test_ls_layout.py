@@ -25,7 +25,7 @@ JOBS = [
 def render(width: int, jobs: list[dict] = JOBS) -> str:
     from rich.console import Console
 
-    from gpujob.ui import jobs_table
+    from gpujob.ui.jobs import jobs_table
 
     c = Console(file=io.StringIO(), width=width, color_system=None)
     c.print(jobs_table(jobs, width=width))

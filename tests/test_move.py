@@ -60,7 +60,7 @@ TRAIN = """
 
 
 def add_host(name: str, sshd: Sshd, root: Path, path_prefix: str = "") -> None:
-    from gpujob.hosts import Host, HostStore
+    from gpujob.config.hosts import Host, HostStore
     from gpujob.transport.ssh import public_key_line
 
     sshd.authorize(public_key_line())
@@ -244,7 +244,7 @@ SMI = '#!/bin/sh\ncat "$(dirname "$0")/figures.csv"\n'
 
 
 def test_placement_skips_a_busy_host_and_one_that_does_not_answer(two_hosts: tuple[Sshd, Sshd], tmp_path: Path) -> None:
-    from gpujob.hosts import Host, HostStore
+    from gpujob.config.hosts import Host, HostStore
     from tests.conftest import free_port
 
     for name, figures in (("a", "0, 97, 50000, 81920, 300.0, 70\n"), ("b", "0, 0, 5, 81920, 60.0, 30\n")):

@@ -13,7 +13,7 @@ from tests.conftest import run_cli, stop_sshd
 
 
 def _ping(mux_dir: Path) -> dict:
-    from gpujob.mux import _read_line, _request
+    from gpujob.transport.mux import _read_line, _request
 
     socks = list(mux_dir.glob("*.sock"))
     assert len(socks) == 1, socks
@@ -125,7 +125,7 @@ def test_unsafe_socket_folder_falls_back_to_direct(ssh_host: str, tmp_path: Path
     d.mkdir()
     d.chmod(0o755)
     monkeypatch.setenv("GPUJOB_MUX_DIR", str(d))
-    from gpujob.hosts import HostStore
+    from gpujob.config.hosts import HostStore
     from gpujob.transport import connect
     from gpujob.transport.ssh import SSHTransport
 
@@ -139,9 +139,9 @@ def test_unsafe_socket_folder_falls_back_to_direct(ssh_host: str, tmp_path: Path
 
 
 def test_streams_and_exit_codes_through_the_daemon(ssh_host: str) -> None:
-    from gpujob.hosts import HostStore
-    from gpujob.mux import MuxTransport
+    from gpujob.config.hosts import HostStore
     from gpujob.transport import connect
+    from gpujob.transport.mux import MuxTransport
 
     t = connect(HostStore().get(ssh_host))
     assert isinstance(t, MuxTransport)
@@ -179,9 +179,9 @@ def test_a_link_frozen_while_idle_is_noticed(ssh_host: str, sshd, mux_dir: Path,
 def test_more_commands_than_the_server_multiplexes(tmp_path: Path, mux_dir: Path) -> None:
     """OpenSSH allows 10 sessions per connection by default: a command beyond that gets a
     connection of its own, and the kept one stays up for the others."""
-    from gpujob.hosts import Host
-    from gpujob.mux import MuxTransport
+    from gpujob.config.hosts import Host
     from gpujob.transport import connect
+    from gpujob.transport.mux import MuxTransport
     from gpujob.transport.ssh import public_key_line
     from tests.conftest import start_sshd
 

@@ -83,7 +83,7 @@ def test_status_shows_rate_eta_eval_and_gpu(tmp_path: Path) -> None:
 
 
 def test_sparkline_and_rate_helpers() -> None:
-    from gpujob.ui import sparkline
+    from gpujob.ui.jobs import sparkline
     from remote.observe import _rate, downsample
 
     assert sparkline([3, 2, 1]) == "█▄▁"
@@ -111,7 +111,7 @@ def test_gpu_average_weighs_compacted_lines(tmp_path: Path) -> None:
 
 
 def test_autostop_summary_line() -> None:
-    from gpujob.ui import autostop_summary
+    from gpujob.ui.jobs import autostop_summary
 
     line = autostop_summary({"max_runtime": "8h", "gpu_idle": {"below": 5, "for": "30m"}, "nan_loss": True,
                              "plateau": {"metric": "eval_loss", "mode": "min", "patience": 5}, "after": "shutdown"})

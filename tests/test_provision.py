@@ -39,7 +39,7 @@ def make_wheel(folder: Path) -> Path:
 @pytest.fixture
 def autodl(sshd, tmp_path: Path) -> dict:
     """Host ``adl``: root <fs>/root/autodl-tmp/gpujob, a network_turbo file, local-only pip."""
-    from gpujob.hosts import Host, HostStore
+    from gpujob.config.hosts import Host, HostStore
     from gpujob.transport.ssh import public_key_line
 
     fs = tmp_path / "fs"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpujob.errors import GpujobError
-from gpujob.pull import chunks, extract
+from gpujob.usecases.pull import chunks, extract
 from tests.conftest import run_cli
 from tests.test_first_path import submit, wait_state, write_job
 

@@ -198,7 +198,7 @@ def test_stop_agreed_across_ranks_and_per_rank_rng(tmp_path: Path) -> None:
 
 
 def test_load_runtime_from_package() -> None:
-    from gpujob.init import load_runtime
+    from gpujob.usecases.init import load_runtime
 
     mod = load_runtime()
     assert hasattr(mod, "should_stop") and hasattr(mod, "trainer_callback")

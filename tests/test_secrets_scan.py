@@ -102,7 +102,7 @@ def test_no_secret_anywhere(ssh_host: str, tmp_path: Path, hook: Hook, isolated:
 def test_idle_watcher_powers_off_only_when_idle(ssh_host: str, tmp_path: Path) -> None:
     import paramiko
 
-    from gpujob.hosts import HostStore
+    from gpujob.config.hosts import HostStore
     from gpujob.transport.ssh import open_client
 
     root = tmp_path / "remote-root"

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from gpujob.agent import Agent
+from gpujob.config.hosts import HostStore
+from gpujob.config.spec import DataEntry, JobSpec
 from gpujob.errors import GpujobError
-from gpujob.hosts import HostStore
-from gpujob.spec import DataEntry, JobSpec
-from gpujob.sync import chunks, sync_job
 from gpujob.transport import connect
+from gpujob.transport.agent import Agent
+from gpujob.usecases.sync import chunks, sync_job
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -108,7 +108,7 @@ class TcpProxy:
 
 def _proxied_host(sshd_port: int, tmp_path: Path) -> TcpProxy:
     """Point the profile ``box`` at a proxy in front of sshd."""
-    from gpujob.hosts import HostStore
+    from gpujob.config.hosts import HostStore
 
     proxy = TcpProxy(sshd_port)
     store = HostStore()

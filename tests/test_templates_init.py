@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpujob.init import TemplateError, init_template, list_templates, templates_root
+from gpujob.usecases.init import TemplateError, init_template, list_templates, templates_root
 
 
 def test_list_templates() -> None:
@@ -54,7 +54,7 @@ def test_examples_use_the_template_script(name: str) -> None:
     root = templates_root().parent / "examples" / name
     spec = yaml.safe_load((root / "job.yaml").read_text())
     assert (root / spec["workdir"]).resolve() == (templates_root() / name).resolve()  # one copy of the code
-    from gpujob.spec import load_spec
+    from gpujob.config.spec import load_spec
 
     loaded = load_spec(root / "job.yaml")
     assert Path(loaded.requirements or "").parent == (templates_root() / name).resolve()

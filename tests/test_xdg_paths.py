@@ -33,7 +33,7 @@ def test_old_index_and_hash_cache_move_once(xdg: dict[str, Path]) -> None:
     assert (xdg["state"] / "jobs.jsonl").read_text() == line
     assert not (xdg["config"] / "jobs.jsonl").exists()
     # the old hash cache is not read any more (the sync records replaced it); they live in the cache folder
-    from gpujob.synctree import Record
+    from gpujob.usecases.synctree import Record
 
     rec = Record.for_tree("127.0.0.1:22", "projects/p/code")
     assert rec.path is not None and rec.path.is_relative_to(xdg["cache"])
@@ -44,7 +44,7 @@ def test_new_index_wins_and_the_old_one_is_kept(xdg: dict[str, Path]) -> None:
     xdg["state"].mkdir(parents=True)
     (xdg["config"] / "jobs.jsonl").write_text("old\n")
     (xdg["state"] / "jobs.jsonl").write_text("new\n")
-    from gpujob import index
+    from gpujob.config import index
 
     assert index._path() == xdg["state"] / "jobs.jsonl"
     assert (xdg["state"] / "jobs.jsonl").read_text() == "new\n"
@@ -52,7 +52,7 @@ def test_new_index_wins_and_the_old_one_is_kept(xdg: dict[str, Path]) -> None:
 
 
 def test_overrides_win(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpujob.paths import cache_dir, state_dir
+    from gpujob.config.paths import cache_dir, state_dir
 
     monkeypatch.setenv("GPUJOB_STATE_DIR", str(tmp_path / "s"))
     monkeypatch.setenv("GPUJOB_CACHE_DIR", str(tmp_path / "c"))
@@ -71,7 +71,7 @@ def test_move_across_file_systems(xdg: dict[str, Path], monkeypatch: pytest.Monk
         monkeypatch.setenv("XDG_CONFIG_HOME", str(other))
         (other / "gpujob").mkdir()
         (other / "gpujob" / "jobs.jsonl").write_text("line\n")
-        from gpujob import index
+        from gpujob.config import index
 
         assert index._path() == xdg["state"] / "jobs.jsonl"
         assert (xdg["state"] / "jobs.jsonl").read_text() == "line\n"

@@ -64,7 +64,7 @@ def main() -> None:
     def timed(cmd: list[str]) -> float:
         return timed_env(cmd, dict(os.environ))
 
-    from gpujob.hosts import Host, HostStore
+    from gpujob.config.hosts import Host, HostStore
     from gpujob.transport.ssh import public_key_line
     from tests.conftest import start_sshd, stop_sshd
 

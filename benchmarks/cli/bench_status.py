@@ -46,7 +46,7 @@ def main() -> None:
     os.environ.update(GPUJOB_CONFIG_DIR=str(tmp / "config"), GPUJOB_LOCAL_ROOT=str(tmp / "local"),
                       GPUJOB_NO_SSH_AGENT="1", GPUJOB_CONNECT_RETRIES="1",
                       GPUJOB_MUX_DIR=tempfile.mkdtemp(prefix="gjmux"))
-    from gpujob.hosts import Host, HostStore
+    from gpujob.config.hosts import Host, HostStore
     from gpujob.transport.ssh import key_path, public_key_line
     from tests.conftest import start_sshd, stop_sshd
 
@@ -76,7 +76,7 @@ def main() -> None:
                f"cat {root}/jobs/{job_id}/status.json"]
         ctl = str(tmp / "cm-%C")
         ssh_cm = ssh[:1] + ["-o", "ControlMaster=auto", "-o", f"ControlPath={ctl}", "-o", "ControlPersist=600"] + ssh[1:]
-        from gpujob import mux
+        from gpujob.transport import mux
 
         def drop_mux() -> None:
             for sock in (mux.mux_dir() or tmp).glob("*.sock"):
@@ -112,7 +112,7 @@ def main() -> None:
             print(f"| `{name}` | {med * 1000:.0f} ms | {min(ts) * 1000:.0f} ms | {med / base:.2f} |")
         print("\nraw (s):", json.dumps({k: [round(x, 3) for x in sorted(v)] for k, v in times.items()}))
     finally:
-        from gpujob import mux
+        from gpujob.transport import mux
 
         for sock in (mux.mux_dir() or tmp).glob("*.sock"):
             mux._request(sock, {"op": "exit"}, timeout=5).close()

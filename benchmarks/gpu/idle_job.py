@@ -14,7 +14,7 @@ import time
 try:
     import gpujob_runtime as gj  # the agent puts it on PYTHONPATH
 except ImportError:
-    from gpujob.init import load_runtime
+    from gpujob.usecases.init import load_runtime
 
     gj = load_runtime()
 

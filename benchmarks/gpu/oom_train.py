@@ -27,7 +27,7 @@ import torch
 try:
     import gpujob_runtime as gj  # the agent puts it on PYTHONPATH
 except ImportError:
-    from gpujob.init import load_runtime
+    from gpujob.usecases.init import load_runtime
 
     gj = load_runtime()
 

@@ -65,13 +65,13 @@ def main() -> None:
         os.environ["GPUJOB_MUX_DIR"] = tempfile.mkdtemp(prefix="gjmux")
     from linkemu import LinkProcess as Link
 
-    from gpujob.agent import Agent
-    from gpujob.hosts import Host
-    from gpujob.pull import pull
-    from gpujob.spec import JobSpec
-    from gpujob.sync import sync_job
+    from gpujob.config.hosts import Host
+    from gpujob.config.spec import JobSpec
     from gpujob.transport import connect
+    from gpujob.transport.agent import Agent
     from gpujob.transport.ssh import key_path, public_key_line
+    from gpujob.usecases.pull import pull
+    from gpujob.usecases.sync import sync_job
     from tests.conftest import start_sshd, stop_sshd
 
     sshd = start_sshd(work / "sshd")
@@ -178,7 +178,7 @@ def _run(a, work, sshd, Link, Agent, Host, pull, JobSpec, sync_job, connect, key
 
         big_spec = JobSpec(name="gp", run="true", workdir=str(work / "empty"), data=[])
         (work / "empty").mkdir(exist_ok=True)
-        from gpujob.spec import DataEntry
+        from gpujob.config.spec import DataEntry
 
         big_spec.data = [DataEntry(str(big / "model.bin"), f"bench-{slug}/model.bin")]
 

@@ -34,12 +34,12 @@ def main() -> None:
                       GPUJOB_MUX_DIR=tempfile.mkdtemp(prefix="gjmux"))
     from bench import make_small
 
-    from gpujob.agent import Agent
-    from gpujob.hosts import Host
-    from gpujob.spec import load_spec
-    from gpujob.sync import sync_job
+    from gpujob.config.hosts import Host
+    from gpujob.config.spec import load_spec
     from gpujob.transport import connect
+    from gpujob.transport.agent import Agent
     from gpujob.transport.ssh import public_key_line
+    from gpujob.usecases.sync import sync_job
     from tests.conftest import start_sshd, stop_sshd
 
     sshd = start_sshd(work / "sshd")
@@ -71,7 +71,7 @@ def main() -> None:
         print(f"no-op resubmit of {a.files} files over the kept connection, median of {a.rounds}:")
         print(f"  without the lease {wo * 1000:.1f} ms, with it {w * 1000:.1f} ms: ratio {w / wo:.2f}")
     finally:
-        from gpujob.mux import disconnect
+        from gpujob.transport.mux import disconnect
 
         disconnect(host)  # the kept connection's daemon leaves now, not after 30 idle minutes
         stop_sshd(sshd)

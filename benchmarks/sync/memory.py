@@ -19,11 +19,11 @@ def main() -> None:
     src, work = sys.argv[1], sys.argv[2]
     os.environ["GPUJOB_CONFIG_DIR"] = work + "/config"
     os.environ["GPUJOB_MUX"] = "0"
-    from gpujob.agent import Agent
-    from gpujob.hosts import Host
-    from gpujob.spec import JobSpec
-    from gpujob.sync import sync_job
+    from gpujob.config.hosts import Host
+    from gpujob.config.spec import JobSpec
     from gpujob.transport import connect
+    from gpujob.transport.agent import Agent
+    from gpujob.usecases.sync import sync_job
 
     host = Host(name="local", hostname="localhost", kind="local", root=work + "/root")
     spec = JobSpec(name="p", run="true", workdir=src)

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from gpujob.hosts import LOCAL, Host
+from gpujob.config.hosts import LOCAL, Host
 from gpujob.transport.base import Result, Stream, Transport
 
 
 def connect(host: Host) -> Transport:
     """A transport for ``host``: ``LocalTransport`` for ``local``; for SSH the multiplexer's
-    kept connection (``gpujob.mux``), else a connection of its own (``SSHTransport``)."""
+    kept connection (``gpujob.transport.mux``), else a connection of its own (``SSHTransport``)."""
     if host.kind == LOCAL:
         from gpujob.transport.local import LocalTransport
 
         return LocalTransport(host)
-    from gpujob import mux
+    from gpujob.transport import mux
 
     t = mux.connect(host)
     if t is not None:

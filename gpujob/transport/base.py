@@ -6,7 +6,7 @@ import abc
 from dataclasses import dataclass
 from typing import IO
 
-from gpujob.hosts import Host
+from gpujob.config.hosts import Host
 
 
 @dataclass

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import paramiko
 
+from gpujob.config.hosts import Host
+from gpujob.config.paths import config_dir, write_private
 from gpujob.errors import ConnectError, HostKeyChanged
-from gpujob.hosts import Host
-from gpujob.paths import config_dir, write_private
 from gpujob.transport.base import Forward, Result, Stream, Transport
 
 # paramiko's transport thread logs the traceback of a failed handshake (no banner over a dead

@@ -27,7 +27,7 @@ from itertools import chain
 try:
     import gpujob_runtime as gj  # on a gpujob instance the agent puts it on PYTHONPATH
 except ImportError:  # elsewhere: the copy shipped with the gpujob package
-    from gpujob.init import load_runtime
+    from gpujob.usecases.init import load_runtime
 
     gj = load_runtime()
 

@@ -22,7 +22,7 @@ from tests.test_first_path import submit, wait_state, write_job
 @pytest.fixture
 def via(ssh_host: str, sshd: Sshd) -> Iterator[tuple[str, LinkProxy]]:
     """Host ``via``: the test sshd through a link proxy (connect timeout 5 s)."""
-    from gpujob.hosts import HostStore
+    from gpujob.config.hosts import HostStore
 
     proxy = LinkProxy(sshd.port, rate=40e6)  # 40 MB/s: a cut after N bytes lands near N on a loaded machine too
     store = HostStore()
@@ -124,7 +124,7 @@ def test_a_cut_pull_resumes(via: tuple[str, LinkProxy], tmp_path: Path) -> None:
 @pytest.fixture
 def instance(tmp_path: Path) -> Iterator[tuple[str, object]]:
     """Host ``inst``: an sshd in a network namespace whose link the test can take down."""
-    from gpujob.hosts import Host, HostStore
+    from gpujob.config.hosts import Host, HostStore
     from gpujob.transport.ssh import public_key_line
     from tests.netlab import make_lab
     from tests.test_launcher import _sshd_in

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpujob.pull import chunks, extract
+from gpujob.usecases.pull import chunks, extract
 from tests.conftest import REPO
 from tests.test_first_path import submit, wait_state, write_job
 

@@ -1,0 +1,41 @@
+"""``gpujob`` command line: parse the arguments, call the use case, hand its result to ``gpujob.ui``.
+
+Heavy modules (paramiko, rich, httpx) are imported inside the commands that use them, so
+``gpujob --help`` and ``gpujob ls`` start fast.
+"""
+
+from __future__ import annotations
+
+import os
+
+from gpujob.cli.parser import build_parser
+from gpujob.errors import GpujobError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "fn", None):
+        parser.print_help()
+        return 0
+    as_json = getattr(args, "json", False)
+    try:
+        return args.fn(args)
+    except GpujobError as e:
+        from gpujob.ui.output import error
+
+        error(e, as_json)
+        return e.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        os._exit(0)
+    except Exception as e:  # noqa: BLE001 - one paragraph, not a traceback; GPUJOB_DEBUG=1 shows it
+        if os.environ.get("GPUJOB_DEBUG"):
+            raise
+        from gpujob.errors import unexpected
+        from gpujob.ui.output import error
+
+        err = unexpected(e)
+        error(err, as_json)
+        return err.exit_code

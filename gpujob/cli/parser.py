@@ -1,0 +1,250 @@
+"""The argument parser: every command, its flags and its handler; shell completion is drawn from it."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, NoReturn
+
+from gpujob import __version__
+from gpujob.cli.args import PORT, PRICE, address_type, job_ref, number_type, regex_type, url_type
+from gpujob.cli.common import Handler
+from gpujob.cli.hosts import (
+    cmd_agent_log,
+    cmd_doctor,
+    cmd_host_add,
+    cmd_host_disconnect,
+    cmd_host_ls,
+    cmd_host_rm,
+    cmd_host_set,
+    cmd_host_trust,
+    cmd_notify_test,
+    cmd_ssh,
+)
+from gpujob.cli.jobs import (
+    cmd_cost,
+    cmd_exec,
+    cmd_guard,
+    cmd_ls,
+    cmd_move,
+    cmd_plot,
+    cmd_pull,
+    cmd_resume,
+    cmd_status,
+    cmd_stop,
+    cmd_submit,
+    cmd_tail,
+    cmd_tunnel,
+)
+from gpujob.cli.tools import cmd_data_check, cmd_gc, cmd_init, cmd_rm
+from gpujob.errors import GpujobError
+
+
+# ---- parser ------------------------------------------------------------------------------
+class Parser(argparse.ArgumentParser):
+    """argparse with a usage error in two lines (the cause, then where the usage is), not the whole usage."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n  → {self.prog} --help shows the usage\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = Parser(
+        prog="gpujob", description="Run training jobs on rented GPU instances over SSH (or on this machine: host 'local').")
+    p.add_argument("--version", action="version", version=f"gpujob {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    def add(name: str, fn: Handler, help: str, parent: Any = sub) -> argparse.ArgumentParser:
+        sp = parent.add_parser(name, help=help, description=help)
+        sp.set_defaults(fn=fn)
+        sp.add_argument("--json", action="store_true", help="print JSON (schema: docs/json.md)")
+        return sp
+
+    s = add("submit", cmd_submit, "sync code and data, start the job under the agent")
+    s.add_argument("job_file", nargs="?", help="job YAML (default ./job.yaml)")
+    s.add_argument("--host", help="host profile, or a,b,c: the first that answers with the GPUs free "
+                   "(default: the job's host:, else local)")
+    s.add_argument("--wait-gpus", nargs="?", const="6h", metavar="DURATION",
+                   help="no host has the GPUs free: wait (poll with backoff) up to DURATION (default 6h)")
+    s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a key, e.g. retry.max_restarts=3")
+    s.add_argument("-f", "--follow", action="store_true", help="follow the log; Ctrl-C detaches, the job goes on")
+
+    s = add("status", cmd_status, "a job's state, metrics and diagnosis (no JOB: the job list)")
+    s.add_argument("job", nargs="?", type=job_ref)
+    s.add_argument("--host")
+    s.add_argument("-w", "--watch", action="store_true", help="refresh in place (one remote command per refresh)")
+    s.add_argument("--interval", type=number_type(float, 0.1, 3600), default=2.0, help="seconds between refreshes with -w")
+    s.add_argument("--exit-code", action="store_true",
+                   help="exit with the job's outcome: 0 succeeded, 1 failed, 4 stopped, 5 autostopped, 6 lost, "
+                        "7 not finished (docs/cli.md)")
+    s = add("ls", cmd_ls, "list jobs (one remote command per host)")
+    s.add_argument("--host")
+    s.add_argument("--all", action="store_true", help="every job, not only running ones and the newest 30 finished")
+    s = add("tail", cmd_tail, "print a job's output; -f follows and survives sleep and network drops")
+    s.add_argument("job", type=job_ref)
+    s.add_argument("--host")
+    s.add_argument("-f", "--follow", action="store_true")
+    s.add_argument("-n", "--lines", type=number_type(int, 0, 10**9), default=20)
+    s.add_argument("--since", help="start at lines written in the last 10m/2h/1d, or since a date (docs/json.md)")
+    s.add_argument("--grep", metavar="REGEX", type=regex_type, help="only lines matching REGEX (Python syntax)")
+    s.add_argument("--node", type=number_type(int, 0, 1023), help="one node of a job over several (default: all, prefixed)")
+    s = add("stop", cmd_stop, "stop a job (its code may checkpoint first); no process of it remains")
+    s.add_argument("job", type=job_ref)
+    s.add_argument("--host")
+    s.add_argument("--wait", type=number_type(float, 0, 86400), default=600, help="seconds to wait for the job to end")
+    s = add("resume", cmd_resume, "restart a lost, stopped or failed job from its newest complete checkpoint")
+    s.add_argument("job", type=job_ref)
+    s.add_argument("--host")
+    s = add("move", cmd_move, "continue a job on another host from its newest complete checkpoint (same id, history)")
+    s.add_argument("job", type=job_ref)
+    s.add_argument("--to", required=True, metavar="HOST", help="the host profile it goes on on (a,b,c: the first "
+                   "with the job's GPUs free)")
+    s.add_argument("--job-file", help="the job file (default: the one it was submitted from)")
+    s.add_argument("--wait", type=number_type(float, 0, 86400), default=600, help="seconds to wait for it to stop on the old host")
+    s = add("guard", cmd_guard, "watch jobs; move one whose host stays away longer than its retry.move_after")
+    s.add_argument("jobs", nargs="+", metavar="JOB", type=job_ref)
+    s.add_argument("--interval", type=number_type(float, 0.1, 86400), default=30.0, help="seconds between looks (default 30)")
+    s.add_argument("--once", action="store_true", help="one look at each job (for cron); the time away adds up")
+    s = add("cost", cmd_cost, "what jobs have cost (elapsed x price_per_hour), per job and per host")
+    s.add_argument("--host", help="one host (default: every host with jobs)")
+    s = add("agent-log", cmd_agent_log, "the last lines of the agent's own log on a host (its errors)")
+    s.add_argument("host", nargs="?", help="host profile (default local)")
+    s.add_argument("-n", "--lines", type=number_type(int, 0, 10**6), default=50)
+    s = add("tunnel", cmd_tunnel, "TensorBoard of a job (or any port of a host) on a local port, until Ctrl-C")
+    s.add_argument("target", metavar="JOB|HOST", type=job_ref)
+    s.add_argument("--host", help="the job's host (default: where it was submitted)")
+    s.add_argument("--remote-port", type=PORT, default=6006, help="port on the instance (default 6006: TensorBoard)")
+    s.add_argument("--local-port", type=PORT, help="local port (default: the remote one, or the next free)")
+    s.add_argument("--stop", action="store_true", help="stop the TensorBoard that gpujob tunnel started for JOB")
+    s.add_argument("--install", action="store_true", help="first pip-install TensorBoard into gpujob's tools environment "
+                   "on the host (<root>/tools/tensorboard; the host's pip_index_url and network_turbo apply)")
+    s = add("plot", cmd_plot, "draw a job's loss and metric curves to a PNG (needs matplotlib)")
+    s.add_argument("job", type=job_ref)
+    s.add_argument("-o", "--output", help="the PNG (default JOB.png)")
+    s.add_argument("--host")
+    s = add("pull", cmd_pull, "copy a job's checkpoints and logs here")
+    s.add_argument("job", type=job_ref)
+    s.add_argument("dest", nargs="?", default="gpujob-pulls")
+    s.add_argument("--host")
+    g = s.add_mutually_exclusive_group()
+    g.add_argument("--latest", action="store_true",
+                   help="only the newest complete checkpoint of any kind (and the logs)")
+    g.add_argument("--best", nargs="?", const="", metavar="METRIC",
+                   help="only the best checkpoint: trainer_state.json's best_model_checkpoint, or by METRIC "
+                        "in the names (val_loss=0.12.ckpt) or the metric history (loss-like names: lowest wins)")
+    g.add_argument("--all", action="store_true", help="every checkpoint (the default)")
+    s.add_argument("--include", action="append", default=[], metavar="GLOB",
+                   help="only paths (relative to the job folder) matching GLOB; repeatable")
+
+    s = add("doctor", cmd_doctor, "check a host in one round trip: Python, torch/CUDA, GPUs, disks, network, agent")
+    s.add_argument("host", nargs="?", help="host profile (default local)")
+    s.add_argument("--torch-timeout", type=number_type(float, 1, 3600), default=60.0, help="seconds to wait for 'import torch'")
+
+    s = add("exec", cmd_exec, "run one command on a host in the environment jobs get there; exits with its code")
+    s.add_argument("host", metavar="HOST")
+    s.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD", help="the command (one argument: a shell line)")
+    s = add("ssh", cmd_ssh, "an interactive shell on a host (OpenSSH with gpujob's key; a Host gpujob-NAME entry "
+            "in ~/.ssh/config)")
+    s.add_argument("host", metavar="HOST")
+    s.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD", help="run this instead of a shell")
+    s.add_argument("--print", action="store_true", help="show the ssh command and config entry; run nothing")
+    s.add_argument("--ssh-config", metavar="PATH", help="the ssh_config to keep the entry in (default ~/.ssh/config)")
+    s = add("rm", cmd_rm, "remove jobs' folders on their hosts and their local index entries (not a running job)")
+    s.add_argument("jobs", nargs="+", metavar="JOB", type=job_ref)
+    s.add_argument("--host", help="the jobs' host (default: where each was submitted)")
+    s.add_argument("--force", action="store_true", help="stop a queued or running job first, then remove it")
+    s = add("gc", cmd_gc, "free a host's disk: old finished jobs, unused environments, stale agents and projects")
+    s.add_argument("host", nargs="?", help="host profile (default local)")
+    s.add_argument("--older-than", default="7d", metavar="DURATION", help="finished (or last used) before this long ago "
+                   "(default 7d)")
+    s.add_argument("--dry-run", action="store_true", help="list what would go and the bytes it frees; remove nothing")
+    s.add_argument("--checkpoints-only", action="store_true", help="of old finished jobs remove the checkpoints only "
+                   "(logs and metrics stay)")
+    s = add("completion", cmd_completion, "print a shell completion script: eval \"$(gpujob completion bash)\"")
+    s.add_argument("shell", nargs="?", choices=["bash", "zsh", "fish"])
+    s.add_argument("--words", choices=["hosts", "jobs"], help="print host names or job ids, one a line (what the script calls)")
+
+    np_ = sub.add_parser("notify", help="notifications", description="notifications")
+    nsub = np_.add_subparsers(dest="notify_command", metavar="ACTION", required=True)
+    s = add("test", cmd_notify_test, "send a test message to each notify channel of a job file, from here", nsub)
+    s.add_argument("job_file", nargs="?", help="job YAML (default ./job.yaml)")
+
+    s = add("init", cmd_init, "write a job (job.yaml, training script, requirements, sample data) from a template")
+    s.add_argument("dir", nargs="?", default=".")
+    s.add_argument("-t", "--template", default="causal-lm", help="causal-lm, seq-cls or custom (see --list)")
+    s.add_argument("--list", action="store_true", help="describe each template")
+    s.add_argument("--force", action="store_true", help="overwrite existing files")
+    dp = sub.add_parser("data", help="check data before uploading it", description="check data before uploading it")
+    dsub = dp.add_subparsers(dest="data_command", metavar="ACTION", required=True)
+    s = add("check", cmd_data_check, "lint a jsonl file: parse errors, missing fields, empty texts, duplicates, stats", dsub)
+    s.add_argument("file")
+    s.add_argument("--text-field", default="text")
+    s.add_argument("--label-field", default=None)
+
+    hp = sub.add_parser("host", help="manage host profiles", description="manage host profiles")
+    hsub = hp.add_subparsers(dest="host_command", metavar="ACTION", required=True)
+    s = add("add", cmd_host_add, "add a host from its login line (asks the password once, installs a key)", hsub)
+    s.add_argument("name")
+    s.add_argument("--ssh", required=True, help='the login line, e.g. "ssh -p 41234 root@connect.westb.seetacloud.com"')
+    s.add_argument("--password-stdin", action="store_true", help="read the password from stdin (never stored)")
+    s.add_argument("--root", help="gpujob's folder on the instance")
+    s.add_argument("--preset", choices=["generic", "autodl", "vast", "runpod"])
+    s.add_argument("--price", type=PRICE, help="price per hour, for cost tracking")
+    s.add_argument("--identity", help="an existing private key to use instead of gpujob's own")
+    s.add_argument("--no-check", action="store_true", help="save without connecting")
+    s.add_argument("--force", action="store_true", help="replace an existing profile")
+    host_setting_args(s)
+    s = add("set", cmd_host_set, "change a host profile (a new login line after a restart)", hsub)
+    s.add_argument("name")
+    s.add_argument("--ssh")
+    s.add_argument("--root")
+    s.add_argument("--preset", choices=["generic", "autodl", "vast", "runpod"])
+    s.add_argument("--price", type=PRICE)
+    s.add_argument("--identity")
+    host_setting_args(s)
+    add("ls", cmd_host_ls, "list host profiles", hsub)
+    s = add("rm", cmd_host_rm, "remove a host profile", hsub)
+    s.add_argument("name")
+    s = add("trust", cmd_host_trust, "accept a host's new key (after an image change)", hsub)
+    s.add_argument("name")
+    s = add("disconnect", cmd_host_disconnect, "close the connection kept open to a host between commands", hsub)
+    s.add_argument("name")
+    return p
+
+
+def host_setting_args(s: argparse.ArgumentParser) -> None:
+    """The settings ``host add`` and ``host set`` both take."""
+    s.add_argument("--shutdown-command")
+    s.add_argument("--private-address", type=address_type, help="the address other nodes reach this host at (several-node jobs)")
+    s.add_argument("--network-turbo", choices=["true", "false", "setup", "run"], help="source /etc/network_turbo (AutoDL)")
+    s.add_argument("--hf-endpoint", type=url_type, help="e.g. https://hf-mirror.com ('' clears)")
+    s.add_argument("--pip-index-url", type=url_type, help="pip's index for setup ('' clears)")
+    s.add_argument("--data-disk", help="the fast data disk (default: the preset's)")
+    s.add_argument("--tensorboard-port", type=PORT)
+    s.add_argument("--idle-shutdown", metavar="DURATION", help="power the instance off after this long with no job "
+                   "and no SSH session, e.g. 30m (off: never); a watcher on the instance checks")
+
+
+# ---- shell completion --------------------------------------------------------------------
+def cmd_completion(args: argparse.Namespace) -> int:
+    from gpujob.cli import completion
+
+    if args.words:
+        items = completion.words(args.words)
+        if args.json:
+            import json
+
+            print(json.dumps(items))
+        else:
+            sys.stdout.write("".join(w + "\n" for w in items))
+        return 0
+    if not args.shell:
+        raise GpujobError("which shell?", "gpujob completion bash|zsh|fish (see README: Shell completion)")
+    text = completion.script(args.shell, build_parser())
+    if args.json:
+        import json
+
+        print(json.dumps({"shell": args.shell, "script": text}))
+    else:
+        sys.stdout.write(text)
+    return 0

@@ -1,0 +1,317 @@
+"""Host profiles: parsing a pasted ``ssh -p PORT user@host`` line, presets, storage (0600).
+
+The host ``local`` always exists: it runs jobs on this machine through the same agent.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+import shlex
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpujob.config.paths import config_dir, write_private
+from gpujob.errors import HostError
+
+LOCAL = "local"
+# A profile name is a word on the command line and a key in hosts.yaml: never a path or an option.
+_HOST_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,63}$")
+_USER_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,63}\$?$")
+_DNS_RE = re.compile(r"^(?=.{1,253}$)([A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?)(\.[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?)*\.?$")
+# ssh's own options: those that take a value (skipped with it) and flags (skipped alone)
+_SSH_VALUE_OPTS = set("BbcDEeFIiJLlmOopQRSWw")
+_SSH_FLAGS = set("46AaCfGgKkMNnqsTtvXxY")
+
+
+def check_host_name(name: str) -> str:
+    """``name`` when it can name a host profile; else a ``HostError`` saying what a name may hold."""
+    if not _HOST_NAME_RE.fullmatch(name or ""):
+        raise HostError(f"{name[:80]!r} cannot name a host: use letters, digits, '.', '_' and '-' (at most 64), "
+                        "not starting with '.' or '-'", "e.g. gpujob host add a100 --ssh \"ssh -p PORT root@HOST\"")
+    return name
+
+
+@dataclass
+class Host:
+    """One place jobs run. ``kind`` is ``ssh`` or ``local``."""
+
+    name: str
+    kind: str = "ssh"
+    hostname: str = ""
+    port: int = 22
+    user: str = "root"
+    identity_file: str | None = None
+    root: str | None = None  # gpujob's folder on the instance; None = preset default
+    preset: str = "generic"
+    price_per_hour: float | None = None
+    currency: str = "CNY"
+    shutdown_command: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    connect_timeout: float = 15.0
+    idle_shutdown: str | None = None  # e.g. "30m": the instance powers off when idle (set with host set)
+    private_address: str | None = None  # the address other nodes reach this one at (multi-node)
+    agent_python: str | None = None  # the interpreter the agent uses; None = search the usual places
+    # network and caches (AUTODL.md): sent to jobs as environment variables, see job_env()
+    network_turbo: bool | str | None = None  # true/"both", "setup" or "run": source /etc/network_turbo
+    hf_endpoint: str | None = None  # e.g. https://hf-mirror.com
+    pip_index_url: str | None = None
+    data_disk: str | None = None  # the fast data disk; None = preset default
+    tensorboard_port: int | None = None  # None = preset default
+    region: str | None = None  # AutoDL's region, as the instance reports it
+
+    @property
+    def remote_root(self) -> str:
+        """The root on the instance (``~`` is expanded there)."""
+        if self.root:
+            return self.root
+        return PRESETS.get(self.preset, PRESETS["generic"])["root"]
+
+    @property
+    def data_disk_path(self) -> str | None:
+        """The data disk (caches, checkpoints): the profile's, else the preset's."""
+        return self.data_disk or self.preset_values.get("data_disk")
+
+    @property
+    def tb_port(self) -> int:
+        return self.tensorboard_port or int(self.preset_values.get("tensorboard_port") or 6006)
+
+    @property
+    def preset_values(self) -> dict[str, Any]:
+        return PRESETS.get(self.preset, PRESETS["generic"])
+
+    def settings_env(self) -> dict[str, str]:
+        """The profile's network settings as the variables jobs (and the agent's setup) read."""
+        out: dict[str, str] = {}
+        turbo = self.network_turbo
+        if turbo not in (None, False, "", "false", "off", "no"):
+            out["GPUJOB_NETWORK_TURBO"] = "both" if turbo is True or str(turbo).lower() in ("true", "yes", "on", "1") else str(turbo)
+        if self.hf_endpoint:
+            out["HF_ENDPOINT"] = self.hf_endpoint
+        if self.pip_index_url:
+            out["PIP_INDEX_URL"] = self.pip_index_url
+        return out
+
+    @property
+    def address(self) -> str:
+        return "this machine" if self.kind == LOCAL else f"{self.user}@{self.hostname}:{self.port}"
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {k: v for k, v in asdict(self).items() if v not in (None, {}, "") and k != "name"}
+        # variables that came from the settings fields on load are not saved twice; hand-set ones stay
+        merged, now_ = getattr(self, "_merged_env", {}), self.settings_env()
+        env = {k: v for k, v in self.env.items() if k not in now_ and merged.get(k, object()) != v}
+        if env:
+            d["env"] = env
+        else:
+            d.pop("env", None)
+        return d
+
+
+
+
+# Platform defaults (sources in shared/AUTODL.md). Caches (HF_HOME, PIP_CACHE_DIR) live under the
+# root, so on AutoDL they land on the data disk /root/autodl-tmp rather than the 30 GB system disk.
+PRESETS: dict[str, dict[str, Any]] = {
+    "generic": {"root": "~/.gpujob", "shutdown_command": None, "data_disk": None, "tensorboard_port": 6006,
+                "network_turbo": None},
+    "autodl": {"root": "/root/autodl-tmp/gpujob", "shutdown_command": "/usr/bin/shutdown",
+               "data_disk": "/root/autodl-tmp", "tensorboard_port": 6006, "network_turbo": None},
+    "vast": {"root": "/workspace/.gpujob", "shutdown_command": "vastai stop instance $CONTAINER_ID",
+             "data_disk": "/workspace", "tensorboard_port": 6006, "network_turbo": None},
+    "runpod": {"root": "/workspace/.gpujob", "shutdown_command": "runpodctl stop pod $RUNPOD_POD_ID",
+               "data_disk": "/workspace", "tensorboard_port": 6006, "network_turbo": None},
+}
+
+
+def local_host() -> Host:
+    """The embedded default host: this machine, root ``$GPUJOB_LOCAL_ROOT`` or ``~/.gpujob``."""
+    return Host(name=LOCAL, kind=LOCAL, hostname="localhost", root=os.environ.get("GPUJOB_LOCAL_ROOT") or str(Path.home() / ".gpujob"))
+
+
+def parse_ssh_target(line: str) -> dict[str, Any]:
+    """Read ``ssh -p 41234 root@host``, ``user@host:port``, ``host:port`` or an ~/.ssh/config alias.
+
+    Strict: anything that is not an ssh option, a user, a host name or address and a port is refused,
+    so a garbage line is caught here even when the host is not contacted (``--no-check``)."""
+    line = line.strip()
+    example = 'paste the console\'s login line, e.g. --ssh "ssh -p 41234 root@connect.westb.seetacloud.com"'
+    if not line:
+        raise HostError("empty --ssh value", example)
+    try:
+        words = shlex.split(line)
+    except ValueError as e:
+        raise HostError(f"cannot read {line[:80]!r}: {e}", "quote it as the console shows it") from None
+    out: dict[str, Any] = {}
+    target = None
+    if words and words[0] in ("ssh", "/usr/bin/ssh"):
+        words = words[1:]
+    i = 0
+    while i < len(words):
+        w = words[i]
+        if w.startswith("-") and len(w) > 1:
+            opt, val = w[1], w[2:]
+            if opt in _SSH_VALUE_OPTS:
+                if not val:
+                    if i + 1 >= len(words):
+                        raise HostError(f"ssh option {w} lacks its value in {line[:80]!r}", example)
+                    i += 1
+                    val = words[i]
+                _ssh_option(out, opt, val)
+            elif not set(w[1:]) <= _SSH_FLAGS:
+                raise HostError(f"{w[:40]!r} is not an ssh option", example)
+        elif target is None:
+            target = w
+        else:
+            raise HostError(f"{line[:80]!r} has more after the host ({w[:40]!r}): a command is not part of a login line",
+                            example)
+        i += 1
+    if target is None:
+        raise HostError(f"no host in {line[:80]!r}", example)
+    if target.startswith("ssh://"):
+        target = target[6:].rstrip("/")
+    if "@" in target:
+        out["user"], target = target.rsplit("@", 1)
+    if target.startswith("[") and "]" in target:  # [::1]:2222
+        target, _, rest = target[1:].partition("]")
+        if rest:
+            if not rest.startswith(":"):
+                raise HostError(f"cannot read the host in {line[:80]!r}", example)
+            out["port"] = _port(rest[1:])
+    elif target.count(":") == 1:
+        target, port = target.split(":")
+        out["port"] = _port(port)
+    out["hostname"] = check_address(target, line)
+    if "user" in out and not _USER_RE.fullmatch(out["user"]):
+        raise HostError(f"{out['user'][:40]!r} is not a user name (in {line[:80]!r})", example)
+    alias = _ssh_config_lookup(target)
+    if alias:
+        out.setdefault("user", alias.get("user", "root"))
+        out.setdefault("port", _port(str(alias.get("port", 22))))
+        if alias.get("identityfile"):
+            out.setdefault("identity_file", str(Path(alias["identityfile"][0]).expanduser()))
+        out["hostname"] = alias.get("hostname", target)
+    return out
+
+
+def _ssh_option(out: dict[str, Any], opt: str, val: str) -> None:
+    """Record the ssh options a profile keeps (-p, -i, -l, -o Port/User); others are checked and skipped."""
+    if opt == "p":
+        out["port"] = _port(val)
+    elif opt == "i":
+        out["identity_file"] = str(Path(val).expanduser())
+    elif opt == "l":
+        out["user"] = val
+    elif opt == "o":
+        k, sep, v = val.partition("=")
+        if not sep:
+            k, _, v = val.partition(" ")
+        if k.strip().lower() == "port":
+            out["port"] = _port(v.strip())
+        elif k.strip().lower() == "user":
+            out["user"] = v.strip()
+
+
+def check_address(target: str, line: str = "") -> str:
+    """``target`` when it is a host name, an IP address or an ~/.ssh/config alias (read from ``line``)."""
+    try:
+        ipaddress.ip_address(target)
+        return target
+    except ValueError:
+        pass
+    if not _DNS_RE.fullmatch(target):
+        where = f" (in {line[:80]!r})" if line and line != target else ""
+        raise HostError(f"{target[:60]!r} is not a host name or address{where}",
+                        'expected something like "ssh -p 41234 root@connect.westb.seetacloud.com"')
+    return target
+
+
+def _port(text: str) -> int:
+    p = int(text) if text.isdigit() and len(text) <= 5 else -1
+    if not 0 < p < 65536:
+        raise HostError(f"{text[:40]!r} is not a port number (1 to 65535)",
+                        "the port is the number after -p in the console's login line")
+    return p
+
+
+def _ssh_config_lookup(alias: str) -> dict[str, Any] | None:
+    path = Path.home() / ".ssh" / "config"
+    if not path.is_file():
+        return None
+    import paramiko
+
+    cfg = paramiko.SSHConfig.from_path(str(path))
+    if alias not in cfg.get_hostnames():
+        return None
+    return dict(cfg.lookup(alias))
+
+
+def detect_preset(hostname: str) -> str:
+    """Guess the platform from the hostname (the instance can confirm it later)."""
+    h = hostname.lower()
+    if "seetacloud.com" in h or "autodl" in h:
+        return "autodl"
+    if "vast.ai" in h:
+        return "vast"
+    if "runpod" in h:
+        return "runpod"
+    return "generic"
+
+
+class HostStore:
+    """The profiles file (``hosts.yaml`` in the config folder, mode 0600)."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path or config_dir() / "hosts.yaml"
+
+    def _load(self) -> dict[str, dict]:
+        if not self.path.exists():
+            return {}
+        try:
+            data = yaml.safe_load(self.path.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise HostError(f"{self.path} is not valid YAML: {e}", "fix or delete that file, then add the host again") from None
+        return data.get("hosts", {}) if isinstance(data, dict) else {}
+
+    def all(self) -> list[Host]:
+        return [local_host()] + [self._make(n, d) for n, d in sorted(self._load().items())]
+
+    def _make(self, name: str, d: dict) -> Host:
+        known = {f.name for f in fields(Host)}
+        host = Host(name=name, **{k: v for k, v in d.items() if k in known})
+        host._merged_env = host.settings_env()  # type: ignore[attr-defined]
+        host.env = {**host.env, **host._merged_env}  # type: ignore[attr-defined]  # submit sends host.env
+        return host
+
+    def get(self, name: str | None) -> Host:
+        if not name or name == LOCAL:
+            return local_host()
+        data = self._load()
+        if name not in data:
+            import difflib
+
+            close = difflib.get_close_matches(name, list(data) + [LOCAL], n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            known = ", ".join([LOCAL] + sorted(data))
+            add = f"gpujob host add {name} --ssh \"ssh -p PORT root@HOST\"" if _HOST_NAME_RE.fullmatch(name) else "gpujob host add NAME --ssh ..."
+            raise HostError(f"unknown host {name[:80]!r} (known: {known})", f"{hint}add it with: {add}")
+        return self._make(name, data[name])
+
+    def save(self, host: Host) -> None:
+        if host.name == LOCAL:
+            raise HostError("'local' is built in and cannot be redefined", "pick another name")
+        check_host_name(host.name)
+        data = self._load()
+        data[host.name] = host.to_dict()
+        write_private(self.path, yaml.safe_dump({"hosts": data}, sort_keys=True))
+
+    def remove(self, name: str) -> None:
+        data = self._load()
+        if name not in data:
+            raise HostError(f"unknown host {name!r}", "see gpujob host ls")
+        del data[name]
+        write_private(self.path, yaml.safe_dump({"hosts": data}, sort_keys=True))

@@ -1,0 +1,104 @@
+"""The laptop's record of which host each submitted job lives on (``jobs.jsonl``)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from gpujob.config.paths import moved_from_config, state_dir
+
+
+def _path() -> Path:
+    return moved_from_config(state_dir() / "jobs.jsonl")
+
+
+def record(job_id: str, host: str, name: str, **extra: object) -> None:
+    """``extra``: e.g. the job file and ``--set`` overrides (what ``gpujob move`` submits again)."""
+    with open(_path(), "a") as f:
+        f.write(json.dumps({"job_id": job_id, "host": host, "name": name, "t": time.time(), **extra}) + "\n")
+
+
+def entries() -> list[dict]:
+    p = _path()
+    if not p.exists():
+        return []
+    out = []
+    for line in p.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
+
+
+def host_of(ref: str) -> str | None:
+    """The host of the newest job whose id, id prefix or name is ``ref``; None if unknown here."""
+    e = entry_of(ref)
+    return e.get("host") if e else None
+
+
+def entry_of(ref: str) -> dict | None:
+    """The newest record of the job ``ref`` (id, id prefix or name), with fields that only
+    older records of the same job hold (the job file of a job since moved) filled in."""
+    found: dict | None = None
+    for e in reversed(entries()):
+        jid = e.get("job_id", "")
+        if found is None and (ref in (jid, e.get("name")) or jid.startswith(ref) or jid.rsplit("-", 1)[-1].startswith(ref)):
+            found = dict(e)
+        elif found is not None and jid == found["job_id"]:
+            found = {**e, **found}
+    return found
+
+
+def record_pull(job_id: str, dest: str) -> None:
+    """Where ``gpujob pull`` put a job's files (``move`` takes a checkpoint from there when its host is gone)."""
+    with open(state_dir() / "pulls.jsonl", "a") as f:
+        f.write(json.dumps({"job_id": job_id, "dest": dest, "t": time.time()}) + "\n")
+
+
+def pulls_of(job_id: str) -> list[str]:
+    """Folders holding a pulled copy of the job, newest pull first."""
+    p = state_dir() / "pulls.jsonl"
+    out: list[str] = []
+    for line in reversed(p.read_text().splitlines() if p.exists() else []):
+        try:
+            e = json.loads(line)
+        except ValueError:
+            continue
+        if e.get("job_id") == job_id and e.get("dest") not in out:
+            out.append(e["dest"])
+    return out
+
+
+def hosts() -> list[str]:
+    """Hosts that have received jobs from this laptop, newest use last."""
+    seen: dict[str, None] = {}
+    for e in entries():
+        seen.pop(e.get("host", ""), None)
+        seen[e.get("host", "")] = None
+    return [h for h in seen if h]
+
+
+def forget(job_ids: set[str]) -> int:
+    """Drop the entries of ``job_ids`` (rewritten atomically); how many went."""
+    import os
+
+    p = _path()
+    if not p.exists():
+        return 0
+    keep, dropped = [], 0
+    for line in p.read_text().splitlines():
+        try:
+            jid = json.loads(line).get("job_id")
+        except ValueError:
+            jid = None
+        if jid in job_ids:
+            dropped += 1
+        else:
+            keep.append(line + "\n")
+    if dropped:
+        tmp = p.with_name(p.name + ".tmp")
+        tmp.write_text("".join(keep))
+        os.replace(tmp, p)
+    return dropped

@@ -1,0 +1,194 @@
+"""The client side of the agent protocol: one shell command per verb, JSON back.
+
+The agent is uploaded on first use of a version (one extra round trip), into
+``<root>/agent/<version>/`` with the Python it found recorded beside it.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from typing import Any
+
+from gpujob.bundle import bundle_tar, bundle_version
+from gpujob.config.hosts import LOCAL, Host
+from gpujob.errors import ConnectError, GpujobError, RemoteError, link_cut
+from gpujob.transport import Result, Stream, Transport
+
+SERVED = ("hello", "status", "watch", "port", "agentlog", "gpus", "manifest", "receive", "unlease")  # remote/__main__.py SERVED
+NEED_AGENT = 97
+NO_PYTHON = 98
+CANT_WRITE = 96
+PYTHON_CANDIDATES = [
+    "python3", "/root/miniconda3/bin/python3", "/opt/conda/bin/python3", "/usr/bin/python3",
+    "/usr/local/bin/python3", "python",
+]
+
+
+def shell_path(path: str) -> str:
+    """Quote a remote path for sh, letting a leading ``~`` expand to ``$HOME``."""
+    if path == "~":
+        return '"$HOME"'
+    if path.startswith("~/"):
+        return '"$HOME"/' + shlex.quote(path[2:])
+    return shlex.quote(path)
+
+
+class Agent:
+    """Calls agent verbs on a host over a transport."""
+
+    def __init__(self, transport: Transport, host: Host | None = None) -> None:
+        self.t = transport
+        self.host = host or transport.host
+        self.version = bundle_version()
+        self.root = self.host.remote_root
+
+    # ---- command lines ----------------------------------------------------------------
+    def _prelude(self) -> str:
+        return f'R={shell_path(self.root)}; A="$R/agent/{self.version}"; '
+
+    def command(self, verb: str, args: list[str] | None = None) -> str:
+        argv = " ".join(shlex.quote(a) for a in [verb, *(args or [])])
+        return (
+            self._prelude()
+            + f'if [ ! -f "$A/ok" ]; then echo gpujob-agent-missing >&2; exit {NEED_AGENT}; fi; '
+            + f'PY=$(cat "$A/python"); cd "$A" && exec env PYTHONPATH="$A" "$PY" -S -m remote --root "$R" {argv}'
+        )
+
+    def _install_command(self) -> str:
+        cands = list(PYTHON_CANDIDATES)
+        if getattr(self.host, "agent_python", None):
+            cands = [self.host.agent_python]  # type: ignore[attr-defined]
+        elif self.host.kind == LOCAL:
+            cands.insert(0, sys.executable)
+        quoted = " ".join(shlex.quote(c) for c in cands)
+        return (
+            self._prelude()
+            + 'T="$A.tmp.$$"; PY=""; '
+            + f"for p in {quoted}; do "
+            + 'if command -v "$p" >/dev/null 2>&1 && "$p" -c "import sys; sys.exit(0 if sys.version_info >= (3, 8) else 1)" '
+            + '>/dev/null 2>&1; then PY=$("$p" -c "import sys; print(sys.executable)"); break; fi; done; '
+            + f'if [ -z "$PY" ]; then echo gpujob-no-python >&2; exit {NO_PYTHON}; fi; '
+            + f'mkdir -p "$T" && tar -x -C "$T" && echo "$PY" > "$T/python" || exit {CANT_WRITE}; '
+            # bytecode now: every agent command would otherwise compile its modules again wherever
+            # PYTHONDONTWRITEBYTECODE is set or the folder is read-only later (about 0.1 s a start)
+            + '"$PY" -S -m compileall -q "$T/remote" "$T/runtime" >/dev/null 2>&1; '
+            + f'touch "$T/ok" || exit {CANT_WRITE}; '
+            # concurrent first submits each install: a complete install (ok) already in place is
+            # kept, since other commands may be importing from it
+            + 'if [ ! -f "$A/ok" ]; then rm -rf "$A"; mv -T "$T" "$A" 2>/dev/null; fi; rm -rf "$T"; '
+            + '[ -f "$A/ok" ] && echo "$PY"'
+        )
+
+    def install(self) -> str:
+        """Upload this version of the agent; returns the Python it will run with."""
+        res = self.t.run(self._install_command(), input=bundle_tar(), timeout=120)
+        if res.rc == NO_PYTHON:
+            raise RemoteError(
+                f"no Python 3.8+ found on {self.host.name} (tried {', '.join(PYTHON_CANDIDATES)})",
+                "install one on the instance (apt-get install -y python3) or pick an image with Python; "
+                "nothing was changed there",
+            )
+        if res.rc != 0:
+            err = res.stderr.decode("utf-8", "replace").strip()
+            if "No space left" in err:
+                raise RemoteError(f"the disk holding {self.root} on {self.host.name} is full", "free space there and retry")
+            raise RemoteError(
+                f"could not install the agent under {self.root} on {self.host.name}: {err or f'exit {res.rc}'}",
+                "check that the folder is writable and has free space (gpujob host set NAME --root PATH to move it)",
+            )
+        return res.text.strip()
+
+    # ---- calls --------------------------------------------------------------------------
+    def _raw(self, verb: str, args: list[str] | None, input: bytes | None, timeout: float | None) -> Result:
+        serve_call = getattr(self.t, "serve_call", None)
+        if verb in SERVED and serve_call is not None:  # the multiplexer's kept agent
+            argv = [verb, *(args or [])]
+            served = serve_call(self.command("serve"), argv, timeout, input)
+            if served is not None and served.rc == NEED_AGENT:
+                self.install()
+                served = serve_call(self.command("serve"), argv, timeout, input)
+            if served is not None:
+                return served
+        res = self.t.run(self.command(verb, args), input=input, timeout=timeout)
+        if res.rc == NEED_AGENT:
+            self.install()
+            res = self.t.run(self.command(verb, args), input=input, timeout=timeout)
+        return res
+
+    def call(self, verb: str, args: list[str] | None = None, input: bytes | None = None, timeout: float | None = 600) -> Any:
+        """Run a verb and return its JSON document; agent errors become ``RemoteError``."""
+        res = self._raw(verb, args, input, timeout)
+        return self._parse(verb, res)
+
+    def _parse(self, verb: str, res: Result) -> Any:
+        text = res.text.strip()
+        doc: Any = None
+        if text:
+            try:
+                doc = json.loads(text.splitlines()[-1])
+            except ValueError:
+                doc = None
+        if isinstance(doc, dict) and "error" in doc and res.rc != 0:
+            raise RemoteError(doc["error"], doc.get("remedy", ""))
+        if res.rc < 0 and doc is None:  # no exit status came back: the link, not the agent, failed
+            raise link_cut(self.host, f"{verb!r} call", res.rc, "run the command again (a transfer resumes)")
+        if res.rc != 0 or doc is None:
+            err = res.stderr.decode("utf-8", "replace").strip()[-2000:]
+            if res.rc == 127 or "not found" in err and "python" in err.lower():
+                raise RemoteError(
+                    f"the agent's Python on {self.host.name} is gone ({err})",
+                    f"run gpujob doctor {self.host.name}; the agent is reinstalled after: rm -rf {self.root}/agent",
+                )
+            raise RemoteError(f"agent verb {verb!r} failed on {self.host.name} (exit {res.rc}): {err or text[-500:]}",
+                              f"see the agent log: gpujob doctor {self.host.name}")
+        return doc
+
+    def stream(self, verb: str, args: list[str] | None = None) -> Stream:
+        """Start a streaming verb (receive, send, logs). Installs the agent first if needed."""
+        serve_call = getattr(self.t, "serve_call", None)
+        served = serve_call(self.command("serve"), ["hello"], 60) if serve_call is not None else None
+        if served is None or served.rc != 0:  # the kept agent answering proves the install; else look
+            probe = self.t.run(self._prelude() + 'test -f "$A/ok"', timeout=60)
+            if probe.rc != 0:
+                self.install()
+        return self.t.stream(self.command(verb, args))
+
+
+    def stream_doc(self, verb: str, args: list[str] | None = None) -> tuple[Stream, dict[str, Any]]:
+        """Start a streaming verb whose first line is a JSON document (sync, send --manifest).
+
+        Installs the agent once if it is missing; an error document becomes ``RemoteError``.
+        """
+        for attempt in (0, 1):
+            s = self.t.stream(self.command(verb, args))
+            line = s.stdout.readline()
+            if line:
+                doc = json.loads(line)
+                if "error" in doc:
+                    s.kill()
+                    raise RemoteError(doc["error"], doc.get("remedy", ""))
+                return s, doc
+            s.close_stdin()
+            rc = s.wait(60)
+            if rc == NEED_AGENT and attempt == 0:
+                self.install()
+                continue
+            if rc < 0:
+                raise link_cut(self.host, f"{verb!r} call", rc, "run the command again (a transfer resumes)")
+            raise RemoteError(f"the agent on {self.host.name} did not answer {verb!r} (exit {rc}): {s.stderr_text()[-1000:]}",
+                              f"see the agent log: gpujob agent-log {self.host.name}")
+        raise AssertionError("unreachable")
+
+
+def connect_agent(host: Host) -> Agent:
+    """Open a transport to ``host`` and wrap it."""
+    from gpujob.transport import connect
+
+    try:
+        return Agent(connect(host), host)
+    except GpujobError:
+        raise
+    except OSError as e:  # pragma: no cover - connect maps known errors already
+        raise ConnectError(f"cannot reach {host.address}: {e}", "check the network and the host profile") from None

@@ -1,0 +1,406 @@
+"""The client side of the connection multiplexer: commands over a kept-open SSH connection.
+
+Like OpenSSH's ControlMaster with ControlPersist: the first command to a host starts a small
+daemon (``gpujob.transport.muxd``) that holds the paramiko connection and listens on a Unix socket
+that only this user can reach. Later commands hand the daemon their pipes (SCM_RIGHTS) and
+so skip importing paramiko, the TCP and SSH handshakes and the login. The daemon also keeps
+one agent ``serve`` process open per agent version, so quick read-only verbs (status,
+watch, hello) cost one round trip and no process start on the instance.
+
+The daemon leaves after ``GPUJOB_MUX_PERSIST`` idle seconds (default 1800) or as soon as its
+connection drops. ``GPUJOB_MUX=0`` (or a host without a usable socket folder) falls back to
+one connection per command. This module imports no paramiko.
+"""
+
+from __future__ import annotations
+
+import array
+import base64
+import hashlib
+import json
+import os
+import select
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import weakref
+from pathlib import Path
+from typing import IO, Any
+
+from gpujob.config.hosts import Host
+from gpujob.config.paths import config_dir
+from gpujob.errors import ConnectError, GpujobError, HostKeyChanged
+from gpujob.transport.base import Forward, Result, Stream, Transport
+
+ERRORS = {"ConnectError": ConnectError, "HostKeyChanged": HostKeyChanged}
+
+
+def enabled() -> bool:
+    """Whether commands go through the multiplexer (POSIX only; ``GPUJOB_MUX=0`` turns it off)."""
+    return os.name == "posix" and os.environ.get("GPUJOB_MUX", "1") not in ("0", "no", "false", "off")
+
+
+def mux_dir() -> Path | None:
+    """The socket folder (mode 0700, owned by this user), or None when no safe one exists."""
+    base = os.environ.get("GPUJOB_MUX_DIR")
+    if base:
+        d = Path(base)
+    else:
+        run = os.environ.get("XDG_RUNTIME_DIR")
+        d = Path(run) / "gpujob-mux" if run and os.path.isdir(run) else Path(tempfile.gettempdir()) / f"gpujob-mux-{os.getuid()}"
+    try:
+        d.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = d.stat()
+    except OSError:
+        return None
+    if st.st_uid != os.getuid() or st.st_mode & 0o077:
+        return None  # someone else's folder, or readable by others: never hand out a shell there
+    return d
+
+
+def socket_key(host: Host) -> str:
+    """What identifies one connection: the address, the login and the keys and known_hosts used."""
+    ident = [str(config_dir()), host.hostname, host.port, host.user, host.identity_file or "", host.connect_timeout]
+    return hashlib.sha256(json.dumps(ident).encode()).hexdigest()[:20]
+
+
+def _raise_doc(doc: dict[str, Any]) -> None:
+    cls = ERRORS.get(doc.get("kind", ""), ConnectError)
+    raise cls(doc.get("error", "the connection failed"), doc.get("remedy", ""))
+
+
+def _request(path: Path, req: dict[str, Any], fds: list[int] | None = None, timeout: float | None = None) -> socket.socket:
+    """Connect to the daemon and send one request line (with ``fds`` attached)."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.settimeout(timeout)
+        s.connect(str(path))
+        data = json.dumps(req).encode() + b"\n"
+        if fds:
+            s.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+        else:
+            s.sendall(data)
+    except BaseException:
+        s.close()
+        raise
+    return s
+
+
+def _read_line(s: socket.socket, buf: bytearray | None = None) -> dict[str, Any] | None:
+    """One JSON line from the daemon; None when it closed first."""
+    buf = buf if buf is not None else bytearray()
+    while b"\n" not in buf:
+        chunk = s.recv(65536)
+        if not chunk:
+            return None
+        buf += chunk
+    line, _, rest = bytes(buf).partition(b"\n")
+    buf[:] = rest
+    return json.loads(line)
+
+
+class _Daemon:
+    """Finds or starts the daemon for one host."""
+
+    def __init__(self, host: Host, directory: Path) -> None:
+        self.host = host
+        key = socket_key(host)
+        self.path = directory / f"{key}.sock"
+        self.lock = directory / f"{key}.lock"
+
+    def _ask(self, op: str) -> dict[str, Any] | None:
+        """One small request; None when no daemon answers."""
+        try:
+            s = _request(self.path, {"op": op}, timeout=5)
+        except OSError:
+            return None
+        try:
+            return _read_line(s)
+        except (OSError, ValueError):
+            return None
+        finally:
+            s.close()
+
+    def ping(self) -> bool:
+        doc = self._ask("ping")
+        return bool(doc and doc.get("ok"))
+
+    def ensure(self) -> bool:
+        """A live daemon answers on the socket (started now if needed). False: fall back to direct."""
+        if self.ping():
+            return True
+        import fcntl
+
+        with open(self.lock, "a") as lk:
+            fcntl.flock(lk, fcntl.LOCK_EX)  # one starter at a time; the others find its socket
+            if self.ping():
+                return True
+            try:
+                self.path.unlink()
+            except FileNotFoundError:
+                pass
+            return self._start()
+
+    def _start(self) -> bool:
+        log = open(self.path.with_suffix(".log"), "ab")
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "gpujob.transport.muxd", str(self.path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=log, start_new_session=True, close_fds=True,
+            )
+        except OSError:
+            return False
+        finally:
+            log.close()
+        assert proc.stdin is not None and proc.stdout is not None
+        h = self.host
+        conn = {"name": h.name, "hostname": h.hostname, "port": h.port, "user": h.user,
+                "identity_file": h.identity_file, "connect_timeout": h.connect_timeout}
+        proc.stdin.write(json.dumps(conn).encode())
+        proc.stdin.close()
+        line = proc.stdout.readline()  # "ready", or the error that ended the connect
+        proc.stdout.close()
+        if not line:
+            proc.wait(5)
+            return False
+        doc = json.loads(line)
+        if doc.get("ready"):
+            return True
+        proc.wait(5)
+        if doc.get("kind") == "no_socket":  # this folder cannot hold a socket: connect directly
+            return False
+        _raise_doc(doc)
+        return False
+
+    def exit(self) -> bool:
+        """Ask the daemon to close its connection and leave; True if one was there."""
+        return self._ask("exit") is not None
+
+
+def connect(host: Host) -> MuxTransport | None:
+    """A multiplexed transport for ``host``, or None when the multiplexer cannot be used."""
+    if not enabled():
+        return None
+    d = mux_dir()
+    if d is None:
+        return None
+    daemon = _Daemon(host, d)
+    if len(str(daemon.path)) > 100:  # AF_UNIX paths are short (104–108 bytes)
+        return None
+    if not daemon.ensure():
+        return None
+    return MuxTransport(host, daemon)
+
+
+def disconnect(host: Host) -> bool:
+    """Close the kept connection to ``host`` (``host trust``, ``host rm``); True if one was open."""
+    d = mux_dir()
+    return _Daemon(host, d).exit() if d is not None else False
+
+
+class _MuxStream(Stream):
+    """A remote command whose pipes the daemon pumps; its exit status comes on the request socket."""
+
+    def __init__(self, ctrl: socket.socket, stdin_w: int, stdout_r: int, stderr_r: int, buf: bytearray) -> None:
+        self.ctrl, self._buf = ctrl, buf
+        self.stdin: IO[bytes] = os.fdopen(stdin_w, "wb")
+        self.stdout: IO[bytes] = os.fdopen(stdout_r, "rb")
+        self._err_r = stderr_r
+        self._err = bytearray()
+        self._rc: int | None = None
+        self._t = threading.Thread(target=self._drain, daemon=True)
+        self._t.start()
+
+    def _drain(self) -> None:
+        try:
+            while True:
+                chunk = os.read(self._err_r, 65536)
+                if not chunk:
+                    break
+                self._err += chunk
+        except OSError:
+            pass
+        finally:
+            os.close(self._err_r)
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self._rc is None:
+            self.ctrl.settimeout(timeout)
+            try:
+                doc = _read_line(self.ctrl, self._buf)
+            except socket.timeout:
+                raise TimeoutError("remote command did not finish") from None
+            except (OSError, ValueError):
+                doc = None
+            self._rc = int(doc["rc"]) if doc and "rc" in doc else -1
+            self._t.join(5)
+        return self._rc
+
+    def stderr_text(self) -> str:
+        return self._err.decode("utf-8", "replace")
+
+    def kill(self) -> None:
+        try:
+            self.ctrl.shutdown(socket.SHUT_RDWR)  # the daemon closes the channel
+        except OSError:
+            pass
+        self.ctrl.close()
+        for f in (self.stdin, self.stdout):
+            try:
+                f.close()
+            except OSError:
+                pass
+
+
+class _Busy(Exception):
+    """The server refused one more session on the kept connection (MaxSessions)."""
+
+
+class MuxTransport(Transport):
+    """A transport whose commands run over the daemon's connection to ``host``."""
+
+    def __init__(self, host: Host, daemon: _Daemon) -> None:
+        super().__init__(host)
+        self.daemon = daemon
+        self._streams: weakref.WeakSet[_MuxStream] = weakref.WeakSet()
+        self._direct: Transport | None = None
+
+    def _exec(self, cmd: str) -> _MuxStream:
+        for attempt in (0, 1):
+            in_r, in_w = os.pipe()
+            out_r, out_w = os.pipe()
+            err_r, err_w = os.pipe()
+            try:
+                ctrl = _request(self.daemon.path, {"op": "exec", "cmd": cmd}, [in_r, out_w, err_w])
+            except OSError:
+                ctrl = None
+            finally:
+                for fd in (in_r, out_w, err_w):
+                    os.close(fd)
+            doc, buf = None, bytearray()
+            if ctrl is not None:
+                try:
+                    doc = _read_line(ctrl, buf)
+                except (OSError, ValueError):
+                    doc = None
+            if doc and doc.get("started"):
+                s = _MuxStream(ctrl, in_w, out_r, err_r, buf)  # type: ignore[arg-type]
+                self._streams.add(s)
+                return s
+            for fd in (in_w, out_r, err_r):
+                os.close(fd)
+            if ctrl is not None:
+                ctrl.close()
+            if doc and doc.get("busy"):  # the server allows no more sessions on the kept connection
+                raise _Busy()
+            if doc and not doc.get("stale"):
+                _raise_doc(doc)
+            if attempt == 0 and self.daemon.ensure():  # the kept connection had died: open a fresh one
+                continue
+            raise ConnectError(f"the connection to {self.host.address} dropped", "check the network and run the command again")
+        raise AssertionError("unreachable")
+
+    def run(self, cmd: str, input: bytes | None = None, timeout: float | None = None) -> Result:
+        try:
+            s = self._exec(cmd)
+        except _Busy:
+            return self._direct_transport().run(cmd, input, timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            if input:
+                threading.Thread(target=self._feed, args=(s, input), daemon=True).start()
+            else:
+                s.close_stdin()
+            out = bytearray()
+            fd = s.stdout.fileno()
+            while True:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise ConnectError(f"{self.host.address} did not answer a command within {timeout:.0f}s",
+                                       "the instance may be overloaded or the link stalled: run the command again")
+                r, _, _ = select.select([fd], [], [], left)
+                if not r:
+                    continue
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    break
+                out += chunk
+            left = None if deadline is None else max(0.1, deadline - time.monotonic())
+            try:
+                rc = s.wait(left)
+            except TimeoutError:
+                raise ConnectError(f"{self.host.address} did not answer a command within {timeout:.0f}s",
+                                   "the instance may be overloaded or the link stalled: run the command again") from None
+            return Result(rc, bytes(out), s.stderr_text().encode())
+        finally:
+            s.kill()
+
+    @staticmethod
+    def _feed(s: _MuxStream, data: bytes) -> None:
+        try:
+            s.stdin.write(data)
+        except OSError:
+            pass
+        s.close_stdin()
+
+    def stream(self, cmd: str) -> Stream:
+        try:
+            return self._exec(cmd)
+        except _Busy:
+            return self._direct_transport().stream(cmd)
+
+    def serve_call(self, serve_cmd: str, argv: list[str], timeout: float | None = None,
+                   input: bytes | None = None) -> Result | None:
+        """Run a quick agent verb in the kept ``serve`` process started by ``serve_cmd`` (``input``:
+        its stdin); None if that process cannot be used (the caller runs the verb as a command)."""
+        req: dict[str, Any] = {"op": "call", "serve": serve_cmd, "argv": argv, "timeout": timeout}
+        if input:
+            req["input"] = base64.b64encode(input).decode()
+        try:
+            s = _request(self.daemon.path, req, timeout=None if timeout is None else timeout + 10)
+        except OSError:
+            return None
+        try:
+            doc = _read_line(s)
+        except (OSError, ValueError):
+            return None
+        finally:
+            s.close()
+        if not doc or doc.get("stale") or doc.get("busy"):
+            return None
+        if "error" in doc:
+            _raise_doc(doc)
+        return Result(int(doc["rc"]), doc.get("out", "").encode(), doc.get("err", "").encode())
+
+    def _direct_transport(self) -> Transport:
+        """A connection of this process's own (forwards; commands the server will not multiplex)."""
+        if self._direct is None:
+            from gpujob.transport.ssh import SSHTransport
+
+            self._direct = SSHTransport(self.host)
+        return self._direct
+
+    def forward(self, remote_port: int, local_port: int = 0, remote_host: str = "127.0.0.1") -> Forward:
+        return self._direct_transport().forward(remote_port, local_port, remote_host)  # a long-lived forward
+
+    def reset(self) -> None:
+        """The link is believed dead (a probe failed): end the kept connection and every stream on it."""
+        self.close()
+        self.daemon.exit()
+
+    def close(self) -> None:
+        for s in list(self._streams):
+            s.kill()
+        if self._direct is not None:
+            self._direct.close()
+            self._direct = None
+
+
+def describe_error(e: BaseException) -> dict[str, Any]:
+    """How the daemon reports an error to the client (message, remedy and class name)."""
+    if isinstance(e, GpujobError):
+        return e.to_json()
+    return {"error": f"{type(e).__name__}: {e}", "remedy": "run the command again", "kind": "ConnectError"}

@@ -1,0 +1,413 @@
+"""The multiplexer daemon: one paramiko connection to one host, shared by later commands.
+
+``python -m gpujob.transport.muxd SOCKET`` reads the host's connection fields on stdin, connects, prints
+one line (``{"ready": true}`` or the error that ended the connect, in ``GpujobError.to_json``
+form) and then serves the Unix socket (mode 0600) until it has been idle for
+``GPUJOB_MUX_PERSIST`` seconds (default 1800) or its connection drops. One request per
+socket connection, a JSON line:
+
+- ``exec`` (stdin, stdout and stderr pipes attached with SCM_RIGHTS): answers
+  ``{"started": true}``, pumps the channel through the pipes, then sends ``{"rc": N}``
+  (-1: the link went down first). The client closing the socket ends the command.
+- ``call``: a quick agent verb in the kept ``serve`` process for that agent command line;
+  answers ``{"rc", "out", "err"}``.
+- ``ping`` and ``exit``.
+
+A request that cannot open a channel answers ``{"stale": true}`` and the daemon leaves, so
+the client starts a fresh one.
+"""
+
+from __future__ import annotations
+
+import array
+import json
+import os
+import select
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.modules.setdefault("invoke", None)  # type: ignore[arg-type]  # paramiko.config imports it (130 ms) for `Match exec` only
+import paramiko  # noqa: E402
+
+from gpujob.config.hosts import Host  # noqa: E402
+from gpujob.transport.mux import describe_error  # noqa: E402
+from gpujob.transport.ssh import open_client  # noqa: E402
+
+PROBE_AFTER = float(os.environ.get("GPUJOB_MUX_PROBE_AFTER", "20"))  # quiet seconds before a ping checks the link
+# while a request is open, seconds with no byte from the server before a probe asks whether the
+# link still carries packets (a dead link otherwise held a command for the 600 s of its timeout)
+PROBE_QUIET = float(os.environ.get("GPUJOB_MUX_PROBE_QUIET", "2"))
+
+
+def _recv_request(conn: socket.socket) -> tuple[dict[str, Any], list[int]]:
+    buf, fds = bytearray(), []
+    while not buf.endswith(b"\n"):
+        msg, anc, _flags, _addr = conn.recvmsg(65536, socket.CMSG_SPACE(8 * 4))
+        for level, kind, data in anc:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                a = array.array("i")
+                a.frombytes(data[: len(data) - len(data) % a.itemsize])
+                fds.extend(a)
+        if not msg:
+            break
+        buf += msg
+    return (json.loads(bytes(buf).partition(b"\n")[0]) if buf else {}), fds
+
+
+def _send(conn: socket.socket, doc: dict[str, Any]) -> None:
+    try:
+        conn.sendall(json.dumps(doc).encode() + b"\n")
+    except OSError:
+        pass
+
+
+class _Serve:
+    """A kept ``python -m remote serve`` channel: one JSON request line, one JSON answer line."""
+
+    def __init__(self, tr: paramiko.Transport, cmd: str, timeout: float) -> None:
+        self.chan = tr.open_session(timeout=timeout)
+        self.chan.exec_command(cmd)
+        self.rfile = self.chan.makefile("rb")
+        self.lock = threading.Lock()
+        self.answered = False
+
+    def close(self) -> None:
+        self.chan.close()
+
+
+class Daemon:
+    """Accepts requests on the socket and runs them over one SSH connection."""
+
+    def __init__(self, client: paramiko.SSHClient, host: Host, srv: socket.socket, path: Path) -> None:
+        self.client, self.host, self.srv, self.path = client, host, srv, path
+        tr = client.get_transport()
+        assert tr is not None
+        self.tr = tr
+        self.persist = float(os.environ.get("GPUJOB_MUX_PERSIST", "1800"))
+        self.active = 0
+        self.last = time.monotonic()
+        self.lock = threading.Lock()
+        self.serves: dict[str, _Serve] = {}
+        self.stopping = threading.Event()
+        self.probe_lock = threading.Lock()
+        self.last_probe = time.monotonic()
+        self.ino = os.stat(path).st_ino
+
+    # ---- the accept loop ---------------------------------------------------------------
+    def serve_forever(self) -> None:
+        self.srv.settimeout(1.0)
+        threading.Thread(target=self._watchdog, name="gpujob-mux-watchdog", daemon=True).start()
+        while not self.stopping.is_set():
+            try:
+                conn, _ = self.srv.accept()
+            except socket.timeout:
+                with self.lock:
+                    idle = self.active == 0 and time.monotonic() - self.last > self.persist
+                if idle or not self.tr.is_active():
+                    break
+                continue
+            except OSError:
+                break
+            with self.lock:
+                self.active += 1
+            threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
+        self.stop()
+
+    def stop(self) -> None:
+        """Leave: no new requests (the socket goes first), then the connection closes."""
+        with self.lock:
+            if self.stopping.is_set():
+                return
+            self.stopping.set()
+        try:  # a successor may already listen under the same name: remove only our own socket
+            if os.stat(self.path).st_ino == self.ino:
+                self.path.unlink()
+        except OSError:
+            pass
+        self.srv.close()
+        self.client.close()
+
+    def _handle(self, conn: socket.socket) -> None:
+        fds: list[int] = []
+        try:
+            req, fds = _recv_request(conn)
+            op = req.get("op")
+            if op == "ping":
+                ok = self.tr.is_active() and not self.stopping.is_set() and self._fresh()
+                if not ok:
+                    self.stop()  # the client starts a fresh daemon
+                _send(conn, {"ok": ok, "pid": os.getpid()})
+            elif op == "exit":
+                self.stop()  # the socket is gone before the client hears back
+                _send(conn, {"ok": True})
+            elif op == "exec" and len(fds) == 3:
+                mine, fds = fds, []  # _exec owns (and closes) them from here
+                self._exec(conn, str(req["cmd"]), *mine)
+            elif op == "call":
+                self._call(conn, str(req["serve"]), [str(a) for a in req["argv"]], req.get("timeout"), req.get("input"))
+            else:
+                _send(conn, {"error": f"unknown request {op!r}", "remedy": "upgrade gpujob", "kind": "ConnectError"})
+        except Exception as e:  # one bad request never takes the daemon down
+            _send(conn, describe_error(e))
+        finally:
+            for fd in fds:
+                os.close(fd)
+            conn.close()
+            with self.lock:
+                self.active -= 1
+                self.last = time.monotonic()
+
+    def _fresh(self) -> bool:
+        """After a quiet spell, check that the link still carries packets (a laptop that slept
+        finds its TCP connection dead without a word; opening a channel would hang)."""
+        with self.probe_lock:
+            with self.lock:
+                quiet = self.active <= 1 and time.monotonic() - max(self.last, self.last_probe) > PROBE_AFTER
+            if not quiet:
+                return True
+            return self._probe()
+
+    def _probe(self) -> bool:
+        """Whether the server answers a keepalive request within a few seconds."""
+        done = threading.Event()
+        answered: list[bool] = []
+
+        def probe() -> None:
+            try:
+                self.tr.global_request("keepalive@openssh.com", wait=True)  # any answer will do
+                answered.append(self.tr.is_active())
+            except Exception:
+                pass
+            done.set()
+
+        threading.Thread(target=probe, daemon=True).start()
+        done.wait(max(3.0, min(10.0, self.host.connect_timeout / 3)))
+        if answered and answered[0]:
+            self.last_probe = time.monotonic()
+            return True
+        return False
+
+    def _received(self) -> tuple[Any, Any]:
+        """paramiko's counters of what the server sent (they move on any packet, window
+        adjustments of an upload included)."""
+        p = self.tr.packetizer
+        return getattr(p, "_Packetizer__received_bytes", None), getattr(p, "_Packetizer__received_packets", None)
+
+    def _watchdog(self) -> None:
+        """While requests are open and the server has sent nothing for ``PROBE_QUIET`` s, probe
+        the link; no answer means it is dead: the connection closes, every open request ends at
+        once (a served one answers stale, so the client reconnects as a direct command would)."""
+        seen, quiet_since = self._received(), time.monotonic()
+        while not self.stopping.wait(0.5):
+            with self.lock:
+                busy = self.active > 0
+            now_seen = self._received()
+            if not busy or now_seen != seen or time.monotonic() - quiet_since < PROBE_QUIET:
+                if not busy or now_seen != seen:
+                    seen, quiet_since = now_seen, time.monotonic()
+                continue
+            with self.probe_lock:
+                alive = self._probe()
+            if alive:
+                seen, quiet_since = self._received(), time.monotonic()
+                continue
+            sys.stderr.write(f"{time.strftime('%H:%M:%S')} the link to {self.host.address} is dead: closing\n")
+            sys.stderr.flush()
+            self.tr.close()
+            self.stop()
+            return
+
+    def _open(self) -> paramiko.Channel | None:
+        """A new session channel; None when the link is dead. The server refusing one more
+        channel (OpenSSH's MaxSessions, 10 by default) raises ``ChannelException``."""
+        try:
+            return self.tr.open_session(timeout=self.host.connect_timeout)
+        except paramiko.ChannelException:
+            raise
+        except (paramiko.SSHException, EOFError, OSError):
+            return None
+
+    @staticmethod
+    def _busy(conn: socket.socket) -> None:
+        _send(conn, {"busy": True})  # the client runs this one command on a connection of its own
+
+    def _stale(self, conn: socket.socket) -> None:
+        _send(conn, {"stale": True, "error": f"the connection to {self.host.address} dropped",
+                     "remedy": "run the command again", "kind": "ConnectError"})
+        self.stop()
+
+    # ---- exec: a command whose pipes the client holds ------------------------------------
+    def _exec(self, conn: socket.socket, cmd: str, in_r: int, out_w: int, err_w: int) -> None:
+        try:
+            chan = self._open()
+        except paramiko.ChannelException:
+            for fd in (in_r, out_w, err_w):
+                os.close(fd)
+            self._busy(conn)
+            return
+        if chan is not None:
+            try:
+                chan.exec_command(cmd)
+            except (paramiko.SSHException, EOFError, OSError):
+                chan = None
+        if chan is None:
+            for fd in (in_r, out_w, err_w):
+                os.close(fd)
+            self._stale(conn)
+            return
+        _send(conn, {"started": True})
+        pumps = [threading.Thread(target=_pump_out, args=(chan, out_w, False), daemon=True),
+                 threading.Thread(target=_pump_out, args=(chan, err_w, True), daemon=True)]
+        for t in pumps:
+            t.start()
+        threading.Thread(target=_pump_in, args=(chan, in_r), daemon=True).start()
+        threading.Thread(target=_watch_client, args=(conn, chan), daemon=True).start()
+        for t in pumps:  # woken by the channel's end, not by a poll: the exit status goes out at once
+            t.join()
+        _send(conn, {"rc": chan.recv_exit_status()})
+        chan.close()
+        try:
+            conn.shutdown(socket.SHUT_RDWR)  # wakes _watch_client (a close alone would not)
+        except OSError:
+            pass
+
+    # ---- call: a quick verb in the kept serve process ----------------------------------
+    def _call(self, conn: socket.socket, cmd: str, argv: list[str], timeout: float | None,
+              data: str | None = None) -> None:
+        line = json.dumps({"argv": argv, "input": data} if data else {"argv": argv}).encode() + b"\n"
+        for _attempt in (0, 1):
+            with self.lock:
+                s = self.serves.get(cmd)
+            if s is None:
+                try:
+                    s = _Serve(self.tr, cmd, self.host.connect_timeout)
+                except paramiko.ChannelException:
+                    self._busy(conn)
+                    return
+                except (paramiko.SSHException, EOFError, OSError):
+                    self._stale(conn)
+                    return
+                with self.lock:
+                    self.serves[cmd] = s
+            with s.lock:
+                try:
+                    s.chan.settimeout(timeout)
+                    s.chan.sendall(line)
+                    answer = s.rfile.readline()
+                except socket.timeout:
+                    self._drop(cmd, s)
+                    _send(conn, {"error": f"{self.host.address} did not answer a command within {timeout:.0f}s",
+                                 "remedy": "the instance may be overloaded or the link stalled: run the command again",
+                                 "kind": "ConnectError"})
+                    return
+                except (OSError, EOFError, paramiko.SSHException):
+                    answer = b""
+                if answer:
+                    s.answered = True
+                    conn.sendall(answer)
+                    return
+                first = not s.answered
+                self._drop(cmd, s)
+            if first:  # the serve command itself ended: report as a one-shot command would
+                rc = s.chan.recv_exit_status()
+                err = b""
+                while s.chan.recv_stderr_ready():
+                    err += s.chan.recv_stderr(65536)
+                if rc >= 0:
+                    _send(conn, {"rc": rc, "out": "", "err": err.decode("utf-8", "replace")})
+                    return
+            if not self.tr.is_active():
+                self._stale(conn)
+                return
+        _send(conn, {"stale": True})
+
+    def _drop(self, cmd: str, s: _Serve) -> None:
+        with self.lock:
+            if self.serves.get(cmd) is s:
+                del self.serves[cmd]
+        s.close()
+
+
+def _pump_out(chan: paramiko.Channel, fd: int, stderr: bool) -> None:
+    recv = chan.recv_stderr if stderr else chan.recv
+    try:
+        while True:
+            data = recv(65536)
+            if not data:
+                break
+            view = memoryview(data)
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+    except (OSError, EOFError, paramiko.SSHException):
+        chan.close()  # the client stopped reading
+    finally:
+        os.close(fd)
+
+
+def _watch_client(conn: socket.socket, chan: paramiko.Channel) -> None:
+    """End the command when the client closes its request socket (Ctrl-C, a killed process)."""
+    try:
+        while conn.recv(4096):
+            pass
+    except OSError:
+        pass
+    chan.close()
+
+
+def _pump_in(chan: paramiko.Channel, fd: int) -> None:
+    try:
+        while True:
+            r, _, _ = select.select([fd], [], [], 1.0)
+            if not r:
+                if chan.closed:
+                    break
+                continue
+            data = os.read(fd, 65536)
+            if not data:
+                chan.shutdown_write()
+                break
+            chan.sendall(data)
+    except (OSError, EOFError, paramiko.SSHException):
+        pass
+    finally:
+        os.close(fd)
+
+
+def main(argv: list[str]) -> int:
+    path = Path(argv[0])
+    conn = json.loads(sys.stdin.read())
+    host = Host(**conn)
+    try:
+        client = open_client(host)
+    except Exception as e:
+        sys.stdout.write(json.dumps(describe_error(e)) + "\n")
+        sys.stdout.flush()
+        return 1
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        srv.bind(str(path))
+    except OSError as e:
+        sys.stdout.write(json.dumps({"error": f"cannot listen on {path}: {e}", "remedy": "", "kind": "no_socket"}) + "\n")
+        return 1
+    finally:
+        os.umask(old)
+    srv.listen(64)
+    sys.stdout.write(json.dumps({"ready": True, "pid": os.getpid()}) + "\n")
+    sys.stdout.flush()
+    os.chdir("/")  # hold no folder of the client's busy
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)
+    os.dup2(devnull, 1)
+    os.close(devnull)
+    Daemon(client, host, srv, path).serve_forever()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

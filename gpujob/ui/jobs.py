@@ -1,0 +1,205 @@
+"""Jobs drawn for the terminal: the job table (``ls``), the job panel (``status``), sparklines."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from gpujob.config.durations import format_duration
+from gpujob.ui.output import console
+
+STATE_STYLE = {
+    "queued": "cyan", "running": "green", "restarting": "yellow", "succeeded": "bold green",
+    "failed": "bold red", "stopped": "magenta", "autostopped": "magenta", "lost": "bold red",
+    "moved": "blue",
+}
+
+
+SPARK = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: list[float], width: int = 24) -> str:
+    """A one-line chart of the last ``width`` values."""
+    vals = [v for v in values if v == v][-width:]
+    if not vals:
+        return ""
+    lo, hi = min(vals), max(vals)
+    span = (hi - lo) or 1.0
+    return "".join(SPARK[min(len(SPARK) - 1, int((v - lo) / span * (len(SPARK) - 1)))] for v in vals)
+
+
+def elapsed(job: dict[str, Any]) -> float | None:
+    start = job.get("started_at")
+    if not start:
+        return None
+    end = job.get("ended_at") or job.get("now") or time.time()
+    return max(0.0, float(end) - float(start))
+
+
+def cost(job: dict[str, Any]) -> str:
+    price = (job.get("spec") or {}).get("price_per_hour") or job.get("price_per_hour")
+    secs = elapsed(job)
+    if not price or secs is None:
+        return "-"
+    return f"{price * secs / 3600:.2f}"
+
+
+# ``ls`` columns in the order shown, most important first in LS_IMPORTANCE: at a narrow width
+# the least important give way whole (never a header cut to ``ST…``); the last line fills what is left
+LS_COLUMNS = ("JOB", "HOST", "STATE", "QUEUE", "ATTEMPT", "ELAPSED", "STEP", "LOSS", "LAST LINE")
+
+
+LS_IMPORTANCE = ("JOB", "STATE", "HOST", "STEP", "LOSS", "ELAPSED", "ATTEMPT", "QUEUE", "LAST LINE")
+
+
+LS_GAP = 2
+LAST_LINE_MIN, LAST_LINE_MAX = 12, 60
+
+
+def _ls_cells(j: dict[str, Any]) -> dict[str, str]:
+    m = j.get("last_metrics") or {}
+    return {
+        "JOB": j.get("job_id", "?"), "HOST": j.get("host") or "-", "STATE": j.get("state", "?"),
+        "QUEUE": f"#{j['queue_position']}" if j.get("queue_position") else "-",
+        "ATTEMPT": str(j.get("attempt") or "-"), "ELAPSED": format_duration(elapsed(j)),
+        "STEP": str(m.get("step", "-")), "LOSS": _fmt(m.get("loss")),
+        "LAST LINE": " ".join((j.get("last_line") or "").split()),  # its start: a line is read from the left
+    }
+
+
+def ls_layout(rows: list[dict[str, str]], width: int) -> dict[str, int]:
+    """{column: width} of the columns that fit in ``width``, by importance; empty columns left out."""
+    widths = {c: max([len(c)] + [len(r[c]) for r in rows]) for c in LS_COLUMNS}
+    shown = [c for c in LS_COLUMNS if c in ("JOB", "HOST", "STATE") or any(r[c] not in ("-", "") for r in rows)]
+    chosen: dict[str, int] = {}
+    used = -LS_GAP
+    for c in (c for c in LS_IMPORTANCE if c in shown):
+        if c == "LAST LINE":
+            room = width - used - LS_GAP
+            if room >= LAST_LINE_MIN:
+                chosen[c] = min(widths[c], room, LAST_LINE_MAX)
+            continue
+        if used + LS_GAP + widths[c] > width and c not in ("JOB", "STATE"):
+            break  # a less important column never shows where a more important one could not
+        chosen[c] = widths[c]
+        used += LS_GAP + widths[c]
+    return {c: chosen[c] for c in LS_COLUMNS if c in chosen}
+
+
+def jobs_table(jobs: list[dict[str, Any]], title: str | None = None, width: int | None = None) -> Any:
+    from rich.table import Table
+    from rich.text import Text
+
+    rows = [_ls_cells(j) for j in jobs]
+    layout = ls_layout(rows, width if width is not None else console().width)
+    t = Table(title=title, box=None, header_style="bold", pad_edge=False, padding=(0, LS_GAP // 2))
+    for col, w in layout.items():
+        t.add_column(col, overflow="ellipsis", no_wrap=True, min_width=w, max_width=w)
+    for r in rows:
+        t.add_row(*(Text(r[c], style=STATE_STYLE.get(r[c], "white") if c == "STATE" else "") for c in layout))
+    return t
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return "-" if v is None else str(v)
+
+
+def _gpu_line(gpu: dict[str, Any] | None) -> str | None:
+    if not gpu:
+        return None
+    avg = {g.get("index"): g for g in gpu.get("avg") or []}
+    parts = []
+    for g in gpu.get("now") or []:
+        a = avg.get(g.get("index")) or {}
+        mem = f"{(g.get('mem_used') or 0) / 1024:.1f}/{(g.get('mem_total') or 0) / 1024:.1f} GiB"
+        parts.append(f"#{g.get('index')} {_fmt(g.get('util'))}% {mem}"
+                     + (f" (avg {_fmt(a.get('util'))}%, {(a.get('mem_used') or 0) / 1024:.1f} GiB)" if a else ""))
+    return "   ".join(parts) or None
+
+
+def autostop_summary(cfg: dict[str, Any]) -> str:
+    """``max_runtime 8h · gpu_idle <5% for 30m · then shutdown`` from a job's ``autostop:``."""
+    parts = []
+    for key, val in cfg.items():
+        if key in ("after", "check_every", "pull_before_shutdown") or val in (None, False):
+            continue
+        if key == "gpu_idle" and isinstance(val, dict):
+            parts.append(f"gpu_idle <{val.get('below', 5)}% for {val.get('for', '?')}")
+        elif key == "plateau" and isinstance(val, dict):
+            parts.append(f"plateau {val.get('metric', '?')} ({val.get('mode', 'min')}, patience {val.get('patience', '?')})")
+        else:
+            parts.append(key if val is True else f"{key} {val}")
+    if parts and cfg.get("after") == "shutdown":
+        parts.append("then shutdown")
+    return " · ".join(parts)
+
+
+def job_panel(j: dict[str, Any]) -> Any:
+    """The detail view of ``gpujob status JOB`` (a plain record, or one from ``watch.status_doc``)."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    state = j.get("state", "?")
+    t = Table.grid(padding=(0, 2))
+    t.add_column(style="bold")
+    t.add_column()
+    t.add_row("job", j.get("job_id", "?") + (f"  on {j['host']}" if j.get("host") else ""))
+    t.add_row("state", f"[{STATE_STYLE.get(state, 'white')}]{state}[/]" + (f"  ({escape(str(j['reason']))})" if j.get("reason") else "")
+              + (f"  ({escape(str(j['lost_reason']))})" if j.get("lost_reason") else "")
+              + f"   attempt {j.get('attempt') or 0}")
+    m = j.get("latest_metrics") or j.get("last_metrics") or {}
+    if m.get("step") is not None or m.get("epoch") is not None:
+        prog = f"step {_fmt(m.get('step'))}" + (f"/{j['max_steps']}" if j.get("max_steps") else "")
+        if m.get("epoch") is not None:
+            prog += f"   epoch {_fmt(m.get('epoch'))}"
+        if j.get("steps_per_s"):
+            prog += f"   {j['steps_per_s']:.3g} steps/s"
+        if j.get("eta_s") is not None:
+            prog += f"   ETA {format_duration(j['eta_s'])}"
+        t.add_row("progress", prog)
+    lk = j.get("loss_key") or ("loss" if "loss" in m else None)
+    if lk and m.get(lk) is not None:
+        hist = [p[1] for p in (j.get("series") or {}).get(lk) or []]
+        src = {"tensorboard": "TensorBoard events", "log": "the log"}.get(j.get("metrics_source") or "")
+        t.add_row(lk, f"{_fmt(m.get(lk))}  [cyan]{sparkline(hist, 40)}[/]" + (f"  [dim](from {src})[/]" if src else ""))
+    ev = j.get("eval_metrics") or {}
+    if ev:
+        t.add_row("eval", "  ".join(f"{k}={_fmt(v)}" for k, v in ev.items()))
+    others = {k: v for k, v in m.items() if k not in ("t", "step", "epoch", lk, "max_steps") and k not in ev}
+    if others:
+        t.add_row("metrics", "  ".join(f"{k}={_fmt(v)}" for k, v in others.items()))
+    g = _gpu_line(j.get("gpu"))
+    if g:
+        t.add_row("gpu", g)
+    c = cost(j)
+    t.add_row("elapsed", format_duration(elapsed(j)) + (f"   cost {c} {(j.get('spec') or {}).get('currency', '')}" if c != "-" else ""))
+    est = j.get("billing") or {}
+    if est.get("projected_cost") is not None:
+        t.add_row("projection", f"{est['projected_cost']:.2f} {est.get('currency') or ''} in all, "
+                  f"done in {format_duration(est.get('eta_s'))} (step {est.get('step')}/{est.get('max_steps')})")
+    policies = autostop_summary((j.get("spec") or {}).get("autostop") or {})
+    if policies:
+        t.add_row("autostop", escape(policies))
+    if j.get("queue_position"):
+        t.add_row("queue", f"#{j['queue_position']} for GPUs" + (f"  ({j['queue_reason']})" if j.get("queue_reason") else ""))
+    if j.get("exit_code") is not None:
+        t.add_row("exit code", str(j["exit_code"]))
+    d = j.get("diagnosis")
+    if d:
+        t.add_row("cause", f"[red]{escape(str(d.get('summary')))}[/]" + (f"  at {escape(str(d['where']))}" if d.get("where") else ""))
+        t.add_row("remedy", escape(d.get("remedy") or ""))
+    ck = j.get("checkpoints") or []
+    if ck:
+        done = [c for c in ck if c.get("complete")]
+        what = "-"
+        if done:
+            n = done[-1]
+            about = [n["kind"]] if n.get("kind") else []
+            about += [f"step {n['step']}"] if n.get("step") is not None else []
+            what = escape(n["name"]) + (f" ({', '.join(about)})" if about else "")
+        t.add_row("checkpoints", f"{len(done)} complete, newest {what}")
+    if j.get("last_line"):
+        t.add_row("last line", escape(j["last_line"]))
+    return t

@@ -1,0 +1,35 @@
+"""Output every command shares: a rich console (imported only when something is drawn), JSON, errors."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+
+def console(stderr: bool = False) -> Any:
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False)
+
+
+def print_json(doc: Any) -> None:
+    sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def error(e: Exception, as_json: bool) -> None:
+    from gpujob.errors import GpujobError
+
+    if as_json:
+        doc = e.to_json() if isinstance(e, GpujobError) else {"error": str(e), "kind": type(e).__name__}
+        print_json(doc)
+        return
+    from rich.markup import escape
+
+    c = console(stderr=True)  # causes quote what the user typed: brackets in it are text, not markup
+    if isinstance(e, GpujobError):
+        c.print(f"[bold red]error:[/] {escape(e.cause)}", markup=True, soft_wrap=True)
+        if e.remedy:
+            c.print(f"  [yellow]→[/] {escape(e.remedy)}", soft_wrap=True)
+    else:
+        c.print(f"[bold red]error:[/] {escape(str(e))}", soft_wrap=True)

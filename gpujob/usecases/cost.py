@@ -1,0 +1,94 @@
+"""``gpujob cost``: what the jobs have cost, per job and per host (one remote command per host)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from gpujob.transport.agent import Agent
+
+
+def fill_host_price(job: dict[str, Any] | None, price: float | None, currency: str | None) -> dict[str, Any] | None:
+    """A job record submitted without a price gets the host's current one (``host set --price``).
+
+    The price is captured in spec.json at submit; a price set later reaches the job here, on the
+    laptop where the profile lives, so status and cost show it even for a running job.
+    """
+    if not job or not price:
+        return job
+    spec = job.get("spec")
+    b = job.get("billing")
+    if (spec or {}).get("price_per_hour") or (b or {}).get("price_per_hour"):
+        return job
+    if isinstance(spec, dict):
+        spec.update(price_per_hour=price, currency=spec.get("currency") or currency)
+    if isinstance(b, dict):
+        b.update(price_per_hour=price, price_source="host", currency=b.get("currency") or currency)
+        if b.get("elapsed_s") is not None:
+            b["cost"] = round(float(price) * float(b["elapsed_s"]) / 3600.0, 4)
+            if b.get("eta_s") is not None:
+                b["projected_cost"] = round(float(price) * (float(b["elapsed_s"]) + float(b["eta_s"])) / 3600.0, 4)
+    else:
+        job["price_per_hour"] = price
+    return job
+
+
+def job_cost(job: dict[str, Any]) -> dict[str, Any]:
+    """One job's line: the agent's estimate (``billing`` in its status record) plus identity."""
+    c = job.get("billing") or {}
+    return {
+        "job_id": job.get("job_id"), "host": job.get("host"), "state": job.get("state"),
+        "elapsed_s": c.get("elapsed_s"), "cost": c.get("cost"), "currency": c.get("currency"),
+        "price_per_hour": c.get("price_per_hour"), "projected_cost": c.get("projected_cost"), "eta_s": c.get("eta_s"),
+    }
+
+
+def summarize(hosts: list[str], agent_for: Callable[[str], Agent]) -> dict[str, Any]:
+    """{jobs: [...], hosts: {name: {cost, currency, jobs, unpriced}}, total: {currency: sum}, errors}."""
+    from gpujob.errors import GpujobError
+
+    out: list[dict[str, Any]] = []
+    per_host: dict[str, dict[str, Any]] = {}
+    errors: dict[str, str] = {}
+    for name in hosts:
+        try:
+            agent = agent_for(name)
+            listed = agent.call("status", ["--all"])["jobs"]  # every job: ls shows only the newest finished
+        except GpujobError as e:
+            errors[name] = str(e)
+            continue
+        h = per_host.setdefault(name, {"cost": 0.0, "currency": None, "jobs": 0, "unpriced": 0})
+        for j in listed:
+            fill_host_price(j, agent.host.price_per_hour, agent.host.currency)
+            line = job_cost({**j, "host": j.get("host") or name})
+            out.append(line)
+            h["jobs"] += 1
+            if line["cost"] is None:
+                h["unpriced"] += 1
+            else:
+                h["cost"] = round(h["cost"] + float(line["cost"]), 4)
+                h["currency"] = h["currency"] or line["currency"]
+    total: dict[str, float] = {}
+    for h in per_host.values():
+        if h["currency"]:
+            total[h["currency"]] = round(total.get(h["currency"], 0.0) + h["cost"], 4)
+    return {"jobs": out, "hosts": per_host, "total": total, "errors": errors}
+
+
+def render(doc: dict[str, Any]) -> Any:
+    """A rich table: one row per job, then one per host."""
+    from rich.table import Table
+
+    from gpujob.config.durations import format_duration
+
+    t = Table(box=None, header_style="bold")
+    for col in ("JOB", "HOST", "STATE", "ELAPSED", "COST", "PROJECTED"):
+        t.add_column(col, no_wrap=True)
+    for j in doc["jobs"]:
+        cur = j.get("currency") or ""
+        t.add_row(j["job_id"] or "?", j["host"] or "-", j["state"] or "?", format_duration(j.get("elapsed_s")),
+                  f"{j['cost']:.2f} {cur}" if j.get("cost") is not None else "- (no price_per_hour)",
+                  f"{j['projected_cost']:.2f} {cur}" if j.get("projected_cost") is not None else "-")
+    for name, h in doc["hosts"].items():
+        t.add_row(f"[bold]{name} total[/]", name, f"{h['jobs']} job(s)", "",
+                  f"[bold]{h['cost']:.2f} {h['currency'] or ''}[/]" if h["currency"] else "-", "")
+    return t

@@ -1,0 +1,135 @@
+"""``gpujob doctor [HOST]``: one round trip to the agent's ``doctor`` verb, then checks with remedies.
+
+Each check is ``ok`` (green), ``warn`` (yellow) or ``error`` (red) and says what to do next.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from gpujob.config.hosts import LOCAL, Host
+from gpujob.transport.agent import Agent
+
+LOW_DISK = 5 * 1024**3  # below this free, a checkpoint or a pip install may not fit
+LEVELS = ("ok", "warn", "error")
+
+
+@dataclass
+class Check:
+    name: str
+    level: str  # ok | warn | error
+    message: str
+    remedy: str = ""
+
+
+def gib(n: int | None) -> str:
+    return "?" if n is None else f"{n / 1024**3:.1f} GiB"
+
+
+def run_doctor(agent: Agent, host: Host, torch_timeout: float = 60.0) -> dict[str, Any]:
+    """The instance's report plus ``checks`` (a list of dicts) and the host profile's name."""
+    args = ["--torch-timeout", str(torch_timeout)]
+    if host.data_disk_path:
+        args += ["--data-disk", host.data_disk_path]
+    if host.env.get("GPUJOB_NETWORK_TURBO_FILE"):
+        args += ["--turbo-file", host.env["GPUJOB_NETWORK_TURBO_FILE"]]
+    prefix = host.env.get("GPUJOB_PATH_PREFIX") or (os.environ.get("PATH", "") if host.kind == LOCAL else "")
+    if prefix:  # on local, jobs get this PATH (submit sends it), so the venv gpujob runs from is theirs
+        args += ["--path-prefix", prefix]
+    rep = agent.call("doctor", args, timeout=torch_timeout + 120)
+    rep["host"] = host.name
+    rep["preset"] = host.preset
+    rep["checks"] = [asdict(c) for c in checks(rep, host)]
+    return rep
+
+
+def checks(r: dict[str, Any], host: Host) -> list[Check]:
+    """Judge the report; every red or yellow line carries its remedy."""
+    out: list[Check] = []
+    osi = r.get("os") or {}
+    out.append(Check("os", "ok", f"{osi.get('name')} ({osi.get('kernel')}, {osi.get('arch')}), {osi.get('hostname')}"))
+    ag = r.get("agent") or {}
+    out.append(Check("agent", "ok", f"agent {ag.get('version')} on Python {ag.get('python_version')} ({ag.get('python')})"))
+    pys = r.get("pythons") or []
+    if r.get("login_python"):
+        listed = ", ".join(f"{p['path']} {p.get('version') or '?'} ({p['source']})" for p in pys)
+        jp = r.get("job_python") or {}
+        via = f" (as job {jp['job_id']} did)" if jp.get("job_id") else ""
+        out.append(Check("python", "ok", f"jobs run {r['login_python']}{via}; found: {listed}"))
+    else:
+        out.append(Check("python", "error", "no python on a login shell's PATH",
+                         "install one (apt-get install -y python3) or set python: in the job to a path or conda:NAME"))
+    t = r.get("torch") or {}
+    nv = r.get("nvidia") or {}
+    gpus = nv.get("gpus") or []
+    if t.get("version"):
+        devs = ", ".join(t.get("devices") or []) or "none"
+        if t.get("cuda_available"):
+            out.append(Check("torch", "ok", f"torch {t['version']} (CUDA {t.get('cuda')}), cuda available: {devs}"))
+        elif gpus:
+            out.append(Check("torch", "error", f"torch {t['version']} (CUDA {t.get('cuda')}) cannot use the GPU "
+                             f"(driver {nv.get('driver')}, supports CUDA {nv.get('cuda')})",
+                             "install a torch build for this driver's CUDA (pip install torch --index-url "
+                             "https://download.pytorch.org/whl/cu121 or the matching cuXXX), or pick another image"))
+        else:
+            out.append(Check("torch", "warn", f"torch {t['version']} (CUDA {t.get('cuda')}); no GPU to use",
+                             "fine for setup; start the instance with a GPU to train"))
+    else:
+        out.append(Check("torch", "warn", f"torch not importable with {t.get('python')}: {t.get('error') or 'not installed'}",
+                         "pick an image with PyTorch, or add torch to requirements: (python: venv reuses the image's)"))
+    if gpus:
+        names = ", ".join(f"{g['index']}: {g['name']} {gib(int((g.get('memory_total_mib') or 0) * 1024**2))}" for g in gpus)
+        out.append(Check("gpu", "ok", f"driver {nv.get('driver')} (CUDA {nv.get('cuda')}); {names}"))
+    else:
+        out.append(Check("gpu", "error", f"no GPU: {nv.get('error') or 'nvidia-smi lists none'}",
+                         "on AutoDL a no-GPU mode instance has none: power it on with a GPU; elsewhere install the driver"))
+    disks = r.get("disks") or {}
+    for key, label in (("system", "system disk /"), ("data", "data disk"), ("root", "gpujob root")):
+        d = disks.get(key) or {}
+        if key == "data" and not d.get("path"):
+            level = "warn" if host.preset in ("autodl", "vast", "runpod") else "ok"
+            out.append(Check("disk:data", level, "no data disk found",
+                             "" if level == "ok" else f"set it with gpujob host set {host.name} --data-disk PATH"))
+            continue
+        free = d.get("free_bytes")
+        msg = f"{label} {d.get('path')}: {gib(free)} free of {gib(d.get('total_bytes'))}"
+        if free is not None and free < LOW_DISK:
+            out.append(Check(f"disk:{key}", "error" if free < LOW_DISK / 5 else "warn", msg,
+                             "free space (old checkpoints: checkpoint.keep; caches under <root>/cache) before training"))
+        else:
+            out.append(Check(f"disk:{key}", "ok", msg))
+    sysd, rootd = disks.get("system") or {}, disks.get("data") or {}
+    if rootd.get("path") and r.get("root") and not str(r["root"]).startswith(str(rootd["path"])):
+        out.append(Check("root", "warn", f"gpujob's root {r['root']} is not on the data disk {rootd['path']}",
+                         f"move it: gpujob host set {host.name} --root {rootd['path']}/gpujob"))
+    del sysd
+    nt = r.get("network_turbo") or {}
+    wants = bool(host.network_turbo) and str(host.network_turbo).lower() not in ("false", "off", "no")
+    if nt.get("exists"):
+        out.append(Check("network_turbo", "ok", f"{nt.get('path')} exists" + (" (used)" if wants else
+                         f" (off: gpujob host set {host.name} --network-turbo true to use it)")))
+    elif wants:
+        out.append(Check("network_turbo", "error", f"the profile asks for network_turbo but {nt.get('path')} is missing",
+                         f"gpujob host set {host.name} --network-turbo false, or set hf_endpoint/pip_index_url mirrors"))
+    else:
+        out.append(Check("network_turbo", "ok", "no network_turbo on this host"))
+    pl = r.get("platform") or {}
+    if pl.get("autodl"):
+        msg = f"AutoDL, region {pl.get('region') or '?'}"
+        if host.preset != "autodl":
+            out.append(Check("platform", "warn", msg + f", but the profile's preset is {host.preset}",
+                             f"gpujob host set {host.name} --preset autodl (root on the data disk, /usr/bin/shutdown)"))
+        else:
+            out.append(Check("platform", "ok", msg))
+    else:
+        out.append(Check("platform", "ok", f"{pl.get('name')} (profile preset {host.preset})"))
+    tail = r.get("agent_log_tail") or []
+    errors = [line for line in tail if "crashed" in line or "failed" in line or "Traceback" in line]
+    if errors:
+        out.append(Check("agent log", "warn", f"{len(errors)} recent error line(s); last: {errors[-1][-200:]}",
+                         f"read {r.get('root')}/agent.log on the instance"))
+    else:
+        out.append(Check("agent log", "ok", f"{len(tail)} recent line(s), no errors"))
+    return out

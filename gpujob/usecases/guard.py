@@ -1,0 +1,127 @@
+"""``gpujob guard``: the opt-in automatic move (``retry.move_after``).
+
+Only the laptop sees both hosts, so the laptop runs it: a loop (or one pass with ``--once``,
+for cron) that asks each guarded job's host how the job is. A host that does not answer for
+``retry.move_after`` gets its job moved (gpujob.usecases.move) to the next host of ``retry.move_to``
+(default: the job's ``host:`` list, after the current one, wrapping round), with a ``lost``
+notification on the job's channels saying where it went. When the time the host went away was
+first seen is kept in ``guard.json`` beside the job index, so passes of ``--once`` add up.
+A host the job left while it was silent is told (and the job stopped there if it runs: the
+host was only cut off) when it answers again.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Callable
+
+from gpujob.config import index
+from gpujob.config.paths import state_dir, write_private
+from gpujob.errors import GpujobError
+from gpujob.usecases.jobs import FINAL
+
+Note = Callable[[str], None]
+
+
+def _state() -> dict[str, float]:
+    try:
+        return json.loads((state_dir() / "guard.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def candidates(spec: Any, current: str) -> list[str]:
+    """Where the job may go: ``retry.move_to`` else ``host:``, the hosts after ``current`` first."""
+    hosts = list(spec.retry.move_to or spec.hosts)
+    if current in hosts:
+        i = hosts.index(current)
+        hosts = hosts[i + 1:] + hosts[:i]
+    return [h for h in hosts if h != current]
+
+
+def _job_state(host: str, job_id: str) -> str | None:
+    """The job's state as its host says, or None when the host does not answer."""
+    from gpujob.config.hosts import HostStore
+    from gpujob.transport.agent import connect_agent
+    from gpujob.usecases import jobs
+
+    try:
+        agent = connect_agent(HostStore().get(host))
+        try:
+            return str(jobs.status(agent, job_id).get("state"))
+        finally:
+            agent.t.close()
+    except GpujobError:
+        return None
+
+
+def _notify(spec: Any, job_id: str, old: str, res: dict[str, Any], away: float) -> list[dict[str, Any]]:
+    """The job's channels hear it from the laptop (its old host cannot speak)."""
+    if not spec.notify:
+        return []
+    from gpujob.config.spec import notify_secrets
+    from gpujob.usecases.notifycheck import send_from_laptop
+    from gpujob.usecases.submit import collect_secrets, secret_refs
+
+    ck = res.get("checkpoint") or ("the shared checkpoint" if res["source"] == "shared" else "scratch")
+    event = {"event": "lost", "job_id": job_id, "name": spec.name, "host": old, "duration_s": None, "cost": None,
+             "currency": None, "metrics": {},
+             "reason": f"{old} did not answer for {away:.0f} s; moved to {res['to']}, resumed from {ck}"}
+    return send_from_laptop(notify_secrets(spec.notify)[0], event, collect_secrets(spec, secret_refs(spec)))
+
+
+def check(job_id: str, now: float, note: Note) -> dict[str, Any] | None:
+    """One look at one job: None while it needs watching, else what became of it."""
+    from gpujob.config.spec import load_spec
+    from gpujob.usecases.move import move, settle_old
+
+    settle_old(job_id, note)  # a host it left earlier answers again: it must not run the job too
+    entry = index.entry_of(job_id)
+    if entry is None or not entry.get("job_file"):
+        return {"job_id": job_id, "action": "skipped", "why": "not submitted from this machine (no job file recorded)"}
+    spec = load_spec(entry["job_file"], entry.get("set") or [])
+    if spec.retry.move_after is None:
+        return {"job_id": job_id, "action": "skipped", "why": "retry.move_after is not set"}
+    host, seen = entry["host"], _state()
+    state = _job_state(host, entry["job_id"])
+    if state is not None:
+        seen.pop(entry["job_id"], None)
+        write_private(state_dir() / "guard.json", json.dumps(seen))
+        return {"job_id": entry["job_id"], "action": "done", "state": state} if state in FINAL else None
+    away = now - seen.setdefault(entry["job_id"], now)
+    write_private(state_dir() / "guard.json", json.dumps(seen))
+    if away < spec.retry.move_after:
+        note(f"{entry['job_id']}: {host} does not answer ({away:.0f} s of {spec.retry.move_after:.0f} s)")
+        return None
+    for target in candidates(spec, host):
+        note(f"{entry['job_id']}: {host} silent for {away:.0f} s: moving it to {target}")
+        try:
+            res = move(entry["job_id"], target, note=note)
+        except GpujobError as e:
+            note(f"  {target}: {e}")
+            continue
+        seen.pop(entry["job_id"], None)
+        write_private(state_dir() / "guard.json", json.dumps(seen))
+        sent = _notify(spec, entry["job_id"], host, res, away)
+        return {"job_id": entry["job_id"], "action": "moved", "move": res, "notified": len(sent)}
+    note(f"{entry['job_id']}: no host to move it to took it; trying again later")
+    return None
+
+
+def guard(refs: list[str], interval: float = 30.0, once: bool = False, note: Note = lambda s: None) -> list[dict]:
+    """Watch ``refs`` until each has finished or is not guardable (``once``: one pass); a
+    moved job is watched on on its new host."""
+    left = list(dict.fromkeys(refs))
+    outcomes: list[dict] = []
+    while left:
+        for ref in list(left):
+            out = check(ref, time.time(), note)
+            if out is not None:
+                outcomes.append(out)
+                if out["action"] != "moved":
+                    left.remove(ref)
+        if once or not left:
+            break
+        time.sleep(interval)
+    return outcomes

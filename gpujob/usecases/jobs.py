@@ -1,0 +1,211 @@
+"""Client use cases over a job that exists: status, ls, stop, resume, tail, pull."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import threading
+import time
+from typing import Any, Callable
+
+from gpujob.config.hosts import LOCAL
+from gpujob.errors import ConnectError, GpujobError, HostKeyChanged
+from gpujob.transport import Result
+from gpujob.transport.agent import Agent
+
+FINAL = ("succeeded", "failed", "stopped", "autostopped", "lost", "moved")
+
+
+def status(agent: Agent, job: str) -> dict[str, Any]:
+    """One job in detail (one remote command)."""
+    return agent.call("status", ["--job", job])["jobs"][0]
+
+
+def ls(agent: Agent, limit: int = 0, everything: bool = False, older: list[int] | None = None) -> list[dict[str, Any]]:
+    """The host's running and queued jobs and its newest finished ones (``everything``: every
+    job), oldest first, in one remote command; ``older`` gets the count of jobs left out."""
+    args = ["--limit", str(limit)] if limit else ["--all"] if everything else []
+    doc = agent.call("status", args)
+    if older is not None:
+        older.append(int(doc.get("older") or 0))
+    return doc["jobs"]
+
+
+def stop(agent: Agent, job: str, wait: float = 600) -> dict[str, Any]:
+    """Stop a job (checkpoint first when its code polls the stop file) and wait for the end."""
+    return agent.call("stop", ["--job", job, "--wait", str(wait)], timeout=wait + 60)
+
+
+def resume(agent: Agent, job: str) -> dict[str, Any]:
+    """Restart a lost, stopped or failed job from its newest complete checkpoint."""
+    return agent.call("resume", ["--job", job])
+
+
+def _read_some(s: Any) -> bytes:
+    """The bytes that have arrived (at most 64 KiB); b"" at the end.
+
+    paramiko's file objects wait for a full buffer, so an SSH stream is read from its channel.
+    """
+    chan = getattr(s, "chan", None)
+    if chan is not None:
+        return chan.recv(65536)
+    return s.stdout.read1(65536) if hasattr(s.stdout, "read1") else s.stdout.read(65536)
+
+
+def link_probe() -> float:
+    """Seconds of silence before a link is probed (env GPUJOB_LINK_PROBE, default 10)."""
+    return float(os.environ.get("GPUJOB_LINK_PROBE", "10"))
+
+
+def alive(agent: Agent, timeout: float | None = None) -> bool:
+    """Whether the transport still carries a command (a probe: ``true``) within ``timeout``.
+
+    The probe runs in a thread: on a frozen link even opening a channel never returns.
+    """
+    limit = timeout or max(5.0, link_probe())
+    ok: list[bool] = []
+
+    def probe() -> None:
+        try:
+            ok.append(agent.t.run("true", timeout=limit).rc == 0)
+        except (GpujobError, OSError, TimeoutError, EOFError):
+            ok.append(False)
+
+    t = threading.Thread(target=probe, daemon=True)
+    t.start()
+    t.join(limit)
+    return bool(ok and ok[0])
+
+
+def follow_logs(
+    reconnect: Callable[[], Agent], job: str, write: Callable[[bytes], None], offset: int = 0, lines: int | None = None,
+    follow: bool = True, retries: int = 30, since: float | None = None, idle_probe: float | None = None,
+    on_start: Callable[[str, int], None] | None = None,
+) -> int:
+    """Copy the job's log; after a dropped link, reconnect and go on from the byte reached.
+
+    ``lines`` starts at the last N lines, ``since`` (epoch seconds) at the first line written
+    then or later, else ``offset``. Returns the final offset. Nothing is lost or repeated:
+    the offset counts the bytes handed to ``write``. While following, a link silent for
+    ``idle_probe`` seconds is probed with a command; a dead one is closed and reopened
+    (a laptop that slept finds its TCP connection gone without a word).
+    """
+    failures = 0
+    previous: Agent | None = None
+    idle_probe = idle_probe or link_probe()
+    while True:
+        done = threading.Event()
+        try:
+            if previous is not None:
+                previous.t.close()
+            agent = previous = reconnect()
+            if since is not None:
+                start = ["--since", repr(since)]
+            else:
+                start = ["--lines", str(lines)] if lines is not None else ["--offset", str(offset)]
+            last = [time.monotonic()]
+            if agent.host.kind != LOCAL:  # watches the opening too (and a plain tail): a link can freeze at any time
+                threading.Thread(target=_watchdog, args=(agent, last, done, idle_probe), daemon=True).start()
+            with agent.stream("logs", ["--job", job, *start] + (["--follow"] if follow else [])) as s:
+                s.close_stdin()
+                buf = b""
+                while b"\n" not in buf:
+                    got = _read_some(s)
+                    if not got:
+                        break
+                    buf += got
+                first, _, chunk = buf.partition(b"\n")
+                header = first.decode("utf-8", "replace").split()
+                if len(header) != 3 or header[0] != "gpujob-log":
+                    rest = buf
+                    while True:
+                        got = _read_some(s)
+                        if not got:
+                            break
+                        rest += got
+                    rc = s.wait()
+                    if rc < 0:  # no exit status: the link went down, not the agent
+                        raise ConnectError("the log stream closed before its header", "")
+                    agent._parse("logs", Result(rc, rest, s.stderr_text().encode()))  # raises the agent's error
+                    raise ConnectError(f"unexpected answer from the agent: {rest[:200]!r}", "")
+                job, offset, lines, since = header[1], int(header[2]), None, None
+                if on_start is not None:
+                    on_start(job, offset)
+                    on_start = None
+                while True:
+                    if not chunk:
+                        chunk = _read_some(s)
+                        if not chunk:
+                            break
+                    last[0] = time.monotonic()
+                    write(chunk)
+                    offset += len(chunk)
+                    failures = 0
+                    chunk = b""
+                rc = s.wait()
+            if rc == 0:
+                return offset
+            raise ConnectError(f"log stream ended with exit {rc}: {s.stderr_text().strip()[-300:]}", "")
+        except HostKeyChanged:
+            raise
+        except (ConnectError, OSError, EOFError) as e:
+            failures += 1
+            if os.environ.get("GPUJOB_DEBUG"):
+                sys.stderr.write(f"follow_logs: {type(e).__name__}: {e} (failure {failures})\n")
+            if failures > retries:
+                raise ConnectError(f"lost the connection while following the log ({e})", f"gpujob tail {job} -f resumes") from None
+            time.sleep(min(30, 0.5 * 2 ** min(failures, 6)))
+        finally:
+            done.set()
+
+
+def _watchdog(agent: Agent, last: list[float], done: threading.Event, idle: float) -> None:
+    """Close the transport when the link has been silent for ``idle`` s and a probe fails."""
+    while not done.wait(min(2.0, idle)):
+        if time.monotonic() - last[0] < idle:
+            continue
+        if done.is_set():
+            return
+        if not alive(agent):
+            if not done.is_set():
+                agent.t.reset()
+            return
+        last[0] = time.monotonic()
+
+
+class LineFilter:
+    """Passes whole lines that match ``pattern`` (bytes regex) on to ``write``; keeps partial lines."""
+
+    def __init__(self, write: Callable[[bytes], None], pattern: str | None = None, as_json: bool = False) -> None:
+        self.write, self.as_json, self.job, self.offset = write, as_json, "", 0
+        self.rx = re.compile(pattern.encode("utf-8", "surrogateescape")) if pattern else None
+        self.partial = b""
+
+    def __call__(self, chunk: bytes) -> None:
+        data = self.partial + chunk
+        *whole, self.partial = data.split(b"\n")
+        for line in whole:
+            self._line(line + b"\n")
+
+    def _line(self, line: bytes) -> None:
+        start = self.offset
+        self.offset += len(line)
+        if self.rx is not None and not self.rx.search(line):
+            return
+        if self.as_json:
+            doc = {"job_id": self.job, "offset": start, "line": line.rstrip(b"\n").decode("utf-8", "replace")}
+            self.write((json.dumps(doc) + "\n").encode())
+        else:
+            self.write(line)
+
+    def start(self, job: str, offset: int) -> None:
+        """The stream's first header: the job id and the byte offset the copy begins at."""
+        self.job, self.offset = job, offset
+
+    def flush(self) -> None:
+        """The last line, when the log does not end with a newline."""
+        if self.partial:
+            line, self.partial = self.partial, b""
+            self._line(line)

@@ -1,0 +1,95 @@
+"""Placement: ``host: [a, b, c]`` (or ``--host a,b,c``) submits to the first host that answers
+and has the job's GPUs free now; ``--wait-gpus`` polls them (with backoff, up to a bound)
+until one frees up. "Free" is what the host's agent would allocate: a GPU no live job of
+ours holds (gpus.lock's bookkeeping) whose memory use is below ``GPUJOB_GPU_FREE_MIB``, with
+no job of ours already waiting in that host's queue.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from gpujob.bundle import import_remote
+from gpujob.config.hosts import Host, HostStore
+from gpujob.errors import GpujobError
+from gpujob.transport.agent import Agent, connect_agent
+
+Note = Callable[[str], None]
+
+
+@dataclass
+class Skip:
+    host: str
+    why: str
+
+
+def wanted(gpus: Any) -> int:
+    """GPUs the job needs free: 0 (none asked), N, or -1 (all of the host's)."""
+    if gpus in (None, 0, "0"):
+        return 0
+    return -1 if gpus == "all" else int(gpus)
+
+
+def why_not(doc: dict[str, Any], need: int) -> str:
+    """'' when the ``gpus`` verb's answer ``doc`` has ``need`` GPUs free now, else the reason."""
+    if need == 0:
+        return ""
+    gpus = doc.get("gpus")
+    if gpus is None:
+        return "a CPU host (no nvidia-smi)"
+    held = {str(k) for k in (doc.get("held") or {})}
+    limit = import_remote("gpus").FREE_MEM_MIB
+    free = [g for g in gpus if str(g.get("index")) not in held and (g.get("mem_used") or 0) < limit]
+    n = len(gpus) if need == -1 else need
+    if n > len(gpus):
+        return f"has {len(gpus)} GPU(s), the job asks for {n}"
+    if doc.get("queue"):
+        return f"{len(doc['queue'])} job(s) already wait for its GPUs"
+    if len(free) < n:
+        return f"{len(gpus) - len(free)} of {len(gpus)} GPU(s) busy ({len(held)} held by our jobs)"
+    return ""
+
+
+def probe(host: Host, need: int) -> tuple[Agent | None, str]:
+    """(agent, '') when ``host`` answers and fits now, else (None, why)."""
+    try:
+        agent = connect_agent(host)
+        doc = agent.call("gpus", timeout=60) if need else {}
+    except GpujobError as e:
+        return None, f"does not answer ({str(e).splitlines()[0]})"
+    why = why_not(doc, need)
+    if why:
+        agent.t.close()
+        return None, why
+    return agent, ""
+
+
+def place(names: list[str], gpus: Any, *, wait: float | None = None, note: Note = lambda s: None
+          ) -> tuple[Host, Agent, list[Skip]]:
+    """The first of ``names`` that answers with the GPUs free; with ``wait`` seconds, poll
+    them all (backoff from GPUJOB_PLACE_POLL, default 10 s, to 5 min) until one fits."""
+    store = HostStore()
+    hosts = [store.get(n) for n in names]  # an unknown profile fails before anything is sent
+    need = wanted(gpus)
+    delay = float(os.environ.get("GPUJOB_PLACE_POLL", "10"))
+    deadline = time.monotonic() + (wait or 0)
+    while True:
+        skipped: list[Skip] = []
+        for h in hosts:
+            agent, why = probe(h, need)
+            if agent is not None:
+                return h, agent, skipped
+            skipped.append(Skip(h.name, why))
+            note(f"skipped {h.name}: {why}")
+        left = deadline - time.monotonic()
+        if wait is None or left <= 0:
+            raise GpujobError(
+                "no host has the job's GPUs free now: " + "; ".join(f"{s.host}: {s.why}" for s in skipped),
+                "gpujob submit --wait-gpus waits for the first to free up, or add hosts to host:" if wait is None
+                else "wait longer (--wait-gpus 12h) or add hosts; nothing was submitted")
+        note(f"waiting {min(delay, left):.0f} s for GPUs (Ctrl-C: nothing is submitted)")
+        time.sleep(min(delay, left))
+        delay = min(delay * 2, 300.0)

@@ -1,0 +1,162 @@
+"""``pull``: a job's checkpoints and logs from the host into ``DEST/<job_id>/``.
+
+One exec channel (``send --manifest --list``): the agent writes what the selection holds
+(sizes, mtimes, modes) as one line, the laptop answers with only the files that are missing or
+differ here (a cut large file asks to
+resume from the chunks its part file holds; the agent checks them against its copy). Every
+file arrives under a short temporary name (``.gpujob-<hash>.part``) and is renamed into place once its content hash
+checks out. Entries that would land outside DEST are refused before anything is written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path, PurePosixPath
+from typing import Any, Callable
+
+from gpujob.bundle import import_remote
+from gpujob.errors import GpujobError, RemoteError, link_cut
+from gpujob.transport.agent import Agent
+
+chunks: Any = import_remote("chunks")
+AGAIN = "run pull again: finished files are kept and a large file resumes at its last verified chunk"
+# What chunks says when the stream stops short: a cut link (or an empty stream), not a bad tree.
+_CUT_SIGNS = ("ended early", "ended before", "or an empty one")
+
+
+def safe_member(dest: Path, name: str, kind: str = "f", link: str | None = None) -> Path:
+    """Where entry ``name`` (``kind`` f, d or l) lands under ``dest``; refuses absolute paths,
+    ``..``, paths through links that leave ``dest`` and links that point out."""
+    try:
+        return chunks.safe_target(dest, name, kind, link, links_out=False)
+    except chunks.TransferError as e:
+        raise GpujobError(str(e), "the remote tree is not trusted; nothing more was written") from None
+
+
+def extract(stream: Any, dest: Path, on_bytes: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Unpack a verified stream under ``dest`` (temporary name, hash check, rename). Links that
+    resolve outside ``dest`` are not kept: they are listed under ``skipped``."""
+    try:
+        res = chunks.read_items(dest, stream, links_out=False, on_bytes=on_bytes)
+    except chunks.TransferError as e:
+        msg = str(e)
+        if any(sign in msg for sign in _CUT_SIGNS):
+            raise GpujobError(f"the link was cut during the pull ({msg})", AGAIN) from None
+        if msg.startswith("refusing"):
+            raise GpujobError(msg, "the remote tree is not trusted; nothing more was written") from None
+        raise GpujobError(msg, f"the data arrived damaged; {AGAIN}") from None
+    return {"files": res["written"], "bytes": res["bytes"], "skipped": res.get("skipped", [])}
+
+
+def _check_name(dest: Path, rel: str, link: str | None) -> None:
+    safe_member(dest, rel, "f")  # where a link points is judged as it is written (extract)
+
+
+@contextlib.contextmanager
+def dest_locked(dest: Path, on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
+    """One pull at a time into ``dest`` (two at once raced on the same part files): the next
+    one waits, saying so."""
+    dest.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock
+        yield
+        return
+    fd = os.open(dest, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            (on_wait or _say)(f"another pull into {dest} is running; waiting for it to finish")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _say(text: str) -> None:
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
+
+
+def plan_pull(target: Path, manifest: dict) -> tuple[list[Any], int, int]:
+    """The ``[rel, prefix_chunks]`` list to ask for, bytes to fetch, and files already here."""
+    want: list[Any] = []
+    nbytes = same = 0
+    for d in manifest.get("dirs", []):
+        _check_name(target, d, None)
+        if not (target / d).is_dir():
+            want.append(d)
+    for rel, (size, mtime, _mode, link) in sorted(manifest.get("files", {}).items()):
+        _check_name(target, rel, link)
+        local = target.joinpath(*PurePosixPath(rel).parts)
+        if link is not None:
+            if local.is_symlink() and os.readlink(local) == link:
+                same += 1
+            else:
+                want.append(rel)
+            continue
+        try:
+            st = local.lstat()
+            if not local.is_symlink() and local.is_file() and st.st_size == size and st.st_mtime_ns == mtime:
+                same += 1
+                continue
+        except OSError:
+            pass
+        prefix = chunks.part_chunks(local) if size > chunks.CHUNK else []
+        prefix = prefix[: (size - 1) // chunks.CHUNK] if prefix else []
+        want.append([rel, prefix] if prefix else rel)
+        nbytes += size - len(prefix) * chunks.CHUNK
+    return want, nbytes, same
+
+
+def pull(agent: Agent, job: str, dest: Path, what: str = "all", metric: str | None = None,
+         include: list[str] | None = None, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """Copy the job's logs and checkpoints (``what``: all, latest, best) into ``dest/<job_id>/``."""
+    args = ["--job", job, "--manifest", "--select", what]
+    if metric:
+        args += ["--metric", metric]
+    for g in include or []:
+        args += ["--include", g]
+    args.append("--list")
+    with dest_locked(dest):
+        return _pull(agent, args, dest, progress)
+
+
+def _pull(agent: Agent, args: list[str], dest: Path, progress: Callable[[int, int], None] | None) -> dict[str, Any]:
+    s, doc = agent.stream_doc("send", args)
+    with s:
+        job_id = doc["job_id"]
+        target = dest / job_id
+        target.mkdir(parents=True, exist_ok=True)
+        try:
+            want, total, same = plan_pull(target, doc)
+        except GpujobError:
+            s.close_stdin()
+            raise
+        done = [0]
+
+        def on_bytes(n: int) -> None:
+            done[0] += n
+            if progress:
+                progress(done[0], total)
+
+        s.stdin.write(json.dumps(want).encode() + b"\n")
+        s.close_stdin()
+        try:
+            res = extract(s.stdout, target, on_bytes)
+        except (OSError, EOFError) as e:
+            rc = s.wait(60)
+            if rc < 0:
+                raise link_cut(agent.host, "pull", rc, AGAIN) from None
+            raise RemoteError(f"pull from {agent.host.name} broke off: {e} {s.stderr_text()[-500:]}", AGAIN) from None
+        rc = s.wait()
+    if rc < 0:
+        raise link_cut(agent.host, "pull", rc, AGAIN)
+    if rc != 0:
+        raise RemoteError(f"pull failed on {agent.host.name}: {s.stderr_text()[-500:]}", "run pull again")
+    return {"job_id": job_id, "dest": str(target), "selected": doc.get("selected"), "unchanged": same, **res}

@@ -1,0 +1,201 @@
+"""``gpujob exec HOST -- CMD`` and ``gpujob ssh HOST``: a command, or a shell, where jobs run.
+
+``exec`` runs one command over gpujob's own connection in the environment a job's run command
+gets from the host: the profile's env (pip index, HF endpoint), network_turbo when it applies
+to runs, the PATH prefix (the laptop's PATH on ``local``) and a login shell. Its output is
+streamed (stderr merged into stdout, in order) and gpujob exits with the command's code.
+
+``ssh`` hands the terminal to OpenSSH, through a ``Host gpujob-NAME`` entry that gpujob keeps
+in ``~/.ssh/config`` between marker lines, with gpujob's key and its known_hosts file (so a
+changed host key is refused there too).
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shlex
+import sys
+import threading
+from pathlib import Path
+from typing import Any, Callable
+
+from gpujob.config.hosts import LOCAL, Host
+from gpujob.errors import ConnectError, GpujobError, HostError
+
+BEGIN = "# >>> gpujob hosts (written by `gpujob ssh`; edits between these lines are replaced) >>>"
+END = "# <<< gpujob hosts <<<"
+
+
+def host_env(host: Host) -> dict[str, str]:
+    """What a job's run command gets from the host profile (submit sends the same as host_env)."""
+    env = dict(host.env)
+    if host.kind == LOCAL:
+        env.setdefault("GPUJOB_PATH_PREFIX", os.environ.get("PATH", ""))
+    return env
+
+
+def login_script(host: Host, command: str) -> str:
+    """``bash -lc`` text: the profile's env, network_turbo (for runs), PATH prefix, then ``command``."""
+    return env_script(host) + "\n" + command
+
+
+def stdin_login(host: Host, command: str) -> tuple[str, bytes]:
+    """The remote command line for ``command`` and the bytes to write first on its stdin: the
+    profile's settings (a pip index URL may carry a token) travel there, never in ``ps``."""
+    script = base64.b64encode(env_script(host).encode()).decode()  # ASCII: read -N counts characters
+    line = (f'IFS= read -r -N {len(script)} __gj && eval "$(printf %s "$__gj" | base64 -d)" && unset __gj || exit 125\n'
+            + command)
+    return f"cd ~ 2>/dev/null; exec bash -lc {shlex.quote(line)} 2>&1", script.encode()
+
+
+def env_script(host: Host) -> str:
+    """Shell lines that give a command what a job's run command gets from the host profile."""
+    env = host_env(host)
+    lines = [f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items()) if k.replace("_", "").isalnum()]
+    turbo = (env.get("GPUJOB_NETWORK_TURBO") or "").lower()
+    if turbo in ("both", "run", "true", "1", "yes", "on"):
+        f = shlex.quote(env.get("GPUJOB_NETWORK_TURBO_FILE") or "/etc/network_turbo")
+        lines.append(f"[ -f {f} ] && . {f} >/dev/null 2>&1")
+    lines.append('if [ -n "${GPUJOB_PATH_PREFIX:-}" ]; then export PATH="$GPUJOB_PATH_PREFIX:$PATH"; fi')
+    return "\n".join(lines)
+
+
+def command_text(argv: list[str]) -> str:
+    """One argument is a shell command line as written; several are quoted word by word."""
+    if not argv:
+        raise GpujobError("no command given", "gpujob exec HOST -- nvidia-smi   (everything after -- runs there)")
+    return argv[0] if len(argv) == 1 else shlex.join(argv)
+
+
+def run_exec(host: Host, argv: list[str], write: Callable[[bytes], None]) -> int:
+    """Run ``argv`` on ``host`` as described above; the command's exit status."""
+    from gpujob.transport.agent import connect_agent
+    from gpujob.usecases.jobs import _read_some
+
+    agent = connect_agent(host)
+    remote, settings = stdin_login(host, command_text(argv))
+    try:
+        s = agent.t.stream(remote)
+        s.stdin.write(settings)
+        s.stdin.flush()
+        feeder = None
+        if sys.stdin is not None and not sys.stdin.isatty():
+            feeder = threading.Thread(target=_feed, args=(s,), daemon=True)
+            feeder.start()
+        else:
+            s.close_stdin()
+        try:
+            while True:
+                chunk = _read_some(s)
+                if not chunk:
+                    break
+                write(chunk)
+            rc = s.wait()
+        finally:
+            s.kill()
+    finally:
+        agent.t.close()
+    if rc < 0:
+        raise ConnectError(f"the connection to {host.name} dropped before the command ended",
+                           "check the network; the command may still be running there")
+    return rc
+
+
+def _feed(s: Any) -> None:
+    """Our stdin (a pipe or file) to the command's, then EOF."""
+    try:
+        while True:
+            data = sys.stdin.buffer.read1(65536) if hasattr(sys.stdin.buffer, "read1") else sys.stdin.buffer.read(65536)
+            if not data:
+                break
+            s.stdin.write(data)
+            s.stdin.flush()
+    except (OSError, ValueError):
+        pass
+    s.close_stdin()
+
+
+# ---- ssh --------------------------------------------------------------------------------
+def alias(host: Host) -> str:
+    return f"gpujob-{host.name}"
+
+
+def entry(host: Host) -> str:
+    from gpujob.config.paths import config_dir
+
+    key = host.identity_file or str(config_dir() / "id_ed25519")
+    return "\n".join([
+        f"Host {alias(host)}",
+        f"    HostName {host.hostname}",
+        f"    Port {host.port}",
+        f"    User {host.user}",
+        f"    IdentityFile {key}",
+        "    IdentitiesOnly yes",
+        f"    UserKnownHostsFile {config_dir() / 'known_hosts'}",
+        "    StrictHostKeyChecking yes",
+        f"    ConnectTimeout {int(host.connect_timeout)}",
+    ])
+
+
+def config_block(hosts: list[Host]) -> str:
+    return "\n".join([BEGIN, *(entry(h) + "\n" for h in hosts if h.kind != LOCAL), END]) + "\n"
+
+
+def updated_config(text: str, block: str) -> str:
+    """``text`` (an ssh_config) with gpujob's block replaced, or appended when absent."""
+    start, end = text.find(BEGIN), text.find(END)
+    if start >= 0 and end > start:
+        return text[:start] + block + text[end + len(END):].lstrip("\n")
+    sep = "" if not text or text.endswith("\n\n") else ("\n" if text.endswith("\n") else "\n\n")
+    return text + sep + block
+
+
+def ssh_config_path() -> Path:
+    return Path.home() / ".ssh" / "config"
+
+
+def ssh_argv(host: Host, command: list[str], config: Path | None = None) -> list[str]:
+    """OpenSSH's command line; ``config``: a file other than ~/.ssh/config (``-F``)."""
+    opts = ["-F", str(config)] if config is not None else []
+    return ["ssh", *opts, *(["-t"] if not command and sys.stdin.isatty() else []), alias(host), *command]
+
+
+def local_shell_argv(host: Host, command: list[str]) -> list[str]:
+    """``local``: an interactive shell (or ``command``) here, after a login shell set up what jobs get."""
+    return ["bash", "-lc", login_script(host, command_text(command) if command else "exec bash -i")]
+
+
+def ssh_plan(host: Host, hosts: list[Host], command: list[str], ssh_config: str | None = None) -> dict[str, Any]:
+    """{argv, ssh_config, block}: what ``gpujob ssh`` runs and the entry it keeps (none for ``local``)."""
+    if host.kind == LOCAL:
+        return {"argv": local_shell_argv(host, command), "ssh_config": None, "block": ""}
+    if not host.hostname:
+        raise HostError(f"host {host.name} has no address", f"gpujob host set {host.name} --ssh \"ssh -p PORT root@HOST\"")
+    path = Path(ssh_config).expanduser() if ssh_config else ssh_config_path()
+    return {"argv": ssh_argv(host, command, path if ssh_config else None), "ssh_config": str(path),
+            "block": config_block(hosts)}
+
+
+def hand_over(plan: dict[str, Any]) -> None:
+    """Write the entry, then become OpenSSH (or the local shell)."""
+    import shutil
+
+    if plan["ssh_config"]:
+        if not shutil.which("ssh"):
+            raise GpujobError("OpenSSH's ssh is not installed here",
+                              "install it (apt-get install openssh-client), or use gpujob exec HOST -- CMD")
+        path = Path(plan["ssh_config"])
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        old = path.read_text() if path.exists() else ""
+        new = updated_config(old, plan["block"])
+        if new != old:
+            from gpujob.config.paths import write_private
+
+            write_private(path, new)
+    sys.stdout.flush()
+    os.execvp(plan["argv"][0], plan["argv"])
+
+
+def join(argv: list[str]) -> str:
+    return shlex.join(argv)

@@ -1,0 +1,106 @@
+"""``submit``: validate, sync, start the job under the agent. The laptop may sleep after it."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict
+from typing import Any, Callable
+
+from gpujob.config.hosts import Host
+from gpujob.config.spec import JobSpec
+from gpujob.errors import SpecError
+from gpujob.transport.agent import Agent
+from gpujob.usecases.sync import sync_job
+
+
+def collect_secrets(spec: JobSpec, extra_names: list[str] | None = None) -> dict[str, str]:
+    """Values of the job's ``secrets:`` (and ``${NAME}`` references) from the laptop's environment."""
+    names = list(dict.fromkeys(spec.secrets + (extra_names or [])))
+    try:
+        from gpujob.usecases.notifycheck import secrets_from_env  # the secrets file lives with notifications
+    except ImportError:  # pragma: no cover
+        secrets_from_env = None
+    values = secrets_from_env(names) if secrets_from_env else {n: os.environ[n] for n in names if n in os.environ}
+    missing = [n for n in names if n not in values]
+    if missing:
+        raise SpecError(
+            f"secret(s) {', '.join(missing)} not set on this machine",
+            "export them in your shell (or put NAME=value lines in the gpujob secrets file); nothing was sent",
+        )
+    from gpujob.config.spec import notify_secrets
+
+    values.update(notify_secrets(spec.notify)[1])  # literal keys written in notify: travel here, not in spec.json
+    return values
+
+
+def keep_secret_job_file_home(spec: JobSpec) -> None:
+    """A job file with literal secrets in ``notify:`` is not uploaded (its values go in the secrets file)."""
+    from pathlib import Path
+
+    from gpujob.config.spec import notify_secrets
+
+    if not notify_secrets(spec.notify)[1]:
+        return
+    try:
+        rel = Path(spec.source).resolve().relative_to(Path(spec.workdir))
+    except ValueError:
+        return
+    spec.exclude.append("/" + rel.as_posix())
+
+
+def secret_refs(spec: JobSpec) -> list[str]:
+    """Names written as ``${NAME}`` anywhere in ``notify:`` (channel URLs, tokens, passwords)."""
+    import re
+
+    found: list[str] = []
+
+    def visit(v: Any) -> None:
+        if isinstance(v, str):
+            found.extend(re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", v))
+        elif isinstance(v, dict):
+            for x in v.values():
+                visit(x)
+        elif isinstance(v, list):
+            for x in v:
+                visit(x)
+
+    visit(spec.notify)
+    return found
+
+
+def submit(
+    agent: Agent, spec: JobSpec, host: Host, progress: Callable[[int, int], None] | None = None, *,
+    job_id: str | None = None, node: dict[str, Any] | None = None,
+    call: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """Sync the code and data, then create and start the job. Returns the agent's answer.
+
+    ``job_id`` and ``node`` are given for a job over several nodes (see gpujob.usecases.nodes);
+    ``call`` sends the request another way (gpujob.usecases.move: with the job's files).
+    """
+    secrets = collect_secrets(spec, secret_refs(spec))
+    keep_secret_job_file_home(spec)
+    import secrets as _secrets
+
+    lease = _secrets.token_hex(8)  # the project's code is this submit's from its manifest to its snapshot
+    report = sync_job(agent, spec, spec.name, progress, lease=lease)
+    request = {
+        "spec": spec.to_remote(),
+        "project": spec.name,
+        "host": host.name,
+        "host_env": {**host.env, **({"GPUJOB_PATH_PREFIX": os.environ.get("PATH", "")} if host.kind == "local" else {})},
+        "price_per_hour": host.price_per_hour,
+        "currency": host.currency,
+        "shutdown_command": host.shutdown_command,
+        "secrets": secrets,
+        "job_id": job_id,
+        "node": node,
+        "lease": lease,
+        "cpu_fallback": host.kind == "local",  # try a GPU job on a laptop's CPU; a rented host must have its GPUs
+    }
+    import json
+
+    res = call(request) if call else agent.call("submit", input=json.dumps(request).encode())
+    res["host"] = host.name
+    res["sync"] = asdict(report)
+    return res

@@ -1,0 +1,433 @@
+"""What a sync sends: the local tree's scan, the laptop's record of what the host holds, the plan.
+
+The record (``<cache>/sync/<hash>.json``, one per host profile, root and remote tree) lists
+every file the host holds as ``[size, mtime_ns, inode, ctime_ns, mode, hash]``: the local stat
+the hash was taken from, the mode and content hash there; links and folders too; and the
+digest of that tree (``chunks.tree_digest``). Its head (``.head``) holds the digest and the
+local tree's stamps, and ``.find`` the GNU find listing the stamps came from. The agent
+computes its tree's digest; when it equals the record's, the record *is* the host's tree and
+the agent sends no manifest. Then the laptop needs no walk in Python: an unchanged stamp means
+nothing to send, a changed one is planned from the listing's changed lines. A local file
+whose size, mtime_ns, inode and ctime equal the record's is not read; one whose stamps were
+racily close to the clock when recorded (``chunks.racy``) is read again (an edit in the same
+clock tick keeps every stamp). Without GNU find (BSD find has no ``-printf``) the tree is
+walked with ``os.scandir``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpujob.bundle import import_remote
+from gpujob.config.ignore import ALWAYS, IGNORE_FILES, IgnoreRules, walk
+from gpujob.config.paths import cache_dir
+
+chunks: Any = import_remote("chunks")
+
+
+@dataclass
+class LocalTree:
+    """A local file or folder as it will be named under ``prefix`` on the host."""
+
+    top: str
+    prefix: str
+    files: dict[str, tuple[int, int, int, int, int]] = field(default_factory=dict)  # size, mtime_ns, ino, ctime_ns, mode
+    links: dict[str, str] = field(default_factory=dict)
+    dirs: list[str] = field(default_factory=list)  # parents before children
+    stamp: str | None = None  # digest of every entry's stat; None when one was racily new
+    exclude: list[str] | None = None
+    use_ignore_files: bool = True
+    lazy: bool = False  # its stamp is the record's: not walked in Python, no entries listed
+    listing: bytes | None = None  # GNU find's listing the stamp was taken from
+    delta: tuple[dict[str, tuple[str, tuple, str | None]], set[str]] | None = None  # changed, removed (no entries)
+
+    def path(self, rel: str) -> str:
+        return self.top + "/" + rel if rel else self.top
+
+    def arc(self, rel: str) -> str:
+        return self.prefix + "/" + rel if rel else self.prefix
+
+
+def _stamp(st: os.stat_result) -> tuple[int, int, int, int, int]:
+    return st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns, stat.S_IMODE(st.st_mode)
+
+
+PRUNE = [p.rstrip("/") for p in ALWAYS if p.endswith("/") and "*" not in p]  # folders never sent
+
+
+def listing_stamp(listing: bytes, exclude: list[str] | None, use_ignore_files: bool) -> str:
+    """The stamp of a local tree from its find listing and the rules that choose its entries."""
+    return "find:" + hashlib.sha256(json.dumps([hashlib.sha256(listing).hexdigest(), exclude or [],
+                                                use_ignore_files]).encode()).hexdigest()
+
+
+def scan(top: Path, prefix: str, exclude: list[str] | None = None, use_ignore_files: bool = True,
+         record: Record | None = None) -> LocalTree:
+    """The entries of a local file or folder (ignore rules applied with ``use_ignore_files``).
+
+    With GNU find and a ``record``: when the stamp is the record's the tree comes back ``lazy``
+    (no entries: nothing changed); else when the record kept its find listing, only the names
+    whose listing line changed come back (``delta``). Neither walks in Python."""
+    t = LocalTree(str(top), prefix, exclude=exclude, use_ignore_files=use_ignore_files)
+    now = time.time_ns()
+    raw = chunks.find_listing(top, PRUNE if use_ignore_files else (), now, allow_racy=True)
+    fast = listing = None
+    if raw is not None:  # kept: the listing without racy lines (they look changed next time)
+        listing, racy_lines = chunks.drop_racy(raw, now)
+        fast = None if racy_lines else listing_stamp(raw, exclude, use_ignore_files)
+    if raw is not None and record is not None and record.lstamp:
+        t.stamp, t.listing = fast, listing
+        if fast is not None and fast == record.stamp:
+            t.lazy = True
+            return t
+        old = record.old_listing()
+        if old is not None and listing_stamp(old, exclude, use_ignore_files) == record.lstamp and not top.is_file():
+            t.delta = delta(t, old, raw)
+            if t.delta is not None:
+                return t
+    lines: list[str] = []
+    newest = 0
+    if top.is_file():
+        st = top.stat()
+        t.files[""] = _stamp(st)
+        lines.append(f"{st.st_mode}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}\0{st.st_ctime_ns}")
+        newest = max(st.st_mtime_ns, st.st_ctime_ns)
+    files, links, dirs, add = t.files, t.links, t.dirs, lines.append
+    for rel, st, is_dir in ([] if top.is_file() else walk(top, exclude, use_ignore_files)):
+        mode, mt, ct = st.st_mode, st.st_mtime_ns, st.st_ctime_ns
+        if is_dir:
+            dirs.append(rel)
+        elif stat.S_ISREG(mode):
+            if chunks.is_tmp_name(rel[rel.rfind("/") + 1:]):
+                continue
+            files[rel] = (st.st_size, mt, st.st_ino, ct, stat.S_IMODE(mode))
+        elif stat.S_ISLNK(mode):
+            links[rel] = os.readlink(t.path(rel))
+        else:
+            continue
+        add(f"{rel}\0{mode}\0{st.st_size}\0{mt}\0{st.st_ino}\0{ct}")
+        if mt > newest or ct > newest:
+            newest = max(mt, ct)
+    if raw is not None:  # the find stamp taken before the walk: a change since makes the next one differ
+        t.stamp, t.listing = fast, listing
+    elif not chunks.racy(newest, now):
+        t.stamp = hashlib.sha256("\n".join(lines).encode("utf-8", "surrogateescape")).hexdigest()
+    return t
+
+
+def delta(t: LocalTree, old: bytes, new: bytes) -> tuple[dict[str, tuple[str, tuple, str | None]], set[str]] | None:
+    """The names whose find line changed: {rel: (type f/d/l, stat tuple, link target)} for the
+    new or changed ones (ignore rules applied), and the rels of lines gone. None when an ignore
+    file changed (every name may be in or out now: walk instead)."""
+    olds, news = set(old.split(b"\0")), set(new.split(b"\0"))
+    changed: dict[str, tuple[str, tuple, str | None]] = {}
+    removed: set[str] = set()
+    for line in olds - news:
+        if line:
+            removed.add(os.fsdecode(line.split(b" ", 6)[6]))
+    added = []
+    for line in news - olds:
+        if line:
+            c, m, kind, mode, size, ino, rel = line.split(b" ", 6)
+            added.append((os.fsdecode(rel), kind.decode(), (int(size), chunks.find_ns(m), int(ino), chunks.find_ns(c),
+                                                              int(mode, 8))))
+    if t.use_ignore_files and any(r.rpartition("/")[2] in IGNORE_FILES for r in removed | {a[0] for a in added}):
+        return None
+    rules = None
+    if t.use_ignore_files:
+        rules = IgnoreRules(t.exclude)
+        loaded: set[str] = set()
+        for line in new.split(b"\0"):  # parents before children, as the walk loads them
+            rel = os.fsdecode(line.split(b" ", 6)[-1]) if line else ""
+            folder, _, name = rel.rpartition("/")
+            if name in IGNORE_FILES and folder not in loaded:
+                loaded.add(folder)
+                rules.load_dir(Path(t.top), folder)
+    for rel, kind, st in added:
+        if kind not in ("f", "d", "l") or not rel:
+            continue
+        if rules is not None:
+            parts = rel.split("/")
+            if any(rules.ignored("/".join(parts[:i]), True) for i in range(1, len(parts))) or rules.ignored(rel, kind == "d"):
+                continue
+        if kind == "f" and chunks.is_tmp_name(rel.rpartition("/")[2]):
+            continue
+        changed[rel] = (kind, st, os.readlink(t.path(rel)) if kind == "l" else None)
+    return changed, removed - set(changed)
+
+
+class StaleRecord(Exception):
+    """A record's entries could not be read: ask the host for its manifest instead."""
+
+
+class Record:
+    """What the laptop last left on the host under one remote tree (see the module doc).
+
+    Its head (``<name>.head``: the tree's digest and the local tree's stamp then) is read first;
+    the entries only when a plan needs them (when the local stamp or the host's digest moved)."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.digest: str | None = None
+        self.stamp: str | None = None
+        self.count = 0  # files, for the report of a no-op that reads no entries
+        self.listing: bytes | None = None  # to save beside it (see ``scan``)
+        self.lstamp: str | None = None  # the saved listing's stamp
+        self.exclude: list[str] | None = None  # the rules the listing's stamp is taken with
+        self.use_ignore_files = True
+        self._entries: tuple[dict[str, list[Any]], dict[str, str], list[str]] | None = None if path else ({}, {}, [])
+        if path is not None:
+            try:
+                with open(path.with_suffix(".head")) as f:
+                    head = json.load(f)
+                self.digest, self.stamp, self.count = head["digest"], head["stamp"], head.get("count", 0)
+                self.lstamp = head.get("lstamp")
+            except (OSError, ValueError, KeyError, TypeError):
+                self._entries = ({}, {}, [])
+
+    def _load(self) -> tuple[dict[str, list[Any]], dict[str, str], list[str]]:
+        if self._entries is None:
+            try:
+                with open(self.path) as f:  # type: ignore[arg-type]
+                    doc = json.load(f)
+                if doc.get("digest") != self.digest:
+                    raise ValueError("not the entries its head names")
+                self._entries = (doc["files"], doc["links"], doc["dirs"])
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
+                self.digest = self.stamp = None
+                self._entries = ({}, {}, [])
+                try:
+                    os.unlink(Path(str(self.path)).with_suffix(".head"))
+                except OSError:
+                    pass
+                raise StaleRecord(str(self.path)) from None
+        return self._entries
+
+    @property
+    def files(self) -> dict[str, list[Any]]:
+        return self._load()[0]
+
+    @property
+    def links(self) -> dict[str, str]:
+        return self._load()[1]
+
+    @property
+    def dirs(self) -> list[str]:
+        return self._load()[2]
+
+    def set(self, files: dict[str, list[Any]], links: dict[str, str], dirs: list[str]) -> None:
+        self._entries = (files, links, dirs)
+
+    def old_listing(self) -> bytes | None:
+        """The find listing the record's stamp was taken from (None when it kept none)."""
+        try:
+            with open(Path(str(self.path)).with_suffix(".find"), "rb") as f:
+                return f.read()
+        except (OSError, TypeError):
+            return None
+
+    @staticmethod
+    def for_tree(host_key: str, tree: str) -> Record:
+        name = hashlib.sha256(json.dumps([host_key, tree]).encode()).hexdigest()[:24]
+        return Record(cache_dir() / "sync" / f"{name}.json")
+
+    def save(self) -> None:
+        """The entries, then the head naming them (a head never names entries not yet written)."""
+        if self.path is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        side = self.path.with_suffix(".find")
+        self.lstamp = None
+        if self.listing is not None:
+            self.lstamp = listing_stamp(self.listing, self.exclude, self.use_ignore_files)
+            with open(side, "wb") as f:
+                f.write(self.listing)
+        else:
+            try:
+                os.unlink(side)
+            except OSError:
+                pass
+        docs = ((self.path, {"digest": self.digest, "files": self.files, "links": self.links, "dirs": self.dirs}),
+                (self.path.with_suffix(".head"), {"digest": self.digest, "stamp": self.stamp, "lstamp": self.lstamp,
+                                                  "count": len(self.files)}))
+        for path, doc in docs:
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            with open(tmp, "w") as f:
+                f.write(json.dumps(doc, separators=(",", ":")))  # dumps: C speed; dump() encodes in Python
+            os.replace(tmp, path)
+
+    def compute_digest(self) -> str | None:
+        files: dict[str, list[Any]] = {rel: [v[0], 0, v[4], None, v[5]] for rel, v in self.files.items()}
+        files.update({rel: [0, 0, 0o777, target, None] for rel, target in self.links.items()})
+        return chunks.tree_digest(files, self.dirs)
+
+
+def record_key(st: tuple | os.stat_result, now_ns: int) -> list[int]:
+    """The stat part of a record entry; a stat racily close to ``now_ns`` gets mtime -1 (never equal)."""
+    if isinstance(st, os.stat_result):
+        st = _stamp(st)
+    size, mtime, ino, ctime = st[:4]
+    if chunks.racy(max(mtime, ctime), now_ns):
+        mtime = -1
+    return [size, mtime, ino, ctime]
+
+
+@dataclass
+class TreePlan:
+    """What to send and delete for one tree, and the record it leaves once the upload succeeded."""
+
+    local: LocalTree
+    send: list[Any] = field(default_factory=list)  # chunks.Item
+    delete: list[str] = field(default_factory=list)
+    unchanged: int = 0
+    resumed_bytes: int = 0
+    hashed: int = 0  # local files read to compare their content
+    after: Record = field(default_factory=lambda: Record(None))
+    record: Record | None = None  # the record it started from (``after`` when that still holds)
+
+
+def plan_tree(local: LocalTree, remote: dict[str, Any], record: Record, mirror: bool) -> TreePlan:
+    """What to send so the host's tree matches ``local`` (and, with ``mirror``, what to delete).
+
+    ``remote`` is the agent's answer for this tree: ``same`` (its digest is the record's: the
+    record is its content) or its manifest with content hashes."""
+    plan = TreePlan(local, record=record)
+    if remote.get("same") and local.stamp is not None and local.stamp == record.stamp:
+        plan.unchanged = record.count  # both ends as the record left them: no entry is looked at
+        plan.after = record
+        return plan
+    if remote.get("same") and local.delta is not None:
+        return _plan_delta(plan, local, record, remote, mirror)
+    if local.lazy or local.delta is not None:  # the host changed: every local entry is needed after all
+        local = plan.local = scan(Path(local.top), local.prefix, local.exclude, local.use_ignore_files)
+    after = plan.after
+    after.path = record.path
+    after.stamp, after.listing = local.stamp, local.listing
+    after.exclude, after.use_ignore_files = local.exclude, local.use_ignore_files
+    after.set({}, {}, [])
+    now = time.time_ns()
+    if remote.get("same"):
+        base_files = {rel: (v[0], v[4], v[5]) for rel, v in record.files.items()}  # size, mode, hash
+        base_links, base_dirs = dict(record.links), set(record.dirs)
+    else:
+        base_files, base_links = {}, {}
+        for rel, v in remote.get("files", {}).items():
+            if v[3] is not None:
+                base_links[rel] = v[3]
+            else:
+                base_files[rel] = (v[0], v[2], v[4])
+        base_dirs = set(remote.get("dirs", []))
+    parts: dict[str, list[str]] = remote.get("parts", {})
+    known = record.files
+
+    for rel in local.dirs:
+        if rel not in base_dirs:
+            plan.send.append(chunks.Item(local.arc(rel), local.path(rel), mode=0o755, is_dir=True))
+    after.dirs.extend(local.dirs)
+    for rel, st in local.files.items():
+        _plan_file(plan, rel, st, base_files.get(rel), known.get(rel), parts, now)
+    for rel, target in local.links.items():
+        if base_links.get(rel) != target:
+            plan.send.append(chunks.Item(local.arc(rel), local.path(rel), link=target))
+        after.links[rel] = target
+    names = set(local.files) | set(local.links) | set(local.dirs)
+    if mirror:
+        plan.delete = [local.arc(rel) for rel in list(base_files) + list(base_links) + sorted(base_dirs)
+                       if rel and rel not in names]
+    else:  # the host keeps what it has beyond this tree (shared data)
+        for rel, (size, mode, h) in base_files.items():
+            if rel not in names:
+                after.files[rel] = [size, -1, 0, 0, mode, h]
+        for rel, target in base_links.items():
+            if rel not in names:
+                after.links[rel] = target
+        after.dirs.extend(sorted(d for d in base_dirs if d not in names))
+    return plan
+
+
+def _plan_file(plan: TreePlan, rel: str, st: tuple, b: tuple | None, k: list[Any] | None,
+               parts: dict[str, list[str]], now: int) -> None:
+    """Send local file ``rel`` (stat tuple ``st``) unless the host's (size, mode, hash) ``b``
+    shows the same content: the record entry ``k`` gives its hash while its stat is the same,
+    else the file is read."""
+    size, mtime, ino, ctime, mode = st
+    local = plan.local
+    if b is not None and b[0] == size and (b[1] & 0o111) == (mode & 0o111) and b[2] is not None:
+        h = k[5] if k is not None and k[0] == size and k[1] == mtime and k[2] == ino and k[3] == ctime else None
+        key = [size, mtime, ino, ctime]
+        if h is None:
+            try:
+                fresh = os.stat(local.path(rel))
+                h = chunks.file_hash(local.path(rel)).hexdigest()
+            except OSError:
+                h = None
+            else:
+                plan.hashed += 1
+                key = record_key(fresh, now)
+        if h == b[2]:
+            plan.unchanged += 1
+            plan.after.files[rel] = key + [b[1], h]
+            return
+    it = chunks.Item(local.arc(rel), local.path(rel), size, mtime, mode)
+    if parts.get(rel) and size > chunks.CHUNK:
+        it.prefix = chunks.matching_prefix(Path(it.path), parts[rel], size)[: (size - 1) // chunks.CHUNK]
+        plan.resumed_bytes += len(it.prefix) * chunks.CHUNK
+    plan.send.append(it)
+
+
+def _plan_delta(plan: TreePlan, local: LocalTree, record: Record, remote: dict[str, Any], mirror: bool) -> TreePlan:
+    """The plan when the host holds what the record says and only ``local.delta`` changed here."""
+    changed, removed = local.delta  # type: ignore[misc]
+    files, links, dirs = dict(record.files), dict(record.links), list(record.dirs)
+    after = plan.after
+    after.path, after.stamp, after.listing = record.path, local.stamp, local.listing
+    after.exclude, after.use_ignore_files = local.exclude, local.use_ignore_files
+    after.set(files, links, dirs)
+    dirset = set(dirs)
+    gone = [rel for rel in removed if rel in files or rel in links or rel in dirset]
+    if mirror:
+        plan.delete = [local.arc(rel) for rel in gone]
+        for rel in gone:
+            files.pop(rel, None)
+            links.pop(rel, None)
+            dirset.discard(rel)
+    parts: dict[str, list[str]] = remote.get("parts", {})
+    now = time.time_ns()
+    for rel in sorted(changed):  # parents before children
+        kind, st, target = changed[rel]
+        if kind == "d":
+            files.pop(rel, None)
+            links.pop(rel, None)
+            if rel not in dirset:
+                plan.send.append(chunks.Item(local.arc(rel), local.path(rel), mode=0o755, is_dir=True))
+                dirset.add(rel)
+            continue
+        if kind == "l":
+            if links.get(rel) != target:
+                plan.send.append(chunks.Item(local.arc(rel), local.path(rel), link=target))
+            links[rel] = target  # type: ignore[assignment]
+            files.pop(rel, None)
+            dirset.discard(rel)
+            continue
+        k = files.pop(rel, None)
+        links.pop(rel, None)
+        dirset.discard(rel)
+        _plan_file(plan, rel, st, (k[0], k[4], k[5]) if k else None, k, parts, now)
+    plan.unchanged = len(files)  # files the delta did not touch, and those found equal
+    dirs[:] = [d for d in dirs if d in dirset] + sorted(dirset - set(dirs))
+    return plan
+
+
+def sent(plan: TreePlan, rel: str, item: Any, digest: str, now_ns: int) -> None:
+    """Record a file the stream carried: the stat it was read under, its mode and hash."""
+    st = item.st
+    if st is None:
+        return
+    plan.after.files[rel] = record_key(st, now_ns) + [item.mode & 0o7777, digest]

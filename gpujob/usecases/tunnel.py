@@ -1,0 +1,110 @@
+"""``gpujob tunnel JOB|HOST``: TensorBoard (or any port) on the instance, reachable here.
+
+For a job, the agent starts TensorBoard on the job's tb folder when nothing serves the
+port yet (detached; it outlives the tunnel, so AutoDL's custom-service URL keeps working;
+``gpujob tunnel JOB --stop`` ends it). The forward is re-established after the
+link drops: a probe command every few seconds notices a dead connection, then we
+reconnect with backoff and listen again on the same local port.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+import time
+from typing import Any, Callable
+
+from gpujob.config.hosts import LOCAL, Host
+from gpujob.errors import ConnectError, GpujobError
+from gpujob.transport.agent import Agent, connect_agent
+from gpujob.usecases.jobs import alive, link_probe
+
+
+def free_local_port(start: int, tries: int = 200) -> int:
+    """``start`` if nothing listens there on 127.0.0.1, else the next free port above it."""
+    for port in range(start, min(65536, start + tries)):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise GpujobError(f"no free local port in {start}..{start + tries - 1}", "pass another one: --local-port N")
+
+
+def ensure_tensorboard(agent: Agent, job: str, port: int) -> dict[str, Any]:
+    """TensorBoard serving the job's tb folder on ``port`` on the host (started if needed)."""
+    return agent.call("tb", ["--job", job, "--port", str(port)], timeout=120)
+
+
+def install_tensorboard(agent: Agent, job: str) -> dict[str, Any]:
+    """pip-install TensorBoard into gpujob's tools environment on the host (``<root>/tools/tensorboard``)."""
+    return agent.call("tb", ["--job", job, "--install"], timeout=1200)
+
+
+def run_tunnel(host: Host, remote_port: int, local_port: int | None, job: str | None = None,
+               on_ready: Callable[[dict[str, Any]], None] | None = None,
+               on_event: Callable[[str], None] | None = None, retries: int = 1000, install: bool = False) -> None:
+    """Forward a local port to ``remote_port`` on ``host`` until interrupted (Ctrl-C)."""
+    say = on_event or (lambda msg: sys.stderr.write(msg + "\n"))
+    agent = connect_agent(host)
+    info: dict[str, Any] = {"host": host.name, "remote_port": remote_port}
+    if job and install:
+        say(f"installing TensorBoard into gpujob's tools environment on {host.name}…")
+        info["installed"] = install_tensorboard(agent, job)
+    if job:
+        tb = ensure_tensorboard(agent, job, remote_port)
+        info.update(job_id=tb["job_id"], tensorboard=tb, autodl_url=tb.get("autodl_url"))
+    else:
+        p = agent.call("port", ["--port", str(remote_port)])
+        if not p.get("listening"):
+            agent.t.close()
+            raise GpujobError(f"nothing listens on port {remote_port} on {host.name}",
+                              "start the server there first (e.g. jupyter lab --port 8888 --no-browser), "
+                              "or give a job to get its TensorBoard: gpujob tunnel JOB")
+        info["autodl_url"] = p.get("autodl_url")
+    want = local_port or remote_port
+    port = want if host.kind == LOCAL else free_local_port(want)
+    fwd = agent.t.forward(remote_port, port)
+    info.update(local_port=fwd.local_port, url=f"http://127.0.0.1:{fwd.local_port}/")
+    if local_port and fwd.local_port != local_port:
+        info["note"] = f"port {local_port} was taken; using {fwd.local_port}"
+    if on_ready:
+        on_ready(info)
+    failures = 0
+    try:
+        while True:
+            time.sleep(min(5.0, link_probe()))
+            if agent.host.kind == LOCAL or alive(agent):
+                continue
+            say(f"the link to {host.name} dropped; reconnecting…")
+            fwd.close()
+            agent.t.reset()
+            while True:
+                failures += 1
+                if failures > retries:
+                    raise ConnectError(f"could not reconnect to {host.name}", "check the network; run gpujob tunnel again")
+                time.sleep(min(30.0, 0.5 * 2 ** min(failures, 6)))
+                try:
+                    agent = connect_agent(host)
+                    fwd = _listen_again(agent, remote_port, info["local_port"])
+                except (GpujobError, OSError) as e:
+                    say(f"  still down ({str(e).splitlines()[0]})")
+                    continue
+                failures = 0
+                say(f"reconnected: {info['url']}")
+                break
+    finally:
+        fwd.close()
+        agent.t.close()
+
+
+def _listen_again(agent: Agent, remote_port: int, local_port: int) -> Any:
+    deadline = time.time() + 10
+    while True:
+        try:
+            return agent.t.forward(remote_port, local_port)
+        except OSError:
+            if time.time() > deadline:
+                raise
+            time.sleep(0.2)

@@ -1,0 +1,115 @@
+"""``gpujob status JOB`` in depth: one agent call (``watch``) gives state, curves and GPU use.
+
+``status_doc`` flattens the agent's answer into what ``status --json`` prints (the job's
+record plus derived figures); ``live`` redraws it in place, one remote command per refresh.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from gpujob.transport.agent import Agent
+from gpujob.usecases.jobs import FINAL
+
+EVAL_PREFIXES = ("eval", "val", "test")
+
+
+def loss_key(keys: list[str] | dict[str, Any]) -> str | None:
+    """The training loss among metric keys: ``loss``, ``train_loss``, else the first ``*loss``."""
+    names = list(keys)
+    for k in ("loss", "train_loss", "train/loss"):
+        if k in names:
+            return k
+    return next((k for k in names if "loss" in k.lower() and not k.lower().startswith(EVAL_PREFIXES)
+                 and not k.lower().endswith(("/val", "/eval", "/test", "_val"))), None)
+
+
+def max_steps_of(doc: dict[str, Any]) -> int | None:
+    """Total steps: the metric key ``max_steps``, else the log's progress bar total, else env
+    GPUJOB_MAX_STEPS / MAX_STEPS of the job."""
+    latest = doc.get("latest") or {}
+    if isinstance(latest.get("max_steps"), (int, float)):
+        return int(latest["max_steps"])
+    total = (doc.get("progress") or {}).get("total")
+    if isinstance(total, (int, float)) and total > 0:
+        return int(total)
+    env = ((doc.get("job") or {}).get("spec") or {}).get("env") or {}
+    for k in ("GPUJOB_MAX_STEPS", "MAX_STEPS"):
+        try:
+            return int(env[k])
+        except (KeyError, TypeError, ValueError):
+            continue
+    return None
+
+
+def status_doc(doc: dict[str, Any]) -> dict[str, Any]:
+    """The job record with the figures status shows: series, GPU, throughput, ETA, cost."""
+    from gpujob.ui import jobs as ui
+
+    job = dict(doc.get("job") or {})
+    latest = {k: v for k, v in (doc.get("latest") or {}).items() if k != "t"}
+    series = doc.get("series") or {}
+    rate = doc.get("rate")
+    step = latest.get("step")
+    prog = doc.get("progress") or {}
+    if isinstance(prog.get("step"), (int, float)) and (not isinstance(step, (int, float)) or prog["step"] > step):
+        step = latest["step"] = prog["step"]  # the bar moves between two metric lines
+    total = max_steps_of(doc)
+    eta = None
+    if rate and total and isinstance(step, (int, float)) and job.get("state") == "running":
+        eta = max(0.0, (total - step) / rate)
+    lk = loss_key(series)
+    job.update(
+        latest_metrics=latest,
+        series=series,
+        loss_key=lk,
+        eval_metrics={k: v for k, v in latest.items() if k.startswith(EVAL_PREFIXES)},
+        gpu=doc.get("gpu"),
+        steps_per_s=rate,
+        max_steps=total,
+        eta_s=eta,
+        metrics_source=doc.get("source", job.get("metrics_source")),
+        elapsed_s=ui.elapsed(job),
+        cost=None if ui.cost(job) == "-" else float(ui.cost(job)),
+    )
+    return job
+
+
+def fetch(agent: Agent, job: str, points: int = 60) -> dict[str, Any]:
+    """One remote command: the agent's ``watch`` verb."""
+    from gpujob.usecases.cost import fill_host_price
+
+    doc = agent.call("watch", ["--job", job, "--points", str(points)])
+    fill_host_price(doc.get("job"), agent.host.price_per_hour, agent.host.currency)  # a price set after submit
+    return status_doc(doc)
+
+
+def live(agent: Agent, job: str, interval: float = 2.0, render: Callable[[dict[str, Any]], Any] | None = None) -> dict:
+    """Redraw the status in place until the job ends or Ctrl-C; returns the last document."""
+    from rich.live import Live
+
+    from gpujob.ui.jobs import job_panel
+    from gpujob.ui.output import console
+
+    render = render or job_panel
+    st = fetch(agent, job)
+    with Live(render(st), console=console(), auto_refresh=False, transient=False) as lv:
+        while st.get("state") not in FINAL:
+            time.sleep(interval)
+            st = fetch(agent, job)
+            lv.update(render(st), refresh=True)
+    return st
+
+
+def live_table(fetch_all: Callable[[], list[dict[str, Any]]], interval: float = 2.0) -> None:
+    """The job list, redrawn in place until Ctrl-C."""
+    from rich.live import Live
+
+    from gpujob.ui.jobs import jobs_table
+    from gpujob.ui.output import console
+
+    with Live(jobs_table(fetch_all()), console=console(), auto_refresh=False) as lv:
+        while True:
+            time.sleep(interval)
+            lv.update(jobs_table(fetch_all()), refresh=True)
