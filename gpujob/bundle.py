@@ -7,7 +7,7 @@ carries them as ``gpujob/_remote`` and ``gpujob/_templates``.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
+import importlib
 import io
 import sys
 import tarfile
@@ -36,16 +36,14 @@ def templates_dir() -> Path:
 
 
 def import_remote(name: str) -> ModuleType:
-    """Import ``remote/<name>.py`` by path, so laptop code can share pure helpers with the agent."""
-    key = f"gpujob_remote_{name}"
-    if key in sys.modules:
-        return sys.modules[key]
-    spec = importlib.util.spec_from_file_location(key, remote_dir() / f"{name}.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[key] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    """Import ``remote/<name>.py`` (or the package ``remote/<name>/``) as ``gpujob_remote.<name>``,
+    so laptop code can share pure helpers with the agent. Relative imports inside ``remote/``
+    resolve as on the agent (``from ..protocol import backoff`` in a package of ``remote/``)."""
+    if "gpujob_remote" not in sys.modules:  # a stand-in for ``remote``: its __init__ is not needed here
+        parent = ModuleType("gpujob_remote")
+        parent.__path__ = [str(remote_dir())]  # type: ignore[attr-defined]
+        sys.modules["gpujob_remote"] = parent
+    return importlib.import_module(f"gpujob_remote.{name}")
 
 
 def bundle_files() -> dict[str, Path]:

@@ -11,7 +11,8 @@ from typing import Any, Dict, List
 
 from remote import AGENT_PROTOCOL, jobs, locks, procs, transfer
 from remote.jobs import AgentError
-from remote.layout import TERMINAL, Root, agent_log
+from remote.layout import Root, agent_log
+from remote.protocol import SERVED, SETTLED, TERMINAL
 
 
 def _out(doc: Any) -> None:
@@ -38,11 +39,11 @@ def cmd_status(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     for i, d in zip(ids, described):
         d.setdefault("job_id", i)  # a damaged status.json still names its job
     finished = [i for i, d in zip(ids, described)  # lost ones stay: resumable, and still to be announced
-                if d.get("state") in TERMINAL and d.get("state") != "lost" and i not in done]
+                if d.get("state") in SETTLED and i not in done]
     for i in finished:  # the next listing skips them without reading their folders
         try:
             with locks.job_lock(root.job(i).path):  # judged again: a resume in between keeps it listed
-                if root.job(i).status().get("state") in TERMINAL and root.job(i).status().get("state") != "lost":
+                if root.job(i).status().get("state") in SETTLED:
                     jobindex.mark(root, [i], True)
         except OSError:  # a full or read-only disk: the listing still answers
             pass
@@ -328,9 +329,6 @@ def cmd_gc(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     from remote import cleanup
 
     return cleanup.gc(root, a.older_than, a.dry_run, a.checkpoints_only)
-
-
-SERVED = ("hello", "status", "watch", "port", "agentlog", "gpus", "manifest", "receive", "unlease")
 
 
 def cmd_serve(root: Root, a: argparse.Namespace) -> None:

@@ -27,8 +27,9 @@ import subprocess
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-_DUR = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+# relative: the laptop loads this module by path to check a job file (gpujob.bundle.import_remote)
+from .protocol import parse_duration
+
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?B)?\s*$", re.I)
 _SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
@@ -38,22 +39,6 @@ DEFAULT_PULL_WAIT = 1800.0
 # Bounds of the policies' numbers (docs/autostop.md): far above any real value, refusing nan/inf.
 MAX_DURATION = 365 * 86400.0
 MAX_SIZE = float(1 << 60)
-
-
-def parse_duration(value: Any) -> float:
-    """Seconds of ``90s``, ``30m``, ``8h``, ``1d`` or a plain number; ValueError otherwise."""
-    if isinstance(value, bool):
-        raise ValueError("expected a duration like 90s, 30m, 8h")
-    if isinstance(value, (int, float)):
-        seconds = float(value) if -1e300 < value < 1e300 else math.inf
-    else:
-        m = _DUR.match(str(value))
-        if not m:
-            raise ValueError("{!r} is not a duration: write 90s, 30m, 8h or 1d".format(str(value)[:40]))
-        seconds = float(m.group(1)) * _UNITS[m.group(2) or "s"]
-    if not math.isfinite(seconds):
-        raise ValueError("{!r} is not a finite duration: write 90s, 30m, 8h or 1d".format(str(value)[:40]))
-    return seconds
 
 
 def parse_size(value: Any) -> int:

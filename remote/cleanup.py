@@ -14,9 +14,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from remote import jobs, locks, procs
-from remote.layout import TERMINAL, Root, read_json
-
-FINISHED = ("succeeded", "failed", "stopped", "autostopped", "moved")  # lost stays: gpujob resume may revive it
+from remote.layout import Root, read_json
+from remote.protocol import SETTLED, TERMINAL  # gc takes settled jobs only: a lost one may be resumed
 
 
 def freed_bytes(paths: List[Path]) -> int:
@@ -109,7 +108,7 @@ def plan(root: Root, older_than: float, checkpoints_only: bool = False, now: Opt
         env = read_json(job.path / jobenv.FILE, None)
         state = st.get("state")
         ended = float(st.get("ended_at") or st.get("submitted_at") or 0)
-        old = state in FINISHED and ended < cutoff
+        old = state in SETTLED and ended < cutoff
         if state not in TERMINAL:
             busy.append(job_id)
             if st.get("agent"):
@@ -165,7 +164,7 @@ def gc(root: Root, older_than: float, dry_run: bool = False, checkpoints_only: b
         if it.get("job_id"):
             job = root.job(it["job_id"])
             with locks.job_lock(job.path):  # a job resumed since the plan is kept
-                if jobs.live_status(root, job, procs.boot_id()).get("state") not in FINISHED:
+                if jobs.live_status(root, job, procs.boot_id()).get("state") not in SETTLED:
                     it["skipped"] = "resumed"
                     continue
                 _stop_tensorboard(root, it["job_id"])

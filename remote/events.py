@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from remote.layout import JobDir, Root, agent_log, now, tail_lines
+from remote.protocol import ENDINGS
 
 TB_ENV = ("AutoDLService6006URL", "AUTODL_SERVICE_6006_URL")
 LOST_MARK = "lost_notified"
@@ -225,9 +226,6 @@ def notify_lost(root: Root, job_id: str) -> Dict[str, Any]:
 
 # ---- the supervisor's hooks (each never raises) ----------------------------------------------
 
-_FINAL = {"succeeded": "succeeded", "failed": "failed", "stopped": "stopped", "autostopped": "autostopped"}
-
-
 def attach(sup: Any) -> None:
     """Give a supervisor its notifier and, when the spec has policies, its auto-stop watcher."""
     try:
@@ -256,7 +254,7 @@ def emit(sup: Any, kind: str, **extra: Any) -> None:
 
 def on_finish(sup: Any, state: str) -> None:
     """The job ended: send the last notification, wait for it, then power off when asked."""
-    kind = _FINAL.get(state)
+    kind = state if state in ENDINGS else None  # each way a run ends is announced under its own name
     if kind:
         emit(sup, kind, reason=sup.status.get("reason") if kind != "succeeded" else None)
     n = getattr(sup, "notifier", None)

@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from remote.layout import TERMINAL, Root, read_json
+from remote.layout import Root, read_json
+from remote.protocol import TERMINAL
 
 QUERY = "index,utilization.gpu,memory.used,memory.total,power.draw,temperature.gpu"
 FIELDS = ["index", "util", "mem_used", "mem_total", "power", "temp"]

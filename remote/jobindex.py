@@ -13,7 +13,8 @@ import json
 import os
 from typing import Dict, List, Set, Tuple
 
-from remote.layout import TERMINAL, Root, read_json
+from remote.layout import Root, read_json
+from remote.protocol import SETTLED
 
 RECENT = 30  # finished jobs a plain listing shows, newest first; running and queued ones always
 
@@ -76,7 +77,7 @@ def read(root: Root) -> Tuple[List[str], Dict[str, str], Set[str]]:
             st = read_json(root.jobs / i / "status.json", {}) or {}
             times[i], names[i] = float(st.get("submitted_at") or 0), str(st.get("name") or "")
             new.append({"id": i, "t": times[i], "name": names[i]})
-            if st.get("state") in TERMINAL and st.get("state") != "lost":
+            if st.get("state") in SETTLED:
                 done.add(i)
                 new.append({"id": i, "done": True})
         try:

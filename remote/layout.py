@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
-TERMINAL = ("succeeded", "failed", "stopped", "autostopped", "lost", "moved")
+from remote.protocol import TERMINAL  # noqa: F401  (the job states live in protocol; re-exported for old importers)
 
 
 def now() -> float:

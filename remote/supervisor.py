@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Optional
 
 from remote import launch, locks, procs
 from remote.layout import JobDir, Root, agent_log, now
+from remote.protocol import backoff
 
 HEARTBEAT = float(os.environ.get("GPUJOB_HEARTBEAT", "5"))
 # A login shell may reset PATH (Debian's /etc/profile does); the local host puts the
@@ -24,6 +25,7 @@ PATH_PREFIX = 'if [ -n "${GPUJOB_PATH_PREFIX:-}" ]; then export PATH="$GPUJOB_PA
 TICK = 0.25
 ROTATE_EVERY = 5.0  # seconds between checkpoint rotations while a job runs
 QUEUE_POLL = float(os.environ.get("GPUJOB_QUEUE_POLL", "5"))
+MAX_WAIT = 3600.0  # the longest wait between two attempts
 # causes that restart a failed attempt when retry.on is not given: a signal gpujob did not send
 # (a watchdog, the platform, the OOM killer without evidence) is one a user expects to survive
 DEFAULT_RETRY_ON = ["error", "oom", "signal"]
@@ -453,11 +455,12 @@ class Supervisor:
                     self.status["batch_divisor"]))
             else:
                 self.log_marker("attempt {} failed: {}; restarting".format(attempt, diag.get("summary")))
-            backoff = float(retry.get("backoff", 10)) * (2 ** max(0, attempt - 1 - int(self.status.get("restart_base", 0))))
-            self.set_state("restarting", reason=cause, exit_code=rc, next_attempt_at=now() + backoff)
+            # attempts before a resume or a move do not count: the wait starts again from retry.backoff
+            wait = backoff(attempt - int(self.status.get("restart_base", 0)), float(retry.get("backoff", 10)), MAX_WAIT)
+            self.set_state("restarting", reason=cause, exit_code=rc, next_attempt_at=now() + wait)
             self.job.event("restart", attempt=attempt + 1, cause=cause, exit_code=rc)
             _events().emit(self, "restarted", reason=diag.get("summary") or cause, diagnosis=diag.get("summary"))
-            deadline = time.time() + min(backoff, 3600)
+            deadline = time.time() + wait
             while time.time() < deadline and not self.stop_requested():
                 self.heartbeat()
                 time.sleep(TICK)

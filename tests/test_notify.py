@@ -167,18 +167,33 @@ FAILED = {
 # ----------------------------------------------------------------------------- structure
 
 
-def test_remote_module_is_stdlib_only_and_py38_syntax():
-    src = (remote_dir() / "notify.py").read_text()
-    tree = ast.parse(src, feature_version=(3, 8))
-    mods = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            mods.update(a.name.split(".")[0] for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            assert node.level == 0
-            mods.add(node.module.split(".")[0])
+def test_remote_package_is_stdlib_only_and_py38_syntax():
+    """Standard library plus relative imports only: the laptop loads the package by path, where
+    ``remote`` is no package (``..protocol`` is the one module of remote/ it may reach)."""
+    files = sorted((remote_dir() / "notify").glob("*.py"))
+    assert len(files) > 10
+    mods, local = set(), set()
+    for f in files:
+        for node in ast.walk(ast.parse(f.read_text(), feature_version=(3, 8))):
+            if isinstance(node, ast.Import):
+                mods.update(a.name.split(".")[0] for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                mods.add(node.module.split(".")[0])
+            elif isinstance(node, ast.ImportFrom):
+                local.add("." * node.level + (node.module or ",".join(a.name for a in node.names)))
     assert mods <= set(sys.stdlib_module_names), mods - set(sys.stdlib_module_names)
     assert "__future__" not in mods
+    assert {m for m in local if m.startswith("..")} == {"..protocol"}, local
+
+
+def test_every_channel_kind_is_registered_once_with_its_aliases():
+    kinds = notify.CHANNELS
+    assert sorted(kinds) == ["autodl", "dingtalk", "discord", "email", "feishu", "serverchan", "slack", "webhook",
+                             "wecom"]
+    for alias, canonical in (("lark", "feishu"), ("smtp", "email"), ("generic", "webhook"), ("wechat", "autodl"),
+                             ("autodl_wechat", "autodl"), (" Slack ", "slack")):
+        assert notify.channel_type({"type": alias}) == canonical
+    assert all(k.type == name for name, k in kinds.items())
 
 
 def test_render_failed_event():

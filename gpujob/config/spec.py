@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Union
 
-from gpujob.config.durations import parse_duration
+from gpujob.bundle import import_remote
 from gpujob.config.yamlsafe import Mark, load_yaml, read_job_file, read_value
 from gpujob.errors import SpecError
 
@@ -155,7 +155,7 @@ def _str_list(ctx: _Ctx, path: tuple, value: Any) -> list[str]:
 def _duration(ctx: _Ctx, path: tuple, value: Any, default: float) -> float:
     """A duration from 0 to ``MAX_DURATION`` (30 days), else an error and ``default``."""
     try:
-        seconds = parse_duration(value)
+        seconds = import_remote("protocol").parse_duration(value)
     except ValueError as e:
         ctx.err(path, str(e))
         return default

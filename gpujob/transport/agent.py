@@ -11,12 +11,12 @@ import shlex
 import sys
 from typing import Any
 
-from gpujob.bundle import bundle_tar, bundle_version
+from gpujob.bundle import bundle_tar, bundle_version, import_remote
 from gpujob.config.hosts import LOCAL, Host
 from gpujob.errors import ConnectError, GpujobError, RemoteError, link_cut
 from gpujob.transport import Result, Stream, Transport
 
-SERVED = ("hello", "status", "watch", "port", "agentlog", "gpus", "manifest", "receive", "unlease")  # remote/__main__.py SERVED
+SERVED: tuple[str, ...] = import_remote("protocol").SERVED  # what the kept `serve` process answers
 NEED_AGENT = 97
 NO_PYTHON = 98
 CANT_WRITE = 96

@@ -10,12 +10,13 @@ import threading
 import time
 from typing import Any, Callable
 
+from gpujob.bundle import import_remote
 from gpujob.config.hosts import LOCAL
 from gpujob.errors import ConnectError, GpujobError, HostKeyChanged
 from gpujob.transport import Result
 from gpujob.transport.agent import Agent
 
-FINAL = ("succeeded", "failed", "stopped", "autostopped", "lost", "moved")
+FINAL: tuple[str, ...] = import_remote("protocol").TERMINAL
 
 
 def status(agent: Agent, job: str) -> dict[str, Any]:

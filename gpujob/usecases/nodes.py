@@ -14,12 +14,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
+from gpujob.bundle import import_remote
 from gpujob.config.hosts import Host
 from gpujob.config.spec import JobSpec
 from gpujob.errors import GpujobError
 from gpujob.transport.agent import Agent, connect_agent
 
-ORDER = ["failed", "lost", "restarting", "running", "queued", "stopped", "autostopped", "succeeded"]
+ORDER: tuple[str, ...] = import_remote("protocol").WORST_FIRST  # a multi-node job shows its worst node's state
 
 
 def new_job_id(name: str) -> str:

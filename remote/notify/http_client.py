@@ -1,0 +1,124 @@
+"""HTTP channels: the request a channel makes, the POST itself (urllib, no redirects), and what
+an answer must say to count as delivered (an HTTP status, then the platform's own code)."""
+
+import json
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any, Dict, List, Optional, Tuple
+
+from .base import CHANNELS, Channel, ChannelError, Request, Transport, canonical, channel_type
+from .redaction import resolve_channel
+
+
+def json_headers() -> Dict[str, str]:
+    return {"Content-Type": "application/json; charset=utf-8"}
+
+
+def json_body(obj: Any) -> bytes:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def add_query(url: str, params: Dict[str, str]) -> str:
+    return url + ("&" if "?" in url else "?") + urllib.parse.urlencode(params)
+
+
+def check_msgtype(ch: Dict[str, Any], where: str) -> List[str]:
+    """The robots that send markdown or plain text (WeCom, DingTalk) take ``msgtype: text``."""
+    if ch.get("msgtype") not in (None, "markdown", "text"):
+        return ["%s.msgtype: must be 'markdown' or 'text'" % where]
+    return []
+
+
+class HttpChannel(Channel):
+    """A channel that POSTs one request per message."""
+
+    answers_json = False  # the platform answers {code, msg}: an HTTP 200 may still be a refusal
+
+    def request(self, ch: Dict[str, Any], title: str, text: str, event: Dict[str, Any], now: float) -> Request:
+        """The request for one message (``ch`` resolved)."""
+        raise NotImplementedError
+
+    def answer(self, data: Dict[str, Any]) -> Tuple[Any, Any]:
+        """(code, message) of the platform's JSON answer; code 0 means delivered."""
+        return 0, None
+
+    def deliver(self, channel: Dict[str, Any], resolved: Dict[str, Any], title: str, text: str,
+                event: Dict[str, Any], secrets: Optional[Dict[str, str]], timeout: float,
+                transport: Transport) -> Optional[int]:
+        req = build_request(channel, title, text, event, secrets)
+        try:
+            status, headers, body = transport(req, timeout)
+        except Exception as e:
+            raise ChannelError("%s: %s" % (type(e).__name__, e)) from e
+        check_response(self.type, status, headers, body)
+        return status
+
+
+def build_request(channel: Dict[str, Any], title: str, text: str, event: Dict[str, Any],
+                  secrets: Optional[Dict[str, str]] = None, now: Optional[float] = None) -> Request:
+    """The HTTP request for one channel (``${NAME}`` resolved from ``secrets``); POST always."""
+    ch, _, missing = resolve_channel(channel, secrets)
+    if missing:
+        raise ChannelError("secret ${%s} is not set" % missing[0], final=True)
+    t = channel_type(ch)
+    kind = CHANNELS.get(t)
+    if not isinstance(kind, HttpChannel):
+        raise ChannelError("channel type %r has no HTTP request" % t, final=True)
+    return kind.request(ch, title, text, event, time.time() if now is None else now)
+
+
+def check_response(channel_type_: str, status: int, headers: Dict[str, str], body: bytes) -> None:
+    """Raise :class:`ChannelError` unless the response means delivered (HTTP and platform code)."""
+    text = body[:2000].decode("utf-8", "replace")
+    if status == 429 or status >= 500:
+        ra = None
+        for k, v in (headers or {}).items():
+            if k.lower() == "retry-after":
+                try:
+                    ra = float(v)
+                except ValueError:
+                    ra = None
+        raise ChannelError("HTTP %d: %s" % (status, text[:200]), status=status, retry_after=ra)
+    if not 200 <= status < 300:
+        raise ChannelError("HTTP %d: %s" % (status, text[:200]), final=True, status=status)
+    t = canonical(channel_type_)
+    kind = CHANNELS.get(t)
+    if not (isinstance(kind, HttpChannel) and kind.answers_json):
+        return
+    try:
+        data = json.loads(text) if text.strip() else {}
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        raise ChannelError("HTTP %d but the answer is not JSON: %s" % (status, text[:200]), final=True, status=status)
+    code, msg = kind.answer(data)
+    if code not in (0, "0"):
+        raise ChannelError("refused by %s: code %s: %s" % (t, code, msg), final=True, status=status)
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirect is an answer (3xx, final), never a silent re-send as GET."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[override]
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)  # keeps the environment's proxy settings
+
+
+def urllib_transport(req: Request, timeout: float) -> Tuple[int, Dict[str, str], bytes]:
+    """POST with urllib: (status, headers, body) for any HTTP answer; raises on network errors."""
+    r = urllib.request.Request(req.url, data=req.body, headers=dict(req.headers, **{"User-Agent": "gpujob-agent"}),
+                               method="POST")
+    try:
+        with _OPENER.open(r, timeout=timeout) as resp:
+            return resp.status, dict(resp.headers.items()), resp.read(65536)
+    except urllib.error.HTTPError as e:
+        try:
+            body = e.read(65536)
+        except Exception:
+            body = b""
+        return e.code, dict(e.headers.items()) if e.headers else {}, body
+

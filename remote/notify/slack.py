@@ -1,0 +1,18 @@
+"""``slack``: an incoming-webhook URL; the title in bold, 39,000 characters at most."""
+
+from typing import Any, Dict
+
+from .base import Request, register
+from .http_client import HttpChannel, json_body, json_headers
+from .render import fit
+
+
+@register
+class Slack(HttpChannel):
+    type = "slack"
+    required = (("url",),)
+    secret_keys = ("url",)
+
+    def request(self, ch: Dict[str, Any], title: str, text: str, event: Dict[str, Any], now: float) -> Request:
+        body = {"text": fit("*%s*\n%s" % (title, text), 39000)}
+        return Request(ch["url"], json_headers(), json_body(body))
