@@ -14,9 +14,10 @@ import shutil
 import time
 from typing import IO, Any, Dict, List
 
-from remote import chunks, locks, procs
+from remote import locks, procs
 from remote.jobs import AgentError, live_status, resolve
 from remote.layout import TERMINAL, JobDir, Root, now
+from remote.stream import CHUNK, read_items, tree
 
 # what the job's history is made of: everything else in the old folder belongs to that host
 CARRIED_STATUS = ("job_id", "name", "project", "submitted_at", "attempt", "attempts", "moves")
@@ -30,7 +31,7 @@ def incoming(root: Root, job_id: str) -> JobDir:
 
 def wanted(have: Dict[str, Any], offered: Dict[str, Any], skip_ckpt: bool) -> List[Any]:
     """What to ask the sender for: entries of ``offered`` (a send manifest) missing from or
-    different in ``have`` (a ``chunks.tree`` of the incoming folder), a cut file as
+    different in ``have`` (a ``tree`` of the incoming folder), a cut file as
     ``[rel, chunks already here]``. status.json stays behind: the new host writes its own."""
     want = []  # type: List[Any]
     for d in offered.get("dirs", []):
@@ -43,7 +44,7 @@ def wanted(have: Dict[str, Any], offered: Dict[str, Any], skip_ckpt: bool) -> Li
         if here is not None and here[:2] == meta[:2] and here[3] == meta[3]:
             continue
         prefix = have["parts"].get(rel) or []
-        want.append([rel, prefix[: max(0, (meta[0] - 1) // chunks.CHUNK)]] if prefix and meta[3] is None else rel)
+        want.append([rel, prefix[: max(0, (meta[0] - 1) // CHUNK)]] if prefix and meta[3] is None else rel)
     return want
 
 
@@ -64,10 +65,10 @@ def adopt(root: Root, stdin: IO[bytes], stdout: IO[bytes]) -> Dict[str, Any]:
                              "gpujob resume {} --host THIS_HOST continues it here".format(job_id), "exists")
     inbox.path.mkdir(parents=True, exist_ok=True)
     skip_ckpt = bool((request.get("spec") or {}).get("checkpoint_dir"))  # shared storage: already there
-    want = wanted(chunks.tree(inbox.path), request.get("offered") or {}, skip_ckpt)
+    want = wanted(tree(inbox.path), request.get("offered") or {}, skip_ckpt)
     stdout.write(json.dumps({"want": want}).encode() + b"\n")
     stdout.flush()
-    got = chunks.read_items(inbox.path, stdin, links_out=False)  # verified; a cut stream keeps what came
+    got = read_items(inbox.path, stdin, links_out=False)  # verified; a cut stream keeps what came
     res = jobs.submit(root, request)
     res.update(received_files=got["written"], received_bytes=got["bytes"])
     return res
