@@ -9,24 +9,20 @@ complete checkpoint, with its events, metrics and log continuing.
 """
 
 import json
-import os
-import shutil
 import time
 from typing import IO, Any, Dict, List
 
 from remote import locks, procs
+from remote.inbox import incoming_dir
 from remote.jobs import AgentError, live_status, resolve
 from remote.layout import TERMINAL, JobDir, Root, now
 from remote.stream import CHUNK, read_items, tree
-
-# what the job's history is made of: everything else in the old folder belongs to that host
-CARRIED_STATUS = ("job_id", "name", "project", "submitted_at", "attempt", "attempts", "moves")
 
 
 def incoming(root: Root, job_id: str) -> JobDir:
     if not job_id or "/" in job_id or job_id.startswith("."):
         raise AgentError("bad job id {!r}".format(job_id), "give the job id gpujob printed", "bad_request")
-    return JobDir(root.root / "incoming" / job_id)
+    return incoming_dir(root, job_id)
 
 
 def wanted(have: Dict[str, Any], offered: Dict[str, Any], skip_ckpt: bool) -> List[Any]:
@@ -72,21 +68,6 @@ def adopt(root: Root, stdin: IO[bytes], stdout: IO[bytes]) -> Dict[str, Any]:
     res = jobs.submit(root, request)
     res.update(received_files=got["written"], received_bytes=got["bytes"])
     return res
-
-
-def take_in(root: Root, job: JobDir, request: Dict[str, Any]) -> Dict[str, Any]:
-    """Make the received folder the job's (a job moving back replaces its ``moved`` record);
-    returns the status fields the job carries over."""
-    inbox = incoming(root, job.id)
-    if job.path.exists():
-        shutil.rmtree(str(job.path))
-    os.replace(str(inbox.path), str(job.path))
-    prev = request.get("previous") or {}
-    carried = {k: prev[k] for k in CARRIED_STATUS if k in prev}
-    move = {"from": request.get("moved_from"), "to": request.get("host"), "t": now(), "source": request.get("source")}
-    carried["moves"] = list(carried.get("moves") or []) + [move]
-    carried["restart_base"] = int(carried.get("attempt") or 0)
-    return carried
 
 
 def mark_moved(root: Root, ref: str, to: str) -> Dict[str, Any]:
