@@ -474,9 +474,9 @@ def main(argv: List[str]) -> int:
     load_agent_env(root)
     handler = globals()["cmd_" + args.verb]
     if args.verb not in ("run", "notify_lost", "idle_watch", "serve", "reseal"):
-        from remote import events  # a job found lost is announced once, by a detached sender
+        from remote import lost  # a job found lost is announced once, by a detached sender
 
-        events.spawn_lost_check(root)
+        lost.spawn_lost_check(root)
         from remote import power  # the idle watcher comes back after a reboot
 
         try:

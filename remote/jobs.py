@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from remote import jobindex, locks, procs
+from remote import inbox, jobindex, locks, procs
 from remote.layout import (
     TERMINAL,
     JobDir,
@@ -87,7 +87,7 @@ def submit(root: Root, request: Dict[str, Any]) -> Dict[str, Any]:
     code.mkdir(parents=True, exist_ok=True)
     job_id = request.get("job_id") or new_job_id(spec["name"])
     job = root.job(job_id)
-    carried = _take_in(root, job, request) if request.get("moved_from") else {}  # a job moved here
+    carried = inbox.take_in(root, job, request) if request.get("moved_from") else {}  # a job moved here
     job.path.mkdir(parents=True, exist_ok=bool(carried))
     lease = request.get("lease")
     if lease:  # the code is what this submit sent: no other submit wrote since its manifest
@@ -121,12 +121,6 @@ def submit(root: Root, request: Dict[str, Any]) -> Dict[str, Any]:
             pass
         pid = start_supervisor(root, job)
     return {"job_id": job_id, "state": "queued", "job_dir": str(job.path), "supervisor_pid": pid}
-
-
-def _take_in(root: Root, job: JobDir, request: Dict[str, Any]) -> Dict[str, Any]:
-    from remote import move
-
-    return move.take_in(root, job, request)
 
 
 def all_job_ids(root: Root) -> List[str]:

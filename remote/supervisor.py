@@ -15,12 +15,10 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from remote import launch, locks, procs
+from remote.jobenv import PATH_PREFIX
 from remote.layout import JobDir, Root, agent_log, now
 
 HEARTBEAT = float(os.environ.get("GPUJOB_HEARTBEAT", "5"))
-# A login shell may reset PATH (Debian's /etc/profile does); the local host puts the
-# laptop's own PATH (its venv) back in front.
-PATH_PREFIX = 'if [ -n "${GPUJOB_PATH_PREFIX:-}" ]; then export PATH="$GPUJOB_PATH_PREFIX:$PATH"; fi\n'
 TICK = 0.25
 ROTATE_EVERY = 5.0  # seconds between checkpoint rotations while a job runs
 QUEUE_POLL = float(os.environ.get("GPUJOB_QUEUE_POLL", "5"))
