@@ -19,6 +19,7 @@ from remote.layout import (
     last_json_line,
     now,
     tail_lines,
+    with_reserve,
     write_json,
 )
 
@@ -265,7 +266,7 @@ def stop(root: Root, job_id: str, wait: float, reason: str = "stopped by user") 
             procs.kill_tree(job_id, None, 5.0, job_dir=str(job.path))
             mark_lost(root, job, st)
         return describe(root, job_id)
-    job.stop_file.write_text(reason + "\n")
+    with_reserve(lambda: job.stop_file.write_text(reason + "\n"))
     job.event("stop_requested", reason=reason)
     deadline = time.time() + wait
     while time.time() < deadline:

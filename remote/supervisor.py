@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from remote import launch, locks, procs
-from remote.layout import JobDir, Root, agent_log, now
+from remote.layout import JobDir, Root, agent_log, now, with_reserve
 
 HEARTBEAT = float(os.environ.get("GPUJOB_HEARTBEAT", "5"))
 # A login shell may reset PATH (Debian's /etc/profile does); the local host puts the
@@ -280,7 +280,7 @@ class Supervisor:
         self.stop_reason = reason
         self.save(stopping=reason)
         if not self.job.stop_file.exists():
-            self.job.stop_file.write_text(reason + "\n")
+            with_reserve(lambda: self.job.stop_file.write_text(reason + "\n"))
         grace = float(self.spec.get("stop_grace", 120))
         assert self.child is not None
         watching = Path(str(self.job.stop_file) + ".watch").exists()
