@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from remote import jobindex, locks, procs
+from remote.errors import AgentError
 from remote.layout import (
     TERMINAL,
     JobDir,
@@ -24,14 +25,6 @@ from remote.layout import (
 )
 
 STALE_AFTER = float(os.environ.get("GPUJOB_STALE_AFTER", "30"))
-
-
-class AgentError(Exception):
-    """An error the client shows as is: message and next step."""
-
-    def __init__(self, message: str, remedy: str = "", code: str = "error") -> None:
-        super().__init__(message)
-        self.message, self.remedy, self.code = message, remedy, code
 
 
 def new_job_id(name: str) -> str:
@@ -275,7 +268,7 @@ def stop(root: Root, job_id: str, wait: float, reason: str = "stopped by user") 
         if not procs.belongs_to(job.status().get("supervisor_pid"), job_id) and job.status().get("state") != "queued":
             break
         time.sleep(0.2)
-    with locks.job_lock(job.path):
+    with locks.job_lock(job.path, removed_is_error=True):
         st = job.status()
         if st.get("state") not in TERMINAL and not procs.belongs_to(st.get("supervisor_pid"), job_id) \
                 and not locks.supervisor_alive(job.path):
@@ -289,7 +282,7 @@ def stop(root: Root, job_id: str, wait: float, reason: str = "stopped by user") 
 def resume(root: Root, job_id: str) -> Dict[str, Any]:
     """Restart a lost, stopped or failed job under the same id, from its newest complete checkpoint."""
     job = root.job(job_id)
-    with locks.job_lock(job.path):  # a second resume waits here, then finds the job running
+    with locks.job_lock(job.path, removed_is_error=True):  # a second resume waits here, then finds the job running
         st = live_status(root, job, procs.boot_id())
         if st.get("state") == "moved":
             raise AgentError("job {} moved to {}: it goes on there".format(job_id, st.get("moved_to")),

@@ -91,7 +91,7 @@ def take_in(root: Root, job: JobDir, request: Dict[str, Any]) -> Dict[str, Any]:
 def mark_moved(root: Root, ref: str, to: str) -> Dict[str, Any]:
     """The job left for host ``to``: a final state here, so it cannot be resumed on this host."""
     job = root.job(resolve(root, ref))
-    with locks.job_lock(job.path):  # judged under the lock: a resume may be restarting it
+    with locks.job_lock(job.path, removed_is_error=True):  # judged under the lock: a resume may be restarting it
         st = live_status(root, job, procs.boot_id())
         if st.get("state") not in TERMINAL:
             raise AgentError("job {} is still {} here".format(job.id, st.get("state")),

@@ -471,7 +471,11 @@ class Supervisor:
 
 def main(root: Root, job_id: str) -> int:
     job = root.job(job_id)
-    held = locks.hold_supervisor(job.path)  # kept open for this process's life
+    try:
+        held = locks.hold_supervisor(job.path)  # kept open for this process's life
+    except OSError as e:  # the job's folder was removed (gpujob rm) before this started
+        agent_log(root, "{}: cannot hold its supervisor lock ({}); this one leaves".format(job_id, e))
+        return 1
     if held is None:
         agent_log(root, "{}: another supervisor runs it; this one leaves".format(job_id))
         return 0
