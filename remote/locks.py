@@ -21,7 +21,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Any, Dict, Iterator, Optional
 
 from remote.errors import AgentError
 from remote.layout import read_doc
@@ -200,3 +200,15 @@ def give_back(root: Path, project: str, token: str) -> None:
     """Release ``token``'s lease: its submit stopped short of a snapshot."""
     with project_locked(root, project):
         release(root, project, token)
+
+
+@contextlib.contextmanager
+def lease_back_on_failure(root: Path, request: Dict[str, Any]) -> Iterator[None]:
+    """A submit (or a move's adopt) that fails before its snapshot gives its sync lease back:
+    the project's next submit need not wait out the lease."""
+    try:
+        yield
+    except BaseException:
+        if request.get("lease"):
+            give_back(root, request.get("project") or (request.get("spec") or {}).get("name") or "", request["lease"])
+        raise

@@ -51,9 +51,14 @@ def adopt(root: Root, stdin: IO[bytes], stdout: IO[bytes]) -> Dict[str, Any]:
     """Line 1 of stdin: the submit request plus ``moved_from``, ``previous`` (the old status)
     and ``offered`` (the sender's manifest). Answers the wish list as one line, applies the
     stream that follows, then creates and starts the job (``jobs.submit``)."""
+    request = json.loads(stdin.readline().decode("utf-8") or "{}")
+    with locks.lease_back_on_failure(root.root, request):
+        return _adopt(root, request, stdin, stdout)
+
+
+def _adopt(root: Root, request: Dict[str, Any], stdin: IO[bytes], stdout: IO[bytes]) -> Dict[str, Any]:
     from remote import jobs
 
-    request = json.loads(stdin.readline().decode("utf-8") or "{}")
     job_id = request.get("job_id") or ""
     inbox = incoming(root, job_id)
     here = root.job(job_id)
