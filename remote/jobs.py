@@ -130,6 +130,8 @@ def all_job_ids(root: Root) -> List[str]:
 
 def resolve(root: Root, ref: str) -> str:
     """A job id from an id, a unique prefix, or a job name (its newest job)."""
+    if not ref.strip():  # an empty reference would be a prefix of every id
+        raise AgentError("no job given", "name a job: gpujob ls lists them", "not_found")
     ids, names, _ = jobindex.read(root)
     if ref in ids:
         return ref
