@@ -51,12 +51,8 @@ def cmd_status(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
 
 def cmd_submit(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     request = json.loads(sys.stdin.read())
-    try:
+    with locks.lease_back_on_failure(root.root, request):
         res = jobs.submit(root, request)
-    except BaseException:
-        if request.get("lease"):  # no snapshot: the project's next submit need not wait
-            locks.give_back(root.root, request.get("project") or request["spec"]["name"], request["lease"])
-        raise
     st = jobs.wait_started(root.job(res["job_id"]), 3.0)
     if st:
         res["state"] = st.get("state")

@@ -48,9 +48,14 @@ def adopt(root: Root, stdin: IO[bytes], stdout: IO[bytes]) -> Dict[str, Any]:
     """Line 1 of stdin: the submit request plus ``moved_from``, ``previous`` (the old status)
     and ``offered`` (the sender's manifest). Answers the wish list as one line, applies the
     stream that follows, then creates and starts the job (``jobs.submit``)."""
+    request = json.loads(stdin.readline().decode("utf-8") or "{}")
+    with locks.lease_back_on_failure(root.root, request):
+        return _adopt(root, request, stdin, stdout)
+
+
+def _adopt(root: Root, request: Dict[str, Any], stdin: IO[bytes], stdout: IO[bytes]) -> Dict[str, Any]:
     from remote import jobs
 
-    request = json.loads(stdin.readline().decode("utf-8") or "{}")
     job_id = request.get("job_id") or ""
     inbox = incoming(root, job_id)
     here = root.job(job_id)
@@ -73,7 +78,7 @@ def adopt(root: Root, stdin: IO[bytes], stdout: IO[bytes]) -> Dict[str, Any]:
 def mark_moved(root: Root, ref: str, to: str) -> Dict[str, Any]:
     """The job left for host ``to``: a final state here, so it cannot be resumed on this host."""
     job = root.job(resolve(root, ref))
-    with locks.job_lock(job.path):  # judged under the lock: a resume may be restarting it
+    with locks.job_lock(job.path, removed_is_error=True):  # judged under the lock: a resume may be restarting it
         st = live_status(root, job, procs.boot_id())
         if st.get("state") not in TERMINAL:
             raise AgentError("job {} is still {} here".format(job.id, st.get("state")),

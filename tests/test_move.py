@@ -319,3 +319,23 @@ def test_a_cut_move_resumes_asking_only_for_what_is_missing(tmp_path: Path) -> N
     assert move.wanted(stream.tree(inbox), offered, skip_ckpt=False) == []
     # a shared checkpoint is never asked for
     assert all(not str(w).startswith("ckpt") for w in move.wanted(stream.tree(tmp_path / "none"), offered, True))
+
+
+def test_a_refused_adopt_gives_the_sync_lease_back(tmp_path: Path) -> None:
+    """A move refused on the new host before the job exists there lets the project's next
+    submit sync at once instead of waiting out the lease."""
+    import io
+
+    from remote import locks, move
+    from remote.errors import AgentError
+    from remote.layout import Root
+
+    root = Root(str(tmp_path / "root"))
+    (root.jobs / "j1").mkdir(parents=True)  # a job of this id already lives here
+    (root.jobs / "j1" / "status.json").write_text(json.dumps({"state": "running", "job_id": "j1"}))
+    assert locks.try_lease(root.root, "proj", "tok-move") is None
+    assert locks.try_lease(root.root, "proj", "tok-other") is not None  # held by the move
+    request = {"job_id": "j1", "project": "proj", "lease": "tok-move", "spec": {"name": "proj"}}
+    with pytest.raises(AgentError, match="already exists"):
+        move.adopt(root, io.BytesIO(json.dumps(request).encode() + b"\n"), io.BytesIO())
+    assert locks.try_lease(root.root, "proj", "tok-other") is None  # given back
