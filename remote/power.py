@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
+from remote import lost
 from remote.layout import JobDir, Root, agent_log, now, read_json, write_json
 
 PULLED = "pulled"
@@ -97,7 +98,7 @@ def after_job(root: Root, job: JobDir, spec: Dict[str, Any], state: str,
 def busy(root: Root, exclude: Optional[str] = None) -> bool:
     """Whether any job (other than ``exclude``) runs or waits (queued, restarting)."""
     from remote import jobs, procs
-    from remote.layout import TERMINAL
+    from remote.protocol import TERMINAL
 
     if not root.jobs.is_dir():
         return False
@@ -151,9 +152,7 @@ def idle_watch(root: Root, minutes: float, command: Optional[str], poll: float =
         if cur.get("pid") != os.getpid():
             return 0  # replaced or removed
         try:
-            from remote import events
-
-            events.spawn_lost_check(root)
+            lost.spawn_lost_check(root)
         except Exception:
             pass
         if busy(root) or interactive_sessions():
