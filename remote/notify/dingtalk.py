@@ -5,10 +5,10 @@ import base64
 import hashlib
 import hmac
 import urllib.parse
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict
 
 from .base import Request, register
-from .http_client import HttpChannel, add_query, check_msgtype, json_body, json_headers
+from .http_client import RobotChannel, json_body, json_headers
 from .render import fit
 
 
@@ -20,20 +20,16 @@ def dingtalk_sign(secret: str, timestamp_ms: int) -> str:
 
 
 @register
-class DingTalk(HttpChannel):
+class DingTalk(RobotChannel):
     type = "dingtalk"
     required = (("url", "access_token"),)
     optional = ("secret", "keyword", "msgtype")
     secret_keys = ("url", "access_token", "secret")
-    answers_json = True
-
-    def validate(self, ch: Dict[str, Any], where: str) -> List[str]:
-        return check_msgtype(ch, where)
+    default_url = "https://oapi.dingtalk.com/robot/send"
+    token_key = "access_token"
 
     def request(self, ch: Dict[str, Any], title: str, text: str, event: Dict[str, Any], now: float) -> Request:
-        url = ch.get("url") or "https://oapi.dingtalk.com/robot/send"
-        if ch.get("access_token") and "access_token=" not in url:
-            url = add_query(url, {"access_token": ch["access_token"]})
+        url = self.url(ch)
         if ch.get("secret"):
             ts = int(now * 1000)
             url = url + ("&" if "?" in url else "?") + "timestamp=%d&sign=%s" % (ts, dingtalk_sign(ch["secret"], ts))
@@ -46,6 +42,3 @@ class DingTalk(HttpChannel):
             md = "#### %s\n\n%s" % (title, "  \n".join(x for x in text.split("\n") if x != "```"))
             body = {"msgtype": "markdown", "markdown": {"title": title, "text": fit(md, 18000, True)}}
         return Request(url, json_headers(), json_body(body))
-
-    def answer(self, data: Dict[str, Any]) -> Tuple[Any, Any]:
-        return data.get("errcode", 0), data.get("errmsg")

@@ -24,13 +24,6 @@ def add_query(url: str, params: Dict[str, str]) -> str:
     return url + ("&" if "?" in url else "?") + urllib.parse.urlencode(params)
 
 
-def check_msgtype(ch: Dict[str, Any], where: str) -> List[str]:
-    """The robots that send markdown or plain text (WeCom, DingTalk) take ``msgtype: text``."""
-    if ch.get("msgtype") not in (None, "markdown", "text"):
-        return ["%s.msgtype: must be 'markdown' or 'text'" % where]
-    return []
-
-
 class HttpChannel(Channel):
     """A channel that POSTs one request per message."""
 
@@ -54,6 +47,30 @@ class HttpChannel(Channel):
             raise ChannelError("%s: %s" % (type(e).__name__, e)) from e
         check_response(self.type, status, headers, body)
         return status
+
+
+class RobotChannel(HttpChannel):
+    """A group robot (WeCom, DingTalk): addressed by a token in its URL's query, sending markdown
+    or, with ``msgtype: text``, plain text, and answering ``{errcode, errmsg}``."""
+
+    default_url = ""
+    token_key = ""  # the query parameter that carries the robot's token
+    answers_json = True
+
+    def validate(self, ch: Dict[str, Any], where: str) -> List[str]:
+        if ch.get("msgtype") not in (None, "markdown", "text"):
+            return ["%s.msgtype: must be 'markdown' or 'text'" % where]
+        return []
+
+    def url(self, ch: Dict[str, Any]) -> str:
+        """``url`` (else the platform's), with the token added unless the URL carries it already."""
+        url = ch.get("url") or self.default_url
+        if ch.get(self.token_key) and self.token_key + "=" not in url:
+            url = add_query(url, {self.token_key: ch[self.token_key]})
+        return url
+
+    def answer(self, data: Dict[str, Any]) -> Tuple[Any, Any]:
+        return data.get("errcode", 0), data.get("errmsg")
 
 
 def build_request(channel: Dict[str, Any], title: str, text: str, event: Dict[str, Any],
