@@ -15,7 +15,7 @@ outcome and log line goes through :func:`redact`; so do the messages themselves.
 
 The package: ``base`` (the :class:`Channel` kind and its registry), ``section`` (the ``notify:``
 checks, ``on:``), ``redaction`` (``${NAME}``, secrets out of spec.json, :func:`redact`),
-``render`` (event -> title and text), ``http_client`` (requests, the POST, answers),
+``render`` (event -> title and text), ``http_client`` (requests, the POST, answers, the group-robot base),
 ``ratelimit`` (sends per key over a day), ``send`` (retries, every channel, the agent's call),
 and one module per channel kind. A new kind: a module whose :class:`Channel` subclass is
 decorated with ``@register``, and its name on the import line below. Imports inside the package
