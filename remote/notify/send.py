@@ -25,8 +25,6 @@ def _channel_names(channels: List[Dict[str, Any]]) -> List[str]:
     return out
 
 
-
-
 def send_channel(channel: Dict[str, Any], title: str, text: str, event: Dict[str, Any],
                  secrets: Optional[Dict[str, str]], state_dir: Optional[str] = None, retries: int = 3,
                  backoff: float = 1.0, timeout: float = 10.0, transport: Optional[Transport] = None,
