@@ -35,22 +35,29 @@ def templates_dir() -> Path:
     return _find("templates", "_templates")
 
 
-def import_remote(name: str) -> ModuleType:
-    """Import ``remote/<name>.py`` (or the package ``remote/<name>/``, whose modules import each
-    other relatively) by path, so laptop code can share pure helpers with the agent."""
-    key = f"gpujob_remote_{name}"
-    if key in sys.modules:
-        return sys.modules[key]
-    pkg = remote_dir() / name
-    if (pkg / "__init__.py").is_file():
-        spec = importlib.util.spec_from_file_location(key, pkg / "__init__.py", submodule_search_locations=[str(pkg)])
-    else:
-        spec = importlib.util.spec_from_file_location(key, remote_dir() / f"{name}.py")
+def _remote_package() -> None:
+    """Make ``remote`` name the agent package gpujob ships: its modules import each other as
+    ``remote.x``, as they run on the instance. In a checkout that is the folder beside the
+    package; from a wheel, ``gpujob/_remote``, which nothing else puts on ``sys.path``."""
+    here = remote_dir()
+    mod = sys.modules.get("remote")
+    if mod is not None:
+        if any(Path(p).resolve() == here for p in getattr(mod, "__path__", [])):
+            return
+        raise ImportError(f"another module named 'remote' is loaded ({getattr(mod, '__file__', mod)}); "
+                          "gpujob's agent code needs that name")
+    spec = importlib.util.spec_from_file_location("remote", here / "__init__.py", submodule_search_locations=[str(here)])
     assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[key] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    pkg = importlib.util.module_from_spec(spec)
+    sys.modules["remote"] = pkg
+    spec.loader.exec_module(pkg)
+
+
+def import_remote(name: str) -> ModuleType:
+    """The agent's module (or package) ``remote/<name>``, for laptop code that shares pure helpers
+    with the agent: one copy per process, the same one tests and the agent's own imports see."""
+    _remote_package()
+    return importlib.import_module(f"remote.{name}")
 
 
 def bundle_files() -> dict[str, Path]:
