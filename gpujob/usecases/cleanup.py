@@ -7,14 +7,14 @@ from typing import Any, Callable
 from gpujob.transport.agent import Agent
 
 
-def remove_jobs(refs: list[str], agent_for: Callable[[str], Agent], host_of: Callable[[str], str | None],
+def remove_jobs(refs: list[str], agent_for: Callable[[str], Agent], host: str | None = None,
                 force: bool = False) -> list[dict[str, Any]]:
-    """Remove each job's folder on its host, then its entry in the local index."""
+    """Remove each job's folder on ``host`` (None: where the index says it ran), then its entry in the index."""
     from gpujob.config import index
 
     out = []
     for ref in refs:
-        agent = agent_for(host_of(ref) or "local")
+        agent = agent_for(host or index.host_of(ref) or "local")
         res = agent.call("rm", ["--job", ref] + (["--force"] if force else []), timeout=900)
         res["host"] = agent.host.name
         index.forget({res["job_id"]})
@@ -32,10 +32,3 @@ def collect(agent: Agent, older_than_s: float, dry_run: bool, checkpoints_only: 
         index.forget({i["job_id"] for i in doc["items"] if i["kind"] == "job"})
     return doc
 
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} GB"
