@@ -36,11 +36,16 @@ def templates_dir() -> Path:
 
 
 def import_remote(name: str) -> ModuleType:
-    """Import ``remote/<name>.py`` by path, so laptop code can share pure helpers with the agent."""
+    """Import ``remote/<name>.py`` (or the package ``remote/<name>/``, whose modules import each
+    other relatively) by path, so laptop code can share pure helpers with the agent."""
     key = f"gpujob_remote_{name}"
     if key in sys.modules:
         return sys.modules[key]
-    spec = importlib.util.spec_from_file_location(key, remote_dir() / f"{name}.py")
+    pkg = remote_dir() / name
+    if (pkg / "__init__.py").is_file():
+        spec = importlib.util.spec_from_file_location(key, pkg / "__init__.py", submodule_search_locations=[str(pkg)])
+    else:
+        spec = importlib.util.spec_from_file_location(key, remote_dir() / f"{name}.py")
     assert spec and spec.loader
     mod = importlib.util.module_from_spec(spec)
     sys.modules[key] = mod

@@ -51,12 +51,8 @@ def cmd_status(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
 
 def cmd_submit(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     request = json.loads(sys.stdin.read())
-    try:
+    with locks.lease_back_on_failure(root.root, request):
         res = jobs.submit(root, request)
-    except BaseException:
-        if request.get("lease"):  # no snapshot: the project's next submit need not wait
-            locks.give_back(root.root, request.get("project") or request["spec"]["name"], request["lease"])
-        raise
     st = jobs.wait_started(root.job(res["job_id"]), 3.0)
     if st:
         res["state"] = st.get("state")
@@ -474,9 +470,9 @@ def main(argv: List[str]) -> int:
     load_agent_env(root)
     handler = globals()["cmd_" + args.verb]
     if args.verb not in ("run", "notify_lost", "idle_watch", "serve", "reseal"):
-        from remote import events  # a job found lost is announced once, by a detached sender
+        from remote import lost  # a job found lost is announced once, by a detached sender
 
-        events.spawn_lost_check(root)
+        lost.spawn_lost_check(root)
         from remote import power  # the idle watcher comes back after a reboot
 
         try:

@@ -74,7 +74,7 @@ def remove(root: Root, ref: str, force: bool = False, wait: float = 120.0) -> Di
             raise jobs.AgentError("{} did not stop within {:.0f} s; nothing was removed".format(job_id, wait),
                                   "retry gpujob rm {} --force".format(job_id), "not_stopped")
         stopped = True
-    with locks.job_lock(job.path):  # judged again under the lock: a resume may have just restarted it
+    with locks.job_lock(job.path, removed_is_error=True):  # judged again under the lock: a resume may have just restarted it
         st = jobs.live_status(root, job, procs.boot_id())
         if st.get("state") not in TERMINAL:
             raise jobs.AgentError("{} was started again meanwhile ({}); nothing was removed".format(

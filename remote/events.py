@@ -5,24 +5,20 @@ failed / stopped / autostopped; sends run one at a time in a background thread s
 blocks. ``Notifier.flush()`` waits for every send to be delivered or to have spent its
 retries (the power-off waits on it).
 
-``lost`` cannot come from the supervisor that died: the agent sends it on its next start
-(any verb: ``gpujob status``, ``ls``, ``submit`` or the idle watcher) for each job found
-lost that has not been announced yet (``lost_notified`` marker in the job folder).
+``lost`` cannot come from the supervisor that died: ``remote/lost.py`` finds each job lost and
+not announced yet on the agent's next start (any verb, or the idle watcher) and hands it to a
+detached ``notify_lost``, which sends it from here.
 """
 
 import os
 import queue
-import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from remote.layout import JobDir, Root, agent_log, now, tail_lines
 
 TB_ENV = ("AutoDLService6006URL", "AUTODL_SERVICE_6006_URL")
-LOST_MARK = "lost_notified"
 
 
 def _notify():
@@ -160,55 +156,7 @@ class Notifier:
         return False
 
 
-# ---- lost jobs ------------------------------------------------------------------------------
-
-def lost_candidates(root: Root) -> List[str]:
-    """Jobs that are lost now and whose ``lost`` has not been sent yet (cheap: a folder scan)."""
-    from remote import jobindex, jobs, procs
-    from remote.layout import TERMINAL
-
-    out = []
-    if not root.jobs.is_dir():
-        return out
-    boot = None
-    ids, _, done = jobindex.read(root)
-    for p in (root.jobs / i for i in ids if i not in done):  # finished jobs are known from the index
-        if (p / LOST_MARK).exists() or not (p / "spec.json").exists():
-            continue
-        job = root.job(p.name)
-        st = job.status()
-        if st.get("state") in TERMINAL and st.get("state") != "lost":
-            continue
-        if not (job.spec_data().get("notify") or {}).get("channels"):
-            continue
-        boot = boot or procs.boot_id()
-        if jobs.live_status(root, job, boot).get("state") == "lost":
-            out.append(p.name)
-    return out
-
-
-def spawn_lost_check(root: Root) -> None:
-    """Hand each newly lost job to a detached ``notify-lost`` process (the verb is not delayed)."""
-    try:
-        found = lost_candidates(root)
-    except Exception:
-        return
-    for job_id in found:
-        mark = root.job(job_id).path / LOST_MARK
-        try:
-            fd = os.open(str(mark), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)  # one sender per job
-            os.write(fd, str(now()).encode())
-            os.close(fd)
-        except OSError:
-            continue
-        env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
-        try:
-            subprocess.Popen([sys.executable, "-m", "remote", "--root", str(root.root), "notify_lost", job_id],
-                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                             start_new_session=True, close_fds=True, env=env)
-        except OSError as e:
-            agent_log(root, "could not start notify-lost for {}: {}".format(job_id, e))
-
+# ---- lost jobs (found by remote/lost.py) ----------------------------------------------------
 
 def notify_lost(root: Root, job_id: str) -> Dict[str, Any]:
     """Send ``lost`` for one job (the ``notify-lost`` verb)."""

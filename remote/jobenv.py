@@ -12,6 +12,9 @@ from remote.layout import JobDir, Root, read_json, write_json
 
 KEYS = ("GPUJOB_PATH_PREFIX", "GPUJOB_PYTHON", "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "GPUJOB_ENV_HASH")
 FILE = "env.json"
+# The shell line putting the job's PATH in front (bash -lc runs it first): a login shell may
+# reset PATH (Debian's /etc/profile does); the local host puts the laptop's own PATH (its venv) back.
+PATH_PREFIX = 'if [ -n "${GPUJOB_PATH_PREFIX:-}" ]; then export PATH="$GPUJOB_PATH_PREFIX:$PATH"; fi\n'
 
 
 def python_of(spec: Dict[str, Any], env: Dict[str, str]) -> Optional[str]:

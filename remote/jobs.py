@@ -10,7 +10,8 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from remote import jobindex, locks, procs
+from remote import inbox, jobindex, locks, procs
+from remote.errors import AgentError
 from remote.layout import (
     TERMINAL,
     JobDir,
@@ -19,18 +20,11 @@ from remote.layout import (
     last_json_line,
     now,
     tail_lines,
+    with_reserve,
     write_json,
 )
 
 STALE_AFTER = float(os.environ.get("GPUJOB_STALE_AFTER", "30"))
-
-
-class AgentError(Exception):
-    """An error the client shows as is: message and next step."""
-
-    def __init__(self, message: str, remedy: str = "", code: str = "error") -> None:
-        super().__init__(message)
-        self.message, self.remedy, self.code = message, remedy, code
 
 
 def new_job_id(name: str) -> str:
@@ -87,7 +81,7 @@ def submit(root: Root, request: Dict[str, Any]) -> Dict[str, Any]:
     code.mkdir(parents=True, exist_ok=True)
     job_id = request.get("job_id") or new_job_id(spec["name"])
     job = root.job(job_id)
-    carried = _take_in(root, job, request) if request.get("moved_from") else {}  # a job moved here
+    carried = inbox.take_in(root, job, request) if request.get("moved_from") else {}  # a job moved here
     job.path.mkdir(parents=True, exist_ok=bool(carried))
     lease = request.get("lease")
     if lease:  # the code is what this submit sent: no other submit wrote since its manifest
@@ -123,12 +117,6 @@ def submit(root: Root, request: Dict[str, Any]) -> Dict[str, Any]:
     return {"job_id": job_id, "state": "queued", "job_dir": str(job.path), "supervisor_pid": pid}
 
 
-def _take_in(root: Root, job: JobDir, request: Dict[str, Any]) -> Dict[str, Any]:
-    from remote import move
-
-    return move.take_in(root, job, request)
-
-
 def all_job_ids(root: Root) -> List[str]:
     """Every job, in submit order (from the job index: no status.json is read)."""
     return jobindex.read(root)[0]
@@ -136,6 +124,8 @@ def all_job_ids(root: Root) -> List[str]:
 
 def resolve(root: Root, ref: str) -> str:
     """A job id from an id, a unique prefix, or a job name (its newest job)."""
+    if not ref.strip():  # an empty reference would be a prefix of every id
+        raise AgentError("no job given", "name a job: gpujob ls lists them", "not_found")
     ids, names, _ = jobindex.read(root)
     if ref in ids:
         return ref
@@ -265,7 +255,7 @@ def stop(root: Root, job_id: str, wait: float, reason: str = "stopped by user") 
             procs.kill_tree(job_id, None, 5.0, job_dir=str(job.path))
             mark_lost(root, job, st)
         return describe(root, job_id)
-    job.stop_file.write_text(reason + "\n")
+    with_reserve(lambda: job.stop_file.write_text(reason + "\n"))
     job.event("stop_requested", reason=reason)
     deadline = time.time() + wait
     while time.time() < deadline:
@@ -274,7 +264,7 @@ def stop(root: Root, job_id: str, wait: float, reason: str = "stopped by user") 
         if not procs.belongs_to(job.status().get("supervisor_pid"), job_id) and job.status().get("state") != "queued":
             break
         time.sleep(0.2)
-    with locks.job_lock(job.path):
+    with locks.job_lock(job.path, removed_is_error=True):
         st = job.status()
         if st.get("state") not in TERMINAL and not procs.belongs_to(st.get("supervisor_pid"), job_id) \
                 and not locks.supervisor_alive(job.path):
@@ -288,7 +278,7 @@ def stop(root: Root, job_id: str, wait: float, reason: str = "stopped by user") 
 def resume(root: Root, job_id: str) -> Dict[str, Any]:
     """Restart a lost, stopped or failed job under the same id, from its newest complete checkpoint."""
     job = root.job(job_id)
-    with locks.job_lock(job.path):  # a second resume waits here, then finds the job running
+    with locks.job_lock(job.path, removed_is_error=True):  # a second resume waits here, then finds the job running
         st = live_status(root, job, procs.boot_id())
         if st.get("state") == "moved":
             raise AgentError("job {} moved to {}: it goes on there".format(job_id, st.get("moved_to")),

@@ -5,7 +5,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 TERMINAL = ("succeeded", "failed", "stopped", "autostopped", "lost", "moved")
 
@@ -41,12 +41,19 @@ def write_json(path: Path, data: Any, mode: int = 0o644) -> None:
     On a full disk the root's reserve file is given back once and the write retried, so a
     job's final state is still recorded."""
     tmp = path.with_name(".{}.{}.tmp".format(path.name, os.getpid()))
+    with_reserve(lambda: _write_json_once(path, tmp, data, mode))
+
+
+def with_reserve(write: Callable[[], Any]) -> Any:
+    """Run ``write``; on a full disk give the root's reserve back once and run it again.
+
+    For the few writes that must land on a full disk: a final state, a stop request."""
     try:
-        _write_json_once(path, tmp, data, mode)
+        return write()
     except OSError as e:
         if e.errno != errno.ENOSPC or not release_reserve():
             raise
-        _write_json_once(path, tmp, data, mode)
+        return write()
 
 
 def release_reserve() -> bool:

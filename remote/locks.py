@@ -21,8 +21,9 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Dict, Iterator, Optional
 
+from remote.errors import AgentError
 from remote.layout import read_doc
 
 
@@ -47,8 +48,22 @@ def flocked(path: Path, blocking: bool = True) -> Iterator[bool]:
         os.close(fd)
 
 
-def job_lock(job_path: Path) -> Any:
-    return flocked(job_path / "job.lock")
+@contextlib.contextmanager
+def job_lock(job_path: Path, removed_is_error: bool = False) -> Iterator[bool]:
+    """The per-job lock every state change takes. With ``removed_is_error`` (a change a user
+    asked for: stop, resume, move, rm) a job removed before or while this waited is said so,
+    not met as a missing file halfway through the change."""
+    gone = AgentError("job {} was removed from this host".format(job_path.name),
+                      "gpujob ls lists the jobs it has", "not_found")
+    try:
+        with flocked(job_path / "job.lock") as got:
+            if removed_is_error and not (job_path / "spec.json").exists():  # rm held the lock, then took the folder
+                raise gone
+            yield got
+    except FileNotFoundError:
+        if not removed_is_error or job_path.is_dir():
+            raise
+        raise gone from None
 
 
 def hold_supervisor(job_path: Path) -> Optional[int]:
@@ -185,3 +200,15 @@ def give_back(root: Path, project: str, token: str) -> None:
     """Release ``token``'s lease: its submit stopped short of a snapshot."""
     with project_locked(root, project):
         release(root, project, token)
+
+
+@contextlib.contextmanager
+def lease_back_on_failure(root: Path, request: Dict[str, Any]) -> Iterator[None]:
+    """A submit (or a move's adopt) that fails before its snapshot gives its sync lease back:
+    the project's next submit need not wait out the lease."""
+    try:
+        yield
+    except BaseException:
+        if request.get("lease"):
+            give_back(root, request.get("project") or (request.get("spec") or {}).get("name") or "", request["lease"])
+        raise

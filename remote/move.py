@@ -9,28 +9,25 @@ complete checkpoint, with its events, metrics and log continuing.
 """
 
 import json
-import os
-import shutil
 import time
 from typing import IO, Any, Dict, List
 
-from remote import chunks, locks, procs
+from remote import locks, procs
+from remote.inbox import incoming_dir
 from remote.jobs import AgentError, live_status, resolve
 from remote.layout import TERMINAL, JobDir, Root, now
-
-# what the job's history is made of: everything else in the old folder belongs to that host
-CARRIED_STATUS = ("job_id", "name", "project", "submitted_at", "attempt", "attempts", "moves")
+from remote.stream import CHUNK, read_items, tree
 
 
 def incoming(root: Root, job_id: str) -> JobDir:
     if not job_id or "/" in job_id or job_id.startswith("."):
         raise AgentError("bad job id {!r}".format(job_id), "give the job id gpujob printed", "bad_request")
-    return JobDir(root.root / "incoming" / job_id)
+    return incoming_dir(root, job_id)
 
 
 def wanted(have: Dict[str, Any], offered: Dict[str, Any], skip_ckpt: bool) -> List[Any]:
     """What to ask the sender for: entries of ``offered`` (a send manifest) missing from or
-    different in ``have`` (a ``chunks.tree`` of the incoming folder), a cut file as
+    different in ``have`` (a ``tree`` of the incoming folder), a cut file as
     ``[rel, chunks already here]``. status.json stays behind: the new host writes its own."""
     want = []  # type: List[Any]
     for d in offered.get("dirs", []):
@@ -43,7 +40,7 @@ def wanted(have: Dict[str, Any], offered: Dict[str, Any], skip_ckpt: bool) -> Li
         if here is not None and here[:2] == meta[:2] and here[3] == meta[3]:
             continue
         prefix = have["parts"].get(rel) or []
-        want.append([rel, prefix[: max(0, (meta[0] - 1) // chunks.CHUNK)]] if prefix and meta[3] is None else rel)
+        want.append([rel, prefix[: max(0, (meta[0] - 1) // CHUNK)]] if prefix and meta[3] is None else rel)
     return want
 
 
@@ -51,9 +48,14 @@ def adopt(root: Root, stdin: IO[bytes], stdout: IO[bytes]) -> Dict[str, Any]:
     """Line 1 of stdin: the submit request plus ``moved_from``, ``previous`` (the old status)
     and ``offered`` (the sender's manifest). Answers the wish list as one line, applies the
     stream that follows, then creates and starts the job (``jobs.submit``)."""
+    request = json.loads(stdin.readline().decode("utf-8") or "{}")
+    with locks.lease_back_on_failure(root.root, request):
+        return _adopt(root, request, stdin, stdout)
+
+
+def _adopt(root: Root, request: Dict[str, Any], stdin: IO[bytes], stdout: IO[bytes]) -> Dict[str, Any]:
     from remote import jobs
 
-    request = json.loads(stdin.readline().decode("utf-8") or "{}")
     job_id = request.get("job_id") or ""
     inbox = incoming(root, job_id)
     here = root.job(job_id)
@@ -64,34 +66,19 @@ def adopt(root: Root, stdin: IO[bytes], stdout: IO[bytes]) -> Dict[str, Any]:
                              "gpujob resume {} --host THIS_HOST continues it here".format(job_id), "exists")
     inbox.path.mkdir(parents=True, exist_ok=True)
     skip_ckpt = bool((request.get("spec") or {}).get("checkpoint_dir"))  # shared storage: already there
-    want = wanted(chunks.tree(inbox.path), request.get("offered") or {}, skip_ckpt)
+    want = wanted(tree(inbox.path), request.get("offered") or {}, skip_ckpt)
     stdout.write(json.dumps({"want": want}).encode() + b"\n")
     stdout.flush()
-    got = chunks.read_items(inbox.path, stdin, links_out=False)  # verified; a cut stream keeps what came
+    got = read_items(inbox.path, stdin, links_out=False)  # verified; a cut stream keeps what came
     res = jobs.submit(root, request)
     res.update(received_files=got["written"], received_bytes=got["bytes"])
     return res
 
 
-def take_in(root: Root, job: JobDir, request: Dict[str, Any]) -> Dict[str, Any]:
-    """Make the received folder the job's (a job moving back replaces its ``moved`` record);
-    returns the status fields the job carries over."""
-    inbox = incoming(root, job.id)
-    if job.path.exists():
-        shutil.rmtree(str(job.path))
-    os.replace(str(inbox.path), str(job.path))
-    prev = request.get("previous") or {}
-    carried = {k: prev[k] for k in CARRIED_STATUS if k in prev}
-    move = {"from": request.get("moved_from"), "to": request.get("host"), "t": now(), "source": request.get("source")}
-    carried["moves"] = list(carried.get("moves") or []) + [move]
-    carried["restart_base"] = int(carried.get("attempt") or 0)
-    return carried
-
-
 def mark_moved(root: Root, ref: str, to: str) -> Dict[str, Any]:
     """The job left for host ``to``: a final state here, so it cannot be resumed on this host."""
     job = root.job(resolve(root, ref))
-    with locks.job_lock(job.path):  # judged under the lock: a resume may be restarting it
+    with locks.job_lock(job.path, removed_is_error=True):  # judged under the lock: a resume may be restarting it
         st = live_status(root, job, procs.boot_id())
         if st.get("state") not in TERMINAL:
             raise AgentError("job {} is still {} here".format(job.id, st.get("state")),

@@ -15,8 +15,8 @@ from typing import Any, Dict, List, Optional, Tuple
 from urllib.parse import urlsplit, urlunsplit
 
 from remote import jobs
+from remote.jobenv import PATH_PREFIX
 from remote.layout import JobDir, Root, read_json, read_tail, write_json
-from remote.supervisor import PATH_PREFIX
 
 MAX_READ = 32 << 20  # at most this much of a .jsonl file's end is read (plot: every point)
 LIVE_READ = 4 << 20  # status: the newest ~50k metric lines

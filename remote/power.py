@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
+from remote import lost
 from remote.layout import JobDir, Root, agent_log, now, read_json, write_json
 
 PULLED = "pulled"
@@ -151,9 +152,7 @@ def idle_watch(root: Root, minutes: float, command: Optional[str], poll: float =
         if cur.get("pid") != os.getpid():
             return 0  # replaced or removed
         try:
-            from remote import events
-
-            events.spawn_lost_check(root)
+            lost.spawn_lost_check(root)
         except Exception:
             pass
         if busy(root) or interactive_sessions():

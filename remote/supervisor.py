@@ -15,12 +15,10 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from remote import launch, locks, procs
-from remote.layout import JobDir, Root, agent_log, now
+from remote.jobenv import PATH_PREFIX
+from remote.layout import JobDir, Root, agent_log, now, with_reserve
 
 HEARTBEAT = float(os.environ.get("GPUJOB_HEARTBEAT", "5"))
-# A login shell may reset PATH (Debian's /etc/profile does); the local host puts the
-# laptop's own PATH (its venv) back in front.
-PATH_PREFIX = 'if [ -n "${GPUJOB_PATH_PREFIX:-}" ]; then export PATH="$GPUJOB_PATH_PREFIX:$PATH"; fi\n'
 TICK = 0.25
 ROTATE_EVERY = 5.0  # seconds between checkpoint rotations while a job runs
 QUEUE_POLL = float(os.environ.get("GPUJOB_QUEUE_POLL", "5"))
@@ -280,7 +278,7 @@ class Supervisor:
         self.stop_reason = reason
         self.save(stopping=reason)
         if not self.job.stop_file.exists():
-            self.job.stop_file.write_text(reason + "\n")
+            with_reserve(lambda: self.job.stop_file.write_text(reason + "\n"))
         grace = float(self.spec.get("stop_grace", 120))
         assert self.child is not None
         watching = Path(str(self.job.stop_file) + ".watch").exists()
@@ -471,7 +469,11 @@ class Supervisor:
 
 def main(root: Root, job_id: str) -> int:
     job = root.job(job_id)
-    held = locks.hold_supervisor(job.path)  # kept open for this process's life
+    try:
+        held = locks.hold_supervisor(job.path)  # kept open for this process's life
+    except OSError as e:  # the job's folder was removed (gpujob rm) before this started
+        agent_log(root, "{}: cannot hold its supervisor lock ({}); this one leaves".format(job_id, e))
+        return 1
     if held is None:
         agent_log(root, "{}: another supervisor runs it; this one leaves".format(job_id))
         return 0

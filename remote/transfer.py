@@ -1,6 +1,6 @@
 """Moving trees in one round trip: a manifest out, a verified stream in, a verified stream out.
 
-The stream format, part files and content hashes are in ``remote/chunks.py``. The agent keeps
+The stream format, part files and content hashes are in ``remote/stream/``. The agent keeps
 a hash cache (``<root>/cache/hashes.json``) filled by every received file, so a manifest with
 hashes costs no rereading of data it received itself.
 """
@@ -13,27 +13,40 @@ import stat
 from pathlib import Path, PurePosixPath
 from typing import IO, Any, Dict, List, Optional
 
-from remote import checkpoints, chunks
+from remote import checkpoints
 from remote.layout import read_doc, read_json
+from remote.stream import (
+    CHUNK,
+    HashCache,
+    Item,
+    delete_paths,
+    fill_hashes,
+    find_stamp,
+    matching_prefix,
+    read_items,
+    tree,
+    tree_digest,
+    write_items,
+)
 
 LOGS = ["output.log", "metrics.jsonl", "events.jsonl", "status.json"]
 
 
-def hash_cache(root: Path) -> chunks.HashCache:
-    return chunks.HashCache(root / "cache" / "hashes.json")
+def hash_cache(root: Path) -> HashCache:
+    return HashCache(root / "cache" / "hashes.json")
 
 
-def manifest(base: Path, cache: Optional[chunks.HashCache] = None, hash_all: bool = False) -> Dict[str, Any]:
+def manifest(base: Path, cache: Optional[HashCache] = None, hash_all: bool = False) -> Dict[str, Any]:
     """{"files": {rel: [size, mtime_ns, mode, link, hash]}, "dirs": [...], "parts": {rel: chunks}}."""
-    return chunks.tree(base, cache, hash_all)
+    return tree(base, cache, hash_all)
 
 
-def receive(base: Path, stream: IO[bytes], cache: Optional[chunks.HashCache] = None) -> Dict[str, Any]:
+def receive(base: Path, stream: IO[bytes], cache: Optional[HashCache] = None) -> Dict[str, Any]:
     """Apply an upload stream under ``base`` (symlinks may point anywhere: they are the user's);
     then a detached ``reseal`` brings the changed trees' seals up to date, so the next no-op's
     manifest is the fast one."""
     try:
-        res = chunks.read_items(base, stream, links_out=True, cache=cache)
+        res = read_items(base, stream, links_out=True, cache=cache)
     finally:
         _spawn_reseal(base)
     return res
@@ -64,7 +77,7 @@ def reseal(root: Path) -> Dict[str, Any]:
         time.sleep(wait)
         later = []
         for d in todo:
-            stamp = chunks.find_stamp(root / d)
+            stamp = find_stamp(root / d)
             seal = seals.get(d)
             if stamp is None:
                 later.append(d)
@@ -77,8 +90,8 @@ def reseal(root: Path) -> Dict[str, Any]:
     return {"resealed": done}
 
 
-def delete(base: Path, rels: List[str], cache: Optional[chunks.HashCache] = None) -> int:
-    return chunks.delete_paths(base, rels, cache)
+def delete(base: Path, rels: List[str], cache: Optional[HashCache] = None) -> int:
+    return delete_paths(base, rels, cache)
 
 
 # ---- pull -------------------------------------------------------------------------------
@@ -127,7 +140,7 @@ def select(job_path: Path, what: str = "all", metric: Optional[str] = None,
     files = {}  # type: Dict[str, List[Any]]
     dirs = []  # type: List[str]
     for r in roots:
-        t = chunks.tree(job_path / r)
+        t = tree(job_path / r)
         if not t["exists"]:
             continue
         for rel, v in t["files"].items():
@@ -163,7 +176,7 @@ def send_list(base: Path, wanted: List[Any], out: IO[bytes]) -> None:
     """Stream ``wanted`` ([rel, prefix_chunks] pairs, or bare rel strings) from ``base``.
 
     A prefix is honoured only if this side's file starts with the same chunks."""
-    items = []  # type: List[chunks.Item]
+    items = []  # type: List[Item]
     root = base.resolve()
     for w in wanted:
         rel, prefix = (w, []) if isinstance(w, str) else (w[0], list(w[1] or []))
@@ -178,23 +191,23 @@ def send_list(base: Path, wanted: List[Any], out: IO[bytes]) -> None:
         except OSError:
             continue
         if stat.S_ISLNK(st.st_mode):
-            items.append(chunks.Item(rel, full, link=portable_link(base, full, os.readlink(str(full)))))
+            items.append(Item(rel, full, link=portable_link(base, full, os.readlink(str(full)))))
         elif stat.S_ISDIR(st.st_mode):
-            items.append(chunks.Item(rel, full, mode=stat.S_IMODE(st.st_mode), is_dir=True))
+            items.append(Item(rel, full, mode=stat.S_IMODE(st.st_mode), is_dir=True))
         elif stat.S_ISREG(st.st_mode):
             if prefix:
-                prefix = chunks.matching_prefix(full, prefix, st.st_size)
-                if len(prefix) * chunks.CHUNK >= st.st_size:
-                    prefix = prefix[:max(0, (st.st_size - 1) // chunks.CHUNK)]
-            items.append(chunks.Item(rel, full, st.st_size, st.st_mtime_ns, stat.S_IMODE(st.st_mode), prefix=prefix))
-    chunks.write_items(out, items)
+                prefix = matching_prefix(full, prefix, st.st_size)
+                if len(prefix) * CHUNK >= st.st_size:
+                    prefix = prefix[:max(0, (st.st_size - 1) // CHUNK)]
+            items.append(Item(rel, full, st.st_size, st.st_mtime_ns, stat.S_IMODE(st.st_mode), prefix=prefix))
+    write_items(out, items)
 
 
 def send(base: Path, members: List[str], out: IO[bytes]) -> None:
     """Stream whole trees ``members`` (relative to ``base``), old-style."""
     wanted = []  # type: List[Any]
     for m in members:
-        t = chunks.tree(base / m)
+        t = tree(base / m)
         if not t["exists"]:
             continue
         if (base / m).is_dir():
@@ -204,7 +217,7 @@ def send(base: Path, members: List[str], out: IO[bytes]) -> None:
     send_list(base, wanted, out)
 
 
-def manifest_doc(root: Path, dirs: List[str], hash_dirs: List[str], cache: Optional[chunks.HashCache] = None,
+def manifest_doc(root: Path, dirs: List[str], hash_dirs: List[str], cache: Optional[HashCache] = None,
                  known: Optional[List[str]] = None) -> Dict[str, Any]:
     """What is under each of ``dirs`` and ``hash_dirs`` (with content hashes, from the cache, and
     the tree's digest), and the free bytes. ``known`` (``DIR=DIGEST``: what the client's record
@@ -220,7 +233,7 @@ def manifest_doc(root: Path, dirs: List[str], hash_dirs: List[str], cache: Optio
     changed = False
     doc = {}  # type: Dict[str, Any]
     for d in dirs + hash_dirs:
-        fast = chunks.find_stamp(root / d)
+        fast = find_stamp(root / d)
         seal = seals.get(d)
         if fast is not None and isinstance(seal, list) and seal[0] == fast and expect.get(d) == seal[1]:
             doc[d] = {"same": True, "digest": seal[1], "parts": {}, "exists": True}  # no walk in Python
@@ -231,8 +244,8 @@ def manifest_doc(root: Path, dirs: List[str], hash_dirs: List[str], cache: Optio
         digest = seal[1] if stamp is not None and isinstance(seal, list) and seal[0] == stamp else None
         if digest is None or expect.get(d) != digest:  # the files go back: with their hashes
             cache = cache or hash_cache(root)
-            chunks.fill_hashes(root / d, t, cache, True)
-            digest = chunks.tree_digest(t["files"], t["dirs"])
+            fill_hashes(root / d, t, cache, True)
+            digest = tree_digest(t["files"], t["dirs"])
             if stamp is not None and digest is not None:
                 seals[d] = [stamp, digest]
                 changed = True

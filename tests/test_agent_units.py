@@ -155,3 +155,20 @@ def test_an_index_url_is_shown_without_its_credentials() -> None:
     assert _without_credentials("https://user:tok3n@mirror.example/simple") == "https://***@mirror.example/simple"
     assert _without_credentials("https://mirror.example/simple") == "https://mirror.example/simple"
     assert _without_credentials(None) is None
+
+
+def test_an_empty_job_reference_matches_no_job(tmp_path: Path) -> None:
+    """The agent's own check (the laptop refuses "" too): ``rm ""`` must not pick the only job."""
+    from remote import jobs
+    from remote.errors import AgentError
+    from remote.layout import Root
+
+    root = Root(str(tmp_path / "root"))
+    jd = root.jobs / "solo-11301200-abcde"
+    jd.mkdir(parents=True)
+    (jd / "spec.json").write_text('{"name": "solo"}')
+    (jd / "status.json").write_text('{"state": "succeeded", "job_id": "solo-11301200-abcde", "name": "solo"}')
+    assert jobs.resolve(root, "solo") == "solo-11301200-abcde"
+    for ref in ("", " "):
+        with pytest.raises(AgentError, match="no job given"):
+            jobs.resolve(root, ref)

@@ -196,3 +196,61 @@ def test_stop_targets_choose_a_signal_per_process(tree: str, tmp_path: Path) -> 
     names = {k: sorted(signal.Signals(s).name for s in v) for k, v in by_kind.items()}
     # the forked worker, the shells and torchrun's child are left to their parents
     assert names == {"fork": ["SIGINT"], "term": ["SIGTERM"], "noint": ["SIGTERM"], "torchrun": ["SIGINT"]}
+
+
+MIN_STEPS_SCRIPT = """
+import time
+import torch
+import lightning as L
+
+
+class Tiny(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Linear(4, 1)
+
+    def training_step(self, batch, i):
+        time.sleep(0.05)
+        return self.w(batch).pow(2).mean()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+data = torch.utils.data.DataLoader(torch.randn(64, 4), batch_size=8)
+trainer = L.Trainer(max_steps=2000, min_steps=2000, min_epochs=200, logger=False, enable_progress_bar=False,
+                    enable_checkpointing=False, accelerator="cpu")
+trainer.fit(Tiny(), data)
+print("finished at step", trainer.global_step, flush=True)
+"""
+
+
+def test_lightning_stops_even_before_its_min_steps(tmp_path: Path) -> None:
+    """A stop request ends fit() at the next step with a checkpoint, though min_steps/min_epochs
+    are not met (Lightning alone would train on until they are)."""
+    pytest.importorskip("lightning")
+    job = tmp_path / "job"
+    (job / "ckpt").mkdir(parents=True)
+    rt = tmp_path / "rt"
+    rt.mkdir()
+    (rt / "gpujob_runtime.py").write_bytes((RUNTIME / "gpujob_runtime.py").read_bytes())
+    (rt / "gpujob_checkpoints.py").write_bytes((REPO / "remote" / "checkpoints.py").read_bytes())
+    (tmp_path / "train.py").write_text(MIN_STEPS_SCRIPT)
+    env = dict(os.environ, **QUIET, PYTHONPATH=f"{AUTOHOOK}{os.pathsep}{rt}", GPUJOB_JOB_DIR=str(job),
+               GPUJOB_CKPT_DIR=str(job / "ckpt"), GPUJOB_STOP_FILE=str(job / "STOP"),
+               GPUJOB_METRICS_FILE=str(job / "metrics.jsonl"))
+    log = open(tmp_path / "out.log", "wb")  # noqa: SIM115
+    proc = subprocess.Popen([sys.executable, "train.py"], cwd=tmp_path, env=env, stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        assert wait_until_true(lambda: (job / "STOP.watch").exists() or proc.poll() is not None, 180)
+        (job / "STOP").write_text("stop\n")
+        assert proc.wait(timeout=60) == 0, (tmp_path / "out.log").read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        log.close()
+    out = (tmp_path / "out.log").read_text()
+    step = int(__import__("re").search(r"finished at step (\d+)", out).group(1))
+    assert 0 < step < 2000, out[-2000:]
+    assert [p.name for p in (job / "ckpt").iterdir()] == [f"epoch={(step - 1) // 8}-step={step}.ckpt"]

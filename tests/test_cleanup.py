@@ -25,6 +25,11 @@ def test_rm_refuses_a_running_job_unless_forced(any_host: str, tmp_path: Path) -
     r = run_cli("rm", long)
     assert r.returncode == 2 and "stop it first" in r.stderr and "--force" in r.stderr, r.stderr
     assert (root / "jobs" / long).is_dir() and job_processes(long)
+    r = run_cli("rm", long, done)  # one refused: the other is still removed, and the error says both
+    assert r.returncode == 2 and "1 of 2 jobs not removed" in r.stderr and f"removed: {done}" in r.stderr, r.stderr
+    assert (root / "jobs" / long).is_dir() and not (root / "jobs" / done).exists()
+    done = submit(any_host, write_job(tmp_path, "done2", "", WRITE_CKPT))["job_id"]
+    wait_state(any_host, done, ("succeeded",))
     r = run_cli("rm", done, long, "--force", "--json")
     assert r.returncode == 0, r.stderr
     res = {x["job_id"]: x for x in json.loads(r.stdout)["removed"]}

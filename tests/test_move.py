@@ -289,33 +289,53 @@ def test_a_cut_move_resumes_asking_only_for_what_is_missing(tmp_path: Path) -> N
     a cut large file only from its first missing chunk; the second stream completes it."""
     import io
 
-    from remote import chunks, move, transfer
+    from remote import move, stream, transfer
 
     job = tmp_path / "old" / "j1"
     (job / "ckpt" / "step-5").mkdir(parents=True)
-    big = os.urandom(3 * chunks.CHUNK + 12345)
+    big = os.urandom(3 * stream.CHUNK + 12345)
     (job / "ckpt" / "step-5" / "state.pt").write_bytes(big)
     (job / "ckpt" / "step-5" / ".gpujob-complete").write_text("ok")
     (job / "metrics.jsonl").write_text('{"step": 5, "loss": 0.5}\n')
     (job / "status.json").write_text("{}")
     offered = transfer.select(job, "latest")
     inbox = tmp_path / "incoming" / "j1"
-    first = move.wanted(chunks.tree(inbox), offered, skip_ckpt=False)
+    first = move.wanted(stream.tree(inbox), offered, skip_ckpt=False)
     assert "status.json" not in first and "metrics.jsonl" in first
     out = io.BytesIO()
     transfer.send_list(job, first, out)
-    cut = out.getvalue()[: 2 * chunks.CHUNK + 4096]  # the link drops inside the third chunk
-    with pytest.raises(chunks.TransferError):
-        chunks.read_items(inbox, io.BytesIO(cut), links_out=False)
-    again = move.wanted(chunks.tree(inbox), offered, skip_ckpt=False)
+    cut = out.getvalue()[: 2 * stream.CHUNK + 4096]  # the link drops inside the third chunk
+    with pytest.raises(stream.TransferError):
+        stream.read_items(inbox, io.BytesIO(cut), links_out=False)
+    again = move.wanted(stream.tree(inbox), offered, skip_ckpt=False)
     assert "ckpt/step-5/.gpujob-complete" not in again and "metrics.jsonl" in again  # came whole / never came
     resumed = [w for w in again if isinstance(w, list)]
     assert resumed and resumed[0][0] == "ckpt/step-5/state.pt" and len(resumed[0][1]) >= 1
     out = io.BytesIO()
     transfer.send_list(job, again, out)
     assert len(out.getvalue()) < len(big)  # only the rest travels
-    chunks.read_items(inbox, io.BytesIO(out.getvalue()), links_out=False)
+    stream.read_items(inbox, io.BytesIO(out.getvalue()), links_out=False)
     assert (inbox / "ckpt" / "step-5" / "state.pt").read_bytes() == big
-    assert move.wanted(chunks.tree(inbox), offered, skip_ckpt=False) == []
+    assert move.wanted(stream.tree(inbox), offered, skip_ckpt=False) == []
     # a shared checkpoint is never asked for
-    assert all(not str(w).startswith("ckpt") for w in move.wanted(chunks.tree(tmp_path / "none"), offered, True))
+    assert all(not str(w).startswith("ckpt") for w in move.wanted(stream.tree(tmp_path / "none"), offered, True))
+
+
+def test_a_refused_adopt_gives_the_sync_lease_back(tmp_path: Path) -> None:
+    """A move refused on the new host before the job exists there lets the project's next
+    submit sync at once instead of waiting out the lease."""
+    import io
+
+    from remote import locks, move
+    from remote.errors import AgentError
+    from remote.layout import Root
+
+    root = Root(str(tmp_path / "root"))
+    (root.jobs / "j1").mkdir(parents=True)  # a job of this id already lives here
+    (root.jobs / "j1" / "status.json").write_text(json.dumps({"state": "running", "job_id": "j1"}))
+    assert locks.try_lease(root.root, "proj", "tok-move") is None
+    assert locks.try_lease(root.root, "proj", "tok-other") is not None  # held by the move
+    request = {"job_id": "j1", "project": "proj", "lease": "tok-move", "spec": {"name": "proj"}}
+    with pytest.raises(AgentError, match="already exists"):
+        move.adopt(root, io.BytesIO(json.dumps(request).encode() + b"\n"), io.BytesIO())
+    assert locks.try_lease(root.root, "proj", "tok-other") is None  # given back

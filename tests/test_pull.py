@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpujob.errors import GpujobError
-from gpujob.usecases.pull import chunks, extract
+from gpujob.usecases.pull import extract, wire
 from tests.conftest import run_cli
 from tests.test_first_path import submit, wait_state, write_job
 
@@ -88,12 +88,12 @@ def framed(*entries: tuple[list, bytes]) -> io.BytesIO:
     """A stream of one batch record holding ``entries`` ((entry, payload) pairs), then the end."""
     head = [e for e, _ in entries]
     body = b"".join(d for _, d in entries)
-    return io.BytesIO(chunks.MAGIC + chunks.frame(b"B", head) + body + chunks.frame(b"E", {}))
+    return io.BytesIO(wire.MAGIC + wire.frame(b"B", head) + body + wire.frame(b"E", {}))
 
 
 def member(name: str, kind: str = "f", link: str = "", data: bytes = b"x") -> tuple[list, bytes]:
     if kind == "f":
-        return ["f", name, 0o644, 0, len(data), chunks.small_hash(data)], data
+        return ["f", name, 0o644, 0, len(data), wire.small_hash(data)], data
     return [kind, name, link if kind in ("l", "h") else 0o755], b""
 
 
@@ -140,23 +140,23 @@ def test_extract_rejects_a_damaged_file(tmp_path: Path) -> None:
 
 def test_cut_pull_resumes_from_verified_chunks(tmp_path: Path) -> None:
     src = tmp_path / "model.bin"
-    src.write_bytes(os.urandom(3 * chunks.CHUNK + 1234))
+    src.write_bytes(os.urandom(3 * wire.CHUNK + 1234))
     st = src.stat()
 
     def stream(prefix: list[str]) -> bytes:
         buf = io.BytesIO()
-        chunks.write_items(buf, [chunks.Item("ckpt/model.bin", src, st.st_size, st.st_mtime_ns, 0o644, prefix=prefix)])
+        wire.write_items(buf, [wire.Item("ckpt/model.bin", src, st.st_size, st.st_mtime_ns, 0o644, prefix=prefix)])
         return buf.getvalue()
 
     dest = tmp_path / "dest"
     whole = stream([])
     with pytest.raises(GpujobError):
-        extract(io.BytesIO(whole[: 2 * chunks.CHUNK + 5000]), dest)
+        extract(io.BytesIO(whole[: 2 * wire.CHUNK + 5000]), dest)
     target = dest / "ckpt" / "model.bin"
     assert not target.exists()
-    have = chunks.part_chunks(target)
+    have = wire.part_chunks(target)
     assert len(have) == 2
     res = extract(io.BytesIO(stream(have)), dest)
-    assert res["bytes"] == st.st_size - 2 * chunks.CHUNK
+    assert res["bytes"] == st.st_size - 2 * wire.CHUNK
     assert target.read_bytes() == src.read_bytes()
-    assert not chunks.part_chunks(target) and not list(dest.rglob("*.gpujob-part*"))
+    assert not wire.part_chunks(target) and not list(dest.rglob("*.gpujob-part*"))

@@ -18,7 +18,8 @@ from gpujob.config.spec import DataEntry, JobSpec
 from gpujob.errors import GpujobError
 from gpujob.transport import connect
 from gpujob.transport.agent import Agent
-from gpujob.usecases.sync import chunks, sync_job
+from gpujob.usecases.pull import wire
+from gpujob.usecases.sync import sync_job
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -143,16 +144,16 @@ def test_cut_transfer_resumes_without_resending(ssh_host: str, sshd, tmp_path: P
         sync_job(agent_for(ssh_host, link.port), spec_for(src), "proj")
     link.close()
     assert not (code / "b-big.bin").exists()  # never visible half-written
-    part = Path(chunks.part_path(code / "b-big.bin"))
+    part = Path(wire.part_path(code / "b-big.bin"))
     def smalls_kept() -> bool:
         return all((code / f"a-small-{i}.txt").is_file() for i in range(5))
 
     # the agent notices the cut link, records the verified prefix and finishes the small files'
     # writes (its writer threads may still run when the part's sidecar is saved)
     deadline = time.time() + 10
-    while not (chunks.part_chunks(code / "b-big.bin") and smalls_kept()) and time.time() < deadline:
+    while not (wire.part_chunks(code / "b-big.bin") and smalls_kept()) and time.time() < deadline:
         time.sleep(0.1)
-    verified = chunks.part_chunks(code / "b-big.bin")
+    verified = wire.part_chunks(code / "b-big.bin")
     assert part.exists() and len(verified) >= 2
     assert smalls_kept()
 
@@ -160,10 +161,10 @@ def test_cut_transfer_resumes_without_resending(ssh_host: str, sshd, tmp_path: P
     rep = sync_job(agent_for(ssh_host, link2.port), spec_for(src), "proj")
     link2.close()
     assert diff(src, code) == ""
-    assert rep.resumed_bytes == len(verified) * chunks.CHUNK
+    assert rep.resumed_bytes == len(verified) * wire.CHUNK
     # finished files were not resent and the big one resumed: far less than the whole tree went up
     whole = (16 << 20) + (1 << 20) + 100_000
-    assert link2.up < whole - len(verified) * chunks.CHUNK + (1 << 20)
+    assert link2.up < whole - len(verified) * wire.CHUNK + (1 << 20)
     assert rep.files_sent == 2
 
 
@@ -172,7 +173,7 @@ def records(stream: bytes) -> list[tuple[bytes, object, bytes]]:
     import json
     import struct
 
-    assert stream[:4] == chunks.MAGIC
+    assert stream[:4] == wire.MAGIC
     out, pos = [], 4
     while pos < len(stream):
         kind, n = struct.unpack(">cI", stream[pos:pos + 5])
@@ -191,7 +192,7 @@ def small_tree(src: Path, n: int = 5) -> list:
         p = src / f"f{i}.py"
         p.write_text(f"print({i})\n" * (i + 1))
         st = p.stat()
-        items.append(chunks.Item(f"code/f{i}.py", p, st.st_size, st.st_mtime_ns,
+        items.append(wire.Item(f"code/f{i}.py", p, st.st_size, st.st_mtime_ns,
                                  {1: 0o755, 2: 0o666}.get(i, 0o644)))
     return items
 
@@ -201,36 +202,36 @@ def test_small_files_travel_in_batches_under_one_header(tmp_path: Path) -> None:
     import io
 
     buf = io.BytesIO()
-    chunks.write_items(buf, small_tree(tmp_path / "src"))
+    wire.write_items(buf, small_tree(tmp_path / "src"))
     recs = records(buf.getvalue())
     assert [k for k, _, _ in recs] == [b"B", b"E"]
     assert [e[1] for e in recs[0][1]] == [f"code/f{i}.py" for i in range(5)]
-    res = chunks.read_items(tmp_path / "dst", io.BytesIO(buf.getvalue()))
+    res = wire.read_items(tmp_path / "dst", io.BytesIO(buf.getvalue()))
     dst = tmp_path / "dst" / "code"
     assert res["written"] == 5 and (dst / "f4.py").read_text() == "print(4)\n" * 5
     assert [(dst / f"f{i}.py").stat().st_mode & 0o777 for i in range(3)] == [0o644, 0o755, 0o666]  # umask or not
     # compressed the same way the laptop sends it
     gz = io.BytesIO()
-    comp = chunks.Compressed(gz, "gz:1")
-    chunks.write_items(comp, small_tree(tmp_path / "src2"))
+    comp = wire.Compressed(gz, "gz:1")
+    wire.write_items(comp, small_tree(tmp_path / "src2"))
     comp.finish()
-    assert chunks.read_items(tmp_path / "dst3", io.BytesIO(gz.getvalue()))["written"] == 5
+    assert wire.read_items(tmp_path / "dst3", io.BytesIO(gz.getvalue()))["written"] == 5
     # a corrupted batch entry is refused, not written; the ones before it are kept
     bad = buf.getvalue().replace(b"print(2)", b"print(9)")
-    with pytest.raises(chunks.TransferError, match="hash mismatch"):
-        chunks.read_items(tmp_path / "dst2", io.BytesIO(bad))
+    with pytest.raises(wire.TransferError, match="hash mismatch"):
+        wire.read_items(tmp_path / "dst2", io.BytesIO(bad))
     assert not (tmp_path / "dst2" / "code" / "f2.py").exists()
     assert (tmp_path / "dst2" / "code" / "f1.py").exists()
     assert not list((tmp_path / "dst2").rglob("*.gpujob-part*"))
 
 
 def framed(*recs: tuple[bytes, object, bytes], end: bool = True) -> bytes:
-    body = b"".join(chunks.frame(k, h) + p for k, h, p in recs)
-    return chunks.MAGIC + body + (chunks.frame(b"E", {}) if end else b"")
+    body = b"".join(wire.frame(k, h) + p for k, h, p in recs)
+    return wire.MAGIC + body + (wire.frame(b"E", {}) if end else b"")
 
 
 def f_entry(name: str, data: bytes = b"x") -> tuple[list, bytes]:
-    return ["f", name, 0o644, 0, len(data), chunks.small_hash(data)], data
+    return ["f", name, 0o644, 0, len(data), wire.small_hash(data)], data
 
 
 def batch(*ents: tuple[list, bytes]) -> tuple[bytes, object, bytes]:
@@ -248,7 +249,7 @@ def batch(*ents: tuple[list, bytes]) -> tuple[bytes, object, bytes]:
     (framed(batch(f_entry("ok.txt")), (b"F", {"n": "x", "mode": 420, "mtime": 0, "size": 10, "off": 3}, b"")), "bad file record"),
     (framed(batch(f_entry("ok.txt")), end=False), "ended early"),
     (framed(batch(f_entry("ok.txt")))[:-3] + b"\xff\xff\xff", "ended early|record header"),
-    (chunks.MAGIC + b"B\x7f\xff\xff\xff", "record header"),
+    (wire.MAGIC + b"B\x7f\xff\xff\xff", "record header"),
     (b"not a stream at all", "not a gpujob stream"),
 ])
 def test_crafted_streams_are_refused(tmp_path: Path, stream: bytes, match: str) -> None:
@@ -257,8 +258,8 @@ def test_crafted_streams_are_refused(tmp_path: Path, stream: bytes, match: str) 
     import io
 
     dest = tmp_path / "dest"
-    with pytest.raises(chunks.TransferError, match=match):
-        chunks.read_items(dest, io.BytesIO(stream), links_out=False)
+    with pytest.raises(wire.TransferError, match=match):
+        wire.read_items(dest, io.BytesIO(stream), links_out=False)
     names = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
     assert names in (["dest"], ["dest", "dest/ok.txt"])
     if match == "outside":  # refused at the bad entry: the verified one before it was written
@@ -269,14 +270,14 @@ def test_hash_cache_pruned_of_files_gone(tmp_path: Path) -> None:
     import io
 
     base = tmp_path / "root"
-    cache = chunks.HashCache(tmp_path / "cache.json")
+    cache = wire.HashCache(tmp_path / "cache.json")
     buf = io.BytesIO()
-    chunks.write_items(buf, small_tree(tmp_path / "src"))
-    chunks.read_items(base, io.BytesIO(buf.getvalue()), cache=cache)
+    wire.write_items(buf, small_tree(tmp_path / "src"))
+    wire.read_items(base, io.BytesIO(buf.getvalue()), cache=cache)
     assert len(cache.data) == 5
     (base / "code" / "f3.py").unlink()
-    chunks.delete_paths(base, ["code/f4.py"], cache)
-    t = chunks.tree(base / "code", cache)
+    wire.delete_paths(base, ["code/f4.py"], cache)
+    t = wire.tree(base / "code", cache)
     cache.save()
     assert sorted(t["files"]) == ["f0.py", "f1.py", "f2.py"] and all(v[4] for v in t["files"].values())
-    assert sorted(Path(k).name for k in chunks.HashCache(tmp_path / "cache.json").data) == ["f0.py", "f1.py", "f2.py"]
+    assert sorted(Path(k).name for k in wire.HashCache(tmp_path / "cache.json").data) == ["f0.py", "f1.py", "f2.py"]

@@ -15,7 +15,7 @@ import pytest
 
 from gpujob.errors import GpujobError
 from gpujob.usecases.pull import extract
-from gpujob.usecases.sync import chunks, sync_job
+from gpujob.usecases.sync import stream, sync_job
 from tests.test_sync import agent_for, diff, spec_for
 
 T0 = 1_700_000_000 * 10**9  # a whole second, long ago
@@ -94,7 +94,7 @@ def long_names_tree(top: Path) -> dict[str, bytes]:
         "s" * 244: b"small 244\n",
         "é" * 127 + "x": b"small 255 bytes of utf-8\n",
         "d" * 255 + "/" + "f" * 255: b"in a long folder\n",
-        "L" * 250 + ".bin": os.urandom(chunks.CHUNK + 12345),
+        "L" * 250 + ".bin": os.urandom(stream.CHUNK + 12345),
     }
     for rel, data in files.items():
         (top / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -111,7 +111,7 @@ def test_names_up_to_name_max_sync(ssh_host: str, tmp_path: Path) -> None:
     rep = sync_job(agent, spec_for(src), "proj")
     code = tmp_path / "remote-root" / "projects" / "proj" / "code"
     assert diff(src, code) == "" and rep.files_sent >= 5
-    assert not [p for p in code.rglob("*") if chunks.is_tmp_name(p.name)]
+    assert not [p for p in code.rglob("*") if stream.is_tmp_name(p.name)]
     assert sync_job(agent, spec_for(src), "proj").files_sent == 0
 
 
@@ -122,25 +122,25 @@ def test_names_up_to_name_max_pull_and_resume(tmp_path: Path) -> None:
     items = []
     for rel in sorted(files):
         st = (src / rel).stat()
-        items.append(chunks.Item("ckpt/" + rel, src / rel, st.st_size, st.st_mtime_ns, 0o644))
+        items.append(stream.Item("ckpt/" + rel, src / rel, st.st_size, st.st_mtime_ns, 0o644))
     buf = io.BytesIO()
-    chunks.write_items(buf, items)
+    stream.write_items(buf, items)
     whole = buf.getvalue()
     dest = tmp_path / "dest"
     big = "L" * 250 + ".bin"
-    cut = whole.index(files[big][: 1 << 10]) + chunks.CHUNK + 100  # inside the large file, past its first chunk
+    cut = whole.index(files[big][: 1 << 10]) + stream.CHUNK + 100  # inside the large file, past its first chunk
     with pytest.raises(GpujobError):
         extract(io.BytesIO(whole[:cut]), dest)
     # the cut large file is listed under its final name, with its verified chunk
-    parts = chunks.tree(dest / "ckpt")["parts"]
+    parts = stream.tree(dest / "ckpt")["parts"]
     assert list(parts) == [big] and len(parts[big]) == 1
     st = (src / big).stat()
     resumed = io.BytesIO()
-    chunks.write_items(resumed, [chunks.Item("ckpt/" + big, src / big, st.st_size, st.st_mtime_ns, 0o644,
+    stream.write_items(resumed, [stream.Item("ckpt/" + big, src / big, st.st_size, st.st_mtime_ns, 0o644,
                                              prefix=parts[big])])
     extract(io.BytesIO(resumed.getvalue()), dest)
     extract(io.BytesIO(whole), dest)
     for rel, data in files.items():
         assert (dest / "ckpt" / rel).read_bytes() == data
     assert (dest / "ckpt" / big).stat().st_mtime_ns == st.st_mtime_ns  # nanoseconds kept
-    assert not [p for p in dest.rglob("*") if chunks.is_tmp_name(p.name)]
+    assert not [p for p in dest.rglob("*") if stream.is_tmp_name(p.name)]

@@ -96,7 +96,7 @@ def test_changes_on_the_host_are_seen_despite_the_record(find_or_not: str, tmp_p
 
 
 def test_hash_cache_appends_changes_and_folds_them_in(tmp_path: Path) -> None:
-    from gpujob.usecases.sync import chunks
+    from gpujob.usecases.sync import stream
 
     path = tmp_path / "cache" / "hashes.json"
     files = []
@@ -104,7 +104,7 @@ def test_hash_cache_appends_changes_and_folds_them_in(tmp_path: Path) -> None:
         f = tmp_path / f"f{i}"
         f.write_text(str(i))
         files.append(f)
-    first = chunks.HashCache(path)
+    first = stream.HashCache(path)
     for f in files:
         first.hash(f)
     first.save()
@@ -113,23 +113,23 @@ def test_hash_cache_appends_changes_and_folds_them_in(tmp_path: Path) -> None:
 
     # a receive of one file: one line appended, the object neither read nor rewritten
     (tmp_path / "f0").write_text("changed")
-    one = chunks.HashCache(path)
+    one = stream.HashCache(path)
     one.put(files[0], "h0")
     one.drop(str(files[1]))
     one.save()
     assert one._data is None and not path.exists()  # nothing was read or rewritten
     assert log.read_text().splitlines()[: len(before)] == before and len(log.read_text().splitlines()) == len(before) + 2
-    seen = chunks.HashCache(path)
+    seen = stream.HashCache(path)
     assert seen.get(files[0], files[0].stat()) == "h0" and str(files[1]) not in seen.data
     assert seen.get(files[2], files[2].stat()) is not None
 
     # a log past a quarter of the object (and 1 MB) is folded into it
-    many = chunks.HashCache(path)
+    many = stream.HashCache(path)
     for i in range(12_000):
         many.set(f"/x/{i}", [1, 2, 3, "h"])
     many.save()
     assert not log.exists() and path.exists()
-    folded = chunks.HashCache(path).data
+    folded = stream.HashCache(path).data
     assert len(folded) == 12_002 and folded[str(files[0])][-1] == "h0" and str(files[1]) not in folded
 
 
@@ -138,11 +138,11 @@ def settle(top: Path) -> None:
     trust their stamps (what happens between edits and a submit at human pace)."""
     import time
 
-    from gpujob.usecases.sync import chunks
+    from gpujob.usecases.sync import stream
 
     newest = max(p.lstat().st_ctime_ns for p in [top, *top.rglob("*")])
     deadline = time.time() + 10
-    while chunks.racy(newest, time.time_ns()) and time.time() < deadline:
+    while stream.racy(newest, time.time_ns()) and time.time() < deadline:
         time.sleep(0.05)
 
 

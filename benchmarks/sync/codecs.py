@@ -26,14 +26,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 def payloads() -> dict[str, bytes]:
     from bench import make_small
 
-    from remote import chunks
+    from remote import stream
 
     w = Path(tempfile.mkdtemp())
     make_small(w / "src", 3000)
-    items = [chunks.Item(str(p.relative_to(w / "src")), p, p.stat().st_size, 0, 0o644, is_dir=p.is_dir())
+    items = [stream.Item(str(p.relative_to(w / "src")), p, p.stat().st_size, 0, 0o644, is_dir=p.is_dir())
              for p in sorted((w / "src").rglob("*"))]
     buf = io.BytesIO()
-    chunks.write_items(buf, items)
+    stream.write_items(buf, items)
     return {"3000 source files (stream)": buf.getvalue(), "16 MB random (checkpoint-like)": os.urandom(16 << 20)}
 
 

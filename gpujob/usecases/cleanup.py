@@ -4,21 +4,36 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from gpujob.errors import GpujobError
 from gpujob.transport.agent import Agent
 
 
 def remove_jobs(refs: list[str], agent_for: Callable[[str], Agent], host: str | None = None,
                 force: bool = False) -> list[dict[str, Any]]:
-    """Remove each job's folder on ``host`` (None: where the index says it ran), then its entry in the index."""
+    """Remove each job's folder on ``host`` (None: where the index says it ran), then its entry in the
+    index. A job that cannot be removed does not stop the others: the error, raised after all were
+    tried, names both."""
     from gpujob.config import index
 
-    out = []
+    out, failed = [], []
     for ref in refs:
-        agent = agent_for(host or index.host_of(ref) or "local")
-        res = agent.call("rm", ["--job", ref] + (["--force"] if force else []), timeout=900)
+        try:
+            agent = agent_for(host or index.host_of(ref) or "local")
+            res = agent.call("rm", ["--job", ref] + (["--force"] if force else []), timeout=900)
+        except GpujobError as e:
+            if len(refs) == 1:
+                raise
+            failed.append((ref, e))
+            continue
         res["host"] = agent.host.name
         index.forget({res["job_id"]})
         out.append(res)
+    if failed:
+        done = ", ".join(r["job_id"] for r in out) or "none"
+        why = "; ".join(f"{ref}: {e.cause}" for ref, e in failed)
+        err = failed[0][1]  # its kind and exit code, with every job's outcome
+        err.cause = f"{len(failed)} of {len(refs)} jobs not removed ({why}); removed: {done}"
+        raise err
     return out
 
 

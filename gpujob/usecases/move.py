@@ -54,7 +54,7 @@ class Source:
             import_remote("transfer").send_list(self.path, want, _Counting(out, on_bytes))
             return
         if self.stream is None:  # shared storage: an empty stream (the end record only)
-            import_remote("chunks").write_items(out, [])
+            import_remote("stream").write_items(out, [])
             return
         s = self.stream
         s.stdin.write(json.dumps(want).encode() + b"\n")

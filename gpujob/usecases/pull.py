@@ -22,7 +22,7 @@ from gpujob.bundle import import_remote
 from gpujob.errors import GpujobError, RemoteError, link_cut
 from gpujob.transport.agent import Agent
 
-chunks: Any = import_remote("chunks")
+wire: Any = import_remote("stream")  # not "stream": extract() takes one
 AGAIN = "run pull again: finished files are kept and a large file resumes at its last verified chunk"
 # What chunks says when the stream stops short: a cut link (or an empty stream), not a bad tree.
 _CUT_SIGNS = ("ended early", "ended before", "or an empty one")
@@ -32,8 +32,8 @@ def safe_member(dest: Path, name: str, kind: str = "f", link: str | None = None)
     """Where entry ``name`` (``kind`` f, d or l) lands under ``dest``; refuses absolute paths,
     ``..``, paths through links that leave ``dest`` and links that point out."""
     try:
-        return chunks.safe_target(dest, name, kind, link, links_out=False)
-    except chunks.TransferError as e:
+        return wire.safe_target(dest, name, kind, link, links_out=False)
+    except wire.TransferError as e:
         raise GpujobError(str(e), "the remote tree is not trusted; nothing more was written") from None
 
 
@@ -41,8 +41,8 @@ def extract(stream: Any, dest: Path, on_bytes: Callable[[int], None] | None = No
     """Unpack a verified stream under ``dest`` (temporary name, hash check, rename). Links that
     resolve outside ``dest`` are not kept: they are listed under ``skipped``."""
     try:
-        res = chunks.read_items(dest, stream, links_out=False, on_bytes=on_bytes)
-    except chunks.TransferError as e:
+        res = wire.read_items(dest, stream, links_out=False, on_bytes=on_bytes)
+    except wire.TransferError as e:
         msg = str(e)
         if any(sign in msg for sign in _CUT_SIGNS):
             raise GpujobError(f"the link was cut during the pull ({msg})", AGAIN) from None
@@ -107,10 +107,10 @@ def plan_pull(target: Path, manifest: dict) -> tuple[list[Any], int, int]:
                 continue
         except OSError:
             pass
-        prefix = chunks.part_chunks(local) if size > chunks.CHUNK else []
-        prefix = prefix[: (size - 1) // chunks.CHUNK] if prefix else []
+        prefix = wire.part_chunks(local) if size > wire.CHUNK else []
+        prefix = prefix[: (size - 1) // wire.CHUNK] if prefix else []
         want.append([rel, prefix] if prefix else rel)
-        nbytes += size - len(prefix) * chunks.CHUNK
+        nbytes += size - len(prefix) * wire.CHUNK
     return want, nbytes, same
 
 

@@ -44,7 +44,7 @@ from gpujob.errors import ConnectError, GpujobError, RemoteError, link_cut
 from gpujob.transport.agent import Agent
 from gpujob.usecases.synctree import LocalTree, Record, StaleRecord, TreePlan, plan_tree, scan, sent
 
-chunks: Any = import_remote("chunks")
+stream: Any = import_remote("stream")
 FREE_MARGIN = 256 << 20
 KEPT_UPLOAD_MAX = 1 << 20  # file bytes one request to the kept agent carries; more stream (pipelined)
 DEFAULT_CODEC = "gz:1"
@@ -56,14 +56,14 @@ class Plan:
     """Every tree's plan together: one stream carries them all."""
 
     trees: list[TreePlan] = field(default_factory=list)
-    send: list[Any] = field(default_factory=list)  # chunks.Item, every tree's
+    send: list[Any] = field(default_factory=list)  # stream.Item, every tree's
     delete: list[str] = field(default_factory=list)
     unchanged: int = 0
     resumed_bytes: int = 0
 
     @property
     def bytes(self) -> int:
-        return sum(e.size - len(e.prefix) * chunks.CHUNK for e in self.send if not e.is_dir and e.link is None)
+        return sum(e.size - len(e.prefix) * stream.CHUNK for e in self.send if not e.is_dir and e.link is None)
 
 
 def choose_codec(entries: list[Any], sample: int = 64 << 10, max_files: int = 24) -> str:
@@ -215,7 +215,7 @@ def _callbacks(plan: Plan, progress: Callable[[int, int], None] | None
 def fits_kept_agent(plan: Plan) -> bool:
     """Small enough to go as one request to the kept ``serve`` agent: small files only (no
     resumable large file), at most ``KEPT_UPLOAD_MAX`` bytes in all."""
-    return plan.bytes <= KEPT_UPLOAD_MAX and all(e.size < chunks.CHUNK and not e.prefix for e in plan.send)
+    return plan.bytes <= KEPT_UPLOAD_MAX and all(e.size < stream.CHUNK and not e.prefix for e in plan.send)
 
 
 def upload_kept(agent: Agent, plan: Plan, progress: Callable[[int, int], None] | None = None,
@@ -224,10 +224,10 @@ def upload_kept(agent: Agent, plan: Plan, progress: Callable[[int, int], None] |
     codec = codec or choose_codec(plan.send)
     on_bytes, on_hash = _callbacks(plan, progress)
     buf = io.BytesIO()
-    comp = chunks.Compressed(buf, codec)
+    comp = stream.Compressed(buf, codec)
     try:
-        chunks.write_items(comp, plan.send, plan.delete, on_bytes, on_hash)
-    except chunks.TransferError as e:
+        stream.write_items(comp, plan.send, plan.delete, on_bytes, on_hash)
+    except stream.TransferError as e:
         raise GpujobError(str(e), "run submit again once the file stopped changing") from None
     comp.finish()
     agent.call("receive", args, input=buf.getvalue(), timeout=600)
@@ -242,12 +242,12 @@ def upload(s: Any, agent: Agent, plan: Plan, progress: Callable[[int, int], None
     codec = codec or choose_codec(plan.send)
     on_bytes, on_hash = _callbacks(plan, progress)
     pipe = _Pipe()
-    comp = chunks.Compressed(pipe, codec)
+    comp = stream.Compressed(pipe, codec)
     end = object()
 
     def produce() -> None:
         try:
-            chunks.write_items(comp, plan.send, plan.delete, on_bytes, on_hash)
+            stream.write_items(comp, plan.send, plan.delete, on_bytes, on_hash)
             comp.finish()
             pipe.put(end)
         except BaseException as e:  # noqa: BLE001 - handed to the sending thread
@@ -268,7 +268,7 @@ def upload(s: Any, agent: Agent, plan: Plan, progress: Callable[[int, int], None
                 raise item
             s.stdin.write(item)
             s.stdin.flush()
-    except chunks.TransferError as e:
+    except stream.TransferError as e:
         raise GpujobError(str(e), "run submit again once the file stopped changing") from None
     except (OSError, EOFError) as e:
         broke = e

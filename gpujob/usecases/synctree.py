@@ -3,13 +3,13 @@
 The record (``<cache>/sync/<hash>.json``, one per host profile, root and remote tree) lists
 every file the host holds as ``[size, mtime_ns, inode, ctime_ns, mode, hash]``: the local stat
 the hash was taken from, the mode and content hash there; links and folders too; and the
-digest of that tree (``chunks.tree_digest``). Its head (``.head``) holds the digest and the
+digest of that tree (``stream.tree_digest``). Its head (``.head``) holds the digest and the
 local tree's stamps, and ``.find`` the GNU find listing the stamps came from. The agent
 computes its tree's digest; when it equals the record's, the record *is* the host's tree and
 the agent sends no manifest. Then the laptop needs no walk in Python: an unchanged stamp means
 nothing to send, a changed one is planned from the listing's changed lines. A local file
 whose size, mtime_ns, inode and ctime equal the record's is not read; one whose stamps were
-racily close to the clock when recorded (``chunks.racy``) is read again (an edit in the same
+racily close to the clock when recorded (``stream.racy``) is read again (an edit in the same
 clock tick keeps every stamp). Without GNU find (BSD find has no ``-printf``) the tree is
 walked with ``os.scandir``.
 """
@@ -29,7 +29,7 @@ from gpujob.bundle import import_remote
 from gpujob.config.ignore import ALWAYS, IGNORE_FILES, IgnoreRules, walk
 from gpujob.config.paths import cache_dir
 
-chunks: Any = import_remote("chunks")
+stream: Any = import_remote("stream")
 
 
 @dataclass
@@ -77,10 +77,10 @@ def scan(top: Path, prefix: str, exclude: list[str] | None = None, use_ignore_fi
     whose listing line changed come back (``delta``). Neither walks in Python."""
     t = LocalTree(str(top), prefix, exclude=exclude, use_ignore_files=use_ignore_files)
     now = time.time_ns()
-    raw = chunks.find_listing(top, PRUNE if use_ignore_files else (), now, allow_racy=True)
+    raw = stream.find_listing(top, PRUNE if use_ignore_files else (), now, allow_racy=True)
     fast = listing = None
     if raw is not None:  # kept: the listing without racy lines (they look changed next time)
-        listing, racy_lines = chunks.drop_racy(raw, now)
+        listing, racy_lines = stream.drop_racy(raw, now)
         fast = None if racy_lines else listing_stamp(raw, exclude, use_ignore_files)
     if raw is not None and record is not None and record.lstamp:
         t.stamp, t.listing = fast, listing
@@ -105,7 +105,7 @@ def scan(top: Path, prefix: str, exclude: list[str] | None = None, use_ignore_fi
         if is_dir:
             dirs.append(rel)
         elif stat.S_ISREG(mode):
-            if chunks.is_tmp_name(rel[rel.rfind("/") + 1:]):
+            if stream.is_tmp_name(rel[rel.rfind("/") + 1:]):
                 continue
             files[rel] = (st.st_size, mt, st.st_ino, ct, stat.S_IMODE(mode))
         elif stat.S_ISLNK(mode):
@@ -117,7 +117,7 @@ def scan(top: Path, prefix: str, exclude: list[str] | None = None, use_ignore_fi
             newest = max(mt, ct)
     if raw is not None:  # the find stamp taken before the walk: a change since makes the next one differ
         t.stamp, t.listing = fast, listing
-    elif not chunks.racy(newest, now):
+    elif not stream.racy(newest, now):
         t.stamp = hashlib.sha256("\n".join(lines).encode("utf-8", "surrogateescape")).hexdigest()
     return t
 
@@ -136,7 +136,7 @@ def delta(t: LocalTree, old: bytes, new: bytes) -> tuple[dict[str, tuple[str, tu
     for line in news - olds:
         if line:
             c, m, kind, mode, size, ino, rel = line.split(b" ", 6)
-            added.append((os.fsdecode(rel), kind.decode(), (int(size), chunks.find_ns(m), int(ino), chunks.find_ns(c),
+            added.append((os.fsdecode(rel), kind.decode(), (int(size), stream.find_ns(m), int(ino), stream.find_ns(c),
                                                               int(mode, 8))))
     if t.use_ignore_files and any(r.rpartition("/")[2] in IGNORE_FILES for r in removed | {a[0] for a in added}):
         return None
@@ -157,7 +157,7 @@ def delta(t: LocalTree, old: bytes, new: bytes) -> tuple[dict[str, tuple[str, tu
             parts = rel.split("/")
             if any(rules.ignored("/".join(parts[:i]), True) for i in range(1, len(parts))) or rules.ignored(rel, kind == "d"):
                 continue
-        if kind == "f" and chunks.is_tmp_name(rel.rpartition("/")[2]):
+        if kind == "f" and stream.is_tmp_name(rel.rpartition("/")[2]):
             continue
         changed[rel] = (kind, st, os.readlink(t.path(rel)) if kind == "l" else None)
     return changed, removed - set(changed)
@@ -266,7 +266,7 @@ class Record:
     def compute_digest(self) -> str | None:
         files: dict[str, list[Any]] = {rel: [v[0], 0, v[4], None, v[5]] for rel, v in self.files.items()}
         files.update({rel: [0, 0, 0o777, target, None] for rel, target in self.links.items()})
-        return chunks.tree_digest(files, self.dirs)
+        return stream.tree_digest(files, self.dirs)
 
 
 def record_key(st: tuple | os.stat_result, now_ns: int) -> list[int]:
@@ -274,7 +274,7 @@ def record_key(st: tuple | os.stat_result, now_ns: int) -> list[int]:
     if isinstance(st, os.stat_result):
         st = _stamp(st)
     size, mtime, ino, ctime = st[:4]
-    if chunks.racy(max(mtime, ctime), now_ns):
+    if stream.racy(max(mtime, ctime), now_ns):
         mtime = -1
     return [size, mtime, ino, ctime]
 
@@ -284,7 +284,7 @@ class TreePlan:
     """What to send and delete for one tree, and the record it leaves once the upload succeeded."""
 
     local: LocalTree
-    send: list[Any] = field(default_factory=list)  # chunks.Item
+    send: list[Any] = field(default_factory=list)  # stream.Item
     delete: list[str] = field(default_factory=list)
     unchanged: int = 0
     resumed_bytes: int = 0
@@ -329,13 +329,13 @@ def plan_tree(local: LocalTree, remote: dict[str, Any], record: Record, mirror: 
 
     for rel in local.dirs:
         if rel not in base_dirs:
-            plan.send.append(chunks.Item(local.arc(rel), local.path(rel), mode=0o755, is_dir=True))
+            plan.send.append(stream.Item(local.arc(rel), local.path(rel), mode=0o755, is_dir=True))
     after.dirs.extend(local.dirs)
     for rel, st in local.files.items():
         _plan_file(plan, rel, st, base_files.get(rel), known.get(rel), parts, now)
     for rel, target in local.links.items():
         if base_links.get(rel) != target:
-            plan.send.append(chunks.Item(local.arc(rel), local.path(rel), link=target))
+            plan.send.append(stream.Item(local.arc(rel), local.path(rel), link=target))
         after.links[rel] = target
     names = set(local.files) | set(local.links) | set(local.dirs)
     if mirror:
@@ -365,7 +365,7 @@ def _plan_file(plan: TreePlan, rel: str, st: tuple, b: tuple | None, k: list[Any
         if h is None:
             try:
                 fresh = os.stat(local.path(rel))
-                h = chunks.file_hash(local.path(rel)).hexdigest()
+                h = stream.file_hash(local.path(rel)).hexdigest()
             except OSError:
                 h = None
             else:
@@ -375,10 +375,10 @@ def _plan_file(plan: TreePlan, rel: str, st: tuple, b: tuple | None, k: list[Any
             plan.unchanged += 1
             plan.after.files[rel] = key + [b[1], h]
             return
-    it = chunks.Item(local.arc(rel), local.path(rel), size, mtime, mode)
-    if parts.get(rel) and size > chunks.CHUNK:
-        it.prefix = chunks.matching_prefix(Path(it.path), parts[rel], size)[: (size - 1) // chunks.CHUNK]
-        plan.resumed_bytes += len(it.prefix) * chunks.CHUNK
+    it = stream.Item(local.arc(rel), local.path(rel), size, mtime, mode)
+    if parts.get(rel) and size > stream.CHUNK:
+        it.prefix = stream.matching_prefix(Path(it.path), parts[rel], size)[: (size - 1) // stream.CHUNK]
+        plan.resumed_bytes += len(it.prefix) * stream.CHUNK
     plan.send.append(it)
 
 
@@ -406,12 +406,12 @@ def _plan_delta(plan: TreePlan, local: LocalTree, record: Record, remote: dict[s
             files.pop(rel, None)
             links.pop(rel, None)
             if rel not in dirset:
-                plan.send.append(chunks.Item(local.arc(rel), local.path(rel), mode=0o755, is_dir=True))
+                plan.send.append(stream.Item(local.arc(rel), local.path(rel), mode=0o755, is_dir=True))
                 dirset.add(rel)
             continue
         if kind == "l":
             if links.get(rel) != target:
-                plan.send.append(chunks.Item(local.arc(rel), local.path(rel), link=target))
+                plan.send.append(stream.Item(local.arc(rel), local.path(rel), link=target))
             links[rel] = target  # type: ignore[assignment]
             files.pop(rel, None)
             dirset.discard(rel)

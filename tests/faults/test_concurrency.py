@@ -104,3 +104,40 @@ def test_three_concurrent_resumes_start_one_supervisor(ssh_host: str, tmp_path: 
                 os.kill(p, signal.SIGKILL)
             except OSError:
                 pass
+
+
+def _lock_waiters(lock: Path) -> list[int]:
+    """Processes other than this one with ``lock`` open (a resume blocked on the job's lock)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit() and int(d.name) != os.getpid():
+            try:
+                if any(os.readlink(fd) == str(lock) for fd in (d / "fd").iterdir()):
+                    out.append(int(d.name))
+            except OSError:
+                continue
+    return out
+
+
+def test_a_resume_that_waited_for_rm_says_the_job_was_removed(tmp_path: Path) -> None:
+    import fcntl
+    import shutil
+
+    job = write_job(tmp_path, "racerm", "import sys; sys.exit(3)", "python main.py")
+    job_id = submit("local", job)["job_id"]
+    wait_state("local", job_id, ("failed",), 60)
+    jd = remote_root(tmp_path, "local") / "jobs" / job_id
+    lock = jd / "job.lock"
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # as `gpujob rm` holds it while it removes the folder
+        p = cli("resume", job_id, "--host", "local")
+        wait_for(lambda: bool(_lock_waiters(lock)) or p.poll() is not None, 60, "the resume waiting on the job's lock")
+        assert p.poll() is None, p.communicate()
+        shutil.rmtree(jd)
+    finally:
+        os.close(fd)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode != 0, out
+    assert "was removed" in err and "gpujob ls" in err and "Traceback" not in err, err
+    assert not jd.exists()  # the resume did not make the folder again

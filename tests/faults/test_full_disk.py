@@ -100,3 +100,40 @@ def test_a_full_disk_keeps_the_record_and_the_read_only_verbs(small_disk: Path, 
     r = run_cli("pull", job_id, str(tmp_path / "p"), "--latest", "--json")
     assert r.returncode == 0, r.stderr
     assert not list(small_disk.rglob("*.tmp"))
+
+
+SLEEPER = """
+import time
+print("ready", flush=True)
+while True:
+    time.sleep(0.2)
+"""
+
+
+def test_stop_on_a_full_disk_stops_the_job(small_disk: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``stop`` writes its stop file with the reserve's room: a full disk does not keep a job running."""
+    monkeypatch.setenv("GPUJOB_LOCAL_ROOT", str(small_disk / "root"))
+    job = write_job(tmp_path, "sleeper", SLEEPER, "python main.py")
+    r = run_cli("submit", str(job), "--json")
+    assert r.returncode == 0, r.stderr
+    job_id = json.loads(r.stdout)["job_id"]
+    wait_state("local", job_id, ("running",), 60)
+    assert (small_disk / "root" / ".reserve").exists()
+    with open(small_disk / "rest", "wb") as f, pytest.raises(OSError):
+        while True:
+            f.write(bytes(1 << 16))
+            f.flush()
+    with open(small_disk / "last-page", "wb", buffering=0) as f:  # not one free page left
+        for size in (4096, 1):
+            try:
+                while True:
+                    f.write(bytes(size))
+            except OSError:
+                pass
+    r = run_cli("stop", job_id, "--json")
+    assert r.returncode == 0, r.stderr
+    st = wait_state("local", job_id, ("stopped", "failed", "succeeded"), 60)
+    assert st["state"] == "stopped", st
+    jd = small_disk / "root" / "jobs" / job_id
+    assert json.loads((jd / "status.json").read_text())["state"] == "stopped"
+    assert not list(small_disk.rglob("*.tmp"))

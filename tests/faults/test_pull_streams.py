@@ -10,14 +10,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpujob.usecases.pull import chunks, extract
+from gpujob.usecases.pull import extract, wire
 from tests.conftest import REPO
 from tests.test_first_path import submit, wait_state, write_job
 
 
 def stream(*entries: list) -> io.BytesIO:
     """One batch of folder and link entries, then the end record."""
-    return io.BytesIO(chunks.MAGIC + chunks.frame(b"B", list(entries)) + chunks.frame(b"E", {}))
+    return io.BytesIO(wire.MAGIC + wire.frame(b"B", list(entries)) + wire.frame(b"E", {}))
 
 
 def outside(dest: Path) -> list[str]:
@@ -32,9 +32,9 @@ def test_a_chain_of_links_cannot_lead_out(tmp_path: Path) -> None:
     deep = "/".join(f"d{i}" for i in range(1, 13))
     dirs = [["d", "/".join(deep.split("/")[:i]), 0o755] for i in range(1, 13)]
     evil = stream(*dirs, ["l", f"{deep}/up", "../../.."], ["l", "z", f"{deep}/up/" + "../" * 13 + "etc"],
-                  ["f", "ok.txt", 0o644, 0, 2, chunks.small_hash(b"ok")])
+                  ["f", "ok.txt", 0o644, 0, 2, wire.small_hash(b"ok")])
     data = evil.getvalue()
-    evil = io.BytesIO(data[: -len(chunks.frame(b"E", {}))] + b"ok" + chunks.frame(b"E", {}))
+    evil = io.BytesIO(data[: -len(wire.frame(b"E", {}))] + b"ok" + wire.frame(b"E", {}))
     res = extract(evil, dest)
     assert not os.path.lexists(dest / "z") and outside(dest) == []
     assert any(s.startswith("z -> ") for s in res["skipped"])

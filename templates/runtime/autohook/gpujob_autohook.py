@@ -103,6 +103,17 @@ def _total_steps(trainer: Any) -> Optional[int]:
     return int(total) if isinstance(total, (int, float)) and 0 < total < float("inf") else None
 
 
+def _drop_minimums(trainer: Any) -> None:
+    """Lightning ignores ``should_stop`` until ``min_steps``/``min_epochs`` are met ("Training
+    will continue..."): a stop asked for by the user or the agent must not wait for them."""
+    loop = getattr(trainer, "fit_loop", None)
+    try:
+        loop.min_epochs = 0
+        loop.epoch_loop.min_steps = None
+    except AttributeError:  # another Lightning layout: the stop still comes with the grace period
+        pass
+
+
 def _lightning_callback_class(package: str) -> Any:
     callbacks = __import__(package + ".callbacks", fromlist=["Callback"])
 
@@ -127,6 +138,7 @@ def _lightning_callback_class(package: str) -> Any:
             if agreed and not self.stopped_early:
                 self.stopped_early = True
                 self._save(trainer)
+                _drop_minimums(trainer)
                 trainer.should_stop = True
 
         def _report(self, trainer: Any, gj: Any) -> None:

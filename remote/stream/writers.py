@@ -1,0 +1,174 @@
+"""The receiver's writing threads: verified small files created by a few threads (the file
+system's create cost dominates and overlaps with parsing), a large file's pieces written and
+hashed by one thread of its own while the stream is read on."""
+
+import os
+import queue
+import threading
+from pathlib import Path
+from typing import Any, Callable, List, Optional, Tuple
+
+from .durable import CLOEXEC, NOFOLLOW, remove, replace
+from .hashing import HashCache, Hasher
+from .parts import SIDECAR_EVERY, save_sidecar
+
+WRITERS = 4  # receiver threads writing small files (GPUJOB_SYNC_WRITERS overrides)
+
+
+FSYNC_EACH = 64  # up to this many small files are fsynced each; more get one syncfs
+
+
+def write_small(tmp: str, target: str, data: Any, mode: int, mtime: int, umask: int) -> os.stat_result:
+    """Create ``tmp`` with ``mode`` (never through a link), write ``data``, set the mtime, rename
+    onto ``target``."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | CLOEXEC
+    try:
+        fd = os.open(tmp, flags, mode)
+    except FileExistsError:  # a leftover of an earlier cut
+        remove(tmp)
+        fd = os.open(tmp, flags, mode)
+    try:
+        view = data
+        while len(view):
+            view = view[os.write(fd, view):]
+        if mode & (umask | 0o7000):
+            os.fchmod(fd, mode)
+        os.utime(fd, ns=(mtime, mtime))
+        st = os.fstat(fd)
+    except BaseException:
+        os.close(fd)
+        os.unlink(tmp)
+        raise
+    os.close(fd)
+    replace(tmp, target)
+    return st
+
+
+class Writers:
+    """A few threads writing verified small files; ``drain`` waits for all given so far and
+    raises the first error."""
+
+    def __init__(self, cache: Optional["HashCache"], on_bytes: Optional[Callable[[int], None]]) -> None:
+        self.q = queue.Queue(maxsize=64)  # type: Any
+        self.cache, self.on_bytes = cache, on_bytes
+        self.threads: List[threading.Thread] = []
+        self.errors = []  # type: List[BaseException]
+        self.written = 0
+        self.nbytes = 0
+        self.lock = threading.Lock()
+        self.paths = []  # type: List[str]  # the first files written (enough to fsync each)
+        self.job: List[Tuple[str, str, Any, int, int, str, str]] = []
+        try:
+            self.nthreads = max(1, int(os.environ.get("GPUJOB_SYNC_WRITERS", WRITERS)))
+        except ValueError:
+            self.nthreads = WRITERS
+        old = os.umask(0o22)
+        os.umask(old)
+        self.umask = old
+
+    def put(self, tmp: str, target: str, data: Any, mode: int, mtime: int, digest: str, key: str) -> None:
+        self.job.append((tmp, target, data, mode, mtime, digest, key))
+        if len(self.job) >= 16:
+            self.send()
+
+    def send(self) -> None:
+        if not self.job:
+            return
+        if self.errors:
+            raise self.errors[0]
+        if len(self.threads) < self.nthreads:
+            t = threading.Thread(target=self._run, daemon=True)
+            t.start()
+            self.threads.append(t)
+        job, self.job = self.job, []
+        self.q.put(job)
+
+    def _run(self) -> None:
+        while True:
+            job = self.q.get()
+            try:
+                if job is None:
+                    return
+                if self.errors:
+                    continue
+                n = b = 0
+                for tmp, target, data, mode, mtime, digest, key in job:
+                    st = write_small(tmp, target, data, mode, mtime, self.umask)
+                    if self.cache is not None:
+                        self.cache.set(key, self.cache.stat_key(st) + [digest])
+                    n += 1
+                    b += len(data)
+                with self.lock:
+                    if len(self.paths) < FSYNC_EACH:
+                        self.paths += [j[1] for j in job]
+                    self.written += n
+                    self.nbytes += b
+                if self.on_bytes:
+                    self.on_bytes(b)
+            except BaseException as e:  # noqa: BLE001 - handed to the reading thread
+                self.errors.append(e)
+            finally:
+                self.q.task_done()
+
+    def drain(self) -> None:
+        self.send()
+        self.q.join()
+        if self.errors:
+            raise self.errors[0]
+
+    def close(self) -> None:
+        """Finish what was given (verified files are kept even when the stream broke)."""
+        try:
+            self.send()
+        except BaseException:  # noqa: BLE001 - the first error is raised by the caller's path
+            pass
+        for _ in self.threads:
+            self.q.put(None)
+        for t in self.threads:
+            t.join()
+
+
+class Sink:
+    """Writes and hashes a large file's pieces in a thread of its own (both release the GIL), so
+    reading the stream goes on meanwhile; every ``SIDECAR_EVERY`` chunks the data is synced
+    to disk before the sidecar lists it."""
+
+    def __init__(self, fh: Any, h: Hasher, target: Path) -> None:
+        self.fh, self.h, self.target = fh, h, target
+        self.q = queue.Queue(maxsize=8)  # type: Any
+        self.error = None  # type: Optional[BaseException]
+        self.t = threading.Thread(target=self._run, daemon=True)
+        self.t.start()
+
+    def put(self, data: bytes) -> None:
+        if self.error is not None:
+            raise self.error
+        self.q.put(data)
+
+    def _run(self) -> None:
+        since = 0
+        datasync = getattr(os, "fdatasync", os.fsync)
+        while True:
+            data = self.q.get()
+            if data is None:
+                return
+            if self.error is not None:
+                continue
+            try:
+                self.fh.write(data)
+                if self.h.update(data):
+                    since += 1
+                    if since >= SIDECAR_EVERY:
+                        self.fh.flush()
+                        datasync(self.fh.fileno())
+                        save_sidecar(self.target, self.h.chunks)
+                        since = 0
+            except BaseException as e:  # noqa: BLE001 - raised in the reading thread
+                self.error = e
+
+    def close(self) -> None:
+        """Wait for every piece given; raise the first error."""
+        self.q.put(None)
+        self.t.join()
+        if self.error is not None:
+            raise self.error
