@@ -546,6 +546,7 @@ def test_email_server_down_is_retried_and_given_up():
 
 
 def test_notify_test_via_httpx(srv, secrets, tmp_path, smtpd):
+    from gpujob.ui.report import format_outcomes
     from gpujob.usecases import notifycheck as nt
 
     _script_ok(srv)
@@ -560,7 +561,7 @@ def test_notify_test_via_httpx(srv, secrets, tmp_path, smtpd):
     assert "test notification" in json.loads(srv.last("/hook")["body"])["title"]
     assert json.loads(srv.last("/hook")["body"])["event"] == "test"
     assert len(smtpd.handler_.messages) == 1
-    lines = nt.format_outcomes(outs)
+    lines = format_outcomes(outs)
     assert lines[0] == "notify slack[0] (test): delivered (1 attempt)"
     blob = json.dumps(outs) + "\n".join(lines)
     for v in secrets.values():
