@@ -7,7 +7,7 @@ carries them as ``gpujob/_remote`` and ``gpujob/_templates``.
 from __future__ import annotations
 
 import hashlib
-import importlib
+import importlib.util
 import io
 import sys
 import tarfile
@@ -35,15 +35,29 @@ def templates_dir() -> Path:
     return _find("templates", "_templates")
 
 
+def _remote_package() -> None:
+    """Make ``remote`` name the agent package gpujob ships: its modules import each other as
+    ``remote.x``, as they run on the instance. In a checkout that is the folder beside the
+    package; from a wheel, ``gpujob/_remote``, which nothing else puts on ``sys.path``."""
+    here = remote_dir()
+    mod = sys.modules.get("remote")
+    if mod is not None:
+        if any(Path(p).resolve() == here for p in getattr(mod, "__path__", [])):
+            return
+        raise ImportError(f"another module named 'remote' is loaded ({getattr(mod, '__file__', mod)}); "
+                          "gpujob's agent code needs that name")
+    spec = importlib.util.spec_from_file_location("remote", here / "__init__.py", submodule_search_locations=[str(here)])
+    assert spec and spec.loader
+    pkg = importlib.util.module_from_spec(spec)
+    sys.modules["remote"] = pkg
+    spec.loader.exec_module(pkg)
+
+
 def import_remote(name: str) -> ModuleType:
-    """Import ``remote/<name>.py`` (or the package ``remote/<name>/``) as ``gpujob_remote.<name>``,
-    so laptop code can share pure helpers with the agent. Relative imports inside ``remote/``
-    resolve as on the agent (``from ..protocol import backoff`` in a package of ``remote/``)."""
-    if "gpujob_remote" not in sys.modules:  # a stand-in for ``remote``: its __init__ is not needed here
-        parent = ModuleType("gpujob_remote")
-        parent.__path__ = [str(remote_dir())]  # type: ignore[attr-defined]
-        sys.modules["gpujob_remote"] = parent
-    return importlib.import_module(f"gpujob_remote.{name}")
+    """The agent's module (or package) ``remote/<name>``, for laptop code that shares pure helpers
+    with the agent: one copy per process, the same one tests and the agent's own imports see."""
+    _remote_package()
+    return importlib.import_module(f"remote.{name}")
 
 
 def bundle_files() -> dict[str, Path]:

@@ -27,8 +27,7 @@ import subprocess
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-# relative: the laptop loads this module by path to check a job file (gpujob.bundle.import_remote)
-from .protocol import parse_duration
+from remote.protocol import parse_duration
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?B)?\s*$", re.I)
 _SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}

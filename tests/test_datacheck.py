@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gpujob.usecases.datacheck import check_jsonl, format_report
+from gpujob.ui.report import format_report
+from gpujob.usecases.datacheck import check_jsonl
 
 
 def write(path: Path, lines: list[str]) -> Path:

@@ -381,7 +381,7 @@ def test_runtime_callback_reports_the_trainers_total(tmp_path: Path) -> None:
 
 def test_plot_gives_single_values_no_panel_and_keeps_the_title_clear(tmp_path: Path) -> None:
     from gpujob.errors import GpujobError
-    from gpujob.usecases.plot import figure, plot_series
+    from gpujob.ui.plot import figure, plot_series
 
     series = {"loss": [[i, 4.5 - i / 100, None] for i in range(1, 13)], "eval_loss": [[6, 4.54, None], [12, 4.5, None]],
               "learning_rate": [[i, 5e-5 * (1 - i / 12), None] for i in range(1, 13)],

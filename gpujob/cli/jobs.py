@@ -354,9 +354,10 @@ _TB_VIA = {"job": "the job's python", "host": "the host's PATH", "tools": "gpujo
 
 def cmd_plot(args: argparse.Namespace) -> int:
     from gpujob.ui.output import console, print_json
+    from gpujob.ui.plot import plot_series
     from gpujob.usecases.plot import plot_job
 
-    res = plot_job(agent_for(host_for_job(args)), args.job, Path(args.output or f"{args.job}.png"))
+    res = plot_job(agent_for(host_for_job(args)), args.job, Path(args.output or f"{args.job}.png"), plot_series)
     if args.json:
         print_json(res)
     else:

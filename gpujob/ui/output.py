@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import Any, Callable
 
 
 def console(stderr: bool = False) -> Any:
@@ -33,3 +33,11 @@ def error(e: Exception, as_json: bool) -> None:
             c.print(f"  [yellow]→[/] {escape(e.remedy)}", soft_wrap=True)
     else:
         c.print(f"[bold red]error:[/] {escape(str(e))}", soft_wrap=True)
+
+
+def show(doc: Any, as_json: bool, draw: Callable[[Any], None]) -> None:
+    """What a command prints: ``doc`` as JSON with ``--json``, else ``draw(doc)``."""
+    if as_json:
+        print_json(doc)
+    else:
+        draw(doc)

@@ -8,16 +8,17 @@ from gpujob.errors import GpujobError
 from gpujob.transport.agent import Agent
 
 
-def remove_jobs(refs: list[str], agent_for: Callable[[str], Agent], host_of: Callable[[str], str | None],
+def remove_jobs(refs: list[str], agent_for: Callable[[str], Agent], host: str | None = None,
                 force: bool = False) -> list[dict[str, Any]]:
-    """Remove each job's folder on its host, then its entry in the local index. A job that cannot
-    be removed does not stop the others: the error, raised after all were tried, names both."""
+    """Remove each job's folder on ``host`` (None: where the index says it ran), then its entry in the
+    index. A job that cannot be removed does not stop the others: the error, raised after all were
+    tried, names both."""
     from gpujob.config import index
 
     out, failed = [], []
     for ref in refs:
         try:
-            agent = agent_for(host_of(ref) or "local")
+            agent = agent_for(host or index.host_of(ref) or "local")
             res = agent.call("rm", ["--job", ref] + (["--force"] if force else []), timeout=900)
         except GpujobError as e:
             if len(refs) == 1:
@@ -46,10 +47,3 @@ def collect(agent: Agent, older_than_s: float, dry_run: bool, checkpoints_only: 
         index.forget({i["job_id"] for i in doc["items"] if i["kind"] == "job"})
     return doc
 
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} GB"

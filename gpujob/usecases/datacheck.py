@@ -17,7 +17,6 @@ from typing import BinaryIO
 from gpujob.errors import GpujobError
 
 CHARS_PER_TOKEN = 4
-MAX_LISTED = 10
 
 
 @dataclass
@@ -134,58 +133,3 @@ def check_jsonl(path: Path | str, text_field: str = "text", label_field: str | N
                        "p99": _percentile(lengths, 0.99), "max": lengths[-1], "mean": rep.total_chars / len(lengths)}
     return rep
 
-
-def _lines(nums: list[int]) -> str:
-    shown = ", ".join(str(n) for n in nums[:MAX_LISTED])
-    return shown + (f", ... ({len(nums) - MAX_LISTED} more)" if len(nums) > MAX_LISTED else "")
-
-
-def _human(n: float) -> str:
-    for unit in ("", "K", "M", "B"):
-        if abs(n) < 1000:
-            return f"{n:.0f}{unit}" if unit == "" else f"{n:.1f}{unit}"
-        n /= 1000
-    return f"{n:.1f}T"
-
-
-def format_report(rep: DataReport) -> str:
-    """A human-readable report, problems first, each with its line numbers."""
-    out = [f"{rep.path}: {rep.records} records in {rep.lines} lines"
-           + (f" ({len(rep.blank_lines)} blank)" if rep.blank_lines else "")]
-    problems = []
-    if rep.bad_json:
-        shown = "; ".join(f"line {n}: {err}" for n, err in rep.bad_json[:MAX_LISTED])
-        more = f"; ... ({len(rep.bad_json) - MAX_LISTED} more)" if len(rep.bad_json) > MAX_LISTED else ""
-        problems.append(f"{len(rep.bad_json)} line(s) do not parse as JSON: {shown}{more}")
-    if rep.not_object:
-        problems.append(f"{len(rep.not_object)} line(s) are not JSON objects: lines {_lines(rep.not_object)}")
-    if rep.missing_text:
-        problems.append(f"{len(rep.missing_text)} record(s) lack {rep.text_field!r}: lines {_lines(rep.missing_text)}")
-    if rep.non_string_text:
-        problems.append(f"{len(rep.non_string_text)} record(s) have a non-string {rep.text_field!r}: "
-                        f"lines {_lines(rep.non_string_text)}")
-    if rep.empty_text:
-        problems.append(f"{len(rep.empty_text)} record(s) have an empty {rep.text_field!r}: lines {_lines(rep.empty_text)}")
-    if rep.missing_label:
-        problems.append(f"{len(rep.missing_label)} record(s) lack {rep.label_field!r}: lines {_lines(rep.missing_label)}")
-    for p in problems:
-        out.append("  ✗ " + p)
-    if rep.duplicates:
-        pairs = ", ".join(f"{n} (= {first})" for n, first in rep.duplicates[:MAX_LISTED])
-        more = f", ... ({len(rep.duplicates) - MAX_LISTED} more)" if len(rep.duplicates) > MAX_LISTED else ""
-        out.append(f"  ! {len(rep.duplicates)} exact duplicate record(s): lines {pairs}{more}")
-    if rep.label_counts:
-        total = sum(rep.label_counts.values())
-        parts = ", ".join(f"{k}: {v} ({100 * v / total:.0f}%)" for k, v in rep.label_counts.items())
-        out.append(f"  labels ({len(rep.label_counts)}): {parts}")
-    if rep.lengths:
-        L = rep.lengths
-        out.append(f"  {rep.text_field} length (chars): min {L['min']:.0f}, median {L['p50']:.0f}, "
-                   f"p90 {L['p90']:.0f}, p99 {L['p99']:.0f}, max {L['max']:.0f}, mean {L['mean']:.0f}")
-        out.append(f"  total {_human(rep.total_chars)} chars ≈ {_human(rep.token_estimate)} tokens "
-                   f"(~{CHARS_PER_TOKEN} chars/token)")
-    if rep.ok:
-        out.append("  ✓ no errors" + (" (duplicates are a warning)" if rep.duplicates else ""))
-    elif rep.records == 0 and not problems:
-        out.append("  ✗ no records")
-    return "\n".join(out)

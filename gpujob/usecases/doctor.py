@@ -1,4 +1,5 @@
-"""``gpujob doctor [HOST]``: one round trip to the agent's ``doctor`` verb, then checks with remedies.
+"""``gpujob doctor [HOST]``: one round trip to the agent's ``doctor`` verb, then checks with remedies;
+``gpujob agent-log``: the agent's own log.
 
 Each check is ``ok`` (green), ``warn`` (yellow) or ``error`` (red) and says what to do next.
 """
@@ -9,7 +10,7 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from gpujob.config.hosts import LOCAL, Host
+from gpujob.config.hosts import LOCAL, Host, HostStore
 from gpujob.transport.agent import Agent
 
 LOW_DISK = 5 * 1024**3  # below this free, a checkpoint or a pip install may not fit
@@ -43,6 +44,19 @@ def run_doctor(agent: Agent, host: Host, torch_timeout: float = 60.0) -> dict[st
     rep["preset"] = host.preset
     rep["checks"] = [asdict(c) for c in checks(rep, host)]
     return rep
+
+
+def doctor_host(name: str | None, torch_timeout: float = 60.0) -> tuple[Host, dict[str, Any]]:
+    """The profile ``name`` (None: the default host) and its doctor report."""
+    from gpujob.transport.agent import connect_agent
+
+    host = HostStore().get(name)
+    return host, run_doctor(connect_agent(host), host, torch_timeout)
+
+
+def agent_log(agent: Agent, lines: int) -> dict[str, Any]:
+    """{path, lines}: the last ``lines`` lines of the agent's log on the host."""
+    return agent.call("agentlog", ["--lines", str(lines)])
 
 
 def checks(r: dict[str, Any], host: Host) -> list[Check]:

@@ -1,13 +1,45 @@
-"""``gpujob host add``: connect once (password if needed), install gpujob's key, detect the platform."""
+"""``gpujob host add`` and ``host set``: connect once (password if needed), install gpujob's key, detect the
+platform; apply the settings both take (the idle-shutdown watcher is installed on the instance)."""
 
 from __future__ import annotations
 
 import getpass
+import json
 import shlex
 import sys
+from dataclasses import dataclass
+from typing import Any, Callable
 
 from gpujob.config.hosts import PRESETS, Host, HostStore, check_host_name, detect_preset, parse_ssh_target
-from gpujob.errors import ConnectError, HostError
+from gpujob.errors import ConnectError, GpujobError, HostError
+
+# the settings ``host add`` and ``host set`` both take; None leaves one as it is, "" clears it
+SETTINGS = ("shutdown_command", "private_address", "network_turbo", "hf_endpoint", "pip_index_url", "data_disk",
+            "tensorboard_port", "idle_shutdown")
+_OFF = ("0", "off", "none", "")
+
+
+@dataclass
+class IdleShutdown:
+    """The instance's idle watcher as installed: off (``minutes`` 0) or power off after ``text``."""
+
+    host: str
+    text: str  # as the user wrote it (``30m``)
+    minutes: float
+    pid: int | None = None
+
+
+@dataclass
+class HostChange:
+    """A profile as saved by ``host add``/``host set``, and the idle watcher when it was changed."""
+
+    host: Host
+    idle: IdleShutdown | None = None
+
+
+def profile(host: Host) -> dict[str, Any]:
+    """A profile as ``host add/set/ls --json`` print it."""
+    return {"name": host.name, **host.to_dict()}
 
 # AutoDL's variables may be in the session, only in a login shell, or only in PID 1's environment
 # (the container's own); its data disk is /root/autodl-tmp. One command reads them all.
@@ -63,9 +95,13 @@ def platform_of(found: dict[str, str]) -> str:
 def add_host(
     name: str, ssh_line: str, *, password: str | None = None, root: str | None = None, preset: str | None = None,
     price: float | None = None, identity: str | None = None, check: bool = True, force: bool = False,
-    store: HostStore | None = None,
-) -> Host:
-    """Create (or with ``force`` replace) a host profile; the password is used once, never stored."""
+    store: HostStore | None = None, settings: dict[str, Any] | None = None,
+    on_detect: Callable[[Host, dict[str, str]], None] | None = None,
+) -> HostChange:
+    """Create (or with ``force`` replace) a host profile; the password is used once, never stored.
+
+    ``settings`` (keys of ``SETTINGS``) are applied once it is saved; ``on_detect`` hears the platform the
+    instance said it is (no ``preset``)."""
     store = store or HostStore()
     if name == "local":
         raise HostError("'local' is built in", "pick another name")
@@ -100,15 +136,71 @@ def add_host(
         if not preset:
             host.preset, found = detect_platform(host)
             host.region = found.get("AutoDLRegion") or None
-            if host.preset != "generic":
-                p = PRESETS[host.preset]
-                where = f" (region {host.region})" if host.region else ""
-                print(f"detected {host.preset}{where}: preset {host.preset} — root {root or p['root']}, shutdown "
-                      f"{p['shutdown_command'] or 'off'}, TensorBoard port {p['tensorboard_port']}, caches under the root"
-                      + ("; /etc/network_turbo exists (gpujob host set NAME --network-turbo true to use it)"
-                         if found.get("network_turbo") else "")
-                      + f"; change with gpujob host set {name} --preset ...", file=sys.stderr)
+            if on_detect:
+                on_detect(host, found)
     if host.shutdown_command is None:
         host.shutdown_command = PRESETS[host.preset]["shutdown_command"]
     store.save(host)
-    return host
+    change = HostChange(host)
+    if any((settings or {}).get(k) is not None for k in SETTINGS):
+        change.idle = apply_settings(host, settings or {}, store)
+        store.save(host)
+    return change
+
+
+def update_host(
+    name: str, *, ssh_line: str | None = None, root: str | None = None, preset: str | None = None,
+    identity: str | None = None, price: float | None = None, settings: dict[str, Any] | None = None,
+    store: HostStore | None = None,
+) -> HostChange:
+    """``host set``: change what is given (None: unchanged) and save the profile."""
+    store = store or HostStore()
+    host = store.get(name)
+    if host.kind == "local":
+        raise HostError("'local' is built in", "set GPUJOB_LOCAL_ROOT to move its root")
+    if ssh_line:
+        for k, v in parse_ssh_target(ssh_line).items():
+            setattr(host, k, v)
+    for attr, val in (("root", root), ("preset", preset), ("identity_file", identity)):
+        if val is not None:
+            setattr(host, attr, val)
+    if price is not None:
+        host.price_per_hour = price
+    change = HostChange(host, apply_settings(host, settings or {}, store))
+    store.save(host)
+    return change
+
+
+def apply_settings(host: Host, settings: dict[str, Any], store: HostStore) -> IdleShutdown | None:
+    """Apply ``settings`` to ``host`` (not saved); the idle watcher, when ``idle_shutdown`` is among them."""
+    if settings.get("private_address") is not None:
+        host.private_address = settings["private_address"] or None
+    if settings.get("shutdown_command") is not None:
+        host.shutdown_command = settings["shutdown_command"] or None
+    for attr in ("network_turbo", "hf_endpoint", "pip_index_url", "data_disk", "tensorboard_port"):  # "" clears
+        val = settings.get(attr)
+        if val is not None:
+            setattr(host, attr, {"true": True, "false": None}.get(val, val) if attr == "network_turbo" else (val or None))
+    text = settings.get("idle_shutdown")
+    if text is None:
+        return None
+    idle = set_idle_shutdown(host, text, store)
+    host.idle_shutdown = None if text.strip().lower() in _OFF else text  # the instance revives its watcher after a reboot
+    return idle
+
+
+def set_idle_shutdown(host: Host, text: str, store: HostStore) -> IdleShutdown:
+    """Install (``0``/``off``: remove) the instance's idle watcher: power off after N idle minutes."""
+    from gpujob.config.durations import parse_duration
+    from gpujob.transport.agent import connect_agent
+
+    try:
+        minutes = 0.0 if text.strip().lower() in _OFF else parse_duration(text) / 60.0
+    except ValueError as e:
+        raise GpujobError(f"--idle-shutdown: {e}", "e.g. --idle-shutdown 30m (or off)") from None
+    if minutes and not host.shutdown_command:
+        raise HostError(f"host {host.name} has no shutdown command", f"set one: gpujob host set {host.name} --shutdown-command CMD")
+    # the saved profile is the one reached: a new --ssh line of the same command is not saved yet
+    res = connect_agent(store.get(host.name)).call("idle_shutdown", ["--minutes", repr(minutes)],
+                                                   input=json.dumps({"command": host.shutdown_command}).encode())
+    return IdleShutdown(host.name, text, minutes, res.get("pid"))

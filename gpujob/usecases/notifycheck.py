@@ -198,6 +198,12 @@ def notify_test(
     return out
 
 
-def format_outcomes(outcomes: list[dict[str, Any]]) -> list[str]:
-    """One line per outcome, for the CLI."""
-    return [notify.format_outcome(o, "test") for o in outcomes]
+def notify_test_job(job_file: str | None) -> list[dict[str, Any]]:
+    """``gpujob notify test``: a ``test`` event to every channel of the job file, with the secrets it names."""
+    from gpujob.config.spec import load_spec
+    from gpujob.errors import GpujobError
+
+    spec = load_spec(job_file)
+    if not (spec.notify or {}).get("channels"):
+        raise GpujobError(f"{spec.source} has no notify channels", "add notify: {channels: [...]} (see docs/notifications.md)")
+    return notify_test(spec.notify, secrets_from_env(notify.secret_names(spec.notify)), job_name=spec.name)

@@ -20,7 +20,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from gpujob.config.hosts import LOCAL, Host
+from gpujob.config.hosts import LOCAL, Host, HostStore
 from gpujob.errors import ConnectError, GpujobError, HostError
 
 BEGIN = "# >>> gpujob hosts (written by `gpujob ssh`; edits between these lines are replaced) >>>"
@@ -175,6 +175,11 @@ def ssh_plan(host: Host, hosts: list[Host], command: list[str], ssh_config: str 
     path = Path(ssh_config).expanduser() if ssh_config else ssh_config_path()
     return {"argv": ssh_argv(host, command, path if ssh_config else None), "ssh_config": str(path),
             "block": config_block(hosts)}
+
+
+def ssh_plan_for(host: Host, command: list[str], ssh_config: str | None = None) -> dict[str, Any]:
+    """``ssh_plan`` with every saved profile's entry, and the host's name (what ``ssh --print --json`` prints)."""
+    return {"host": host.name, **ssh_plan(host, HostStore().all(), command, ssh_config)}
 
 
 def hand_over(plan: dict[str, Any]) -> None:

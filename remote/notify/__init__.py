@@ -18,8 +18,7 @@ checks, ``on:``), ``redaction`` (``${NAME}``, secrets out of spec.json, :func:`r
 ``render`` (event -> title and text), ``http_client`` (requests, the POST, answers, the group-robot base),
 ``ratelimit`` (sends per key over a day), ``send`` (retries, every channel, the agent's call),
 and one module per channel kind. A new kind: a module whose :class:`Channel` subclass is
-decorated with ``@register``, and its name on the import line below. Imports inside the package
-are relative, so the laptop loads it by path (``gpujob.bundle.import_remote("notify")``).
+decorated with ``@register``, and its name on the import line below. The laptop loads it with ``gpujob.bundle.import_remote("notify")``.
 """
 
 # each channel module registers its kind

@@ -4,7 +4,8 @@
 import time
 from typing import Any, Callable, Dict, List, Optional
 
-from .. import protocol
+from remote import protocol
+
 from .base import ChannelError, Transport, channel_type, kind_of
 from .http_client import urllib_transport
 from .redaction import all_sensitive, redact, redact_obj, resolve_channel

@@ -1,0 +1,39 @@
+"""``host rm``, ``host disconnect`` and ``host trust``: a profile's connection side (the kept connection, its key)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpujob.config.hosts import LOCAL, HostStore
+
+
+def remove_host(name: str, store: HostStore | None = None) -> dict[str, Any]:
+    """Forget the profile; a kept connection to it closes too."""
+    from gpujob.transport import mux
+
+    store = store or HostStore()
+    host = store.get(name)
+    store.remove(name)
+    if host.kind != LOCAL:
+        mux.disconnect(host)
+    return {"removed": name}
+
+
+def disconnect_host(name: str, store: HostStore | None = None) -> dict[str, Any]:
+    """Close the connection kept open to the host between commands; ``closed``: there was one."""
+    from gpujob.transport import mux
+
+    host = (store or HostStore()).get(name)
+    return {"host": host.name, "closed": host.kind != LOCAL and mux.disconnect(host)}
+
+
+def trust_host(name: str, store: HostStore | None = None) -> dict[str, Any]:
+    """Forget the host's recorded key and record the one it offers now (after an image change)."""
+    from gpujob.transport import mux
+    from gpujob.transport.ssh import forget_host_key, open_client
+
+    host = (store or HostStore()).get(name)
+    mux.disconnect(host)  # a kept connection still talks to the old key's server
+    forget_host_key(host)
+    open_client(host).close()
+    return {"trusted": host.name, "address": host.address}
