@@ -1,6 +1,6 @@
 """Durations: defined once, in ``remote/protocol.py`` (the agent reads the same forms).
 
-Kept only for the laptop modules that still import them from here (cli/, ui/, usecases/cost.py);
+Kept only for the laptop modules that still import them from here (cli/jobs.py, cli/tools.py, ui/jobs.py);
 new code imports ``import_remote("protocol")``. Delete this file once they do.
 """
 

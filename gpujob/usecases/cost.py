@@ -78,7 +78,9 @@ def render(doc: dict[str, Any]) -> Any:
     """A rich table: one row per job, then one per host."""
     from rich.table import Table
 
-    from gpujob.config.durations import format_duration
+    from gpujob.bundle import import_remote
+
+    format_duration = import_remote("protocol").format_duration
 
     t = Table(box=None, header_style="bold")
     for col in ("JOB", "HOST", "STATE", "ELAPSED", "COST", "PROJECTED"):

@@ -191,8 +191,10 @@ def apply_settings(host: Host, settings: dict[str, Any], store: HostStore) -> Id
 
 def set_idle_shutdown(host: Host, text: str, store: HostStore) -> IdleShutdown:
     """Install (``0``/``off``: remove) the instance's idle watcher: power off after N idle minutes."""
-    from gpujob.config.durations import parse_duration
+    from gpujob.bundle import import_remote
     from gpujob.transport.agent import connect_agent
+
+    parse_duration = import_remote("protocol").parse_duration
 
     try:
         minutes = 0.0 if text.strip().lower() in _OFF else parse_duration(text) / 60.0
