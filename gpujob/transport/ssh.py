@@ -175,6 +175,10 @@ class _SSHStream(PumpedStream):
 
     def kill(self) -> None:
         self.chan.close()
+        try:
+            self.stdout.close()  # a pump still blocked on a full pipe ends too
+        except OSError:
+            pass
 
 
 class _SSHForward(Forward):
