@@ -74,7 +74,7 @@ def format_duration(seconds: Optional[float]) -> str:
 # ---- retries --------------------------------------------------------------------------------
 
 
-def backoff(attempt: int, base: float, cap: float = math.inf) -> float:
-    """Seconds to wait after failed try number ``attempt`` (1, 2, ...): ``base``, doubled for each
-    further try, at most ``cap``."""
-    return min(cap, base * 2.0 ** min(max(0, attempt - 1), 64))  # 2**64: far past any cap, never an overflow
+def backoff(attempt: int, base: float, cap: float = math.inf, factor: float = 2.0) -> float:
+    """Seconds to wait after failed try number ``attempt`` (1, 2, ...): ``base``, times ``factor``
+    for each further try, at most ``cap``. The laptop's waits (gpujob/backoff.py) are this one."""
+    return min(cap, base * factor ** min(max(0, attempt - 1), 64))  # a bounded exponent: never an overflow

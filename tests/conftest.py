@@ -217,7 +217,7 @@ def ssh_host(sshd: Sshd, tmp_path: Path) -> str:
     GPUJOB_PATH_PREFIX), as a conda env would on an instance.
     """
     from gpujob.config.hosts import Host, HostStore
-    from gpujob.transport.ssh import public_key_line
+    from gpujob.config.keys import public_key_line
 
     sshd.authorize(public_key_line())
     host = Host(name="box", hostname="127.0.0.1", port=sshd.port, user=os.environ.get("USER", "root"),

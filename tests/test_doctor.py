@@ -45,7 +45,7 @@ def no_torch_bin(tmp_path: Path, smi: bool = False) -> Path:
 
 def save_host(sshd, tmp_path: Path, prefix: Path, **kw: object) -> None:
     from gpujob.config.hosts import Host, HostStore
-    from gpujob.transport.ssh import public_key_line
+    from gpujob.config.keys import public_key_line
 
     sshd.authorize(public_key_line())
     HostStore().save(Host(name="box", hostname="127.0.0.1", port=sshd.port, user=os.environ.get("USER", "root"),
@@ -89,7 +89,7 @@ def autodl_env(sshd) -> None:
 
 
 def test_host_add_detects_autodl_and_proposes_the_preset(sshd, tmp_path: Path) -> None:
-    from gpujob.transport.ssh import public_key_line
+    from gpujob.config.keys import public_key_line
 
     autodl_env(sshd)
     sshd.authorize(public_key_line())

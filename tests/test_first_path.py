@@ -210,7 +210,7 @@ def test_refused_key(sshd, tmp_path: Path) -> None:
 
 
 def test_host_add_then_changed_host_key_is_refused(sshd, tmp_path: Path) -> None:
-    from gpujob.transport.ssh import public_key_line
+    from gpujob.config.keys import public_key_line
     from tests.conftest import start_sshd, stop_sshd
 
     sshd.authorize(public_key_line())

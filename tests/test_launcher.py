@@ -129,7 +129,7 @@ def test_two_node_job_trains_stays_identical_and_resumes(two_nodes: list[tuple[s
     # the product's default: a fresh namespace's first handshake can be refused while it settles
     monkeypatch.setenv("GPUJOB_CONNECT_RETRIES", "3")
     from gpujob.config.hosts import Host, HostStore
-    from gpujob.transport.ssh import public_key_line
+    from gpujob.config.keys import public_key_line
 
     shared = tmp_path / "shared-fs"  # both "instances" see it, as AutoDL's autodl-fs
     store = HostStore()

@@ -61,7 +61,7 @@ TRAIN = """
 
 def add_host(name: str, sshd: Sshd, root: Path, path_prefix: str = "") -> None:
     from gpujob.config.hosts import Host, HostStore
-    from gpujob.transport.ssh import public_key_line
+    from gpujob.config.keys import public_key_line
 
     sshd.authorize(public_key_line())
     prefix = os.pathsep.join(p for p in (path_prefix, str(Path(sys.executable).parent)) if p)

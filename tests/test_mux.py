@@ -180,9 +180,9 @@ def test_more_commands_than_the_server_multiplexes(tmp_path: Path, mux_dir: Path
     """OpenSSH allows 10 sessions per connection by default: a command beyond that gets a
     connection of its own, and the kept one stays up for the others."""
     from gpujob.config.hosts import Host
+    from gpujob.config.keys import public_key_line
     from gpujob.transport import connect
     from gpujob.transport.mux import MuxTransport
-    from gpujob.transport.ssh import public_key_line
     from tests.conftest import start_sshd
 
     s = start_sshd(tmp_path / "sshd", max_sessions=2)

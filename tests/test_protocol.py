@@ -153,3 +153,10 @@ def test_backoff_doubles_up_to_its_cap() -> None:
     assert [protocol.backoff(n, 10) for n in (0, 1, 2, 3, 4)] == [10, 10, 20, 40, 80]
     assert [protocol.backoff(n, 10, 3600) for n in (9, 10, 10_000)] == [2560, 3600, 3600]
     assert protocol.backoff(10_000, 1.0) == 2.0 ** 64  # no OverflowError however many attempts
+    assert [protocol.backoff(n, 1, 100, factor=3) for n in (1, 2, 3, 6)] == [1, 3, 9, 100]
+
+
+def test_the_laptop_waits_by_the_same_formula() -> None:
+    from gpujob.backoff import backoff
+
+    assert backoff is protocol.backoff

@@ -40,7 +40,7 @@ def make_wheel(folder: Path) -> Path:
 def autodl(sshd, tmp_path: Path) -> dict:
     """Host ``adl``: root <fs>/root/autodl-tmp/gpujob, a network_turbo file, local-only pip."""
     from gpujob.config.hosts import Host, HostStore
-    from gpujob.transport.ssh import public_key_line
+    from gpujob.config.keys import public_key_line
 
     fs = tmp_path / "fs"
     (fs / "root" / "autodl-tmp").mkdir(parents=True)

@@ -65,7 +65,7 @@ def main() -> None:
         return timed_env(cmd, dict(os.environ))
 
     from gpujob.config.hosts import Host, HostStore
-    from gpujob.transport.ssh import public_key_line
+    from gpujob.config.keys import public_key_line
     from tests.conftest import start_sshd, stop_sshd
 
     sshd = start_sshd(tmp / "sshd")

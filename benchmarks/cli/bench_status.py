@@ -47,7 +47,7 @@ def main() -> None:
                       GPUJOB_NO_SSH_AGENT="1", GPUJOB_CONNECT_RETRIES="1",
                       GPUJOB_MUX_DIR=tempfile.mkdtemp(prefix="gjmux"))
     from gpujob.config.hosts import Host, HostStore
-    from gpujob.transport.ssh import key_path, public_key_line
+    from gpujob.config.keys import key_path, public_key_line
     from tests.conftest import start_sshd, stop_sshd
 
     sshd = start_sshd(tmp / "sshd")

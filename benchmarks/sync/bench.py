@@ -66,10 +66,10 @@ def main() -> None:
     from linkemu import LinkProcess as Link
 
     from gpujob.config.hosts import Host
+    from gpujob.config.keys import key_path, public_key_line
     from gpujob.config.spec import JobSpec
     from gpujob.transport import connect
     from gpujob.transport.agent import Agent
-    from gpujob.transport.ssh import key_path, public_key_line
     from gpujob.usecases.pull import pull
     from gpujob.usecases.sync import sync_job
     from tests.conftest import start_sshd, stop_sshd

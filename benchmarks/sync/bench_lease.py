@@ -35,10 +35,10 @@ def main() -> None:
     from bench import make_small
 
     from gpujob.config.hosts import Host
+    from gpujob.config.keys import public_key_line
     from gpujob.config.spec import load_spec
     from gpujob.transport import connect
     from gpujob.transport.agent import Agent
-    from gpujob.transport.ssh import public_key_line
     from gpujob.usecases.sync import sync_job
     from tests.conftest import start_sshd, stop_sshd
 

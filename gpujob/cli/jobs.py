@@ -113,7 +113,7 @@ def _follow(host_name: str | None, job: str) -> int:
 
     def reconnect() -> Any:
         for a in current:
-            a.t.close()
+            a.close()
         current[:] = [connect_agent(host)]
         return current[0]
 

@@ -17,8 +17,8 @@ import yaml
 
 from gpujob.config.paths import config_dir, write_private
 from gpujob.errors import HostError
+from gpujob.transport.endpoint import LOCAL, Endpoint
 
-LOCAL = "local"
 # A profile name is a word on the command line and a key in hosts.yaml: never a path or an option.
 _HOST_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,63}$")
 _USER_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,63}\$?$")
@@ -56,7 +56,8 @@ class Host:
     idle_shutdown: str | None = None  # e.g. "30m": the instance powers off when idle (set with host set)
     private_address: str | None = None  # the address other nodes reach this one at (multi-node)
     agent_python: str | None = None  # the interpreter the agent uses; None = search the usual places
-    # network and caches (AUTODL.md): sent to jobs as environment variables, see job_env()
+    # network and caches (AutoDL's academic proxy, mirrors): sent to jobs as environment variables
+    # (settings_env below; the agent applies them in remote/observe.py job_env)
     network_turbo: bool | str | None = None  # true/"both", "setup" or "run": source /etc/network_turbo
     hf_endpoint: str | None = None  # e.g. https://hf-mirror.com
     pip_index_url: str | None = None
@@ -100,6 +101,18 @@ class Host:
     def address(self) -> str:
         return "this machine" if self.kind == LOCAL else f"{self.user}@{self.hostname}:{self.port}"
 
+    def endpoint(self) -> Endpoint:
+        """What the transport needs to reach this host; gpujob's own key is made here if it is used."""
+        from gpujob.config.keys import ensure_client_key, known_hosts_path
+
+        ssh = self.kind != LOCAL
+        return Endpoint(
+            name=self.name, kind=self.kind, hostname=self.hostname, port=self.port, user=self.user,
+            identity_file=self.identity_file, client_key=str(ensure_client_key()) if ssh and not self.identity_file else "",
+            known_hosts=str(known_hosts_path()) if ssh else "", connect_timeout=self.connect_timeout,
+            root=self.remote_root, agent_python=self.agent_python,
+        )
+
     def to_dict(self) -> dict[str, Any]:
         d = {k: v for k, v in asdict(self).items() if v not in (None, {}, "") and k != "name"}
         # variables that came from the settings fields on load are not saved twice; hand-set ones stay
@@ -114,8 +127,9 @@ class Host:
 
 
 
-# Platform defaults (sources in shared/AUTODL.md). Caches (HF_HOME, PIP_CACHE_DIR) live under the
-# root, so on AutoDL they land on the data disk /root/autodl-tmp rather than the 30 GB system disk.
+# Platform defaults (from each platform's own documentation of its instances' disks). Caches (HF_HOME,
+# PIP_CACHE_DIR) live under the root, so on AutoDL they land on the data disk /root/autodl-tmp rather
+# than the 30 GB system disk.
 PRESETS: dict[str, dict[str, Any]] = {
     "generic": {"root": "~/.gpujob", "shutdown_command": None, "data_disk": None, "tensorboard_port": 6006,
                 "network_turbo": None},

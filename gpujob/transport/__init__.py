@@ -1,26 +1,33 @@
-"""How the laptop talks to a host: one small interface, two implementations."""
+"""How the laptop reaches a host: one small interface (``base``) and three ways to carry it.
+
+``local`` runs commands on this machine; ``mux`` hands them to a per-host daemon (``muxd``) that
+keeps one SSH connection open; ``ssh`` opens a connection of its own. ``agent`` speaks the agent
+protocol over any of them. Everything here reads an ``Endpoint``, never a host profile.
+"""
 
 from __future__ import annotations
 
-from gpujob.config.hosts import LOCAL, Host
 from gpujob.transport.base import Result, Stream, Transport
+from gpujob.transport.endpoint import Endpoint, Target, as_endpoint
 
 
-def connect(host: Host) -> Transport:
-    """A transport for ``host``: ``LocalTransport`` for ``local``; for SSH the multiplexer's
-    kept connection (``gpujob.transport.mux``), else a connection of its own (``SSHTransport``)."""
-    if host.kind == LOCAL:
+def connect(target: Target) -> Transport:
+    """A transport for ``target`` (an ``Endpoint``, or a profile that makes one): ``LocalTransport``
+    for ``local``; for SSH the multiplexer's kept connection (``gpujob.transport.mux``), else a
+    connection of its own (``SSHTransport``)."""
+    ep = as_endpoint(target)
+    if ep.is_local:
         from gpujob.transport.local import LocalTransport
 
-        return LocalTransport(host)
+        return LocalTransport(ep)
     from gpujob.transport import mux
 
-    t = mux.connect(host)
+    t = mux.connect(ep)
     if t is not None:
         return t
     from gpujob.transport.ssh import SSHTransport
 
-    return SSHTransport(host)
+    return SSHTransport(ep)
 
 
-__all__ = ["Result", "Stream", "Transport", "connect"]
+__all__ = ["Endpoint", "Result", "Stream", "Transport", "connect"]

@@ -12,9 +12,9 @@ import sys
 from typing import Any
 
 from gpujob.bundle import bundle_tar, bundle_version, import_remote
-from gpujob.config.hosts import LOCAL, Host
 from gpujob.errors import ConnectError, GpujobError, RemoteError, link_cut
-from gpujob.transport import Result, Stream, Transport
+from gpujob.transport.base import Result, Stream, Transport
+from gpujob.transport.endpoint import Target
 
 SERVED: tuple[str, ...] = import_remote("protocol").SERVED  # what the kept `serve` process answers
 NEED_AGENT = 97
@@ -36,13 +36,25 @@ def shell_path(path: str) -> str:
 
 
 class Agent:
-    """Calls agent verbs on a host over a transport."""
+    """Calls agent verbs on a host over a transport; owns the transport (``close``, ``with``)."""
 
-    def __init__(self, transport: Transport, host: Host | None = None) -> None:
+    def __init__(self, transport: Transport, host: Any = None) -> None:
         self.t = transport
-        self.host = host or transport.host
+        self.endpoint = transport.endpoint
+        # what the caller named the host by (its profile, read by the layers above), else the endpoint
+        self.host = host if host is not None else self.endpoint
         self.version = bundle_version()
-        self.root = self.host.remote_root
+        self.root = self.endpoint.root
+
+    def close(self) -> None:
+        """Release the connection (a kept one stays with its daemon for the next command)."""
+        self.t.close()
+
+    def __enter__(self) -> Agent:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # ---- command lines ----------------------------------------------------------------
     def _prelude(self) -> str:
@@ -58,9 +70,9 @@ class Agent:
 
     def _install_command(self) -> str:
         cands = list(PYTHON_CANDIDATES)
-        if getattr(self.host, "agent_python", None):
-            cands = [self.host.agent_python]  # type: ignore[attr-defined]
-        elif self.host.kind == LOCAL:
+        if self.endpoint.agent_python:
+            cands = [self.endpoint.agent_python]
+        elif self.endpoint.is_local:
             cands.insert(0, sys.executable)
         quoted = " ".join(shlex.quote(c) for c in cands)
         return (
@@ -86,29 +98,28 @@ class Agent:
         res = self.t.run(self._install_command(), input=bundle_tar(), timeout=120)
         if res.rc == NO_PYTHON:
             raise RemoteError(
-                f"no Python 3.8+ found on {self.host.name} (tried {', '.join(PYTHON_CANDIDATES)})",
+                f"no Python 3.8+ found on {self.endpoint.name} (tried {', '.join(PYTHON_CANDIDATES)})",
                 "install one on the instance (apt-get install -y python3) or pick an image with Python; "
                 "nothing was changed there",
             )
         if res.rc != 0:
             err = res.stderr.decode("utf-8", "replace").strip()
             if "No space left" in err:
-                raise RemoteError(f"the disk holding {self.root} on {self.host.name} is full", "free space there and retry")
+                raise RemoteError(f"the disk holding {self.root} on {self.endpoint.name} is full", "free space there and retry")
             raise RemoteError(
-                f"could not install the agent under {self.root} on {self.host.name}: {err or f'exit {res.rc}'}",
+                f"could not install the agent under {self.root} on {self.endpoint.name}: {err or f'exit {res.rc}'}",
                 "check that the folder is writable and has free space (gpujob host set NAME --root PATH to move it)",
             )
         return res.text.strip()
 
     # ---- calls --------------------------------------------------------------------------
     def _raw(self, verb: str, args: list[str] | None, input: bytes | None, timeout: float | None) -> Result:
-        serve_call = getattr(self.t, "serve_call", None)
-        if verb in SERVED and serve_call is not None:  # the multiplexer's kept agent
+        if verb in SERVED and self.t.keeps_agent:  # the multiplexer's kept agent
             argv = [verb, *(args or [])]
-            served = serve_call(self.command("serve"), argv, timeout, input)
+            served = self.t.serve_call(self.command("serve"), argv, timeout, input)
             if served is not None and served.rc == NEED_AGENT:
                 self.install()
-                served = serve_call(self.command("serve"), argv, timeout, input)
+                served = self.t.serve_call(self.command("serve"), argv, timeout, input)
             if served is not None:
                 return served
         res = self.t.run(self.command(verb, args), input=input, timeout=timeout)
@@ -133,22 +144,21 @@ class Agent:
         if isinstance(doc, dict) and "error" in doc and res.rc != 0:
             raise RemoteError(doc["error"], doc.get("remedy", ""))
         if res.rc < 0 and doc is None:  # no exit status came back: the link, not the agent, failed
-            raise link_cut(self.host, f"{verb!r} call", res.rc, "run the command again (a transfer resumes)")
+            raise link_cut(self.endpoint, f"{verb!r} call", res.rc, "run the command again (a transfer resumes)")
         if res.rc != 0 or doc is None:
             err = res.stderr.decode("utf-8", "replace").strip()[-2000:]
             if res.rc == 127 or "not found" in err and "python" in err.lower():
                 raise RemoteError(
-                    f"the agent's Python on {self.host.name} is gone ({err})",
-                    f"run gpujob doctor {self.host.name}; the agent is reinstalled after: rm -rf {self.root}/agent",
+                    f"the agent's Python on {self.endpoint.name} is gone ({err})",
+                    f"run gpujob doctor {self.endpoint.name}; the agent is reinstalled after: rm -rf {self.root}/agent",
                 )
-            raise RemoteError(f"agent verb {verb!r} failed on {self.host.name} (exit {res.rc}): {err or text[-500:]}",
-                              f"see the agent log: gpujob doctor {self.host.name}")
+            raise RemoteError(f"agent verb {verb!r} failed on {self.endpoint.name} (exit {res.rc}): {err or text[-500:]}",
+                              f"see the agent log: gpujob doctor {self.endpoint.name}")
         return doc
 
     def stream(self, verb: str, args: list[str] | None = None) -> Stream:
         """Start a streaming verb (receive, send, logs). Installs the agent first if needed."""
-        serve_call = getattr(self.t, "serve_call", None)
-        served = serve_call(self.command("serve"), ["hello"], 60) if serve_call is not None else None
+        served = self.t.serve_call(self.command("serve"), ["hello"], 60) if self.t.keeps_agent else None
         if served is None or served.rc != 0:  # the kept agent answering proves the install; else look
             probe = self.t.run(self._prelude() + 'test -f "$A/ok"', timeout=60)
             if probe.rc != 0:
@@ -176,14 +186,14 @@ class Agent:
                 self.install()
                 continue
             if rc < 0:
-                raise link_cut(self.host, f"{verb!r} call", rc, "run the command again (a transfer resumes)")
-            raise RemoteError(f"the agent on {self.host.name} did not answer {verb!r} (exit {rc}): {s.stderr_text()[-1000:]}",
-                              f"see the agent log: gpujob agent-log {self.host.name}")
+                raise link_cut(self.endpoint, f"{verb!r} call", rc, "run the command again (a transfer resumes)")
+            raise RemoteError(f"the agent on {self.endpoint.name} did not answer {verb!r} (exit {rc}): {s.stderr_text()[-1000:]}",
+                              f"see the agent log: gpujob agent-log {self.endpoint.name}")
         raise AssertionError("unreachable")
 
 
-def connect_agent(host: Host) -> Agent:
-    """Open a transport to ``host`` and wrap it."""
+def connect_agent(host: Target) -> Agent:
+    """Open a transport to ``host`` (a profile or an ``Endpoint``) and wrap it."""
     from gpujob.transport import connect
 
     try:

@@ -1,12 +1,21 @@
-"""The transport interface: run a command, open a streaming command, forward a port, close."""
+"""The transport interface: run a command, open a streaming command, forward a port, close.
+
+Every stream reads the same way (``PumpedStream``): its stdout is a buffered reader over a pipe
+and a thread pumps its stderr into a buffer, whether the bytes come from a local process, the
+multiplexer's daemon or a paramiko channel (pumped into a pipe by ``pump``).
+"""
 
 from __future__ import annotations
 
 import abc
+import os
+import threading
 from dataclasses import dataclass
-from typing import IO
+from typing import IO, Callable
 
-from gpujob.config.hosts import Host
+from gpujob.transport.endpoint import Endpoint, Target, as_endpoint
+
+CHUNK = 65536
 
 
 @dataclass
@@ -22,11 +31,29 @@ class Result:
         return self.stdout.decode("utf-8", "replace")
 
 
+def pump(read: Callable[[int], bytes], fd: int, broken: Callable[[], None]) -> None:
+    """Copy ``read``'s chunks into the pipe ``fd`` until ``read`` gives b"", then close ``fd``.
+    The pipe's reader gone (or the source failing) calls ``broken`` (which closes the source)."""
+    try:
+        while True:
+            data = read(CHUNK)
+            if not data:
+                break
+            view = memoryview(data)
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+    except (OSError, EOFError):
+        broken()
+    finally:
+        os.close(fd)
+
+
 class Stream(abc.ABC):
     """A running command whose stdin and stdout are byte streams."""
 
     stdin: IO[bytes]
-    stdout: IO[bytes]
+    stdout: IO[bytes]  # a buffered reader over a pipe: read, readline, read1
 
     def close_stdin(self) -> None:
         """Send EOF to the command (here: close its stdin pipe)."""
@@ -35,9 +62,14 @@ class Stream(abc.ABC):
         except OSError:
             pass
 
+    def read_some(self, n: int = CHUNK) -> bytes:
+        """The bytes that have arrived (at most ``n``), waiting only until the first is there;
+        b"" at the end. (``stdout.read(n)`` waits for all ``n``: a log line would sit unseen.)"""
+        return self.stdout.read1(n)  # type: ignore[attr-defined]
+
     @abc.abstractmethod
     def wait(self, timeout: float | None = None) -> int:
-        """Wait for the command's exit status."""
+        """Wait for the command's exit status (negative: the link went down before it came)."""
 
     @abc.abstractmethod
     def stderr_text(self) -> str:
@@ -54,6 +86,40 @@ class Stream(abc.ABC):
         self.kill()
 
 
+class PumpedStream(Stream):
+    """A stream whose stderr a thread pumps into a buffer (so the command never blocks on a
+    full stderr pipe). Subclasses say where stderr comes from and how the exit status arrives."""
+
+    def __init__(self, stdin: IO[bytes], stdout: IO[bytes], read_err: Callable[[int], bytes],
+                 err_done: Callable[[], None] | None = None) -> None:
+        self.stdin, self.stdout = stdin, stdout
+        self._err = bytearray()
+        self._err_pump = threading.Thread(target=self._drain, args=(read_err, err_done), name="gpujob-stderr", daemon=True)
+        self._err_pump.start()
+
+    def _drain(self, read: Callable[[int], bytes], done: Callable[[], None] | None) -> None:
+        try:
+            for chunk in iter(lambda: read(CHUNK), b""):
+                self._err += chunk
+        except (OSError, EOFError, ValueError):
+            pass
+        finally:
+            if done is not None:
+                done()
+
+    @abc.abstractmethod
+    def _exit_status(self, timeout: float | None) -> int:
+        """The command's exit status, waiting at most ``timeout`` (``TimeoutError`` after)."""
+
+    def wait(self, timeout: float | None = None) -> int:
+        rc = self._exit_status(timeout)
+        self._err_pump.join(5)
+        return rc
+
+    def stderr_text(self) -> str:
+        return self._err.decode("utf-8", "replace")
+
+
 class Forward(abc.ABC):
     """A local port whose connections reach a port on the host."""
 
@@ -67,8 +133,10 @@ class Forward(abc.ABC):
 class Transport(abc.ABC):
     """One connection to a host. Everything above speaks only to this."""
 
-    def __init__(self, host: Host) -> None:
-        self.host = host
+    keeps_agent = False  # whether ``serve_call`` can answer (a kept ``serve`` process on the host)
+
+    def __init__(self, target: Target) -> None:
+        self.endpoint: Endpoint = as_endpoint(target)
 
     @abc.abstractmethod
     def run(self, cmd: str, input: bytes | None = None, timeout: float | None = None) -> Result:
@@ -81,6 +149,12 @@ class Transport(abc.ABC):
     @abc.abstractmethod
     def forward(self, remote_port: int, local_port: int = 0, remote_host: str = "127.0.0.1") -> Forward:
         """Listen on 127.0.0.1:local_port (0 = any free) and forward to remote_host:remote_port."""
+
+    def serve_call(self, serve_cmd: str, argv: list[str], timeout: float | None = None,
+                   input: bytes | None = None) -> Result | None:
+        """Run a quick agent verb in a kept ``serve`` process started by ``serve_cmd`` (``input``:
+        its stdin). None when there is none to use: the caller runs the verb as a command."""
+        return None
 
     def close(self) -> None:  # noqa: B027 - a transport may have nothing to release
         """Release the connection."""

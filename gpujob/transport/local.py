@@ -3,34 +3,23 @@
 from __future__ import annotations
 
 import subprocess
-import threading
 
-from gpujob.transport.base import Forward, Result, Stream, Transport
+from gpujob.transport.base import Forward, PumpedStream, Result, Stream, Transport
 
 
-class _LocalStream(Stream):
+class _LocalStream(PumpedStream):
     def __init__(self, cmd: str) -> None:
         self.proc = subprocess.Popen(
             ["/bin/sh", "-c", cmd], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
         )
         assert self.proc.stdin and self.proc.stdout and self.proc.stderr
-        self.stdin, self.stdout = self.proc.stdin, self.proc.stdout
-        self._err = bytearray()
-        self._t = threading.Thread(target=self._drain, daemon=True)
-        self._t.start()
+        super().__init__(self.proc.stdin, self.proc.stdout, self.proc.stderr.read1)
 
-    def _drain(self) -> None:
-        assert self.proc.stderr
-        for chunk in iter(lambda: self.proc.stderr.read(65536), b""):  # type: ignore[union-attr]
-            self._err += chunk
-
-    def wait(self, timeout: float | None = None) -> int:
-        rc = self.proc.wait(timeout)
-        self._t.join(5)
-        return rc
-
-    def stderr_text(self) -> str:
-        return self._err.decode("utf-8", "replace")
+    def _exit_status(self, timeout: float | None) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise TimeoutError("the command did not finish") from None
 
     def kill(self) -> None:
         if self.proc.poll() is None:

@@ -28,12 +28,11 @@ import threading
 import time
 import weakref
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from gpujob.config.hosts import Host
-from gpujob.config.paths import config_dir
 from gpujob.errors import ConnectError, GpujobError, HostKeyChanged
-from gpujob.transport.base import Forward, Result, Stream, Transport
+from gpujob.transport.base import Forward, PumpedStream, Result, Stream, Transport
+from gpujob.transport.endpoint import Endpoint, Target, as_endpoint
 
 ERRORS = {"ConnectError": ConnectError, "HostKeyChanged": HostKeyChanged}
 
@@ -61,9 +60,9 @@ def mux_dir() -> Path | None:
     return d
 
 
-def socket_key(host: Host) -> str:
+def socket_key(ep: Endpoint) -> str:
     """What identifies one connection: the address, the login and the keys and known_hosts used."""
-    ident = [str(config_dir()), host.hostname, host.port, host.user, host.identity_file or "", host.connect_timeout]
+    ident = [ep.known_hosts, ep.client_key, ep.hostname, ep.port, ep.user, ep.identity_file or "", ep.connect_timeout]
     return hashlib.sha256(json.dumps(ident).encode()).hexdigest()[:20]
 
 
@@ -105,9 +104,9 @@ def _read_line(s: socket.socket, buf: bytearray | None = None) -> dict[str, Any]
 class _Daemon:
     """Finds or starts the daemon for one host."""
 
-    def __init__(self, host: Host, directory: Path) -> None:
-        self.host = host
-        key = socket_key(host)
+    def __init__(self, ep: Endpoint, directory: Path) -> None:
+        self.endpoint = ep
+        key = socket_key(ep)
         self.path = directory / f"{key}.sock"
         self.lock = directory / f"{key}.lock"
 
@@ -156,10 +155,7 @@ class _Daemon:
         finally:
             log.close()
         assert proc.stdin is not None and proc.stdout is not None
-        h = self.host
-        conn = {"name": h.name, "hostname": h.hostname, "port": h.port, "user": h.user,
-                "identity_file": h.identity_file, "connect_timeout": h.connect_timeout}
-        proc.stdin.write(json.dumps(conn).encode())
+        proc.stdin.write(json.dumps(self.endpoint.to_json()).encode())  # on stdin: no host detail in ps
         proc.stdin.close()
         line = proc.stdout.readline()  # "ready", or the error that ended the connect
         proc.stdout.close()
@@ -180,53 +176,38 @@ class _Daemon:
         return self._ask("exit") is not None
 
 
-def connect(host: Host) -> MuxTransport | None:
-    """A multiplexed transport for ``host``, or None when the multiplexer cannot be used."""
+def connect(target: Target) -> MuxTransport | None:
+    """A multiplexed transport for ``target``, or None when the multiplexer cannot be used."""
     if not enabled():
         return None
     d = mux_dir()
     if d is None:
         return None
-    daemon = _Daemon(host, d)
+    ep = as_endpoint(target)
+    daemon = _Daemon(ep, d)
     if len(str(daemon.path)) > 100:  # AF_UNIX paths are short (104–108 bytes)
         return None
     if not daemon.ensure():
         return None
-    return MuxTransport(host, daemon)
+    return MuxTransport(ep, daemon)
 
 
-def disconnect(host: Host) -> bool:
-    """Close the kept connection to ``host`` (``host trust``, ``host rm``); True if one was open."""
+def disconnect(target: Target) -> bool:
+    """Close the kept connection to ``target`` (``host trust``, ``host rm``); True if one was open."""
     d = mux_dir()
-    return _Daemon(host, d).exit() if d is not None else False
+    return _Daemon(as_endpoint(target), d).exit() if d is not None else False
 
 
-class _MuxStream(Stream):
+class _MuxStream(PumpedStream):
     """A remote command whose pipes the daemon pumps; its exit status comes on the request socket."""
 
     def __init__(self, ctrl: socket.socket, stdin_w: int, stdout_r: int, stderr_r: int, buf: bytearray) -> None:
         self.ctrl, self._buf = ctrl, buf
-        self.stdin: IO[bytes] = os.fdopen(stdin_w, "wb")
-        self.stdout: IO[bytes] = os.fdopen(stdout_r, "rb")
-        self._err_r = stderr_r
-        self._err = bytearray()
         self._rc: int | None = None
-        self._t = threading.Thread(target=self._drain, daemon=True)
-        self._t.start()
+        super().__init__(os.fdopen(stdin_w, "wb"), os.fdopen(stdout_r, "rb"),
+                         lambda n: os.read(stderr_r, n), lambda: os.close(stderr_r))
 
-    def _drain(self) -> None:
-        try:
-            while True:
-                chunk = os.read(self._err_r, 65536)
-                if not chunk:
-                    break
-                self._err += chunk
-        except OSError:
-            pass
-        finally:
-            os.close(self._err_r)
-
-    def wait(self, timeout: float | None = None) -> int:
+    def _exit_status(self, timeout: float | None) -> int:
         if self._rc is None:
             self.ctrl.settimeout(timeout)
             try:
@@ -236,11 +217,7 @@ class _MuxStream(Stream):
             except (OSError, ValueError):
                 doc = None
             self._rc = int(doc["rc"]) if doc and "rc" in doc else -1
-            self._t.join(5)
         return self._rc
-
-    def stderr_text(self) -> str:
-        return self._err.decode("utf-8", "replace")
 
     def kill(self) -> None:
         try:
@@ -260,10 +237,12 @@ class _Busy(Exception):
 
 
 class MuxTransport(Transport):
-    """A transport whose commands run over the daemon's connection to ``host``."""
+    """A transport whose commands run over the daemon's connection to the host."""
 
-    def __init__(self, host: Host, daemon: _Daemon) -> None:
-        super().__init__(host)
+    keeps_agent = True
+
+    def __init__(self, ep: Endpoint, daemon: _Daemon) -> None:
+        super().__init__(ep)
         self.daemon = daemon
         self._streams: weakref.WeakSet[_MuxStream] = weakref.WeakSet()
         self._direct: Transport | None = None
@@ -300,7 +279,7 @@ class MuxTransport(Transport):
                 _raise_doc(doc)
             if attempt == 0 and self.daemon.ensure():  # the kept connection had died: open a fresh one
                 continue
-            raise ConnectError(f"the connection to {self.host.address} dropped", "check the network and run the command again")
+            raise ConnectError(f"the connection to {self.endpoint.address} dropped", "check the network and run the command again")
         raise AssertionError("unreachable")
 
     def run(self, cmd: str, input: bytes | None = None, timeout: float | None = None) -> Result:
@@ -319,7 +298,7 @@ class MuxTransport(Transport):
             while True:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
-                    raise ConnectError(f"{self.host.address} did not answer a command within {timeout:.0f}s",
+                    raise ConnectError(f"{self.endpoint.address} did not answer a command within {timeout:.0f}s",
                                        "the instance may be overloaded or the link stalled: run the command again")
                 r, _, _ = select.select([fd], [], [], left)
                 if not r:
@@ -332,7 +311,7 @@ class MuxTransport(Transport):
             try:
                 rc = s.wait(left)
             except TimeoutError:
-                raise ConnectError(f"{self.host.address} did not answer a command within {timeout:.0f}s",
+                raise ConnectError(f"{self.endpoint.address} did not answer a command within {timeout:.0f}s",
                                    "the instance may be overloaded or the link stalled: run the command again") from None
             return Result(rc, bytes(out), s.stderr_text().encode())
         finally:
@@ -354,8 +333,8 @@ class MuxTransport(Transport):
 
     def serve_call(self, serve_cmd: str, argv: list[str], timeout: float | None = None,
                    input: bytes | None = None) -> Result | None:
-        """Run a quick agent verb in the kept ``serve`` process started by ``serve_cmd`` (``input``:
-        its stdin); None if that process cannot be used (the caller runs the verb as a command)."""
+        """The verb in the daemon's kept ``serve`` process; None if that cannot be used now (the
+        server refused one more session, the link was found dead)."""
         req: dict[str, Any] = {"op": "call", "serve": serve_cmd, "argv": argv, "timeout": timeout}
         if input:
             req["input"] = base64.b64encode(input).decode()
@@ -380,7 +359,7 @@ class MuxTransport(Transport):
         if self._direct is None:
             from gpujob.transport.ssh import SSHTransport
 
-            self._direct = SSHTransport(self.host)
+            self._direct = SSHTransport(self.endpoint)
         return self._direct
 
     def forward(self, remote_port: int, local_port: int = 0, remote_host: str = "127.0.0.1") -> Forward:

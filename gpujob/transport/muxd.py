@@ -1,6 +1,6 @@
 """The multiplexer daemon: one paramiko connection to one host, shared by later commands.
 
-``python -m gpujob.transport.muxd SOCKET`` reads the host's connection fields on stdin, connects, prints
+``python -m gpujob.transport.muxd SOCKET`` reads the host's ``Endpoint`` (JSON) on stdin, connects, prints
 one line (``{"ready": true}`` or the error that ended the connect, in ``GpujobError.to_json``
 form) and then serves the Unix socket (mode 0600) until it has been idle for
 ``GPUJOB_MUX_PERSIST`` seconds (default 1800) or its connection drops. One request per
@@ -33,7 +33,8 @@ from typing import Any
 sys.modules.setdefault("invoke", None)  # type: ignore[arg-type]  # paramiko.config imports it (130 ms) for `Match exec` only
 import paramiko  # noqa: E402
 
-from gpujob.config.hosts import Host  # noqa: E402
+from gpujob.transport.base import pump  # noqa: E402
+from gpujob.transport.endpoint import Endpoint  # noqa: E402
 from gpujob.transport.mux import describe_error  # noqa: E402
 from gpujob.transport.ssh import open_client  # noqa: E402
 
@@ -82,8 +83,8 @@ class _Serve:
 class Daemon:
     """Accepts requests on the socket and runs them over one SSH connection."""
 
-    def __init__(self, client: paramiko.SSHClient, host: Host, srv: socket.socket, path: Path) -> None:
-        self.client, self.host, self.srv, self.path = client, host, srv, path
+    def __init__(self, client: paramiko.SSHClient, ep: Endpoint, srv: socket.socket, path: Path) -> None:
+        self.client, self.endpoint, self.srv, self.path = client, ep, srv, path
         tr = client.get_transport()
         assert tr is not None
         self.tr = tr
@@ -185,7 +186,7 @@ class Daemon:
             done.set()
 
         threading.Thread(target=probe, daemon=True).start()
-        done.wait(max(3.0, min(10.0, self.host.connect_timeout / 3)))
+        done.wait(max(3.0, min(10.0, self.endpoint.connect_timeout / 3)))
         if answered and answered[0]:
             self.last_probe = time.monotonic()
             return True
@@ -215,7 +216,7 @@ class Daemon:
             if alive:
                 seen, quiet_since = self._received(), time.monotonic()
                 continue
-            sys.stderr.write(f"{time.strftime('%H:%M:%S')} the link to {self.host.address} is dead: closing\n")
+            sys.stderr.write(f"{time.strftime('%H:%M:%S')} the link to {self.endpoint.address} is dead: closing\n")
             sys.stderr.flush()
             self.tr.close()
             self.stop()
@@ -225,7 +226,7 @@ class Daemon:
         """A new session channel; None when the link is dead. The server refusing one more
         channel (OpenSSH's MaxSessions, 10 by default) raises ``ChannelException``."""
         try:
-            return self.tr.open_session(timeout=self.host.connect_timeout)
+            return self.tr.open_session(timeout=self.endpoint.connect_timeout)
         except paramiko.ChannelException:
             raise
         except (paramiko.SSHException, EOFError, OSError):
@@ -236,7 +237,7 @@ class Daemon:
         _send(conn, {"busy": True})  # the client runs this one command on a connection of its own
 
     def _stale(self, conn: socket.socket) -> None:
-        _send(conn, {"stale": True, "error": f"the connection to {self.host.address} dropped",
+        _send(conn, {"stale": True, "error": f"the connection to {self.endpoint.address} dropped",
                      "remedy": "run the command again", "kind": "ConnectError"})
         self.stop()
 
@@ -260,8 +261,9 @@ class Daemon:
             self._stale(conn)
             return
         _send(conn, {"started": True})
-        pumps = [threading.Thread(target=_pump_out, args=(chan, out_w, False), daemon=True),
-                 threading.Thread(target=_pump_out, args=(chan, err_w, True), daemon=True)]
+        # the client stopped reading: the channel closes
+        pumps = [threading.Thread(target=pump, args=(chan.recv, out_w, chan.close), daemon=True),
+                 threading.Thread(target=pump, args=(chan.recv_stderr, err_w, chan.close), daemon=True)]
         for t in pumps:
             t.start()
         threading.Thread(target=_pump_in, args=(chan, in_r), daemon=True).start()
@@ -284,7 +286,7 @@ class Daemon:
                 s = self.serves.get(cmd)
             if s is None:
                 try:
-                    s = _Serve(self.tr, cmd, self.host.connect_timeout)
+                    s = _Serve(self.tr, cmd, self.endpoint.connect_timeout)
                 except paramiko.ChannelException:
                     self._busy(conn)
                     return
@@ -300,7 +302,7 @@ class Daemon:
                     answer = s.rfile.readline()
                 except socket.timeout:
                     self._drop(cmd, s)
-                    _send(conn, {"error": f"{self.host.address} did not answer a command within {timeout:.0f}s",
+                    _send(conn, {"error": f"{self.endpoint.address} did not answer a command within {timeout:.0f}s",
                                  "remedy": "the instance may be overloaded or the link stalled: run the command again",
                                  "kind": "ConnectError"})
                     return
@@ -330,23 +332,6 @@ class Daemon:
             if self.serves.get(cmd) is s:
                 del self.serves[cmd]
         s.close()
-
-
-def _pump_out(chan: paramiko.Channel, fd: int, stderr: bool) -> None:
-    recv = chan.recv_stderr if stderr else chan.recv
-    try:
-        while True:
-            data = recv(65536)
-            if not data:
-                break
-            view = memoryview(data)
-            while view:
-                n = os.write(fd, view)
-                view = view[n:]
-    except (OSError, EOFError, paramiko.SSHException):
-        chan.close()  # the client stopped reading
-    finally:
-        os.close(fd)
 
 
 def _watch_client(conn: socket.socket, chan: paramiko.Channel) -> None:
@@ -380,10 +365,9 @@ def _pump_in(chan: paramiko.Channel, fd: int) -> None:
 
 def main(argv: list[str]) -> int:
     path = Path(argv[0])
-    conn = json.loads(sys.stdin.read())
-    host = Host(**conn)
+    ep = Endpoint.from_json(json.loads(sys.stdin.read()))  # from the client: the profiles are not read again
     try:
-        client = open_client(host)
+        client = open_client(ep)
     except Exception as e:
         sys.stdout.write(json.dumps(describe_error(e)) + "\n")
         sys.stdout.flush()
@@ -405,7 +389,7 @@ def main(argv: list[str]) -> int:
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)
     os.close(devnull)
-    Daemon(client, host, srv, path).serve_forever()
+    Daemon(client, ep, srv, path).serve_forever()
     return 0
 
 

@@ -1,4 +1,6 @@
-"""``SSHTransport``: paramiko, one connection per transport, host keys checked (trust on first use)."""
+"""``SSHTransport``: paramiko, one connection per transport, host keys checked (trust on first use).
+
+Reads only the ``Endpoint`` it is given: the key files and known_hosts are named there."""
 
 from __future__ import annotations
 
@@ -12,10 +14,10 @@ from pathlib import Path
 
 import paramiko
 
-from gpujob.config.hosts import Host
-from gpujob.config.paths import config_dir, write_private
+from gpujob.backoff import backoff
 from gpujob.errors import ConnectError, HostKeyChanged
-from gpujob.transport.base import Forward, Result, Stream, Transport
+from gpujob.transport.base import Forward, PumpedStream, Result, Stream, Transport, pump
+from gpujob.transport.endpoint import Endpoint, Target, as_endpoint
 
 # paramiko's transport thread logs the traceback of a failed handshake (no banner over a dead
 # link); with no handler Python prints it on stderr. The error reaches the user as one message.
@@ -24,36 +26,17 @@ WINDOW_MIN, WINDOW_MAX = 2 << 20, 32 << 20  # each channel's receive window (see
 WINDOW_RATE = 125e6  # bytes/s the window is sized to sustain (1 Gbit)
 
 
-def known_hosts_path() -> Path:
-    return config_dir() / "known_hosts"
+def _client_key(ep: Endpoint) -> paramiko.PKey:
+    """gpujob's own key, which the configuration layer makes before the first connect."""
+    try:
+        return paramiko.Ed25519Key.from_private_key_file(ep.client_key)
+    except (OSError, paramiko.SSHException) as e:
+        raise ConnectError(f"cannot read gpujob's key {ep.client_key or '(none given)'}: {e}",
+                           "run the command again (gpujob makes its key when it is missing)") from None
 
 
-def key_path() -> Path:
-    return config_dir() / "id_ed25519"
-
-
-def ensure_client_key() -> paramiko.PKey:
-    """gpujob's own client key (Ed25519, OpenSSH format), made on first use."""
-    path = key_path()
-    if not path.exists():
-        from cryptography.hazmat.primitives import serialization
-        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
-        k = Ed25519PrivateKey.generate()
-        priv = k.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption())
-        pub = k.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
-        write_private(path, priv)
-        path.with_suffix(".pub").write_bytes(pub + b" gpujob\n")
-    return paramiko.Ed25519Key.from_private_key_file(str(path))
-
-
-def public_key_line() -> str:
-    ensure_client_key()
-    return key_path().with_suffix(".pub").read_text().strip()
-
-
-def _host_id(host: Host) -> str:
-    return host.hostname if host.port == 22 else f"[{host.hostname}]:{host.port}"
+def _host_id(ep: Endpoint) -> str:
+    return ep.hostname if ep.port == 22 else f"[{ep.hostname}]:{ep.port}"
 
 
 def _save_keys(keys: paramiko.HostKeys, path: Path) -> None:
@@ -77,13 +60,14 @@ class _TrustOnFirstUse(paramiko.MissingHostKeyPolicy):
         _save_keys(keys, self.path)
 
 
-def forget_host_key(host: Host) -> bool:
-    """Drop the recorded key of ``host`` (``gpujob host trust``); True if one was there."""
-    path = known_hosts_path()
+def forget_host_key(target: Target) -> bool:
+    """Drop the recorded key of ``target`` (``gpujob host trust``); True if one was there."""
+    ep = as_endpoint(target)
+    path = Path(ep.known_hosts)
     if not path.exists():
         return False
     keys = paramiko.HostKeys(str(path))
-    hid = _host_id(host)
+    hid = _host_id(ep)
     found = hid in keys
     if found:
         del keys[hid]
@@ -91,20 +75,20 @@ def forget_host_key(host: Host) -> bool:
     return found
 
 
-def open_client(host: Host, password: str | None = None, retries: int | None = None) -> paramiko.SSHClient:
+def open_client(target: Target, password: str | None = None, retries: int | None = None) -> paramiko.SSHClient:
     """Connect and authenticate, retrying refused or timed-out connects with backoff."""
+    host = as_endpoint(target)
     if retries is None:
         retries = int(os.environ.get("GPUJOB_CONNECT_RETRIES", "3"))
     client = paramiko.SSHClient()
-    kh = known_hosts_path()
+    kh = Path(host.known_hosts)
     if kh.exists():
         client.load_host_keys(str(kh))
     client.set_missing_host_key_policy(_TrustOnFirstUse(kh))
     pkey = None
     key_files = [host.identity_file] if host.identity_file else None
     if not key_files:
-        pkey = ensure_client_key()
-    delay = 1.0
+        pkey = _client_key(host)
     for attempt in range(1, retries + 1):
         try:
             client.connect(
@@ -135,7 +119,7 @@ def open_client(host: Host, password: str | None = None, retries: int | None = N
                     "copy the root password again from the console (it can change after a restart) and retry",
                 ) from None
             raise ConnectError(
-                f"{host.address} refused gpujob's key ({host.identity_file or key_path()})",
+                f"{host.address} refused gpujob's key ({host.identity_file or host.client_key})",
                 f"install the key with the instance's password: gpujob host add {host.name} --ssh \"ssh -p {host.port} "
                 f"{host.user}@{host.hostname}\" --force",
             ) from None
@@ -153,8 +137,7 @@ def open_client(host: Host, password: str | None = None, retries: int | None = N
                 else f"failed: {e}"
             )
             if attempt < retries:
-                time.sleep(delay)
-                delay *= 2
+                time.sleep(backoff(attempt, 1.0, 30.0))
                 continue
             raise ConnectError(
                 f"{host.address} {kind} (after {retries} tries)",
@@ -164,19 +147,15 @@ def open_client(host: Host, password: str | None = None, retries: int | None = N
     raise AssertionError("unreachable")
 
 
-class _SSHStream(Stream):
+class _SSHStream(PumpedStream):
+    """A channel's stdout pumped into a pipe (so it reads like the other streams), its stderr
+    into the buffer; the exit status comes on the channel."""
+
     def __init__(self, chan: paramiko.Channel) -> None:
         self.chan = chan
-        self.stdin = chan.makefile_stdin("wb")
-        self.stdout = chan.makefile("rb")
-        self._err = bytearray()
-        self._t = threading.Thread(target=self._drain, daemon=True)
-        self._t.start()
-
-    def _drain(self) -> None:
-        f = self.chan.makefile_stderr("rb")
-        for chunk in iter(lambda: f.read(65536) if not f.channel.closed else b"", b""):
-            self._err += chunk
+        out_r, out_w = os.pipe()
+        threading.Thread(target=pump, args=(chan.recv, out_w, chan.close), name="gpujob-stdout", daemon=True).start()
+        super().__init__(chan.makefile_stdin("wb"), os.fdopen(out_r, "rb"), chan.recv_stderr)
 
     def close_stdin(self) -> None:
         try:
@@ -185,22 +164,21 @@ class _SSHStream(Stream):
         except (OSError, EOFError):
             pass
 
-    def wait(self, timeout: float | None = None) -> int:
+    def _exit_status(self, timeout: float | None) -> int:
         if timeout is not None:
             deadline = time.monotonic() + timeout
             while not self.chan.exit_status_ready():
                 if time.monotonic() > deadline:
                     raise TimeoutError("remote command did not finish")
                 time.sleep(0.05)
-        rc = self.chan.recv_exit_status()
-        self._t.join(5)
-        return rc
-
-    def stderr_text(self) -> str:
-        return self._err.decode("utf-8", "replace")
+        return self.chan.recv_exit_status()
 
     def kill(self) -> None:
         self.chan.close()
+        try:
+            self.stdout.close()  # a pump still blocked on a full pipe ends too
+        except OSError:
+            pass
 
 
 class _SSHForward(Forward):
@@ -284,15 +262,15 @@ def window_for(tr: paramiko.Transport, timeout: float = 5.0) -> int:
 class SSHTransport(Transport):
     """A paramiko connection to ``host``; commands run through the login user's shell."""
 
-    def __init__(self, host: Host, password: str | None = None) -> None:
-        super().__init__(host)
-        self.client = open_client(host, password=password)
+    def __init__(self, target: Target, password: str | None = None) -> None:
+        super().__init__(target)
+        self.client = open_client(self.endpoint, password=password)
 
     @property
     def _transport(self) -> paramiko.Transport:
         tr = self.client.get_transport()
         if tr is None or not tr.is_active():
-            raise ConnectError(f"the connection to {self.host.address} dropped", "check the network and run the command again")
+            raise ConnectError(f"the connection to {self.endpoint.address} dropped", "check the network and run the command again")
         return tr
 
     def _exec(self, cmd: str) -> paramiko.Channel:
@@ -300,7 +278,7 @@ class SSHTransport(Transport):
             chan = self._transport.open_session()
             chan.exec_command(cmd)
         except (paramiko.SSHException, EOFError, OSError) as e:
-            raise ConnectError(f"the connection to {self.host.address} dropped ({e})", "run the command again") from None
+            raise ConnectError(f"the connection to {self.endpoint.address} dropped ({e})", "run the command again") from None
         return chan
 
     def run(self, cmd: str, input: bytes | None = None, timeout: float | None = None) -> Result:
@@ -325,7 +303,7 @@ class SSHTransport(Transport):
                 break
             if deadline and time.monotonic() > deadline:
                 chan.close()
-                raise ConnectError(f"{self.host.address} did not answer a command within {timeout:.0f}s",
+                raise ConnectError(f"{self.endpoint.address} did not answer a command within {timeout:.0f}s",
                                    "the instance may be overloaded or the link stalled: run the command again")
         rc = chan.recv_exit_status()
         chan.close()

@@ -51,7 +51,7 @@ def _job_state(host: str, job_id: str) -> str | None:
         try:
             return str(jobs.status(agent, job_id).get("state"))
         finally:
-            agent.t.close()
+            agent.close()
     except GpujobError:
         return None
 

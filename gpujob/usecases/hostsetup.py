@@ -53,7 +53,8 @@ DETECT = (
 
 def install_key(host: Host, password: str) -> None:
     """Log in with the password once and append gpujob's public key to authorized_keys."""
-    from gpujob.transport.ssh import SSHTransport, public_key_line
+    from gpujob.config.keys import public_key_line
+    from gpujob.transport.ssh import SSHTransport
 
     pub = public_key_line()
     t = SSHTransport(host, password=password)

@@ -10,6 +10,7 @@ import threading
 import time
 from typing import Any, Callable
 
+from gpujob.backoff import backoff
 from gpujob.bundle import import_remote
 from gpujob.config.hosts import LOCAL
 from gpujob.errors import ConnectError, GpujobError, HostKeyChanged
@@ -42,17 +43,6 @@ def stop(agent: Agent, job: str, wait: float = 600) -> dict[str, Any]:
 def resume(agent: Agent, job: str) -> dict[str, Any]:
     """Restart a lost, stopped or failed job from its newest complete checkpoint."""
     return agent.call("resume", ["--job", job])
-
-
-def _read_some(s: Any) -> bytes:
-    """The bytes that have arrived (at most 64 KiB); b"" at the end.
-
-    paramiko's file objects wait for a full buffer, so an SSH stream is read from its channel.
-    """
-    chan = getattr(s, "chan", None)
-    if chan is not None:
-        return chan.recv(65536)
-    return s.stdout.read1(65536) if hasattr(s.stdout, "read1") else s.stdout.read(65536)
 
 
 def link_probe() -> float:
@@ -100,7 +90,7 @@ def follow_logs(
         done = threading.Event()
         try:
             if previous is not None:
-                previous.t.close()
+                previous.close()
             agent = previous = reconnect()
             if since is not None:
                 start = ["--since", repr(since)]
@@ -113,7 +103,7 @@ def follow_logs(
                 s.close_stdin()
                 buf = b""
                 while b"\n" not in buf:
-                    got = _read_some(s)
+                    got = s.read_some()
                     if not got:
                         break
                     buf += got
@@ -122,7 +112,7 @@ def follow_logs(
                 if len(header) != 3 or header[0] != "gpujob-log":
                     rest = buf
                     while True:
-                        got = _read_some(s)
+                        got = s.read_some()
                         if not got:
                             break
                         rest += got
@@ -137,7 +127,7 @@ def follow_logs(
                     on_start = None
                 while True:
                     if not chunk:
-                        chunk = _read_some(s)
+                        chunk = s.read_some()
                         if not chunk:
                             break
                     last[0] = time.monotonic()
@@ -157,7 +147,7 @@ def follow_logs(
                 sys.stderr.write(f"follow_logs: {type(e).__name__}: {e} (failure {failures})\n")
             if failures > retries:
                 raise ConnectError(f"lost the connection while following the log ({e})", f"gpujob tail {job} -f resumes") from None
-            time.sleep(min(30, 0.5 * 2 ** min(failures, 6)))
+            time.sleep(backoff(failures, 1.0, 30.0))
         finally:
             done.set()
 

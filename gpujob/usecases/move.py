@@ -26,7 +26,7 @@ from gpujob.config import index
 from gpujob.errors import GpujobError, RemoteError
 from gpujob.transport import Result
 from gpujob.transport.agent import Agent, connect_agent
-from gpujob.usecases.jobs import FINAL, _read_some
+from gpujob.usecases.jobs import FINAL
 
 Note = Callable[[str], None]
 
@@ -60,7 +60,7 @@ class Source:
         s.stdin.write(json.dumps(want).encode() + b"\n")
         s.close_stdin()
         while True:
-            chunk = _read_some(s)
+            chunk = s.read_some()
             if not chunk:
                 break
             out.write(chunk)

@@ -46,7 +46,7 @@ def submit_nodes(spec: JobSpec, hosts: list[Host], progress: Callable[[int, int]
         try:
             return submit(agent, spec, hosts[rank], None, job_id=job_id, node=node_info(hosts, rank, job_id))
         finally:
-            agent.t.close()
+            agent.close()
 
     with ThreadPoolExecutor(len(hosts)) as pool:
         futures = {rank: pool.submit(one, rank) for rank in range(len(hosts))}
@@ -84,7 +84,7 @@ def on_nodes(hosts: list[Host], fn: Callable[[Agent], Any]) -> list[Any]:
         except GpujobError as e:
             return e
         finally:
-            agent.t.close()
+            agent.close()
 
     with ThreadPoolExecutor(len(hosts)) as pool:
         return list(pool.map(one, hosts))

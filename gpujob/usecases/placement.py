@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from gpujob.backoff import delays
 from gpujob.bundle import import_remote
 from gpujob.config.hosts import Host, HostStore
 from gpujob.errors import GpujobError
@@ -62,7 +63,7 @@ def probe(host: Host, need: int) -> tuple[Agent | None, str]:
         return None, f"does not answer ({str(e).splitlines()[0]})"
     why = why_not(doc, need)
     if why:
-        agent.t.close()
+        agent.close()
         return None, why
     return agent, ""
 
@@ -74,7 +75,7 @@ def place(names: list[str], gpus: Any, *, wait: float | None = None, note: Note 
     store = HostStore()
     hosts = [store.get(n) for n in names]  # an unknown profile fails before anything is sent
     need = wanted(gpus)
-    delay = float(os.environ.get("GPUJOB_PLACE_POLL", "10"))
+    waits = delays(float(os.environ.get("GPUJOB_PLACE_POLL", "10")), 300.0)
     deadline = time.monotonic() + (wait or 0)
     while True:
         skipped: list[Skip] = []
@@ -90,6 +91,6 @@ def place(names: list[str], gpus: Any, *, wait: float | None = None, note: Note 
                 "no host has the job's GPUs free now: " + "; ".join(f"{s.host}: {s.why}" for s in skipped),
                 "gpujob submit --wait-gpus waits for the first to free up, or add hosts to host:" if wait is None
                 else "wait longer (--wait-gpus 12h) or add hosts; nothing was submitted")
-        note(f"waiting {min(delay, left):.0f} s for GPUs (Ctrl-C: nothing is submitted)")
-        time.sleep(min(delay, left))
-        delay = min(delay * 2, 300.0)
+        delay = min(next(waits), left)
+        note(f"waiting {delay:.0f} s for GPUs (Ctrl-C: nothing is submitted)")
+        time.sleep(delay)

@@ -71,7 +71,6 @@ def command_text(argv: list[str]) -> str:
 def run_exec(host: Host, argv: list[str], write: Callable[[bytes], None]) -> int:
     """Run ``argv`` on ``host`` as described above; the command's exit status."""
     from gpujob.transport.agent import connect_agent
-    from gpujob.usecases.jobs import _read_some
 
     agent = connect_agent(host)
     remote, settings = stdin_login(host, command_text(argv))
@@ -87,7 +86,7 @@ def run_exec(host: Host, argv: list[str], write: Callable[[bytes], None]) -> int
             s.close_stdin()
         try:
             while True:
-                chunk = _read_some(s)
+                chunk = s.read_some()
                 if not chunk:
                     break
                 write(chunk)
@@ -95,7 +94,7 @@ def run_exec(host: Host, argv: list[str], write: Callable[[bytes], None]) -> int
         finally:
             s.kill()
     finally:
-        agent.t.close()
+        agent.close()
     if rc < 0:
         raise ConnectError(f"the connection to {host.name} dropped before the command ended",
                            "check the network; the command may still be running there")

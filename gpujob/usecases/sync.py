@@ -328,7 +328,7 @@ def sync_job(agent: Agent, spec: JobSpec, project: str, progress: Callable[[int,
         except BaseException as e:  # noqa: BLE001 - raised below, in this thread
             walked["error"] = e
 
-    kept = getattr(agent.t, "serve_call", None) is not None
+    kept = agent.t.keeps_agent
     walker = threading.Thread(target=walk_local, name="gpujob-sync-walk", daemon=True)
     walker.start()
     s: Any = None

@@ -14,6 +14,7 @@ import sys
 import time
 from typing import Any, Callable
 
+from gpujob.backoff import backoff
 from gpujob.config.hosts import LOCAL, Host
 from gpujob.errors import ConnectError, GpujobError
 from gpujob.transport.agent import Agent, connect_agent
@@ -58,7 +59,7 @@ def run_tunnel(host: Host, remote_port: int, local_port: int | None, job: str | 
     else:
         p = agent.call("port", ["--port", str(remote_port)])
         if not p.get("listening"):
-            agent.t.close()
+            agent.close()
             raise GpujobError(f"nothing listens on port {remote_port} on {host.name}",
                               "start the server there first (e.g. jupyter lab --port 8888 --no-browser), "
                               "or give a job to get its TensorBoard: gpujob tunnel JOB")
@@ -84,7 +85,7 @@ def run_tunnel(host: Host, remote_port: int, local_port: int | None, job: str | 
                 failures += 1
                 if failures > retries:
                     raise ConnectError(f"could not reconnect to {host.name}", "check the network; run gpujob tunnel again")
-                time.sleep(min(30.0, 0.5 * 2 ** min(failures, 6)))
+                time.sleep(backoff(failures, 1.0, 30.0))
                 try:
                     agent = connect_agent(host)
                     fwd = _listen_again(agent, remote_port, info["local_port"])
@@ -96,7 +97,7 @@ def run_tunnel(host: Host, remote_port: int, local_port: int | None, job: str | 
                 break
     finally:
         fwd.close()
-        agent.t.close()
+        agent.close()
 
 
 def _listen_again(agent: Agent, remote_port: int, local_port: int) -> Any:

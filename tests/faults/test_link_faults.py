@@ -125,7 +125,7 @@ def test_a_cut_pull_resumes(via: tuple[str, LinkProxy], tmp_path: Path) -> None:
 def instance(tmp_path: Path) -> Iterator[tuple[str, object]]:
     """Host ``inst``: an sshd in a network namespace whose link the test can take down."""
     from gpujob.config.hosts import Host, HostStore
-    from gpujob.transport.ssh import public_key_line
+    from gpujob.config.keys import public_key_line
     from tests.netlab import make_lab
     from tests.test_launcher import _sshd_in
 

@@ -1,0 +1,74 @@
+"""The three transports keep one contract: the same stream behaviour, an ``Endpoint`` as their
+only input, and the kept-agent call only where a kept connection exists."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Sshd
+
+
+@pytest.fixture(params=["local", "ssh", "mux"])
+def transport(request: pytest.FixtureRequest, sshd: Sshd, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[object]:
+    from gpujob.config.keys import known_hosts_path, public_key_line
+    from gpujob.config.paths import config_dir
+    from gpujob.transport import Endpoint, connect
+
+    if request.param == "local":
+        ep = Endpoint(name="local", kind="local", root=str(tmp_path / "root"))
+    else:
+        sshd.authorize(public_key_line())
+        # a hand-made endpoint, in no profile store: the mux daemon must not need one
+        ep = Endpoint(name="nowhere-saved", hostname="127.0.0.1", port=sshd.port, user=os.environ.get("USER", "root"),
+                      root=str(tmp_path / "root"), client_key=str(config_dir() / "id_ed25519"), known_hosts=str(known_hosts_path()), connect_timeout=5)
+        if request.param == "ssh":
+            monkeypatch.setenv("GPUJOB_MUX", "0")
+    t = connect(ep)
+    assert type(t).__name__ == {"local": "LocalTransport", "ssh": "SSHTransport", "mux": "MuxTransport"}[request.param]
+    assert not (Path(config_dir()) / "hosts.yaml").exists()
+    yield t
+    t.close()
+
+
+def test_streams_read_alike(transport) -> None:
+    s = transport.stream("read a; echo got $a; echo oops >&2; sleep 30; echo never")
+    try:
+        s.stdin.write(b"hello\n")
+        s.stdin.flush()
+        # what has arrived comes back at once, though the command goes on (no full buffer awaited)
+        got = b""
+        while not got.endswith(b"\n"):
+            chunk = s.read_some()
+            assert chunk, "the stream ended early"
+            got += chunk
+        assert got == b"got hello\n"
+        with pytest.raises(TimeoutError):
+            s.wait(0.3)
+    finally:
+        s.kill()
+    s = transport.stream("cat; echo bad >&2; exit 3")
+    with s:
+        def feed() -> None:  # beside the reader: more than a pipe holds
+            s.stdin.write(b"x" * 200_000)
+            s.close_stdin()
+
+        threading.Thread(target=feed, daemon=True).start()
+        assert s.stdout.read() == b"x" * 200_000
+        assert s.wait(30) == 3
+        assert s.stderr_text().endswith("bad\n")  # (after whatever the login shell prints)
+
+
+def test_kept_agent_call_only_on_the_kept_connection(transport, tmp_path: Path) -> None:
+    from gpujob.transport.agent import Agent
+
+    with Agent(transport) as agent:
+        assert agent.t.keeps_agent == (type(transport).__name__ == "MuxTransport")
+        if not agent.t.keeps_agent:
+            assert transport.serve_call(agent.command("serve"), ["hello"], 30) is None
+        doc = agent.call("hello")  # served by the kept agent, or a command of its own
+        assert doc["protocol"] and (tmp_path / "root" / "agent" / agent.version / "ok").exists()
