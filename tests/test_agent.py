@@ -6,30 +6,10 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
 from pathlib import Path
 
 from tests.conftest import run_cli
-from tests.test_first_path import job_processes, submit, wait_state, write_job
-
-
-def remote_root(tmp_path: Path, host: str) -> Path:
-    return tmp_path / ("remote-root" if host != "local" else "local-root")
-
-
-def status(host: str, job_id: str) -> dict:
-    r = run_cli("status", job_id, "--host", host, "--json")
-    assert r.returncode == 0, r.stderr
-    return json.loads(r.stdout)
-
-
-def wait_for(pred, timeout: float = 60, what: str = "") -> None:  # noqa: ANN001
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if pred():
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
+from tests.helpers import job_processes, remote_root, submit, wait_for, wait_state, write_job
 
 
 def training_pid(job_id: str, script: bytes = b"main.py") -> int:

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
-from tests.test_agent import remote_root, training_pid, wait_for
+from tests.helpers import remote_root, submit, wait_for, wait_state, write_job
+from tests.test_agent import training_pid
 from tests.test_checkpoints import LIGHTNING_MODEL
-from tests.test_first_path import submit, wait_state, write_job
 
 PLAIN = """
     import argparse, os, time

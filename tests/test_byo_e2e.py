@@ -36,8 +36,8 @@ from tests.byo_helpers import (
     submit_example,
     wait_until,
 )
+from tests.helpers import wait_state
 from tests.test_agent import training_pid
-from tests.test_first_path import wait_state
 
 
 @dataclass

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
+from tests.helpers import submit
 
 SECRET = "whsec-9f3a1c7e5b2d4f60"
 TOKEN = "tok8c41d2e9a7b3f5016"
@@ -83,12 +84,6 @@ def check_signature(g: dict) -> None:
     assert g["headers"]["X-Gpujob-Signature"] == want
 
 
-def submit(job: Path, host: str) -> str:
-    r = run_cli("submit", str(job), "--host", host, "--json")
-    assert r.returncode == 0, r.stderr + r.stdout
-    return json.loads(r.stdout)["job_id"]
-
-
 FAILING = r'''
 import json, os, sys
 with open(os.environ["GPUJOB_METRICS_FILE"], "a") as m:
@@ -106,7 +101,7 @@ def test_started_restarted_failed_with_diagnosis_and_tail(hook: Hook, tmp_path: 
         "retry": {"max_restarts": 1, "backoff": "0s"},
         "notify": notify_cfg(hook, ["started", "restarted", "failed", "succeeded"]),
     })
-    job_id = submit(job, "local")
+    job_id = submit("local", job)["job_id"]
     failed = hook.wait_for("failed")
     assert hook.events() == ["started", "restarted", "failed"]
     for g in hook.got:
@@ -150,7 +145,7 @@ def test_shutdown_runs_after_checkpoint_and_last_notification(hook: Hook, ssh_ho
         "autostop": {"max_runtime": "2s", "check_every": "1s", "after": "shutdown"},
         "notify": notify_cfg(hook, ["autostopped"]),
     })
-    job_id = submit(job, ssh_host)
+    job_id = submit(ssh_host, job)["job_id"]
     deadline = time.time() + 60
     while time.time() < deadline and not log.exists():
         time.sleep(0.2)
@@ -186,7 +181,7 @@ def test_shutdown_waits_for_gpujob_pull_of_the_finished_job(ssh_host: str, tmp_p
     stand_in.chmod(0o755)
     assert run_cli("host", "set", ssh_host, "--shutdown-command", str(stand_in)).returncode == 0
     job = job_dir(tmp_path, "keepme", SAVES, {"autostop": {"after": "shutdown", "pull_before_shutdown": "2m"}})
-    job_id = submit(job, ssh_host)
+    job_id = submit(ssh_host, job)["job_id"]
     events = tmp_path / "remote-root" / "jobs" / job_id / "events.jsonl"
     deadline = time.time() + 60
     while time.time() < deadline and "waiting_for_pull" not in (events.read_text() if events.exists() else ""):
@@ -210,7 +205,7 @@ def test_shutdown_waits_for_gpujob_pull_of_the_finished_job(ssh_host: str, tmp_p
 def test_lost_is_announced_once_by_the_agent(hook: Hook, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPUJOB_STALE_AFTER", "2")
     job = job_dir(tmp_path, "doomed", LOOP, {"notify": notify_cfg(hook, ["lost"])})
-    job_id = submit(job, "local")
+    job_id = submit("local", job)["job_id"]
     root = Path(os.environ["GPUJOB_LOCAL_ROOT"]) / "jobs" / job_id
     deadline = time.time() + 30
     st: dict = {}

@@ -7,56 +7,13 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import REPO, run_cli
-
-EXAMPLE = REPO / "examples" / "tiny" / "job.yaml"
-
-
-def submit(host: str, job: Path | str = EXAMPLE, *extra: str) -> dict:
-    r = run_cli("submit", str(job), "--host", host, "--json", *extra)
-    assert r.returncode == 0, r.stderr + r.stdout
-    return json.loads(r.stdout)
-
-
-def wait_state(host: str, job_id: str, states: tuple[str, ...], timeout: float = 90) -> dict:
-    deadline = time.time() + timeout
-    st: dict = {}
-    while time.time() < deadline:
-        r = run_cli("status", job_id, "--host", host, "--json")
-        assert r.returncode == 0, r.stderr
-        st = json.loads(r.stdout)
-        if st["state"] in states:
-            return st
-        time.sleep(0.5)
-    raise AssertionError(f"{job_id} stayed {st.get('state')}, wanted {states}")
-
-
-def job_processes(job_id: str) -> list[int]:
-    token = f"GPUJOB_JOB_ID={job_id}\0".encode()
-    out = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                if token in (d / "environ").read_bytes():
-                    out.append(int(d.name))
-            except OSError:
-                pass
-    return out
-
-
-def write_job(tmp_path: Path, name: str, script: str, run: str, **extra: object) -> Path:
-    d = tmp_path / name
-    d.mkdir()
-    (d / "main.py").write_text(textwrap.dedent(script))
-    spec = {"name": name, "run": run, **extra}
-    (d / "job.yaml").write_text(json.dumps(spec))  # JSON is YAML
-    return d / "job.yaml"
+from tests.helpers import EXAMPLE, job_processes, submit, wait_state, write_job
 
 
 def test_example_runs_to_success_tail_and_pull(any_host: str, tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, Sshd, run_cli, stop_sshd
-from tests.test_first_path import job_processes, submit, wait_state
+from tests.helpers import job_processes, submit, wait_state
 
 DDP = REPO / "tests" / "ddp_job"
 

@@ -20,7 +20,7 @@ import pytest
 from remote import tfevents
 from remote.logparse import LogParser
 from tests.conftest import REPO, run_cli
-from tests.test_first_path import submit, wait_state
+from tests.helpers import submit, wait_state
 
 FIXTURES = REPO / "tests" / "fixtures" / "logs"
 SCRIPTS = REPO / "tests" / "metrics_scripts"

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from tests.conftest import REPO, run_cli
-from tests.test_first_path import EXAMPLE, submit, wait_state, write_job
+from tests.helpers import EXAMPLE, submit, wait_state, write_job
 
 PROGRESS = """
 import json, os, time

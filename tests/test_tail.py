@@ -13,7 +13,7 @@ from datetime import datetime
 from pathlib import Path
 
 from tests.conftest import REPO, free_port, run_cli
-from tests.test_first_path import submit, wait_state, write_job
+from tests.helpers import submit, wait_state, write_job
 
 
 class TcpProxy:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, free_port, run_cli
-from tests.test_first_path import submit, wait_state, write_job
+from tests.helpers import submit, wait_state, write_job
 from tests.test_tail import _proxied_host
 
 
