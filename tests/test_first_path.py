@@ -47,13 +47,31 @@ def test_example_runs_to_success_tail_and_pull(any_host: str, tmp_path: Path) ->
     assert "done" in (dest / "output.log").read_text()
 
 
+SNAPSHOT = """\
+# version {n}
+import os, pathlib, time
+gate = pathlib.Path(os.environ["GPUJOB_JOB_DIR"]) / "go"
+while {n} == 1 and not gate.exists():  # the first job reads its code once the second one is submitted
+    time.sleep(0.05)
+print(open("main.py").read(), flush=True)
+"""
+
+
 def test_job_code_is_a_snapshot(tmp_path: Path) -> None:
-    job = write_job(tmp_path, "snap", "import time; time.sleep(1.5); print(open('main.py').read())", "python main.py")
-    res = submit("local", job)
-    (job.parent / "main.py").write_text("print('edited after submit')\n")
-    wait_state("local", res["job_id"], ("succeeded",))
-    out = run_cli("tail", res["job_id"], "-n", "50").stdout
-    assert "time.sleep(1.5)" in out and "edited after submit" not in out
+    """A running job keeps the code it was submitted with when the project is submitted again with
+    changed code: the second job runs the new code, the first the old one."""
+    job = write_job(tmp_path, "snap", SNAPSHOT.format(n=1), "python main.py")
+    first = submit("local", job)["job_id"]
+    wait_state("local", first, ("running",))
+    (job.parent / "main.py").write_text(SNAPSHOT.format(n=2))
+    second = submit("local", job)["job_id"]
+    (tmp_path / "local-root" / "jobs" / first / "go").touch()
+    for job_id in (first, second):
+        assert wait_state("local", job_id, ("succeeded", "failed"))["state"] == "succeeded"
+    out1 = run_cli("tail", first, "-n", "50").stdout
+    out2 = run_cli("tail", second, "-n", "50").stdout
+    assert "# version 1" in out1 and "# version 2" not in out1, out1
+    assert "# version 2" in out2 and "# version 1" not in out2, out2
 
 
 def test_stop_leaves_no_process(any_host: str, tmp_path: Path) -> None:
