@@ -6,17 +6,37 @@ tail of its log), so a failing run explains itself.
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 import textwrap
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 from tests.conftest import REPO, run_cli
 
 EXAMPLE = REPO / "examples" / "tiny" / "job.yaml"
 # every state a job can end in (remote/layout.py TERMINAL)
 ENDED = ("succeeded", "failed", "stopped", "autostopped", "lost", "moved")
+
+
+# the extra of pyproject.toml that brings each optional package the tests use
+EXTRAS = {"torch": "train", "transformers": "train", "lightning": "train", "datasets": "train", "accelerate": "train",
+          "tqdm": "train", "tensorboard": "dev", "matplotlib": "dev", "build": "dev", "hatchling": "dev", "hypothesis": "dev"}
+
+
+def needs(*modules: str) -> None:
+    """Skip the calling test (or, at module level, the file) when an optional package is missing,
+    saying which and how to get it (``pytest -rs`` lists the reasons). Like ``pytest.importorskip``
+    but without importing: torch or transformers cost seconds per process."""
+    for m in modules:
+        if importlib.util.find_spec(m) is None:
+            test = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" ", 1)[0]  # -rs shows this file's line
+            pytest.skip(f"{test + ' ' if test else ''}needs {m}: pip install -e '.[{EXTRAS.get(m, 'dev')}]'",
+                        allow_module_level=True)
 
 
 def write_job(tmp_path: Path, name: str, script: str, run: str, **extra: object) -> Path:

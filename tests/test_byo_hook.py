@@ -17,7 +17,7 @@ import pytest
 
 from tests.byo_helpers import BYO, QUIET, job_dir, log_text
 from tests.conftest import REPO, run_cli
-from tests.helpers import submit, wait_for, wait_state, write_job
+from tests.helpers import needs, submit, wait_for, wait_state, write_job
 
 AUTOHOOK = REPO / "templates" / "runtime" / "autohook"
 RUNTIME = REPO / "templates" / "runtime"
@@ -106,6 +106,7 @@ def test_runtime_auto_must_be_a_boolean(tmp_path: Path) -> None:
 def test_lightning_ddp_ranks_agree_on_the_stop(tmp_path: Path) -> None:
     """Two CPU processes (gloo): the stop file is seen by every rank at the same batch end;
     both save one checkpoint together and leave fit() with exit 0."""
+    needs("torch", "lightning")
     job = tmp_path / "job"
     (job / "ckpt").mkdir(parents=True)
     rt = tmp_path / "rt"

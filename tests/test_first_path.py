@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, run_cli
-from tests.helpers import EXAMPLE, job_processes, submit, wait_state, write_job
+from tests.helpers import EXAMPLE, job_processes, needs, submit, wait_state, write_job
 
 
 def test_example_runs_to_success_tail_and_pull(any_host: str, tmp_path: Path) -> None:
+    needs("torch")
     res = submit(any_host)
     job_id = res["job_id"]
     assert res["state"] in ("queued", "running", "succeeded")
@@ -226,6 +227,7 @@ def test_parse_login_lines() -> None:
 
 def test_wheel_carries_the_agent(tmp_path: Path) -> None:
     """A non-editable install (built wheel in a fresh venv) can upload its agent and run a job."""
+    needs("build", "hatchling")
     dist = tmp_path / "dist"
     b = subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "-o", str(dist), str(REPO)],
                        capture_output=True, text=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, Sshd, run_cli, start_sshd, stop_sshd
-from tests.helpers import job_processes, submit, wait_for, wait_state, write_job
+from tests.helpers import job_processes, needs, submit, wait_for, wait_state, write_job
 from tests.test_events import Hook
 
 # plain torch, full-batch gradient descent: deterministic, so a resumed run logs exactly the
@@ -99,6 +99,7 @@ def metrics(path: Path) -> list[dict]:
 
 
 def submit_training(tmp_path: Path, to: str, steps: int, **extra: object) -> str:
+    needs("torch")
     job = write_job(tmp_path, "lin", TRAIN, "python main.py", env={"STEPS": str(steps), "STEP_S": "0.15"}, **extra)
     return submit(to, job)["job_id"]
 
