@@ -185,7 +185,9 @@ def test_idle_watcher_setting_outlives_its_process(ssh_host: str, tmp_path: Path
     state = tmp_path / "remote-root" / "idle-watch.json"
     first = json.loads(state.read_text())["pid"]
     os.kill(first, signal.SIGKILL)
-    time.sleep(0.3)
+    from remote.procs import pid_alive
+
+    wait_for(lambda: not pid_alive(first), 10, "the killed watcher gone")  # as the agent judges it
     assert run_cli("ls", "--host", ssh_host).returncode == 0
     revived = json.loads(state.read_text())["pid"]
     assert revived != first
