@@ -34,7 +34,7 @@ def needs(*modules: str) -> None:
     but without importing: torch or transformers cost seconds per process."""
     for m in modules:
         if importlib.util.find_spec(m) is None:
-            test = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" ", 1)[0]  # -rs shows this file's line
+            test = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" ", 1)[0]  # -rs shows this line, not the test
             pytest.skip(f"{test + ' ' if test else ''}needs {m}: pip install -e '.[{EXTRAS.get(m, 'dev')}]'",
                         allow_module_level=True)
 
