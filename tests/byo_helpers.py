@@ -8,8 +8,8 @@ import shutil
 from pathlib import Path
 
 from tests.conftest import REPO, run_cli
-from tests.test_agent import wait_for as wait_until  # noqa: F401 (the byo tests' name)
-from tests.test_first_path import submit
+from tests.helpers import submit
+from tests.helpers import wait_for as wait_until  # noqa: F401 (the byo tests' name)
 
 BYO = REPO / "examples" / "bring-your-own"
 # every variable a test run needs, on top of the example's own job file

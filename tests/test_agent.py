@@ -1,35 +1,15 @@
 """The agent keeps a job alive: restarts from complete checkpoints (SIGKILL, rotation) and
-the CUDA OOM halve-batch restart, over the real sshd. Helpers for the other test_agent files."""
+the CUDA OOM halve-batch restart, on `local` and over the real sshd."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
-import time
 from pathlib import Path
 
 from tests.conftest import run_cli
-from tests.test_first_path import job_processes, submit, wait_state, write_job
-
-
-def remote_root(tmp_path: Path, host: str) -> Path:
-    return tmp_path / ("remote-root" if host != "local" else "local-root")
-
-
-def status(host: str, job_id: str) -> dict:
-    r = run_cli("status", job_id, "--host", host, "--json")
-    assert r.returncode == 0, r.stderr
-    return json.loads(r.stdout)
-
-
-def wait_for(pred, timeout: float = 60, what: str = "") -> None:  # noqa: ANN001
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if pred():
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
+from tests.helpers import job_processes, remote_root, submit, wait_for, wait_state, write_job
 
 
 def training_pid(job_id: str, script: bytes = b"main.py") -> int:
@@ -62,14 +42,14 @@ CKPT_JOB = """
 """
 
 
-def test_sigkill_restarts_from_last_complete_checkpoint(ssh_host: str, tmp_path: Path) -> None:
+def test_sigkill_restarts_from_last_complete_checkpoint(any_host: str, tmp_path: Path) -> None:
     job = write_job(tmp_path, "kill9", CKPT_JOB, "python main.py", checkpoint={"keep": 2},
                     retry={"max_restarts": 2, "on": ["error", "oom", "signal"], "backoff": "0s"})
-    job_id = submit(ssh_host, job)["job_id"]
-    jd = remote_root(tmp_path, ssh_host) / "jobs" / job_id
+    job_id = submit(any_host, job)["job_id"]
+    jd = remote_root(tmp_path, any_host) / "jobs" / job_id
     wait_for(lambda: "ready" in (jd / "output.log").read_text() if (jd / "output.log").exists() else False, 60, "ready")
     os.kill(training_pid(job_id), signal.SIGKILL)
-    st = wait_state(ssh_host, job_id, ("succeeded", "failed"), 60)
+    st = wait_state(any_host, job_id, ("succeeded", "failed"), 60)
     assert st["state"] == "succeeded", st
     a1, a2 = st["attempts"]
     assert a1["exit_code"] in (-9, 137) and a1["reason"] in ("oom", "signal") and a1["summary"]
@@ -96,18 +76,18 @@ OOM_JOB = """
 """
 
 
-def test_oom_line_halves_the_batch_then_diagnosis_of_the_last_attempt(ssh_host: str, tmp_path: Path) -> None:
+def test_oom_line_halves_the_batch_then_diagnosis_of_the_last_attempt(any_host: str, tmp_path: Path) -> None:
     job = write_job(tmp_path, "oomy", OOM_JOB, "python main.py",
                     retry={"max_restarts": 1, "on_oom": "halve_batch", "backoff": "0s"})
-    job_id = submit(ssh_host, job)["job_id"]
-    st = wait_state(ssh_host, job_id, ("succeeded", "failed"), 60)
+    job_id = submit(any_host, job)["job_id"]
+    st = wait_state(any_host, job_id, ("succeeded", "failed"), 60)
     assert st["state"] == "failed"
     assert [a["reason"] for a in st["attempts"]] == ["oom", "missing_module"]
     assert [a["batch_divisor"] for a in st["attempts"]] == [1, 2] and st["batch_divisor"] == 2
     d = st["diagnosis"]
     assert d["cause"] == "missing_module" and "flash_attn_not_installed" in d["summary"]
     assert d["where"] and "main.py" in d["where"]
-    log = (remote_root(tmp_path, ssh_host) / "jobs" / job_id / "output.log").read_text()
+    log = (remote_root(tmp_path, any_host) / "jobs" / job_id / "output.log").read_text()
     assert "attempt 2 divisor 2" in log and "restarting with GPUJOB_BATCH_DIVISOR=2" in log
-    human = run_cli("status", job_id, "--host", ssh_host)
+    human = run_cli("status", job_id, "--host", any_host)
     assert "a Python module is missing" in human.stdout and "requirements.txt" in human.stdout

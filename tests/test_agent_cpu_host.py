@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
-from tests.test_agent import remote_root
-from tests.test_first_path import submit, wait_state, write_job
+from tests.helpers import remote_root, submit, wait_state, write_job
 
 
 def test_cpu_host_without_nvidia_smi(ssh_host: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
-from tests.test_agent import remote_root, status, wait_for
-from tests.test_first_path import job_processes, submit, wait_state, write_job
+from tests.helpers import job_processes, remote_root, status, submit, wait_for, wait_state, write_job
 
 SMI = """#!/bin/sh
 # nvidia-smi stand-in: prints the figures the test wrote (index, util, mem used, mem total, power, temp)

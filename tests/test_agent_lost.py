@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
-from tests.test_agent import remote_root, status, wait_for
-from tests.test_first_path import job_processes, submit, wait_state, write_job
+from tests.helpers import job_processes, remote_root, status, submit, wait_for, wait_state, write_job
 
 REBOOT_JOB = """
     import os, pathlib, time

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,7 @@ import pytest
 from gpujob.bundle import import_remote
 from gpujob.errors import SpecError
 from tests.conftest import run_cli
+from tests.helpers import ENDED, submit, wait_state
 
 autostop = import_remote("autostop")
 
@@ -54,24 +54,6 @@ def job_file(tmp_path: Path, name: str, mode: str, policies: dict) -> Path:
             "autostop": {"check_every": "2s", **policies}}
     (d / "job.yaml").write_text(json.dumps(spec))
     return d / "job.yaml"
-
-
-def submit(path: Path, host: str = "local") -> str:
-    r = run_cli("submit", str(path), "--host", host, "--json")
-    assert r.returncode == 0, r.stderr + r.stdout
-    return json.loads(r.stdout)["job_id"]
-
-
-def wait_end(job_id: str, host: str = "local", timeout: float = 60) -> dict:
-    deadline = time.time() + timeout
-    st: dict = {}
-    while time.time() < deadline:
-        r = run_cli("status", job_id, "--host", host, "--json")
-        st = json.loads(r.stdout)
-        if st.get("state") in ("succeeded", "failed", "stopped", "autostopped", "lost"):
-            return st
-        time.sleep(0.5)
-    raise AssertionError(f"{job_id} did not end: {st.get('state')}")
 
 
 def test_parsers_and_validation() -> None:
@@ -122,10 +104,10 @@ def test_each_policy_stops_its_job(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         # utilisation is as low, but steps advance: not idle; the backstop ends it
         "busy": ("steps", {"gpu_idle": {"below": 5, "for": "3s"}, "max_runtime": "9s"}, "max_runtime"),
     }
-    ids = {name: submit(job_file(tmp_path, name, mode, pol)) for name, (mode, pol, _) in cases.items()}
+    ids = {name: submit("local", job_file(tmp_path, name, mode, pol))["job_id"] for name, (mode, pol, _) in cases.items()}
     root = Path(os.environ["GPUJOB_LOCAL_ROOT"])
     for name, (_, _, why) in cases.items():
-        st = wait_end(ids[name])
+        st = wait_state("local", ids[name], ENDED, 60)
         assert st["state"] == "autostopped", (name, st)
         assert st["reason"].startswith("autostop: " + why), (name, st["reason"])
         assert st["exit_code"] == 0, (name, st)  # stopped gracefully: it saved first
@@ -139,6 +121,6 @@ def test_each_policy_stops_its_job(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 def test_budget_uses_the_host_price(ssh_host: str, tmp_path: Path) -> None:
     r = run_cli("host", "set", ssh_host, "--price", "3600")  # 1 CNY a second
     assert r.returncode == 0, r.stderr
-    job_id = submit(job_file(tmp_path, "budget", "print", {"budget": 2}), ssh_host)
-    st = wait_end(job_id, ssh_host)
+    job_id = submit(ssh_host, job_file(tmp_path, "budget", "print", {"budget": 2}))["job_id"]
+    st = wait_state(ssh_host, job_id, ENDED, 60)
     assert st["state"] == "autostopped" and st["reason"].startswith("autostop: budget 2"), st

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
-from tests.test_first_path import submit, wait_state, write_job
+from tests.helpers import submit, wait_state, write_job
 from tests.test_tail import TcpProxy
 
 ALIAS_BOMB = "\n".join(

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
-from tests.test_agent import remote_root, training_pid, wait_for
+from tests.helpers import needs, remote_root, submit, wait_for, wait_state, write_job
+from tests.test_agent import training_pid
 from tests.test_checkpoints import LIGHTNING_MODEL
-from tests.test_first_path import submit, wait_state, write_job
 
 PLAIN = """
     import argparse, os, time
@@ -64,6 +64,7 @@ def params_equal(a: dict, b: dict) -> bool:
 
 
 def test_sigkilled_plain_loop_resumes_from_newest_complete_file(any_host: str, tmp_path: Path) -> None:
+    needs("torch")
     import torch
 
     job = write_job(tmp_path, "plain", PLAIN, 'python main.py --slow 0.1 --resume "$GPUJOB_RESUME"',
@@ -127,6 +128,7 @@ LIGHTNING = """
 
 
 def test_lightning_job_checkpoints_rotate_and_pull(tmp_path: Path) -> None:
+    needs("torch", "lightning")
     job = write_job(tmp_path, "light", LIGHTNING, "python main.py ${GPUJOB_RESUME:+$GPUJOB_RESUME}",
                     checkpoint={"dir": "lightning_ckpts", "keep": 2})
     (job.parent / "model.py").write_text(LIGHTNING_MODEL)
@@ -169,6 +171,7 @@ HF = """
 
 
 def test_hf_trainer_job_pull_latest_loads(tmp_path: Path) -> None:
+    needs("torch", "transformers")
     from transformers import AutoModelForCausalLM
 
     job = write_job(tmp_path, "hfjob", HF, "python main.py ${GPUJOB_RESUME:+$GPUJOB_RESUME}",

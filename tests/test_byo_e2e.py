@@ -36,8 +36,8 @@ from tests.byo_helpers import (
     submit_example,
     wait_until,
 )
+from tests.helpers import needs, wait_state
 from tests.test_agent import training_pid
-from tests.test_first_path import wait_state
 
 
 @dataclass
@@ -202,16 +202,19 @@ def life(host: str, tmp_path: Path, name: str) -> tuple[Kind, Path, dict]:
 
 @pytest.mark.slow
 def test_hf_trainer_life_over_ssh(ssh_host: str, tmp_path: Path) -> None:
+    needs("torch", "transformers", "matplotlib")
     life(ssh_host, tmp_path, "hf")
 
 
 @pytest.mark.slow
 def test_lightning_life(tmp_path: Path) -> None:
+    needs("torch", "lightning", "tensorboard", "matplotlib")
     life("local", tmp_path, "lightning")
 
 
 @pytest.mark.slow
 def test_plain_loop_life_ends_with_uninterrupted_weights(tmp_path: Path) -> None:
+    needs("torch", "tqdm", "matplotlib")
     _, jd, figures = life("local", tmp_path, "loop")  # the HF life runs over the real sshd
     assert figures["source"] in ("log", "tensorboard")  # it writes no metrics file
     third = attempt_log(jd, 3)
@@ -221,6 +224,7 @@ def test_plain_loop_life_ends_with_uninterrupted_weights(tmp_path: Path) -> None
 def test_plain_loop_output_parses_to_loss_and_steps(tmp_path: Path) -> None:
     """The loop's real output (tqdm redraws on stderr, `step N loss x` prints on stdout, both in
     one log, a print often landing right after a bar) gives records with step and loss."""
+    needs("torch", "tqdm")
     from remote.logparse import LogParser
 
     out = subprocess.run(f"{sys.executable} {BYO / 'plain-loop' / 'train.py'} --ckpt_dir {tmp_path} --steps 40 "

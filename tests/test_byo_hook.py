@@ -17,7 +17,7 @@ import pytest
 
 from tests.byo_helpers import BYO, QUIET, job_dir, log_text
 from tests.conftest import REPO, run_cli
-from tests.test_first_path import submit, wait_state, write_job
+from tests.helpers import needs, submit, wait_for, wait_state, write_job
 
 AUTOHOOK = REPO / "templates" / "runtime" / "autohook"
 RUNTIME = REPO / "templates" / "runtime"
@@ -106,6 +106,7 @@ def test_runtime_auto_must_be_a_boolean(tmp_path: Path) -> None:
 def test_lightning_ddp_ranks_agree_on_the_stop(tmp_path: Path) -> None:
     """Two CPU processes (gloo): the stop file is seen by every rank at the same batch end;
     both save one checkpoint together and leave fit() with exit 0."""
+    needs("torch", "lightning")
     job = tmp_path / "job"
     (job / "ckpt").mkdir(parents=True)
     rt = tmp_path / "rt"
@@ -121,7 +122,7 @@ def test_lightning_ddp_ranks_agree_on_the_stop(tmp_path: Path) -> None:
                              "--every_n_steps", "1000", "--step_seconds", "0.1"],
                             cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        assert wait_until_true(lambda: (job / "STOP.watch").exists() or proc.poll() is not None, 180)
+        assert wait_for(lambda: (job / "STOP.watch").exists() or proc.poll() is not None, 180)
         (job / "STOP").write_text("stop\n")
         assert proc.wait(timeout=120) == 0, (tmp_path / "out.log").read_text()[-3000:]
     finally:
@@ -132,15 +133,6 @@ def test_lightning_ddp_ranks_agree_on_the_stop(tmp_path: Path) -> None:
     steps = [int(x) for x in __import__("re").findall(r"finished at step (\d+)", out)]
     assert len(steps) == 2 and steps[0] == steps[1] and 0 < steps[0] < 400  # both ranks, the same step
     assert sorted(p.name for p in (job / "ckpt").iterdir()) == [f"epoch=0-step={steps[0]}.ckpt", "last.ckpt"]
-
-
-def wait_until_true(pred, timeout: float) -> bool:  # noqa: ANN001
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if pred():
-            return True
-        time.sleep(0.1)
-    return False
 
 
 @pytest.fixture
@@ -186,7 +178,7 @@ def test_stop_targets_choose_a_signal_per_process(tree: str, tmp_path: Path) -> 
         return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
 
     # every process up, with its handlers installed: two forked, term, noint, torchrun's child
-    assert wait_until_true(lambda: len(list(tmp_path.glob("ready-*"))) == 5, 60)
+    assert wait_for(lambda: len(list(tmp_path.glob("ready-*"))) == 5, 60)
     pids = rp.job_pids("tree", None, tree)
     targets = rp.stop_targets(pids)
     by_kind: dict[str, list[int]] = {}

@@ -15,6 +15,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "remote"))
 import checkpoints as ck  # noqa: E402
 
+from tests.helpers import needs  # noqa: E402
+
 
 def hf(d: Path, step: int, complete: bool = True, rng: list[str] | None = None, incomplete_flag: bool = False) -> Path:
     p = d / f"checkpoint-{step}"
@@ -119,6 +121,7 @@ def kinds(found: list) -> list[tuple]:
 
 
 def test_single_files_ordered_by_step_and_whole_by_format(tmp_path: Path) -> None:
+    needs("torch")
     import torch
     from safetensors.torch import save_file
 
@@ -142,6 +145,7 @@ def test_single_files_ordered_by_step_and_whole_by_format(tmp_path: Path) -> Non
 
 
 def test_unknown_format_must_settle_and_names_without_step_go_by_time(tmp_path: Path) -> None:
+    needs("torch")
     legacy = tsave(tmp_path / "weights.pth", 1, _use_new_zipfile_serialization=False)  # no zip: no format check
     assert not ck.is_complete(legacy)                       # just written: it may still grow
     age(legacy, 60)
@@ -168,6 +172,7 @@ sys.stdin.readline()
 
 
 def test_a_file_open_for_writing_by_a_job_process_is_not_complete(tmp_path: Path) -> None:
+    needs("torch")
     src = tsave(tmp_path / "src.pt", 9)
     d = tmp_path / "ck"
     d.mkdir()
@@ -193,6 +198,7 @@ def test_a_file_open_for_writing_by_a_job_process_is_not_complete(tmp_path: Path
 
 
 def test_renamed_into_place_is_complete_at_once(tmp_path: Path) -> None:
+    needs("torch")
     tmp = tsave(tmp_path / "checkpoint_3.pt.tmp", 3)
     assert ck.find(tmp_path) == []
     os.replace(tmp, tmp_path / "checkpoint_3.pt")
@@ -200,6 +206,7 @@ def test_renamed_into_place_is_complete_at_once(tmp_path: Path) -> None:
 
 
 def test_deepspeed_global_step_folders_follow_latest(tmp_path: Path) -> None:
+    needs("torch")
     for s in (10, 20):
         g = tmp_path / f"global_step{s}"
         g.mkdir()
@@ -214,6 +221,7 @@ def test_deepspeed_global_step_folders_follow_latest(tmp_path: Path) -> None:
 
 
 def test_loose_files_beside_checkpoint_folders_are_not_checkpoints(tmp_path: Path) -> None:
+    needs("torch")
     hf(tmp_path, 4)
     tsave(tmp_path / "pytorch_model.bin", 0)
     tsave(tmp_path / "training_args.bin", 0)
@@ -288,6 +296,7 @@ print("written", flush=True)
 
 @pytest.fixture(scope="module")
 def libs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    needs("torch", "lightning", "transformers", "accelerate")
     out = tmp_path_factory.mktemp("libs")
     env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", CUDA_VISIBLE_DEVICES="")
     r = subprocess.run([sys.executable, "-c", LIBS, str(out)], capture_output=True, text=True, env=env, timeout=300)
@@ -357,6 +366,7 @@ def test_accelerate_save_state_folders(libs: Path, tmp_path: Path) -> None:
 
 
 def test_keep_rotates_every_kind_in_one_folder(tmp_path: Path) -> None:
+    needs("torch")
     for s in (1, 2, 3):
         age(tsave(tmp_path / f"checkpoint_{s}.pt", s), 100 - s)
         age(tsave(tmp_path / f"epoch=0-step={s}.ckpt", s), 100 - s)
@@ -378,6 +388,7 @@ def test_keep_rotates_every_kind_in_one_folder(tmp_path: Path) -> None:
 
 
 def test_best_by_metric_history(tmp_path: Path) -> None:
+    needs("torch")
     job = tmp_path / "job"
     d = job / "ckpt"
     d.mkdir(parents=True)
@@ -402,6 +413,7 @@ def test_step_and_metrics_in_names() -> None:
 
 
 def test_lightning_default_layout_found_from_either_folder(tmp_path: Path) -> None:
+    needs("torch", "lightning")
     for v, s in ((0, 4), (1, 8)):  # a restart that does not resume logs into a new version folder
         d = tmp_path / "lightning_logs" / f"version_{v}" / "checkpoints"
         d.mkdir(parents=True)

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from tests.conftest import run_cli
-from tests.test_first_path import job_processes, submit, wait_state, write_job
+from tests.helpers import job_processes, submit, wait_state, write_job
 
 WRITE_CKPT = 'mkdir -p "$GPUJOB_CKPT_DIR/checkpoint-1" && head -c 300000 /dev/urandom > "$GPUJOB_CKPT_DIR/checkpoint-1/w.bin"'
 

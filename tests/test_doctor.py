@@ -165,7 +165,7 @@ def test_doctor_on_local_reports_the_interpreter_jobs_run(tmp_path: Path) -> Non
     import subprocess
     import sys
 
-    from tests.test_first_path import submit, wait_state, write_job
+    from tests.helpers import submit, wait_state, write_job
 
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
+from tests.helpers import submit, wait_for, wait_state
 
 SECRET = "whsec-9f3a1c7e5b2d4f60"
 TOKEN = "tok8c41d2e9a7b3f5016"
@@ -83,12 +84,6 @@ def check_signature(g: dict) -> None:
     assert g["headers"]["X-Gpujob-Signature"] == want
 
 
-def submit(job: Path, host: str) -> str:
-    r = run_cli("submit", str(job), "--host", host, "--json")
-    assert r.returncode == 0, r.stderr + r.stdout
-    return json.loads(r.stdout)["job_id"]
-
-
 FAILING = r'''
 import json, os, sys
 with open(os.environ["GPUJOB_METRICS_FILE"], "a") as m:
@@ -106,7 +101,7 @@ def test_started_restarted_failed_with_diagnosis_and_tail(hook: Hook, tmp_path: 
         "retry": {"max_restarts": 1, "backoff": "0s"},
         "notify": notify_cfg(hook, ["started", "restarted", "failed", "succeeded"]),
     })
-    job_id = submit(job, "local")
+    job_id = submit("local", job)["job_id"]
     failed = hook.wait_for("failed")
     assert hook.events() == ["started", "restarted", "failed"]
     for g in hook.got:
@@ -150,7 +145,7 @@ def test_shutdown_runs_after_checkpoint_and_last_notification(hook: Hook, ssh_ho
         "autostop": {"max_runtime": "2s", "check_every": "1s", "after": "shutdown"},
         "notify": notify_cfg(hook, ["autostopped"]),
     })
-    job_id = submit(job, ssh_host)
+    job_id = submit(ssh_host, job)["job_id"]
     deadline = time.time() + 60
     while time.time() < deadline and not log.exists():
         time.sleep(0.2)
@@ -185,14 +180,24 @@ def test_shutdown_waits_for_gpujob_pull_of_the_finished_job(ssh_host: str, tmp_p
     stand_in.write_text(f'#!/bin/sh\necho "$(date +%s.%N) shutdown $*" >> {log}\n')
     stand_in.chmod(0o755)
     assert run_cli("host", "set", ssh_host, "--shutdown-command", str(stand_in)).returncode == 0
+    root = tmp_path / "remote-root"
+    # the supervisor's heartbeat, written while it waits for the pull, shows it went on waiting
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "agent.env").write_text("GPUJOB_HEARTBEAT=0.5\n")
     job = job_dir(tmp_path, "keepme", SAVES, {"autostop": {"after": "shutdown", "pull_before_shutdown": "2m"}})
-    job_id = submit(job, ssh_host)
-    events = tmp_path / "remote-root" / "jobs" / job_id / "events.jsonl"
-    deadline = time.time() + 60
-    while time.time() < deadline and "waiting_for_pull" not in (events.read_text() if events.exists() else ""):
-        time.sleep(0.2)
-    assert "waiting_for_pull" in events.read_text()
-    time.sleep(1.5)
+    job_id = submit(ssh_host, job)["job_id"]
+    events = root / "jobs" / job_id / "events.jsonl"
+    wait_for(lambda: "waiting_for_pull" in (events.read_text() if events.exists() else ""), 60, "waiting_for_pull")
+    since = [json.loads(x) for x in events.read_text().splitlines() if '"waiting_for_pull"' in x][0]["t"]
+
+    def beat() -> float:
+        try:
+            return float(json.loads((root / "jobs" / job_id / "status.json").read_text()).get("heartbeat") or 0)
+        except (OSError, ValueError):
+            return 0.0
+
+    # beats from the wait for 1.5 s after it began (its marker checked every 0.5 s): no shutdown
+    wait_for(lambda: log.exists() or beat() >= since + 1.5, 30, "the supervisor's beats while it waits")
     assert not log.exists()  # the meter runs on until the results are safe on the laptop
     pulled_at = time.time()
     r = run_cli("pull", job_id, str(tmp_path / "got"), "--host", ssh_host, "--json")
@@ -207,27 +212,31 @@ def test_shutdown_waits_for_gpujob_pull_of_the_finished_job(ssh_host: str, tmp_p
     assert done and done[0]["pulled"] is True
 
 
+def _lost_senders(root: Path) -> list[int]:
+    """The agent's detached ``notify_lost`` processes for jobs under ``root``."""
+    from remote.procs import _cmdline, _parents
+
+    want = str(root).encode()
+    return [p for p in _parents() if b"notify_lost" in _cmdline(p) and want in _cmdline(p)]
+
+
 def test_lost_is_announced_once_by_the_agent(hook: Hook, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPUJOB_STALE_AFTER", "2")
     job = job_dir(tmp_path, "doomed", LOOP, {"notify": notify_cfg(hook, ["lost"])})
-    job_id = submit(job, "local")
+    job_id = submit("local", job)["job_id"]
     root = Path(os.environ["GPUJOB_LOCAL_ROOT"]) / "jobs" / job_id
-    deadline = time.time() + 30
-    st: dict = {}
-    while time.time() < deadline:
-        st = json.loads((root / "status.json").read_text())
-        if st.get("state") == "running":
-            break
-        time.sleep(0.2)
+    wait_state("local", job_id, ("running",), 30, root=root.parent.parent)
+    st = json.loads((root / "status.json").read_text())
     os.kill(st["supervisor_pid"], signal.SIGKILL)  # the agent dies (OOM killer, a bug)
     os.killpg(st["child_pid"], signal.SIGKILL)
-    time.sleep(3)
+    wait_state("local", job_id, ("lost",), 30)  # each look of this wait is a client too
     for _ in range(2):  # two clients look: one message
         r = run_cli("status", job_id, "--host", "local", "--json")
         assert json.loads(r.stdout)["state"] == "lost"
     g = hook.wait_for("lost", 20)
     assert g["body"]["job_id"] == job_id and "stale heartbeat" in g["body"]["text"]
-    time.sleep(1)
+    # every look started its sender before it answered: once none runs, the count is final
+    wait_for(lambda: not _lost_senders(root.parent.parent), 30, "the lost senders to finish")
     assert hook.events().count("lost") == 1
 
 

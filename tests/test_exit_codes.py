@@ -8,7 +8,7 @@ from pathlib import Path
 
 from gpujob import exitcodes
 from tests.conftest import free_port, run_cli
-from tests.test_first_path import wait_state
+from tests.helpers import wait_state
 
 
 def job_file(tmp_path: Path, name: str, run: str) -> Path:

@@ -7,59 +7,17 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import REPO, run_cli
-
-EXAMPLE = REPO / "examples" / "tiny" / "job.yaml"
-
-
-def submit(host: str, job: Path | str = EXAMPLE, *extra: str) -> dict:
-    r = run_cli("submit", str(job), "--host", host, "--json", *extra)
-    assert r.returncode == 0, r.stderr + r.stdout
-    return json.loads(r.stdout)
-
-
-def wait_state(host: str, job_id: str, states: tuple[str, ...], timeout: float = 90) -> dict:
-    deadline = time.time() + timeout
-    st: dict = {}
-    while time.time() < deadline:
-        r = run_cli("status", job_id, "--host", host, "--json")
-        assert r.returncode == 0, r.stderr
-        st = json.loads(r.stdout)
-        if st["state"] in states:
-            return st
-        time.sleep(0.5)
-    raise AssertionError(f"{job_id} stayed {st.get('state')}, wanted {states}")
-
-
-def job_processes(job_id: str) -> list[int]:
-    token = f"GPUJOB_JOB_ID={job_id}\0".encode()
-    out = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                if token in (d / "environ").read_bytes():
-                    out.append(int(d.name))
-            except OSError:
-                pass
-    return out
-
-
-def write_job(tmp_path: Path, name: str, script: str, run: str, **extra: object) -> Path:
-    d = tmp_path / name
-    d.mkdir()
-    (d / "main.py").write_text(textwrap.dedent(script))
-    spec = {"name": name, "run": run, **extra}
-    (d / "job.yaml").write_text(json.dumps(spec))  # JSON is YAML
-    return d / "job.yaml"
+from tests.helpers import EXAMPLE, job_processes, needs, submit, wait_state, write_job
 
 
 def test_example_runs_to_success_tail_and_pull(any_host: str, tmp_path: Path) -> None:
+    needs("torch")
     res = submit(any_host)
     job_id = res["job_id"]
     assert res["state"] in ("queued", "running", "succeeded")
@@ -90,13 +48,31 @@ def test_example_runs_to_success_tail_and_pull(any_host: str, tmp_path: Path) ->
     assert "done" in (dest / "output.log").read_text()
 
 
+SNAPSHOT = """\
+# version {n}
+import os, pathlib, time
+gate = pathlib.Path(os.environ["GPUJOB_JOB_DIR"]) / "go"
+while {n} == 1 and not gate.exists():  # the first job reads its code once the second one is submitted
+    time.sleep(0.05)
+print(open("main.py").read(), flush=True)
+"""
+
+
 def test_job_code_is_a_snapshot(tmp_path: Path) -> None:
-    job = write_job(tmp_path, "snap", "import time; time.sleep(1.5); print(open('main.py').read())", "python main.py")
-    res = submit("local", job)
-    (job.parent / "main.py").write_text("print('edited after submit')\n")
-    wait_state("local", res["job_id"], ("succeeded",))
-    out = run_cli("tail", res["job_id"], "-n", "50").stdout
-    assert "time.sleep(1.5)" in out and "edited after submit" not in out
+    """A running job keeps the code it was submitted with when the project is submitted again with
+    changed code: the second job runs the new code, the first the old one."""
+    job = write_job(tmp_path, "snap", SNAPSHOT.format(n=1), "python main.py")
+    first = submit("local", job)["job_id"]
+    wait_state("local", first, ("running",))
+    (job.parent / "main.py").write_text(SNAPSHOT.format(n=2))
+    second = submit("local", job)["job_id"]
+    (tmp_path / "local-root" / "jobs" / first / "go").touch()
+    for job_id in (first, second):
+        assert wait_state("local", job_id, ("succeeded", "failed"))["state"] == "succeeded"
+    out1 = run_cli("tail", first, "-n", "50").stdout
+    out2 = run_cli("tail", second, "-n", "50").stdout
+    assert "# version 1" in out1 and "# version 2" not in out1, out1
+    assert "# version 2" in out2 and "# version 1" not in out2, out2
 
 
 def test_stop_leaves_no_process(any_host: str, tmp_path: Path) -> None:
@@ -251,6 +227,7 @@ def test_parse_login_lines() -> None:
 
 def test_wheel_carries_the_agent(tmp_path: Path) -> None:
     """A non-editable install (built wheel in a fresh venv) can upload its agent and run a job."""
+    needs("build", "hatchling")
     dist = tmp_path / "dist"
     b = subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "-o", str(dist), str(REPO)],
                        capture_output=True, text=True)

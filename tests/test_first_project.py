@@ -9,8 +9,8 @@ import json
 from pathlib import Path
 
 from tests.conftest import run_cli
+from tests.helpers import wait_state
 from tests.test_events import Hook
-from tests.test_first_path import wait_state
 
 SECRET = "x-secret-5d0c7a19e3"
 

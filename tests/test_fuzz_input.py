@@ -14,8 +14,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from gpujob.config.spec import (
     MAX_DURATION,
@@ -29,6 +27,10 @@ from gpujob.config.spec import (
     validate,
 )
 from gpujob.errors import GpujobError
+
+pytest.importorskip("hypothesis", reason="needs hypothesis: pip install -e '.[dev]'")
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 
 FUZZ = settings(max_examples=250, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])

@@ -38,6 +38,7 @@ def leftovers(marker: str) -> list[int]:
     return pids
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)  # about 40 s on a quiet machine; the script's own step guards allow for a busy one
 def test_cpu_dry_run_passes_every_step(tmp_path: Path) -> None:
     out = tmp_path / "out"

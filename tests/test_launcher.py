@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, Sshd, run_cli, stop_sshd
-from tests.test_first_path import job_processes, submit, wait_state
+from tests.helpers import job_processes, needs, submit, wait_state
 
 DDP = REPO / "tests" / "ddp_job"
 
@@ -46,6 +46,7 @@ def test_launch_command_rewrites_leading_python() -> None:
 
 def test_seq_cls_template_unchanged_under_torchrun(tmp_path: Path) -> None:
     """The seq-cls template, as `gpujob init` writes it, runs as 2 gloo processes (DDP) on a CPU host."""
+    needs("torch", "transformers")
     from gpujob.usecases.init import init_template
 
     d = tmp_path / "cls"
@@ -124,9 +125,11 @@ def _sshd_in(ns: str, addr: str, base: Path) -> Sshd:
     return Sshd(22, base, key, ak, proc)
 
 
+@pytest.mark.slow
 def test_two_node_job_trains_stays_identical_and_resumes(two_nodes: list[tuple[str, Sshd]], tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     # the product's default: a fresh namespace's first handshake can be refused while it settles
+    needs("torch")
     monkeypatch.setenv("GPUJOB_CONNECT_RETRIES", "3")
     from gpujob.config.hosts import Host, HostStore
     from gpujob.config.keys import public_key_line

@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 
 from tests.conftest import run_cli
-from tests.test_first_path import wait_state
+from tests.helpers import wait_state
 
 T = 1_800_000_000.0
 JOBS = [

@@ -20,7 +20,7 @@ import pytest
 from remote import tfevents
 from remote.logparse import LogParser
 from tests.conftest import REPO, run_cli
-from tests.test_first_path import submit, wait_state
+from tests.helpers import needs, submit, wait_state
 
 FIXTURES = REPO / "tests" / "fixtures" / "logs"
 SCRIPTS = REPO / "tests" / "metrics_scripts"
@@ -49,6 +49,7 @@ def _summary_writer_file(d: Path, n: int = 6) -> Path:
 
 
 def test_reads_summary_writer_scalars_and_skips_the_rest(tmp_path: Path) -> None:
+    needs("torch", "tensorboard")
     f = _summary_writer_file(tmp_path)
     got = tfevents.scalars(str(f))
     assert set(got) == {"train/loss", "train/learning_rate"}
@@ -58,6 +59,7 @@ def test_reads_summary_writer_scalars_and_skips_the_rest(tmp_path: Path) -> None
 
 
 def test_reads_the_tensorboard_packages_tensor_form(tmp_path: Path) -> None:
+    needs("tensorboard")
     import numpy as np
     from tensorboard.compat.proto import event_pb2, summary_pb2
     from tensorboard.summary import Writer
@@ -90,6 +92,7 @@ def test_reads_the_tensorboard_packages_tensor_form(tmp_path: Path) -> None:
 
 
 def test_torn_tail_waits_and_corrupt_frames_are_not_misparsed(tmp_path: Path) -> None:
+    needs("torch", "tensorboard")
     full = _summary_writer_file(tmp_path / "w").read_bytes()
     frames, pos = [], 0
     while pos < len(full):
@@ -137,6 +140,7 @@ def test_torn_tail_waits_and_corrupt_frames_are_not_misparsed(tmp_path: Path) ->
 
 
 def test_incremental_reads_follow_a_live_writer(tmp_path: Path) -> None:
+    needs("torch", "tensorboard")
     from torch.utils.tensorboard import SummaryWriter
 
     w = SummaryWriter(str(tmp_path))
@@ -259,6 +263,7 @@ def _running_status(host: str, job_id: str, ok, timeout: float = 90) -> dict:
 
 
 def test_a_job_that_only_prints_shows_loss_rate_eta_plots_and_notifies(ssh_host: str, tmp_path: Path, hook) -> None:
+    needs("tqdm", "matplotlib")
     from tests.test_events import notify_cfg
 
     host = ssh_host  # over the real sshd, with a price: the notification carries the cost
@@ -310,6 +315,7 @@ print("done")
 
 
 def test_a_job_that_only_writes_tensorboard(any_host: str, tmp_path: Path) -> None:
+    needs("torch", "tensorboard", "matplotlib")
     d = tmp_path / "tbonly"
     d.mkdir()
     (d / "main.py").write_text(TB_SCRIPT)
@@ -364,6 +370,7 @@ Trainer(model=model, args=args, train_dataset=data, callbacks=[gj.trainer_callba
 
 def test_runtime_callback_reports_the_trainers_total(tmp_path: Path) -> None:
     """With the runtime helper's callback, every record carries max_steps (epochs × steps): status has an ETA."""
+    needs("torch", "transformers")
     import os
     import subprocess
     import sys
@@ -380,6 +387,7 @@ def test_runtime_callback_reports_the_trainers_total(tmp_path: Path) -> None:
 
 
 def test_plot_gives_single_values_no_panel_and_keeps_the_title_clear(tmp_path: Path) -> None:
+    needs("matplotlib")
     from gpujob.errors import GpujobError
     from gpujob.ui.plot import figure, plot_series
 
@@ -415,6 +423,7 @@ def test_total_from_epochs() -> None:
 
 def test_a_lightning_job_with_its_default_bar_and_logger(tmp_path: Path) -> None:
     """Lightning with rich installed draws nothing into a log until the end: TensorBoard carries it."""
+    needs("torch", "lightning", "tensorboard")
     job = _job(tmp_path, "light", SCRIPTS / "lightning_tiny.py",
                "python lightning_tiny.py --bar rich --max_epochs 6 --sleep 0.15",
                runtime={"auto": False})  # the Trainer hook would write the metrics file (bring-your-own.md)

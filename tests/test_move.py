@@ -15,9 +15,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, Sshd, run_cli, start_sshd, stop_sshd
-from tests.test_agent import wait_for
+from tests.helpers import job_processes, needs, submit, wait_for, wait_state, write_job
 from tests.test_events import Hook
-from tests.test_first_path import job_processes, wait_state, write_job
 
 # plain torch, full-batch gradient descent: deterministic, so a resumed run logs exactly the
 # losses an unbroken one would; a checkpoint every 5 steps and on a stop request
@@ -100,10 +99,9 @@ def metrics(path: Path) -> list[dict]:
 
 
 def submit_training(tmp_path: Path, to: str, steps: int, **extra: object) -> str:
+    needs("torch")
     job = write_job(tmp_path, "lin", TRAIN, "python main.py", env={"STEPS": str(steps), "STEP_S": "0.15"}, **extra)
-    r = run_cli("submit", str(job), "--host", to, "--json")
-    assert r.returncode == 0, r.stderr
-    return json.loads(r.stdout)["job_id"]
+    return submit(to, job)["job_id"]
 
 
 def reached(job_dir: Path, step: int) -> None:

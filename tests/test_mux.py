@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from tests.conftest import run_cli, stop_sshd
+from tests.helpers import submit, write_job
 
 
 def _ping(mux_dir: Path) -> dict:
@@ -31,12 +32,7 @@ def _cmdline(pid: int) -> str:
 
 
 def _submit(tmp_path: Path, host: str) -> str:
-    proj = tmp_path / "proj"
-    proj.mkdir()
-    (proj / "job.yaml").write_text(json.dumps({"name": "m", "run": "echo done"}))
-    r = run_cli("submit", str(proj / "job.yaml"), "--host", host, "--json")
-    assert r.returncode == 0, r.stderr
-    return json.loads(r.stdout)["job_id"]
+    return submit(host, write_job(tmp_path, "m", "", "echo done"))["job_id"]
 
 
 def test_commands_share_one_kept_connection(ssh_host: str, sshd, mux_dir: Path, tmp_path: Path) -> None:

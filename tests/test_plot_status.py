@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from tests.conftest import REPO, run_cli
-from tests.test_first_path import EXAMPLE, submit, wait_state, write_job
+from tests.helpers import EXAMPLE, needs, submit, wait_state, write_job
 
 PROGRESS = """
 import json, os, time
@@ -27,6 +27,7 @@ print("done", flush=True)
 
 
 def test_plot_draws_a_png_from_the_tiny_example(tmp_path: Path) -> None:
+    needs("torch", "matplotlib")
     job_id = submit("local", EXAMPLE)["job_id"]
     assert wait_state("local", job_id, ("succeeded", "failed"), timeout=120)["state"] == "succeeded"
     out = tmp_path / "curves" / "loss.png"

@@ -10,13 +10,12 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.helpers import submit, wait_state
 
 
 def make_wheel(folder: Path) -> Path:
@@ -74,23 +73,9 @@ def write_project(d: Path, requirements: str, setup: str, run: str, python: str 
 
 
 def submit_wait(host: str, job: Path, root: Path, timeout: float = 120) -> dict:
-    """Submit through the CLI; wait on status.json (the instance's root is on this machine: no
-    CLI process per poll on 2 shared cores); the final answer comes from ``gpujob status``."""
-    r = run_cli("submit", str(job), "--host", host, "--json")
-    assert r.returncode == 0, r.stderr + r.stdout
-    job_id = json.loads(r.stdout)["job_id"]
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            state = json.loads((root / "jobs" / job_id / "status.json").read_text()).get("state")
-        except (OSError, ValueError):
-            state = None
-        if state in ("succeeded", "failed", "stopped"):
-            r = run_cli("status", job_id, "--host", host, "--json")
-            assert r.returncode == 0, r.stderr
-            return json.loads(r.stdout)
-        time.sleep(0.2)
-    raise AssertionError(f"{job_id} did not end")
+    """Submit, then wait on status.json (the instance's root is on this machine: no CLI process
+    per poll on 2 shared cores); the final answer comes from ``gpujob status``."""
+    return wait_state(host, submit(host, job)["job_id"], ("succeeded", "failed", "stopped"), timeout, root=root)
 
 
 def log_of(root: Path, st: dict) -> str:
@@ -165,19 +150,9 @@ def test_setup_once_per_hash_rerun_on_change_failure_keeps_env(autodl: dict, tmp
 def test_two_jobs_same_hash_provision_once(tmp_path: Path) -> None:
     """Image python (no venv): the lock file makes the second job wait, then skip."""
     job = write_project(tmp_path / "proj2", "# nothing\n", 'sleep 1.5; echo x >> "$COUNTER"', "echo ran", python=None)
-    ids = []
-    for _ in range(2):
-        r = run_cli("submit", str(job), "--host", "local", "--json")
-        assert r.returncode == 0, r.stderr
-        ids.append(json.loads(r.stdout)["job_id"])
+    ids = [submit("local", job)["job_id"] for _ in range(2)]
     root = Path(os.environ["GPUJOB_LOCAL_ROOT"])
-    deadline = time.time() + 60
-    states: list = []
-    while time.time() < deadline:
-        states = [json.loads((root / "jobs" / i / "status.json").read_text()).get("state") for i in ids]
-        if all(s in ("succeeded", "failed") for s in states):
-            break
-        time.sleep(0.3)
+    states = [wait_state("local", i, ("succeeded", "failed"), 60, root=root)["state"] for i in ids]
     assert states == ["succeeded", "succeeded"]
     assert counter(tmp_path) == 1
     logs = [(root / "jobs" / i / "output.log").read_text() for i in ids]

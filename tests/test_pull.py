@@ -12,7 +12,7 @@ import pytest
 from gpujob.errors import GpujobError
 from gpujob.usecases.pull import extract, wire
 from tests.conftest import run_cli
-from tests.test_first_path import submit, wait_state, write_job
+from tests.helpers import submit, wait_state, write_job
 
 JOB = """
 import json, os

@@ -108,9 +108,9 @@ def test_sigterm_saves_and_exits_zero(tmp_path: Path) -> None:
     env = job_env(tmp_path / "job", rt)
     proc = subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE, text=True)
     watch = tmp_path / "job" / "stop.watch"
-    from train_helpers import wait_for
+    from tests.helpers import wait_for
 
-    assert wait_for(watch.exists, timeout=20)
+    assert wait_for(watch.exists, timeout=20, interval=0.02)
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=20)
     assert proc.returncode == 0 and out.startswith("saved")

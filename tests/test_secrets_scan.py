@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import Sshd, _descendants, run_cli
+from tests.helpers import submit, wait_for, wait_state, write_job
 from tests.test_events import Hook
 
 HOOK_TOKEN = "hooktok-51e0c9a2b7d4"  # from the secrets file, used as ${HOOK_TOKEN} in the URL
@@ -99,15 +100,29 @@ def test_no_secret_anywhere(ssh_host: str, tmp_path: Path, hook: Hook, isolated:
     assert (root / "agent.log").exists() or (root / "jobs" / job_id / "agent.log").exists()
 
 
-def test_idle_watcher_powers_off_only_when_idle(ssh_host: str, tmp_path: Path) -> None:
+def _tty_session_of(sshd: Sshd) -> bool:
+    """Whether this test's sshd serves an interactive session (``sshd: user@pts/N``, as the watcher sees it)."""
+    for pid in _descendants(sshd.proc.pid):
+        try:
+            if b"@pts/" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return True
+        except OSError:
+            pass
+    return False
+
+
+def test_idle_watcher_powers_off_only_when_idle(ssh_host: str, sshd: Sshd, tmp_path: Path, hook: Hook) -> None:
     import paramiko
 
     from gpujob.config.hosts import HostStore
     from gpujob.transport.ssh import open_client
+    from remote.events import LOST_MARK
+    from tests.test_events import notify_cfg
 
     root = tmp_path / "remote-root"
     root.mkdir(parents=True, exist_ok=True)
-    (root / "agent.env").write_text("GPUJOB_IDLE_POLL=0.5\n")
+    # the watcher looks every 0.5 s; a job whose agent is gone is lost after 1 s without a heartbeat
+    (root / "agent.env").write_text("GPUJOB_IDLE_POLL=0.5\nGPUJOB_STALE_AFTER=1\n")
     log = tmp_path / "shutdown.log"
     stand_in = tmp_path / "fake-shutdown"
     stand_in.write_text(f'#!/bin/sh\necho "$(date +%s.%N) idle shutdown" >> {log}\n')
@@ -116,25 +131,39 @@ def test_idle_watcher_powers_off_only_when_idle(ssh_host: str, tmp_path: Path) -
     d.mkdir()
     (d / "main.py").write_text("import time\ntime.sleep(4)\nprint('done')\n")
     (d / "job.yaml").write_text(json.dumps({"name": "short", "run": "python main.py"}))
+    # the tick counter: each tick of the watcher announces newly lost jobs, marking each once
+    # (remote/events.py LOST_MARK); a mark removed by the test comes back on the next tick
+    probe = submit(ssh_host, write_job(tmp_path, "probe", "import time; print('up', flush=True); time.sleep(600)",
+                                       "python main.py", notify=notify_cfg(hook, ["lost"])))["job_id"]
+    probe_dir = root / "jobs" / probe
+    wait_state(ssh_host, probe, ("running",), 60, root=root)
+    pst = json.loads((probe_dir / "status.json").read_text())
+    os.kill(pst["supervisor_pid"], signal.SIGKILL)  # its agent dies: the job is lost, not running
+    os.killpg(pst["child_pid"], signal.SIGKILL)
+    mark = probe_dir / LOST_MARK
+
+    def next_tick(what: str) -> None:
+        mark.unlink()
+        wait_for(lambda: mark.exists() or log.exists(), 20, f"the watcher's tick ({what})", interval=0.05)
 
     # an interactive SSH session (a tty): the watcher must wait for it too
     client: paramiko.SSHClient = open_client(HostStore().get(ssh_host))
     shell = client.invoke_shell()
-    time.sleep(0.5)
+    wait_for(lambda: _tty_session_of(sshd), 10, "the tty session", interval=0.05)
     r = run_cli("submit", str(d / "job.yaml"), "--host", ssh_host, "--json")
     assert r.returncode == 0, r.stderr
     job_id = json.loads(r.stdout)["job_id"]
     r = run_cli("host", "set", ssh_host, "--shutdown-command", str(stand_in), "--idle-shutdown", "2s")
     assert r.returncode == 0, r.stderr + r.stdout
-    deadline = time.time() + 30
-    st: dict = {}
-    while time.time() < deadline:
-        st = json.loads(run_cli("status", job_id, "--host", ssh_host, "--json").stdout)
-        if st["state"] == "succeeded":
-            break
-        time.sleep(0.5)
+    st = wait_state(ssh_host, job_id, ("succeeded", "failed"), 30, root=root)
     assert st["state"] == "succeeded"
-    time.sleep(3.5)  # idle long enough, but the tty session is open
+    wait_for(mark.exists, 20, "the watcher announcing the probe lost")
+    # idle long enough (2 s since the last job ran or waited), but the tty session is open: two
+    # ticks later (the first one's check is over once the second starts), nothing has fired
+    idle_enough = max(st["ended_at"], float(mark.read_text())) + 2.0
+    wait_for(lambda: time.time() >= idle_enough, 10, "2 s of idleness", interval=0.05)
+    next_tick("after 2 idle seconds")
+    next_tick("the one after")
     assert not log.exists(), "powered off under an open SSH session"
     shell.close()
     client.close()
@@ -156,7 +185,9 @@ def test_idle_watcher_setting_outlives_its_process(ssh_host: str, tmp_path: Path
     state = tmp_path / "remote-root" / "idle-watch.json"
     first = json.loads(state.read_text())["pid"]
     os.kill(first, signal.SIGKILL)
-    time.sleep(0.3)
+    from remote.procs import pid_alive
+
+    wait_for(lambda: not pid_alive(first), 10, "the killed watcher gone")  # as the agent judges it
     assert run_cli("ls", "--host", ssh_host).returncode == 0
     revived = json.loads(state.read_text())["pid"]
     assert revived != first

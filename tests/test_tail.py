@@ -13,7 +13,7 @@ from datetime import datetime
 from pathlib import Path
 
 from tests.conftest import REPO, free_port, run_cli
-from tests.test_first_path import submit, wait_state, write_job
+from tests.helpers import submit, wait_for, wait_state, write_job
 
 
 class TcpProxy:
@@ -118,12 +118,15 @@ def _proxied_host(sshd_port: int, tmp_path: Path) -> TcpProxy:
     return proxy
 
 
-COUNTER = """
-import sys, time
-n = int(sys.argv[1])
-for i in range(n):
-    print("line %05d " % i + "x" * (i % 37), flush=True)
-    time.sleep(float(sys.argv[2]))
+GATED = """
+import os, time
+gate = os.path.join(os.environ["GPUJOB_JOB_DIR"], "go")
+for phase in range(4):
+    while phase and not os.path.exists(gate + str(phase)):  # the test opens each phase
+        time.sleep(0.02)
+    for i in range(phase * 100, phase * 100 + 100):
+        print("line %05d " % i + "x" * (i % 37), flush=True)
+        time.sleep(0.005)
 print("end", flush=True)
 """
 
@@ -136,20 +139,34 @@ def _tail_proc(job_id: str, host: str, out: Path) -> subprocess.Popen:
 
 def test_tail_follow_survives_dropped_and_frozen_links(ssh_host: str, sshd, tmp_path: Path) -> None:
     """Through a proxy that is killed, restarted and frozen, tail -f copies output.log byte for byte."""
-    job = write_job(tmp_path, "counter", COUNTER, "python main.py 400 0.02")
+    job = write_job(tmp_path, "counter", GATED, "python main.py")
     job_id = submit(ssh_host, job)["job_id"]
+    jd = tmp_path / "remote-root" / "jobs" / job_id
     proxy = _proxied_host(sshd.port, tmp_path)
     out = tmp_path / "tail.out"
     p = _tail_proc(job_id, ssh_host, out)
+
+    def followed(n: int) -> bool:
+        return b"line %05d" % n in out.read_bytes() or p.poll() is not None
+
+    def written(n: int) -> bool:
+        return (jd / "output.log").exists() and b"line %05d" % n in (jd / "output.log").read_bytes()
+
     try:
-        time.sleep(2.0)
+        # each fault comes once the follower has shown what was written before it; the job writes
+        # the next 100 lines while the link is down or frozen (the follower has to catch up)
+        wait_for(lambda: followed(99), 60, "the follower printing line 99")
         proxy.kill()  # the link drops: both ends see it
-        time.sleep(1.5)
+        (jd / "go1").touch()
+        wait_for(lambda: written(199), 30, "lines 100-199 written while the link is down")
         proxy.start()
-        time.sleep(2.5)
+        wait_for(lambda: followed(199), 60, "the follower catching up after the drop")
         proxy.freeze()  # the laptop sleeps: the old connection never speaks again
-        time.sleep(1.0)
+        (jd / "go2").touch()
+        wait_for(lambda: written(299), 30, "lines 200-299 written while the link is frozen")
         proxy.start()
+        wait_for(lambda: followed(299), 60, "the follower catching up after the freeze")
+        (jd / "go3").touch()
         try:
             rc = p.wait(60)
         except subprocess.TimeoutExpired:

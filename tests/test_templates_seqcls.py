@@ -11,7 +11,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "remote"))
 import checkpoints  # noqa: E402
-from train_helpers import TEMPLATES, config_line, finish, job_env, metrics, run, runtime_dir, start, wait_for  # noqa: E402
+from train_helpers import TEMPLATES, config_line, finish, job_env, metrics, run, runtime_dir, start  # noqa: E402
+
+from tests.helpers import wait_for  # noqa: E402
 
 pytest.importorskip("torch")
 
@@ -44,7 +46,7 @@ def test_sigkill_resume_is_exact_and_stop_request_saves(tmp_path: Path) -> None:
         latest = checkpoints.latest_complete(job / "ckpt")
         return latest is not None and checkpoints.step_of(latest) >= 4
 
-    assert wait_for(saved_mid_epoch, timeout=240), (tmp_path / "b.log").read_text()
+    assert wait_for(saved_mid_epoch, timeout=240, what=lambda: (tmp_path / "b.log").read_text(), interval=0.02)
     os.kill(b.pid, signal.SIGKILL)
     rc_b, out_b = finish(b, tmp_path / "b.log")
     assert rc_b == -signal.SIGKILL

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, free_port, run_cli
-from tests.test_first_path import submit, wait_state, write_job
+from tests.helpers import needs, submit, wait_state, write_job
 from tests.test_tail import _proxied_host
 
 
@@ -77,6 +77,7 @@ def _write_events(logdir: Path) -> None:
 
 
 def test_tensorboard_through_tunnel_survives_a_drop(ssh_host: str, sshd, tmp_path: Path) -> None:
+    needs("tensorboard")
     job = write_job(tmp_path, "tbjob", "print('hi')\n", "python main.py")
     job_id = submit(ssh_host, job)["job_id"]
     jdir = tmp_path / "remote-root" / "jobs" / job_id
@@ -172,6 +173,7 @@ def test_tensorboard_missing_says_how_to_install(tmp_path: Path) -> None:
 
 def test_tensorboard_runs_with_the_jobs_venv_python(ssh_host: str, tmp_path: Path) -> None:
     """A job whose ``python:`` is a venv: TensorBoard starts with that interpreter, not the login shell's."""
+    needs("tensorboard")
     venv = tmp_path / "jobvenv"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
     job = write_job(tmp_path, "venvtb", "import sys; print('prefix', sys.prefix)\n", "python main.py",

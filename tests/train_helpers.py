@@ -7,7 +7,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -83,12 +82,3 @@ def config_line(output: str) -> dict:
         if line.startswith("[gpujob] config "):
             return json.loads(line[len("[gpujob] config "):])
     raise AssertionError("no config line in output:\n" + output[-3000:])
-
-
-def wait_for(pred, timeout: float, interval: float = 0.02) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(interval)
-    return False

@@ -5,8 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tests.test_agent import wait_for
-from tests.test_first_path import submit, write_job
+from tests.helpers import submit, wait_for, write_job
 
 
 def test_fails_with_its_job_running(tmp_path: Path) -> None:

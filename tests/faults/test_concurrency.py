@@ -12,8 +12,7 @@ import time
 from pathlib import Path
 
 from tests.conftest import REPO
-from tests.test_agent import remote_root, status, wait_for
-from tests.test_first_path import job_processes, submit, wait_state, write_job
+from tests.helpers import job_processes, remote_root, status, submit, wait_for, wait_state, write_job
 
 
 def cli(*args: str) -> subprocess.Popen:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import kill_job_processes, run_cli
-from tests.test_first_path import wait_state, write_job
+from tests.helpers import wait_state, write_job
 
 FILLER = """
 import os, pathlib, sys

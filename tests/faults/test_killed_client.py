@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from tests.test_first_path import wait_state
+from tests.helpers import wait_state
 
 
 def test_a_client_killed_mid_submit_leaves_every_job_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

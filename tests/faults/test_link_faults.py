@@ -15,8 +15,7 @@ import pytest
 
 from tests.conftest import REPO, Sshd, run_cli, stop_sshd
 from tests.faults.linkproxy import LinkProxy
-from tests.test_agent import wait_for
-from tests.test_first_path import submit, wait_state, write_job
+from tests.helpers import submit, wait_for, wait_state, write_job
 
 
 @pytest.fixture

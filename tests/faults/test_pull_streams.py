@@ -12,7 +12,7 @@ from pathlib import Path
 
 from gpujob.usecases.pull import extract, wire
 from tests.conftest import REPO
-from tests.test_first_path import submit, wait_state, write_job
+from tests.helpers import submit, wait_state, write_job
 
 
 def stream(*entries: list) -> io.BytesIO:

@@ -1,0 +1,127 @@
+"""What the end-to-end tests share: write a job, submit it, wait on its state or on any condition.
+
+Every wait has a deadline and, when it runs out, says what it saw (the job's last status and the
+tail of its log), so a failing run explains itself.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import textwrap
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, run_cli
+
+EXAMPLE = REPO / "examples" / "tiny" / "job.yaml"
+# every state a job can end in (remote/layout.py TERMINAL)
+ENDED = ("succeeded", "failed", "stopped", "autostopped", "lost", "moved")
+
+
+# the extra of pyproject.toml that brings each optional package the tests use
+EXTRAS = {"torch": "train", "transformers": "train", "lightning": "train", "datasets": "train", "accelerate": "train",
+          "tqdm": "train", "tensorboard": "dev", "matplotlib": "dev", "build": "dev", "hatchling": "dev", "hypothesis": "dev"}
+
+
+def needs(*modules: str) -> None:
+    """Skip the calling test (or, at module level, the file) when an optional package is missing,
+    saying which and how to get it (``pytest -rs`` lists the reasons). Like ``pytest.importorskip``
+    but without importing: torch or transformers cost seconds per process."""
+    for m in modules:
+        if importlib.util.find_spec(m) is None:
+            test = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" ", 1)[0]  # -rs shows this line, not the test
+            pytest.skip(f"{test + ' ' if test else ''}needs {m}: pip install -e '.[{EXTRAS.get(m, 'dev')}]'",
+                        allow_module_level=True)
+
+
+def write_job(tmp_path: Path, name: str, script: str, run: str, **extra: object) -> Path:
+    """A project ``tmp_path/name`` with ``main.py`` (``script``, dedented) and a job.yaml."""
+    d = tmp_path / name
+    d.mkdir()
+    (d / "main.py").write_text(textwrap.dedent(script))
+    spec = {"name": name, "run": run, **extra}
+    (d / "job.yaml").write_text(json.dumps(spec))  # JSON is YAML
+    return d / "job.yaml"
+
+
+def submit(host: str, job: Path | str = EXAMPLE, *extra: str) -> dict:
+    """``gpujob submit JOB --host HOST --json EXTRA``; its JSON answer (``["job_id"]`` is the id)."""
+    r = run_cli("submit", str(job), "--host", host, "--json", *extra)
+    assert r.returncode == 0, r.stderr + r.stdout
+    return json.loads(r.stdout)
+
+
+def status(host: str, job_id: str) -> dict:
+    r = run_cli("status", job_id, "--host", host, "--json")
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def remote_root(tmp_path: Path, host: str) -> Path:
+    """The gpujob root the test's host uses on this machine (the ``isolated`` and ``ssh_host`` fixtures)."""
+    return tmp_path / ("remote-root" if host != "local" else "local-root")
+
+
+def wait_for(pred: Callable[[], object], timeout: float = 60, what: str | Callable[[], str] = "",
+             interval: float = 0.2) -> bool:
+    """Poll ``pred`` until it is true (returns True); past ``timeout`` seconds, fail naming ``what``
+    (a callable is asked then: e.g. a log's text)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if pred():
+            return True
+        if time.monotonic() >= deadline:
+            said = what() if callable(what) else what
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {said or getattr(pred, '__name__', pred)}")
+        time.sleep(interval)
+
+
+def _log_tail(host: str, job_id: str, n: int = 20) -> str:
+    r = run_cli("tail", job_id, "--host", host, "-n", str(n), timeout=30)
+    return r.stdout if r.returncode == 0 else f"(tail failed: {r.stderr.strip()})"
+
+
+def wait_state(host: str, job_id: str, states: tuple[str, ...], timeout: float = 90, root: Path | None = None) -> dict:
+    """Poll until the job is in one of ``states``; its ``gpujob status --json`` then.
+
+    With ``root`` (the host's root on this machine) the polls read status.json instead of starting a
+    CLI process each (cheap on 2 shared cores); the answer still comes from ``gpujob status``.
+    """
+    deadline = time.monotonic() + timeout
+    st: dict = {}
+    while time.monotonic() < deadline:
+        if root is not None:
+            try:
+                cheap = json.loads((root / "jobs" / job_id / "status.json").read_text()).get("state")
+            except (OSError, ValueError):
+                cheap = None
+            if cheap not in states and "lost" not in states:  # lost is a reader's conclusion
+                time.sleep(0.2)
+                continue
+        st = status(host, job_id)
+        if st["state"] in states:
+            return st
+        time.sleep(0.5)
+    st = st or status(host, job_id)
+    brief = {k: st.get(k) for k in ("state", "reason", "exit_code", "attempt", "queue_position", "last_line")}
+    raise AssertionError(f"{job_id} on {host} stayed {st.get('state')!r} for {timeout:g} s, wanted {states}\n"
+                         f"last status: {brief}\nlog tail:\n{_log_tail(host, job_id)}")
+
+
+def job_processes(job_id: str) -> list[int]:
+    """Processes of a job, by ``GPUJOB_JOB_ID`` in their environment."""
+    token = f"GPUJOB_JOB_ID={job_id}\0".encode()
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if token in (d / "environ").read_bytes():
+                    out.append(int(d.name))
+            except OSError:
+                pass
+    return out
