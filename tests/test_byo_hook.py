@@ -220,7 +220,7 @@ print("finished at step", trainer.global_step, flush=True)
 def test_lightning_stops_even_before_its_min_steps(tmp_path: Path) -> None:
     """A stop request ends fit() at the next step with a checkpoint, though min_steps/min_epochs
     are not met (Lightning alone would train on until they are)."""
-    pytest.importorskip("lightning")
+    needs("torch", "lightning")
     job = tmp_path / "job"
     (job / "ckpt").mkdir(parents=True)
     rt = tmp_path / "rt"
@@ -235,7 +235,7 @@ def test_lightning_stops_even_before_its_min_steps(tmp_path: Path) -> None:
     proc = subprocess.Popen([sys.executable, "train.py"], cwd=tmp_path, env=env, stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        assert wait_until_true(lambda: (job / "STOP.watch").exists() or proc.poll() is not None, 180)
+        assert wait_for(lambda: (job / "STOP.watch").exists() or proc.poll() is not None, 180, "the hook watching STOP")
         (job / "STOP").write_text("stop\n")
         assert proc.wait(timeout=60) == 0, (tmp_path / "out.log").read_text()[-3000:]
     finally:
