@@ -329,6 +329,9 @@ class Supervisor:
             if rc is not None:
                 # the main process ended: no straggler of this attempt may survive it
                 procs.kill_tree(self.job.id, None, 5.0, job_dir=str(self.job.path))
+                # code that watches the stop file may save and exit before this loop sees the
+                # request: the attempt still ended because of it (stopped, not succeeded or retried)
+                self.stop_reason = self.stop_reason or self.stop_requested()
                 return rc
             reason = self.stop_requested()
             for w in self.watchers:

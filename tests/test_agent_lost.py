@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
-from tests.helpers import job_processes, remote_root, status, submit, wait_for, wait_state, write_job
+from tests.helpers import ENDED, job_processes, remote_root, status, submit, wait_for, wait_state, write_job
 
 REBOOT_JOB = """
     import os, pathlib, time
@@ -77,3 +77,31 @@ def test_dead_agent_with_a_stale_heartbeat_is_lost(tmp_path: Path, monkeypatch: 
     st = wait_state("local", job_id, ("succeeded", "failed"))
     assert st["state"] == "succeeded" and st["attempts"][-1]["resume"].endswith("step-7")
     assert not job_processes(job_id)
+
+
+WATCHES_STOP = """
+import os, time
+stop = os.environ["GPUJOB_STOP_FILE"]
+print("ready", flush=True)
+while not os.path.exists(stop):  # much faster than the supervisor's own look at the file
+    time.sleep(0.01)
+print("saw the stop file: saving and leaving", flush=True)
+"""
+
+
+def test_a_job_that_exits_0_on_the_stop_file_is_stopped_not_succeeded(tmp_path: Path) -> None:
+    """Code that watches the stop file may leave before the supervisor's next look at it; the
+    attempt still ended because the user asked (stopped, reason kept), never `succeeded`."""
+    job = write_job(tmp_path, "watcher", WATCHES_STOP, "python main.py")
+    job_id = submit("local", job)["job_id"]
+    wait_for(lambda: "ready" in log_of(tmp_path, job_id), 60, "the job's ready line")
+    r = run_cli("stop", job_id, "--json")
+    assert r.returncode == 0, r.stderr
+    st = wait_state("local", job_id, ENDED, 60)
+    assert st["state"] == "stopped" and st["exit_code"] == 0, st
+    assert "saw the stop file" in log_of(tmp_path, job_id)
+
+
+def log_of(tmp_path: Path, job_id: str) -> str:
+    p = remote_root(tmp_path, "local") / "jobs" / job_id / "output.log"
+    return p.read_text() if p.exists() else ""
