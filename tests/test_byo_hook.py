@@ -63,7 +63,9 @@ def test_hook_is_inert_for_other_scripts(tmp_path: Path) -> None:
     # not even its own patching code is imported
     without = probe(run_probe(tmp_path, RUNTIME).stdout)
     added = set(p["modules"]) - set(without["modules"])
-    assert "sitecustomize" in p["modules"] and added <= {"sitecustomize", "importlib.machinery", "importlib.util"}
+    # (which standard modules those are depends on what ``site`` loaded before: a bare venv loads less)
+    assert "sitecustomize" in p["modules"] and not any(m.startswith("gpujob") for m in added), added
+    assert all(m == "sitecustomize" or m.split(".")[0] in sys.stdlib_module_names for m in added), added
 
 
 def test_an_existing_sitecustomize_still_runs(tmp_path: Path) -> None:
