@@ -163,3 +163,25 @@ def test_the_log_is_folded_into_a_new_base(tmp_path: Path) -> None:
     final = Record(name)
     assert final.digest == final.compute_digest() and final.count == 2000 and "ln" not in final.links
     assert final.files[f"f{round_ * 100 % 2000}"][5] == f"h{round_}-0" and final.links[f"new{round_}"] == "f1"
+
+
+def test_racy_lines_are_dropped_exactly() -> None:
+    """The scan's racy-line filter compares ctimes as text first: it drops exactly the lines
+    ``chunks.racy`` calls racy (whole-second stamps get the wide window), none other."""
+    import random
+    import time
+
+    from gpujob.usecases.synctree import chunks, drop_racy
+
+    now = time.time_ns()
+    sec = now // 10 ** 9
+    rnd = random.Random(7)
+    lines = []
+    for i in range(400):
+        c = rnd.choice([sec - 1000, sec - 3, sec - 2, sec - 1, sec, sec + 5])
+        frac = rnd.choice([0, rnd.randint(1, 10 ** 9 - 1), now % 10 ** 9, (now - 10 ** 8) % 10 ** 9])
+        lines.append(b"%d.%09d0 %d.0000000000 f 644 10 %d f%d.py" % (c, frac, c, i, i))
+    kept = [line for line in lines if not chunks.racy(chunks.find_ns(line.split(b" ", 1)[0]), now)]
+    assert 0 < len(kept) < len(lines)
+    assert drop_racy(b"".join(line + b"\0" for line in lines), now) == (b"".join(line + b"\0" for line in kept), True)
+    assert drop_racy(b"".join(line + b"\0" for line in kept), now) == (b"".join(line + b"\0" for line in kept), False)

@@ -70,6 +70,25 @@ def listing_stamp(listing: bytes, exclude: list[str] | None, use_ignore_files: b
                                                 use_ignore_files]).encode()).hexdigest()
 
 
+def drop_racy(listing: bytes, now_ns: int) -> tuple[bytes, bool]:
+    """``chunks.drop_racy`` in the cost of the racy lines: a line's ctime (its first field,
+    fixed width until 2286) is compared as text with the widest racy window's start, and only
+    the lines at or past it are parsed and judged by ``chunks.racy``."""
+    low = max(0, now_ns - chunks.RACY_NS)
+    cut = f"{low // 10 ** 9}.{low % 10 ** 9:09d}".encode()
+    try:
+        racy = [line for line in listing.split(b"\0") if line[:len(cut)] >= cut
+                and chunks.racy(chunks.find_ns(line.split(b" ", 1)[0]), now_ns)]
+    except ValueError:
+        return b"", True
+    if not racy:
+        return listing, False
+    out = b"\0" + listing
+    for line in racy:
+        out = out.replace(b"\0" + line + b"\0", b"\0")
+    return out[1:], True
+
+
 def scan(top: Path, prefix: str, exclude: list[str] | None = None, use_ignore_files: bool = True,
          record: Record | None = None) -> LocalTree:
     """The entries of a local file or folder (ignore rules applied with ``use_ignore_files``).
@@ -82,7 +101,7 @@ def scan(top: Path, prefix: str, exclude: list[str] | None = None, use_ignore_fi
     raw = chunks.find_listing(top, PRUNE if use_ignore_files else (), now, allow_racy=True)
     fast = listing = None
     if raw is not None:  # kept: the listing without racy lines (they look changed next time)
-        listing, racy_lines = chunks.drop_racy(raw, now)
+        listing, racy_lines = drop_racy(raw, now)
         fast = None if racy_lines else listing_stamp(raw, exclude, use_ignore_files)
     if raw is not None and record is not None and record.lstamp:
         t.stamp, t.listing = fast, listing
