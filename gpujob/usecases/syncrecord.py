@@ -89,6 +89,12 @@ def _shift(digest: str, out: str, into: str) -> str:
     return f"{(int(digest, 16) - int(out, 16) + int(into, 16)) % (1 << 256):064x}"
 
 
+def listing_stamp(listing: bytes, exclude: list[str] | None, use_ignore_files: bool) -> str:
+    """The stamp of a local tree from its find listing and the rules that choose its entries."""
+    return "find:" + hashlib.sha256(json.dumps([hashlib.sha256(listing).hexdigest(), exclude or [],
+                                                use_ignore_files]).encode()).hexdigest()
+
+
 class Record:
     """What the laptop last left on the host under one remote tree (see the module doc).
 
@@ -351,8 +357,6 @@ class Record:
             pass
 
     def _save_listing(self) -> str | None:
-        from gpujob.usecases.synctree import listing_stamp
-
         side = self._side(".find")
         if self.listing is not None:
             with open(side, "wb") as f:

@@ -17,7 +17,6 @@ again (an edit in the same clock tick keeps every stamp). Without GNU find (BSD 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import stat
 import time
@@ -27,7 +26,7 @@ from typing import Any
 
 from gpujob.bundle import import_remote
 from gpujob.config.ignore import ALWAYS, IGNORE_FILES, IgnoreRules, walk
-from gpujob.usecases.syncrecord import Record, StaleRecord
+from gpujob.usecases.syncrecord import Record, StaleRecord, listing_stamp
 
 __all__ = ["LocalTree", "Record", "StaleRecord", "TreePlan", "plan_tree", "scan", "sent"]
 
@@ -62,12 +61,6 @@ def _stamp(st: os.stat_result) -> tuple[int, int, int, int, int]:
 
 
 PRUNE = [p.rstrip("/") for p in ALWAYS if p.endswith("/") and "*" not in p]  # folders never sent
-
-
-def listing_stamp(listing: bytes, exclude: list[str] | None, use_ignore_files: bool) -> str:
-    """The stamp of a local tree from its find listing and the rules that choose its entries."""
-    return "find:" + hashlib.sha256(json.dumps([hashlib.sha256(listing).hexdigest(), exclude or [],
-                                                use_ignore_files]).encode()).hexdigest()
 
 
 def drop_racy(listing: bytes, now_ns: int) -> tuple[bytes, bool]:
