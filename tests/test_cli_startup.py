@@ -14,6 +14,7 @@ import sys
 from tests.conftest import REPO
 
 HEAVY = {"torch", "transformers", "lightning", "pytorch_lightning", "paramiko", "httpx", "rich", "matplotlib", "tensorboard", "numpy", "fabric", "cryptography"}
+HEAVY |= {"pathspec"}  # light, but only a sync needs it
 
 
 def imported(*args: str) -> set[str]:

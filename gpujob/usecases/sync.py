@@ -367,7 +367,7 @@ def _sync_planned(agent: Agent, spec: JobSpec, project: str, remote: dict, trees
             s.kill()
             s = None
         remote = _manifest_leased(agent, targets(spec, project) + leased)
-        plan = plan_from(remote, trees, [Record(None) for _ in records])
+        plan = plan_from(remote, trees, [Record.blank(r.path) for r in records])  # rebuilt from it
     _check_space(agent, plan, remote, s)
     if not plan.send and not plan.delete:
         if s is not None:

@@ -1,23 +1,22 @@
 """What a sync sends: the local tree's scan, the laptop's record of what the host holds, the plan.
 
-The record (``<cache>/sync/<hash>.json``, one per host profile, root and remote tree) lists
-every file the host holds as ``[size, mtime_ns, inode, ctime_ns, mode, hash]``: the local stat
-the hash was taken from, the mode and content hash there; links and folders too; and the
-digest of that tree (``stream.tree_digest``). Its head (``.head``) holds the digest and the
-local tree's stamps, and ``.find`` the GNU find listing the stamps came from. The agent
-computes its tree's digest; when it equals the record's, the record *is* the host's tree and
-the agent sends no manifest. Then the laptop needs no walk in Python: an unchanged stamp means
-nothing to send, a changed one is planned from the listing's changed lines. A local file
-whose size, mtime_ns, inode and ctime equal the record's is not read; one whose stamps were
-racily close to the clock when recorded (``stream.racy``) is read again (an edit in the same
-clock tick keeps every stamp). Without GNU find (BSD find has no ``-printf``) the tree is
-walked with ``os.scandir``.
+The record (``syncrecord.py``: one per host profile, root and remote tree) lists every file
+the host holds as ``[size, mtime_ns, inode, ctime_ns, mode, hash]``: the local stat the hash
+was taken from, the mode and content hash there; links and folders too; and the digest of
+that tree (``stream.tree_digest``), with the local tree's stamps and the GNU find listing the
+stamps came from. The agent computes its tree's digest; when it equals the record's, the
+record *is* the host's tree and the agent sends no manifest. Then the laptop needs no walk in
+Python: an unchanged stamp means nothing to send, a changed one is planned from the
+listing's changed lines, looking up only those names in the record and moving its digest by
+their entries. A local file whose size, mtime_ns, inode and ctime equal the record's is not
+read; one whose stamps were racily close to the clock when recorded (``stream.racy``) is read
+again (an edit in the same clock tick keeps every stamp). Without GNU find (BSD find has no
+``-printf``) the tree is walked with ``os.scandir``.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import stat
 import time
@@ -27,7 +26,9 @@ from typing import Any
 
 from gpujob.bundle import import_remote
 from gpujob.config.ignore import ALWAYS, IGNORE_FILES, IgnoreRules, walk
-from gpujob.config.paths import cache_dir
+from gpujob.usecases.syncrecord import Record, StaleRecord, listing_stamp
+
+__all__ = ["LocalTree", "Record", "StaleRecord", "TreePlan", "plan_tree", "scan", "sent"]
 
 stream: Any = import_remote("stream")
 
@@ -62,10 +63,23 @@ def _stamp(st: os.stat_result) -> tuple[int, int, int, int, int]:
 PRUNE = [p.rstrip("/") for p in ALWAYS if p.endswith("/") and "*" not in p]  # folders never sent
 
 
-def listing_stamp(listing: bytes, exclude: list[str] | None, use_ignore_files: bool) -> str:
-    """The stamp of a local tree from its find listing and the rules that choose its entries."""
-    return "find:" + hashlib.sha256(json.dumps([hashlib.sha256(listing).hexdigest(), exclude or [],
-                                                use_ignore_files]).encode()).hexdigest()
+def drop_racy(listing: bytes, now_ns: int) -> tuple[bytes, bool]:
+    """``stream.drop_racy`` in the cost of the racy lines: a line's ctime (its first field,
+    fixed width until 2286) is compared as text with the widest racy window's start, and only
+    the lines at or past it are parsed and judged by ``stream.racy``."""
+    low = max(0, now_ns - stream.RACY_NS)
+    cut = f"{low // 10 ** 9}.{low % 10 ** 9:09d}".encode()
+    try:
+        racy = [line for line in listing.split(b"\0") if line[:len(cut)] >= cut
+                and stream.racy(stream.find_ns(line.split(b" ", 1)[0]), now_ns)]
+    except ValueError:
+        return b"", True
+    if not racy:
+        return listing, False
+    out = b"\0" + listing
+    for line in racy:
+        out = out.replace(b"\0" + line + b"\0", b"\0")
+    return out[1:], True
 
 
 def scan(top: Path, prefix: str, exclude: list[str] | None = None, use_ignore_files: bool = True,
@@ -80,7 +94,7 @@ def scan(top: Path, prefix: str, exclude: list[str] | None = None, use_ignore_fi
     raw = stream.find_listing(top, PRUNE if use_ignore_files else (), now, allow_racy=True)
     fast = listing = None
     if raw is not None:  # kept: the listing without racy lines (they look changed next time)
-        listing, racy_lines = stream.drop_racy(raw, now)
+        listing, racy_lines = drop_racy(raw, now)
         fast = None if racy_lines else listing_stamp(raw, exclude, use_ignore_files)
     if raw is not None and record is not None and record.lstamp:
         t.stamp, t.listing = fast, listing
@@ -122,6 +136,22 @@ def scan(top: Path, prefix: str, exclude: list[str] | None = None, use_ignore_fi
     return t
 
 
+def _ignore_file_folders(listing: bytes) -> set[str]:
+    """The folders holding an ignore file, found in find's listing by a search in C (not a
+    Python loop over its lines): a line's path is its 7th field, after six spaces."""
+    out = set()
+    for name in IGNORE_FILES:
+        needle = name.encode() + b"\0"
+        i = listing.find(needle)
+        while i >= 0:
+            start = listing.rfind(b"\0", 0, i) + 1
+            parts = listing[start:i + len(needle) - 1].split(b" ", 6)
+            if len(parts) == 7 and parts[6].rpartition(b"/")[2] == name.encode():
+                out.add(os.fsdecode(parts[6].rpartition(b"/")[0]))
+            i = listing.find(needle, i + 1)
+    return out
+
+
 def delta(t: LocalTree, old: bytes, new: bytes) -> tuple[dict[str, tuple[str, tuple, str | None]], set[str]] | None:
     """The names whose find line changed: {rel: (type f/d/l, stat tuple, link target)} for the
     new or changed ones (ignore rules applied), and the rels of lines gone. None when an ignore
@@ -143,13 +173,8 @@ def delta(t: LocalTree, old: bytes, new: bytes) -> tuple[dict[str, tuple[str, tu
     rules = None
     if t.use_ignore_files:
         rules = IgnoreRules(t.exclude)
-        loaded: set[str] = set()
-        for line in new.split(b"\0"):  # parents before children, as the walk loads them
-            rel = os.fsdecode(line.split(b" ", 6)[-1]) if line else ""
-            folder, _, name = rel.rpartition("/")
-            if name in IGNORE_FILES and folder not in loaded:
-                loaded.add(folder)
-                rules.load_dir(Path(t.top), folder)
+        for folder in sorted(_ignore_file_folders(new)):
+            rules.load_dir(Path(t.top), folder)
     for rel, kind, st in added:
         if kind not in ("f", "d", "l") or not rel:
             continue
@@ -161,112 +186,6 @@ def delta(t: LocalTree, old: bytes, new: bytes) -> tuple[dict[str, tuple[str, tu
             continue
         changed[rel] = (kind, st, os.readlink(t.path(rel)) if kind == "l" else None)
     return changed, removed - set(changed)
-
-
-class StaleRecord(Exception):
-    """A record's entries could not be read: ask the host for its manifest instead."""
-
-
-class Record:
-    """What the laptop last left on the host under one remote tree (see the module doc).
-
-    Its head (``<name>.head``: the tree's digest and the local tree's stamp then) is read first;
-    the entries only when a plan needs them (when the local stamp or the host's digest moved)."""
-
-    def __init__(self, path: Path | None) -> None:
-        self.path = path
-        self.digest: str | None = None
-        self.stamp: str | None = None
-        self.count = 0  # files, for the report of a no-op that reads no entries
-        self.listing: bytes | None = None  # to save beside it (see ``scan``)
-        self.lstamp: str | None = None  # the saved listing's stamp
-        self.exclude: list[str] | None = None  # the rules the listing's stamp is taken with
-        self.use_ignore_files = True
-        self._entries: tuple[dict[str, list[Any]], dict[str, str], list[str]] | None = None if path else ({}, {}, [])
-        if path is not None:
-            try:
-                with open(path.with_suffix(".head")) as f:
-                    head = json.load(f)
-                self.digest, self.stamp, self.count = head["digest"], head["stamp"], head.get("count", 0)
-                self.lstamp = head.get("lstamp")
-            except (OSError, ValueError, KeyError, TypeError):
-                self._entries = ({}, {}, [])
-
-    def _load(self) -> tuple[dict[str, list[Any]], dict[str, str], list[str]]:
-        if self._entries is None:
-            try:
-                with open(self.path) as f:  # type: ignore[arg-type]
-                    doc = json.load(f)
-                if doc.get("digest") != self.digest:
-                    raise ValueError("not the entries its head names")
-                self._entries = (doc["files"], doc["links"], doc["dirs"])
-            except (OSError, ValueError, KeyError, TypeError, AttributeError):
-                self.digest = self.stamp = None
-                self._entries = ({}, {}, [])
-                try:
-                    os.unlink(Path(str(self.path)).with_suffix(".head"))
-                except OSError:
-                    pass
-                raise StaleRecord(str(self.path)) from None
-        return self._entries
-
-    @property
-    def files(self) -> dict[str, list[Any]]:
-        return self._load()[0]
-
-    @property
-    def links(self) -> dict[str, str]:
-        return self._load()[1]
-
-    @property
-    def dirs(self) -> list[str]:
-        return self._load()[2]
-
-    def set(self, files: dict[str, list[Any]], links: dict[str, str], dirs: list[str]) -> None:
-        self._entries = (files, links, dirs)
-
-    def old_listing(self) -> bytes | None:
-        """The find listing the record's stamp was taken from (None when it kept none)."""
-        try:
-            with open(Path(str(self.path)).with_suffix(".find"), "rb") as f:
-                return f.read()
-        except (OSError, TypeError):
-            return None
-
-    @staticmethod
-    def for_tree(host_key: str, tree: str) -> Record:
-        name = hashlib.sha256(json.dumps([host_key, tree]).encode()).hexdigest()[:24]
-        return Record(cache_dir() / "sync" / f"{name}.json")
-
-    def save(self) -> None:
-        """The entries, then the head naming them (a head never names entries not yet written)."""
-        if self.path is None:
-            return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        side = self.path.with_suffix(".find")
-        self.lstamp = None
-        if self.listing is not None:
-            self.lstamp = listing_stamp(self.listing, self.exclude, self.use_ignore_files)
-            with open(side, "wb") as f:
-                f.write(self.listing)
-        else:
-            try:
-                os.unlink(side)
-            except OSError:
-                pass
-        docs = ((self.path, {"digest": self.digest, "files": self.files, "links": self.links, "dirs": self.dirs}),
-                (self.path.with_suffix(".head"), {"digest": self.digest, "stamp": self.stamp, "lstamp": self.lstamp,
-                                                  "count": len(self.files)}))
-        for path, doc in docs:
-            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-            with open(tmp, "w") as f:
-                f.write(json.dumps(doc, separators=(",", ":")))  # dumps: C speed; dump() encodes in Python
-            os.replace(tmp, path)
-
-    def compute_digest(self) -> str | None:
-        files: dict[str, list[Any]] = {rel: [v[0], 0, v[4], None, v[5]] for rel, v in self.files.items()}
-        files.update({rel: [0, 0, 0o777, target, None] for rel, target in self.links.items()})
-        return stream.tree_digest(files, self.dirs)
 
 
 def record_key(st: tuple | os.stat_result, now_ns: int) -> list[int]:
@@ -373,7 +292,7 @@ def _plan_file(plan: TreePlan, rel: str, st: tuple, b: tuple | None, k: list[Any
                 key = record_key(fresh, now)
         if h == b[2]:
             plan.unchanged += 1
-            plan.after.files[rel] = key + [b[1], h]
+            plan.after.put_file(rel, key + [b[1], h])
             return
     it = stream.Item(local.arc(rel), local.path(rel), size, mtime, mode)
     if parts.get(rel) and size > stream.CHUNK:
@@ -383,45 +302,38 @@ def _plan_file(plan: TreePlan, rel: str, st: tuple, b: tuple | None, k: list[Any
 
 
 def _plan_delta(plan: TreePlan, local: LocalTree, record: Record, remote: dict[str, Any], mirror: bool) -> TreePlan:
-    """The plan when the host holds what the record says and only ``local.delta`` changed here."""
+    """The plan when the host holds what the record says and only ``local.delta`` changed here:
+    only the names the delta touches are looked up in the record; the record it leaves is the
+    old one plus their changes (``Record.derive``)."""
     changed, removed = local.delta  # type: ignore[misc]
-    files, links, dirs = dict(record.files), dict(record.links), list(record.dirs)
     after = plan.after
-    after.path, after.stamp, after.listing = record.path, local.stamp, local.listing
+    after.derive(record)
+    after.stamp, after.listing = local.stamp, local.listing
     after.exclude, after.use_ignore_files = local.exclude, local.use_ignore_files
-    after.set(files, links, dirs)
-    dirset = set(dirs)
-    gone = [rel for rel in removed if rel in files or rel in links or rel in dirset]
+    old = record.lookup(set(changed) | removed)
     if mirror:
+        gone = sorted(rel for rel in removed if old[rel] is not None)
         plan.delete = [local.arc(rel) for rel in gone]
         for rel in gone:
-            files.pop(rel, None)
-            links.pop(rel, None)
-            dirset.discard(rel)
+            after.put(rel, None)
     parts: dict[str, list[str]] = remote.get("parts", {})
     now = time.time_ns()
     for rel in sorted(changed):  # parents before children
         kind, st, target = changed[rel]
+        was = old[rel]
         if kind == "d":
-            files.pop(rel, None)
-            links.pop(rel, None)
-            if rel not in dirset:
+            if was is None or was[0] != "d":
                 plan.send.append(stream.Item(local.arc(rel), local.path(rel), mode=0o755, is_dir=True))
-                dirset.add(rel)
-            continue
-        if kind == "l":
-            if links.get(rel) != target:
+            after.put(rel, ("d",))
+        elif kind == "l":
+            if was is None or was[0] != "l" or was[1] != target:
                 plan.send.append(stream.Item(local.arc(rel), local.path(rel), link=target))
-            links[rel] = target  # type: ignore[assignment]
-            files.pop(rel, None)
-            dirset.discard(rel)
-            continue
-        k = files.pop(rel, None)
-        links.pop(rel, None)
-        dirset.discard(rel)
-        _plan_file(plan, rel, st, (k[0], k[4], k[5]) if k else None, k, parts, now)
-    plan.unchanged = len(files)  # files the delta did not touch, and those found equal
-    dirs[:] = [d for d in dirs if d in dirset] + sorted(dirset - set(dirs))
+            after.put(rel, ("l", target))
+        else:
+            k = was[1] if was is not None and was[0] == "f" else None
+            after.put(rel, None)  # until found equal here or sent
+            _plan_file(plan, rel, st, (k[0], k[4], k[5]) if k else None, k, parts, now)
+    plan.unchanged = after.count  # files the delta did not touch, and those found equal
     return plan
 
 
@@ -430,4 +342,4 @@ def sent(plan: TreePlan, rel: str, item: Any, digest: str, now_ns: int) -> None:
     st = item.st
     if st is None:
         return
-    plan.after.files[rel] = record_key(st, now_ns) + [item.mode & 0o7777, digest]
+    plan.after.put_file(rel, record_key(st, now_ns) + [item.mode & 0o7777, digest])

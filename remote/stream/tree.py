@@ -83,18 +83,21 @@ def find_stamp(base: Path, prune: Iterable[str] = (), now_ns: Optional[int] = No
 
 def tree_digest(files: Dict[str, List[Any]], dirs: Iterable[str]) -> Optional[str]:
     """One digest of a tree's names, modes, content hashes and link targets (not its mtimes):
-    equal digests on both ends mean nothing to send. None when a file's hash is unknown."""
-    lines = []  # type: List[str]
+    equal digests on both ends mean nothing to send. None when a file's hash is unknown.
+    It is the sum (mod 2**256) of one sha256 per entry, so the digest of a whole tree is the
+    sum of its parts' digests: the laptop moves it by the entries that changed."""
+    total = 0
     for rel, v in files.items():
         if v[3] is not None:
-            lines.append("l\0{}\0{}".format(rel, v[3]))
+            line = "l\0{}\0{}".format(rel, v[3])
         elif v[4] is None:
             return None
         else:
-            lines.append("f\0{}\0{:o}\0{}".format(rel, v[2] & 0o7777, v[4]))
-    lines += ["d\0" + d for d in dirs]
-    lines.sort()
-    return hashlib.sha256("\n".join(lines).encode("utf-8", "surrogateescape")).hexdigest()
+            line = "f\0{}\0{:o}\0{}".format(rel, v[2] & 0o7777, v[4])
+        total += int.from_bytes(hashlib.sha256(line.encode("utf-8", "surrogateescape")).digest(), "big")
+    for d in dirs:
+        total += int.from_bytes(hashlib.sha256(("d\0" + d).encode("utf-8", "surrogateescape")).digest(), "big")
+    return "{:064x}".format(total % (1 << 256))
 
 
 def tree(base: Path, cache: Optional[HashCache] = None, hash_all: bool = False) -> Dict[str, Any]:
