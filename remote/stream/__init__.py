@@ -39,10 +39,10 @@ from .hashing import HashCache, Hasher, file_hash, small_hash
 from .parts import drop_part, is_tmp_name, matching_prefix, part_chunks, part_path, sidecar_path
 from .receive import delete_paths, read_items
 from .send import write_items
-from .tree import drop_racy, fill_hashes, find_listing, find_ns, find_stamp, racy, tree, tree_digest
+from .tree import RACY_NS, drop_racy, fill_hashes, find_listing, find_ns, find_stamp, racy, tree, tree_digest
 
 __all__ = [
-    "CHUNK", "MAGIC", "Compressed", "Guard", "HashCache", "Hasher", "Item", "TransferError", "check_name",
+    "CHUNK", "MAGIC", "RACY_NS", "Compressed", "Guard", "HashCache", "Hasher", "Item", "TransferError", "check_name",
     "delete_paths", "drop_part", "drop_racy", "durable", "file_hash", "fill_hashes", "find_listing", "find_ns",
     "find_stamp", "frame", "is_tmp_name", "matching_prefix", "part_chunks", "part_path", "racy", "read_items",
     "safe_target", "sidecar_path", "small_hash", "tree", "tree_digest", "write_items",
