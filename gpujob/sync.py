@@ -41,6 +41,7 @@ from typing import Any, Callable
 from gpujob.agent import Agent
 from gpujob.bundle import import_remote
 from gpujob.errors import ConnectError, GpujobError, RemoteError, link_cut
+from gpujob.ranges import ranged, upload_ranged
 from gpujob.spec import JobSpec
 from gpujob.synctree import LocalTree, Record, StaleRecord, TreePlan, plan_tree, scan, sent
 
@@ -376,11 +377,24 @@ def _sync_planned(agent: Agent, spec: JobSpec, project: str, remote: dict, trees
                 s.wait(60)
         _save_records(plan, remote)
         return SyncReport(0, 0, 0, plan.unchanged, 1)
+    whole, skipped, extra = plan, 0, 0
+    big = ranged(agent, plan.send)
+    if big:  # large files first, over several channels (gpujob/ranges.py); the stream then ends the sync
+        on_bytes, on_hash = _callbacks(whole, progress)
+        try:
+            skipped = upload_ranged(agent, big, leased, on_bytes, on_hash)
+        except GpujobError:
+            if s is not None:
+                s.kill()
+            raise
+        extra = sum(e.size for e in big) - skipped  # their bytes on the wire
+        ids = {id(e) for e in big}
+        plan = Plan(plan.trees, [e for e in plan.send if id(e) not in ids], plan.delete, plan.unchanged, plan.resumed_bytes)
     if s is None:
         if fits_kept_agent(plan):
             wire, codec = upload_kept(agent, plan, progress, args=leased)
-            _save_records(plan, remote)
-            return _report(plan, 2, wire, codec)
+            _save_records(whole, remote)
+            return _report(whole, 2, wire + extra, codec, skipped)
         s = agent.stream("receive", leased)  # a large upload streams over a command of its own
     with s:
         try:
@@ -388,8 +402,8 @@ def _sync_planned(agent: Agent, spec: JobSpec, project: str, remote: dict, trees
         except (EOFError, OSError) as e:  # the link dropped mid-stream (paramiko raises either)
             raise ConnectError(f"the connection to {agent.host.name} dropped during the upload ({e or type(e).__name__})",
                                "run submit again: finished files are kept and a cut file resumes") from None
-    _save_records(plan, remote)
-    return _report(plan, 2, wire, codec)
+    _save_records(whole, remote)
+    return _report(whole, 2, wire + extra, codec, skipped)
 
 
 def _save_records(plan: Plan, remote: dict[str, Any]) -> None:
@@ -417,6 +431,8 @@ def _check_space(agent: Agent, plan: Plan, remote: dict[str, Any], s: Any) -> No
         )
 
 
-def _report(plan: Plan, round_trips: int, wire: int, codec: str) -> SyncReport:
+def _report(plan: Plan, round_trips: int, wire: int, codec: str, skipped: int = 0) -> SyncReport:
+    """``skipped``: bytes of ranged files the host held already (counted as resumed, not sent)."""
     nfiles = sum(1 for e in plan.send if not e.is_dir)
-    return SyncReport(nfiles, plan.bytes, len(plan.delete), plan.unchanged, round_trips, plan.resumed_bytes, wire, codec)
+    return SyncReport(nfiles, plan.bytes - skipped, len(plan.delete), plan.unchanged, round_trips,
+                      plan.resumed_bytes + skipped, wire, codec)

@@ -126,6 +126,24 @@ def cmd_receive(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     return transfer.receive(root.root, sys.stdin.buffer, transfer.hash_cache(root.root))
 
 
+def cmd_range(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+    """One channel of a large file's ranged upload (remote/stream/ranges.py)."""
+    from remote.stream.ranges import receive_ranges
+
+    root.ensure()
+    ks = [int(k) for k in a.ranges.split(",") if k.strip().isdigit()]
+
+    def go() -> Dict[str, Any]:
+        return receive_ranges(root.root, a.name, a.size, a.span, ks, sys.stdin.buffer, sys.stdout.buffer,
+                              transfer.hash_cache(root.root))
+    if a.lease:
+        with locks.lease_kept(root.root, a.project, a.lease) as ours:
+            if not ours:
+                raise _lease_lost(a)
+            return go()
+    return go()
+
+
 def cmd_reseal(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     """Bring the synced trees' seals up to date (started detached after a receive)."""
     return transfer.reseal(root.root)
@@ -398,6 +416,13 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--project")
         s.add_argument("--lease", help="the submit's token for the project's sync lease (see remote/locks.py)")
     s = sub.add_parser("receive")
+    s.add_argument("--project")
+    s.add_argument("--lease")
+    s = sub.add_parser("range", help="one channel of a large file's ranged upload")
+    s.add_argument("--name", required=True)
+    s.add_argument("--size", type=int, required=True)
+    s.add_argument("--span", type=int, required=True, help="chunks per range")
+    s.add_argument("--ranges", required=True, help="the ranges this channel carries: K,K,...")
     s.add_argument("--project")
     s.add_argument("--lease")
     s = sub.add_parser("unlease")

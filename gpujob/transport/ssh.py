@@ -278,6 +278,7 @@ def window_for(tr: paramiko.Transport, timeout: float = 5.0) -> int:
     th.join(timeout)
     if not rtts:
         return WINDOW_MIN
+    tr.gpujob_rtt = rtts[0]  # type: ignore[attr-defined]  # sizes a large upload's channels (gpujob/ranges.py)
     return int(min(WINDOW_MAX, max(WINDOW_MIN, rtts[0] * WINDOW_RATE)))
 
 

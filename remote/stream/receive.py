@@ -13,7 +13,7 @@ from .durable import durable, remove, replace
 from .format import CHUNK, MAGIC, MAX_BATCH, MAX_HEAD, REC, TransferError
 from .guard import Guard
 from .hashing import HashCache, Hasher, small_hash
-from .parts import PART, drop_part, part_chunks, part_path, save_sidecar, tmp_stem
+from .parts import PART, drop_part, part_chunks, part_path, range_sidecars, save_sidecar, tmp_stem
 from .writers import FSYNC_EACH, Sink, Writers
 
 
@@ -275,6 +275,8 @@ def _large(src: _Source, head: Any, guard: Guard, made: set, base_s: str, cache:
         if len(chunks) * CHUNK < off:
             raise TransferError("{}: cannot resume at {} (have {} chunks)".format(name, off, len(chunks)))
         chunks = chunks[:off // CHUNK]
+        for stale in range_sidecars(target):  # a ranged upload's, now written over
+            remove(stale)
         if os.stat(tmp).st_nlink > 1:  # never write into a hard-linked inode
             shutil.copyfile(tmp, tmp + ".x")
             os.replace(tmp + ".x", tmp)
