@@ -89,9 +89,18 @@ class _Channel:
         self.hashes: dict[int, list[str]] = {}
         self.sent = 0
         self.error: BaseException | None = None
+        self.own = False
+        self.root = agent.root
+        self.opened: Agent | None = None
 
     def run(self) -> None:
         try:
+            if self.own:  # a connection of its own (measured against channels sharing one: BENCHMARKS.md)
+                from gpujob.transport.ssh import SSHTransport
+
+                self.agent = Agent(SSHTransport(self.agent.host), self.agent.host)
+                self.agent.root = self.root
+                self.opened = self.agent
             self.s, doc = self.agent.stream_doc("range", self.args)
             have = doc.get("have", {})
             out = self.s.stdin
@@ -163,6 +172,9 @@ def upload_ranged(agent: Agent, items: list[Any], args: list[str], on_bytes: Cal
         nr = ranges.layout(it.size, span)
         nch = channels_for(rtt, nr)
         chans = [_Channel(agent, it, span, list(range(c, nr, nch)), args, counted) for c in range(nch)]
+        if os.environ.get("GPUJOB_RANGE_CONNECTIONS") == "own":
+            for c in chans[1:]:
+                c.own = True
         threads = [threading.Thread(target=c.run, name=f"gpujob-range-{i}", daemon=True) for i, c in enumerate(chans)]
         try:
             for t in threads:
@@ -183,6 +195,8 @@ def upload_ranged(agent: Agent, items: list[Any], args: list[str], on_bytes: Cal
             for c in chans:
                 if c.s is not None:
                     c.s.kill()
+                if c.opened is not None:
+                    c.opened.t.close()
         skipped += it.size - sum(c.sent for c in chans)
         on_hash(it, whole)
     return skipped
