@@ -498,7 +498,7 @@ def main(argv: List[str]) -> int:
     root = Root(args.root)
     load_agent_env(root)
     handler = globals()["cmd_" + args.verb]
-    if args.verb not in ("run", "notify_lost", "idle_watch", "serve", "reseal"):
+    if args.verb not in ("run", "notify_lost", "idle_watch", "serve", "reseal", "range"):  # range: a sync's extra channels
         from remote import lost  # a job found lost is announced once, by a detached sender
 
         lost.spawn_lost_check(root)
