@@ -92,8 +92,11 @@ class _Channel:
         self.own = False
         self.root = agent.root
         self.opened: Agent | None = None
+        self.have: dict[str, list[str]] = {}
+        self.opening: threading.Thread | None = None
 
-    def run(self) -> None:
+    def open(self) -> None:
+        """Start the command and read what it holds of its ranges."""
         try:
             if self.own:  # a connection of its own (measured against channels sharing one: BENCHMARKS.md)
                 from gpujob.transport.ssh import SSHTransport
@@ -102,7 +105,19 @@ class _Channel:
                 self.agent.root = self.root
                 self.opened = self.agent
             self.s, doc = self.agent.stream_doc("range", self.args)
-            have = doc.get("have", {})
+            self.have = doc.get("have", {})
+        except BaseException as e:  # noqa: BLE001 - handed to the thread that started this one
+            self.error = e
+
+    def run(self) -> None:
+        if self.opening is not None:
+            self.opening.join()
+        if self.s is None and self.error is None:
+            self.open()
+        if self.error is not None:
+            return
+        try:
+            have = self.have
             out = self.s.stdin
             out.write(ranges.RMAGIC)
             with open(self.item.path, "rb") as f:
@@ -151,10 +166,80 @@ class _Channel:
 AGAIN = "run submit again: finished files are skipped and a large file resumes at its last verified chunks"
 
 
+def _channels(agent: Agent, it: Any, span: int, rtt: float | None, args: list[str]) -> list[_Channel]:
+    nr = ranges.layout(it.size, span)
+    nch = channels_for(rtt, nr)
+    chans = [_Channel(agent, it, span, list(range(c, nr, nch)), args, lambda n: None) for c in range(nch)]
+    if os.environ.get("GPUJOB_RANGE_CONNECTIONS") == "own":
+        for c in chans[1:]:
+            c.own = True
+    return chans
+
+
+class Preopened:
+    """Range channels opened while the manifest is on its way, for the local files that will
+    likely go in ranges (large, and changed since the record of what the host holds): their
+    commands start meanwhile. One not needed after all gets an empty stream and ends."""
+
+    def __init__(self, agent: Agent, trees: list[Any], records: list[Any], args: list[str]) -> None:
+        self.chans: dict[str, list[_Channel]] = {}
+        if type(agent.t).__name__ == "LocalTransport":
+            return
+        least = _env_int("GPUJOB_RANGE_MIN", RANGE_MIN)
+        span = _env_int("GPUJOB_RANGE_SPAN", SPAN)
+        rtt = measured_rtt(agent)
+        for t, rec in zip(trees, records):
+            for rel, st in [(r, st) for r, st in t.files.items() if st[0] >= least]:
+                k = rec.files.get(rel)
+                if k is not None and list(k[:4]) == list(st[:4]):
+                    continue  # as the host got it last time
+                it = stream.Item(t.arc(rel), t.path(rel), st[0], st[1], st[4])
+                chans = _channels(agent, it, span, rtt, args)
+                if len(chans) < 2:
+                    continue
+                for c in chans:
+                    c.opening = threading.Thread(target=c.open, name="gpujob-range-open", daemon=True)
+                    c.opening.start()
+                self.chans[it.arcname] = chans
+
+    def take(self, it: Any) -> list[_Channel] | None:
+        """The channels opened for ``it`` (None when there are none or it changed since)."""
+        chans = self.chans.pop(it.arcname, None)
+        if chans is None or chans[0].item.size != it.size:
+            if chans:
+                self._end(chans)
+            return None
+        for c in chans:
+            c.item = it
+        return chans
+
+    def close(self) -> None:
+        """End the channels no item took."""
+        for chans in self.chans.values():
+            self._end(chans)
+        self.chans.clear()
+
+    @staticmethod
+    def _end(chans: list[_Channel]) -> None:
+        for c in chans:
+            if c.opening is not None:
+                c.opening.join()
+            if c.s is not None:
+                c.s.close_stdin()
+        for c in chans:
+            if c.s is not None:
+                try:
+                    c.s.wait(30)
+                except TimeoutError:
+                    c.s.kill()
+            if c.opened is not None:
+                c.opened.t.close()
+
+
 def upload_ranged(agent: Agent, items: list[Any], args: list[str], on_bytes: Callable[[int], None],
-                  on_hash: Callable[[Any, str], None]) -> int:
-    """Send each of ``items`` in ranges over several channels; returns the bytes not sent
-    because the instance held them already."""
+                  on_hash: Callable[[Any, str], None], pre: Preopened | None = None) -> int:
+    """Send each of ``items`` in ranges over several channels (those ``pre`` opened for it
+    ahead); returns the bytes not sent because the instance held them already."""
     span = _env_int("GPUJOB_RANGE_SPAN", SPAN)
     rtt = measured_rtt(agent)
     lock = threading.Lock()
@@ -169,12 +254,12 @@ def upload_ranged(agent: Agent, items: list[Any], args: list[str], on_bytes: Cal
         if before.st_size != it.size:
             raise GpujobError(f"{it.path} changed while being sent", "run submit again once the file stopped changing")
         it.st, it.mtime = before, before.st_mtime_ns
+        chans = pre.take(it) if pre is not None else None
+        if chans is None:
+            chans = _channels(agent, it, span, rtt, args)
+        for c in chans:
+            c.on_bytes = counted
         nr = ranges.layout(it.size, span)
-        nch = channels_for(rtt, nr)
-        chans = [_Channel(agent, it, span, list(range(c, nr, nch)), args, counted) for c in range(nch)]
-        if os.environ.get("GPUJOB_RANGE_CONNECTIONS") == "own":
-            for c in chans[1:]:
-                c.own = True
         threads = [threading.Thread(target=c.run, name=f"gpujob-range-{i}", daemon=True) for i, c in enumerate(chans)]
         try:
             for t in threads:

@@ -41,7 +41,7 @@ from typing import Any, Callable
 from gpujob.agent import Agent
 from gpujob.bundle import import_remote
 from gpujob.errors import ConnectError, GpujobError, RemoteError, link_cut
-from gpujob.ranges import ranged, upload_ranged
+from gpujob.ranges import Preopened, ranged, upload_ranged
 from gpujob.spec import JobSpec
 from gpujob.synctree import LocalTree, Record, StaleRecord, TreePlan, plan_tree, scan, sent
 
@@ -326,6 +326,7 @@ def sync_job(agent: Agent, spec: JobSpec, project: str, progress: Callable[[int,
     def walk_local() -> None:  # while the manifest is on its way
         try:
             walked["trees"] = local_trees(spec, project, records)
+            walked["pre"] = Preopened(agent, walked["trees"], records, leased)  # large files' channels
         except BaseException as e:  # noqa: BLE001 - raised below, in this thread
             walked["error"] = e
 
@@ -338,14 +339,18 @@ def sync_job(agent: Agent, spec: JobSpec, project: str, progress: Callable[[int,
             remote = _manifest_leased(agent, targets(spec, project, records) + leased)
         else:
             s, remote = open_session(agent, targets(spec, project, records) + leased)
-    finally:
+    except BaseException:
         walker.join()
+        if "pre" in walked:
+            walked["pre"].close()
+        raise
+    walker.join()
     if "error" in walked:
         if s is not None:
             s.kill()
         raise walked["error"]
     try:
-        return _sync_planned(agent, spec, project, remote, walked["trees"], records, s, leased, progress)
+        return _sync_planned(agent, spec, project, remote, walked["trees"], records, s, leased, progress, walked["pre"])
     except GpujobError as e:
         # refused here (no room there, a file changing as it is read): the next submit of the project
         # need not wait for this one's lease to expire. A broken link or a failed receive is left
@@ -357,10 +362,13 @@ def sync_job(agent: Agent, spec: JobSpec, project: str, progress: Callable[[int,
             except Exception:  # noqa: BLE001 - the link may be what failed; the lease then expires
                 pass
         raise
+    finally:
+        walked["pre"].close()
 
 
 def _sync_planned(agent: Agent, spec: JobSpec, project: str, remote: dict, trees: list[Any], records: list[Record],
-                  s: Any, leased: list[str], progress: Callable[[int, int], None] | None) -> SyncReport:
+                  s: Any, leased: list[str], progress: Callable[[int, int], None] | None,
+                  pre: Preopened | None = None) -> SyncReport:
     try:
         plan = plan_from(remote, trees, records)
     except StaleRecord:  # rare (a damaged record): the host's manifest decides instead
@@ -382,7 +390,7 @@ def _sync_planned(agent: Agent, spec: JobSpec, project: str, remote: dict, trees
     if big:  # large files first, over several channels (gpujob/ranges.py); the stream then ends the sync
         on_bytes, on_hash = _callbacks(whole, progress)
         try:
-            skipped = upload_ranged(agent, big, leased, on_bytes, on_hash)
+            skipped = upload_ranged(agent, big, leased, on_bytes, on_hash, pre)
         except GpujobError:
             if s is not None:
                 s.kill()

@@ -1,13 +1,14 @@
 """``python3 -m remote VERB --root ROOT ...``: one JSON document (or byte stream) per verb."""
 
 import argparse
+import contextlib
 import json
 import os
 import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, Iterator, List
 
 from remote import AGENT_PROTOCOL, jobs, locks, procs, transfer
 from remote.jobs import AgentError
@@ -133,15 +134,15 @@ def cmd_range(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     root.ensure()
     ks = [int(k) for k in a.ranges.split(",") if k.strip().isdigit()]
 
-    def go() -> Dict[str, Any]:
-        return receive_ranges(root.root, a.name, a.size, a.span, ks, sys.stdin.buffer, sys.stdout.buffer,
-                              transfer.hash_cache(root.root))
-    if a.lease:
+    @contextlib.contextmanager
+    def hold() -> Iterator[None]:  # taken once the data comes (the channel may open before the manifest)
         with locks.lease_kept(root.root, a.project, a.lease) as ours:
             if not ours:
                 raise _lease_lost(a)
-            return go()
-    return go()
+            yield
+
+    return receive_ranges(root.root, a.name, a.size, a.span, ks, sys.stdin.buffer, sys.stdout.buffer,
+                          transfer.hash_cache(root.root), hold if a.lease else None)
 
 
 def cmd_reseal(root: Root, a: argparse.Namespace) -> Dict[str, Any]:

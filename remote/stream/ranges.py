@@ -19,6 +19,7 @@ hash of ``hashing``), then the part file is cut to size, fsynced and renamed int
 transfer leaves the part file and its range sidecars, never a file under the final name.
 """
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -26,7 +27,7 @@ import os
 import shutil
 import signal
 from pathlib import Path
-from typing import IO, Any, Dict, List, Optional
+from typing import IO, Any, Callable, ContextManager, Dict, Iterator, List, Optional
 
 from .durable import CLOEXEC, NOFOLLOW, durable, replace
 from .format import CHUNK, REC, TransferError
@@ -139,8 +140,11 @@ def _on_signals() -> List[Any]:
 
 
 def receive_ranges(base: Path, name: str, size: int, span: int, ks: List[int], stdin: IO[bytes],
-                   stdout: IO[bytes], cache: Optional[HashCache] = None) -> Dict[str, Any]:
-    """One channel of a ranged upload of ``name`` under ``base`` (see the module doc)."""
+                   stdout: IO[bytes], cache: Optional[HashCache] = None,
+                   hold: Optional[Callable[[], ContextManager[Any]]] = None) -> Dict[str, Any]:
+    """One channel of a ranged upload of ``name`` under ``base`` (see the module doc). The
+    channel may be opened before the laptop knows it needs it (an empty stream then ends it);
+    ``hold`` (the project's sync lease) is taken once its stream starts."""
     if not isinstance(size, int) or size < 1 or not 0 < span <= 4096:
         raise TransferError("a ranged upload needs a size and a span of 1..4096 chunks")
     nr = layout(size, span)
@@ -153,8 +157,22 @@ def receive_ranges(base: Path, name: str, size: int, span: int, ks: List[int], s
     stdout.write((json.dumps({"have": {str(k): v for k, v in have.items()}}) + "\n").encode())
     stdout.flush()
     src = _Exact(stdin)
-    if src.read(len(RMAGIC)) != RMAGIC:
-        raise TransferError("not a gpujob range stream (or an empty one)")
+    magic = src.read(len(RMAGIC))
+    if not magic:  # opened ahead of the laptop's plan, then not needed
+        return {"bytes": 0, "committed": False}
+    if magic != RMAGIC:
+        raise TransferError("not a gpujob range stream")
+    with hold() if hold is not None else _nothing():
+        return _receive(src, base, name, size, span, target, parent, have, stdout, cache)
+
+
+@contextlib.contextmanager
+def _nothing() -> Iterator[None]:
+    yield
+
+
+def _receive(src: _Exact, base: Path, name: str, size: int, span: int, target: str, parent: str,
+             have: Dict[int, List[str]], stdout: IO[bytes], cache: Optional[HashCache]) -> Dict[str, Any]:
     try:  # a single stream's sidecar would vouch for bytes the ranges now write over
         os.unlink(sidecar_path(target))
     except OSError:
