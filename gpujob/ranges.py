@@ -94,6 +94,7 @@ class _Channel:
         self.opened: Agent | None = None
         self.have: dict[str, list[str]] = {}
         self.opening: threading.Thread | None = None
+        self.written = threading.Event()  # everything sent (or failed): the hashes are known
 
     def open(self) -> None:
         """Start the command and read what it holds of its ranges."""
@@ -125,11 +126,14 @@ class _Channel:
                     self._range(f.fileno(), out, k, have.get(str(k), []))
             out.write(stream.frame(b"E", {}))
             out.flush()
+            self.written.set()
             line = self.s.stdout.readline()
             if b'"done"' not in line:
                 self._failed(line)
         except BaseException as e:  # noqa: BLE001 - handed to the thread that started this one
             self.error = e
+        finally:
+            self.written.set()
 
     def _range(self, fd: int, out: Any, k: int, remote: list[str]) -> None:
         """Range ``k``: its chunks the instance holds are checked here, the rest sent."""
@@ -264,18 +268,23 @@ def upload_ranged(agent: Agent, items: list[Any], args: list[str], on_bytes: Cal
         try:
             for t in threads:
                 t.start()
+            for c in chans:
+                c.written.wait()
+            whole = ""
+            if not any(c.error for c in chans):
+                after = os.stat(it.path)
+                if (after.st_size, after.st_mtime_ns, after.st_ctime_ns, after.st_ino) != \
+                        (before.st_size, before.st_mtime_ns, before.st_ctime_ns, before.st_ino):
+                    raise GpujobError(f"{it.path} changed while being sent", "run submit again once the file stopped changing")
+                chunks = [h for k in range(nr) for c in chans for h in c.hashes.get(k, [])]
+                whole = hashlib.sha256("".join(chunks).encode()).hexdigest()
+                _verify(agent, chans[0], it, whole)  # before the last chunks arrive: a round trip saved
             for t in threads:
                 t.join()
             failed = [c.error for c in chans if c.error is not None]
             if failed:
                 raise _as_error(agent, failed)
-            after = os.stat(it.path)
-            if (after.st_size, after.st_mtime_ns, after.st_ctime_ns, after.st_ino) != \
-                    (before.st_size, before.st_mtime_ns, before.st_ctime_ns, before.st_ino):
-                raise GpujobError(f"{it.path} changed while being sent", "run submit again once the file stopped changing")
-            chunks = [h for k in range(nr) for c in chans for h in c.hashes.get(k, [])]
-            whole = hashlib.sha256("".join(chunks).encode()).hexdigest()
-            _commit(agent, chans, it, whole)
+            _commit(agent, chans, it)
         finally:
             for c in chans:
                 if c.s is not None:
@@ -287,12 +296,23 @@ def upload_ranged(agent: Agent, items: list[Any], args: list[str], on_bytes: Cal
     return skipped
 
 
-def _commit(agent: Agent, chans: list[_Channel], it: Any, whole: str) -> None:
-    """The verify record on the first channel (the others end); its command checks and renames."""
+COMMIT_WAIT = 120  # seconds the committing command waits for the other channels' chunks to keep coming
+
+
+def _verify(agent: Agent, first: _Channel, it: Any, whole: str) -> None:
+    """The verify record on the first channel: its command commits once every range is in."""
+    try:
+        first.s.stdin.write(stream.frame(b"V", {"h": whole, "mode": it.mode & 0o7777, "mtime": it.mtime,
+                                                "wait": COMMIT_WAIT}))
+        first.s.stdin.flush()
+    except (OSError, EOFError) as e:
+        first.error = first.error or e
+
+
+def _commit(agent: Agent, chans: list[_Channel], it: Any) -> None:
+    """The others end; the first channel's command answers whether it checked and renamed."""
     first, rest = chans[0], chans[1:]
     try:
-        first.s.stdin.write(stream.frame(b"V", {"h": whole, "mode": it.mode & 0o7777, "mtime": it.mtime}))
-        first.s.stdin.flush()
         for c in rest:
             c.s.close_stdin()
         first.s.close_stdin()

@@ -26,6 +26,7 @@ import json
 import os
 import shutil
 import signal
+import time
 from pathlib import Path
 from typing import IO, Any, Callable, ContextManager, Dict, Iterator, List, Optional
 
@@ -243,6 +244,29 @@ def _receive(src: _Exact, base: Path, name: str, size: int, span: int, target: s
     return {"bytes": got, "committed": True}
 
 
+def _complete(name: str, target: str, size: int, span: int, wait: Any) -> List[str]:
+    """Every chunk hash of the file from its ranges' sidecars; the laptop sends the verify record
+    as soon as it has written everything, so the other channels' last chunks may still be on
+    their way: waited for while they keep coming (``wait`` seconds without progress at most)."""
+    wait = float(wait) if isinstance(wait, (int, float)) and 0 <= wait <= 600 else 0.0
+    last, moved = -1, time.monotonic()
+    while True:
+        chunks = []  # type: List[str]
+        short = None
+        for k in range(layout(size, span)):
+            got = read_range(target, size, span, k)
+            if len(got) != range_chunks(size, span, k) and short is None:
+                short = "{}: range {} is incomplete ({} of {} chunks)".format(name, k, len(got), range_chunks(size, span, k))
+            chunks += got
+        if short is None:
+            return chunks
+        if len(chunks) != last:
+            last, moved = len(chunks), time.monotonic()
+        elif time.monotonic() - moved >= wait:
+            raise TransferError(short)
+        time.sleep(0.02)
+
+
 def commit(base: Path, name: str, size: int, span: int, head: Dict[str, Any], cache: Optional[HashCache]) -> None:
     """Check the whole file against ``head["h"]`` from every range's sidecar, then cut the part
     file to size, set its mode and mtime, fsync it and rename it into place."""
@@ -251,13 +275,7 @@ def commit(base: Path, name: str, size: int, span: int, head: Dict[str, Any], ca
         raise TransferError("corrupt range stream: a bad verify record")
     parent, leaf = Guard(base, True).place(name)
     target = parent + "/" + leaf
-    chunks = []  # type: List[str]
-    for k in range(layout(size, span)):
-        got = read_range(target, size, span, k)
-        if len(got) != range_chunks(size, span, k):
-            raise TransferError("{}: range {} is incomplete ({} of {} chunks)".format(
-                name, k, len(got), range_chunks(size, span, k)))
-        chunks += got
+    chunks = _complete(name, target, size, span, head.get("wait", 0))
     whole = hashlib.sha256("".join(chunks).encode()).hexdigest()
     if whole != want:
         drop_part(Path(target))
