@@ -18,7 +18,8 @@ there, its size, exec bit or link differs, or its content hash differs; a local 
 to tell only when its size, mtime_ns, inode or ctime moved since it was recorded. A file
 changed while it is read is read again (small) or refused with a clear message (large), never
 sent torn. Large files go in verified 4 MiB chunks; a cut transfer
-resumes at the first chunk the part file does not have. Deletions are mirrored in the
+resumes at the first chunk the part file does not have. A file of 64 MiB or more goes first,
+over several channels at once where the round trip calls for it (``gpujob/ranges.py``). Deletions are mirrored in the
 project's ``code/`` only; ``data/`` is shared between jobs and never pruned. The stream is
 gzip-compressed when a sample of the payload compresses well (``GPUJOB_SYNC_CODEC`` forces
 ``none``, ``gz:L``, ``xz:L`` or ``bz2:L``).
