@@ -9,6 +9,7 @@ import socket
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import paramiko
 
@@ -110,7 +111,7 @@ def open_client(host: Host, password: str | None = None, retries: int | None = N
             client.connect(
                 host.hostname, port=host.port, username=host.user, password=password, pkey=pkey,
                 key_filename=key_files, timeout=host.connect_timeout, banner_timeout=host.connect_timeout,
-                auth_timeout=host.connect_timeout, look_for_keys=False,
+                auth_timeout=host.connect_timeout, look_for_keys=False, transport_factory=gcm_first,
                 allow_agent=password is None and not os.environ.get("GPUJOB_NO_SSH_AGENT"),
             )
             tr = client.get_transport()
@@ -250,6 +251,20 @@ class _SSHForward(Forward):
     def close(self) -> None:
         self._closed = True
         self.sock.close()
+
+
+AEAD = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
+
+
+def gcm_first(sock: Any, **kw: Any) -> paramiko.Transport:
+    """paramiko's transport preferring AES-GCM (OpenSSH has it since 6.2): one AEAD call per
+    32 KB packet instead of AES-CTR plus an HMAC-SHA256, which was most of the CPU a loopback
+    upload spent in paramiko (BENCHMARKS.md)."""
+    tr = paramiko.Transport(sock, **kw)
+    opts = tr.get_security_options()
+    if os.environ.get("GPUJOB_SSH_GCM", "1") != "0":
+        opts.ciphers = tuple(c for c in AEAD if c in opts.ciphers) + tuple(c for c in opts.ciphers if c not in AEAD)
+    return tr
 
 
 def window_for(tr: paramiko.Transport, timeout: float = 5.0) -> int:
