@@ -43,9 +43,18 @@ def _env_int(name: str, default: int) -> int:
 
 
 def measured_rtt(agent: Agent) -> float | None:
-    """The round trip the SSH connection measured when it opened (None where it has none)."""
+    """The least round trip the SSH connection measured (None where it has none): one more is
+    measured the first time a large upload asks (the one at login can include a delayed ACK:
+    47 ms on loopback), while the manifest is on its way."""
     client = getattr(agent.t, "client", None)
     tr = client.get_transport() if client is not None else None
+    if tr is None:
+        return None
+    if not getattr(tr, "gpujob_rtt_again", False):
+        from gpujob.transport.ssh import probe_rtt
+
+        tr.gpujob_rtt_again = True
+        probe_rtt(tr)
     return getattr(tr, "gpujob_rtt", None)
 
 
@@ -191,14 +200,13 @@ class Preopened:
             return
         least = _env_int("GPUJOB_RANGE_MIN", RANGE_MIN)
         span = _env_int("GPUJOB_RANGE_SPAN", SPAN)
-        rtt = measured_rtt(agent)
         for t, rec in zip(trees, records):
             for rel, st in [(r, st) for r, st in t.files.items() if st[0] >= least]:
                 k = rec.files.get(rel)
                 if k is not None and list(k[:4]) == list(st[:4]):
                     continue  # as the host got it last time
                 it = stream.Item(t.arc(rel), t.path(rel), st[0], st[1], st[4])
-                chans = _channels(agent, it, span, rtt, args)
+                chans = _channels(agent, it, span, measured_rtt(agent), args)
                 if len(chans) < 2:
                     continue
                 for c in chans:

@@ -199,3 +199,16 @@ def test_a_data_entry_goes_in_ranges_too(ssh_host: str, tmp_path: Path) -> None:
     (data / "shard.bin").write_bytes(blob[::-1])
     sync_job(agent_for(ssh_host), spec_for(src, [DataEntry(str(data), "ds")]), "proj")
     assert (tmp_path / "remote-root" / "data" / "ds" / "shard.bin").read_bytes() == blob[::-1]
+
+
+def test_channels_are_sized_from_the_round_trip(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpujob.ranges import MAX_CHANNELS, channels_for
+
+    monkeypatch.delenv("GPUJOB_RANGE_CHANNELS")
+    assert channels_for(0.0002, 40) == 1  # loopback: one channel carries it
+    assert channels_for(0.040, 40) == 3  # 3 × 2 MB per 40 ms covers 1 Gbit
+    assert channels_for(0.150, 40) == MAX_CHANNELS == 8
+    assert channels_for(0.150, 2) == 2  # never more channels than ranges
+    assert channels_for(None, 40) == 4
+    monkeypatch.setenv("GPUJOB_RANGE_CHANNELS", "5")
+    assert channels_for(0.0002, 40) == 5
