@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import IO, Any, Callable, ContextManager, Dict, Iterator, List, Optional
 
 from .durable import CLOEXEC, NOFOLLOW, durable, replace
-from .format import CHUNK, REC, TransferError
+from .format import CHUNK, REC, TransferError, raise_on_signals
 from .guard import Guard
 from .hashing import HashCache
 from .parts import SIDECAR_EVERY, drop_part, part_path, range_sidecar, sidecar_path
@@ -125,21 +125,6 @@ def _open_part(tmp: str, parent: str) -> int:
         os.close(dfd)  # closing releases the lock
 
 
-def _on_signals() -> List[Any]:
-    """A hang-up or termination becomes an exception, so the last verified chunks get their
-    sidecar before the command exits."""
-    def on_signal(signum: int, frame: Any) -> None:
-        raise TransferError("interrupted by signal {}".format(signum))
-
-    old = []
-    try:
-        for sig in (signal.SIGHUP, signal.SIGTERM, signal.SIGPIPE):
-            old.append((sig, signal.signal(sig, on_signal)))
-    except (ValueError, OSError, AttributeError):  # not the main thread
-        pass
-    return old
-
-
 def receive_ranges(base: Path, name: str, size: int, span: int, ks: List[int], stdin: IO[bytes],
                    stdout: IO[bytes], cache: Optional[HashCache] = None,
                    hold: Optional[Callable[[], ContextManager[Any]]] = None) -> Dict[str, Any]:
@@ -179,7 +164,7 @@ def _receive(src: _Exact, base: Path, name: str, size: int, span: int, target: s
     except OSError:
         pass
     fd = _open_part(part_path(target), parent)
-    old = _on_signals()
+    old = raise_on_signals()
     datasync = getattr(os, "fdatasync", os.fsync)
     got = 0
     k = -1
