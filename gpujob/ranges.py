@@ -46,6 +46,12 @@ def measured_rtt(agent: Agent) -> float | None:
     """The least round trip the SSH connection measured (None where it has none): one more is
     measured the first time a large upload asks (the one at login can include a delayed ACK:
     47 ms on loopback), while the manifest is on its way."""
+    daemon = getattr(agent.t, "daemon", None)
+    if daemon is not None:  # the kept connection: its daemon measures (None from an older one)
+        if not hasattr(agent.t, "gpujob_rtt"):
+            doc = daemon._ask("rtt") or {}
+            agent.t.gpujob_rtt = doc.get("rtt") if isinstance(doc.get("rtt"), float) else None
+        return agent.t.gpujob_rtt
     client = getattr(agent.t, "client", None)
     tr = client.get_transport() if client is not None else None
     if tr is None:

@@ -45,7 +45,10 @@ def leftovers(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if p.name.startswith(".gpujob-"))
 
 
-def test_a_ranged_upload_is_byte_identical_and_leaves_nothing_behind(ssh_host: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("mux", ["1", "0"])
+def test_a_ranged_upload_is_byte_identical_and_leaves_nothing_behind(ssh_host: str, tmp_path: Path, mux: str,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUJOB_MUX", mux)  # over the kept connection's daemon, and a connection of its own
     src, blob = big_tree(tmp_path)
     os.chmod(src / "model.bin", 0o751)
     rep = sync_job(agent_for(ssh_host), spec_for(src), "proj")
