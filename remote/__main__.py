@@ -1,13 +1,14 @@
 """``python3 -m remote VERB --root ROOT ...``: one JSON document (or byte stream) per verb."""
 
 import argparse
+import contextlib
 import json
 import os
 import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, Iterator, List
 
 from remote import AGENT_PROTOCOL, jobs, locks, procs, transfer
 from remote.jobs import AgentError
@@ -121,6 +122,24 @@ def cmd_receive(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
                 raise _lease_lost(a)
             return transfer.receive(root.root, sys.stdin.buffer, transfer.hash_cache(root.root))
     return transfer.receive(root.root, sys.stdin.buffer, transfer.hash_cache(root.root))
+
+
+def cmd_range(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+    """One channel of a large file's ranged upload (remote/stream/ranges.py)."""
+    from remote.stream.ranges import receive_ranges
+
+    root.ensure()
+    ks = [int(k) for k in a.ranges.split(",") if k.strip().isdigit()]
+
+    @contextlib.contextmanager
+    def hold() -> Iterator[None]:  # taken once the data comes (the channel may open before the manifest)
+        with locks.lease_kept(root.root, a.project, a.lease) as ours:
+            if not ours:
+                raise _lease_lost(a)
+            yield
+
+    return receive_ranges(root.root, a.name, a.size, a.span, ks, sys.stdin.buffer, sys.stdout.buffer,
+                          transfer.hash_cache(root.root), hold if a.lease else None)
 
 
 def cmd_reseal(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
@@ -394,6 +413,13 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("receive")
     s.add_argument("--project")
     s.add_argument("--lease")
+    s = sub.add_parser("range", help="one channel of a large file's ranged upload")
+    s.add_argument("--name", required=True)
+    s.add_argument("--size", type=int, required=True)
+    s.add_argument("--span", type=int, required=True, help="chunks per range")
+    s.add_argument("--ranges", required=True, help="the ranges this channel carries: K,K,...")
+    s.add_argument("--project")
+    s.add_argument("--lease")
     s = sub.add_parser("unlease")
     s.add_argument("--project", required=True)
     s.add_argument("--lease", required=True)
@@ -467,7 +493,7 @@ def main(argv: List[str]) -> int:
     root = Root(args.root)
     load_agent_env(root)
     handler = globals()["cmd_" + args.verb]
-    if args.verb not in ("run", "notify_lost", "idle_watch", "serve", "reseal"):
+    if args.verb not in ("run", "notify_lost", "idle_watch", "serve", "reseal", "range"):  # range: a sync's extra channels
         from remote import lost  # a job found lost is announced once, by a detached sender
 
         lost.spawn_lost_check(root)

@@ -166,7 +166,8 @@ class Agent:
         return self.t.stream(self.command(verb, args))
 
 
-    def stream_doc(self, verb: str, args: list[str] | None = None) -> tuple[Stream, dict[str, Any]]:
+    def stream_doc(self, verb: str, args: list[str] | None = None,
+                   again: str = "run the command again (a transfer resumes)") -> tuple[Stream, dict[str, Any]]:
         """Start a streaming verb whose first line is a JSON document (sync, send --manifest).
 
         Installs the agent once if it is missing; an error document becomes ``RemoteError``.
@@ -186,7 +187,7 @@ class Agent:
                 self.install()
                 continue
             if rc < 0:
-                raise link_cut(self.endpoint, f"{verb!r} call", rc, "run the command again (a transfer resumes)")
+                raise link_cut(self.endpoint, f"{verb!r} call", rc, again)
             raise RemoteError(f"the agent on {self.endpoint.name} did not answer {verb!r} (exit {rc}): {s.stderr_text()[-1000:]}",
                               f"see the agent log: gpujob agent-log {self.endpoint.name}")
         raise AssertionError("unreachable")

@@ -142,6 +142,11 @@ class Daemon:
                 if not ok:
                     self.stop()  # the client starts a fresh daemon
                 _send(conn, {"ok": ok, "pid": os.getpid()})
+            elif op == "rtt":  # a large upload sizes its channels (gpujob/usecases/ranges.py)
+                from gpujob.transport.ssh import probe_rtt
+
+                probe_rtt(self.tr)
+                _send(conn, {"rtt": getattr(self.tr, "gpujob_rtt", None)})
             elif op == "exit":
                 self.stop()  # the socket is gone before the client hears back
                 _send(conn, {"ok": True})

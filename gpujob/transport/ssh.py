@@ -11,6 +11,7 @@ import socket
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import paramiko
 
@@ -94,7 +95,7 @@ def open_client(target: Target, password: str | None = None, retries: int | None
             client.connect(
                 host.hostname, port=host.port, username=host.user, password=password, pkey=pkey,
                 key_filename=key_files, timeout=host.connect_timeout, banner_timeout=host.connect_timeout,
-                auth_timeout=host.connect_timeout, look_for_keys=False,
+                auth_timeout=host.connect_timeout, look_for_keys=False, transport_factory=gcm_first,
                 allow_agent=password is None and not os.environ.get("GPUJOB_NO_SSH_AGENT"),
             )
             tr = client.get_transport()
@@ -230,17 +231,45 @@ class _SSHForward(Forward):
         self.sock.close()
 
 
+AEAD = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
+
+
+def gcm_first(sock: Any, **kw: Any) -> paramiko.Transport:
+    """paramiko's transport preferring AES-GCM (OpenSSH has it since 6.2): one AEAD call per
+    32 KB packet instead of AES-CTR plus an HMAC-SHA256, which was most of the CPU a loopback
+    upload spent in paramiko (BENCHMARKS.md); and TCP_NODELAY, as OpenSSH sets it."""
+    try:  # paramiko writes each message at once: Nagle would hold a small request for the peer's delayed ACK
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    except (OSError, AttributeError):
+        pass
+    tr = paramiko.Transport(sock, **kw)
+    opts = tr.get_security_options()
+    if os.environ.get("GPUJOB_SSH_GCM", "1") != "0":
+        opts.ciphers = tuple(c for c in AEAD if c in opts.ciphers) + tuple(c for c in opts.ciphers if c not in AEAD)
+    return tr
+
+
 def window_for(tr: paramiko.Transport, timeout: float = 5.0) -> int:
     """The receive window for this connection's channels, from one measured round trip.
 
     What the server may send before we acknowledge: paramiko's 2 MB caps a download at 2 MB per
     round trip (13 MB/s at 150 ms, whatever the link). The window is RTT × 1 Gbit, at least
     2 MB: a larger one on a short link only costs (paramiko's channel buffer copies what it
-    holds on every read: a 16 MB window halved a loopback download).
+    holds on every read: a 16 MB window halved a loopback download)."""
+    rtt = probe_rtt(tr, timeout)
+    if rtt is None:
+        return WINDOW_MIN
+    return int(min(WINDOW_MAX, max(WINDOW_MIN, rtt * WINDOW_RATE)))
+
+
+def probe_rtt(tr: paramiko.Transport, timeout: float = 5.0) -> float | None:
+    """One round trip (an SSH global request), or None without an answer within ``timeout``;
+    the least one measured on ``tr`` is kept as ``tr.gpujob_rtt`` (gpujob/usecases/ranges.py sizes a
+    large upload's channels from it: the first, right after the login, can wait for a delayed ACK).
 
     paramiko waits for the reply for as long as the transport looks alive, which a link that died
     silently does for minutes: the probe runs in a thread of its own, and no answer within
-    ``timeout`` leaves the smallest window (the first command then meets the dead link as usual)."""
+    ``timeout`` gives None (the first command then meets the dead link as usual)."""
     rtts: list[float] = []
 
     def probe() -> None:
@@ -255,8 +284,9 @@ def window_for(tr: paramiko.Transport, timeout: float = 5.0) -> int:
     th.start()
     th.join(timeout)
     if not rtts:
-        return WINDOW_MIN
-    return int(min(WINDOW_MAX, max(WINDOW_MIN, rtts[0] * WINDOW_RATE)))
+        return None
+    tr.gpujob_rtt = min(rtts[0], getattr(tr, "gpujob_rtt", rtts[0]))  # type: ignore[attr-defined]
+    return rtts[0]
 
 
 class SSHTransport(Transport):

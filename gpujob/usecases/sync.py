@@ -18,7 +18,8 @@ there, its size, exec bit or link differs, or its content hash differs; a local 
 to tell only when its size, mtime_ns, inode or ctime moved since it was recorded. A file
 changed while it is read is read again (small) or refused with a clear message (large), never
 sent torn. Large files go in verified 4 MiB chunks; a cut transfer
-resumes at the first chunk the part file does not have. Deletions are mirrored in the
+resumes at the first chunk the part file does not have. A file of 64 MiB or more goes first,
+over several channels at once where the round trip calls for it (``gpujob/usecases/ranges.py``). Deletions are mirrored in the
 project's ``code/`` only; ``data/`` is shared between jobs and never pruned. The stream is
 gzip-compressed when a sample of the payload compresses well (``GPUJOB_SYNC_CODEC`` forces
 ``none``, ``gz:L``, ``xz:L`` or ``bz2:L``).
@@ -42,6 +43,7 @@ from gpujob.bundle import import_remote
 from gpujob.config.spec import JobSpec
 from gpujob.errors import ConnectError, GpujobError, RemoteError, link_cut
 from gpujob.transport.agent import Agent
+from gpujob.usecases.ranges import Preopened, ranged, upload_ranged
 from gpujob.usecases.synctree import LocalTree, Record, StaleRecord, TreePlan, plan_tree, scan, sent
 
 stream: Any = import_remote("stream")
@@ -325,6 +327,7 @@ def sync_job(agent: Agent, spec: JobSpec, project: str, progress: Callable[[int,
     def walk_local() -> None:  # while the manifest is on its way
         try:
             walked["trees"] = local_trees(spec, project, records)
+            walked["pre"] = Preopened(agent, walked["trees"], records, leased)  # large files' channels
         except BaseException as e:  # noqa: BLE001 - raised below, in this thread
             walked["error"] = e
 
@@ -337,14 +340,18 @@ def sync_job(agent: Agent, spec: JobSpec, project: str, progress: Callable[[int,
             remote = _manifest_leased(agent, targets(spec, project, records) + leased)
         else:
             s, remote = open_session(agent, targets(spec, project, records) + leased)
-    finally:
+    except BaseException:
         walker.join()
+        if "pre" in walked:
+            walked["pre"].close()
+        raise
+    walker.join()
     if "error" in walked:
         if s is not None:
             s.kill()
         raise walked["error"]
     try:
-        return _sync_planned(agent, spec, project, remote, walked["trees"], records, s, leased, progress)
+        return _sync_planned(agent, spec, project, remote, walked["trees"], records, s, leased, progress, walked["pre"])
     except GpujobError as e:
         # refused here (no room there, a file changing as it is read): the next submit of the project
         # need not wait for this one's lease to expire. A broken link or a failed receive is left
@@ -356,10 +363,13 @@ def sync_job(agent: Agent, spec: JobSpec, project: str, progress: Callable[[int,
             except Exception:  # noqa: BLE001 - the link may be what failed; the lease then expires
                 pass
         raise
+    finally:
+        walked["pre"].close()
 
 
 def _sync_planned(agent: Agent, spec: JobSpec, project: str, remote: dict, trees: list[Any], records: list[Record],
-                  s: Any, leased: list[str], progress: Callable[[int, int], None] | None) -> SyncReport:
+                  s: Any, leased: list[str], progress: Callable[[int, int], None] | None,
+                  pre: Preopened | None = None) -> SyncReport:
     try:
         plan = plan_from(remote, trees, records)
     except StaleRecord:  # rare (a damaged record): the host's manifest decides instead
@@ -376,11 +386,24 @@ def _sync_planned(agent: Agent, spec: JobSpec, project: str, remote: dict, trees
                 s.wait(60)
         _save_records(plan, remote)
         return SyncReport(0, 0, 0, plan.unchanged, 1)
+    whole, skipped, extra = plan, 0, 0
+    big = ranged(agent, plan.send)
+    if big:  # large files first, over several channels (gpujob/usecases/ranges.py); the stream then ends the sync
+        on_bytes, on_hash = _callbacks(whole, progress)
+        try:
+            skipped = upload_ranged(agent, big, leased, on_bytes, on_hash, pre)
+        except GpujobError:
+            if s is not None:
+                s.kill()
+            raise
+        extra = sum(e.size for e in big) - skipped  # their bytes on the wire
+        ids = {id(e) for e in big}
+        plan = Plan(plan.trees, [e for e in plan.send if id(e) not in ids], plan.delete, plan.unchanged, plan.resumed_bytes)
     if s is None:
         if fits_kept_agent(plan):
             wire, codec = upload_kept(agent, plan, progress, args=leased)
-            _save_records(plan, remote)
-            return _report(plan, 2, wire, codec)
+            _save_records(whole, remote)
+            return _report(whole, 2, wire + extra, codec, skipped)
         s = agent.stream("receive", leased)  # a large upload streams over a command of its own
     with s:
         try:
@@ -388,8 +411,8 @@ def _sync_planned(agent: Agent, spec: JobSpec, project: str, remote: dict, trees
         except (EOFError, OSError) as e:  # the link dropped mid-stream (paramiko raises either)
             raise ConnectError(f"the connection to {agent.host.name} dropped during the upload ({e or type(e).__name__})",
                                "run submit again: finished files are kept and a cut file resumes") from None
-    _save_records(plan, remote)
-    return _report(plan, 2, wire, codec)
+    _save_records(whole, remote)
+    return _report(whole, 2, wire + extra, codec, skipped)
 
 
 def _save_records(plan: Plan, remote: dict[str, Any]) -> None:
@@ -417,6 +440,8 @@ def _check_space(agent: Agent, plan: Plan, remote: dict[str, Any], s: Any) -> No
         )
 
 
-def _report(plan: Plan, round_trips: int, wire: int, codec: str) -> SyncReport:
+def _report(plan: Plan, round_trips: int, wire: int, codec: str, skipped: int = 0) -> SyncReport:
+    """``skipped``: bytes of ranged files the host held already (counted as resumed, not sent)."""
     nfiles = sum(1 for e in plan.send if not e.is_dir)
-    return SyncReport(nfiles, plan.bytes, len(plan.delete), plan.unchanged, round_trips, plan.resumed_bytes, wire, codec)
+    return SyncReport(nfiles, plan.bytes - skipped, len(plan.delete), plan.unchanged, round_trips,
+                      plan.resumed_bytes + skipped, wire, codec)

@@ -29,6 +29,23 @@ class TransferError(Exception):
     """A refused or corrupt member; the message names it."""
 
 
+def raise_on_signals() -> List[Any]:
+    """Make a hang-up, termination or broken pipe raise ``TransferError`` (so a receiver's
+    ``finally`` records what arrived verified); returns the old handlers to put back."""
+    import signal
+
+    def on_signal(signum: int, frame: Any) -> None:
+        raise TransferError("interrupted by signal {}".format(signum))
+
+    old = []
+    try:
+        for sig in (signal.SIGHUP, signal.SIGTERM, signal.SIGPIPE):
+            old.append((sig, signal.signal(sig, on_signal)))
+    except (ValueError, OSError, AttributeError):  # not the main thread
+        pass
+    return old
+
+
 class Item:
     """One thing to send: ``arcname`` on the wire, ``path`` here, resumed from ``prefix`` chunks
     (``st``: the stat the size came from, for the sender's hash cache)."""

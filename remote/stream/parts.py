@@ -18,6 +18,7 @@ TMP_PREFIX = ".gpujob-"  # temporary names: TMP_PREFIX + a hash of the final nam
 PART = ".part"  # a file being received (small ones for a moment, a large one until verified)
 SIDECAR = ".json"  # beside a large file's part file: its final name and verified chunk hashes
 LEGACY_PART = ".gpujob-part"  # the suffix older agents appended to the final name
+RANGE = ".r"  # + a range's index + SIDECAR: the sidecar of one byte range of a part file (ranges.py)
 
 
 SIDECAR_EVERY = 4  # chunks between sidecar writes
@@ -34,8 +35,13 @@ def is_tmp_name(name: str) -> bool:
     """A temporary name of ours (or an older agent's): never listed, never sent."""
     if name.endswith(LEGACY_PART) or name.endswith(LEGACY_PART + ".json") or name.endswith(LEGACY_PART + ".json.tmp"):
         return True
-    return name.startswith(TMP_PREFIX) and len(name) >= len(TMP_PREFIX) + 24 and \
-        name[len(TMP_PREFIX) + 24:] in (PART, SIDECAR, SIDECAR + ".tmp", PART + ".x")
+    if not name.startswith(TMP_PREFIX) or len(name) < len(TMP_PREFIX) + 24:
+        return False
+    tail = name[len(TMP_PREFIX) + 24:]
+    if tail in (PART, SIDECAR, SIDECAR + ".tmp", PART + ".x"):
+        return True
+    k, _, rest = tail[len(RANGE):].partition(".")
+    return tail.startswith(RANGE) and k.isdigit() and "." + rest in (SIDECAR, SIDECAR + ".tmp")
 
 
 def part_path(target: Any) -> str:
@@ -71,8 +77,27 @@ def save_sidecar(target: Path, chunks: List[str]) -> None:
     os.replace(tmp, side)
 
 
+def range_sidecar(target: Any, k: int) -> str:
+    """The sidecar of range ``k`` of ``target``'s part file (remote/stream/ranges.py)."""
+    d, _, leaf = str(target).rpartition("/")
+    return d + "/" + tmp_stem(leaf) + RANGE + str(k) + SIDECAR
+
+
+def range_sidecars(target: Any) -> List[str]:
+    """Every range sidecar beside ``target``'s part file."""
+    d, _, leaf = str(target).rpartition("/")
+    stem = tmp_stem(leaf) + RANGE
+    try:
+        names = os.listdir(d or "/")
+    except OSError:
+        return []
+    return [d + "/" + n for n in names if n.startswith(stem) and is_tmp_name(n)]
+
+
 def drop_part(target: Path) -> None:
-    for p in (part_path(target), sidecar_path(target)):
+    """Remove ``target``'s part file and every sidecar describing it (a single stream's and the
+    ranges'): bytes written by one path must never be vouched for by the other's sidecar."""
+    for p in [part_path(target), sidecar_path(target)] + range_sidecars(target):
         try:
             os.unlink(p)
         except OSError:

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import IO, Any, Callable, Dict, Iterable, Optional, Tuple
 
 from .durable import durable, remove, replace
-from .format import CHUNK, MAGIC, MAX_BATCH, MAX_HEAD, REC, TransferError
+from .format import CHUNK, MAGIC, MAX_BATCH, MAX_HEAD, REC, TransferError, raise_on_signals
 from .guard import Guard
 from .hashing import HashCache, Hasher, small_hash
-from .parts import PART, drop_part, part_chunks, part_path, save_sidecar, tmp_stem
+from .parts import PART, drop_part, part_chunks, part_path, range_sidecars, save_sidecar, tmp_stem
 from .writers import FSYNC_EACH, Sink, Writers
 
 
@@ -143,15 +143,7 @@ def read_items(base: Path, stream: IO[bytes], links_out: bool = True, cache: Opt
     made = set()  # type: set
     base_s = str(base)
 
-    def on_signal(signum: int, frame: Any) -> None:
-        raise TransferError("interrupted by signal {}".format(signum))
-
-    old = []
-    try:
-        for sig in (signal.SIGHUP, signal.SIGTERM, signal.SIGPIPE):
-            old.append((sig, signal.signal(sig, on_signal)))
-    except (ValueError, OSError, AttributeError):  # not the main thread
-        pass
+    old = raise_on_signals()
     try:
         src = _Source(stream)
         while True:
@@ -275,6 +267,8 @@ def _large(src: _Source, head: Any, guard: Guard, made: set, base_s: str, cache:
         if len(chunks) * CHUNK < off:
             raise TransferError("{}: cannot resume at {} (have {} chunks)".format(name, off, len(chunks)))
         chunks = chunks[:off // CHUNK]
+        for stale in range_sidecars(target):  # a ranged upload's, now written over
+            remove(stale)
         if os.stat(tmp).st_nlink > 1:  # never write into a hard-linked inode
             shutil.copyfile(tmp, tmp + ".x")
             os.replace(tmp + ".x", tmp)

@@ -1,0 +1,360 @@
+"""A large file up over several SSH channels at once (the instance side: remote/stream/ranges.py).
+
+OpenSSH's sshd advertises a fixed 2 MB window per session channel, so one channel carries at
+most 2 MB per round trip: 13 MB/s at 150 ms, 50 MB/s at 40 ms, whatever the link. A file of
+at least ``GPUJOB_RANGE_MIN`` bytes (64 MiB) goes as fixed ranges of ``GPUJOB_RANGE_SPAN``
+chunks (4: 16 MiB) spread over enough channels of the same connection that channels × 2 MB per
+round trip covers 1 Gbit, at most ``MAX_CHANNELS`` (``GPUJOB_RANGE_CHANNELS`` forces a count).
+Each chunk goes with its sha256 and is refused there when it does not match; each range has
+its own sidecar of verified chunks, so a cut upload resumes range by range, sending only the
+chunks the instance does not hold (those it holds are read and hashed here, not sent). Once
+every channel is done, one of them commits: the whole-file hash is checked there, the part
+file fsynced and renamed into place.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import math
+import os
+import threading
+from typing import Any, Callable
+
+from gpujob.bundle import import_remote
+from gpujob.errors import ConnectError, GpujobError, RemoteError, link_cut
+from gpujob.transport.agent import Agent
+
+stream: Any = import_remote("stream")
+ranges: Any = importlib.import_module(stream.__name__ + ".ranges")
+
+RANGE_MIN = 64 << 20
+SPAN = 4  # chunks per range: a cut loses at most this much of each channel's work
+MAX_CHANNELS = 8
+SSHD_WINDOW = 2 << 20  # what OpenSSH's sshd lets one session channel have in flight
+RATE = 125e6  # bytes/s the channel count is sized to carry (1 Gbit)
+
+
+def _env_int(name: str, default: int) -> int:
+    try:
+        return max(1, int(os.environ.get(name, default)))
+    except ValueError:
+        return default
+
+
+def measured_rtt(agent: Agent) -> float | None:
+    """The least round trip the SSH connection measured (None where it has none): one more is
+    measured the first time a large upload asks (the one at login can include a delayed ACK:
+    47 ms on loopback), while the manifest is on its way."""
+    daemon = getattr(agent.t, "daemon", None)
+    if daemon is not None:  # the kept connection: its daemon measures (None from an older one)
+        if not hasattr(agent.t, "gpujob_rtt"):
+            doc = daemon._ask("rtt") or {}
+            agent.t.gpujob_rtt = doc.get("rtt") if isinstance(doc.get("rtt"), float) else None
+        return agent.t.gpujob_rtt
+    client = getattr(agent.t, "client", None)
+    tr = client.get_transport() if client is not None else None
+    if tr is None:
+        return None
+    if not getattr(tr, "gpujob_rtt_again", False):
+        from gpujob.transport.ssh import probe_rtt
+
+        tr.gpujob_rtt_again = True
+        probe_rtt(tr)
+    return getattr(tr, "gpujob_rtt", None)
+
+
+def channels_for(rtt: float | None, nranges: int) -> int:
+    """Enough channels that channels × sshd's window per round trip covers ``RATE`` (4 where
+    the round trip is unknown), at most ``MAX_CHANNELS`` and one per range."""
+    forced = os.environ.get("GPUJOB_RANGE_CHANNELS")
+    if forced:
+        n = _env_int("GPUJOB_RANGE_CHANNELS", 1)
+    elif rtt is None:
+        n = 4
+    else:
+        n = min(MAX_CHANNELS, math.ceil(RATE * rtt / SSHD_WINDOW))
+    return max(1, min(n, nranges))
+
+
+def ranged(agent: Agent, items: list[Any]) -> list[Any]:
+    """The items to send in ranges: large files with no single-stream part file to resume,
+    over a link where more than one channel pays."""
+    if type(agent.t).__name__ == "LocalTransport":
+        return []
+    least = _env_int("GPUJOB_RANGE_MIN", RANGE_MIN)
+    big = [e for e in items if not e.is_dir and e.link is None and not e.prefix and e.size >= least]
+    if not big:
+        return []
+    span = _env_int("GPUJOB_RANGE_SPAN", SPAN)
+    rtt = measured_rtt(agent)
+    return [e for e in big if channels_for(rtt, ranges.layout(e.size, span)) > 1]
+
+
+class _Channel:
+    """One ``range`` command carrying some of a file's ranges; run in a thread of its own."""
+
+    def __init__(self, agent: Agent, item: Any, span: int, ks: list[int], args: list[str],
+                 on_bytes: Callable[[int], None]) -> None:
+        self.agent, self.item, self.span, self.ks = agent, item, span, ks
+        self.args = ["--name", item.arcname, "--size", str(item.size), "--span", str(span),
+                     "--ranges", ",".join(map(str, ks)), *args]
+        self.on_bytes = on_bytes
+        self.s: Any = None
+        self.hashes: dict[int, list[str]] = {}
+        self.sent = 0
+        self.error: BaseException | None = None
+        self.own = False
+        self.root = agent.root
+        self.opened: Agent | None = None
+        self.have: dict[str, list[str]] = {}
+        self.opening: threading.Thread | None = None
+        self.written = threading.Event()  # everything sent (or failed): the hashes are known
+
+    def open(self) -> None:
+        """Start the command and read what it holds of its ranges."""
+        try:
+            if self.own:  # a connection of its own (measured against channels sharing one: BENCHMARKS.md)
+                from gpujob.transport.ssh import SSHTransport
+
+                self.agent = Agent(SSHTransport(self.agent.host), self.agent.host)
+                self.agent.root = self.root
+                self.opened = self.agent
+            self.s, doc = self.agent.stream_doc("range", self.args, again=AGAIN)
+            self.have = doc.get("have", {})
+        except BaseException as e:  # noqa: BLE001 - handed to the thread that started this one
+            self.error = e
+
+    def run(self) -> None:
+        try:
+            self._run()
+        finally:  # however it ended (a channel that never opened too): the caller waits on this
+            self.written.set()
+
+    def _run(self) -> None:
+        if self.opening is not None:
+            self.opening.join()
+        if self.s is None and self.error is None:
+            self.open()
+        if self.error is not None:
+            return
+        try:
+            have = self.have
+            out = self.s.stdin
+            out.write(ranges.RMAGIC)
+            with open(self.item.path, "rb") as f:
+                for k in self.ks:
+                    self._range(f.fileno(), out, k, have.get(str(k), []))
+            out.write(stream.frame(b"E", {}))
+            out.flush()
+            self.written.set()
+            line = self.s.stdout.readline()
+            if b'"done"' not in line:
+                self._failed(line)
+        except BaseException as e:  # noqa: BLE001 - handed to the thread that started this one
+            self.error = e
+
+    def _range(self, fd: int, out: Any, k: int, remote: list[str]) -> None:
+        """Range ``k``: its chunks the instance holds are checked here, the rest sent."""
+        size, first = self.item.size, k * self.span
+        n = ranges.range_chunks(size, self.span, k)
+        mine: list[str] = []
+        sending = False
+        for j in range(n):
+            pos = (first + j) * stream.CHUNK
+            data = os.pread(fd, min(stream.CHUNK, size - pos), pos)
+            h = hashlib.sha256(data).hexdigest()
+            if not sending and j < len(remote) and remote[j] == h:
+                mine.append(h)  # there already
+                continue
+            if not sending:
+                out.write(stream.frame(b"R", {"k": k, "off": j}))
+                sending = True
+            out.write(stream.frame(b"C", {"h": h}))
+            out.write(data)
+            mine.append(h)
+            self.sent += len(data)
+            self.on_bytes(len(data))
+        self.hashes[k] = mine
+
+    def _failed(self, line: bytes) -> None:
+        self.s.close_stdin()
+        rc = self.s.wait(60)
+        if rc < 0:
+            raise link_cut(self.agent.host, "upload", rc, AGAIN)
+        raise RemoteError(f"upload of {self.item.arcname} to {self.agent.host.name} failed (exit {rc}): "
+                          f"{(line.decode('utf-8', 'replace') or self.s.stderr_text()).strip()[-1000:]}", AGAIN)
+
+
+AGAIN = "run submit again: finished files are skipped and a large file resumes at its last verified chunks"
+
+
+def _channels(agent: Agent, it: Any, span: int, rtt: float | None, args: list[str]) -> list[_Channel]:
+    nr = ranges.layout(it.size, span)
+    nch = channels_for(rtt, nr)
+    chans = [_Channel(agent, it, span, list(range(c, nr, nch)), args, lambda n: None) for c in range(nch)]
+    if os.environ.get("GPUJOB_RANGE_CONNECTIONS") == "own":
+        for c in chans[1:]:
+            c.own = True
+    return chans
+
+
+class Preopened:
+    """Range channels opened while the manifest is on its way, for the local files that will
+    likely go in ranges (large, and changed since the record of what the host holds): their
+    commands start meanwhile. One not needed after all gets an empty stream and ends."""
+
+    def __init__(self, agent: Agent, trees: list[Any], records: list[Any], args: list[str]) -> None:
+        self.chans: dict[str, list[_Channel]] = {}
+        if type(agent.t).__name__ == "LocalTransport":
+            return
+        least = _env_int("GPUJOB_RANGE_MIN", RANGE_MIN)
+        span = _env_int("GPUJOB_RANGE_SPAN", SPAN)
+        for t, rec in zip(trees, records):
+            for rel, st in [(r, st) for r, st in t.files.items() if st[0] >= least]:
+                k = rec.files.get(rel)
+                if k is not None and list(k[:4]) == list(st[:4]):
+                    continue  # as the host got it last time
+                it = stream.Item(t.arc(rel), t.path(rel), st[0], st[1], st[4])
+                chans = _channels(agent, it, span, measured_rtt(agent), args)
+                if len(chans) < 2:
+                    continue
+                for c in chans:
+                    c.opening = threading.Thread(target=c.open, name="gpujob-range-open", daemon=True)
+                    c.opening.start()
+                self.chans[it.arcname] = chans
+
+    def take(self, it: Any) -> list[_Channel] | None:
+        """The channels opened for ``it`` (None when there are none or it changed since)."""
+        chans = self.chans.pop(it.arcname, None)
+        if chans is None or chans[0].item.size != it.size:
+            if chans:
+                self._end(chans)
+            return None
+        for c in chans:
+            c.item = it
+        return chans
+
+    def close(self) -> None:
+        """End the channels no item took."""
+        for chans in self.chans.values():
+            self._end(chans)
+        self.chans.clear()
+
+    @staticmethod
+    def _end(chans: list[_Channel]) -> None:
+        for c in chans:
+            if c.opening is not None:
+                c.opening.join()
+            if c.s is not None:
+                c.s.close_stdin()
+        for c in chans:
+            if c.s is not None:
+                try:
+                    c.s.wait(30)
+                except TimeoutError:
+                    c.s.kill()
+            if c.opened is not None:
+                c.opened.t.close()
+
+
+def upload_ranged(agent: Agent, items: list[Any], args: list[str], on_bytes: Callable[[int], None],
+                  on_hash: Callable[[Any, str], None], pre: Preopened | None = None) -> int:
+    """Send each of ``items`` in ranges over several channels (those ``pre`` opened for it
+    ahead); returns the bytes not sent because the instance held them already."""
+    span = _env_int("GPUJOB_RANGE_SPAN", SPAN)
+    rtt = measured_rtt(agent)
+    lock = threading.Lock()
+
+    def counted(n: int) -> None:
+        with lock:
+            on_bytes(n)
+
+    skipped = 0
+    for it in items:
+        before = os.stat(it.path)
+        if before.st_size != it.size:
+            raise GpujobError(f"{it.path} changed while being sent", "run submit again once the file stopped changing")
+        it.st, it.mtime = before, before.st_mtime_ns
+        chans = pre.take(it) if pre is not None else None
+        if chans is None:
+            chans = _channels(agent, it, span, rtt, args)
+        for c in chans:
+            c.on_bytes = counted
+        nr = ranges.layout(it.size, span)
+        threads = [threading.Thread(target=c.run, name=f"gpujob-range-{i}", daemon=True) for i, c in enumerate(chans)]
+        try:
+            for t in threads:
+                t.start()
+            for c in chans:
+                c.written.wait()
+            whole = ""
+            if not any(c.error for c in chans):
+                after = os.stat(it.path)
+                if (after.st_size, after.st_mtime_ns, after.st_ctime_ns, after.st_ino) != \
+                        (before.st_size, before.st_mtime_ns, before.st_ctime_ns, before.st_ino):
+                    raise GpujobError(f"{it.path} changed while being sent", "run submit again once the file stopped changing")
+                chunks = [h for k in range(nr) for c in chans for h in c.hashes.get(k, [])]
+                whole = hashlib.sha256("".join(chunks).encode()).hexdigest()
+                _verify(agent, chans[0], it, whole)  # before the last chunks arrive: a round trip saved
+            for t in threads:
+                t.join()
+            failed = [c.error for c in chans if c.error is not None]
+            if failed:
+                raise _as_error(agent, failed)
+            _commit(agent, chans, it)
+        finally:
+            for c in chans:
+                if c.s is not None:
+                    c.s.kill()
+                if c.opened is not None:
+                    c.opened.t.close()
+        skipped += it.size - sum(c.sent for c in chans)
+        on_hash(it, whole)
+    return skipped
+
+
+COMMIT_WAIT = 120  # seconds the committing command waits for the other channels' chunks to keep coming
+
+
+def _verify(agent: Agent, first: _Channel, it: Any, whole: str) -> None:
+    """The verify record on the first channel: its command commits once every range is in."""
+    try:
+        first.s.stdin.write(stream.frame(b"V", {"h": whole, "mode": it.mode & 0o7777, "mtime": it.mtime,
+                                                "wait": COMMIT_WAIT}))
+        first.s.stdin.flush()
+    except (OSError, EOFError) as e:
+        first.error = first.error or e
+
+
+def _commit(agent: Agent, chans: list[_Channel], it: Any) -> None:
+    """The others end; the first channel's command answers whether it checked and renamed."""
+    first, rest = chans[0], chans[1:]
+    try:
+        for c in rest:
+            c.s.close_stdin()
+        first.s.close_stdin()
+        out = first.s.stdout.read()
+        rc = first.s.wait()
+    except (OSError, EOFError) as e:
+        raise ConnectError(f"the connection to {agent.host.name} dropped during the upload ({e or type(e).__name__})",
+                           AGAIN) from None
+    if rc < 0:
+        raise link_cut(agent.host, "upload", rc, AGAIN)
+    if rc != 0 or b'"committed": true' not in out:
+        raise RemoteError(f"upload of {it.arcname} to {agent.host.name} failed (exit {rc}): "
+                          f"{(out.decode('utf-8', 'replace') or first.s.stderr_text()).strip()[-1000:]}", AGAIN)
+    for c in rest:
+        c.s.wait(60)
+
+
+def _as_error(agent: Agent, failed: list[BaseException]) -> BaseException:
+    """The error to report for failed channels: the instance's refusal over a dropped link."""
+    for e in failed:
+        if isinstance(e, GpujobError):
+            return e
+    e = failed[0]
+    if isinstance(e, (OSError, EOFError)):
+        return ConnectError(f"the connection to {agent.host.name} dropped during the upload ({e or type(e).__name__})",
+                            AGAIN)
+    return e
