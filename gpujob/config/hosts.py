@@ -261,7 +261,11 @@ def _ssh_config_lookup(alias: str) -> dict[str, Any] | None:
     cfg = paramiko.SSHConfig.from_path(str(path))
     if alias not in cfg.get_hostnames():
         return None
-    return dict(cfg.lookup(alias))
+    try:
+        return dict(cfg.lookup(alias))
+    except ImportError:  # a `Match exec` line: paramiko runs it with invoke, which the SSH path keeps unloaded
+        raise HostError(f"{path} has a `Match exec` line, which gpujob does not run",
+                        'give the address itself: gpujob host add NAME --ssh "ssh -p PORT user@host"') from None
 
 
 def detect_preset(hostname: str) -> str:

@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 sys.modules.setdefault("invoke", None)  # type: ignore[arg-type]  # paramiko.config imports it (130 ms) for `Match exec` only
 import paramiko  # noqa: E402
@@ -365,6 +365,23 @@ def _pump_in(chan: paramiko.Channel, fd: int) -> None:
 
 def main(argv: list[str]) -> int:
     path = Path(argv[0])
+    # started in the background (``mux._Daemon.spawn``): the starter's lock, held until this
+    # daemon listens or has failed, so no second daemon starts meanwhile
+    lock_fd = int(argv[2]) if argv[1:2] == ["--lock-fd"] else None
+
+    def release() -> None:
+        nonlocal lock_fd
+        if lock_fd is not None:
+            os.close(lock_fd)
+            lock_fd = None
+
+    try:
+        return _serve(path, release)
+    finally:
+        release()
+
+
+def _serve(path: Path, listening: Callable[[], None]) -> int:
     ep = Endpoint.from_json(json.loads(sys.stdin.read()))  # from the client: the profiles are not read again
     try:
         client = open_client(ep)
@@ -382,6 +399,7 @@ def main(argv: list[str]) -> int:
     finally:
         os.umask(old)
     srv.listen(64)
+    listening()
     sys.stdout.write(json.dumps({"ready": True, "pid": os.getpid()}) + "\n")
     sys.stdout.flush()
     os.chdir("/")  # hold no folder of the client's busy

@@ -8,21 +8,25 @@ import logging
 import os
 import select
 import socket
+import sys
 import threading
 import time
 from pathlib import Path
 
-import paramiko
+# paramiko.config imports ``invoke`` (70–130 ms, a third of paramiko's import) only to run
+# ``Match exec`` lines of an ssh_config; gpujob connects from its own profiles, not ssh_config
+sys.modules.setdefault("invoke", None)  # type: ignore[arg-type]
+import paramiko  # noqa: E402
 
-from gpujob.backoff import backoff
-from gpujob.errors import ConnectError, HostKeyChanged
-from gpujob.transport.base import Forward, PumpedStream, Result, Stream, Transport, pump
-from gpujob.transport.endpoint import Endpoint, Target, as_endpoint
+from gpujob.backoff import backoff  # noqa: E402
+from gpujob.errors import ConnectError, HostKeyChanged  # noqa: E402
+from gpujob.transport.base import Forward, PumpedStream, Result, Stream, Transport, pump  # noqa: E402
+from gpujob.transport.endpoint import Endpoint, Target, as_endpoint  # noqa: E402
 
 # paramiko's transport thread logs the traceback of a failed handshake (no banner over a dead
 # link); with no handler Python prints it on stderr. The error reaches the user as one message.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
-WINDOW_MIN, WINDOW_MAX = 2 << 20, 32 << 20  # each channel's receive window (see window_for)
+WINDOW_MIN, WINDOW_MAX = 2 << 20, 32 << 20  # each channel's receive window (see size_window)
 WINDOW_RATE = 125e6  # bytes/s the window is sized to sustain (1 Gbit)
 
 
@@ -103,7 +107,7 @@ def open_client(target: Target, password: str | None = None, retries: int | None
             # paramiko starts its own re-key after 512 MB and can livelock when a channel closes
             # during it (paramiko#822); OpenSSH servers re-key on their own schedule instead
             tr.packetizer.REKEY_BYTES = tr.packetizer.REKEY_PACKETS = 1 << 40
-            tr.default_window_size = window_for(tr)
+            size_window(tr)
             return client
         except paramiko.BadHostKeyException as e:
             raise HostKeyChanged(
@@ -230,18 +234,20 @@ class _SSHForward(Forward):
         self.sock.close()
 
 
-def window_for(tr: paramiko.Transport, timeout: float = 5.0) -> int:
-    """The receive window for this connection's channels, from one measured round trip.
+def size_window(tr: paramiko.Transport) -> None:
+    """Size the receive window of this connection's channels from one measured round trip,
+    without waiting for it (the first command's channel opens meanwhile, with the smallest).
 
     What the server may send before we acknowledge: paramiko's 2 MB caps a download at 2 MB per
     round trip (13 MB/s at 150 ms, whatever the link). The window is RTT × 1 Gbit, at least
     2 MB: a larger one on a short link only costs (paramiko's channel buffer copies what it
-    holds on every read: a 16 MB window halved a loopback download).
+    holds on every read: a 16 MB window halved a loopback download). A transfer opens its
+    channel after at least one command, by when the answer is in.
 
     paramiko waits for the reply for as long as the transport looks alive, which a link that died
-    silently does for minutes: the probe runs in a thread of its own, and no answer within
-    ``timeout`` leaves the smallest window (the first command then meets the dead link as usual)."""
-    rtts: list[float] = []
+    silently does for minutes: the probe runs in a daemon thread of its own, and without an
+    answer the window stays the smallest (the first command then meets the dead link as usual)."""
+    tr.default_window_size = WINDOW_MIN
 
     def probe() -> None:
         t = time.monotonic()
@@ -249,14 +255,10 @@ def window_for(tr: paramiko.Transport, timeout: float = 5.0) -> int:
             tr.global_request("keepalive@openssh.com", wait=True)  # any reply is one round trip
         except (paramiko.SSHException, EOFError, OSError):
             return
-        rtts.append(time.monotonic() - t)
+        rtt = time.monotonic() - t
+        tr.default_window_size = int(min(WINDOW_MAX, max(WINDOW_MIN, rtt * WINDOW_RATE)))
 
-    th = threading.Thread(target=probe, name="gpujob-rtt", daemon=True)
-    th.start()
-    th.join(timeout)
-    if not rtts:
-        return WINDOW_MIN
-    return int(min(WINDOW_MAX, max(WINDOW_MIN, rtts[0] * WINDOW_RATE)))
+    threading.Thread(target=probe, name="gpujob-rtt", daemon=True).start()
 
 
 class SSHTransport(Transport):
