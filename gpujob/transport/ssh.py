@@ -303,6 +303,8 @@ class SSHTransport(Transport):
                 break
             if not got and chan.closed:
                 break
+            if not got and chan.eof_received:  # the channel's pipe stays readable after EOF: wait, not spin
+                chan.status_event.wait(1.0)
             if deadline and time.monotonic() > deadline:
                 chan.close()
                 raise ConnectError(f"{self.endpoint.address} did not answer a command within {timeout:.0f}s",
