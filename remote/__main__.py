@@ -9,9 +9,22 @@ import traceback
 from pathlib import Path
 from typing import Any, Dict, List
 
-from remote import AGENT_PROTOCOL, jobs, locks, procs, transfer
+from remote import AGENT_PROTOCOL, jobs, locks, procs
 from remote.jobs import AgentError
 from remote.layout import TERMINAL, Root, agent_log
+
+
+class _OnUse:
+    """``remote.transfer`` (with its stream and checkpoint modules, a third of a start's imports),
+    imported when a verb that moves files first uses it: ``status`` and ``hello`` never do."""
+
+    def __getattr__(self, name: str) -> Any:
+        from remote import transfer as mod
+
+        return getattr(mod, name)
+
+
+transfer = _OnUse()
 
 
 def _out(doc: Any) -> None:
