@@ -198,8 +198,13 @@ def connect_agent(host: Target) -> Agent:
     from gpujob.transport import connect
 
     try:
-        return Agent(connect(host), host)
+        agent = Agent(connect(host), host)
     except GpujobError:
         raise
     except OSError as e:  # pragma: no cover - connect maps known errors already
         raise ConnectError(f"cannot reach {host.address}: {e}", "check the network and the host profile") from None
+    if not agent.t.keeps_agent and not agent.endpoint.is_local:  # a first command: the daemon it starts keeps the agent
+        from gpujob.transport import mux
+
+        mux.warm_serve(agent.endpoint, agent.command("serve"))
+    return agent

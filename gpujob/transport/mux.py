@@ -109,6 +109,7 @@ class _Daemon:
 
     def __init__(self, ep: Endpoint, directory: Path) -> None:
         self.endpoint = ep
+        self.warm: str | None = None  # the agent's ``serve`` command a background start opens at once
         key = socket_key(ep)
         self.path = directory / f"{key}.sock"
         self.lock = directory / f"{key}.lock"
@@ -171,8 +172,9 @@ class _Daemon:
                     stdin=subprocess.PIPE, stdout=log, stderr=log, start_new_session=True, pass_fds=(lk,),
                 )
             assert proc.stdin is not None
+            doc = dict(self.endpoint.to_json(), warm_serve=self.warm)
             with proc.stdin:
-                proc.stdin.write(json.dumps(self.endpoint.to_json()).encode())  # on stdin: no host detail in ps
+                proc.stdin.write(json.dumps(doc).encode())  # on stdin: no host detail in ps
         except OSError:  # the lock is taken (another starter), no fork, or the daemon died at once
             pass
         finally:
@@ -455,6 +457,18 @@ class MuxTransport(Transport):
         if self._direct is not None:
             self._direct.close()
             self._direct = None
+
+
+def warm_serve(target: Target, serve_cmd: str) -> None:
+    """The daemon this process starts for ``target`` opens the agent's ``serve`` at once, so the
+    next command's quick verb does not wait for a login shell and a Python start there."""
+    daemon = _daemon_for(target)
+    if daemon is None:
+        return
+    with _to_start_lock:
+        pending = _to_start.get(daemon.path)
+        if pending is not None:
+            pending.warm = serve_cmd
 
 
 def describe_error(e: BaseException) -> dict[str, Any]:

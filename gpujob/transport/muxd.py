@@ -327,6 +327,18 @@ class Daemon:
                 return
         _send(conn, {"stale": True})
 
+    def warm(self, cmd: str) -> None:
+        """Open the kept ``serve`` for ``cmd`` before any request asks (a request that came
+        first keeps its own)."""
+        try:
+            s = _Serve(self.tr, cmd, self.endpoint.connect_timeout)
+        except (paramiko.SSHException, EOFError, OSError):
+            return  # the first request opens it, and reports what fails
+        with self.lock:
+            mine = self.serves.setdefault(cmd, s) is s
+        if not mine:
+            s.close()
+
     def _drop(self, cmd: str, s: _Serve) -> None:
         with self.lock:
             if self.serves.get(cmd) is s:
@@ -382,7 +394,8 @@ def main(argv: list[str]) -> int:
 
 
 def _serve(path: Path, listening: Callable[[], None]) -> int:
-    ep = Endpoint.from_json(json.loads(sys.stdin.read()))  # from the client: the profiles are not read again
+    doc = json.loads(sys.stdin.read())
+    ep = Endpoint.from_json(doc)  # from the client: the profiles are not read again
     try:
         client = open_client(ep)
     except Exception as e:
@@ -407,7 +420,10 @@ def _serve(path: Path, listening: Callable[[], None]) -> int:
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)
     os.close(devnull)
-    Daemon(client, ep, srv, path).serve_forever()
+    daemon = Daemon(client, ep, srv, path)
+    if doc.get("warm_serve"):
+        threading.Thread(target=daemon.warm, args=(str(doc["warm_serve"]),), daemon=True).start()
+    daemon.serve_forever()
     return 0
 
 
