@@ -112,7 +112,7 @@ def main() -> None:
             "gpujob status JOB --json (kept connection)": (status + ["--json"], env, None, None),
             "gpujob status JOB (rendered, kept connection)": (status, env, None, None),
             "gpujob status JOB --json (first command: no daemon yet)": (status + ["--json"], env, drop_mux, started),
-            "gpujob status JOB --json (second command: the daemon's first)": (status + ["--json"], env, None, None),
+            "gpujob status JOB --json (second command: the new daemon's first)": (status + ["--json"], env, None, None),
             "gpujob status JOB --json (GPUJOB_MUX=0: own connection)": (status + ["--json"], nomux, None, None),
             "python -c pass (this interpreter's bare start, for scale)": ([sys.executable, "-c", "pass"], env, None, None),
         }

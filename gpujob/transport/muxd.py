@@ -30,13 +30,15 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-sys.modules.setdefault("invoke", None)  # type: ignore[arg-type]  # paramiko.config imports it (130 ms) for `Match exec` only
-import paramiko  # noqa: E402
+# isort: off
+import gpujob.transport.paramiko_load  # noqa: F401  (first: paramiko without invoke and importlib.metadata)
+import paramiko
+# isort: on
 
-from gpujob.transport.base import pump  # noqa: E402
-from gpujob.transport.endpoint import Endpoint  # noqa: E402
-from gpujob.transport.mux import describe_error  # noqa: E402
-from gpujob.transport.ssh import open_client  # noqa: E402
+from gpujob.transport.base import pump
+from gpujob.transport.endpoint import Endpoint
+from gpujob.transport.mux import describe_error
+from gpujob.transport.ssh import open_client
 
 PROBE_AFTER = float(os.environ.get("GPUJOB_MUX_PROBE_AFTER", "20"))  # quiet seconds before a ping checks the link
 # while a request is open, seconds with no byte from the server before a probe asks whether the

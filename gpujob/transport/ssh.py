@@ -8,20 +8,19 @@ import logging
 import os
 import select
 import socket
-import sys
 import threading
 import time
 from pathlib import Path
 
-# paramiko.config imports ``invoke`` (70–130 ms, a third of paramiko's import) only to run
-# ``Match exec`` lines of an ssh_config; gpujob connects from its own profiles, not ssh_config
-sys.modules.setdefault("invoke", None)  # type: ignore[arg-type]
-import paramiko  # noqa: E402
+# isort: off
+import gpujob.transport.paramiko_load  # noqa: F401  (first: paramiko without invoke and importlib.metadata)
+import paramiko
+# isort: on
 
-from gpujob.backoff import backoff  # noqa: E402
-from gpujob.errors import ConnectError, HostKeyChanged  # noqa: E402
-from gpujob.transport.base import Forward, PumpedStream, Result, Stream, Transport, pump  # noqa: E402
-from gpujob.transport.endpoint import Endpoint, Target, as_endpoint  # noqa: E402
+from gpujob.backoff import backoff
+from gpujob.errors import ConnectError, HostKeyChanged
+from gpujob.transport.base import Forward, PumpedStream, Result, Stream, Transport, pump
+from gpujob.transport.endpoint import Endpoint, Target, as_endpoint
 
 # paramiko's transport thread logs the traceback of a failed handshake (no banner over a dead
 # link); with no handler Python prints it on stderr. The error reaches the user as one message.
