@@ -70,10 +70,19 @@ def test_json_errors_are_json() -> None:
 
 
 def test_status_over_ssh_never_loads_invoke(ssh_host: str) -> None:
-    """A first command to a host imports paramiko, but not the ``invoke`` that paramiko's
-    ssh_config reader pulls in for ``Match exec`` (a third of paramiko's import time)."""
+    """A first command to a host imports paramiko, but neither ``importlib.metadata`` nor the
+    ``invoke`` that paramiko's ssh_config reader pulls in for ``Match exec`` (a third of
+    paramiko's import time), nor the YAML parser once the profiles have their JSON copy."""
+    from gpujob.config.hosts import HostStore
+
+    path = HostStore().path
+    old = os.stat(path).st_mtime_ns - 60 * 10**9  # a profile file left alone for a minute
+    os.utime(path, ns=(old, old))
+    HostStore().get(ssh_host)  # reads hosts.yaml once: its JSON copy is written
     for env in ({"GPUJOB_MUX": "0"}, {}):  # a connection of its own; the first command (no daemon yet)
         mods = imported("status", "nosuchjob", "--host", ssh_host, "--json", rc=2, env_extra=env, full=True)
         assert "paramiko.config" in mods
         # the blocked import is tried (importtime lists the attempt) but loads none of invoke's modules
         assert not {m for m in mods if m.startswith("invoke.")}
+        assert "importlib.metadata" not in mods  # paramiko asks it only for its own version (paramiko_load)
+        assert "yaml" not in mods  # the profiles came from their JSON copy (hosts.yaml unchanged since)
