@@ -93,13 +93,20 @@ def main() -> None:
         from gpujob.transport import mux
 
         def drop_mux() -> None:
+            """The daemon leaves, and its process is gone before the timed command starts."""
             settle(mux.mux_dir() or tmp)
             for sock in (mux.mux_dir() or tmp).glob("*.sock"):
                 try:
+                    s = mux._request(sock, {"op": "ping"}, timeout=5)
+                    pid = (mux._read_line(s) or {}).get("pid")
+                    s.close()
                     mux._request(sock, {"op": "exit"}, timeout=5).close()
                 except OSError:
-                    pass
-            time.sleep(0.2)
+                    continue
+                deadline = time.monotonic() + 10
+                while pid and Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+                    time.sleep(0.02)
+            time.sleep(0.2)  # its sshd session and kept agent end too
 
         status = cli + ["status", job_id, "--host", "box"]
         nomux = dict(env, GPUJOB_MUX="0")
