@@ -42,6 +42,14 @@ def timed(cmd: list[str], env: dict[str, str], before: object = None, after: obj
     return dt
 
 
+def alive(pid: int) -> bool:
+    """Whether the process runs (a zombie does not: no init here may reap it)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
 def settle(mux_dir: Path) -> None:
     """Wait until no daemon is starting (a starting one holds its lock until it listens), so a
     background start never overlaps the next timed command."""
@@ -104,7 +112,7 @@ def main() -> None:
                 except OSError:
                     continue
                 deadline = time.monotonic() + 10
-                while pid and Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+                while pid and alive(pid) and time.monotonic() < deadline:
                     time.sleep(0.02)
             time.sleep(0.2)  # its sshd session and kept agent end too
 
