@@ -10,10 +10,23 @@ import traceback
 from pathlib import Path
 from typing import Any, Dict, Iterator, List
 
-from remote import AGENT_PROTOCOL, jobs, locks, procs, transfer
+from remote import AGENT_PROTOCOL, jobs, locks, procs
 from remote.jobs import AgentError
 from remote.layout import Root, agent_log
 from remote.protocol import SERVED, SETTLED, TERMINAL
+
+
+class _OnUse:
+    """``remote.transfer`` (with its stream and checkpoint modules, a third of a start's imports),
+    imported when a verb that moves files first uses it: ``status`` and ``hello`` never do."""
+
+    def __getattr__(self, name: str) -> Any:
+        from remote import transfer as mod
+
+        return getattr(mod, name)
+
+
+transfer = _OnUse()
 
 
 def _out(doc: Any) -> None:

@@ -192,8 +192,21 @@ def mux_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     d = Path(tempfile.mkdtemp(prefix="gjmux"))
     monkeypatch.setenv("GPUJOB_MUX_DIR", str(d))
     yield d
+    import fcntl
+
     from gpujob.transport.mux import _request
 
+    for lock in d.glob("*.lock"):  # a daemon started in the background holds it until it listens
+        with open(lock, "a") as lk:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    fcntl.flock(lk, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        break
+                    time.sleep(0.1)
     for sock in d.glob("*.sock"):
         try:
             _request(sock, {"op": "exit"}, timeout=5).close()

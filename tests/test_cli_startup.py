@@ -17,18 +17,18 @@ HEAVY = {"torch", "transformers", "lightning", "pytorch_lightning", "paramiko", 
 HEAVY |= {"pathspec"}  # light, but only a sync needs it
 
 
-def imported(*args: str) -> set[str]:
-    """Top-level packages that ``gpujob ARGS`` imported."""
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+def imported(*args: str, rc: int = 0, env_extra: dict[str, str] | None = None, full: bool = False) -> set[str]:
+    """Top-level packages (``full``: modules) that ``gpujob ARGS`` imported (it exits with ``rc``)."""
+    env = dict(os.environ, PYTHONPATH=str(REPO), **(env_extra or {}))
     r = subprocess.run([sys.executable, "-X", "importtime", "-m", "gpujob.cli", *args], capture_output=True, text=True,
                        env=env, timeout=60, stdin=subprocess.DEVNULL)
-    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.returncode == rc, r.stderr[-2000:]
     mods = set()
     for line in r.stderr.splitlines():
         if line.startswith("import time:") and "|" in line:
             name = line.rsplit("|", 1)[1].strip()
             if name != "imported package":
-                mods.add(name.split(".")[0])
+                mods.add(name if full else name.split(".")[0])
     return mods
 
 
@@ -68,3 +68,22 @@ def test_json_errors_are_json() -> None:
     assert r.returncode != 0
     doc = json.loads(r.stdout)
     assert doc["error"] and "remedy" in doc and doc["kind"]
+
+
+def test_status_over_ssh_never_loads_invoke(ssh_host: str) -> None:
+    """A first command to a host imports paramiko, but neither ``importlib.metadata`` nor the
+    ``invoke`` that paramiko's ssh_config reader pulls in for ``Match exec`` (a third of
+    paramiko's import time), nor the YAML parser once the profiles have their JSON copy."""
+    from gpujob.config.hosts import HostStore
+
+    path = HostStore().path
+    old = os.stat(path).st_mtime_ns - 60 * 10**9  # a profile file left alone for a minute
+    os.utime(path, ns=(old, old))
+    HostStore().get(ssh_host)  # reads hosts.yaml once: its JSON copy is written
+    for env in ({"GPUJOB_MUX": "0"}, {}):  # a connection of its own; the first command (no daemon yet)
+        mods = imported("status", "nosuchjob", "--host", ssh_host, "--json", rc=2, env_extra=env, full=True)
+        assert "paramiko.config" in mods
+        # the blocked import is tried (importtime lists the attempt) but loads none of invoke's modules
+        assert not {m for m in mods if m.startswith("invoke.")}
+        assert "importlib.metadata" not in mods  # paramiko asks it only for its own version (paramiko_load)
+        assert "yaml" not in mods  # the profiles came from their JSON copy (hosts.yaml unchanged since)

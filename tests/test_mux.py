@@ -13,18 +13,40 @@ from tests.conftest import run_cli, stop_sshd
 from tests.helpers import submit, write_job
 
 
-def _ping(mux_dir: Path) -> dict:
+def _ping(mux_dir: Path, within: float = 60) -> dict:
+    """The daemon's answer, once one listens (a first command starts it in the background)."""
     from gpujob.transport.mux import _read_line, _request
 
-    socks = list(mux_dir.glob("*.sock"))
-    assert len(socks) == 1, socks
-    s = _request(socks[0], {"op": "ping"}, timeout=5)
-    try:
-        doc = _read_line(s)
-    finally:
-        s.close()
-    assert doc is not None
-    return doc
+    deadline = time.time() + within
+    while True:
+        socks = list(mux_dir.glob("*.sock"))
+        assert len(socks) <= 1, socks
+        try:
+            s = _request(socks[0], {"op": "ping"}, timeout=5) if socks else None
+        except OSError:  # bound but not yet listening, or a dead daemon's file
+            s = None
+        if s is not None:
+            try:
+                doc = _read_line(s)
+            finally:
+                s.close()
+            if doc is not None:
+                return doc
+        assert time.time() < deadline, "no daemon answered"
+        time.sleep(0.1)
+
+
+def _daemons(mux_dir: Path) -> list[int]:
+    """The live daemon processes serving a socket in ``mux_dir``."""
+    pids = []
+    for p in os.listdir("/proc"):
+        if p.isdigit() and "gpujob.transport.muxd" in _safe_cmdline(int(p)) and str(mux_dir) in _safe_cmdline(int(p)):
+            try:
+                if Path(f"/proc/{p}/stat").read_text().split(")")[-1].split()[0] != "Z":
+                    pids.append(int(p))
+            except OSError:
+                pass
+    return pids
 
 
 def _cmdline(pid: int) -> str:
@@ -96,9 +118,67 @@ def test_a_killed_daemon_or_dropped_link_is_replaced(ssh_host: str, sshd, mux_di
         stop_sshd(s2)
 
 
+def test_first_command_answers_on_its_own_and_leaves_one_daemon(ssh_host: str, sshd, mux_dir: Path, tmp_path: Path) -> None:
+    """No daemon yet: the command connects itself and answers; the daemon it starts in the
+    background serves the next command. Two first commands at once still leave one daemon."""
+    job = _submit(tmp_path, ssh_host)
+    pid = _ping(mux_dir)["pid"]
+    assert run_cli("host", "disconnect", ssh_host, "--json").returncode == 0
+    deadline = time.time() + 30
+    while pid in _daemons(mux_dir):
+        assert time.time() < deadline
+        time.sleep(0.1)
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    both = [subprocess.Popen([sys.executable, "-m", "gpujob.cli", "status", job, "--json"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env) for _ in range(2)]
+    for p in both:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        assert json.loads(out)["job_id"] == job
+    first = _ping(mux_dir)  # the event: the background daemon listens
+    assert _daemons(mux_dir) == [first["pid"]]
+    # the daemon opened the kept agent (`serve`) at once, for the next command
+    root = str((tmp_path / "remote-root").resolve())
+
+    def serves() -> list[str]:
+        return [p for p in os.listdir("/proc") if p.isdigit() and _safe_cmdline(int(p)).endswith(f"{root} serve ")]
+
+    while len(serves()) != 1:
+        assert time.time() < deadline + 60, serves()
+        time.sleep(0.1)
+    # the next command goes through the daemon: it answers without importing paramiko
+    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "gpujob.cli", "status", job, "--json"], capture_output=True,
+                       text=True, stdin=subprocess.DEVNULL, env=env, timeout=120)
+    assert r.returncode == 0 and json.loads(r.stdout)["job_id"] == job, r.stderr[-2000:]
+    assert "| paramiko" not in r.stderr
+    assert len(serves()) == 1 and _ping(mux_dir)["pid"] == first["pid"]
+
+
+def test_a_daemon_that_cannot_start_fails_no_command(ssh_host: str, mux_dir: Path, tmp_path: Path) -> None:
+    """The daemon's socket name is taken by a folder, so no daemon can listen: every command
+    still answers on a connection of its own, quietly."""
+    from gpujob.config.hosts import HostStore
+    from gpujob.transport.mux import _daemon_for
+
+    daemon = _daemon_for(HostStore().get(ssh_host))
+    assert daemon is not None
+    daemon.path.mkdir()
+    for _ in range(2):
+        r = run_cli("ls", "--host", ssh_host, "--json")
+        assert r.returncode == 0 and r.stderr == "", r.stderr
+        assert json.loads(r.stdout)["jobs"] == []
+    assert _daemons(mux_dir) == []
+    daemon.path.rmdir()
+
+
 def test_host_disconnect(ssh_host: str, mux_dir: Path) -> None:
     assert run_cli("ls", "--host", ssh_host).returncode == 0
-    assert list(mux_dir.glob("*.sock"))
+    _ping(mux_dir)
     r = run_cli("host", "disconnect", ssh_host, "--json")
     assert json.loads(r.stdout) == {"host": ssh_host, "closed": True}
     assert not list(mux_dir.glob("*.sock"))
@@ -137,8 +217,9 @@ def test_unsafe_socket_folder_falls_back_to_direct(ssh_host: str, tmp_path: Path
 def test_streams_and_exit_codes_through_the_daemon(ssh_host: str) -> None:
     from gpujob.config.hosts import HostStore
     from gpujob.transport import connect
-    from gpujob.transport.mux import MuxTransport
+    from gpujob.transport.mux import MuxTransport, start
 
+    assert start(HostStore().get(ssh_host))
     t = connect(HostStore().get(ssh_host))
     assert isinstance(t, MuxTransport)
     r = t.run("cat; echo oops >&2; exit 7", input=b"x" * 300_000)
@@ -178,14 +259,15 @@ def test_more_commands_than_the_server_multiplexes(tmp_path: Path, mux_dir: Path
     from gpujob.config.hosts import Host
     from gpujob.config.keys import public_key_line
     from gpujob.transport import connect
-    from gpujob.transport.mux import MuxTransport
+    from gpujob.transport.mux import MuxTransport, start
     from tests.conftest import start_sshd
 
     s = start_sshd(tmp_path / "sshd", max_sessions=2)
     try:
         s.authorize(public_key_line())
-        t = connect(Host(name="small", hostname="127.0.0.1", port=s.port, user=os.environ.get("USER", "root"),
-                         connect_timeout=5))
+        small = Host(name="small", hostname="127.0.0.1", port=s.port, user=os.environ.get("USER", "root"), connect_timeout=5)
+        assert start(small)
+        t = connect(small)
         assert isinstance(t, MuxTransport)
         streams = [t.stream("read a; echo got $a") for _ in range(3)]  # the third is one too many
         for i, st in enumerate(streams):

@@ -28,6 +28,10 @@ def transport(request: pytest.FixtureRequest, sshd: Sshd, monkeypatch: pytest.Mo
                       root=str(tmp_path / "root"), client_key=str(config_dir() / "id_ed25519"), known_hosts=str(known_hosts_path()), connect_timeout=5)
         if request.param == "ssh":
             monkeypatch.setenv("GPUJOB_MUX", "0")
+        else:
+            from gpujob.transport import mux
+
+            assert mux.start(ep)  # a first connect answers on its own connection; this one wants the kept one
     t = connect(ep)
     assert type(t).__name__ == {"local": "LocalTransport", "ssh": "SSHTransport", "mux": "MuxTransport"}[request.param]
     assert not (Path(config_dir()) / "hosts.yaml").exists()

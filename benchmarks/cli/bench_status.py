@@ -1,11 +1,13 @@
 """``gpujob status JOB`` against ``ssh -p PORT host cat <root>/jobs/<id>/status.json`` (OpenSSH).
 
 Both over the same real sshd on 127.0.0.1 (tests/conftest.py start_sshd), in one run,
-alternating, each a fresh process (what a user types). gpujob is timed three ways: with its
+alternating, each a fresh process (what a user types). gpujob is timed four ways: with its
 kept connection (the multiplexer daemon already running, as for every command after the
-first in thirty minutes), as the first command (the daemon is told to leave before each run,
-so the command starts it and connects), and with the multiplexer off (``GPUJOB_MUX=0``: a
-connection of its own). OpenSSH is timed plain and with its own ControlMaster. Prints a
+first in thirty minutes), as the first command (the daemon is told to leave before each run:
+the command connects on its own and starts the daemon in the background as it exits; the
+bench waits for that daemon to listen before the next case, untimed), as the second command
+(the daemon's first: it opens the kept agent ``serve``), and with the multiplexer off
+(``GPUJOB_MUX=0``: a connection of its own). OpenSSH is timed plain and with its own ControlMaster. Prints a
 Markdown table with medians; the target is gpujob ≤ 1.5× plain OpenSSH.
 
     python benchmarks/cli/bench_status.py [--runs 15]
@@ -27,7 +29,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 
-def timed(cmd: list[str], env: dict[str, str], before: object = None) -> float:
+def timed(cmd: list[str], env: dict[str, str], before: object = None, after: object = None) -> float:
     if callable(before):
         before()
     t0 = time.perf_counter()
@@ -35,7 +37,27 @@ def timed(cmd: list[str], env: dict[str, str], before: object = None) -> float:
     dt = time.perf_counter() - t0
     if r.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed: {r.stderr.decode()[-800:]}")
+    if callable(after):
+        after()
     return dt
+
+
+def alive(pid: int) -> bool:
+    """Whether the process runs (a zombie does not: no init here may reap it)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def settle(mux_dir: Path) -> None:
+    """Wait until no daemon is starting (a starting one holds its lock until it listens), so a
+    background start never overlaps the next timed command."""
+    import fcntl
+
+    for lock in mux_dir.glob("*.lock"):
+        with open(lock, "a") as lk:
+            fcntl.flock(lk, fcntl.LOCK_EX)
 
 
 def main() -> None:
@@ -79,30 +101,42 @@ def main() -> None:
         from gpujob.transport import mux
 
         def drop_mux() -> None:
+            """The daemon leaves, and its process is gone before the timed command starts."""
+            settle(mux.mux_dir() or tmp)
             for sock in (mux.mux_dir() or tmp).glob("*.sock"):
                 try:
+                    s = mux._request(sock, {"op": "ping"}, timeout=5)
+                    pid = (mux._read_line(s) or {}).get("pid")
+                    s.close()
                     mux._request(sock, {"op": "exit"}, timeout=5).close()
                 except OSError:
-                    pass
-            time.sleep(0.2)
+                    continue
+                deadline = time.monotonic() + 10
+                while pid and alive(pid) and time.monotonic() < deadline:
+                    time.sleep(0.02)
+            time.sleep(0.2)  # its sshd session and kept agent end too
 
         status = cli + ["status", job_id, "--host", "box"]
         nomux = dict(env, GPUJOB_MUX="0")
-        cases: dict[str, tuple[list[str], dict[str, str], object]] = {
-            "ssh … cat status.json (OpenSSH)": (ssh, env, None),
-            "ssh … cat status.json (OpenSSH, ControlMaster kept)": (ssh_cm, env, None),
-            "gpujob status JOB --json (kept connection)": (status + ["--json"], env, None),
-            "gpujob status JOB (rendered, kept connection)": (status, env, None),
-            "gpujob status JOB --json (first command: starts the connection)": (status + ["--json"], env, drop_mux),
-            "gpujob status JOB --json (GPUJOB_MUX=0: own connection)": (status + ["--json"], nomux, None),
-            "python -c pass (this interpreter's bare start, for scale)": ([sys.executable, "-c", "pass"], env, None),
+        def started() -> None:  # the daemon the first command left: listening before the next case
+            settle(mux.mux_dir() or tmp)
+
+        cases: dict[str, tuple[list[str], dict[str, str], object, object]] = {
+            "ssh … cat status.json (OpenSSH)": (ssh, env, None, None),
+            "ssh … cat status.json (OpenSSH, ControlMaster kept)": (ssh_cm, env, None, None),
+            "gpujob status JOB --json (kept connection)": (status + ["--json"], env, None, None),
+            "gpujob status JOB (rendered, kept connection)": (status, env, None, None),
+            "gpujob status JOB --json (first command: no daemon yet)": (status + ["--json"], env, drop_mux, started),
+            "gpujob status JOB --json (second command: the new daemon's first)": (status + ["--json"], env, None, None),
+            "gpujob status JOB --json (GPUJOB_MUX=0: own connection)": (status + ["--json"], nomux, None, None),
+            "python -c pass (this interpreter's bare start, for scale)": ([sys.executable, "-c", "pass"], env, None, None),
         }
-        for cmd, e, _ in cases.values():  # warm: agent installed, page cache, daemons started
-            timed(cmd, e)
+        for cmd, e, before, after in cases.values():  # warm: agent installed, page cache, daemons started
+            timed(cmd, e, before, after)
         times: dict[str, list[float]] = {k: [] for k in cases}
         for _ in range(args.runs):
-            for name, (cmd, e, before) in cases.items():
-                times[name].append(timed(cmd, e, before))
+            for name, (cmd, e, before, after) in cases.items():
+                times[name].append(timed(cmd, e, before, after))
         base = statistics.median(times["ssh … cat status.json (OpenSSH)"])
         print(f"\n{args.runs} runs each, alternating; sshd on 127.0.0.1; {os.cpu_count()} CPUs\n")
         print("| command | median | min | × OpenSSH |")

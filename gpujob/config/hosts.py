@@ -6,14 +6,14 @@ The host ``local`` always exists: it runs jobs on this machine through the same 
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import re
 import shlex
+import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from gpujob.config.paths import config_dir, write_private
 from gpujob.errors import HostError
@@ -261,7 +261,11 @@ def _ssh_config_lookup(alias: str) -> dict[str, Any] | None:
     cfg = paramiko.SSHConfig.from_path(str(path))
     if alias not in cfg.get_hostnames():
         return None
-    return dict(cfg.lookup(alias))
+    try:
+        return dict(cfg.lookup(alias))
+    except ImportError:  # a `Match exec` line: paramiko runs it with invoke, which the SSH path keeps unloaded
+        raise HostError(f"{path} has a `Match exec` line, which gpujob does not run",
+                        'give the address itself: gpujob host add NAME --ssh "ssh -p PORT user@host"') from None
 
 
 def detect_preset(hostname: str) -> str:
@@ -276,6 +280,9 @@ def detect_preset(hostname: str) -> str:
     return "generic"
 
 
+STABLE_S = 2  # seconds hosts.yaml stays untouched before its JSON copy is made
+
+
 class HostStore:
     """The profiles file (``hosts.yaml`` in the config folder, mode 0600)."""
 
@@ -283,13 +290,42 @@ class HostStore:
         self.path = path or config_dir() / "hosts.yaml"
 
     def _load(self) -> dict[str, dict]:
-        if not self.path.exists():
+        """The profiles, from a JSON copy while ``hosts.yaml`` is unchanged (same size, times and
+        inode): importing and running the YAML parser is ~20 ms of every command. The copy is
+        made only of a file left alone for ``STABLE_S`` seconds, so an edit within the same
+        clock tick as the copy, same size, cannot pass for the old file."""
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
             return {}
+        stamp = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+        cache = self.path.with_name(".hosts.yaml.json")
+        try:
+            doc = json.loads(cache.read_text())
+            if doc["stamp"] == stamp and isinstance(doc["hosts"], dict):
+                return doc["hosts"]
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        import yaml
+
         try:
             data = yaml.safe_load(self.path.read_text()) or {}
         except yaml.YAMLError as e:
             raise HostError(f"{self.path} is not valid YAML: {e}", "fix or delete that file, then add the host again") from None
-        return data.get("hosts", {}) if isinstance(data, dict) else {}
+        hosts = data.get("hosts", {}) if isinstance(data, dict) else {}
+        try:
+            text = json.dumps({"stamp": stamp, "hosts": hosts})
+            stable = time.time_ns() - st.st_mtime_ns > STABLE_S * 1e9  # a later edit then gets a later mtime
+            if stable and json.loads(text)["hosts"] == hosts:  # only what JSON gives back unchanged (no dates)
+                write_private(cache, text)
+        except (OSError, TypeError, ValueError):  # a read-only folder, or a value JSON cannot hold: parse next time
+            pass
+        return hosts
+
+    def _write(self, data: dict[str, dict]) -> None:
+        import yaml
+
+        write_private(self.path, yaml.safe_dump({"hosts": data}, sort_keys=True))
 
     def all(self) -> list[Host]:
         return [local_host()] + [self._make(n, d) for n, d in sorted(self._load().items())]
@@ -321,11 +357,11 @@ class HostStore:
         check_host_name(host.name)
         data = self._load()
         data[host.name] = host.to_dict()
-        write_private(self.path, yaml.safe_dump({"hosts": data}, sort_keys=True))
+        self._write(data)
 
     def remove(self, name: str) -> None:
         data = self._load()
         if name not in data:
             raise HostError(f"unknown host {name!r}", "see gpujob host ls")
         del data[name]
-        write_private(self.path, yaml.safe_dump({"hosts": data}, sort_keys=True))
+        self._write(data)

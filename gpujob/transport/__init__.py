@@ -14,7 +14,8 @@ from gpujob.transport.endpoint import Endpoint, Target, as_endpoint
 def connect(target: Target) -> Transport:
     """A transport for ``target`` (an ``Endpoint``, or a profile that makes one): ``LocalTransport``
     for ``local``; for SSH the multiplexer's kept connection (``gpujob.transport.mux``), else a
-    connection of its own (``SSHTransport``)."""
+    connection of its own (``SSHTransport``), with the daemon started in the background for the
+    commands that follow."""
     ep = as_endpoint(target)
     if ep.is_local:
         from gpujob.transport.local import LocalTransport
@@ -27,7 +28,9 @@ def connect(target: Target) -> Transport:
         return t
     from gpujob.transport.ssh import SSHTransport
 
-    return SSHTransport(ep)
+    own = SSHTransport(ep)  # the first command answers from its own connection: no wait for a daemon
+    mux.start_in_background(ep)
+    return own
 
 
 __all__ = ["Endpoint", "Result", "Stream", "Transport", "connect"]

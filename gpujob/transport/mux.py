@@ -1,8 +1,10 @@
 """The client side of the connection multiplexer: commands over a kept-open SSH connection.
 
-Like OpenSSH's ControlMaster with ControlPersist: the first command to a host starts a small
-daemon (``gpujob.transport.muxd``) that holds the paramiko connection and listens on a Unix socket
-that only this user can reach. Later commands hand the daemon their pipes (SCM_RIGHTS) and
+Like OpenSSH's ControlMaster with ControlPersist: a small daemon (``gpujob.transport.muxd``)
+holds the paramiko connection and listens on a Unix socket that only this user can reach. The
+first command to a host connects on its own (no wait for a second Python to import paramiko
+and log in) and starts the daemon in the background as it ends (``start_in_background``).
+Later commands hand the daemon their pipes (SCM_RIGHTS) and
 so skip importing paramiko, the TCP and SSH handshakes and the login. The daemon also keeps
 one agent ``serve`` process open per agent version, so quick read-only verbs (status,
 watch, hello) cost one round trip and no process start on the instance.
@@ -15,6 +17,7 @@ one connection per command. This module imports no paramiko.
 from __future__ import annotations
 
 import array
+import atexit
 import base64
 import hashlib
 import json
@@ -101,11 +104,19 @@ def _read_line(s: socket.socket, buf: bytearray | None = None) -> dict[str, Any]
     return json.loads(line)
 
 
+# a background start waits (up to 2 s) for the command that started it to exit before Python
+# starts: the daemon's interpreter start, paramiko import and key exchange (~0.3 s of CPU) then
+# never slow that command's last steps (its exit on a busy 2-core laptop took 0.1–0.4 s longer)
+_AFTER_EXIT = ('i=0; while kill -0 {pid} 2>/dev/null && [ "$i" -lt 40 ]; do sleep 0.05; i=$((i + 1)); done; '
+               'exec "$0" -m gpujob.transport.muxd "$@"')
+
+
 class _Daemon:
     """Finds or starts the daemon for one host."""
 
     def __init__(self, ep: Endpoint, directory: Path) -> None:
         self.endpoint = ep
+        self.warm: str | None = None  # the agent's ``serve`` command a background start opens at once
         key = socket_key(ep)
         self.path = directory / f"{key}.sock"
         self.lock = directory / f"{key}.lock"
@@ -143,6 +154,39 @@ class _Daemon:
                 pass
             return self._start()
 
+    def spawn(self) -> None:
+        """Start the daemon and return at once (it connects on its own). Nothing when one answers
+        or another command is starting one: the lock goes to the new daemon, which lets go of it
+        once it listens (or has failed), so ``ensure`` waits for it and a second starter does not
+        start another. A daemon that cannot start only leaves its reason in the log."""
+        import fcntl
+
+        try:
+            lk = os.open(self.lock, os.O_WRONLY | os.O_CREAT, 0o600)
+        except OSError:
+            return
+        try:
+            fcntl.flock(lk, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if self.ping():
+                return
+            try:
+                self.path.unlink()
+            except FileNotFoundError:
+                pass
+            with open(self.path.with_suffix(".log"), "ab") as log:
+                proc = subprocess.Popen(
+                    ["/bin/sh", "-c", _AFTER_EXIT.format(pid=os.getpid()), sys.executable, str(self.path), "--lock-fd", str(lk)],
+                    stdin=subprocess.PIPE, stdout=log, stderr=log, start_new_session=True, pass_fds=(lk,),
+                )
+            assert proc.stdin is not None
+            doc = dict(self.endpoint.to_json(), warm_serve=self.warm)
+            with proc.stdin:
+                proc.stdin.write(json.dumps(doc).encode())  # on stdin: no host detail in ps
+        except OSError:  # the lock is taken (another starter), no fork, or the daemon died at once
+            pass
+        finally:
+            os.close(lk)
+
     def _start(self) -> bool:
         log = open(self.path.with_suffix(".log"), "ab")
         try:
@@ -176,20 +220,64 @@ class _Daemon:
         return self._ask("exit") is not None
 
 
-def connect(target: Target) -> MuxTransport | None:
-    """A multiplexed transport for ``target``, or None when the multiplexer cannot be used."""
+def _daemon_for(target: Target) -> _Daemon | None:
+    """The daemon's place for ``target``; None when the multiplexer cannot be used."""
     if not enabled():
         return None
     d = mux_dir()
     if d is None:
         return None
-    ep = as_endpoint(target)
-    daemon = _Daemon(ep, d)
+    daemon = _Daemon(as_endpoint(target), d)
     if len(str(daemon.path)) > 100:  # AF_UNIX paths are short (104–108 bytes)
         return None
-    if not daemon.ensure():
+    return daemon
+
+
+def connect(target: Target) -> MuxTransport | None:
+    """The kept connection to ``target`` when its daemon answers; None when there is none (the
+    caller connects on its own, then calls ``start_in_background``) or the multiplexer is off."""
+    daemon = _daemon_for(target)
+    if daemon is None or not daemon.ping():
         return None
-    return MuxTransport(ep, daemon)
+    return MuxTransport(daemon.endpoint, daemon)
+
+
+def start(target: Target) -> bool:
+    """Start the daemon for ``target`` now and wait until it listens (True), or fail as its
+    connect did; False when the multiplexer cannot be used. For callers that want the kept
+    connection before their first command."""
+    daemon = _daemon_for(target)
+    return daemon is not None and daemon.ensure()
+
+
+START_AFTER = 5.0  # a command still running after this many seconds starts the daemon now
+_to_start: dict[Path, _Daemon] = {}
+_to_start_lock = threading.Lock()
+
+
+def _start_pending() -> None:
+    with _to_start_lock:
+        daemons = list(_to_start.values())
+        _to_start.clear()
+    for d in daemons:
+        d.spawn()
+
+
+def start_in_background(target: Target) -> None:
+    """Have the daemon for ``target`` started for the commands that follow this one: as this
+    process exits, or after ``START_AFTER`` s of a longer command. Not at once: its paramiko
+    import and key exchange would compete for the CPU with this command's own."""
+    daemon = _daemon_for(target)
+    if daemon is None:
+        return
+    with _to_start_lock:
+        first = not _to_start
+        _to_start[daemon.path] = daemon
+    if first:
+        atexit.register(_start_pending)
+        timer = threading.Timer(START_AFTER, _start_pending)
+        timer.daemon = True
+        timer.start()
 
 
 def disconnect(target: Target) -> bool:
@@ -376,6 +464,18 @@ class MuxTransport(Transport):
         if self._direct is not None:
             self._direct.close()
             self._direct = None
+
+
+def warm_serve(target: Target, serve_cmd: str) -> None:
+    """The daemon this process starts for ``target`` opens the agent's ``serve`` at once, so the
+    next command's quick verb does not wait for a login shell and a Python start there."""
+    daemon = _daemon_for(target)
+    if daemon is None:
+        return
+    with _to_start_lock:
+        pending = _to_start.get(daemon.path)
+        if pending is not None:
+            pending.warm = serve_cmd
 
 
 def describe_error(e: BaseException) -> dict[str, Any]:

@@ -28,15 +28,17 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-sys.modules.setdefault("invoke", None)  # type: ignore[arg-type]  # paramiko.config imports it (130 ms) for `Match exec` only
-import paramiko  # noqa: E402
+# isort: off
+import gpujob.transport.paramiko_load  # noqa: F401  (first: paramiko without invoke and importlib.metadata)
+import paramiko
+# isort: on
 
-from gpujob.transport.base import pump  # noqa: E402
-from gpujob.transport.endpoint import Endpoint  # noqa: E402
-from gpujob.transport.mux import describe_error  # noqa: E402
-from gpujob.transport.ssh import open_client  # noqa: E402
+from gpujob.transport.base import pump
+from gpujob.transport.endpoint import Endpoint
+from gpujob.transport.mux import describe_error
+from gpujob.transport.ssh import open_client
 
 PROBE_AFTER = float(os.environ.get("GPUJOB_MUX_PROBE_AFTER", "20"))  # quiet seconds before a ping checks the link
 # while a request is open, seconds with no byte from the server before a probe asks whether the
@@ -332,6 +334,18 @@ class Daemon:
                 return
         _send(conn, {"stale": True})
 
+    def warm(self, cmd: str) -> None:
+        """Open the kept ``serve`` for ``cmd`` before any request asks (a request that came
+        first keeps its own)."""
+        try:
+            s = _Serve(self.tr, cmd, self.endpoint.connect_timeout)
+        except (paramiko.SSHException, EOFError, OSError):
+            return  # the first request opens it, and reports what fails
+        with self.lock:
+            mine = self.serves.setdefault(cmd, s) is s
+        if not mine:
+            s.close()
+
     def _drop(self, cmd: str, s: _Serve) -> None:
         with self.lock:
             if self.serves.get(cmd) is s:
@@ -370,7 +384,25 @@ def _pump_in(chan: paramiko.Channel, fd: int) -> None:
 
 def main(argv: list[str]) -> int:
     path = Path(argv[0])
-    ep = Endpoint.from_json(json.loads(sys.stdin.read()))  # from the client: the profiles are not read again
+    # started in the background (``mux._Daemon.spawn``): the starter's lock, held until this
+    # daemon listens or has failed, so no second daemon starts meanwhile
+    lock_fd = int(argv[2]) if argv[1:2] == ["--lock-fd"] else None
+
+    def release() -> None:
+        nonlocal lock_fd
+        if lock_fd is not None:
+            os.close(lock_fd)
+            lock_fd = None
+
+    try:
+        return _serve(path, release)
+    finally:
+        release()
+
+
+def _serve(path: Path, listening: Callable[[], None]) -> int:
+    doc = json.loads(sys.stdin.read())
+    ep = Endpoint.from_json(doc)  # from the client: the profiles are not read again
     try:
         client = open_client(ep)
     except Exception as e:
@@ -387,6 +419,7 @@ def main(argv: list[str]) -> int:
     finally:
         os.umask(old)
     srv.listen(64)
+    listening()
     sys.stdout.write(json.dumps({"ready": True, "pid": os.getpid()}) + "\n")
     sys.stdout.flush()
     os.chdir("/")  # hold no folder of the client's busy
@@ -394,7 +427,10 @@ def main(argv: list[str]) -> int:
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)
     os.close(devnull)
-    Daemon(client, ep, srv, path).serve_forever()
+    daemon = Daemon(client, ep, srv, path)
+    if doc.get("warm_serve"):
+        threading.Thread(target=daemon.warm, args=(str(doc["warm_serve"]),), daemon=True).start()
+    daemon.serve_forever()
     return 0
 
 

@@ -13,7 +13,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+# isort: off
+import gpujob.transport.paramiko_load  # noqa: F401  (first: paramiko without invoke and importlib.metadata)
 import paramiko
+# isort: on
 
 from gpujob.backoff import backoff
 from gpujob.errors import ConnectError, HostKeyChanged
@@ -23,7 +26,7 @@ from gpujob.transport.endpoint import Endpoint, Target, as_endpoint
 # paramiko's transport thread logs the traceback of a failed handshake (no banner over a dead
 # link); with no handler Python prints it on stderr. The error reaches the user as one message.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
-WINDOW_MIN, WINDOW_MAX = 2 << 20, 32 << 20  # each channel's receive window (see window_for)
+WINDOW_MIN, WINDOW_MAX = 2 << 20, 32 << 20  # each channel's receive window (see size_window)
 WINDOW_RATE = 125e6  # bytes/s the window is sized to sustain (1 Gbit)
 
 
@@ -104,7 +107,7 @@ def open_client(target: Target, password: str | None = None, retries: int | None
             # paramiko starts its own re-key after 512 MB and can livelock when a channel closes
             # during it (paramiko#822); OpenSSH servers re-key on their own schedule instead
             tr.packetizer.REKEY_BYTES = tr.packetizer.REKEY_PACKETS = 1 << 40
-            tr.default_window_size = window_for(tr)
+            size_window(tr)
             return client
         except paramiko.BadHostKeyException as e:
             raise HostKeyChanged(
@@ -249,23 +252,24 @@ def gcm_first(sock: Any, **kw: Any) -> paramiko.Transport:
     return tr
 
 
-def window_for(tr: paramiko.Transport, timeout: float = 5.0) -> int:
-    """The receive window for this connection's channels, from one measured round trip.
+def size_window(tr: paramiko.Transport) -> None:
+    """Size the receive window of this connection's channels from one measured round trip,
+    without waiting for it (the first command's channel opens meanwhile, with the smallest).
 
     What the server may send before we acknowledge: paramiko's 2 MB caps a download at 2 MB per
     round trip (13 MB/s at 150 ms, whatever the link). The window is RTT × 1 Gbit, at least
     2 MB: a larger one on a short link only costs (paramiko's channel buffer copies what it
-    holds on every read: a 16 MB window halved a loopback download)."""
-    rtt = probe_rtt(tr, timeout)
-    if rtt is None:
-        return WINDOW_MIN
-    return int(min(WINDOW_MAX, max(WINDOW_MIN, rtt * WINDOW_RATE)))
+    holds on every read: a 16 MB window halved a loopback download). A transfer opens its
+    channel after at least one command, by when the answer is in."""
+    tr.default_window_size = WINDOW_MIN
+    threading.Thread(target=probe_rtt, args=(tr,), name="gpujob-rtt-window", daemon=True).start()
 
 
 def probe_rtt(tr: paramiko.Transport, timeout: float = 5.0) -> float | None:
     """One round trip (an SSH global request), or None without an answer within ``timeout``;
     the least one measured on ``tr`` is kept as ``tr.gpujob_rtt`` (gpujob/usecases/ranges.py sizes a
-    large upload's channels from it: the first, right after the login, can wait for a delayed ACK).
+    large upload's channels from it: the first, right after the login, can wait for a delayed ACK)
+    and sizes the channels' receive window (``size_window``).
 
     paramiko waits for the reply for as long as the transport looks alive, which a link that died
     silently does for minutes: the probe runs in a thread of its own, and no answer within
@@ -278,15 +282,16 @@ def probe_rtt(tr: paramiko.Transport, timeout: float = 5.0) -> float | None:
             tr.global_request("keepalive@openssh.com", wait=True)  # any reply is one round trip
         except (paramiko.SSHException, EOFError, OSError):
             return
-        rtts.append(time.monotonic() - t)
+        rtt = time.monotonic() - t
+        rtts.append(rtt)
+        least = min(rtt, getattr(tr, "gpujob_rtt", rtt))
+        tr.gpujob_rtt = least  # type: ignore[attr-defined]
+        tr.default_window_size = int(min(WINDOW_MAX, max(WINDOW_MIN, least * WINDOW_RATE)))
 
     th = threading.Thread(target=probe, name="gpujob-rtt", daemon=True)
     th.start()
     th.join(timeout)
-    if not rtts:
-        return None
-    tr.gpujob_rtt = min(rtts[0], getattr(tr, "gpujob_rtt", rtts[0]))  # type: ignore[attr-defined]
-    return rtts[0]
+    return rtts[0] if rtts else None
 
 
 class SSHTransport(Transport):
@@ -331,6 +336,8 @@ class SSHTransport(Transport):
                 break
             if not got and chan.closed:
                 break
+            if not got and chan.eof_received:  # the channel's pipe stays readable after EOF: wait, not spin
+                chan.status_event.wait(1.0)
             if deadline and time.monotonic() > deadline:
                 chan.close()
                 raise ConnectError(f"{self.endpoint.address} did not answer a command within {timeout:.0f}s",
