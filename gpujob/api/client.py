@@ -135,8 +135,10 @@ class Client:
 
     def submit(self, job: str | Path | JobSpec | None = None, set: Iterable[str] = (), host: str | None = None,
                wait_gpus: float | None = None, progress: Progress | None = None, note: Note | None = None,
-               on_host: Note | None = None) -> SubmitResult:
+               on_host: Note | None = None) -> Job:
         """Sync the code and data of a job file (or a loaded ``JobSpec``) and start it under the host's agent.
+
+        Returns the new ``Job``; what the submit did (``submit --json``) is its ``submitted``.
 
         ``set``: ``KEY=VALUE`` overrides. ``host``: a profile, or ``a,b,c`` (the first that answers
         with the GPUs free); default: the job's ``host:``. ``wait_gpus``: seconds to wait for free
@@ -171,9 +173,9 @@ class Client:
         src = Path(spec.source)  # what ``move`` needs to send the job again: its job file and overrides
         again = {"job_file": str(src.resolve()), "set": overrides} if src.is_file() else {}
         index.record(res["job_id"], target.name, spec.name, **again)
-        return SubmitResult.from_json(res)
+        return Job(self, res["job_id"], target.name, SubmitResult.from_json(res))
 
-    def _submit_nodes(self, spec: JobSpec, on_host: Note | None) -> SubmitResult:
+    def _submit_nodes(self, spec: JobSpec, on_host: Note | None) -> Job:
         from gpujob.config import index
         from gpujob.usecases.nodes import submit_nodes
 
@@ -182,7 +184,7 @@ class Client:
             on_host(",".join(h.name for h in hosts))
         res = submit_nodes(spec, hosts)
         index.record(res["job_id"], res["host"], spec.name)
-        return SubmitResult.from_json(res)
+        return Job(self, res["job_id"], res["host"], SubmitResult.from_json(res))
 
     # ---- hosts -------------------------------------------------------------------------------
     def exec(self, argv: list[str], host: str | None = None, on_output: Callable[[bytes], None] | None = None
@@ -227,11 +229,18 @@ class Client:
 class Job:
     """One job, by id, id prefix or name, on its host (or its nodes)."""
 
-    def __init__(self, client: Client, ref: str, host: str | None = None) -> None:
+    def __init__(self, client: Client, ref: str, host: str | None = None, submitted: SubmitResult | None = None
+                 ) -> None:
         self.client, self.ref, self._host = client, ref, host
+        self.submitted = submitted  # what submit did, for a job this client submitted
 
     def __repr__(self) -> str:
         return f"Job({self.ref!r}, host={self.host!r})"
+
+    @property
+    def id(self) -> str:
+        """The job id (as given: an id prefix or a name is resolved by its host on each call)."""
+        return self.ref
 
     @property
     def host(self) -> str | None:

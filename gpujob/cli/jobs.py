@@ -22,13 +22,13 @@ def cmd_submit(args: argparse.Namespace) -> int:
     wait = _duration("--wait-gpus", args.wait_gpus, "e.g. --wait-gpus 2h; nothing was submitted")
     with client(None) as c, transfer_bar("sync", not args.json) as bar:
         try:
-            res = c.submit(args.job_file, set=args.set, host=args.host, wait_gpus=wait, progress=bar, note=_note(args),
+            job = c.submit(args.job_file, set=args.set, host=args.host, wait_gpus=wait, progress=bar, note=_note(args),
                            on_host=bar and (lambda name: bar.describe(f"sync → {name}")))
         except PlacementInterrupted:
             print("stopped waiting for GPUs; nothing was submitted", file=sys.stderr)
             raise
-        show(args, res, submitted)
-        return _follow(c.job(res.job_id, res.host), say=not res.nodes) if args.follow else 0
+        show(args, job.submitted, submitted)
+        return _follow(job, say=not job.submitted.nodes) if args.follow else 0
 
 
 def _duration(flag: str, value: str | None, remedy: str) -> float | None:
