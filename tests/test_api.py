@@ -118,16 +118,10 @@ def test_logs_iterator_follows_and_leaves_cleanly(tmp_path: Path) -> None:
 
 def _log_followers(job_id: str) -> list[int]:
     """Processes running the agent's ``logs --follow`` for ``job_id``."""
-    found = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                cmd = (d / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if b"logs" in cmd and b"--follow" in cmd and job_id.encode() in cmd:
-                found.append(int(d.name))
-    return found
+    from remote.procs import _cmdline, _parents
+
+    words = {b"logs", b"--follow", job_id.encode()}
+    return [pid for pid in _parents() if words <= set(_cmdline(pid).split(b"\0"))]
 
 
 def test_tunnel_to_a_port_of_local(tmp_path: Path) -> None:

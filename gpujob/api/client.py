@@ -14,20 +14,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from gpujob.api import results as r
 from gpujob.api.background import LogPump, Tunnel, close_agent
-from gpujob.api.results import (
-    CostReport,
-    ExecResult,
-    GuardReport,
-    JobList,
-    JobStatus,
-    MoveResult,
-    PlotResult,
-    PullResult,
-    ResumeResult,
-    SubmitResult,
-    TensorBoardStop,
-)
 from gpujob.errors import GpujobError
 
 if TYPE_CHECKING:
@@ -104,7 +92,7 @@ class Client:
         """A job by id, id prefix or name (nothing is asked of its host yet)."""
         return Job(self, ref, host or self.host)
 
-    def jobs(self, all: bool = False, host: str | None = None) -> JobList:
+    def jobs(self, all: bool = False, host: str | None = None) -> r.JobList:
         """Running and queued jobs and the newest finished ones (``all``: every job), of one host or all.
 
         Over several hosts, one that cannot be reached is listed in ``errors``; alone, its error is raised.
@@ -125,7 +113,7 @@ class Client:
                 if len(names) == 1:
                     raise
                 errors[name] = str(e)
-        return JobList.from_json({"jobs": out, "errors": errors, "older": sum(older)})
+        return r.JobList.from_json({"jobs": out, "errors": errors, "older": sum(older)})
 
     def _host_names(self, host: str | None) -> list[str]:
         from gpujob.config import index
@@ -173,7 +161,7 @@ class Client:
         src = Path(spec.source)  # what ``move`` needs to send the job again: its job file and overrides
         again = {"job_file": str(src.resolve()), "set": overrides} if src.is_file() else {}
         index.record(res["job_id"], target.name, spec.name, **again)
-        return Job(self, res["job_id"], target.name, SubmitResult.from_json(res))
+        return Job(self, res["job_id"], target.name, r.SubmitResult.from_json(res))
 
     def _submit_nodes(self, spec: JobSpec, on_host: Note | None) -> Job:
         from gpujob.config import index
@@ -184,11 +172,11 @@ class Client:
             on_host(",".join(h.name for h in hosts))
         res = submit_nodes(spec, hosts)
         index.record(res["job_id"], res["host"], spec.name)
-        return Job(self, res["job_id"], res["host"], SubmitResult.from_json(res))
+        return Job(self, res["job_id"], res["host"], r.SubmitResult.from_json(res))
 
     # ---- hosts -------------------------------------------------------------------------------
     def exec(self, argv: list[str], host: str | None = None, on_output: Callable[[bytes], None] | None = None
-             ) -> ExecResult:
+             ) -> r.ExecResult:
         """Run a command on a host in the environment its jobs get (one argument: a shell line).
 
         Its output (stdout and stderr in order) goes to ``on_output`` as it comes, else into ``output``.
@@ -198,17 +186,17 @@ class Client:
         h = self.hosts.get(host or self.host)
         chunks: list[bytes] = []
         rc = run_exec(h, argv, on_output or chunks.append)
-        return ExecResult.from_json({"host": h.name, "command": command_text(argv), "exit_code": rc,
+        return r.ExecResult.from_json({"host": h.name, "command": command_text(argv), "exit_code": rc,
                                      "output": b"".join(chunks).decode("utf-8", "replace")})
 
-    def cost(self, host: str | None = None) -> CostReport:
+    def cost(self, host: str | None = None) -> r.CostReport:
         """What the jobs have cost (elapsed × price_per_hour), per job, per host and per currency."""
         from gpujob.usecases.cost import summarize
 
         host = host or self.host
         if host:
             self.hosts.get(host)  # an unknown host is an error here, not a row of the report
-        return CostReport.from_json(summarize(self._host_names(host), self.agent))
+        return r.CostReport.from_json(summarize(self._host_names(host), self.agent))
 
     def tunnel(self, remote_port: int, local_port: int | None = None, host: str | None = None,
                on_event: Note | None = None) -> Tunnel:
@@ -219,17 +207,17 @@ class Client:
         return Tunnel(lambda ready, stop: run_tunnel(h, remote_port, local_port, None, ready, on_event, stop=stop))
 
     def guard(self, refs: list[str], interval: float = 30.0, once: bool = False, note: Note | None = None
-              ) -> GuardReport:
+              ) -> r.GuardReport:
         """Watch jobs; move one whose host stays away longer than its ``retry.move_after`` (docs/move.md)."""
         from gpujob.usecases.guard import guard
 
-        return GuardReport.from_json({"outcomes": guard(refs, interval, once, note or (lambda s: None))})
+        return r.GuardReport.from_json({"outcomes": guard(refs, interval, once, note or (lambda s: None))})
 
 
 class Job:
     """One job, by id, id prefix or name, on its host (or its nodes)."""
 
-    def __init__(self, client: Client, ref: str, host: str | None = None, submitted: SubmitResult | None = None
+    def __init__(self, client: Client, ref: str, host: str | None = None, submitted: r.SubmitResult | None = None
                  ) -> None:
         self.client, self.ref, self._host = client, ref, host
         self.submitted = submitted  # what submit did, for a job this client submitted
@@ -267,25 +255,25 @@ class Job:
 
         return aggregate(self.ref, nodes, on_nodes(nodes, fn))
 
-    def status(self) -> JobStatus:
+    def status(self) -> r.JobStatus:
         """State, metrics and their history, GPU use, rate, ETA, cost (``status JOB --json``)."""
         from gpujob.usecases import jobs, watch
 
         nodes = self.nodes
         if nodes:
-            return JobStatus.from_json(self._on_nodes(nodes, lambda a: jobs.status(a, self.ref)))
-        return JobStatus.from_json(watch.fetch(self._agent(), self.ref))
+            return r.JobStatus.from_json(self._on_nodes(nodes, lambda a: jobs.status(a, self.ref)))
+        return r.JobStatus.from_json(watch.fetch(self._agent(), self.ref))
 
-    def record(self) -> JobStatus:
+    def record(self) -> r.JobStatus:
         """The job record alone (one light call: state, attempt, last metrics), as ``ls`` shows it."""
         from gpujob.usecases import jobs
 
         nodes = self.nodes
         if nodes:
-            return JobStatus.from_json(self._on_nodes(nodes, lambda a: jobs.status(a, self.ref)))
-        return JobStatus.from_json(jobs.status(self._agent(), self.ref))
+            return r.JobStatus.from_json(self._on_nodes(nodes, lambda a: jobs.status(a, self.ref)))
+        return r.JobStatus.from_json(jobs.status(self._agent(), self.ref))
 
-    def wait(self, timeout: float | None = None, poll: float = 2.0) -> JobStatus:
+    def wait(self, timeout: float | None = None, poll: float = 2.0) -> r.JobStatus:
         """Poll until the job is in a state it does not leave by itself; its full status then.
 
         ``TimeoutError`` after ``timeout`` seconds (the job goes on).
@@ -339,14 +327,14 @@ class Job:
 
         return pump.run(produce)
 
-    def stop(self, wait: float = 600) -> JobStatus:
+    def stop(self, wait: float = 600) -> r.JobStatus:
         """Stop the job (its code may checkpoint first) and wait up to ``wait`` s for it to end."""
         from gpujob.usecases import jobs
 
         nodes = self.nodes
         if nodes:
-            return JobStatus.from_json(self._on_nodes(nodes, lambda a: jobs.stop(a, self.ref, wait=wait)))
-        return JobStatus.from_json(jobs.stop(self._agent(), self.ref, wait=wait))
+            return r.JobStatus.from_json(self._on_nodes(nodes, lambda a: jobs.stop(a, self.ref, wait=wait)))
+        return r.JobStatus.from_json(jobs.stop(self._agent(), self.ref, wait=wait))
 
     @property
     def resume_moves(self) -> bool:
@@ -356,26 +344,26 @@ class Job:
         known = index.host_of(self.ref)
         return bool(self._host and known and self._host != known and "," not in known)
 
-    def resume(self, progress: Progress | None = None, note: Note | None = None) -> ResumeResult | MoveResult:
+    def resume(self, progress: Progress | None = None, note: Note | None = None) -> r.ResumeResult | r.MoveResult:
         """Restart a lost, stopped or failed job from its newest complete checkpoint; on another
         host than its own (see ``resume_moves``) the job moves there."""
         from gpujob.usecases import jobs
 
         if self.resume_moves:
             return self.move(self._host or "", progress=progress, note=note)
-        return ResumeResult.from_json(jobs.resume(self._agent(), self.ref))
+        return r.ResumeResult.from_json(jobs.resume(self._agent(), self.ref))
 
     def move(self, to: str, job_file: str | None = None, wait: float = 600, progress: Progress | None = None,
-             note: Note | None = None) -> MoveResult:
+             note: Note | None = None) -> r.MoveResult:
         """Continue the job on host ``to`` (``a,b``: the first with its GPUs free) from its newest
         complete checkpoint, same id and history (docs/move.md)."""
         from gpujob.usecases.move import move
 
-        return MoveResult.from_json(move(self.ref, to, job_file=job_file, stop_wait=wait, progress=progress,
+        return r.MoveResult.from_json(move(self.ref, to, job_file=job_file, stop_wait=wait, progress=progress,
                                          note=note or (lambda s: None)))
 
     def pull(self, dest: str | Path = "gpujob-pulls", latest: bool = False, best: str | None = None,
-             include: Iterable[str] = (), progress: Progress | None = None) -> PullResult:
+             include: Iterable[str] = (), progress: Progress | None = None) -> r.PullResult:
         """Copy the job's logs and checkpoints into ``dest/<job_id>/`` (only what is missing or changed).
 
         ``latest``: only the newest complete checkpoint; ``best``: only the best one ("": as the
@@ -390,7 +378,7 @@ class Job:
         res = pull(agent, self.ref, Path(dest), what, best or None, list(include), progress)
         tell_pulled(agent, res["job_id"])
         index.record_pull(res["job_id"], str(Path(dest).resolve()))
-        return PullResult.from_json(res)
+        return r.PullResult.from_json(res)
 
     def tunnel(self, remote_port: int = 6006, local_port: int | None = None, install: bool = False,
                on_event: Note | None = None) -> Tunnel:
@@ -401,17 +389,17 @@ class Job:
         return Tunnel(lambda ready, stop: run_tunnel(h, remote_port, local_port, self.ref, ready, on_event,
                                                      install=install, stop=stop))
 
-    def stop_tensorboard(self) -> TensorBoardStop:
+    def stop_tensorboard(self) -> r.TensorBoardStop:
         """Stop the TensorBoard a tunnel started for the job (it outlives tunnels otherwise)."""
         from gpujob.usecases.tunnel import stop_tensorboard
 
-        return TensorBoardStop.from_json(stop_tensorboard(self._agent(), self.ref))
+        return r.TensorBoardStop.from_json(stop_tensorboard(self._agent(), self.ref))
 
-    def plot(self, output: str | Path | None = None) -> PlotResult:
+    def plot(self, output: str | Path | None = None) -> r.PlotResult:
         """Draw the loss and metric curves to a PNG (default ``<ref>.png``; needs matplotlib)."""
         from gpujob.usecases.plot import plot_job
 
-        return PlotResult.from_json(plot_job(self._agent(), self.ref, Path(output or f"{self.ref}.png")))
+        return r.PlotResult.from_json(plot_job(self._agent(), self.ref, Path(output or f"{self.ref}.png")))
 
 
 def since_time(value: float | str | None) -> float | None:

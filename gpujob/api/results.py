@@ -46,49 +46,6 @@ def _convert(name: str, value: Any, cls: type) -> Any:
 
 
 @dataclass(frozen=True)
-class JobStatus(Result):
-    """One job in detail: ``status JOB`` (the record plus series, GPU, rate, ETA, cost), ``stop``."""
-
-    job_id: str = ""
-    state: str = ""
-    host: str | None = None
-    reason: str | None = None
-    attempt: int = 0
-    exit_code: int | None = None
-    last_line: str = ""
-    last_metrics: dict[str, Any] | None = None
-    latest_metrics: dict[str, Any] = field(default_factory=dict)
-    series: dict[str, list[list[Any]]] = field(default_factory=dict)
-    loss_key: str | None = None
-    eval_metrics: dict[str, Any] = field(default_factory=dict)
-    gpu: dict[str, Any] | None = None
-    steps_per_s: float | None = None
-    max_steps: int | None = None
-    eta_s: float | None = None
-    elapsed_s: float | None = None
-    cost: float | None = None
-    checkpoints: list[dict[str, Any]] = field(default_factory=list)
-    diagnosis: dict[str, Any] | None = None
-    nodes: list[dict[str, Any]] | None = None
-
-    @property
-    def finished(self) -> bool:
-        """The job is in a state it does not leave by itself."""
-        return self.state in TERMINAL
-
-    @property
-    def metrics(self) -> dict[str, Any]:
-        """The newest value of each metric (``latest_metrics``, else the record's ``last_metrics``)."""
-        return dict(self.latest_metrics or self.last_metrics or {})
-
-    @property
-    def latest_checkpoint(self) -> str | None:
-        """The newest complete checkpoint's name under ``ckpt/``, or None."""
-        done = [c for c in self.checkpoints if c.get("complete")]
-        return done[-1]["name"] if done else None
-
-
-@dataclass(frozen=True)
 class JobSummary(Result):
     """One row of ``ls``: the job record as the host's agent lists it."""
 
@@ -107,7 +64,38 @@ class JobSummary(Result):
 
     @property
     def finished(self) -> bool:
+        """The job is in a state it does not leave by itself."""
         return self.state in TERMINAL
+
+
+@dataclass(frozen=True)
+class JobStatus(JobSummary):
+    """One job in detail: ``status JOB`` (the record plus series, GPU, rate, ETA, cost), ``stop``, ``wait``."""
+
+    latest_metrics: dict[str, Any] = field(default_factory=dict)
+    series: dict[str, list[list[Any]]] = field(default_factory=dict)
+    loss_key: str | None = None
+    eval_metrics: dict[str, Any] = field(default_factory=dict)
+    gpu: dict[str, Any] | None = None
+    steps_per_s: float | None = None
+    max_steps: int | None = None
+    eta_s: float | None = None
+    elapsed_s: float | None = None
+    cost: float | None = None
+    checkpoints: list[dict[str, Any]] = field(default_factory=list)
+    diagnosis: dict[str, Any] | None = None
+    nodes: list[dict[str, Any]] | None = None
+
+    @property
+    def metrics(self) -> dict[str, Any]:
+        """The newest value of each metric (``latest_metrics``, else the record's ``last_metrics``)."""
+        return dict(self.latest_metrics or self.last_metrics or {})
+
+    @property
+    def latest_checkpoint(self) -> str | None:
+        """The newest complete checkpoint's name under ``ckpt/``, or None."""
+        done = [c for c in self.checkpoints if c.get("complete")]
+        return done[-1]["name"] if done else None
 
 
 @dataclass(frozen=True)

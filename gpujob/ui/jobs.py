@@ -10,18 +10,7 @@ from gpujob.ui.output import console
 from gpujob.usecases.cost import accrued_cost, elapsed_s
 
 if TYPE_CHECKING:
-    from gpujob.api.results import (
-        GuardReport,
-        JobList,
-        JobStatus,
-        MoveResult,
-        PlotResult,
-        PullResult,
-        ResumeResult,
-        SubmitResult,
-        TensorBoardStop,
-        TunnelInfo,
-    )
+    from gpujob.api import results
 
 STATE_STYLE = {
     "queued": "cyan", "running": "green", "restarting": "yellow", "succeeded": "bold green",
@@ -212,7 +201,7 @@ def _esc(text: str) -> str:
     return escape(text)
 
 
-def submitted(res: SubmitResult) -> None:
+def submitted(res: results.SubmitResult) -> None:
     follow = f"  follow: gpujob tail {res.job_id} -f    status: gpujob status {res.job_id}"
     if res.nodes:
         print(f"{res.job_id} submitted to {len(res.nodes)} nodes: {res.host}")
@@ -233,13 +222,13 @@ def disk_warnings(jobs: list[dict[str, Any]]) -> None:
             print(f"warning: {advice}", file=sys.stderr)
 
 
-def status(st: JobStatus) -> None:
+def status(st: results.JobStatus) -> None:
     doc = st.to_json()
     console().print(job_panel(doc))
     disk_warnings([doc])
 
 
-def job_list(listed: JobList) -> None:
+def job_list(listed: results.JobList) -> None:
     doc = listed.to_json()
     c = console()
     c.print(jobs_table(doc["jobs"]) if doc["jobs"] else "no jobs yet: gpujob submit job.yaml")
@@ -253,7 +242,7 @@ def job_list(listed: JobList) -> None:
 _TB_VIA = {"job": "the job's python", "host": "the host's PATH", "tools": "gpujob's tools environment"}
 
 
-def tunnel_ready(info: TunnelInfo) -> None:
+def tunnel_ready(info: results.TunnelInfo) -> None:
     what = f"TensorBoard of {info.job_id}" if info.job_id else f"port {info.remote_port} of {info.host}"
     c = console()
     if info.note:
@@ -266,37 +255,37 @@ def tunnel_ready(info: TunnelInfo) -> None:
         c.print(f"AutoDL custom service: {info.autodl_url}")
 
 
-def tensorboard_stopped(res: TensorBoardStop) -> None:
+def tensorboard_stopped(res: results.TensorBoardStop) -> None:
     print(f"stopped TensorBoard of {res.job_id} (pid {res.pid})" if res.stopped
           else f"no TensorBoard of {res.job_id} was running")
 
 
-def plotted(res: PlotResult) -> None:
+def plotted(res: results.PlotResult) -> None:
     console().print(f"{res.job_id}: {', '.join(res.keys)} → {res.path}")
 
 
-def stopped(st: JobStatus) -> None:
+def stopped(st: results.JobStatus) -> None:
     console().print(f"{st.job_id}: {st.state or None}")
 
 
-def resumed(res: ResumeResult) -> None:
+def resumed(res: results.ResumeResult) -> None:
     console().print(f"{res.job_id}: resumed (was {res.previous})")
 
 
-def pull_warnings(res: PullResult) -> None:
+def pull_warnings(res: results.PullResult) -> None:
     import sys
 
     for link in res.skipped or []:
         print(f"warning: symlink {link} not kept: it leads outside {res.dest}", file=sys.stderr)
 
 
-def pulled(res: PullResult) -> None:
+def pulled(res: results.PullResult) -> None:
     sel = f" ({res.selected})" if res.selected else ""
     console().print(f"{res.job_id}{sel}: {res.files} file(s), {res.bytes / 1e6:.1f} MB fetched, "
                     f"{res.unchanged} already here → {res.dest}")
 
 
-def moved(res: MoveResult) -> None:
+def moved(res: results.MoveResult) -> None:
     c = console()
     ck = f" from {res.checkpoint}" if res.checkpoint else " (checkpoint on shared storage)" \
         if res.source == "shared" else " from scratch (no complete checkpoint)"
@@ -307,7 +296,7 @@ def moved(res: MoveResult) -> None:
     c.print(f"  follow: gpujob tail {res.job_id} -f")
 
 
-def guarded(report: GuardReport) -> None:
+def guarded(report: results.GuardReport) -> None:
     for o in report.outcomes:
         what = f"moved to {o['move']['to']}" if o["action"] == "moved" else o.get("why") or o.get("state")
         console().print(_esc(f"{o['job_id']}: {what}"))

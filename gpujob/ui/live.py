@@ -9,10 +9,10 @@ from gpujob.ui.jobs import job_panel, jobs_table
 from gpujob.ui.output import console
 
 if TYPE_CHECKING:
-    from gpujob.api.results import JobList, JobStatus
+    from gpujob.api import results
 
 
-def live_status(fetch: Callable[[], JobStatus], interval: float = 2.0) -> JobStatus:
+def live_status(fetch: Callable[[], results.JobStatus], interval: float = 2.0) -> results.JobStatus:
     """Redraw a job's panel until the job ends or Ctrl-C; returns the last status."""
     from rich.live import Live
 
@@ -25,7 +25,7 @@ def live_status(fetch: Callable[[], JobStatus], interval: float = 2.0) -> JobSta
     return st
 
 
-def live_table(fetch_all: Callable[[], JobList], interval: float = 2.0) -> None:
+def live_table(fetch_all: Callable[[], results.JobList], interval: float = 2.0) -> None:
     """The job list, redrawn in place until Ctrl-C."""
     from rich.live import Live
 
