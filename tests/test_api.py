@@ -161,3 +161,28 @@ def test_api_is_exported_lazily() -> None:
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                        env=dict(os.environ, PYTHONPATH=str(REPO)))
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+def test_wait_outlives_a_dropped_link(ssh_host: str, sshd, tmp_path: Path) -> None:
+    """Job.wait over SSH through a proxy that is killed and comes back: it reconnects and sees the end."""
+    import gpujob
+    from tests.test_tail import _proxied_host
+
+    job_file = write_job(tmp_path, "waiter", "import time\ntime.sleep(6)\nprint('slept')\n", "python main.py")
+    proxy = _proxied_host(sshd.port, tmp_path)
+    try:
+        with gpujob.Client(host=ssh_host) as client:
+            job = client.submit(str(job_file))
+            assert job.record().state in ("queued", "running")
+            proxy.kill()  # every connection to the host drops, and no new one gets through for a while
+            done: dict = {}
+            waiter = threading.Thread(target=lambda: done.update(st=job.wait(timeout=120, poll=0.5)), daemon=True)
+            waiter.start()
+            waiter.join(2.0)  # the host stays away for these seconds (wait's calls fail meanwhile)
+            proxy.start()
+            waiter.join(120)
+            assert "st" in done, "wait gave up while the host was away (see the thread's traceback above)"
+            assert done["st"].state == "succeeded", done
+            assert b"slept\n" in b"".join(job.logs(lines=5))
+    finally:
+        proxy.kill()

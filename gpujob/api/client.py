@@ -58,12 +58,8 @@ class Client:
 
     def close(self) -> None:
         """Close every connection this client opened (a job on a host runs on regardless)."""
-        agents, self._agents = list(self._agents.values()), {}
-        for a in agents:
-            try:
-                close_agent(a)
-            except OSError:
-                pass
+        for name in list(self._agents):
+            self.drop(name)
 
     @property
     def hosts(self) -> HostStore:
@@ -80,6 +76,16 @@ class Client:
         if h.name not in self._agents:
             self._agents[h.name] = _connect(h)
         return self._agents[h.name]
+
+    def drop(self, host: str | None = None) -> None:
+        """Close the kept connection to ``host`` (e.g. a dead one after a network change); the next call opens one."""
+        name = self.hosts.get(host or self.host).name
+        agent = self._agents.pop(name, None)
+        if agent is not None:
+            try:
+                close_agent(agent)
+            except OSError:
+                pass
 
     def _keep(self, agent: Agent) -> None:
         old = self._agents.get(agent.host.name)
@@ -276,18 +282,32 @@ class Job:
     def wait(self, timeout: float | None = None, poll: float = 2.0) -> r.JobStatus:
         """Poll until the job is in a state it does not leave by itself; its full status then.
 
-        ``TimeoutError`` after ``timeout`` seconds (the job goes on).
+        A connection that breaks meanwhile is opened again (with backoff, up to 30 tries in a
+        row). ``TimeoutError`` after ``timeout`` seconds (the job goes on).
         """
         import time
 
+        from gpujob.errors import ConnectError, HostKeyChanged
+
         deadline = None if timeout is None else time.monotonic() + timeout
+        failures, state = 0, "unknown"
         while True:
-            rec = self.record()
-            if rec.finished:
-                return self.status()
+            try:
+                rec = self.record()
+                failures, state = 0, rec.state
+                if rec.finished:
+                    return self.status()
+            except HostKeyChanged:
+                raise
+            except ConnectError:  # a laptop that slept: the kept connection is dead, open another next time
+                failures += 1
+                if failures > 30:
+                    raise
+                self.client.drop(self.host)
             if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError(f"{rec.job_id or self.ref} is still {rec.state} after {timeout:g} s")
-            time.sleep(poll if deadline is None else max(0.0, min(poll, deadline - time.monotonic())))
+                raise TimeoutError(f"{self.ref} is still {state} after {timeout:g} s")
+            pause = min(30.0, poll * 2 ** min(failures, 6)) if failures else poll
+            time.sleep(pause if deadline is None else max(0.0, min(pause, deadline - time.monotonic())))
 
     def logs(self, follow: bool = False, lines: int | None = 20, since: float | str | None = None,
              grep: str | None = None, as_json: bool = False, node: int | None = None) -> Iterator[bytes]:
