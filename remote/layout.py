@@ -7,8 +7,6 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Tuple
 
-from remote.protocol import TERMINAL  # noqa: F401  (re-exported for code written before remote/protocol.py)
-
 
 def now() -> float:
     return time.time()

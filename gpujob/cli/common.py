@@ -1,11 +1,8 @@
-"""Helpers every command module shares: the host store, the agent, job references, the transfer bar."""
+"""Helpers every command module shares: the host store, the agent, the API client, showing a result."""
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import sys
-from collections.abc import Iterator
 from typing import Any, Callable
 
 from gpujob.errors import GpujobError
@@ -26,37 +23,28 @@ def agent_for(host_name: str | None) -> Any:
     return connect_agent(host_store().get(host_name))
 
 
-def host_for_job(args: argparse.Namespace) -> str | None:
-    if getattr(args, "host", None):
-        return args.host
-    from gpujob.config import index
+def client(host: str | None) -> Any:
+    """A ``gpujob.api.Client`` pinned to ``host`` (``--host``), else finding each job's host in the index."""
+    from gpujob.api.client import Client
 
-    return index.host_of(args.job) if getattr(args, "job", None) else None
+    return Client(host)
+
+
+def show(args: argparse.Namespace, result: Any, draw: Callable[[Any], None]) -> int:
+    """A command's result: its JSON document with --json, else drawn by ``draw``."""
+    if getattr(args, "json", False):
+        from gpujob.ui.output import print_json
+
+        print_json(result.to_json())
+    else:
+        draw(result)
+    return 0
 
 
 def esc(text: str) -> str:
     from rich.markup import escape
 
     return escape(text)
-
-
-@contextlib.contextmanager
-def transfer_bar(description: str, enabled: bool) -> Iterator[Callable[[int, int], None] | None]:
-    """A rich progress bar (bytes, rate, ETA) on a terminal; yields its update callback, or None."""
-    if not enabled or not sys.stderr.isatty():
-        yield None
-        return
-    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
-
-    bar = Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                   TimeRemainingColumn(), transient=True)
-    task = bar.add_task(description, total=None)
-
-    def update(done: int, total: int) -> None:
-        bar.update(task, completed=done, total=total)
-
-    with bar:
-        yield update
 
 
 # ---- a command or a shell on a host -----------------------------------------------------

@@ -44,7 +44,9 @@ def cmd_rm(args: argparse.Namespace) -> int:
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
-    from gpujob.config.durations import parse_duration
+    from gpujob.bundle import import_remote
+
+    parse_duration = import_remote("protocol").parse_duration
     from gpujob.ui import report as ui
     from gpujob.ui.output import show
     from gpujob.usecases.cleanup import collect

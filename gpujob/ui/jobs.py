@@ -1,12 +1,18 @@
-"""Jobs drawn for the terminal: the job table (``ls``), the job panel (``status``), sparklines."""
+"""Jobs drawn for the terminal: the job table (``ls``), the job panel (``status``), sparklines, and
+what each job command prints when it is done (from the API's results)."""
 
 from __future__ import annotations
 
-import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gpujob.config.durations import format_duration
+from gpujob.bundle import import_remote
 from gpujob.ui.output import console
+from gpujob.usecases.cost import accrued_cost, elapsed_s
+
+format_duration = import_remote("protocol").format_duration
+
+if TYPE_CHECKING:
+    from gpujob.api import results
 
 STATE_STYLE = {
     "queued": "cyan", "running": "green", "restarting": "yellow", "succeeded": "bold green",
@@ -28,22 +34,6 @@ def sparkline(values: list[float], width: int = 24) -> str:
     return "".join(SPARK[min(len(SPARK) - 1, int((v - lo) / span * (len(SPARK) - 1)))] for v in vals)
 
 
-def elapsed(job: dict[str, Any]) -> float | None:
-    start = job.get("started_at")
-    if not start:
-        return None
-    end = job.get("ended_at") or job.get("now") or time.time()
-    return max(0.0, float(end) - float(start))
-
-
-def cost(job: dict[str, Any]) -> str:
-    price = (job.get("spec") or {}).get("price_per_hour") or job.get("price_per_hour")
-    secs = elapsed(job)
-    if not price or secs is None:
-        return "-"
-    return f"{price * secs / 3600:.2f}"
-
-
 # ``ls`` columns in the order shown, most important first in LS_IMPORTANCE: at a narrow width
 # the least important give way whole (never a header cut to ``ST…``); the last line fills what is left
 LS_COLUMNS = ("JOB", "HOST", "STATE", "QUEUE", "ATTEMPT", "ELAPSED", "STEP", "LOSS", "LAST LINE")
@@ -61,7 +51,7 @@ def _ls_cells(j: dict[str, Any]) -> dict[str, str]:
     return {
         "JOB": j.get("job_id", "?"), "HOST": j.get("host") or "-", "STATE": j.get("state", "?"),
         "QUEUE": f"#{j['queue_position']}" if j.get("queue_position") else "-",
-        "ATTEMPT": str(j.get("attempt") or "-"), "ELAPSED": format_duration(elapsed(j)),
+        "ATTEMPT": str(j.get("attempt") or "-"), "ELAPSED": format_duration(elapsed_s(j)),
         "STEP": str(m.get("step", "-")), "LOSS": _fmt(m.get("loss")),
         "LAST LINE": " ".join((j.get("last_line") or "").split()),  # its start: a line is read from the left
     }
@@ -173,8 +163,9 @@ def job_panel(j: dict[str, Any]) -> Any:
     g = _gpu_line(j.get("gpu"))
     if g:
         t.add_row("gpu", g)
-    c = cost(j)
-    t.add_row("elapsed", format_duration(elapsed(j)) + (f"   cost {c} {(j.get('spec') or {}).get('currency', '')}" if c != "-" else ""))
+    c = accrued_cost(j)
+    t.add_row("elapsed", format_duration(elapsed_s(j))
+              + (f"   cost {c:.2f} {(j.get('spec') or {}).get('currency', '')}" if c is not None else ""))
     est = j.get("billing") or {}
     if est.get("projected_cost") is not None:
         t.add_row("projection", f"{est['projected_cost']:.2f} {est.get('currency') or ''} in all, "
@@ -203,3 +194,116 @@ def job_panel(j: dict[str, Any]) -> Any:
     if j.get("last_line"):
         t.add_row("last line", escape(j["last_line"]))
     return t
+
+
+# ---- one line (or a few) per job command --------------------------------------------------
+def _esc(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
+
+
+def submitted(res: results.SubmitResult) -> None:
+    follow = f"  follow: gpujob tail {res.job_id} -f    status: gpujob status {res.job_id}"
+    if res.nodes:
+        print(f"{res.job_id} submitted to {len(res.nodes)} nodes: {res.host}")
+        print(follow)
+        return
+    s, c = res.sync, console()
+    c.print(f"[bold]{res.job_id}[/] submitted to [cyan]{res.host}[/] ({res.state}); "
+            f"synced {s['files_sent']} file(s), {s['bytes_sent'] / 1e6:.1f} MB, {s['unchanged']} unchanged")
+    c.print(follow)
+
+
+def disk_warnings(jobs: list[dict[str, Any]]) -> None:
+    """A full or nearly full disk on the instance: how much is free and what to delete (stderr)."""
+    import sys
+
+    for advice in dict.fromkeys((j.get("disk") or {}).get("advice") for j in jobs):
+        if advice:
+            print(f"warning: {advice}", file=sys.stderr)
+
+
+def status(st: results.JobStatus) -> None:
+    doc = st.to_json()
+    console().print(job_panel(doc))
+    disk_warnings([doc])
+
+
+def job_list(listed: results.JobList) -> None:
+    doc = listed.to_json()
+    c = console()
+    c.print(jobs_table(doc["jobs"]) if doc["jobs"] else "no jobs yet: gpujob submit job.yaml")
+    if listed.older:
+        c.print(f"[dim]{listed.older} older finished job(s) not shown: gpujob ls --all[/]")
+    for name, e in listed.errors.items():
+        c.print(f"[yellow]{name}[/]: {_esc(e)}")
+    disk_warnings(doc["jobs"])
+
+
+_TB_VIA = {"job": "the job's python", "host": "the host's PATH", "tools": "gpujob's tools environment"}
+
+
+def tunnel_ready(info: results.TunnelInfo) -> None:
+    what = f"TensorBoard of {info.job_id}" if info.job_id else f"port {info.remote_port} of {info.host}"
+    c = console()
+    if info.note:
+        c.print(f"[yellow]{info.note}[/]")
+    c.print(f"{what}: [bold]{info.url}[/]   (Ctrl-C to stop the tunnel)")
+    via = (info.tensorboard or {}).get("via")
+    if via:
+        c.print(f"[dim]served by {_esc(via['path'])} ({_TB_VIA.get(via['kind'], via['kind'])})[/]")
+    if info.autodl_url:
+        c.print(f"AutoDL custom service: {info.autodl_url}")
+
+
+def tensorboard_stopped(res: results.TensorBoardStop) -> None:
+    print(f"stopped TensorBoard of {res.job_id} (pid {res.pid})" if res.stopped
+          else f"no TensorBoard of {res.job_id} was running")
+
+
+def plotted(res: results.PlotResult) -> None:
+    console().print(f"{res.job_id}: {', '.join(res.keys)} → {res.path}")
+
+
+def stopped(st: results.JobStatus) -> None:
+    console().print(f"{st.job_id}: {st.state or None}")
+
+
+def resumed(res: results.ResumeResult) -> None:
+    console().print(f"{res.job_id}: resumed (was {res.previous})")
+
+
+def pull_warnings(res: results.PullResult) -> None:
+    import sys
+
+    for link in res.skipped or []:
+        print(f"warning: symlink {link} not kept: it leads outside {res.dest}", file=sys.stderr)
+
+
+def pulled(res: results.PullResult) -> None:
+    sel = f" ({res.selected})" if res.selected else ""
+    console().print(f"{res.job_id}{sel}: {res.files} file(s), {res.bytes / 1e6:.1f} MB fetched, "
+                    f"{res.unchanged} already here → {res.dest}")
+
+
+def moved(res: results.MoveResult) -> None:
+    c = console()
+    ck = f" from {res.checkpoint}" if res.checkpoint else " (checkpoint on shared storage)" \
+        if res.source == "shared" else " from scratch (no complete checkpoint)"
+    c.print(f"[bold]{res.job_id}[/] moved {res.from_host} → [cyan]{res.to}[/] ({res.state}){_esc(ck)}; "
+            f"{res.files} file(s), {res.bytes / 1e6:.1f} MB from {res.source}")
+    if not res.old_marked:
+        c.print(f"  {_esc(res.from_host)} did not answer: the job there is not marked moved; do not resume it there")
+    c.print(f"  follow: gpujob tail {res.job_id} -f")
+
+
+def guarded(report: results.GuardReport) -> None:
+    for o in report.outcomes:
+        what = f"moved to {o['move']['to']}" if o["action"] == "moved" else o.get("why") or o.get("state")
+        console().print(_esc(f"{o['job_id']}: {what}"))
+
+
+def note(text: str) -> None:
+    """A progress note of a command (move, guard), on stdout as before."""
+    console().print(_esc(text))

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import time
+from typing import TYPE_CHECKING, Any, Callable
 
-from gpujob.transport.agent import Agent
+if TYPE_CHECKING:
+    from gpujob.transport.agent import Agent
 
 
 def fill_host_price(job: dict[str, Any] | None, price: float | None, currency: str | None) -> dict[str, Any] | None:
@@ -30,6 +32,24 @@ def fill_host_price(job: dict[str, Any] | None, price: float | None, currency: s
     else:
         job["price_per_hour"] = price
     return job
+
+
+def elapsed_s(job: dict[str, Any]) -> float | None:
+    """Seconds since the job's first attempt started, to its end (or the host's ``now``, else ours)."""
+    start = job.get("started_at")
+    if not start:
+        return None
+    end = job.get("ended_at") or job.get("now") or time.time()
+    return max(0.0, float(end) - float(start))
+
+
+def accrued_cost(job: dict[str, Any]) -> float | None:
+    """``elapsed_s × price_per_hour`` to the cent (what ``status --json`` calls ``cost``); None without a price."""
+    price = (job.get("spec") or {}).get("price_per_hour") or job.get("price_per_hour")
+    secs = elapsed_s(job)
+    if not price or secs is None:
+        return None
+    return round(price * secs / 3600, 2)
 
 
 def job_cost(job: dict[str, Any]) -> dict[str, Any]:
@@ -72,25 +92,3 @@ def summarize(hosts: list[str], agent_for: Callable[[str], Agent]) -> dict[str, 
         if h["currency"]:
             total[h["currency"]] = round(total.get(h["currency"], 0.0) + h["cost"], 4)
     return {"jobs": out, "hosts": per_host, "total": total, "errors": errors}
-
-
-def render(doc: dict[str, Any]) -> Any:
-    """A rich table: one row per job, then one per host."""
-    from rich.table import Table
-
-    from gpujob.bundle import import_remote
-
-    format_duration = import_remote("protocol").format_duration
-
-    t = Table(box=None, header_style="bold")
-    for col in ("JOB", "HOST", "STATE", "ELAPSED", "COST", "PROJECTED"):
-        t.add_column(col, no_wrap=True)
-    for j in doc["jobs"]:
-        cur = j.get("currency") or ""
-        t.add_row(j["job_id"] or "?", j["host"] or "-", j["state"] or "?", format_duration(j.get("elapsed_s")),
-                  f"{j['cost']:.2f} {cur}" if j.get("cost") is not None else "- (no price_per_hour)",
-                  f"{j['projected_cost']:.2f} {cur}" if j.get("projected_cost") is not None else "-")
-    for name, h in doc["hosts"].items():
-        t.add_row(f"[bold]{name} total[/]", name, f"{h['jobs']} job(s)", "",
-                  f"[bold]{h['cost']:.2f} {h['currency'] or ''}[/]" if h["currency"] else "-", "")
-    return t

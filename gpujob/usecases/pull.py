@@ -127,6 +127,11 @@ def pull(agent: Agent, job: str, dest: Path, what: str = "all", metric: str | No
         return _pull(agent, args, dest, progress)
 
 
+def tell_pulled(agent: Agent, job_id: str) -> None:
+    """The agent learns the files are here: a job waiting with autostop.pull_before_shutdown powers off now."""
+    agent.call("pulled", ["--job", job_id])
+
+
 def _pull(agent: Agent, args: list[str], dest: Path, progress: Callable[[int, int], None] | None) -> dict[str, Any]:
     s, doc = agent.stream_doc("send", args)
     with s:

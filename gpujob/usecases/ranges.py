@@ -255,7 +255,7 @@ class Preopened:
                 except TimeoutError:
                     c.s.kill()
             if c.opened is not None:
-                c.opened.t.close()
+                c.opened.close()
 
 
 def upload_ranged(agent: Agent, items: list[Any], args: list[str], on_bytes: Callable[[int], None],
@@ -308,7 +308,7 @@ def upload_ranged(agent: Agent, items: list[Any], args: list[str], on_bytes: Cal
                 if c.s is not None:
                     c.s.kill()
                 if c.opened is not None:
-                    c.opened.t.close()
+                    c.opened.close()
         skipped += it.size - sum(c.sent for c in chans)
         on_hash(it, whole)
     return skipped

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import socket
 import sys
+import threading
 import time
 from typing import Any, Callable
 
@@ -43,10 +44,17 @@ def install_tensorboard(agent: Agent, job: str) -> dict[str, Any]:
     return agent.call("tb", ["--job", job, "--install"], timeout=1200)
 
 
+def stop_tensorboard(agent: Agent, job: str) -> dict[str, Any]:
+    """Stop the TensorBoard a tunnel started for ``job`` (it outlives the tunnel otherwise)."""
+    return agent.call("tb", ["--job", job, "--stop"])
+
+
 def run_tunnel(host: Host, remote_port: int, local_port: int | None, job: str | None = None,
                on_ready: Callable[[dict[str, Any]], None] | None = None,
-               on_event: Callable[[str], None] | None = None, retries: int = 1000, install: bool = False) -> None:
-    """Forward a local port to ``remote_port`` on ``host`` until interrupted (Ctrl-C)."""
+               on_event: Callable[[str], None] | None = None, retries: int = 1000, install: bool = False,
+               stop: threading.Event | None = None) -> None:
+    """Forward a local port to ``remote_port`` on ``host`` until interrupted (Ctrl-C) or ``stop`` is set."""
+    stop = stop or threading.Event()
     say = on_event or (lambda msg: sys.stderr.write(msg + "\n"))
     agent = connect_agent(host)
     info: dict[str, Any] = {"host": host.name, "remote_port": remote_port}
@@ -74,8 +82,7 @@ def run_tunnel(host: Host, remote_port: int, local_port: int | None, job: str | 
         on_ready(info)
     failures = 0
     try:
-        while True:
-            time.sleep(min(5.0, link_probe()))
+        while not stop.wait(min(5.0, link_probe())):
             if agent.host.kind == LOCAL or alive(agent):
                 continue
             say(f"the link to {host.name} dropped; reconnecting…")

@@ -1,16 +1,15 @@
 """``gpujob status JOB`` in depth: one agent call (``watch``) gives state, curves and GPU use.
 
 ``status_doc`` flattens the agent's answer into what ``status --json`` prints (the job's
-record plus derived figures); ``live`` redraws it in place, one remote command per refresh.
+record plus derived figures). Data only: gpujob.ui.live redraws it in place.
 """
 
 from __future__ import annotations
 
-import time
-from typing import Any, Callable
+from typing import Any
 
 from gpujob.transport.agent import Agent
-from gpujob.usecases.jobs import FINAL
+from gpujob.usecases.cost import accrued_cost, elapsed_s, fill_host_price
 
 EVAL_PREFIXES = ("eval", "val", "test")
 
@@ -45,8 +44,6 @@ def max_steps_of(doc: dict[str, Any]) -> int | None:
 
 def status_doc(doc: dict[str, Any]) -> dict[str, Any]:
     """The job record with the figures status shows: series, GPU, throughput, ETA, cost."""
-    from gpujob.ui import jobs as ui
-
     job = dict(doc.get("job") or {})
     latest = {k: v for k, v in (doc.get("latest") or {}).items() if k != "t"}
     series = doc.get("series") or {}
@@ -70,46 +67,14 @@ def status_doc(doc: dict[str, Any]) -> dict[str, Any]:
         max_steps=total,
         eta_s=eta,
         metrics_source=doc.get("source", job.get("metrics_source")),
-        elapsed_s=ui.elapsed(job),
-        cost=None if ui.cost(job) == "-" else float(ui.cost(job)),
+        elapsed_s=elapsed_s(job),
+        cost=accrued_cost(job),
     )
     return job
 
 
 def fetch(agent: Agent, job: str, points: int = 60) -> dict[str, Any]:
     """One remote command: the agent's ``watch`` verb."""
-    from gpujob.usecases.cost import fill_host_price
-
     doc = agent.call("watch", ["--job", job, "--points", str(points)])
     fill_host_price(doc.get("job"), agent.host.price_per_hour, agent.host.currency)  # a price set after submit
     return status_doc(doc)
-
-
-def live(agent: Agent, job: str, interval: float = 2.0, render: Callable[[dict[str, Any]], Any] | None = None) -> dict:
-    """Redraw the status in place until the job ends or Ctrl-C; returns the last document."""
-    from rich.live import Live
-
-    from gpujob.ui.jobs import job_panel
-    from gpujob.ui.output import console
-
-    render = render or job_panel
-    st = fetch(agent, job)
-    with Live(render(st), console=console(), auto_refresh=False, transient=False) as lv:
-        while st.get("state") not in FINAL:
-            time.sleep(interval)
-            st = fetch(agent, job)
-            lv.update(render(st), refresh=True)
-    return st
-
-
-def live_table(fetch_all: Callable[[], list[dict[str, Any]]], interval: float = 2.0) -> None:
-    """The job list, redrawn in place until Ctrl-C."""
-    from rich.live import Live
-
-    from gpujob.ui.jobs import jobs_table
-    from gpujob.ui.output import console
-
-    with Live(jobs_table(fetch_all()), console=console(), auto_refresh=False) as lv:
-        while True:
-            time.sleep(interval)
-            lv.update(jobs_table(fetch_all()), refresh=True)

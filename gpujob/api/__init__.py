@@ -1,0 +1,25 @@
+"""The Python API: ``Client``, ``Job`` and typed results (docs/api.md). The CLI is a thin layer over it."""
+
+from gpujob.api.client import Client, Job, PlacementInterrupted
+from gpujob.api.results import (
+    CostReport,
+    ExecResult,
+    GuardReport,
+    JobCost,
+    JobList,
+    JobStatus,
+    JobSummary,
+    MoveResult,
+    PlotResult,
+    PullResult,
+    ResumeResult,
+    SubmitResult,
+    TensorBoardStop,
+    TunnelInfo,
+)
+
+__all__ = [  # gpujob/__init__.py re-exports these lazily (its _API)
+    "Client", "CostReport", "ExecResult", "GuardReport", "Job", "JobCost", "JobList", "JobStatus", "JobSummary",
+    "MoveResult", "PlacementInterrupted", "PlotResult", "PullResult", "ResumeResult", "SubmitResult",
+    "TensorBoardStop", "TunnelInfo",
+]

@@ -1,0 +1,447 @@
+"""gpujob as a library: a ``Client`` holds the host connections, a ``Job`` is one job on them.
+
+    with gpujob.Client() as c:
+        job = c.submit("job.yaml", host="local")
+        print(job.wait().state)
+
+Every method is one use case (gpujob.usecases) and returns a result from gpujob.api.results,
+whose ``to_json()`` is what the matching command prints with ``--json``. Nothing here draws.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from gpujob.api import results as r
+from gpujob.api.background import LogPump, Tunnel, close_agent
+from gpujob.errors import GpujobError
+
+if TYPE_CHECKING:
+    from gpujob.config.hosts import Host, HostStore
+    from gpujob.config.spec import JobSpec
+    from gpujob.transport.agent import Agent
+
+Note = Callable[[str], None]
+Progress = Callable[[int, int], None]
+
+
+class PlacementInterrupted(KeyboardInterrupt):
+    """Ctrl-C while waiting for a host with the GPUs free: nothing was submitted."""
+
+
+def _connect(host: Host) -> Agent:
+    from gpujob.transport.agent import connect_agent
+
+    return connect_agent(host)
+
+
+class Client:
+    """The hosts and their agent connections: opened on first use, closed by ``close()`` or the ``with`` block.
+
+    ``host`` pins every call to one host profile (what ``--host`` does); without it a job is
+    looked up in this laptop's job index, a submit goes where the job file says (else
+    ``local``) and ``jobs()`` lists every host that has received jobs.
+    """
+
+    def __init__(self, host: str | None = None) -> None:
+        self.host = host
+        self._agents: dict[str, Agent] = {}
+        self._store: HostStore | None = None
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close every connection this client opened (a job on a host runs on regardless)."""
+        for name in list(self._agents):
+            self.drop(name)
+
+    @property
+    def hosts(self) -> HostStore:
+        """The host profiles (``gpujob host ls``); ``local`` is always there."""
+        if self._store is None:
+            from gpujob.config.hosts import HostStore
+
+            self._store = HostStore()
+        return self._store
+
+    def agent(self, host: str | None = None) -> Agent:
+        """The agent of ``host`` (default: the client's, else ``local``), connected once and kept."""
+        h = self.hosts.get(host or self.host)
+        if h.name not in self._agents:
+            self._agents[h.name] = _connect(h)
+        return self._agents[h.name]
+
+    def drop(self, host: str | None = None) -> None:
+        """Close the kept connection to ``host`` (e.g. a dead one after a network change); the next call opens one."""
+        name = self.hosts.get(host or self.host).name
+        agent = self._agents.pop(name, None)
+        if agent is not None:
+            try:
+                close_agent(agent)
+            except OSError:
+                pass
+
+    def _keep(self, agent: Agent) -> None:
+        old = self._agents.get(agent.host.name)
+        if old is not None and old is not agent:
+            close_agent(old)
+        self._agents[agent.host.name] = agent
+
+    # ---- jobs --------------------------------------------------------------------------------
+    def job(self, ref: str, host: str | None = None) -> Job:
+        """A job by id, id prefix or name (nothing is asked of its host yet)."""
+        return Job(self, ref, host or self.host)
+
+    def jobs(self, all: bool = False, host: str | None = None) -> r.JobList:
+        """Running and queued jobs and the newest finished ones (``all``: every job), of one host or all.
+
+        Over several hosts, one that cannot be reached is listed in ``errors``; alone, its error is raised.
+        """
+        from gpujob.usecases import jobs
+
+        names = self._host_names(host)
+        out: list[dict[str, Any]] = []
+        errors: dict[str, str] = {}
+        older: list[int] = []
+        for name in names:
+            try:
+                for j in jobs.ls(self.agent(name), everything=all, older=older):
+                    j.setdefault("host", name)
+                    j["host"] = j["host"] or name
+                    out.append(j)
+            except GpujobError as e:
+                if len(names) == 1:
+                    raise
+                errors[name] = str(e)
+        return r.JobList.from_json({"jobs": out, "errors": errors, "older": sum(older)})
+
+    def _host_names(self, host: str | None) -> list[str]:
+        from gpujob.config import index
+
+        host = host or self.host
+        return [host] if host else (index.hosts() or ["local"])
+
+    def submit(self, job: str | Path | JobSpec | None = None, set: Iterable[str] = (), host: str | None = None,
+               wait_gpus: float | None = None, progress: Progress | None = None, note: Note | None = None,
+               on_host: Note | None = None) -> Job:
+        """Sync the code and data of a job file (or a loaded ``JobSpec``) and start it under the host's agent.
+
+        Returns the new ``Job``; what the submit did (``submit --json``) is its ``submitted``.
+
+        ``set``: ``KEY=VALUE`` overrides. ``host``: a profile, or ``a,b,c`` (the first that answers
+        with the GPUs free); default: the job's ``host:``. ``wait_gpus``: seconds to wait for free
+        GPUs. ``progress(done, total)`` follows the upload; ``on_host(name)`` is told where it goes
+        before the upload starts; ``note`` gets placement messages.
+        """
+        from gpujob.config import index
+        from gpujob.config.spec import JobSpec, load_spec
+        from gpujob.usecases.submit import submit
+
+        overrides = list(set)
+        spec = job if isinstance(job, JobSpec) else load_spec(job, overrides)
+        host = host or self.host
+        if spec.nodes and not host:
+            return self._submit_nodes(spec, on_host)
+        names = host.split(",") if host else (spec.hosts or [spec.host])
+        if len(names) > 1 or wait_gpus is not None:  # placement: the first host with the GPUs free
+            from gpujob.usecases.placement import place
+
+            try:
+                target, agent, skipped = place(names, spec.gpus, wait=wait_gpus, note=note or (lambda s: None))
+            except KeyboardInterrupt:
+                raise PlacementInterrupted() from None
+            self._keep(agent)
+        else:
+            target, skipped = self.hosts.get(names[0]), []
+            agent = self.agent(target.name)
+        if on_host:
+            on_host(target.name)
+        res = submit(agent, spec, target, progress)
+        res["skipped"] = [vars(s) for s in skipped]
+        src = Path(spec.source)  # what ``move`` needs to send the job again: its job file and overrides
+        again = {"job_file": str(src.resolve()), "set": overrides} if src.is_file() else {}
+        index.record(res["job_id"], target.name, spec.name, **again)
+        return Job(self, res["job_id"], target.name, r.SubmitResult.from_json(res))
+
+    def _submit_nodes(self, spec: JobSpec, on_host: Note | None) -> Job:
+        from gpujob.config import index
+        from gpujob.usecases.nodes import submit_nodes
+
+        hosts = [self.hosts.get(n) for n in spec.nodes]
+        if on_host:
+            on_host(",".join(h.name for h in hosts))
+        res = submit_nodes(spec, hosts)
+        index.record(res["job_id"], res["host"], spec.name)
+        return Job(self, res["job_id"], res["host"], r.SubmitResult.from_json(res))
+
+    # ---- hosts -------------------------------------------------------------------------------
+    def exec(self, argv: list[str], host: str | None = None, on_output: Callable[[bytes], None] | None = None
+             ) -> r.ExecResult:
+        """Run a command on a host in the environment its jobs get (one argument: a shell line).
+
+        Its output (stdout and stderr in order) goes to ``on_output`` as it comes, else into ``output``.
+        """
+        from gpujob.usecases.shell import command_text, run_exec
+
+        h = self.hosts.get(host or self.host)
+        chunks: list[bytes] = []
+        rc = run_exec(h, argv, on_output or chunks.append)
+        return r.ExecResult.from_json({"host": h.name, "command": command_text(argv), "exit_code": rc,
+                                     "output": b"".join(chunks).decode("utf-8", "replace")})
+
+    def cost(self, host: str | None = None) -> r.CostReport:
+        """What the jobs have cost (elapsed × price_per_hour), per job, per host and per currency."""
+        from gpujob.usecases.cost import summarize
+
+        host = host or self.host
+        if host:
+            self.hosts.get(host)  # an unknown host is an error here, not a row of the report
+        return r.CostReport.from_json(summarize(self._host_names(host), self.agent))
+
+    def tunnel(self, remote_port: int, local_port: int | None = None, host: str | None = None,
+               on_event: Note | None = None) -> Tunnel:
+        """Any port of a host on a local port: ``with client.tunnel(8888) as info: info.url``."""
+        from gpujob.usecases.tunnel import run_tunnel
+
+        h = self.hosts.get(host or self.host)
+        return Tunnel(lambda ready, stop: run_tunnel(h, remote_port, local_port, None, ready, on_event, stop=stop))
+
+    def guard(self, refs: list[str], interval: float = 30.0, once: bool = False, note: Note | None = None
+              ) -> r.GuardReport:
+        """Watch jobs; move one whose host stays away longer than its ``retry.move_after`` (docs/move.md)."""
+        from gpujob.usecases.guard import guard
+
+        return r.GuardReport.from_json({"outcomes": guard(refs, interval, once, note or (lambda s: None))})
+
+
+class Job:
+    """One job, by id, id prefix or name, on its host (or its nodes)."""
+
+    def __init__(self, client: Client, ref: str, host: str | None = None, submitted: r.SubmitResult | None = None
+                 ) -> None:
+        self.client, self.ref, self._host = client, ref, host
+        self.submitted = submitted  # what submit did, for a job this client submitted
+
+    def __repr__(self) -> str:
+        return f"Job({self.ref!r}, host={self.host!r})"
+
+    @property
+    def id(self) -> str:
+        """The job id (as given: an id prefix or a name is resolved by its host on each call)."""
+        return self.ref
+
+    @property
+    def host(self) -> str | None:
+        """Its host profile (``a,b`` for a job over several nodes): the one given, else the job index's."""
+        if self._host:
+            return self._host
+        from gpujob.config import index
+
+        return index.host_of(self.ref)
+
+    @property
+    def nodes(self) -> list[Host] | None:
+        """The hosts of a job over several nodes, else None."""
+        name = self.host
+        if not name or "," not in name:
+            return None
+        return [self.client.hosts.get(n) for n in name.split(",")]
+
+    def _agent(self) -> Agent:
+        return self.client.agent(self.host)
+
+    def _on_nodes(self, nodes: list[Host], fn: Callable[[Agent], dict[str, Any]]) -> dict[str, Any]:
+        from gpujob.usecases.nodes import aggregate, on_nodes
+
+        return aggregate(self.ref, nodes, on_nodes(nodes, fn))
+
+    def status(self) -> r.JobStatus:
+        """State, metrics and their history, GPU use, rate, ETA, cost (``status JOB --json``)."""
+        from gpujob.usecases import jobs, watch
+
+        nodes = self.nodes
+        if nodes:
+            return r.JobStatus.from_json(self._on_nodes(nodes, lambda a: jobs.status(a, self.ref)))
+        return r.JobStatus.from_json(watch.fetch(self._agent(), self.ref))
+
+    def record(self) -> r.JobStatus:
+        """The job record alone (one light call: state, attempt, last metrics), as ``ls`` shows it."""
+        from gpujob.usecases import jobs
+
+        nodes = self.nodes
+        if nodes:
+            return r.JobStatus.from_json(self._on_nodes(nodes, lambda a: jobs.status(a, self.ref)))
+        return r.JobStatus.from_json(jobs.status(self._agent(), self.ref))
+
+    def wait(self, timeout: float | None = None, poll: float = 2.0) -> r.JobStatus:
+        """Poll until the job is in a state it does not leave by itself; its full status then.
+
+        A connection that breaks meanwhile is opened again (with backoff, up to 30 tries in a
+        row). ``TimeoutError`` after ``timeout`` seconds (the job goes on).
+        """
+        import time
+
+        from gpujob.errors import ConnectError, HostKeyChanged
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        failures, state = 0, "unknown"
+        while True:
+            try:
+                rec = self.record()
+                failures, state = 0, rec.state
+                if rec.finished:
+                    return self.status()
+            except HostKeyChanged:
+                raise
+            except ConnectError:  # a laptop that slept: the kept connection is dead, open another next time
+                failures += 1
+                if failures > 30:
+                    raise
+                self.client.drop(self.host)
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"{self.ref} is still {state} after {timeout:g} s")
+            pause = min(30.0, poll * 2 ** min(failures, 6)) if failures else poll
+            time.sleep(pause if deadline is None else max(0.0, min(pause, deadline - time.monotonic())))
+
+    def logs(self, follow: bool = False, lines: int | None = 20, since: float | str | None = None,
+             grep: str | None = None, as_json: bool = False, node: int | None = None) -> Iterator[bytes]:
+        """The job's output as byte chunks: the last ``lines`` lines (None: all), or from ``since``
+        (epoch seconds, or ``10m``/``2h``/a local date); ``follow`` goes on until the job ends and
+        survives dropped links and a laptop that slept (the copy resumes at the byte it reached).
+
+        ``grep``: only lines matching this regex; ``as_json``: one ``{job_id, offset, line}``
+        document per line (``tail --json``). A job over several nodes: every node's lines, each
+        prefixed ``[node K] `` (``node``: only that one).
+        """
+        from gpujob.usecases import jobs
+
+        nodes = self.nodes
+        if nodes and node is None:
+            from gpujob.usecases.nodes import PrefixWriter
+
+            pump = LogPump(lambda rank: _connect(nodes[rank]), list(range(len(nodes))))
+            pw = PrefixWriter(pump.write)
+            return pump.run(lambda rank, reconnect: jobs.follow_logs(
+                reconnect, self.ref, pw.for_node(rank), lines=lines, follow=follow))
+        if nodes and node is not None and node >= len(nodes):
+            raise GpujobError(f"--node {node}: {self.ref} runs on {len(nodes)} nodes (0 to {len(nodes) - 1})",
+                              f"gpujob tail {self.ref} --node 0")
+        host = nodes[node] if nodes and node is not None else self.client.hosts.get(self.host)
+        start = since_time(since)
+        pump = LogPump(_connect, [host])
+        flt = jobs.LineFilter(pump.write, grep, as_json) if grep or as_json else None
+
+        def produce(_: Any, reconnect: Callable[[], Any]) -> None:
+            try:
+                jobs.follow_logs(reconnect, self.ref, flt or pump.write, lines=None if start is not None else lines,
+                                 follow=follow, since=start, on_start=flt.start if flt else None)
+            finally:
+                if flt:
+                    flt.flush()
+
+        return pump.run(produce)
+
+    def stop(self, wait: float = 600) -> r.JobStatus:
+        """Stop the job (its code may checkpoint first) and wait up to ``wait`` s for it to end."""
+        from gpujob.usecases import jobs
+
+        nodes = self.nodes
+        if nodes:
+            return r.JobStatus.from_json(self._on_nodes(nodes, lambda a: jobs.stop(a, self.ref, wait=wait)))
+        return r.JobStatus.from_json(jobs.stop(self._agent(), self.ref, wait=wait))
+
+    @property
+    def resume_moves(self) -> bool:
+        """``resume()`` moves the job: it was asked for on a host other than the one it lives on."""
+        from gpujob.config import index
+
+        known = index.host_of(self.ref)
+        return bool(self._host and known and self._host != known and "," not in known)
+
+    def resume(self, progress: Progress | None = None, note: Note | None = None) -> r.ResumeResult | r.MoveResult:
+        """Restart a lost, stopped or failed job from its newest complete checkpoint; on another
+        host than its own (see ``resume_moves``) the job moves there."""
+        from gpujob.usecases import jobs
+
+        if self.resume_moves:
+            return self.move(self._host or "", progress=progress, note=note)
+        return r.ResumeResult.from_json(jobs.resume(self._agent(), self.ref))
+
+    def move(self, to: str, job_file: str | None = None, wait: float = 600, progress: Progress | None = None,
+             note: Note | None = None) -> r.MoveResult:
+        """Continue the job on host ``to`` (``a,b``: the first with its GPUs free) from its newest
+        complete checkpoint, same id and history (docs/move.md)."""
+        from gpujob.usecases.move import move
+
+        return r.MoveResult.from_json(move(self.ref, to, job_file=job_file, stop_wait=wait, progress=progress,
+                                         note=note or (lambda s: None)))
+
+    def pull(self, dest: str | Path = "gpujob-pulls", latest: bool = False, best: str | None = None,
+             include: Iterable[str] = (), progress: Progress | None = None) -> r.PullResult:
+        """Copy the job's logs and checkpoints into ``dest/<job_id>/`` (only what is missing or changed).
+
+        ``latest``: only the newest complete checkpoint; ``best``: only the best one ("": as the
+        trainer recorded it, else by that metric). A job over several nodes: from rank 0's node.
+        """
+        from gpujob.config import index
+        from gpujob.usecases.pull import pull, tell_pulled
+
+        nodes = self.nodes
+        agent = self.client.agent(nodes[0].name) if nodes else self._agent()
+        what = "latest" if latest else "best" if best is not None else "all"
+        res = pull(agent, self.ref, Path(dest), what, best or None, list(include), progress)
+        tell_pulled(agent, res["job_id"])
+        index.record_pull(res["job_id"], str(Path(dest).resolve()))
+        return r.PullResult.from_json(res)
+
+    def tunnel(self, remote_port: int = 6006, local_port: int | None = None, install: bool = False,
+               on_event: Note | None = None) -> Tunnel:
+        """The job's TensorBoard on a local port (started on the host if none serves): ``with job.tunnel() as info``."""
+        from gpujob.usecases.tunnel import run_tunnel
+
+        h = self.client.hosts.get(self.host)
+        return Tunnel(lambda ready, stop: run_tunnel(h, remote_port, local_port, self.ref, ready, on_event,
+                                                     install=install, stop=stop))
+
+    def stop_tensorboard(self) -> r.TensorBoardStop:
+        """Stop the TensorBoard a tunnel started for the job (it outlives tunnels otherwise)."""
+        from gpujob.usecases.tunnel import stop_tensorboard
+
+        return r.TensorBoardStop.from_json(stop_tensorboard(self._agent(), self.ref))
+
+    def plot(self, output: str | Path | None, draw: Callable[..., list[str]]) -> r.PlotResult:
+        """Draw the loss and metric curves to ``output`` (default ``<ref>.png``) with ``draw``
+        (the CLI's is ``gpujob.ui.plot.plot_series``, which needs matplotlib): the api decides what
+        is shown, the drawing stays in the ui."""
+        from gpujob.usecases.plot import plot_job
+
+        return r.PlotResult.from_json(plot_job(self._agent(), self.ref, Path(output or f"{self.ref}.png"), draw))
+
+
+def since_time(value: float | str | None) -> float | None:
+    """``since``: a duration before now (10m, 2h) as a negative number, a date as epoch seconds, a number as is."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    from gpujob.bundle import import_remote
+
+    parse_duration = import_remote("protocol").parse_duration
+
+    try:
+        return -max(parse_duration(value), 0.001)
+    except ValueError:
+        pass
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(value).timestamp()
+    except ValueError:
+        raise GpujobError(f"--since {value!r} is neither a duration nor a date",
+                          "write 10m, 2h, 1d or a local time like 2026-11-30T09:30") from None

@@ -1,0 +1,39 @@
+"""``gpujob cost`` drawn: one row per job, then one total per host."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpujob.bundle import import_remote
+
+format_duration = import_remote("protocol").format_duration
+
+
+def cost_table(doc: dict[str, Any]) -> Any:
+    """A rich table of the ``cost --json`` document."""
+    from rich.table import Table
+
+    t = Table(box=None, header_style="bold")
+    for col in ("JOB", "HOST", "STATE", "ELAPSED", "COST", "PROJECTED"):
+        t.add_column(col, no_wrap=True)
+    for j in doc["jobs"]:
+        cur = j.get("currency") or ""
+        t.add_row(j["job_id"] or "?", j["host"] or "-", j["state"] or "?", format_duration(j.get("elapsed_s")),
+                  f"{j['cost']:.2f} {cur}" if j.get("cost") is not None else "- (no price_per_hour)",
+                  f"{j['projected_cost']:.2f} {cur}" if j.get("projected_cost") is not None else "-")
+    for name, h in doc["hosts"].items():
+        t.add_row(f"[bold]{name} total[/]", name, f"{h['jobs']} job(s)", "",
+                  f"[bold]{h['cost']:.2f} {h['currency'] or ''}[/]" if h["currency"] else "-", "")
+    return t
+
+
+def cost_report(doc: dict[str, Any]) -> None:
+    """The table (or "no jobs yet"), then the hosts that could not be asked."""
+    from rich.markup import escape
+
+    from gpujob.ui.output import console
+
+    c = console()
+    c.print(cost_table(doc) if doc["jobs"] else "no jobs yet")
+    for name, e in doc["errors"].items():
+        c.print(f"[yellow]{name}[/]: {escape(e)}")
