@@ -105,19 +105,24 @@ def test_runtime_auto_must_be_a_boolean(tmp_path: Path) -> None:
     assert "Traceback" not in r.stderr
 
 
-def test_lightning_ddp_ranks_agree_on_the_stop(tmp_path: Path) -> None:
-    """Two CPU processes (gloo): the stop file is seen by every rank at the same batch end;
-    both save one checkpoint together and leave fit() with exit 0."""
-    needs("torch", "lightning")
+def hook_job(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A job folder and the environment the agent gives a script: the hook and the runtime on its path."""
     job = tmp_path / "job"
     (job / "ckpt").mkdir(parents=True)
     rt = tmp_path / "rt"
     rt.mkdir()
     (rt / "gpujob_runtime.py").write_bytes((RUNTIME / "gpujob_runtime.py").read_bytes())
     (rt / "gpujob_checkpoints.py").write_bytes((REPO / "remote" / "checkpoints.py").read_bytes())
-    env = dict(os.environ, **QUIET, PYTHONPATH=f"{AUTOHOOK}{os.pathsep}{rt}", GPUJOB_JOB_DIR=str(job),
-               GPUJOB_CKPT_DIR=str(job / "ckpt"), GPUJOB_STOP_FILE=str(job / "STOP"),
-               GPUJOB_METRICS_FILE=str(job / "metrics.jsonl"))
+    return job, dict(os.environ, **QUIET, PYTHONPATH=f"{AUTOHOOK}{os.pathsep}{rt}", GPUJOB_JOB_DIR=str(job),
+                     GPUJOB_CKPT_DIR=str(job / "ckpt"), GPUJOB_STOP_FILE=str(job / "STOP"),
+                     GPUJOB_METRICS_FILE=str(job / "metrics.jsonl"))
+
+
+def test_lightning_ddp_ranks_agree_on_the_stop(tmp_path: Path) -> None:
+    """Two CPU processes (gloo): the stop file is seen by every rank at the same batch end;
+    both save one checkpoint together and leave fit() with exit 0."""
+    needs("torch", "lightning")
+    job, env = hook_job(tmp_path)
     log = open(tmp_path / "out.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen([sys.executable, str(BYO / "lightning" / "train.py"), "--ckpt_dir", str(job / "ckpt"),
                              "--log_dir", str(tmp_path / "tb"), "--devices", "2", "--max_steps", "400",
@@ -223,16 +228,8 @@ def test_lightning_stops_even_before_its_min_steps(tmp_path: Path) -> None:
     """A stop request ends fit() at the next step with a checkpoint, though min_steps/min_epochs
     are not met (Lightning alone would train on until they are)."""
     needs("torch", "lightning")
-    job = tmp_path / "job"
-    (job / "ckpt").mkdir(parents=True)
-    rt = tmp_path / "rt"
-    rt.mkdir()
-    (rt / "gpujob_runtime.py").write_bytes((RUNTIME / "gpujob_runtime.py").read_bytes())
-    (rt / "gpujob_checkpoints.py").write_bytes((REPO / "remote" / "checkpoints.py").read_bytes())
+    job, env = hook_job(tmp_path)
     (tmp_path / "train.py").write_text(MIN_STEPS_SCRIPT)
-    env = dict(os.environ, **QUIET, PYTHONPATH=f"{AUTOHOOK}{os.pathsep}{rt}", GPUJOB_JOB_DIR=str(job),
-               GPUJOB_CKPT_DIR=str(job / "ckpt"), GPUJOB_STOP_FILE=str(job / "STOP"),
-               GPUJOB_METRICS_FILE=str(job / "metrics.jsonl"))
     log = open(tmp_path / "out.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen([sys.executable, "train.py"], cwd=tmp_path, env=env, stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True)

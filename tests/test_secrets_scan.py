@@ -116,7 +116,7 @@ def test_idle_watcher_powers_off_only_when_idle(ssh_host: str, sshd: Sshd, tmp_p
 
     from gpujob.config.hosts import HostStore
     from gpujob.transport.ssh import open_client
-    from remote.events import LOST_MARK
+    from remote.lost import LOST_MARK
     from tests.test_events import notify_cfg
 
     root = tmp_path / "remote-root"

@@ -178,7 +178,10 @@ class _SSHStream(PumpedStream):
         return self.chan.recv_exit_status()
 
     def kill(self) -> None:
-        self.chan.close()
+        try:  # on a cut link paramiko's close raises EOFError: abandoning must not hide the cause
+            self.chan.close()
+        except (EOFError, OSError, paramiko.SSHException):
+            pass
         try:
             self.stdout.close()  # a pump still blocked on a full pipe ends too
         except OSError:

@@ -4,6 +4,7 @@ much is free and what to delete."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -119,17 +120,7 @@ def test_stop_on_a_full_disk_stops_the_job(small_disk: Path, tmp_path: Path, mon
     job_id = json.loads(r.stdout)["job_id"]
     wait_state("local", job_id, ("running",), 60)
     assert (small_disk / "root" / ".reserve").exists()
-    with open(small_disk / "rest", "wb") as f, pytest.raises(OSError):
-        while True:
-            f.write(bytes(1 << 16))
-            f.flush()
-    with open(small_disk / "last-page", "wb", buffering=0) as f:  # not one free page left
-        for size in (4096, 1):
-            try:
-                while True:
-                    f.write(bytes(size))
-            except OSError:
-                pass
+    fill(small_disk / "rest")
     r = run_cli("stop", job_id, "--json")
     assert r.returncode == 0, r.stderr
     st = wait_state("local", job_id, ("stopped", "failed", "succeeded"), 60)
@@ -137,3 +128,13 @@ def test_stop_on_a_full_disk_stops_the_job(small_disk: Path, tmp_path: Path, mon
     jd = small_disk / "root" / "jobs" / job_id
     assert json.loads((jd / "status.json").read_text())["state"] == "stopped"
     assert not list(small_disk.rglob("*.tmp"))
+
+
+def fill(path: Path) -> None:
+    """Take every free byte of the disk holding ``path``: big writes, then pages, then bytes."""
+    with open(path, "wb", buffering=0) as f:
+        for size in (1 << 16, 4096, 1):
+            with contextlib.suppress(OSError):
+                while True:
+                    f.write(bytes(size))
+    assert os.statvfs(path.parent).f_bavail == 0
