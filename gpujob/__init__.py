@@ -6,7 +6,7 @@ classes are loaded on first use, so that ``gpujob --help`` does not import them.
 
 from typing import Any
 
-__version__ = "0.1.0"
+from gpujob.version import __version__
 
 _API = {
     "Client", "Job", "PlacementInterrupted", "CostReport", "ExecResult", "GuardReport", "JobCost", "JobList",
@@ -21,6 +21,9 @@ def __getattr__(name: str) -> Any:
 
         return getattr(api, name)
     raise AttributeError(f"module 'gpujob' has no attribute {name!r}")
+
+
+__all__ = ["__version__", *sorted(_API)]
 
 
 def __dir__() -> list:

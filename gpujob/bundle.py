@@ -78,7 +78,7 @@ def bundle_files() -> dict[str, Path]:
 @lru_cache(maxsize=1)
 def bundle_version() -> str:
     """Package version plus a hash of the bundle's content: a changed agent is a new upload."""
-    from gpujob import __version__
+    from gpujob.version import __version__
 
     h = hashlib.sha256()
     for name, path in bundle_files().items():

@@ -9,7 +9,7 @@ from pathlib import Path
 PKG = Path(__file__).resolve().parent.parent / "gpujob"
 # lower number = lower layer; a module may import its own layer or lower ones
 RANK = {"foundation": 0, "transport": 1, "config": 2, "usecases": 3, "api": 4, "ui": 5, "cli": 6}
-FOUNDATION = {"errors", "exitcodes", "bundle", "backoff"}
+FOUNDATION = {"errors", "exitcodes", "bundle", "backoff", "version"}
 
 # Upward imports allowed for now: none. A refactor that cannot finish in one step lists its
 # (importer, imported) pairs here; the second test fails once one is gone, so it cannot go stale.
@@ -52,8 +52,6 @@ def imported(path: Path, module: str) -> set[str]:
             if base.split(".")[0] != "gpujob":
                 continue
             for a in node.names:  # ``from gpujob import transport`` imports the subpackage
-                if base == "gpujob" and a.name == "__version__":
-                    continue  # the version, which any layer may read (the package loads first anyway)
                 sub = f"{base}.{a.name}"
                 out.add(sub if (PKG.parent / sub.replace(".", "/")).exists()
                         or (PKG.parent / (sub.replace(".", "/") + ".py")).exists() else base)
@@ -78,6 +76,30 @@ def test_no_module_imports_a_higher_layer() -> None:
     bad = violations() - KNOWN
     assert not bad, "upward imports (cli > api > usecases > config > transport > foundation; ui only from cli):\n" + "\n".join(
         f"  {a} imports {b}" for a, b in sorted(bad))
+
+
+def test_no_import_cycle() -> None:
+    """No chain of imports (in-function ones too, like the facade's lazy API) comes back to its
+    start: a cycle is a layering mistake that only an import inside a function hides."""
+    graph = {module_of(p): imported(p, module_of(p)) for p in sorted(PKG.rglob("*.py"))}
+    cycles: list[list[str]] = []
+    state: dict[str, int] = {}
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if nxt == node or nxt not in graph:
+                continue
+            if state.get(nxt) == 1:
+                cycles.append(path[path.index(nxt):] + [node, nxt] if nxt in path else [node, nxt])
+            elif nxt not in state:
+                visit(nxt, path + [node])
+        state[node] = 2
+
+    for mod in sorted(graph):
+        if mod not in state:
+            visit(mod, [])
+    assert not cycles, "import cycles:\n" + "\n".join("  " + " -> ".join(c) for c in cycles)
 
 
 def test_the_allow_list_holds_only_what_is_still_there() -> None:

@@ -6,7 +6,6 @@ import argparse
 import sys
 from typing import Any, NoReturn
 
-from gpujob import __version__
 from gpujob.cli.args import PORT, PRICE, address_type, job_ref, number_type, regex_type, url_type
 from gpujob.cli.common import Handler
 from gpujob.cli.hosts import (
@@ -38,6 +37,7 @@ from gpujob.cli.jobs import (
 )
 from gpujob.cli.tools import cmd_data_check, cmd_gc, cmd_init, cmd_rm
 from gpujob.errors import GpujobError
+from gpujob.version import __version__
 
 
 # ---- parser ------------------------------------------------------------------------------
