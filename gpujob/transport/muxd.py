@@ -126,13 +126,16 @@ class Daemon:
             if self.stopping.is_set():
                 return
             self.stopping.set()
+        self._unlink()
+        self.srv.close()
+        self.client.close()
+
+    def _unlink(self) -> None:
         try:  # a successor may already listen under the same name: remove only our own socket
             if os.stat(self.path).st_ino == self.ino:
                 self.path.unlink()
         except OSError:
             pass
-        self.srv.close()
-        self.client.close()
 
     def _handle(self, conn: socket.socket) -> None:
         fds: list[int] = []
@@ -150,8 +153,11 @@ class Daemon:
                 probe_rtt(self.tr)
                 _send(conn, {"rtt": getattr(self.tr, "gpujob_rtt", None)})
             elif op == "exit":
-                self.stop()  # the socket is gone before the client hears back
+                # the socket is gone before the client hears back, and the answer goes before the
+                # process can end (stop() ends the accept loop, and with it this daemon thread)
+                self._unlink()
                 _send(conn, {"ok": True})
+                self.stop()
             elif op == "exec" and len(fds) == 3:
                 mine, fds = fds, []  # _exec owns (and closes) them from here
                 self._exec(conn, str(req["cmd"]), *mine)
