@@ -14,7 +14,7 @@ from typing import IO, Any, Dict, List
 
 from remote import locks, procs
 from remote.inbox import incoming_dir
-from remote.jobs import AgentError, live_status, resolve
+from remote.jobs import AgentError, live_status, resolve, submit
 from remote.layout import JobDir, Root, now
 from remote.protocol import TERMINAL
 from remote.stream import CHUNK, read_items, tree
@@ -55,8 +55,6 @@ def adopt(root: Root, stdin: IO[bytes], stdout: IO[bytes]) -> Dict[str, Any]:
 
 
 def _adopt(root: Root, request: Dict[str, Any], stdin: IO[bytes], stdout: IO[bytes]) -> Dict[str, Any]:
-    from remote import jobs
-
     job_id = request.get("job_id") or ""
     inbox = incoming(root, job_id)
     here = root.job(job_id)
@@ -71,7 +69,7 @@ def _adopt(root: Root, request: Dict[str, Any], stdin: IO[bytes], stdout: IO[byt
     stdout.write(json.dumps({"want": want}).encode() + b"\n")
     stdout.flush()
     got = read_items(inbox.path, stdin, links_out=False)  # verified; a cut stream keeps what came
-    res = jobs.submit(root, request)
+    res = submit(root, request)
     res.update(received_files=got["written"], received_bytes=got["bytes"])
     return res
 

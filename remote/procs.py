@@ -1,8 +1,10 @@
 """Processes: liveness that guards against pid reuse, and stopping a whole job's tree.
 
 A job's processes are found two ways, so none escapes: by parent links from the run
-command's pid, and by the ``GPUJOB_JOB_ID`` in their environment (torchrun workers and
-anything that calls ``setsid`` leave the process group, but keep the environment).
+command's pid, and by a variable in their environment (torchrun workers and anything that
+calls ``setsid`` leave the process group, but keep the environment): ``GPUJOB_JOB_DIR``
+when the job's folder is known (the nodes of a several-node job share an id, and two can
+share one machine), else ``GPUJOB_JOB_ID``.
 """
 
 import os

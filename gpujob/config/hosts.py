@@ -253,19 +253,32 @@ def _port(text: str) -> int:
 
 
 def _ssh_config_lookup(alias: str) -> dict[str, Any] | None:
+    """``alias``'s settings when a ``Host`` line of ~/.ssh/config names it as written."""
     path = Path.home() / ".ssh" / "config"
-    if not path.is_file():
+    if not path.is_file() or alias not in _host_names(path.read_text(errors="replace")):
         return None
+    # isort: off
+    import gpujob.transport.paramiko_load  # noqa: F401  (first: a `Match exec` line must not find invoke)
     import paramiko
+    # isort: on
 
     cfg = paramiko.SSHConfig.from_path(str(path))
-    if alias not in cfg.get_hostnames():
-        return None
     try:
         return dict(cfg.lookup(alias))
     except ImportError:  # a `Match exec` line: paramiko runs it with invoke, which the SSH path keeps unloaded
         raise HostError(f"{path} has a `Match exec` line, which gpujob does not run",
                         'give the address itself: gpujob host add NAME --ssh "ssh -p PORT user@host"') from None
+
+
+def _host_names(text: str) -> set[str]:
+    """The patterns of an ssh_config's ``Host`` lines (paramiko's ``get_hostnames`` fails on a
+    file with a ``Match`` block)."""
+    names: set[str] = set()
+    for line in text.splitlines():
+        m = re.match(r"\s*host(?:\s*=\s*|\s+)(.+)", line, re.IGNORECASE)
+        if m:
+            names.update(m.group(1).replace('"', " ").split())
+    return names
 
 
 def detect_preset(hostname: str) -> str:

@@ -121,9 +121,9 @@ def alias(host: Host) -> str:
 
 
 def entry(host: Host) -> str:
-    from gpujob.config.paths import config_dir
+    from gpujob.config.keys import key_path, known_hosts_path
 
-    key = host.identity_file or str(config_dir() / "id_ed25519")
+    key = host.identity_file or str(key_path())
     return "\n".join([
         f"Host {alias(host)}",
         f"    HostName {host.hostname}",
@@ -131,7 +131,7 @@ def entry(host: Host) -> str:
         f"    User {host.user}",
         f"    IdentityFile {key}",
         "    IdentitiesOnly yes",
-        f"    UserKnownHostsFile {config_dir() / 'known_hosts'}",
+        f"    UserKnownHostsFile {known_hosts_path()}",
         "    StrictHostKeyChecking yes",
         f"    ConnectTimeout {int(host.connect_timeout)}",
     ])
