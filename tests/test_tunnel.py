@@ -201,3 +201,65 @@ def test_tensorboard_runs_with_the_jobs_venv_python(ssh_host: str, tmp_path: Pat
 def test_nothing_listening_on_the_host_port() -> None:
     r = run_cli("tunnel", "local", "--remote-port", str(free_port()))
     assert r.returncode == 2 and "nothing listens on port" in r.stderr and "jupyter" in r.stderr
+
+
+def _wheel_of_installed(name: str, dest: Path) -> Path:
+    """A wheel of the installed distribution ``name`` (pure Python), built from its files: a real
+    package for pip to install with no index and no network."""
+    import base64
+    import hashlib
+    import importlib.metadata
+    import zipfile
+
+    dist = importlib.metadata.distribution(name)
+    info = f"{dist.metadata['Name'].replace('-', '_')}-{dist.version}.dist-info"
+    whl = dest / f"{dist.metadata['Name'].replace('-', '_')}-{dist.version}-py3-none-any.whl"
+    dest.mkdir(parents=True, exist_ok=True)
+    record = []
+    with zipfile.ZipFile(whl, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as z:
+        for f in dist.files or []:
+            rel = str(f)
+            if rel.startswith("..") or "__pycache__" in rel or rel.split("/")[-1] in ("RECORD", "INSTALLER", "REQUESTED",
+                                                                                      "direct_url.json"):
+                continue
+            data = Path(str(dist.locate_file(f))).read_bytes()
+            z.writestr(rel, data)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            record.append(f"{rel},sha256={digest},{len(data)}")
+        z.writestr(f"{info}/RECORD", "\n".join([*record, f"{info}/RECORD,,"]) + "\n")
+    return whl
+
+
+def test_install_puts_tensorboard_in_the_tools_environment(ssh_host: str, tmp_path: Path) -> None:
+    """``--install`` when neither the job's interpreter nor the host's PATH has TensorBoard: pip installs
+    it (here from a local wheel: no index, no network) into ``<root>/tools/tensorboard``, which serves."""
+    needs("tensorboard")
+    venv = tmp_path / "bare"  # the job's interpreter: no TensorBoard, and the only python on its PATH
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    wheels = tmp_path / "wheels"
+    _wheel_of_installed("tensorboard", wheels)
+    # the image's packages (numpy, grpcio, ...) serve as TensorBoard's dependencies, as on an instance;
+    # pyenv's shims find no `tensorboard` for "system"
+    env = {"GPUJOB_PATH_PREFIX": str(venv / "bin"), "PYENV_VERSION": "system", "PIP_CONFIG_FILE": os.devnull,
+           "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheels), "PIP_NO_DEPS": "1", "PIP_IGNORE_INSTALLED": "1"}
+    job = write_job(tmp_path, "tbinstall", "", "true", python=str(venv / "bin" / "python"), env=env)
+    job_id = submit(ssh_host, job)["job_id"]
+    wait_state(ssh_host, job_id, ("succeeded",))
+    jdir = tmp_path / "remote-root" / "jobs" / job_id
+    _write_events(jdir / "tb" / "run1")
+    r = run_cli("tunnel", job_id, "--host", ssh_host, "--remote-port", str(free_port()))
+    assert r.returncode == 2 and "gpujob tunnel JOB --install" in r.stderr, r.stdout + r.stderr  # not there yet
+    p, info = _tunnel(job_id, "--host", ssh_host, "--remote-port", str(free_port()), "--install")
+    tools = tmp_path / "remote-root" / "tools" / "tensorboard"
+    pid = info["tensorboard"]["pid"]
+    try:
+        assert info["installed"]["installed"] is True and info["installed"]["path"] == str(tools)
+        assert info["tensorboard"]["via"] == {"kind": "tools", "path": str(tools / "bin" / "tensorboard")}
+        assert list((tools / "lib").glob("python3*/site-packages/tensorboard/main.py"))  # pip put it there
+        assert "run1" in json.loads(_get(info["url"] + "data/runs", want="run1"))
+    finally:
+        _stop(p)
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            pass
