@@ -1,10 +1,12 @@
 """Shell completion: the bash script, sourced in a real bash, completes commands, options,
-host names and job ids from the local index (no host contact); zsh and fish scripts parse."""
+host names and job ids from the local index (no host contact); the zsh and fish scripts load in
+the real shells (skipped where they are not installed) and complete there."""
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -78,3 +80,51 @@ def test_zsh_and_fish_scripts(tmp_path: Path) -> None:
     assert "gpujob completion --words jobs" in fish and "gpujob completion --words hosts" in fish
     r = run_cli("completion")
     assert r.returncode == 2 and "bash|zsh|fish" in r.stderr
+
+
+# zsh completes only in an interactive line editor: drive one on a pseudo-terminal, press Tab after
+# the line given, and print what compadd was handed, one "GJM:word" a line
+ZSH_DRIVER = r"""
+zmodload zsh/zpty zsh/datetime
+zpty z zsh -f -i
+zpty -w z "PS1=''; autoload -U compinit; compinit -u -D; source ${(q)1}"
+zpty -w z 'compadd() { local -a m; builtin compadd -O m "$@"; print -rl -- ${m/#/GJM:} "GJM-END"; builtin compadd "$@"; }'
+zpty -w z 'print READY'
+zpty -r z line '*READY*'
+zpty -r z line '*READY*'
+zpty -w -n z "$2"$'\t'
+local all="" end=$((EPOCHREALTIME + 30))
+while (( EPOCHREALTIME < end )) && [[ $all != *GJM-END* ]]; do
+  if zpty -r -t z line; then all+="$line"; else sleep 0.05; fi
+done
+print -r -- "$all"
+zpty -d z
+"""
+
+
+@pytest.mark.parametrize("shell", ["zsh", "fish"])
+def test_zsh_and_fish_complete_in_the_real_shell(shell: str, gpujob_on_path: dict[str, str], tmp_path: Path) -> None:
+    exe = shutil.which(shell)
+    if not exe:
+        pytest.skip(f"{shell} is not installed (.ci/run installs it)")
+    r = run_cli("completion", shell)
+    assert r.returncode == 0, r.stderr
+    script = tmp_path / f"gpujob.{shell}"
+    script.write_text(r.stdout)
+    env = dict(gpujob_on_path, HOME=str(tmp_path))  # no user rc file, no completion dump of the user's
+
+    def complete_in(line: str) -> list[str]:
+        if shell == "fish":
+            argv = [exe, "--no-config", "-c", f"source {script}; complete -C {shlex.quote(line)}"]
+        else:
+            driver = tmp_path / "drive.zsh"
+            driver.write_text(ZSH_DRIVER)
+            argv = [exe, "-f", str(driver), str(script), line]
+        out = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
+        assert out.returncode == 0, out.stderr
+        if shell == "fish":
+            return [w.split("\t")[0] for w in out.stdout.splitlines()]
+        return [w.split("GJM-END")[0].strip() for w in out.stdout.replace("\r", "").split("GJM:")[1:]]
+
+    assert complete_in("gpujob st") == ["status", "stop"]
+    assert {"add", "set", "trust"} <= set(complete_in("gpujob host "))
