@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
 import os
@@ -12,6 +13,7 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -63,6 +65,22 @@ def _stop(p: subprocess.Popen) -> int:
     except subprocess.TimeoutExpired:
         p.kill()
         return -9
+
+
+@contextlib.contextmanager
+def _tensorboard_tunnel(*args: str) -> Iterator[dict]:
+    """``_tunnel`` to a job's TensorBoard; then the tunnel stops, and TensorBoard too (it outlives tunnels)."""
+    p, info = _tunnel(*args)
+    try:
+        yield info
+    finally:
+        _stop(p)
+        pid = (info.get("tensorboard") or {}).get("pid")
+        if pid:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except OSError:
+                pass
 
 
 def _write_events(logdir: Path) -> None:
@@ -183,19 +201,11 @@ def test_tensorboard_runs_with_the_jobs_venv_python(ssh_host: str, tmp_path: Pat
     jdir = tmp_path / "remote-root" / "jobs" / job_id
     assert f"prefix {venv}" in (jdir / "output.log").read_text()  # the job itself ran in the venv
     _write_events(jdir / "tb" / "run1")
-    p, info = _tunnel(job_id, "--host", ssh_host, "--remote-port", str(free_port()))
-    pid = info["tensorboard"]["pid"]
-    try:
+    with _tensorboard_tunnel(job_id, "--host", ssh_host, "--remote-port", str(free_port())) as info:
         assert info["tensorboard"]["via"] == {"kind": "job", "path": str(venv / "bin" / "python")}
         assert "run1" in json.loads(_get(info["url"] + "data/runs", want="run1"))
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        argv = Path(f"/proc/{info['tensorboard']['pid']}/cmdline").read_bytes().split(b"\0")
         assert argv[0].decode() == str(venv / "bin" / "python") and b"tensorboard.main" in argv
-    finally:
-        _stop(p)
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except OSError:
-            pass
 
 
 def test_nothing_listening_on_the_host_port() -> None:
@@ -249,17 +259,9 @@ def test_install_puts_tensorboard_in_the_tools_environment(ssh_host: str, tmp_pa
     _write_events(jdir / "tb" / "run1")
     r = run_cli("tunnel", job_id, "--host", ssh_host, "--remote-port", str(free_port()))
     assert r.returncode == 2 and "gpujob tunnel JOB --install" in r.stderr, r.stdout + r.stderr  # not there yet
-    p, info = _tunnel(job_id, "--host", ssh_host, "--remote-port", str(free_port()), "--install")
     tools = tmp_path / "remote-root" / "tools" / "tensorboard"
-    pid = info["tensorboard"]["pid"]
-    try:
+    with _tensorboard_tunnel(job_id, "--host", ssh_host, "--remote-port", str(free_port()), "--install") as info:
         assert info["installed"]["installed"] is True and info["installed"]["path"] == str(tools)
         assert info["tensorboard"]["via"] == {"kind": "tools", "path": str(tools / "bin" / "tensorboard")}
         assert list((tools / "lib").glob("python3*/site-packages/tensorboard/main.py"))  # pip put it there
         assert "run1" in json.loads(_get(info["url"] + "data/runs", want="run1"))
-    finally:
-        _stop(p)
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except OSError:
-            pass
