@@ -1,7 +1,7 @@
 """Laptop side of notifications: ``gpujob notify test`` and the secrets the channels need.
 
-The bodies, signatures, retries, rate limits and redaction are those of ``remote/notify.py``
-(the agent's module); only the HTTP client differs (httpx here, urllib on the instance).
+The bodies, signatures, retries, rate limits and redaction are those of ``remote/notify/``
+(the agent's package); only the HTTP client differs (httpx here, urllib on the instance).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any, Callable
 import httpx
 
 from gpujob.bundle import import_remote
+from gpujob.config.paths import config_dir
 
 notify = import_remote("notify")
 
@@ -27,17 +28,9 @@ class InsecureSecretsFileWarning(UserWarning):
     """The secrets file can be read by the group or by others."""
 
 
-def _config_dir() -> Path:
-    env = os.environ.get("GPUJOB_CONFIG_DIR")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "gpujob"
-
-
 def default_secrets_file() -> Path:
-    """``$GPUJOB_CONFIG_DIR/secrets.env``, else ``~/.config/gpujob/secrets.env``."""
-    return _config_dir() / SECRETS_FILE_NAME
+    """``secrets.env`` in the config folder (``$GPUJOB_CONFIG_DIR``, else ``~/.config/gpujob``)."""
+    return config_dir() / SECRETS_FILE_NAME
 
 
 def parse_dotenv(text: str) -> dict[str, str]:
@@ -99,7 +92,7 @@ def secrets_from_env(names: Iterable[str] | None, secrets_file: str | Path | Non
 
 
 def httpx_transport(client: httpx.Client) -> Callable[[Any, float], tuple[int, dict[str, str], bytes]]:
-    """A ``remote/notify.py`` transport that POSTs with ``client``."""
+    """A transport for ``remote/notify/`` that POSTs with ``client``."""
 
     def post(req: Any, timeout: float) -> tuple[int, dict[str, str], bytes]:
         r = client.post(req.url, content=req.body, headers=dict(req.headers), timeout=timeout)
@@ -143,7 +136,7 @@ def send_from_laptop(
         chans = [c for c in chans if notify.wants(notify_cfg, str(event.get("event")), c)]
     if not chans:
         return []
-    sdir = str(state_dir) if state_dir is not None else str(_config_dir())
+    sdir = str(state_dir) if state_dir is not None else str(config_dir())
     with httpx.Client(follow_redirects=False, headers={"User-Agent": "gpujob"}) as client:
         return notify.send_all(
             chans, event, secrets, sdir, retries=retries, backoff=backoff, timeout=timeout,
