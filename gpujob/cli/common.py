@@ -1,4 +1,4 @@
-"""Helpers every command module shares: the host store, the agent, the API client, showing a result."""
+"""Helpers the command modules share: the host store, the agent, the API client, showing a result, the words after HOST."""
 
 from __future__ import annotations
 
@@ -39,12 +39,6 @@ def show(args: argparse.Namespace, result: Any, draw: Callable[[Any], None]) -> 
     else:
         draw(result)
     return 0
-
-
-def esc(text: str) -> str:
-    from rich.markup import escape
-
-    return escape(text)
 
 
 # ---- a command or a shell on a host -----------------------------------------------------
