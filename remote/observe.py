@@ -229,12 +229,14 @@ if [ -n "$py" ] && "$py" -c 'import tensorboard' >/dev/null 2>&1; then
 fi
 tb="$(command -v tensorboard)"
 if [ -n "$tb" ] && "$tb" --version >/dev/null 2>&1; then echo "gpujob-tb host $tb"; exec "$tb" "$@"; fi
-if [ -x "$GPUJOB_TB_TOOLS/bin/tensorboard" ]; then
-  echo "gpujob-tb tools $GPUJOB_TB_TOOLS/bin/tensorboard"; exec "$GPUJOB_TB_TOOLS/bin/tensorboard" "$@"
+t="$GPUJOB_TB_TOOLS/bin/python"
+if [ -x "$t" ] && "$t" -c 'import tensorboard' >/dev/null 2>&1; then  # it may see the image's own copy
+  echo "gpujob-tb tools $t"; exec "$t" -m tensorboard.main "$@"
 fi
 echo "gpujob-tb none ${py:-no-python}"; exit 127
 """
-# a venv (seeing the image's packages) that gpujob installs TensorBoard into on request
+# a venv (seeing the image's packages) that gpujob installs TensorBoard into on request; where
+# the image's python3 has it already, pip leaves the venv without it and the venv's python serves
 TB_INSTALL = """
 py="$(command -v python3 || command -v python)"
 [ -n "$py" ] || { echo "no python3 on the login shell's PATH"; exit 127; }

@@ -241,27 +241,32 @@ def _wheel_of_installed(name: str, dest: Path) -> Path:
 
 
 def test_install_puts_tensorboard_in_the_tools_environment(ssh_host: str, tmp_path: Path) -> None:
-    """``--install`` when neither the job's interpreter nor the host's PATH has TensorBoard: pip installs
-    it (here from a local wheel: no index, no network) into ``<root>/tools/tensorboard``, which serves."""
+    """``--install`` when neither the job's interpreter nor the host's PATH has TensorBoard: a venv in
+    ``<root>/tools/tensorboard`` that sees the image's packages serves it, whether the image's python3
+    has TensorBoard already (pip leaves the venv as it is) or pip installs it there (here from a
+    local wheel: no index, no network)."""
     needs("tensorboard")
-    venv = tmp_path / "bare"  # the job's interpreter: no TensorBoard, and the only python on its PATH
+    venv = tmp_path / "bare"  # the jobs' interpreter: no TensorBoard, and the only python on their PATH
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     wheels = tmp_path / "wheels"
     _wheel_of_installed("tensorboard", wheels)
-    # the image's packages (numpy, grpcio, ...) serve as TensorBoard's dependencies, as on an instance;
-    # pyenv's shims find no `tensorboard` for "system"
-    env = {"GPUJOB_PATH_PREFIX": str(venv / "bin"), "PYENV_VERSION": "system", "PIP_CONFIG_FILE": os.devnull,
-           "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheels), "PIP_NO_DEPS": "1", "PIP_IGNORE_INSTALLED": "1"}
-    job = write_job(tmp_path, "tbinstall", "", "true", python=str(venv / "bin" / "python"), env=env)
-    job_id = submit(ssh_host, job)["job_id"]
-    wait_state(ssh_host, job_id, ("succeeded",))
-    jdir = tmp_path / "remote-root" / "jobs" / job_id
-    _write_events(jdir / "tb" / "run1")
-    r = run_cli("tunnel", job_id, "--host", ssh_host, "--remote-port", str(free_port()))
-    assert r.returncode == 2 and "gpujob tunnel JOB --install" in r.stderr, r.stdout + r.stderr  # not there yet
     tools = tmp_path / "remote-root" / "tools" / "tensorboard"
-    with _tensorboard_tunnel(job_id, "--host", ssh_host, "--remote-port", str(free_port()), "--install") as info:
-        assert info["installed"]["installed"] is True and info["installed"]["path"] == str(tools)
-        assert info["tensorboard"]["via"] == {"kind": "tools", "path": str(tools / "bin" / "tensorboard")}
-        assert list((tools / "lib").glob("python3*/site-packages/tensorboard/main.py"))  # pip put it there
-        assert "run1" in json.loads(_get(info["url"] + "data/runs", want="run1"))
+    # pyenv's shims find no `tensorboard` for "system"; pip reads only what is set here
+    env = {"GPUJOB_PATH_PREFIX": str(venv / "bin"), "PYENV_VERSION": "system", "PIP_CONFIG_FILE": os.devnull,
+           "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheels)}
+    # first an image whose python3 has TensorBoard; then one without: pip installs it (its dependencies
+    # are the image's, as on an instance)
+    for name, extra in (("tbimage", {}), ("tbpip", {"PIP_NO_DEPS": "1", "PIP_IGNORE_INSTALLED": "1"})):
+        job = write_job(tmp_path, name, "", "true", python=str(venv / "bin" / "python"), env={**env, **extra})
+        job_id = submit(ssh_host, job)["job_id"]
+        wait_state(ssh_host, job_id, ("succeeded",))
+        _write_events(tmp_path / "remote-root" / "jobs" / job_id / "tb" / "run1")
+        if name == "tbimage":
+            r = run_cli("tunnel", job_id, "--host", ssh_host, "--remote-port", str(free_port()))
+            assert r.returncode == 2 and "gpujob tunnel JOB --install" in r.stderr, r.stdout + r.stderr
+        with _tensorboard_tunnel(job_id, "--host", ssh_host, "--remote-port", str(free_port()), "--install") as info:
+            assert info.get("installed", {}).get("path") == str(tools), info
+            assert info["tensorboard"]["via"] == {"kind": "tools", "path": str(tools / "bin" / "python")}
+            assert "run1" in json.loads(_get(info["url"] + "data/runs", want="run1"))
+        pip_put = list((tools / "lib").glob("python3*/site-packages/tensorboard/main.py"))
+        assert bool(pip_put) == (name == "tbpip")
