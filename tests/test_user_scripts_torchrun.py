@@ -1,0 +1,102 @@
+"""Users' scripts under torchrun (2 CPU processes, gloo), run with only a job file.
+
+- An HF ``Trainer`` script that never imports gpujob: ``gpujob stop`` mid-run makes both ranks
+  save one ``checkpoint-N`` (each rank's ``rng_state_<r>.pth``) at the same step and return;
+  the job ends ``stopped``, no rank is left hanging in a collective.
+- A worker killed by a signal (``kill -9`` of one rank): the job's diagnosis names the signal
+  and the rank, not torchrun's ``ChildFailedError``, so ``retry.on: [signal]`` applies.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.byo_helpers import QUIET, job_dir, log_text
+from tests.conftest import run_cli
+from tests.helpers import job_processes, needs, status, submit, wait_for, wait_state, write_job
+
+TORCHRUN = "torchrun --standalone --nproc-per-node=2 main.py"
+
+# as a user writes it: tiny GPT-2 built in the script, data in memory, resume only from argv
+HF_DDP = """
+    import argparse, time
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--output_dir", default="out")
+    p.add_argument("--resume_from_checkpoint", default=None)
+    a = p.parse_args()
+
+    class Data(torch.utils.data.Dataset):
+        def __init__(self):
+            self.x = torch.randint(0, 64, (512, 8), generator=torch.Generator().manual_seed(0))
+        def __len__(self):
+            return len(self.x)
+        def __getitem__(self, i):
+            time.sleep(0.02)  # a slow data pipeline: steps long enough to stop in the middle
+            return {"input_ids": self.x[i], "labels": self.x[i]}
+
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_positions=16, n_embd=16, n_layer=1, n_head=2))
+    args = TrainingArguments(output_dir=a.output_dir, max_steps=500, save_steps=1000, logging_steps=1,
+                             per_device_train_batch_size=4, report_to="none", use_cpu=True, ddp_backend="gloo")
+    Trainer(model=model, args=args, train_dataset=Data()).train(resume_from_checkpoint=a.resume_from_checkpoint)
+"""
+
+
+def test_hf_trainer_under_torchrun_stops_both_ranks_at_one_checkpoint(isolated: Path, tmp_path: Path) -> None:
+    needs("torch", "transformers", "accelerate")
+    job = write_job(tmp_path, "ddphf", HF_DDP, TORCHRUN + " --output_dir $GPUJOB_CKPT_DIR", env=QUIET,
+                    stop={"grace": "60s"})
+    job_id = submit("local", job)["job_id"]
+    jd = job_dir(tmp_path, "local", job_id)
+    metrics = jd / "metrics.jsonl"
+    wait_for(lambda: metrics.exists() and '"loss"' in metrics.read_text(), 120, lambda: log_text(jd)[-3000:])
+    r = run_cli("stop", job_id, "--host", "local")
+    assert r.returncode == 0, r.stderr
+    st = wait_state("local", job_id, ("stopped", "failed", "succeeded"), 90, root=jd.parent.parent)
+    assert st["state"] == "stopped", st
+    assert st["exit_code"] == 0, log_text(jd)[-3000:]
+    done = [c for c in st["checkpoints"] if c["complete"]]
+    assert [c["kind"] for c in done] == ["hf"], st["checkpoints"]
+    ck = jd / "ckpt" / done[0]["name"]
+    step = json.loads((ck / "trainer_state.json").read_text())["global_step"]
+    assert 0 < step < 500 and ck.name == f"checkpoint-{step}"
+    assert sorted(p.name for p in ck.glob("rng_state*")) == ["rng_state_0.pth", "rng_state_1.pth"]
+    assert "stop requested" in log_text(jd)
+    wait_for(lambda: not [p for p in _pids(job_id)], 10, "every rank gone")
+
+
+KILLED_RANK = """
+    import os, signal, time
+    if os.environ["RANK"] == "1":
+        time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(60)
+"""
+
+
+def test_a_torchrun_worker_killed_by_a_signal_is_diagnosed_as_that_signal(isolated: Path, tmp_path: Path) -> None:
+    needs("torch")
+    job = write_job(tmp_path, "ddpkill", KILLED_RANK, TORCHRUN, env=QUIET, retry={"max_restarts": 0})
+    job_id = submit("local", job)["job_id"]
+    jd = job_dir(tmp_path, "local", job_id)
+    st = wait_state("local", job_id, ("failed", "succeeded"), 90, root=jd.parent.parent)
+    assert st["state"] == "failed", st
+    d = status("local", job_id)["diagnosis"]
+    assert d["cause"] == "signal", d
+    assert d["summary"].startswith("torchrun worker rank 1 killed by SIGKILL"), d
+    assert "ChildFailedError" in log_text(jd)  # what torchrun itself said, which is not the cause
+
+
+def _pids(job_id: str) -> list[int]:
+    alive = []
+    for pid in job_processes(job_id):
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][0] != "Z":
+                alive.append(pid)
+        except OSError:
+            pass
+    return alive
+
