@@ -236,10 +236,27 @@ class Supervisor:
         link.parent.mkdir(parents=True, exist_ok=True)
         os.symlink(os.path.relpath(str(ckpt), str(link.parent)), str(link))
 
+    def link_ckpt_to_code(self) -> None:
+        """``checkpoint.dir: .`` (the script saves into its working folder): ``<job>/ckpt`` becomes a
+        link to the code, so resume, status, rotation and pull see those files (the spec's pattern
+        says which). What an earlier ``ckpt/`` held (a move brought it) goes into the code first."""
+        ckpt = self.job.ckpt
+        if ckpt.is_symlink():
+            return
+        if ckpt.is_dir():
+            for entry in sorted(os.listdir(str(ckpt))):
+                if not os.path.lexists(str(self.job.code / entry)):
+                    os.rename(str(ckpt / entry), str(self.job.code / entry))
+            shutil.rmtree(str(ckpt))
+        os.symlink("code", str(ckpt))
+
     def start_attempt(self, attempt: int) -> None:
         rel = self.spec.get("checkpoint_dir")
         if rel and not (rel.startswith("/") or rel.startswith("~")):
-            self.link_code_dir(rel)
+            if Path(rel).parts:
+                self.link_code_dir(rel)
+            else:
+                self.link_ckpt_to_code()
         resume = latest_resume(self.ckpt_dir(), self.spec.get("checkpoint_pattern"), self.job_pids)
         for k in ATTEMPT_END_FIELDS:  # the previous attempt's end is history (attempts, events)
             self.status.pop(k, None)
