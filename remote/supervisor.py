@@ -281,6 +281,18 @@ class Supervisor:
         self.set_state("running", attempt=attempt, child_pid=self.child.pid, started_at=self.status.get("started_at") or now())
         _events().started(self)
 
+    def note_stray_checkpoints(self) -> None:
+        """Checkpoints written where gpujob does not look (no checkpoint.dir): the log says how
+        to fix the job file once, since the next attempt gets no GPUJOB_RESUME from them."""
+        if self.status.get("stray_noted") or latest_resume(self.ckpt_dir(), self.spec.get("checkpoint_pattern")):
+            return
+        from remote.jobs import stray_checkpoints
+
+        stray = stray_checkpoints(self.job, self.spec, self.status)
+        if stray:
+            self.status["stray_noted"] = True
+            self.log_marker(stray["advice"])
+
     def stop_requested(self) -> Optional[str]:
         if self.terminated:
             return "agent terminated"
@@ -449,6 +461,7 @@ class Supervisor:
             record = self.status["attempts"][-1]
             record.update(ended_at=now(), exit_code=rc)
             self.log_marker("attempt {} ended with exit code {}".format(attempt, rc))
+            self.note_stray_checkpoints()
             for w in self.watchers:
                 if isinstance(w, Rotator):
                     w.rotate(self)

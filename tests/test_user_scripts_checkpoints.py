@@ -65,3 +65,32 @@ def test_the_working_folder_needs_a_pattern(isolated: Path, tmp_path: Path) -> N
     r = run_cli("submit", str(job), "--host", "local")
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert "checkpoint.dir: '.' (the code folder itself) needs a pattern" in r.stderr, r.stderr
+
+
+# an HF script as users write it: output_dir fixed in the code, the job file says nothing about it
+HF_RESULTS = """
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+
+    data = [{"input_ids": x, "labels": x} for x in torch.randint(0, 64, (32, 8))]
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_positions=16, n_embd=16, n_layer=1, n_head=2))
+    args = TrainingArguments(output_dir="./results", max_steps=4, save_steps=2, per_device_train_batch_size=4,
+                             report_to="none", use_cpu=True)
+    Trainer(model=model, args=args, train_dataset=data).train()
+"""
+
+
+def test_checkpoints_where_gpujob_does_not_look_are_named_with_the_fix(isolated: Path, tmp_path: Path) -> None:
+    """Status, the log and ``pull --latest`` say where the checkpoints went and what to add to the
+    job file, instead of a bare "no complete checkpoint"."""
+    needs("torch", "transformers", "accelerate")
+    job = write_job(tmp_path, "hfresults", HF_RESULTS, "python main.py", env=QUIET)
+    job_id = submit("local", job)["job_id"]
+    jd = job_dir(tmp_path, "local", job_id)
+    st = wait_state("local", job_id, ("succeeded", "failed"), 90, root=jd.parent.parent)
+    assert st["state"] == "succeeded" and st["checkpoints"] == [], st
+    assert st["stray_checkpoints"]["dir"] == "results", st
+    fix = "add checkpoint: {dir: results} to the job file"
+    assert fix in st["stray_checkpoints"]["advice"] and fix in log_text(jd)
+    r = run_cli("pull", job_id, "--host", "local", "--latest")
+    assert r.returncode == 2 and "no complete checkpoint" in r.stderr and fix in r.stderr, r.stderr

@@ -194,6 +194,8 @@ def job_panel(j: dict[str, Any]) -> Any:
             about += [f"step {n['step']}"] if n.get("step") is not None else []
             what = escape(n["name"]) + (f" ({', '.join(about)})" if about else "")
         t.add_row("checkpoints", f"{len(done)} complete, newest {what}")
+    elif j.get("stray_checkpoints"):
+        t.add_row("checkpoints", f"[yellow]none where gpujob looks: {escape(j['stray_checkpoints']['advice'])}[/]")
     if j.get("last_line"):
         t.add_row("last line", escape(j["last_line"]))
     return t
