@@ -16,12 +16,15 @@ from tests.helpers import needs, status, submit, wait_for, wait_state, write_job
 from tests.test_agent import training_pid
 
 LOOP = """
-    import argparse, time
+    import argparse, os, time
     import torch
 
     p = argparse.ArgumentParser()
     p.add_argument("--resume", default="")
+    p.add_argument("--save_dir", default=".")
+    p.add_argument("--steps", type=int, default=60)
     a = p.parse_args()
+    os.makedirs(a.save_dir, exist_ok=True)
     model = torch.nn.Linear(4, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     start = 0
@@ -29,13 +32,14 @@ LOOP = """
         state = torch.load(a.resume)
         model.load_state_dict(state["model"]); opt.load_state_dict(state["opt"]); start = state["step"]
         print("resumed at step", start, flush=True)
-    for step in range(start + 1, 61):
+    for step in range(start + 1, a.steps + 1):
         x = torch.randn(16, 4)
         loss = torch.nn.functional.mse_loss(model(x), x.sum(1, keepdim=True))
         opt.zero_grad(); loss.backward(); opt.step()
         print(f"step {step} loss {loss.item():.4f}", flush=True)
         if step % 5 == 0:
-            torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step}, f"ckpt_{step}.pt")
+            state = {"model": model.state_dict(), "opt": opt.state_dict(), "step": step}
+            torch.save(state, os.path.join(a.save_dir, f"ckpt_{step}.pt"))
         time.sleep(0.05)
 """
 
