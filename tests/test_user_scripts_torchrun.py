@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.byo_helpers import QUIET, job_dir, log_text
 from tests.conftest import run_cli
 from tests.helpers import job_processes, needs, status, submit, wait_for, wait_state, write_job
@@ -76,17 +78,30 @@ KILLED_RANK = """
     time.sleep(60)
 """
 
+FAILED_RANK = """
+    import os, time
+    if os.environ["RANK"] == "1":
+        raise ValueError("bad record in shard 1")
+    time.sleep(60)
+"""
 
-def test_a_torchrun_worker_killed_by_a_signal_is_diagnosed_as_that_signal(isolated: Path, tmp_path: Path) -> None:
+
+@pytest.mark.parametrize(("script", "cause", "summary"), [
+    (KILLED_RANK, "signal", "torchrun worker rank 1 killed by SIGKILL"),
+    (FAILED_RANK, "error", "ValueError: bad record in shard 1"),
+], ids=["killed", "raised"])
+def test_a_failed_torchrun_worker_is_the_diagnosis_not_torchrun(isolated: Path, tmp_path: Path, script: str,
+                                                                cause: str, summary: str) -> None:
+    """A worker killed by a signal is that signal (so ``retry.on: [signal]`` applies), and a
+    worker's exception is that exception, not torchrun's own ChildFailedError."""
     needs("torch")
-    job = write_job(tmp_path, "ddpkill", KILLED_RANK, TORCHRUN, env=QUIET, retry={"max_restarts": 0})
+    job = write_job(tmp_path, "ddpfail", script, TORCHRUN, env=QUIET, retry={"max_restarts": 0})
     job_id = submit("local", job)["job_id"]
     jd = job_dir(tmp_path, "local", job_id)
     st = wait_state("local", job_id, ("failed", "succeeded"), 90, root=jd.parent.parent)
     assert st["state"] == "failed", st
     d = status("local", job_id)["diagnosis"]
-    assert d["cause"] == "signal", d
-    assert d["summary"].startswith("torchrun worker rank 1 killed by SIGKILL"), d
+    assert d["cause"] == cause and d["summary"].startswith(summary), d
     assert "ChildFailedError" in log_text(jd)  # what torchrun itself said, which is not the cause
 
 
@@ -99,4 +114,3 @@ def _pids(job_id: str) -> list[int]:
         except OSError:
             pass
     return alive
-
