@@ -77,7 +77,8 @@ EPOCHS_ONLY = """
 
 @pytest.mark.parametrize(("script", "total"), [(TUTORIAL, 24), (EPOCHS_ONLY, 24)], ids=["tutorial", "epochs"])
 def test_progress_and_eta_of_loops_that_count_by_epoch(isolated: Path, tmp_path: Path, script: str, total: int) -> None:
-    """Mid-run, status counts the run's steps (not the epoch's) against the run's total, with an ETA."""
+    """Mid-run, status counts the run's steps (not the epoch's) against the run's total, with a
+    rate and an ETA."""
     needs("torch")
     job = write_job(tmp_path, "byepoch", script, "python main.py", env=QUIET)
     job_id = submit("local", job)["job_id"]
@@ -92,5 +93,7 @@ def test_progress_and_eta_of_loops_that_count_by_epoch(isolated: Path, tmp_path:
     assert seen["state"] == "running", seen
     assert seen["max_steps"] == total and seen["eta_s"] is not None, seen
     assert 0 < seen["eta_s"] < 60 and seen["latest_metrics"]["step"] < total, seen
+    # a step (an epoch) sleeps 0.3 s: no faster than that, though the log is read in batches
+    assert seen["steps_per_s"] <= 1 / 0.3 * 1.05, seen["steps_per_s"]
     st = wait_state("local", job_id, ("succeeded", "failed"), 90, root=tmp_path / "local-root")
     assert st["state"] == "succeeded" and st["last_metrics"]["step"] == total, st
