@@ -288,7 +288,11 @@ class Supervisor:
             return
         from remote.jobs import stray_checkpoints
 
-        stray = stray_checkpoints(self.job, self.spec, self.status)
+        try:
+            stray = stray_checkpoints(self.job, self.spec, self.status)
+        except Exception as e:  # a hint must never take the job down
+            agent_log(self.root, "{}: looking for checkpoints in the code failed: {}".format(self.job.id, e))
+            return
         if stray:
             self.status["stray_noted"] = True
             self.log_marker(stray["advice"])
