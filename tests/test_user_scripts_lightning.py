@@ -1,7 +1,7 @@
 """A Lightning script as users write it (``ModelCheckpoint(dirpath="checkpoints",
-every_n_train_steps=...)``, ``fit(ckpt_path="last")``), with only a job file naming that folder:
-after a ``kill -9`` the restart goes on from the newest checkpoint Lightning itself finds in
-``checkpoints/`` (a link to the job's ``ckpt/``), and status shows its loss and progress."""
+every_n_train_steps=...)``, ``fit()`` with no ``ckpt_path``), with only a job file naming that
+folder: after a ``kill -9`` the restart goes on from the newest complete checkpoint (gpujob's
+hook passes GPUJOB_RESUME to ``fit``), and status shows its loss and progress."""
 
 from __future__ import annotations
 
@@ -35,12 +35,12 @@ LIGHTNING = """
     dl = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=8)
     ck = ModelCheckpoint(dirpath="checkpoints", every_n_train_steps=3, save_last=True, save_top_k=-1)
     trainer = L.Trainer(max_epochs=2, callbacks=[ck], accelerator="cpu", logger=False)
-    trainer.fit(M(), dl, ckpt_path="last")
+    trainer.fit(M(), dl)
     print("finished at step", trainer.global_step)
 """
 
 
-def test_lightning_script_restarts_from_its_own_last(isolated: Path, tmp_path: Path) -> None:
+def test_lightning_script_without_ckpt_path_restarts_from_its_newest_checkpoint(isolated: Path, tmp_path: Path) -> None:
     needs("torch", "lightning")
     job = write_job(tmp_path, "plrich", LIGHTNING, "python main.py", env=QUIET,
                     checkpoint={"dir": "checkpoints"}, retry={"max_restarts": 1, "backoff": "0s"})
@@ -52,5 +52,6 @@ def test_lightning_script_restarts_from_its_own_last(isolated: Path, tmp_path: P
     st = wait_state("local", job_id, ("succeeded", "failed"), 90, root=jd.parent.parent)
     assert st["state"] == "succeeded" and st["attempt"] == 2, st
     second = log_text(jd).split("==> gpujob: attempt 2 started", 1)[1]
-    assert "Restored all states from the checkpoint" in second and "finished at step 24" in second
+    assert "[gpujob] resuming from" in second and "Restored all states from the checkpoint" in second
+    assert "finished at step 24" in second
     assert st["last_metrics"]["step"] >= 23 and st["loss_key"] == "train_loss", st
