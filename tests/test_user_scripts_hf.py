@@ -14,21 +14,25 @@ from tests.byo_helpers import QUIET, job_dir, log_text, metric_steps
 from tests.helpers import needs, submit, wait_for, wait_state, write_job
 from tests.test_agent import training_pid
 
-HF_NO_RESUME = """
-    import time
+# the model and data the users' HF scripts of these tests build: a tiny GPT-2, data in memory
+HF_MODEL = """
+    import argparse, time
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
 
     class Data(torch.utils.data.Dataset):
         def __init__(self):
-            self.x = torch.randint(0, 64, (256, 8), generator=torch.Generator().manual_seed(0))
+            self.x = torch.randint(0, 64, (512, 8), generator=torch.Generator().manual_seed(0))
         def __len__(self):
             return len(self.x)
         def __getitem__(self, i):
-            time.sleep(0.02)
+            time.sleep(0.02)  # a slow data pipeline: steps long enough to act in the middle
             return {"input_ids": self.x[i], "labels": self.x[i]}
 
     model = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_positions=16, n_embd=16, n_layer=1, n_head=2))
+"""
+
+HF_NO_RESUME = HF_MODEL + """
     args = TrainingArguments(output_dir="./results", max_steps=16, save_steps=4, logging_steps=1,
                              per_device_train_batch_size=4, report_to="none", use_cpu=True)
     trainer = Trainer(model=model, args=args, train_dataset=Data())

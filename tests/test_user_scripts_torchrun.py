@@ -17,30 +17,16 @@ import pytest
 from tests.byo_helpers import QUIET, job_dir, log_text
 from tests.conftest import run_cli
 from tests.helpers import job_processes, needs, status, submit, wait_for, wait_state, write_job
+from tests.test_user_scripts_hf import HF_MODEL
 
 TORCHRUN = "torchrun --standalone --nproc-per-node=2 main.py"
 
 # as a user writes it: tiny GPT-2 built in the script, data in memory, resume only from argv
-HF_DDP = """
-    import argparse, time
-    import torch
-    from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
-
+HF_DDP = HF_MODEL + """
     p = argparse.ArgumentParser()
     p.add_argument("--output_dir", default="out")
     p.add_argument("--resume_from_checkpoint", default=None)
     a = p.parse_args()
-
-    class Data(torch.utils.data.Dataset):
-        def __init__(self):
-            self.x = torch.randint(0, 64, (512, 8), generator=torch.Generator().manual_seed(0))
-        def __len__(self):
-            return len(self.x)
-        def __getitem__(self, i):
-            time.sleep(0.02)  # a slow data pipeline: steps long enough to stop in the middle
-            return {"input_ids": self.x[i], "labels": self.x[i]}
-
-    model = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_positions=16, n_embd=16, n_layer=1, n_head=2))
     args = TrainingArguments(output_dir=a.output_dir, max_steps=500, save_steps=1000, logging_steps=1,
                              per_device_train_batch_size=4, report_to="none", use_cpu=True, ddp_backend="gloo")
     Trainer(model=model, args=args, train_dataset=Data()).train(resume_from_checkpoint=a.resume_from_checkpoint)
