@@ -55,7 +55,7 @@ TUTORIAL = """
             x = torch.randn(16, 4)
             loss = torch.nn.functional.mse_loss(model(x), x.sum(1, keepdim=True))
             opt.zero_grad(); loss.backward(); opt.step()
-            time.sleep(0.3)
+            time.sleep(0.2)
             if (i + 1) % 2 == 0:
                 print(f"Epoch [{epoch + 1}/{num_epochs}], Step [{i + 1}/{total_step}], Loss: {loss.item():.4f}", flush=True)
 """
@@ -70,7 +70,7 @@ EPOCHS_ONLY = """
         x = torch.randn(16, 4)
         loss = torch.nn.functional.mse_loss(model(x), x.sum(1, keepdim=True))
         opt.zero_grad(); loss.backward(); opt.step()
-        time.sleep(0.3)
+        time.sleep(0.2)
         print(f"Epoch {epoch}/{EPOCHS} | train loss={loss.item():.4f} | lr=0.05", flush=True)
 """
 
@@ -93,7 +93,7 @@ def test_progress_and_eta_of_loops_that_count_by_epoch(isolated: Path, tmp_path:
     assert seen["state"] == "running", seen
     assert seen["max_steps"] == total and seen["eta_s"] is not None, seen
     assert 0 < seen["eta_s"] < 60 and seen["latest_metrics"]["step"] < total, seen
-    # a step (an epoch) sleeps 0.3 s: no faster than that, though the log is read in batches
-    assert seen["steps_per_s"] <= 1 / 0.3 * 1.05, seen["steps_per_s"]
+    # a step (an epoch) sleeps 0.2 s: no faster than that, though the log is read in batches
+    assert seen["steps_per_s"] <= 1 / 0.2 * 1.05, seen["steps_per_s"]
     st = wait_state("local", job_id, ("succeeded", "failed"), 90, root=tmp_path / "local-root")
     assert st["state"] == "succeeded" and st["last_metrics"]["step"] == total, st
