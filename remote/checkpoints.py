@@ -665,3 +665,45 @@ def rotate(ckpt_dir: PathLike, keep: int, pattern: Optional[str] = None, pids: A
             shutil.rmtree(str(tmp), ignore_errors=True)
             deleted.append(tmp)
     return sorted(deleted, key=lambda q: (step_of(q.name.replace(".tmp-", "", 1)) or 0, q.name))
+
+
+# ---- checkpoints gpujob does not watch --------------------------------------------------
+STRAY_SKIP = {"__pycache__", "node_modules", "site-packages", "wandb", "mlruns", "venv", "env"}
+STRAY_DEPTH, STRAY_ENTRIES = 4, 5000
+
+
+def stray_dir(code: PathLike, since: float) -> Optional[str]:
+    """The folder (relative to ``code``) where the job wrote checkpoints since ``since`` outside
+    the checkpoint folder gpujob watches (an HF ``output_dir="out"``, Lightning's default
+    ``lightning_logs/``), as ``checkpoint.dir`` would name it; None when there is none.
+
+    Bounded (a few levels, a few thousand entries): a hint for status, pull and the log."""
+    base = Path(code)
+    seen = 0
+    for top, dirs, files in os.walk(str(base)):  # links (checkpoint.dir's own) are not followed
+        rel = Path(top).relative_to(base)
+        dirs[:] = [] if len(rel.parts) >= STRAY_DEPTH else \
+            sorted(d for d in dirs if not d.startswith(".") and d not in STRAY_SKIP)
+        seen += len(dirs) + len(files)
+        if seen > STRAY_ENTRIES:
+            return None
+        for name in dirs + files:
+            c = _classify(Path(top) / name, by_pattern=False)
+            if c is not None and c.mtime >= since:
+                parts = rel.parts
+                # Lightning's <root>/version_N/checkpoints/: the folder above version_N is what gpujob reads
+                for i, part in enumerate(parts):
+                    if re.match(r"^version_\d+$", part):
+                        parts = parts[:i]
+                        break
+                return "/".join(parts) or "."
+    return None
+
+
+def stray_advice(rel: str) -> str:
+    """What to write in the job file for checkpoints found in ``rel``."""
+    how = "checkpoint: {{dir: {}}}".format(rel) if rel != "." else \
+        "checkpoint: {dir: ., pattern: 'NAME_*.pt'} (the files' names)"
+    return ("the script writes checkpoints to {}/ in its code folder, where gpujob does not look: add {} "
+            "to the job file, so restarts resume from them and status, rotation and pull see them"
+            ).format(rel, how)

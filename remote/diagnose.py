@@ -83,6 +83,22 @@ def _signal(sig: int, oom_killed: Optional[bool], lines: List[str]) -> Dict[str,
             "where": _last_frame(lines), "line": None, "gpu": False}
 
 
+# torchrun's report when a worker fails: the first failure's rank and exit code (-N: signal N)
+TORCHRUN_ROOT = re.compile(r"Root Cause \(first observed failure\):.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", re.S)
+RANK_PREFIX = re.compile(r"^\[(?:default)?rank\d+\]:\s*")
+
+
+def _torchrun_root(text: str, oom_killed: Optional[bool], lines: List[str]) -> Optional[Dict[str, Any]]:
+    """A worker torchrun saw die by a signal (kill -9 of one rank, the OOM killer): the cause is that
+    signal, not torchrun's own ChildFailedError (which would count as an error for ``retry.on``)."""
+    m = TORCHRUN_ROOT.search(text)
+    if not m or int(m.group(2)) >= 0:
+        return None
+    found = _signal(-int(m.group(2)), oom_killed, lines)
+    found["summary"] = "torchrun worker rank {} {}".format(m.group(1), found["summary"])
+    return found
+
+
 def diagnose(log: Path, rc: Optional[int], metrics: Optional[Path] = None,
              oom_killed: Optional[bool] = None) -> Dict[str, Any]:
     """{cause, summary, remedy, where, line, gpu}: cause is a retry key (error, oom, nan, nccl, signal, ...).
@@ -105,13 +121,19 @@ def diagnose(log: Path, rc: Optional[int], metrics: Optional[Path] = None,
         nan = RULES[2]
         return {"cause": "nan", "summary": "{} ({})".format(nan[2], bad), "remedy": nan[3],
                 "where": _last_frame(lines), "line": None, "gpu": False}
+    worker = _torchrun_root(text, oom_killed, lines)
+    if worker:
+        return worker
     if rc in (137, -9) and oom_killed:
         return {"cause": "oom", "summary": "killed by SIGKILL (exit 137): the kernel's out-of-memory killer",
                 "remedy": "use less host RAM: fewer DataLoader workers, smaller shuffle buffers, memory-mapped data",
                 "where": _last_frame(lines), "line": None, "gpu": False}
     if rc is not None and (rc < 0 or rc > 128):
         return _signal(-rc if rc < 0 else rc - 128, oom_killed, lines)
-    tb_line = next((ln.strip() for ln in reversed(lines) if re.match(r"^\w+(\.\w+)*(Error|Exception)\b", ln.strip())), None)
+    # a torchrun worker's own error (its lines start "[rankN]: "), not torchrun's ChildFailedError
+    errors = [RANK_PREFIX.sub("", ln.strip()) for ln in lines]
+    errors = [ln for ln in errors if re.match(r"^\w+(\.\w+)*(Error|Exception)\b", ln)]
+    tb_line = next((ln for ln in reversed(errors) if "ChildFailedError" not in ln), errors[-1] if errors else None)
     return {"cause": "error", "summary": tb_line or "exit code {}".format(rc),
             "remedy": "read the traceback: gpujob tail JOB -n 50", "where": _last_frame(lines), "line": tb_line,
             "gpu": False}

@@ -217,7 +217,25 @@ def describe(root: Root, job_id: str, detail: bool = False) -> Dict[str, Any]:
                 st["diagnosis"] = diagnose.diagnose(job.log, st.get("exit_code"), metrics=metrics)
             st["log_tail"] = tail_lines(job.log, 20)
         st["checkpoints"] = checkpoint_list(job, spec, live=st.get("state") not in TERMINAL or st.get("state") == "lost")
+        if not st["checkpoints"]:
+            stray = stray_checkpoints(job, spec, st)
+            if stray:
+                st["stray_checkpoints"] = stray
     return st
+
+
+def stray_checkpoints(job: JobDir, spec: Dict[str, Any], st: Dict[str, Any]) -> Optional[Dict[str, str]]:
+    """{dir, advice} when the job wrote checkpoints in its code where gpujob does not look (no
+    ``checkpoint.dir``: an HF ``output_dir="out"``), else None."""
+    if spec.get("checkpoint_dir"):
+        return None
+    try:
+        from remote import checkpoints
+
+        rel = checkpoints.stray_dir(job.code, float(st.get("started_at") or st.get("submitted_at") or 0))
+    except (ImportError, OSError):
+        return None
+    return {"dir": rel, "advice": checkpoints.stray_advice(rel)} if rel else None
 
 
 def checkpoint_list(job: JobDir, spec: Dict[str, Any], live: bool) -> List[Dict[str, Any]]:

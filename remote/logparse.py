@@ -9,7 +9,8 @@ Fed the new bytes of ``output.log`` (stdout and stderr together), a ``LogParser`
   ``42it [00:10, 4.01it/s]`` without a total), with a description such as Lightning's
   ``Epoch 3:`` and a postfix of ``key=value`` metrics; Lightning's rich bar line
   ``Epoch 1/9 ━━━ 8/8 0:00:01 • 0:00:00 6.1it/s v_num: 0 train_loss: 0.017``;
-- plain prints: ``step 120`` / ``step 120/1000``, ``loss: 0.5``, ``loss=0.5``, ``val_acc=0.9``.
+- plain prints: ``step 120`` / ``step 120/1000``, ``loss: 0.5``, ``loss=0.5``, ``val_acc=0.9``; a
+  loop that prints only one line per epoch (``Epoch 2/10 | loss=0.31``) gets the epochs as steps.
 
 A record gets a step only where one is printed: the bar's count (plus whole epochs before it)
 or a ``step N`` on the same line. Validation, test, sanity-check and data-preparation bars (``Map``, ``Downloading``, ``Loading
@@ -28,8 +29,9 @@ BAR = re.compile(r"(?:^|[\s|])(\d+)(?:/(\d+|\?))?(?:it)?\s*\[([^\]<,]*)(?:<([^\]
 RATE = re.compile(r"(\?|[\d.]+)\s*(s/\w+|\w+/s)")
 RICH = re.compile(r"^(?P<desc>.*?)\s*━*\s+(?P<n>\d+)/(?P<total>\d+)\s+(?P<elapsed>[\d:]+)\s*•\s*(?P<left>[\d:-]+)"
                   r"\s+(?P<rate>[\d.]+)(?P<unit>it/s|s/it)(?P<rest>.*)$")
-EPOCH = re.compile(r"\bepoch\s*[:#]?\s*(\d+)(?:\s*/\s*(\d+))?", re.I)
-STEP = re.compile(r"\b(?:global_step|step|iter|iteration)\b\s*[:=#]?\s*(\d+)(?:\s*/\s*(\d+))?", re.I)
+# "Epoch 2/10", "epoch: 2", and the tutorials' "Epoch [2/10], Step [100/600]"
+EPOCH = re.compile(r"\bepoch\s*[:#]?\s*[\[(]?\s*(\d+)(?:\s*/\s*(\d+))?", re.I)
+STEP = re.compile(r"\b(?:global_step|step|iter|iteration)\b\s*[:=#]?\s*[\[(]?\s*(\d+)(?:\s*/\s*(\d+))?", re.I)
 PAIR = re.compile(r"([A-Za-z][\w/.-]{0,60})\s*[:=]\s*(" + NUM + r")(?![\w.])")
 # "step 12 loss 0.53": a metric name and its number with only a space between (plain loops, examples/tiny)
 SPACED = re.compile(r"\b([A-Za-z][\w/.-]{0,60})\s+(" + NUM + r")(?![\w.:=])")
@@ -86,6 +88,9 @@ class LogParser:
         self.epoch_base = None  # type: Optional[int]
         self.step = None  # type: Optional[int]
         self.bar_pending = None  # type: Optional[Pending]
+        self.per_epoch = False  # "Epoch [2/5], Step [100/600]": the step count starts again each epoch
+        self.last_plain = None  # type: Optional[Tuple[int, int]]  # (epoch, step) of the last such line
+        self.by_epoch = False  # no step nor bar, only "Epoch 2/10 ... loss=...": the epoch counts as the step
 
     # ---- input ---------------------------------------------------------------------------
     def feed(self, data: bytes, t: float) -> List[Dict[str, Any]]:
@@ -236,9 +241,48 @@ class LogParser:
             rec["step"] = int(sm.group(1))
             if sm.group(2):
                 rec["max_steps"] = int(sm.group(2))
+            self._step_in_epoch(s, rec)
             self.step = rec["step"]
+        elif self.main_total is None and (self.step is None or self.by_epoch):
+            self._epoch_as_step(s, rec)
         self._flush_bar(out)
         self._add(rec, t, out)
+
+    def _step_in_epoch(self, s: str, rec: Dict[str, Any]) -> None:
+        """``Epoch [2/5], Step [100/600]``: once the step count starts again with a new epoch, the
+        step is counted within the epoch; the record then gets the run's step and total."""
+        em = EPOCH.search(s)
+        if not em:
+            return
+        epoch, step = int(em.group(1)), rec["step"]
+        if self.epoch_base is None:
+            self.epoch_base = min(epoch, 1)  # the first epoch printed: 0 or 1
+        if self.last_plain is not None and epoch > self.last_plain[0] and step < self.last_plain[1]:
+            self.per_epoch = True
+        self.last_plain = (epoch, step)
+        per = rec.get("max_steps")
+        if not self.per_epoch or not per:
+            return
+        rec["step"] = (epoch - self.epoch_base) * per + step
+        if em.group(2):
+            rec["max_steps"] = int(em.group(2)) * per
+        else:
+            rec.pop("max_steps")
+
+    def _epoch_as_step(self, s: str, rec: Dict[str, Any]) -> None:
+        """A loop that prints one summary per epoch (``Epoch 2/10 | loss=0.31``) and nothing per
+        step: epochs done become the steps, so status has progress, a rate and an ETA."""
+        em = EPOCH.search(s)
+        if not em:
+            return
+        epoch = int(em.group(1))
+        if self.epoch_base is None:
+            self.epoch_base = min(epoch, 1)  # "Epoch 0/10" counts from 0: one epoch is done then
+        self.by_epoch = True
+        rec["step"] = rec["epoch"] = epoch - self.epoch_base + 1
+        if em.group(2):
+            rec["max_steps"] = int(em.group(2))
+        self.step = rec["step"]
 
     def _add(self, rec: Dict[str, Any], t: float, out: List[Dict[str, Any]]) -> None:
         if "step" not in rec and self.step is not None:

@@ -64,7 +64,8 @@ def _adopt(root: Root, request: Dict[str, Any], stdin: IO[bytes], stdout: IO[byt
             raise AgentError("job {} already exists on this host ({})".format(job_id, st.get("state")),
                              "gpujob resume {} --host THIS_HOST continues it here".format(job_id), "exists")
     inbox.path.mkdir(parents=True, exist_ok=True)
-    skip_ckpt = bool((request.get("spec") or {}).get("checkpoint_dir"))  # shared storage: already there
+    # shared storage (an absolute checkpoint.dir) is already there; a relative one is the job's own ckpt/
+    skip_ckpt = str((request.get("spec") or {}).get("checkpoint_dir") or "").startswith(("/", "~"))
     want = wanted(tree(inbox.path), request.get("offered") or {}, skip_ckpt)
     stdout.write(json.dumps({"want": want}).encode() + b"\n")
     stdout.flush()

@@ -128,6 +128,9 @@ def _rate(timed: List[Tuple[float, float]]) -> Optional[float]:
         if pts[i][1] < pts[i - 1][1]:
             pts = pts[i:]
             break
+    # records read from the log in one go share the time of the read: only the newest step of
+    # each read is at its time (counting the first read's older steps would inflate the rate)
+    pts = [p for i, p in enumerate(pts) if i + 1 == len(pts) or pts[i + 1][0] != p[0]]
     if len(pts) < 2 or pts[-1][0] <= pts[0][0]:
         return None
     return (pts[-1][1] - pts[0][1]) / (pts[-1][0] - pts[0][0])

@@ -236,10 +236,27 @@ class Supervisor:
         link.parent.mkdir(parents=True, exist_ok=True)
         os.symlink(os.path.relpath(str(ckpt), str(link.parent)), str(link))
 
+    def link_ckpt_to_code(self) -> None:
+        """``checkpoint.dir: .`` (the script saves into its working folder): ``<job>/ckpt`` becomes a
+        link to the code, so resume, status, rotation and pull see those files (the spec's pattern
+        says which). What an earlier ``ckpt/`` held (a move brought it) goes into the code first."""
+        ckpt = self.job.ckpt
+        if ckpt.is_symlink():
+            return
+        if ckpt.is_dir():
+            for entry in sorted(os.listdir(str(ckpt))):
+                if not os.path.lexists(str(self.job.code / entry)):
+                    os.rename(str(ckpt / entry), str(self.job.code / entry))
+            shutil.rmtree(str(ckpt))
+        os.symlink("code", str(ckpt))
+
     def start_attempt(self, attempt: int) -> None:
         rel = self.spec.get("checkpoint_dir")
         if rel and not (rel.startswith("/") or rel.startswith("~")):
-            self.link_code_dir(rel)
+            if Path(rel).parts:
+                self.link_code_dir(rel)
+            else:
+                self.link_ckpt_to_code()
         resume = latest_resume(self.ckpt_dir(), self.spec.get("checkpoint_pattern"), self.job_pids)
         for k in ATTEMPT_END_FIELDS:  # the previous attempt's end is history (attempts, events)
             self.status.pop(k, None)
@@ -263,6 +280,22 @@ class Supervisor:
                          "batch_divisor": int(self.status.get("batch_divisor", 1))})
         self.set_state("running", attempt=attempt, child_pid=self.child.pid, started_at=self.status.get("started_at") or now())
         _events().started(self)
+
+    def note_stray_checkpoints(self) -> None:
+        """Checkpoints written where gpujob does not look (no checkpoint.dir): the log says how
+        to fix the job file once, since the next attempt gets no GPUJOB_RESUME from them."""
+        if self.status.get("stray_noted") or latest_resume(self.ckpt_dir(), self.spec.get("checkpoint_pattern")):
+            return
+        from remote.jobs import stray_checkpoints
+
+        try:
+            stray = stray_checkpoints(self.job, self.spec, self.status)
+        except Exception as e:  # a hint must never take the job down
+            agent_log(self.root, "{}: looking for checkpoints in the code failed: {}".format(self.job.id, e))
+            return
+        if stray:
+            self.status["stray_noted"] = True
+            self.log_marker(stray["advice"])
 
     def stop_requested(self) -> Optional[str]:
         if self.terminated:
@@ -432,6 +465,7 @@ class Supervisor:
             record = self.status["attempts"][-1]
             record.update(ended_at=now(), exit_code=rc)
             self.log_marker("attempt {} ended with exit code {}".format(attempt, rc))
+            self.note_stray_checkpoints()
             for w in self.watchers:
                 if isinstance(w, Rotator):
                     w.rotate(self)

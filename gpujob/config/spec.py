@@ -313,10 +313,13 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
         ckdir = ck.get("dir")
         if ckdir is not None and _want(ctx, ("checkpoint", "dir"), ckdir, str, "a folder"):
             rel = Path(ckdir)
-            if not (ckdir.startswith("/") or ckdir.startswith("~")) and (".." in rel.parts or not rel.parts
-                                                                          or rel.parts == (".",)):
+            if not (ckdir.startswith("/") or ckdir.startswith("~")) and ".." in rel.parts:
                 ctx.err(("checkpoint", "dir"), "a relative folder must lie inside the code (no '..'), e.g. outputs; "
                         "for storage every node sees give an absolute path such as /root/autodl-fs/ckpt")
+            elif not rel.parts and not ck.get("pattern"):  # the script saves into its working folder
+                ctx.err(("checkpoint", "dir"), "'.' (the code folder itself) needs a pattern naming the checkpoint "
+                        "files, so that no other file of the code counts (or is rotated away): "
+                        "checkpoint: {dir: ., pattern: 'ckpt_*.pt'}")
         pat = ck.get("pattern")
         if pat is not None and _want(ctx, ("checkpoint", "pattern"), pat, str, "a glob such as '*.pt'"):
             if pat.startswith("/") or ".." in Path(pat).parts:

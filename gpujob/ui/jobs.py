@@ -47,12 +47,15 @@ LAST_LINE_MIN, LAST_LINE_MAX = 12, 60
 
 
 def _ls_cells(j: dict[str, Any]) -> dict[str, str]:
+    from gpujob.usecases.watch import loss_key
+
     m = j.get("last_metrics") or {}
+    lk = j.get("loss_key") or loss_key(m)  # HF's train_loss, Lightning's train_loss, TensorBoard's Loss/train...
     return {
         "JOB": j.get("job_id", "?"), "HOST": j.get("host") or "-", "STATE": j.get("state", "?"),
         "QUEUE": f"#{j['queue_position']}" if j.get("queue_position") else "-",
         "ATTEMPT": str(j.get("attempt") or "-"), "ELAPSED": format_duration(elapsed_s(j)),
-        "STEP": str(m.get("step", "-")), "LOSS": _fmt(m.get("loss")),
+        "STEP": str(m.get("step", "-")), "LOSS": _fmt(m.get(lk)) if lk else "-",
         "LAST LINE": " ".join((j.get("last_line") or "").split()),  # its start: a line is read from the left
     }
 
@@ -191,6 +194,8 @@ def job_panel(j: dict[str, Any]) -> Any:
             about += [f"step {n['step']}"] if n.get("step") is not None else []
             what = escape(n["name"]) + (f" ({', '.join(about)})" if about else "")
         t.add_row("checkpoints", f"{len(done)} complete, newest {what}")
+    elif j.get("stray_checkpoints"):
+        t.add_row("checkpoints", f"[yellow]none where gpujob looks: {escape(j['stray_checkpoints']['advice'])}[/]")
     if j.get("last_line"):
         t.add_row("last line", escape(j["last_line"]))
     return t

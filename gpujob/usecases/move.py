@@ -121,7 +121,7 @@ def find_source(job_id: str, old: Agent | None, checkpoint_dir: str | None, why_
     src = _pulled_source(job_id)
     if src is not None:
         return src
-    if checkpoint_dir:
+    if checkpoint_dir and checkpoint_dir.startswith(("/", "~")):  # a relative one lived on the old host only
         return Source("shared", checkpoint_dir)
     raise GpujobError(
         f"cannot move {job_id}: its host {why_old}, no pulled copy of it is on this machine and its "

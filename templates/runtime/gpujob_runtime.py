@@ -498,6 +498,10 @@ def trainer_callback_class() -> Any:
             if should_stop():
                 control.should_save = True
                 control.should_training_stop = True
+                if not self.stopped_early and state.is_world_process_zero:  # the log says why training ended early
+                    print("[gpujob] stop requested: saving {} at step {}; stopping".format(
+                        os.path.join(str(args.output_dir), "checkpoint-{}".format(state.global_step)),
+                        state.global_step), flush=True)
                 self.stopped_early = True
             return control
 

@@ -14,6 +14,9 @@ Trainer:
   where the user's ``ModelCheckpoint`` writes (and refreshes its ``last.ckpt``), then sets
   ``trainer.should_stop``. It also copies the logged scalars to GPUJOB_METRICS_FILE.
 
+It also wraps ``Trainer.train`` / ``Trainer.fit``: a script that passes no checkpoint resumes
+from GPUJOB_RESUME (the job's newest complete one) on a restart or ``gpujob resume``.
+
 The first poll touches ``GPUJOB_STOP_FILE + ".watch"``, so the agent grants the stop grace
 instead of signalling. Nothing heavy is imported here: only what the Trainer module itself
 already loaded. A failure to patch is reported on stderr and leaves the script as it was.
@@ -49,6 +52,47 @@ def patch_module(kind: str, module: Any) -> None:
 
     setattr(__init__, MARK, True)
     trainer_cls.__init__ = __init__
+    _patch_resume(kind, trainer_cls)
+
+
+# where each Trainer takes the checkpoint to resume from: (method, keyword, its position after self)
+RESUME_ARG = {"hf": ("train", "resume_from_checkpoint", 0)}
+LIGHTNING_RESUME_ARG = ("fit", "ckpt_path", 4)
+_resumed = []  # type: list  # one automatic resume per process: the first train()/fit() only
+
+
+def _resume_path(kind: str) -> Optional[str]:
+    """GPUJOB_RESUME when it is a checkpoint this kind of Trainer loads (the job's own newest
+    complete one: set only on a restart or ``gpujob resume`` of a job that has checkpoints)."""
+    path = os.environ.get("GPUJOB_RESUME") or ""
+    if kind == "hf":
+        return path if path and os.path.isfile(os.path.join(path, "trainer_state.json")) else None
+    return path if path.endswith(".ckpt") and os.path.isfile(path) else None
+
+
+def _patch_resume(kind: str, trainer_cls: Any) -> None:
+    """A script that calls ``train()`` / ``fit()`` without a checkpoint still resumes on a
+    restart: the hook passes GPUJOB_RESUME. A checkpoint the script passes itself (even
+    ``False``) is left alone."""
+    name, keyword, position = RESUME_ARG.get(kind, LIGHTNING_RESUME_ARG)
+    original = getattr(trainer_cls, name, None)
+    if original is None or getattr(original, MARK, False):
+        return
+
+    @functools.wraps(original)
+    def wrapped(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not _resumed and len(args) <= position and kwargs.get(keyword) is None:
+            path = _resume_path(kind)
+            if path:
+                kwargs[keyword] = path
+                if int(os.environ.get("RANK", "0") or 0) == 0:
+                    print("[gpujob] resuming from {} (GPUJOB_RESUME; the script passed no {})".format(path, keyword),
+                          flush=True)
+        _resumed.append(True)
+        return original(self, *args, **kwargs)
+
+    setattr(wrapped, MARK, True)
+    setattr(trainer_cls, name, wrapped)
 
 
 def _runtime() -> Any:

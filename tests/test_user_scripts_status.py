@@ -1,0 +1,99 @@
+"""What ``gpujob status`` shows for users' scripts that never import gpujob: a loop that writes
+its loss only to TensorBoard (``SummaryWriter()``'s default ``runs/`` folder, named in the job
+file) has that loss in the job list's LOSS column, not only in ``status JOB``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.byo_helpers import QUIET
+from tests.conftest import run_cli
+from tests.helpers import needs, status, submit, wait_for, wait_state, write_job
+
+TB_LOOP = """
+    import torch
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter()  # runs/<date>_<host>
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(1, 31):
+        x = torch.randn(16, 4)
+        loss = torch.nn.functional.mse_loss(model(x), x.sum(1, keepdim=True))
+        opt.zero_grad(); loss.backward(); opt.step()
+        writer.add_scalar("Loss/train", loss.item(), step)
+    writer.close()
+"""
+
+
+def test_the_job_list_shows_a_loss_named_otherwise(isolated: Path, tmp_path: Path) -> None:
+    needs("torch", "tensorboard")
+    job = write_job(tmp_path, "tbloop", TB_LOOP, "python main.py", env=QUIET, tensorboard={"logdir": "runs"})
+    job_id = submit("local", job)["job_id"]
+    wait_state("local", job_id, ("succeeded", "failed"), 90, root=tmp_path / "local-root")
+    st = status("local", job_id)
+    assert st["state"] == "succeeded" and st["metrics_source"] == "tensorboard", st
+    last = st["last_metrics"]
+    assert last["step"] == 30 and "loss" not in last, last
+    r = run_cli("status", "--host", "local", env_extra={"COLUMNS": "200"})
+    assert r.returncode == 0, r.stderr
+    row = next(ln for ln in r.stdout.splitlines() if ln.startswith(job_id)).split()
+    header = next(ln for ln in r.stdout.splitlines() if ln.startswith("JOB")).split()
+    assert float(row[header.index("LOSS")]) == float(f"{last['Loss/train']:.4g}"), r.stdout
+
+
+# the tutorials' loop: the step count starts again each epoch
+TUTORIAL = """
+    import time, torch
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    num_epochs, total_step = 3, 8
+    for epoch in range(num_epochs):
+        for i in range(total_step):
+            x = torch.randn(16, 4)
+            loss = torch.nn.functional.mse_loss(model(x), x.sum(1, keepdim=True))
+            opt.zero_grad(); loss.backward(); opt.step()
+            time.sleep(0.2)
+            if (i + 1) % 2 == 0:
+                print(f"Epoch [{epoch + 1}/{num_epochs}], Step [{i + 1}/{total_step}], Loss: {loss.item():.4f}", flush=True)
+"""
+
+# one summary line per epoch, nothing per step
+EPOCHS_ONLY = """
+    import time, torch
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    EPOCHS = 24
+    for epoch in range(EPOCHS):
+        x = torch.randn(16, 4)
+        loss = torch.nn.functional.mse_loss(model(x), x.sum(1, keepdim=True))
+        opt.zero_grad(); loss.backward(); opt.step()
+        time.sleep(0.2)
+        print(f"Epoch {epoch}/{EPOCHS} | train loss={loss.item():.4f} | lr=0.05", flush=True)
+"""
+
+
+@pytest.mark.parametrize(("script", "total"), [(TUTORIAL, 24), (EPOCHS_ONLY, 24)], ids=["tutorial", "epochs"])
+def test_progress_and_eta_of_loops_that_count_by_epoch(isolated: Path, tmp_path: Path, script: str, total: int) -> None:
+    """Mid-run, status counts the run's steps (not the epoch's) against the run's total, with a
+    rate and an ETA."""
+    needs("torch")
+    job = write_job(tmp_path, "byepoch", script, "python main.py", env=QUIET)
+    job_id = submit("local", job)["job_id"]
+    seen: dict = {}
+
+    def past_one_epoch() -> bool:
+        seen.update(status("local", job_id))
+        step = (seen.get("latest_metrics") or {}).get("step")
+        return seen["state"] != "running" or (step is not None and step > 9 and seen["eta_s"] is not None)
+
+    wait_for(past_one_epoch, 60, lambda: str({k: seen.get(k) for k in ("state", "latest_metrics", "last_line")}))
+    assert seen["state"] == "running", seen
+    assert seen["max_steps"] == total and seen["eta_s"] is not None, seen
+    assert 0 < seen["eta_s"] < 60 and seen["latest_metrics"]["step"] < total, seen
+    # a step (an epoch) sleeps 0.2 s: no faster than that, though the log is read in batches
+    assert seen["steps_per_s"] <= 1 / 0.2 * 1.05, seen["steps_per_s"]
+    st = wait_state("local", job_id, ("succeeded", "failed"), 90, root=tmp_path / "local-root")
+    assert st["state"] == "succeeded" and st["last_metrics"]["step"] == total, st
