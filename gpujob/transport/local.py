@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 
-from gpujob.transport.base import Forward, PumpedStream, Result, Stream, Transport
+from gpujob.transport.base import (
+    Forward,
+    PumpedStream,
+    Result,
+    SocketTunnel,
+    Stream,
+    Transport,
+    Tunnel,
+    TunnelRefused,
+)
 
 
 class _LocalStream(PumpedStream):
@@ -49,3 +59,11 @@ class LocalTransport(Transport):
 
     def forward(self, remote_port: int, local_port: int = 0, remote_host: str = "127.0.0.1") -> Forward:
         return _NoForward(remote_port)
+
+    def connect(self, port: int, host: str = "127.0.0.1") -> Tunnel:
+        try:
+            sock = socket.create_connection((host, port), timeout=30)
+        except OSError as e:
+            raise TunnelRefused(f"nothing answers on {host}:{port}: {e}") from None
+        sock.settimeout(None)
+        return SocketTunnel(sock)

@@ -20,7 +20,16 @@ import paramiko
 
 from gpujob.backoff import backoff
 from gpujob.errors import ConnectError, HostKeyChanged
-from gpujob.transport.base import Forward, PumpedStream, Result, Stream, Transport, pump
+from gpujob.transport.base import (
+    Forward,
+    PumpedStream,
+    Result,
+    Stream,
+    Transport,
+    Tunnel,
+    TunnelRefused,
+    pump,
+)
 from gpujob.transport.endpoint import Endpoint, Target, as_endpoint
 
 # paramiko's transport thread logs the traceback of a failed handshake (no banner over a dead
@@ -237,6 +246,45 @@ class _SSHForward(Forward):
         self.sock.close()
 
 
+class _ChannelTunnel(Tunnel):
+    """A ``direct-tcpip`` channel read and written as files (no copy through a pipe)."""
+
+    def __init__(self, chan: paramiko.Channel) -> None:
+        self.chan = chan
+        self.rfile, self.wfile = chan.makefile("rb"), chan.makefile("wb")
+
+    def close_write(self) -> None:
+        try:
+            self.wfile.flush()
+            self.chan.shutdown_write()
+        except (OSError, EOFError):
+            pass
+
+    def settimeout(self, seconds: float | None) -> None:
+        self.chan.settimeout(seconds)
+
+    def close(self) -> None:
+        try:
+            self.chan.close()
+        except (EOFError, OSError, paramiko.SSHException):
+            pass
+
+
+def open_tunnel(tr: paramiko.Transport, host: str, port: int, timeout: float) -> paramiko.Channel:
+    """A ``direct-tcpip`` channel to ``host:port``; ``TunnelRefused`` when sshd refuses it
+    (``AllowTcpForwarding no``: administratively prohibited; nothing listening: connect failed)."""
+    try:
+        return tr.open_channel("direct-tcpip", (host, port), ("127.0.0.1", 0), timeout=timeout)
+    except paramiko.ChannelException as e:
+        raise TunnelRefused(f"the host refused a TCP channel to {host}:{port} ({e.text})") from None
+    except paramiko.SSHException as e:
+        # paramiko keeps one refusal per transport: of several opens refused at once, the others
+        # get a bare "Unable to open channel." while the connection stays up
+        if tr.is_active() and "Unable to open channel" in str(e):
+            raise TunnelRefused(f"the host refused a TCP channel to {host}:{port}") from None
+        raise
+
+
 AEAD = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
 
 
@@ -351,6 +399,14 @@ class SSHTransport(Transport):
 
     def stream(self, cmd: str) -> Stream:
         return _SSHStream(self._exec(cmd))
+
+    def connect(self, port: int, host: str = "127.0.0.1") -> Tunnel:
+        try:
+            return _ChannelTunnel(open_tunnel(self._transport, host, port, self.endpoint.connect_timeout))
+        except TunnelRefused:
+            raise
+        except (paramiko.SSHException, EOFError, OSError) as e:
+            raise ConnectError(f"the connection to {self.endpoint.address} dropped ({e})", "run the command again") from None
 
     def forward(self, remote_port: int, local_port: int = 0, remote_host: str = "127.0.0.1") -> Forward:
         return _SSHForward(self._transport, local_port, remote_host, remote_port)
