@@ -166,9 +166,13 @@ def cmd_range_serve(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     """Every range channel of one sync in this one process, over TCP connections on 127.0.0.1
     (remote/stream/ranges.py ``serve``): each speaks what a ``range`` command's stdin and stdout
     do, with its arguments in a header; ends when this command's stdin does."""
-    from remote.stream.ranges import serve
+    from remote.stream.ranges import held_files, serve
 
     root.ensure()
+    try:
+        files = json.loads(a.files or "[]")
+    except ValueError:
+        files = []
 
     def handle(head: Dict[str, Any], rfile: Any, wfile: Any) -> int:
         def out(doc: Any) -> None:
@@ -185,7 +189,7 @@ def cmd_range_serve(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
             out(result)
         return rc or 0
 
-    return serve(sys.stdin.buffer, sys.stdout.buffer, handle)
+    return serve(sys.stdin.buffer, sys.stdout.buffer, handle, {"have": held_files(root.root, files)})
 
 
 def cmd_reseal(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
@@ -466,7 +470,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--ranges", required=True, help="the ranges this channel carries: K,K,...")
     s.add_argument("--project")
     s.add_argument("--lease")
-    sub.add_parser("range_serve", help="every range channel of one sync, over TCP on 127.0.0.1 (a token first)")
+    s = sub.add_parser("range_serve", help="every range channel of one sync, over TCP on 127.0.0.1 (a token first)")
+    s.add_argument("--files", help='the large files coming: [["NAME", SIZE, SPAN], ...] (what is held of them is answered)')
     s = sub.add_parser("unlease")
     s.add_argument("--project", required=True)
     s.add_argument("--lease", required=True)

@@ -72,6 +72,13 @@ def measured_rtt(agent: Agent) -> float | None:
     return getattr(tr, "gpujob_rtt", None)
 
 
+def _login_rtt(agent: Agent) -> float | None:
+    """The round trip measured at login, if it is in (no new probe: see ``measured_rtt``)."""
+    client = getattr(agent.t, "client", None)
+    tr = client.get_transport() if client is not None else None
+    return getattr(tr, "gpujob_rtt", None) if tr is not None else None
+
+
 def channels_for(rtt: float | None, nranges: int) -> int:
     """Enough channels that channels × sshd's window per round trip covers ``RATE`` (4 where
     the round trip is unknown), at most ``MAX_CHANNELS`` and one per range."""
@@ -166,12 +173,24 @@ class _Server:
         self.lock = threading.Lock()
         self.s: Stream | None = None
         self.doc: dict[str, Any] = {}
+        self.files: list[list[Any]] = []  # [name, size, span] of the files coming: the first line says what is held
+        self.error: BaseException | None = None
         self.refused = os.environ.get("GPUJOB_RANGE_SERVE", "1") == "0"
 
-    def connect(self, t: Transport, head: dict[str, Any]) -> Stream | None:
+    def start(self) -> None:
+        """Start the process (once); its failure is raised to the channels that connect."""
         with self.lock:
-            if self.s is None and not self.refused:
-                self.s, self.doc = self.agent.stream_doc("range_serve", [], again=AGAIN)
+            if self.s is None and not self.refused and self.error is None:
+                try:
+                    files = ["--files", json.dumps(self.files[:50])] if self.files else []
+                    self.s, self.doc = self.agent.stream_doc("range_serve", files, again=AGAIN)
+                except BaseException as e:  # noqa: BLE001 - raised in each channel's thread
+                    self.error = e
+
+    def connect(self, t: Transport, head: dict[str, Any]) -> Stream | None:
+        self.start()
+        if self.error is not None:
+            raise self.error
         if self.refused:
             return None
         try:
@@ -218,6 +237,7 @@ class _Channel:
         self.root = agent.root
         self.opened: Agent | None = None
         self.have: dict[str, list[str]] = {}
+        self.unread = False  # the channel's own first line (what it holds) is still to be read
         self.opening: threading.Thread | None = None
         self.written = threading.Event()  # everything sent (or failed): the hashes are known
 
@@ -231,7 +251,11 @@ class _Channel:
                 self.agent.root = self.root
                 self.opened = self.agent
             served = self.server.connect(self.agent.t, self.head) if self.server is not None else None
-            if served is not None:
+            known = self.server.doc.get("have", {}).get(self.item.arcname) if served is not None else None
+            if served is not None and known is not None:  # the server's first line said: no round trip to ask
+                self.s, self.unread = served, True
+                doc = {"have": {str(k): known.get(str(k), []) for k in self.ks}}
+            elif served is not None:
                 self.s, doc = served, _first_doc(self.agent, served)
             else:
                 self.s, doc = self.agent.stream_doc("range", self.args, again=AGAIN)
@@ -262,11 +286,28 @@ class _Channel:
             out.write(stream.frame(b"E", {}))
             out.flush()
             self.written.set()
-            line = self.s.stdout.readline()
+            line = self._answer()
             if b'"done"' not in line:
                 self._failed(line)
+        except (OSError, EOFError) as e:  # the server may have refused the channel before reading it
+            line = self._answer() if self.unread else b""
+            self.error = e
+            if b'"error"' in line:
+                try:
+                    self._failed(line)
+                except GpujobError as refused:
+                    self.error = refused
         except BaseException as e:  # noqa: BLE001 - handed to the thread that started this one
             self.error = e
+
+    def _answer(self) -> bytes:
+        """The channel's next answer line, past its first (what it holds) if that is still unread."""
+        line = self.s.stdout.readline()
+        if self.unread:
+            self.unread = False
+            if b'"have"' in line:
+                line = self.s.stdout.readline()
+        return line
 
     def _range(self, fd: int, out: Any, k: int, remote: list[str]) -> None:
         """Range ``k``: its chunks the instance holds are checked here, the rest sent."""
@@ -343,15 +384,16 @@ class Preopened:
             return
         least = _env_int("GPUJOB_RANGE_MIN", RANGE_MIN)
         span = _env_int("GPUJOB_RANGE_SPAN", SPAN)
-        for t, rec in zip(trees, records):
-            for rel, st in [(r, st) for r, st in t.files.items() if st[0] >= least]:
-                k = rec.files.get(rel)
-                if k is not None and list(k[:4]) == list(st[:4]):
-                    continue  # as the host got it last time
-                it = stream.Item(t.arc(rel), t.path(rel), st[0], st[1], st[4])
-                chans = _channels(agent, it, span, measured_rtt(agent), args, self.server)
-                if len(chans) < 2:
-                    continue
+        items = [stream.Item(t.arc(rel), t.path(rel), st[0], st[1], st[4])
+                 for t, rec in zip(trees, records) for rel, st in t.files.items()
+                 if st[0] >= least and list(rec.files.get(rel, [])[:4]) != list(st[:4])]  # not as the host got it last
+        self.server.files = [[it.arcname, it.size, span] for it in items]
+        if any(channels_for(_login_rtt(agent), ranges.layout(it.size, span)) > 1 for it in items):
+            # started during the round trip measured next (at 150 ms its exec is the longest wait before the data)
+            threading.Thread(target=self.server.start, name="gpujob-range-serve", daemon=True).start()
+        for it in items:
+            chans = _channels(agent, it, span, measured_rtt(agent), args, self.server)
+            if len(chans) >= 2:
                 for c in chans:
                     c.opening = threading.Thread(target=c.open, name="gpujob-range-open", daemon=True)
                     c.opening.start()

@@ -21,7 +21,8 @@ transfer leaves the part file and its range sidecars, never a file under the fin
 ``serve``: one process per sync serving every channel, reached over SSH ``direct-tcpip``
 channels (no login shell and no Python start per channel: on a far link each ``range``
 command answered 0.9–2.3 s after it was opened). It listens on 127.0.0.1, writes one line
-``{"port", "token"}`` on its stdout (the encrypted exec channel: the token is in no argv, log
+``{"port", "token", "have"}`` on its stdout (``have``: what a channel's first line would say,
+for every range of the files named in ``--files``, so the channels send without waiting for it) (the encrypted exec channel: the token is in no argv, log
 or file) and serves each connection in a thread: the token line, a header line (what a
 ``range`` command takes as arguments), then exactly a channel's stream as above, and last a
 line ``{"exit": N}`` (what the command's exit status said). Its stdin reaching EOF (the
@@ -78,6 +79,26 @@ def read_range(target: Any, size: int, span: int, k: int) -> List[str]:
     except (OSError, ValueError, AttributeError, TypeError):
         pass
     return []
+
+
+def held(target: Any, size: int, span: int, ks: List[int]) -> Dict[int, List[str]]:
+    """What the instance holds verified of ranges ``ks`` of ``target``."""
+    return {k: read_range(target, size, span, k) for k in ks}
+
+
+def held_files(base: Path, files: Any) -> Dict[str, Dict[str, List[str]]]:
+    """For ``serve``'s first line: every range held of each ``[name, size, span]`` the laptop
+    announced (a name that is not a safe path under ``base`` is left out)."""
+    out = {}  # type: Dict[str, Dict[str, List[str]]]
+    for f in files if isinstance(files, list) else []:
+        try:
+            name, size, span = f
+            parent, leaf = Guard(base, True).place(name)
+            have = held(parent + "/" + leaf, size, span, list(range(layout(size, span))))
+        except (TypeError, ValueError, AttributeError, TransferError, OSError):
+            continue
+        out[name] = {str(k): v for k, v in have.items()}
+    return out
 
 
 def save_range(target: Any, size: int, span: int, k: int, chunks: List[str]) -> None:
@@ -152,7 +173,7 @@ def receive_ranges(base: Path, name: str, size: int, span: int, ks: List[int], s
     parent, leaf = Guard(base, True).place(name)
     os.makedirs(parent, exist_ok=True)
     target = parent + "/" + leaf
-    have = {k: read_range(target, size, span, k) for k in ks}
+    have = held(target, size, span, ks)
     stdout.write((json.dumps({"have": {str(k): v for k, v in have.items()}}) + "\n").encode())
     stdout.flush()
     src = _Exact(stdin)
@@ -299,10 +320,11 @@ HELLO_WAIT = float(os.environ.get("GPUJOB_RANGE_HELLO_WAIT", "10"))  # seconds t
 
 
 def serve(control_in: IO[bytes], control_out: IO[bytes],
-          handle: Callable[[Dict[str, Any], IO[bytes], IO[bytes]], int]) -> Dict[str, Any]:
+          handle: Callable[[Dict[str, Any], IO[bytes], IO[bytes]], int], first: Dict[str, Any]) -> Dict[str, Any]:
     """Serve range channels until ``control_in`` ends (see the module doc): ``handle(header,
-    rfile, wfile)`` speaks one channel and returns its exit status. At the end the listener
-    and every open connection are shut (their receivers record what arrived verified)."""
+    rfile, wfile)`` speaks one channel and returns its exit status; ``first`` goes in the first
+    line too. At the end the listener and every open connection are shut (their receivers
+    record what arrived verified)."""
     token = secrets.token_hex(24)
     srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     srv.bind(("127.0.0.1", 0))
@@ -333,7 +355,7 @@ def serve(control_in: IO[bytes], control_out: IO[bytes],
             t.start()
 
     threading.Thread(target=accept, name="gpujob-range-accept", daemon=True).start()
-    control_out.write((json.dumps({"port": srv.getsockname()[1], "token": token}) + "\n").encode())
+    control_out.write((json.dumps(dict(first, port=srv.getsockname()[1], token=token)) + "\n").encode())
     control_out.flush()
     try:
         while control_in.read(4096):  # nothing is expected: EOF is the signal
