@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from gpujob.config.hosts import HostStore
 from gpujob.errors import GpujobError
+from gpujob.transport import connect
 from gpujob.usecases.ranges import Preopened, ranges, stream, upload_ranged
 from tests.conftest import job_processes_under
 from tests.helpers import wait_for
@@ -122,7 +124,11 @@ def test_a_connection_without_the_token_is_dropped(tmp_path: Path) -> None:
         assert answer(doc["port"], head) == b""  # none: the header comes first
         assert answer(doc["port"], b"") == b""  # nothing within the deadline
         assert not (tmp_path / "remote-root" / "data" / "t").exists()
-        assert json.loads(answer(doc["port"], token.encode() + b"\n" + head)) == {"have": {"0": []}}
+        tunnel = connect(HostStore().get("local")).connect(doc["port"])  # the local host's plain socket
+        tunnel.wfile.write(token.encode() + b"\n" + head)
+        tunnel.wfile.flush()
+        assert json.loads(tunnel.rfile.readline()) == {"have": {"0": []}}
+        tunnel.close()
     finally:
         p.stdin.close()
         p.wait(30)

@@ -5,16 +5,8 @@ from __future__ import annotations
 import socket
 import subprocess
 
-from gpujob.transport.base import (
-    Forward,
-    PumpedStream,
-    Result,
-    SocketTunnel,
-    Stream,
-    Transport,
-    Tunnel,
-    TunnelRefused,
-)
+from gpujob.transport import base
+from gpujob.transport.base import Forward, PumpedStream, Result, Stream, Transport
 
 
 class _LocalStream(PumpedStream):
@@ -60,10 +52,10 @@ class LocalTransport(Transport):
     def forward(self, remote_port: int, local_port: int = 0, remote_host: str = "127.0.0.1") -> Forward:
         return _NoForward(remote_port)
 
-    def connect(self, port: int, host: str = "127.0.0.1") -> Tunnel:
+    def connect(self, port: int, host: str = "127.0.0.1") -> base.Tunnel:
         try:
             sock = socket.create_connection((host, port), timeout=30)
         except OSError as e:
-            raise TunnelRefused(f"nothing answers on {host}:{port}: {e}") from None
+            raise base.TunnelRefused(f"nothing answers on {host}:{port}: {e}") from None
         sock.settimeout(None)
-        return SocketTunnel(sock)
+        return base.SocketTunnel(sock)
