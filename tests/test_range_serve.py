@@ -195,3 +195,23 @@ def test_without_tcp_forwarding_the_channels_are_range_commands(ssh_host: str, t
     assert pre.server.refused and skipped == 0
     assert (tmp_path / "remote-root" / "data" / "ds" / "big.bin").read_bytes() == blob
     wait_for(lambda: not servers(tmp_path), 30, "the unused range server to exit")
+
+
+def test_a_channel_opened_before_the_round_trip_was_measured_gets_the_full_window(ssh_host: str, sshd) -> None:
+    """A download that is the connection's first command (``pull``) opens its channel before the
+    round trip probe answers: it is granted RTT × 1 Gbit once the answer is in, not left at 2 MB."""
+    from dataclasses import replace
+
+    from gpujob.transport.ssh import WINDOW_MIN, SSHTransport
+
+    link = linkemu().Link(sshd.port, delay_ms=20)  # 40 ms round trips: a 5 MB window
+    try:
+        t = SSHTransport(replace(HostStore().get(ssh_host), port=link.port))
+        s = t.stream("cat")  # at once, as pull's send does
+        wait_for(lambda: s.chan.in_window_size > 2 * WINDOW_MIN, 10, "the window to be granted")
+        s.stdin.write(b"still a working channel\n")
+        s.close_stdin()
+        assert s.stdout.read() == b"still a working channel\n" and s.wait(10) == 0
+        t.close()
+    finally:
+        link.close()

@@ -338,11 +338,35 @@ def probe_rtt(tr: paramiko.Transport, timeout: float = 5.0) -> float | None:
         least = min(rtt, getattr(tr, "gpujob_rtt", rtt))
         tr.gpujob_rtt = least  # type: ignore[attr-defined]
         tr.default_window_size = int(min(WINDOW_MAX, max(WINDOW_MIN, least * WINDOW_RATE)))
+        threading.Thread(target=grow_windows, args=(tr, tr.default_window_size, timeout), name="gpujob-window",
+                         daemon=True).start()
 
     th = threading.Thread(target=probe, name="gpujob-rtt", daemon=True)
     th.start()
     th.join(timeout)
     return rtts[0] if rtts else None
+
+
+def grow_windows(tr: paramiko.Transport, size: int, timeout: float) -> None:
+    """Grant the channels opened before the round trip was known (a first command that is a
+    download: its channel opens at once) the rest of ``size`` with one window adjust each, as
+    paramiko grants what was read; one still opening gets it once its open is confirmed."""
+    for chan in tr._channels.values():
+        if not chan.active:
+            chan.event.wait(timeout)
+        with chan.lock:
+            extra = size - chan.in_window_size
+            if extra <= 0 or chan.closed or not chan.active or chan.eof_received:
+                continue
+            chan.in_window_size, chan.in_window_threshold = size, size // 10
+        m = paramiko.Message()
+        m.add_byte(paramiko.common.cMSG_CHANNEL_WINDOW_ADJUST)
+        m.add_int(chan.remote_chanid)
+        m.add_int(extra)
+        try:
+            tr._send_user_message(m)
+        except (OSError, EOFError, paramiko.SSHException):
+            return
 
 
 class SSHTransport(Transport):
