@@ -99,10 +99,10 @@ def test_a_cut_served_upload_resumes_sending_only_the_missing_chunks(ssh_host: s
     assert skipped >= 2 * CHUNK  # the verified chunks were not sent again
 
 
-def start_local_server(tmp_path: Path) -> tuple[subprocess.Popen, dict]:
+def start_local_server(tmp_path: Path, *args: str) -> tuple[subprocess.Popen, dict]:
     """The instance side on this machine, reached by plain TCP as sshd's forwarding reaches it."""
     env = dict(os.environ, PYTHONPATH=str(REPO), GPUJOB_RANGE_HELLO_WAIT="1")
-    p = subprocess.Popen([sys.executable, "-m", "remote", "--root", str(tmp_path / "remote-root"), "range_serve"],
+    p = subprocess.Popen([sys.executable, "-m", "remote", "--root", str(tmp_path / "remote-root"), "range_serve", *args],
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
     return p, json.loads(p.stdout.readline())
 
@@ -115,8 +115,10 @@ def answer(port: int, hello: bytes) -> bytes:
 
 
 def test_a_connection_without_the_token_is_dropped(tmp_path: Path) -> None:
-    p, doc = start_local_server(tmp_path)
+    files = [["../outside.bin", 100, 1], ["data/t/f.bin", 2 * CHUNK, 1]]
+    p, doc = start_local_server(tmp_path, "--files", json.dumps(files))
     try:
+        assert doc["have"] == {"data/t/f.bin": {"0": [], "1": []}}  # what is held, of safe names only
         token = doc["token"]
         assert len(token) >= 32 and token.encode() not in Path(f"/proc/{p.pid}/cmdline").read_bytes()
         head = json.dumps({"name": "data/t/f.bin", "size": 100, "span": 1, "ranges": "0"}).encode() + b"\n"

@@ -467,7 +467,8 @@ class MuxTransport(Transport):
             if doc and doc.get("opened"):
                 return SocketTunnel(mine)
             mine.close()
-            if doc and doc.get("refused"):
+            if doc and (doc.get("refused") or str(doc.get("error", "")).startswith("unknown request")):
+                # refused by sshd, or a daemon of an older gpujob still holding the connection
                 raise TunnelRefused(doc.get("error", f"the host refused a TCP channel to {host}:{port}"))
             if doc and not doc.get("stale"):
                 _raise_doc(doc)
