@@ -8,7 +8,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Dict, Iterator, List
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from remote import AGENT_PROTOCOL, jobs, locks, procs
 from remote.jobs import AgentError
@@ -539,7 +539,7 @@ def build_parser() -> argparse.ArgumentParser:
 STREAMING = {"send", "logs", "serve", "range_serve"}  # range_serve: its stdout may be gone at the end
 
 
-def _handled(root: Root, verb: str, call: Any, out: Any) -> Any:
+def _handled(root: Root, verb: str, call: Any, out: Any) -> Tuple[Optional[int], Any]:
     """``call()``'s result as ``(None, result)``; an error is written with ``out`` as its
     document and gives ``(exit status, None)``."""
     try:
