@@ -8,7 +8,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Dict, Iterator, List
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from remote import AGENT_PROTOCOL, jobs, locks, procs
 from remote.jobs import AgentError
@@ -139,6 +139,10 @@ def cmd_receive(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
 
 def cmd_range(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     """One channel of a large file's ranged upload (remote/stream/ranges.py)."""
+    return _range(root, a, sys.stdin.buffer, sys.stdout.buffer)
+
+
+def _range(root: Root, a: argparse.Namespace, stdin: Any, stdout: Any) -> Dict[str, Any]:
     from remote.stream.ranges import receive_ranges
 
     root.ensure()
@@ -151,8 +155,41 @@ def cmd_range(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
                 raise _lease_lost(a)
             yield
 
-    return receive_ranges(root.root, a.name, a.size, a.span, ks, sys.stdin.buffer, sys.stdout.buffer,
+    return receive_ranges(root.root, a.name, a.size, a.span, ks, stdin, stdout,
                           transfer.hash_cache(root.root), hold if a.lease else None)
+
+
+RANGE_HEADER = {"name": str, "size": int, "span": int, "ranges": str, "project": str, "lease": str}
+
+
+def cmd_range_serve(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+    """Every range channel of one sync in this one process, over TCP connections on 127.0.0.1
+    (remote/stream/ranges.py ``serve``): each speaks what a ``range`` command's stdin and stdout
+    do, with its arguments in a header; ends when this command's stdin does."""
+    from remote.stream.ranges import held_files, serve
+
+    root.ensure()
+    try:
+        files = json.loads(a.files or "[]")
+    except ValueError:
+        files = []
+
+    def handle(head: Dict[str, Any], rfile: Any, wfile: Any) -> int:
+        def out(doc: Any) -> None:
+            wfile.write((json.dumps(doc, sort_keys=True) + "\n").encode())
+            wfile.flush()
+
+        ns = argparse.Namespace(**{k: head.get(k) if isinstance(head.get(k), t) else None for k, t in RANGE_HEADER.items()})
+        if ns.name is None or ns.size is None or ns.span is None or ns.ranges is None:
+            out({"error": "a range channel's header lacks name, size, span or ranges", "remedy": "upgrade gpujob",
+                 "code": "agent_error"})
+            return 2
+        rc, result = _handled(root, "range", lambda: _range(root, ns, rfile, wfile), out)
+        if rc is None:
+            out(result)
+        return rc or 0
+
+    return serve(sys.stdin.buffer, sys.stdout.buffer, handle, {"have": held_files(root.root, files)})
 
 
 def cmd_reseal(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
@@ -434,6 +471,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--ranges", required=True, help="the ranges this channel carries: K,K,...")
     s.add_argument("--project")
     s.add_argument("--lease")
+    s = sub.add_parser("range_serve", help="every range channel of one sync, over TCP on 127.0.0.1 (a token first)")
+    s.add_argument("--files", help='the large files coming: [["NAME", SIZE, SPAN], ...] (what is held of them is answered)')
     s = sub.add_parser("unlease")
     s.add_argument("--project", required=True)
     s.add_argument("--lease", required=True)
@@ -498,7 +537,24 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-STREAMING = {"send", "logs", "serve"}
+STREAMING = {"send", "logs", "serve", "range_serve"}  # range_serve: its stdout may be gone at the end
+
+
+def _handled(root: Root, verb: str, call: Any, out: Any) -> Tuple[Optional[int], Any]:
+    """``call()``'s result as ``(None, result)``; an error is written with ``out`` as its
+    document and gives ``(exit status, None)``."""
+    try:
+        return None, call()
+    except AgentError as e:
+        out({"error": e.message, "remedy": e.remedy, "code": e.code})
+        return 3, None
+    except BrokenPipeError:
+        return 0, None
+    except Exception as e:
+        agent_log(root, "verb {} failed: {}\n{}".format(verb, e, traceback.format_exc()))
+        out({"error": "agent error in {}: {}".format(verb, e), "remedy": "see {}".format(root.agent_log),
+             "code": "agent_error"})
+        return 4, None
 
 
 def main(argv: List[str]) -> int:
@@ -507,7 +563,7 @@ def main(argv: List[str]) -> int:
     root = Root(args.root)
     load_agent_env(root)
     handler = globals()["cmd_" + args.verb]
-    if args.verb not in ("run", "notify_lost", "idle_watch", "serve", "reseal", "range"):  # range: a sync's extra channels
+    if args.verb not in ("run", "notify_lost", "idle_watch", "serve", "reseal", "range", "range_serve"):  # a sync's extra channels
         from remote import lost  # a job found lost is announced once, by a detached sender
 
         lost.spawn_lost_check(root)
@@ -517,18 +573,9 @@ def main(argv: List[str]) -> int:
             power.revive_idle_watch(root)
         except Exception as e:  # never let it block the verb
             agent_log(root, "could not restart the idle watcher: {}".format(e))
-    try:
-        result = handler(root, args)
-    except AgentError as e:
-        _out({"error": e.message, "remedy": e.remedy, "code": e.code})
-        return 3
-    except BrokenPipeError:
-        return 0
-    except Exception as e:
-        agent_log(root, "verb {} failed: {}\n{}".format(args.verb, e, traceback.format_exc()))
-        _out({"error": "agent error in {}: {}".format(args.verb, e), "remedy": "see {}".format(root.agent_log),
-              "code": "agent_error"})
-        return 4
+    rc, result = _handled(root, args.verb, lambda: handler(root, args), _out)
+    if rc is not None:
+        return rc
     if args.verb == "run":
         return int(result or 0)
     if args.verb not in STREAMING:

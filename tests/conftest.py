@@ -53,7 +53,8 @@ class Sshd:
         return f"ssh -p {self.port} {os.environ.get('USER', 'root')}@127.0.0.1"
 
 
-def start_sshd(base: Path, host_key: Path | None = None, port: int | None = None, max_sessions: int = 50) -> Sshd:
+def start_sshd(base: Path, host_key: Path | None = None, port: int | None = None, max_sessions: int = 50,
+               tcp_forwarding: bool = True) -> Sshd:
     """Start sshd on 127.0.0.1 with its own host key and authorized_keys file."""
     if SSHD is None:
         if os.environ.get("CI"):
@@ -71,7 +72,8 @@ def start_sshd(base: Path, host_key: Path | None = None, port: int | None = None
     cfg.write_text(
         f"Port {port}\nListenAddress 127.0.0.1\nHostKey {host_key}\nAuthorizedKeysFile {ak}\n"
         f"PidFile {base / 'sshd.pid'}\nStrictModes no\nUsePAM no\nPasswordAuthentication no\n"
-        "KbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\nAllowTcpForwarding yes\n"
+        "KbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\n"
+        f"AllowTcpForwarding {'yes' if tcp_forwarding else 'no'}\n"
         f"ClientAliveInterval 0\nMaxSessions {max_sessions}\nMaxStartups 50\n"
         # login shells of this image run `pyenv rehash`, which waits up to 60 s on a lock
         # when many sessions start at once
@@ -216,8 +218,9 @@ def mux_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 
 
 @pytest.fixture
-def sshd(tmp_path: Path) -> Iterator[Sshd]:
-    s = start_sshd(tmp_path / "sshd")
+def sshd(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Sshd]:
+    """The test's sshd; ``parametrize("sshd", [{"tcp_forwarding": False}], indirect=True)`` passes options."""
+    s = start_sshd(tmp_path / "sshd", **getattr(request, "param", {}))
     yield s
     stop_sshd(s)
 

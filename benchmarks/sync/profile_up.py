@@ -4,7 +4,8 @@ emulator.
 
     python benchmarks/sync/profile_up.py [--mb 256] [--rtt-ms 0] [--mbit 0] [--top 25]
 
-``GPUJOB_RANGE_CHANNELS`` / ``GPUJOB_RANGE_CONNECTIONS=own`` choose the channels as in a sync.
+``GPUJOB_RANGE_CHANNELS`` / ``GPUJOB_RANGE_CONNECTIONS=own`` choose the channels as in a sync;
+``GPUJOB_RANGE_SERVE=0`` makes them ``range`` commands instead of connections to one server.
 """
 
 from __future__ import annotations
@@ -71,13 +72,12 @@ def main() -> None:
     import paramiko
     from linkemu import LinkProcess
 
-    from gpujob import ranges
     from gpujob.config.hosts import Host
+    from gpujob.config.keys import public_key_line
     from gpujob.config.spec import DataEntry, JobSpec
     from gpujob.transport import connect
     from gpujob.transport.agent import Agent
-    from gpujob.transport.ssh import public_key_line
-    from gpujob.usecases import sync
+    from gpujob.usecases import ranges, sync
     from gpujob.usecases.sync import sync_job
     from tests.conftest import start_sshd, stop_sshd
 
@@ -86,7 +86,9 @@ def main() -> None:
     sync.upload_ranged = timed("ranged upload", sync.upload_ranged)
     sync.upload = timed("stream upload", sync.upload)
     ranges._commit = timed("commit", ranges._commit)
-    Agent.stream_doc = timed("channel opens", Agent.stream_doc)
+    Agent.stream_doc = timed("command opens", Agent.stream_doc)
+    ranges._Server.connect = timed("served channel connects", ranges._Server.connect)
+    ranges._first_doc = timed("served channel answers", ranges._first_doc)
     ranges._Channel.run = profiled(ranges._Channel.run)
     sshd = start_sshd(work / "sshd")
     link = None

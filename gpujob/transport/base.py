@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 import os
+import socket
 import threading
 from dataclasses import dataclass
 from typing import IO, Callable
@@ -130,6 +131,59 @@ class Forward(abc.ABC):
         """Stop listening and close every forwarded connection."""
 
 
+class TunnelRefused(OSError):
+    """The host's sshd would not open a TCP channel (``AllowTcpForwarding no``, nothing listening)."""
+
+
+class Tunnel(abc.ABC):
+    """A byte stream to a port on the host, over the transport's own connection."""
+
+    rfile: IO[bytes]  # readline, read
+    wfile: IO[bytes]
+
+    @abc.abstractmethod
+    def close_write(self) -> None:
+        """Send EOF (the peer reads b""), keep reading."""
+
+    @abc.abstractmethod
+    def settimeout(self, seconds: float | None) -> None:
+        """Reads wait at most this long (``socket.timeout`` after)."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Drop the stream both ways."""
+
+
+class SocketTunnel(Tunnel):
+    """A tunnel that is a local socket (a TCP connection, or the end of a pair a daemon pumps)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.rfile, self.wfile = sock.makefile("rb"), sock.makefile("wb")
+
+    def close_write(self) -> None:
+        try:
+            self.wfile.flush()
+            self.sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+    def settimeout(self, seconds: float | None) -> None:
+        self.sock.settimeout(seconds)
+
+    def close(self) -> None:
+        for f in (self.wfile, self.rfile):
+            try:
+                f.close()
+            except OSError:
+                pass
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)  # a reader blocked in another thread wakes
+        except OSError:
+            pass
+        self.sock.close()
+
+
 class Transport(abc.ABC):
     """One connection to a host. Everything above speaks only to this."""
 
@@ -149,6 +203,12 @@ class Transport(abc.ABC):
     @abc.abstractmethod
     def forward(self, remote_port: int, local_port: int = 0, remote_host: str = "127.0.0.1") -> Forward:
         """Listen on 127.0.0.1:local_port (0 = any free) and forward to remote_host:remote_port."""
+
+    @abc.abstractmethod
+    def connect(self, port: int, host: str = "127.0.0.1") -> Tunnel:
+        """A byte stream to ``host:port`` as the host sees it, over this connection (an SSH
+        ``direct-tcpip`` channel: no shell, no process started there). ``TunnelRefused`` when
+        the host's sshd will not open one."""
 
     def serve_call(self, serve_cmd: str, argv: list[str], timeout: float | None = None,
                    input: bytes | None = None) -> Result | None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 
+from gpujob.transport import base
 from gpujob.transport.base import Forward, PumpedStream, Result, Stream, Transport
 
 
@@ -49,3 +51,11 @@ class LocalTransport(Transport):
 
     def forward(self, remote_port: int, local_port: int = 0, remote_host: str = "127.0.0.1") -> Forward:
         return _NoForward(remote_port)
+
+    def connect(self, port: int, host: str = "127.0.0.1") -> base.Tunnel:
+        try:
+            sock = socket.create_connection((host, port), timeout=30)
+        except OSError as e:
+            raise base.TunnelRefused(f"nothing answers on {host}:{port}: {e}") from None
+        sock.settimeout(None)
+        return base.SocketTunnel(sock)

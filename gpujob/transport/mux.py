@@ -34,7 +34,16 @@ from pathlib import Path
 from typing import Any
 
 from gpujob.errors import ConnectError, GpujobError, HostKeyChanged
-from gpujob.transport.base import Forward, PumpedStream, Result, Stream, Transport
+from gpujob.transport.base import (
+    Forward,
+    PumpedStream,
+    Result,
+    SocketTunnel,
+    Stream,
+    Transport,
+    Tunnel,
+    TunnelRefused,
+)
 from gpujob.transport.endpoint import Endpoint, Target, as_endpoint
 
 ERRORS = {"ConnectError": ConnectError, "HostKeyChanged": HostKeyChanged}
@@ -441,6 +450,31 @@ class MuxTransport(Transport):
         if "error" in doc:
             _raise_doc(doc)
         return Result(int(doc["rc"]), doc.get("out", "").encode(), doc.get("err", "").encode())
+
+    def connect(self, port: int, host: str = "127.0.0.1") -> Tunnel:
+        """A ``direct-tcpip`` channel on the daemon's connection, pumped into one end of a
+        socket pair whose other end this process gets."""
+        for attempt in (0, 1):
+            mine, theirs = socket.socketpair()
+            try:
+                ctrl = _request(self.daemon.path, {"op": "tcp", "host": host, "port": port}, [theirs.fileno()])
+                doc = _read_line(ctrl)
+                ctrl.close()
+            except (OSError, ValueError):
+                doc = None
+            finally:
+                theirs.close()
+            if doc and doc.get("opened"):
+                return SocketTunnel(mine)
+            mine.close()
+            if doc and (doc.get("refused") or str(doc.get("error", "")).startswith("unknown request")):
+                # refused by sshd, or a daemon of an older gpujob still holding the connection
+                raise TunnelRefused(doc.get("error", f"the host refused a TCP channel to {host}:{port}"))
+            if doc and not doc.get("stale"):
+                _raise_doc(doc)
+            if attempt == 0 and self.daemon.ensure():  # the kept connection had died: open a fresh one
+                continue
+        raise ConnectError(f"the connection to {self.endpoint.address} dropped", "check the network and run the command again")
 
     def _direct_transport(self) -> Transport:
         """A connection of this process's own (forwards; commands the server will not multiplex)."""

@@ -11,6 +11,10 @@ socket connection, a JSON line:
   (-1: the link went down first). The client closing the socket ends the command.
 - ``call``: a quick agent verb in the kept ``serve`` process for that agent command line;
   answers ``{"rc", "out", "err"}``.
+- ``tcp`` (one end of a socket pair attached): opens a ``direct-tcpip`` channel to
+  ``host:port`` on the connection, answers ``{"opened": true}`` (or ``{"refused": true,
+  "error"}`` when sshd will not) and pumps the channel through the socket until both ends
+  are closed.
 - ``ping`` and ``exit``.
 
 A request that cannot open a channel answers ``{"stale": true}`` and the daemon leaves, so
@@ -35,10 +39,10 @@ import gpujob.transport.paramiko_load  # noqa: F401  (first: paramiko without in
 import paramiko
 # isort: on
 
-from gpujob.transport.base import pump
+from gpujob.transport.base import TunnelRefused, pump
 from gpujob.transport.endpoint import Endpoint
 from gpujob.transport.mux import describe_error
-from gpujob.transport.ssh import open_client
+from gpujob.transport.ssh import open_client, open_tunnel
 
 PROBE_AFTER = float(os.environ.get("GPUJOB_MUX_PROBE_AFTER", "20"))  # quiet seconds before a ping checks the link
 # while a request is open, seconds with no byte from the server before a probe asks whether the
@@ -161,6 +165,9 @@ class Daemon:
             elif op == "exec" and len(fds) == 3:
                 mine, fds = fds, []  # _exec owns (and closes) them from here
                 self._exec(conn, str(req["cmd"]), *mine)
+            elif op == "tcp" and len(fds) == 1:
+                sock, fds = socket.socket(fileno=fds[0]), []
+                self._tcp(conn, str(req.get("host", "127.0.0.1")), int(req["port"]), sock)
             elif op == "call":
                 self._call(conn, str(req["serve"]), [str(a) for a in req["argv"]], req.get("timeout"), req.get("input"))
             else:
@@ -290,6 +297,22 @@ class Daemon:
         except OSError:
             pass
 
+    # ---- tcp: a direct-tcpip channel pumped through a socket the client holds the other end of
+    def _tcp(self, conn: socket.socket, host: str, port: int, sock: socket.socket) -> None:
+        try:
+            chan = open_tunnel(self.tr, host, port, self.endpoint.connect_timeout)
+        except TunnelRefused as e:
+            sock.close()
+            _send(conn, {"refused": True, "error": str(e)})
+            return
+        except (paramiko.SSHException, EOFError, OSError):
+            sock.close()
+            self._stale(conn)
+            return
+        _send(conn, {"opened": True})
+        conn.close()
+        _splice(sock, chan)
+
     # ---- call: a quick verb in the kept serve process ----------------------------------
     def _call(self, conn: socket.socket, cmd: str, argv: list[str], timeout: float | None,
               data: str | None = None) -> None:
@@ -367,6 +390,34 @@ def _watch_client(conn: socket.socket, chan: paramiko.Channel) -> None:
     except OSError:
         pass
     chan.close()
+
+
+def _splice(sock: socket.socket, chan: paramiko.Channel) -> None:
+    """Copy bytes both ways between ``sock`` and ``chan``; EOF on one side is passed on as EOF,
+    and both close once both directions ended (an error on either drops both)."""
+
+    def up() -> None:  # the client's bytes to the host
+        try:
+            for data in iter(lambda: sock.recv(65536), b""):
+                chan.sendall(data)
+            chan.shutdown_write()
+        except (OSError, EOFError, paramiko.SSHException):
+            chan.close()
+
+    t = threading.Thread(target=up, name="gpujob-mux-tcp", daemon=True)
+    t.start()
+    try:
+        for data in iter(lambda: chan.recv(65536), b""):
+            sock.sendall(data)
+    except (OSError, EOFError, paramiko.SSHException):
+        pass
+    try:
+        sock.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
+    t.join()
+    chan.close()
+    sock.close()
 
 
 def _pump_in(chan: paramiko.Channel, fd: int) -> None:

@@ -20,7 +20,16 @@ import paramiko
 
 from gpujob.backoff import backoff
 from gpujob.errors import ConnectError, HostKeyChanged
-from gpujob.transport.base import Forward, PumpedStream, Result, Stream, Transport, pump
+from gpujob.transport.base import (
+    Forward,
+    PumpedStream,
+    Result,
+    Stream,
+    Transport,
+    Tunnel,
+    TunnelRefused,
+    pump,
+)
 from gpujob.transport.endpoint import Endpoint, Target, as_endpoint
 
 # paramiko's transport thread logs the traceback of a failed handshake (no banner over a dead
@@ -237,6 +246,45 @@ class _SSHForward(Forward):
         self.sock.close()
 
 
+class _ChannelTunnel(Tunnel):
+    """A ``direct-tcpip`` channel read and written as files (no copy through a pipe)."""
+
+    def __init__(self, chan: paramiko.Channel) -> None:
+        self.chan = chan
+        self.rfile, self.wfile = chan.makefile("rb"), chan.makefile("wb")
+
+    def close_write(self) -> None:
+        try:
+            self.wfile.flush()
+            self.chan.shutdown_write()
+        except (OSError, EOFError):
+            pass
+
+    def settimeout(self, seconds: float | None) -> None:
+        self.chan.settimeout(seconds)
+
+    def close(self) -> None:
+        try:
+            self.chan.close()
+        except (EOFError, OSError, paramiko.SSHException):
+            pass
+
+
+def open_tunnel(tr: paramiko.Transport, host: str, port: int, timeout: float) -> paramiko.Channel:
+    """A ``direct-tcpip`` channel to ``host:port``; ``TunnelRefused`` when sshd refuses it
+    (``AllowTcpForwarding no``: administratively prohibited; nothing listening: connect failed)."""
+    try:
+        return tr.open_channel("direct-tcpip", (host, port), ("127.0.0.1", 0), timeout=timeout)
+    except paramiko.ChannelException as e:
+        raise TunnelRefused(f"the host refused a TCP channel to {host}:{port} ({e.text})") from None
+    except paramiko.SSHException as e:
+        # paramiko keeps one refusal per transport: of several opens refused at once, the others
+        # get a bare "Unable to open channel." while the connection stays up
+        if tr.is_active() and "Unable to open channel" in str(e):
+            raise TunnelRefused(f"the host refused a TCP channel to {host}:{port}") from None
+        raise
+
+
 AEAD = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
 
 
@@ -290,11 +338,35 @@ def probe_rtt(tr: paramiko.Transport, timeout: float = 5.0) -> float | None:
         least = min(rtt, getattr(tr, "gpujob_rtt", rtt))
         tr.gpujob_rtt = least  # type: ignore[attr-defined]
         tr.default_window_size = int(min(WINDOW_MAX, max(WINDOW_MIN, least * WINDOW_RATE)))
+        threading.Thread(target=grow_windows, args=(tr, tr.default_window_size, timeout), name="gpujob-window",
+                         daemon=True).start()
 
     th = threading.Thread(target=probe, name="gpujob-rtt", daemon=True)
     th.start()
     th.join(timeout)
     return rtts[0] if rtts else None
+
+
+def grow_windows(tr: paramiko.Transport, size: int, timeout: float) -> None:
+    """Grant the channels opened before the round trip was known (a first command that is a
+    download: its channel opens at once) the rest of ``size`` with one window adjust each, as
+    paramiko grants what was read; one still opening gets it once its open is confirmed."""
+    for chan in tr._channels.values():
+        if not chan.active:
+            chan.event.wait(timeout)
+        with chan.lock:
+            extra = size - chan.in_window_size
+            if extra <= 0 or chan.closed or not chan.active or chan.eof_received:
+                continue
+            chan.in_window_size, chan.in_window_threshold = size, size // 10
+        m = paramiko.Message()
+        m.add_byte(paramiko.common.cMSG_CHANNEL_WINDOW_ADJUST)
+        m.add_int(chan.remote_chanid)
+        m.add_int(extra)
+        try:
+            tr._send_user_message(m)
+        except (OSError, EOFError, paramiko.SSHException):
+            return
 
 
 class SSHTransport(Transport):
@@ -351,6 +423,14 @@ class SSHTransport(Transport):
 
     def stream(self, cmd: str) -> Stream:
         return _SSHStream(self._exec(cmd))
+
+    def connect(self, port: int, host: str = "127.0.0.1") -> Tunnel:
+        try:
+            return _ChannelTunnel(open_tunnel(self._transport, host, port, self.endpoint.connect_timeout))
+        except TunnelRefused:
+            raise
+        except (paramiko.SSHException, EOFError, OSError) as e:
+            raise ConnectError(f"the connection to {self.endpoint.address} dropped ({e})", "run the command again") from None
 
     def forward(self, remote_port: int, local_port: int = 0, remote_host: str = "127.0.0.1") -> Forward:
         return _SSHForward(self._transport, local_port, remote_host, remote_port)

@@ -10,20 +10,28 @@ its own sidecar of verified chunks, so a cut upload resumes range by range, send
 chunks the instance does not hold (those it holds are read and hashed here, not sent). Once
 every channel is done, one of them commits: the whole-file hash is checked there, the part
 file fsynced and renamed into place.
+
+The channels are connections to one ``range_serve`` process per sync, opened as SSH
+``direct-tcpip`` channels of the same connection (no login shell, no Python start per
+channel); where the host's sshd refuses those (``AllowTcpForwarding no``) each channel is a
+``range`` command of its own, as before.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib
+import json
 import math
 import os
+import socket
 import threading
-from typing import Any, Callable
+from typing import IO, Any, Callable
 
 from gpujob.bundle import import_remote
 from gpujob.errors import ConnectError, GpujobError, RemoteError, link_cut
 from gpujob.transport.agent import Agent
+from gpujob.transport.base import Stream, Transport, Tunnel, TunnelRefused
 
 stream: Any = import_remote("stream")
 ranges: Any = importlib.import_module(stream.__name__ + ".ranges")
@@ -64,6 +72,13 @@ def measured_rtt(agent: Agent) -> float | None:
     return getattr(tr, "gpujob_rtt", None)
 
 
+def _login_rtt(agent: Agent) -> float | None:
+    """The round trip measured at login, if it is in (no new probe: see ``measured_rtt``)."""
+    client = getattr(agent.t, "client", None)
+    tr = client.get_transport() if client is not None else None
+    return getattr(tr, "gpujob_rtt", None) if tr is not None else None
+
+
 def channels_for(rtt: float | None, nranges: int) -> int:
     """Enough channels that channels × sshd's window per round trip covers ``RATE`` (4 where
     the round trip is unknown), at most ``MAX_CHANNELS`` and one per range."""
@@ -80,7 +95,7 @@ def channels_for(rtt: float | None, nranges: int) -> int:
 def ranged(agent: Agent, items: list[Any]) -> list[Any]:
     """The items to send in ranges: large files with no single-stream part file to resume,
     over a link where more than one channel pays."""
-    if type(agent.t).__name__ == "LocalTransport":
+    if agent.endpoint.is_local:
         return []
     least = _env_int("GPUJOB_RANGE_MIN", RANGE_MIN)
     big = [e for e in items if not e.is_dir and e.link is None and not e.prefix and e.size >= least]
@@ -91,14 +106,128 @@ def ranged(agent: Agent, items: list[Any]) -> list[Any]:
     return [e for e in big if channels_for(rtt, ranges.layout(e.size, span)) > 1]
 
 
+class _Answers:
+    """A served channel's answer lines as a ``range`` command's stdout reads; its last line,
+    ``{"exit": N}``, is held back as the exit status."""
+
+    def __init__(self, rfile: IO[bytes]) -> None:
+        self.rfile = rfile
+        self.rc: int | None = None
+        self.ended = False
+
+    def readline(self) -> bytes:
+        if self.ended:
+            return b""
+        try:
+            line = self.rfile.readline()
+        except socket.timeout:
+            raise
+        except (OSError, ValueError, EOFError):  # cut, or dropped by kill()
+            line = b""
+        if line.startswith(b'{"exit": '):
+            self.rc = int(json.loads(line)["exit"])
+            line = b""
+        self.ended = not line
+        return line
+
+    def read(self, n: int = -1) -> bytes:
+        return b"".join(iter(self.readline, b""))
+
+
+class _Served(Stream):
+    """One channel over a connection to the sync's ``range_serve`` process."""
+
+    def __init__(self, tunnel: Tunnel) -> None:
+        self.tunnel = tunnel
+        self.stdin = tunnel.wfile
+        self.answers = _Answers(tunnel.rfile)
+        self.stdout = self.answers  # type: ignore[assignment]
+
+    def close_stdin(self) -> None:
+        self.tunnel.close_write()
+
+    def wait(self, timeout: float | None = None) -> int:
+        """The exit line (after any answer not read yet); -1 when the stream ended without it."""
+        self.tunnel.settimeout(timeout)
+        try:
+            while self.answers.readline():
+                pass
+        except socket.timeout:
+            raise TimeoutError("the range channel did not finish") from None
+        return self.answers.rc if self.answers.rc is not None else -1
+
+    def stderr_text(self) -> str:
+        return ""  # the server writes errors on the stream, as a command writes them on stdout
+
+    def kill(self) -> None:
+        self.tunnel.close()
+
+
+class _Server:
+    """The sync's one ``range_serve`` process, started on first use; ``connect`` gives a
+    channel to it, or None once the host refused a TCP channel (the caller runs a ``range``
+    command instead)."""
+
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+        self.lock = threading.Lock()
+        self.s: Stream | None = None
+        self.doc: dict[str, Any] = {}
+        self.files: list[list[Any]] = []  # [name, size, span] of the files coming: the first line says what is held
+        self.error: BaseException | None = None
+        self.refused = os.environ.get("GPUJOB_RANGE_SERVE", "1") == "0"
+
+    def start(self) -> None:
+        """Start the process (once); its failure is raised to the channels that connect."""
+        with self.lock:
+            if self.s is None and not self.refused and self.error is None:
+                try:
+                    files = ["--files", json.dumps(self.files[:50])] if self.files else []
+                    self.s, self.doc = self.agent.stream_doc("range_serve", files, again=AGAIN)
+                except BaseException as e:  # noqa: BLE001 - raised in each channel's thread
+                    self.error = e
+
+    def connect(self, t: Transport, head: dict[str, Any]) -> Stream | None:
+        self.start()
+        if self.error is not None:
+            raise self.error
+        if self.refused:
+            return None
+        try:
+            tunnel = t.connect(int(self.doc["port"]))
+        except TunnelRefused:
+            self.refused = True
+            return None
+        tunnel.wfile.write(f"{self.doc['token']}\n{json.dumps(head)}\n".encode())
+        tunnel.wfile.flush()
+        return _Served(tunnel)
+
+    def close(self) -> None:
+        """End the process (its stdin's EOF); every channel is done by now."""
+        with self.lock:
+            s, self.s = self.s, None
+        if s is None:
+            return
+        s.close_stdin()
+        try:
+            s.wait(30)
+        except TimeoutError:
+            pass
+        s.kill()
+
+
 class _Channel:
-    """One ``range`` command carrying some of a file's ranges; run in a thread of its own."""
+    """One channel carrying some of a file's ranges (a connection to the sync's range server,
+    else a ``range`` command); run in a thread of its own."""
 
     def __init__(self, agent: Agent, item: Any, span: int, ks: list[int], args: list[str],
-                 on_bytes: Callable[[int], None]) -> None:
+                 on_bytes: Callable[[int], None], server: _Server | None = None) -> None:
         self.agent, self.item, self.span, self.ks = agent, item, span, ks
         self.args = ["--name", item.arcname, "--size", str(item.size), "--span", str(span),
                      "--ranges", ",".join(map(str, ks)), *args]
+        self.head = {"name": item.arcname, "size": item.size, "span": span, "ranges": ",".join(map(str, ks)),
+                     **{a[2:]: v for a, v in zip(args[::2], args[1::2])}}
+        self.server = server
         self.on_bytes = on_bytes
         self.s: Any = None
         self.hashes: dict[int, list[str]] = {}
@@ -108,6 +237,7 @@ class _Channel:
         self.root = agent.root
         self.opened: Agent | None = None
         self.have: dict[str, list[str]] = {}
+        self.unread = False  # the channel's own first line (what it holds) is still to be read
         self.opening: threading.Thread | None = None
         self.written = threading.Event()  # everything sent (or failed): the hashes are known
 
@@ -120,7 +250,15 @@ class _Channel:
                 self.agent = Agent(SSHTransport(self.agent.host), self.agent.host)
                 self.agent.root = self.root
                 self.opened = self.agent
-            self.s, doc = self.agent.stream_doc("range", self.args, again=AGAIN)
+            served = self.server.connect(self.agent.t, self.head) if self.server is not None else None
+            known = self.server.doc.get("have", {}).get(self.item.arcname) if served is not None else None
+            if served is not None and known is not None:  # the server's first line said: no round trip to ask
+                self.s, self.unread = served, True
+                doc = {"have": {str(k): known.get(str(k), []) for k in self.ks}}
+            elif served is not None:
+                self.s, doc = served, _first_doc(self.agent, served)
+            else:
+                self.s, doc = self.agent.stream_doc("range", self.args, again=AGAIN)
             self.have = doc.get("have", {})
         except BaseException as e:  # noqa: BLE001 - handed to the thread that started this one
             self.error = e
@@ -148,11 +286,28 @@ class _Channel:
             out.write(stream.frame(b"E", {}))
             out.flush()
             self.written.set()
-            line = self.s.stdout.readline()
+            line = self._answer()
             if b'"done"' not in line:
                 self._failed(line)
+        except (OSError, EOFError) as e:  # the server may have refused the channel before reading it
+            line = self._answer() if self.unread else b""
+            self.error = e
+            if b'"error"' in line:
+                try:
+                    self._failed(line)
+                except GpujobError as refused:
+                    self.error = refused
         except BaseException as e:  # noqa: BLE001 - handed to the thread that started this one
             self.error = e
+
+    def _answer(self) -> bytes:
+        """The channel's next answer line, past its first (what it holds) if that is still unread."""
+        line = self.s.stdout.readline()
+        if self.unread:
+            self.unread = False
+            if b'"have"' in line:
+                line = self.s.stdout.readline()
+        return line
 
     def _range(self, fd: int, out: Any, k: int, remote: list[str]) -> None:
         """Range ``k``: its chunks the instance holds are checked here, the rest sent."""
@@ -189,10 +344,27 @@ class _Channel:
 AGAIN = "run submit again: finished files are skipped and a large file resumes at its last verified chunks"
 
 
-def _channels(agent: Agent, it: Any, span: int, rtt: float | None, args: list[str]) -> list[_Channel]:
+def _first_doc(agent: Agent, s: Stream) -> dict[str, Any]:
+    """A served channel's first line, read as ``Agent.stream_doc`` reads a command's."""
+    line = s.stdout.readline()
+    if line:
+        doc = json.loads(line)
+        if "error" not in doc:
+            return doc
+        s.kill()
+        raise RemoteError(doc["error"], doc.get("remedy", ""))
+    rc = s.wait(60)
+    s.kill()
+    if rc < 0:
+        raise link_cut(agent.host, "upload", rc, AGAIN)
+    raise RemoteError(f"the range server on {agent.host.name} did not answer (exit {rc})", AGAIN)
+
+
+def _channels(agent: Agent, it: Any, span: int, rtt: float | None, args: list[str],
+              server: _Server | None) -> list[_Channel]:
     nr = ranges.layout(it.size, span)
     nch = channels_for(rtt, nr)
-    chans = [_Channel(agent, it, span, list(range(c, nr, nch)), args, lambda n: None) for c in range(nch)]
+    chans = [_Channel(agent, it, span, list(range(c, nr, nch)), args, lambda n: None, server) for c in range(nch)]
     if os.environ.get("GPUJOB_RANGE_CONNECTIONS") == "own":
         for c in chans[1:]:
             c.own = True
@@ -201,24 +373,27 @@ def _channels(agent: Agent, it: Any, span: int, rtt: float | None, args: list[st
 
 class Preopened:
     """Range channels opened while the manifest is on its way, for the local files that will
-    likely go in ranges (large, and changed since the record of what the host holds): their
-    commands start meanwhile. One not needed after all gets an empty stream and ends."""
+    likely go in ranges (large, and changed since the record of what the host holds): the range
+    server starts and the channels connect meanwhile. One not needed after all gets an empty
+    stream and ends. Holds the sync's range server, ended by ``close``."""
 
     def __init__(self, agent: Agent, trees: list[Any], records: list[Any], args: list[str]) -> None:
         self.chans: dict[str, list[_Channel]] = {}
-        if type(agent.t).__name__ == "LocalTransport":
+        self.server = _Server(agent)
+        if agent.endpoint.is_local:
             return
         least = _env_int("GPUJOB_RANGE_MIN", RANGE_MIN)
         span = _env_int("GPUJOB_RANGE_SPAN", SPAN)
-        for t, rec in zip(trees, records):
-            for rel, st in [(r, st) for r, st in t.files.items() if st[0] >= least]:
-                k = rec.files.get(rel)
-                if k is not None and list(k[:4]) == list(st[:4]):
-                    continue  # as the host got it last time
-                it = stream.Item(t.arc(rel), t.path(rel), st[0], st[1], st[4])
-                chans = _channels(agent, it, span, measured_rtt(agent), args)
-                if len(chans) < 2:
-                    continue
+        items = [stream.Item(t.arc(rel), t.path(rel), st[0], st[1], st[4])
+                 for t, rec in zip(trees, records) for rel, st in t.files.items()
+                 if st[0] >= least and list(rec.files.get(rel, [])[:4]) != list(st[:4])]  # not as the host got it last
+        self.server.files = [[it.arcname, it.size, span] for it in items]
+        if any(channels_for(_login_rtt(agent), ranges.layout(it.size, span)) > 1 for it in items):
+            # started during the round trip measured next (at 150 ms its exec is the longest wait before the data)
+            threading.Thread(target=self.server.start, name="gpujob-range-serve", daemon=True).start()
+        for it in items:
+            chans = _channels(agent, it, span, measured_rtt(agent), args, self.server)
+            if len(chans) >= 2:
                 for c in chans:
                     c.opening = threading.Thread(target=c.open, name="gpujob-range-open", daemon=True)
                     c.opening.start()
@@ -236,10 +411,11 @@ class Preopened:
         return chans
 
     def close(self) -> None:
-        """End the channels no item took."""
+        """End the channels no item took, then the range server."""
         for chans in self.chans.values():
             self._end(chans)
         self.chans.clear()
+        self.server.close()
 
     @staticmethod
     def _end(chans: list[_Channel]) -> None:
@@ -262,6 +438,17 @@ def upload_ranged(agent: Agent, items: list[Any], args: list[str], on_bytes: Cal
                   on_hash: Callable[[Any, str], None], pre: Preopened | None = None) -> int:
     """Send each of ``items`` in ranges over several channels (those ``pre`` opened for it
     ahead); returns the bytes not sent because the instance held them already."""
+    own = pre is None
+    pre = pre or Preopened(agent, [], [], args)
+    try:
+        return _upload_ranged(agent, items, args, on_bytes, on_hash, pre)
+    finally:
+        if own:
+            pre.close()
+
+
+def _upload_ranged(agent: Agent, items: list[Any], args: list[str], on_bytes: Callable[[int], None],
+                   on_hash: Callable[[Any, str], None], pre: Preopened) -> int:
     span = _env_int("GPUJOB_RANGE_SPAN", SPAN)
     rtt = measured_rtt(agent)
     lock = threading.Lock()
@@ -276,9 +463,9 @@ def upload_ranged(agent: Agent, items: list[Any], args: list[str], on_bytes: Cal
         if before.st_size != it.size:
             raise GpujobError(f"{it.path} changed while being sent", "run submit again once the file stopped changing")
         it.st, it.mtime = before, before.st_mtime_ns
-        chans = pre.take(it) if pre is not None else None
+        chans = pre.take(it)
         if chans is None:
-            chans = _channels(agent, it, span, rtt, args)
+            chans = _channels(agent, it, span, rtt, args, pre.server)
         for c in chans:
             c.on_bytes = counted
         nr = ranges.layout(it.size, span)
