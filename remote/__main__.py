@@ -155,8 +155,11 @@ def _range(root: Root, a: argparse.Namespace, stdin: Any, stdout: Any) -> Dict[s
                 raise _lease_lost(a)
             yield
 
-    return receive_ranges(root.root, a.name, a.size, a.span, ks, stdin, stdout,
-                          transfer.hash_cache(root.root), hold if a.lease else None)
+    res = receive_ranges(root.root, a.name, a.size, a.span, ks, stdin, stdout,
+                         transfer.hash_cache(root.root), hold if a.lease else None)
+    if res.get("committed"):  # the sync's own receive may have ended (and resealed) before this file was in
+        transfer.spawn_reseal(root.root)
+    return res
 
 
 RANGE_HEADER = {"name": str, "size": int, "span": int, "ranges": str, "project": str, "lease": str}

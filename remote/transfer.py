@@ -48,11 +48,11 @@ def receive(base: Path, stream: IO[bytes], cache: Optional[HashCache] = None) ->
     try:
         res = read_items(base, stream, links_out=True, cache=cache)
     finally:
-        _spawn_reseal(base)
+        spawn_reseal(base)
     return res
 
 
-def _spawn_reseal(root: Path) -> None:
+def spawn_reseal(root: Path) -> None:
     import subprocess
     import sys
 

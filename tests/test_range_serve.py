@@ -79,7 +79,7 @@ def test_a_cut_served_upload_resumes_sending_only_the_missing_chunks(ssh_host: s
     le = linkemu()
     item, blob = big_file(tmp_path, 8 * CHUNK)
     agent_for(ssh_host).call("hello")  # installed first, so the cut hits the data
-    link = le.Link(sshd.port, cut_after_up=18 << 20)
+    link = le.Link(sshd.port, cut_after_up=24 << 20)  # of 32 MiB: sshd and the sockets hold up to ~10 MiB of it
     cut = agent_for(ssh_host, link.port)
     with pytest.raises(GpujobError) as e:
         send(cut, item)
@@ -92,11 +92,12 @@ def test_a_cut_served_upload_resumes_sending_only_the_missing_chunks(ssh_host: s
     def verified() -> int:
         return sum(len(ranges.read_range(target, item.size, 1, k)) for k in range(8))
 
-    wait_for(lambda: verified() >= 2, 30, "the served channels to record what they verified")
     wait_for(lambda: not servers(tmp_path), 30, "the range server to exit after the cut")
+    held = verified()  # how much arrived before the cut depends on what the buffers held: at least a chunk
+    assert 1 <= held < 8
     skipped, pre, served = send(agent_for(ssh_host), item)
     assert served and target.read_bytes() == blob
-    assert skipped >= 2 * CHUNK  # the verified chunks were not sent again
+    assert skipped >= held * CHUNK  # the verified chunks were not sent again
 
 
 def start_local_server(tmp_path: Path, *args: str) -> tuple[subprocess.Popen, dict]:

@@ -221,10 +221,11 @@ def fits_kept_agent(plan: Plan) -> bool:
 
 
 def upload_kept(agent: Agent, plan: Plan, progress: Callable[[int, int], None] | None = None,
-                codec: str | None = None, args: list[str] | None = None) -> tuple[int, str]:
+                codec: str | None = None, args: list[str] | None = None,
+                counters: tuple[Callable[[int], None], Callable[[Any, str], None]] | None = None) -> tuple[int, str]:
     """Send a small ``plan`` as one ``receive`` request to the kept agent; (bytes on the wire, codec)."""
     codec = codec or choose_codec(plan.send)
-    on_bytes, on_hash = _callbacks(plan, progress)
+    on_bytes, on_hash = counters or _callbacks(plan, progress)
     buf = io.BytesIO()
     comp = stream.Compressed(buf, codec)
     try:
@@ -237,12 +238,13 @@ def upload_kept(agent: Agent, plan: Plan, progress: Callable[[int, int], None] |
 
 
 def upload(s: Any, agent: Agent, plan: Plan, progress: Callable[[int, int], None] | None = None,
-           codec: str | None = None) -> tuple[int, str]:
+           codec: str | None = None, counters: tuple[Callable[[int], None], Callable[[Any, str], None]] | None = None
+           ) -> tuple[int, str]:
     """Send ``plan`` as one stream into the open session ``s``; returns (bytes on the wire, codec).
 
     One thread reads, hashes, frames and compresses; this one sends what it hands over."""
     codec = codec or choose_codec(plan.send)
-    on_bytes, on_hash = _callbacks(plan, progress)
+    on_bytes, on_hash = counters or _callbacks(plan, progress)
     pipe = _Pipe()
     comp = stream.Compressed(pipe, codec)
     end = object()
@@ -386,33 +388,34 @@ def _sync_planned(agent: Agent, spec: JobSpec, project: str, remote: dict, trees
                 s.wait(60)
         _save_records(plan, remote)
         return SyncReport(0, 0, 0, plan.unchanged, 1)
-    whole, skipped, extra = plan, 0, 0
+    whole = plan
+    counters = _callbacks(whole, progress)  # one count of the bytes for both parts
     big = ranged(agent, plan.send)
-    if big:  # large files first, over several channels (gpujob/usecases/ranges.py); the stream then ends the sync
-        on_bytes, on_hash = _callbacks(whole, progress)
-        try:
-            skipped = upload_ranged(agent, big, leased, on_bytes, on_hash, pre)
-        except GpujobError:
-            if s is not None:
-                s.kill()
-            raise
+    ids = {id(e) for e in big}
+    rest = Plan(plan.trees, [e for e in plan.send if id(e) not in ids], plan.delete, plan.unchanged, plan.resumed_bytes)
+    wire, codec = _upload_rest(agent, rest, s, leased, counters)  # first: it goes while the range channels open
+    skipped = extra = 0
+    if big:  # the large files over several channels (gpujob/usecases/ranges.py)
+        skipped = upload_ranged(agent, big, leased, *counters, pre)
         extra = sum(e.size for e in big) - skipped  # their bytes on the wire
-        ids = {id(e) for e in big}
-        plan = Plan(plan.trees, [e for e in plan.send if id(e) not in ids], plan.delete, plan.unchanged, plan.resumed_bytes)
+    _save_records(whole, remote)
+    return _report(whole, 2, wire + extra, codec, skipped)
+
+
+def _upload_rest(agent: Agent, plan: Plan, s: Any, leased: list[str],
+                 counters: tuple[Callable[[int], None], Callable[[Any, str], None]]) -> tuple[int, str]:
+    """Send ``plan`` (no ranged file in it) on the sync's own command ``s``, as a request to the
+    kept agent, or on a ``receive`` command of its own; (bytes on the wire, codec)."""
     if s is None:
         if fits_kept_agent(plan):
-            wire, codec = upload_kept(agent, plan, progress, args=leased)
-            _save_records(whole, remote)
-            return _report(whole, 2, wire + extra, codec, skipped)
+            return upload_kept(agent, plan, args=leased, counters=counters)
         s = agent.stream("receive", leased)  # a large upload streams over a command of its own
     with s:
         try:
-            wire, codec = upload(s, agent, plan, progress)
+            return upload(s, agent, plan, counters=counters)
         except (EOFError, OSError) as e:  # the link dropped mid-stream (paramiko raises either)
             raise ConnectError(f"the connection to {agent.host.name} dropped during the upload ({e or type(e).__name__})",
                                "run submit again: finished files are kept and a cut file resumes") from None
-    _save_records(whole, remote)
-    return _report(whole, 2, wire + extra, codec, skipped)
 
 
 def _save_records(plan: Plan, remote: dict[str, Any]) -> None:
