@@ -13,7 +13,7 @@ import json
 import os
 from typing import Dict, List, Set, Tuple
 
-from remote.layout import Root, read_json
+from remote.layout import Root
 from remote.protocol import SETTLED
 
 RECENT = 30  # finished jobs a plain listing shows, newest first; running and queued ones always
@@ -74,7 +74,7 @@ def read(root: Root) -> Tuple[List[str], Dict[str, str], Set[str]]:
     if missing:  # folders from before the index, or a submit that died before its line
         new = []  # type: List[Dict[str, object]]
         for i in missing:
-            st = read_json(root.jobs / i / "status.json", {}) or {}
+            st = root.job(i).status()
             times[i], names[i] = float(st.get("submitted_at") or 0), str(st.get("name") or "")
             new.append({"id": i, "t": times[i], "name": names[i]})
             if st.get("state") in SETTLED:

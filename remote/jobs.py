@@ -70,6 +70,16 @@ def start_supervisor(root: Root, job: JobDir) -> int:
     return p.pid
 
 
+def record_supervisor(job: JobDir, pid: int) -> None:
+    """Name the supervisor just started (under the job's lock, before it runs): a ``stop`` of the
+    queued job can then tell a dead supervisor from one still starting (it waited its whole
+    ``--wait`` for a supervisor killed during setup or a GPU wait). Not fatal on a full disk."""
+    try:
+        job.write_status(dict(job.status(), supervisor_pid=pid))
+    except OSError:
+        pass
+
+
 def submit(root: Root, request: Dict[str, Any]) -> Dict[str, Any]:
     """Create the job folder from a synced project and start its supervisor."""
     root.ensure()
@@ -114,6 +124,7 @@ def submit(root: Root, request: Dict[str, Any]) -> Dict[str, Any]:
         except OSError:  # a full disk: the next read adds the folder from its status.json
             pass
         pid = start_supervisor(root, job)
+        record_supervisor(job, pid)
     return {"job_id": job_id, "state": "queued", "job_dir": str(job.path), "supervisor_pid": pid}
 
 
@@ -261,7 +272,11 @@ def stop(root: Root, job_id: str, wait: float, reason: str = "stopped by user") 
     while time.time() < deadline:
         if job.status().get("state") in TERMINAL:
             break
-        if not procs.belongs_to(job.status().get("supervisor_pid"), job_id) and job.status().get("state") != "queued":
+        now_st = job.status()
+        sup = now_st.get("supervisor_pid")
+        # a queued job's supervisor may not have started yet; once one was named, its death ends the wait
+        if not procs.belongs_to(sup, job_id) and (now_st.get("state") != "queued" or sup) \
+                and not locks.supervisor_alive(job.path):
             break
         time.sleep(0.2)
     with locks.job_lock(job.path, removed_is_error=True):
@@ -304,6 +319,7 @@ def resume(root: Root, job_id: str) -> Dict[str, Any]:
         job.write_status(fresh)
         job.event("resumed", previous=st.get("state"))
         pid = start_supervisor(root, job)
+        record_supervisor(job, pid)
     agent_log(root, "resumed {} (supervisor {})".format(job_id, pid))
     return {"job_id": job_id, "state": "queued", "supervisor_pid": pid, "previous": st.get("state")}
 
