@@ -162,7 +162,10 @@ def live_status(root: Root, job: JobDir, boot: str) -> Dict[str, Any]:
         sup = st.get("supervisor_pid")
         stale = now() - float(st.get("heartbeat") or st.get("submitted_at") or 0) > STALE_AFTER
         rebooted = bool(st.get("boot_id")) and st.get("boot_id") != boot
-        if rebooted or (stale and not procs.belongs_to(sup, job.id) and not locks.supervisor_alive(job.path)):
+        # a running job's supervisor took its lock before it said so: the lock free and its pid
+        # gone is proof (a kill -9), no need to wait for the heartbeat to age
+        started = state in ("running", "restarting") and bool(sup)
+        if rebooted or ((stale or started) and not procs.belongs_to(sup, job.id) and not locks.supervisor_alive(job.path)):
             st["state"] = "lost"
             st["lost_reason"] = "the instance rebooted" if rebooted else "the agent is gone (stale heartbeat)"
             left = [] if rebooted else sorted(procs.job_pids(job.id, job_dir=str(job.path)))
