@@ -2,6 +2,7 @@
 
 import argparse
 import contextlib
+import errno
 import json
 import os
 import sys
@@ -500,6 +501,14 @@ def build_parser() -> argparse.ArgumentParser:
 STREAMING = {"send", "logs", "serve"}
 
 
+def _failed(root: Root, verb: str, e: BaseException) -> int:
+    """An error nobody foresaw: logged with its traceback, answered as ``agent_error``."""
+    agent_log(root, "verb {} failed: {}\n{}".format(verb, e, traceback.format_exc()))
+    _out({"error": "agent error in {}: {}".format(verb, e), "remedy": "see {}".format(root.agent_log),
+          "code": "agent_error"})
+    return 4
+
+
 def main(argv: List[str]) -> int:
     # the root may come before or after the verb
     args = build_parser().parse_args(argv)
@@ -523,11 +532,16 @@ def main(argv: List[str]) -> int:
         return 3
     except BrokenPipeError:
         return 0
+    except OSError as e:  # a full disk is the user's to fix: say so, not "agent error"
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            return _failed(root, args.verb, e)
+        agent_log(root, "verb {}: disk full: {}".format(args.verb, e))
+        _out({"error": "the disk under {} is full ({}: {})".format(root.root, e.filename or args.verb, e.strerror),
+              "remedy": "free space there (gpujob doctor shows each disk; gpujob gc and gpujob rm remove what "
+                        "old jobs left), then run the command again", "code": "disk_full"})
+        return 3
     except Exception as e:
-        agent_log(root, "verb {} failed: {}\n{}".format(args.verb, e, traceback.format_exc()))
-        _out({"error": "agent error in {}: {}".format(args.verb, e), "remedy": "see {}".format(root.agent_log),
-              "code": "agent_error"})
-        return 4
+        return _failed(root, args.verb, e)
     if args.verb == "run":
         return int(result or 0)
     if args.verb not in STREAMING:

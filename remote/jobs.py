@@ -271,8 +271,8 @@ def stop(root: Root, job_id: str, wait: float, reason: str = "stopped by user") 
         return describe(root, job_id)
     with_reserve(lambda: job.stop_file.write_text(reason + "\n"))
     job.event("stop_requested", reason=reason)
-    deadline = time.time() + wait
-    while time.time() < deadline:
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
         if job.status().get("state") in TERMINAL:
             break
         now_st = job.status()
@@ -328,8 +328,8 @@ def resume(root: Root, job_id: str) -> Dict[str, Any]:
 
 
 def wait_started(job: JobDir, timeout: float = 5.0) -> Optional[Dict[str, Any]]:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
         st = job.status()
         if st.get("state") != "queued" or st.get("waiting_for_gpus"):  # started, or in the GPU queue
             return st
