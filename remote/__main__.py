@@ -50,7 +50,7 @@ def cmd_status(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     ids, older, done = jobindex.listing(root, everything=a.all or bool(a.limit))
     if a.limit:
         ids = ids[-a.limit:]
-    described = [jobs.describe(root, i) for i in ids]
+    described = [_listed(root, i) for i in ids]
     for i, d in zip(ids, described):
         d.setdefault("job_id", i)  # a damaged status.json still names its job
     finished = [i for i, d in zip(ids, described)  # lost ones stay: resumable, and still to be announced
@@ -63,6 +63,16 @@ def cmd_status(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
         except OSError:  # a full or read-only disk: the listing still answers
             pass
     return {"jobs": described, "now": time.time(), "older": older}
+
+
+def _listed(root: Root, job_id: str) -> Dict[str, Any]:
+    """A job's line in a listing; a damaged record costs its own line only."""
+    try:
+        return jobs.describe(root, job_id)
+    except AgentError as e:
+        st = root.job(job_id).status()
+        return {"job_id": job_id, "name": st.get("name"), "state": st.get("state") or "unknown",
+                "error": e.message, "remedy": e.remedy, "last_line": e.message[:200]}
 
 
 def cmd_submit(root: Root, a: argparse.Namespace) -> Dict[str, Any]:

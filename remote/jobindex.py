@@ -56,10 +56,13 @@ def read(root: Root) -> Tuple[List[str], Dict[str, str], Set[str]]:
         try:
             r = json.loads(line.decode("utf-8"))
             i = r["id"]
-        except (ValueError, KeyError, TypeError, UnicodeDecodeError):
-            continue  # a torn last line of a crashed writer
-        if "t" in r:  # a (re)submit: a job moved away and back here runs again
-            times[i] = float(r["t"] or 0)
+            t = float(r["t"] or 0) if "t" in r else None
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError, OverflowError):
+            continue  # a torn last line of a crashed writer, or a line no writer of ours made
+        if not isinstance(i, str):
+            continue  # only names of folders under jobs/ are listed (ids & present, below)
+        if t is not None:  # a (re)submit: a job moved away and back here runs again
+            times[i] = t
             names[i] = str(r.get("name") or "")
             done.discard(i)
         elif r.get("done") is True:

@@ -188,6 +188,20 @@ def this_attempt(st: Dict[str, Any], rec: Optional[Dict[str, Any]]) -> Optional[
 
 
 def describe(root: Root, job_id: str, detail: bool = False) -> Dict[str, Any]:
+    """The job's status as readers show it. A record no writer of ours made (a hand edit, a
+    damaged file) is refused naming the job, not met as an "agent error" halfway through."""
+    try:
+        return _describe(root, job_id, detail)
+    except (ValueError, TypeError, KeyError, AttributeError, IndexError, OverflowError) as e:
+        import traceback
+
+        agent_log(root, "job {}: damaged record: {}\n{}".format(job_id, e, traceback.format_exc()))
+        raise AgentError("the record of job {} is damaged ({}: {})".format(job_id, type(e).__name__, e),
+                         "gpujob rm {} --force removes it (its files: {})".format(job_id, root.job(job_id).path),
+                         "damaged") from None
+
+
+def _describe(root: Root, job_id: str, detail: bool = False) -> Dict[str, Any]:
     job = root.job(job_id)
     st = live_status(root, job, procs.boot_id())
     try:

@@ -1,6 +1,6 @@
 """A damaged job record on the instance, and a supervisor killed before its job runs.
 
-- A ``status.json`` that no writer of ours produces (a hand edit, a disk that returned garbage,
+- A ``status.json`` or ``spec.json`` (or a line of ``jobs.index``) that no writer of ours produces (a hand edit, a disk that returned garbage,
   another tool): every reader used to do arithmetic on it, so one such job made ``ls``,
   ``status``, ``stop`` and ``resume`` fail for every job of the host, and the GPU queue of
   every other job's supervisor with them. Now the damaged fields are ignored.
@@ -24,15 +24,21 @@ DAMAGES = ['"x"', "[1, 2]", '{"state": "running", "heartbeat": "abc", "superviso
            '{"state": ["r"], "submitted_at": "zz", "ended_at": [1], "attempt": 1e300}', '{"stat']
 
 
+SPEC_DAMAGES = ['"x"', '{"name": 5, "price_per_hour": "abc", "checkpoint_keep": "x", "notify": "y", "gpus": "x"}']
+INDEX_DAMAGES = ['garbage', '[1]', '{"id": 5, "t": 1}', '{"id": "../x", "t": "q"}', '{"id": "z", "t": 1e999}']
+
+
 def test_a_damaged_status_record_costs_its_job_only(tmp_path: Path) -> None:
     good = submit("local", write_job(tmp_path, "good", "print('fine')", "python main.py"))["job_id"]
     bad = submit("local", write_job(tmp_path, "bad", "print('fine')", "python main.py"))["job_id"]
     root = remote_root(tmp_path, "local")
     wait_state("local", good, ("succeeded",), 60, root)
     wait_state("local", bad, ("succeeded",), 60, root)
-    record = root / "jobs" / bad / "status.json"
-    for damage in DAMAGES:
-        record.write_text(damage)
+    with (root / "jobs.index").open("a") as index:
+        index.write("\n".join(INDEX_DAMAGES) + "\n")
+    damages = [("status.json", d) for d in DAMAGES] + [("spec.json", d) for d in SPEC_DAMAGES]
+    for name, damage in damages:
+        (root / "jobs" / bad / name).write_text(damage)
         ls = run_cli("ls", "--host", "local", "--json")
         assert ls.returncode == 0, (damage, ls.stderr)
         assert {j["job_id"]: j["state"] for j in json.loads(ls.stdout)["jobs"]}.get(good) == "succeeded", damage
@@ -40,6 +46,7 @@ def test_a_damaged_status_record_costs_its_job_only(tmp_path: Path) -> None:
             r = run_cli(*words, "--host", "local", "--json", timeout=60)
             assert "Traceback" not in r.stderr and "agent error" not in r.stderr, (damage, words, r.stderr)
             assert r.returncode in (0, 2, 4, 6), (damage, words, r.returncode, r.stderr)
+            assert r.returncode == 0 or f"record of job {bad} is damaged" in r.stdout + r.stderr, (damage, r.stdout)
 
 
 SLOW_SETUP = "echo setting-up; exec sleep 300"
