@@ -1,9 +1,10 @@
 """A damaged job record on the instance, and a supervisor killed before its job runs.
 
-- A ``status.json`` or ``spec.json`` (or a line of ``jobs.index``) that no writer of ours produces (a hand edit, a disk that returned garbage,
-  another tool): every reader used to do arithmetic on it, so one such job made ``ls``,
-  ``status``, ``stop`` and ``resume`` fail for every job of the host, and the GPU queue of
-  every other job's supervisor with them. Now the damaged fields are ignored.
+- A ``status.json`` or ``spec.json`` (or a ``jobs.index`` line) that no writer of ours produces
+  (a hand edit, a damaged disk, another tool): readers did arithmetic on it, so one such job
+  made ``ls``, ``status``, ``stop`` and ``resume`` fail for every job of the host, and the GPU
+  queue of every other job's supervisor with them. Now damaged status fields are ignored, and
+  what is still unreadable costs that job's line (its ``status`` names the damage).
 - A supervisor killed (-9) while its job is still queued (in setup, or waiting for GPUs):
   ``stop`` waited its whole ``--wait`` (600 s) for it, and setup's processes, which did not
   carry the job's folder in their environment, outlived both ``stop`` and ``resume``.
