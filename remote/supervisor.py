@@ -191,6 +191,9 @@ class Supervisor:
             env["PYTHONPATH"] = os.pathsep.join(self.runtime_path() + [env["PYTHONPATH"]])
         wanted = set(self.spec.get("secrets") or [])  # notification keys stay with the agent
         env.update({k: v for k, v in self.job.secrets_data().items() if k in wanted})
+        # the job's identity wins over any env: stop finds the job's processes by it
+        env.update(GPUJOB_JOB_ID=job.id, GPUJOB_JOB_DIR=str(job.path), GPUJOB_STOP_FILE=str(job.stop_file),
+                   GPUJOB_ATTEMPT=str(attempt), GPUJOB_RESUME=resume)
         return env
 
     def runtime_path(self) -> List[str]:

@@ -81,3 +81,16 @@ def test_stop_after_the_supervisor_was_killed_in_setup_ends_at_once_and_leaves_n
     assert json.loads(r.stdout)["state"] == "stopped"
     wait_for(lambda: not setup_pids(), 20, "setup's process to end")
     assert json.loads((jd / "status.json").read_text())["state"] == "stopped"
+
+
+def test_a_job_cannot_replace_the_variables_its_processes_are_found_by(tmp_path: Path) -> None:
+    """``env: {GPUJOB_JOB_DIR: ...}`` used to replace the job's identity in its processes: a
+    ``stop`` then could not find a process that left the run command's tree (setsid), and it
+    kept the GPU. Refused before anything is sent."""
+    job = write_job(tmp_path, "reserved", "print('x')", "python main.py", env={"GPUJOB_JOB_DIR": "/tmp/elsewhere"},
+                    secrets=["GPUJOB_JOB_ID"])
+    r = run_cli("submit", str(job), "--host", "local")
+    assert r.returncode == 2, r.stderr
+    assert "env.GPUJOB_JOB_DIR: GPUJOB_JOB_DIR is set by gpujob" in r.stderr, r.stderr
+    assert "GPUJOB_JOB_ID is set by gpujob" in r.stderr, r.stderr
+    assert not (remote_root(tmp_path, "local") / "jobs").exists()
