@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,23 +14,15 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
+from tests.faults.test_full_disk import tmpfs
 from tests.helpers import remote_root, wait_state, write_job
 
 
 @pytest.fixture
 def small_code_disk(tmp_path: Path) -> Iterator[Path]:
-    """``<root>/projects/full/code`` on a 12 MB tmpfs (skips where mounting is not allowed)."""
-    if os.geteuid() != 0 or not shutil.which("mount"):
-        pytest.skip("needs root and mount(8) for a tmpfs")
-    code = remote_root(tmp_path, "local") / "projects" / "full" / "code"
-    code.mkdir(parents=True)
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=12m", "tmpfs", str(code)], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
-    try:
+    """``<root>/projects/full/code`` on a 12 MB tmpfs."""
+    with tmpfs(remote_root(tmp_path, "local") / "projects" / "full" / "code", "12m") as code:
         yield code
-    finally:
-        subprocess.run(["umount", "-l", str(code)], capture_output=True)
 
 
 def test_a_disk_that_fills_during_sync_is_named_and_the_next_submit_is_whole(small_code_disk: Path,

@@ -9,7 +9,7 @@ import signal
 from pathlib import Path
 
 from tests.conftest import run_cli
-from tests.faults.test_concurrency import LONG_JOB, supervisors
+from tests.faults.test_concurrency import LONG_JOB, end_job, supervisors
 from tests.helpers import job_processes, remote_root, status, submit, wait_for, write_job
 
 
@@ -42,8 +42,4 @@ def test_a_killed_supervisor_leaves_one_trainer_after_resume(any_host: str, tmp_
         assert trainers(job_id) and first[0] not in trainers(job_id), (first, trainers(job_id))
         assert len(trainers(job_id)) == 1
     finally:
-        for p in supervisors(job_id) + job_processes(job_id):
-            try:
-                os.kill(p, signal.SIGKILL)
-            except OSError:
-                pass
+        end_job(job_id)

@@ -6,11 +6,9 @@ resumed one has one supervisor and one trainer."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 from pathlib import Path
 
-from tests.faults.test_concurrency import LONG_JOB, cli, supervisors
+from tests.faults.test_concurrency import LONG_JOB, cli, end_job, supervisors
 from tests.helpers import job_processes, remote_root, status, submit, wait_for, write_job
 from tests.test_faults_killed import trainers
 
@@ -36,8 +34,4 @@ def test_two_stops_and_a_resume_at_once_end_consistently(tmp_path: Path) -> None
             assert status("local", job_id)["state"] == "stopped"
             wait_for(lambda: not job_processes(job_id) and not supervisors(job_id), 20, "no process of the job")
     finally:
-        for p in supervisors(job_id) + job_processes(job_id):
-            try:
-                os.kill(p, signal.SIGKILL)
-            except OSError:
-                pass
+        end_job(job_id)
