@@ -162,10 +162,9 @@ def live_status(root: Root, job: JobDir, boot: str) -> Dict[str, Any]:
         sup = st.get("supervisor_pid")
         stale = now() - float(st.get("heartbeat") or st.get("submitted_at") or 0) > STALE_AFTER
         rebooted = bool(st.get("boot_id")) and st.get("boot_id") != boot
-        # a running job's supervisor took its lock before it said so: the lock free and its pid
-        # gone is proof (a kill -9), no need to wait for the heartbeat to age
-        started = state in ("running", "restarting") and bool(sup)
-        if rebooted or ((stale or started) and not procs.belongs_to(sup, job.id) and not locks.supervisor_alive(job.path)):
+        # a named supervisor (submit and resume name the one they start) that is gone and holds
+        # no lock is proof (a kill -9): no need to wait for the heartbeat to age
+        if rebooted or ((stale or bool(sup)) and not procs.belongs_to(sup, job.id) and not locks.supervisor_alive(job.path)):
             st["state"] = "lost"
             st["lost_reason"] = "the instance rebooted" if rebooted else "the agent is gone (stale heartbeat)"
             left = [] if rebooted else sorted(procs.job_pids(job.id, job_dir=str(job.path)))
@@ -328,7 +327,9 @@ def resume(root: Root, job_id: str) -> Dict[str, Any]:
             except OSError:
                 pass
         fresh = job.status()
-        for k in ("lost_reason", "diagnosis", "remedy", "killed", "stopping"):  # the ended run's, not this one's
+        # the ended run's, not this one's (its supervisor too: until the new one is named, the
+        # heartbeat's age decides)
+        for k in ("lost_reason", "diagnosis", "remedy", "killed", "stopping", "supervisor_pid"):
             fresh.pop(k, None)
         fresh.update(state="queued", resumed_at=now(), ended_at=None, exit_code=None, reason=None,
                      restart_base=int(fresh.get("attempt") or 0), heartbeat=now(), boot_id=procs.boot_id())
