@@ -2,6 +2,7 @@
 
 import argparse
 import contextlib
+import errno
 import json
 import os
 import sys
@@ -49,7 +50,7 @@ def cmd_status(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     ids, older, done = jobindex.listing(root, everything=a.all or bool(a.limit))
     if a.limit:
         ids = ids[-a.limit:]
-    described = [jobs.describe(root, i) for i in ids]
+    described = [_listed(root, i) for i in ids]
     for i, d in zip(ids, described):
         d.setdefault("job_id", i)  # a damaged status.json still names its job
     finished = [i for i, d in zip(ids, described)  # lost ones stay: resumable, and still to be announced
@@ -62,6 +63,16 @@ def cmd_status(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
         except OSError:  # a full or read-only disk: the listing still answers
             pass
     return {"jobs": described, "now": time.time(), "older": older}
+
+
+def _listed(root: Root, job_id: str) -> Dict[str, Any]:
+    """A job's line in a listing; a damaged record costs its own line only."""
+    try:
+        return jobs.describe(root, job_id)
+    except AgentError as e:
+        st = root.job(job_id).status()
+        return {"job_id": job_id, "name": st.get("name"), "state": st.get("state") or "unknown",
+                "error": e.message, "remedy": e.remedy, "last_line": e.message[:200]}
 
 
 def cmd_submit(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
@@ -553,11 +564,24 @@ def _handled(root: Root, verb: str, call: Any, out: Any) -> Tuple[Optional[int],
         return 3, None
     except BrokenPipeError:
         return 0, None
+    except OSError as e:  # a full disk is the user's to fix: say so, not "agent error"
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            return _failed(root, verb, e, out), None
+        agent_log(root, "verb {}: disk full: {}".format(verb, e))
+        out({"error": "the disk under {} is full ({}: {})".format(root.root, e.filename or verb, e.strerror),
+             "remedy": "free space there (gpujob doctor shows each disk; gpujob gc and gpujob rm remove what "
+                       "old jobs left), then run the command again", "code": "disk_full"})
+        return 3, None
     except Exception as e:
-        agent_log(root, "verb {} failed: {}\n{}".format(verb, e, traceback.format_exc()))
-        out({"error": "agent error in {}: {}".format(verb, e), "remedy": "see {}".format(root.agent_log),
-             "code": "agent_error"})
-        return 4, None
+        return _failed(root, verb, e, out), None
+
+
+def _failed(root: Root, verb: str, e: BaseException, out: Any) -> int:
+    """An error nobody foresaw: logged with its traceback, answered as ``agent_error``."""
+    agent_log(root, "verb {} failed: {}\n{}".format(verb, e, traceback.format_exc()))
+    out({"error": "agent error in {}: {}".format(verb, e), "remedy": "see {}".format(root.agent_log),
+         "code": "agent_error"})
+    return 4
 
 
 def main(argv: List[str]) -> int:

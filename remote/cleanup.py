@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from remote import jobs, locks, procs
-from remote.layout import Root, read_json
+from remote.layout import Root, read_doc, read_json
 from remote.protocol import SETTLED, TERMINAL  # gc takes settled jobs only: a lost one may be resumed
 
 
@@ -169,9 +169,24 @@ def gc(root: Root, older_than: float, dry_run: bool = False, checkpoints_only: b
                     continue
                 _stop_tensorboard(root, it["job_id"])
                 _gc_item(it)
+        elif it["kind"] == "project":
+            _gc_project(root, it)
         else:
             _gc_item(it)
     return doc
+
+
+def _gc_project(root: Root, it: Dict[str, Any]) -> None:
+    """Remove an unused project unless a submit is syncing into it now (its sync lease is live):
+    removing the code under a receive, or under the snapshot a submit takes of it, would start a
+    job on a partial tree. The project's lock keeps the snapshot out meanwhile."""
+    path = Path(it["path"])
+    with locks.project_locked(root.root, path.name):
+        until = read_doc(path / "sync.lease").get("until")
+        if isinstance(until, (int, float)) and until > time.time():
+            it["skipped"] = "syncing"
+            return
+        _gc_item(it)
 
 
 def _gc_item(it: Dict[str, Any]) -> None:

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from remote.layout import Root, read_json
+from remote.layout import Root
 from remote.protocol import TERMINAL
 
 QUERY = "index,utilization.gpu,memory.used,memory.total,power.draw,temperature.gpu"
@@ -182,7 +182,7 @@ def taken(root: Root, me: str) -> Dict[str, str]:
     for d in root.jobs.iterdir():
         if d.name == me:
             continue
-        st = read_json(d / "status.json", {}) or {}
+        st = root.job(d.name).status()
         cvd = st.get("cuda_visible_devices")
         if cvd and st.get("gpus_held") and _live(root, d.name, st):
             for i in str(cvd).split(","):
@@ -196,7 +196,7 @@ def queue(root: Root) -> List[str]:
     if not root.jobs.is_dir():
         return []
     for d in root.jobs.iterdir():
-        st = read_json(d / "status.json", {}) or {}
+        st = root.job(d.name).status()
         if st.get("state") == "queued" and st.get("waiting_for_gpus") and _live(root, d.name, st):
             waiting.append((float(st.get("submitted_at") or 0), d.name))
     return [j for _, j in sorted(waiting)]

@@ -13,7 +13,7 @@ import json
 import os
 from typing import Dict, List, Set, Tuple
 
-from remote.layout import Root, read_json
+from remote.layout import Root
 from remote.protocol import SETTLED
 
 RECENT = 30  # finished jobs a plain listing shows, newest first; running and queued ones always
@@ -56,10 +56,13 @@ def read(root: Root) -> Tuple[List[str], Dict[str, str], Set[str]]:
         try:
             r = json.loads(line.decode("utf-8"))
             i = r["id"]
-        except (ValueError, KeyError, TypeError, UnicodeDecodeError):
-            continue  # a torn last line of a crashed writer
-        if "t" in r:  # a (re)submit: a job moved away and back here runs again
-            times[i] = float(r["t"] or 0)
+            t = float(r["t"] or 0) if "t" in r else None
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError, OverflowError):
+            continue  # a torn last line of a crashed writer, or a line no writer of ours made
+        if not isinstance(i, str):
+            continue  # only names of folders under jobs/ are listed (ids & present, below)
+        if t is not None:  # a (re)submit: a job moved away and back here runs again
+            times[i] = t
             names[i] = str(r.get("name") or "")
             done.discard(i)
         elif r.get("done") is True:
@@ -74,7 +77,7 @@ def read(root: Root) -> Tuple[List[str], Dict[str, str], Set[str]]:
     if missing:  # folders from before the index, or a submit that died before its line
         new = []  # type: List[Dict[str, object]]
         for i in missing:
-            st = read_json(root.jobs / i / "status.json", {}) or {}
+            st = root.job(i).status()
             times[i], names[i] = float(st.get("submitted_at") or 0), str(st.get("name") or "")
             new.append({"id": i, "t": times[i], "name": names[i]})
             if st.get("state") in SETTLED:

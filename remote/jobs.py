@@ -70,6 +70,16 @@ def start_supervisor(root: Root, job: JobDir) -> int:
     return p.pid
 
 
+def record_supervisor(job: JobDir, pid: int) -> None:
+    """Name the supervisor just started (under the job's lock, before it runs): a ``stop`` of the
+    queued job can then tell a dead supervisor from one still starting (it waited its whole
+    ``--wait`` for a supervisor killed during setup or a GPU wait). Not fatal on a full disk."""
+    try:
+        job.write_status(dict(job.status(), supervisor_pid=pid))
+    except OSError:
+        pass
+
+
 def submit(root: Root, request: Dict[str, Any]) -> Dict[str, Any]:
     """Create the job folder from a synced project and start its supervisor."""
     root.ensure()
@@ -114,6 +124,7 @@ def submit(root: Root, request: Dict[str, Any]) -> Dict[str, Any]:
         except OSError:  # a full disk: the next read adds the folder from its status.json
             pass
         pid = start_supervisor(root, job)
+        record_supervisor(job, pid)
     return {"job_id": job_id, "state": "queued", "job_dir": str(job.path), "supervisor_pid": pid}
 
 
@@ -151,7 +162,9 @@ def live_status(root: Root, job: JobDir, boot: str) -> Dict[str, Any]:
         sup = st.get("supervisor_pid")
         stale = now() - float(st.get("heartbeat") or st.get("submitted_at") or 0) > STALE_AFTER
         rebooted = bool(st.get("boot_id")) and st.get("boot_id") != boot
-        if rebooted or (stale and not procs.belongs_to(sup, job.id) and not locks.supervisor_alive(job.path)):
+        # a named supervisor (submit and resume name the one they start) that is gone and holds
+        # no lock is proof (a kill -9): no need to wait for the heartbeat to age
+        if rebooted or ((stale or bool(sup)) and not procs.belongs_to(sup, job.id) and not locks.supervisor_alive(job.path)):
             st["state"] = "lost"
             st["lost_reason"] = "the instance rebooted" if rebooted else "the agent is gone (stale heartbeat)"
             left = [] if rebooted else sorted(procs.job_pids(job.id, job_dir=str(job.path)))
@@ -174,6 +187,20 @@ def this_attempt(st: Dict[str, Any], rec: Optional[Dict[str, Any]]) -> Optional[
 
 
 def describe(root: Root, job_id: str, detail: bool = False) -> Dict[str, Any]:
+    """The job's status as readers show it. A record no writer of ours made (a hand edit, a
+    damaged file) is refused naming the job, not met as an "agent error" halfway through."""
+    try:
+        return _describe(root, job_id, detail)
+    except (ValueError, TypeError, KeyError, AttributeError, IndexError, OverflowError) as e:
+        import traceback
+
+        agent_log(root, "job {}: damaged record: {}\n{}".format(job_id, e, traceback.format_exc()))
+        raise AgentError("the record of job {} is damaged ({}: {})".format(job_id, type(e).__name__, e),
+                         "gpujob rm {} --force removes it (its files: {})".format(job_id, root.job(job_id).path),
+                         "damaged") from None
+
+
+def _describe(root: Root, job_id: str, detail: bool = False) -> Dict[str, Any]:
     job = root.job(job_id)
     st = live_status(root, job, procs.boot_id())
     try:
@@ -275,11 +302,15 @@ def stop(root: Root, job_id: str, wait: float, reason: str = "stopped by user") 
         return describe(root, job_id)
     with_reserve(lambda: job.stop_file.write_text(reason + "\n"))
     job.event("stop_requested", reason=reason)
-    deadline = time.time() + wait
-    while time.time() < deadline:
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
         if job.status().get("state") in TERMINAL:
             break
-        if not procs.belongs_to(job.status().get("supervisor_pid"), job_id) and job.status().get("state") != "queued":
+        now_st = job.status()
+        sup = now_st.get("supervisor_pid")
+        # a queued job's supervisor may not have started yet; once one was named, its death ends the wait
+        if not procs.belongs_to(sup, job_id) and (now_st.get("state") != "queued" or sup) \
+                and not locks.supervisor_alive(job.path):
             break
         time.sleep(0.2)
     with locks.job_lock(job.path, removed_is_error=True):
@@ -314,7 +345,9 @@ def resume(root: Root, job_id: str) -> Dict[str, Any]:
             except OSError:
                 pass
         fresh = job.status()
-        for k in ("lost_reason", "diagnosis", "remedy", "killed", "stopping"):  # the ended run's, not this one's
+        # the ended run's, not this one's (its supervisor too: until the new one is named, the
+        # heartbeat's age decides)
+        for k in ("lost_reason", "diagnosis", "remedy", "killed", "stopping", "supervisor_pid"):
             fresh.pop(k, None)
         fresh.update(state="queued", resumed_at=now(), ended_at=None, exit_code=None, reason=None,
                      restart_base=int(fresh.get("attempt") or 0), heartbeat=now(), boot_id=procs.boot_id())
@@ -322,13 +355,14 @@ def resume(root: Root, job_id: str) -> Dict[str, Any]:
         job.write_status(fresh)
         job.event("resumed", previous=st.get("state"))
         pid = start_supervisor(root, job)
+        record_supervisor(job, pid)
     agent_log(root, "resumed {} (supervisor {})".format(job_id, pid))
     return {"job_id": job_id, "state": "queued", "supervisor_pid": pid, "previous": st.get("state")}
 
 
 def wait_started(job: JobDir, timeout: float = 5.0) -> Optional[Dict[str, Any]]:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
         st = job.status()
         if st.get("state") != "queued" or st.get("waiting_for_gpus"):  # started, or in the GPU queue
             return st

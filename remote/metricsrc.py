@@ -203,8 +203,8 @@ class Collector:
         self.cpu = 0.0  # process time spent collecting (the benchmark reads it)
 
     def tick(self, sup: Any) -> Optional[str]:
-        if time.time() >= self.next_at:
-            self.next_at = time.time() + EVERY
+        if time.monotonic() >= self.next_at:
+            self.next_at = time.monotonic() + EVERY
             self.collect()
         return None
 

@@ -82,7 +82,7 @@ def after_job(root: Root, job: JobDir, spec: Dict[str, Any], state: str,
     wait = autostop.pull_wait(cfg)
     if wait > 0:
         job.event("waiting_for_pull", timeout_s=wait)
-        ended = (read_json(job.path / "status.json", {}) or {}).get("ended_at") or now()
+        ended = job.status().get("ended_at") or now()
         got = wait_pulled(job, wait, tick, after=float(ended))
         job.event("pull_wait_done", pulled=got)
     if busy(root, exclude=job.id):

@@ -107,6 +107,9 @@ def base_env(root: Root, job: JobDir, spec: Dict[str, Any]) -> Dict[str, str]:
     env.update(spec.get("env") or {})
     wanted = set(spec.get("secrets") or [])  # the job's secrets only: notification keys stay with the agent
     env.update({k: v for k, v in job.secrets_data().items() if k in wanted})
+    # marks setup's processes as the job's: a stop or resume after the supervisor was killed
+    # mid-setup ends them (procs.job_pids), instead of a second setup racing the orphan
+    env.update(GPUJOB_JOB_ID=job.id, GPUJOB_JOB_DIR=str(job.path))
     return env
 
 

@@ -68,8 +68,8 @@ class Rotator:
         self.ckpt_dir, self.keep, self.pattern, self.next_at = ckpt_dir, keep, pattern, 0.0
 
     def tick(self, sup: Any) -> Optional[str]:
-        if time.time() >= self.next_at:
-            self.next_at = time.time() + ROTATE_EVERY
+        if time.monotonic() >= self.next_at:
+            self.next_at = time.monotonic() + ROTATE_EVERY
             self.rotate(sup)
         return None
 
@@ -137,7 +137,7 @@ class Supervisor:
         self.status["heartbeat"] = now()
         with locks.job_lock(self.job.path):
             self.job.write_status(self.status)
-        self.last_beat = time.time()
+        self.last_beat = time.monotonic()
         from remote.observe import index_log_size  # T SIZE of output.log, for tail --since
 
         index_log_size(self.job)
@@ -191,6 +191,9 @@ class Supervisor:
             env["PYTHONPATH"] = os.pathsep.join(self.runtime_path() + [env["PYTHONPATH"]])
         wanted = set(self.spec.get("secrets") or [])  # notification keys stay with the agent
         env.update({k: v for k, v in self.job.secrets_data().items() if k in wanted})
+        # the job's identity wins over any env: stop finds the job's processes by it
+        env.update(GPUJOB_JOB_ID=job.id, GPUJOB_JOB_DIR=str(job.path), GPUJOB_STOP_FILE=str(job.stop_file),
+                   GPUJOB_ATTEMPT=str(attempt), GPUJOB_RESUME=resume)
         return env
 
     def runtime_path(self) -> List[str]:
@@ -318,8 +321,8 @@ class Supervisor:
         assert self.child is not None
         watching = Path(str(self.job.stop_file) + ".watch").exists()
         if watching:  # the runtime helper (or the Trainer hook) polls the stop file: give it the grace to save
-            deadline = time.time() + grace
-            while time.time() < deadline and self.child.poll() is None:
+            deadline = time.monotonic() + grace
+            while time.monotonic() < deadline and self.child.poll() is None:
                 self.heartbeat()
                 time.sleep(TICK)
             grace = 10.0
@@ -340,19 +343,19 @@ class Supervisor:
             ", ".join("pid {} {}".format(p, names.get(s, s)) for p, s in sorted(asked.items())) or "no process to ask",
             grace))
         self.job.event("stop_signals", signals={str(p): names.get(s, s) for p, s in asked.items()})
-        deadline = time.time() + grace
-        while time.time() < deadline and any(procs.pid_alive(p) for p in asked):
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and any(procs.pid_alive(p) for p in asked):
             self.child.poll()  # reap the run command's shell
             self.heartbeat()
             time.sleep(TICK)
-        return 0.0 if time.time() >= deadline else 5.0
+        return 0.0 if time.monotonic() >= deadline else 5.0
 
     def heartbeat(self) -> None:
-        if time.time() - self.last_beat >= HEARTBEAT:
+        if time.monotonic() - self.last_beat >= HEARTBEAT:
             try:
                 self.save()
             except OSError as e:  # a full disk: skip this beat (the final state uses the reserve)
-                self.last_beat = time.time()
+                self.last_beat = time.monotonic()
                 agent_log(self.root, "{}: heartbeat not written: {}".format(self.job.id, e))
 
     def wait_attempt(self) -> int:
@@ -421,8 +424,8 @@ class Supervisor:
                 self.log_marker(why)
                 told = why
             self.save(queue_reason=why)
-            deadline = time.time() + QUEUE_POLL
-            while time.time() < deadline and not self.stop_requested():
+            deadline = time.monotonic() + QUEUE_POLL
+            while time.monotonic() < deadline and not self.stop_requested():
                 self.heartbeat()
                 time.sleep(TICK)
 
@@ -495,8 +498,8 @@ class Supervisor:
             self.set_state("restarting", reason=cause, exit_code=rc, next_attempt_at=now() + wait)
             self.job.event("restart", attempt=attempt + 1, cause=cause, exit_code=rc)
             _events().emit(self, "restarted", reason=diag.get("summary") or cause, diagnosis=diag.get("summary"))
-            deadline = time.time() + wait
-            while time.time() < deadline and not self.stop_requested():
+            deadline = time.monotonic() + wait
+            while time.monotonic() < deadline and not self.stop_requested():
                 self.heartbeat()
                 time.sleep(TICK)
 

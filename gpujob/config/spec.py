@@ -17,6 +17,9 @@ from gpujob.errors import SpecError
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# what the agent sets for each attempt and finds the job's processes and its stop protocol by
+# (a job whose env replaced GPUJOB_JOB_DIR left processes behind a stop)
+RESERVED_ENV = ("GPUJOB_JOB_ID", "GPUJOB_JOB_DIR", "GPUJOB_STOP_FILE", "GPUJOB_ATTEMPT", "GPUJOB_RESUME")
 MAX_LISTED = 20  # problems listed in one error
 # Bounds of the numbers (docs/job-spec.md says the same).
 MAX_GPUS = 64
@@ -291,6 +294,8 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
         for k, v in (raw.get("env") or {}).items():
             if not _ENV_RE.fullmatch(str(k)):
                 ctx.err(("env", k), f"{_short(k)} is not a valid variable name")
+            elif k in RESERVED_ENV:
+                ctx.err(("env", k), f"{k} is set by gpujob for every job: use another name")
             elif isinstance(v, (dict, list)):
                 ctx.err(("env", k), "expected a string or number")
             elif isinstance(v, str) and "\0" in v:
@@ -301,6 +306,8 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
     for i, s in enumerate(secrets):
         if not _ENV_RE.fullmatch(s):
             ctx.err(("secrets", i), f"{_short(s)} is not a valid variable name")
+        elif s in RESERVED_ENV:
+            ctx.err(("secrets", i), f"{s} is set by gpujob for every job: use another name")
 
     gpus = raw.get("gpus")
     if gpus is not None and gpus != "all":

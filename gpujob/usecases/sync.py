@@ -288,9 +288,21 @@ def upload(s: Any, agent: Agent, plan: Plan, progress: Callable[[int, int], None
     if rc < 0 or (rc == 0 and broke is not None):  # no exit status: the link, not the receiver, failed
         raise link_cut(agent.host, "upload", rc, again)
     if rc != 0:
+        full = _disk_full(out)
+        if full is not None:  # submitting again cannot help until space is freed
+            raise RemoteError(full.get("error", ""), full.get("remedy", ""))
         raise RemoteError(f"upload to {agent.host.name} failed (exit {rc}): "
                           f"{s.stderr_text().strip()[-1000:] or out.decode('utf-8', 'replace')[-1000:] or broke}", again)
     return comp.wire_bytes, codec
+
+
+def _disk_full(out: bytes) -> dict[str, Any] | None:
+    """The receiver's answer when the disk there filled up (``code: disk_full``), else None."""
+    try:
+        doc = json.loads(out.decode("utf-8", "replace").strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return None
+    return doc if isinstance(doc, dict) and doc.get("code") == "disk_full" else None
 
 
 def _manifest_leased(agent: Agent, args: list[str]) -> dict:

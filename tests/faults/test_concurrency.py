@@ -98,11 +98,16 @@ def test_three_concurrent_resumes_start_one_supervisor(ssh_host: str, tmp_path: 
         trainers = [p for p in job_processes(job_id) if b"main.py" in Path(f"/proc/{p}/cmdline").read_bytes()]
         assert len(trainers) == 1
     finally:
-        for p in supervisors(job_id) + job_processes(job_id):
-            try:
-                os.kill(p, signal.SIGKILL)
-            except OSError:
-                pass
+        end_job(job_id)
+
+
+def end_job(job_id: str) -> None:
+    """SIGKILL the job's supervisors and processes (a test's cleanup)."""
+    for p in supervisors(job_id) + job_processes(job_id):
+        try:
+            os.kill(p, signal.SIGKILL)
+        except OSError:
+            pass
 
 
 def _lock_waiters(lock: Path) -> list[int]:

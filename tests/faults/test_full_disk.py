@@ -45,14 +45,13 @@ sys.exit(1)
 """
 
 
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 300 MB tmpfs (a submit wants 256 MB free), unmounted afterwards (skips where mounting is not allowed)."""
+@contextlib.contextmanager
+def tmpfs(mnt: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of ``size`` on ``mnt`` (made), unmounted afterwards (skips where mounting is not allowed)."""
     if os.geteuid() != 0 or not shutil.which("mount"):
         pytest.skip("needs root and mount(8) for a tmpfs")
-    mnt = tmp_path / f"gjdisk-{uuid.uuid4().hex[:6]}"
-    mnt.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=300m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    mnt.mkdir(parents=True)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)], capture_output=True, text=True)
     if r.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
     try:
@@ -60,6 +59,13 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
     finally:
         kill_job_processes(mnt)
         subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 300 MB tmpfs (a submit wants 256 MB free)."""
+    with tmpfs(tmp_path / f"gjdisk-{uuid.uuid4().hex[:6]}", "300m") as mnt:
+        yield mnt
 
 
 def test_a_full_disk_keeps_the_record_and_the_read_only_verbs(small_disk: Path, tmp_path: Path,
