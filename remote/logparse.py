@@ -41,6 +41,11 @@ STEP_UNITS = ("it", "its", "step", "steps", "batch", "batches", "iter", "iters",
 MARKER = "==> gpujob: attempt "
 Pending = Tuple[float, int, Optional[int], str, str, str]  # a bar not read in full yet: t, step, total, rate, unit, postfix
 SKIP_KEYS = ("v_num",)
+# "train loss 2.1, val loss 2.2" (nanoGPT, many plain loops): the word before a metric says whose it is;
+# without it both would be "loss" and the validation value would pass for the training loss
+QUALIFIER = re.compile(r"\b(train|training|val|valid|validation|eval|test|dev)[\s_]+$", re.I)
+# Keras and many epoch loops print "Epoch 3/10" on a line of its own, the metrics on the next
+EPOCH_HEADER = re.compile(r"^epoch\s*[:#]?\s*(\d+)\s*(?:/|of)\s*(\d+)\s*:?$", re.I)
 MAX_LINE = 8192  # longer segments are not parsed (a bar or a dict line is far shorter)
 MAX_PENDING = 1 << 16  # an unterminated segment longer than this is dropped
 
@@ -86,6 +91,7 @@ class LogParser:
         self.epoch_base = None  # type: Optional[int]
         self.step = None  # type: Optional[int]
         self.bar_pending = None  # type: Optional[Pending]
+        self.epoch_line = None  # type: Optional[Tuple[int, int]]  # the last "Epoch N/M" header
 
     # ---- input ---------------------------------------------------------------------------
     def feed(self, data: bytes, t: float) -> List[Dict[str, Any]]:
@@ -131,6 +137,10 @@ class LogParser:
             if "•" in s and self._rich(s, t):
                 return
         low = s.lower()
+        hm = EPOCH_HEADER.match(s)
+        if hm:
+            self.epoch_line = (int(hm.group(1)), int(hm.group(2)))
+            return
         if "loss" in low or "step" in low or "iter" in low or "acc" in low or "lr" in low:
             self._plain(s, t, out)
 
@@ -225,11 +235,13 @@ class LogParser:
     def _plain(self, s: str, t: float, out: List[Dict[str, Any]]) -> None:
         rec = {}  # type: Dict[str, Any]
         sm = STEP.search(s)
-        for k, v in PAIR.findall(s) or SPACED.findall(s):
+        for m in list(PAIR.finditer(s)) or list(SPACED.finditer(s)):
+            k, v = m.group(1), m.group(2)
             if METRIC_NAME.search(k) and k not in SKIP_KEYS:
                 x = _num(v)
                 if x is not None:
-                    rec[k] = x
+                    qm = QUALIFIER.search(s, 0, m.start())
+                    rec[(qm.group(1) + "_" + k).lower() if qm else k] = x
         if not rec:
             return
         if sm:
@@ -237,8 +249,25 @@ class LogParser:
             if sm.group(2):
                 rec["max_steps"] = int(sm.group(2))
             self.step = rec["step"]
+        else:
+            self._epoch_progress(s, rec)
         self._flush_bar(out)
         self._add(rec, t, out)
+
+    def _epoch_progress(self, s: str, rec: Dict[str, Any]) -> None:
+        """A line that names its epoch (``Epoch 3/10 - loss: 0.5``, or after an ``Epoch 3/10`` header)
+        records it; where the log never shows a step (no bar, no ``step N``), the epoch is the only
+        count of progress there is, so it stands for the step and its total for the total."""
+        em = EPOCH.search(s)
+        epoch, epochs = (int(em.group(1)), int(em.group(2)) if em.group(2) else None) if em else \
+            (self.epoch_line or (None, None))
+        if epoch is None:
+            return
+        rec["epoch"] = epoch
+        if self.step is None and self.main_total is None:
+            rec["step"] = epoch
+            if epochs:
+                rec["max_steps"] = epochs
 
     def _add(self, rec: Dict[str, Any], t: float, out: List[Dict[str, Any]]) -> None:
         if "step" not in rec and self.step is not None:

@@ -105,20 +105,26 @@ def _found(job_path: Path) -> List[Any]:
                             lambda: procs.job_pids(job_path.name, job_dir=str(job_path)))
 
 
-def best_checkpoint(job_path: Path, metric: Optional[str] = None) -> Optional[Path]:
-    """The best complete checkpoint (see checkpoints.best): trainer_state.json's best, a monitored
-    value in Lightning names, or ``metric`` in the job's metric history at each one's step."""
-    c = checkpoints.best(_found(job_path), metric, job_path)
-    return c.path if c else None
-
-
-def _chosen(job_path: Path, what: str, metric: Optional[str]) -> Optional[Path]:
+def _chosen(job_path: Path, what: str, metric: Optional[str], found: List[Any]) -> Optional[Path]:
+    """The newest complete checkpoint, or the best (see checkpoints.best): trainer_state.json's best, a
+    monitored value in Lightning names, or ``metric`` in the job's metric history at each one's step."""
     if what == "latest":
-        for c in reversed(_found(job_path)):
+        for c in reversed(found):
             if c.complete:
                 return c.path
         return None
-    return best_checkpoint(job_path, metric)
+    c = checkpoints.best(found, metric, job_path)
+    return c.path if c else None
+
+
+def _other_checkpoints(job_path: Path, found: List[Any], chosen: Path) -> List[str]:
+    """The checkpoints a ``--latest``/``--best`` pull leaves out (paths under ``ckpt/``): all but the chosen
+    one. Everything else in the folder comes along: the final model a script saves beside its checkpoints
+    (``trainer.save_model()``, accelerate's ``save_model``), results files, Lightning's ``hparams.yaml``."""
+    base = job_path / "ckpt"
+    keep = {chosen, chosen.resolve()}
+    return [c.path.relative_to(base).as_posix() for c in found
+            if c.path not in keep and c.path.resolve() not in keep]
 
 
 def select(job_path: Path, what: str = "all", metric: Optional[str] = None,
@@ -126,17 +132,20 @@ def select(job_path: Path, what: str = "all", metric: Optional[str] = None,
     """The pull manifest of a job: ``what`` is all, latest or best; ``include`` globs filter it."""
     roots = [n for n in LOGS]
     chosen = None  # type: Optional[str]
+    skip = []  # type: List[str]  # under ckpt/: the checkpoints not chosen
     if what == "all":
         roots.append("ckpt")
     else:
-        p = _chosen(job_path, what, metric)
+        found = _found(job_path)
+        p = _chosen(job_path, what, metric, found)
         if p is None:
             return {"error": "no {} checkpoint".format("complete" if what == "latest" else "best (by {})".format(
                 metric or "trainer_state.json, a monitored value in the names, or eval_loss"))}
         if p.is_symlink() and p.resolve().parent == p.parent.resolve():
             p = p.parent / os.readlink(str(p))  # Lightning's last.ckpt as a link: the file it names
         chosen = "ckpt/" + p.relative_to(job_path / "ckpt").as_posix()
-        roots.append(chosen)
+        roots.append("ckpt")
+        skip = _other_checkpoints(job_path, found, p)
     files = {}  # type: Dict[str, List[Any]]
     dirs = []  # type: List[str]
     for r in roots:
@@ -145,10 +154,12 @@ def select(job_path: Path, what: str = "all", metric: Optional[str] = None,
             continue
         for rel, v in t["files"].items():
             name = r + ("/" + rel if rel else "")
+            if skip and r == "ckpt" and _under(rel, skip):
+                continue
             files[name] = v[:4]
             if v[3] is not None:  # as send_list will send it
                 files[name][3] = portable_link(job_path, job_path / name, v[3])
-        dirs += [r + "/" + d for d in t["dirs"]]
+        dirs += [r + "/" + d for d in t["dirs"] if not (skip and r == "ckpt" and _under(d, skip))]
         if (job_path / r).is_dir() and not (job_path / r).is_symlink():
             dirs.append(r)
     if include:
@@ -157,6 +168,10 @@ def select(job_path: Path, what: str = "all", metric: Optional[str] = None,
         files = {k: v for k, v in files.items() if keep(k)}
         dirs = [d for d in dirs if keep(d) or any(k.startswith(d + "/") for k in files)]
     return {"files": files, "dirs": sorted(set(dirs)), "selected": chosen}
+
+
+def _under(rel: str, paths: List[str]) -> bool:
+    return any(rel == p or rel.startswith(p + "/") for p in paths)
 
 
 def portable_link(base: Path, link_path: Path, target: str) -> str:

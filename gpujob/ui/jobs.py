@@ -141,11 +141,12 @@ def job_panel(j: dict[str, Any]) -> Any:
               + f"   attempt {j.get('attempt') or 0}")
     m = j.get("latest_metrics") or j.get("last_metrics") or {}
     if m.get("step") is not None or m.get("epoch") is not None:
-        prog = f"step {_fmt(m.get('step'))}" + (f"/{j['max_steps']}" if j.get("max_steps") else "")
-        if m.get("epoch") is not None:
+        unit = "epoch" if m.get("step") is not None and m.get("step") == m.get("epoch") else "step"  # an epoch loop
+        prog = f"{unit} {_fmt(m.get('step'))}" + (f"/{j['max_steps']}" if j.get("max_steps") else "")
+        if m.get("epoch") is not None and unit == "step":
             prog += f"   epoch {_fmt(m.get('epoch'))}"
         if j.get("steps_per_s"):
-            prog += f"   {j['steps_per_s']:.3g} steps/s"
+            prog += f"   {j['steps_per_s']:.3g} {unit}s/s"
         if j.get("eta_s") is not None:
             prog += f"   ETA {format_duration(j['eta_s'])}"
         t.add_row("progress", prog)
