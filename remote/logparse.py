@@ -28,7 +28,7 @@ BAR = re.compile(r"(?:^|[\s|])(\d+)(?:/(\d+|\?))?(?:it)?\s*\[([^\]<,]*)(?:<([^\]
 RATE = re.compile(r"(\?|[\d.]+)\s*(s/\w+|\w+/s)")
 RICH = re.compile(r"^(?P<desc>.*?)\s*━*\s+(?P<n>\d+)/(?P<total>\d+)\s+(?P<elapsed>[\d:]+)\s*•\s*(?P<left>[\d:-]+)"
                   r"\s+(?P<rate>[\d.]+)(?P<unit>it/s|s/it)(?P<rest>.*)$")
-EPOCH = re.compile(r"\bepoch\s*[:#]?\s*(\d+)(?:\s*/\s*(\d+))?", re.I)
+EPOCH = re.compile(r"\bepoch\s*[:#=]?\s*(\d+)(?:\s*(?:/|of\b)\s*(\d+))?", re.I)
 STEP = re.compile(r"\b(?:global_step|step|iter|iteration)\b\s*[:=#]?\s*(\d+)(?:\s*/\s*(\d+))?", re.I)
 PAIR = re.compile(r"([A-Za-z][\w/.-]{0,60})\s*[:=]\s*(" + NUM + r")(?![\w.])")
 # "step 12 loss 0.53": a metric name and its number with only a space between (plain loops, examples/tiny)
@@ -91,7 +91,7 @@ class LogParser:
         self.epoch_base = None  # type: Optional[int]
         self.step = None  # type: Optional[int]
         self.bar_pending = None  # type: Optional[Pending]
-        self.epoch_line = None  # type: Optional[Tuple[int, int]]  # the last "Epoch N/M" header
+        self.epoch_line = None  # type: Optional[Tuple[int, Optional[int]]]  # the last epoch printed, of how many
 
     # ---- input ---------------------------------------------------------------------------
     def feed(self, data: bytes, t: float) -> List[Dict[str, Any]]:
@@ -263,6 +263,8 @@ class LogParser:
             (self.epoch_line or (None, None))
         if epoch is None:
             return
+        if em:  # later lines without one (a logging line of the same epoch) belong to it
+            self.epoch_line = (epoch, epochs or (self.epoch_line[1] if self.epoch_line else None))
         rec["epoch"] = epoch
         if self.step is None and self.main_total is None:
             rec["step"] = epoch
