@@ -18,6 +18,7 @@ from remote.layout import (
     agent_log,
     last_json_line,
     now,
+    screen_lines,
     tail_lines,
     with_reserve,
     write_json,
@@ -215,7 +216,7 @@ def describe(root: Root, job_id: str, detail: bool = False) -> Dict[str, Any]:
                                    "gpu": False}
             else:
                 st["diagnosis"] = diagnose.diagnose(job.log, st.get("exit_code"), metrics=metrics)
-            st["log_tail"] = tail_lines(job.log, 20)
+            st["log_tail"] = screen_lines(job.log, 20)
         st["checkpoints"] = checkpoint_list(job, spec, live=st.get("state") not in TERMINAL or st.get("state") == "lost")
     return st
 
