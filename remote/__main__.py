@@ -165,8 +165,8 @@ def cmd_send(root: Root, a: argparse.Namespace) -> None:
     if a.manifest:  # the pull manifest (JSON), then the client asks for what it lacks with --list
         doc = transfer.select(job.path, a.select, a.metric, a.include)
         if "error" in doc:
-            raise AgentError(doc["error"] + " in job " + job.id, "pull without --latest/--best, or pick another job",
-                             "no_checkpoint")
+            raise AgentError(doc["error"] + " in job " + job.id, transfer.stray_hint(doc["stray"]) if doc.get("stray")
+                             else "pull without --latest/--best, or pick another job", "no_checkpoint")
         doc["job_id"] = job.id
         _out(doc)
         if not a.list:

@@ -5,6 +5,7 @@ never the older checkpoints nor one cut short by a kill."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from tests.conftest import run_cli
@@ -56,3 +57,39 @@ def test_pull_latest_brings_the_newest_complete_state_and_the_outputs_beside_it(
 
     assert load_file(str(got / "final" / "model.safetensors"))["weight"].shape == (1, 4)
     assert "loss" in json.loads((got / "results.json").read_text())
+
+
+PLAIN = """
+    import os, torch
+    os.makedirs("outputs", exist_ok=True)  # the script's own default; the job file names no checkpoint.dir
+    model = torch.nn.Linear(4, 1)
+    for step in (4, 8):
+        torch.save({"model": model.state_dict(), "step": step}, f"outputs/ckpt_{step}.pt")
+"""
+
+
+def test_checkpoints_written_outside_the_checkpoint_folder_are_named_with_the_next_step(tmp_path: Path) -> None:
+    needs("torch")
+    job = write_job(tmp_path, "stray", PLAIN, "python main.py", env={"OMP_NUM_THREADS": "1"})
+    (job.parent / "outputs").mkdir()
+    old = job.parent / "outputs" / "pretrained.pt"  # synced with the code: not the job's
+    old.write_bytes(b"weights from the laptop")
+    os.utime(old, (1e9, 1e9))
+    job_id = submit("local", job)["job_id"]
+    assert wait_state("local", job_id, ("succeeded", "failed"), 120)["state"] == "succeeded"
+    dest = str(tmp_path / "p")
+
+    r = run_cli("pull", job_id, dest, "--latest")
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert "code/outputs/ckpt_" in r.stderr and "--include 'code/outputs/*'" in r.stderr, r.stderr
+    assert "checkpoint: {dir: outputs}" in r.stderr
+
+    r = run_cli("pull", job_id, dest, "--json")  # the logs come; the note says what stayed behind
+    doc = json.loads(r.stdout)
+    assert sorted(doc["stray"]) == ["code/outputs/ckpt_4.pt", "code/outputs/ckpt_8.pt"]
+    assert "--include 'code/outputs/*'" in r.stderr
+
+    r = run_cli("pull", job_id, dest, "--include", "code/outputs/*", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["stray"] == [] and "note:" not in r.stderr, r.stderr
+    got = Path(json.loads(r.stdout)["dest"]) / "code" / "outputs"
+    assert sorted(p.name for p in got.iterdir()) == ["ckpt_4.pt", "ckpt_8.pt", "pretrained.pt"]

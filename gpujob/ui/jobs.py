@@ -280,6 +280,8 @@ def pull_warnings(res: results.PullResult) -> None:
 
     for link in res.skipped or []:
         print(f"warning: symlink {link} not kept: it leads outside {res.dest}", file=sys.stderr)
+    if res.stray_hint:
+        print(f"note: {res.stray_hint}", file=sys.stderr)
 
 
 def pulled(res: results.PullResult) -> None:
