@@ -28,8 +28,8 @@ BAR = re.compile(r"(?:^|[\s|])(\d+)(?:/(\d+|\?))?(?:it)?\s*\[([^\]<,]*)(?:<([^\]
 RATE = re.compile(r"(\?|[\d.]+)\s*(s/\w+|\w+/s)")
 RICH = re.compile(r"^(?P<desc>.*?)\s*━*\s+(?P<n>\d+)/(?P<total>\d+)\s+(?P<elapsed>[\d:]+)\s*•\s*(?P<left>[\d:-]+)"
                   r"\s+(?P<rate>[\d.]+)(?P<unit>it/s|s/it)(?P<rest>.*)$")
-EPOCH = re.compile(r"\bepoch\s*[:#=]?\s*(\d+)(?:\s*(?:/|of\b)\s*(\d+))?", re.I)
-STEP = re.compile(r"\b(?:global_step|step|iter|iteration)\b\s*[:=#]?\s*(\d+)(?:\s*/\s*(\d+))?", re.I)
+EPOCH = re.compile(r"\bepoch\s*[:#=]?\s*\[?\s*(\d+)(?:\s*(?:/|of\b)\s*(\d+))?", re.I)
+STEP = re.compile(r"\b(?:global_step|step|iter|iteration)\b\s*[:=#]?\s*\[?\s*(\d+)(?:\s*/\s*(\d+))?", re.I)
 PAIR = re.compile(r"([A-Za-z][\w/.-]{0,60})\s*[:=]\s*(" + NUM + r")(?![\w.])")
 # "step 12 loss 0.53": a metric name and its number with only a space between (plain loops, examples/tiny)
 SPACED = re.compile(r"\b([A-Za-z][\w/.-]{0,60})\s+(" + NUM + r")(?![\w.:=])")
@@ -44,6 +44,8 @@ SKIP_KEYS = ("v_num",)
 # "train loss 2.1, val loss 2.2" (nanoGPT, many plain loops): the word before a metric says whose it is;
 # without it both would be "loss" and the validation value would pass for the training loss
 QUALIFIER = re.compile(r"\b(train|training|val|valid|validation|eval|test|dev)[\s_]+$", re.I)
+# "batch 30/100", a count within the epoch printed on the same line
+BATCH = re.compile(r"\bbatch\s*[:#=]?\s*\[?\s*(\d+)\s*/\s*(\d+)", re.I)
 # Keras and many epoch loops print "Epoch 3/10" on a line of its own, the metrics on the next
 EPOCH_HEADER = re.compile(r"^epoch\s*[:#]?\s*(\d+)\s*(?:/|of)\s*(\d+)\s*:?$", re.I)
 MAX_LINE = 8192  # longer segments are not parsed (a bar or a dict line is far shorter)
@@ -92,6 +94,8 @@ class LogParser:
         self.step = None  # type: Optional[int]
         self.bar_pending = None  # type: Optional[Pending]
         self.epoch_line = None  # type: Optional[Tuple[int, Optional[int]]]  # the last epoch printed, of how many
+        self.raw_step = None  # type: Optional[Tuple[int, int]]  # (epoch, step as printed) of the last such line
+        self.per_epoch = None  # type: Optional[bool]  # the printed step starts again each epoch ("Epoch [2/10], Step [100/600]")
 
     # ---- input ---------------------------------------------------------------------------
     def feed(self, data: bytes, t: float) -> List[Dict[str, Any]]:
@@ -235,6 +239,7 @@ class LogParser:
     def _plain(self, s: str, t: float, out: List[Dict[str, Any]]) -> None:
         rec = {}  # type: Dict[str, Any]
         sm = STEP.search(s)
+        bm = None if sm else BATCH.search(s)
         for m in list(PAIR.finditer(s)) or list(SPACED.finditer(s)):
             k, v = m.group(1), m.group(2)
             if METRIC_NAME.search(k) and k not in SKIP_KEYS:
@@ -244,15 +249,38 @@ class LogParser:
                     rec[(qm.group(1) + "_" + k).lower() if qm else k] = x
         if not rec:
             return
-        if sm:
-            rec["step"] = int(sm.group(1))
-            if sm.group(2):
-                rec["max_steps"] = int(sm.group(2))
-            self.step = rec["step"]
+        if sm or bm:
+            m = sm or bm
+            self._printed_step(s, int(m.group(1)), int(m.group(2)) if m.group(2) else None, rec, bm is not None)
         else:
             self._epoch_progress(s, rec)
         self._flush_bar(out)
         self._add(rec, t, out)
+
+    def _printed_step(self, s: str, n: int, of: Optional[int], rec: Dict[str, Any], batch: bool = False) -> None:
+        """``step N[/M]`` on a line; with an epoch beside it the count may start again each epoch
+        (PyTorch's tutorial loop prints ``Epoch [2/10], Step [100/600]``): seen going back while the
+        epoch went up, the step is counted on over the epochs before."""
+        step, total = n, of
+        em = EPOCH.search(s)
+        if em:
+            epoch, epochs = int(em.group(1)), int(em.group(2)) if em.group(2) else None
+            rec["epoch"] = epoch
+            if self.epoch_base is None:
+                self.epoch_base = min(epoch, 1)
+            if batch:
+                self.per_epoch = True  # "batch 30/100" counts within the epoch
+            elif self.raw_step is not None and epoch > self.raw_step[0] and self.per_epoch is None:
+                self.per_epoch = n < self.raw_step[1]
+            self.raw_step = (epoch, n)
+            if self.per_epoch and of:
+                step = (epoch - self.epoch_base) * of + n
+                total = epochs * of if epochs else None
+        elif batch:
+            return  # a batch count without its epoch says nothing of the run's progress
+        rec["step"] = self.step = step
+        if total:
+            rec["max_steps"] = total
 
     def _epoch_progress(self, s: str, rec: Dict[str, Any]) -> None:
         """A line that names its epoch (``Epoch 3/10 - loss: 0.5``, or after an ``Epoch 3/10`` header)

@@ -40,6 +40,20 @@ def test_epoch_loops_count_epochs_when_nothing_else_counts() -> None:
     assert recs[-1] == {"loss": 0.5, "epoch": 2, "step": 5, "t": 2.0}
 
 
+def test_a_step_count_that_starts_again_each_epoch_is_counted_on() -> None:
+    # PyTorch's tutorial loop: the step is the batch within the epoch
+    text = "".join(f"Epoch [{e}/3], Step [{b}/50], Loss: {b / 100:.4f}\n" for e in (1, 2, 3) for b in (25, 50))
+    recs = feed(text)
+    assert [(r["step"], r.get("max_steps")) for r in recs] == [(25, 50), (50, 50), (75, 150), (100, 150), (125, 150),
+                                                               (150, 150)]
+    # "batch N/M" is within the epoch from the start; with no epoch total there is no total, not M
+    text = "".join(f"epoch {e} | batch {b}/40 | loss 0.5\n" for e in (0, 1) for b in (20, 40))
+    assert [(r["step"], r.get("max_steps")) for r in feed(text)] == [(20, None), (40, None), (60, None), (80, None)]
+    # a step that goes on across epochs is left as printed
+    text = "".join(f"epoch {e} step {e * 100 + b}/300 loss 0.5\n" for e in (0, 1) for b in (50, 100))
+    assert [(r["step"], r["max_steps"]) for r in feed(text)] == [(50, 300), (100, 300), (150, 300), (200, 300)]
+
+
 EPOCH_LOOP = """
     import logging, time
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
