@@ -9,7 +9,9 @@ Fed the new bytes of ``output.log`` (stdout and stderr together), a ``LogParser`
   ``42it [00:10, 4.01it/s]`` without a total), with a description such as Lightning's
   ``Epoch 3:`` and a postfix of ``key=value`` metrics; Lightning's rich bar line
   ``Epoch 1/9 ━━━ 8/8 0:00:01 • 0:00:00 6.1it/s v_num: 0 train_loss: 0.017``;
-- plain prints: ``step 120`` / ``step 120/1000``, ``loss: 0.5``, ``loss=0.5``, ``val_acc=0.9``.
+- JSON objects printed one a line, ``{"step": 120, "loss": 0.5}``;
+- plain prints: ``step 120`` / ``step 120/1000``, ``loss: 0.5``, ``loss=0.5``, ``val_acc=0.9``,
+  ``train loss 0.5`` (→ ``train_loss``), ``Epoch 3/10`` (the step of a loop that counts only epochs).
 
 A record gets a step only where one is printed: the bar's count (plus whole epochs before it)
 or a ``step N`` on the same line. Validation, test, sanity-check and data-preparation bars (``Map``, ``Downloading``, ``Loading
@@ -18,6 +20,7 @@ Bar redraws between two ``feed`` calls become one record (the newest), so a bar 
 times a second does not become ten records a second.
 """
 
+import json
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -41,6 +44,7 @@ STEP_UNITS = ("it", "its", "step", "steps", "batch", "batches", "iter", "iters",
 MARKER = "==> gpujob: attempt "
 Pending = Tuple[float, int, Optional[int], str, str, str]  # a bar not read in full yet: t, step, total, rate, unit, postfix
 SKIP_KEYS = ("v_num",)
+JSON_STEP = {"global_step": "step", "iter": "step", "iteration": "step", "num_updates": "step", "it": "step"}
 # "train loss 2.1, val loss 2.2" (nanoGPT, many plain loops): the word before a metric says whose it is;
 # without it both would be "loss" and the validation value would pass for the training loss
 QUALIFIER = re.compile(r"\b(train|training|val|valid|validation|eval|test|dev)[\s_]+$", re.I)
@@ -125,6 +129,8 @@ class LogParser:
         if s.startswith(MARKER):
             self._flush_bar(out)
             self._reset()
+            return
+        if s[0] == "{" and '":' in s and s[-1] == "}" and self._json(s, t, out):
             return
         if s[0] == "{" and "':" in s:
             rec = {k: v for k, v in ((k, _num(v)) for k, v in DICT_PAIR.findall(s)) if v is not None}
@@ -235,6 +241,28 @@ class LogParser:
                 if x is not None:
                     rec[k] = x
         out.append(rec)
+
+    def _json(self, s: str, t: float, out: List[Dict[str, Any]]) -> bool:
+        """A JSON object printed on a line (``print(json.dumps({"step": 10, "loss": 0.53}))``)."""
+        try:
+            doc = json.loads(s)
+        except ValueError:
+            return False
+        if not isinstance(doc, dict):
+            return False
+        rec = {}  # type: Dict[str, Any]
+        for k, v in doc.items():
+            if isinstance(v, str):
+                v = _num(v)  # "0.53" as transformers 5 formats it
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and len(k) <= 80:
+                rec[JSON_STEP.get(k, k)] = v
+        if "step" in rec and isinstance(rec["step"], (int, float)):
+            rec["step"] = self.step = int(rec["step"])
+        if not any(k not in ("step", "epoch", "max_steps") for k in rec):
+            return bool(rec)
+        self._flush_bar(out)
+        self._add(rec, t, out)
+        return True
 
     def _plain(self, s: str, t: float, out: List[Dict[str, Any]]) -> None:
         rec = {}  # type: Dict[str, Any]

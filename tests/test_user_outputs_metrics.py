@@ -27,6 +27,11 @@ def test_train_and_val_loss_on_one_line_stay_apart() -> None:
     assert feed("step 5 loss=0.5 val_loss=0.6\n") == [{"loss": 0.5, "val_loss": 0.6, "step": 5, "t": 1.0}]
 
 
+def test_json_lines_printed_by_the_script() -> None:
+    recs = feed('{"global_step": 10, "loss": 0.53, "lr": 3e-4, "run": "a"}\n{"val_loss": "0.6", "ok": true}\n')
+    assert recs == [{"step": 10, "loss": 0.53, "lr": 3e-4, "t": 1.0}, {"val_loss": 0.6, "step": 10, "t": 1.0}]
+
+
 def test_epoch_loops_count_epochs_when_nothing_else_counts() -> None:
     # Keras prints the epoch on a line of its own, the metrics at the epoch's end
     recs = feed("Epoch 3/10\n100/100 [==============================] - 2s 20ms/step - loss: 0.5300 - val_loss: 0.6\n")
