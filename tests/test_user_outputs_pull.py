@@ -45,6 +45,9 @@ def test_pull_latest_brings_the_newest_complete_state_and_the_outputs_beside_it(
     job_id = submit("local", job)["job_id"]
     st = wait_state("local", job_id, ("succeeded", "failed"), 120)
     assert st["state"] == "succeeded", st
+    # accelerate numbers its saves, not steps: status does not call the 3rd save "step 2"
+    text = run_cli("status", job_id, "--host", "local", env_extra={"COLUMNS": "200"}).stdout
+    assert "newest checkpoints/checkpoint_2 (accelerate, save 2)" in text, text
     r = run_cli("pull", job_id, str(tmp_path / "p"), "--latest", "--json")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)

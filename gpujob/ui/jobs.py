@@ -189,7 +189,8 @@ def job_panel(j: dict[str, Any]) -> Any:
         if done:
             n = done[-1]
             about = [n["kind"]] if n.get("kind") else []
-            about += [f"step {n['step']}"] if n.get("step") is not None else []
+            if n.get("step") is not None:  # accelerate numbers its saves (checkpoint_0, _1, ...), not steps
+                about.append(f"{'save' if n.get('kind') == 'accelerate' else 'step'} {n['step']}")
             what = escape(n["name"]) + (f" ({', '.join(about)})" if about else "")
         t.add_row("checkpoints", f"{len(done)} complete, newest {what}")
     if j.get("last_line"):
