@@ -144,10 +144,14 @@ def stray_checkpoints(job_path: Path, limit: int = 20) -> List[str]:
                       and not e.name.startswith(".") and e.name not in NOT_OUTPUTS)
     except OSError:
         return []
+    ckpt = (job_path / "ckpt").resolve()
     out = []  # type: List[str]
     for base in [str(code)] + subs:
         for c in checkpoints.find(base, check=False):
             rel = "code/" + c.path.relative_to(code).as_posix()
+            real = c.path.resolve()
+            if c.path.is_symlink() or real == ckpt or ckpt in real.parents:
+                continue  # checkpoint.dir's link to ckpt/ (pulled as ckpt/), a last.ckpt link
             if c.mtime >= since and rel not in out:
                 out.append(rel)
         if len(out) >= limit:

@@ -64,16 +64,19 @@ def test_pull_latest_brings_the_newest_complete_state_and_the_outputs_beside_it(
 
 PLAIN = """
     import os, torch
-    os.makedirs("outputs", exist_ok=True)  # the script's own default; the job file names no checkpoint.dir
+    os.makedirs("outputs", exist_ok=True)  # the script's own default, not the job file's checkpoint.dir
     model = torch.nn.Linear(4, 1)
     for step in (4, 8):
         torch.save({"model": model.state_dict(), "step": step}, f"outputs/ckpt_{step}.pt")
+    with open("final/trainer_state.json", "w") as f:  # checkpoint.dir (a link to ckpt/): pulled as ckpt/
+        f.write("{}")
 """
 
 
 def test_checkpoints_written_outside_the_checkpoint_folder_are_named_with_the_next_step(tmp_path: Path) -> None:
     needs("torch")
-    job = write_job(tmp_path, "stray", PLAIN, "python main.py", env={"OMP_NUM_THREADS": "1"})
+    job = write_job(tmp_path, "stray", PLAIN, "python main.py", env={"OMP_NUM_THREADS": "1"},
+                    checkpoint={"dir": "final"})
     (job.parent / "outputs").mkdir()
     old = job.parent / "outputs" / "pretrained.pt"  # synced with the code: not the job's
     old.write_bytes(b"weights from the laptop")
