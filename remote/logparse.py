@@ -50,6 +50,8 @@ JSON_STEP = {"global_step": "step", "iter": "step", "iteration": "step", "num_up
 QUALIFIER = re.compile(r"\b(train|training|val|valid|validation|eval|test|dev)[\s_]+$", re.I)
 # "batch 30/100", a count within the epoch printed on the same line
 BATCH = re.compile(r"\bbatch\s*[:#=]?\s*\[?\s*(\d+)\s*/\s*(\d+)", re.I)
+PERCENT = re.compile(r"\d{1,3}$")
+EPOCHS_BAR = re.compile(r"\bepochs?\b", re.I)  # an outer bar over the epochs: "Epochs: 30%|...| 3/10"
 # Keras and many epoch loops print "Epoch 3/10" on a line of its own, the metrics on the next
 EPOCH_HEADER = re.compile(r"^epoch\s*[:#]?\s*(\d+)\s*(?:/|of)\s*(\d+)\s*:?$", re.I)
 MAX_LINE = 8192  # longer segments are not parsed (a bar or a dict line is far shorter)
@@ -97,6 +99,7 @@ class LogParser:
         self.epoch_base = None  # type: Optional[int]
         self.step = None  # type: Optional[int]
         self.bar_pending = None  # type: Optional[Pending]
+        self.epoch_bar_total = None  # type: Optional[int]  # the total of an outer "Epochs" bar
         self.epoch_line = None  # type: Optional[Tuple[int, Optional[int]]]  # the last epoch printed, of how many
         self.raw_step = None  # type: Optional[Tuple[int, int]]  # (epoch, step as printed) of the last such line
         self.per_epoch = None  # type: Optional[bool]  # the printed step starts again each epoch ("Epoch [2/10], Step [100/600]")
@@ -170,11 +173,13 @@ class LogParser:
         if (unit[2:] if unit.startswith("s/") else unit[:-2]).lower() not in STEP_UNITS:
             return m.end()  # datasets' "examples/s", downloads' "MB/s": not training steps
         desc = s[:m.start()]
-        desc = desc.split("%|")[0] if "%|" in desc else desc
+        desc = PERCENT.sub("", desc.split("%|")[0]) if "%|" in desc else desc  # "Epoch:  30%|": not epoch 30
         if desc and NOT_PROGRESS.search(desc):
             return m.end()
         total = int(total_s) if total_s and total_s != "?" else None
-        self._progress(int(n), total, EPOCH.search(desc) if desc else None, t, (rm.group(1), unit, rest[rm.end():]))
+        em = EPOCH.search(desc) if desc else None
+        outer = bool(desc) and em is None and EPOCHS_BAR.search(desc) is not None
+        self._progress(int(n), total, em, t, (rm.group(1), unit, rest[rm.end():]), epochs_bar=outer)
         return m.end()
 
     def _rich(self, s: str, t: float) -> bool:
@@ -186,8 +191,13 @@ class LogParser:
         return True
 
     def _progress(self, n: int, total: Optional[int], em: Any, t: float, rate: Tuple[str, str, str],
-                  rich: bool = False) -> None:
-        """``rate``: the bar's rate, its unit (``it/s``, ``s/it``) and the postfix after it."""
+                  rich: bool = False, epochs_bar: bool = False) -> None:
+        """``rate``: the bar's rate, its unit (``it/s``, ``s/it``) and the postfix after it.
+        ``epochs_bar``: an outer ``trange(E, desc="Epochs")``: its total is the number of epochs."""
+        if epochs_bar and total:
+            self.epoch_bar_total = total
+            if self.main_total is not None and total != self.main_total:
+                return  # it counts the epochs; the inner bar counts the steps
         if n == 0:
             return  # a bar not started yet (or Lightning's reset before the next epoch) tells nothing
         if self.main_total is not None and total != self.main_total:
@@ -208,8 +218,9 @@ class LogParser:
         self.main_total, self.main_n = total, n
         before = epoch - base if epoch is not None else self.bars_done
         step = n + before * total if total else n
-        multi = em is not None or self.bars_done > 0
-        epochs = epochs or self.epochs_hint
+        outer = self.epoch_bar_total if self.epoch_bar_total != total else None  # another bar counts epochs
+        multi = em is not None or self.bars_done > 0 or outer is not None
+        epochs = epochs or self.epochs_hint or outer
         grand = None  # type: Optional[int]
         if total and multi and epochs:
             grand = epochs * total

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from remote.logparse import LogParser
 from tests.conftest import run_cli
-from tests.helpers import status, submit, wait_for, wait_state, write_job
+from tests.helpers import needs, status, submit, wait_for, wait_state, write_job
 
 
 def feed(text: str) -> list[dict]:
@@ -57,6 +57,27 @@ def test_a_step_count_that_starts_again_each_epoch_is_counted_on() -> None:
     # a step that goes on across epochs is left as printed
     text = "".join(f"epoch {e} step {e * 100 + b}/300 loss 0.5\n" for e in (0, 1) for b in (50, 100))
     assert [(r["step"], r["max_steps"]) for r in feed(text)] == [(50, 300), (100, 300), (150, 300), (200, 300)]
+
+
+def test_an_outer_epochs_bar_gives_the_inner_bar_its_total() -> None:
+    needs("tqdm")
+    import io
+
+    from tqdm import tqdm, trange
+
+    buf = io.StringIO()  # what tqdm writes to stderr, redraws and cursor moves included
+    for _ in trange(3, desc="Epochs", file=buf, mininterval=0):
+        for _ in tqdm(range(20), leave=False, file=buf, mininterval=0):
+            pass
+    data = buf.getvalue().encode()
+    p = LogParser()
+    recs = [r for i in range(0, len(data), 400) for r in p.feed(data[i:i + 400], float(i))]
+    assert recs[0]["max_steps"] == 60 and recs[-1]["step"] == 60  # 3 epochs × 20 batches from the first one
+    assert [r["step"] for r in recs] == sorted(r["step"] for r in recs)
+    # a bar described "Epoch" alone: its percentage is no epoch number
+    p = LogParser()
+    assert p.feed(b"\rEpoch:  30%|###   | 3/10 [00:03<00:07,  1.00it/s, loss=0.5]\r", 1.0) == [
+        {"t": 1.0, "step": 3, "max_steps": 10, "loss": 0.5}]
 
 
 EPOCH_LOOP = """
