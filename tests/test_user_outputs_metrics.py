@@ -81,18 +81,20 @@ def test_an_outer_epochs_bar_gives_the_inner_bar_its_total() -> None:
 
 
 EPOCH_LOOP = """
-    import logging, time
+    import argparse, logging, time
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    EPOCHS = 10
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--epochs", type=int)
+    EPOCHS = ap.parse_args().epochs
     for ep in range(1, EPOCHS + 1):
         time.sleep(0.7)
-        print(f"Epoch {ep}/{EPOCHS} - train loss: {1 / ep:.4f} - val loss: {2 / ep:.4f}", flush=True)
+        print(f"Epoch {ep}: train loss: {1 / ep:.4f} - val loss: {2 / ep:.4f}", flush=True)  # the total only in run:
         logging.info("epoch=%d lr=%g", ep, 0.1 / ep)
 """
 
 
 def test_an_epoch_loop_shows_epochs_eta_and_its_own_losses(tmp_path: Path) -> None:
-    job_id = submit("local", write_job(tmp_path, "epochs", EPOCH_LOOP, "python main.py"))["job_id"]
+    job_id = submit("local", write_job(tmp_path, "epochs", EPOCH_LOOP, "python main.py --epochs 10"))["job_id"]
     seen: dict = {}
 
     def running_with_eta() -> bool:
