@@ -112,6 +112,10 @@ def test_an_epoch_loop_shows_epochs_eta_and_its_own_losses(tmp_path: Path) -> No
 
     done = wait_state("local", job_id, ("succeeded", "failed"))
     assert done["state"] == "succeeded" and done["latest_metrics"]["train_loss"] == 0.1
+    # ls: the last record is the logging line (epoch=10 lr=...), the loss was on the line before
+    row = next(line.split() for line in run_cli("ls", env_extra={"COLUMNS": "200"}).stdout.splitlines()
+               if line.startswith(job_id))
+    assert row[5:7] == ["10", "0.1"], row  # STEP, LOSS (train_loss)
     r = run_cli("plot", job_id, "--host", "local", "-o", str(tmp_path / "p.png"), "--json")
     assert r.returncode == 0, r.stderr
     points = json.loads(r.stdout)["points"]

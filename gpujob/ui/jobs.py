@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from gpujob.bundle import import_remote
 from gpujob.ui.output import console
 from gpujob.usecases.cost import accrued_cost, elapsed_s
+from gpujob.usecases.watch import loss_key
 
 format_duration = import_remote("protocol").format_duration
 
@@ -52,7 +53,7 @@ def _ls_cells(j: dict[str, Any]) -> dict[str, str]:
         "JOB": j.get("job_id", "?"), "HOST": j.get("host") or "-", "STATE": j.get("state", "?"),
         "QUEUE": f"#{j['queue_position']}" if j.get("queue_position") else "-",
         "ATTEMPT": str(j.get("attempt") or "-"), "ELAPSED": format_duration(elapsed_s(j)),
-        "STEP": str(m.get("step", "-")), "LOSS": _fmt(m.get("loss")),
+        "STEP": str(m.get("step", "-")), "LOSS": _fmt(m.get(loss_key(m) or "loss")),  # train_loss, Loss/train
         "LAST LINE": " ".join((j.get("last_line") or "").split()),  # its start: a line is read from the left
     }
 
