@@ -218,7 +218,8 @@ def cmd_send(root: Root, a: argparse.Namespace) -> None:
         if "error" in doc:
             stray = jobs.stray_checkpoints(job, job.spec_data(), job.status())
             raise AgentError(doc["error"] + " in job " + job.id + ("; " + stray["advice"] if stray else ""),
-                             "pull without --latest/--best, or pick another job", "no_checkpoint")
+                             transfer.stray_hint(doc["stray"]) if doc.get("stray")
+                             else "pull without --latest/--best, or pick another job", "no_checkpoint")
         doc["job_id"] = job.id
         _out(doc)
         if not a.list:

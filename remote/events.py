@@ -16,7 +16,7 @@ import threading
 import time
 from typing import Any, Dict, List, Optional
 
-from remote.layout import JobDir, Root, agent_log, now, tail_lines
+from remote.layout import JobDir, Root, agent_log, now, screen_lines
 from remote.protocol import ENDINGS
 
 TB_ENV = ("AutoDLService6006URL", "AUTODL_SERVICE_6006_URL")
@@ -75,7 +75,7 @@ def build_event(kind: str, job: JobDir, spec: Dict[str, Any], status: Dict[str, 
             ev["remedy"] = d.get("remedy")
         except Exception:
             pass
-        ev["log_tail"] = tail_lines(job.log, 20)
+        ev["log_tail"] = screen_lines(job.log, 20)
     ev.update({k: v for k, v in extra.items() if v is not None})
     return ev
 

@@ -1,5 +1,6 @@
 """Job records on the instance: create, find by prefix, list with liveness, stop, resume."""
 
+import json
 import os
 import random
 import shutil
@@ -16,8 +17,8 @@ from remote.layout import (
     JobDir,
     Root,
     agent_log,
-    last_json_line,
     now,
+    screen_lines,
     tail_lines,
     with_reserve,
     write_json,
@@ -186,6 +187,21 @@ def this_attempt(st: Dict[str, Any], rec: Optional[Dict[str, Any]]) -> Optional[
     return None if isinstance(t, (int, float)) and t < attempt_start(st) else rec
 
 
+def recent_metrics(st: Dict[str, Any], path: Path, n: int = 20) -> Optional[Dict[str, Any]]:
+    """The newest value of each key over the last ``n`` records the current attempt wrote: one record
+    alone often lacks the loss (a bar's record, an eval or learning-rate line printed last)."""
+    out = None  # type: Optional[Dict[str, Any]]
+    for line in tail_lines(path, n, 16384):
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and this_attempt(st, rec) is not None:
+            out = dict(out or {})
+            out.update(rec)
+    return out
+
+
 def describe(root: Root, job_id: str, detail: bool = False) -> Dict[str, Any]:
     """The job's status as readers show it. A record no writer of ours made (a hand edit, a
     damaged file) is refused naming the job, not met as an "agent error" halfway through."""
@@ -215,7 +231,7 @@ def _describe(root: Root, job_id: str, detail: bool = False) -> Dict[str, Any]:
     from remote import metricsrc
 
     source, metrics = metricsrc.active(job)
-    st["last_metrics"] = this_attempt(st, last_json_line(metrics))
+    st["last_metrics"] = recent_metrics(st, metrics)
     st["metrics_source"] = source
     st["last_line"] = (tail_lines(job.log, 1) or [""])[0][-200:]
     st["now"] = now()
@@ -242,7 +258,7 @@ def _describe(root: Root, job_id: str, detail: bool = False) -> Dict[str, Any]:
                                    "gpu": False}
             else:
                 st["diagnosis"] = diagnose.diagnose(job.log, st.get("exit_code"), metrics=metrics)
-            st["log_tail"] = tail_lines(job.log, 20)
+            st["log_tail"] = screen_lines(job.log, 20)
         st["checkpoints"] = checkpoint_list(job, spec, live=st.get("state") not in TERMINAL or st.get("state") == "lost")
         if not st["checkpoints"]:
             stray = stray_checkpoints(job, spec, st)

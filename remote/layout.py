@@ -243,6 +243,20 @@ def tail_lines(path: Path, n: int = 20, max_bytes: int = 65536) -> list:
     return lines[-n:]
 
 
+def screen_lines(path: Path, n: int = 20, max_bytes: int = 65536) -> list:
+    """The last ``n`` lines of a log as a terminal showed them: a line that a progress bar redrew in
+    place (``\\r``) is its last drawing, not one line per redraw (a tqdm bar's redraws pushed the top
+    of a traceback out of a failure's 20 lines)."""
+    data, _ = read_tail(path, max_bytes)
+    out = []
+    for line in data.decode("utf-8", "replace").split("\n"):
+        shown = [seg for seg in line.split("\r") if seg.strip()]
+        out.append(shown[-1].rstrip() if shown else line.strip("\r"))
+    if out and out[-1] == "":
+        out.pop()
+    return out[-n:]
+
+
 def last_json_line(path: Path) -> Optional[Dict[str, Any]]:
     for line in reversed(tail_lines(path, 5, 16384)):
         try:

@@ -9,8 +9,9 @@ Fed the new bytes of ``output.log`` (stdout and stderr together), a ``LogParser`
   ``42it [00:10, 4.01it/s]`` without a total), with a description such as Lightning's
   ``Epoch 3:`` and a postfix of ``key=value`` metrics; Lightning's rich bar line
   ``Epoch 1/9 ━━━ 8/8 0:00:01 • 0:00:00 6.1it/s v_num: 0 train_loss: 0.017``;
-- plain prints: ``step 120`` / ``step 120/1000``, ``loss: 0.5``, ``loss=0.5``, ``val_acc=0.9``; a
-  loop that prints only one line per epoch (``Epoch 2/10 | loss=0.31``) gets the epochs as steps.
+- JSON objects printed one a line, ``{"step": 120, "loss": 0.5}``;
+- plain prints: ``step 120`` / ``step 120/1000``, ``loss: 0.5``, ``loss=0.5``, ``val_acc=0.9``,
+  ``train loss 0.5`` (→ ``train_loss``), ``Epoch 3/10`` (the step of a loop that counts only epochs).
 
 A record gets a step only where one is printed: the bar's count (plus whole epochs before it)
 or a ``step N`` on the same line. Validation, test, sanity-check and data-preparation bars (``Map``, ``Downloading``, ``Loading
@@ -19,6 +20,7 @@ Bar redraws between two ``feed`` calls become one record (the newest), so a bar 
 times a second does not become ten records a second.
 """
 
+import json
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -29,9 +31,8 @@ BAR = re.compile(r"(?:^|[\s|])(\d+)(?:/(\d+|\?))?(?:it)?\s*\[([^\]<,]*)(?:<([^\]
 RATE = re.compile(r"(\?|[\d.]+)\s*(s/\w+|\w+/s)")
 RICH = re.compile(r"^(?P<desc>.*?)\s*━*\s+(?P<n>\d+)/(?P<total>\d+)\s+(?P<elapsed>[\d:]+)\s*•\s*(?P<left>[\d:-]+)"
                   r"\s+(?P<rate>[\d.]+)(?P<unit>it/s|s/it)(?P<rest>.*)$")
-# "Epoch 2/10", "epoch: 2", and the tutorials' "Epoch [2/10], Step [100/600]"
-EPOCH = re.compile(r"\bepoch\s*[:#]?\s*[\[(]?\s*(\d+)(?:\s*/\s*(\d+))?", re.I)
-STEP = re.compile(r"\b(?:global_step|step|iter|iteration)\b\s*[:=#]?\s*[\[(]?\s*(\d+)(?:\s*/\s*(\d+))?", re.I)
+EPOCH = re.compile(r"\bepoch\s*[:#=]?\s*\[?\s*(\d+)(?:\s*(?:/|of\b)\s*(\d+))?", re.I)
+STEP = re.compile(r"\b(?:global_step|step|iter|iteration)\b\s*[:=#]?\s*\[?\s*(\d+)(?:\s*/\s*(\d+))?", re.I)
 PAIR = re.compile(r"([A-Za-z][\w/.-]{0,60})\s*[:=]\s*(" + NUM + r")(?![\w.])")
 # "step 12 loss 0.53": a metric name and its number with only a space between (plain loops, examples/tiny)
 SPACED = re.compile(r"\b([A-Za-z][\w/.-]{0,60})\s+(" + NUM + r")(?![\w.:=])")
@@ -43,6 +44,16 @@ STEP_UNITS = ("it", "its", "step", "steps", "batch", "batches", "iter", "iters",
 MARKER = "==> gpujob: attempt "
 Pending = Tuple[float, int, Optional[int], str, str, str]  # a bar not read in full yet: t, step, total, rate, unit, postfix
 SKIP_KEYS = ("v_num",)
+JSON_STEP = {"global_step": "step", "iter": "step", "iteration": "step", "num_updates": "step", "it": "step"}
+# "train loss 2.1, val loss 2.2" (nanoGPT, many plain loops): the word before a metric says whose it is;
+# without it both would be "loss" and the validation value would pass for the training loss
+QUALIFIER = re.compile(r"\b(train|training|val|valid|validation|eval|test|dev)[\s_]+$", re.I)
+# "batch 30/100", a count within the epoch printed on the same line
+BATCH = re.compile(r"\bbatch\s*[:#=]?\s*\[?\s*(\d+)\s*/\s*(\d+)", re.I)
+PERCENT = re.compile(r"\d{1,3}$")
+EPOCHS_BAR = re.compile(r"\bepochs?\b", re.I)  # an outer bar over the epochs: "Epochs: 30%|...| 3/10"
+# Keras and many epoch loops print "Epoch 3/10" on a line of its own, the metrics on the next
+EPOCH_HEADER = re.compile(r"^epoch\s*[:#]?\s*(\d+)\s*(?:/|of)\s*(\d+)\s*:?$", re.I)
 MAX_LINE = 8192  # longer segments are not parsed (a bar or a dict line is far shorter)
 MAX_PENDING = 1 << 16  # an unterminated segment longer than this is dropped
 
@@ -88,9 +99,10 @@ class LogParser:
         self.epoch_base = None  # type: Optional[int]
         self.step = None  # type: Optional[int]
         self.bar_pending = None  # type: Optional[Pending]
-        self.per_epoch = False  # "Epoch [2/5], Step [100/600]": the step count starts again each epoch
-        self.last_plain = None  # type: Optional[Tuple[int, int]]  # (epoch, step) of the last such line
-        self.by_epoch = False  # no step nor bar, only "Epoch 2/10 ... loss=...": the epoch counts as the step
+        self.epoch_bar_total = None  # type: Optional[int]  # the total of an outer "Epochs" bar
+        self.epoch_line = None  # type: Optional[Tuple[int, Optional[int]]]  # the last epoch printed, of how many
+        self.raw_step = None  # type: Optional[Tuple[int, int]]  # (epoch, step as printed) of the last such line
+        self.per_epoch = None  # type: Optional[bool]  # the printed step starts again each epoch ("Epoch [2/10], Step [100/600]")
 
     # ---- input ---------------------------------------------------------------------------
     def feed(self, data: bytes, t: float) -> List[Dict[str, Any]]:
@@ -121,6 +133,8 @@ class LogParser:
             self._flush_bar(out)
             self._reset()
             return
+        if s[0] == "{" and '":' in s and s[-1] == "}" and self._json(s, t, out):
+            return
         if s[0] == "{" and "':" in s:
             rec = {k: v for k, v in ((k, _num(v)) for k, v in DICT_PAIR.findall(s)) if v is not None}
             if rec:
@@ -136,6 +150,10 @@ class LogParser:
             if "•" in s and self._rich(s, t):
                 return
         low = s.lower()
+        hm = EPOCH_HEADER.match(s)
+        if hm:
+            self.epoch_line = (int(hm.group(1)), int(hm.group(2)))
+            return
         if "loss" in low or "step" in low or "iter" in low or "acc" in low or "lr" in low:
             self._plain(s, t, out)
 
@@ -155,11 +173,13 @@ class LogParser:
         if (unit[2:] if unit.startswith("s/") else unit[:-2]).lower() not in STEP_UNITS:
             return m.end()  # datasets' "examples/s", downloads' "MB/s": not training steps
         desc = s[:m.start()]
-        desc = desc.split("%|")[0] if "%|" in desc else desc
+        desc = PERCENT.sub("", desc.split("%|")[0]) if "%|" in desc else desc  # "Epoch:  30%|": not epoch 30
         if desc and NOT_PROGRESS.search(desc):
             return m.end()
         total = int(total_s) if total_s and total_s != "?" else None
-        self._progress(int(n), total, EPOCH.search(desc) if desc else None, t, (rm.group(1), unit, rest[rm.end():]))
+        em = EPOCH.search(desc) if desc else None
+        outer = bool(desc) and em is None and EPOCHS_BAR.search(desc) is not None
+        self._progress(int(n), total, em, t, (rm.group(1), unit, rest[rm.end():]), epochs_bar=outer)
         return m.end()
 
     def _rich(self, s: str, t: float) -> bool:
@@ -171,8 +191,13 @@ class LogParser:
         return True
 
     def _progress(self, n: int, total: Optional[int], em: Any, t: float, rate: Tuple[str, str, str],
-                  rich: bool = False) -> None:
-        """``rate``: the bar's rate, its unit (``it/s``, ``s/it``) and the postfix after it."""
+                  rich: bool = False, epochs_bar: bool = False) -> None:
+        """``rate``: the bar's rate, its unit (``it/s``, ``s/it``) and the postfix after it.
+        ``epochs_bar``: an outer ``trange(E, desc="Epochs")``: its total is the number of epochs."""
+        if epochs_bar and total:
+            self.epoch_bar_total = total
+            if self.main_total is not None and total != self.main_total:
+                return  # it counts the epochs; the inner bar counts the steps
         if n == 0:
             return  # a bar not started yet (or Lightning's reset before the next epoch) tells nothing
         if self.main_total is not None and total != self.main_total:
@@ -193,8 +218,9 @@ class LogParser:
         self.main_total, self.main_n = total, n
         before = epoch - base if epoch is not None else self.bars_done
         step = n + before * total if total else n
-        multi = em is not None or self.bars_done > 0
-        epochs = epochs or self.epochs_hint
+        outer = self.epoch_bar_total if self.epoch_bar_total != total else None  # another bar counts epochs
+        multi = em is not None or self.bars_done > 0 or outer is not None
+        epochs = epochs or self.epochs_hint or outer
         grand = None  # type: Optional[int]
         if total and multi and epochs:
             grand = epochs * total
@@ -227,62 +253,90 @@ class LogParser:
                     rec[k] = x
         out.append(rec)
 
+    def _json(self, s: str, t: float, out: List[Dict[str, Any]]) -> bool:
+        """A JSON object printed on a line (``print(json.dumps({"step": 10, "loss": 0.53}))``)."""
+        try:
+            doc = json.loads(s)
+        except ValueError:
+            return False
+        if not isinstance(doc, dict):
+            return False
+        rec = {}  # type: Dict[str, Any]
+        for k, v in doc.items():
+            if isinstance(v, str):
+                v = _num(v)  # "0.53" as transformers 5 formats it
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and len(k) <= 80:
+                rec[JSON_STEP.get(k, k)] = v
+        if "step" in rec and isinstance(rec["step"], (int, float)):
+            rec["step"] = self.step = int(rec["step"])
+        if not any(k not in ("step", "epoch", "max_steps") for k in rec):
+            return bool(rec)
+        self._flush_bar(out)
+        self._add(rec, t, out)
+        return True
+
     def _plain(self, s: str, t: float, out: List[Dict[str, Any]]) -> None:
         rec = {}  # type: Dict[str, Any]
         sm = STEP.search(s)
-        for k, v in PAIR.findall(s) or SPACED.findall(s):
+        bm = None if sm else BATCH.search(s)
+        for m in list(PAIR.finditer(s)) or list(SPACED.finditer(s)):
+            k, v = m.group(1), m.group(2)
             if METRIC_NAME.search(k) and k not in SKIP_KEYS:
                 x = _num(v)
                 if x is not None:
-                    rec[k] = x
+                    qm = QUALIFIER.search(s, 0, m.start())
+                    rec[(qm.group(1) + "_" + k).lower() if qm else k] = x
         if not rec:
             return
-        if sm:
-            rec["step"] = int(sm.group(1))
-            if sm.group(2):
-                rec["max_steps"] = int(sm.group(2))
-            self._step_in_epoch(s, rec)
-            self.step = rec["step"]
-        elif self.main_total is None and (self.step is None or self.by_epoch):
-            self._epoch_as_step(s, rec)
+        if sm or bm:
+            m = sm or bm
+            self._printed_step(s, int(m.group(1)), int(m.group(2)) if m.group(2) else None, rec, bm is not None)
+        else:
+            self._epoch_progress(s, rec)
         self._flush_bar(out)
         self._add(rec, t, out)
 
-    def _step_in_epoch(self, s: str, rec: Dict[str, Any]) -> None:
-        """``Epoch [2/5], Step [100/600]``: once the step count starts again with a new epoch, the
-        step is counted within the epoch; the record then gets the run's step and total."""
+    def _printed_step(self, s: str, n: int, of: Optional[int], rec: Dict[str, Any], batch: bool = False) -> None:
+        """``step N[/M]`` on a line; with an epoch beside it the count may start again each epoch
+        (PyTorch's tutorial loop prints ``Epoch [2/10], Step [100/600]``): seen going back while the
+        epoch went up, the step is counted on over the epochs before."""
+        step, total = n, of
         em = EPOCH.search(s)
-        if not em:
-            return
-        epoch, step = int(em.group(1)), rec["step"]
-        if self.epoch_base is None:
-            self.epoch_base = min(epoch, 1)  # the first epoch printed: 0 or 1
-        if self.last_plain is not None and epoch > self.last_plain[0] and step < self.last_plain[1]:
-            self.per_epoch = True
-        self.last_plain = (epoch, step)
-        per = rec.get("max_steps")
-        if not self.per_epoch or not per:
-            return
-        rec["step"] = (epoch - self.epoch_base) * per + step
-        if em.group(2):
-            rec["max_steps"] = int(em.group(2)) * per
-        else:
-            rec.pop("max_steps")
+        if em:
+            epoch, epochs = int(em.group(1)), int(em.group(2)) if em.group(2) else None
+            rec["epoch"] = epoch
+            if self.epoch_base is None:
+                self.epoch_base = min(epoch, 1)
+            if batch:
+                self.per_epoch = True  # "batch 30/100" counts within the epoch
+            elif self.raw_step is not None and epoch > self.raw_step[0] and self.per_epoch is None:
+                self.per_epoch = n < self.raw_step[1]
+            self.raw_step = (epoch, n)
+            if self.per_epoch and of:
+                step = (epoch - self.epoch_base) * of + n
+                total = epochs * of if epochs else None
+        elif batch:
+            return  # a batch count without its epoch says nothing of the run's progress
+        rec["step"] = self.step = step
+        if total:
+            rec["max_steps"] = total
 
-    def _epoch_as_step(self, s: str, rec: Dict[str, Any]) -> None:
-        """A loop that prints one summary per epoch (``Epoch 2/10 | loss=0.31``) and nothing per
-        step: epochs done become the steps, so status has progress, a rate and an ETA."""
+    def _epoch_progress(self, s: str, rec: Dict[str, Any]) -> None:
+        """A line that names its epoch (``Epoch 3/10 - loss: 0.5``, or after an ``Epoch 3/10`` header)
+        records it; where the log never shows a step (no bar, no ``step N``), the epoch is the only
+        count of progress there is, so it stands for the step and its total for the total."""
         em = EPOCH.search(s)
-        if not em:
+        epoch, epochs = (int(em.group(1)), int(em.group(2)) if em.group(2) else None) if em else \
+            (self.epoch_line or (None, None))
+        if epoch is None:
             return
-        epoch = int(em.group(1))
-        if self.epoch_base is None:
-            self.epoch_base = min(epoch, 1)  # "Epoch 0/10" counts from 0: one epoch is done then
-        self.by_epoch = True
-        rec["step"] = rec["epoch"] = epoch - self.epoch_base + 1
-        if em.group(2):
-            rec["max_steps"] = int(em.group(2))
-        self.step = rec["step"]
+        if em:  # later lines without one (a logging line of the same epoch) belong to it
+            self.epoch_line = (epoch, epochs or (self.epoch_line[1] if self.epoch_line else None))
+        rec["epoch"] = epoch
+        if self.step is None and self.main_total is None:
+            rec["step"] = epoch
+            if epochs:
+                rec["max_steps"] = epochs
 
     def _add(self, rec: Dict[str, Any], t: float, out: List[Dict[str, Any]]) -> None:
         if "step" not in rec and self.step is not None:

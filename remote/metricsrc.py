@@ -108,6 +108,8 @@ def total_from_epochs(rows: List[Dict[str, Any]], epochs: Optional[int]) -> Opti
             continue
         if e > 0 and e != int(e):
             return int(round(step / e * epochs))
+        if e > 0 and step == e:  # a loop that counts only epochs: the log's epoch is its step (logparse)
+            return int(epochs)
         if e > 0 and prev_e is not None and prev_step is not None and int(e) == int(prev_e) + 1:
             return int(round((prev_step + step) / 2.0 / e * epochs))
         prev_e, prev_step = e, step

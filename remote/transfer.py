@@ -30,6 +30,7 @@ from remote.stream import (
 )
 
 LOGS = ["output.log", "metrics.jsonl", "events.jsonl", "status.json"]
+NOT_OUTPUTS = ("__pycache__", "node_modules", "site-packages", "wandb", "data", "datasets")  # not searched for strays
 
 
 def hash_cache(root: Path) -> HashCache:
@@ -105,38 +106,93 @@ def _found(job_path: Path) -> List[Any]:
                             lambda: procs.job_pids(job_path.name, job_dir=str(job_path)))
 
 
-def best_checkpoint(job_path: Path, metric: Optional[str] = None) -> Optional[Path]:
-    """The best complete checkpoint (see checkpoints.best): trainer_state.json's best, a monitored
-    value in Lightning names, or ``metric`` in the job's metric history at each one's step."""
-    c = checkpoints.best(_found(job_path), metric, job_path)
-    return c.path if c else None
-
-
-def _chosen(job_path: Path, what: str, metric: Optional[str]) -> Optional[Path]:
+def _chosen(job_path: Path, what: str, metric: Optional[str], found: List[Any]) -> Optional[Path]:
+    """The newest complete checkpoint, or the best (see checkpoints.best): trainer_state.json's best, a
+    monitored value in Lightning names, or ``metric`` in the job's metric history at each one's step."""
     if what == "latest":
-        for c in reversed(_found(job_path)):
+        for c in reversed(found):
             if c.complete:
                 return c.path
         return None
-    return best_checkpoint(job_path, metric)
+    c = checkpoints.best(found, metric, job_path)
+    return c.path if c else None
+
+
+def _other_checkpoints(job_path: Path, found: List[Any], chosen: Path) -> List[str]:
+    """The checkpoints a ``--latest``/``--best`` pull leaves out (paths under ``ckpt/``): all but the chosen
+    one. Everything else in the folder comes along: the final model a script saves beside its checkpoints
+    (``trainer.save_model()``, accelerate's ``save_model``), results files, Lightning's ``hparams.yaml``."""
+    base = job_path / "ckpt"
+    keep = {chosen, chosen.resolve()}
+    return [c.path.relative_to(base).as_posix() for c in found
+            if c.path not in keep and c.path.resolve() not in keep]
+
+
+def stray_checkpoints(job_path: Path, limit: int = 20) -> List[str]:
+    """Checkpoints the job wrote in its code folder outside its checkpoint folder (``code/...``):
+    Lightning's default ``lightning_logs/version_N/checkpoints/``, an HF ``output_dir="outputs"``
+    without ``checkpoint.dir``. gpujob neither resumes from, rotates nor pulls those by itself; the
+    pull names them with the next step. Looked for in the code folder and its top-level folders,
+    only among files newer than the job's first start (the synced code keeps its own times)."""
+    code = job_path / "code"
+    attempts = (read_json(job_path / "status.json", {}) or {}).get("attempts") or [{}]
+    since = float(attempts[0].get("started_at") or 0)
+    if not since or not code.is_dir() or code.is_symlink():
+        return []
+    try:
+        subs = sorted(e.path for e in os.scandir(str(code)) if e.is_dir(follow_symlinks=False)
+                      and not e.name.startswith(".") and e.name not in NOT_OUTPUTS)
+    except OSError:
+        return []
+    ckpt = (job_path / "ckpt").resolve()
+    out = []  # type: List[str]
+    for base in [str(code)] + subs:
+        for c in checkpoints.find(base, check=False):
+            rel = "code/" + c.path.relative_to(code).as_posix()
+            real = c.path.resolve()
+            if c.path.is_symlink() or real == ckpt or ckpt in real.parents:
+                continue  # checkpoint.dir's link to ckpt/ (pulled as ckpt/), a last.ckpt link
+            if c.mtime >= since and rel not in out:
+                out.append(rel)
+        if len(out) >= limit:
+            break
+    return out[:limit]
+
+
+def stray_hint(stray: List[str]) -> str:
+    """The next step for checkpoints written outside the checkpoint folder."""
+    top = stray[0].split("/")[1] if stray[0].count("/") > 1 else ""
+    fix = "add `checkpoint: {{dir: {}}}` to the job file".format(top) if top else \
+        "have the script write them into $GPUJOB_CKPT_DIR"
+    return ("the job wrote checkpoints in its code folder, outside its checkpoint folder, not pulled ({}{}): "
+            "fetch them with --include '{}*'; for resume, rotation and --latest, {}".format(
+                stray[0], " and {} more".format(len(stray) - 1) if len(stray) > 1 else "",
+                "code/" + top + "/" if top else stray[0], fix))
 
 
 def select(job_path: Path, what: str = "all", metric: Optional[str] = None,
            include: Optional[List[str]] = None) -> Dict[str, Any]:
-    """The pull manifest of a job: ``what`` is all, latest or best; ``include`` globs filter it."""
+    """The pull manifest of a job: ``what`` is all, latest or best; ``include`` globs filter it
+    (a glob under ``code/`` reaches into the job's code folder, for what the script wrote there)."""
     roots = [n for n in LOGS]
+    if any(g.startswith("code/") for g in include or []):
+        roots.append("code")
+    stray = stray_checkpoints(job_path)
     chosen = None  # type: Optional[str]
+    skip = []  # type: List[str]  # under ckpt/: the checkpoints not chosen
     if what == "all":
         roots.append("ckpt")
     else:
-        p = _chosen(job_path, what, metric)
+        found = _found(job_path)
+        p = _chosen(job_path, what, metric, found)
         if p is None:
             return {"error": "no {} checkpoint".format("complete" if what == "latest" else "best (by {})".format(
-                metric or "trainer_state.json, a monitored value in the names, or eval_loss"))}
+                metric or "trainer_state.json, a monitored value in the names, or eval_loss")), "stray": stray}
         if p.is_symlink() and p.resolve().parent == p.parent.resolve():
             p = p.parent / os.readlink(str(p))  # Lightning's last.ckpt as a link: the file it names
         chosen = "ckpt/" + p.relative_to(job_path / "ckpt").as_posix()
-        roots.append(chosen)
+        roots.append("ckpt")
+        skip = _other_checkpoints(job_path, found, p)
     files = {}  # type: Dict[str, List[Any]]
     dirs = []  # type: List[str]
     for r in roots:
@@ -145,18 +201,26 @@ def select(job_path: Path, what: str = "all", metric: Optional[str] = None,
             continue
         for rel, v in t["files"].items():
             name = r + ("/" + rel if rel else "")
+            if skip and r == "ckpt" and _under(rel, skip):
+                continue
             files[name] = v[:4]
             if v[3] is not None:  # as send_list will send it
                 files[name][3] = portable_link(job_path, job_path / name, v[3])
-        dirs += [r + "/" + d for d in t["dirs"]]
+        dirs += [r + "/" + d for d in t["dirs"] if not (skip and r == "ckpt" and _under(d, skip))]
         if (job_path / r).is_dir() and not (job_path / r).is_symlink():
             dirs.append(r)
     if include:
         def keep(rel: str) -> bool:
             return any(fnmatch.fnmatch(rel, g) or fnmatch.fnmatch(rel, g.rstrip("/") + "/*") for g in include)
         files = {k: v for k, v in files.items() if keep(k)}
+        stray = [x for x in stray if not keep(x)]  # asked for: nothing to say about them
         dirs = [d for d in dirs if keep(d) or any(k.startswith(d + "/") for k in files)]
-    return {"files": files, "dirs": sorted(set(dirs)), "selected": chosen}
+    return {"files": files, "dirs": sorted(set(dirs)), "selected": chosen, "stray": stray,
+            "stray_hint": stray_hint(stray) if stray else None}
+
+
+def _under(rel: str, paths: List[str]) -> bool:
+    return any(rel == p or rel.startswith(p + "/") for p in paths)
 
 
 def portable_link(base: Path, link_path: Path, target: str) -> str:

@@ -231,8 +231,8 @@ def test_bar_shapes_and_plain_prints() -> None:
     assert p.progress["total"] is None and "eta_s" not in p.progress
     p = LogParser()
     out = p.feed(b"epoch 1 step 120/1000 loss: 0.53 lr=3e-4\nTrain Loss = 1.5\nsaving model\n", 2.0)
-    assert out == [{"step": 120, "max_steps": 1000, "loss": 0.53, "lr": 3e-4, "t": 2.0},
-                   {"Loss": 1.5, "step": 120, "t": 2.0}]  # the step printed last, not an invented one
+    assert out == [{"epoch": 1, "step": 120, "max_steps": 1000, "loss": 0.53, "lr": 3e-4, "t": 2.0},
+                   {"train_loss": 1.5, "step": 120, "t": 2.0}]  # the step printed last, not an invented one
     p = LogParser()
     assert p.feed(b"loss went down\nno numbers here\n", 0.0) == []  # nothing invented
     # redraws between two reads become one record; a partial line waits for its end

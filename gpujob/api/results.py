@@ -168,6 +168,8 @@ class PullResult(Result):
     unchanged: int = 0
     selected: str | None = None
     skipped: list[str] = field(default_factory=list)
+    stray: list[str] = field(default_factory=list)  # checkpoints written in code/, outside the checkpoint folder
+    stray_hint: str | None = None  # how to fetch them, and to have gpujob see them next time
 
 
 @dataclass(frozen=True)

@@ -128,7 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--host")
     g = s.add_mutually_exclusive_group()
     g.add_argument("--latest", action="store_true",
-                   help="only the newest complete checkpoint of any kind (and the logs)")
+                   help="only the newest complete checkpoint of any kind (and the logs, and the files beside the "
+                        "checkpoints that are no checkpoint: a final model, results)")
     g.add_argument("--best", nargs="?", const="", metavar="METRIC",
                    help="only the best checkpoint: trainer_state.json's best_model_checkpoint, or by METRIC "
                         "in the names (val_loss=0.12.ckpt) or the metric history (loss-like names: lowest wins)")

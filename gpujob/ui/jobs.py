@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from gpujob.bundle import import_remote
 from gpujob.ui.output import console
 from gpujob.usecases.cost import accrued_cost, elapsed_s
+from gpujob.usecases.watch import loss_key
 
 format_duration = import_remote("protocol").format_duration
 
@@ -144,11 +145,12 @@ def job_panel(j: dict[str, Any]) -> Any:
               + f"   attempt {j.get('attempt') or 0}")
     m = j.get("latest_metrics") or j.get("last_metrics") or {}
     if m.get("step") is not None or m.get("epoch") is not None:
-        prog = f"step {_fmt(m.get('step'))}" + (f"/{j['max_steps']}" if j.get("max_steps") else "")
-        if m.get("epoch") is not None:
+        unit = "epoch" if m.get("step") is not None and m.get("step") == m.get("epoch") else "step"  # an epoch loop
+        prog = f"{unit} {_fmt(m.get('step'))}" + (f"/{j['max_steps']}" if j.get("max_steps") else "")
+        if m.get("epoch") is not None and unit == "step":
             prog += f"   epoch {_fmt(m.get('epoch'))}"
         if j.get("steps_per_s"):
-            prog += f"   {j['steps_per_s']:.3g} steps/s"
+            prog += f"   {j['steps_per_s']:.3g} {unit}s/s"
         if j.get("eta_s") is not None:
             prog += f"   ETA {format_duration(j['eta_s'])}"
         t.add_row("progress", prog)
@@ -191,7 +193,8 @@ def job_panel(j: dict[str, Any]) -> Any:
         if done:
             n = done[-1]
             about = [n["kind"]] if n.get("kind") else []
-            about += [f"step {n['step']}"] if n.get("step") is not None else []
+            if n.get("step") is not None:  # accelerate numbers its saves (checkpoint_0, _1, ...), not steps
+                about.append(f"{'save' if n.get('kind') == 'accelerate' else 'step'} {n['step']}")
             what = escape(n["name"]) + (f" ({', '.join(about)})" if about else "")
         t.add_row("checkpoints", f"{len(done)} complete, newest {what}")
     elif j.get("stray_checkpoints"):
@@ -284,6 +287,8 @@ def pull_warnings(res: results.PullResult) -> None:
 
     for link in res.skipped or []:
         print(f"warning: symlink {link} not kept: it leads outside {res.dest}", file=sys.stderr)
+    if res.stray_hint:
+        print(f"note: {res.stray_hint}", file=sys.stderr)
 
 
 def pulled(res: results.PullResult) -> None:
