@@ -333,8 +333,10 @@ class LogParser:
         if em:  # later lines without one (a logging line of the same epoch) belong to it
             self.epoch_line = (epoch, epochs or (self.epoch_line[1] if self.epoch_line else None))
         rec["epoch"] = epoch
+        if self.epoch_base is None:
+            self.epoch_base = min(epoch, 1)  # "Epoch 0/24" printed at its end: one epoch is done then
         if self.step is None and self.main_total is None:
-            rec["step"] = epoch
+            rec["step"] = epoch - self.epoch_base + 1
             if epochs:
                 rec["max_steps"] = epochs
 
