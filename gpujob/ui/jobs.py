@@ -48,8 +48,6 @@ LAST_LINE_MIN, LAST_LINE_MAX = 12, 60
 
 
 def _ls_cells(j: dict[str, Any]) -> dict[str, str]:
-    from gpujob.usecases.watch import loss_key
-
     m = j.get("last_metrics") or {}
     lk = j.get("loss_key") or loss_key(m)  # HF's train_loss, Lightning's train_loss, TensorBoard's Loss/train...
     return {
