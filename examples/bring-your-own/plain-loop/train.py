@@ -2,8 +2,9 @@
 
 Every ``--save_every`` steps it ``torch.save``s ``checkpoint_<step>.pt`` (model, optimizer,
 step) straight into ``--ckpt_dir``; at start it reloads ``--resume`` if given, else the newest
-``checkpoint_*.pt`` it finds there. Ctrl-C (KeyboardInterrupt) saves the current step and
-exits 0. It prints ``step N loss x`` lines and shows a tqdm bar when tqdm is installed.
+``checkpoint_*.pt`` it finds there. Ctrl-C (SIGINT, what ``gpujob stop`` sends it) lets the
+step under way finish, then saves and exits 0: a KeyboardInterrupt raised mid-step (between
+the optimizer's update and the step count) would save an update the count does not know. It prints ``step N loss x`` lines and shows a tqdm bar when tqdm is installed.
 
 Each step's batch depends only on the step number, so a run resumed from a checkpoint ends
 with exactly the weights of an uninterrupted run (printed as ``weights <sha256>``).
@@ -16,6 +17,7 @@ import glob
 import hashlib
 import os
 import re
+import signal
 import sys
 import time
 
@@ -78,9 +80,11 @@ def main() -> None:
         step = state["step"]
         print(f"resumed from {resume} at step {step}", flush=True)
 
+    interrupted = []  # set by Ctrl-C: the loop saves at the end of the step under way
+    signal.signal(signal.SIGINT, lambda signum, frame: interrupted.append(signum))
     bar = tqdm(total=args.steps, initial=step, file=sys.stderr) if tqdm else None
     try:
-        while step < args.steps:
+        while step < args.steps and not interrupted:
             x, y = batch(step)
             loss = torch.nn.functional.mse_loss(model(x), y)
             opt.zero_grad()
@@ -95,13 +99,13 @@ def main() -> None:
                 save(step)
             if args.step_seconds:
                 time.sleep(args.step_seconds)
-    except KeyboardInterrupt:
-        print(f"interrupted at step {step}", flush=True)
-        save(step)
-        sys.exit(0)
     finally:
         if bar:
             bar.close()
+    if interrupted:
+        print(f"interrupted at step {step}", flush=True)
+        save(step)
+        sys.exit(0)
     if step % args.save_every:
         save(step)
     print(f"weights {weights_digest(model)}", flush=True)
