@@ -129,7 +129,7 @@ class Client:
 
     def submit(self, job: str | Path | JobSpec | None = None, set: Iterable[str] = (), host: str | None = None,
                wait_gpus: float | None = None, progress: Progress | None = None, note: Note | None = None,
-               on_host: Note | None = None) -> Job:
+               on_host: Note | None = None, force: bool = False) -> Job:
         """Sync the code and data of a job file (or a loaded ``JobSpec``) and start it under the host's agent.
 
         Returns the new ``Job``; what the submit did (``submit --json``) is its ``submitted``.
@@ -137,14 +137,17 @@ class Client:
         ``set``: ``KEY=VALUE`` overrides. ``host``: a profile, or ``a,b,c`` (the first that answers
         with the GPUs free); default: the job's ``host:``. ``wait_gpus``: seconds to wait for free
         GPUs. ``progress(done, total)`` follows the upload; ``on_host(name)`` is told where it goes
-        before the upload starts; ``note`` gets placement messages.
+        before the upload starts; ``note`` gets placement messages. ``force``: upload a workdir
+        that is the home folder or huge (keys and credentials are never sent).
         """
         from gpujob.config import index
         from gpujob.config.spec import JobSpec, load_spec
+        from gpujob.usecases.secrecy import check_home
         from gpujob.usecases.submit import submit
 
         overrides = list(set)
         spec = job if isinstance(job, JobSpec) else load_spec(job, overrides)
+        check_home(spec, force)  # before any host is reached
         host = host or self.host
         if spec.nodes and not host:
             return self._submit_nodes(spec, on_host)
@@ -162,7 +165,7 @@ class Client:
             agent = self.agent(target.name)
         if on_host:
             on_host(target.name)
-        res = submit(agent, spec, target, progress)
+        res = submit(agent, spec, target, progress, force=force)
         res["skipped"] = [vars(s) for s in skipped]
         src = Path(spec.source)  # what ``move`` needs to send the job again: its job file and overrides
         again = {"job_file": str(src.resolve()), "set": overrides} if src.is_file() else {}

@@ -22,7 +22,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     wait = _duration("--wait-gpus", args.wait_gpus, "e.g. --wait-gpus 2h; nothing was submitted")
     with client(None) as c, transfer_bar("sync", not args.json) as bar:
         try:
-            job = c.submit(args.job_file, set=args.set, host=args.host, wait_gpus=wait, progress=bar, note=_note(args),
+            job = c.submit(args.job_file, set=args.set, host=args.host, wait_gpus=wait, progress=bar, note=_note(args), force=args.force,
                            on_host=bar and (lambda name: bar.describe(f"sync → {name}")))
         except PlacementInterrupted:
             print("stopped waiting for GPUs; nothing was submitted", file=sys.stderr)

@@ -68,6 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="no host has the GPUs free: wait (poll with backoff) up to DURATION (default 6h)")
     s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a key, e.g. retry.max_restarts=3")
     s.add_argument("-f", "--follow", action="store_true", help="follow the log; Ctrl-C detaches, the job goes on")
+    s.add_argument("--force", action="store_true",
+                   help="upload a workdir that is the home folder or huge (keys and credentials are still never sent)")
 
     s = add("status", cmd_status, "a job's state, metrics and diagnosis (no JOB: the job list)")
     s.add_argument("job", nargs="?", type=job_ref)

@@ -71,19 +71,20 @@ def secret_refs(spec: JobSpec) -> list[str]:
 def submit(
     agent: Agent, spec: JobSpec, host: Host, progress: Callable[[int, int], None] | None = None, *,
     job_id: str | None = None, node: dict[str, Any] | None = None,
-    call: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    call: Callable[[dict[str, Any]], dict[str, Any]] | None = None, force: bool = False,
 ) -> dict[str, Any]:
     """Sync the code and data, then create and start the job. Returns the agent's answer.
 
     ``job_id`` and ``node`` are given for a job over several nodes (see gpujob.usecases.nodes);
-    ``call`` sends the request another way (gpujob.usecases.move: with the job's files).
+    ``call`` sends the request another way (gpujob.usecases.move: with the job's files);
+    ``force`` sends a home-folder or huge workdir (usecases/secrecy/workdir.py).
     """
     secrets = collect_secrets(spec, secret_refs(spec))
     keep_secret_job_file_home(spec)
     import secrets as _secrets
 
     lease = _secrets.token_hex(8)  # the project's code is this submit's from its manifest to its snapshot
-    report = sync_job(agent, spec, spec.name, progress, lease=lease)
+    report = sync_job(agent, spec, spec.name, progress, lease=lease, force=force)
     request = {
         "spec": spec.to_remote(),
         "project": spec.name,

@@ -44,6 +44,7 @@ from gpujob.config.spec import JobSpec
 from gpujob.errors import ConnectError, GpujobError, RemoteError, link_cut
 from gpujob.transport.agent import Agent
 from gpujob.usecases.ranges import Preopened, ranged, upload_ranged
+from gpujob.usecases.secrecy import check_home, check_size, declared_values, withhold
 from gpujob.usecases.synctree import LocalTree, Record, StaleRecord, TreePlan, plan_tree, scan, sent
 
 stream: Any = import_remote("stream")
@@ -325,14 +326,16 @@ def _manifest_leased(agent: Agent, args: list[str]) -> dict:
 
 
 def sync_job(agent: Agent, spec: JobSpec, project: str, progress: Callable[[int, int], None] | None = None,
-             lease: str | None = None) -> SyncReport:
+             lease: str | None = None, force: bool = False) -> SyncReport:
     """Bring ``projects/<project>/code`` and every ``data:`` entry up to date on the host.
 
     Over a kept connection (the multiplexer) the manifest and a small upload are each one
     request to the kept agent, with no command started on the host, and a large upload streams
     into a ``receive`` command; otherwise one exec channel carries the manifest out and the
     stream in. With ``lease`` (a token of the submit's), the project's code is leased to this
-    submit from the manifest until its job's snapshot (remote/locks.py)."""
+    submit from the manifest until its job's snapshot (remote/locks.py). ``force``: send a
+    home-folder or huge workdir (never its secrets: usecases/secrecy)."""
+    check_home(spec, force)
     key = host_key(agent)
     records = [Record.for_tree(key, n) for n in tree_names(spec, project)]
     leased = ["--project", project, "--lease", lease] if lease else []
@@ -365,6 +368,12 @@ def sync_job(agent: Agent, spec: JobSpec, project: str, progress: Callable[[int,
             s.kill()
         raise walked["error"]
     try:
+        try:
+            check_size(walked["trees"][0], spec, force)
+        except GpujobError:
+            if s is not None:
+                s.kill()
+            raise
         return _sync_planned(agent, spec, project, remote, walked["trees"], records, s, leased, progress, walked["pre"])
     except GpujobError as e:
         # refused here (no room there, a file changing as it is read): the next submit of the project
@@ -392,6 +401,7 @@ def _sync_planned(agent: Agent, spec: JobSpec, project: str, remote: dict, trees
             s = None
         remote = _manifest_leased(agent, targets(spec, project) + leased)
         plan = plan_from(remote, trees, [Record.blank(r.path) for r in records])  # rebuilt from it
+    withhold(plan, declared_values(spec))  # keys and credentials, whatever the ignore files say
     _check_space(agent, plan, remote, s)
     if not plan.send and not plan.delete:
         if s is not None:

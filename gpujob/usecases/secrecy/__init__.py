@@ -1,0 +1,10 @@
+"""What never leaves the laptop, whatever the ignore files say (docs/security.md).
+
+``never_sent``: keys, credential files and files holding a declared secret are withheld from
+every upload; ``workdir``: a home folder, or a tree far larger than a project, is refused
+before it is walked or sent."""
+
+from gpujob.usecases.secrecy.never_sent import declared_values, withhold
+from gpujob.usecases.secrecy.workdir import check_home, check_size
+
+__all__ = ["check_home", "check_size", "declared_values", "withhold"]

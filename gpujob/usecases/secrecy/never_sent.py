@@ -1,0 +1,117 @@
+"""The always-on exclusion layer under every sync: by place, by name and by content.
+
+A rented instance belongs to someone else: a job file in the home folder once uploaded
+gpujob's own private key (authorized on every instance the user rented), the secrets file
+with every notification token, and ``~/.ssh``. The ignore files are the user's to edit (a
+``!`` can take anything back), so this layer applies after them, to the plan's items.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from gpujob.config.paths import cache_dir, config_dir, state_dir
+
+# folders whose content is credentials wherever they sit in a tree (their names, not paths)
+SECRET_DIRS = {".ssh", ".gnupg", ".aws", ".azure", ".kaggle", ".huggingface", ".password-store", ".gpujob-keys"}
+# (folder, file) pairs: a credential file inside a folder that holds other things too
+SECRET_IN = {(".docker", "config.json"), ("huggingface", "token"), ("gcloud", "credentials.db"),
+             ("gcloud", "access_tokens.db"), ("gcloud", "application_default_credentials.json"),
+             ("gpujob", "secrets.env"), ("gpujob", "hosts.yaml")}
+SECRET_NAMES = {".netrc", "_netrc", ".pgpass", ".git-credentials", "secrets.env"}
+KEY_NAME = re.compile(r"id_(rsa|dsa|ecdsa|ed25519|ecdsa_sk|ed25519_sk|xmss)(_[^./]*)?$|.*\.(ppk|p12|pfx)$")
+KEY_TEXT = re.compile(rb"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|PuTTY-User-Key-File-|openssh-key-v1\0")
+CONTENT_MAX = 1 << 20  # keys and .env files are small: larger files are not read for this check
+MIN_SECRET = 6  # shorter declared values would match ordinary text
+
+
+def own_dirs() -> list[str]:
+    """gpujob's config (keys, profiles, secrets), state and cache folders, resolved."""
+    return [os.path.realpath(d()) + os.sep for d in (config_dir, state_dir, cache_dir)]
+
+
+def why_secret_name(rel: str) -> str | None:
+    """Why the name ``rel`` (relative to its tree) is never sent, or None."""
+    parts = rel.split("/")
+    for d in parts[:-1]:
+        if d in SECRET_DIRS:
+            return f"inside a {d} folder"
+    name = parts[-1]
+    if name in SECRET_DIRS:
+        return f"a {name} folder"
+    if len(parts) > 1 and (parts[-2], name) in SECRET_IN:
+        return "a credentials file"
+    if name in SECRET_NAMES:
+        return "a credentials file"
+    if KEY_NAME.match(name):
+        return "a private key's name"
+    return None
+
+
+def why_secret_content(path: str, size: int, values: dict[str, str]) -> str | None:
+    """Why the file at ``path`` is never sent because of what it holds, or None."""
+    if size > CONTENT_MAX or size <= 0:
+        return None
+    try:
+        with open(path, "rb") as f:
+            data = f.read(CONTENT_MAX)
+    except OSError:
+        return None
+    if KEY_TEXT.search(data):
+        return "holds a private key"
+    for name, value in values.items():
+        if value.encode() in data:
+            return f"holds the value of {name}"
+    return None
+
+
+def declared_values(spec: Any) -> dict[str, str]:
+    """Every secret the user declared: the secrets file's entries, the job's ``secrets:`` from the
+    environment, and literal keys under ``notify:``."""
+    from gpujob.config.spec import notify_secrets
+    from gpujob.usecases.notifycheck import default_secrets_file, parse_dotenv
+
+    out: dict[str, str] = {}
+    path = default_secrets_file()
+    try:
+        out.update(parse_dotenv(path.read_text(encoding="utf-8")))
+    except (OSError, UnicodeDecodeError):
+        pass
+    out.update({n: os.environ[n] for n in spec.secrets if os.environ.get(n)})
+    out.update(notify_secrets(spec.notify)[1])
+    return {k: v for k, v in out.items() if isinstance(v, str) and len(v) >= MIN_SECRET}
+
+
+def withhold(plan: Any, values: dict[str, str]) -> list[tuple[str, str]]:
+    """Take every secret item out of ``plan`` (a sync ``Plan``) and of the records it leaves;
+    (remote name, why) of each, also said on stderr."""
+    own = own_dirs()
+    gone: list[tuple[str, str]] = []
+    kept_all: list[Any] = []
+    for tp in plan.trees:
+        n = len(tp.local.prefix) + 1
+        kept = []
+        for it in tp.send:
+            rel = it.arcname[n:]
+            why = why_secret_name(rel)
+            if why is None and any((os.path.realpath(it.path) + os.sep).startswith(d) for d in own):
+                why = "gpujob's own files"
+            if why is None and not it.is_dir and it.link is None:
+                why = why_secret_content(str(it.path), it.size, values)
+            if why is None:
+                kept.append(it)
+                continue
+            gone.append((it.arcname, why))
+            tp.after.put(rel, None)  # not on the host: the record must not say it is
+        tp.send = kept
+        kept_all += kept
+    if gone:
+        ids = {id(k) for k in kept_all}
+        plan.send = [it for it in plan.send if id(it) in ids]
+        shown = ", ".join(f"{Path(a).name} ({w})" for a, w in gone[:5]) + (f" and {len(gone) - 5} more" if len(gone) > 5 else "")
+        sys.stderr.write(f"not uploaded, never sent to an instance: {shown}\n")
+    return gone
