@@ -36,6 +36,44 @@ def check_host_name(name: str) -> str:
     return name
 
 
+# Values written into files other programs read (~/.ssh/config, shell lines, YAML): a newline in
+# an IdentityFile once added a ProxyCommand to ~/.ssh/config, and a '"' made OpenSSH reject the file
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_QUOTED_FIELDS = ("hostname", "user", "identity_file")  # words of an ssh_config line: no quote either
+_TEXT_FIELDS = ("root", "data_disk", "agent_python", "private_address", "region", "hf_endpoint", "pip_index_url",
+                "preset", "currency", "shutdown_command", "idle_shutdown")
+
+
+def unsafe_values(host: Host) -> list[str]:
+    """The profile's fields whose value holds a control character (a newline) or, where it becomes a
+    word of an ssh_config line, a quote or a backslash."""
+    bad = []
+    for f in _QUOTED_FIELDS + _TEXT_FIELDS:
+        v = getattr(host, f)
+        if isinstance(v, str) and (_CONTROL.search(v) or (f in _QUOTED_FIELDS and re.search(r"[\"'\\]", v))):
+            bad.append(f)
+    bad += [f"env {k}" for k, v in host.env.items() if _CONTROL.search(str(k)) or _CONTROL.search(str(v))
+            or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(k))]
+    return bad
+
+
+def check_profile(host: Host, when: str = "use") -> Host:
+    """``host`` when every value is safe to write into ~/.ssh/config and shell lines; else a
+    ``HostError`` naming the fields (``when``: ``save`` at host add/set, ``use`` for a stored one)."""
+    if host.kind == LOCAL:
+        return host
+    bad = unsafe_values(host)
+    if not bad:
+        return host
+    what = ", ".join(f"{f} {getattr(host, f, '')!r}"[:120] if not f.startswith("env ") else f for f in bad)
+    if when == "save":
+        raise HostError(f"host {host.name}: {what} holds a newline, a control character or a quote",
+                        "give the value without them (a path with spaces is fine); nothing was saved")
+    raise HostError(f"host profile {host.name} in hosts.yaml has a value gpujob will not write into ssh's config "
+                    f"or a shell line: {what} (a newline, a control character or a quote)",
+                    f"fix it in hosts.yaml, or gpujob host rm {host.name} and add it again")
+
+
 @dataclass
 class Host:
     """One place jobs run. ``kind`` is ``ssh`` or ``local``."""
@@ -350,7 +388,8 @@ class HostStore:
         host.env = {**host.env, **host._merged_env}  # type: ignore[attr-defined]  # submit sends host.env
         return host
 
-    def get(self, name: str | None) -> Host:
+    def get(self, name: str | None, checked: bool = True) -> Host:
+        """The profile ``name``; ``checked``: refused when a value is unsafe to use (``check_profile``)."""
         if not name or name == LOCAL:
             return local_host()
         data = self._load()
@@ -362,12 +401,14 @@ class HostStore:
             known = ", ".join([LOCAL] + sorted(data))
             add = f"gpujob host add {name} --ssh \"ssh -p PORT root@HOST\"" if _HOST_NAME_RE.fullmatch(name) else "gpujob host add NAME --ssh ..."
             raise HostError(f"unknown host {name[:80]!r} (known: {known})", f"{hint}add it with: {add}")
-        return self._make(name, data[name])
+        host = self._make(name, data[name])
+        return check_profile(host) if checked else host
 
     def save(self, host: Host) -> None:
         if host.name == LOCAL:
             raise HostError("'local' is built in and cannot be redefined", "pick another name")
         check_host_name(host.name)
+        check_profile(host, "save")
         data = self._load()
         data[host.name] = host.to_dict()
         self._write(data)

@@ -12,7 +12,7 @@ def remove_host(name: str, store: HostStore | None = None) -> dict[str, Any]:
     from gpujob.transport import mux
 
     store = store or HostStore()
-    host = store.get(name)
+    host = store.get(name, checked=False)  # the way out of a profile refused at use
     store.remove(name)
     if host.kind != LOCAL:
         mux.disconnect(host)

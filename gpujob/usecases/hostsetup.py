@@ -10,7 +10,15 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from gpujob.config.hosts import PRESETS, Host, HostStore, check_host_name, detect_preset, parse_ssh_target
+from gpujob.config.hosts import (
+    PRESETS,
+    Host,
+    HostStore,
+    check_host_name,
+    check_profile,
+    detect_preset,
+    parse_ssh_target,
+)
 from gpujob.errors import ConnectError, GpujobError, HostError
 
 # the settings ``host add`` and ``host set`` both take; None leaves one as it is, "" clears it
@@ -117,6 +125,7 @@ def add_host(
     host.preset = preset or detect_preset(host.hostname)
     host.root = root
     host.price_per_hour = price
+    check_profile(host, "save")  # before any connection: a value is never tried, only refused
     if check:
         from gpujob.transport.ssh import open_client
 
@@ -167,6 +176,7 @@ def update_host(
             setattr(host, attr, val)
     if price is not None:
         host.price_per_hour = price
+    check_profile(host, "save")
     change = HostChange(host, apply_settings(host, settings or {}, store))
     store.save(host)
     return change

@@ -20,7 +20,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from gpujob.config.hosts import LOCAL, Host, HostStore
+from gpujob.config.hosts import LOCAL, Host, HostStore, check_profile
 from gpujob.errors import ConnectError, GpujobError, HostError
 
 BEGIN = "# >>> gpujob hosts (written by `gpujob ssh`; edits between these lines are replaced) >>>"
@@ -129,16 +129,22 @@ def entry(host: Host) -> str:
         f"    HostName {host.hostname}",
         f"    Port {host.port}",
         f"    User {host.user}",
-        f"    IdentityFile {key}",
+        f"    IdentityFile {_word(key)}",
         "    IdentitiesOnly yes",
-        f"    UserKnownHostsFile {known_hosts_path()}",
+        f"    UserKnownHostsFile {_word(str(known_hosts_path()))}",
         "    StrictHostKeyChecking yes",
         f"    ConnectTimeout {int(host.connect_timeout)}",
     ])
 
 
+def _word(value: str) -> str:
+    """An ssh_config value: quoted when it holds a space (profiles never hold a quote: check_profile)."""
+    return f'"{value}"' if any(c.isspace() for c in value) else value
+
+
 def config_block(hosts: list[Host]) -> str:
-    return "\n".join([BEGIN, *(entry(h) + "\n" for h in hosts if h.kind != LOCAL), END]) + "\n"
+    """gpujob's block of ~/.ssh/config; a profile with a value that could add a line is refused."""
+    return "\n".join([BEGIN, *(entry(check_profile(h)) + "\n" for h in hosts if h.kind != LOCAL), END]) + "\n"
 
 
 def updated_config(text: str, block: str) -> str:
