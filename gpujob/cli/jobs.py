@@ -49,11 +49,21 @@ def _note(args: argparse.Namespace, draw: Any = None) -> Any:
     return draw or (lambda text: print(text, file=sys.stderr))
 
 
-def _copy(chunks: Iterable[bytes]) -> None:
+def _copy(chunks: Iterable[bytes], log: bool = False, raw: bool = False) -> None:
+    """``chunks`` to stdout; a job's ``log`` passes ``ui.neutral.TermFilter`` (OSC/DCS always
+    stripped; other escapes kept only with ``raw`` on a terminal)."""
+    from gpujob.ui.neutral import TermFilter
+
     out = sys.stdout.buffer
-    for chunk in chunks:
-        out.write(chunk)
-        out.flush()
+    f = TermFilter(raw and sys.stdout.isatty()) if log else None
+    try:
+        for chunk in chunks:
+            out.write(f.feed(chunk) if f else chunk)
+            out.flush()
+    finally:
+        if f:
+            out.write(f.flush())
+            out.flush()
 
 
 def _follow(job: Any, say: bool) -> int:
@@ -61,7 +71,7 @@ def _follow(job: Any, say: bool) -> int:
     from gpujob.exitcodes import for_state
 
     try:
-        _copy(job.logs(follow=True, lines=0))
+        _copy(job.logs(follow=True, lines=0), log=True)
     except KeyboardInterrupt:
         if say:
             sys.stderr.write(f"\ndetached; {job.ref} keeps running on {job.host}\n")
@@ -111,7 +121,8 @@ def cmd_tail(args: argparse.Namespace) -> int:
     with client(args.host) as c:
         job = c.job(args.job)
         _copy(job.logs(follow=args.follow, lines=args.lines, since=getattr(args, "since", None),
-                       grep=getattr(args, "grep", None), as_json=getattr(args, "json", False), node=args.node))
+                       grep=getattr(args, "grep", None), as_json=getattr(args, "json", False), node=args.node),
+              log=True, raw=getattr(args, "raw", False))
         return for_state(job.record().state) if args.follow else 0  # the log ended with the job: its outcome
 
 

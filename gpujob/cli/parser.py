@@ -90,6 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--since", help="start at lines written in the last 10m/2h/1d, or since a date (docs/json.md)")
     s.add_argument("--grep", metavar="REGEX", type=regex_type, help="only lines matching REGEX (Python syntax)")
     s.add_argument("--node", type=number_type(int, 0, 1023), help="one node of a job over several (default: all, prefixed)")
+    s.add_argument("--raw", action="store_true", help="on a terminal, keep the log's colours and cursor moves "
+                   "(OSC/DCS strings such as clipboard writes are always stripped)")
     s = add("stop", cmd_stop, "stop a job (its code may checkpoint first); no process of it remains")
     s.add_argument("job", type=job_ref)
     s.add_argument("--host")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gpujob.bundle import import_remote
+from gpujob.ui.neutral import clean, clean_doc
 from gpujob.ui.output import console
 from gpujob.usecases.cost import accrued_cost, elapsed_s
 from gpujob.usecases.watch import loss_key
@@ -82,7 +83,7 @@ def jobs_table(jobs: list[dict[str, Any]], title: str | None = None, width: int 
     from rich.table import Table
     from rich.text import Text
 
-    rows = [_ls_cells(j) for j in jobs]
+    rows = [_ls_cells(j) for j in clean_doc(jobs)]  # host-supplied: no escape sequence reaches the terminal
     layout = ls_layout(rows, width if width is not None else console().width)
     t = Table(title=title, box=None, header_style="bold", pad_edge=False, padding=(0, LS_GAP // 2))
     for col, w in layout.items():
@@ -130,16 +131,16 @@ def autostop_summary(cfg: dict[str, Any]) -> str:
 
 def job_panel(j: dict[str, Any]) -> Any:
     """The detail view of ``gpujob status JOB`` (a plain record, or one from ``watch.status_doc``)."""
-    from rich.markup import escape
     from rich.table import Table
 
+    j = clean_doc(j, markup=True)  # every string came from the host: no escape sequence, no markup
     state = j.get("state", "?")
     t = Table.grid(padding=(0, 2))
     t.add_column(style="bold")
     t.add_column()
     t.add_row("job", j.get("job_id", "?") + (f"  on {j['host']}" if j.get("host") else ""))
-    t.add_row("state", f"[{STATE_STYLE.get(state, 'white')}]{state}[/]" + (f"  ({escape(str(j['reason']))})" if j.get("reason") else "")
-              + (f"  ({escape(str(j['lost_reason']))})" if j.get("lost_reason") else "")
+    t.add_row("state", f"[{STATE_STYLE.get(state, 'white')}]{state}[/]" + (f"  ({j['reason']})" if j.get("reason") else "")
+              + (f"  ({j['lost_reason']})" if j.get("lost_reason") else "")
               + f"   attempt {j.get('attempt') or 0}")
     m = j.get("latest_metrics") or j.get("last_metrics") or {}
     if m.get("step") is not None or m.get("epoch") is not None:
@@ -175,15 +176,15 @@ def job_panel(j: dict[str, Any]) -> Any:
                   f"done in {format_duration(est.get('eta_s'))} (step {est.get('step')}/{est.get('max_steps')})")
     policies = autostop_summary((j.get("spec") or {}).get("autostop") or {})
     if policies:
-        t.add_row("autostop", escape(policies))
+        t.add_row("autostop", policies)
     if j.get("queue_position"):
         t.add_row("queue", f"#{j['queue_position']} for GPUs" + (f"  ({j['queue_reason']})" if j.get("queue_reason") else ""))
     if j.get("exit_code") is not None:
         t.add_row("exit code", str(j["exit_code"]))
     d = j.get("diagnosis")
     if d:
-        t.add_row("cause", f"[red]{escape(str(d.get('summary')))}[/]" + (f"  at {escape(str(d['where']))}" if d.get("where") else ""))
-        t.add_row("remedy", escape(d.get("remedy") or ""))
+        t.add_row("cause", f"[red]{d.get('summary')}[/]" + (f"  at {d['where']}" if d.get("where") else ""))
+        t.add_row("remedy", d.get("remedy") or "")
     ck = j.get("checkpoints") or []
     if ck:
         done = [c for c in ck if c.get("complete")]
@@ -193,12 +194,12 @@ def job_panel(j: dict[str, Any]) -> Any:
             about = [n["kind"]] if n.get("kind") else []
             if n.get("step") is not None:  # accelerate numbers its saves (checkpoint_0, _1, ...), not steps
                 about.append(f"{'save' if n.get('kind') == 'accelerate' else 'step'} {n['step']}")
-            what = escape(n["name"]) + (f" ({', '.join(about)})" if about else "")
+            what = n["name"] + (f" ({', '.join(about)})" if about else "")
         t.add_row("checkpoints", f"{len(done)} complete, newest {what}")
     elif j.get("stray_checkpoints"):
-        t.add_row("checkpoints", f"[yellow]none where gpujob looks: {escape(j['stray_checkpoints']['advice'])}[/]")
+        t.add_row("checkpoints", f"[yellow]none where gpujob looks: {j['stray_checkpoints']['advice']}[/]")
     if j.get("last_line"):
-        t.add_row("last line", escape(j["last_line"]))
+        t.add_row("last line", j["last_line"])
     return t
 
 
@@ -243,7 +244,7 @@ def job_list(listed: results.JobList) -> None:
     if listed.older:
         c.print(f"[dim]{listed.older} older finished job(s) not shown: gpujob ls --all[/]")
     for name, e in listed.errors.items():
-        c.print(f"[yellow]{name}[/]: {_esc(e)}")
+        c.print(f"[yellow]{_esc(clean(name))}[/]: {_esc(clean(e))}")
     disk_warnings(doc["jobs"])
 
 

@@ -8,9 +8,10 @@ from typing import Any, Callable
 
 
 def console(stderr: bool = False) -> Any:
-    from rich.console import Console
+    """rich's console, its text passed through ``neutral.clean`` (no host's escape sequence is drawn)."""
+    from gpujob.ui.neutral import console_class
 
-    return Console(stderr=stderr, highlight=False)
+    return console_class()(stderr=stderr, highlight=False)
 
 
 def print_json(doc: Any) -> None:
@@ -26,13 +27,15 @@ def error(e: Exception, as_json: bool) -> None:
         return
     from rich.markup import escape
 
+    from gpujob.ui.neutral import clean
+
     c = console(stderr=True)  # causes quote what the user typed: brackets in it are text, not markup
     if isinstance(e, GpujobError):
-        c.print(f"[bold red]error:[/] {escape(e.cause)}", markup=True, soft_wrap=True)
+        c.print(f"[bold red]error:[/] {escape(clean(e.cause))}", markup=True, soft_wrap=True)
         if e.remedy:
-            c.print(f"  [yellow]→[/] {escape(e.remedy)}", soft_wrap=True)
+            c.print(f"  [yellow]→[/] {escape(clean(e.remedy))}", soft_wrap=True)
     else:
-        c.print(f"[bold red]error:[/] {escape(str(e))}", soft_wrap=True)
+        c.print(f"[bold red]error:[/] {escape(clean(str(e)))}", soft_wrap=True)
 
 
 def show(doc: Any, as_json: bool, draw: Callable[[Any], None]) -> None:
