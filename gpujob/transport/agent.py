@@ -6,13 +6,13 @@ The agent is uploaded on first use of a version (one extra round trip), into
 
 from __future__ import annotations
 
-import json
 import shlex
 import sys
 from typing import Any
 
 from gpujob.bundle import bundle_tar, bundle_version, import_remote
 from gpujob.errors import ConnectError, GpujobError, RemoteError, link_cut
+from gpujob.transport import replies
 from gpujob.transport.base import Result, Stream, Transport
 from gpujob.transport.endpoint import Target
 
@@ -115,33 +115,34 @@ class Agent:
 
     # ---- calls --------------------------------------------------------------------------
     def _raw(self, verb: str, args: list[str] | None, input: bytes | None, timeout: float | None) -> Result:
+        most = replies.limit(verb)  # bytes of the reply read before it is refused (transport/replies.py)
         if verb in SERVED and self.t.keeps_agent:  # the multiplexer's kept agent
             argv = [verb, *(args or [])]
-            served = self.t.serve_call(self.command("serve"), argv, timeout, input)
+            served = self.t.serve_call(self.command("serve"), argv, timeout, input, limit=most)
             if served is not None and served.rc == NEED_AGENT:
                 self.install()
-                served = self.t.serve_call(self.command("serve"), argv, timeout, input)
+                served = self.t.serve_call(self.command("serve"), argv, timeout, input, limit=most)
             if served is not None:
                 return served
-        res = self.t.run(self.command(verb, args), input=input, timeout=timeout)
+        res = self.t.run(self.command(verb, args), input=input, timeout=timeout, limit=most)
         if res.rc == NEED_AGENT:
             self.install()
-            res = self.t.run(self.command(verb, args), input=input, timeout=timeout)
+            res = self.t.run(self.command(verb, args), input=input, timeout=timeout, limit=most)
         return res
 
-    def call(self, verb: str, args: list[str] | None = None, input: bytes | None = None, timeout: float | None = 600) -> Any:
-        """Run a verb and return its JSON document; agent errors become ``RemoteError``."""
-        res = self._raw(verb, args, input, timeout)
+    def call(self, verb: str, args: list[str] | None = None, input: bytes | None = None,
+             timeout: float | None = None) -> Any:
+        """Run a verb and return its JSON document; agent errors become ``RemoteError``, a reply
+        too large, too deep or of the wrong shape ``replies.UnreadableReply``. ``timeout``:
+        the verb's own (``replies.TIMEOUTS``: seconds for a status) unless given."""
+        res = self._raw(verb, args, input, timeout if timeout is not None else replies.timeout(verb))
         return self._parse(verb, res)
 
     def _parse(self, verb: str, res: Result) -> Any:
+        if len(res.stdout) > replies.limit(verb):
+            raise replies.too_large(self.endpoint.name, replies.limit(verb))
         text = res.text.strip()
-        doc: Any = None
-        if text:
-            try:
-                doc = json.loads(text.splitlines()[-1])
-            except ValueError:
-                doc = None
+        doc: Any = replies.parse(verb, self.endpoint.name, text) if text else None
         if isinstance(doc, dict) and "error" in doc and res.rc != 0:
             raise RemoteError(doc["error"], doc.get("remedy", ""))
         if res.rc < 0 and doc is None:  # no exit status came back: the link, not the agent, failed
@@ -173,11 +174,19 @@ class Agent:
 
         Installs the agent once if it is missing; an error document becomes ``RemoteError``.
         """
+        most = replies.limit(verb)
         for attempt in (0, 1):
             s = self.t.stream(self.command(verb, args))
-            line = s.stdout.readline()
+            line = s.stdout.readline(most + 1)
             if line:
-                doc = json.loads(line)
+                if len(line) > most or not line.endswith(b"\n"):
+                    s.kill()
+                    raise replies.too_large(self.endpoint.name, most) if len(line) > most else \
+                        replies.unreadable(self.endpoint.name, f"an unfinished first line of its {verb!r} reply")
+                doc = replies.parse(verb, self.endpoint.name, line.decode("utf-8", "replace"))
+                if doc is None:
+                    s.kill()
+                    raise replies.unreadable(self.endpoint.name, f"no JSON in its {verb!r} reply")
                 if "error" in doc:
                     s.kill()
                     raise RemoteError(doc["error"], doc.get("remedy", ""))

@@ -193,8 +193,9 @@ class Transport(abc.ABC):
         self.endpoint: Endpoint = as_endpoint(target)
 
     @abc.abstractmethod
-    def run(self, cmd: str, input: bytes | None = None, timeout: float | None = None) -> Result:
-        """Run a shell command to completion."""
+    def run(self, cmd: str, input: bytes | None = None, timeout: float | None = None, limit: int | None = None) -> Result:
+        """Run a shell command to completion; more than ``limit`` bytes of stdout raise
+        ``replies.UnreadableReply`` as soon as they arrive (the command is ended)."""
 
     @abc.abstractmethod
     def stream(self, cmd: str) -> Stream:
@@ -211,9 +212,9 @@ class Transport(abc.ABC):
         the host's sshd will not open one."""
 
     def serve_call(self, serve_cmd: str, argv: list[str], timeout: float | None = None,
-                   input: bytes | None = None) -> Result | None:
+                   input: bytes | None = None, limit: int | None = None) -> Result | None:
         """Run a quick agent verb in a kept ``serve`` process started by ``serve_cmd`` (``input``:
-        its stdin). None when there is none to use: the caller runs the verb as a command."""
+        its stdin; ``limit``: as ``run``'s). None when there is none to use: the caller runs the verb as a command."""
         return None
 
     def close(self) -> None:  # noqa: B027 - a transport may have nothing to release

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from gpujob.errors import ConnectError, GpujobError, HostKeyChanged
+from gpujob.transport import replies
 from gpujob.transport.base import (
     Forward,
     PumpedStream,
@@ -46,7 +47,7 @@ from gpujob.transport.base import (
 )
 from gpujob.transport.endpoint import Endpoint, Target, as_endpoint
 
-ERRORS = {"ConnectError": ConnectError, "HostKeyChanged": HostKeyChanged}
+ERRORS = {"ConnectError": ConnectError, "HostKeyChanged": HostKeyChanged, "UnreadableReply": replies.UnreadableReply}
 
 
 def enabled() -> bool:
@@ -100,17 +101,37 @@ def _request(path: Path, req: dict[str, Any], fds: list[int] | None = None, time
     return s
 
 
-def _read_line(s: socket.socket, buf: bytearray | None = None) -> dict[str, Any] | None:
-    """One JSON line from the daemon; None when it closed first."""
+class _TooLong(ValueError):
+    """A line from the daemon longer than the caller allows."""
+
+
+def line_limit(limit: int | None) -> int:
+    """The longest answer line of the kept agent for a reply of ``limit`` bytes: the reply is a JSON
+    string in it (escaping at most doubles text) with its stderr and exit code beside it."""
+    return (limit or replies.DEFAULT_LIMIT) * replies.SERVE_OVERHEAD + (1 << 20)
+
+
+def _read_line(s: socket.socket, buf: bytearray | None = None, most: int | None = None) -> dict[str, Any] | None:
+    """One JSON line from the daemon; None when it closed first; ``_TooLong`` past ``most`` bytes."""
     buf = buf if buf is not None else bytearray()
-    while b"\n" not in buf:
+    end = buf.find(b"\n")
+    while end < 0:
         chunk = s.recv(65536)
         if not chunk:
             return None
+        at = chunk.find(b"\n")  # only the new bytes are searched: a long line costs one pass
+        end = len(buf) + at if at >= 0 else -1
         buf += chunk
-    line, _, rest = bytes(buf).partition(b"\n")
-    buf[:] = rest
-    return json.loads(line)
+        if most is not None and end < 0 and len(buf) > most:
+            raise _TooLong()
+    line = bytes(buf[:end])
+    del buf[:end + 1]
+    if most is not None and not replies.depth_ok(line.decode("utf-8", "replace"), 4):
+        raise ValueError("nested too deep")  # the kept agent's answer is one flat object
+    doc = json.loads(line)
+    if not isinstance(doc, dict):
+        raise ValueError("not an object")
+    return doc
 
 
 # a background start waits (up to 2 s) for the command that started it to exit before Python
@@ -379,11 +400,11 @@ class MuxTransport(Transport):
             raise ConnectError(f"the connection to {self.endpoint.address} dropped", "check the network and run the command again")
         raise AssertionError("unreachable")
 
-    def run(self, cmd: str, input: bytes | None = None, timeout: float | None = None) -> Result:
+    def run(self, cmd: str, input: bytes | None = None, timeout: float | None = None, limit: int | None = None) -> Result:
         try:
             s = self._exec(cmd)
         except _Busy:
-            return self._direct_transport().run(cmd, input, timeout)
+            return self._direct_transport().run(cmd, input, timeout, limit)
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
             if input:
@@ -404,6 +425,8 @@ class MuxTransport(Transport):
                 if not chunk:
                     break
                 out += chunk
+                if limit is not None and len(out) > limit:  # a hostile or broken host: stop reading now
+                    raise replies.too_large(self.endpoint.name, limit)
             left = None if deadline is None else max(0.1, deadline - time.monotonic())
             try:
                 rc = s.wait(left)
@@ -429,10 +452,13 @@ class MuxTransport(Transport):
             return self._direct_transport().stream(cmd)
 
     def serve_call(self, serve_cmd: str, argv: list[str], timeout: float | None = None,
-                   input: bytes | None = None) -> Result | None:
+                   input: bytes | None = None, limit: int | None = None) -> Result | None:
         """The verb in the daemon's kept ``serve`` process; None if that cannot be used now (the
-        server refused one more session, the link was found dead)."""
-        req: dict[str, Any] = {"op": "call", "serve": serve_cmd, "argv": argv, "timeout": timeout}
+        server refused one more session, the link was found dead). The daemon reads at most
+        ``line_limit(limit)`` bytes of the answer line, and so does this process."""
+        most = line_limit(limit)
+        req: dict[str, Any] = {"op": "call", "serve": serve_cmd, "argv": argv, "timeout": timeout, "max": most,
+                               "reply_max": limit or replies.DEFAULT_LIMIT}
         if input:
             req["input"] = base64.b64encode(input).decode()
         try:
@@ -440,7 +466,9 @@ class MuxTransport(Transport):
         except OSError:
             return None
         try:
-            doc = _read_line(s)
+            doc = _read_line(s, most=most)
+        except _TooLong:
+            raise replies.too_large(self.endpoint.name, limit or most) from None
         except (OSError, ValueError):
             return None
         finally:
@@ -449,7 +477,9 @@ class MuxTransport(Transport):
             return None
         if "error" in doc:
             _raise_doc(doc)
-        return Result(int(doc["rc"]), doc.get("out", "").encode(), doc.get("err", "").encode())
+        if not (isinstance(doc.get("rc"), int) and isinstance(doc.get("out", ""), str) and isinstance(doc.get("err", ""), str)):
+            raise replies.unreadable(self.endpoint.name, "a kept agent's answer without its exit code and output")
+        return Result(doc["rc"], doc.get("out", "").encode(), doc.get("err", "").encode())
 
     def connect(self, port: int, host: str = "127.0.0.1") -> Tunnel:
         """A ``direct-tcpip`` channel on the daemon's connection, pumped into one end of a

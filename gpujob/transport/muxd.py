@@ -39,6 +39,7 @@ import gpujob.transport.paramiko_load  # noqa: F401  (first: paramiko without in
 import paramiko
 # isort: on
 
+from gpujob.transport import replies
 from gpujob.transport.base import TunnelRefused, pump
 from gpujob.transport.endpoint import Endpoint
 from gpujob.transport.mux import describe_error
@@ -70,6 +71,26 @@ def _send(conn: socket.socket, doc: dict[str, Any]) -> None:
         conn.sendall(json.dumps(doc).encode() + b"\n")
     except OSError:
         pass
+
+
+ANSWER_MAX = 64 << 20  # the longest answer line of a kept agent, when the request names none
+
+
+class _TooLong(Exception):
+    """An answer line longer than the request allows."""
+
+
+def _bounded_line(f: Any, most: int) -> bytearray:
+    """One line from ``f`` (paramiko's channel file), read in pieces: ``_TooLong`` past ``most``
+    bytes (a line with no end would otherwise be held whole)."""
+    out = bytearray()
+    while True:
+        piece = f.readline(1 << 16)
+        out += piece
+        if not piece or piece.endswith(b"\n"):
+            return out
+        if len(out) > most:
+            raise _TooLong()
 
 
 class _Serve:
@@ -169,7 +190,8 @@ class Daemon:
                 sock, fds = socket.socket(fileno=fds[0]), []
                 self._tcp(conn, str(req.get("host", "127.0.0.1")), int(req["port"]), sock)
             elif op == "call":
-                self._call(conn, str(req["serve"]), [str(a) for a in req["argv"]], req.get("timeout"), req.get("input"))
+                self._call(conn, str(req["serve"]), [str(a) for a in req["argv"]], req.get("timeout"), req.get("input"),
+                           int(req.get("max") or ANSWER_MAX), int(req.get("reply_max") or 0))
             else:
                 _send(conn, {"error": f"unknown request {op!r}", "remedy": "upgrade gpujob", "kind": "ConnectError"})
         except Exception as e:  # one bad request never takes the daemon down
@@ -315,7 +337,7 @@ class Daemon:
 
     # ---- call: a quick verb in the kept serve process ----------------------------------
     def _call(self, conn: socket.socket, cmd: str, argv: list[str], timeout: float | None,
-              data: str | None = None) -> None:
+              data: str | None = None, most: int = 0, reply_max: int = 0) -> None:
         line = json.dumps({"argv": argv, "input": data} if data else {"argv": argv}).encode() + b"\n"
         for _attempt in (0, 1):
             with self.lock:
@@ -335,7 +357,11 @@ class Daemon:
                 try:
                     s.chan.settimeout(timeout)
                     s.chan.sendall(line)
-                    answer = s.rfile.readline()
+                    answer = _bounded_line(s.rfile, most or ANSWER_MAX)
+                except _TooLong:  # a hostile or broken agent: its channel is dropped, no more is read
+                    self._drop(cmd, s)
+                    _send(conn, replies.too_large(self.endpoint.name, reply_max or most or ANSWER_MAX).to_json())
+                    return
                 except socket.timeout:
                     self._drop(cmd, s)
                     _send(conn, {"error": f"{self.endpoint.address} did not answer a command within {timeout:.0f}s",

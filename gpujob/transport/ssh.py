@@ -20,6 +20,7 @@ import paramiko
 
 from gpujob.backoff import backoff
 from gpujob.errors import ConnectError, HostKeyChanged
+from gpujob.transport import replies
 from gpujob.transport.base import (
     Forward,
     PumpedStream,
@@ -36,6 +37,7 @@ from gpujob.transport.endpoint import Endpoint, Target, as_endpoint
 # link); with no handler Python prints it on stderr. The error reaches the user as one message.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 WINDOW_MIN, WINDOW_MAX = 2 << 20, 32 << 20  # each channel's receive window (see size_window)
+STDERR_KEPT = 64 << 10  # the end of a command's stderr kept (it says why); a flood is not
 WINDOW_RATE = 125e6  # bytes/s the window is sized to sustain (1 Gbit)
 
 
@@ -391,7 +393,7 @@ class SSHTransport(Transport):
             raise ConnectError(f"the connection to {self.endpoint.address} dropped ({e})", "run the command again") from None
         return chan
 
-    def run(self, cmd: str, input: bytes | None = None, timeout: float | None = None) -> Result:
+    def run(self, cmd: str, input: bytes | None = None, timeout: float | None = None, limit: int | None = None) -> Result:
         chan = self._exec(cmd)
         if input:
             chan.sendall(input)
@@ -404,8 +406,12 @@ class SSHTransport(Transport):
             while chan.recv_ready():
                 out += chan.recv(65536)
                 got = True
+                if limit is not None and len(out) > limit:  # a hostile or broken host: stop reading now
+                    chan.close()
+                    raise replies.too_large(self.endpoint.name, limit)
             while chan.recv_stderr_ready():
                 err += chan.recv_stderr(65536)
+                del err[:-STDERR_KEPT]  # the end says why; a flood is not kept
                 got = True
             if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
                 break

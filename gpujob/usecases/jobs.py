@@ -174,11 +174,16 @@ class LineFilter:
         self.rx = re.compile(pattern.encode("utf-8", "surrogateescape")) if pattern else None
         self.partial = b""
 
+    LINE_MAX = 1 << 20  # a longer line (a host's flood with no newline) goes on in pieces, never held whole
+
     def __call__(self, chunk: bytes) -> None:
         data = self.partial + chunk
         *whole, self.partial = data.split(b"\n")
         for line in whole:
             self._line(line + b"\n")
+        while len(self.partial) > self.LINE_MAX:
+            piece, self.partial = self.partial[:self.LINE_MAX], self.partial[self.LINE_MAX:]
+            self._line(piece + b"\n")
 
     def _line(self, line: bytes) -> None:
         start = self.offset

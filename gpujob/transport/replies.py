@@ -1,0 +1,141 @@
+"""What the laptop accepts from an agent: size, depth and shape per verb, and how long it waits.
+
+The instance is someone else's machine: with the agent replaced by a hostile program, a reply
+with no size limit took the laptop past 1 GB in 4 s, deeply nested JSON raised an uncaught
+RecursionError, a wrong-shaped ``ls`` reply a TypeError, and a reply that never came waited
+out a 600 s timeout. Every reply is now read up to its verb's limit, parsed with a depth limit
+and checked for the shape its readers index into; anything else is ``UnreadableReply`` (exit 3).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable
+
+from gpujob.errors import ConnectError
+
+MiB = 1 << 20
+DEFAULT_LIMIT = 16 * MiB
+# bytes of one reply; a tree's manifest is the large one (a 100,000-file project is ~20 MB)
+LIMITS = {"status": 16 * MiB, "watch": 16 * MiB, "manifest": 256 * MiB, "sync": 256 * MiB, "send": 256 * MiB,
+          "hello": MiB, "gpus": MiB, "port": MiB, "unlease": MiB, "pulled": MiB, "moved": MiB, "resume": MiB,
+          "stop": MiB, "submit": 4 * MiB, "agentlog": 16 * MiB}
+# seconds a verb may take when its caller names no timeout: quick reads in seconds, not 600
+TIMEOUTS = {"status": 30.0, "watch": 30.0, "hello": 20.0, "gpus": 60.0, "port": 30.0, "tb": 60.0, "agentlog": 60.0,
+            "resume": 120.0, "moved": 60.0, "pulled": 60.0, "unlease": 30.0}
+DEFAULT_TIMEOUT = 600.0
+MAX_DEPTH = 64
+SERVE_OVERHEAD = 2  # the kept agent wraps a reply in a JSON string: escaping at most doubles ASCII text
+
+
+class UnreadableReply(ConnectError):
+    """The agent's answer is too large, too deep or of the wrong shape (exit 3, like a broken link:
+    the host, not the user, is at fault)."""
+
+
+def limit(verb: str) -> int:
+    return LIMITS.get(verb, DEFAULT_LIMIT)
+
+
+def timeout(verb: str) -> float:
+    """The verb's timeout; ``GPUJOB_TIMEOUT_<VERB>`` (seconds) changes it (a slow instance, a test)."""
+    import os
+
+    env = os.environ.get(f"GPUJOB_TIMEOUT_{verb.upper()}")
+    try:
+        return float(env) if env else TIMEOUTS.get(verb, DEFAULT_TIMEOUT)
+    except ValueError:
+        return TIMEOUTS.get(verb, DEFAULT_TIMEOUT)
+
+
+def unreadable(host: str, what: str) -> UnreadableReply:
+    return UnreadableReply(f"the agent on {host} answered something gpujob cannot read: {what}",
+                           f"run gpujob doctor {host}; if it keeps happening, the instance may not be "
+                           "running gpujob's agent (reinstall: rm -rf ROOT/agent there)")
+
+
+def too_large(host: str, n: int) -> UnreadableReply:
+    return unreadable(host, f"a reply of more than {n / MiB:.0f} MiB")
+
+
+_KEEP = b'[]{}"'
+_DROP = bytes(c for c in range(256) if c not in _KEEP)
+
+
+def depth_ok(text: str, max_depth: int = MAX_DEPTH) -> bool:
+    """Whether ``text``'s brackets nest at most ``max_depth`` deep, in C-speed passes (no Python
+    loop over characters, no recursion): escaped quotes and backslashes out, then all but brackets
+    and quotes, then what lies between quotes (strings), then innermost pairs, once per level."""
+    b = text.encode("utf-8", "surrogatepass").replace(b"\\\\", b"").replace(b'\\"', b"").translate(None, _DROP)
+    b = b"".join(b.split(b'"')[::2])
+    for _ in range(max_depth):
+        if not b:
+            return True
+        n = len(b)
+        b = b.replace(b"[]", b"").replace(b"{}", b"")  # a level or two a pass: never more than twice the limit
+        if len(b) == n:
+            return True  # unbalanced: json.loads says what is wrong
+    return not b
+
+
+_OBJECTS = ("last_metrics", "latest_metrics", "series", "diagnosis", "spec", "eval_metrics", "gpu", "billing", "disk")
+_NUMBERS = ("elapsed_s", "started_at", "ended_at", "heartbeat", "eta_s", "steps_per_s", "attempt", "queue_position",
+            "max_steps", "exit_code", "price_per_hour")
+
+
+def _job(doc: dict) -> str | None:
+    """A job record (``status`` lists them, ``watch`` is one): the fields the drawings index into."""
+    for key in ("job_id", "state", "host", "last_line", "reason"):
+        if doc.get(key) is not None and not isinstance(doc[key], str):
+            return f"{key!r} is not a string"
+    for key in _OBJECTS:
+        if doc.get(key) is not None and not isinstance(doc[key], dict):
+            return f"{key!r} is not an object"
+    for key in _NUMBERS:
+        v = doc.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            return f"{key!r} is not a number"
+    if doc.get("checkpoints") is not None and not (isinstance(doc["checkpoints"], list)
+                                                   and all(isinstance(c, dict) for c in doc["checkpoints"])):
+        return "'checkpoints' is not a list of objects"
+    return None
+
+
+def _jobs(doc: dict) -> str | None:
+    jobs = doc.get("jobs")
+    if not isinstance(jobs, list) or not all(isinstance(j, dict) for j in jobs):
+        return "'jobs' is not a list of job records"
+    for j in jobs:
+        wrong = _job(j)
+        if wrong:
+            return f"job {str(j.get('job_id'))[:40]!r}: {wrong}"
+    return None
+
+
+# the fields each verb's readers index into; a verb not named here must answer a JSON object
+SHAPES: dict[str, Callable[[dict], str | None]] = {"status": _jobs, "watch": _job}
+
+
+def parse(verb: str, host: str, text: str) -> Any:
+    """The reply's last line as a JSON object of the verb's shape; ``UnreadableReply`` otherwise.
+    None when the line is not JSON at all (the caller reports the command's failure)."""
+    line = text.strip().rpartition("\n")[2]
+    if not line:
+        return None
+    if not depth_ok(line):
+        raise unreadable(host, f"JSON nested more than {MAX_DEPTH} deep in its {verb!r} reply")
+    try:
+        doc = json.loads(line)
+    except ValueError:
+        return None
+    except RecursionError:  # pragma: no cover - depth_ok caught it first
+        raise unreadable(host, f"JSON nested too deep in its {verb!r} reply") from None
+    if not isinstance(doc, dict):
+        raise unreadable(host, f"a {type(doc).__name__} where its {verb!r} reply is a JSON object")
+    if "error" in doc:
+        return doc
+    check = SHAPES.get(verb)
+    wrong = check(doc) if check else None
+    if wrong:
+        raise unreadable(host, f"{wrong} in its {verb!r} reply")
+    return doc
