@@ -141,12 +141,12 @@ class Host:
 
     def endpoint(self) -> Endpoint:
         """What the transport needs to reach this host; gpujob's own key is made here if it is used."""
-        from gpujob.config.keys import ensure_client_key, known_hosts_path
+        from gpujob.config.keys import client_key_for, known_hosts_path
 
         ssh = self.kind != LOCAL
         return Endpoint(
             name=self.name, kind=self.kind, hostname=self.hostname, port=self.port, user=self.user,
-            identity_file=self.identity_file, client_key=str(ensure_client_key()) if ssh and not self.identity_file else "",
+            identity_file=self.identity_file, client_key=str(client_key_for(self.name)) if ssh and not self.identity_file else "",
             known_hosts=str(known_hosts_path()) if ssh else "", connect_timeout=self.connect_timeout,
             root=self.remote_root, agent_python=self.agent_python,
         )

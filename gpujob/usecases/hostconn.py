@@ -12,8 +12,11 @@ def remove_host(name: str, store: HostStore | None = None) -> dict[str, Any]:
     from gpujob.transport import mux
 
     store = store or HostStore()
+    from gpujob.config.keys import remove_host_key
+
     host = store.get(name, checked=False)  # the way out of a profile refused at use
     store.remove(name)
+    remove_host_key(name)  # its own key, if it had one: authorized only on that instance
     if host.kind != LOCAL:
         mux.disconnect(host)
     return {"removed": name}

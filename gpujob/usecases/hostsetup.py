@@ -59,12 +59,11 @@ DETECT = (
 )
 
 
-def install_key(host: Host, password: str) -> None:
-    """Log in with the password once and append gpujob's public key to authorized_keys."""
-    from gpujob.config.keys import public_key_line
+def install_key(host: Host, password: str, pub: str) -> None:
+    """Log in with the password once and append the public key line ``pub`` (the profile's own
+    key) to authorized_keys."""
     from gpujob.transport.ssh import SSHTransport
 
-    pub = public_key_line()
     t = SSHTransport(host, password=password)
     try:
         q = shlex.quote(pub)
@@ -77,6 +76,22 @@ def install_key(host: Host, password: str) -> None:
                                "is the home folder writable? (disk full?)")
     finally:
         t.close()
+
+
+def _install_own_key(host: Host, password: str) -> None:
+    """The password step: the profile gets a key of its own (config/keys.py), installed there and
+    tried; a failed step leaves no new key behind (the next try makes another)."""
+    from gpujob.config.keys import ensure_host_key, host_key_path, public_key_line, remove_host_key
+    from gpujob.transport.ssh import open_client
+
+    made = not host_key_path(host.name).exists()
+    try:
+        install_key(host, password, public_key_line(ensure_host_key(host.name)))
+        open_client(host, retries=1).close()
+    except BaseException:
+        if made:
+            remove_host_key(host.name)
+        raise
 
 
 def detect_platform(host: Host) -> tuple[str, dict[str, str]]:
@@ -141,8 +156,7 @@ def add_host(
                         "run interactively, or pass --password-stdin (e.g. from a password manager)",
                     ) from None
                 password = getpass.getpass(f"password for {host.user}@{host.hostname} (used once, not stored): ")
-            install_key(host, password)
-            open_client(host, retries=1).close()
+            _install_own_key(host, password)
         if not preset:
             host.preset, found = detect_platform(host)
             host.region = found.get("AutoDLRegion") or None

@@ -121,9 +121,9 @@ def alias(host: Host) -> str:
 
 
 def entry(host: Host) -> str:
-    from gpujob.config.keys import key_path, known_hosts_path
+    from gpujob.config.keys import client_key_for, known_hosts_path
 
-    key = host.identity_file or str(key_path())
+    key = host.identity_file or str(client_key_for(host.name))
     return "\n".join([
         f"Host {alias(host)}",
         f"    HostName {host.hostname}",
