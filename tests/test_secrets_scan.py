@@ -35,8 +35,21 @@ print("saved", flush=True)
 '''
 
 
+KEY_MATERIAL: list[str] = []  # the body lines of gpujob's private keys, filled once they exist
+
+
 def found_in(text: str) -> list[str]:
-    return [s for s in SECRETS if s in text]
+    return [s for s in SECRETS + KEY_MATERIAL if s in text] + (["a private key"] if "PRIVATE KEY-----" in text else [])
+
+
+def _key_material(config: Path) -> list[str]:
+    """The base64 lines of every private key gpujob keeps (the first, OpenSSH's common header, left out)."""
+    out = []
+    for p in [config / "id_ed25519", *(config / "keys").glob("*_ed25519")]:
+        body = [line for line in p.read_text().splitlines() if line and not line.startswith("-----")]
+        out += [line for line in body[1:] if len(line) >= 40]
+    assert out
+    return out
 
 
 def test_no_secret_anywhere(ssh_host: str, tmp_path: Path, hook: Hook, isolated: Path,
@@ -47,9 +60,14 @@ def test_no_secret_anywhere(ssh_host: str, tmp_path: Path, hook: Hook, isolated:
     sf.chmod(0o600)
     monkeypatch.setenv("MY_API_KEY", API_KEY)
     base = hook.url.rsplit("/", 1)[0]
+    KEY_MATERIAL[:] = _key_material(isolated)
     d = tmp_path / "proj"
     d.mkdir()
     (d / "main.py").write_text(JOB)
+    # what a project folder may hold by accident: none of it may leave (gpujob/usecases/secrecy)
+    (d / ".env").write_text(f"HOOK_TOKEN={HOOK_TOKEN}\nMY_API_KEY={API_KEY}\n")
+    (d / "deploy_key").write_bytes((isolated / "id_ed25519").read_bytes())
+    (d / "notes.txt").write_text(f"the signing key is {SIGN_KEY}\n")
     (d / "job.yaml").write_text(json.dumps({
         "name": "secretive", "run": "python main.py", "secrets": ["MY_API_KEY"],
         "autostop": {"max_runtime": "4s", "check_every": "1s"},
@@ -77,6 +95,9 @@ def test_no_secret_anywhere(ssh_host: str, tmp_path: Path, hook: Hook, isolated:
         r = run_cli(*args, "--host", ssh_host, "--json")
         assert r.returncode == 0, r.stderr
         outputs.append(r.stdout + r.stderr)
+        r = run_cli(*args, "--host", ssh_host, env_extra={"GPUJOB_DEBUG": "1"})  # the drawing, debug on
+        assert r.returncode == 0, r.stderr
+        outputs.append(r.stdout + r.stderr)
     for out in outputs:
         assert not found_in(out), out
     for req in hook.got:
@@ -87,10 +108,13 @@ def test_no_secret_anywhere(ssh_host: str, tmp_path: Path, hook: Hook, isolated:
     secrets_file = root / "jobs" / job_id / "secrets.json"
     assert secrets_file.stat().st_mode & 0o777 == 0o600
     assert set(json.loads(secrets_file.read_text()).values()) == set(SECRETS)
+    code = root / "projects" / "secretive" / "code"
+    assert (code / "main.py").exists() and not {".env", "deploy_key", "notes.txt"} & {p.name for p in code.iterdir()}
+    keys = {isolated / "id_ed25519", *(isolated / "keys").glob("*_ed25519")}
     scanned = 0
-    for base_dir, skip in ((root, secrets_file), (isolated, sf)):
+    for base_dir, skip in ((root, {secrets_file}), (isolated, {sf} | keys)):
         for p in base_dir.rglob("*"):
-            if p.is_file() and not p.is_symlink() and p != skip:
+            if p.is_file() and not p.is_symlink() and p not in skip:
                 data = p.read_bytes().decode("utf-8", "replace")
                 assert not found_in(data), p
                 scanned += 1
