@@ -17,7 +17,7 @@ from gpujob.errors import ConnectError
 MiB = 1 << 20
 DEFAULT_LIMIT = 16 * MiB
 # bytes of one reply; a tree's manifest is the large one (a 100,000-file project is ~20 MB)
-LIMITS = {"status": 16 * MiB, "watch": 16 * MiB, "manifest": 256 * MiB, "sync": 256 * MiB, "send": 256 * MiB,
+LIMITS = {"status": 16 * MiB, "watch": 16 * MiB, "manifest": 128 * MiB, "sync": 128 * MiB, "send": 128 * MiB,
           "hello": MiB, "gpus": MiB, "port": MiB, "unlease": MiB, "pulled": MiB, "moved": MiB, "resume": MiB,
           "stop": MiB, "submit": 4 * MiB, "agentlog": 16 * MiB}
 # seconds a verb may take when its caller names no timeout: quick reads in seconds, not 600
