@@ -94,11 +94,14 @@ def withhold(plan: Any, values: dict[str, str]) -> list[tuple[str, str]]:
     kept_all: list[Any] = []
     for tp in plan.trees:
         n = len(tp.local.prefix) + 1
+        top = os.path.realpath(tp.local.top) + os.sep
+        inside = [d[len(top):] for d in own if d.startswith(top)]  # gpujob's folders within this tree (rel + '/')
+        all_own = any(top.startswith(d) for d in own)
         kept = []
         for it in tp.send:
             rel = it.arcname[n:]
             why = why_secret_name(rel)
-            if why is None and any((os.path.realpath(it.path) + os.sep).startswith(d) for d in own):
+            if why is None and (all_own or any((rel + "/").startswith(d) for d in inside)):
                 why = "gpujob's own files"
             if why is None and not it.is_dir and it.link is None:
                 why = why_secret_content(str(it.path), it.size, values)
