@@ -11,12 +11,13 @@ COLORS = {"ok": "green", "warn": "yellow", "error": "red"}
 
 
 def doctor_report(host: Any, rep: dict[str, Any]) -> None:
-    from rich.markup import escape
+    from gpujob.ui.neutral import clean_doc
 
+    rep = clean_doc(rep, markup=True)  # the instance wrote it: no escape sequence, no markup
     c = console()
     c.print(f"[bold]{host.name}[/] ({host.address}, preset {host.preset}, root {rep.get('root')})")
     for ch in rep["checks"]:
         level = ch["level"]
-        c.print(f"[{COLORS[level]}]{MARKS[level]} {ch['name']:<14}[/] {escape(ch['message'])}")
+        c.print(f"[{COLORS.get(level, 'red')}]{MARKS.get(level, '?')} {ch['name']:<14}[/] {ch['message']}")
         if ch["remedy"] and level != "ok":
-            c.print(f"  [dim]→ {escape(ch['remedy'])}[/]")
+            c.print(f"  [dim]→ {ch['remedy']}[/]")

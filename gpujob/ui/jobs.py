@@ -228,7 +228,7 @@ def disk_warnings(jobs: list[dict[str, Any]]) -> None:
 
     for advice in dict.fromkeys((j.get("disk") or {}).get("advice") for j in jobs):
         if advice:
-            print(f"warning: {advice}", file=sys.stderr)
+            print(f"warning: {clean(str(advice))}", file=sys.stderr)
 
 
 def status(st: results.JobStatus) -> None:
@@ -285,9 +285,9 @@ def pull_warnings(res: results.PullResult) -> None:
     import sys
 
     for link in res.skipped or []:
-        print(f"warning: symlink {link} not kept: it leads outside {res.dest}", file=sys.stderr)
+        print(f"warning: symlink {clean(str(link))} not kept: it leads outside {res.dest}", file=sys.stderr)
     if res.stray_hint:
-        print(f"note: {res.stray_hint}", file=sys.stderr)
+        print(f"note: {clean(str(res.stray_hint))}", file=sys.stderr)
 
 
 def pulled(res: results.PullResult) -> None:

@@ -102,18 +102,26 @@ def format_outcomes(outcomes: list[dict[str, Any]]) -> list[str]:
 
 
 def notify_outcomes(outcomes: list[dict[str, Any]]) -> None:
+    from gpujob.ui.neutral import clean
+
     for line in format_outcomes(outcomes):
-        print(line)
+        print(clean(line))  # a platform's answer is quoted in it
 
 
 # ---- rm and gc ---------------------------------------------------------------------------
 def removed(doc: dict[str, Any]) -> None:
+    from gpujob.ui.neutral import clean_doc
+
+    doc = clean_doc(doc)  # names and paths the instance sent
     for r in doc["removed"]:
         how = "stopped and removed" if r["stopped"] else "removed"
         print(f"{r['job_id']}: {how} on {r['host']} ({human_bytes(r['bytes'])} freed)")
 
 
 def collected(doc: dict[str, Any]) -> None:
+    from gpujob.ui.neutral import clean_doc
+
+    doc = clean_doc(doc)  # names and paths the instance sent
     dry_run = doc["dry_run"]
     verb = "would free" if dry_run else "freed"
     for it in doc["items"]:
