@@ -14,10 +14,11 @@ from gpujob.backoff import backoff
 from gpujob.bundle import import_remote
 from gpujob.config.hosts import LOCAL
 from gpujob.errors import ConnectError, GpujobError, HostKeyChanged
-from gpujob.transport import Result
+from gpujob.transport import Result, replies
 from gpujob.transport.agent import Agent
 
 FINAL: tuple[str, ...] = import_remote("protocol").TERMINAL
+HEADER_MAX = 4096  # the log stream's first line (``gpujob-log JOB OFFSET``)
 
 
 def status(agent: Agent, job: str) -> dict[str, Any]:
@@ -102,20 +103,23 @@ def follow_logs(
             with agent.stream("logs", ["--job", job, *start] + (["--follow"] if follow else [])) as s:
                 s.close_stdin()
                 buf = b""
-                while b"\n" not in buf:
+                while b"\n" not in buf and len(buf) <= HEADER_MAX:  # a header is one short line
                     got = s.read_some()
                     if not got:
                         break
                     buf += got
                 first, _, chunk = buf.partition(b"\n")
                 header = first.decode("utf-8", "replace").split()
-                if len(header) != 3 or header[0] != "gpujob-log":
+                if len(header) != 3 or header[0] != "gpujob-log" or not header[2].isdigit():
                     rest = buf
-                    while True:
+                    while True:  # the agent's error document, read up to a reply's limit
                         got = s.read_some()
                         if not got:
                             break
                         rest += got
+                        if len(rest) > replies.limit("logs"):
+                            s.kill()
+                            raise replies.too_large(agent.endpoint.name, replies.limit("logs"))
                     rc = s.wait()
                     if rc < 0:  # no exit status: the link went down, not the agent
                         raise ConnectError("the log stream closed before its header", "")
@@ -139,7 +143,7 @@ def follow_logs(
             if rc == 0:
                 return offset
             raise ConnectError(f"log stream ended with exit {rc}: {s.stderr_text().strip()[-300:]}", "")
-        except HostKeyChanged:
+        except (HostKeyChanged, replies.UnreadableReply):  # asking again gets the same answer
             raise
         except (ConnectError, OSError, EOFError) as e:
             failures += 1
