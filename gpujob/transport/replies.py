@@ -21,8 +21,9 @@ LIMITS = {"status": 16 * MiB, "watch": 16 * MiB, "manifest": 128 * MiB, "sync": 
           "hello": MiB, "gpus": MiB, "port": MiB, "unlease": MiB, "pulled": MiB, "moved": MiB, "resume": MiB,
           "stop": MiB, "submit": 4 * MiB, "agentlog": 16 * MiB}
 # seconds a verb may take when its caller names no timeout: quick reads in seconds, not 600
+# (a verb that may wait on a job's lock, such as resume or stop, keeps the long one)
 TIMEOUTS = {"status": 30.0, "watch": 30.0, "hello": 20.0, "gpus": 60.0, "port": 30.0, "tb": 60.0, "agentlog": 60.0,
-            "resume": 120.0, "moved": 60.0, "pulled": 60.0, "unlease": 30.0}
+            "pulled": 60.0, "unlease": 30.0}
 DEFAULT_TIMEOUT = 600.0
 MAX_DEPTH = 64
 SERVE_OVERHEAD = 2  # the kept agent wraps a reply in a JSON string: escaping at most doubles ASCII text
