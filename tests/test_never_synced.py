@@ -9,6 +9,8 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import run_cli
 
 TOKEN = "tok-9f3b27c1d5e8a6"  # a value of the gpujob secrets file
@@ -102,3 +104,23 @@ def test_home_folder_and_huge_workdirs_are_refused(tmp_path: Path) -> None:
     r = run_cli("submit", str(d / "job.yaml"), "--host", "local", env_extra={"GPUJOB_WORKDIR_MAX_FILES": "10"})
     assert r.returncode == 2 and "holds 13 files" in r.stderr and "exclude" in r.stderr, r.stderr
     assert os.environ.get("HOME") != str(home)
+
+
+@pytest.mark.parametrize("rel,content", [(r, c) for r, c in SECRET_FILES.items() if not r.startswith("cfg/")])
+def test_each_kind_is_known_by_its_name_or_content(tmp_path: Path, rel: str, content: str) -> None:
+    """One row per kind: what the exclusion layer says about it, alone."""
+    from gpujob.usecases.secrecy.never_sent import why_secret_content, why_secret_name
+
+    f = tmp_path / "f"
+    f.write_text(content)
+    why = why_secret_name(rel) or why_secret_content(str(f), f.stat().st_size, {"HOOK_TOKEN": TOKEN})
+    assert why, rel
+
+
+@pytest.mark.parametrize("rel", list(KEPT) + ["keys.py", "src/id_generator.py", "tokenizer.json", "docs/ssh.md"])
+def test_ordinary_files_are_sent(tmp_path: Path, rel: str) -> None:
+    from gpujob.usecases.secrecy.never_sent import why_secret_content, why_secret_name
+
+    f = tmp_path / "f"
+    f.write_text("def main():\n    return 'BEGIN'\n")
+    assert why_secret_name(rel) is None and why_secret_content(str(f), f.stat().st_size, {"HOOK_TOKEN": TOKEN}) is None
