@@ -47,7 +47,9 @@ def detected(host: Any, found: dict[str, str]) -> None:
     if host.preset == "generic":
         return
     p = PRESETS[host.preset]
-    where = f" (region {host.region})" if host.region else ""
+    from gpujob.ui.neutral import clean
+
+    where = f" (region {clean(host.region)})" if host.region else ""
     print(f"detected {host.preset}{where}: preset {host.preset} — root {host.root or p['root']}, shutdown "
           f"{p['shutdown_command'] or 'off'}, TensorBoard port {p['tensorboard_port']}, caches under the root"
           + ("; /etc/network_turbo exists (gpujob host set NAME --network-turbo true to use it)"
@@ -78,4 +80,6 @@ def ssh_plan(plan: dict[str, Any]) -> None:
 
 
 def agent_log(doc: dict[str, Any]) -> None:
-    sys.stdout.write("".join(line + "\n" for line in doc["lines"]) or f"(nothing in {doc['path']})\n")
+    from gpujob.ui.neutral import clean
+
+    sys.stdout.write(clean("".join(line + "\n" for line in doc["lines"]) or f"(nothing in {doc['path']})\n"))

@@ -159,7 +159,8 @@ def add_host(
             _install_own_key(host, password)
         if not preset:
             host.preset, found = detect_platform(host)
-            host.region = found.get("AutoDLRegion") or None
+            region = "".join(c for c in found.get("AutoDLRegion", "") if c.isprintable() and c not in "\"'\\")[:64]
+            host.region = region or None  # the instance said it: nothing in it may reach a file or a terminal
             if on_detect:
                 on_detect(host, found)
     if host.shutdown_command is None:
