@@ -10,6 +10,7 @@ a byte stream (``tail``), keeping colours and the like with ``raw`` but never OS
 from __future__ import annotations
 
 import codecs
+import functools
 import re
 from typing import Any
 
@@ -77,6 +78,7 @@ class TermFilter:
         return self._clean(text).encode()
 
 
+@functools.lru_cache(maxsize=1)
 def console_class() -> type:
     """rich's Console whose output passes ``clean`` for every piece of text (rich's own control
     segments, such as the cursor moves of a live view, excepted): whatever path a host's string
