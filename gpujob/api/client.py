@@ -87,6 +87,16 @@ class Client:
             except OSError:
                 pass
 
+    def _wake(self, host: Host, wait: float | None, note: Note | None) -> Host:
+        """``host``, powered on first when its profile can switch it on and it is off (docs/power.md)."""
+        from gpujob.usecases.power.wake import can_switch, ensure_on
+
+        if not can_switch(host):
+            return host
+        host = ensure_on(host, wait=wait, note=note, store=self.hosts)
+        self.drop(host.name)  # a connection kept from before the power-on is dead
+        return host
+
     def _keep(self, agent: Agent) -> None:
         old = self._agents.get(agent.host.name)
         if old is not None and old is not agent:
@@ -158,7 +168,7 @@ class Client:
                 raise PlacementInterrupted() from None
             self._keep(agent)
         else:
-            target, skipped = self.hosts.get(names[0]), []
+            target, skipped = self._wake(self.hosts.get(names[0]), wait_gpus, note), []
             agent = self.agent(target.name)
         if on_host:
             on_host(target.name)
@@ -371,6 +381,7 @@ class Job:
 
         if self.resume_moves:
             return self.move(self._host or "", progress=progress, note=note)
+        self.client._wake(self.client.hosts.get(self.host), None, note)
         return r.ResumeResult.from_json(jobs.resume(self._agent(), self.ref))
 
     def move(self, to: str, job_file: str | None = None, wait: float = 600, progress: Progress | None = None,

@@ -119,3 +119,37 @@ def cmd_ssh(args: argparse.Namespace) -> int:
 
     show(plan, args.json, ui.ssh_plan)
     return 0
+
+
+# ---- power -------------------------------------------------------------------------------
+def _power_note(args: argparse.Namespace) -> Any:
+    return None if args.json else (lambda text: print(text, file=sys.stderr))
+
+
+def cmd_host_on(args: argparse.Namespace) -> int:
+    from gpujob.cli.jobs import _duration
+    from gpujob.ui import hosts as ui
+    from gpujob.ui.output import show
+    from gpujob.usecases.power.manual import host_on
+
+    wait = _duration("--wait", args.wait, "e.g. --wait 30m")
+    show(host_on(args.name, wait, _power_note(args)), args.json, ui.power_answer)
+    return 0
+
+
+def cmd_host_off(args: argparse.Namespace) -> int:
+    from gpujob.ui import hosts as ui
+    from gpujob.ui.output import show
+    from gpujob.usecases.power.manual import host_off
+
+    show(host_off(args.name, _power_note(args)), args.json, ui.power_answer)
+    return 0
+
+
+def cmd_host_state(args: argparse.Namespace) -> int:
+    from gpujob.ui import hosts as ui
+    from gpujob.ui.output import show
+    from gpujob.usecases.power.manual import host_state
+
+    show(host_state(args.name), args.json, ui.power_answer)
+    return 0

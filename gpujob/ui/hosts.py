@@ -79,3 +79,17 @@ def ssh_plan(plan: dict[str, Any]) -> None:
 
 def agent_log(doc: dict[str, Any]) -> None:
     sys.stdout.write("".join(line + "\n" for line in doc["lines"]) or f"(nothing in {doc['path']})\n")
+
+
+def power_answer(doc: dict[str, Any]) -> None:
+    """``host on|off|state``: the state, the address, and when the meter stopped."""
+    import time
+
+    line = f"{doc['host']}: {doc['state']}"
+    if doc.get("address"):
+        line += f" ({doc['address']})"
+    if doc.get("seconds") is not None:
+        line += f" after {doc['seconds']:.0f} s"
+    if doc.get("meter_off_at"):
+        line += f"; meter off at {time.strftime('%H:%M:%S', time.localtime(doc['meter_off_at']))}"
+    print(line)

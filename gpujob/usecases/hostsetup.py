@@ -15,7 +15,8 @@ from gpujob.errors import ConnectError, GpujobError, HostError
 
 # the settings ``host add`` and ``host set`` both take; None leaves one as it is, "" clears it
 SETTINGS = ("shutdown_command", "private_address", "network_turbo", "hf_endpoint", "pip_index_url", "data_disk",
-            "tensorboard_port", "idle_shutdown")
+            "tensorboard_port", "idle_shutdown") + tuple("power_" + k for k in (
+                "on", "off", "state", "address", "stock_out", "wait", "boot_timeout"))
 _OFF = ("0", "off", "none", "")
 
 
@@ -182,6 +183,9 @@ def apply_settings(host: Host, settings: dict[str, Any], store: HostStore) -> Id
         val = settings.get(attr)
         if val is not None:
             setattr(host, attr, {"true": True, "false": None}.get(val, val) if attr == "network_turbo" else (val or None))
+    for key in SETTINGS:
+        if key.startswith("power_") and settings.get(key) is not None:  # "" clears one
+            host.power = {k: v for k, v in {**host.power, key[6:]: settings[key]}.items() if v}
     text = settings.get("idle_shutdown")
     if text is None:
         return None

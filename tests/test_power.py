@@ -1,0 +1,114 @@
+"""Power lifecycle with real processes at the boundary: a provider's switch (tests/stand_ins/power_switch.py)
+that starts and stops a real sshd in a network namespace on a new port each time, a state command that
+says "starting", then "running" before sshd listens, power-ons refused for lack of GPUs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, SSHD, run_cli
+from tests.helpers import remote_root, wait_state, write_job
+
+SWITCH = REPO / "tests" / "stand_ins" / "power_switch.py"
+FAST = {"GPUJOB_POWER_POLL": "0.2", "GPUJOB_POWER_RETRY": "0.2"}
+SLEEPER = "import time\nfor i in range(600):\n    print('step', i, flush=True)\n    time.sleep(0.5)\n"
+
+
+@pytest.fixture
+def lab() -> Iterator[object]:
+    from tests.netlab import make_lab
+
+    lab = make_lab(1)
+    try:
+        yield lab
+    finally:
+        lab.close()
+
+
+def switch_host(tmp_path: Path, name: str, lab: object | None, **conf: object) -> Path:
+    """A profile ``name`` whose power commands drive the stand-in switch (state in tmp_path/name-switch)."""
+    from gpujob.config.hosts import Host, HostStore
+    from gpujob.config.keys import public_key_line
+
+    d = tmp_path / f"{name}-switch"
+    d.mkdir()
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / "hostkey")], check=True)
+    (d / "authorized_keys").write_text(public_key_line() + "\n")
+    addr = lab.addr(0) if lab is not None else "10.255.255.1"  # type: ignore[attr-defined]
+    user = os.environ.get("USER", "root")
+    (d / "conf.json").write_text(json.dumps({"ns": lab.namespaces[0] if lab else "", "addr": addr,  # type: ignore[attr-defined]
+                                             "user": user, "sshd": SSHD, **conf}))
+    cmd = f"{sys.executable} {SWITCH} {d}"
+    HostStore().save(Host(
+        name=name, hostname=addr, port=2, user=user, root=str(tmp_path / "remote-root"), connect_timeout=5,
+        env={"GPUJOB_PATH_PREFIX": str(Path(sys.executable).parent)},
+        power={"on": f"{cmd} on", "off": f"{cmd} off", "state": f"{cmd} state", "address": f"{cmd} address",
+               "wait": "1m"}))
+    return d
+
+
+def profile(name: str) -> dict:
+    r = run_cli("host", "ls", "--json")
+    return next(h for h in json.loads(r.stdout) if h["name"] == name)
+
+
+def test_submit_powers_on_a_host_that_moved(tmp_path: Path, lab: object) -> None:
+    sw = switch_host(tmp_path, "pw", lab, fail_ons=2, lie=2)
+    r = run_cli("host", "state", "pw", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["state"] == "off", r.stderr
+    job = write_job(tmp_path, "sleeper", SLEEPER, "python main.py")
+    r = run_cli("submit", str(job), "--host", "pw", env_extra=FAST, timeout=180)
+    assert r.returncode == 0, r.stderr + r.stdout
+    steps = r.stderr
+    # two refusals retried with backoff, the lying state waited out, the new login read; each step timed
+    assert steps.count("no GPU free; trying again") == 2, steps
+    assert "state pending" in steps and "state on" in steps and "answers over SSH" in steps, steps
+    assert "] pw: address" in steps and "(new)" in steps, steps
+    port = int((sw / "port").read_text())
+    assert profile("pw")["port"] == port  # the profile follows the instance
+    job_id = json.loads(run_cli("ls", "--host", "pw", "--json").stdout)["jobs"][0]["job_id"]
+    wait_state("pw", job_id, ("running",), timeout=60, root=remote_root(tmp_path, "pw"))
+
+    r = run_cli("host", "off", "pw", "--json", env_extra=FAST)
+    off = json.loads(r.stdout)
+    assert r.returncode == 0 and off["state"] == "off" and off["meter_off_at"], r.stderr
+    r = run_cli("host", "on", "pw", env_extra=FAST, timeout=120)  # by hand: a new port again
+    assert r.returncode == 0 and "pw: on" in r.stdout, r.stderr
+    assert profile("pw")["port"] == int((sw / "port").read_text()) != port
+
+
+def test_host_list_falls_over_when_the_first_has_no_gpu(tmp_path: Path, lab: object) -> None:
+    dead = switch_host(tmp_path, "dead", None, stock_out=True)
+    from gpujob.config.hosts import HostStore
+
+    store = HostStore()
+    h = store.get("dead")
+    h.power["wait"] = "1s"
+    store.save(h)
+    switch_host(tmp_path, "pw", lab)
+    job = write_job(tmp_path, "sleeper", SLEEPER, "python main.py")
+    r = run_cli("submit", str(job), "--host", "dead,pw", "--json", env_extra=FAST, timeout=180)
+    assert r.returncode == 0, r.stderr + r.stdout
+    doc = json.loads(r.stdout)
+    assert doc["host"] == "pw" and "no GPU free" in doc["skipped"][0]["why"], doc
+    assert (dead / "calls.log").read_text().count("on") >= 2  # retried before falling over
+
+
+def test_power_commands_missing_or_failing_say_so(tmp_path: Path) -> None:
+    from gpujob.config.hosts import Host, HostStore
+
+    HostStore().save(Host(name="plain", hostname="10.255.255.2"))
+    r = run_cli("host", "on", "plain")
+    assert r.returncode == 2 and "no power.on command" in r.stderr and "docs/power.md" in r.stderr
+    assert "Traceback" not in r.stderr
+    r = run_cli("host", "set", "plain", "--power-state", "echo oops >&2; exit 3")
+    assert r.returncode == 0, r.stderr
+    r = run_cli("host", "state", "plain")
+    assert r.returncode == 2 and "power.state of plain failed (exit 3): oops" in r.stderr, r.stderr
