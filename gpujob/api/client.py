@@ -170,10 +170,15 @@ class Client:
         else:
             target, skipped = self._wake(self.hosts.get(names[0]), wait_gpus, note), []
             agent = self.agent(target.name)
+        from gpujob.usecases.preflight import before_submit
+
+        warnings = before_submit(agent, target, note)
         if on_host:
             on_host(target.name)
         res = submit(agent, spec, target, progress)
         res["skipped"] = [vars(s) for s in skipped]
+        if warnings:
+            res["host_warnings"] = warnings
         src = Path(spec.source)  # what ``move`` needs to send the job again: its job file and overrides
         again = {"job_file": str(src.resolve()), "set": overrides} if src.is_file() else {}
         index.record(res["job_id"], target.name, spec.name, **again)

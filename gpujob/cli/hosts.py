@@ -97,10 +97,16 @@ def cmd_host_trust(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from gpujob.ui.doctor import doctor_report
+    from gpujob.ui.doctor import bench_report, doctor_report
     from gpujob.ui.output import show
     from gpujob.usecases.doctor import doctor_host
 
+    if args.bench:
+        from gpujob.usecases.preflight import bench_host
+
+        host, rep = bench_host(args.host)
+        show(rep, args.json, lambda r: bench_report(host, r))
+        return 1 if rep.get("warnings") else 0
     host, rep = doctor_host(args.host, args.torch_timeout)
     show(rep, args.json, lambda r: doctor_report(host, r))
     return 0

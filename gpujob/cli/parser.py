@@ -143,6 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
     s = add("doctor", cmd_doctor, "check a host in one round trip: Python, torch/CUDA, GPUs, disks, network, agent")
     s.add_argument("host", nargs="?", help="host profile (default local)")
     s.add_argument("--torch-timeout", type=number_type(float, 1, 3600), default=60.0, help="seconds to wait for 'import torch'")
+    s.add_argument("--bench", action="store_true", help="the preflight (under a minute): matmul TFLOP/s against the "
+                   "card's rated figure, memory and host-to-device bandwidth, disk MB/s and inodes, ECC/Xid, "
+                   "CUDA/driver/torch; kept in the profile; exit 1 on a warning")
 
     s = add("exec", cmd_exec, "run one command on a host in the environment jobs get there; exits with its code")
     s.add_argument("host", metavar="HOST")
