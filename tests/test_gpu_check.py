@@ -15,7 +15,7 @@ import pytest
 from tests.conftest import REPO
 
 RUN = REPO / "benchmarks" / "gpu" / "run.sh"
-SECTIONS = ["install", "bench", "bench_compile", "oom_retry", "gpu_sampling", "doctor"]
+SECTIONS = ["install", "bench", "bench_compile", "oom_retry", "gpu_sampling", "doctor", "preflight"]
 
 
 def run_check(out: Path, *args: str, timeout: float = 560, **env: str) -> subprocess.CompletedProcess:
