@@ -79,6 +79,9 @@ def test_submit_powers_on_a_host_that_moved(tmp_path: Path, lab: object) -> None
     r = run_cli("host", "off", "pw", "--json", env_extra=FAST)
     off = json.loads(r.stdout)
     assert r.returncode == 0 and off["state"] == "off" and off["meter_off_at"], r.stderr
+    r = run_cli("status", job_id, "--host", "pw")  # the laptop, looking later, says why nothing answers
+    assert r.returncode == 3 and "pw is powered off" in r.stderr and "meter off at" in r.stderr, r.stderr
+    assert "gpujob host on pw" in r.stderr and "Traceback" not in r.stderr
     r = run_cli("host", "on", "pw", env_extra=FAST, timeout=120)  # by hand: a new port again
     assert r.returncode == 0 and "pw: on" in r.stdout, r.stderr
     assert profile("pw")["port"] == int((sw / "port").read_text()) != port

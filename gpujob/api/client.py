@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from gpujob.api import results as r
 from gpujob.api.background import LogPump, Tunnel, close_agent
-from gpujob.errors import GpujobError
+from gpujob.errors import ConnectError, GpujobError
 
 if TYPE_CHECKING:
     from gpujob.config.hosts import Host, HostStore
@@ -74,7 +74,12 @@ class Client:
         """The agent of ``host`` (default: the client's, else ``local``), connected once and kept."""
         h = self.hosts.get(host or self.host)
         if h.name not in self._agents:
-            self._agents[h.name] = _connect(h)
+            try:
+                self._agents[h.name] = _connect(h)
+            except ConnectError as e:
+                from gpujob.usecases.power.manual import off_error
+
+                raise (off_error(h, self.hosts) or e) from None  # "powered off; meter off at T"
         return self._agents[h.name]
 
     def drop(self, host: str | None = None) -> None:

@@ -68,6 +68,7 @@ class Host:
     # and stock_out (a regex), wait and boot_timeout (durations)
     power: dict[str, str] = field(default_factory=dict)
     powered_on_at: float | None = None  # when gpujob last powered it on (a preflight is due after)
+    powered_off_at: float | None = None  # when this laptop first found it off since (the meter stopped)
     bench: dict[str, Any] | None = None  # the last preflight's figures (gpujob doctor HOST --bench)
 
     @property

@@ -60,7 +60,7 @@ def ensure_on(host: Host, *, wait: float | None = None, note: Note | None = None
         moved = _readdress(host)
         step(f"address {host.address}" + (" (new)" if moved else " (unchanged)"))
     _until_ssh(host, t0 + boot, step)
-    host.powered_on_at = time.time()
+    host.powered_on_at, host.powered_off_at = time.time(), None
     (store or HostStore()).save(host)
     step("answers over SSH")
     return host
@@ -153,5 +153,4 @@ def power_off(host: Host, note: Note | None = None, wait: float = 300.0) -> dict
     from gpujob.transport import mux
 
     mux.disconnect(host)
-    return {"host": host.name, "state": state or "unknown", "meter_off_at": time.time() if state == "off" else None,
-            "seconds": round(time.time() - t0, 1)}
+    return {"host": host.name, "state": state or "unknown", "seconds": round(time.time() - t0, 1)}
