@@ -115,3 +115,63 @@ def test_power_commands_missing_or_failing_say_so(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     r = run_cli("host", "state", "plain")
     assert r.returncode == 2 and "power.state of plain failed (exit 3): oops" in r.stderr, r.stderr
+
+
+def test_autodl_recipe_against_a_local_api(ssh_host: str, sshd: object) -> None:
+    """The AutoDL recipe (gpujob/usecases/power/autodl.py) against a real HTTP server answering as
+    AutoDL's Pro API: the token comes from the secrets file, the first power-on finds no GPU."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from gpujob.config.hosts import HostStore
+    from gpujob.config.paths import config_dir, write_private
+
+    token = "adl-tok-9f8e7d6c5b"
+    seen: list[tuple[str, str]] = []
+    ons = []
+
+    class Api(BaseHTTPRequestHandler):
+        def answer(self, doc: dict) -> None:
+            body = json.dumps(doc).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_POST(self) -> None:  # noqa: N802
+            seen.append((self.path, self.headers.get("Authorization", "")))
+            json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if self.path.endswith("power_on"):
+                ons.append(1)
+                if len(ons) == 1:
+                    return self.answer({"code": "NoResource", "msg": "主机GPU资源不足"})
+            self.answer({"code": "Success", "msg": "", "data": None})
+
+        def do_GET(self) -> None:  # noqa: N802
+            seen.append((self.path, self.headers.get("Authorization", "")))
+            if "/status" in self.path:
+                return self.answer({"code": "Success", "data": {"status": "running" if ons else "shutdown"}})
+            self.answer({"code": "Success", "data": {"ssh_command": sshd.ssh_line()}})  # type: ignore[attr-defined]
+
+        def log_message(self, *a: object) -> None:
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Api)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        write_private(config_dir() / "secrets.env", f"AUTODL_TOKEN={token}\n")
+        store = HostStore()
+        h = store.get(ssh_host)
+        h.port = 1  # the console's old port: the snapshot gives the new one
+        helper = f"{sys.executable} -m gpujob.usecases.power.autodl"
+        h.power = {v: f"{helper} {v} uuid-123" for v in ("on", "off", "state", "address")}
+        store.save(h)
+        env = {**FAST, "GPUJOB_AUTODL_API": f"http://127.0.0.1:{srv.server_address[1]}/api/v1/dev/instance/pro/"}
+        r = run_cli("host", "on", ssh_host, env_extra=env, timeout=120)
+        assert r.returncode == 0 and f"{ssh_host}: on" in r.stdout, r.stderr + r.stdout
+        assert "no GPU free; trying again" in r.stderr and token not in r.stdout + r.stderr
+        assert profile(ssh_host)["port"] == sshd.port  # type: ignore[attr-defined]
+        assert {a for _, a in seen} == {token} and len(ons) == 2
+    finally:
+        srv.shutdown()
+        srv.server_close()
