@@ -257,7 +257,8 @@ def preflight(rec: dict, gj: Gpujob, out: Path, dry_run: bool, left: float) -> N
     except ValueError:
         raise StepFailed(f"doctor --bench exited {rc} without JSON: {text[-800:]}") from None
     out.write_text(json.dumps(rep, indent=1))
-    rec.update({k: rep.get(k) for k in ("gpus", "disk", "versions", "skipped", "warnings", "seconds")})
+    rec.update({k: rep.get(k) for k in ("gpus", "disk", "versions", "warnings", "seconds")})
+    rec["not_measured"] = rep.get("skipped")  # "skipped" is the check's own word for a step not run
     if rc not in (0, 1):
         raise StepFailed(f"doctor --bench exited {rc}: {rep.get('error')}")
     if rep.get("seconds", 0) > 60:

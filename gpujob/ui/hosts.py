@@ -24,6 +24,9 @@ def added(change: Any) -> None:
     h = change.host
     console().print(f"host [bold]{h.name}[/] = {h.address} (preset {h.preset}, root {h.remote_root})")
     _idle(change.idle)
+    if h.preset in ("autodl", "vast", "runpod") and not h.power:
+        print(f"to let gpujob switch it on and off from here: the {h.preset} recipe in docs/power.md "
+              f"(gpujob host set {h.name} --power-on ... --power-off ... --power-state ... --power-address ...)")
 
 
 def changed(change: Any) -> None:
