@@ -41,6 +41,7 @@ def test_new_ecc_error_is_diagnosed_notified_and_the_job_moves(tmp_path: Path, h
     assert st["state"] == "stopped" and st["reason"] == "gpu_error: GPU 0: 2 new uncorrected ECC error(s)", st
     assert st.get("gpu_error") == "GPU 0: 2 new uncorrected ECC error(s)", st
     assert "GPU error: GPU 0: 2 new" in run_cli("tail", job_id, "--host", "local", "-n", "50").stdout
+    assert "2 new uncorrected ECC" in run_cli("status", job_id, "--host", "local").stdout
     r = run_cli("guard", job_id, "--once", timeout=180)  # the laptop moves it to a sound host
     assert r.returncode == 0 and "local stopped it for a GPU error" in r.stderr + r.stdout, r.stderr + r.stdout
     assert wait_state(ssh_host, job_id, ("running",), 60)["moves"]

@@ -59,6 +59,7 @@ def profile(name: str) -> dict:
     return next(h for h in json.loads(r.stdout) if h["name"] == name)
 
 
+@pytest.mark.slow
 def test_submit_powers_on_a_host_that_moved(tmp_path: Path, lab: object) -> None:
     sw = switch_host(tmp_path, "pw", lab, fail_ons=2, lie=2)
     r = run_cli("host", "state", "pw", "--json")
