@@ -116,6 +116,9 @@ def test_power_commands_missing_or_failing_say_so(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     r = run_cli("host", "state", "plain")
     assert r.returncode == 2 and "power.state of plain failed (exit 3): oops" in r.stderr, r.stderr
+    for flag, bad, said in (("--power-wait", "soon", "is not a duration"), ("--power-stock-out", "(", "not a regular")):
+        r = run_cli("host", "set", "plain", flag, bad)
+        assert r.returncode == 2 and said in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
 def test_autodl_recipe_against_a_local_api(ssh_host: str, sshd: object) -> None:
