@@ -83,9 +83,12 @@ def test_submit_powers_on_a_host_that_moved(tmp_path: Path, lab: object) -> None
     r = run_cli("status", job_id, "--host", "pw")  # the laptop, looking later, says why nothing answers
     assert r.returncode == 3 and "pw is powered off" in r.stderr and "meter off at" in r.stderr, r.stderr
     assert "gpujob host on pw" in r.stderr and "Traceback" not in r.stderr
-    r = run_cli("host", "on", "pw", env_extra=FAST, timeout=120)  # by hand: a new port again
-    assert r.returncode == 0 and "pw: on" in r.stdout, r.stderr
+    r = run_cli("resume", job_id, env_extra=FAST, timeout=120)  # powers it on again: a new port again
+    assert r.returncode == 0 and "pw: power on accepted" in r.stderr, r.stderr + r.stdout
     assert profile("pw")["port"] == int((sw / "port").read_text()) != port
+    wait_state("pw", job_id, ("running",), timeout=60, root=remote_root(tmp_path, "pw"))
+    r = run_cli("host", "state", "pw")
+    assert r.returncode == 0 and "pw: on" in r.stdout, r.stderr
 
 
 def test_host_list_falls_over_when_the_first_has_no_gpu(tmp_path: Path, lab: object) -> None:

@@ -7,7 +7,7 @@
 instance that reports running before it accepts logins); the first ``fail_ons`` calls are
 refused with "no GPU available". ``state`` says "starting" for the first ``lie`` asks after
 a power-on, then "running" (whether sshd listens yet or not); "stopped" when off. ``address``
-prints the login line. Settings in STATE_DIR/conf.json: ns, addr, user, sshd, fail_ons, lie,
+prints the login line; ``off`` kills every process in the namespace, as a power-off does. Settings in STATE_DIR/conf.json: ns, addr, user, sshd, fail_ons, lie,
 stock_out (refuse every power-on).
 """
 
@@ -53,11 +53,13 @@ def main() -> int:
         (d / "on").write_text("1")
         print("starting instance")
         return 0
-    if verb == "off":
-        try:
-            os.kill(int((d / "sshd.pid").read_text()), signal.SIGTERM)
-        except (OSError, ValueError):
-            pass
+    if verb == "off":  # power lost: every process of the "instance" (sshd, the agent, the job) dies
+        pids = subprocess.run(["ip", "netns", "pids", conf["ns"]], capture_output=True, text=True).stdout.split()
+        for pid in pids:
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except (OSError, ValueError):
+                pass
         (d / "on").unlink(missing_ok=True)
         print("stopping instance")
         return 0
