@@ -85,6 +85,7 @@ def test_faulty_gpu_warns_at_submit_and_placement_prefers_the_healthy_host(ssh_h
     assert any("GPU steps" in s for s in kept["skipped"])  # this machine's torch sees no CUDA device
     r = run_cli("submit", str(job), "--host", "sick", "--json", env_extra=env, timeout=180)  # once per host, warned each time
     assert json.loads(r.stdout)["host_warnings"] and "preflight of" not in r.stderr
+    assert "1 warning(s)" in run_cli("host", "ls").stdout
     r = run_cli("submit", str(job), "--host", f"sick,{ssh_host}", "--json", env_extra=env, timeout=180)
     assert r.returncode == 0 and json.loads(r.stdout)["host"] == ssh_host, r.stderr
 

@@ -13,11 +13,22 @@ def host_list(hosts: list[Any]) -> None:
     from rich.table import Table
 
     t = Table(box=None, header_style="bold")
-    for col in ("NAME", "ADDRESS", "PRESET", "ROOT", "PRICE/H"):
+    for col in ("NAME", "ADDRESS", "PRESET", "ROOT", "PRICE/H", "POWER", "PREFLIGHT"):
         t.add_column(col)
     for h in hosts:
-        t.add_row(h.name, h.address, h.preset, h.remote_root, f"{h.price_per_hour} {h.currency}" if h.price_per_hour else "-")
+        t.add_row(h.name, h.address, h.preset, h.remote_root, f"{h.price_per_hour} {h.currency}" if h.price_per_hour else "-",
+                  "on/off" if h.power.get("on") else "-", preflight_cell(h.bench))
     console().print(t)
+
+
+def preflight_cell(bench: dict[str, Any] | None) -> str:
+    """The last preflight in a few words: its warnings counted, else the first GPU's bf16 share of its rating."""
+    if not bench:
+        return "-"
+    if bench.get("warnings"):
+        return f"[yellow]{len(bench['warnings'])} warning(s)[/]"
+    g = (bench.get("gpus") or [{}])[0]
+    return f"ok, bf16 {g['bf16_pct']} %" if g.get("bf16_pct") is not None else "ok"
 
 
 def added(change: Any) -> None:
