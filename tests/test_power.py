@@ -99,13 +99,17 @@ def test_host_list_falls_over_when_the_first_has_no_gpu(tmp_path: Path, lab: obj
     h = store.get("dead")
     h.power["wait"] = "1s"
     store.save(h)
-    switch_host(tmp_path, "pw", lab)
+    sw = switch_host(tmp_path, "pw", lab)
     job = write_job(tmp_path, "sleeper", SLEEPER, "python main.py")
     r = run_cli("submit", str(job), "--host", "dead,pw", "--json", env_extra=FAST, timeout=180)
     assert r.returncode == 0, r.stderr + r.stdout
     doc = json.loads(r.stdout)
     assert doc["host"] == "pw" and "no GPU free" in doc["skipped"][0]["why"], doc
     assert (dead / "calls.log").read_text().count("on") >= 2  # retried before falling over
+    for verb in ("off", "on"):  # someone restarts it from the provider's console: a new port the profile lacks
+        subprocess.run([sys.executable, str(SWITCH), str(sw), verb], check=True, capture_output=True)
+    r = run_cli("host", "on", "pw", env_extra=FAST, timeout=120)
+    assert r.returncode == 0 and profile("pw")["port"] == int((sw / "port").read_text()), r.stderr
 
 
 def test_power_commands_missing_or_failing_say_so(tmp_path: Path) -> None:

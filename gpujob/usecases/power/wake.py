@@ -50,6 +50,11 @@ def ensure_on(host: Host, *, wait: float | None = None, note: Note | None = None
     now = commands.state(host) if host.power.get("state") else ("on" if _answers(host) else "off")
     step(f"state {now}")
     if now == "on":
+        if host.power.get("address") and host.power.get("state") and not _answers(host):
+            _readdress(host)  # switched on elsewhere (the console) and its login moved: follow it
+            step(f"address {host.address}")
+            _until_ssh(host, t0 + _seconds(host, "boot_timeout", "10m"), step)
+            (store or HostStore()).save(host)
         return host
     if now == "off":
         _power_on(host, wait if wait is not None else _seconds(host, "wait", "10m"), step)
