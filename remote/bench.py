@@ -160,7 +160,10 @@ def smi_health(text: str) -> List[Dict[str, Any]]:
         g = gpus[-1]
         num = int(val) if val.isdigit() else None
         if "ecc errors" in where and "volatile" in where and num is not None:
-            g["ecc_uncorrected" if ("uncorr" in key or "double" in key) else "ecc_corrected"] += num
+            if ("single bit" in where or "double bit" in where) and key != "total":
+                continue  # the older layout (V100): count each block's Total once
+            said = " ".join(where + [key])
+            g["ecc_uncorrected" if ("uncorr" in said or "double" in said) else "ecc_corrected"] += num
         elif "retired pages" in where:
             if "pending" in key and val.lower() == "yes":
                 g["pending"] = True

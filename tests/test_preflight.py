@@ -101,3 +101,31 @@ def test_judge_slow_card_and_versions() -> None:
     assert "built for CUDA 12.6 but driver 535.1 supports CUDA 12.2" in w[1] and "10 free inodes" in w[2]
     assert rated.rated("NVIDIA GeForce RTX 4090")["bf16_tflops"] == 165.2 and rated.rated("Tesla V100-SXM2-32GB")["bf16_tflops"] is None
     assert os.path.exists(bench.__file__)
+
+
+V100_Q = """GPU 00000000:3B:00.0
+    Product Name                          : Tesla V100-SXM2-32GB
+    ECC Errors
+        Volatile
+            Single Bit
+                Device Memory             : 4
+                Register File             : 0
+                Total                     : 4
+            Double Bit
+                Device Memory             : 1
+                Total                     : 1
+        Aggregate
+            Single Bit
+                Total                     : 40
+    Retired Pages
+        Single Bit ECC                    : 2
+        Double Bit ECC                    : 1
+        Pending Page Blacklist            : No
+"""
+
+
+def test_ecc_of_the_older_nvidia_smi_layout() -> None:
+    from remote import bench
+
+    (g,) = bench.smi_health(V100_Q)
+    assert (g["ecc_corrected"], g["ecc_uncorrected"], g["retired_pages"], g["pending"]) == (4, 1, 3, False), g
