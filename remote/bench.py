@@ -234,8 +234,9 @@ def run(root: Root, data_disk: Optional[str] = None, path_prefix: str = "", budg
     t0 = time.time()
     _, jenv = jobenv.newest(root)
     path_prefix = jenv.get("GPUJOB_PATH_PREFIX") or path_prefix
-    python = jenv.get("GPUJOB_PYTHON") or doctor.login_env(path_prefix).get("python")
     nv = doctor.nvidia(path_prefix)
+    # the job's interpreter; the login shell's (a slow bash -lc) only where there are GPUs to measure
+    python = jenv.get("GPUJOB_PYTHON") or (doctor.login_env(path_prefix).get("python") if nv.get("gpus") else None)
     doc = {"at": t0, "python": python, "skipped": [], "gpus": []}  # type: Dict[str, Any]
     target = data_disk if data_disk and os.path.isdir(os.path.expanduser(data_disk)) else str(root.root)
     doc["disk"] = disk(os.path.expanduser(target))
