@@ -400,6 +400,12 @@ def cmd_doctor(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     return doctor.report(root, a.data_disk, a.turbo_file, a.path_prefix, a.torch_timeout)
 
 
+def cmd_bench(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+    from remote import bench
+
+    return bench.run(root, a.data_disk, a.path_prefix, a.budget)
+
+
 def cmd_rm(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     from remote import cleanup
 
@@ -528,6 +534,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--turbo-file")
     s.add_argument("--path-prefix", default="")
     s.add_argument("--torch-timeout", type=float, default=60.0)
+    s = sub.add_parser("bench", help="the preflight: GPU, memory and disk rates, ECC/Xid, versions (remote/bench.py)")
+    s.add_argument("--data-disk")
+    s.add_argument("--path-prefix", default="")
+    s.add_argument("--budget", type=float, default=40.0, help="seconds for the GPU steps, all GPUs together")
     s = sub.add_parser("notify_lost")
     s.add_argument("job_id")
     sub.add_parser("adopt", help="a job moving here: request line, wish list, its files (remote/move.py)")

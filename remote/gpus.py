@@ -97,8 +97,75 @@ def downsample(records: List[Dict[str, Any]], now: float) -> List[Dict[str, Any]
     return sorted(merged + out, key=lambda r: r["t"])
 
 
+# ---- health: uncorrected ECC errors, pending page retirements (nvidia-smi), Xid events (kernel log) ----
+HEALTH_QUERY = "index,ecc.errors.uncorrected.volatile.total,retired_pages.pending"
+HEALTH_EVERY_S = float(os.environ.get("GPUJOB_GPU_HEALTH_EVERY", "60"))
+
+
+def health_counters(path_prefix: str = "") -> Optional[Dict[str, Any]]:
+    """{"ecc": {index: uncorrected volatile count}, "pending": [indexes], "xid": count of Xid lines or None}."""
+    exe = shutil.which("nvidia-smi", path=os.pathsep.join(p for p in (path_prefix, os.environ.get("PATH", "")) if p))
+    if not exe:
+        return None
+    out = {"ecc": {}, "pending": [], "xid": None}  # type: Dict[str, Any]
+    try:
+        res = subprocess.run([exe, "--query-gpu=" + HEALTH_QUERY, "--format=csv,noheader,nounits"],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=10, check=True)
+        for line in res.stdout.decode("utf-8", "replace").splitlines():
+            parts = [p.strip() for p in line.split(",")]
+            if len(parts) >= 3 and parts[0].isdigit():
+                if parts[1].isdigit():  # [N/A] on cards without ECC
+                    out["ecc"][parts[0]] = int(parts[1])
+                if parts[2].lower() == "yes":
+                    out["pending"].append(parts[0])
+    except (OSError, subprocess.SubprocessError):
+        pass
+    try:
+        log = subprocess.run(["dmesg"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=10)
+        if log.returncode == 0:
+            out["xid"] = log.stdout.count(b"NVRM: Xid")
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return out
+
+
+class Health:
+    """What changed since the attempt began: new uncorrected ECC errors, a page retirement pending,
+    new Xid events. The first reading is the baseline (a card's old errors were the preflight's to say)."""
+
+    def __init__(self, path_prefix: str = "") -> None:
+        self.prefix = path_prefix
+        self.base = None  # type: Optional[Dict[str, Any]]
+        self.next_at = 0.0
+
+    def check(self) -> Optional[str]:
+        t = time.monotonic()
+        if t < self.next_at:
+            return None
+        self.next_at = t + HEALTH_EVERY_S
+        now = health_counters(self.prefix)
+        if now is None:
+            return None
+        if self.base is None:
+            self.base = now
+            return None
+        found = []
+        for i, n in sorted(now["ecc"].items()):
+            new = n - int(self.base["ecc"].get(i, n))
+            if new > 0:
+                found.append("GPU {}: {} new uncorrected ECC error(s)".format(i, new))
+        for i in now["pending"]:
+            if i not in self.base["pending"]:
+                found.append("GPU {}: a page retirement is pending (its memory is failing)".format(i))
+        if now["xid"] is not None and self.base["xid"] is not None and now["xid"] > self.base["xid"]:
+            found.append("{} new Xid event(s) in the kernel log".format(now["xid"] - self.base["xid"]))
+        self.base = now  # each error is told once
+        return "; ".join(found) or None
+
+
 class Sampler:
-    """A supervisor watcher: samples every ``interval`` s into gpu.jsonl, compacting hourly."""
+    """A supervisor watcher: samples every ``interval`` s into gpu.jsonl, compacting hourly; checks
+    the GPUs' health every ``HEALTH_EVERY_S`` (a new error: ``sup.gpu_error``, which may stop the job)."""
 
     def __init__(self, path: Path, interval: float, path_prefix: str = "") -> None:
         self.path, self.interval, self.prefix = path, interval, path_prefix
@@ -106,8 +173,9 @@ class Sampler:
         self.appended = 0
         self.cpu_host = False
         self.last: Optional[List[Dict[str, Any]]] = None
+        self.health = Health(path_prefix)
 
-    def tick(self, sup: Any = None) -> None:
+    def tick(self, sup: Any = None) -> Optional[str]:
         t = time.time()
         if self.cpu_host or t < self.next_at or self.interval <= 0:
             return None
@@ -124,6 +192,9 @@ class Sampler:
         if self.appended >= COMPACT_EVERY:
             self.appended = 0
             compact(self.path, t)
+        found = self.health.check()
+        if found and sup is not None:
+            return sup.gpu_error(found)
         return None
 
 

@@ -300,6 +300,17 @@ class Supervisor:
             self.status["stray_noted"] = True
             self.log_marker(stray["advice"])
 
+    def gpu_error(self, found: str) -> Optional[str]:
+        """A new GPU error during the attempt: kept as a diagnosis, announced; with ``retry.move_after``
+        the job stops (its code saves a checkpoint) so that ``gpujob guard`` moves it to a sound host."""
+        self.save(gpu_error=found)
+        self.log_marker("GPU error: " + found)
+        self.job.event("gpu_error", error=found)
+        _events().emit(self, "gpu_error", reason=found)
+        if (self.spec.get("retry") or {}).get("move_after") is not None:
+            return "gpu_error: " + found
+        return None
+
     def stop_requested(self) -> Optional[str]:
         if self.terminated:
             return "agent terminated"

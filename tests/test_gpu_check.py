@@ -15,7 +15,7 @@ import pytest
 from tests.conftest import REPO
 
 RUN = REPO / "benchmarks" / "gpu" / "run.sh"
-SECTIONS = ["install", "bench", "bench_compile", "oom_retry", "gpu_sampling", "doctor"]
+SECTIONS = ["install", "bench", "bench_compile", "oom_retry", "gpu_sampling", "doctor", "preflight"]
 
 
 def run_check(out: Path, *args: str, timeout: float = 560, **env: str) -> subprocess.CompletedProcess:
@@ -74,6 +74,10 @@ def test_cpu_dry_run_passes_every_step(tmp_path: Path) -> None:
 
     assert steps["doctor"]["nvidia"]["gpus"][0]["name"] == "NVIDIA H200 (stand-in)"
     assert json.loads((out / "doctor.json").read_text())["nvidia"]["driver"] == "580.0.0"
+
+    pre = steps["preflight"]  # the stand-in's GPU is not torch's: the GPU steps are skipped and said so
+    assert pre["disk"]["write_mbs"] > 0 and any("GPU steps" in s for s in pre["not_measured"]), pre
+    assert pre["gpus"][0]["rated"]["card"] == "h200" and pre["seconds"] < 60
 
     summary = (out / "summary.md").read_text()
     assert "all steps passed" in summary and "| oom_retry | ok |" in summary and "packed+compile" in summary

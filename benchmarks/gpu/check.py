@@ -35,12 +35,12 @@ import check_steps
 from check_jobs import REPO, Gpujob, StepFailed
 
 STAND_INS = REPO / "tests" / "stand_ins"  # the tests' nvidia-smi stand-in: the dry run's GPU
-SECTIONS = ["install", "bench", "bench_compile", "oom_retry", "gpu_sampling", "doctor"]
+SECTIONS = ["install", "bench", "bench_compile", "oom_retry", "gpu_sampling", "doctor", "preflight"]
 # seconds per step: GPU run, dry run. On an H200 with torch present the steps take about 5 minutes
 # in all; the overall budget (--total-budget, 8 minutes from run.sh) clips the later guards. A dry
 # run takes about 40 s on a quiet 2-core machine; its guards allow for a very busy one.
 BUDGETS = {"install": (120, 60), "bench": (120, 120), "bench_compile": (150, 120), "oom_retry": (100, 120),
-           "gpu_sampling": (90, 90), "doctor": (45, 90)}
+           "gpu_sampling": (90, 90), "doctor": (45, 90), "preflight": (75, 90)}
 RESERVE_S = 20  # kept back from the overall budget for stopping jobs and writing the summary
 
 
@@ -139,6 +139,8 @@ class Check:
             self.step("oom_retry", lambda r, d: check_steps.oom_retry(r, self.gj, s, dry, d))
             self.step("gpu_sampling", lambda r, d: check_steps.gpu_sampling(r, self.gj, s, out / "gpu.jsonl", dry, d))
             self.step("doctor", lambda r, d: check_steps.doctor(r, self.gj, out / "doctor.json", dry))
+            self.step("preflight", lambda r, d: check_steps.preflight(r, self.gj, out / "preflight.json", dry,
+                                                                      d - time.time()))
         except Terminated:
             self.doc["terminated"] = True
         finally:
@@ -246,6 +248,11 @@ def headline(name: str, rec: dict) -> str:
         return (f"agent CPU {cpu.get('percent_of_one_core')} % of a core, nvidia-smi {smi.get('cpu_ms')} ms CPU/call, "
                 f"{(rec.get('gpu_jsonl') or {}).get('samples')} samples, idle job {rec.get('state')} "
                 f"after {rec.get('idle_seconds')} s")
+    if name == "preflight":
+        g = (rec.get("gpus") or [{}])[0]
+        return (f"bf16 {g.get('bf16_tflops')} TFLOP/s ({g.get('bf16_pct')} % of rated), fp16 {g.get('fp16_tflops')}, "
+                f"memory {g.get('mem_gbs')} GB/s, host→GPU {g.get('h2d_gbs')} GB/s, disk write "
+                f"{(rec.get('disk') or {}).get('write_mbs')} MB/s; {len(rec.get('warnings') or [])} warning(s)")
     if name == "doctor":
         gpus = (rec.get("nvidia") or {}).get("gpus") or []
         return f"{', '.join(g.get('name', '?') for g in gpus) or 'no GPU'}, driver {(rec.get('nvidia') or {}).get('driver')}"

@@ -244,3 +244,24 @@ def doctor(rec: dict, gj: Gpujob, out: Path, dry_run: bool) -> None:
         raise StepFailed(f"doctor: torch {tr.get('version')} sees no CUDA device ({tr.get('error')})")
     if not dry_run and rep["checks"] and any(c["name"] == "gpu" and c["level"] == "error" for c in rep["checks"]):
         raise StepFailed("doctor's gpu check is an error: " + rec["checks"].get("gpu", ""))
+
+
+def preflight(rec: dict, gj: Gpujob, out: Path, dry_run: bool, left: float) -> None:
+    """``gpujob doctor local --bench`` (issue 28): matmul TFLOP/s against the card's rated figure, memory and
+    host-to-device bandwidth, disk, ECC/Xid; exit 1 means warnings (recorded, not a failure of the step)."""
+    t0 = time.time()
+    rc, text = run_cmd([gj.python, "-m", "gpujob.cli", "doctor", "local", "--bench", "--json"], gj.env(), max(10.0, left))
+    rec["seconds_measured"] = round(time.time() - t0, 1)
+    try:
+        rep = json.loads(text)
+    except ValueError:
+        raise StepFailed(f"doctor --bench exited {rc} without JSON: {text[-800:]}") from None
+    out.write_text(json.dumps(rep, indent=1))
+    rec.update({k: rep.get(k) for k in ("gpus", "disk", "versions", "warnings", "seconds")})
+    rec["not_measured"] = rep.get("skipped")  # "skipped" is the check's own word for a step not run
+    if rc not in (0, 1):
+        raise StepFailed(f"doctor --bench exited {rc}: {rep.get('error')}")
+    if rep.get("seconds", 0) > 60:
+        raise StepFailed(f"the preflight took {rep['seconds']} s, over its minute")
+    if not dry_run and not any(g.get("bf16_tflops") for g in rep.get("gpus") or []):
+        raise StepFailed(f"no GPU was measured: {rep.get('skipped')}")

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from gpujob.api import results as r
 from gpujob.api.background import LogPump, Tunnel, close_agent
-from gpujob.errors import GpujobError
+from gpujob.errors import ConnectError, GpujobError
 
 if TYPE_CHECKING:
     from gpujob.config.hosts import Host, HostStore
@@ -74,7 +74,12 @@ class Client:
         """The agent of ``host`` (default: the client's, else ``local``), connected once and kept."""
         h = self.hosts.get(host or self.host)
         if h.name not in self._agents:
-            self._agents[h.name] = _connect(h)
+            try:
+                self._agents[h.name] = _connect(h)
+            except ConnectError as e:
+                from gpujob.usecases.power.manual import off_error
+
+                raise (off_error(h, self.hosts) or e) from None  # "powered off; meter off at T"
         return self._agents[h.name]
 
     def drop(self, host: str | None = None) -> None:
@@ -86,6 +91,16 @@ class Client:
                 close_agent(agent)
             except OSError:
                 pass
+
+    def _wake(self, host: Host, wait: float | None, note: Note | None) -> Host:
+        """``host``, powered on first when its profile can switch it on and it is off (docs/power.md)."""
+        from gpujob.usecases.power.wake import can_switch, ensure_on
+
+        if not can_switch(host):
+            return host
+        host = ensure_on(host, wait=wait, note=note, store=self.hosts)
+        self.drop(host.name)  # a connection kept from before the power-on is dead
+        return host
 
     def _keep(self, agent: Agent) -> None:
         old = self._agents.get(agent.host.name)
@@ -161,12 +176,17 @@ class Client:
                 raise PlacementInterrupted() from None
             self._keep(agent)
         else:
-            target, skipped = self.hosts.get(names[0]), []
+            target, skipped = self._wake(self.hosts.get(names[0]), wait_gpus, note), []
             agent = self.agent(target.name)
+        from gpujob.usecases.preflight import before_submit
+
+        warnings = before_submit(agent, target, note)
         if on_host:
             on_host(target.name)
         res = submit(agent, spec, target, progress, force=force)
         res["skipped"] = [vars(s) for s in skipped]
+        if warnings:
+            res["host_warnings"] = warnings
         src = Path(spec.source)  # what ``move`` needs to send the job again: its job file and overrides
         again = {"job_file": str(src.resolve()), "set": overrides} if src.is_file() else {}
         index.record(res["job_id"], target.name, spec.name, **again)
@@ -374,6 +394,7 @@ class Job:
 
         if self.resume_moves:
             return self.move(self._host or "", progress=progress, note=note)
+        self.client._wake(self.client.hosts.get(self.host), None, note)
         return r.ResumeResult.from_json(jobs.resume(self._agent(), self.ref))
 
     def move(self, to: str, job_file: str | None = None, wait: float = 600, progress: Progress | None = None,

@@ -97,10 +97,16 @@ def cmd_host_trust(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from gpujob.ui.doctor import doctor_report
+    from gpujob.ui.doctor import bench_report, doctor_report
     from gpujob.ui.output import show
     from gpujob.usecases.doctor import doctor_host
 
+    if args.bench:
+        from gpujob.usecases.preflight import bench_host
+
+        host, rep = bench_host(args.host)
+        show(rep, args.json, lambda r: bench_report(host, r))
+        return 1 if rep.get("warnings") else 0
     host, rep = doctor_host(args.host, args.torch_timeout)
     show(rep, args.json, lambda r: doctor_report(host, r))
     return 0
@@ -118,4 +124,38 @@ def cmd_ssh(args: argparse.Namespace) -> int:
     from gpujob.ui.output import show
 
     show(plan, args.json, ui.ssh_plan)
+    return 0
+
+
+# ---- power -------------------------------------------------------------------------------
+def _power_note(args: argparse.Namespace) -> Any:
+    return None if args.json else (lambda text: print(text, file=sys.stderr))
+
+
+def cmd_host_on(args: argparse.Namespace) -> int:
+    from gpujob.cli.jobs import _duration
+    from gpujob.ui import hosts as ui
+    from gpujob.ui.output import show
+    from gpujob.usecases.power.manual import host_on
+
+    wait = _duration("--wait", args.wait, "e.g. --wait 30m")
+    show(host_on(args.name, wait, _power_note(args)), args.json, ui.power_answer)
+    return 0
+
+
+def cmd_host_off(args: argparse.Namespace) -> int:
+    from gpujob.ui import hosts as ui
+    from gpujob.ui.output import show
+    from gpujob.usecases.power.manual import host_off
+
+    show(host_off(args.name, _power_note(args)), args.json, ui.power_answer)
+    return 0
+
+
+def cmd_host_state(args: argparse.Namespace) -> int:
+    from gpujob.ui import hosts as ui
+    from gpujob.ui.output import show
+    from gpujob.usecases.power.manual import host_state
+
+    show(host_state(args.name), args.json, ui.power_answer)
     return 0

@@ -171,7 +171,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
         job = c.job(args.job)
         if job.resume_moves:  # another host: the job moves there
             return cmd_move(argparse.Namespace(**{**vars(args), "to": args.host, "job_file": None, "wait": 600.0}))
-        return show(args, job.resume(), resumed)
+        return show(args, job.resume(note=_note(args)), resumed)  # the notes: a powered-off host's start
 
 
 def cmd_pull(args: argparse.Namespace) -> int:

@@ -14,8 +14,11 @@ from gpujob.cli.hosts import (
     cmd_host_add,
     cmd_host_disconnect,
     cmd_host_ls,
+    cmd_host_off,
+    cmd_host_on,
     cmd_host_rm,
     cmd_host_set,
+    cmd_host_state,
     cmd_host_trust,
     cmd_notify_test,
     cmd_ssh,
@@ -144,6 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
     s = add("doctor", cmd_doctor, "check a host in one round trip: Python, torch/CUDA, GPUs, disks, network, agent")
     s.add_argument("host", nargs="?", help="host profile (default local)")
     s.add_argument("--torch-timeout", type=number_type(float, 1, 3600), default=60.0, help="seconds to wait for 'import torch'")
+    s.add_argument("--bench", action="store_true", help="the preflight (under a minute): matmul TFLOP/s against the "
+                   "card's rated figure, memory and host-to-device bandwidth, disk MB/s and inodes, ECC/Xid, "
+                   "CUDA/driver/torch; kept in the profile; exit 1 on a warning")
 
     s = add("exec", cmd_exec, "run one command on a host in the environment jobs get there; exits with its code")
     s.add_argument("host", metavar="HOST")
@@ -212,6 +218,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("name")
     s = add("trust", cmd_host_trust, "accept a host's new key (after an image change)", hsub)
     s.add_argument("name")
+    s = add("on", cmd_host_on, "power a host on with its power.on command; wait until it answers over SSH", hsub)
+    s.add_argument("name")
+    s.add_argument("--wait", metavar="DURATION", help="retry while the provider has no GPU free (default power.wait, 10m)")
+    s = add("off", cmd_host_off, "power a host off with its power.off command (the meter stops)", hsub)
+    s.add_argument("name")
+    s = add("state", cmd_host_state, "ask a host's power.state command: on, off or pending", hsub)
+    s.add_argument("name")
     s = add("disconnect", cmd_host_disconnect, "close the connection kept open to a host between commands", hsub)
     s.add_argument("name")
     return p
@@ -226,6 +239,13 @@ def host_setting_args(s: argparse.ArgumentParser) -> None:
     s.add_argument("--pip-index-url", type=url_type, help="pip's index for setup ('' clears)")
     s.add_argument("--data-disk", help="the fast data disk (default: the preset's)")
     s.add_argument("--tensorboard-port", type=PORT)
+    for verb, what in (("on", "powers the instance on"), ("off", "powers it off"),
+                       ("state", "prints its state (running/stopped/...)"),
+                       ("address", "prints its login after a power-on (ssh line, host:port or port)")):
+        s.add_argument(f"--power-{verb}", metavar="CMD", help=f"a command run here that {what} (docs/power.md; '' clears)")
+    s.add_argument("--power-stock-out", metavar="REGEX", help="power.on output meaning 'no GPU free' (default: docs/power.md)")
+    s.add_argument("--power-wait", metavar="DURATION", help="retry a power-on refused for lack of GPUs this long (default 10m)")
+    s.add_argument("--power-boot-timeout", metavar="DURATION", help="wait this long for a powered-on host to answer (default 10m)")
     s.add_argument("--idle-shutdown", metavar="DURATION", help="power the instance off after this long with no job "
                    "and no SSH session, e.g. 30m (off: never); a watcher on the instance checks")
 

@@ -102,6 +102,12 @@ class Host:
     data_disk: str | None = None  # the fast data disk; None = preset default
     tensorboard_port: int | None = None  # None = preset default
     region: str | None = None  # AutoDL's region, as the instance reports it
+    # laptop-side commands that switch the instance on and off (docs/power.md): on, off, state, address,
+    # and stock_out (a regex), wait and boot_timeout (durations)
+    power: dict[str, str] = field(default_factory=dict)
+    powered_on_at: float | None = None  # when gpujob last powered it on (a preflight is due after)
+    powered_off_at: float | None = None  # when this laptop first found it off since (the meter stopped)
+    bench: dict[str, Any] | None = None  # the last preflight's figures (gpujob doctor HOST --bench)
 
     @property
     def remote_root(self) -> str:

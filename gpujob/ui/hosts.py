@@ -13,17 +13,31 @@ def host_list(hosts: list[Any]) -> None:
     from rich.table import Table
 
     t = Table(box=None, header_style="bold")
-    for col in ("NAME", "ADDRESS", "PRESET", "ROOT", "PRICE/H"):
+    for col in ("NAME", "ADDRESS", "PRESET", "ROOT", "PRICE/H", "POWER", "PREFLIGHT"):
         t.add_column(col)
     for h in hosts:
-        t.add_row(h.name, h.address, h.preset, h.remote_root, f"{h.price_per_hour} {h.currency}" if h.price_per_hour else "-")
+        t.add_row(h.name, h.address, h.preset, h.remote_root, f"{h.price_per_hour} {h.currency}" if h.price_per_hour else "-",
+                  "on/off" if h.power.get("on") else "-", preflight_cell(h.bench))
     console().print(t)
+
+
+def preflight_cell(bench: dict[str, Any] | None) -> str:
+    """The last preflight in a few words: its warnings counted, else the first GPU's bf16 share of its rating."""
+    if not bench:
+        return "-"
+    if bench.get("warnings"):
+        return f"[yellow]{len(bench['warnings'])} warning(s)[/]"
+    g = (bench.get("gpus") or [{}])[0]
+    return f"ok, bf16 {g['bf16_pct']} %" if g.get("bf16_pct") is not None else "ok"
 
 
 def added(change: Any) -> None:
     h = change.host
     console().print(f"host [bold]{h.name}[/] = {h.address} (preset {h.preset}, root {h.remote_root})")
     _idle(change.idle)
+    if h.preset in ("autodl", "vast", "runpod") and not h.power:
+        print(f"to let gpujob switch it on and off from here: the {h.preset} recipe in docs/power.md "
+              f"(gpujob host set {h.name} --power-on ... --power-off ... --power-state ... --power-address ...)")
 
 
 def changed(change: Any) -> None:
@@ -83,3 +97,17 @@ def agent_log(doc: dict[str, Any]) -> None:
     from gpujob.ui.neutral import clean
 
     sys.stdout.write(clean("".join(line + "\n" for line in doc["lines"]) or f"(nothing in {doc['path']})\n"))
+
+
+def power_answer(doc: dict[str, Any]) -> None:
+    """``host on|off|state``: the state, the address, and when the meter stopped."""
+    import time
+
+    line = f"{doc['host']}: {doc['state']}"
+    if doc.get("address"):
+        line += f" ({doc['address']})"
+    if doc.get("seconds") is not None:
+        line += f" after {doc['seconds']:.0f} s"
+    if doc.get("meter_off_at"):
+        line += f"; meter off at {time.strftime('%H:%M:%S', time.localtime(doc['meter_off_at']))}"
+    print(line)

@@ -181,6 +181,8 @@ def job_panel(j: dict[str, Any]) -> Any:
         t.add_row("queue", f"#{j['queue_position']} for GPUs" + (f"  ({j['queue_reason']})" if j.get("queue_reason") else ""))
     if j.get("exit_code") is not None:
         t.add_row("exit code", str(j["exit_code"]))
+    if j.get("gpu_error"):  # a new ECC/Xid error during the run (remote/gpus.py Health)
+        t.add_row("GPU error", f"[red]{j['gpu_error']}[/]  (docs/power.md: retry.move_after moves the job)")
     d = j.get("diagnosis")
     if d:
         t.add_row("cause", f"[red]{d.get('summary')}[/]" + (f"  at {d['where']}" if d.get("where") else ""))

@@ -40,8 +40,8 @@ def candidates(spec: Any, current: str) -> list[str]:
     return [h for h in hosts if h != current]
 
 
-def _job_state(host: str, job_id: str) -> str | None:
-    """The job's state as its host says, or None when the host does not answer."""
+def _job_state(host: str, job_id: str) -> dict[str, Any] | None:
+    """The job's record as its host says, or None when the host does not answer."""
     from gpujob.config.hosts import HostStore
     from gpujob.transport.agent import connect_agent
     from gpujob.usecases import jobs
@@ -49,14 +49,14 @@ def _job_state(host: str, job_id: str) -> str | None:
     try:
         agent = connect_agent(HostStore().get(host))
         try:
-            return str(jobs.status(agent, job_id).get("state"))
+            return jobs.status(agent, job_id)
         finally:
             agent.close()
     except GpujobError:
         return None
 
 
-def _notify(spec: Any, job_id: str, old: str, res: dict[str, Any], away: float) -> list[dict[str, Any]]:
+def _notify(spec: Any, job_id: str, old: str, res: dict[str, Any], why: str) -> list[dict[str, Any]]:
     """The job's channels hear it from the laptop (its old host cannot speak)."""
     if not spec.notify:
         return []
@@ -67,7 +67,7 @@ def _notify(spec: Any, job_id: str, old: str, res: dict[str, Any], away: float) 
     ck = res.get("checkpoint") or ("the shared checkpoint" if res["source"] == "shared" else "scratch")
     event = {"event": "lost", "job_id": job_id, "name": spec.name, "host": old, "duration_s": None, "cost": None,
              "currency": None, "metrics": {},
-             "reason": f"{old} did not answer for {away:.0f} s; moved to {res['to']}, resumed from {ck}"}
+             "reason": f"{why}; moved to {res['to']}, resumed from {ck}"}
     return send_from_laptop(notify_secrets(spec.notify)[0], event, collect_secrets(spec, secret_refs(spec)))
 
 
@@ -84,18 +84,23 @@ def check(job_id: str, now: float, note: Note) -> dict[str, Any] | None:
     if spec.retry.move_after is None:
         return {"job_id": job_id, "action": "skipped", "why": "retry.move_after is not set"}
     host, seen = entry["host"], _state()
-    state = _job_state(host, entry["job_id"])
-    if state is not None:
+    record = _job_state(host, entry["job_id"])
+    if record is not None:
+        state, reason = str(record.get("state")), str(record.get("reason") or "")
         seen.pop(entry["job_id"], None)
         write_private(state_dir() / "guard.json", json.dumps(seen))
-        return {"job_id": entry["job_id"], "action": "done", "state": state} if state in FINAL else None
-    away = now - seen.setdefault(entry["job_id"], now)
-    write_private(state_dir() / "guard.json", json.dumps(seen))
-    if away < spec.retry.move_after:
-        note(f"{entry['job_id']}: {host} does not answer ({away:.0f} s of {spec.retry.move_after:.0f} s)")
-        return None
+        if not (state == "stopped" and reason.startswith("gpu_error")):  # the agent stopped it to be moved
+            return {"job_id": entry["job_id"], "action": "done", "state": state} if state in FINAL else None
+        why = f"{host} stopped it for a GPU error ({reason[len('gpu_error: '):]})"
+    else:
+        away = now - seen.setdefault(entry["job_id"], now)
+        write_private(state_dir() / "guard.json", json.dumps(seen))
+        if away < spec.retry.move_after:
+            note(f"{entry['job_id']}: {host} does not answer ({away:.0f} s of {spec.retry.move_after:.0f} s)")
+            return None
+        why = f"{host} did not answer for {away:.0f} s"
     for target in candidates(spec, host):
-        note(f"{entry['job_id']}: {host} silent for {away:.0f} s: moving it to {target}")
+        note(f"{entry['job_id']}: {why}: moving it to {target}")
         try:
             res = move(entry["job_id"], target, note=note)
         except GpujobError as e:
@@ -103,7 +108,7 @@ def check(job_id: str, now: float, note: Note) -> dict[str, Any] | None:
             continue
         seen.pop(entry["job_id"], None)
         write_private(state_dir() / "guard.json", json.dumps(seen))
-        sent = _notify(spec, entry["job_id"], host, res, away)
+        sent = _notify(spec, entry["job_id"], host, res, why)
         return {"job_id": entry["job_id"], "action": "moved", "move": res, "notified": len(sent)}
     note(f"{entry['job_id']}: no host to move it to took it; trying again later")
     return None

@@ -23,7 +23,8 @@ from gpujob.errors import ConnectError, GpujobError, HostError
 
 # the settings ``host add`` and ``host set`` both take; None leaves one as it is, "" clears it
 SETTINGS = ("shutdown_command", "private_address", "network_turbo", "hf_endpoint", "pip_index_url", "data_disk",
-            "tensorboard_port", "idle_shutdown")
+            "tensorboard_port", "idle_shutdown") + tuple("power_" + k for k in (
+                "on", "off", "state", "address", "stock_out", "wait", "boot_timeout"))
 _OFF = ("0", "off", "none", "")
 
 
@@ -207,12 +208,38 @@ def apply_settings(host: Host, settings: dict[str, Any], store: HostStore) -> Id
         val = settings.get(attr)
         if val is not None:
             setattr(host, attr, {"true": True, "false": None}.get(val, val) if attr == "network_turbo" else (val or None))
+    for key in SETTINGS:
+        if key.startswith("power_") and settings.get(key) is not None:  # "" clears one
+            check_power_setting(key, settings[key])
+            host.power = {k: v for k, v in {**host.power, key[6:]: settings[key]}.items() if v}
     text = settings.get("idle_shutdown")
     if text is None:
         return None
     idle = set_idle_shutdown(host, text, store)
     host.idle_shutdown = None if text.strip().lower() in _OFF else text  # the instance revives its watcher after a reboot
     return idle
+
+
+def check_power_setting(key: str, value: str) -> None:
+    """A duration or a regex of ``power:`` is checked when it is set, not at the next power-on."""
+    flag = "--" + key.replace("_", "-")
+    if not value:
+        return
+    if key in ("power_wait", "power_boot_timeout"):
+        from gpujob.bundle import import_remote
+
+        try:
+            import_remote("protocol").parse_duration(value)
+        except ValueError as e:
+            raise GpujobError(f"{flag}: {e}", f"e.g. {flag} 10m") from None
+    elif key == "power_stock_out":
+        import re
+
+        try:
+            re.compile(value)
+        except re.error as e:
+            raise GpujobError(f"{flag}: {value[:60]!r} is not a regular expression ({e})",
+                              "write a Python regex, e.g. --power-stock-out 'no GPU|sold out'") from None
 
 
 def set_idle_shutdown(host: Host, text: str, store: HostStore) -> IdleShutdown:

@@ -183,7 +183,9 @@ def move(ref: str, to: str, *, job_file: str | None = None, stop_wait: float = 6
         new_host, new, _ = place([h for h in to.split(",") if h and h != old_name], spec.gpus, note=note)
         to = new_host.name
     else:
-        new_host = HostStore().get(to)
+        from gpujob.usecases.power.wake import ensure_on
+
+        new_host = ensure_on(HostStore().get(to), note=note)  # a powered-off target is switched on first
         new = connect_agent(new_host)  # before touching the old host: a wrong target changes nothing
     old, why_old, prev = _reach_old(old_name, job_id, stop_wait, note)
     src = find_source(job_id, old, spec.checkpoint_dir, why_old)

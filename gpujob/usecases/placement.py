@@ -54,8 +54,16 @@ def why_not(doc: dict[str, Any], need: int) -> str:
     return ""
 
 
-def probe(host: Host, need: int) -> tuple[Agent | None, str]:
-    """(agent, '') when ``host`` answers and fits now, else (None, why)."""
+def probe(host: Host, need: int, note: Note = lambda s: None) -> tuple[Agent | None, str]:
+    """(agent, '') when ``host`` answers and fits now, else (None, why). A host the profile can
+    power on is switched on first (a refused power-on, after its ``power.wait``, is a why)."""
+    from gpujob.usecases.power.commands import PowerError
+    from gpujob.usecases.power.wake import ensure_on
+
+    try:
+        host = ensure_on(host, note=note)
+    except PowerError as e:
+        return None, e.cause
     try:
         agent = connect_agent(host)
         doc = agent.call("gpus", timeout=60) if need else {}
@@ -68,19 +76,25 @@ def probe(host: Host, need: int) -> tuple[Agent | None, str]:
     return agent, ""
 
 
+def healthy(host: Host) -> bool:
+    """False when the host's last preflight (``doctor --bench``) warned about its GPUs or disk."""
+    return not (host.bench or {}).get("warnings")
+
+
 def place(names: list[str], gpus: Any, *, wait: float | None = None, note: Note = lambda s: None
           ) -> tuple[Host, Agent, list[Skip]]:
     """The first of ``names`` that answers with the GPUs free; with ``wait`` seconds, poll
     them all (backoff from GPUJOB_PLACE_POLL, default 10 s, to 5 min) until one fits."""
     store = HostStore()
     hosts = [store.get(n) for n in names]  # an unknown profile fails before anything is sent
+    hosts.sort(key=lambda h: not healthy(h))  # a host whose preflight found a slow or faulty GPU goes last
     need = wanted(gpus)
     waits = delays(float(os.environ.get("GPUJOB_PLACE_POLL", "10")), 300.0)
     deadline = time.monotonic() + (wait or 0)
     while True:
         skipped: list[Skip] = []
         for h in hosts:
-            agent, why = probe(h, need)
+            agent, why = probe(h, need, note)
             if agent is not None:
                 return h, agent, skipped
             skipped.append(Skip(h.name, why))

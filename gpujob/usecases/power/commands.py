@@ -1,0 +1,140 @@
+"""One ``power:`` command of a host profile, run on this machine, and what its answer means.
+
+The commands are the provider's own CLI or API call, or the user's script (recipes: docs/power.md).
+They get the secrets file's entries in their environment (an API token), plus ``GPUJOB_HOST``;
+their output is shown with those values blanked.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from gpujob.config.hosts import Host, parse_ssh_target
+from gpujob.errors import GpujobError, HostError
+
+VERBS = ("on", "off", "state", "address")
+# an ``on`` command says "no GPU free to start it" by exiting 75 (EX_TEMPFAIL) or by printing a line that
+# matches this (the providers' own wordings; ``power.stock_out`` replaces it)
+STOCK_OUT_RC = 75
+STOCK_OUT = (r"(?i)(no|not enough|insufficient)( free| available)? (gpus?|resources?|machines?)"
+             r"|gpus? (not|un)available|out of stock|sold out|资源不足|库存不足|GPU不足|无可用")
+# a ``state`` command's last line, as one of three: on, off, or pending (on its way either way)
+ON_WORDS = {"on", "running", "active", "started", "ready", "online", "up", "true"}
+OFF_WORDS = {"off", "stopped", "exited", "shutdown", "poweroff", "powered_off", "offline", "down", "false", "stop"}
+COMMAND_TIMEOUT_S = float(os.environ.get("GPUJOB_POWER_COMMAND_TIMEOUT", "180"))
+
+
+class PowerError(GpujobError):
+    """A power command failed or answered something gpujob cannot read."""
+
+
+class StockOut(PowerError):
+    """The provider has no GPU free to power the instance on."""
+
+
+@dataclass
+class Answer:
+    verb: str
+    rc: int
+    out: str
+    err: str
+    seconds: float
+
+    @property
+    def last_line(self) -> str:
+        lines = [x.strip() for x in self.out.splitlines() if x.strip()]
+        return lines[-1] if lines else ""
+
+
+def _secrets() -> dict[str, str]:
+    from gpujob.usecases.notifycheck import default_secrets_file, read_secrets_file
+
+    path = default_secrets_file()
+    return read_secrets_file(path) if path.is_file() else {}
+
+
+def _blank(text: str, secrets: dict[str, str]) -> str:
+    for v in secrets.values():
+        if len(v) >= 4:
+            text = text.replace(v, "***")
+    return text
+
+
+def command(host: Host, verb: str) -> str:
+    cmd = (host.power or {}).get(verb)
+    if not cmd:
+        raise HostError(f"host {host.name} has no power.{verb} command",
+                        f"gpujob host set {host.name} --power-{verb} CMD (recipes for vast.ai, RunPod, AutoDL: docs/power.md)")
+    return cmd
+
+
+def run(host: Host, verb: str, timeout: float = COMMAND_TIMEOUT_S) -> Answer:
+    """Run ``power.VERB`` under bash on this machine; its answer, secrets blanked."""
+    cmd = command(host, verb)
+    secrets = _secrets()
+    env = {**os.environ, **secrets, "GPUJOB_HOST": host.name}
+    t0 = time.monotonic()
+    try:
+        res = subprocess.run(["bash", "-c", cmd], stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                             timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        raise PowerError(f"power.{verb} of {host.name} did not finish in {timeout:.0f} s: {cmd[:120]}",
+                         "run it by hand to see where it hangs (GPUJOB_POWER_COMMAND_TIMEOUT raises the limit)") from None
+    return Answer(verb, res.returncode, _blank(res.stdout, secrets), _blank(res.stderr, secrets), time.monotonic() - t0)
+
+
+def _failed(host: Host, a: Answer) -> PowerError:
+    said = (a.err.strip() or a.out.strip()).splitlines()[-3:]
+    return PowerError(f"power.{a.verb} of {host.name} failed (exit {a.rc}): {' | '.join(said)[:300] or 'no output'}",
+                      f"run it by hand: {command(host, a.verb)[:160]}; fix it with gpujob host set {host.name} "
+                      f"--power-{a.verb} CMD")
+
+
+def state(host: Host) -> str:
+    """``on``, ``off`` or ``pending``, as the ``state`` command's last line says."""
+    a = run(host, "state")
+    if a.rc != 0:
+        raise _failed(host, a)
+    words = set(re.split(r"[^\w]+", a.last_line.lower()))
+    if words & OFF_WORDS and not words & ON_WORDS:
+        return "off"
+    if words & ON_WORDS and not words & OFF_WORDS:
+        return "on"
+    return "pending"
+
+
+def is_stock_out(host: Host, a: Answer) -> bool:
+    pattern = (host.power or {}).get("stock_out") or STOCK_OUT
+    return a.rc == STOCK_OUT_RC or (a.rc != 0 and re.search(pattern, a.out + "\n" + a.err) is not None)
+
+
+def switch(host: Host, verb: str) -> Answer:
+    """Run ``on`` or ``off``; ``StockOut`` when an ``on`` is refused for lack of GPUs."""
+    a = run(host, verb)
+    if a.rc != 0:
+        if verb == "on" and is_stock_out(host, a):
+            raise StockOut(f"{host.name} cannot be powered on: no GPU free ({a.last_line or a.err.strip()[-120:]})",
+                           "wait (submit --wait-gpus 1h retries), or add another host to host:")
+        raise _failed(host, a)
+    return a
+
+
+def address(host: Host) -> dict[str, Any]:
+    """The fields of the profile that the ``address`` command's last line gives: an ssh login line,
+    ``user@host:port``, ``host:port`` or a bare port."""
+    a = run(host, "address")
+    if a.rc != 0:
+        raise _failed(host, a)
+    line = a.last_line
+    if line.isdigit():
+        line = f"{host.hostname}:{line}"
+    try:
+        return parse_ssh_target(line)
+    except HostError as e:
+        raise PowerError(f"power.address of {host.name} printed {line[:80]!r}, not an address ({e.cause})",
+                         "it must print an ssh login line, user@host:port, host:port or a port as its last line") from None

@@ -1,0 +1,60 @@
+"""``gpujob host on|off|state NAME``: the power commands by hand, each answer as a document."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from gpujob.config.hosts import Host, HostStore
+from gpujob.errors import ConnectError
+from gpujob.usecases.power import commands
+from gpujob.usecases.power.commands import PowerError
+from gpujob.usecases.power.wake import ensure_on, power_off
+
+
+def host_on(name: str, wait: float | None = None, note: Callable[[str], None] | None = None) -> dict[str, Any]:
+    store = HostStore()
+    host = store.get(name)
+    commands.command(host, "on")  # no power.on: say so, rather than "already on"
+    t0 = time.monotonic()
+    host = ensure_on(host, wait=wait, note=note, store=store)
+    return {"host": host.name, "state": "on", "address": host.address, "seconds": round(time.monotonic() - t0, 1)}
+
+
+def host_off(name: str, note: Callable[[str], None] | None = None) -> dict[str, Any]:
+    store = HostStore()
+    doc = power_off(store.get(name), note)
+    if doc["state"] == "off":
+        doc["meter_off_at"] = seen_off(store.get(name), store)
+    return doc
+
+
+def host_state(name: str) -> dict[str, Any]:
+    store = HostStore()
+    host = store.get(name)
+    state = commands.state(host)
+    return {"host": host.name, "state": state, "address": host.address, "powered_on_at": host.powered_on_at,
+            "meter_off_at": seen_off(host, store) if state == "off" else None}
+
+
+def seen_off(host: Host, store: HostStore) -> float:
+    """When this laptop first found ``host`` off since it was last powered on (kept in the profile)."""
+    if not host.powered_off_at or (host.powered_on_at or 0) > host.powered_off_at:
+        host.powered_off_at = time.time()
+        store.save(host)
+    return host.powered_off_at
+
+
+def off_error(host: Host, store: HostStore) -> ConnectError | None:
+    """For a host that does not answer: a ConnectError saying it is powered off (its ``state``
+    command says so), with when the meter stopped; None when it is not known to be off."""
+    if not (host.power or {}).get("state"):
+        return None
+    try:
+        if commands.state(host) != "off":
+            return None
+    except PowerError:
+        return None
+    at = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(seen_off(host, store)))
+    return ConnectError(f"{host.name} is powered off (its power.state says so); meter off at {at}",
+                        f"gpujob host on {host.name} switches it on; gpujob resume JOB powers it on and resumes the job")
