@@ -383,19 +383,23 @@ class Job:
                                          note=note or (lambda s: None)))
 
     def pull(self, dest: str | Path = "gpujob-pulls", latest: bool = False, best: str | None = None,
-             include: Iterable[str] = (), progress: Progress | None = None) -> r.PullResult:
+             include: Iterable[str] = (), progress: Progress | None = None, write_wait: float | None = None,
+             note: Note | None = None) -> r.PullResult:
         """Copy the job's logs and checkpoints into ``dest/<job_id>/`` (only what is missing or changed).
 
         ``latest``: only the newest complete checkpoint; ``best``: only the best one ("": as the
         trainer recorded it, else by that metric). A job over several nodes: from rank 0's node.
+        A file the job holds open for writing is waited for (``write_wait`` seconds, default 30),
+        then left out: ``held`` lists it and ``complete`` is False.
         """
         from gpujob.config import index
-        from gpujob.usecases.pull import pull, tell_pulled
+        from gpujob.usecases.pull import WRITE_WAIT, pull, tell_pulled
 
         nodes = self.nodes
         agent = self.client.agent(nodes[0].name) if nodes else self._agent()
         what = "latest" if latest else "best" if best is not None else "all"
-        res = pull(agent, self.ref, Path(dest), what, best or None, list(include), progress)
+        res = pull(agent, self.ref, Path(dest), what, best or None, list(include), progress,
+                   WRITE_WAIT if write_wait is None else write_wait, note)
         tell_pulled(agent, res["job_id"])
         index.record_pull(res["job_id"], str(Path(dest).resolve()))
         return r.PullResult.from_json(res)

@@ -12,6 +12,7 @@ from typing import Any
 
 from gpujob.cli.common import client, command_after, show
 from gpujob.errors import GpujobError, HostError
+from gpujob.exitcodes import USAGE
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -168,9 +169,11 @@ def cmd_pull(args: argparse.Namespace) -> int:
     from gpujob.ui.progress import transfer_bar
 
     with client(args.host) as c, transfer_bar(f"pull {args.job}", not args.json) as bar:
-        res = c.job(args.job).pull(args.dest, latest=args.latest, best=args.best, include=args.include, progress=bar)
+        res = c.job(args.job).pull(args.dest, latest=args.latest, best=args.best, include=args.include, progress=bar,
+                                   write_wait=args.write_wait, note=_note(args))
     pull_warnings(res)
-    return show(args, res, pulled)
+    rc = show(args, res, pulled)
+    return rc or (USAGE if res.held else 0)  # a file left out is no success
 
 
 def cmd_move(args: argparse.Namespace) -> int:

@@ -126,6 +126,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("job", type=job_ref)
     s.add_argument("dest", nargs="?", default="gpujob-pulls")
     s.add_argument("--host")
+    s.add_argument("--write-wait", type=float, default=None, metavar="SECONDS",
+                   help="how long to wait for a file the job is still writing before leaving it out (default 30)")
     g = s.add_mutually_exclusive_group()
     g.add_argument("--latest", action="store_true",
                    help="only the newest complete checkpoint of any kind (and the logs, and the files beside the "

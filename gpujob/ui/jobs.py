@@ -287,12 +287,16 @@ def pull_warnings(res: results.PullResult) -> None:
         print(f"warning: symlink {link} not kept: it leads outside {res.dest}", file=sys.stderr)
     if res.stray_hint:
         print(f"note: {res.stray_hint}", file=sys.stderr)
+    for rel in res.held:
+        print(f"warning: {rel} NOT pulled: the job was still writing it (or it changed while read); "
+              "run pull again once the job has finished writing it (--write-wait SECONDS waits longer)", file=sys.stderr)
 
 
 def pulled(res: results.PullResult) -> None:
     sel = f" ({res.selected})" if res.selected else ""
+    left = f", {len(res.held)} left out (being written)" if res.held else ""
     console().print(f"{res.job_id}{sel}: {res.files} file(s), {res.bytes / 1e6:.1f} MB fetched, "
-                    f"{res.unchanged} already here → {res.dest}")
+                    f"{res.unchanged} already here{left} → {res.dest}")
 
 
 def moved(res: results.MoveResult) -> None:
