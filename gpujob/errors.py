@@ -44,8 +44,12 @@ class RemoteError(GpujobError):
     """The agent on the instance reported a failure."""
 
 
-class JobNotFound(GpujobError):
-    """No job matches the id or prefix given."""
+class JobNotFound(RemoteError):
+    """No job matches the id or prefix given (the host that was searched is named)."""
+
+
+class JobAmbiguous(GpujobError):
+    """The id prefix or name matches jobs on several hosts: gpujob does not guess (``--host`` picks one)."""
 
 
 class InternalError(GpujobError):

@@ -361,8 +361,13 @@ class Job:
         """``resume()`` moves the job: it was asked for on a host other than the one it lives on."""
         from gpujob.config import index
 
-        known = index.host_of(self.ref)
-        return bool(self._host and known and self._host != known and "," not in known)
+        if not self._host:
+            return False
+        try:
+            known = index.host_of(self.ref)
+        except GpujobError:  # matches on several hosts: --host chose this one
+            return False
+        return bool(known and self._host != known and "," not in known)
 
     def resume(self, progress: Progress | None = None, note: Note | None = None) -> r.ResumeResult | r.MoveResult:
         """Restart a lost, stopped or failed job from its newest complete checkpoint; on another
