@@ -3,6 +3,7 @@ what each job command prints when it is done (from the API's results)."""
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 from gpujob.bundle import import_remote
@@ -27,7 +28,7 @@ SPARK = "▁▂▃▄▅▆▇█"
 
 def sparkline(values: list[float], width: int = 24) -> str:
     """A one-line chart of the last ``width`` values."""
-    vals = [v for v in values if v == v][-width:]
+    vals = [v for v in values if isinstance(v, (int, float)) and math.isfinite(v)][-width:]  # nan/inf: no height
     if not vals:
         return ""
     lo, hi = min(vals), max(vals)
@@ -171,8 +172,9 @@ def job_panel(j: dict[str, Any]) -> Any:
               + (f"   cost {c:.2f} {(j.get('spec') or {}).get('currency', '')}" if c is not None else ""))
     est = j.get("billing") or {}
     if est.get("projected_cost") is not None:
-        t.add_row("projection", f"{est['projected_cost']:.2f} {est.get('currency') or ''} in all, "
-                  f"done in {format_duration(est.get('eta_s'))} (step {est.get('step')}/{est.get('max_steps')})")
+        # one ETA per frame (the progress line's, from the newest step); this one only when that is missing
+        when = f", done in {format_duration(est.get('eta_s'))}" if j.get("eta_s") is None and est.get("eta_s") else ""
+        t.add_row("projection", f"{est['projected_cost']:.2f} {est.get('currency') or ''} in all{when}")
     policies = autostop_summary((j.get("spec") or {}).get("autostop") or {})
     if policies:
         t.add_row("autostop", escape(policies))
