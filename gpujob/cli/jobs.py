@@ -12,7 +12,7 @@ from typing import Any
 
 from gpujob.cli.common import client, command_after, show
 from gpujob.errors import GpujobError, HostError
-from gpujob.exitcodes import USAGE
+from gpujob.exitcodes import INTERRUPTED, USAGE
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -134,8 +134,11 @@ def cmd_tunnel(args: argparse.Namespace) -> int:
                 show(args, info, tunnel_ready)
                 sys.stdout.flush()
                 tunnel.wait()
-        except KeyboardInterrupt:
-            return 0
+        except KeyboardInterrupt:  # docs/cli.md: 130; what stays up is said
+            left = " (its TensorBoard keeps running on the host: gpujob tunnel JOB --stop ends it)" \
+                if not args.host and args.target not in {h.name for h in c.hosts.all()} | {"local"} else ""
+            print(f"tunnel closed{left}", file=sys.stderr)
+            return INTERRUPTED
     return 0
 
 
