@@ -52,6 +52,12 @@ class JobAmbiguous(GpujobError):
     """The id prefix or name matches jobs on several hosts: gpujob does not guess (``--host`` picks one)."""
 
 
+class Interrupted(GpujobError, KeyboardInterrupt):
+    """Ctrl-C, with the state things were left in (still a ``KeyboardInterrupt`` for a notebook)."""
+
+    exit_code = 130
+
+
 class InternalError(GpujobError):
     """Something gpujob did not foresee: a bug to report, shown as one paragraph (GPUJOB_DEBUG=1: the traceback)."""
 

@@ -21,7 +21,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Callable
 
 from gpujob.bundle import import_remote
-from gpujob.errors import GpujobError, RemoteError, link_cut
+from gpujob.errors import GpujobError, Interrupted, RemoteError, link_cut
 from gpujob.transport.agent import Agent
 
 wire: Any = import_remote("stream")  # not "stream": extract() takes one
@@ -134,7 +134,11 @@ def pull(agent: Agent, job: str, dest: Path, what: str = "all", metric: str | No
         args += ["--include", g]
     args.append("--list")
     with dest_locked(dest):
-        return _pull(agent, args, dest, progress, note or _say, write_wait)
+        try:
+            return _pull(agent, args, dest, progress, note or _say, write_wait)
+        except KeyboardInterrupt:
+            raise Interrupted(f"pull interrupted: the files that arrived whole are in {dest}, the job is untouched",
+                              AGAIN) from None
 
 
 def tell_pulled(agent: Agent, job_id: str) -> None:

@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 from gpujob.config.hosts import Host
 from gpujob.config.spec import JobSpec
-from gpujob.errors import SpecError
+from gpujob.errors import Interrupted, SpecError
 from gpujob.transport.agent import Agent
 from gpujob.usecases.sync import sync_job
 
@@ -83,7 +83,11 @@ def submit(
     import secrets as _secrets
 
     lease = _secrets.token_hex(8)  # the project's code is this submit's from its manifest to its snapshot
-    report = sync_job(agent, spec, spec.name, progress, lease=lease)
+    try:
+        report = sync_job(agent, spec, spec.name, progress, lease=lease)
+    except KeyboardInterrupt:
+        raise Interrupted(f"interrupted during the upload to {host.name}: nothing was submitted",
+                          "what arrived is kept: the next gpujob submit resumes the upload") from None
     request = {
         "spec": spec.to_remote(),
         "project": spec.name,
@@ -100,7 +104,11 @@ def submit(
     }
     import json
 
-    res = call(request) if call else agent.call("submit", input=json.dumps(request).encode())
+    try:
+        res = call(request) if call else agent.call("submit", input=json.dumps(request).encode())
+    except KeyboardInterrupt:
+        raise Interrupted(f"interrupted while {host.name} was creating the job: it may have been submitted",
+                          f"gpujob ls --host {host.name} shows whether it was") from None
     res["host"] = host.name
     res["sync"] = asdict(report)
     return res
