@@ -158,8 +158,11 @@ class Client:
                 raise PlacementInterrupted() from None
             self._keep(agent)
         else:
+            from gpujob.usecases.placement import check_capacity, wanted
+
             target, skipped = self.hosts.get(names[0]), []
             agent = self.agent(target.name)
+            check_capacity(target, agent, wanted(spec.gpus))
         if on_host:
             on_host(target.name)
         res = submit(agent, spec, target, progress)
