@@ -337,7 +337,8 @@ def cmd_gpus(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     """A fresh nvidia-smi sample (None on a CPU host), who holds which GPU, and the queue."""
     from remote import gpus
 
-    return {"gpus": gpus.query(os.environ.get("GPUJOB_PATH_PREFIX", "")), "held": gpus.taken(root, ""),
+    prefix = a.path_prefix or os.environ.get("GPUJOB_PATH_PREFIX", "")  # the host profile's, as a job gets it
+    return {"gpus": gpus.query(prefix), "held": gpus.taken(root, ""),
             "queue": gpus.queue(root)}
 
 
@@ -526,7 +527,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--port", type=int, required=True)
     s = sub.add_parser("agentlog")
     s.add_argument("--lines", type=int, default=50)
-    sub.add_parser("gpus")
+    s = sub.add_parser("gpus")
+    s.add_argument("--path-prefix", default="")
     sub.add_parser("serve")
     s = sub.add_parser("run")
     s.add_argument("job_id")

@@ -73,18 +73,24 @@ def check_capacity(host: Host, agent: Agent, need: int) -> None:
     busy host is fine: the job queues). The laptop's ``local`` runs a GPU job on its CPU."""
     if need == 0 or host.kind == "local":
         return
-    why = cannot_fit(agent.call("gpus", timeout=60), need)
+    why = cannot_fit(agent.call("gpus", _prefix_args(host), timeout=60), need)
     if why:
         raise GpujobError(f"{host.name} {why}: the job cannot run there; nothing was submitted",
                           "submit to a host with the GPUs (--host a,b tries each in turn; --wait-gpus 2h with several "
                           "waits for one to free up), or lower gpus: (gpus: 0 runs on the CPU)")
 
 
+def _prefix_args(host: Host) -> list[str]:
+    """The host profile's PATH prefix: where its jobs find nvidia-smi, so the check looks there too."""
+    prefix = host.env.get("GPUJOB_PATH_PREFIX")
+    return ["--path-prefix", prefix] if prefix else []
+
+
 def probe(host: Host, need: int) -> tuple[Agent | None, str]:
     """(agent, '') when ``host`` answers and fits now, else (None, why)."""
     try:
         agent = connect_agent(host)
-        doc = agent.call("gpus", timeout=60) if need else {}
+        doc = agent.call("gpus", _prefix_args(host), timeout=60) if need else {}
     except GpujobError as e:
         return None, f"does not answer ({str(e).splitlines()[0]})"
     why = why_not(doc, need)

@@ -78,6 +78,9 @@ def submit(
     ``job_id`` and ``node`` are given for a job over several nodes (see gpujob.usecases.nodes);
     ``call`` sends the request another way (gpujob.usecases.move: with the job's files).
     """
+    from gpujob.usecases.runcheck import check_script
+
+    check_script(spec.run, spec.workdir, spec.source)  # before a byte is sent
     secrets = collect_secrets(spec, secret_refs(spec))
     keep_secret_job_file_home(spec)
     import secrets as _secrets
