@@ -103,7 +103,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
     host, rep = doctor_host(args.host, args.torch_timeout)
     show(rep, args.json, lambda r: doctor_report(host, r))
-    return 0
+    return 1 if any(c["level"] == "error" for c in rep["checks"]) else 0  # docs/cli.md: a ✗ line is no success
 
 
 def cmd_ssh(args: argparse.Namespace) -> int:

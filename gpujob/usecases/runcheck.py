@@ -2,8 +2,8 @@
 
 ``run: python trian.py`` would otherwise be uploaded, provisioned and started, to fail with
 "can't open file" on a rented GPU. Only a plain relative ``.py``/``.sh`` path is judged (the
-first one in the command); a command that changes folder, or builds the name from variables,
-is left to run.
+first one in the command); a command that changes folder, or a name built from variables or
+globs, is left to run.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ def named_script(run: str) -> str | None:
         words = shlex.split(run, comments=True)
     except ValueError:
         return None
-    if any(w in ("cd", "pushd") or "$" in w or "`" in w for w in words):
+    if any(w in ("cd", "pushd") for w in words):
         return None
     for w in words:
-        if w.endswith(SCRIPT_SUFFIXES) and not w.startswith(("-", "/", "~")) and "=" not in w:
+        if w.endswith(SCRIPT_SUFFIXES) and not w.startswith(("-", "/", "~")) and not any(c in w for c in "=$`*?"):
             return w
     return None
 
