@@ -184,13 +184,17 @@ class Client:
         return Job(self, res["job_id"], res["host"], r.SubmitResult.from_json(res))
 
     # ---- hosts -------------------------------------------------------------------------------
-    def exec(self, argv: list[str], host: str | None = None, on_output: Callable[[bytes], None] | None = None
+    def exec(self, argv: str | list[str], host: str | None = None, on_output: Callable[[bytes], None] | None = None
              ) -> r.ExecResult:
-        """Run a command on a host in the environment its jobs get (one argument: a shell line).
+        """Run a command on a host in the environment its jobs get: a string (or a list of one) is a
+        shell line, a list of several is quoted word by word.
 
         Its output (stdout and stderr in order) goes to ``on_output`` as it comes, else into ``output``.
         """
         from gpujob.usecases.shell import command_text, run_exec
+
+        if isinstance(argv, str):  # a string is one shell line, never a list of its letters
+            argv = [argv]
 
         h = self.hosts.get(host or self.host)
         chunks: list[bytes] = []

@@ -221,6 +221,16 @@ def submitted(res: results.SubmitResult) -> None:
     c.print(f"[bold]{res.job_id}[/] submitted to [cyan]{res.host}[/] ({res.state}); "
             f"synced {s['files_sent']} file(s), {s['bytes_sent'] / 1e6:.1f} MB, {s['unchanged']} unchanged")
     c.print(follow)
+    large_code_warnings(s.get("large") or [])
+
+
+def large_code_warnings(names: list[str]) -> None:
+    """One line per large file sent as code: it belongs in data: (sent once, shared) or exclude:."""
+    import sys
+
+    for name in names:
+        print(f"warning: {name} (over 50 MB) was uploaded as code: move it to a data: entry (sent once, "
+              f"shared by jobs) or add it to exclude: in the job file", file=sys.stderr)
 
 
 def disk_warnings(jobs: list[dict[str, Any]]) -> None:

@@ -1,0 +1,66 @@
+"""Smaller untruths a new user met: Client.exec of a string, pull's default folder sent back up as
+code, a large file uploaded as code without a word, the api.md example in an interactive interpreter."""
+
+from __future__ import annotations
+
+import codeop
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import REPO
+from tests.helpers import wait_state, write_job
+
+
+def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.run([sys.executable, "-m", "gpujob.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=120, env=env, stdin=subprocess.DEVNULL)
+
+
+def test_exec_of_a_string_is_one_shell_line() -> None:
+    import gpujob
+
+    with gpujob.Client(host="local") as c:
+        res = c.exec("echo hi && echo there")
+    assert res.exit_code == 0 and (res.output == "hi\nthere\n" or res.output.endswith("\nhi\nthere\n")), res.output
+
+
+def test_pulls_stay_home_and_a_large_code_file_is_named(tmp_path: Path) -> None:
+    job = write_job(tmp_path, "home", "print('hi')", "python main.py")
+    proj = job.parent
+    with open(proj / "weights.bin", "wb") as f:
+        f.truncate(51_000_000)
+    r = _cli(proj, "submit", "job.yaml", "--host", "local")
+    assert r.returncode == 0, r.stderr
+    assert "warning: weights.bin (over 50 MB) was uploaded as code: move it to a data: entry" in r.stderr, r.stderr
+    job_id = r.stdout.split()[0]
+    wait_state("local", job_id, ("succeeded",))
+    r = _cli(proj, "pull", job_id)  # the default folder: ./gpujob-pulls, inside the project
+    assert r.returncode == 0 and (proj / "gpujob-pulls" / job_id / "output.log").is_file(), r.stderr
+    r = _cli(proj, "submit", "job.yaml", "--host", "local", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["sync"]["files_sent"] == 0 and doc["sync"]["large"] == [], doc["sync"]  # the pull is not code
+    assert not (tmp_path / "local-root" / "projects" / "home" / "code" / "gpujob-pulls").exists()
+    wait_state("local", doc["job_id"], ("succeeded",))
+
+
+def test_api_example_pastes_into_an_interactive_interpreter() -> None:
+    """The interactive interpreter runs a statement at the first line that completes it: a blank
+    line inside the `with` block would run it half-way and fail on the next indented line."""
+    import re
+
+    text = (REPO / "docs" / "api.md").read_text()
+    code = re.search(r"<!-- api-example -->\s*```python\n(.*?)```", text, re.S).group(1)
+    buf: list[str] = []
+    statements = 0
+    for line in code.splitlines() + [""]:
+        buf.append(line)
+        if codeop.compile_command("\n".join(buf), "<stdin>", "single") is not None:  # complete: it would run
+            if any(b.strip() for b in buf):
+                statements += 1
+            buf = []
+    assert statements == 2  # `import gpujob`, then the whole `with` block
