@@ -64,3 +64,12 @@ def test_api_example_pastes_into_an_interactive_interpreter() -> None:
                 statements += 1
             buf = []
     assert statements == 2  # `import gpujob`, then the whole `with` block
+
+
+def test_a_typo_in_hosts_yaml_is_an_error_with_did_you_mean(isolated: Path) -> None:
+    isolated.mkdir(parents=True, exist_ok=True)
+    (isolated / "hosts.yaml").write_text("hosts:\n  box:\n    hostname: 127.0.0.1\n    prot: 2222\n")
+    r = _cli(isolated, "status", "somejob", "--host", "box")
+    assert r.returncode == 2, r.stdout + r.stderr
+    said = " ".join(r.stderr.split())  # the message may wrap
+    assert "host 'box' has an unknown setting 'prot' (did you mean 'port'?)" in said and "Traceback" not in said, said
