@@ -73,3 +73,20 @@ def test_a_typo_in_hosts_yaml_is_an_error_with_did_you_mean(isolated: Path) -> N
     assert r.returncode == 2, r.stdout + r.stderr
     said = " ".join(r.stderr.split())  # the message may wrap
     assert "host 'box' has an unknown setting 'prot' (did you mean 'port'?)" in said and "Traceback" not in said, said
+
+
+def test_host_set_ssh_tries_the_address_before_saving(ssh_host: str, sshd, tmp_path: Path) -> None:
+    from gpujob.config.hosts import HostStore
+    from tests.conftest import free_port
+
+    closed = free_port()
+    r = _cli(tmp_path, "host", "set", ssh_host, "--ssh", f"ssh -p {closed} root@127.0.0.1")
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert f"the profile '{ssh_host}' was not changed" in " ".join(r.stderr.split()) and "--no-check" in r.stderr
+    assert HostStore().get(ssh_host).port == sshd.port
+    r = _cli(tmp_path, "host", "set", ssh_host, "--ssh", f"ssh -p {closed} root@127.0.0.1", "--no-check")
+    assert r.returncode == 0 and "saved without trying it" in r.stdout, r.stdout + r.stderr
+    assert HostStore().get(ssh_host).port == closed
+    user = HostStore().get(ssh_host).user
+    r = _cli(tmp_path, "host", "set", ssh_host, "--ssh", f"ssh -p {sshd.port} {user}@127.0.0.1")
+    assert r.returncode == 0 and "(reached)" in r.stdout, r.stdout + r.stderr

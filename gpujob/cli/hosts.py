@@ -44,7 +44,7 @@ def cmd_host_set(args: argparse.Namespace) -> int:
     from gpujob.usecases.hostsetup import profile, update_host
 
     change = update_host(args.name, ssh_line=args.ssh, root=args.root, preset=args.preset, identity=args.identity,
-                         price=args.price, settings=_settings(args))
+                         price=args.price, settings=_settings(args), check=not args.no_check)
     show(profile(change.host), args.json, lambda _: ui.changed(change))
     return 0
 

@@ -204,6 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--preset", choices=["generic", "autodl", "vast", "runpod"])
     s.add_argument("--price", type=PRICE)
     s.add_argument("--identity")
+    s.add_argument("--no-check", action="store_true", help="save a new --ssh line without trying it first")
     host_setting_args(s)
     add("ls", cmd_host_ls, "list host profiles", hsub)
     s = add("rm", cmd_host_rm, "remove a host profile", hsub)
