@@ -114,8 +114,22 @@ def _chosen(job_path: Path, what: str, metric: Optional[str], found: List[Any]) 
             if c.complete:
                 return c.path
         return None
+    own = _runtime_best(job_path, metric)
+    if own is not None:
+        return own
     c = checkpoints.best(found, metric, job_path)
     return c.path if c else None
+
+
+def _runtime_best(job_path: Path, metric: Optional[str]) -> Optional[Path]:
+    """``ckpt/best``, which the runtime helper's ``save_best`` writes atomically with ``best.json``
+    (step, metric, value; the seq-cls template's): the job's own word on its best checkpoint,
+    unless another ``metric`` is asked for."""
+    folder = job_path / "ckpt" / "best"
+    info = read_json(folder / "best.json", None)
+    if not isinstance(info, dict) or (metric and info.get("metric") != metric):
+        return None
+    return folder
 
 
 def _other_checkpoints(job_path: Path, found: List[Any], chosen: Path) -> List[str]:

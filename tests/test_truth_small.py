@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REPO
 from tests.helpers import wait_state, write_job
 
@@ -90,3 +92,30 @@ def test_host_set_ssh_tries_the_address_before_saving(ssh_host: str, sshd, tmp_p
     user = HostStore().get(ssh_host).user
     r = _cli(tmp_path, "host", "set", ssh_host, "--ssh", f"ssh -p {sshd.port} {user}@127.0.0.1")
     assert r.returncode == 0 and "(reached)" in r.stdout, r.stdout + r.stderr
+
+
+BEST_JOB = """
+    import json, os
+    import gpujob_runtime as gj
+    # the seq-cls template's way: checkpoints by step, the best by eval_accuracy in ckpt/best
+    for step, acc in ((10, 0.6), (20, 0.9), (30, 0.7)):
+        gj.save({"w": step}, step, rng=False)
+        with open(os.environ["GPUJOB_METRICS_FILE"], "a") as f:
+            f.write(json.dumps({"step": step, "eval_accuracy": acc, "eval_loss": 1 - acc if step != 30 else 0.01}) + "\\n")
+        if step == 20:
+            gj.save_best({"w": step}, step, "eval_accuracy", acc)
+"""
+
+
+@pytest.mark.slow  # torch's import in the job
+def test_pull_best_takes_the_runtimes_own_best(tmp_path: Path) -> None:
+    job = write_job(tmp_path, "bestj", BEST_JOB, "python main.py")
+    r = _cli(job.parent, "submit", "job.yaml", "--host", "local", "--json")
+    assert r.returncode == 0, r.stderr
+    job_id = json.loads(r.stdout)["job_id"]
+    wait_state("local", job_id, ("succeeded",))
+    r = _cli(tmp_path, "pull", job_id, str(tmp_path / "p"), "--best", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["selected"] == "ckpt/best", doc  # best.json's word, not eval_loss's step-30
+    assert json.loads((Path(doc["dest"]) / "ckpt" / "best" / "best.json").read_text())["step"] == 20
