@@ -133,7 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="only the newest complete checkpoint of any kind (and the logs, and the files beside the "
                         "checkpoints that are no checkpoint: a final model, results)")
     g.add_argument("--best", nargs="?", const="", metavar="METRIC",
-                   help="only the best checkpoint: trainer_state.json's best_model_checkpoint, or by METRIC "
+                   help="only the best checkpoint: the runtime's ckpt/best (its best.json), trainer_state.json's "
+                        "best_model_checkpoint, or by METRIC "
                         "in the names (val_loss=0.12.ckpt) or the metric history (loss-like names: lowest wins)")
     g.add_argument("--all", action="store_true", help="every checkpoint (the default)")
     s.add_argument("--include", action="append", default=[], metavar="GLOB",
