@@ -119,3 +119,18 @@ def test_pull_best_takes_the_runtimes_own_best(tmp_path: Path) -> None:
     doc = json.loads(r.stdout)
     assert doc["selected"] == "ckpt/best", doc  # best.json's word, not eval_loss's step-30
     assert json.loads((Path(doc["dest"]) / "ckpt" / "best" / "best.json").read_text())["step"] == 20
+
+
+def test_cost_keeps_ids_whole_and_a_pipe_gets_whole_lines(tmp_path: Path) -> None:
+    name = "a-rather-long-job-name-for-cost-tables"
+    job = write_job(tmp_path, name, "print('hi')", "python main.py")
+    env = {"COLUMNS": "80"}
+    r = subprocess.run([sys.executable, "-m", "gpujob.cli", "submit", str(job), "--host", "local"], capture_output=True,
+                       text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO), **env), stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, r.stderr
+    job_id = r.stdout.split()[0]
+    assert f"follow: gpujob tail {job_id} -f    status: gpujob status {job_id}" in r.stdout.splitlines()[1], r.stdout
+    wait_state("local", job_id, ("succeeded",))
+    r = subprocess.run([sys.executable, "-m", "gpujob.cli", "cost"], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, PYTHONPATH=str(REPO), **env), stdin=subprocess.DEVNULL)
+    assert r.returncode == 0 and job_id in r.stdout.split(), r.stdout

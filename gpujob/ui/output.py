@@ -11,7 +11,16 @@ from typing import Any, Callable
 def console(stderr: bool = False) -> Any:
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False)
+    stream = sys.stderr if stderr else sys.stdout
+    # into a pipe or a file a line is never broken (a command in it would no longer paste); tables still fit
+    return Console(stderr=stderr, highlight=False, soft_wrap=not _is_tty(stream))
+
+
+def _is_tty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
 
 
 def print_json(doc: Any) -> None:
