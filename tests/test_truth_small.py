@@ -134,3 +134,25 @@ def test_cost_keeps_ids_whole_and_a_pipe_gets_whole_lines(tmp_path: Path) -> Non
     r = subprocess.run([sys.executable, "-m", "gpujob.cli", "cost"], capture_output=True, text=True, timeout=120,
                        env=dict(os.environ, PYTHONPATH=str(REPO), **env), stdin=subprocess.DEVNULL)
     assert r.returncode == 0 and job_id in r.stdout.split(), r.stdout
+
+
+def test_gc_frees_data_no_kept_job_uses(tmp_path: Path) -> None:
+    job = write_job(tmp_path, "dat", "print(open('/dev/null').read())", "python main.py",
+                    data=[{"src": "corpus", "dst": "corpus"}])
+    (job.parent / "corpus").mkdir()
+    (job.parent / "corpus" / "train.jsonl").write_text('{"x": 1}\n' * 1000)
+    r = _cli(job.parent, "submit", "job.yaml", "--host", "local", "--json")
+    assert r.returncode == 0, r.stderr
+    job_id = json.loads(r.stdout)["job_id"]
+    wait_state("local", job_id, ("succeeded",))
+    data = tmp_path / "local-root" / "data" / "corpus"
+    assert data.is_dir()
+    r = _cli(tmp_path, "gc", "local", "--older-than", "1h", "--dry-run", "--json")  # the job is recent: kept, and its data
+    assert r.returncode == 0 and not [i for i in json.loads(r.stdout)["items"] if i["kind"] == "data"], r.stdout
+    r = _cli(tmp_path, "gc", "local", "--older-than", "0s", "--dry-run", "--json")
+    items = json.loads(r.stdout)["items"]
+    assert {"kind": "data", "path": str(data)} in [{k: i[k] for k in ("kind", "path")} for i in items], items
+    assert data.is_dir()  # a dry run
+    r = _cli(tmp_path, "gc", "local", "--older-than", "0s")
+    assert r.returncode == 0 and f"data {data}" in " ".join(r.stdout.split()), r.stdout
+    assert not data.exists()
