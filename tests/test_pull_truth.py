@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -50,8 +51,20 @@ def test_pull_waits_for_or_leaves_out_a_file_being_written(tmp_path: Path) -> No
     r = run_cli("pull", job_id, str(tmp_path / "short2"), "--write-wait", "0", "--json")
     assert r.returncode == 2 and json.loads(r.stdout)["held"] == ["ckpt/model.pt"], r.stdout + r.stderr
 
-    # a pull that waits: it says so, and brings the whole file once the writer closes it
+    # a pull that waits: it says so; Ctrl-C then says what is kept
     env = dict(os.environ, PYTHONPATH=str(REPO))
+    p = subprocess.Popen([sys.executable, "-m", "gpujob.cli", "pull", job_id, str(tmp_path / "cut")],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, env=env)
+    try:
+        assert p.stderr is not None and "is open for writing" in p.stderr.readline()
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+    finally:
+        p.kill()
+    assert p.returncode == 130 and "pull interrupted: the files that arrived whole are in" in err, out + err
+    assert "run pull again" in err and "Traceback" not in err, err
+
+    # ... and brings the whole file once the writer closes it
     p = subprocess.Popen([sys.executable, "-m", "gpujob.cli", "pull", job_id, str(tmp_path / "full")],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, env=env)
     try:

@@ -40,6 +40,13 @@ def _read_small(it: Item) -> bytes:
     raise TransferError("{} changed while being sent".format(it.path))
 
 
+def _size_now(it: Item, planned: int) -> int:
+    try:
+        return os.stat(str(it.path)).st_size
+    except OSError:
+        return planned
+
+
 def write_items(out: IO[bytes], items: Iterable[Item], delete: Optional[List[str]] = None,
                 on_bytes: Optional[Callable[[int], None]] = None,
                 on_hash: Optional[Callable[[Item, str], None]] = None, end: Optional[dict] = None,
@@ -81,6 +88,8 @@ def write_items(out: IO[bytes], items: Iterable[Item], delete: Optional[List[str
             ents.append(["l", it.arcname, it.link])
         elif it.size <= CHUNK and not it.prefix:
             try:
+                if changed is not None:  # a pull: the file as it is now (a log grew, status.json was replaced)
+                    it.size = _size_now(it, it.size)
                 data = _read_small(it)
             except TransferError:
                 if changed is None:
