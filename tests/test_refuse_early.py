@@ -25,3 +25,16 @@ def test_a_typo_in_runs_script_is_refused_then_diagnosed(tmp_path: Path) -> None
     d = status("local", job_id)["diagnosis"]
     assert d["cause"] == "missing_script" and "the script does not exist" in d["summary"], d
     assert "did you mean train.py?" in d["remedy"] and "main.py, train.py" in d["remedy"], d
+
+
+def test_an_interpreter_not_on_the_job_path_is_refused(tmp_path: Path) -> None:
+    job = write_job(tmp_path, "interp", "print('x')", "python3.99 main.py")
+    r = run_cli("submit", str(job), "--host", "local")
+    assert r.returncode == 2, r.stdout + r.stderr
+    said = " ".join(r.stderr.split())
+    assert "`python3.99` is not on this host's job PATH" in said and "would exit 127; nothing was submitted" in said, said
+    assert "set python:" in said and "Traceback" not in said
+    assert not (tmp_path / "local-root" / "jobs").exists() or not any((tmp_path / "local-root" / "jobs").iterdir())
+    job.write_text(job.read_text().replace("python3.99", "python"))
+    job_id = submit("local", job)["job_id"]  # the same project: its sync lease was given back
+    wait_state("local", job_id, ("succeeded",))
