@@ -148,7 +148,7 @@ def tell_pulled(agent: Agent, job_id: str) -> None:
 
 def _disk_full(target: Path, need: int) -> GpujobError:
     free = shutil.disk_usage(target).free
-    return GpujobError(f"the disk holding {target} is full: {free:,} bytes free, the pull needs {need:,} more",
+    return GpujobError(f"no room on the disk holding {target}: {free:,} bytes free, the pull needs {need:,} more",
                        f"free {max(need - free, 0):,} bytes there or pull into a folder on another disk "
                        f"(gpujob pull JOB DEST); finished files are kept and the next pull resumes")
 
@@ -165,7 +165,6 @@ def _pull(agent: Agent, args: list[str], dest: Path, progress: Callable[[int, in
             if total > shutil.disk_usage(target).free:  # named now, not after a minute of filling it
                 raise _disk_full(target, total)
         except GpujobError:
-            s.stdin.write(b"[]\n")
             s.close_stdin()
             raise
         asked = {w if isinstance(w, str) else w[0] for w in want}
@@ -184,14 +183,9 @@ def _pull(agent: Agent, args: list[str], dest: Path, progress: Callable[[int, in
         s.close_stdin()
         try:
             res = extract(s.stdout, target, on_bytes)
-        except OSError as e:
-            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        except (OSError, EOFError) as e:
+            if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):  # at once, not after 60 s
                 raise _disk_full(target, max(total - done[0], 1)) from None
-            rc = s.wait(60)
-            if rc < 0:
-                raise link_cut(agent.host, "pull", rc, AGAIN) from None
-            raise RemoteError(f"pull from {agent.host.name} broke off: {e} {s.stderr_text()[-500:]}", AGAIN) from None
-        except EOFError as e:
             rc = s.wait(60)
             if rc < 0:
                 raise link_cut(agent.host, "pull", rc, AGAIN) from None
