@@ -29,14 +29,15 @@ def test_a_reference_on_two_hosts_is_refused_until_host_picks(tmp_path: Path, ss
                 and f"{b} on {ssh_host}" in r.stderr and "--host" in r.stderr, (verb, r.stderr)
     assert (tmp_path / "local-root" / "jobs" / a).is_dir() and (remote_root(tmp_path, ssh_host) / "jobs" / b).is_dir()
 
+    r = run_cli("status", "nosuchjob-zz")
+    said = " ".join(r.stderr.split())
+    assert r.returncode == 2 and "no job matches 'nosuchjob-zz' on local" in said, said
+    assert f"not looked for on {ssh_host}" in said and "--host HOST searches one" in said, said
     r = run_cli("rm", prefix, "--host", ssh_host)  # --host picks one: that one goes, the other stays
     assert r.returncode == 0, r.stderr
     assert not (remote_root(tmp_path, ssh_host) / "jobs" / b).exists() and (tmp_path / "local-root" / "jobs" / a).is_dir()
     r = run_cli("status", prefix)  # now only one matches: no guess needed
     assert r.returncode == 0 and a in r.stdout, r.stderr
-
-    r = run_cli("status", "nosuchjob-zz")
-    assert r.returncode == 2 and "no job matches 'nosuchjob-zz' on local" in r.stderr, r.stderr
 
 
 def test_api_raises_job_not_found_and_job_ambiguous(tmp_path: Path) -> None:
