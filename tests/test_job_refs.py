@@ -21,12 +21,12 @@ def test_a_reference_on_two_hosts_is_refused_until_host_picks(tmp_path: Path, ss
     wait_state("local", a, ("succeeded",))
     wait_state(ssh_host, b, ("succeeded",))
     prefix = os.path.commonprefix([a, b])
-    for ref in ("snap", prefix):
-        for verb in (["status", ref], ["tail", ref], ["pull", ref, str(tmp_path / "p")], ["stop", ref], ["rm", ref]):
-            r = run_cli(*verb)
-            assert r.returncode == 2, (verb, r.stdout, r.stderr)
-            assert "matches jobs on several hosts" in r.stderr and f"{a} on local" in r.stderr \
-                and f"{b} on {ssh_host}" in r.stderr and "--host" in r.stderr, (verb, r.stderr)
+    every = [["status", "snap"], ["tail", "snap"], ["pull", "snap", str(tmp_path / "p")], ["stop", "snap"], ["rm", "snap"]]
+    for verb in every + [["status", prefix], ["rm", prefix]]:  # a name, and an id prefix
+        r = run_cli(*verb)
+        assert r.returncode == 2, (verb, r.stdout, r.stderr)
+        assert "matches jobs on several hosts" in r.stderr and f"{a} on local" in r.stderr \
+            and f"{b} on {ssh_host}" in r.stderr and "--host" in r.stderr, (verb, r.stderr)
     assert (tmp_path / "local-root" / "jobs" / a).is_dir() and (remote_root(tmp_path, ssh_host) / "jobs" / b).is_dir()
 
     r = run_cli("status", "nosuchjob-zz")
