@@ -44,8 +44,18 @@ class RemoteError(GpujobError):
     """The agent on the instance reported a failure."""
 
 
-class JobNotFound(GpujobError):
-    """No job matches the id or prefix given."""
+class JobNotFound(RemoteError):
+    """No job matches the id or prefix given (the host that was searched is named)."""
+
+
+class JobAmbiguous(GpujobError):
+    """The id prefix or name matches jobs on several hosts: gpujob does not guess (``--host`` picks one)."""
+
+
+class Interrupted(GpujobError, KeyboardInterrupt):
+    """Ctrl-C, with the state things were left in (still a ``KeyboardInterrupt`` for a notebook)."""
+
+    exit_code = 130
 
 
 class InternalError(GpujobError):

@@ -221,11 +221,17 @@ def cmd_send(root: Root, a: argparse.Namespace) -> None:
                              transfer.stray_hint(doc["stray"]) if doc.get("stray")
                              else "pull without --latest/--best, or pick another job", "no_checkpoint")
         doc["job_id"] = job.id
+        if a.write_wait is not None:  # files some process is writing now: the client says it waits
+            from remote import writing
+
+            held = writing.writers([str(job.path / rel) for rel in doc.get("files", {}) if rel not in transfer.LOGS])
+            doc["writing"] = {rel: held[str(job.path / rel)] for rel in doc.get("files", {})
+                              if str(job.path / rel) in held}
         _out(doc)
         if not a.list:
             return
         line = sys.stdin.buffer.readline()  # the client's wish list answers on the same channel
-        transfer.send_list(job.path, json.loads(line.decode() or "[]"), sys.stdout.buffer)
+        transfer.send_list(job.path, json.loads(line.decode() or "[]"), sys.stdout.buffer, a.write_wait)
         sys.stdout.buffer.flush()
         return
     if a.list:
@@ -331,7 +337,8 @@ def cmd_gpus(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     """A fresh nvidia-smi sample (None on a CPU host), who holds which GPU, and the queue."""
     from remote import gpus
 
-    return {"gpus": gpus.query(os.environ.get("GPUJOB_PATH_PREFIX", "")), "held": gpus.taken(root, ""),
+    prefix = a.path_prefix or os.environ.get("GPUJOB_PATH_PREFIX", "")  # the host profile's, as a job gets it
+    return {"gpus": gpus.query(prefix), "held": gpus.taken(root, ""),
             "queue": gpus.queue(root)}
 
 
@@ -506,6 +513,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--select", default="all", choices=["all", "latest", "best"])
     s.add_argument("--metric")
     s.add_argument("--include", action="append", default=[])
+    s.add_argument("--write-wait", type=float, help="seconds to wait for a file a process is writing (then left out)")
     s = sub.add_parser("logs")
     s.add_argument("--job", required=True)
     s.add_argument("--offset", type=int, default=0)
@@ -525,7 +533,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--port", type=int, required=True)
     s = sub.add_parser("agentlog")
     s.add_argument("--lines", type=int, default=50)
-    sub.add_parser("gpus")
+    s = sub.add_parser("gpus")
+    s.add_argument("--path-prefix", default="")
     sub.add_parser("serve")
     s = sub.add_parser("run")
     s.add_argument("job_id")

@@ -99,6 +99,7 @@ def plan(root: Root, older_than: float, checkpoints_only: bool = False, now: Opt
     live_agents = {_agent_version()}
     used_envs = set()  # env hashes (and venv names) that kept jobs use
     used_projects = set()  # projects of kept jobs
+    used_data = set()  # top-level names under <root>/data that kept jobs' data: entries use
     env_unknown = False  # a live job whose environment is not recorded yet: keep every environment
     busy = []  # type: List[str]
     for job_id in jobs.all_job_ids(root):
@@ -126,6 +127,7 @@ def plan(root: Root, older_than: float, checkpoints_only: bool = False, now: Opt
             if env.get("VIRTUAL_ENV"):
                 used_envs.add(Path(str(env["VIRTUAL_ENV"])).name[len("venv-"):])
         used_projects.add(str(spec.get("project") or spec.get("name") or ""))
+        used_data.update(str(d).strip("/").split("/")[0] for d in spec.get("data") or [] if isinstance(d, str))
     if not checkpoints_only:
         if root.envs.is_dir() and not env_unknown:
             for p in sorted(root.envs.iterdir()):
@@ -142,10 +144,26 @@ def plan(root: Root, older_than: float, checkpoints_only: bool = False, now: Opt
             for p in sorted(projects.iterdir()):
                 if p.is_dir() and p.name not in used_projects and _mtime(p / "code") < cutoff:
                     items.append({"kind": "project", "path": str(p)})
+        items += _unused_data(root, used_data, cutoff)
     for it in items:
         it["bytes"] = freed_bytes([Path(it["path"])])
     return {"items": items, "bytes": freed_bytes([Path(i["path"]) for i in items]), "busy": busy,
             "agent": _agent_version(), "older_than_s": older_than}
+
+
+def _unused_data(root: Root, used: set, cutoff: float) -> List[Dict[str, Any]]:
+    """``<root>/data`` entries no kept job's ``data:`` names, untouched since ``cutoff``. None while a
+    submit syncs (a live sync lease): the data it is sending has no job yet."""
+    data = root.root / "data"
+    projects = root.root / "projects"
+    if not data.is_dir():
+        return []
+    for lease in projects.glob("*/sync.lease") if projects.is_dir() else []:
+        until = read_doc(lease).get("until")
+        if isinstance(until, (int, float)) and until > time.time():
+            return []
+    return [{"kind": "data", "path": str(p)} for p in sorted(data.iterdir())
+            if p.name not in used and _mtime(p) < cutoff]
 
 
 def _mtime(p: Path) -> float:

@@ -30,6 +30,9 @@ RULES = [
     ("missing_module", r"ModuleNotFoundError: No module named '([^']+)'|ImportError: No module named ([\w.]+)",
      "a Python module is missing",
      "add it to requirements.txt (or setup:) and submit again; check python: picks the right environment"),
+    ("missing_script", r"can't open file '([^']+)': \[Errno 2\] No such file or directory",
+     "the script does not exist",
+     "fix the file name in run: (the job's code folder is the project folder as synced)"),
     ("missing_file", r"FileNotFoundError: \[Errno 2\] No such file or directory: '([^']+)'",
      "a file is missing",
      "check the path; data: entries land under $GPUJOB_DATA_DIR"),
@@ -37,6 +40,21 @@ RULES = [
      "the run command was not found",
      "check run: (is the interpreter on PATH under bash -l?)"),
 ]
+
+
+def _did_you_mean(code: Path, missing: str, remedy: str) -> str:
+    """``remedy`` with the scripts the code folder does hold, the closest first."""
+    import difflib
+
+    try:
+        have = sorted(p.name for p in code.iterdir() if p.suffix in (".py", ".sh") and p.is_file())
+    except OSError:
+        return remedy
+    if not have:
+        return remedy
+    close = difflib.get_close_matches(Path(missing).name, have, n=1, cutoff=0.5)
+    return "{}{}; the code folder holds {}".format(
+        remedy, " (did you mean {}?)".format(close[0]) if close else "", ", ".join(have[:12]))
 
 
 def _last_frame(lines: List[str]) -> Optional[str]:
@@ -114,6 +132,8 @@ def diagnose(log: Path, rc: Optional[int], metrics: Optional[Path] = None,
         if m:
             detail = next((g for g in m.groups() if g), None) if m.groups() else None
             line = next((ln.strip() for ln in reversed(lines) if re.search(pattern, ln)), None)
+            if cause == "missing_script" and detail:
+                remedy = _did_you_mean(log.parent / "code", detail, remedy)
             return {"cause": cause, "summary": summary + (": " + detail if detail else ""), "remedy": remedy,
                     "where": _last_frame(lines), "line": line, "gpu": cause == "oom"}
     bad = _bad_loss(metrics)

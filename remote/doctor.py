@@ -87,9 +87,9 @@ def pythons(login: Optional[str]) -> List[Dict[str, Any]]:
     return found
 
 
-def login_env(prefix: str) -> Dict[str, str]:
-    """What a ``bash -lc`` command sees: python path and the platform's variables."""
-    script = ('if [ -n "$P" ]; then export PATH="$P:$PATH"; fi; echo "python=$(command -v python || command -v python3)"; '
+def login_env(prefix: str, find: str = "command -v python || command -v python3") -> Dict[str, str]:
+    """What a ``bash -lc`` command sees: python path (``find``) and the platform's variables."""
+    script = ('if [ -n "$P" ]; then export PATH="$P:$PATH"; fi; echo "python=$(' + find + ')"; '
               + "; ".join('echo "{0}=${{{0}:-}}"'.format(k) for k in PLATFORM_ENV))
     out = _run(["bash", "-lc", script], 30, dict(os.environ, P=prefix)) or ""
     return {k: v for k, _, v in (line.partition("=") for line in out.splitlines()) if v}
@@ -182,6 +182,9 @@ def report(root: Root, data_disk: Optional[str] = None, turbo_file: Optional[str
     from remote import jobenv
 
     job_id, jenv = jobenv.newest(root)
+    # what `run: python ...` of a job without python: gets: the login shell's `python` under the
+    # host's own PATH prefix (not another job's venv)
+    python_cmd = login_env(path_prefix, "command -v python").get("python") or None
     if jenv.get("GPUJOB_PATH_PREFIX"):
         path_prefix = jenv["GPUJOB_PATH_PREFIX"]
     lenv = login_env(path_prefix)
@@ -205,6 +208,7 @@ def report(root: Root, data_disk: Optional[str] = None, turbo_file: Optional[str
                   "python_version": sys.version.split()[0]},
         "os": os_info(),
         "login_python": login_py,
+        "python_command": python_cmd,
         "job_python": {"job_id": job_id, "python": login_py, "path_prefix": path_prefix} if job_id else None,
         "pythons": pythons(login_py),
         "torch": torch_info(login_py, torch_timeout),

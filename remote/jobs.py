@@ -87,6 +87,8 @@ def submit(root: Root, request: Dict[str, Any]) -> Dict[str, Any]:
     spec = request["spec"]
     project = request.get("project") or spec["name"]
     code = root.project_code(project)
+    if not request.get("moved_from"):
+        _interpreter_or_refuse(root, project, spec, request)
     # the client syncs right before this; an absent folder is an empty tree (a project whose only
     # file is its job file, kept home for its secrets), which is a valid project
     code.mkdir(parents=True, exist_ok=True)
@@ -127,6 +129,20 @@ def submit(root: Root, request: Dict[str, Any]) -> Dict[str, Any]:
         pid = start_supervisor(root, job)
         record_supervisor(job, pid)
     return {"job_id": job_id, "state": "queued", "job_dir": str(job.path), "supervisor_pid": pid}
+
+
+def _interpreter_or_refuse(root: Root, project: str, spec: Dict[str, Any], request: Dict[str, Any]) -> None:
+    """Refuse a job whose run: interpreter is not on the job PATH, giving the sync lease back."""
+    from remote import interpreter
+
+    try:
+        interpreter.check(root, spec, request.get("host_env") or {})
+    except AgentError:
+        lease = request.get("lease")
+        if lease:
+            with locks.project_locked(root.root, project):
+                locks.release(root.root, project, lease)
+        raise
 
 
 def all_job_ids(root: Root) -> List[str]:

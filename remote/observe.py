@@ -309,11 +309,20 @@ def tensorboard(root: Root, ref: str, port: int, wait: float = 60.0) -> Dict[str
     job_id = jobs.resolve(root, ref)
     job = root.job(job_id)
     logdir = tb_dir(job)
+    info = read_json(job.path / "tensorboard.json", {}) or {}
+    busy = None  # type: Optional[Dict[str, Any]]
+    for p_ in ([int(info["port"])] if info.get("port") and info.get("port") != port else []) + [port]:
+        if not _listening(p_):
+            continue
+        serves = serves_logdir(p_)
+        if serves is not None and _same_dir(serves, logdir):  # verified: this job's curves, not another's
+            return {"job_id": job_id, "port": p_, "started": False, "logdir": logdir, "pid": info.get("pid"),
+                    "via": info.get("via"), "autodl_url": autodl_url(p_), "verified": True}
+        if p_ == port:
+            busy = {"port": port, "serves": serves}
+    if busy is not None:  # another job's TensorBoard (or another server): this job's own on a free port
+        port = _free_port(port + 1)
     url = autodl_url(port)
-    if _listening(port):
-        info = read_json(job.path / "tensorboard.json", {}) or {}
-        return {"job_id": job_id, "port": port, "started": False, "logdir": logdir, "pid": info.get("pid"),
-                "via": info.get("via"), "autodl_url": url}
     Path(logdir).mkdir(parents=True, exist_ok=True)
     env = job_env(root, job)
     bind = "0.0.0.0" if url else "127.0.0.1"
@@ -342,7 +351,7 @@ def tensorboard(root: Root, ref: str, port: int, wait: float = 60.0) -> Dict[str
             write_json(job.path / "tensorboard.json", {"pid": p.pid, "port": port, "logdir": logdir,
                                                        "started_at": time.time(), "via": via})
             return {"job_id": job_id, "port": port, "started": True, "logdir": logdir, "pid": p.pid, "via": via,
-                    "autodl_url": url}
+                    "autodl_url": url, "verified": True, "port_taken": busy}
         if p.poll() is not None:
             break
         time.sleep(0.2)
@@ -358,6 +367,34 @@ def tensorboard(root: Root, ref: str, port: int, wait: float = 60.0) -> Dict[str
             "or `pip install tensorboard` with the job's python".format(tb_tools(root)), "tb_missing")
     raise jobs.AgentError("TensorBoard did not start on port {}: {}".format(port, out.strip()[-600:] or "no output"),
                           "see {}; another port: gpujob tunnel JOB --remote-port N".format(log_path), "tb_failed")
+
+
+def serves_logdir(port: int) -> Optional[str]:
+    """The log folder the TensorBoard on ``port`` serves (its ``/data/environment``), or None when
+    what listens there is no TensorBoard."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:{}/data/environment".format(port), timeout=5) as r:
+            doc = json.loads(r.read().decode("utf-8", "replace"))
+    except (OSError, ValueError):
+        return None
+    return str(doc.get("data_location") or "") if isinstance(doc, dict) else None
+
+
+def _same_dir(a: str, b: str) -> bool:
+    return bool(a) and os.path.realpath(a) == os.path.realpath(b)
+
+
+def _free_port(start: int) -> int:
+    for p in range(start, min(65536, start + 200)):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", p))
+            except OSError:
+                continue
+            return p
+    raise jobs.AgentError("no free port in {}..{}".format(start, start + 199), "gpujob tunnel JOB --remote-port N", "tb_failed")
 
 
 def _tb_via(out: str) -> Optional[Dict[str, str]]:

@@ -114,8 +114,22 @@ def _chosen(job_path: Path, what: str, metric: Optional[str], found: List[Any]) 
             if c.complete:
                 return c.path
         return None
+    own = _runtime_best(job_path, metric)
+    if own is not None:
+        return own
     c = checkpoints.best(found, metric, job_path)
     return c.path if c else None
+
+
+def _runtime_best(job_path: Path, metric: Optional[str]) -> Optional[Path]:
+    """``ckpt/best``, which the runtime helper's ``save_best`` writes atomically with ``best.json``
+    (step, metric, value; the seq-cls template's): the job's own word on its best checkpoint,
+    unless another ``metric`` is asked for."""
+    folder = job_path / "ckpt" / "best"
+    info = read_json(folder / "best.json", None)
+    if not isinstance(info, dict) or (metric and info.get("metric") != metric):
+        return None
+    return folder
 
 
 def _other_checkpoints(job_path: Path, found: List[Any], chosen: Path) -> List[str]:
@@ -236,11 +250,14 @@ def portable_link(base: Path, link_path: Path, target: str) -> str:
     return target
 
 
-def send_list(base: Path, wanted: List[Any], out: IO[bytes]) -> None:
+def send_list(base: Path, wanted: List[Any], out: IO[bytes], write_wait: Optional[float] = None) -> None:
     """Stream ``wanted`` ([rel, prefix_chunks] pairs, or bare rel strings) from ``base``.
 
-    A prefix is honoured only if this side's file starts with the same chunks."""
-    items = []  # type: List[Item]
+    A prefix is honoured only if this side's file starts with the same chunks. With
+    ``write_wait`` (a pull), a file some process holds open for writing is waited for that
+    long, then left out, as is one that changes while it is read: the end record lists them
+    under ``held``, and nothing unfinished arrives as pulled."""
+    places = []  # type: List[Any]
     root = base.resolve()
     for w in wanted:
         rel, prefix = (w, []) if isinstance(w, str) else (w[0], list(w[1] or []))
@@ -249,6 +266,18 @@ def send_list(base: Path, wanted: List[Any], out: IO[bytes]) -> None:
             continue
         full = base.joinpath(*p.parts)
         if root not in full.parent.resolve().parents and full.parent.resolve() != root:
+            continue
+        places.append((rel, prefix, full))
+    held = {}  # type: Dict[str, Any]
+    if write_wait is not None:  # before the files are looked at: what a writer finishes is sent whole
+        from remote import writing
+
+        # the logs grow by appends while the job runs: any moment's copy of them is a true one
+        held = writing.wait_closed([str(f) for r, _, f in places if r.split("/")[0] not in LOGS
+                                    and f.is_file() and not f.is_symlink()], write_wait)
+    items = []  # type: List[Item]
+    for rel, prefix, full in places:
+        if str(full) in held:
             continue
         try:
             st = os.lstat(str(full))
@@ -264,7 +293,15 @@ def send_list(base: Path, wanted: List[Any], out: IO[bytes]) -> None:
                 if len(prefix) * CHUNK >= st.st_size:
                     prefix = prefix[:max(0, (st.st_size - 1) // CHUNK)]
             items.append(Item(rel, full, st.st_size, st.st_mtime_ns, stat.S_IMODE(st.st_mode), prefix=prefix))
-    write_items(out, items)
+    if write_wait is None:
+        write_items(out, items)
+    else:
+        write_items(out, items, end={"held": sorted(held_rel(base, held))}, changed=[])
+
+
+def held_rel(base: Path, held: Dict[str, Any]) -> List[str]:
+    """The paths of ``held`` (files under ``base``) relative to it, as the pull names them."""
+    return [Path(p).relative_to(base).as_posix() for p in held]
 
 
 def send(base: Path, members: List[str], out: IO[bytes]) -> None:

@@ -11,22 +11,25 @@ from tests.conftest import run_cli
 from tests.helpers import remote_root, submit, wait_state, write_job
 
 
-def test_cpu_host_without_nvidia_smi(ssh_host: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No nvidia-smi: not an error for a job without gpus:, a clear failure for one with
-    (on a rented host; the laptop's ``local`` host runs a GPU job on its CPU instead)."""
+def test_cpu_host_without_nvidia_smi(ssh_host: str, tmp_path: Path) -> None:
+    """No nvidia-smi: not an error for a job without gpus:, a clear refusal for one with, before
+    submitting (on a rented host; the laptop's ``local`` host runs a GPU job on its CPU instead)."""
     if shutil.which("nvidia-smi"):
         pytest.skip("this machine has nvidia-smi")
     job = write_job(tmp_path, "cpu", "print('ok')", "python main.py")
     job_id = submit(ssh_host, job)["job_id"]
     assert wait_state(ssh_host, job_id, ("succeeded", "failed"))["state"] == "succeeded"
     assert not (remote_root(tmp_path, ssh_host) / "jobs" / job_id / "gpu.jsonl").exists()
-    (tmp_path / "g").mkdir()
-    job = write_job(tmp_path / "g", "gpu", "print('ok')", "python main.py", gpus=2)
-    st = wait_state(ssh_host, submit(ssh_host, job)["job_id"], ("succeeded", "failed"))
-    assert st["state"] == "failed" and "no nvidia-smi" in st["reason"]
-    monkeypatch.setenv("COLUMNS", "250")
-    human = run_cli("status", st["job_id"], "--host", ssh_host).stdout
-    assert "no nvidia-smi" in human and "or lower gpus:" in human  # cause and remedy
+    # a GPU job is refused before anything is sent (gpus: all on a CPU host is no GPU, not zero of them),
+    # as the same file with --host box,local is
+    for gpus in (2, "all"):
+        (tmp_path / f"g{gpus}").mkdir()
+        job = write_job(tmp_path / f"g{gpus}", "gpu", "print('ok')", "python main.py", gpus=gpus)
+        r = run_cli("submit", str(job), "--host", ssh_host)
+        assert r.returncode == 2, r.stdout + r.stderr
+        assert "box a CPU host (no nvidia-smi): the job cannot run there; nothing was submitted" in r.stderr, r.stderr
+        assert "--wait-gpus" in r.stderr and "lower gpus:" in r.stderr and "Traceback" not in r.stderr
+    assert [p.name for p in (remote_root(tmp_path, ssh_host) / "jobs").iterdir()] == [job_id]
 
 
 def test_agent_log_command(tmp_path: Path) -> None:

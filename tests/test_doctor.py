@@ -57,7 +57,7 @@ def save_host(sshd, tmp_path: Path, prefix: Path, **kw: object) -> None:
 def test_doctor_json_every_field_without_gpu(sshd, tmp_path: Path) -> None:
     save_host(sshd, tmp_path, no_torch_bin(tmp_path))
     r = run_cli("doctor", "box", "--json", timeout=180)
-    assert r.returncode == 0, r.stderr + r.stdout
+    assert r.returncode == 1, r.stderr + r.stdout  # a ✗ line (no GPU) is no success
     rep = json.loads(r.stdout)
     assert TOP <= set(rep), TOP - set(rep)
     for key, sub in FIELDS.items():
@@ -73,7 +73,7 @@ def test_doctor_json_every_field_without_gpu(sshd, tmp_path: Path) -> None:
     assert all(c["level"] in ("ok", "warn", "error") for c in rep["checks"])
 
     r = run_cli("doctor", "box", timeout=180)  # the human form: one line per check, remedies under
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 1, r.stderr
     assert "no GPU" in r.stdout and "→" in r.stdout
 
 
@@ -158,6 +158,10 @@ def test_checks_torch_cannot_use_gpu() -> None:
     assert by["network_turbo"].level == "error"
     assert by["platform"].level == "ok" and "westb" in by["platform"].message
     assert by["agent log"].level == "warn"
+    assert "python cmd" not in by  # an agent that does not report it: nothing claimed
+    rep["python_command"] = None  # the login shell has python3 only: `run: python ...` would exit 127
+    by = {c.name: c for c in checks(rep, Host(name="a", preset="autodl", network_turbo=True))}
+    assert by["python cmd"].level == "error" and "exits 127" in by["python cmd"].message
 
 
 def test_doctor_on_local_reports_the_interpreter_jobs_run(tmp_path: Path) -> None:

@@ -116,11 +116,11 @@ def test_tensorboard_through_tunnel_survives_a_drop(ssh_host: str, sshd, tmp_pat
         time.sleep(1.5)
         proxy.start()
         assert "run1" in json.loads(_get(info["url"] + "data/runs", timeout=60, want="run1"))
-        assert _stop(p) == 0
+        assert _stop(p) == 130
         # a second tunnel finds TensorBoard serving and does not start another
         p, info2 = _tunnel(job_id, "--host", ssh_host, "--remote-port", str(remote_port))
         assert info2["tensorboard"]["started"] is False
-        assert _stop(p) == 0
+        assert _stop(p) == 130
         # TensorBoard outlives the tunnel (AutoDL's service URL) until told to stop
         pid = json.loads((jdir / "tensorboard.json").read_text())["pid"]
         assert Path(f"/proc/{pid}").exists()
@@ -270,3 +270,36 @@ def test_install_puts_tensorboard_in_the_tools_environment(ssh_host: str, tmp_pa
             assert "run1" in json.loads(_get(info["url"] + "data/runs", want="run1"))
         pip_put = list((tools / "lib").glob("python3*/site-packages/tensorboard/main.py"))
         assert bool(pip_put) == (name == "tbpip")
+
+
+@pytest.mark.slow
+def test_a_port_serving_another_jobs_tensorboard_is_not_shown_as_this_jobs(tmp_path: Path) -> None:
+    """Job A's TensorBoard holds the port: B's tunnel checks /data/environment, starts B's own on a
+    free port and says so; `tunnel B --stop` stops B's own; Ctrl-C exits 130."""
+    needs("tensorboard")
+    ids = [submit("local", write_job(tmp_path, n, "print('hi')\n", "python main.py"))["job_id"] for n in ("tba", "tbb")]
+    for j in ids:
+        wait_state("local", j, ("succeeded",))
+    a, b = ids
+    port = free_port()
+    pids = []
+    try:
+        p, info_a = _tunnel(a, "--remote-port", str(port))
+        pids.append(info_a["tensorboard"]["pid"])
+        assert _stop(p) == 130
+        p, info_b = _tunnel(b, "--remote-port", str(port))
+        pids.append(info_b["tensorboard"]["pid"])
+        assert info_b["tensorboard"]["started"] is True and info_b["remote_port"] != port
+        assert f"port {port} on local serves another log folder" in info_b["note"] and a in info_b["note"]
+        env = json.loads(_get(info_b["url"] + "data/environment"))
+        assert env["data_location"].endswith(f"/jobs/{b}/tb"), env
+        assert _stop(p) == 130
+        p, again = _tunnel(b, "--remote-port", str(port))  # B's own is found again, verified, not A's
+        assert again["tensorboard"]["started"] is False and again["remote_port"] == info_b["remote_port"]
+        assert _stop(p) == 130
+        r = run_cli("tunnel", b, "--stop", "--json")
+        assert r.returncode == 0 and json.loads(r.stdout)["stopped"] is True, r.stdout + r.stderr
+    finally:
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.killpg(pid, signal.SIGKILL)

@@ -176,8 +176,11 @@ class Client:
                 raise PlacementInterrupted() from None
             self._keep(agent)
         else:
+            from gpujob.usecases.placement import check_capacity, wanted
+
             target, skipped = self._wake(self.hosts.get(names[0]), wait_gpus, note), []
             agent = self.agent(target.name)
+            check_capacity(target, agent, wanted(spec.gpus))
         from gpujob.usecases.preflight import before_submit
 
         warnings = before_submit(agent, target, note)
@@ -204,13 +207,17 @@ class Client:
         return Job(self, res["job_id"], res["host"], r.SubmitResult.from_json(res))
 
     # ---- hosts -------------------------------------------------------------------------------
-    def exec(self, argv: list[str], host: str | None = None, on_output: Callable[[bytes], None] | None = None
+    def exec(self, argv: str | list[str], host: str | None = None, on_output: Callable[[bytes], None] | None = None
              ) -> r.ExecResult:
-        """Run a command on a host in the environment its jobs get (one argument: a shell line).
+        """Run a command on a host in the environment its jobs get: a string (or a list of one) is a
+        shell line, a list of several is quoted word by word.
 
         Its output (stdout and stderr in order) goes to ``on_output`` as it comes, else into ``output``.
         """
         from gpujob.usecases.shell import command_text, run_exec
+
+        if isinstance(argv, str):  # a string is one shell line, never a list of its letters
+            argv = [argv]
 
         h = self.hosts.get(host or self.host)
         chunks: list[bytes] = []
@@ -384,8 +391,13 @@ class Job:
         """``resume()`` moves the job: it was asked for on a host other than the one it lives on."""
         from gpujob.config import index
 
-        known = index.host_of(self.ref)
-        return bool(self._host and known and self._host != known and "," not in known)
+        if not self._host:
+            return False
+        try:
+            known = index.host_of(self.ref)
+        except GpujobError:  # matches on several hosts: --host chose this one
+            return False
+        return bool(known and self._host != known and "," not in known)
 
     def resume(self, progress: Progress | None = None, note: Note | None = None) -> r.ResumeResult | r.MoveResult:
         """Restart a lost, stopped or failed job from its newest complete checkpoint; on another
@@ -407,19 +419,23 @@ class Job:
                                          note=note or (lambda s: None)))
 
     def pull(self, dest: str | Path = "gpujob-pulls", latest: bool = False, best: str | None = None,
-             include: Iterable[str] = (), progress: Progress | None = None) -> r.PullResult:
+             include: Iterable[str] = (), progress: Progress | None = None, write_wait: float | None = None,
+             note: Note | None = None) -> r.PullResult:
         """Copy the job's logs and checkpoints into ``dest/<job_id>/`` (only what is missing or changed).
 
         ``latest``: only the newest complete checkpoint; ``best``: only the best one ("": as the
         trainer recorded it, else by that metric). A job over several nodes: from rank 0's node.
+        A file the job holds open for writing is waited for (``write_wait`` seconds, default 30),
+        then left out: ``held`` lists it and ``complete`` is False.
         """
         from gpujob.config import index
-        from gpujob.usecases.pull import pull, tell_pulled
+        from gpujob.usecases.pull import WRITE_WAIT, pull, tell_pulled
 
         nodes = self.nodes
         agent = self.client.agent(nodes[0].name) if nodes else self._agent()
         what = "latest" if latest else "best" if best is not None else "all"
-        res = pull(agent, self.ref, Path(dest), what, best or None, list(include), progress)
+        res = pull(agent, self.ref, Path(dest), what, best or None, list(include), progress,
+                   WRITE_WAIT if write_wait is None else write_wait, note)
         tell_pulled(agent, res["job_id"])
         index.record_pull(res["job_id"], str(Path(dest).resolve()))
         return r.PullResult.from_json(res)

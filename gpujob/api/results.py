@@ -170,6 +170,12 @@ class PullResult(Result):
     skipped: list[str] = field(default_factory=list)
     stray: list[str] = field(default_factory=list)  # checkpoints written in code/, outside the checkpoint folder
     stray_hint: str | None = None  # how to fetch them, and to have gpujob see them next time
+    held: list[str] = field(default_factory=list)  # left out: still being written, or changed while read
+
+    @property
+    def complete(self) -> bool:
+        """Everything selected arrived (nothing was left out as being written)."""
+        return not self.held
 
 
 @dataclass(frozen=True)

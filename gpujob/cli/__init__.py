@@ -12,6 +12,21 @@ from gpujob.cli.parser import build_parser
 from gpujob.errors import GpujobError
 
 
+def _searched(e: GpujobError, args: object) -> GpujobError:
+    """"No job matches" names the host searched; without --host, also the others used from here."""
+    from gpujob.errors import JobNotFound
+
+    if not isinstance(e, JobNotFound) or getattr(args, "host", None):
+        return e
+    from gpujob.config import index
+
+    others = [h for h in index.hosts() if f" on {h}" not in e.cause]
+    if others:
+        e.remedy = f"not looked for on {', '.join(others)} (this laptop's job index knows no such job): " \
+                   f"--host HOST searches one; gpujob ls lists every host's jobs"
+    return e
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -24,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     except GpujobError as e:
         from gpujob.ui.output import error
 
-        error(e, as_json)
+        error(_searched(e, args), as_json)
         return e.exit_code
     except KeyboardInterrupt:
         return 130

@@ -44,7 +44,7 @@ def cmd_host_set(args: argparse.Namespace) -> int:
     from gpujob.usecases.hostsetup import profile, update_host
 
     change = update_host(args.name, ssh_line=args.ssh, root=args.root, preset=args.preset, identity=args.identity,
-                         price=args.price, settings=_settings(args))
+                         price=args.price, settings=_settings(args), check=not args.no_check)
     show(profile(change.host), args.json, lambda _: ui.changed(change))
     return 0
 
@@ -109,7 +109,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         return 1 if rep.get("warnings") else 0
     host, rep = doctor_host(args.host, args.torch_timeout)
     show(rep, args.json, lambda r: doctor_report(host, r))
-    return 0
+    return 1 if any(c["level"] == "error" for c in rep["checks"]) else 0  # docs/cli.md: a ✗ line is no success
 
 
 def cmd_ssh(args: argparse.Namespace) -> int:

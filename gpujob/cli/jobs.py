@@ -12,6 +12,7 @@ from typing import Any
 
 from gpujob.cli.common import client, command_after, show
 from gpujob.errors import GpujobError, HostError
+from gpujob.exitcodes import INTERRUPTED, USAGE
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -144,8 +145,11 @@ def cmd_tunnel(args: argparse.Namespace) -> int:
                 show(args, info, tunnel_ready)
                 sys.stdout.flush()
                 tunnel.wait()
-        except KeyboardInterrupt:
-            return 0
+        except KeyboardInterrupt:  # docs/cli.md: 130; what stays up is said
+            left = " (its TensorBoard keeps running on the host: gpujob tunnel JOB --stop ends it)" \
+                if not args.host and args.target not in {h.name for h in c.hosts.all()} | {"local"} else ""
+            print(f"tunnel closed{left}", file=sys.stderr)
+            return INTERRUPTED
     return 0
 
 
@@ -179,9 +183,11 @@ def cmd_pull(args: argparse.Namespace) -> int:
     from gpujob.ui.progress import transfer_bar
 
     with client(args.host) as c, transfer_bar(f"pull {args.job}", not args.json) as bar:
-        res = c.job(args.job).pull(args.dest, latest=args.latest, best=args.best, include=args.include, progress=bar)
+        res = c.job(args.job).pull(args.dest, latest=args.latest, best=args.best, include=args.include, progress=bar,
+                                   write_wait=args.write_wait, note=_note(args))
     pull_warnings(res)
-    return show(args, res, pulled)
+    rc = show(args, res, pulled)
+    return rc or (USAGE if res.held else 0)  # a file left out is no success
 
 
 def cmd_move(args: argparse.Namespace) -> int:

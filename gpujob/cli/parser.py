@@ -133,12 +133,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("job", type=job_ref)
     s.add_argument("dest", nargs="?", default="gpujob-pulls")
     s.add_argument("--host")
+    s.add_argument("--write-wait", type=float, default=None, metavar="SECONDS",
+                   help="how long to wait for a file the job is still writing before leaving it out (default 30)")
     g = s.add_mutually_exclusive_group()
     g.add_argument("--latest", action="store_true",
                    help="only the newest complete checkpoint of any kind (and the logs, and the files beside the "
                         "checkpoints that are no checkpoint: a final model, results)")
     g.add_argument("--best", nargs="?", const="", metavar="METRIC",
-                   help="only the best checkpoint: trainer_state.json's best_model_checkpoint, or by METRIC "
+                   help="only the best checkpoint: the runtime's ckpt/best (its best.json), trainer_state.json's "
+                        "best_model_checkpoint, or by METRIC "
                         "in the names (val_loss=0.12.ckpt) or the metric history (loss-like names: lowest wins)")
     g.add_argument("--all", action="store_true", help="every checkpoint (the default)")
     s.add_argument("--include", action="append", default=[], metavar="GLOB",
@@ -212,6 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--preset", choices=["generic", "autodl", "vast", "runpod"])
     s.add_argument("--price", type=PRICE)
     s.add_argument("--identity")
+    s.add_argument("--no-check", action="store_true", help="save a new --ssh line without trying it first")
     host_setting_args(s)
     add("ls", cmd_host_ls, "list host profiles", hsub)
     s = add("rm", cmd_host_rm, "remove a host profile", hsub)

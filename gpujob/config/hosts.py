@@ -388,7 +388,18 @@ class HostStore:
         return [local_host()] + [self._make(n, d) for n, d in sorted(self._load().items())]
 
     def _make(self, name: str, d: dict) -> Host:
-        known = {f.name for f in fields(Host)}
+        known = {f.name for f in fields(Host)} - {"name"}
+        if not isinstance(d, dict):
+            raise HostError(f"{self.path}: host {name!r} is not a mapping of settings", "fix that entry or remove it")
+        for key in d:
+            if key not in known:  # a typo (prot: 2222) would silently connect to port 22; a note (added:) is kept
+                import difflib
+
+                swapped = [k for k in sorted(known) if sorted(k) == sorted(str(key))]  # prot → port, not root
+                close = swapped or difflib.get_close_matches(str(key), sorted(known), n=1, cutoff=0.75)
+                if close:
+                    raise HostError(f"{self.path}: host {name!r} has an unknown setting {str(key)!r} "
+                                    f"(did you mean {close[0]!r}?)", f"fix it in {self.path}")
         host = Host(name=name, **{k: v for k, v in d.items() if k in known})
         host._merged_env = host.settings_env()  # type: ignore[attr-defined]
         host.env = {**host.env, **host._merged_env}  # type: ignore[attr-defined]  # submit sends host.env

@@ -22,7 +22,8 @@ from pathlib import Path
 
 from pathspec import GitIgnoreSpec
 
-ALWAYS = [".git/", "__pycache__/", "*.pyc", ".DS_Store", ".ipynb_checkpoints/", ".venv/", "*.gpujob-part"]
+# gpujob-pulls/: pull's default folder, in the project when pull runs there (never sent back up as code)
+ALWAYS = [".git/", "__pycache__/", "*.pyc", ".DS_Store", ".ipynb_checkpoints/", ".venv/", "*.gpujob-part", "gpujob-pulls/"]
 IGNORE_FILES = (".gitignore", ".gpujobignore")
 
 _DIR_MARK = "(?P<ps_d>/)"  # pathspec's marker of "this folder and what is under it"

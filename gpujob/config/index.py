@@ -38,13 +38,33 @@ def host_of(ref: str) -> str | None:
     return e.get("host") if e else None
 
 
+def _matches(ref: str, jid: str, name: object) -> bool:
+    return ref in (jid, name) or jid.startswith(ref) or jid.rsplit("-", 1)[-1].startswith(ref)
+
+
 def entry_of(ref: str) -> dict | None:
     """The newest record of the job ``ref`` (id, id prefix or name), with fields that only
-    older records of the same job hold (the job file of a job since moved) filled in."""
-    found: dict | None = None
-    for e in reversed(entries()):
+    older records of the same job hold (the job file of a job since moved) filled in.
+
+    ``JobAmbiguous`` when ``ref`` is no full id and matches jobs that now live on different
+    hosts: which one was meant is not guessed (a ``rm`` of the wrong one cannot be undone)."""
+    es = entries()
+    exact = any(e.get("job_id") == ref for e in es)
+    where: dict[str, str] = {}  # job id → the host of its newest record
+    for e in es:
         jid = e.get("job_id", "")
-        if found is None and (ref in (jid, e.get("name")) or jid.startswith(ref) or jid.rsplit("-", 1)[-1].startswith(ref)):
+        if jid == ref if exact else _matches(ref, jid, e.get("name")):
+            where[jid] = e.get("host", "")
+    if len(set(where.values())) > 1:
+        from gpujob.errors import JobAmbiguous
+
+        listed = ", ".join(f"{jid} on {host}" for jid, host in list(where.items())[-6:])
+        raise JobAmbiguous(f"{ref!r} matches jobs on several hosts: {listed}",
+                           "pick one with --host HOST, or give more of the id")
+    found: dict | None = None
+    for e in reversed(es):
+        jid = e.get("job_id", "")
+        if found is None and jid in where:
             found = dict(e)
         elif found is not None and jid == found["job_id"]:
             found = {**e, **found}

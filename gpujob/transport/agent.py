@@ -11,7 +11,7 @@ import sys
 from typing import Any
 
 from gpujob.bundle import bundle_tar, bundle_version, import_remote
-from gpujob.errors import ConnectError, GpujobError, RemoteError, link_cut
+from gpujob.errors import ConnectError, GpujobError, JobNotFound, RemoteError, link_cut
 from gpujob.transport import replies
 from gpujob.transport.base import Result, Stream, Transport
 from gpujob.transport.endpoint import Target
@@ -138,13 +138,20 @@ class Agent:
         res = self._raw(verb, args, input, timeout if timeout is not None else replies.timeout(verb))
         return self._parse(verb, res)
 
+    def _refused(self, doc: dict[str, Any]) -> RemoteError:
+        """The agent's error document as an exception; a job not found names the host searched."""
+        if doc.get("code") == "not_found":
+            return JobNotFound(str(doc["error"]).replace("on this host", f"on {self.endpoint.name}"),
+                               doc.get("remedy", ""))
+        return RemoteError(doc["error"], doc.get("remedy", ""))
+
     def _parse(self, verb: str, res: Result) -> Any:
         if len(res.stdout) > replies.limit(verb):
             raise replies.too_large(self.endpoint.name, replies.limit(verb))
         text = res.text.strip()
         doc: Any = replies.parse(verb, self.endpoint.name, text) if text else None
         if isinstance(doc, dict) and "error" in doc and res.rc != 0:
-            raise RemoteError(doc["error"], doc.get("remedy", ""))
+            raise self._refused(doc)
         if res.rc < 0 and doc is None:  # no exit status came back: the link, not the agent, failed
             raise link_cut(self.endpoint, f"{verb!r} call", res.rc, "run the command again (a transfer resumes)")
         if res.rc != 0 or doc is None:
@@ -189,7 +196,7 @@ class Agent:
                     raise replies.unreadable(self.endpoint.name, f"no JSON in its {verb!r} reply")
                 if "error" in doc:
                     s.kill()
-                    raise RemoteError(doc["error"], doc.get("remedy", ""))
+                    raise self._refused(doc)
                 return s, doc
             s.close_stdin()
             rc = s.wait(60)

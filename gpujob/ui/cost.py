@@ -14,8 +14,10 @@ def cost_table(doc: dict[str, Any]) -> Any:
     from rich.table import Table
 
     t = Table(box=None, header_style="bold")
-    for col in ("JOB", "HOST", "STATE", "ELAPSED", "COST", "PROJECTED"):
-        t.add_column(col, no_wrap=True)
+    # a job id is never cut (it is what the next command takes); at a narrow width the other columns fold
+    t.add_column("JOB", no_wrap=True, min_width=max([len(j["job_id"] or "?") for j in doc["jobs"]] + [3]))
+    for col in ("HOST", "STATE", "ELAPSED", "COST", "PROJECTED"):
+        t.add_column(col, overflow="fold")
     for j in doc["jobs"]:
         cur = j.get("currency") or ""
         t.add_row(j["job_id"] or "?", j["host"] or "-", j["state"] or "?", format_duration(j.get("elapsed_s")),

@@ -41,7 +41,8 @@ def added(change: Any) -> None:
 
 
 def changed(change: Any) -> None:
-    print(f"host {change.host.name} = {change.host.address}")
+    said = {True: " (reached)", False: " (saved without trying it: --no-check)"}.get(getattr(change, "tried", None), "")
+    print(f"host {change.host.name} = {change.host.address}{said}")
     _idle(change.idle)
 
 

@@ -3,6 +3,7 @@ what each job command prints when it is done (from the API's results)."""
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 from gpujob.bundle import import_remote
@@ -28,7 +29,7 @@ SPARK = "▁▂▃▄▅▆▇█"
 
 def sparkline(values: list[float], width: int = 24) -> str:
     """A one-line chart of the last ``width`` values."""
-    vals = [v for v in values if v == v][-width:]
+    vals = [v for v in values if isinstance(v, (int, float)) and math.isfinite(v)][-width:]  # nan/inf: no height
     if not vals:
         return ""
     lo, hi = min(vals), max(vals)
@@ -172,8 +173,9 @@ def job_panel(j: dict[str, Any]) -> Any:
               + (f"   cost {c:.2f} {(j.get('spec') or {}).get('currency', '')}" if c is not None else ""))
     est = j.get("billing") or {}
     if est.get("projected_cost") is not None:
-        t.add_row("projection", f"{est['projected_cost']:.2f} {est.get('currency') or ''} in all, "
-                  f"done in {format_duration(est.get('eta_s'))} (step {est.get('step')}/{est.get('max_steps')})")
+        # one ETA per frame (the progress line's, from the newest step); this one only when that is missing
+        when = f", done in {format_duration(est.get('eta_s'))}" if j.get("eta_s") is None and est.get("eta_s") else ""
+        t.add_row("projection", f"{est['projected_cost']:.2f} {est.get('currency') or ''} in all{when}")
     policies = autostop_summary((j.get("spec") or {}).get("autostop") or {})
     if policies:
         t.add_row("autostop", policies)
@@ -222,6 +224,16 @@ def submitted(res: results.SubmitResult) -> None:
     c.print(f"[bold]{res.job_id}[/] submitted to [cyan]{res.host}[/] ({res.state}); "
             f"synced {s['files_sent']} file(s), {s['bytes_sent'] / 1e6:.1f} MB, {s['unchanged']} unchanged")
     c.print(follow)
+    large_code_warnings(s.get("large") or [])
+
+
+def large_code_warnings(names: list[str]) -> None:
+    """One line per large file sent as code: it belongs in data: (sent once, shared) or exclude:."""
+    import sys
+
+    for name in names:
+        print(f"warning: {name} (over 50 MB) was uploaded as code: move it to a data: entry (sent once, "
+              f"shared by jobs) or add it to exclude: in the job file", file=sys.stderr)
 
 
 def disk_warnings(jobs: list[dict[str, Any]]) -> None:
@@ -290,12 +302,16 @@ def pull_warnings(res: results.PullResult) -> None:
         print(f"warning: symlink {clean(str(link))} not kept: it leads outside {res.dest}", file=sys.stderr)
     if res.stray_hint:
         print(f"note: {clean(str(res.stray_hint))}", file=sys.stderr)
+    for rel in res.held:
+        print(f"warning: {clean(str(rel))} NOT pulled: the job was still writing it (or it changed while read); "
+              "run pull again once the job has finished writing it (--write-wait SECONDS waits longer)", file=sys.stderr)
 
 
 def pulled(res: results.PullResult) -> None:
     sel = f" ({res.selected})" if res.selected else ""
+    left = f", {len(res.held)} left out (being written)" if res.held else ""
     console().print(f"{res.job_id}{sel}: {res.files} file(s), {res.bytes / 1e6:.1f} MB fetched, "
-                    f"{res.unchanged} already here → {res.dest}")
+                    f"{res.unchanged} already here{left} → {res.dest}")
 
 
 def moved(res: results.MoveResult) -> None:

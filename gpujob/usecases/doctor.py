@@ -70,8 +70,13 @@ def checks(r: dict[str, Any], host: Host) -> list[Check]:
     if r.get("login_python"):
         listed = ", ".join(f"{p['path']} {p.get('version') or '?'} ({p['source']})" for p in pys)
         jp = r.get("job_python") or {}
-        via = f" (as job {jp['job_id']} did)" if jp.get("job_id") else ""
+        via = f" (the python: of job {jp['job_id']}, the newest here)" if jp.get("job_id") else ""
         out.append(Check("python", "ok", f"jobs run {r['login_python']}{via}; found: {listed}"))
+        if "python_command" in r and not r["python_command"]:  # an agent that reports it, and found none
+            out.append(Check("python cmd", "error", "no `python` command on a login shell's PATH: a job without "
+                             "python: whose run: starts with `python` exits 127 (command not found)",
+                             "write python3 in run:, or set python: to an interpreter (a path, venv or conda:NAME), "
+                             "or install python-is-python3 on the host"))
     else:
         out.append(Check("python", "error", "no python on a login shell's PATH",
                          "install one (apt-get install -y python3) or set python: in the job to a path or conda:NAME"))
@@ -97,8 +102,12 @@ def checks(r: dict[str, Any], host: Host) -> list[Check]:
         names = ", ".join(f"{g['index']}: {g['name']} {gib(int((g.get('memory_total_mib') or 0) * 1024**2))}" for g in gpus)
         out.append(Check("gpu", "ok", f"driver {nv.get('driver')} (CUDA {nv.get('cuda')}); {names}"))
     else:
-        out.append(Check("gpu", "error", f"no GPU: {nv.get('error') or 'nvidia-smi lists none'}",
-                         "on AutoDL a no-GPU mode instance has none: power it on with a GPU; elsewhere install the driver"))
+        if host.kind == LOCAL:  # this machine runs a GPU job on its CPU: a note, not a failure
+            out.append(Check("gpu", "warn", f"no GPU: {nv.get('error') or 'nvidia-smi lists none'}; "
+                             "a job's gpus: runs on this machine's CPU", ""))
+        else:
+            out.append(Check("gpu", "error", f"no GPU: {nv.get('error') or 'nvidia-smi lists none'}",
+                             "on AutoDL a no-GPU mode instance has none: power it on with a GPU; elsewhere install the driver"))
     disks = r.get("disks") or {}
     for key, label in (("system", "system disk /"), ("data", "data disk"), ("root", "gpujob root")):
         d = disks.get(key) or {}

@@ -44,6 +44,7 @@ class HostChange:
 
     host: Host
     idle: IdleShutdown | None = None
+    tried: bool | None = None  # host set --ssh: the new address answered (False: saved untried, --no-check)
 
 
 def profile(host: Host) -> dict[str, Any]:
@@ -177,23 +178,38 @@ def add_host(
 def update_host(
     name: str, *, ssh_line: str | None = None, root: str | None = None, preset: str | None = None,
     identity: str | None = None, price: float | None = None, settings: dict[str, Any] | None = None,
-    store: HostStore | None = None,
+    store: HostStore | None = None, check: bool = True,
 ) -> HostChange:
-    """``host set``: change what is given (None: unchanged) and save the profile."""
+    """``host set``: change what is given (None: unchanged) and save the profile. A new ``ssh_line``
+    is tried first (with ``check``): an address that does not answer is not saved over a good one."""
     store = store or HostStore()
     host = store.get(name)
     if host.kind == "local":
         raise HostError("'local' is built in", "set GPUJOB_LOCAL_ROOT to move its root")
+    tried = None
     if ssh_line:
         for k, v in parse_ssh_target(ssh_line).items():
             setattr(host, k, v)
+        if identity is not None:
+            host.identity_file = identity
+        tried = False
+        if check:
+            from gpujob.transport.ssh import open_client
+
+            try:
+                open_client(host, retries=1).close()
+            except ConnectError as e:
+                raise type(e)(f"{e.cause}; the profile {name!r} was not changed",
+                              f"{e.remedy + '; ' if e.remedy else ''}check the line, or save it untried: "
+                              f"gpujob host set {name} --ssh \"...\" --no-check") from None
+            tried = True
     for attr, val in (("root", root), ("preset", preset), ("identity_file", identity)):
         if val is not None:
             setattr(host, attr, val)
     if price is not None:
         host.price_per_hour = price
     check_profile(host, "save")
-    change = HostChange(host, apply_settings(host, settings or {}, store))
+    change = HostChange(host, apply_settings(host, settings or {}, store), tried)
     store.save(host)
     return change
 

@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 from gpujob.bundle import import_remote
 from gpujob.config import index
-from gpujob.errors import GpujobError, RemoteError
+from gpujob.errors import GpujobError, Interrupted, RemoteError
 from gpujob.transport import Result
 from gpujob.transport.agent import Agent, connect_agent
 from gpujob.usecases.jobs import FINAL
@@ -187,7 +187,11 @@ def move(ref: str, to: str, *, job_file: str | None = None, stop_wait: float = 6
 
         new_host = ensure_on(HostStore().get(to), note=note)  # a powered-off target is switched on first
         new = connect_agent(new_host)  # before touching the old host: a wrong target changes nothing
-    old, why_old, prev = _reach_old(old_name, job_id, stop_wait, note)
+    try:
+        old, why_old, prev = _reach_old(old_name, job_id, stop_wait, note)
+    except KeyboardInterrupt:
+        raise Interrupted(f"move interrupted while {job_id} was being stopped on {old_name}: nothing was sent to {to}",
+                          f"gpujob status {job_id} shows its state; gpujob move {job_id} --to {to} tries again") from None
     src = find_source(job_id, old, spec.checkpoint_dir, why_old)
     src.previous = prev or src.previous
     note(f"moving {job_id}: {old_name} → {to}, checkpoint from {src.kind} ({src.where})")
@@ -200,6 +204,11 @@ def move(ref: str, to: str, *, job_file: str | None = None, stop_wait: float = 6
 
     try:
         res = submit(new, spec, new_host, progress, job_id=job_id, call=adopt)
+    except KeyboardInterrupt:
+        was = f"is stopped on {old_name} (its checkpoints there untouched)" if old is not None else \
+            f"was not reached on {old_name}"
+        raise Interrupted(f"move interrupted: {job_id} {was} and may not have started on {to}", f"gpujob move {job_id} --to {to} again resumes (what "
+                          f"arrived is kept); or gpujob resume {job_id} --host {old_name} restarts it where it was") from None
     finally:
         if src.stream is not None:
             src.stream.kill()

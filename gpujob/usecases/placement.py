@@ -34,24 +34,56 @@ def wanted(gpus: Any) -> int:
     return -1 if gpus == "all" else int(gpus)
 
 
-def why_not(doc: dict[str, Any], need: int) -> str:
-    """'' when the ``gpus`` verb's answer ``doc`` has ``need`` GPUs free now, else the reason."""
+def cannot_fit(doc: dict[str, Any], need: int) -> str:
+    """'' when the host of the ``gpus`` verb's answer ``doc`` has ``need`` GPUs at all (free or
+    busy), else the reason: a CPU host, or fewer GPUs than asked (``gpus: all`` on a CPU host is
+    no GPU, not zero of them)."""
     if need == 0:
         return ""
     gpus = doc.get("gpus")
     if gpus is None:
         return "a CPU host (no nvidia-smi)"
+    n = len(gpus) if need == -1 else need
+    if n > len(gpus) or not gpus:
+        return f"has {len(gpus)} GPU(s), the job asks for {n or 'all'}"
+    return ""
+
+
+def why_not(doc: dict[str, Any], need: int) -> str:
+    """'' when the ``gpus`` verb's answer ``doc`` has ``need`` GPUs free now, else the reason."""
+    if need == 0:
+        return ""
+    gpus = doc.get("gpus") or []
+    never = cannot_fit(doc, need)
+    if never:
+        return never
     held = {str(k) for k in (doc.get("held") or {})}
     limit = import_remote("gpus").FREE_MEM_MIB
     free = [g for g in gpus if str(g.get("index")) not in held and (g.get("mem_used") or 0) < limit]
     n = len(gpus) if need == -1 else need
-    if n > len(gpus):
-        return f"has {len(gpus)} GPU(s), the job asks for {n}"
     if doc.get("queue"):
         return f"{len(doc['queue'])} job(s) already wait for its GPUs"
     if len(free) < n:
         return f"{len(gpus) - len(free)} of {len(gpus)} GPU(s) busy ({len(held)} held by our jobs)"
     return ""
+
+
+def check_capacity(host: Host, agent: Agent, need: int) -> None:
+    """Refuse, before anything is sent, a job asking for more GPUs than ``host`` has at all (a
+    busy host is fine: the job queues). The laptop's ``local`` runs a GPU job on its CPU."""
+    if need == 0 or host.kind == "local":
+        return
+    why = cannot_fit(agent.call("gpus", _prefix_args(host), timeout=60), need)
+    if why:
+        raise GpujobError(f"{host.name} {why}: the job cannot run there; nothing was submitted",
+                          "submit to a host with the GPUs (--host a,b tries each in turn; --wait-gpus 2h with several "
+                          "waits for one to free up), or lower gpus: (gpus: 0 runs on the CPU)")
+
+
+def _prefix_args(host: Host) -> list[str]:
+    """The host profile's PATH prefix: where its jobs find nvidia-smi, so the check looks there too."""
+    prefix = host.env.get("GPUJOB_PATH_PREFIX")
+    return ["--path-prefix", prefix] if prefix else []
 
 
 def probe(host: Host, need: int, note: Note = lambda s: None) -> tuple[Agent | None, str]:
@@ -66,7 +98,7 @@ def probe(host: Host, need: int, note: Note = lambda s: None) -> tuple[Agent | N
         return None, e.cause
     try:
         agent = connect_agent(host)
-        doc = agent.call("gpus", timeout=60) if need else {}
+        doc = agent.call("gpus", _prefix_args(host), timeout=60) if need else {}
     except GpujobError as e:
         return None, f"does not answer ({str(e).splitlines()[0]})"
     why = why_not(doc, need)

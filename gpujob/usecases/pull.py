@@ -11,15 +11,17 @@ checks out. Entries that would land outside DEST are refused before anything is 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
+import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable
 
 from gpujob.bundle import import_remote
-from gpujob.errors import GpujobError, RemoteError, link_cut
+from gpujob.errors import GpujobError, Interrupted, RemoteError, link_cut
 from gpujob.transport.agent import Agent
 
 wire: Any = import_remote("stream")  # not "stream": extract() takes one
@@ -49,7 +51,8 @@ def extract(stream: Any, dest: Path, on_bytes: Callable[[int], None] | None = No
         if msg.startswith("refusing"):
             raise GpujobError(msg, "the remote tree is not trusted; nothing more was written") from None
         raise GpujobError(msg, f"the data arrived damaged; {AGAIN}") from None
-    return {"files": res["written"], "bytes": res["bytes"], "skipped": res.get("skipped", [])}
+    return {"files": res["written"], "bytes": res["bytes"], "skipped": res.get("skipped", []),
+            "held": res.get("held", [])}
 
 
 def _check_name(dest: Path, rel: str, link: str | None) -> None:
@@ -114,17 +117,28 @@ def plan_pull(target: Path, manifest: dict) -> tuple[list[Any], int, int]:
     return want, nbytes, same
 
 
+WRITE_WAIT = 30.0  # seconds a pull waits for a file the job is still writing, by default
+
+
 def pull(agent: Agent, job: str, dest: Path, what: str = "all", metric: str | None = None,
-         include: list[str] | None = None, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
-    """Copy the job's logs and checkpoints (``what``: all, latest, best) into ``dest/<job_id>/``."""
-    args = ["--job", job, "--manifest", "--select", what]
+         include: list[str] | None = None, progress: Callable[[int, int], None] | None = None,
+         write_wait: float = WRITE_WAIT, note: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Copy the job's logs and checkpoints (``what``: all, latest, best) into ``dest/<job_id>/``.
+
+    A file a process holds open for writing is waited for up to ``write_wait`` seconds (``note``
+    says so), then left out: the result lists it under ``held``, never as pulled."""
+    args = ["--job", job, "--manifest", "--select", what, "--write-wait", str(max(0.0, write_wait))]
     if metric:
         args += ["--metric", metric]
     for g in include or []:
         args += ["--include", g]
     args.append("--list")
     with dest_locked(dest):
-        return _pull(agent, args, dest, progress)
+        try:
+            return _pull(agent, args, dest, progress, note or _say, write_wait)
+        except KeyboardInterrupt:
+            raise Interrupted(f"pull interrupted: the files that arrived whole are in {dest}, the job is untouched",
+                              AGAIN) from None
 
 
 def tell_pulled(agent: Agent, job_id: str) -> None:
@@ -132,7 +146,15 @@ def tell_pulled(agent: Agent, job_id: str) -> None:
     agent.call("pulled", ["--job", job_id])
 
 
-def _pull(agent: Agent, args: list[str], dest: Path, progress: Callable[[int, int], None] | None) -> dict[str, Any]:
+def _disk_full(target: Path, need: int) -> GpujobError:
+    free = shutil.disk_usage(target).free
+    return GpujobError(f"no room on the disk holding {target}: {free:,} bytes free, the pull needs {need:,} more",
+                       f"free {max(need - free, 0):,} bytes there or pull into a folder on another disk "
+                       f"(gpujob pull JOB DEST); finished files are kept and the next pull resumes")
+
+
+def _pull(agent: Agent, args: list[str], dest: Path, progress: Callable[[int, int], None] | None,
+          note: Callable[[str], None], write_wait: float) -> dict[str, Any]:
     s, doc = agent.stream_doc("send", args)
     with s:
         job_id = doc["job_id"]
@@ -140,9 +162,16 @@ def _pull(agent: Agent, args: list[str], dest: Path, progress: Callable[[int, in
         target.mkdir(parents=True, exist_ok=True)
         try:
             want, total, same = plan_pull(target, doc)
+            if total > shutil.disk_usage(target).free:  # named now, not after a minute of filling it
+                raise _disk_full(target, total)
         except GpujobError:
             s.close_stdin()
             raise
+        asked = {w if isinstance(w, str) else w[0] for w in want}
+        for rel, pids in sorted((doc.get("writing") or {}).items()):
+            if rel in asked:
+                note(f"{rel} is open for writing (pid {', '.join(map(str, pids))}): waiting up to "
+                     f"{write_wait:g}s for the job to finish writing it")
         done = [0]
 
         def on_bytes(n: int) -> None:
@@ -155,6 +184,8 @@ def _pull(agent: Agent, args: list[str], dest: Path, progress: Callable[[int, in
         try:
             res = extract(s.stdout, target, on_bytes)
         except (OSError, EOFError) as e:
+            if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):  # at once, not after 60 s
+                raise _disk_full(target, max(total - done[0], 1)) from None
             rc = s.wait(60)
             if rc < 0:
                 raise link_cut(agent.host, "pull", rc, AGAIN) from None

@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 from gpujob.config.hosts import Host
 from gpujob.config.spec import JobSpec
-from gpujob.errors import SpecError
+from gpujob.errors import Interrupted, SpecError
 from gpujob.transport.agent import Agent
 from gpujob.usecases.sync import sync_job
 
@@ -79,12 +79,19 @@ def submit(
     ``call`` sends the request another way (gpujob.usecases.move: with the job's files);
     ``force`` sends a home-folder or huge workdir (usecases/secrecy/workdir.py).
     """
+    from gpujob.usecases.runcheck import check_script
+
+    check_script(spec.run, spec.workdir, spec.source)  # before a byte is sent
     secrets = collect_secrets(spec, secret_refs(spec))
     keep_secret_job_file_home(spec)
     import secrets as _secrets
 
     lease = _secrets.token_hex(8)  # the project's code is this submit's from its manifest to its snapshot
-    report = sync_job(agent, spec, spec.name, progress, lease=lease, force=force)
+    try:
+        report = sync_job(agent, spec, spec.name, progress, lease=lease, force=force)
+    except KeyboardInterrupt:
+        raise Interrupted(f"interrupted during the upload to {host.name}: nothing was submitted",
+                          "what arrived is kept: the next gpujob submit resumes the upload") from None
     request = {
         "spec": spec.to_remote(),
         "project": spec.name,
@@ -101,7 +108,11 @@ def submit(
     }
     import json
 
-    res = call(request) if call else agent.call("submit", input=json.dumps(request).encode())
+    try:
+        res = call(request) if call else agent.call("submit", input=json.dumps(request).encode())
+    except KeyboardInterrupt:
+        raise Interrupted(f"interrupted while {host.name} was creating the job: it may have been submitted",
+                          f"gpujob ls --host {host.name} shows whether it was") from None
     res["host"] = host.name
     res["sync"] = asdict(report)
     return res

@@ -104,6 +104,10 @@ class SyncReport:
     resumed_bytes: int = 0
     wire_bytes: int = 0
     codec: str = "none"
+    large: list[str] = field(default_factory=list)  # code files over LARGE_CODE sent: data: is their place
+
+
+LARGE_CODE = 50_000_000  # bytes: a code file this big is named with a warning (belongs in data: or exclude:)
 
 
 def tree_names(spec: JobSpec, project: str) -> list[str]:
@@ -468,5 +472,8 @@ def _check_space(agent: Agent, plan: Plan, remote: dict[str, Any], s: Any) -> No
 def _report(plan: Plan, round_trips: int, wire: int, codec: str, skipped: int = 0) -> SyncReport:
     """``skipped``: bytes of ranged files the host held already (counted as resumed, not sent)."""
     nfiles = sum(1 for e in plan.send if not e.is_dir)
+    code = plan.trees[0] if plan.trees else None
+    large = [e.arcname[len(code.local.prefix) + 1:] for e in code.send if not e.is_dir and e.link is None
+             and e.size > LARGE_CODE] if code else []
     return SyncReport(nfiles, plan.bytes - skipped, len(plan.delete), plan.unchanged, round_trips,
-                      plan.resumed_bytes + skipped, wire, codec)
+                      plan.resumed_bytes + skipped, wire, codec, large)

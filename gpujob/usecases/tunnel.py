@@ -64,6 +64,15 @@ def run_tunnel(host: Host, remote_port: int, local_port: int | None, job: str | 
     if job:
         tb = ensure_tensorboard(agent, job, remote_port)
         info.update(job_id=tb["job_id"], tensorboard=tb, autodl_url=tb.get("autodl_url"))
+        if tb.get("port") and tb["port"] != remote_port:  # the asked-for port serves something else
+            taken = tb.get("port_taken") or {}
+            what = f"another log folder ({taken['serves']})" if taken.get("serves") else "something that is not TensorBoard"
+            if taken:
+                info["note"] = (f"port {remote_port} on {host.name} serves {what}; started {tb['job_id']}'s own "
+                                f"TensorBoard on port {tb['port']}")
+            else:
+                info["note"] = f"{tb['job_id']}'s TensorBoard already serves on port {tb['port']} on {host.name}"
+            remote_port = info["remote_port"] = int(tb["port"])
     else:
         p = agent.call("port", ["--port", str(remote_port)])
         if not p.get("listening"):
@@ -77,7 +86,7 @@ def run_tunnel(host: Host, remote_port: int, local_port: int | None, job: str | 
     fwd = agent.t.forward(remote_port, port)
     info.update(local_port=fwd.local_port, url=f"http://127.0.0.1:{fwd.local_port}/")
     if local_port and fwd.local_port != local_port:
-        info["note"] = f"port {local_port} was taken; using {fwd.local_port}"
+        info["note"] = "; ".join(filter(None, [info.get("note"), f"port {local_port} was taken; using {fwd.local_port}"]))
     if on_ready:
         on_ready(info)
     failures = 0

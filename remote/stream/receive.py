@@ -149,6 +149,8 @@ def read_items(base: Path, stream: IO[bytes], links_out: bool = True, cache: Opt
         while True:
             kind, head = src.record()
             if kind == b"E":
+                if isinstance(head, dict) and isinstance(head.get("held"), list):
+                    res.setdefault("held", []).extend(str(x) for x in head["held"])
                 break
             if kind == b"B":
                 _batch(src, head, guard, writers, made, base_s, res)
@@ -168,6 +170,8 @@ def read_items(base: Path, stream: IO[bytes], links_out: bool = True, cache: Opt
         writers.close()
         guard.recheck()
         res["skipped"] = guard.skipped
+        if "held" in res:
+            res["held"] = sorted(set(res["held"]))
         res["written"] += writers.written
         res["bytes"] += writers.nbytes
         for sig, handler in old:
@@ -306,6 +310,11 @@ def _large(src: _Source, head: Any, guard: Guard, made: set, base_s: str, cache:
     kind, doc = src.record()
     if kind != b"V" or not isinstance(doc, dict):
         raise TransferError("{}: no verify record".format(name))
+    if doc.get("changed") is True:  # the sender saw it change while reading: not this file's content
+        drop_part(target)
+        remove(tmp)
+        res.setdefault("held", []).append(name)
+        return
     got = h.hexdigest()
     if doc.get("h") != got:
         drop_part(target)

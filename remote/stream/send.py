@@ -40,11 +40,22 @@ def _read_small(it: Item) -> bytes:
     raise TransferError("{} changed while being sent".format(it.path))
 
 
+def _size_now(it: Item, planned: int) -> int:
+    try:
+        return os.stat(str(it.path)).st_size
+    except OSError:
+        return planned
+
+
 def write_items(out: IO[bytes], items: Iterable[Item], delete: Optional[List[str]] = None,
                 on_bytes: Optional[Callable[[int], None]] = None,
-                on_hash: Optional[Callable[[Item, str], None]] = None) -> None:
+                on_hash: Optional[Callable[[Item, str], None]] = None, end: Optional[dict] = None,
+                changed: Optional[List[str]] = None) -> None:
     """Write ``items`` as a verified stream (see the module doc) to ``out``; each file is read
-    and hashed once. ``out.flush`` (when there is one) is called after every batch."""
+    and hashed once. ``out.flush`` (when there is one) is called after every batch. ``end`` goes
+    in the end record. With a ``changed`` list, a file that changes while it is read is left out
+    (its name appended there; a large one already under way is sent marked changed, and the
+    receiver drops it) instead of ending the stream."""
     w = out.write
     flush_out = getattr(out, "flush", None)
     w(MAGIC)
@@ -76,7 +87,15 @@ def write_items(out: IO[bytes], items: Iterable[Item], delete: Optional[List[str
         elif it.link is not None:
             ents.append(["l", it.arcname, it.link])
         elif it.size <= CHUNK and not it.prefix:
-            data = _read_small(it)
+            try:
+                if changed is not None:  # a pull: the file as it is now (a log grew, status.json was replaced)
+                    it.size = _size_now(it, it.size)
+                data = _read_small(it)
+            except TransferError:
+                if changed is None:
+                    raise
+                changed.append(it.arcname)
+                continue
             digest = small_hash(data)
             ents.append(["f", it.arcname, it.mode & 0o7777, it.mtime, it.size, digest])
             datas.append(data)
@@ -85,40 +104,53 @@ def write_items(out: IO[bytes], items: Iterable[Item], delete: Optional[List[str
         else:
             flush()
             size = 0
-            _write_large(w, it, on_bytes, on_hash)
+            _write_large(w, it, on_bytes, on_hash, changed)
             continue
         if len(ents) >= BATCH_FILES or size >= BATCH_BYTES:
             flush()
             size = 0
     flush()
-    w(frame(b"E", {}))
+    end = dict(end or {})
+    if changed:
+        end["held"] = sorted(set(end.get("held") or []) | set(changed))
+    w(frame(b"E", end))
     if flush_out:
         flush_out()
 
 
 def _write_large(w: Callable[[bytes], Any], it: Item, on_bytes: Optional[Callable[[int], None]],
-                 on_hash: Optional[Callable[[Item, str], None]]) -> None:
+                 on_hash: Optional[Callable[[Item, str], None]], changed: Optional[List[str]] = None) -> None:
     h = Hasher(it.prefix)
-    changed = "{} changed while being sent".format(it.path)
+    msg = "{} changed while being sent".format(it.path)
+    torn = False
     with open(str(it.path), "rb") as f:
         before = os.fstat(f.fileno())
         if before.st_size != it.size:
-            raise TransferError(changed)
+            if changed is None:
+                raise TransferError(msg)
+            changed.append(it.arcname)
+            return
         it.st, it.mtime = before, before.st_mtime_ns
         w(frame(b"F", {"n": it.arcname, "mode": it.mode & 0o7777, "mtime": it.mtime, "size": it.size, "off": it.offset}))
         left = it.size - it.offset
         f.seek(it.offset)
         while left > 0:
             data = f.read(min(1 << 20, left))
-            if not data:
-                raise TransferError(changed)
+            if not data:  # cut short under us: the rest is filler, the file is marked changed
+                if changed is None:
+                    raise TransferError(msg)
+                torn, data = True, bytes(min(1 << 20, left))
             h.update(data)
             w(data)
             left -= len(data)
             if on_bytes:
                 on_bytes(len(data))
-        if _stamp(os.fstat(f.fileno())) != _stamp(before):  # a torn read: never verified as sent
-            raise TransferError(changed)
+        if torn or _stamp(os.fstat(f.fileno())) != _stamp(before):  # a torn read: never verified as sent
+            if changed is None:
+                raise TransferError(msg)
+            changed.append(it.arcname)
+            w(frame(b"V", {"h": "", "changed": True}))
+            return
     digest = h.hexdigest()
     w(frame(b"V", {"h": digest}))
     if on_hash:
