@@ -40,7 +40,8 @@ def from_jobs(hub: Any, keys: list[str], wait: float = 30.0) -> list[dict[str, A
     for w in watchers:
         doc = w.doc or {}
         runs.append({"key": f"{w.host}/{w.job_id}", "job_id": w.job_id, "host": w.host, "state": doc.get("state"),
-                     "error": w.error, "params": {"host": w.host, **flatten(doc.get("spec") or {})},
+                     "error": w.error, "params": {"host": w.host, **{k: v for k, v in flatten(doc.get("spec") or {}).items()
+                                                                   if k != "job_id"}},  # the column names it
                      "series": doc.get("series") or {}})
     return runs
 

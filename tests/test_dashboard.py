@@ -1,0 +1,164 @@
+"""``gpujob ui`` end to end: the real server over real jobs on ``local`` and the test sshd, in Debian's
+headless chromium driven by Playwright (no browser download; nothing leaves loopback).
+
+Screenshots of every page land in the test's folder (``<tmp>/screenshots``), the CI artifact.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+from tests.helpers import needs, status, submit, wait_state, write_job
+
+needs("starlette", "uvicorn")
+CHROMIUM = "/usr/bin/chromium"
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--no-first-run"]
+
+# Metrics every ``delay`` s; its first line is markup that must reach the page as text.
+TICKER = """
+import json, os, sys, time
+n, delay = int(sys.argv[1]), float(sys.argv[2])
+print("<b>bold</b><script>window.pwned=1</script><img src=x onerror='window.pwned=2'>", flush=True)
+with open(os.environ["GPUJOB_METRICS_FILE"], "a") as m:
+    for step in range(1, n + 1):
+        m.write(json.dumps({"step": step, "loss": 1.0 / step, "lr": float(sys.argv[3])}) + "\\n")
+        m.flush()
+        print(f"step {step}", flush=True)
+        time.sleep(delay)
+"""
+
+
+def start_ui(*extra: str) -> tuple[subprocess.Popen, dict]:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    p = subprocess.Popen([sys.executable, "-m", "gpujob.cli", "ui", "--json", *extra], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=env, stdin=subprocess.DEVNULL)
+    line = p.stdout.readline() if p.stdout else ""
+    if not line:
+        p.kill()
+        raise AssertionError(f"gpujob ui printed nothing: {p.communicate(timeout=10)[1][-2000:]}")
+    return p, json.loads(line)
+
+
+@pytest.fixture
+def ui_server() -> Iterator[Callable[..., tuple[subprocess.Popen, dict]]]:
+    """Starts ``gpujob ui --json ARGS``; every server started is ended with the test."""
+    procs: list[subprocess.Popen] = []
+
+    def start(*extra: str) -> tuple[subprocess.Popen, dict]:
+        p, info = start_ui(*extra)
+        procs.append(p)
+        return p, info
+
+    yield start
+    for p in procs:
+        p.terminate()
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def http_status(url: str, headers: dict[str, str] | None = None, method: str = "GET") -> int:
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}, method=method), timeout=10) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def test_token_and_host_header_are_required(ui_server: Callable[..., tuple]) -> None:
+    _, info = ui_server("--host", "local")
+    url, port = info["url"], info["port"]
+    token = url.split("token=", 1)[1]
+    base = f"http://127.0.0.1:{port}"
+    assert http_status(url) == 200
+    assert http_status(f"{base}/api/jobs?token={token}") == 200
+    assert http_status(f"{base}/") == 403
+    assert http_status(f"{base}/api/jobs") == 403
+    assert http_status(f"{base}/api/jobs?token={token[:-1]}x") == 403
+    assert http_status(f"{base}/static/app.js") == 403
+    # a POST needs the token in its header: a page elsewhere cannot send one with the cookie alone
+    assert http_status(f"{base}/api/job/stop?host=local&id=x&token={token}", method="POST") == 403
+    # DNS rebinding: another name for 127.0.0.1 is refused even with the token
+    assert http_status(f"{base}/api/jobs?token={token}", {"Host": f"evil.example:{port}"}) == 403
+
+
+def test_ui_refuses_unknown_host_with_a_message() -> None:
+    from tests.conftest import run_cli
+
+    r = run_cli("ui", "--host", "nosuch", timeout=60)
+    assert r.returncode != 0 and "unknown host" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.slow
+def test_dashboard_in_a_browser(ssh_host: str, tmp_path: Path, ui_server: Callable[..., tuple]) -> None:
+    needs("playwright")
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"needs {CHROMIUM}: apt-get install chromium (.ci/run does)")
+    from playwright.sync_api import expect, sync_playwright
+
+    shots = tmp_path / "screenshots"
+    shots.mkdir()
+    running = submit("local", write_job(tmp_path, "dash-tick", TICKER, "python main.py 2000 0.2 0.001"))["job_id"]
+    remote = submit(ssh_host, write_job(tmp_path, "dash-box", TICKER, "python main.py 30 0 0.003"))["job_id"]
+    wait_state(ssh_host, remote, ("succeeded",), timeout=60)
+    _, info = ui_server("--interval", "1")
+    base = f"http://127.0.0.1:{info['port']}"
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.on("dialog", lambda d: d.accept())
+            # the jobs table: both hosts' jobs, live
+            page.goto(info["url"])
+            expect(page.locator(f'tr[data-key="local/{running}"]')).to_be_visible(timeout=20_000)
+            expect(page.locator(f'tr[data-key="{ssh_host}/{remote}"] td.state')).to_have_text("succeeded", timeout=20_000)
+            page.screenshot(path=str(shots / "jobs.png"), full_page=True)
+
+            # the job page: the curve gains points without a reload; the job's markup is shown as text
+            page.goto(f"{base}/job?host=local&id={running}")
+            chart = page.locator('.chart[data-metric="loss"]')
+            expect(chart).to_be_visible(timeout=20_000)
+            first = float(chart.get_attribute("data-last-step") or 0)
+            page.wait_for_function(f"""() => Number(document.querySelector('.chart[data-metric="loss"]')
+                                    .dataset.lastStep) > {first}""", timeout=20_000)
+            expect(page.locator("#log")).to_contain_text("<script>window.pwned=1</script>", timeout=20_000)
+            assert page.evaluate("window.pwned") is None
+            page.screenshot(path=str(shots / "job.png"), full_page=True)
+
+            # compare: both runs overlaid, the parameters that differ in a table
+            page.goto(f"{base}/compare?runs=local/{running},{ssh_host}/{remote}")
+            expect(page.locator('.chart[data-metric="loss"]')).to_be_visible(timeout=30_000)
+            params = page.locator("#params")
+            expect(params).to_contain_text("host")
+            expect(params).to_contain_text("python main.py 30 0 0.003")
+            page.screenshot(path=str(shots / "compare.png"), full_page=True)
+
+            # stop from the job page ends the job
+            page.goto(f"{base}/job?host=local&id={running}")
+            expect(page.locator("#meta-state")).to_contain_text("running", timeout=20_000)
+            page.click("#btn-stop")
+            expect(page.locator("#meta-state")).to_contain_text("stopped", timeout=60_000)
+            page.screenshot(path=str(shots / "job-stopped.png"), full_page=True)
+
+            # without the token: refused
+            other = browser.new_page()
+            resp = other.goto(f"{base}/")
+            assert resp is not None and resp.status == 403
+        finally:
+            browser.close()
+    assert status("local", running)["state"] == "stopped"
+    assert {p.name for p in shots.iterdir()} == {"jobs.png", "job.png", "compare.png", "job-stopped.png"}
