@@ -39,10 +39,10 @@ def from_jobs(hub: Any, keys: list[str], wait: float = 30.0) -> list[dict[str, A
     runs = []
     for w in watchers:
         doc = w.doc or {}
+        params = {"host": w.host, **flatten(doc.get("spec") or {})}
+        params.pop("job_id", None)  # the column's title names it
         runs.append({"key": f"{w.host}/{w.job_id}", "job_id": w.job_id, "host": w.host, "state": doc.get("state"),
-                     "error": w.error, "params": {"host": w.host, **{k: v for k, v in flatten(doc.get("spec") or {}).items()
-                                                                   if k != "job_id"}},  # the column names it
-                     "series": doc.get("series") or {}})
+                     "error": w.error, "params": params, "series": doc.get("series") or {}})
     return runs
 
 
