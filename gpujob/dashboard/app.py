@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import queue
 import secrets
 import threading
 from pathlib import Path
@@ -105,53 +106,58 @@ def build_app(hub: Hub, token: str, port_of: Callable[[], int], pull_dir: str = 
         host, job_id = _ref(req)
         return JSONResponse(hub.watch(host, job_id).snapshot())
 
-    async def job_events(req: Request) -> Response:
+    async def job_stream(req: Request) -> Response:
+        """One stream per job page (a browser opens at most six per origin): the job's status at
+        each new version, and its log one line per event, the line's byte offset as the event id
+        (a reconnect's Last-Event-ID resumes the log there)."""
         host, job_id = _ref(req)
         hub.conn(host)
-
-        def snap() -> dict[str, Any]:
-            return hub.watch(host, job_id).snapshot()  # each look keeps the watcher alive
-
-        return StreamingResponse(changes(req, snap, "job"), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-store"})
-
-    async def log(req: Request) -> Response:
-        """The log as events, one per line, each with its byte offset as the event id (a reconnect resumes there)."""
-        host, job_id = _ref(req)
         last = req.headers.get("last-event-id") or req.query_params.get("offset") or ""
-        offset = int(last) if last.isdigit() else None
-        loop = asyncio.get_running_loop()
-        q: asyncio.Queue[Any] = asyncio.Queue(maxsize=1000)
+        lines: queue.Queue[tuple[str, dict[str, Any]]] = queue.Queue(maxsize=1000)
         cancel = threading.Event()
+
+        def put(item: tuple[str, dict[str, Any]]) -> None:
+            while not cancel.is_set():
+                try:
+                    return lines.put(item, timeout=0.5)
+                except queue.Full:
+                    continue
 
         def pump() -> None:
             try:
                 with client_for() as c:
-                    it = c.job(job_id, host=host).logs(follow=True, lines=LOG_LINES, offset=offset, as_json=True,
-                                                       cancel=cancel)
-                    for chunk in it:
+                    for chunk in c.job(job_id, host=host).logs(follow=True, lines=LOG_LINES, as_json=True, cancel=cancel,
+                                                                offset=int(last) if last.isdigit() else None):
                         for line in chunk.splitlines():
-                            asyncio.run_coroutine_threadsafe(q.put(("line", json.loads(line))), loop).result()
-                asyncio.run_coroutine_threadsafe(q.put(("end", {})), loop).result()
+                            put(("line", json.loads(line)))
+                put(("end", {}))
             except GpujobError as e:
-                asyncio.run_coroutine_threadsafe(q.put(("failed", e.to_json())), loop)
+                put(("failed", e.to_json()))
             except Exception as e:  # noqa: BLE001 - the page says what broke; the server goes on
-                if not cancel.is_set():
-                    asyncio.run_coroutine_threadsafe(q.put(("failed", {"error": f"{type(e).__name__}: {e}"})), loop)
+                put(("failed", {"error": f"{type(e).__name__}: {e}"}))
 
         async def stream() -> Any:
-            t = threading.Thread(target=pump, daemon=True, name=f"log-{host}/{job_id}")
-            t.start()
+            threading.Thread(target=pump, daemon=True, name=f"log-{host}/{job_id}").start()
+            seen, quiet = -1, 0.0
             try:
                 while not await req.is_disconnected():
-                    try:
-                        kind, doc = await asyncio.wait_for(q.get(), KEEPALIVE_S)
-                    except asyncio.TimeoutError:
+                    if hub.version != seen:
+                        seen = hub.version
+                        yield _sse("job", await run_in_threadpool(hub.watch(host, job_id).snapshot))
+                    sent = 0
+                    while sent < 500:
+                        try:
+                            kind, doc = lines.get_nowait()
+                        except queue.Empty:
+                            break
+                        sent += 1
+                        yield _sse(kind, doc, doc.get("offset") if kind == "line" else None)
+                    quiet = 0.0 if sent else quiet + 0.25
+                    if quiet >= KEEPALIVE_S:
+                        quiet = 0.0
                         yield ": keepalive\n\n"
-                        continue
-                    yield _sse(kind, doc, doc.get("offset") if kind == "line" else None)
-                    if kind != "line":
-                        return
+                    hub.watch(host, job_id)  # a tab that looks keeps the job's watcher alive
+                    await asyncio.sleep(0.25)
             finally:
                 cancel.set()
 
@@ -192,7 +198,7 @@ def build_app(hub: Hub, token: str, port_of: Callable[[], int], pull_dir: str = 
     routes = [
         Route("/", page), Route("/job", page), Route("/compare", page),
         Route("/api/jobs", jobs), Route("/api/events", events), Route("/api/job", job),
-        Route("/api/job/events", job_events), Route("/api/job/log", log),
+        Route("/api/job/stream", job_stream),
         Route("/api/job/stop", action("stop"), methods=["POST"]),
         Route("/api/job/resume", action("resume"), methods=["POST"]),
         Route("/api/job/pull", action("pull"), methods=["POST"]),

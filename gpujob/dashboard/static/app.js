@@ -202,7 +202,7 @@ function jobView(q) {
     el("h2", {}, "Attempts"), el("table", { id: "attempts" }, el("thead", {}, el("tr", {}, ["#", "started", "ended", "exit", "resumed from", "diagnosis"].map((h) => el("th", {}, h)))), attempts));
   const plots = new Map();
 
-  stream("/api/job/events?" + new URLSearchParams({ host, id }), { job: (snap) => {
+  function showJob(snap) {
     const j = snap.job;
     if (!j) { meta.replaceChildren(el("div", {}, snap.error || "loading…")); return; }
     const m = j.latest_metrics || j.last_metrics || {};
@@ -228,11 +228,13 @@ function jobView(q) {
       el("td", {}, fmt(a.exit_code)), el("td", {}, a.resume || "-"),
       el("td", { class: "wrap" }, a.diagnosis ? (a.diagnosis.summary || a.diagnosis.cause || "") :
         i === all.length - 1 && d ? (d.summary || d.cause || "") : ""))));
-  } });
+  }
 
-  // the log: one event per line, its byte offset as the event id; a reconnect resumes there
-  let seen = -1;
-  const es = stream("/api/job/log?" + new URLSearchParams({ host, id }), {
+  // one stream: the job's status, and its log one line per event with the line's byte offset
+  // as the event id (a reconnect resumes there)
+  let seen = -1, ended = false;
+  const es = stream("/api/job/stream?" + new URLSearchParams({ host, id }), {
+    job: showJob,
     line: (doc) => {
       if (doc.offset <= seen) return;
       seen = doc.offset;
@@ -241,8 +243,8 @@ function jobView(q) {
       while (log.childNodes.length > 2000) log.removeChild(log.firstChild);
       if (atEnd) log.scrollTop = log.scrollHeight;
     },
-    end: () => { es.close(); log.appendChild(document.createTextNode("── end of log (the job ended) ──\n")); },
-    failed: (doc) => { es.close(); log.appendChild(document.createTextNode(`── ${doc.error}${doc.remedy ? " → " + doc.remedy : ""} ──\n`)); },
+    end: () => { if (!ended) log.appendChild(document.createTextNode("── end of log (the job ended) ──\n")); ended = true; },
+    failed: (doc) => { log.appendChild(document.createTextNode(`── ${doc.error}${doc.remedy ? " → " + doc.remedy : ""} ──\n`)); },
   });
 }
 
