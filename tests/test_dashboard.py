@@ -95,6 +95,32 @@ def test_token_and_host_header_are_required(ui_server: Callable[..., tuple]) -> 
     assert http_status(f"{base}/api/jobs?token={token}", {"Host": f"evil.example:{port}"}) == 403
 
 
+def test_tabs_share_one_poll_per_host(ui_server: Callable[..., tuple]) -> None:
+    """Ten open event streams (ten tabs) make no agent call of their own: the host's poller makes them all."""
+    import http.client
+    import time
+
+    _, info = ui_server("--host", "local", "--interval", "1")
+    token = info["url"].split("token=", 1)[1]
+    conns = []
+    for _ in range(10):
+        c = http.client.HTTPConnection("127.0.0.1", info["port"], timeout=10)
+        c.request("GET", f"/api/events?token={token}")
+        r = c.getresponse()
+        assert r.status == 200 and r.headers["content-type"].startswith("text/event-stream")
+        assert r.readline().startswith(b"event: jobs")
+        conns.append(c)
+    t0 = time.monotonic()
+    with urllib.request.urlopen(f"http://127.0.0.1:{info['port']}/api/stats?token={token}", timeout=10) as r:
+        before = json.load(r)["calls"]["local"]
+    time.sleep(3)
+    with urllib.request.urlopen(f"http://127.0.0.1:{info['port']}/api/stats?token={token}", timeout=10) as r:
+        after = json.load(r)["calls"]["local"]
+    for c in conns:
+        c.close()
+    assert after - before <= (time.monotonic() - t0) / 1 + 1  # at most one `ls` per interval
+
+
 def test_ui_refuses_unknown_host_with_a_message() -> None:
     from tests.conftest import run_cli
 

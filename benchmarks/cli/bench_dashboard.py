@@ -58,14 +58,21 @@ def main() -> None:
     from tests.conftest import start_sshd, stop_sshd
 
     sshd = start_sshd(tmp / "sshd")
-    ui = None
+    ui, running = None, ""
     try:
         sshd.authorize(public_key_line())
         make_jobs(tmp / "local", 66)
-        for name in ("h1", "h2"):
-            make_jobs(tmp / name, 67)
+        for name, n in (("h1", 66), ("h2", 67)):
+            make_jobs(tmp / name, n)
             HostStore().save(Host(name=name, hostname="127.0.0.1", port=sshd.port, user=os.environ.get("USER", "root"),
-                                  root=str(tmp / name), connect_timeout=10))
+                                  root=str(tmp / name), connect_timeout=10,
+                                  env={"GPUJOB_PATH_PREFIX": str(Path(sys.executable).parent)}))
+        # the job page shows a real running job (its watcher looks every interval)
+        (tmp / "sleeper").mkdir()
+        (tmp / "sleeper" / "job.yaml").write_text('name: sleeper\nrun: python -c "import time; time.sleep(900)"\n')
+        sub = subprocess.run([sys.executable, "-m", "gpujob.cli", "submit", str(tmp / "sleeper" / "job.yaml"), "--host", "h1",
+                              "--json"], capture_output=True, text=True, check=True)
+        running = json.loads(sub.stdout)["job_id"]
         ui = subprocess.Popen([sys.executable, "-m", "gpujob.cli", "ui", "--json", "--interval", str(a.interval)],
                               stdout=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
         info = json.loads(ui.stdout.readline() if ui.stdout else "{}")
@@ -86,26 +93,30 @@ def main() -> None:
                 page.wait_for_function("document.querySelectorAll('#jobs tbody tr').length >= 200", timeout=60_000)
                 loads.append(time.perf_counter() - t0)
                 page.close()
-            pages = [browser.new_page() for _ in range(a.tabs)]
-            for p in pages:
-                p.goto(url)
-            job = browser.new_page()
-            job.goto(f"{base}/job?host=h1&id=train-1130{66:04d}-{66:05d}")
+            tabs = browser.new_context()  # tabs of one browser: they share the token's cookie
+            for _ in range(a.tabs):
+                tabs.new_page().goto(url)
+            job = tabs.new_page()
+            job.goto(f"{base}/job?host=h1&id={running}")
             before, t0 = stats(base, token), time.monotonic()
             time.sleep(a.seconds)
             after, spent = stats(base, token), time.monotonic() - t0
+            shown = job.locator("#meta-state").inner_text()
             browser.close()
     finally:
         if ui is not None:
             ui.terminate()
             ui.wait(timeout=20)
+        if running:
+            subprocess.run([sys.executable, "-m", "gpujob.cli", "stop", running, "--host", "h1", "--wait", "30"],
+                           capture_output=True)
         for name in ("h1", "h2"):
             subprocess.run([sys.executable, "-m", "gpujob.cli", "host", "disconnect", name], capture_output=True)
         stop_sshd(sshd)
     per_min = {h: (after[h] - before[h]) * 60 / spent for h in after}
-    print(f"jobs page, 200 rows drawn: median {statistics.median(loads) * 1000:.0f} ms, "
+    print(f"jobs page, all rows drawn: median {statistics.median(loads) * 1000:.0f} ms, "
           f"min {min(loads) * 1000:.0f} ms, max {max(loads) * 1000:.0f} ms over {a.loads} loads")
-    print(f"{a.tabs} jobs tabs + 1 job page open {spent:.0f} s, --interval {a.interval:g}:")
+    print(f"{a.tabs} jobs tabs + 1 job page (h1, state shown: {shown!r}) open {spent:.0f} s, --interval {a.interval:g}:")
     for h, v in per_min.items():
         print(f"  {h}: {v:.1f} agent calls/min")
     print(f"  all hosts: {sum(per_min.values()):.1f}/min; `ls --watch` (2 s): {3 * 60 / WATCH_INTERVAL:.0f}/min per terminal")
