@@ -148,6 +148,14 @@ class Hub:
                    for host in self.jobs for j in self.jobs[host]]
             return {"jobs": out, "errors": dict(self.errors), "hosts": list(self.conns), "version": self.version}
 
+    def row_of(self, host: str, job_id: str) -> dict[str, Any] | None:
+        """The job's row in the latest listing (its ETA and cost from the agent's estimate)."""
+        with self._lock:
+            for j in self.jobs.get(host, []):
+                if j.get("job_id") == job_id:
+                    return row(j, list(self.history.get(f"{host}/{job_id}", [])), self.gpu.get(f"{host}/{job_id}"))
+        return None
+
     def calls(self) -> dict[str, int]:
         return {h: c.calls for h, c in self.conns.items()}
 
@@ -208,4 +216,6 @@ class JobWatcher:
             self.hub.stopped.wait(self.hub.interval * (5 if finished_once else 1))
 
     def snapshot(self) -> dict[str, Any]:
-        return {"job": self.doc, "error": self.error, "version": self.hub.version}
+        resolved = (self.doc or {}).get("job_id") or self.job_id
+        return {"job": self.doc, "row": self.hub.row_of(self.host, resolved), "error": self.error,
+                "version": self.hub.version}

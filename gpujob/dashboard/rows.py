@@ -39,17 +39,18 @@ def row(j: dict[str, Any], history: list[float], gpu: float | None = None) -> di
     lk = loss_key(m)
     billing = j.get("billing") or {}
     step, total = _num(m.get("step")), _num(billing.get("max_steps"))
-    rate, eta = None, None
+    eta = _num(billing.get("eta_s"))  # the agent's, from the rate of the recent metric lines
     started = _num(j.get("started_at"))
-    if j.get("state") == "running" and step and total and started:
+    if eta is None and j.get("state") == "running" and step and total and started:  # else: the mean rate so far
         rate = step / max(1e-6, (_num(j.get("now")) or time.time()) - started)
-        eta = max(0.0, (total - step) / rate) if rate else None
+        eta = max(0.0, (total - step) / rate)
     diag = j.get("diagnosis") or {}
     return {
         "key": f"{j.get('host') or 'local'}/{j.get('job_id', '')}",
         "job_id": str(j.get("job_id", "")), "name": str(j.get("name") or ""), "host": str(j.get("host") or "local"),
         "state": str(j.get("state") or ""), "reason": str(j.get("reason") or ""),
         "attempt": j.get("attempt"), "step": step, "total": total, "eta_s": eta,
+        "steps_per_s": _num(billing.get("steps_per_s")),
         "loss_key": lk, "loss": _num(m.get(lk)) if lk else None, "spark": history[-SPARK_POINTS:],
         "gpu": gpu, "cost": _num(billing.get("cost")), "currency": str(billing.get("currency") or ""),
         "elapsed_s": _num(billing.get("elapsed_s")), "submitted_at": _num(j.get("submitted_at")),

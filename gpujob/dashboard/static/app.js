@@ -38,6 +38,11 @@ function dur(s) {
   return h ? `${h}h${String(m).padStart(2, "0")}m` : m ? `${m}m${String(sec).padStart(2, "0")}s` : `${sec}s`;
 }
 
+function money(v, currency) {
+  if (v === null || v === undefined) return "-";
+  return `${v > 0 && v < 0.01 ? "<0.01" : v.toFixed(2)} ${currency || ""}`;
+}
+
 function when(t) { return t ? new Date(t * 1000).toLocaleString() : "-"; }
 
 function jobHref(host, id) { return "/job?" + new URLSearchParams({ host, id }); }
@@ -130,7 +135,7 @@ function jobsView() {
       el("td", { class: "num", title: r.loss_key }, fmt(r.loss)),
       el("td", {}, sparkline(r.spark)),
       el("td", { class: "num" }, fmt(r.gpu, 0)),
-      el("td", { class: "num" }, r.cost === null ? "-" : `${fmt(r.cost, 2)} ${r.currency}`),
+      el("td", { class: "num" }, money(r.cost, r.currency)),
       el("td", { class: "diag", title: r.last_line }, r.diagnosis || ""),
     )));
   }
@@ -159,6 +164,7 @@ function upsertChart(charts, box, key, series, labels) {
     const opts = {
       title: key, width: chartWidth(box.querySelector(".chart") || box) || 460, height: 220,
       scales: { x: { time: false } }, legend: { show: labels.length > 1 },
+      axes: [{}, { size: 60, values: (u, splits) => splits.map((v) => (v === null ? "" : String(Number(v.toPrecision(3))))) }],
       series: [{ label: "step" }, ...labels.map((l, i) => ({ label: l, stroke: COLORS[i % COLORS.length], width: 1.5, spanGaps: true }))],
     };
     c = { plot: new uPlot(opts, series, holder), holder };
@@ -205,14 +211,14 @@ function jobView(q) {
   function showJob(snap) {
     const j = snap.job;
     if (!j) { meta.replaceChildren(el("div", {}, snap.error || "loading…")); return; }
-    const m = j.latest_metrics || j.last_metrics || {};
+    const m = j.latest_metrics || j.last_metrics || {}, bill = j.billing || {}, row = snap.row || {};
     meta.replaceChildren(
       metaCell("state", el("span", { class: `state state-${j.state}` }, j.state), "meta-state"),
-      metaCell("step", j.max_steps ? `${fmt(m.step)}/${j.max_steps}` : fmt(m.step)),
+      metaCell("step", j.max_steps || row.total ? `${fmt(m.step)}/${j.max_steps || row.total}` : fmt(m.step)),
       metaCell("loss", j.loss_key ? `${fmt(m[j.loss_key])} (${j.loss_key})` : "-"),
-      metaCell("ETA", dur(j.eta_s)), metaCell("elapsed", dur(j.elapsed_s)),
-      metaCell("cost", j.cost === null || j.cost === undefined ? "-" : `${fmt(j.cost, 2)} ${(j.billing || {}).currency || ""}`),
-      metaCell("attempt", fmt(j.attempt)), metaCell("steps/s", fmt(j.steps_per_s, 2)),
+      metaCell("ETA", dur(j.eta_s ?? bill.eta_s ?? row.eta_s)), metaCell("elapsed", dur(j.elapsed_s)),
+      metaCell("cost", money(j.cost ?? row.cost, bill.currency || row.currency)),
+      metaCell("attempt", fmt(j.attempt)), metaCell("steps/s", fmt(j.steps_per_s ?? row.steps_per_s, 2)),
       metaCell("GPU", j.gpu && j.gpu.now ? j.gpu.now.map((g) => `${fmt(g.util, 0)}%`).join(" ") : "-"),
       metaCell("last line", (j.last_line || "").slice(0, 200)));
     if (snap.error) meta.appendChild(metaCell("error", snap.error));
