@@ -39,10 +39,10 @@ with open(os.environ["GPUJOB_METRICS_FILE"], "a") as m:
 """
 
 
-def start_ui(*extra: str) -> tuple[subprocess.Popen, dict]:
+def start_ui(cwd: Path, *extra: str) -> tuple[subprocess.Popen, dict]:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     p = subprocess.Popen([sys.executable, "-m", "gpujob.cli", "ui", "--json", *extra], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, env=env, stdin=subprocess.DEVNULL)
+                         stderr=subprocess.PIPE, text=True, env=env, stdin=subprocess.DEVNULL, cwd=str(cwd))
     line = p.stdout.readline() if p.stdout else ""
     if not line:
         p.kill()
@@ -51,12 +51,12 @@ def start_ui(*extra: str) -> tuple[subprocess.Popen, dict]:
 
 
 @pytest.fixture
-def ui_server() -> Iterator[Callable[..., tuple[subprocess.Popen, dict]]]:
+def ui_server(tmp_path: Path) -> Iterator[Callable[..., tuple[subprocess.Popen, dict]]]:
     """Starts ``gpujob ui --json ARGS``; every server started is ended with the test."""
     procs: list[subprocess.Popen] = []
 
     def start(*extra: str) -> tuple[subprocess.Popen, dict]:
-        p, info = start_ui(*extra)
+        p, info = start_ui(tmp_path, *extra)
         procs.append(p)
         return p, info
 
@@ -121,6 +121,31 @@ def test_tabs_share_one_poll_per_host(ui_server: Callable[..., tuple]) -> None:
     assert after - before <= (time.monotonic() - t0) / 1 + 1  # at most one `ls` per interval
 
 
+def test_ui_without_the_extra_says_how_to_get_it(tmp_path: Path) -> None:
+    """Where Starlette is not installed (a stand-in package that fails to import), a message, no traceback."""
+    (tmp_path / "shim" / "starlette").mkdir(parents=True)
+    (tmp_path / "shim" / "starlette" / "__init__.py").write_text("raise ImportError('no', name='starlette')\n")
+    env = dict(os.environ, PYTHONPATH=f"{REPO}{os.pathsep}{tmp_path / 'shim'}")
+    r = subprocess.run([sys.executable, "-m", "gpujob.cli", "ui"], capture_output=True, text=True, env=env, timeout=60,
+                       stdin=subprocess.DEVNULL)
+    assert r.returncode == 2 and "pip install 'gpujob[ui]'" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_compare_shows_only_the_parameters_that_differ() -> None:
+    from gpujob.dashboard import compare as cmp
+
+    runs = [{"key": f"h/{i}", "params": {"host": "h", "run": "python t.py", **p}, "series": {}}
+            for i, p in enumerate([{"env.LR": 0.1}, {"env.LR": 0.2, "gpus": 2}])]
+    cmp.SOURCES["fixed"] = lambda hub, keys: [r for r in runs if r["key"] in keys]  # how a ledger plugs in
+    try:
+        doc = cmp.compare(None, ["h/0", "h/1"], source="fixed")
+    finally:
+        del cmp.SOURCES["fixed"]
+    assert doc["differing"] == ["env.LR", "gpus"]
+    assert [r["params"] for r in doc["runs"]] == [{"env.LR": 0.1, "gpus": None}, {"env.LR": 0.2, "gpus": 2}]
+    assert cmp.flatten({"env": {"A": 1}, "run": "x"}) == {"env.A": 1, "run": "x"}
+
+
 def test_ui_refuses_unknown_host_with_a_message() -> None:
     from tests.conftest import run_cli
 
@@ -153,6 +178,13 @@ def test_dashboard_in_a_browser(ssh_host: str, tmp_path: Path, ui_server: Callab
             expect(page.locator(f'tr[data-key="local/{running}"]')).to_be_visible(timeout=20_000)
             expect(page.locator(f'tr[data-key="{ssh_host}/{remote}"] td.state')).to_have_text("succeeded", timeout=20_000)
             page.screenshot(path=str(shots / "jobs.png"), full_page=True)
+            page.fill("#filter", ssh_host)  # filter: only the sshd host's job is left
+            expect(page.locator("#jobs tbody tr")).to_have_count(1)
+            page.fill("#filter", "")
+            page.click('th[data-key="job_id"]')  # sort by job: dash-box before dash-tick
+            expect(page.locator("#jobs tbody tr").first).to_have_attribute("data-key", f"{ssh_host}/{remote}")
+            page.click('th[data-key="job_id"]')
+            expect(page.locator("#jobs tbody tr").first).to_have_attribute("data-key", f"local/{running}")
 
             # the job page: the curve gains points without a reload; the job's markup is shown as text
             page.goto(f"{base}/job?host=local&id={running}")
