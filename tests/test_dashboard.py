@@ -35,6 +35,11 @@ with open(os.environ["GPUJOB_METRICS_FILE"], "a") as m:
         m.write(json.dumps({"step": step, "loss": 1.0 / step, "lr": float(sys.argv[3])}) + "\\n")
         m.flush()
         print(f"step {step}", flush=True)
+        if step == 5:  # one complete checkpoint, for the pull button
+            ck = os.path.join(os.environ["GPUJOB_CKPT_DIR"], "step-5")
+            os.makedirs(ck)
+            open(os.path.join(ck, "weights.bin"), "w").write("w")
+            open(os.path.join(ck, ".gpujob-complete"), "w").close()
         time.sleep(delay)
 """
 
@@ -210,7 +215,15 @@ def test_dashboard_in_a_browser(ssh_host: str, tmp_path: Path, ui_server: Callab
             expect(page.locator("#meta-state")).to_contain_text("running", timeout=20_000)
             page.click("#btn-stop")
             expect(page.locator("#meta-state")).to_contain_text("stopped", timeout=60_000)
+            expect(page.locator("#checkpoints")).to_contain_text("step-5")
             page.screenshot(path=str(shots / "job-stopped.png"), full_page=True)
+
+            # pull --latest, then resume, from the same page
+            page.click("#btn-pull")
+            expect(page.locator("#action-result")).to_contain_text("pull: ", timeout=30_000)
+            assert (tmp_path / "gpujob-pulls" / running / "ckpt" / "step-5" / "weights.bin").is_file()
+            page.click("#btn-resume")
+            expect(page.locator("#meta-state")).to_contain_text("running", timeout=30_000)
 
             # without the token: refused
             other = browser.new_page()
@@ -218,5 +231,5 @@ def test_dashboard_in_a_browser(ssh_host: str, tmp_path: Path, ui_server: Callab
             assert resp is not None and resp.status == 403
         finally:
             browser.close()
-    assert status("local", running)["state"] == "stopped"
+    assert status("local", running)["attempt"] == 2  # resumed
     assert {p.name for p in shots.iterdir()} == {"jobs.png", "job.png", "compare.png", "job-stopped.png"}

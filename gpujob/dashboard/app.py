@@ -178,7 +178,7 @@ def build_app(hub: Hub, token: str, port_of: Callable[[], int], pull_dir: str = 
                     return j.pull(pull_dir, latest=True).to_json()
 
             doc = await run_in_threadpool(act)
-            hub.poke(host)
+            hub.poke(host, job_id)
             return JSONResponse(doc)
 
         return run

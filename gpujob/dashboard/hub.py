@@ -79,7 +79,7 @@ class Hub:
 
     def close(self) -> None:
         self.stopped.set()
-        for ev in self.wake.values():
+        for ev in [*self.wake.values(), *(w.wake for w in self.watchers.values())]:
             ev.set()
         with self.changed:
             self.changed.notify_all()
@@ -114,10 +114,13 @@ class Hub:
             self.wake[host].wait(self.interval)
             self.wake[host].clear()
 
-    def poke(self, host: str) -> None:
-        """List ``host`` again now rather than at the next interval."""
+    def poke(self, host: str, job_id: str | None = None) -> None:
+        """Look at ``host`` (and that job) again now rather than at the next interval: a button changed it."""
         if host in self.wake:
             self.wake[host].set()
+        w = self.watchers.get(f"{host}/{job_id}")
+        if w is not None:
+            w.wake.set()
 
     def _take(self, host: str, jobs: list[dict[str, Any]], err: str | None) -> None:
         with self._lock:
@@ -186,6 +189,7 @@ class JobWatcher:
         self.doc: dict[str, Any] | None = None
         self.error: str | None = None
         self.touched = time.monotonic()
+        self.wake = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True, name=f"watch-{host}/{job_id}")
 
     def start(self) -> None:
@@ -213,7 +217,8 @@ class JobWatcher:
                     self.hub.gpu[f"{self.host}/{self.job_id}"] = g
                 self.hub.bump()
             # a finished job changes no more: look again only now and then (a resume restarts it)
-            self.hub.stopped.wait(self.hub.interval * (5 if finished_once else 1))
+            self.wake.wait(self.hub.interval * (5 if finished_once else 1))
+            self.wake.clear()
 
     def snapshot(self) -> dict[str, Any]:
         resolved = (self.doc or {}).get("job_id") or self.job_id
