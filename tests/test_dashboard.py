@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import urllib.error
@@ -105,7 +106,7 @@ def test_tabs_share_one_poll_per_host(ui_server: Callable[..., tuple]) -> None:
     import http.client
     import time
 
-    _, info = ui_server("--host", "local", "--interval", "1")
+    proc, info = ui_server("--host", "local", "--interval", "1")
     token = info["url"].split("token=", 1)[1]
     conns = []
     for _ in range(10):
@@ -121,9 +122,13 @@ def test_tabs_share_one_poll_per_host(ui_server: Callable[..., tuple]) -> None:
     time.sleep(3)
     with urllib.request.urlopen(f"http://127.0.0.1:{info['port']}/api/stats?token={token}", timeout=10) as r:
         after = json.load(r)["calls"]["local"]
+    assert after - before <= (time.monotonic() - t0) / 1 + 1  # at most one `ls` per interval
+    # Ctrl-C with the streams open: the server leaves at once, quietly
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=15)
     for c in conns:
         c.close()
-    assert after - before <= (time.monotonic() - t0) / 1 + 1  # at most one `ls` per interval
+    assert proc.returncode == 130 and "Traceback" not in err, err[-2000:]  # 130: as every command on Ctrl-C
 
 
 def test_ui_without_the_extra_says_how_to_get_it(tmp_path: Path) -> None:

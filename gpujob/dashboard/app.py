@@ -68,8 +68,9 @@ def _sse(event: str, data: Any, id: int | None = None) -> str:
 
 
 def build_app(hub: Hub, token: str, port_of: Callable[[], int], pull_dir: str = "gpujob-pulls",
-              client_for: Callable[[], Any] | None = None) -> Any:
-    """The ASGI app over ``hub``; ``client_for`` makes the ``gpujob.Client`` a button's action uses."""
+              client_for: Callable[[], Any] | None = None, stopping: Callable[[], bool] = lambda: False) -> Any:
+    """The ASGI app over ``hub``; ``client_for`` makes the ``gpujob.Client`` a button's action uses;
+    once ``stopping()`` (Ctrl-C) the event streams end, so the server leaves without cutting them."""
     if client_for is None:
         from gpujob.api import Client
 
@@ -87,7 +88,7 @@ def build_app(hub: Hub, token: str, port_of: Callable[[], int], pull_dir: str = 
     async def changes(req: Request, snapshot: Callable[[], Any], event: str) -> Any:
         """Each new version of ``snapshot()`` as an event; a comment now and then keeps the connection."""
         seen, quiet = -1, 0.0
-        while not await req.is_disconnected():
+        while not stopping() and not await req.is_disconnected():
             if hub.version != seen:
                 seen = hub.version
                 quiet = 0.0
@@ -140,7 +141,7 @@ def build_app(hub: Hub, token: str, port_of: Callable[[], int], pull_dir: str = 
             threading.Thread(target=pump, daemon=True, name=f"log-{host}/{job_id}").start()
             seen, quiet = -1, 0.0
             try:
-                while not await req.is_disconnected():
+                while not stopping() and not await req.is_disconnected():
                     if hub.version != seen:
                         seen = hub.version
                         yield _sse("job", await run_in_threadpool(hub.watch(host, job_id).snapshot))

@@ -60,7 +60,8 @@ def serve(port: int = 0, only: str | None = None, interval: float = 3.0, open_br
     token = secrets.token_urlsafe(24)
     url = f"http://127.0.0.1:{bound}/?token={token}"
     hub = Hub(hosts, interval=interval).start()
-    app = build_app(hub, token, lambda: bound, pull_dir=pull_dir)
+    server: Any = None  # the streams ask it whether Ctrl-C came
+    app = build_app(hub, token, lambda: bound, pull_dir=pull_dir, stopping=lambda: bool(server and server.should_exit))
     if as_json:
         print(json.dumps({"url": url, "port": bound, "hosts": hosts}), flush=True)
     else:
@@ -70,7 +71,8 @@ def serve(port: int = 0, only: str | None = None, interval: float = 3.0, open_br
 
         webbrowser.open(url)
     # no access log: every request line would carry the token
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off"))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
+                                           timeout_graceful_shutdown=5))
     try:
         server.run(sockets=[sock])
     finally:
