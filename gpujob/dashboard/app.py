@@ -170,13 +170,17 @@ def build_app(hub: Hub, token: str, port_of: Callable[[], int], pull_dir: str = 
             hub.conn(host)
 
             def act() -> dict[str, Any]:
-                with client_for() as c:
-                    j = c.job(job_id, host=host)
-                    if name == "stop":
-                        return j.stop().to_json()
-                    if name == "resume":
-                        return j.resume().to_json()
-                    return j.pull(pull_dir, latest=True).to_json()
+                try:
+                    with client_for() as c:
+                        j = c.job(job_id, host=host)
+                        if name == "stop":
+                            return j.stop().to_json()
+                        if name == "resume":
+                            return j.resume().to_json()
+                        return j.pull(pull_dir, latest=True).to_json()
+                except (OSError, TimeoutError, EOFError) as e:  # the page says it; the server goes on
+                    raise GpujobError(f"{name} {job_id}: {type(e).__name__}: {e}",
+                                      f"gpujob {name} {job_id} --host {host} in a terminal says more") from None
 
             doc = await run_in_threadpool(act)
             hub.poke(host, job_id)
