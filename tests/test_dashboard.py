@@ -131,6 +131,25 @@ def test_tabs_share_one_poll_per_host(ui_server: Callable[..., tuple]) -> None:
     assert proc.returncode == 130 and "Traceback" not in err, err[-2000:]  # 130: as every command on Ctrl-C
 
 
+def test_a_host_that_does_not_answer_is_named(ui_server: Callable[..., tuple]) -> None:
+    """A profile whose instance is gone: the page names it and why, the other hosts' jobs still come."""
+    from gpujob.config.hosts import Host, HostStore
+    from tests.conftest import free_port
+    from tests.helpers import wait_for
+
+    HostStore().save(Host(name="gone", hostname="127.0.0.1", port=free_port(), user="root", connect_timeout=2))
+    _, info = ui_server("--interval", "1")
+    assert info["hosts"] == ["local", "gone"]
+    token = info["url"].split("token=", 1)[1]
+
+    def listing() -> dict:
+        with urllib.request.urlopen(f"http://127.0.0.1:{info['port']}/api/jobs?token={token}", timeout=10) as r:
+            return json.load(r)
+
+    wait_for(lambda: "gone" in listing()["errors"], 30, "the error of host 'gone'")
+    assert "127.0.0.1" in listing()["errors"]["gone"] and "local" not in listing()["errors"]
+
+
 def test_ui_without_the_extra_says_how_to_get_it(tmp_path: Path) -> None:
     """Where Starlette is not installed (a stand-in package that fails to import), a message, no traceback."""
     (tmp_path / "shim" / "starlette").mkdir(parents=True)

@@ -14,6 +14,7 @@ import time
 from collections import deque
 from typing import Any, Callable
 
+from gpujob.backoff import backoff
 from gpujob.dashboard.rows import SPARK_POINTS, gpu_use, loss_key, row
 from gpujob.errors import ConnectError, GpujobError
 
@@ -106,18 +107,20 @@ class Hub:
 
     # ---- the jobs list ------------------------------------------------------------------------
     def _poll(self, host: str) -> None:
-        conn = self.conns[host]
+        conn, failures = self.conns[host], 0
         while not self.stopped.is_set():
             try:
                 listed = conn.call(lambda c: c.jobs(all=True, host=host))
-                jobs = [j.to_json() for j in listed.jobs]
-                err = None
+                jobs, err, failures = [j.to_json() for j in listed.jobs], None, 0
             except GpujobError as e:
                 jobs, err = self.jobs.get(host, []), _said(e)
             except Exception as e:  # noqa: BLE001 - a poller never dies: the page shows why the host is stale
                 jobs, err = self.jobs.get(host, []), f"{type(e).__name__}: {e}"
+            if err:
+                failures += 1
             self._take(host, jobs, err)
-            self.wake[host].wait(self.interval)
+            # a host that does not answer (powered off, a stale profile) is asked less and less often, up to 1/min
+            self.wake[host].wait(backoff(failures, self.interval, 60.0) if failures else self.interval)
             self.wake[host].clear()
 
     def poke(self, host: str, job_id: str | None = None) -> None:
