@@ -215,6 +215,16 @@ def test_dashboard_in_a_browser(ssh_host: str, tmp_path: Path, ui_server: Callab
             page.click('th[data-key="job_id"]')
             expect(page.locator("#jobs tbody tr").first).to_have_attribute("data-key", f"local/{running}")
 
+            # compare (ticked on the jobs page): both runs overlaid, the parameters that differ in a table
+            for key in (f"local/{running}", f"{ssh_host}/{remote}"):
+                page.check(f'tr[data-key="{key}"] input[type=checkbox]')
+            page.click("#compare")
+            expect(page.locator('.chart[data-metric="loss"]')).to_be_visible(timeout=30_000)
+            params = page.locator("#params")
+            expect(params).to_contain_text("host")
+            expect(params).to_contain_text("python main.py 30 0 0.003")
+            page.screenshot(path=str(shots / "compare.png"), full_page=True)
+
             # the job page: the curve gains points without a reload; the job's markup is shown as text
             page.goto(f"{base}/job?host=local&id={running}")
             chart = page.locator('.chart[data-metric="loss"]')
@@ -225,14 +235,6 @@ def test_dashboard_in_a_browser(ssh_host: str, tmp_path: Path, ui_server: Callab
             expect(page.locator("#log")).to_contain_text("<script>window.pwned=1</script>", timeout=20_000)
             assert page.evaluate("window.pwned") is None
             page.screenshot(path=str(shots / "job.png"), full_page=True)
-
-            # compare: both runs overlaid, the parameters that differ in a table
-            page.goto(f"{base}/compare?runs=local/{running},{ssh_host}/{remote}")
-            expect(page.locator('.chart[data-metric="loss"]')).to_be_visible(timeout=30_000)
-            params = page.locator("#params")
-            expect(params).to_contain_text("host")
-            expect(params).to_contain_text("python main.py 30 0 0.003")
-            page.screenshot(path=str(shots / "compare.png"), full_page=True)
 
             # stop from the job page ends the job
             page.goto(f"{base}/job?host=local&id={running}")
