@@ -131,6 +131,46 @@ def test_tabs_share_one_poll_per_host(ui_server: Callable[..., tuple]) -> None:
     assert proc.returncode == 130 and "Traceback" not in err, err[-2000:]  # 130: as every command on Ctrl-C
 
 
+def sse_events(port: int, path: str, until: str, headers: dict[str, str] | None = None) -> list[tuple[str, dict]]:
+    """The (event, data) pairs of an event stream, read until an event named ``until``."""
+    import http.client
+
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    c.request("GET", path, headers=headers or {})
+    r = c.getresponse()
+    assert r.status == 200, r.read()[:300]
+    out, name = [], ""
+    try:
+        for raw in r:
+            line = raw.decode().rstrip("\n")
+            if line.startswith("event: "):
+                name = line[7:]
+            elif line.startswith("data: "):
+                out.append((name, json.loads(line[6:])))
+                if name == until:
+                    return out
+    finally:
+        c.close()
+    raise AssertionError(f"the stream ended before {until!r}: {out}")
+
+
+def test_job_stream_resumes_the_log_at_its_byte(tmp_path: Path, ui_server: Callable[..., tuple]) -> None:
+    """A reconnect's Last-Event-ID (a line's byte offset) starts the log at that line, as ``tail -f`` does."""
+    job = submit("local", write_job(tmp_path, "dash-log", "for i in range(5): print(f'line {i}')\n",
+                                    "python main.py"))["job_id"]
+    wait_state("local", job, ("succeeded",), root=tmp_path / "local-root")
+    _, info = ui_server("--host", "local")
+    token = info["url"].split("token=", 1)[1]
+    path = f"/api/job/stream?token={token}&host=local&id={job}"
+    lines = [d for e, d in sse_events(info["port"], path, "end") if e == "line"]
+    texts = [d["line"] for d in lines]
+    assert [t for t in texts if t.startswith("line ")] == [f"line {i}" for i in range(5)]
+    third = next(d for d in lines if d["line"] == "line 2")
+    again = [d for e, d in sse_events(info["port"], path, "end", {"Last-Event-ID": str(third["offset"])})
+             if e == "line"]
+    assert again[0] == third and [d["line"] for d in again[:3]] == ["line 2", "line 3", "line 4"]
+
+
 def test_a_host_that_does_not_answer_is_named(ui_server: Callable[..., tuple]) -> None:
     """A profile whose instance is gone: the page names it and why, the other hosts' jobs still come."""
     from gpujob.config.hosts import Host, HostStore

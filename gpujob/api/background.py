@@ -49,7 +49,8 @@ class LogPump:
     def __init__(self, connect: Callable[[Any], Any], sources: list[Any], cancel: threading.Event | None = None) -> None:
         self.connect, self.sources = connect, sources
         self.q: queue.Queue[Any] = queue.Queue(maxsize=256)
-        self.cancelled = cancel or threading.Event()  # set from any thread: the reader stops within 0.5 s
+        self.cancelled = threading.Event()
+        self.stop = cancel  # the caller's: set from any thread, the reader stops within 0.5 s (never set here)
         self.streams: list[Any] = []
         self.agents: list[Any] = []
 
@@ -96,7 +97,7 @@ class LogPump:
                 try:
                     item = self.q.get(timeout=0.5)
                 except queue.Empty:
-                    if self.cancelled.is_set():
+                    if self.stop is not None and self.stop.is_set():
                         return
                     continue
                 if item is _DONE:
