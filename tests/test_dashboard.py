@@ -288,6 +288,7 @@ def test_dashboard_in_a_browser(ssh_host: str, tmp_path: Path, ui_server: Callab
             page.click("#btn-pull")
             expect(page.locator("#action-result")).to_contain_text("pull: ", timeout=30_000)
             assert (tmp_path / "gpujob-pulls" / running / "ckpt" / "step-5" / "weights.bin").is_file()
+            expect(page.locator("#checkpoints")).to_contain_text(str(tmp_path / "gpujob-pulls"), timeout=20_000)
             page.click("#btn-resume")
             expect(page.locator("#meta-state")).to_contain_text("running", timeout=30_000)
 

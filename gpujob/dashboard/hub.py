@@ -190,6 +190,19 @@ class Hub:
         return self.conns[host]
 
 
+def mark_pulled(doc: dict[str, Any]) -> dict[str, Any]:
+    """Each checkpoint's copy on this laptop (``gpujob pull`` or the page's button put it there), if any."""
+    from pathlib import Path
+
+    from gpujob.config import index
+
+    dests = index.pulls_of(str(doc.get("job_id") or ""))
+    for ck in doc.get("checkpoints") or []:
+        here = [Path(d) / doc["job_id"] / "ckpt" / str(ck.get("name")) for d in dests]
+        ck["pulled"] = next((str(p) for p in here if p.is_dir()), None)
+    return doc
+
+
 class JobWatcher:
     """One job's ``status`` (curves, checkpoints, attempts, cost), fetched every interval while a tab looks."""
 
@@ -213,7 +226,7 @@ class JobWatcher:
         while not self.hub.stopped.is_set() and time.monotonic() - self.touched < self.hub.linger:
             try:
                 st = conn.call(lambda c: c.job(self.job_id, host=self.host).status())
-                doc, err = st.to_json(), None
+                doc, err = mark_pulled(st.to_json()), None
                 finished_once = st.finished
             except GpujobError as e:
                 doc, err = self.doc, _said(e)

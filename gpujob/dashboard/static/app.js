@@ -204,7 +204,7 @@ function jobView(q) {
       result),
     el("h2", {}, "Curves"), charts,
     el("h2", {}, "Log"), log,
-    el("h2", {}, "Checkpoints"), el("table", { id: "checkpoints" }, el("thead", {}, el("tr", {}, ["name", "step", "complete", "mirror", "written"].map((h) => el("th", {}, h)))), ckpts),
+    el("h2", {}, "Checkpoints"), el("table", { id: "checkpoints" }, el("thead", {}, el("tr", {}, ["name", "step", "complete", "mirror", "pulled here", "written"].map((h) => el("th", {}, h)))), ckpts),
     el("h2", {}, "Attempts"), el("table", { id: "attempts" }, el("thead", {}, el("tr", {}, ["#", "started", "ended", "exit", "resumed from", "diagnosis"].map((h) => el("th", {}, h)))), attempts));
   const plots = new Map();
 
@@ -228,6 +228,7 @@ function jobView(q) {
     ckpts.replaceChildren(...(j.checkpoints || []).map((c) => el("tr", {},
       el("td", {}, c.name), el("td", { class: "num" }, fmt(c.step)), el("td", {}, c.complete ? "✓ complete" : "partial"),
       el("td", {}, c.mirror === undefined ? "-" : typeof c.mirror === "object" ? JSON.stringify(c.mirror) : String(c.mirror)),
+      el("td", { class: "wrap" }, c.pulled || "-"),
       el("td", {}, when(c.mtime)))));
     attempts.replaceChildren(...(j.attempts || []).map((a, i, all) => el("tr", {},
       el("td", {}, fmt(a.n)), el("td", {}, when(a.started_at)), el("td", {}, when(a.ended_at)),
