@@ -291,6 +291,7 @@ def test_dashboard_in_a_browser(ssh_host: str, tmp_path: Path, ui_server: Callab
             expect(page.locator("#checkpoints")).to_contain_text(str(tmp_path / "gpujob-pulls"), timeout=20_000)
             page.click("#btn-resume")
             expect(page.locator("#meta-state")).to_contain_text("running", timeout=30_000)
+            expect(page.locator("#log")).to_contain_text("attempt 2 started", timeout=30_000)  # the log follows again
 
             # without the token: refused
             other = browser.new_page()

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import queue
 import secrets
-import threading
 from pathlib import Path
 from typing import Any, Callable
 
@@ -25,12 +23,12 @@ from starlette.staticfiles import StaticFiles
 
 from gpujob.dashboard.compare import compare
 from gpujob.dashboard.hub import Hub
+from gpujob.dashboard.logs import LogFollower
 from gpujob.errors import GpujobError
 
 STATIC = Path(__file__).resolve().parent / "static"
 COOKIE = "gpujob_ui"
 KEEPALIVE_S = 15.0
-LOG_LINES = 200  # a job page opens at the log's last lines
 
 
 class TokenGate:
@@ -114,53 +112,28 @@ def build_app(hub: Hub, token: str, port_of: Callable[[], int], pull_dir: str = 
         host, job_id = _ref(req)
         hub.conn(host)
         last = req.headers.get("last-event-id") or req.query_params.get("offset") or ""
-        lines: queue.Queue[tuple[str, dict[str, Any]]] = queue.Queue(maxsize=1000)
-        cancel = threading.Event()
-
-        def put(item: tuple[str, dict[str, Any]]) -> None:
-            while not cancel.is_set():
-                try:
-                    return lines.put(item, timeout=0.5)
-                except queue.Full:
-                    continue
-
-        def pump() -> None:
-            try:
-                with client_for() as c:
-                    for chunk in c.job(job_id, host=host).logs(follow=True, lines=LOG_LINES, as_json=True, cancel=cancel,
-                                                                offset=int(last) if last.isdigit() else None):
-                        for line in chunk.splitlines():
-                            put(("line", json.loads(line)))
-                put(("end", {}))
-            except GpujobError as e:
-                put(("failed", e.to_json()))
-            except Exception as e:  # noqa: BLE001 - the page says what broke; the server goes on
-                put(("failed", {"error": f"{type(e).__name__}: {e}"}))
+        log = LogFollower(client_for, host, job_id, int(last) if last.isdigit() else None)
 
         async def stream() -> Any:
-            threading.Thread(target=pump, daemon=True, name=f"log-{host}/{job_id}").start()
+            log.start()
             seen, quiet = -1, 0.0
             try:
                 while not stopping() and not await req.is_disconnected():
+                    watcher = hub.watch(host, job_id)  # a tab that looks keeps the job's watcher alive
                     if hub.version != seen:
                         seen = hub.version
-                        yield _sse("job", await run_in_threadpool(hub.watch(host, job_id).snapshot))
-                    sent = 0
-                    while sent < 500:
-                        try:
-                            kind, doc = lines.get_nowait()
-                        except queue.Empty:
-                            break
-                        sent += 1
+                        yield _sse("job", await run_in_threadpool(watcher.snapshot))
+                    events = log.take()
+                    for kind, doc in events:
                         yield _sse(kind, doc, doc.get("offset") if kind == "line" else None)
-                    quiet = 0.0 if sent else quiet + 0.25
+                    quiet = 0.0 if events else quiet + 0.25
                     if quiet >= KEEPALIVE_S:
                         quiet = 0.0
                         yield ": keepalive\n\n"
-                    hub.watch(host, job_id)  # a tab that looks keeps the job's watcher alive
+                    log.revive((watcher.doc or {}).get("state"))
                     await asyncio.sleep(0.25)
             finally:
-                cancel.set()
+                log.close()
 
         return StreamingResponse(stream(), media_type="text/event-stream", headers={"Cache-Control": "no-store"})
 

@@ -245,6 +245,7 @@ function jobView(q) {
     line: (doc) => {
       if (doc.offset <= seen) return;
       seen = doc.offset;
+      ended = false;
       const atEnd = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
       log.appendChild(document.createTextNode(doc.line + "\n"));
       while (log.childNodes.length > 2000) log.removeChild(log.firstChild);
