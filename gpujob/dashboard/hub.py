@@ -1,7 +1,7 @@
 """What the dashboard knows, fetched once however many tabs look: one poller per host, one watcher per open job.
 
-Every host has one ``HostPoller`` thread that lists its jobs (one agent call, ``Client.jobs``)
-every ``interval`` seconds, and bumps ``Hub.version`` when the list changed; a job page's
+Every host has one poller thread that lists its jobs (one agent call, ``Client.jobs``) every
+``interval`` seconds (counted in ``HostConn.calls``), and bumps ``Hub.version`` when the list changed; a job page's
 details come from one ``JobWatcher`` per job, alive while some tab asked within the last
 ``linger`` seconds. The server's event streams only compare versions (in memory): a tab
 never causes an agent call of its own. All host calls go through ``gpujob.Client``.
@@ -17,8 +17,6 @@ from typing import Any, Callable
 from gpujob.backoff import backoff
 from gpujob.dashboard.rows import SPARK_POINTS, gpu_use, loss_key, row
 from gpujob.errors import ConnectError, GpujobError
-
-Calls = Callable[[str], None]  # counts agent calls per host (the benchmark reads them)
 
 
 def _said(e: GpujobError) -> str:
