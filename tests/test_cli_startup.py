@@ -15,6 +15,7 @@ from tests.conftest import REPO
 
 HEAVY = {"torch", "transformers", "lightning", "pytorch_lightning", "paramiko", "httpx", "rich", "matplotlib", "tensorboard", "numpy", "fabric", "cryptography"}
 HEAVY |= {"pathspec"}  # light, but only a sync needs it
+HEAVY |= {"starlette", "uvicorn", "anyio", "playwright"}  # only `gpujob ui` serves
 
 
 def imported(*args: str, rc: int = 0, env_extra: dict[str, str] | None = None, full: bool = False) -> set[str]:

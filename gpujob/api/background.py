@@ -46,10 +46,11 @@ class _Tracked:
 class LogPump:
     """Runs producers (each ``fn(connect, write)``, e.g. one per node) in threads and yields what they write."""
 
-    def __init__(self, connect: Callable[[Any], Any], sources: list[Any]) -> None:
+    def __init__(self, connect: Callable[[Any], Any], sources: list[Any], cancel: threading.Event | None = None) -> None:
         self.connect, self.sources = connect, sources
         self.q: queue.Queue[Any] = queue.Queue(maxsize=256)
         self.cancelled = threading.Event()
+        self.stop = cancel  # the caller's: set from any thread, the reader stops within 0.5 s (never set here)
         self.streams: list[Any] = []
         self.agents: list[Any] = []
 
@@ -93,7 +94,12 @@ class LogPump:
         left = len(threads)
         try:
             while left:
-                item = self.q.get()
+                try:
+                    item = self.q.get(timeout=0.5)
+                except queue.Empty:
+                    if self.stop is not None and self.stop.is_set():
+                        return
+                    continue
                 if item is _DONE:
                     left -= 1
                 elif isinstance(item, BaseException):

@@ -10,6 +10,7 @@ whose ``to_json()`` is what the matching command prints with ``--json``. Nothing
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -340,14 +341,17 @@ class Job:
             time.sleep(pause if deadline is None else max(0.0, min(pause, deadline - time.monotonic())))
 
     def logs(self, follow: bool = False, lines: int | None = 20, since: float | str | None = None,
-             grep: str | None = None, as_json: bool = False, node: int | None = None) -> Iterator[bytes]:
+             grep: str | None = None, as_json: bool = False, node: int | None = None, offset: int | None = None,
+             cancel: threading.Event | None = None) -> Iterator[bytes]:
         """The job's output as byte chunks: the last ``lines`` lines (None: all), or from ``since``
         (epoch seconds, or ``10m``/``2h``/a local date); ``follow`` goes on until the job ends and
         survives dropped links and a laptop that slept (the copy resumes at the byte it reached).
 
         ``grep``: only lines matching this regex; ``as_json``: one ``{job_id, offset, line}``
         document per line (``tail --json``). A job over several nodes: every node's lines, each
-        prefixed ``[node K] `` (``node``: only that one).
+        prefixed ``[node K] `` (``node``: only that one). ``offset``: from that byte of the log (a
+        reconnect's resume point, as ``tail --json`` reports it); ``cancel``: an event that, set from
+        any thread, ends the iterator within half a second (its streams are killed).
         """
         from gpujob.usecases import jobs
 
@@ -364,12 +368,13 @@ class Job:
                               f"gpujob tail {self.ref} --node 0")
         host = nodes[node] if nodes and node is not None else self.client.hosts.get(self.host)
         start = since_time(since)
-        pump = LogPump(_connect, [host])
+        pump = LogPump(_connect, [host], cancel)
         flt = jobs.LineFilter(pump.write, grep, as_json) if grep or as_json else None
 
         def produce(_: Any, reconnect: Callable[[], Any]) -> None:
             try:
-                jobs.follow_logs(reconnect, self.ref, flt or pump.write, lines=None if start is not None else lines,
+                jobs.follow_logs(reconnect, self.ref, flt or pump.write,
+                                 lines=None if start is not None or offset is not None else lines, offset=offset or 0,
                                  follow=follow, since=start, on_start=flt.start if flt else None)
             finally:
                 if flt:

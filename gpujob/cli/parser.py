@@ -8,6 +8,7 @@ from typing import Any, NoReturn
 
 from gpujob.cli.args import PORT, PRICE, address_type, job_ref, number_type, regex_type, url_type
 from gpujob.cli.common import Handler
+from gpujob.cli.dashboard import cmd_ui
 from gpujob.cli.hosts import (
     cmd_agent_log,
     cmd_doctor,
@@ -114,6 +115,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--once", action="store_true", help="one look at each job (for cron); the time away adds up")
     s = add("cost", cmd_cost, "what jobs have cost (elapsed x price_per_hour), per job and per host")
     s.add_argument("--host", help="one host (default: every host with jobs)")
+    s = add("ui", cmd_ui, "a dashboard in the browser: every job on every host, live curves, compare (needs gpujob[ui])")
+    s.add_argument("--port", type=PORT, help="port on 127.0.0.1 (default: a free one, printed)")
+    s.add_argument("--host", help="only these hosts (a,b); default every host profile and local")
+    s.add_argument("--interval", type=number_type(float, 0.5, 3600), default=3.0,
+                   help="seconds between two looks at a host (default 3; one look per host whatever the tabs)")
+    s.add_argument("--open", action="store_true", help="open it in the browser")
+    s.add_argument("--pull-dir", default="gpujob-pulls", help="where the pull --latest button copies to")
     s = add("agent-log", cmd_agent_log, "the last lines of the agent's own log on a host (its errors)")
     s.add_argument("host", nargs="?", help="host profile (default local)")
     s.add_argument("-n", "--lines", type=number_type(int, 0, 10**6), default=50)

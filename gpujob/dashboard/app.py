@@ -1,0 +1,187 @@
+"""The dashboard's HTTP side (Starlette): pages, JSON, server-sent events, the job buttons.
+
+Every request must carry the token ``gpujob ui`` printed (``?token=`` once; the page then
+holds it in a same-site cookie, and a button's POST sends it in a header a foreign page
+cannot set); anything else gets 403. Pages are static files: the browser fills them from
+JSON with ``textContent``, so a host's strings are never markup.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+from pathlib import Path
+from typing import Any, Callable
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from gpujob.dashboard.compare import compare
+from gpujob.dashboard.hub import Hub
+from gpujob.dashboard.logs import LogFollower
+from gpujob.errors import GpujobError
+
+STATIC = Path(__file__).resolve().parent / "static"
+COOKIE = "gpujob_ui"
+KEEPALIVE_S = 15.0
+
+
+class TokenGate:
+    """ASGI middleware: the token (query, cookie, or header for a POST) and a loopback Host header, else 403."""
+
+    def __init__(self, app: Any, token: str, port_of: Callable[[], int]) -> None:
+        self.app, self.token, self.port_of = app, token, port_of
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        req = Request(scope)
+        host = req.headers.get("host", "")
+        allowed = {f"127.0.0.1:{self.port_of()}", f"localhost:{self.port_of()}"}
+        if host not in allowed:  # a page elsewhere resolving its name to 127.0.0.1 (DNS rebinding)
+            return await PlainTextResponse("wrong Host header: open the URL gpujob ui printed", 403)(scope, receive, send)
+        given = req.headers.get("x-token", "") if req.method == "POST" else (
+            req.query_params.get("token") or req.cookies.get(COOKIE, ""))
+        if not secrets.compare_digest(given.encode(), self.token.encode()):
+            return await PlainTextResponse("missing or wrong token: open the URL gpujob ui printed (with its ?token=)",
+                                           403)(scope, receive, send)
+        await self.app(scope, receive, send)
+
+
+def _ref(req: Request) -> tuple[str, str]:
+    host, job_id = req.query_params.get("host", ""), req.query_params.get("id", "")
+    if not host or not job_id:
+        raise GpujobError("host and id are required", "open a job from the jobs page")
+    return host, job_id
+
+
+def _sse(event: str, data: Any, id: int | None = None) -> str:
+    head = f"id: {id}\n" if id is not None else ""
+    return f"{head}event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n"
+
+
+def build_app(hub: Hub, token: str, port_of: Callable[[], int], pull_dir: str = "gpujob-pulls",
+              client_for: Callable[[], Any] | None = None, stopping: Callable[[], bool] = lambda: False) -> Any:
+    """The ASGI app over ``hub``; ``client_for`` makes the ``gpujob.Client`` a button's action uses;
+    once ``stopping()`` (Ctrl-C) the event streams end, so the server leaves without cutting them."""
+    if client_for is None:
+        from gpujob.api import Client
+
+        client_for = Client
+    shell = (STATIC / "index.html").read_text()
+
+    async def page(req: Request) -> Response:
+        resp = HTMLResponse(shell.replace("{{TOKEN}}", token))
+        resp.set_cookie(COOKIE, token, httponly=True, samesite="strict")
+        return resp
+
+    async def jobs(req: Request) -> Response:
+        return JSONResponse(hub.rows())
+
+    async def changes(req: Request, snapshot: Callable[[], Any], event: str) -> Any:
+        """Each new version of ``snapshot()`` as an event; a comment now and then keeps the connection."""
+        seen, quiet = -1, 0.0
+        while not stopping() and not await req.is_disconnected():
+            if hub.version != seen:
+                seen = hub.version
+                quiet = 0.0
+                yield _sse(event, await run_in_threadpool(snapshot))
+            elif quiet >= KEEPALIVE_S:
+                quiet = 0.0
+                yield ": keepalive\n\n"
+            await asyncio.sleep(0.25)
+            quiet += 0.25
+
+    async def events(req: Request) -> Response:
+        return StreamingResponse(changes(req, hub.rows, "jobs"), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-store"})
+
+    async def job(req: Request) -> Response:
+        host, job_id = _ref(req)
+        return JSONResponse(hub.watch(host, job_id).snapshot())
+
+    async def job_stream(req: Request) -> Response:
+        """One stream per job page (a browser opens at most six per origin): the job's status at
+        each new version, and its log one line per event, the line's byte offset as the event id
+        (a reconnect's Last-Event-ID resumes the log there)."""
+        host, job_id = _ref(req)
+        hub.conn(host)
+        last = req.headers.get("last-event-id") or req.query_params.get("offset") or ""
+        log = LogFollower(client_for, host, job_id, int(last) if last.isdigit() else None)
+
+        async def stream() -> Any:
+            log.start()
+            seen, quiet = -1, 0.0
+            try:
+                while not stopping() and not await req.is_disconnected():
+                    watcher = hub.watch(host, job_id)  # a tab that looks keeps the job's watcher alive
+                    if hub.version != seen:
+                        seen = hub.version
+                        yield _sse("job", await run_in_threadpool(watcher.snapshot))
+                    events = log.take()
+                    for kind, doc in events:
+                        yield _sse(kind, doc, doc.get("offset") if kind == "line" else None)
+                    quiet = 0.0 if events else quiet + 0.25
+                    if quiet >= KEEPALIVE_S:
+                        quiet = 0.0
+                        yield ": keepalive\n\n"
+                    log.revive((watcher.doc or {}).get("state"))
+                    await asyncio.sleep(0.25)
+            finally:
+                log.close()
+
+        return StreamingResponse(stream(), media_type="text/event-stream", headers={"Cache-Control": "no-store"})
+
+    def action(name: str) -> Callable[[Request], Any]:
+        async def run(req: Request) -> Response:
+            host, job_id = _ref(req)
+            hub.conn(host)
+
+            def act() -> dict[str, Any]:
+                try:
+                    with client_for() as c:
+                        j = c.job(job_id, host=host)
+                        if name == "stop":
+                            return j.stop().to_json()
+                        if name == "resume":
+                            return j.resume().to_json()
+                        return j.pull(pull_dir, latest=True).to_json()
+                except (OSError, TimeoutError, EOFError) as e:  # the page says it; the server goes on
+                    raise GpujobError(f"{name} {job_id}: {type(e).__name__}: {e}",
+                                      f"gpujob {name} {job_id} --host {host} in a terminal says more") from None
+
+            doc = await run_in_threadpool(act)
+            hub.poke(host, job_id)
+            return JSONResponse(doc)
+
+        return run
+
+    async def compared(req: Request) -> Response:
+        keys = [k for k in req.query_params.get("runs", "").split(",") if k]
+        source = req.query_params.get("source", "jobs")
+        return JSONResponse(await run_in_threadpool(compare, hub, keys, source))
+
+    async def stats(req: Request) -> Response:
+        return JSONResponse({"calls": hub.calls(), "interval": hub.interval})
+
+    async def refused(req: Request, exc: Exception) -> Response:
+        assert isinstance(exc, GpujobError)
+        return JSONResponse(exc.to_json(), 400)
+
+    routes = [
+        Route("/", page), Route("/job", page), Route("/compare", page),
+        Route("/api/jobs", jobs), Route("/api/events", events), Route("/api/job", job),
+        Route("/api/job/stream", job_stream),
+        Route("/api/job/stop", action("stop"), methods=["POST"]),
+        Route("/api/job/resume", action("resume"), methods=["POST"]),
+        Route("/api/job/pull", action("pull"), methods=["POST"]),
+        Route("/api/compare", compared), Route("/api/stats", stats),
+        Mount("/static", StaticFiles(directory=str(STATIC)), name="static"),
+    ]
+    app = Starlette(routes=routes, exception_handlers={GpujobError: refused})
+    return TokenGate(app, token, port_of)

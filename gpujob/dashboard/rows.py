@@ -1,0 +1,59 @@
+"""A job record (one ``ls`` row from the API) flattened into what the jobs page shows.
+
+Data only: the browser builds the table from these values with ``textContent``, so nothing a
+host sent is ever parsed as HTML.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+SPARK_POINTS = 40  # loss values kept per job for the table's sparkline
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v else None
+
+
+def loss_key(metrics: dict[str, Any]) -> str | None:
+    """The training loss among metric keys (as ``ls`` picks it): ``loss``, ``train_loss``, else the first ``*loss``."""
+    names = [k for k in metrics if k not in ("step", "t", "epoch")]
+    for k in ("loss", "train_loss", "train/loss"):
+        if k in names:
+            return k
+    return next((k for k in names if "loss" in k.lower() and not k.lower().startswith(("eval", "val", "test"))), None)
+
+
+def gpu_use(gpu: dict[str, Any] | None) -> float | None:
+    """Mean utilisation (%) over the job's GPUs now, from a ``status`` document's ``gpu``."""
+    now = (gpu or {}).get("now") or []
+    vals = [_num(g.get("util")) for g in now if isinstance(g, dict)]
+    vals = [v for v in vals if v is not None]
+    return round(sum(vals) / len(vals), 1) if vals else None
+
+
+def row(j: dict[str, Any], history: list[float], gpu: float | None = None) -> dict[str, Any]:
+    """One table row: the fields the page sorts and filters on, each a plain value or None."""
+    m = j.get("last_metrics") or {}
+    lk = loss_key(m)
+    billing = j.get("billing") or {}
+    step, total = _num(m.get("step")), _num(billing.get("max_steps"))
+    eta = _num(billing.get("eta_s"))  # the agent's, from the rate of the recent metric lines
+    started = _num(j.get("started_at"))
+    if eta is None and j.get("state") == "running" and step and total and started:  # else: the mean rate so far
+        rate = step / max(1e-6, (_num(j.get("now")) or time.time()) - started)
+        eta = max(0.0, (total - step) / rate)
+    diag = j.get("diagnosis") or {}
+    return {
+        "key": f"{j.get('host') or 'local'}/{j.get('job_id', '')}",
+        "job_id": str(j.get("job_id", "")), "name": str(j.get("name") or ""), "host": str(j.get("host") or "local"),
+        "state": str(j.get("state") or ""), "reason": str(j.get("reason") or ""),
+        "attempt": j.get("attempt"), "step": step, "total": total, "eta_s": eta,
+        "steps_per_s": _num(billing.get("steps_per_s")),
+        "loss_key": lk, "loss": _num(m.get(lk)) if lk else None, "spark": history[-SPARK_POINTS:],
+        "gpu": gpu, "cost": _num(billing.get("cost")), "currency": str(billing.get("currency") or ""),
+        "elapsed_s": _num(billing.get("elapsed_s")), "submitted_at": _num(j.get("submitted_at")),
+        "diagnosis": str(diag.get("summary") or diag.get("cause") or "") if isinstance(diag, dict) else str(diag),
+        "last_line": " ".join(str(j.get("last_line") or "").split())[:300],
+    }

@@ -1,0 +1,82 @@
+"""``gpujob ui``: bind 127.0.0.1 on a free port, print the URL with a fresh token, serve until Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import socket
+import sys
+from typing import Any
+
+from gpujob.errors import GpujobError
+
+
+def _deps() -> None:
+    try:
+        import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as e:
+        raise GpujobError(f"gpujob ui needs the 'ui' extra ({e.name} is not installed)",
+                          "pip install 'gpujob[ui]'  (Starlette and uvicorn)") from None
+
+
+def _bind(port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(("127.0.0.1", port))
+    except OSError as e:
+        sock.close()
+        raise GpujobError(f"cannot listen on 127.0.0.1:{port}: {e.strerror}",
+                          "leave --port out for a free one, or pick another") from None
+    sock.listen(128)
+    return sock
+
+
+def host_names(client: Any, only: str | None) -> list[str]:
+    """The hosts shown: ``--host a,b``, else every profile (``local`` first)."""
+    known = [h.name for h in client.hosts.all()]
+    if not only:
+        return known
+    names = [n.strip() for n in only.split(",") if n.strip()]
+    for n in names:
+        client.hosts.get(n)  # an unknown name: its HostError says which exist
+    return names
+
+
+def serve(port: int = 0, only: str | None = None, interval: float = 3.0, open_browser: bool = False,
+          as_json: bool = False, pull_dir: str = "gpujob-pulls") -> int:
+    _deps()
+    import uvicorn
+
+    from gpujob.api import Client
+    from gpujob.dashboard.app import build_app
+    from gpujob.dashboard.hub import Hub
+
+    with Client() as c:
+        hosts = host_names(c, only)
+    sock = _bind(port)
+    bound = sock.getsockname()[1]
+    token = secrets.token_urlsafe(24)
+    url = f"http://127.0.0.1:{bound}/?token={token}"
+    hub = Hub(hosts, interval=interval).start()
+    server: Any = None  # the streams ask it whether Ctrl-C came
+    app = build_app(hub, token, lambda: bound, pull_dir=pull_dir, stopping=lambda: bool(server and server.should_exit))
+    if as_json:
+        print(json.dumps({"url": url, "port": bound, "hosts": hosts}), flush=True)
+    else:
+        print(f"gpujob ui: {url}\n  hosts: {', '.join(hosts)} · Ctrl-C stops", flush=True)
+    if open_browser:
+        import webbrowser
+
+        webbrowser.open(url)
+    # no access log: every request line would carry the token
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
+                                           timeout_graceful_shutdown=5))
+    try:
+        server.run(sockets=[sock])
+    finally:
+        hub.close()
+        sock.close()
+    sys.stdout.flush()
+    return 0
