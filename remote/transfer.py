@@ -180,6 +180,7 @@ def select(job_path: Path, what: str = "all", metric: Optional[str] = None,
     stray = stray_checkpoints(job_path)
     chosen = None  # type: Optional[str]
     skip = []  # type: List[str]  # under ckpt/: the checkpoints not chosen
+    found = []  # type: List[Any]
     if what == "all":
         roots.append("ckpt")
     else:
@@ -195,19 +196,22 @@ def select(job_path: Path, what: str = "all", metric: Optional[str] = None,
         skip = _other_checkpoints(job_path, found, p)
     files = {}  # type: Dict[str, List[Any]]
     dirs = []  # type: List[str]
+    real = ckpt_target(job_path)
     for r in roots:
-        t = tree(job_path / r)
+        t = tree(real if r == "ckpt" and real else job_path / r)
         if not t["exists"]:
             continue
+        only = _ckpt_only(job_path, real, found if what != "all" else None) if r == "ckpt" else None
         for rel, v in t["files"].items():
             name = r + ("/" + rel if rel else "")
-            if skip and r == "ckpt" and _under(rel, skip):
+            if skip and r == "ckpt" and _under(rel, skip) or only is not None and not _under(rel, only):
                 continue
             files[name] = v[:4]
             if v[3] is not None:  # as send_list will send it
                 files[name][3] = portable_link(job_path, job_path / name, v[3])
-        dirs += [r + "/" + d for d in t["dirs"] if not (skip and r == "ckpt" and _under(d, skip))]
-        if (job_path / r).is_dir() and not (job_path / r).is_symlink():
+        dirs += [r + "/" + d for d in t["dirs"] if not (skip and r == "ckpt" and _under(d, skip))
+                 and (only is None or any(x.startswith(d + "/") for x in only))]
+        if (job_path / r).is_dir() and (not (job_path / r).is_symlink() or r == "ckpt"):
             dirs.append(r)
     if include:
         def keep(rel: str) -> bool:
@@ -217,6 +221,28 @@ def select(job_path: Path, what: str = "all", metric: Optional[str] = None,
         dirs = [d for d in dirs if keep(d) or any(k.startswith(d + "/") for k in files)]
     return {"files": files, "dirs": sorted(set(dirs)), "selected": chosen, "stray": stray,
             "stray_hint": stray_hint(stray) if stray else None}
+
+
+def ckpt_target(job_path: Path) -> Optional[Path]:
+    """Where ``<job>/ckpt`` leads when it is a link (``checkpoint.dir: .`` links it to the code, an
+    absolute ``checkpoint.dir`` to shared storage): pull lists and sends that folder's files as
+    ``ckpt/...``, so the laptop gets the checkpoints themselves, not a link that dangles there."""
+    link = job_path / "ckpt"
+    if not link.is_symlink():
+        return None
+    real = link.resolve()
+    return real if real.is_dir() else None
+
+
+def _ckpt_only(job_path: Path, real: Optional[Path], found: Optional[List[Any]]) -> Optional[List[str]]:
+    """With ``ckpt`` linked to the job's code folder (``dir: .``), only the checkpoints (the spec's
+    pattern) count as the checkpoint folder's files: the code is not the job's output."""
+    if real is None or real != (job_path / "code").resolve():
+        return None
+    if found is None:
+        spec = read_json(job_path / "spec.json", {}) or {}
+        found = checkpoints.find(job_path / "ckpt", spec.get("checkpoint_pattern"), check=False)
+    return [c.rel(job_path / "ckpt") for c in found]
 
 
 def _under(rel: str, paths: List[str]) -> bool:
@@ -242,13 +268,20 @@ def send_list(base: Path, wanted: List[Any], out: IO[bytes]) -> None:
     A prefix is honoured only if this side's file starts with the same chunks."""
     items = []  # type: List[Item]
     root = base.resolve()
+    real = ckpt_target(base)
     for w in wanted:
         rel, prefix = (w, []) if isinstance(w, str) else (w[0], list(w[1] or []))
         p = PurePosixPath(rel)
         if p.is_absolute() or ".." in p.parts or not p.parts:
             continue
         full = base.joinpath(*p.parts)
-        if root not in full.parent.resolve().parents and full.parent.resolve() != root:
+        inside = root
+        if real is not None and p.parts[0] == "ckpt":  # the job's own checkpoint link is followed
+            full, inside = real.joinpath(*p.parts[1:]), real
+            if len(p.parts) == 1:
+                items.append(Item(rel, full, mode=stat.S_IMODE(os.stat(str(full)).st_mode), is_dir=True))
+                continue
+        if inside not in full.parent.resolve().parents and full.parent.resolve() != inside:
             continue
         try:
             st = os.lstat(str(full))

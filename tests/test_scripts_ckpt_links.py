@@ -1,0 +1,52 @@
+"""A script saving into the folder ``checkpoint.dir`` names, linked by the agent (``dir: .`` links
+``<job>/ckpt`` to the code; an absolute ``dir`` to shared storage): ``pull`` brings the checkpoint
+files themselves, for ``--latest`` and a whole pull, and never the link alone nor the code."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.byo_helpers import job_dir
+from tests.conftest import run_cli
+from tests.helpers import submit, wait_state, write_job
+
+# a loop in the style of a GPT trainer: saves ckpt_<iter>.pt where it is told (its working folder)
+SAVER = """
+    import os, sys, zipfile
+    out = sys.argv[1]
+    os.makedirs(out, exist_ok=True)
+    for it in (1, 2):  # a zip archive, as torch.save writes
+        with zipfile.ZipFile(os.path.join(out, "ckpt_%d.pt" % it), "w") as z:
+            z.writestr("data.pkl", b"weights %d" % it * 1000)
+        print("iter %d: loss 0.9, time 4.0ms" % it, flush=True)
+"""
+
+
+@pytest.mark.parametrize("form", ["relative", "absolute"])
+def test_pull_follows_the_checkpoint_link(tmp_path: Path, form: str) -> None:
+    shared = tmp_path / "shared-fs"
+    ckpt = {"dir": ".", "pattern": "ckpt_*.pt"} if form == "relative" else {"dir": str(shared), "pattern": "ckpt_*.pt"}
+    out = "." if form == "relative" else "$GPUJOB_CKPT_DIR"
+    job = write_job(tmp_path, f"link{form[:3]}", SAVER, f"python main.py {out}", checkpoint=ckpt)
+    job_id = submit("local", job)["job_id"]
+    jd = job_dir(tmp_path, "local", job_id)
+    assert wait_state("local", job_id, ("succeeded", "failed"), 60, root=jd.parent.parent)["state"] == "succeeded"
+    assert (jd / "ckpt").is_symlink()
+    dest = tmp_path / "pulled"
+    r = run_cli("pull", job_id, str(dest), "--latest", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    got = dest / job_id / "ckpt"
+    assert doc["selected"] == "ckpt/ckpt_2.pt" and not got.is_symlink(), doc
+    assert zipfile.ZipFile(got / "ckpt_2.pt").read("data.pkl") == b"weights 2" * 1000
+    assert not (got / "ckpt_1.pt").exists() and not (got / "main.py").exists()
+    # the whole pull: both checkpoints, as files, and none of the code
+    r = run_cli("pull", job_id, str(tmp_path / "all"), "--json")
+    assert r.returncode == 0, r.stderr
+    whole = tmp_path / "all" / job_id / "ckpt"
+    assert sorted(p.name for p in whole.iterdir()) == ["ckpt_1.pt", "ckpt_2.pt"], list(whole.iterdir())
+    assert json.loads(r.stdout)["skipped"] == []
