@@ -132,31 +132,25 @@ def stray_checkpoints(job_path: Path, limit: int = 20) -> List[str]:
     """Checkpoints the job wrote in its code folder outside its checkpoint folder (``code/...``):
     Lightning's default ``lightning_logs/version_N/checkpoints/``, an HF ``output_dir="outputs"``
     without ``checkpoint.dir``. gpujob neither resumes from, rotates nor pulls those by itself; the
-    pull names them with the next step. Looked for in the code folder and its top-level folders,
-    only among files newer than the job's first start (the synced code keeps its own times)."""
+    pull names them with the next step. Only files newer than the job's first start count (the synced
+    code keeps its own times); see ``checkpoints.stray_paths``."""
     code = job_path / "code"
     attempts = (read_json(job_path / "status.json", {}) or {}).get("attempts") or [{}]
     since = float(attempts[0].get("started_at") or 0)
     if not since or not code.is_dir() or code.is_symlink():
         return []
-    try:
-        subs = sorted(e.path for e in os.scandir(str(code)) if e.is_dir(follow_symlinks=False)
-                      and not e.name.startswith(".") and e.name not in NOT_OUTPUTS)
-    except OSError:
-        return []
-    ckpt = (job_path / "ckpt").resolve()
+    spec = read_json(job_path / "spec.json", {}) or {}
     out = []  # type: List[str]
-    for base in [str(code)] + subs:
-        for c in checkpoints.find(base, check=False):
-            rel = "code/" + c.path.relative_to(code).as_posix()
-            real = c.path.resolve()
-            if c.path.is_symlink() or real == ckpt or ckpt in real.parents:
-                continue  # checkpoint.dir's link to ckpt/ (pulled as ckpt/), a last.ckpt link
-            if c.mtime >= since and rel not in out:
-                out.append(rel)
+    for p in checkpoints.stray_paths(code, since, job_path / "ckpt", spec.get("checkpoint_pattern")):
+        try:
+            rel = "code/" + p.relative_to(code).as_posix()
+        except ValueError:
+            continue  # deep in ckpt/: a pull brings it with the folder
+        if rel not in out:
+            out.append(rel)
         if len(out) >= limit:
             break
-    return out[:limit]
+    return out
 
 
 def stray_hint(stray: List[str]) -> str:
@@ -178,7 +172,7 @@ def select(job_path: Path, what: str = "all", metric: Optional[str] = None,
     if any(g.startswith("code/") for g in include or []):
         roots.append("code")
     stray = stray_checkpoints(job_path)
-    chosen = None  # type: Optional[str]
+    chosen = note = None  # type: Optional[str]
     skip = []  # type: List[str]  # under ckpt/: the checkpoints not chosen
     found = []  # type: List[Any]
     if what == "all":
@@ -186,14 +180,22 @@ def select(job_path: Path, what: str = "all", metric: Optional[str] = None,
     else:
         found = _found(job_path)
         p = _chosen(job_path, what, metric, found)
-        if p is None:
+        arts = final_artifacts(job_path) if p is None and what == "latest" else []
+        if arts:  # no checkpoint, but the model the script saved at its end: that is what to bring
+            roots += [] if "code" in roots else ["code"]
+            include = (include or []) + ["code/" + a["name"] for a in arts] + LOGS
+            note = ("the job wrote no checkpoint gpujob knows; brought the model file(s) it saved in its working "
+                    "folder instead ({}), its final state rather than one to resume from").format(
+                        ", ".join("code/" + a["name"] for a in arts))
+        elif p is None:
             return {"error": "no {} checkpoint".format("complete" if what == "latest" else "best (by {})".format(
                 metric or "trainer_state.json, a monitored value in the names, or eval_loss")), "stray": stray}
-        if p.is_symlink() and p.resolve().parent == p.parent.resolve():
-            p = p.parent / os.readlink(str(p))  # Lightning's last.ckpt as a link: the file it names
-        chosen = "ckpt/" + p.relative_to(job_path / "ckpt").as_posix()
-        roots.append("ckpt")
-        skip = _other_checkpoints(job_path, found, p)
+        if p is not None:
+            if p.is_symlink() and p.resolve().parent == p.parent.resolve():
+                p = p.parent / os.readlink(str(p))  # Lightning's last.ckpt as a link: the file it names
+            chosen = "ckpt/" + p.relative_to(job_path / "ckpt").as_posix()
+            roots.append("ckpt")
+            skip = _other_checkpoints(job_path, found, p)
     files = {}  # type: Dict[str, List[Any]]
     dirs = []  # type: List[str]
     real = ckpt_target(job_path)
@@ -220,7 +222,18 @@ def select(job_path: Path, what: str = "all", metric: Optional[str] = None,
         stray = [x for x in stray if not keep(x)]  # asked for: nothing to say about them
         dirs = [d for d in dirs if keep(d) or any(k.startswith(d + "/") for k in files)]
     return {"files": files, "dirs": sorted(set(dirs)), "selected": chosen, "stray": stray,
-            "stray_hint": stray_hint(stray) if stray else None}
+            "stray_hint": stray_hint(stray) if stray else None, "note": note}
+
+
+def final_artifacts(job_path: Path) -> List[Dict[str, Any]]:
+    """The model files the job saved in its working folder that are no checkpoint (see
+    ``checkpoints.artifacts``), newest first."""
+    st = read_json(job_path / "status.json", {}) or {}
+    since = float(st.get("started_at") or st.get("submitted_at") or 0)
+    spec = read_json(job_path / "spec.json", {}) or {}
+    if not since or not (job_path / "code").is_dir():
+        return []
+    return checkpoints.artifacts(job_path / "code", since, job_path / "ckpt", spec.get("checkpoint_pattern"))
 
 
 def ckpt_target(job_path: Path) -> Optional[Path]:

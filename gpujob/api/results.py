@@ -170,6 +170,7 @@ class PullResult(Result):
     skipped: list[str] = field(default_factory=list)
     stray: list[str] = field(default_factory=list)  # checkpoints written in code/, outside the checkpoint folder
     stray_hint: str | None = None  # how to fetch them, and to have gpujob see them next time
+    note: str | None = None  # --latest with no checkpoint: the final model files brought instead
 
 
 @dataclass(frozen=True)
