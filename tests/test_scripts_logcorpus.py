@@ -13,7 +13,8 @@ import pytest
 from remote.logparse import LogParser
 from remote.metricsrc import run_hints
 from tests.conftest import run_cli
-from tests.helpers import needs, submit, wait_for
+from tests.helpers import needs, submit, wait_for, write_job
+from tests.test_metrics_sources import _running_status as running_status
 
 CORPUS = Path(__file__).parent / "data" / "logcorpus"
 SCRIPTS = Path(__file__).parent / "metrics_scripts"
@@ -67,3 +68,32 @@ def test_lightning_default_bar_prints_progress_into_the_log(tmp_path: Path) -> N
     assert json.loads((jd / "status.json").read_text())["state"] == "running"
     assert re.search(r"Epoch \d+: +\d+%", r.stdout), r.stdout[-2000:]
     assert run_cli("stop", job_id, "--host", "local").returncode == 0
+
+
+PRINTER = """
+    import sys, time
+    fmt = sys.argv[1]
+    for epoch in range(30):
+        for b in range(0, 11):
+            if fmt == "image":
+                print("Train: %d [ %2d/10 (%3d%%)]  Loss: 0.485 (0.51)  Time: 0.050s  LR: 1.000e-03" % (epoch, b, b * 10),
+                      flush=True)
+            else:
+                print("E%d b%d/10 L=%.3f" % (epoch, b, 1.0 / (1 + epoch)), flush=True)
+            time.sleep(0.1)
+"""
+
+
+def test_status_shows_step_progress_rate_and_eta_for_these_formats(tmp_path: Path) -> None:
+    """The image trainer's lines out of the box (total from --epochs on the run line); a format of the
+    user's own, taught in the job file (metrics.patterns, metrics.total)."""
+    image = write_job(tmp_path, "imgfmt", PRINTER, "python main.py image --epochs 30")
+    own = write_job(tmp_path, "ownfmt", PRINTER, "python main.py own",
+                    metrics={"patterns": [r"^E(?P<epoch>\d+) b(?P<batch>\d+)/(?P<batches>\d+)", r"L=(?P<loss>[\d.]+)"],
+                             "total": {"epochs": 30}})
+    ids = [submit("local", image)["job_id"], submit("local", own)["job_id"]]
+    for job_id in ids:
+        st = running_status("local", job_id, lambda s: s.get("eta_s") is not None and s.get("steps_per_s"), 90)
+        assert st["max_steps"] == 300 and 0 < st["latest_metrics"]["step"] < 300 and st["loss_key"] == "loss", st
+        assert 0 < st["billing"]["progress"] < 1 and st["eta_s"] > 0 and st["steps_per_s"] > 0, st
+        assert run_cli("stop", job_id, "--host", "local").returncode == 0
