@@ -17,6 +17,7 @@ from tests.byo_helpers import job_dir, log_text
 from tests.conftest import run_cli
 from tests.helpers import status, submit, wait_for, wait_state, write_job
 from tests.test_agent import training_pid
+from tests.test_scripts_recipes import recipe
 
 # in the style of a popular image-classification trainer: tmp.pth.tar renamed to last.pth.tar, then
 # hard-linked as checkpoint-<epoch>.pth.tar and model_best.pth.tar (zip archives, as torch.save writes)
@@ -26,7 +27,7 @@ IMAGE_TRAINER = """
     p.add_argument("--output", default="./output/train")
     p.add_argument("--experiment", default="")
     p.add_argument("--resume", default="")
-    p.add_argument("--epochs", type=int, default=8)
+    p.add_argument("--epochs", type=int, default=300)
     a = p.parse_args()
     out = os.path.join(a.output, a.experiment)
     os.makedirs(out, exist_ok=True)
@@ -38,7 +39,7 @@ IMAGE_TRAINER = """
         for b in (0, 5, 10):
             print("Train: %d [ %2d/10 (%3d%%)]  Loss: %.3f (%.2f)  Time: 0.050s  LR: 1.000e-03"
                   % (epoch, b, b * 10, 1.0 / (epoch + 1), 1.0 / (epoch + 1)), flush=True)
-            time.sleep(0.08)
+            time.sleep(0.03)
         tmp = os.path.join(out, "tmp.pth.tar")
         with zipfile.ZipFile(tmp, "w") as z:
             z.writestr("epoch", str(epoch))
@@ -52,10 +53,7 @@ IMAGE_TRAINER = """
 
 
 def test_image_trainer_checkpoints_below_the_checkpoint_folder(tmp_path: Path) -> None:
-    job = write_job(tmp_path, "imgtrain", IMAGE_TRAINER,
-                    'python main.py --output "$GPUJOB_CKPT_DIR" --experiment exp1 '
-                    '${GPUJOB_RESUME:+--resume "$GPUJOB_RESUME"}',
-                    checkpoint={"keep": 2}, retry={"max_restarts": 1, "backoff": "0s"})
+    job = recipe(tmp_path, "image-trainer", {"main.py": IMAGE_TRAINER})  # docs/bring-your-own.md's job file
     job_id = submit("local", job)["job_id"]
     jd = job_dir(tmp_path, "local", job_id)
     exp = jd / "ckpt" / "exp1"
@@ -71,9 +69,9 @@ def test_image_trainer_checkpoints_below_the_checkpoint_folder(tmp_path: Path) -
     wait_for(lambda: len(list(exp.glob("checkpoint-*.pth.tar"))) <= 3, 30, "rotation of the series")
     st = status("local", job_id)
     names = {c["name"]: c for c in st["checkpoints"]}
-    assert {"exp1/checkpoint-6.pth.tar", "exp1/checkpoint-7.pth.tar", "exp1/last.pth.tar",
+    assert {"exp1/checkpoint-28.pth.tar", "exp1/checkpoint-29.pth.tar", "exp1/last.pth.tar",
             "exp1/model_best.pth.tar"} <= set(names), names
-    assert names["exp1/checkpoint-7.pth.tar"]["step"] == 7 and all(c["complete"] for c in names.values())
+    assert names["exp1/checkpoint-29.pth.tar"]["step"] == 29 and all(c["complete"] for c in names.values())
     assert "tmp.pth.tar" not in " ".join(names) and not st.get("stray_checkpoints"), st
 
 
@@ -83,7 +81,7 @@ def test_image_trainer_checkpoints_below_the_checkpoint_folder(tmp_path: Path) -
 FOLDERS = """
     import os, sys, zipfile
     ck = os.environ["GPUJOB_CKPT_DIR"]
-    folders = sys.argv[1] == "folders"
+    folders = sys.argv[1] == "folders"  # else MNIST's example: --epochs 14 --save-model
     if folders:
         os.makedirs(os.path.join(ck, "checkpoint-1"), exist_ok=True)
         with open(os.path.join(ck, "checkpoint-1", "model.pt"), "wb") as f:
@@ -97,7 +95,9 @@ FOLDERS = """
         os.makedirs("outputs", exist_ok=True)
         with zipfile.ZipFile("outputs/weights_4.pt", "w") as z:
             z.writestr("step", "4")
-    print("Test set: Average loss: 0.3051, Accuracy: 450/500 (90%)", flush=True)
+    for epoch in range(1, 3):
+        print("Train Epoch: %d [640/60000 (1%%)]\\tLoss: 0.302000" % epoch)
+        print("\\nTest set: Average loss: 0.3051, Accuracy: 450/500 (90%)\\n", flush=True)
     with zipfile.ZipFile("mnist_cnn.pt", "w") as z:  # over 1 MiB, stored as it is
         z.writestr("weights", os.urandom(3 << 19))
 """
@@ -105,7 +105,7 @@ FOLDERS = """
 
 def test_folder_checkpoints_strays_and_final_artifacts(tmp_path: Path) -> None:
     one = write_job(tmp_path, "ownfolders", FOLDERS, "python main.py folders")
-    two = write_job(tmp_path, "mnistend", FOLDERS, "python main.py none")
+    two = recipe(tmp_path, "no-resume", {"main.py": FOLDERS})
     ids = [submit("local", one)["job_id"], submit("local", two)["job_id"]]
     for job_id in ids:
         jd = job_dir(tmp_path, "local", job_id)
@@ -121,6 +121,7 @@ def test_folder_checkpoints_strays_and_final_artifacts(tmp_path: Path) -> None:
     # the job with no checkpoint at all: its final model is an artifact, which pull --latest brings
     st = status("local", ids[1])
     assert st["checkpoints"] == [] and [a["name"] for a in st["artifacts"]] == ["mnist_cnn.pt"], st
+    assert st["latest_metrics"]["test_accuracy"] == 90.0 and st["latest_metrics"]["loss"] == 0.302, st
     dest = tmp_path / "pulled"
     r = run_cli("pull", ids[1], str(dest), "--latest", "--json")
     assert r.returncode == 0, r.stdout + r.stderr

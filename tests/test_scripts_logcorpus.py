@@ -4,8 +4,6 @@ each file with its expected reading (NAME.json: the reader's hints and every rec
 from __future__ import annotations
 
 import json
-import re
-import shutil
 from pathlib import Path
 
 import pytest
@@ -13,11 +11,10 @@ import pytest
 from remote.logparse import LogParser
 from remote.metricsrc import run_hints
 from tests.conftest import run_cli
-from tests.helpers import needs, submit, wait_for, write_job
+from tests.helpers import submit, write_job
 from tests.test_metrics_sources import _running_status as running_status
 
 CORPUS = Path(__file__).parent / "data" / "logcorpus"
-SCRIPTS = Path(__file__).parent / "metrics_scripts"
 
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in CORPUS.glob("*.txt")))
@@ -49,25 +46,6 @@ def test_a_format_taught_in_the_job_file() -> None:
     got = p.feed(b"E0 b5/10 L=0.75 acc 3\nloss: 9 (not matched by the patterns: read as before)\n", 1.0)
     assert got[0] == {"epoch": 0, "step": 5, "max_steps": 50, "loss": 0.75, "t": 1.0}
     assert got[1] == {"loss": 9.0, "step": 5, "t": 1.0}
-
-
-def test_lightning_default_bar_prints_progress_into_the_log(tmp_path: Path) -> None:
-    """Lightning with ``rich`` installed picks its rich bar, which writes nothing into a file until the
-    end; the job (no terminal) gets the plain TQDM bar, so ``tail`` shows progress while it trains."""
-    needs("torch", "lightning", "rich")
-    d = tmp_path / "lightdefault"
-    d.mkdir()
-    shutil.copy(SCRIPTS / "lightning_tiny.py", d)
-    (d / "job.yaml").write_text(json.dumps({"name": "lightdefault", "env": {"OMP_NUM_THREADS": "1"},
-                                            "run": "python lightning_tiny.py --bar default --max_epochs 40 --sleep 0.05"}))
-    job_id = submit("local", d / "job.yaml")["job_id"]
-    jd = tmp_path / "local-root" / "jobs" / job_id
-    wait_for(lambda: re.search(r"Epoch 0: +\d+%.*it/s", (jd / "output.log").read_text(errors="replace")), 120,
-             lambda: (jd / "output.log").read_text(errors="replace")[-2000:])
-    r = run_cli("tail", job_id, "--host", "local")
-    assert json.loads((jd / "status.json").read_text())["state"] == "running"
-    assert re.search(r"Epoch \d+: +\d+%", r.stdout), r.stdout[-2000:]
-    assert run_cli("stop", job_id, "--host", "local").returncode == 0
 
 
 PRINTER = """
