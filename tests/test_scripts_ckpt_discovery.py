@@ -131,3 +131,33 @@ def test_folder_checkpoints_strays_and_final_artifacts(tmp_path: Path) -> None:
     assert not (dest / ids[1] / "code" / "main.py").exists()
     r = run_cli("pull", ids[1], str(dest), "--latest")
     assert r.returncode == 0 and "note: the job wrote no checkpoint" in r.stderr, r.stderr
+
+
+def test_folder_kinds_and_deep_strays(tmp_path: Path) -> None:
+    """A Trainer's half-written ``checkpoint-N/`` (its model's config first) stays an HF one, incomplete;
+    a script's own, renamed into place, is a complete generic folder (``is_complete``, which a stop
+    waiting for the next checkpoint asks, agrees); checkpoints deeper than discovery looks are strays."""
+    from remote import checkpoints
+
+    ck = tmp_path / "ckpt"
+    (ck / "checkpoint-2").mkdir(parents=True)
+    (ck / "checkpoint-2" / "config.json").write_text("{}")
+    (ck / "checkpoint-2" / "model.safetensors").write_bytes(b"x")
+    (ck / "checkpoint-3").mkdir()
+    with zipfile.ZipFile(ck / "checkpoint-3" / "model.pt", "w") as z:
+        z.writestr("w", "1")
+    found = {c.name: c for c in checkpoints.find(ck, pids=[])}
+    assert found["checkpoint-2"].kind == "hf" and not found["checkpoint-2"].complete
+    assert "trainer_state.json" in found["checkpoint-2"].reason
+    assert found["checkpoint-3"].kind == "folder" and found["checkpoint-3"].complete
+    assert checkpoints.is_complete(ck / "checkpoint-3", pids=[]) and not checkpoints.is_complete(ck / "checkpoint-2")
+    deep = ck / "a" / "b" / "c" / "d"
+    deep.mkdir(parents=True)
+    with zipfile.ZipFile(deep / "ckpt_5.pt", "w") as z:
+        z.writestr("w", "1")
+    code = tmp_path / "code"
+    code.mkdir()
+    assert not any(c.name == "ckpt_5.pt" for c in checkpoints.find(ck, check=False))
+    rel = checkpoints.stray_dir(code, 0, ck)
+    assert rel == "$GPUJOB_CKPT_DIR/a/b/c/d", rel
+    assert "checkpoint: {pattern: 'a/b/c/d/*'}" in checkpoints.stray_advice(rel)
