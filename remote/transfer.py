@@ -196,6 +196,10 @@ def select(job_path: Path, what: str = "all", metric: Optional[str] = None,
             chosen = "ckpt/" + p.relative_to(job_path / "ckpt").as_posix()
             roots.append("ckpt")
             skip = _other_checkpoints(job_path, found, p)
+            state = (read_json(job_path / "status.json", {}) or {}).get("state")
+            if state in ("stopped", "autostopped"):  # an HF example writes its "final" model on the way out
+                note = ("the job was {} before its end: a final model or results file beside the checkpoint "
+                        "is its state at the stop, not a finished training's").format(state)
     files = {}  # type: Dict[str, List[Any]]
     dirs = []  # type: List[str]
     real = ckpt_target(job_path)
