@@ -8,6 +8,8 @@ Kinds (docs/checkpoints.md has the user's version):
 - ``hf``: a Hugging Face Trainer ``checkpoint-<N>/``. Complete when ``trainer_state.json``
   exists (the Trainer writes it last), the ``rng_state*.pth`` files are there (all ranks when
   the world size is known) and ``checkpoint-is-incomplete.txt`` is absent.
+- ``folder``: a script's own ``checkpoint-<N>/`` without HF's files (or a folder a pattern names):
+  complete when it holds files, each whole or settled, and no job process writes in it.
 - ``gpujob``: the runtime helper's ``step-<N>/``, written as ``.tmp-step-<N>/`` and renamed;
   complete when its marker ``.gpujob-complete`` (written last) exists.
 - ``accelerate``: a ``save_state`` folder (``checkpoints/checkpoint_<n>`` with automatic
@@ -23,6 +25,10 @@ Kinds (docs/checkpoints.md has the user's version):
   for ``SETTLE`` seconds. A file written under a temporary name and renamed into place is
   complete as it appears: temporary names (``*.tmp``, ``*.part``, dot files) are never
   checkpoints.
+
+Discovery walks ``FIND_DEPTH`` levels below the checkpoint folder (an image trainer's
+``<output>/<experiment>/``); checkpoint-looking files elsewhere in the job's folders are strays
+(``stray_paths``), a model saved at the end is an artifact (``artifacts``).
 
 Order: within a series (names that differ only in their numbers) by the step in the name
 (``checkpoint-N``, ``global_stepN``, ``step=N``, a trailing number); across series and for

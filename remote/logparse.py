@@ -11,7 +11,12 @@ Fed the new bytes of ``output.log`` (stdout and stderr together), a ``LogParser`
   ``Epoch 1/9 ━━━ 8/8 0:00:01 • 0:00:00 6.1it/s v_num: 0 train_loss: 0.017``;
 - JSON objects printed one a line, ``{"step": 120, "loss": 0.5}``;
 - plain prints: ``step 120`` / ``step 120/1000``, ``loss: 0.5``, ``loss=0.5``, ``val_acc=0.9``,
-  ``train loss 0.5`` (→ ``train_loss``), ``Epoch 3/10`` (the step of a loop that counts only epochs).
+  ``train loss 0.5`` (→ ``train_loss``), ``Epoch 3/10`` (the step of a loop that counts only epochs);
+- public scripts' lines: ``Train: 3 [ 4/10 ( 50%)]`` (image trainer), ``Train Epoch: 1 [640/60000 (1%)]``
+  and ``Test set: ... Accuracy: 450/500 (90%)`` (MNIST), ``| epoch 3 | 20/ 171 batches |``
+  (word-language-model), ``iter 230: loss 0.91`` (GPT trainer); evaluation lines give ``test_*`` /
+  ``eval_*`` / ``val_*``, config echoes (``Overriding: x = 1``) nothing;
+- the job file's ``metrics.patterns`` (named groups), tried first.
 
 A record gets a step only where one is printed: the bar's count (plus whole epochs before it)
 or a ``step N`` on the same line. Validation, test, sanity-check and data-preparation bars (``Map``, ``Downloading``, ``Loading
