@@ -122,6 +122,8 @@ def test_folder_checkpoints_strays_and_final_artifacts(tmp_path: Path) -> None:
     st = status("local", ids[1])
     assert st["checkpoints"] == [] and [a["name"] for a in st["artifacts"]] == ["mnist_cnn.pt"], st
     assert st["latest_metrics"]["test_accuracy"] == 90.0 and st["latest_metrics"]["loss"] == 0.302, st
+    r = run_cli("status", ids[1], env_extra={"COLUMNS": "200"})
+    assert "mnist_cnn.pt (1.5 MiB)  (pull --latest brings them: no checkpoint)" in r.stdout, r.stdout
     dest = tmp_path / "pulled"
     r = run_cli("pull", ids[1], str(dest), "--latest", "--json")
     assert r.returncode == 0, r.stdout + r.stderr

@@ -12,7 +12,7 @@ import pytest
 
 from tests.byo_helpers import job_dir
 from tests.conftest import run_cli
-from tests.helpers import submit, wait_state, write_job
+from tests.helpers import submit, wait_for, wait_state, write_job
 
 # a loop in the style of a GPT trainer: saves ckpt_<iter>.pt where it is told (its working folder)
 SAVER = """
@@ -50,3 +50,18 @@ def test_pull_follows_the_checkpoint_link(tmp_path: Path, form: str) -> None:
     whole = tmp_path / "all" / job_id / "ckpt"
     assert sorted(p.name for p in whole.iterdir()) == ["ckpt_1.pt", "ckpt_2.pt"], list(whole.iterdir())
     assert json.loads(r.stdout)["skipped"] == []
+
+
+def test_pull_of_a_stopped_job_says_the_files_beside_are_its_state_at_the_stop(tmp_path: Path) -> None:
+    """An HF example stopped by ``gpujob stop`` writes its "final" model and results on the way out:
+    ``pull --latest`` says they are the state at the stop, not a finished training's."""
+    script = SAVER.replace('print("iter %d', 'time.sleep(0.1 if it == 1 else 60); print("iter %d').replace(
+        "import os, sys, zipfile", "import os, sys, time, zipfile")
+    job = write_job(tmp_path, "stopped", script, "python main.py $GPUJOB_CKPT_DIR")
+    job_id = submit("local", job)["job_id"]
+    jd = job_dir(tmp_path, "local", job_id)
+    wait_for(lambda: (jd / "ckpt" / "ckpt_2.pt").exists(), 60, "the second checkpoint")
+    assert run_cli("stop", job_id, "--host", "local").returncode == 0
+    r = run_cli("pull", job_id, str(tmp_path / "p"), "--latest", "--json")
+    assert r.returncode == 0, r.stderr
+    assert "stopped before its end" in json.loads(r.stdout)["note"] and "note: the job was stopped" in r.stderr
