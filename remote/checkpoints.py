@@ -8,6 +8,8 @@ Kinds (docs/checkpoints.md has the user's version):
 - ``hf``: a Hugging Face Trainer ``checkpoint-<N>/``. Complete when ``trainer_state.json``
   exists (the Trainer writes it last), the ``rng_state*.pth`` files are there (all ranks when
   the world size is known) and ``checkpoint-is-incomplete.txt`` is absent.
+- ``folder``: a script's own ``checkpoint-<N>/`` without HF's files (or a folder a pattern names):
+  complete when it holds files, each whole or settled, and no job process writes in it.
 - ``gpujob``: the runtime helper's ``step-<N>/``, written as ``.tmp-step-<N>/`` and renamed;
   complete when its marker ``.gpujob-complete`` (written last) exists.
 - ``accelerate``: a ``save_state`` folder (``checkpoints/checkpoint_<n>`` with automatic
@@ -23,6 +25,10 @@ Kinds (docs/checkpoints.md has the user's version):
   for ``SETTLE`` seconds. A file written under a temporary name and renamed into place is
   complete as it appears: temporary names (``*.tmp``, ``*.part``, dot files) are never
   checkpoints.
+
+Discovery walks ``FIND_DEPTH`` levels below the checkpoint folder (an image trainer's
+``<output>/<experiment>/``); checkpoint-looking files elsewhere in the job's folders are strays
+(``stray_paths``), a model saved at the end is an artifact (``artifacts``).
 
 Order: within a series (names that differ only in their numbers) by the step in the name
 (``checkpoint-N``, ``global_stepN``, ``step=N``, a trailing number); across series and for
@@ -50,8 +56,9 @@ FOLDER_KINDS = ("hf", "gpujob", "accelerate", "deepspeed", "folder")
 # files beside checkpoints that are not checkpoints themselves
 SIDE_FILES = re.compile(r"^(training_args\.bin|rng_state(_\d+)?\.pth|optimizer\.(pt|bin)|scheduler\.(pt|bin)|"
                         r"scaler\.pt|random_states_\d+\.pkl)$")
-_TEMP = re.compile(r"(^\.|\.tmp$|\.part$|\.partial$|\.gpujob-part|~$|\.tmp\.)")
+_TEMP = re.compile(r"(^\.|\.tmp$|\.part$|\.partial$|\.gpujob-part|~$|\.tmp\.|^tmp\.)")  # ^tmp.: timm's tmp.pth.tar
 _HF_NAME = re.compile(r"^checkpoint-(\d+)$")
+HF_SIGNS = {"config.json", "adapter_config.json", "training_args.bin", "trainer_state.json"}
 _OWN_NAME = re.compile(r"^step-(\d+)$")
 _ACC_NAME = re.compile(r"^checkpoint_(\d+)$")
 _DS_NAME = re.compile(r"^global_step(\d+)$")
@@ -65,11 +72,12 @@ PathLike = Union[str, Path]
 class Checkpoint(object):
     """One checkpoint: a folder (folder kinds) or a file (``lightning``, ``file``)."""
 
-    __slots__ = ("path", "kind", "step", "mtime", "metrics", "complete")
+    __slots__ = ("path", "kind", "step", "mtime", "metrics", "complete", "reason")
 
     def __init__(self, path: Path, kind: str, step: Optional[int], mtime: float, metrics: Dict[str, float]) -> None:
         self.path, self.kind, self.step, self.mtime, self.metrics = path, kind, step, mtime, metrics
         self.complete = False  # type: bool
+        self.reason = None  # type: Optional[str]  # why it is not complete (when checked)
 
     @property
     def is_dir(self) -> bool:
@@ -86,8 +94,11 @@ class Checkpoint(object):
             return str(self.path)
 
     def as_dict(self, base: PathLike) -> Dict[str, Any]:
-        return {"name": self.rel(base), "kind": self.kind, "step": self.step, "complete": self.complete,
-                "mtime": round(self.mtime, 3), "metrics": self.metrics}
+        d = {"name": self.rel(base), "kind": self.kind, "step": self.step, "complete": self.complete,
+             "mtime": round(self.mtime, 3), "metrics": self.metrics}  # type: Dict[str, Any]
+        if not self.complete and self.reason:
+            d["incomplete_reason"] = self.reason
+        return d
 
     def __repr__(self) -> str:
         return "Checkpoint({}, {}, step={}, complete={})".format(self.path, self.kind, self.step, self.complete)
@@ -95,9 +106,14 @@ class Checkpoint(object):
 
 # ---- names ------------------------------------------------------------------------------
 def _stem(name: str) -> str:
-    for ext in FILE_EXTS:
-        if name.endswith(ext):
-            return name[: -len(ext)]
+    """The name without its checkpoint extensions, all of them (``checkpoint-14.pth.tar``)."""
+    cut = True
+    while cut:
+        cut = False
+        for ext in FILE_EXTS:
+            if name.endswith(ext) and len(name) > len(ext):
+                name, cut = name[: -len(ext)], True
+                break
     return name
 
 
@@ -151,7 +167,11 @@ def _folder_kind(p: Path) -> Optional[str]:
     hf = HF_STATE in names or any(n.startswith("rng_state") and n.endswith(".pth") for n in names)
     acc = any(re.match(r"^random_states_\d+\.pkl$", n) for n in names)
     if _HF_NAME.match(name):
-        return "accelerate" if acc and not hf else "hf"
+        if acc and not hf:
+            return "accelerate"
+        # a Trainer's folder, even half written, holds its model's config (or training_args.bin) first;
+        # a script's own checkpoint-<N>/ (model.pt renamed into place) is a generic folder checkpoint
+        return "hf" if hf or names & HF_SIGNS or HF_INCOMPLETE in names else "folder"
     if hf:
         return "hf"
     if acc or _ACC_NAME.match(name):
@@ -197,17 +217,34 @@ def _tree_mtime(p: Path, own: float) -> float:
     return newest
 
 
+FIND_DEPTH, FIND_ENTRIES = 3, 5000  # how far below the checkpoint folder discovery looks
+WALK_SKIP = {"__pycache__", "node_modules", "site-packages", "wandb", "mlruns", "venv", "env", "runs"}
+
+
 def _candidates(base: Path, pattern: Optional[str]) -> List[Path]:
     if pattern:
         return sorted(base.glob(pattern))
+    return _walk(base, FIND_DEPTH)
+
+
+def _walk(base: Path, depth: int, follow: bool = True) -> List[Path]:
+    """Every entry up to ``depth`` folders below ``base`` (accelerate's ``checkpoints/checkpoint_<n>``,
+    Lightning's ``lightning_logs/version_N/checkpoints/``, an image trainer's ``<experiment>/``), not
+    inside checkpoint folders themselves, hidden or tool folders; bounded in entries too."""
     found = []  # type: List[Path]
-    for sub in (base, base / "checkpoints"):  # accelerate's project_dir/checkpoints/checkpoint_<n>
+    todo = [(base, 0)]
+    while todo and len(found) < FIND_ENTRIES:
+        folder, level = todo.pop(0)
         try:
-            found += [sub / n for n in sorted(os.listdir(str(sub)))]
+            names = sorted(os.listdir(str(folder)))
         except OSError:
             continue
-    # Lightning's layout under default_root_dir (or under lightning_logs/ given as the folder)
-    found += sorted(base.glob("*/version_*/checkpoints/*")) + sorted(base.glob("version_*/checkpoints/*"))
+        for n in names:
+            p = folder / n
+            found.append(p)
+            if level < depth and not n.startswith(".") and n not in WALK_SKIP and p.is_dir() and \
+                    (follow or not p.is_symlink()) and _folder_kind(p) is None and not _HF_NAME.match(n):
+                todo.append((p, level + 1))
     return found
 
 
@@ -235,10 +272,27 @@ def find(ckpt_dir: PathLike, pattern: Optional[str] = None, pids: Any = None,
     if not pattern:
         with_folders = {c.path.parent for c in found if c.is_dir}
         found = [c for c in found if c.is_dir or c.kind == "lightning" or c.path.parent not in with_folders]
+        found = _in_checkpoint_folders(found, base)
     found = _ordered(found)
     if check and found:
         _check(found, _writers(found, base, pids))
     return found
+
+
+_CKPT_WORD = re.compile(r"ckpt|checkpoint|last|best|epoch|step", re.I)
+
+
+def _in_checkpoint_folders(found: List[Checkpoint], base: Path) -> List[Checkpoint]:
+    """Single files below the checkpoint folder's own level count where their folder holds checkpoints
+    (an image trainer's ``<experiment>/checkpoint-N.pth.tar``, ``last.pth.tar``): a name with a step or
+    a checkpoint word. A final model saved into a subfolder (``final/model.safetensors``) does not."""
+    home = {base, base / "checkpoints"}
+    ok = {}  # type: Dict[Path, bool]
+    for c in found:
+        parent = c.path.parent
+        if not c.is_dir and parent not in home and parent.name != "checkpoints":
+            ok[parent] = ok.get(parent, False) or c.step is not None or bool(_CKPT_WORD.search(_stem(c.name)))
+    return [c for c in found if c.is_dir or ok.get(c.path.parent, True)]
 
 
 def _writers(found: List[Checkpoint], base: Path, pids: Any) -> Set[str]:
@@ -254,6 +308,37 @@ def _check(found: List[Checkpoint], writing: Set[str]) -> None:
     now = time.time()
     for c in found:
         c.complete = _complete(c, writing, now)
+        c.reason = None if c.complete else incomplete_reason(c, writing, now)
+
+
+def incomplete_reason(c: Checkpoint, writing: Set[str], now: float) -> str:
+    """Why ``c`` is not (yet) complete, in the words status shows."""
+    p = c.path
+    if c.kind == "gpujob":
+        return "no {} marker (the runtime helper writes it last)".format(COMPLETE_MARKER)
+    if c.kind == "hf":
+        if (p / HF_INCOMPLETE).exists():
+            return "the Trainer marked it incomplete ({})".format(HF_INCOMPLETE)
+        if not (p / HF_STATE).is_file():
+            return "no {} (the Trainer writes it last)".format(HF_STATE)
+        return "rng_state*.pth files missing (ranks 0..N)"
+    if _written_in(p, writing):
+        return "a process of the job is writing it"
+    if c.kind == "accelerate":
+        return "random_states_<rank>.pkl missing or cut short (accelerate writes them last)"
+    if c.kind == "deepspeed":
+        return "the 'latest' file beside it does not name it or a newer tag"
+    if c.kind == "folder":
+        return "empty, or a file in it is cut short or changed within {:g} s".format(SETTLE)
+    try:
+        size = p.stat().st_size
+    except OSError:
+        return "gone"
+    if size == 0:
+        return "empty file"
+    if _zip_whole(p) is False or p.name.endswith(".safetensors"):
+        return "cut short (its format is not whole: a write was killed?)"
+    return "changed within the last {:g} s".format(SETTLE)
 
 
 def _ordered(found: List[Checkpoint]) -> List[Checkpoint]:
@@ -446,8 +531,6 @@ def is_complete(path: PathLike, world_size: Optional[int] = None, pids: Any = No
     c = _classify(p, by_pattern=True)
     if c is None:
         return False
-    if c.kind == "folder" and _HF_NAME.match(p.name):
-        c.kind = "hf"
     writing = set() if c.kind in ("gpujob", "hf") else open_for_writing(pids, [str(p.parent.resolve())])
     return _complete(c, writing, time.time(), world_size)
 
@@ -668,42 +751,115 @@ def rotate(ckpt_dir: PathLike, keep: int, pattern: Optional[str] = None, pids: A
 
 
 # ---- checkpoints gpujob does not watch --------------------------------------------------
-STRAY_SKIP = {"__pycache__", "node_modules", "site-packages", "wandb", "mlruns", "venv", "env"}
+STRAY_SKIP = {"__pycache__", "node_modules", "site-packages", "wandb", "mlruns", "venv", "env", "data", "datasets"}
 STRAY_DEPTH, STRAY_ENTRIES = 4, 5000
+ARTIFACT_EXTS = (".pt", ".pth", ".safetensors", ".bin")
+ARTIFACT_MIN = 1 << 20  # a final model file is at least this big (smaller ones are configs, tokens)
 
 
-def stray_dir(code: PathLike, since: float) -> Optional[str]:
-    """The folder (relative to ``code``) where the job wrote checkpoints since ``since`` outside
-    the checkpoint folder gpujob watches (an HF ``output_dir="out"``, Lightning's default
-    ``lightning_logs/``), as ``checkpoint.dir`` would name it; None when there is none.
+def _looks_periodic(c: Checkpoint) -> bool:
+    """What a stray report is about: checkpoints a run writes as it goes (a step in the name, a folder
+    kind, Lightning's files), not the one model file a script saves at its end (an artifact)."""
+    return c.step is not None or c.is_dir or c.kind == "lightning"
 
-    Bounded (a few levels, a few thousand entries): a hint for status, pull and the log."""
-    base = Path(code)
+
+def _walk_classified(base: Path, depth: int, since: float) -> Iterable[Any]:
+    """(folder relative to ``base``, Checkpoint) for each checkpoint-looking entry newer than
+    ``since`` up to ``depth`` folders below ``base``; links are not followed (``checkpoint.dir``'s own)."""
     seen = 0
-    for top, dirs, files in os.walk(str(base)):  # links (checkpoint.dir's own) are not followed
+    for top, dirs, files in os.walk(str(base)):
         rel = Path(top).relative_to(base)
-        dirs[:] = [] if len(rel.parts) >= STRAY_DEPTH else \
+        dirs[:] = [] if len(rel.parts) >= depth else \
             sorted(d for d in dirs if not d.startswith(".") and d not in STRAY_SKIP)
         seen += len(dirs) + len(files)
         if seen > STRAY_ENTRIES:
-            return None
-        for name in dirs + files:
+            return
+        inside = []  # checkpoint folders are reported, not walked into
+        for name in sorted(dirs) + sorted(files):
+            if os.path.islink(os.path.join(top, name)):
+                continue  # checkpoint.dir's link, a last.ckpt link: what they lead to is looked at where it is
             c = _classify(Path(top) / name, by_pattern=False)
-            if c is not None and c.mtime >= since:
-                parts = rel.parts
-                # Lightning's <root>/version_N/checkpoints/: the folder above version_N is what gpujob reads
-                for i, part in enumerate(parts):
-                    if re.match(r"^version_\d+$", part):
-                        parts = parts[:i]
-                        break
-                return "/".join(parts) or "."
+            if c is not None:
+                if c.is_dir:
+                    inside.append(name)
+                if c.mtime >= since:
+                    yield rel, c
+        dirs[:] = [d for d in dirs if d not in inside]
+
+
+def stray_paths(code: PathLike, since: float, ckpt: Optional[PathLike] = None,
+                pattern: Optional[str] = None) -> List[Path]:
+    """Checkpoints the job wrote since ``since`` outside the places discovery uses: anywhere in the code
+    folder (an HF ``output_dir="out"``, Lightning's default ``lightning_logs/``) and in the checkpoint
+    folder deeper than ``FIND_DEPTH`` (or outside ``pattern``). Bounded; a hint for status, pull, the log."""
+    known = set()  # type: Set[str]
+    out = []  # type: List[Path]
+    places = [Path(code)]
+    if ckpt is not None and Path(ckpt).is_dir():
+        known = {os.path.realpath(str(c.path)) for c in find(ckpt, pattern, check=False)}
+        if os.path.realpath(str(ckpt)) != os.path.realpath(str(code)):
+            places.append(Path(ckpt).resolve())
+    for base in places:
+        if not base.is_dir():
+            continue
+        for _rel, c in _walk_classified(base, STRAY_DEPTH + (FIND_DEPTH if base != places[0] else 0), since):
+            real = os.path.realpath(str(c.path))
+            if _looks_periodic(c) and real not in known and not any(real.startswith(k + "/") for k in known):
+                out.append(c.path)
+    return out
+
+
+def stray_dir(code: PathLike, since: float, ckpt: Optional[PathLike] = None,
+              pattern: Optional[str] = None) -> Optional[str]:
+    """The folder (relative to ``code``, or ``$GPUJOB_CKPT_DIR/...`` below the checkpoint folder) where the
+    job wrote checkpoints since ``since`` that gpujob does not watch, as the job file would name it;
+    None when there is none."""
+    for p in stray_paths(code, since, ckpt, pattern):
+        base = Path(code)
+        try:
+            parts = p.parent.relative_to(base).parts
+            prefix = ""
+        except ValueError:
+            parts = p.parent.relative_to(Path(ckpt).resolve()).parts if ckpt is not None else p.parent.parts
+            prefix = "$GPUJOB_CKPT_DIR/"
+        # Lightning's <root>/version_N/checkpoints/: the folder above version_N is what gpujob reads
+        for i, part in enumerate(parts):
+            if re.match(r"^version_\d+$", part):
+                parts = parts[:i]
+                break
+        return prefix + ("/".join(parts) or ".")
     return None
 
 
 def stray_advice(rel: str) -> str:
     """What to write in the job file for checkpoints found in ``rel``."""
+    if rel.startswith("$GPUJOB_CKPT_DIR/"):
+        sub = rel[len("$GPUJOB_CKPT_DIR/"):]
+        return ("the script writes checkpoints to {}/, deeper than gpujob looks ({} folders below $GPUJOB_CKPT_DIR): "
+                "add checkpoint: {{pattern: '{}/*'}} to the job file (its files' names), so restarts resume from "
+                "them and status, rotation and pull see them").format(rel, FIND_DEPTH, sub)
     how = "checkpoint: {{dir: {}}}".format(rel) if rel != "." else \
         "checkpoint: {dir: ., pattern: 'NAME_*.pt'} (the files' names)"
     return ("the script writes checkpoints to {}/ in its code folder, where gpujob does not look: add {} "
             "to the job file, so restarts resume from them and status, rotation and pull see them"
             ).format(rel, how)
+
+
+def artifacts(code: PathLike, since: float, ckpt: Optional[PathLike] = None, pattern: Optional[str] = None,
+              limit: int = 20) -> List[Dict[str, Any]]:
+    """Model files (``*.pt``, ``*.pth``, ``*.safetensors``, ``*.bin`` of 1 MiB or more) the job wrote
+    in its code folder since ``since`` that are no periodic checkpoint (``mnist_cnn.pt`` saved at the
+    end): {name (relative to ``code``), bytes, mtime}, newest first. Links are not followed."""
+    out = []  # type: List[Dict[str, Any]]
+    known = {os.path.realpath(str(c.path)) for c in find(ckpt, pattern, check=False)} if ckpt is not None else set()
+    for rel, c in _walk_classified(Path(code), STRAY_DEPTH, since):
+        if c.is_dir or not c.name.endswith(ARTIFACT_EXTS) or c.step is not None or \
+                os.path.realpath(str(c.path)) in known:
+            continue
+        try:
+            size = c.path.stat().st_size
+        except OSError:
+            continue
+        if size >= ARTIFACT_MIN:
+            out.append({"name": (rel / c.name).as_posix(), "bytes": size, "mtime": round(c.mtime, 3)})
+    return sorted(out, key=lambda a: -a["mtime"])[:limit]

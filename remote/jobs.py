@@ -276,25 +276,39 @@ def _describe(root: Root, job_id: str, detail: bool = False) -> Dict[str, Any]:
                 st["diagnosis"] = diagnose.diagnose(job.log, st.get("exit_code"), metrics=metrics)
             st["log_tail"] = screen_lines(job.log, 20)
         st["checkpoints"] = checkpoint_list(job, spec, live=st.get("state") not in TERMINAL or st.get("state") == "lost")
-        if not st["checkpoints"]:
-            stray = stray_checkpoints(job, spec, st)
-            if stray:
-                st["stray_checkpoints"] = stray
+        stray = stray_checkpoints(job, spec, st)
+        if stray:
+            st["stray_checkpoints"] = stray
+        found = artifacts(job, st)
+        if found:
+            st["artifacts"] = found
     return st
 
 
 def stray_checkpoints(job: JobDir, spec: Dict[str, Any], st: Dict[str, Any]) -> Optional[Dict[str, str]]:
-    """{dir, advice} when the job wrote checkpoints in its code where gpujob does not look (no
-    ``checkpoint.dir``: an HF ``output_dir="out"``), else None."""
-    if spec.get("checkpoint_dir"):
-        return None
+    """{dir, advice} when the job wrote checkpoints where gpujob does not look (in its code outside
+    ``checkpoint.dir``: an HF ``output_dir="out"``; deeper below the checkpoint folder than discovery
+    looks), else None."""
     try:
         from remote import checkpoints
 
-        rel = checkpoints.stray_dir(job.code, float(st.get("started_at") or st.get("submitted_at") or 0))
+        rel = checkpoints.stray_dir(job.code, float(st.get("started_at") or st.get("submitted_at") or 0),
+                                    job.ckpt, spec.get("checkpoint_pattern"))
     except (ImportError, OSError):
         return None
     return {"dir": rel, "advice": checkpoints.stray_advice(rel)} if rel else None
+
+
+def artifacts(job: JobDir, st: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """Model files the job wrote in its code folder that are no checkpoint (``mnist_cnn.pt`` saved at
+    the end): ``pull --latest`` brings them when the job has no complete checkpoint."""
+    try:
+        from remote import checkpoints
+
+        return checkpoints.artifacts(job.code, float(st.get("started_at") or st.get("submitted_at") or 0),
+                                     job.ckpt, (job.spec_data() or {}).get("checkpoint_pattern"))
+    except (ImportError, OSError):
+        return []
 
 
 def checkpoint_list(job: JobDir, spec: Dict[str, Any], live: bool) -> List[Dict[str, Any]]:

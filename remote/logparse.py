@@ -11,7 +11,12 @@ Fed the new bytes of ``output.log`` (stdout and stderr together), a ``LogParser`
   ``Epoch 1/9 ━━━ 8/8 0:00:01 • 0:00:00 6.1it/s v_num: 0 train_loss: 0.017``;
 - JSON objects printed one a line, ``{"step": 120, "loss": 0.5}``;
 - plain prints: ``step 120`` / ``step 120/1000``, ``loss: 0.5``, ``loss=0.5``, ``val_acc=0.9``,
-  ``train loss 0.5`` (→ ``train_loss``), ``Epoch 3/10`` (the step of a loop that counts only epochs).
+  ``train loss 0.5`` (→ ``train_loss``), ``Epoch 3/10`` (the step of a loop that counts only epochs);
+- public scripts' lines: ``Train: 3 [ 4/10 ( 50%)]`` (image trainer), ``Train Epoch: 1 [640/60000 (1%)]``
+  and ``Test set: ... Accuracy: 450/500 (90%)`` (MNIST), ``| epoch 3 | 20/ 171 batches |``
+  (word-language-model), ``iter 230: loss 0.91`` (GPT trainer); evaluation lines give ``test_*`` /
+  ``eval_*`` / ``val_*``, config echoes (``Overriding: x = 1``) nothing;
+- the job file's ``metrics.patterns`` (named groups), tried first.
 
 A record gets a step only where one is printed: the bar's count (plus whole epochs before it)
 or a ``step N`` on the same line. Validation, test, sanity-check and data-preparation bars (``Map``, ``Downloading``, ``Loading
@@ -33,10 +38,10 @@ RICH = re.compile(r"^(?P<desc>.*?)\s*━*\s+(?P<n>\d+)/(?P<total>\d+)\s+(?P<elap
                   r"\s+(?P<rate>[\d.]+)(?P<unit>it/s|s/it)(?P<rest>.*)$")
 EPOCH = re.compile(r"\bepoch\s*[:#=]?\s*\[?\s*(\d+)(?:\s*(?:/|of\b)\s*(\d+))?", re.I)
 STEP = re.compile(r"\b(?:global_step|step|iter|iteration)\b\s*[:=#]?\s*\[?\s*(\d+)(?:\s*/\s*(\d+))?", re.I)
-PAIR = re.compile(r"([A-Za-z][\w/.-]{0,60})\s*[:=]\s*(" + NUM + r")(?![\w.])")
+PAIR = re.compile(r"([A-Za-z][\w/.@-]{0,60})\s*[:=]\s*(" + NUM + r")(?![\w.])")
 # "step 12 loss 0.53": a metric name and its number with only a space between (plain loops, examples/tiny)
 SPACED = re.compile(r"\b([A-Za-z][\w/.-]{0,60})\s+(" + NUM + r")(?![\w.:=])")
-METRIC_NAME = re.compile(r"loss|acc|lr$|learning_rate|ppl|perplexity|grad_norm|f1|bleu|rouge|wer|cer|reward|score",
+METRIC_NAME = re.compile(r"loss|acc(?!um)|lr$|learning_rate|ppl|perplexity|grad_norm|f1|bleu|rouge|wer|cer|reward|score",
                          re.I)
 NOT_PROGRESS = re.compile(r"valid|sanity|test|predict|eval|infer|map|filter|token|download|load|generat|extract|"
                           r"process|shard|sav|resolv|convert|upload", re.I)
@@ -54,6 +59,20 @@ PERCENT = re.compile(r"\d{1,3}$")
 EPOCHS_BAR = re.compile(r"\bepochs?\b", re.I)  # an outer bar over the epochs: "Epochs: 30%|...| 3/10"
 # Keras and many epoch loops print "Epoch 3/10" on a line of its own, the metrics on the next
 EPOCH_HEADER = re.compile(r"^epoch\s*[:#]?\s*(\d+)\s*(?:/|of)\s*(\d+)\s*:?$", re.I)
+# an image trainer's "Train: 3 [ 4/10 ( 50%)]" and MNIST's "Train Epoch: 3 [640/60000 (1%)]": epoch, then
+# the count within it; word-language-model's "| epoch 3 | 20/ 171 batches |"
+EPOCH_BATCH = re.compile(r"^(?:train(?:ing)?\s*(?:epoch)?)\s*:?\s*\[?\s*(\d+)\s*\]?\s*\[\s*(\d+)\s*/\s*(\d+)"
+                         r"(?:\s*\(\s*[\d.]+%\s*\))?\s*\]", re.I)
+BATCHES = re.compile(r"\b(\d+)\s*/\s*(\d+)\s+batch(?:es)?\b", re.I)
+# "Accuracy: 450/500 (90%)": the percentage, not the count
+FRACTION = re.compile(r"([A-Za-z][\w@/.-]{0,60})\s*[:=]\s*\d+\s*/\s*\d+\s*\(\s*(" + NUM + r")\s*%\s*\)")
+# a line of evaluation: its metrics are eval_*/test_*/val_*, never the training loss
+EVAL_LINE = re.compile(r"^\W*(test|eval|evaluation|val|valid|validation)\b", re.I)
+# config echoes: nanoGPT's "Overriding: max_iters = 500", the config file it prints, "lr = 1e-3" alone
+CONFIG_ECHO = re.compile(r"^(?:overriding\b.*|[A-Za-z_]\w*\s+=\s+[^=]*)$", re.I)
+ECHO_METRIC = re.compile(r"^(?:(?:train|val|eval|test)_)?(?:loss|acc|accuracy|ppl|perplexity)$", re.I)
+# a user's formats (job file metrics.patterns): named groups; these say where the run is, the rest are metrics
+PROGRESS_GROUPS = ("step", "epoch", "batch", "batches", "max_steps", "epochs")
 MAX_LINE = 8192  # longer segments are not parsed (a bar or a dict line is far shorter)
 MAX_PENDING = 1 << 16  # an unterminated segment longer than this is dropped
 
@@ -86,9 +105,15 @@ def _seconds(clock: str) -> Optional[float]:
 class LogParser:
     """Incremental: ``feed(new_bytes, t)`` returns the records those bytes complete."""
 
-    def __init__(self, epochs: Optional[int] = None) -> None:
+    def __init__(self, epochs: Optional[int] = None, patterns: Optional[List[str]] = None) -> None:
         self.pending = b""
         self.epochs_hint = epochs  # total epochs from the job (run-command flags, env), if known
+        self.patterns = []  # type: List[Any]  # the job file's metrics.patterns, compiled
+        for rx in patterns or []:
+            try:
+                self.patterns.append(re.compile(rx))
+            except re.error:
+                continue  # the laptop checked them; an agent's older Python may still refuse one
         self.progress = {}  # type: Dict[str, Any]
         self._reset()
 
@@ -149,7 +174,11 @@ class LogParser:
                 return
             if "•" in s and self._rich(s, t):
                 return
+        if self.patterns and self._taught(s, t, out):
+            return
         low = s.lower()
+        if "=" in s and CONFIG_ECHO.match(s) and not ECHO_METRIC.match(s.split("=")[0].strip()):
+            return
         hm = EPOCH_HEADER.match(s)
         if hm:
             self.epoch_line = (int(hm.group(1)), int(hm.group(2)))
@@ -277,24 +306,88 @@ class LogParser:
 
     def _plain(self, s: str, t: float, out: List[Dict[str, Any]]) -> None:
         rec = {}  # type: Dict[str, Any]
-        sm = STEP.search(s)
-        bm = None if sm else BATCH.search(s)
-        for m in list(PAIR.finditer(s)) or list(SPACED.finditer(s)):
+        em = EVAL_LINE.match(s)
+        whose = None if em is None else "eval" if em.group(1).lower() == "evaluation" else em.group(1).lower()
+        for m in FRACTION.finditer(s):
+            rec[self._key(m.group(1), whose)] = float(m.group(2))
+        s_rest = FRACTION.sub(" ", s) if rec else s
+        ib = EPOCH_BATCH.match(s) if whose is None else None
+        sm = None if ib else STEP.search(s)
+        bm = None if sm or ib else BATCH.search(s) or BATCHES.search(s)
+        for m in list(PAIR.finditer(s_rest)) or list(SPACED.finditer(s_rest)):
             k, v = m.group(1), m.group(2)
             if METRIC_NAME.search(k) and k not in SKIP_KEYS:
                 x = _num(v)
                 if x is not None:
-                    qm = QUALIFIER.search(s, 0, m.start())
-                    rec[(qm.group(1) + "_" + k).lower() if qm else k] = x
+                    qm = QUALIFIER.search(s_rest, 0, m.start())
+                    if whose is not None:
+                        rec.setdefault(self._key(k, whose), x)  # "Loss: 0.7 (0.7)": the first is the value now
+                    elif ib is not None:
+                        rec.setdefault(k.lower(), x)
+                    else:
+                        rec[(qm.group(1) + "_" + k).lower() if qm else k] = x
         if not rec:
             return
-        if sm or bm:
+        if ib:
+            self._epoch_batch(int(ib.group(1)), int(ib.group(2)), int(ib.group(3)), rec)
+        elif whose is not None:
+            pass  # an evaluation line is no step of training: it takes the current one (_add)
+        elif sm or bm:
             m = sm or bm
             self._printed_step(s, int(m.group(1)), int(m.group(2)) if m.group(2) else None, rec, bm is not None)
         else:
             self._epoch_progress(s, rec)
         self._flush_bar(out)
         self._add(rec, t, out)
+
+    @staticmethod
+    def _key(k: str, whose: Optional[str]) -> str:
+        k = k.lower().replace("average ", "")
+        if whose is None or k.startswith(whose + "_"):
+            return k
+        return whose + "_" + k
+
+    def _epoch_batch(self, epoch: int, n: int, of: int, rec: Dict[str, Any]) -> None:
+        """``Train: E [b/B (p%)]``: b of B in epoch E (counted from the first epoch the log shows, 0 or 1)."""
+        if self.epoch_base is None:
+            self.epoch_base = min(epoch, 1)
+        rec["epoch"] = epoch
+        rec["step"] = self.step = (epoch - self.epoch_base) * of + n
+        if self.epochs_hint and of:
+            rec["max_steps"] = self.epochs_hint * of
+
+    def _taught(self, s: str, t: float, out: List[Dict[str, Any]]) -> bool:
+        """The job file's ``metrics.patterns`` (named groups): a line one of them matches is read by them
+        alone. ``step``, or ``epoch`` with ``batch``/``batches``, say where the run is; other groups are metrics."""
+        got = {}  # type: Dict[str, str]
+        for rx in self.patterns:
+            m = rx.search(s)
+            if m:
+                got.update({k: v for k, v in m.groupdict().items() if v is not None})
+        if not got:
+            return False
+        rec = {}  # type: Dict[str, Any]
+        for k, v in got.items():
+            x = _num(v)
+            if x is not None and k not in PROGRESS_GROUPS:
+                rec[k] = x
+        num = {k: int(float(got[k])) for k in PROGRESS_GROUPS if k in got and _num(got[k]) is not None}
+        if "step" in num:
+            rec["step"] = self.step = num["step"]
+        elif "epoch" in num and "batch" in num and num.get("batches"):
+            self._epoch_batch(num["epoch"], num["batch"], num["batches"], rec)
+            rec.pop("max_steps", None)
+        elif "epoch" in num:
+            rec["epoch"] = num["epoch"]
+        epochs = num.get("epochs") or self.epochs_hint
+        if num.get("max_steps"):
+            rec["max_steps"] = num["max_steps"]
+        elif epochs and num.get("batches"):
+            rec["max_steps"] = epochs * num["batches"]
+        if any(k not in ("step", "epoch", "max_steps") for k in rec) or "step" in rec:
+            self._flush_bar(out)
+            self._add(rec, t, out)
+        return True
 
     def _printed_step(self, s: str, n: int, of: Optional[int], rec: Dict[str, Any], batch: bool = False) -> None:
         """``step N[/M]`` on a line; with an epoch beside it the count may start again each epoch
@@ -305,6 +398,8 @@ class LogParser:
         if em:
             epoch, epochs = int(em.group(1)), int(em.group(2)) if em.group(2) else None
             rec["epoch"] = epoch
+            if batch:  # "| epoch 3 | 20/ 171 batches |": a later line without an epoch (a test) belongs to it
+                self.epoch_line = (epoch, epochs)
             if self.epoch_base is None:
                 self.epoch_base = min(epoch, 1)
             if batch:
@@ -314,6 +409,7 @@ class LogParser:
             self.raw_step = (epoch, n)
             if self.per_epoch and of:
                 step = (epoch - self.epoch_base) * of + n
+                epochs = epochs or self.epochs_hint
                 total = epochs * of if epochs else None
         elif batch:
             return  # a batch count without its epoch says nothing of the run's progress

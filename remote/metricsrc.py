@@ -40,7 +40,13 @@ WALK_DEPTH = 4
 SKIP_DIRS = {"__pycache__", "node_modules", "site-packages", "wandb", "data", "datasets", "ckpt", "checkpoints"}
 EVENTS = "events.out.tfevents."
 READ_CHUNK = 4 << 20  # log bytes read per collect at most (a huge backlog is caught up over ticks)
-RUN_FLAGS = re.compile(r"--(max[_-]steps|max[_-]epochs|num[_-]train[_-]epochs|epochs)[= ](\d+)\b")
+STEP_KEYS = ("max_steps", "max_iters", "max_iter", "num_steps", "total_steps", "train_steps", "num_iters", "iters")
+EPOCH_KEYS = ("max_epochs", "num_train_epochs", "num_epochs", "n_epochs", "epochs")
+_KEYS = "|".join(k.replace("_", "[_-]") for k in STEP_KEYS + EPOCH_KEYS)
+RUN_FLAGS = re.compile(r"--(" + _KEYS + r")[= ](\d+)\b")
+# a config file named on the run line (nanoGPT's config/train_x.py, a YAML): "max_iters = 5000", "epochs: 300"
+CONFIG_LINE = re.compile(r"^\s*(" + "|".join(STEP_KEYS + EPOCH_KEYS) + r")\s*[=:]\s*(\d+)\s*(?:#.*)?$", re.M)
+CONFIG_ARG = re.compile(r"(?:^|\s)([\w./-]+\.(?:py|ya?ml))(?=\s|$)")
 
 
 def path_of(job: JobDir, source: str) -> Path:
@@ -77,11 +83,39 @@ def latest(path: Path, lines: int = 200) -> Dict[str, Any]:
     return out
 
 
-def run_hints(spec: Dict[str, Any]) -> Dict[str, int]:
-    """``max_steps`` / ``epochs`` from the job's env (GPUJOB_MAX_STEPS, GPUJOB_MAX_EPOCHS) or run flags."""
+def _hint_name(key: str) -> str:
+    return "epochs" if "epoch" in key else "max_steps"
+
+
+def config_hints(run: str, code: Optional[Path]) -> Dict[str, int]:
+    """Totals from the files the run line names (``train.py config/x.py``, ``--config c.yaml``), in
+    their order: top-level ``max_iters = 5000`` (Python) or ``epochs: 300`` (YAML, any depth)."""
     hints = {}  # type: Dict[str, int]
-    for m in RUN_FLAGS.finditer(str(spec.get("run") or "")):
-        hints["max_steps" if "steps" in m.group(1) else "epochs"] = int(m.group(2))
+    if code is None:
+        return hints
+    for m in CONFIG_ARG.finditer(run):
+        path = code / m.group(1)
+        try:
+            if path.stat().st_size > 1 << 20:
+                continue
+            text = path.read_text(errors="replace")
+        except (OSError, ValueError):
+            continue
+        yaml = not path.name.endswith(".py")
+        for km in CONFIG_LINE.finditer(text):
+            if yaml or not km.group(0)[:1].isspace():  # Python: module level only
+                hints[_hint_name(km.group(1))] = int(km.group(2))
+    return hints
+
+
+def run_hints(spec: Dict[str, Any], code: Optional[Path] = None) -> Dict[str, int]:
+    """``max_steps`` / ``epochs``: the job file's ``metrics.total``, else the env (GPUJOB_MAX_STEPS,
+    GPUJOB_MAX_EPOCHS), else run flags (``--max_iters=500``, ``--epochs 300``), else a config file the
+    run line names (read when ``code``, the job's code folder, is given)."""
+    run = str(spec.get("run") or "")
+    hints = config_hints(run, code)
+    for m in RUN_FLAGS.finditer(run):
+        hints[_hint_name(m.group(1).replace("-", "_"))] = int(m.group(2))
     env = spec.get("env") or {}
     for key, name in (("GPUJOB_MAX_STEPS", "max_steps"), ("GPUJOB_MAX_EPOCHS", "epochs")):
         try:
@@ -89,6 +123,10 @@ def run_hints(spec: Dict[str, Any]) -> Dict[str, int]:
                 hints[name] = int(env[key])
         except (TypeError, ValueError):
             pass
+    total = (spec.get("metrics") or {}).get("total") or {}
+    for key, name in (("steps", "max_steps"), ("epochs", "epochs")):
+        if isinstance(total.get(key), int) and total[key] > 0:
+            hints[name] = total[key]
     return hints
 
 
@@ -196,9 +234,9 @@ class Collector:
         self.tb = {p: tfevents.FileState(int(v.get("offset") or 0)) for p, v in (st.get("tb") or {}).items()}
         for p, v in (st.get("tb") or {}).items():
             self.tb[p].corrupt = bool(v.get("corrupt"))
-        hints = run_hints(spec)
+        hints = run_hints(spec, job.code)
         self.max_steps = hints.get("max_steps")
-        self.parser = LogParser(epochs=hints.get("epochs"))
+        self.parser = LogParser(epochs=hints.get("epochs"), patterns=(spec.get("metrics") or {}).get("patterns"))
         self.progress = dict(st.get("progress") or {})
         self.next_at = 0.0
         self.next_scan = 0.0

@@ -113,7 +113,7 @@ def watch(root: Root, ref: str, points: int = 60) -> Dict[str, Any]:
     if float(prog.get("t") or 0) < float(attempts[-1].get("started_at") or 0):
         prog = {}  # an earlier attempt's bar
     if not prog.get("total"):
-        hints = metricsrc.run_hints(job.spec_data())  # --max_steps/--max_epochs N in run:, GPUJOB_MAX_STEPS/EPOCHS
+        hints = metricsrc.run_hints(job.spec_data(), job.code)  # metrics.total, GPUJOB_MAX_*, run flags, its config
         total = hints.get("max_steps") or metricsrc.total_from_epochs(rows, hints.get("epochs"))
         prog = dict(prog, total=total) if total else prog
     return {"job": detail, "series": series, "latest": last, "rows": len(rows), "source": source,

@@ -146,31 +146,25 @@ def stray_checkpoints(job_path: Path, limit: int = 20) -> List[str]:
     """Checkpoints the job wrote in its code folder outside its checkpoint folder (``code/...``):
     Lightning's default ``lightning_logs/version_N/checkpoints/``, an HF ``output_dir="outputs"``
     without ``checkpoint.dir``. gpujob neither resumes from, rotates nor pulls those by itself; the
-    pull names them with the next step. Looked for in the code folder and its top-level folders,
-    only among files newer than the job's first start (the synced code keeps its own times)."""
+    pull names them with the next step. Only files newer than the job's first start count (the synced
+    code keeps its own times); see ``checkpoints.stray_paths``."""
     code = job_path / "code"
     attempts = (read_json(job_path / "status.json", {}) or {}).get("attempts") or [{}]
     since = float(attempts[0].get("started_at") or 0)
     if not since or not code.is_dir() or code.is_symlink():
         return []
-    try:
-        subs = sorted(e.path for e in os.scandir(str(code)) if e.is_dir(follow_symlinks=False)
-                      and not e.name.startswith(".") and e.name not in NOT_OUTPUTS)
-    except OSError:
-        return []
-    ckpt = (job_path / "ckpt").resolve()
+    spec = read_json(job_path / "spec.json", {}) or {}
     out = []  # type: List[str]
-    for base in [str(code)] + subs:
-        for c in checkpoints.find(base, check=False):
-            rel = "code/" + c.path.relative_to(code).as_posix()
-            real = c.path.resolve()
-            if c.path.is_symlink() or real == ckpt or ckpt in real.parents:
-                continue  # checkpoint.dir's link to ckpt/ (pulled as ckpt/), a last.ckpt link
-            if c.mtime >= since and rel not in out:
-                out.append(rel)
+    for p in checkpoints.stray_paths(code, since, job_path / "ckpt", spec.get("checkpoint_pattern")):
+        try:
+            rel = "code/" + p.relative_to(code).as_posix()
+        except ValueError:
+            continue  # deep in ckpt/: a pull brings it with the folder
+        if rel not in out:
+            out.append(rel)
         if len(out) >= limit:
             break
-    return out[:limit]
+    return out
 
 
 def stray_hint(stray: List[str]) -> str:
@@ -192,36 +186,52 @@ def select(job_path: Path, what: str = "all", metric: Optional[str] = None,
     if any(g.startswith("code/") for g in include or []):
         roots.append("code")
     stray = stray_checkpoints(job_path)
-    chosen = None  # type: Optional[str]
+    chosen = note = None  # type: Optional[str]
     skip = []  # type: List[str]  # under ckpt/: the checkpoints not chosen
+    found = []  # type: List[Any]
     if what == "all":
         roots.append("ckpt")
     else:
         found = _found(job_path)
         p = _chosen(job_path, what, metric, found)
-        if p is None:
+        arts = final_artifacts(job_path) if p is None and what == "latest" else []
+        if arts:  # no checkpoint, but the model the script saved at its end: that is what to bring
+            roots += [] if "code" in roots else ["code"]
+            include = (include or []) + ["code/" + a["name"] for a in arts] + LOGS
+            note = ("the job wrote no checkpoint gpujob knows; brought the model file(s) it saved in its working "
+                    "folder instead ({}), its final state rather than one to resume from").format(
+                        ", ".join("code/" + a["name"] for a in arts))
+        elif p is None:
             return {"error": "no {} checkpoint".format("complete" if what == "latest" else "best (by {})".format(
                 metric or "trainer_state.json, a monitored value in the names, or eval_loss")), "stray": stray}
-        if p.is_symlink() and p.resolve().parent == p.parent.resolve():
-            p = p.parent / os.readlink(str(p))  # Lightning's last.ckpt as a link: the file it names
-        chosen = "ckpt/" + p.relative_to(job_path / "ckpt").as_posix()
-        roots.append("ckpt")
-        skip = _other_checkpoints(job_path, found, p)
+        if p is not None:
+            if p.is_symlink() and p.resolve().parent == p.parent.resolve():
+                p = p.parent / os.readlink(str(p))  # Lightning's last.ckpt as a link: the file it names
+            chosen = "ckpt/" + p.relative_to(job_path / "ckpt").as_posix()
+            roots.append("ckpt")
+            skip = _other_checkpoints(job_path, found, p)
+            state = (read_json(job_path / "status.json", {}) or {}).get("state")
+            if state in ("stopped", "autostopped"):  # an HF example writes its "final" model on the way out
+                note = ("the job was {} before its end: a final model or results file beside the checkpoint "
+                        "is its state at the stop, not a finished training's").format(state)
     files = {}  # type: Dict[str, List[Any]]
     dirs = []  # type: List[str]
+    real = ckpt_target(job_path)
     for r in roots:
-        t = tree(job_path / r)
+        t = tree(real if r == "ckpt" and real else job_path / r)
         if not t["exists"]:
             continue
+        only = _ckpt_only(job_path, real, found if what != "all" else None) if r == "ckpt" else None
         for rel, v in t["files"].items():
             name = r + ("/" + rel if rel else "")
-            if skip and r == "ckpt" and _under(rel, skip):
+            if skip and r == "ckpt" and _under(rel, skip) or only is not None and not _under(rel, only):
                 continue
             files[name] = v[:4]
             if v[3] is not None:  # as send_list will send it
                 files[name][3] = portable_link(job_path, job_path / name, v[3])
-        dirs += [r + "/" + d for d in t["dirs"] if not (skip and r == "ckpt" and _under(d, skip))]
-        if (job_path / r).is_dir() and not (job_path / r).is_symlink():
+        dirs += [r + "/" + d for d in t["dirs"] if not (skip and r == "ckpt" and _under(d, skip))
+                 and (only is None or any(x.startswith(d + "/") for x in only))]
+        if (job_path / r).is_dir() and (not (job_path / r).is_symlink() or r == "ckpt"):
             dirs.append(r)
     if include:
         def keep(rel: str) -> bool:
@@ -230,7 +240,40 @@ def select(job_path: Path, what: str = "all", metric: Optional[str] = None,
         stray = [x for x in stray if not keep(x)]  # asked for: nothing to say about them
         dirs = [d for d in dirs if keep(d) or any(k.startswith(d + "/") for k in files)]
     return {"files": files, "dirs": sorted(set(dirs)), "selected": chosen, "stray": stray,
-            "stray_hint": stray_hint(stray) if stray else None}
+            "stray_hint": stray_hint(stray) if stray else None, "note": note}
+
+
+def final_artifacts(job_path: Path) -> List[Dict[str, Any]]:
+    """The model files the job saved in its working folder that are no checkpoint (see
+    ``checkpoints.artifacts``), newest first."""
+    st = read_json(job_path / "status.json", {}) or {}
+    since = float(st.get("started_at") or st.get("submitted_at") or 0)
+    spec = read_json(job_path / "spec.json", {}) or {}
+    if not since or not (job_path / "code").is_dir():
+        return []
+    return checkpoints.artifacts(job_path / "code", since, job_path / "ckpt", spec.get("checkpoint_pattern"))
+
+
+def ckpt_target(job_path: Path) -> Optional[Path]:
+    """Where ``<job>/ckpt`` leads when it is a link (``checkpoint.dir: .`` links it to the code, an
+    absolute ``checkpoint.dir`` to shared storage): pull lists and sends that folder's files as
+    ``ckpt/...``, so the laptop gets the checkpoints themselves, not a link that dangles there."""
+    link = job_path / "ckpt"
+    if not link.is_symlink():
+        return None
+    real = link.resolve()
+    return real if real.is_dir() else None
+
+
+def _ckpt_only(job_path: Path, real: Optional[Path], found: Optional[List[Any]]) -> Optional[List[str]]:
+    """With ``ckpt`` linked to the job's code folder (``dir: .``), only the checkpoints (the spec's
+    pattern) count as the checkpoint folder's files: the code is not the job's output."""
+    if real is None or real != (job_path / "code").resolve():
+        return None
+    if found is None:
+        spec = read_json(job_path / "spec.json", {}) or {}
+        found = checkpoints.find(job_path / "ckpt", spec.get("checkpoint_pattern"), check=False)
+    return [c.rel(job_path / "ckpt") for c in found]
 
 
 def _under(rel: str, paths: List[str]) -> bool:
@@ -258,14 +301,22 @@ def send_list(base: Path, wanted: List[Any], out: IO[bytes], write_wait: Optiona
     long, then left out, as is one that changes while it is read: the end record lists them
     under ``held``, and nothing unfinished arrives as pulled."""
     places = []  # type: List[Any]
+    items = []  # type: List[Item]
     root = base.resolve()
+    real = ckpt_target(base)
     for w in wanted:
         rel, prefix = (w, []) if isinstance(w, str) else (w[0], list(w[1] or []))
         p = PurePosixPath(rel)
         if p.is_absolute() or ".." in p.parts or not p.parts:
             continue
         full = base.joinpath(*p.parts)
-        if root not in full.parent.resolve().parents and full.parent.resolve() != root:
+        inside = root
+        if real is not None and p.parts[0] == "ckpt":  # the job's own checkpoint link is followed
+            full, inside = real.joinpath(*p.parts[1:]), real
+            if len(p.parts) == 1:
+                items.append(Item(rel, full, mode=stat.S_IMODE(os.stat(str(full)).st_mode), is_dir=True))
+                continue
+        if inside not in full.parent.resolve().parents and full.parent.resolve() != inside:
             continue
         places.append((rel, prefix, full))
     held = {}  # type: Dict[str, Any]
@@ -275,7 +326,6 @@ def send_list(base: Path, wanted: List[Any], out: IO[bytes], write_wait: Optiona
         # the logs grow by appends while the job runs: any moment's copy of them is a true one
         held = writing.wait_closed([str(f) for r, _, f in places if r.split("/")[0] not in LOGS
                                     and f.is_file() and not f.is_symlink()], write_wait)
-    items = []  # type: List[Item]
     for rel, prefix, full in places:
         if str(full) in held:
             continue

@@ -171,6 +171,7 @@ class PullResult(Result):
     stray: list[str] = field(default_factory=list)  # checkpoints written in code/, outside the checkpoint folder
     stray_hint: str | None = None  # how to fetch them, and to have gpujob see them next time
     held: list[str] = field(default_factory=list)  # left out: still being written, or changed while read
+    note: str | None = None  # --latest with no checkpoint: the final model files brought instead
 
     @property
     def complete(self) -> bool:

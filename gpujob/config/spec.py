@@ -75,6 +75,7 @@ class JobSpec:
     checkpoint_pattern: str | None = None  # glob (under the checkpoint folder) of what the script writes
     source: str = "<spec>"
     hosts: list[str] = field(default_factory=list)  # host: [a, b, c]: placement tries them in order
+    metrics: dict[str, Any] = field(default_factory=dict)  # {patterns: [regex], total: {epochs|steps: N}}: the log reader
 
     def to_remote(self) -> dict[str, Any]:
         """What the agent receives (and writes to spec.json): never secret values."""
@@ -188,7 +189,7 @@ def _exists(p: Path, kind: str) -> bool:
 TOP_KEYS = [
     "name", "host", "workdir", "exclude", "data", "setup", "requirements", "python", "run",
     "env", "secrets", "gpus", "checkpoint", "tensorboard", "retry", "stop", "notify", "autostop",
-    "launcher", "nodes", "runtime",
+    "launcher", "nodes", "runtime", "metrics",
 ]
 RETRY_ON = ["error", "oom", "nan", "nccl", "signal"]
 # Validators of sections that other modules own (notifications, auto-stop): name -> fn(dict) -> errors.
@@ -334,6 +335,7 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
                         "'version_*/checkpoints/*.ckpt'")
         keep = ck.get("keep", 3)
         _int_in(ctx, ("checkpoint", "keep"), keep, 1, MAX_KEEP, "a number of checkpoints")
+    metrics = _metrics_section(ctx, raw.get("metrics", {}) or {})
     tb = raw.get("tensorboard", {}) or {}
     logdir = None
     if _want(ctx, ("tensorboard",), tb, dict, "{logdir: path}"):
@@ -419,7 +421,36 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
         runtime_auto=auto is not False,
         checkpoint_dir=(ck.get("dir") if isinstance(ck, dict) else None),
         checkpoint_pattern=(ck.get("pattern") if isinstance(ck, dict) else None), source=source, hosts=hosts,
+        metrics=metrics,
     )
+
+
+def _metrics_section(ctx: _Ctx, m: Any) -> dict[str, Any]:
+    """``metrics: {patterns: [regex with named groups], total: {epochs: N} | {steps: N}}``: how the log
+    reader reads a format it does not know (docs/agent.md)."""
+    if not _want(ctx, ("metrics",), m, dict, "{patterns: [...], total: {epochs: N}}"):
+        return {}
+    _check_keys(ctx, ("metrics",), m, ["patterns", "total"])
+    out: dict[str, Any] = {}
+    pats = _str_list(ctx, ("metrics", "patterns"), m.get("patterns", []))
+    for i, rx in enumerate(pats):
+        try:
+            groups = re.compile(rx).groupindex
+        except re.error as e:
+            ctx.err(("metrics", "patterns", i), f"not a regular expression ({e})")
+            continue
+        if not groups:
+            ctx.err(("metrics", "patterns", i), "names no group: write (?P<loss>[\\d.]+) for each value to read "
+                    "(step, epoch, batch, batches name the progress; any other name is a metric)")
+    if pats:
+        out["patterns"] = pats
+    total = m.get("total")
+    if total is not None and _want(ctx, ("metrics", "total"), total, dict, "{epochs: N} or {steps: N}"):
+        _check_keys(ctx, ("metrics", "total"), total, ["epochs", "steps"])
+        for k in ("epochs", "steps"):
+            if k in total and _int_in(ctx, ("metrics", "total", k), total[k], 1, 10**12, f"a number of {k}"):
+                out.setdefault("total", {})[k] = total[k]
+    return out
 
 
 def apply_overrides(raw: Any, marks: dict[tuple, Mark], overrides: list[str]) -> Any:

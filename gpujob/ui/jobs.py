@@ -200,11 +200,25 @@ def job_panel(j: dict[str, Any]) -> Any:
                 about.append(f"{'save' if n.get('kind') == 'accelerate' else 'step'} {n['step']}")
             what = n["name"] + (f" ({', '.join(about)})" if about else "")
         t.add_row("checkpoints", f"{len(done)} complete, newest {what}")
-    elif j.get("stray_checkpoints"):
-        t.add_row("checkpoints", f"[yellow]none where gpujob looks: {j['stray_checkpoints']['advice']}[/]")
+        # one never judged complete (older than the newest complete one, or the job is over) says why
+        last_done = ck.index(done[-1]) if done else len(ck)
+        for c in [c for i, c in enumerate(ck) if not c.get("complete") and (i < last_done or j.get("ended_at"))][-3:]:
+            t.add_row("", f"[yellow]incomplete {c['name']}: {c.get('incomplete_reason') or '?'}[/]")
+    if j.get("stray_checkpoints"):
+        t.add_row("checkpoints" if not ck else "", f"[yellow]{'none where gpujob looks: ' if not ck else ''}"
+                  f"{j['stray_checkpoints']['advice']}[/]")
+    arts = j.get("artifacts") or []
+    if arts:
+        t.add_row("artifacts", (", ".join(f"{a['name']} ({a['bytes'] / 2**20:.1f} MiB)" for a in arts[:3]))
+                  + (f" and {len(arts) - 3} more" if len(arts) > 3 else "")
+                  + ("" if done_any(ck) else "  (pull --latest brings them: no checkpoint)"))
     if j.get("last_line"):
         t.add_row("last line", j["last_line"])
     return t
+
+
+def done_any(ck: list[dict[str, Any]]) -> bool:
+    return any(c.get("complete") for c in ck)
 
 
 # ---- one line (or a few) per job command --------------------------------------------------
@@ -305,6 +319,8 @@ def pull_warnings(res: results.PullResult) -> None:
     for rel in res.held:
         print(f"warning: {clean(str(rel))} NOT pulled: the job was still writing it (or it changed while read); "
               "run pull again once the job has finished writing it (--write-wait SECONDS waits longer)", file=sys.stderr)
+    if res.note:
+        print(f"note: {clean(str(res.note))}", file=sys.stderr)
 
 
 def pulled(res: results.PullResult) -> None:

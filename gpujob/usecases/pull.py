@@ -196,4 +196,4 @@ def _pull(agent: Agent, args: list[str], dest: Path, progress: Callable[[int, in
     if rc != 0:
         raise RemoteError(f"pull failed on {agent.host.name}: {s.stderr_text()[-500:]}", "run pull again")
     return {"job_id": job_id, "dest": str(target), "selected": doc.get("selected"), "unchanged": same,
-            "stray": doc.get("stray") or [], "stray_hint": doc.get("stray_hint"), **res}
+            "stray": doc.get("stray") or [], "stray_hint": doc.get("stray_hint"), "note": doc.get("note"), **res}

@@ -53,6 +53,20 @@ def patch_module(kind: str, module: Any) -> None:
     setattr(__init__, MARK, True)
     trainer_cls.__init__ = __init__
     _patch_resume(kind, trainer_cls)
+    if kind != "hf":
+        _plain_progress(kind)
+
+
+def _plain_progress(package: str) -> None:
+    """Lightning picks its rich progress bar whenever ``rich`` is importable, and rich draws nothing into
+    a file until the end: with the output going to the job's log (no terminal), the plain TQDM bar (and
+    the plain model summary) instead, so ``gpujob tail`` and the log reader see progress while it trains.
+    ``GPUJOB_RICH=1`` keeps rich; a bar the script passes itself is never touched."""
+    if os.environ.get("GPUJOB_RICH") == "1" or sys.stdout.isatty():
+        return
+    mod = sys.modules.get(package + ".trainer.connectors.callback_connector")
+    if mod is not None and getattr(mod, "_RICH_AVAILABLE", False):
+        mod._RICH_AVAILABLE = False
 
 
 # where each Trainer takes the checkpoint to resume from: (method, keyword, its position after self)

@@ -1,0 +1,165 @@
+"""Public training scripts' checkpoint layouts, run unchanged: an image trainer's
+``<output>/<experiment>/checkpoint-N.pth.tar`` one folder below ``$GPUJOB_CKPT_DIR`` (found, stepped,
+rotated per series, resumed from); a script's own ``checkpoint-<N>/`` folder (complete once renamed
+into place); checkpoints written elsewhere in the code (stray, with the line to add); a model saved
+only at the end (an artifact, brought by ``pull --latest``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import zipfile
+from pathlib import Path
+
+from tests.byo_helpers import job_dir, log_text
+from tests.conftest import run_cli
+from tests.helpers import status, submit, wait_for, wait_state, write_job
+from tests.test_agent import training_pid
+from tests.test_scripts_recipes import recipe
+
+# in the style of a popular image-classification trainer: tmp.pth.tar renamed to last.pth.tar, then
+# hard-linked as checkpoint-<epoch>.pth.tar and model_best.pth.tar (zip archives, as torch.save writes)
+IMAGE_TRAINER = """
+    import argparse, os, time, zipfile
+    p = argparse.ArgumentParser()
+    p.add_argument("--output", default="./output/train")
+    p.add_argument("--experiment", default="")
+    p.add_argument("--resume", default="")
+    p.add_argument("--epochs", type=int, default=300)
+    a = p.parse_args()
+    out = os.path.join(a.output, a.experiment)
+    os.makedirs(out, exist_ok=True)
+    start = 0
+    if a.resume:
+        start = int(zipfile.ZipFile(a.resume).read("epoch")) + 1
+        print("Restoring model state from checkpoint...", a.resume, "epoch", start, flush=True)
+    for epoch in range(start, a.epochs):
+        for b in (0, 5, 10):
+            print("Train: %d [ %2d/10 (%3d%%)]  Loss: %.3f (%.2f)  Time: 0.050s  LR: 1.000e-03"
+                  % (epoch, b, b * 10, 1.0 / (epoch + 1), 1.0 / (epoch + 1)), flush=True)
+            time.sleep(0.03)
+        tmp = os.path.join(out, "tmp.pth.tar")
+        with zipfile.ZipFile(tmp, "w") as z:
+            z.writestr("epoch", str(epoch))
+        os.replace(tmp, os.path.join(out, "last.pth.tar"))
+        os.link(os.path.join(out, "last.pth.tar"), os.path.join(out, "checkpoint-%d.pth.tar" % epoch))
+        if os.path.exists(os.path.join(out, "model_best.pth.tar")):
+            os.unlink(os.path.join(out, "model_best.pth.tar"))
+        os.link(os.path.join(out, "last.pth.tar"), os.path.join(out, "model_best.pth.tar"))
+        print("Test: [  10/10]  Loss: 0.700 (0.70)  Acc@1: 80.0 (80.0)", flush=True)
+"""
+
+
+def test_image_trainer_checkpoints_below_the_checkpoint_folder(tmp_path: Path) -> None:
+    job = recipe(tmp_path, "image-trainer", {"main.py": IMAGE_TRAINER})  # docs/bring-your-own.md's job file
+    job_id = submit("local", job)["job_id"]
+    jd = job_dir(tmp_path, "local", job_id)
+    exp = jd / "ckpt" / "exp1"
+    wait_for(lambda: (exp / "checkpoint-3.pth.tar").exists(), 60, lambda: log_text(jd)[-2000:])
+    os.kill(training_pid(job_id), signal.SIGKILL)
+    st = wait_state("local", job_id, ("succeeded", "failed"), 90, root=jd.parent.parent)
+    assert st["state"] == "succeeded" and st["attempt"] == 2, st
+    text = log_text(jd)
+    resumed = re.search(r"resume from (\S+)\)", text)
+    assert resumed and "/exp1/" in resumed.group(1), text[-3000:]
+    assert int(re.search(r"Restoring model state.* epoch (\d+)", text).group(1)) >= 4
+    # steps from checkpoint-N.pth.tar; keep: 2 per series (and the one resumed from); last/best stay
+    wait_for(lambda: len(list(exp.glob("checkpoint-*.pth.tar"))) <= 3, 30, "rotation of the series")
+    st = status("local", job_id)
+    names = {c["name"]: c for c in st["checkpoints"]}
+    assert {"exp1/checkpoint-28.pth.tar", "exp1/checkpoint-29.pth.tar", "exp1/last.pth.tar",
+            "exp1/model_best.pth.tar"} <= set(names), names
+    assert names["exp1/checkpoint-29.pth.tar"]["step"] == 29 and all(c["complete"] for c in names.values())
+    assert "tmp.pth.tar" not in " ".join(names) and not st.get("stray_checkpoints"), st
+
+
+# a plain loop with its own layout: checkpoint-<N>/model.pt renamed into place (no Trainer files),
+# a copy of its weights in outputs/ (a place gpujob does not watch), a half-written folder left by
+# a crash, and the model saved at the end into its working folder (as the MNIST example does)
+FOLDERS = """
+    import os, sys, zipfile
+    ck = os.environ["GPUJOB_CKPT_DIR"]
+    folders = sys.argv[1] == "folders"  # else MNIST's example: --epochs 14 --save-model
+    if folders:
+        os.makedirs(os.path.join(ck, "checkpoint-1"), exist_ok=True)
+        with open(os.path.join(ck, "checkpoint-1", "model.pt"), "wb") as f:
+            f.write(b"PK\\x03\\x04 cut short")  # a save killed mid-way: never complete
+        for step in (2, 4):
+            tmp = os.path.join(ck, ".tmp-checkpoint-%d" % step)
+            os.makedirs(tmp)
+            with zipfile.ZipFile(os.path.join(tmp, "model.pt"), "w") as z:
+                z.writestr("step", str(step))
+            os.rename(tmp, os.path.join(ck, "checkpoint-%d" % step))
+        os.makedirs("outputs", exist_ok=True)
+        with zipfile.ZipFile("outputs/weights_4.pt", "w") as z:
+            z.writestr("step", "4")
+    for epoch in range(1, 3):
+        print("Train Epoch: %d [640/60000 (1%%)]\\tLoss: 0.302000" % epoch)
+        print("\\nTest set: Average loss: 0.3051, Accuracy: 450/500 (90%)\\n", flush=True)
+    with zipfile.ZipFile("mnist_cnn.pt", "w") as z:  # over 1 MiB, stored as it is
+        z.writestr("weights", os.urandom(3 << 19))
+"""
+
+
+def test_folder_checkpoints_strays_and_final_artifacts(tmp_path: Path) -> None:
+    one = write_job(tmp_path, "ownfolders", FOLDERS, "python main.py folders")
+    two = recipe(tmp_path, "no-resume", {"main.py": FOLDERS})
+    ids = [submit("local", one)["job_id"], submit("local", two)["job_id"]]
+    for job_id in ids:
+        jd = job_dir(tmp_path, "local", job_id)
+        assert wait_state("local", job_id, ("succeeded", "failed"), 60, root=jd.parent.parent)["state"] == "succeeded"
+    st = status("local", ids[0])
+    got = {c["name"]: c for c in st["checkpoints"]}
+    assert got["checkpoint-4"]["complete"] and got["checkpoint-4"]["kind"] == "folder", got
+    assert not got["checkpoint-1"]["complete"] and "cut short" in got["checkpoint-1"]["incomplete_reason"], got
+    assert st["stray_checkpoints"]["dir"] == "outputs", st
+    assert "checkpoint: {dir: outputs}" in st["stray_checkpoints"]["advice"]
+    r = run_cli("status", ids[0])
+    assert "incomplete checkpoint-1" in r.stdout and "checkpoint: {dir: outputs}" in r.stdout, r.stdout
+    # the job with no checkpoint at all: its final model is an artifact, which pull --latest brings
+    st = status("local", ids[1])
+    assert st["checkpoints"] == [] and [a["name"] for a in st["artifacts"]] == ["mnist_cnn.pt"], st
+    assert st["latest_metrics"]["test_accuracy"] == 90.0 and st["latest_metrics"]["loss"] == 0.302, st
+    r = run_cli("status", ids[1], env_extra={"COLUMNS": "200"})
+    assert "mnist_cnn.pt (1.5 MiB)  (pull --latest brings them: no checkpoint)" in r.stdout, r.stdout
+    dest = tmp_path / "pulled"
+    r = run_cli("pull", ids[1], str(dest), "--latest", "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = json.loads(r.stdout)
+    assert "mnist_cnn.pt" in doc["note"] and "no checkpoint" in doc["note"], doc
+    assert zipfile.ZipFile(dest / ids[1] / "code" / "mnist_cnn.pt").read("weights")
+    assert not (dest / ids[1] / "code" / "main.py").exists()
+    r = run_cli("pull", ids[1], str(dest), "--latest")
+    assert r.returncode == 0 and "note: the job wrote no checkpoint" in r.stderr, r.stderr
+
+
+def test_folder_kinds_and_deep_strays(tmp_path: Path) -> None:
+    """A Trainer's half-written ``checkpoint-N/`` (its model's config first) stays an HF one, incomplete;
+    a script's own, renamed into place, is a complete generic folder (``is_complete``, which a stop
+    waiting for the next checkpoint asks, agrees); checkpoints deeper than discovery looks are strays."""
+    from remote import checkpoints
+
+    ck = tmp_path / "ckpt"
+    (ck / "checkpoint-2").mkdir(parents=True)
+    (ck / "checkpoint-2" / "config.json").write_text("{}")
+    (ck / "checkpoint-2" / "model.safetensors").write_bytes(b"x")
+    (ck / "checkpoint-3").mkdir()
+    with zipfile.ZipFile(ck / "checkpoint-3" / "model.pt", "w") as z:
+        z.writestr("w", "1")
+    found = {c.name: c for c in checkpoints.find(ck, pids=[])}
+    assert found["checkpoint-2"].kind == "hf" and not found["checkpoint-2"].complete
+    assert "trainer_state.json" in found["checkpoint-2"].reason
+    assert found["checkpoint-3"].kind == "folder" and found["checkpoint-3"].complete
+    assert checkpoints.is_complete(ck / "checkpoint-3", pids=[]) and not checkpoints.is_complete(ck / "checkpoint-2")
+    deep = ck / "a" / "b" / "c" / "d"
+    deep.mkdir(parents=True)
+    with zipfile.ZipFile(deep / "ckpt_5.pt", "w") as z:
+        z.writestr("w", "1")
+    code = tmp_path / "code"
+    code.mkdir()
+    assert not any(c.name == "ckpt_5.pt" for c in checkpoints.find(ck, check=False))
+    rel = checkpoints.stray_dir(code, 0, ck)
+    assert rel == "$GPUJOB_CKPT_DIR/a/b/c/d", rel
+    assert "checkpoint: {pattern: 'a/b/c/d/*'}" in checkpoints.stray_advice(rel)
