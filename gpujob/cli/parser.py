@@ -8,6 +8,7 @@ from typing import Any, NoReturn
 
 from gpujob.cli.args import PORT, PRICE, address_type, job_ref, number_type, regex_type, url_type
 from gpujob.cli.common import Handler
+from gpujob.cli.experiments import add_parsers as add_experiment_parsers
 from gpujob.cli.hosts import (
     cmd_agent_log,
     cmd_doctor,
@@ -107,6 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--once", action="store_true", help="one look at each job (for cron); the time away adds up")
     s = add("cost", cmd_cost, "what jobs have cost (elapsed x price_per_hour), per job and per host")
     s.add_argument("--host", help="one host (default: every host with jobs)")
+    add_experiment_parsers(add, sub)
     s = add("agent-log", cmd_agent_log, "the last lines of the agent's own log on a host (its errors)")
     s.add_argument("host", nargs="?", help="host profile (default local)")
     s.add_argument("-n", "--lines", type=number_type(int, 0, 10**6), default=50)

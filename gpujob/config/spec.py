@@ -75,6 +75,7 @@ class JobSpec:
     checkpoint_pattern: str | None = None  # glob (under the checkpoint folder) of what the script writes
     source: str = "<spec>"
     hosts: list[str] = field(default_factory=list)  # host: [a, b, c]: placement tries them in order
+    sweep: dict[str, Any] = field(default_factory=dict)  # gpujob sweep's search (usecases/experiments/sweep.py checks it)
 
     def to_remote(self) -> dict[str, Any]:
         """What the agent receives (and writes to spec.json): never secret values."""
@@ -84,6 +85,7 @@ class JobSpec:
         if self.requirements:
             d["requirements"] = Path(self.requirements).name
         d["notify"] = notify_secrets(self.notify)[0]  # literal secrets go to the 0600 secrets file
+        d.pop("sweep")  # the laptop drives a sweep; a trial's agent has no use for it
         return d
 
 
@@ -188,7 +190,7 @@ def _exists(p: Path, kind: str) -> bool:
 TOP_KEYS = [
     "name", "host", "workdir", "exclude", "data", "setup", "requirements", "python", "run",
     "env", "secrets", "gpus", "checkpoint", "tensorboard", "retry", "stop", "notify", "autostop",
-    "launcher", "nodes", "runtime",
+    "launcher", "nodes", "runtime", "sweep",
 ]
 RETRY_ON = ["error", "oom", "nan", "nccl", "signal"]
 # Validators of sections that other modules own (notifications, auto-stop): name -> fn(dict) -> errors.
@@ -405,6 +407,9 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
             for msg in validator(val) if validator else []:
                 ctx.err((sec,), msg)
 
+    sweep = raw.get("sweep") or {}
+    _want(ctx, ("sweep",), sweep, dict, "a mapping (params:, metric:, method:, trials: ...; docs/experiments.md)")
+
     if ctx.errors:
         shown = ctx.errors[:MAX_LISTED] + ([f"... and {len(ctx.errors) - MAX_LISTED} more"] if len(ctx.errors) > MAX_LISTED else [])
         raise SpecError(
@@ -419,6 +424,7 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
         runtime_auto=auto is not False,
         checkpoint_dir=(ck.get("dir") if isinstance(ck, dict) else None),
         checkpoint_pattern=(ck.get("pattern") if isinstance(ck, dict) else None), source=source, hosts=hosts,
+        sweep=sweep if isinstance(sweep, dict) else {},
     )
 
 
