@@ -272,7 +272,7 @@ class Client:
         host = host or self.host
         if host:
             self.hosts.get(host)  # an unknown host is an error here, not a row of the report
-        return r.CostReport.from_json(summarize(self._host_names(host), self.agent))
+        return r.CostReport.from_json(summarize(self._host_names(host), self.agent, every_host=not host))
 
     def tunnel(self, remote_port: int, local_port: int | None = None, host: str | None = None,
                on_event: Note | None = None) -> Tunnel:

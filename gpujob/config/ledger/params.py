@@ -41,6 +41,20 @@ def _is_key(word: str) -> bool:
     return bool(re.match(r"--[A-Za-z_][\w.-]*(=|$)", word))
 
 
+def command_of(run: str) -> str:
+    """The run line without its ``--key value`` arguments: what stays the same across a sweep."""
+    words, out, i = _words(run), [], 0
+    while i < len(words):
+        w = words[i]
+        i += 1
+        if _is_key(w):
+            if "=" not in w and i < len(words) and not words[i].startswith("--") and words[i] not in ("&&", "||", ";", "|"):
+                i += 1
+            continue
+        out.append(w)
+    return " ".join(out)
+
+
 def run_args(run: str) -> dict[str, Any]:
     """The ``--key value`` / ``--key=value`` / ``--flag`` arguments of a run line (``-`` and ``_`` alike in keys)."""
     out: dict[str, Any] = {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpujob.config.ledger import open_ledger
-from gpujob.config.ledger.params import matches, parse_where
+from gpujob.config.ledger.params import command_of, matches, parse_where
 from gpujob.errors import GpujobError
 from gpujob.usecases.experiments.record import higher_is_better
 
@@ -81,7 +81,8 @@ def compare(refs: list[str]) -> dict[str, Any]:
                 raise GpujobError(f"no run {ref!r} in the ledger", "gpujob runs lists the runs this laptop knows")
             found.append(row)
     params = _values(found, "params")
-    code = {k: [r.get(k) for r in found] for k in ("code_hash", "git_commit", "diff_hash", "run_line")}
+    code = {k: [r.get(k) for r in found] for k in ("code_hash", "git_commit", "diff_hash")}
+    code["command"] = [command_of(r.get("run_line") or "") for r in found]  # the arguments are in params
     env = {k: [r.get(k) for r in found] for k in ("env_hash", "host", "gpu")}
     loss = next((r.get("loss_key") for r in found if r.get("loss_key")), None)
     series: dict[str, list[list[list[Any]]]] = {}

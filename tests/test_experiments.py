@@ -1,0 +1,157 @@
+"""The run ledger, ``runs``, ``compare``, ``rerun`` and ``sweep`` (docs/experiments.md), with real
+scripts that never import gpujob: an argparse loop that prints its loss, and an HF Trainer."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.byo_helpers import QUIET, job_dir, log_text
+from tests.conftest import run_cli
+from tests.helpers import needs, submit, wait_state, write_job
+
+# a plain loop: its arguments are its hyperparameters; Ctrl-C (the agent's stop) saves and leaves
+LOOP = """
+    import argparse, json, os, signal, time
+    p = argparse.ArgumentParser()
+    p.add_argument("--lr", type=float, default=0.1)
+    p.add_argument("--steps", type=int, default=12)
+    p.add_argument("--sleep", type=float, default=0.01)
+    a = p.parse_args()
+    stop = []
+    signal.signal(signal.SIGINT, lambda *_: stop.append(1))
+    w = 5.0
+    for step in range(1, a.steps + 1):
+        w -= a.lr * w
+        print(f"step {step} loss {w * w + 0.01:.6f}", flush=True)
+        time.sleep(a.sleep)
+        if stop:
+            break
+    with open(os.path.join(os.environ["GPUJOB_CKPT_DIR"], f"ckpt_{step}.json"), "w") as f:
+        json.dump({"step": step, "w": w}, f)
+    print("saved at step", step, flush=True)
+"""
+
+
+def cli_json(*args: str) -> dict:
+    r = run_cli(*args, "--json", timeout=180)
+    assert r.returncode == 0, r.stderr + r.stdout
+    return json.loads(r.stdout)
+
+
+def test_ledger_holds_arguments_compare_shows_the_one_that_differs_rerun_runs_the_same_code(
+        any_host: str, tmp_path: Path) -> None:
+    job = write_job(tmp_path, "ledgerq", LOOP, "python main.py --lr 0.1 --steps 12", env=QUIET,
+                    checkpoint={"pattern": "ckpt_*.json"})
+    a = submit(any_host, job)["job_id"]
+    wait_state(any_host, a, ("succeeded",), 90, root=job_dir(tmp_path, any_host, a).parent.parent)
+    (row,) = cli_json("runs")["runs"]
+    assert row["job_id"] == a and row["params"] == {"lr": 0.1, "steps": 12} and row["state"] == "succeeded"
+    assert row["code_hash"] and row["env_hash"] and row["final"]["loss"] < 25
+
+    # the script changes after A: rerun restores A's code (its kept snapshot) with the new argument
+    main = job.parent / "main.py"
+    main.write_text(main.read_text() + "\nprint('EDITED AFTER A')\n")
+    b_doc = cli_json("rerun", a, "--set", "lr=0.3")
+    b = b_doc["job_id"]
+    assert b_doc["parent"] == a and b_doc["restored"] is True and b_doc["host"] == any_host
+    wait_state(any_host, b, ("succeeded",), 90, root=job_dir(tmp_path, any_host, b).parent.parent)
+    assert "EDITED" not in log_text(job_dir(tmp_path, any_host, b))
+    runs = {r["job_id"]: r for r in cli_json("runs", "--name", "ledgerq")["runs"]}
+    assert runs[b]["code_hash"] == runs[a]["code_hash"] and runs[b]["parent"] == a
+    assert runs[b]["params"] == {"lr": 0.3, "steps": 12}
+    assert [r["job_id"] for r in cli_json("runs", "--where", "lr>0.2")["runs"]] == [b]
+    assert [r["job_id"] for r in cli_json("runs", "--sort", "loss")["runs"]] == [b, a]  # lr 0.3 ends lower
+
+    cmp = cli_json("compare", a, b)
+    assert cmp["params"] == {"lr": [0.1, 0.3]}, cmp  # the one argument that differs, and nothing else
+    assert cmp["code"] == {} and cmp["env"] == {} and cmp["same_params"] == {"steps": 12}
+    assert cmp["final"]["loss"][1] < cmp["final"]["loss"][0] and len(cmp["series"]["loss"][0]) >= 10
+    drawn = run_cli("compare", a, b)
+    assert drawn.returncode == 0 and "lr" in drawn.stdout and "▁" in drawn.stdout, drawn.stdout + drawn.stderr
+
+    # the ledger outlives the host's record: rm, then runs and cost still know A
+    assert run_cli("rm", a).returncode == 0
+    assert a in [r["job_id"] for r in cli_json("runs")["runs"]]
+    cost = cli_json("cost")
+    assert {j["job_id"]: j.get("source") for j in cost["jobs"]}[a] == "ledger"
+
+
+SWEEP_LOOP_RUN = "python main.py --lr 0.1 --steps 14 --sleep 0.08"
+
+
+def _priced_local_host(tmp_path: Path, name: str, price: float) -> None:
+    """A host profile of this machine (kind local) with a price: what the budget counts."""
+    from gpujob.config.hosts import Host, HostStore
+
+    HostStore().save(Host(name=name, kind="local", hostname="localhost", root=str(tmp_path / "local-root"),
+                          price_per_hour=price, currency="CNY"))
+
+
+@pytest.mark.slow
+def test_sweep_prunes_gracefully_and_ends_within_its_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    needs("optuna")
+    monkeypatch.setenv("GPUJOB_METRICS_EVERY", "0.2")  # the agent reads the log's loss this often
+    monkeypatch.setenv("GPUJOB_SWEEP_POLL", "0.3")
+    _priced_local_host(tmp_path, "priced", 360.0)  # 0.1 CNY a second
+    sweep = {"method": "grid", "parallel": 2, "pruner": "median", "startup_trials": 2, "warmup_steps": 3, "seed": 3,
+             "params": {"lr": [0.4, 0.3, 0.2, 0.1, 0.05, 0.02, 0.01, 0.005]}}
+    job = write_job(tmp_path, "sw", LOOP, SWEEP_LOOP_RUN, env=QUIET, checkpoint={"pattern": "ckpt_*.json"}, sweep=sweep)
+    doc = cli_json("sweep", str(job), "--hosts", "priced", "--name", "sw-grid")
+    assert doc["state"] == "done" and len(doc["trials"]) == 8, doc
+    pruned = [t for t in doc["trials"] if t["state"] == "pruned"]
+    assert pruned and doc["best"]["state"] == "complete", doc["trials"]
+    for t in pruned:  # stopped gracefully: the job saved its checkpoint before it left
+        st = cli_json("status", t["job_id"], "--host", "priced")
+        assert st["state"] == "stopped" and st["checkpoints"], st
+        assert t["steps"] < 14
+    assert doc["spent"]["steps"] < 8 * 14
+    assert cli_json("sweep", "status", "sw-grid")["best"] == doc["best"]
+    assert {r["sweep"] for r in cli_json("runs", "--sweep", "sw-grid", "--limit", "0")["runs"]} == {"sw-grid"}
+
+    # a budget of 0.5 CNY (about 5 trial-seconds at this price) ends the sweep with its trials stopped
+    budget = 0.5
+    doc = cli_json("sweep", str(job), "--hosts", "priced", "--name", "sw-budget", "--budget", str(budget),
+                   "--set", "run=python main.py --steps 200 --sleep 0.05", "--trials", "6")
+    assert doc["ended"].startswith("budget"), doc
+    assert doc["spent"]["cost"] <= budget * 1.05, doc["spent"]
+    assert all(t["state"] in ("stopped", "complete", "pruned") for t in doc["trials"]), doc["trials"]
+    stopped = [t for t in doc["trials"] if t["state"] == "stopped"]
+    assert stopped
+    for t in stopped:
+        assert cli_json("status", t["job_id"], "--host", "priced")["checkpoints"]
+
+
+HF_HPARAMS = """
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+
+    class Data(torch.utils.data.Dataset):
+        def __init__(self):
+            self.x = torch.randint(0, 64, (64, 8), generator=torch.Generator().manual_seed(0))
+        def __len__(self):
+            return len(self.x)
+        def __getitem__(self, i):
+            return {"input_ids": self.x[i], "labels": self.x[i]}
+
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_positions=16, n_embd=16, n_layer=1, n_head=2))
+    args = TrainingArguments(output_dir="./results", max_steps=4, learning_rate=3e-4, warmup_steps=1,
+                             logging_steps=1, per_device_train_batch_size=4, report_to="none", use_cpu=True,
+                             save_strategy="no")
+    Trainer(model=model, args=args, train_dataset=Data()).train()
+"""
+
+
+@pytest.mark.slow
+def test_hf_trainer_arguments_reach_the_ledger_through_the_hook(tmp_path: Path) -> None:
+    needs("torch", "transformers", "accelerate")
+    job = write_job(tmp_path, "hfhp", HF_HPARAMS, "python main.py --tag first", env=QUIET)
+    jid = submit("local", job)["job_id"]
+    wait_state("local", jid, ("succeeded",), 120, root=tmp_path / "local-root")
+    cli_json("status", jid)  # the laptop learns the job's state: the ledger row is brought up to date
+    (row,) = cli_json("runs")["runs"]
+    p = row["params"]
+    assert p["tag"] == "first" and p["learning_rate"] == 3e-4 and p["max_steps"] == 4 and p["warmup_steps"] == 1
+    assert p["per_device_train_batch_size"] == 4 and "output_dir" not in p
