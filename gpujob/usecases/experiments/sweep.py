@@ -41,7 +41,7 @@ class Runner(Protocol):
 
 Note = Callable[[str], None]
 FINAL = ("succeeded", "failed", "stopped", "autostopped", "lost", "moved")
-STOP_GUESS_S = 3.0  # how long a graceful stop takes, until one was seen
+STOP_GUESS_S = 5.0  # how long a graceful stop takes (request to end), until one was seen
 
 
 def _optuna() -> Any:
@@ -176,13 +176,13 @@ class Driver:
             if asked is not None:
                 self.stop_s = max(self.stop_s * 0.5, time.monotonic() - asked)
             why = attrs.get("stop")
-            if why:  # pruned, or stopped by the budget: what it reported stays
+            if why and state != "succeeded":  # pruned, or stopped by the budget: what it reported stays
                 self.tell(trial, state=TS.PRUNED)
-            elif state == "succeeded" and pts:
+            elif state == "succeeded" and pts:  # (a stop that came after the last step changes nothing)
                 self.tell(trial, float(pts[-1][1]))
             else:
                 self.tell(trial, state=TS.FAIL)
-            self.note(f"trial {number}: {job_id} {state}" + (f" ({why})" if why else ""))
+            self.note(f"trial {number}: {job_id} {state}" + (f" ({why})" if why and state != "succeeded" else ""))
             return
         if number not in self.stopping and pts and state == "running" and trial.should_prune():
             self.stop(number, "pruned")
@@ -208,7 +208,7 @@ class Driver:
             rows = lg.all(sweep=self.name)
         costs = [r["cost"] for r in rows if r.get("cost") is not None]
         TS = self.optuna.trial.TrialState
-        steps = sum(int(t.user_attrs.get("steps", -1)) + 1 for t in self.study.get_trials(deepcopy=False)
+        steps = sum(max(0, int(t.user_attrs.get("steps", 0))) for t in self.study.get_trials(deepcopy=False)
                     if t.state != TS.WAITING)
         return {"cost": round(sum(costs), 4) if costs else None,
                 "currency": next((r.get("currency") for r in rows if r.get("currency")), None),
@@ -319,7 +319,7 @@ def report(study: Any, optuna: Any) -> dict[str, Any]:
     spent = {"cost": round(sum(costs), 4) if costs else None,
              "currency": next((r.get("currency") for r in rows.values() if r.get("currency")), None),
              "gpu_hours": round(sum(r.get("gpu_hours") or 0.0 for r in rows.values()), 6),
-             "steps": sum((tr["steps"] or 0) + (1 if tr["steps"] is not None else 0) for tr in trials)}
+             "steps": sum(max(0, tr["steps"] or 0) for tr in trials)}  # the last step each reported
     s = a.get("sweep") or {}
     return {"sweep": study.study_name, "state": a.get("state", "running"), "metric": s.get("metric") or
             next((r.get("loss_key") for r in rows.values() if r.get("loss_key")), None), "direction": direction,
@@ -331,6 +331,8 @@ def _trial_state(optuna_state: str, stop: str | None) -> str:
     """complete, pruned, stopped (by the budget), failed, running, stopping."""
     if optuna_state == "RUNNING":
         return "stopping" if stop else "running"
+    if optuna_state == "COMPLETE":
+        return "complete"
     if optuna_state == "PRUNED":
         return "pruned" if stop in (None, "pruned") else "stopped"
     return {"COMPLETE": "complete", "FAIL": "failed"}.get(optuna_state, optuna_state.lower())
