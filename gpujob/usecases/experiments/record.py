@@ -12,12 +12,12 @@ import sqlite3
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpujob.config.ledger import Ledger, open_ledger
-from gpujob.config.ledger.code import code_hash, git_state, keep_snapshot, tree_files
-from gpujob.config.ledger.params import run_args
-from gpujob.config.spec import JobSpec
+
+if TYPE_CHECKING:  # ls and status import this module: the spec's YAML and the tree walk only where used
+    from gpujob.config.spec import JobSpec
 
 SERIES_POINTS = 200  # a curve kept in the ledger: at most this many points per metric
 NOT_METRICS = {"step", "epoch", "t", "lr", "learning_rate", "grad_norm", "max_steps", "total_flos"}
@@ -37,6 +37,8 @@ def env_hash(spec: JobSpec) -> str:
 
 def code_of(spec: JobSpec) -> dict[str, Any]:
     """The code about to be sent: git commit, diff hash (and the diff), tree hash; its snapshot kept."""
+    from gpujob.config.ledger.code import code_hash, git_state, keep_snapshot, tree_files
+
     wd = Path(spec.workdir)
     try:
         commit, diff_hash, diff = git_state(wd)
@@ -52,6 +54,8 @@ def code_of(spec: JobSpec) -> dict[str, Any]:
 def record_submit(res: dict[str, Any], spec: JobSpec, code: dict[str, Any] | None, job_file: str | None,
                   overrides: list[str], **link: Any) -> None:
     """The new run's row. ``link``: parent, sweep, trial."""
+    from gpujob.config.ledger.params import run_args
+
     try:
         with open_ledger() as lg:
             code = dict(code or {})
