@@ -7,10 +7,9 @@ values are read as JSON numbers/booleans where they are one, else kept as text.
 from __future__ import annotations
 
 import json
-import operator
 import re
 import shlex
-from typing import Any, Callable
+from typing import Any
 
 from gpujob.errors import GpujobError
 
@@ -98,26 +97,10 @@ def set_arg(run: str, key: str, value: Any) -> str:
     return run[:at] + f" --{key} {quoted}" + run[at:]
 
 
-OPS: dict[str, Callable[[Any, Any], bool]] = {
-    "<=": operator.le, ">=": operator.ge, "!=": operator.ne, "==": operator.eq, "<": operator.lt, ">": operator.gt,
-    "=": operator.eq, "~": lambda a, b: str(b) in str(a),
-}
-
-
 def parse_where(expr: str) -> tuple[str, str, Any]:
     """``lr<1e-3`` → (``lr``, ``<``, 0.001); the key may be a parameter, a metric or a column."""
     m = re.match(r"\s*([\w.\-/]+)\s*(<=|>=|!=|==|<|>|=|~)\s*(.+?)\s*$", expr)
-    if not m:
+    if not m or m.group(3)[0] in "<>=!~":
         raise GpujobError(f"--where {expr!r}: not KEY OP VALUE", "e.g. --where 'lr<1e-3' or --where state=succeeded "
                           "(operators: < <= > >= = != ~)")
     return m.group(1), m.group(2), value_of(m.group(3))
-
-
-def matches(value: Any, op: str, want: Any) -> bool:
-    """``value OP want``; a missing value or values that cannot be ordered never match."""
-    if value is None:
-        return False
-    try:
-        return bool(OPS[op](value, want))
-    except TypeError:
-        return op == "!=" or (op in ("=", "==") and str(value) == str(want))

@@ -105,6 +105,48 @@ class Ledger:
         sql = f"SELECT {', '.join(cols)} FROM runs" + (" WHERE " + " AND ".join(where) if where else "")
         return [_row(r, cols) for r in self.db.execute(sql + " ORDER BY submitted_at", args)]
 
+    def query(self, where: list[tuple[str, str, Any]], sort: tuple[str, bool] | None, limit: int,
+              name: str | None = None, sweep: str | None = None, cols: tuple[str, ...] = COLS
+              ) -> tuple[list[dict[str, Any]], int]:
+        """(rows, how many match): the filters and the order run in SQLite, so only the rows shown are
+        decoded. A key is a column, else a parameter, else a best then a final metric (``value_sql``)."""
+        conds, args = [], []
+        for col, val in (("name", name), ("sweep", sweep)):
+            if val:
+                conds.append(f"{col}=?")
+                args.append(val)
+        for key, op, want in where:
+            expr, eargs = value_sql(key)
+            if op == "~":
+                conds.append(f"CAST({expr} AS TEXT) LIKE ? ESCAPE '\\'")
+                args += eargs + ["%" + _like(str(want)) + "%"]
+            else:
+                conds.append(f"{expr} {SQL_OPS[op]} ?")
+                args += eargs + [want]
+        sql_where = " WHERE " + " AND ".join(conds) if conds else ""
+        total = self.db.execute("SELECT COUNT(*) FROM runs" + sql_where, args).fetchone()[0]
+        order, oargs = "submitted_at DESC", []
+        if sort:
+            expr, oargs = value_sql(sort[0])
+            order = f"({expr}) IS NULL, typeof({expr}) NOT IN ('integer', 'real'), {expr} {'DESC' if sort[1] else 'ASC'}"
+            oargs = oargs * 3
+        sql = f"SELECT {', '.join(cols)} FROM runs{sql_where} ORDER BY {order}" + (" LIMIT ?" if limit else "")
+        rows = self.db.execute(sql, args + oargs + ([limit] if limit else []))
+        return [_row(r, cols) for r in rows], total
+
+
+SQL_OPS = {"<": "<", "<=": "<=", ">": ">", ">=": ">=", "=": "=", "==": "=", "!=": "!="}
+PLAIN = set(COLS) - set(JSON_COLS)
+
+
+def value_sql(key: str) -> tuple[str, list[str]]:
+    """SQL for a run's value of ``key`` and its arguments (JSON paths are bound, never spliced)."""
+    if key in PLAIN:
+        return key, []
+    paths = [f'$."{k}"' for k in dict.fromkeys([key, key.replace("-", "_")])]
+    parts = [f"json_extract({col}, ?)" for col in ("params", "best", "final") for _ in paths]
+    return "COALESCE(" + ", ".join(parts) + ")", [p for _ in ("params", "best", "final") for p in paths]
+
 
 def _like(s: str) -> str:
     return s.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpujob.config.ledger import open_ledger
-from gpujob.config.ledger.params import command_of, matches, parse_where
+from gpujob.config.ledger.params import command_of, parse_where
 from gpujob.errors import GpujobError
 from gpujob.usecases.experiments.record import higher_is_better
 
@@ -14,39 +14,17 @@ ROW_KEYS = ("job_id", "name", "host", "state", "submitted_at", "started_at", "en
             "sweep", "trial", "loss_key")
 
 
-def lookup(run: dict[str, Any], key: str) -> Any:
-    """A run's value for ``key``: a column, else a parameter, else its best then final metric."""
-    if key in run and key not in ("params", "final", "best"):
-        return run[key]
-    for part in ("params", "best", "final"):
-        d = run.get(part) or {}
-        if key in d:
-            return d[key]
-        alt = key.replace("-", "_")
-        if alt in d:
-            return d[alt]
-    return None
-
-
 def runs(name: str | None = None, where: list[str] | tuple[str, ...] = (), sort: str | None = None,
          limit: int = 50, sweep: str | None = None) -> dict[str, Any]:
     """{runs: [...], total, shown}: runs matching every ``where`` (``lr<1e-3``), best ``sort`` first
     (lowest for a loss, highest for an accuracy; ``-KEY`` the other way), else newest first."""
     conds = [parse_where(w) for w in where]
-    with open_ledger() as lg:
-        rows = lg.all(name=name, sweep=sweep)
-    rows = [{k: r.get(k) for k in ROW_KEYS} for r in rows if all(matches(lookup(r, k), op, v) for k, op, v in conds)]
+    order = None
     if sort:
         key = sort.lstrip("-")
-        desc = higher_is_better(key) != sort.startswith("-")
-        have = [r for r in rows if isinstance(lookup(r, key), (int, float))]
-        rest = [r for r in rows if not isinstance(lookup(r, key), (int, float))]
-        rows = sorted(have, key=lambda r: lookup(r, key), reverse=desc) + rest
-    else:
-        rows.reverse()  # newest first
-    total = len(rows)
-    if limit:
-        rows = rows[:limit]
+        order = (key, higher_is_better(key) != sort.startswith("-"))
+    with open_ledger() as lg:
+        rows, total = lg.query(conds, order, limit, name=name, sweep=sweep, cols=ROW_KEYS)
     return {"runs": rows, "total": total, "shown": len(rows), "sort": sort}
 
 
