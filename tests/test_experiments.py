@@ -157,3 +157,22 @@ def test_hf_trainer_arguments_reach_the_ledger_through_the_hook(tmp_path: Path) 
     p = row["params"]
     assert p["tag"] == "first" and p["learning_rate"] == 3e-4 and p["max_steps"] == 4 and p["warmup_steps"] == 1
     assert p["per_device_train_batch_size"] == 4 and "output_dir" not in p
+
+
+def test_the_ledger_takes_concurrent_writers(tmp_path: Path) -> None:
+    """Four gpujob processes writing at once (a sweep, status polls, submits): every row lands."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    code = ("import sys; from gpujob.config.ledger import open_ledger\n"
+            "with open_ledger() as lg:\n"
+            "    for i in range(50):\n"
+            "        lg.put(f'w{sys.argv[1]}-{i}', name='c', state='running', params={'i': i})\n"
+            "        lg.put(f'w{sys.argv[1]}-{i}', state='succeeded', final={'loss': i})\n")
+    env = dict(__import__("os").environ, PYTHONPATH=str(REPO))
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(w)], env=env) for w in range(4)]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0, 0, 0]
+    doc = cli_json("runs", "--name", "c", "--where", "state=succeeded", "--limit", "0")
+    assert doc["total"] == 200 and {r["final"]["loss"] for r in doc["runs"]} == set(range(50))
