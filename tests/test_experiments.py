@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -92,16 +93,21 @@ def _priced_local_host(tmp_path: Path, name: str, price: float) -> None:
 
 
 @pytest.mark.slow
-def test_sweep_prunes_gracefully_and_ends_within_its_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sweep_prunes_gracefully_and_ends_within_its_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           hook: Any) -> None:
     needs("optuna")
     monkeypatch.setenv("GPUJOB_METRICS_EVERY", "0.2")  # the agent reads the log's loss this often
     monkeypatch.setenv("GPUJOB_SWEEP_POLL", "0.3")
     _priced_local_host(tmp_path, "priced", 360.0)  # 0.1 CNY a second
     sweep = {"method": "grid", "parallel": 2, "pruner": "median", "startup_trials": 2, "warmup_steps": 3, "seed": 10,
              "params": {"lr": [0.4, 0.3, 0.2, 0.1, 0.05, 0.02, 0.01, 0.005]}}
-    job = write_job(tmp_path, "sw", LOOP, SWEEP_LOOP_RUN, env=QUIET, checkpoint={"pattern": "ckpt_*.json"}, sweep=sweep)
+    job = write_job(tmp_path, "sw", LOOP, SWEEP_LOOP_RUN, env=QUIET, checkpoint={"pattern": "ckpt_*.json"}, sweep=sweep,
+                    notify={"channels": [{"type": "webhook", "url": hook.url}]})
     doc = cli_json("sweep", str(job), "--hosts", "priced", "--name", "sw-grid")
     assert doc["state"] == "done" and len(doc["trials"]) == 8, doc
+    # one notification for the sweep (none per trial), with the leaderboard
+    assert len(hook.got) == 1 and "sw-grid" in json.dumps(hook.got[0]["body"]), hook.got
+    assert f"lr={doc['best']['params']['lr']}" in json.dumps(hook.got[0]["body"])
     pruned = [t for t in doc["trials"] if t["state"] == "pruned"]
     assert pruned and doc["best"]["state"] == "complete", doc["trials"]
     saved = []
