@@ -4,14 +4,18 @@ scripts that never import gpujob: an argparse loop that prints its loss, and an 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.byo_helpers import QUIET, job_dir, log_text
-from tests.conftest import run_cli
-from tests.helpers import needs, submit, wait_state, write_job
+from tests.conftest import REPO, run_cli
+from tests.helpers import needs, submit, wait_for, wait_state, write_job
 
 # a plain loop: its arguments are its hyperparameters; Ctrl-C (the agent's stop) saves and leaves
 LOOP = """
@@ -93,7 +97,7 @@ def _priced_local_host(tmp_path: Path, name: str, price: float) -> None:
 
 
 @pytest.mark.slow
-def test_sweep_prunes_gracefully_and_ends_within_its_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+def test_sweep_prunes_gracefully_resumes_and_ends_within_its_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                            hook: Any) -> None:
     needs("optuna")
     monkeypatch.setenv("GPUJOB_METRICS_EVERY", "0.2")  # the agent reads the log's loss this often
@@ -103,8 +107,19 @@ def test_sweep_prunes_gracefully_and_ends_within_its_budget(tmp_path: Path, monk
              "params": {"lr": [0.4, 0.3, 0.2, 0.1, 0.05, 0.02, 0.01, 0.005]}}
     job = write_job(tmp_path, "sw", LOOP, SWEEP_LOOP_RUN, env=QUIET, checkpoint={"pattern": "ckpt_*.json"}, sweep=sweep,
                     notify={"channels": [{"type": "webhook", "url": hook.url}]})
-    doc = cli_json("sweep", str(job), "--hosts", "priced", "--name", "sw-grid")
+    # the driver is interrupted once two trials run (the laptop closing): they run on; resume goes on
+    driver = subprocess.Popen([sys.executable, "-m", "gpujob.cli", "sweep", str(job), "--hosts", "priced", "--name",
+                               "sw-grid"], env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: len(cli_json("runs", "--sweep", "sw-grid")["runs"]) == 2, 90, "two trials submitted")
+    driver.send_signal(signal.SIGINT)
+    _, err = driver.communicate(timeout=60)
+    assert driver.returncode == 130 and "sweep resume" in err, err
+    left = cli_json("sweep", "status", "sw-grid")
+    assert left["state"] == "running" and len(left["trials"]) == 2, left
+    doc = cli_json("sweep", "resume", "sw-grid")
     assert doc["state"] == "done" and len(doc["trials"]) == 8, doc
+    assert {t["job_id"] for t in left["trials"]} <= {t["job_id"] for t in doc["trials"]}
     # one notification for the sweep (none per trial), with the leaderboard
     assert len(hook.got) == 1 and "sw-grid" in json.dumps(hook.got[0]["body"]), hook.got
     assert f"lr={doc['best']['params']['lr']}" in json.dumps(hook.got[0]["body"])
@@ -167,18 +182,14 @@ def test_hf_trainer_arguments_reach_the_ledger_through_the_hook(tmp_path: Path) 
 
 def test_the_ledger_takes_concurrent_writers(tmp_path: Path) -> None:
     """Four gpujob processes writing at once (a sweep, status polls, submits): every row lands."""
-    import subprocess
-    import sys
-
-    from tests.conftest import REPO
-
     code = ("import sys; from gpujob.config.ledger import open_ledger\n"
             "with open_ledger() as lg:\n"
             "    for i in range(50):\n"
             "        lg.put(f'w{sys.argv[1]}-{i}', name='c', state='running', params={'i': i})\n"
             "        lg.put(f'w{sys.argv[1]}-{i}', state='succeeded', final={'loss': i})\n")
-    env = dict(__import__("os").environ, PYTHONPATH=str(REPO))
+    env = dict(os.environ, PYTHONPATH=str(REPO))
     procs = [subprocess.Popen([sys.executable, "-c", code, str(w)], env=env) for w in range(4)]
     assert [p.wait(timeout=120) for p in procs] == [0, 0, 0, 0]
     doc = cli_json("runs", "--name", "c", "--where", "state=succeeded", "--limit", "0")
     assert doc["total"] == 200 and {r["final"]["loss"] for r in doc["runs"]} == set(range(50))
+
