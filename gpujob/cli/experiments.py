@@ -55,8 +55,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                               budget=args.budget, max_gpu_hours=args.max_gpu_hours, trials=args.trials,
                               parallel=args.parallel)
         except KeyboardInterrupt:
-            print("\nthe sweep's trials keep running; gpujob sweep resume NAME drives it again "
-                  "(gpujob sweep status NAME shows it)", file=sys.stderr)
+            name = words[1] if verb else args.name or "NAME"
+            print(f"\nthe sweep's trials keep running; gpujob sweep resume {name} drives it again "
+                  f"(gpujob sweep status {name} shows it)", file=sys.stderr)
             return 130
         return show(args, res, sweep_report)
 

@@ -51,6 +51,10 @@ def _optuna() -> Any:
         raise GpujobError("gpujob sweep needs Optuna, which is not installed here",
                           "pip install 'gpujob[sweep]' (from a checkout: pip install -e '.[sweep]')") from None
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    import warnings
+
+    # e.g. a trial followed again after a resume is Optuna's "experimental" Trial(study, id): not the user's business
+    warnings.filterwarnings("ignore", module=r"optuna(\.|$)")
     return optuna
 
 
@@ -114,6 +118,7 @@ class Driver:
         self.stopping: dict[int, float] = {}  # number -> when the stop was asked
         self.stop_s = STOP_GUESS_S
         self.ended: str | None = None
+        self.caps: dict[int, float] = {}  # number -> the most that trial may spend (its agent stops it there)
 
     # ---- trials ------------------------------------------------------------------------------
     def reattach(self) -> None:
@@ -126,10 +131,28 @@ class Driver:
                 continue
             trial = self.optuna.trial.Trial(self.study, ft._trial_id)
             self.running[ft.number] = (trial, job_id, ft.user_attrs.get("host") or "")
+            if ft.user_attrs.get("cap") is not None:
+                self.caps[ft.number] = float(ft.user_attrs["cap"])
             if ft.user_attrs.get("stop"):
                 self.stopping[ft.number] = time.monotonic()
 
-    def launch(self) -> None:
+    def share(self) -> float | None:
+        """The most a new trial may spend: what the budget has left after the ended trials' cost and
+        the running trials' shares, split among the places free. Each trial's agent holds it to its
+        share (``autostop.budget``), so the budget holds while no laptop drives the sweep."""
+        if self.spec.budget is None:
+            return None
+        live = {jid: n for n, (_, jid, _) in self.running.items()}
+        with open_ledger() as lg:
+            ended = sum(r.get("cost") or 0.0 for r in lg.all(sweep=self.name) if r["job_id"] not in live)
+        reserved = sum(self.caps.get(n, 0.0) for n in live.values())
+        return (self.spec.budget - ended - reserved) / max(1, self.spec.parallel - len(self.running))
+
+    def launch(self) -> bool:
+        """Start one trial; False when the budget has no share left for one."""
+        cap = self.share()
+        if cap is not None and cap <= self.spec.budget * 0.01:
+            return False
         trial = self.study.ask()
         values = _suggest(trial, self.spec.params)
         spec0 = load_spec(self.job_file, self.sets)
@@ -138,6 +161,10 @@ class Driver:
         extra = ["notify={}"]  # one notification for the sweep, at its end; none per trial
         if run_line != spec0.run:
             extra.append("run=" + json.dumps(run_line))
+        if cap is not None:
+            extra.append(f"autostop.budget={cap:.6f}")
+            trial.set_user_attr("cap", cap)
+            self.caps[trial.number] = cap
         try:
             job_id, host = self.client.submit(self.job_file, self.sets + overrides + extra, self.hosts,
                                               {"sweep": self.name, "trial": trial.number})
@@ -149,6 +176,7 @@ class Driver:
         self.running[trial.number] = (trial, job_id, host)
         self.note(f"trial {trial.number}: {job_id} on {host} with "
                   + ", ".join(f"{k}={v}" for k, v in values.items()))
+        return True
 
     def _metric(self, st: dict[str, Any]) -> str | None:
         return self.spec.metric or st.get("loss_key")
@@ -176,6 +204,9 @@ class Driver:
             if asked is not None:
                 self.stop_s = max(self.stop_s * 0.5, time.monotonic() - asked)
             why = attrs.get("stop")
+            if state == "autostopped" and not why and number in self.caps:  # its agent held it to its share
+                why = "budget share reached"
+                trial.set_user_attr("stop", why)
             if why and state != "succeeded":  # pruned, or stopped by the budget: what it reported stays
                 self.tell(trial, state=TS.PRUNED)
             elif state == "succeeded" and pts:  # (a stop that came after the last step changes nothing)
@@ -230,6 +261,8 @@ class Driver:
     # ---- the loop ----------------------------------------------------------------------------
     def drive(self) -> dict[str, Any]:
         self.reattach()
+        self.note(f"sweep {self.name}: {self.spec.trials} trial(s), {self.spec.parallel} at once"
+                  + (f", {len(self.running)} running" if self.running else ""))
         self.study.set_user_attr("state", "running")
         made = len(self.study.get_trials(deepcopy=False))
         while True:
@@ -241,7 +274,10 @@ class Driver:
                     if n not in self.stopping:
                         self.stop(n, why)
             while not self.ended and len(self.running) < self.spec.parallel and made < self.spec.trials:
-                self.launch()
+                if not self.launch():
+                    if not self.running:
+                        self.ended = f"budget {self.spec.budget:g} reached"
+                    break
                 made += 1
             for n in list(self.running):
                 self.poll(n)
