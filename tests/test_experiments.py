@@ -89,11 +89,12 @@ SWEEP_LOOP_RUN = f"python main.py --lr 0.1 --steps {STEPS} --sleep 0.1"
 
 
 def _priced_local_host(tmp_path: Path, name: str, price: float) -> None:
-    """A host profile of this machine (kind local) with a price: what the budget counts."""
+    """A host profile of this machine (kind local) with a price (what the budget counts) and a
+    shutdown command that only leaves a line in ``tmp_path/off`` (the stand-in for a power switch)."""
     from gpujob.config.hosts import Host, HostStore
 
     HostStore().save(Host(name=name, kind="local", hostname="localhost", root=str(tmp_path / "local-root"),
-                          price_per_hour=price, currency="CNY"))
+                          price_per_hour=price, currency="CNY", shutdown_command=f"echo off >> {tmp_path / 'off'}"))
 
 
 @pytest.mark.slow
@@ -134,11 +135,15 @@ def test_sweep_prunes_gracefully_resumes_and_ends_within_its_budget(tmp_path: Pa
     assert cli_json("sweep", "status", "sw-grid")["best"] == doc["best"]
     assert {r["sweep"] for r in cli_json("runs", "--sweep", "sw-grid", "--limit", "0")["runs"]} == {"sw-grid"}
 
-    # a budget of 2 CNY (20 trial-seconds at this price) ends the sweep with its trials stopped cleanly
+    # a budget of 2 CNY (20 trial-seconds at this price) ends the sweep with its trials stopped cleanly;
+    # after: shutdown powers the host off once, after the last trial (never after each)
+    assert not (tmp_path / "off").exists()
     budget = 2.0
     doc = cli_json("sweep", str(job), "--hosts", "priced", "--name", "sw-budget", "--budget", str(budget),
-                   "--set", "run=python main.py --steps 400 --sleep 0.05", "--trials", "6")
+                   "--set", "run=python main.py --steps 400 --sleep 0.05", "--set", "autostop.after=shutdown",
+                   "--trials", "6")
     assert doc["ended"].startswith("budget"), doc
+    assert (tmp_path / "off").read_text() == "off\n" and doc["shutdown"]["priced"].startswith("shutdown command ran")
     assert doc["spent"]["cost"] <= budget * 1.05, doc["spent"]
     assert all(t["state"] in ("stopped", "complete", "pruned") for t in doc["trials"]), doc["trials"]
     stopped = [t for t in doc["trials"] if t["state"] == "stopped"]

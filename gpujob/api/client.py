@@ -306,6 +306,18 @@ class _SweepRunner:
     def stop(self, job_id: str, host: str | None) -> None:
         self.client.job(job_id, host).stop(wait=0)
 
+    def shutdown(self, host: str) -> str:
+        h = self.client.hosts.get(host)
+        if not h.shutdown_command:
+            return "not powered off: the host has no shutdown_command (gpujob host set NAME --preset ...)"
+        busy = [j.job_id for j in self.client.jobs(host=host) if j.state in ("running", "queued", "restarting")]
+        if busy:
+            return f"not powered off: {busy[0]} still runs there"
+        try:
+            return f"shutdown command ran (exit {self.client.exec([h.shutdown_command], host=host).exit_code})"
+        except GpujobError as e:  # a host powering off may close the connection before the command's exit
+            return f"shutdown command sent ({e})"
+
 
 class Job:
     """One job, by id, id prefix or name, on its host (or its nodes)."""

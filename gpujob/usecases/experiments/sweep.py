@@ -38,6 +38,9 @@ class Runner(Protocol):
     def stop(self, job_id: str, host: str | None) -> None:
         """Ask the job to stop, without waiting."""
 
+    def shutdown(self, host: str) -> str:
+        """Run the host's shutdown command unless a job still runs or waits there; what happened."""
+
 
 Note = Callable[[str], None]
 FINAL = ("succeeded", "failed", "stopped", "autostopped", "lost", "moved")
@@ -159,6 +162,8 @@ class Driver:
         sets = [f"{k}={json.dumps(v)}" for k, v in values.items()]
         run_line, overrides = split_sets(spec0.run, sets)
         extra = ["notify={}"]  # one notification for the sweep, at its end; none per trial
+        if (spec0.autostop or {}).get("after") == "shutdown":
+            extra.append("autostop.after=none")  # the sweep powers the hosts off after its last trial, not each trial
         if run_line != spec0.run:
             extra.append("run=" + json.dumps(run_line))
         if cap is not None:
@@ -287,6 +292,11 @@ class Driver:
         self.study.set_user_attr("state", "done")
         self.study.set_user_attr("ended", self.ended or f"{made} trial(s) done")
         doc = report(self.study, self.optuna)
+        if (load_spec(self.job_file, self.sets).autostop or {}).get("after") == "shutdown":
+            hosts = sorted({t["host"] for t in doc["trials"] if t.get("host")})
+            doc["shutdown"] = {h: self.client.shutdown(h) for h in hosts}
+            for h, what in doc["shutdown"].items():
+                self.note(f"after: shutdown: {h}: {what}")
         notify_end(doc, self.job_file, self.sets)
         return doc
 
