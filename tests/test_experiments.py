@@ -16,6 +16,7 @@ import pytest
 from tests.byo_helpers import QUIET, job_dir, log_text
 from tests.conftest import REPO, run_cli
 from tests.helpers import needs, submit, wait_for, wait_state, write_job
+from tests.test_user_scripts_hf import HF_MODEL
 
 # a plain loop: its arguments are its hyperparameters; Ctrl-C (the agent's stop) saves and leaves
 LOOP = """
@@ -152,19 +153,7 @@ def test_sweep_prunes_gracefully_resumes_and_ends_within_its_budget(tmp_path: Pa
         assert cli_json("status", t["job_id"], "--host", "priced")["checkpoints"]
 
 
-HF_HPARAMS = """
-    import torch
-    from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
-
-    class Data(torch.utils.data.Dataset):
-        def __init__(self):
-            self.x = torch.randint(0, 64, (64, 8), generator=torch.Generator().manual_seed(0))
-        def __len__(self):
-            return len(self.x)
-        def __getitem__(self, i):
-            return {"input_ids": self.x[i], "labels": self.x[i]}
-
-    model = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_positions=16, n_embd=16, n_layer=1, n_head=2))
+HF_HPARAMS = HF_MODEL + """
     args = TrainingArguments(output_dir="./results", max_steps=4, learning_rate=3e-4, warmup_steps=1,
                              logging_steps=1, per_device_train_batch_size=4, report_to="none", use_cpu=True,
                              save_strategy="no")
