@@ -21,7 +21,7 @@ from typing import Any, Callable, Protocol
 from gpujob.config.ledger import open_ledger
 from gpujob.config.paths import state_dir
 from gpujob.config.spec import load_spec
-from gpujob.errors import GpujobError
+from gpujob.errors import GpujobError, JobNotFound, SpecError
 from gpujob.usecases.experiments.rerun import split_sets
 from gpujob.usecases.experiments.sweepspec import SweepSpec, parse
 
@@ -173,9 +173,13 @@ class Driver:
         try:
             job_id, host = self.client.submit(self.job_file, self.sets + overrides + extra, self.hosts,
                                               {"sweep": self.name, "trial": trial.number})
-        except GpujobError:
+        except SpecError:  # the job file with these values is wrong: every trial would be
             self.tell(trial, state=self.optuna.trial.TrialState.FAIL)
             raise
+        except GpujobError as e:  # a host away or busy: this trial failed, the sweep goes on
+            self.tell(trial, state=self.optuna.trial.TrialState.FAIL)
+            self.note(f"trial {trial.number}: not submitted ({e.cause})")
+            return True
         trial.set_user_attr("job_id", job_id)
         trial.set_user_attr("host", host)
         self.running[trial.number] = (trial, job_id, host)
@@ -285,7 +289,14 @@ class Driver:
                     break
                 made += 1
             for n in list(self.running):
-                self.poll(n)
+                try:
+                    self.poll(n)
+                except JobNotFound as e:  # removed meanwhile (gpujob rm --force): the trial failed
+                    self.tell(self.running.pop(n)[0], state=self.optuna.trial.TrialState.FAIL)
+                    self.stopping.pop(n, None)
+                    self.note(f"trial {n}: {e.cause}")
+                except GpujobError as e:  # a link down for a while: the trial runs on, asked again next round
+                    self.note(f"trial {n}: {e.cause}; asking again")
             if not self.running and (self.ended or made >= self.spec.trials):
                 break
             time.sleep(poll_s())
