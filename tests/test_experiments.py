@@ -187,3 +187,38 @@ def test_the_ledger_takes_concurrent_writers(tmp_path: Path) -> None:
     doc = cli_json("runs", "--name", "c", "--where", "state=succeeded", "--limit", "0")
     assert doc["total"] == 200 and {r["final"]["loss"] for r in doc["runs"]} == set(range(50))
 
+
+
+def test_rerun_rebuilds_code_from_git_commit_and_diff_when_no_snapshot_is_kept(tmp_path: Path) -> None:
+    """A tree too large to keep (here: its snapshot deleted) is rebuilt from the commit and the kept diff,
+    new files included, and hashes as the run's did."""
+    from gpujob.config.ledger import open_ledger
+    from gpujob.config.ledger.code import code_hash, snapshot_path, tree_files
+    from gpujob.config.spec import load_spec
+    from gpujob.usecases.experiments.record import code_of, record_submit
+    from gpujob.usecases.experiments.rerun import plan
+
+    repo = tmp_path / "repo"
+    proj = repo / "proj"
+    proj.mkdir(parents=True)
+    (proj / "main.py").write_text("print('v1')\n")
+    (proj / "job.yaml").write_text("name: gitrun\nrun: python main.py --lr 0.1\n")
+    git = ["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t"]
+    for args in (["init", "-q"], ["add", "."], ["commit", "-qm", "v1"]):
+        subprocess.run(git + args, check=True)
+    (proj / "main.py").write_text("print('v2, uncommitted')\n")  # the run's code: the commit plus a diff
+    (proj / "extra.py").write_text("X = 1\n")  # and a new file
+    spec = load_spec(proj / "job.yaml")
+    code = code_of(spec)
+    assert code["git_commit"] and code["diff_hash"] and "extra.py" in code["diff"]
+    record_submit({"job_id": "gitrun-1", "host": "local", "state": "running"}, spec, code,
+                  str((proj / "job.yaml").resolve()), [])
+    snapshot_path(code["code_hash"]).unlink()
+    (proj / "main.py").write_text("print('v3, later')\n")
+    p = plan("gitrun-1", ["lr=0.2"])
+    restored = Path(p["job_file"]).parent
+    assert p["restored"] and restored != proj and (restored / "main.py").read_text() == "print('v2, uncommitted')\n"
+    assert code_hash(restored, tree_files(restored, [])) == code["code_hash"]
+    assert 'run="python main.py --lr 0.2"' in p["set"], p["set"]
+    with open_ledger() as lg:
+        assert lg.diff(code["diff_hash"]) == code["diff"]

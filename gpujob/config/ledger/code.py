@@ -31,7 +31,7 @@ def git_state(workdir: Path) -> tuple[str | None, str | None, str]:
         return None, None, ""
     if head.returncode != 0:
         return None, None, ""
-    diff = git("diff", "HEAD", "--binary", "--", ".").stdout
+    diff = git("diff", "HEAD", "--binary", "--relative").stdout  # paths relative to workdir, like the new files'
     untracked = git("ls-files", "--others", "--exclude-standard", "--", ".").stdout.split()
     for rel in untracked:  # new files are part of the uncommitted change, as a diff
         diff += git("diff", "--no-index", "--binary", "/dev/null", rel).stdout

@@ -80,8 +80,11 @@ def _from_git(row: dict[str, Any], workdir: Path, dest: Path) -> bool:
     with open_ledger() as lg:
         diff = lg.diff(row["diff_hash"]) if row.get("diff_hash") else None
     if diff:
-        ap = subprocess.run(["git", "apply", "--unsafe-paths", "--directory", ".", "-p1", "-"], input=diff,
-                            cwd=dest, capture_output=True, text=True)
+        import os
+
+        # outside any repository (a repository above the cache would take the paths as its own)
+        env = dict(os.environ, GIT_CEILING_DIRECTORIES=str(dest.parent))
+        ap = subprocess.run(["git", "apply", "-p1", "-"], input=diff, cwd=dest, capture_output=True, text=True, env=env)
         if ap.returncode != 0:
             return False
     return True
