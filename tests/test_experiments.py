@@ -190,8 +190,8 @@ def test_the_ledger_takes_concurrent_writers(tmp_path: Path) -> None:
 
 
 def test_rerun_rebuilds_code_from_git_commit_and_diff_when_no_snapshot_is_kept(tmp_path: Path) -> None:
-    """A tree too large to keep (here: its snapshot deleted) is rebuilt from the commit and the kept diff,
-    new files included, and hashes as the run's did."""
+    """A tree in git is kept as its commit and its uncommitted diff (no tarball), and rebuilt from them,
+    new files included: it hashes as the run's did."""
     from gpujob.config.ledger import open_ledger
     from gpujob.config.ledger.code import code_hash, snapshot_path, tree_files
     from gpujob.config.spec import load_spec
@@ -210,10 +210,10 @@ def test_rerun_rebuilds_code_from_git_commit_and_diff_when_no_snapshot_is_kept(t
     (proj / "extra.py").write_text("X = 1\n")  # and a new file
     spec = load_spec(proj / "job.yaml")
     code = code_of(spec)
-    assert code["git_commit"] and code["diff_hash"] and "extra.py" in code["diff"]
+    assert code["git_commit"] and code["diff_hash"] and "extra.py" in code["diff"] and code["snapshot"] is False
     record_submit({"job_id": "gitrun-1", "host": "local", "state": "running"}, spec, code,
                   str((proj / "job.yaml").resolve()), [])
-    snapshot_path(code["code_hash"]).unlink()
+    assert not snapshot_path(code["code_hash"]).exists()
     (proj / "main.py").write_text("print('v3, later')\n")
     p = plan("gitrun-1", ["lr=0.2"])
     restored = Path(p["job_file"]).parent

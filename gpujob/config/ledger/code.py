@@ -12,30 +12,42 @@ import os
 import stat
 import subprocess
 import tarfile
+import time
 from pathlib import Path
 
 from gpujob.config.ignore import walk
 from gpujob.config.paths import state_dir
 
 SNAPSHOT_MAX = 50 << 20  # trees larger than this are rerun from git (commit + diff) only
+DIFF_MAX = 5 << 20  # an uncommitted change larger than this (data left untracked) is not kept as a diff
 
 
 def git_state(workdir: Path) -> tuple[str | None, str | None, str]:
-    """(commit, sha256 of ``git diff HEAD`` or None when clean, the diff) of the repository holding ``workdir``."""
-    def git(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(["git", "-C", str(workdir), *args], capture_output=True, text=True, timeout=30)
+    """(commit, sha256 of the uncommitted change or None when clean, that change as a binary diff)
+    of the repository holding ``workdir``, paths relative to it. New files that git does not ignore
+    are part of the change: they are added (intent only) to a copy of the index, never to the real one."""
+    import shutil
+    import tempfile
+
+    def git(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run(["git", "-C", str(workdir), *args], capture_output=True, text=True, timeout=60,
+                              env=env)
 
     try:
-        head = git("rev-parse", "HEAD")
+        head = git("rev-parse", "HEAD", "--git-path", "index")
     except (OSError, subprocess.TimeoutExpired):
         return None, None, ""
-    if head.returncode != 0:
+    lines = head.stdout.splitlines()
+    if head.returncode != 0 or len(lines) != 2:
         return None, None, ""
-    diff = git("diff", "HEAD", "--binary", "--relative").stdout  # paths relative to workdir, like the new files'
-    untracked = git("ls-files", "--others", "--exclude-standard", "--", ".").stdout.split()
-    for rel in untracked:  # new files are part of the uncommitted change, as a diff
-        diff += git("diff", "--no-index", "--binary", "/dev/null", rel).stdout
-    return head.stdout.strip(), (hashlib.sha256(diff.encode()).hexdigest()[:16] if diff else None), diff
+    commit, index = lines[0].strip(), Path(workdir, lines[1].strip())
+    with tempfile.TemporaryDirectory(prefix="gpujob-index") as d:
+        env = dict(os.environ, GIT_INDEX_FILE=str(Path(d) / "index"))
+        if index.exists():
+            shutil.copyfile(index, env["GIT_INDEX_FILE"])
+        git("add", "--intent-to-add", "--", ".", env=env)
+        diff = git("diff", "HEAD", "--binary", "--relative", env=env).stdout
+    return commit, (hashlib.sha256(diff.encode()).hexdigest()[:16] if diff else None), diff
 
 
 def tree_files(workdir: Path, exclude: list[str]) -> list[tuple[str, os.stat_result]]:
@@ -43,18 +55,46 @@ def tree_files(workdir: Path, exclude: list[str]) -> list[tuple[str, os.stat_res
             and (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode))]
 
 
+RACY_NS = 2 * 10**9  # a file changed this recently may change again within its mtime's tick: read it each time
+
+
+def _file_digest(path: Path, st: os.stat_result) -> str:
+    if stat.S_ISLNK(st.st_mode):
+        return "link:" + os.readlink(path)
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
 def code_hash(workdir: Path, files: list[tuple[str, os.stat_result]]) -> str:
+    """The tree's hash: each file's path, exec bit and content. Contents are read once: a cache
+    keyed by size, mtime and inode (``<cache>/codehash/``) answers for files unchanged since."""
+    import json
+
+    from gpujob.config.paths import cache_dir
+
+    cache_file = cache_dir() / "codehash" / (hashlib.sha256(str(workdir.resolve()).encode()).hexdigest()[:24] + ".json")
+    try:
+        old = json.loads(cache_file.read_text())
+    except (OSError, ValueError):
+        old = {}
+    new: dict[str, list] = {}
+    now = time.time_ns()
     h = hashlib.sha256()
     for rel, st in files:
-        h.update(f"{rel}\0{st.st_mode & 0o111 and 1}\0".encode())
-        p = workdir / rel
-        if stat.S_ISLNK(st.st_mode):
-            h.update(os.readlink(p).encode())
-        else:
-            with open(p, "rb") as f:
-                for chunk in iter(lambda: f.read(1 << 20), b""):
-                    h.update(chunk)
-        h.update(b"\0")
+        key = [st.st_size, st.st_mtime_ns, st.st_ino]
+        hit = old.get(rel) if isinstance(old, dict) else None
+        digest = hit[3] if isinstance(hit, list) and len(hit) == 4 and hit[:3] == key else _file_digest(workdir / rel, st)
+        if now - st.st_mtime_ns > RACY_NS:
+            new[rel] = key + [digest]
+        h.update(f"{rel}\0{st.st_mode & 0o111 and 1}\0{digest}\0".encode())
+    if new != old:
+        cache_file.parent.mkdir(exist_ok=True)
+        tmp = cache_file.with_name(f".{cache_file.name}.{os.getpid()}")
+        tmp.write_text(json.dumps(new))
+        os.replace(tmp, cache_file)
     return h.hexdigest()[:16]
 
 

@@ -37,14 +37,17 @@ def env_hash(spec: JobSpec) -> str:
 
 def code_of(spec: JobSpec) -> dict[str, Any]:
     """The code about to be sent: git commit, diff hash (and the diff), tree hash; its snapshot kept."""
-    from gpujob.config.ledger.code import code_hash, git_state, keep_snapshot, tree_files
+    from gpujob.config.ledger.code import DIFF_MAX, code_hash, git_state, keep_snapshot, tree_files
 
     wd = Path(spec.workdir)
     try:
         commit, diff_hash, diff = git_state(wd)
+        if len(diff) > DIFF_MAX:
+            diff = ""  # its hash still tells the runs apart; the snapshot (if small enough) keeps the code
         files = tree_files(wd, spec.exclude)
         digest = code_hash(wd, files)
-        kept = keep_snapshot(wd, files, digest)
+        # a commit and its diff rebuild the code: a tarball is kept only where they cannot
+        kept = keep_snapshot(wd, files, digest) if not (commit and (diff or not diff_hash)) else False
     except OSError as e:  # a file that went away meanwhile: the submit goes on, the row has no code
         _warn(e)
         return {}
