@@ -122,6 +122,7 @@ class Driver:
         self.stop_s = STOP_GUESS_S
         self.ended: str | None = None
         self.caps: dict[int, float] = {}  # number -> the most that trial may spend (its agent stops it there)
+        self.hour_caps: dict[int, float] = {}  # number -> the GPU-hours it may use
 
     # ---- trials ------------------------------------------------------------------------------
     def reattach(self) -> None:
@@ -136,25 +137,29 @@ class Driver:
             self.running[ft.number] = (trial, job_id, ft.user_attrs.get("host") or "")
             if ft.user_attrs.get("cap") is not None:
                 self.caps[ft.number] = float(ft.user_attrs["cap"])
+            if ft.user_attrs.get("hour_cap") is not None:
+                self.hour_caps[ft.number] = float(ft.user_attrs["hour_cap"])
             if ft.user_attrs.get("stop"):
                 self.stopping[ft.number] = time.monotonic()
 
-    def share(self) -> float | None:
-        """The most a new trial may spend: what the budget has left after the ended trials' cost and
-        the running trials' shares, split among the places free. Each trial's agent holds it to its
-        share (``autostop.budget``), so the budget holds while no laptop drives the sweep."""
-        if self.spec.budget is None:
+    def share(self, limit: float | None, column: str, caps: dict[int, float]) -> float | None:
+        """The most a new trial may use of ``limit`` (``column``: cost or gpu_hours): what is left after
+        the ended trials' use and the running trials' shares, split among the places free. Each
+        trial's agent holds it to its share (``autostop``), so the limit holds while no laptop drives."""
+        if limit is None:
             return None
         live = {jid: n for n, (_, jid, _) in self.running.items()}
         with open_ledger() as lg:
-            ended = sum(r.get("cost") or 0.0 for r in lg.all(sweep=self.name) if r["job_id"] not in live)
-        reserved = sum(self.caps.get(n, 0.0) for n in live.values())
-        return (self.spec.budget - ended - reserved) / max(1, self.spec.parallel - len(self.running))
+            ended = sum(r.get(column) or 0.0 for r in lg.all(sweep=self.name) if r["job_id"] not in live)
+        reserved = sum(caps.get(n, 0.0) for n in live.values())
+        return (limit - ended - reserved) / max(1, self.spec.parallel - len(self.running))
 
     def launch(self) -> bool:
-        """Start one trial; False when the budget has no share left for one."""
-        cap = self.share()
-        if cap is not None and cap <= self.spec.budget * 0.01:
+        """Start one trial; False when the budget or the GPU-hours have no share left for one."""
+        cap = self.share(self.spec.budget, "cost", self.caps)
+        hours = self.share(self.spec.max_gpu_hours, "gpu_hours", self.hour_caps)
+        if (cap is not None and cap <= self.spec.budget * 0.01) or (
+                hours is not None and hours <= self.spec.max_gpu_hours * 0.01):
             return False
         trial = self.study.ask()
         values = _suggest(trial, self.spec.params)
@@ -170,6 +175,11 @@ class Driver:
             extra.append(f"autostop.budget={cap:.6f}")
             trial.set_user_attr("cap", cap)
             self.caps[trial.number] = cap
+        if hours is not None:  # GPU-hours are wall hours times the trial's GPUs
+            gpus = spec0.gpus if isinstance(spec0.gpus, int) and spec0.gpus > 0 else 1
+            extra.append(f"autostop.max_runtime={max(1, int(hours * 3600 / gpus))}")
+            trial.set_user_attr("hour_cap", hours)
+            self.hour_caps[trial.number] = hours
         try:
             job_id, host = self.client.submit(self.job_file, self.sets + overrides + extra, self.hosts,
                                               {"sweep": self.name, "trial": trial.number})
@@ -213,8 +223,8 @@ class Driver:
             if asked is not None:
                 self.stop_s = max(self.stop_s * 0.5, time.monotonic() - asked)
             why = attrs.get("stop")
-            if state == "autostopped" and not why and number in self.caps:  # its agent held it to its share
-                why = "budget share reached"
+            if state == "autostopped" and not why and (number in self.caps or number in self.hour_caps):
+                why = "its share of the sweep's limit reached"  # its agent held it there
                 trial.set_user_attr("stop", why)
             if why and state != "succeeded":  # pruned, or stopped by the budget: what it reported stays
                 self.tell(trial, state=TS.PRUNED)
@@ -285,7 +295,9 @@ class Driver:
             while not self.ended and len(self.running) < self.spec.parallel and made < self.spec.trials:
                 if not self.launch():
                     if not self.running:
-                        self.ended = f"budget {self.spec.budget:g} reached"
+                        self.ended = "budget reached" if self.spec.budget is not None and (
+                            self.share(self.spec.budget, "cost", self.caps) or 0) <= self.spec.budget * 0.01 \
+                            else "max_gpu_hours reached"
                     break
                 made += 1
             for n in list(self.running):
