@@ -77,6 +77,17 @@ def test_ledger_holds_arguments_compare_shows_the_one_that_differs_rerun_runs_th
     assert cmp["final"]["loss"][1] < cmp["final"]["loss"][0] and len(cmp["series"]["loss"][0]) >= 10
     drawn = run_cli("compare", a, b)
     assert drawn.returncode == 0 and "lr" in drawn.stdout and "▁" in drawn.stdout, drawn.stdout + drawn.stderr
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib"):
+        assert cli_json("compare", a, b, "--plot", str(tmp_path / "cmp.png"))["plot"] == str(tmp_path / "cmp.png")
+        assert (tmp_path / "cmp.png").read_bytes()[:4] == b"\x89PNG"
+    # the Python API's results are the commands' --json
+    import gpujob
+
+    with gpujob.Client() as c:
+        assert c.runs(name="ledgerq").to_json() == cli_json("runs", "--name", "ledgerq")
+        assert c.compare(a, b).to_json() == cmp
 
     # the ledger outlives the host's record: rm, then runs and cost still know A
     assert run_cli("rm", a).returncode == 0
