@@ -80,7 +80,9 @@ def run_args(run: str) -> dict[str, Any]:
 
 def set_arg(run: str, key: str, value: Any) -> str:
     """``run`` with ``--key``'s value replaced (``-``/``_`` alike), or ``--key value`` appended to its
-    first command where it has none. Only the argument's own words change."""
+    first command where it has none. Only the argument's own words change. A boolean sets a bare
+    flag: True adds ``--key`` (a switch), False takes it away; a flag written with a value gets
+    ``true``/``false``."""
     text = "true" if value is True else "false" if value is False else str(value)
     quoted = shlex.quote(text)
     want = key.replace("-", "_")
@@ -88,13 +90,15 @@ def set_arg(run: str, key: str, value: Any) -> str:
     for m in pat.finditer(run):
         if m.group(1).replace("-", "_") != want:
             continue
-        if m.group(2) is None and value is True:
-            return run
+        if m.group(2) is None and isinstance(value, bool):  # a switch
+            return run if value else (run[:m.start()].rstrip(" ") + run[m.end():])
         new = f"--{m.group(1)}={quoted}" if (m.group(2) or "").startswith("=") else f"--{m.group(1)} {quoted}"
         return run[:m.start()] + new + run[m.end():]
+    if value is False:
+        return run
     cut = re.search(r"\s(&&|\|\||;|\|)\s", run)
     at = cut.start() if cut else len(run.rstrip())
-    return run[:at] + f" --{key} {quoted}" + run[at:]
+    return run[:at] + (f" --{key}" if value is True else f" --{key} {quoted}") + run[at:]
 
 
 def parse_where(expr: str) -> tuple[str, str, Any]:

@@ -164,7 +164,7 @@ class Driver:
         trial = self.study.ask()
         values = _suggest(trial, self.spec.params)
         spec0 = load_spec(self.job_file, self.sets)
-        sets = [f"{k}={json.dumps(v)}" for k, v in values.items()]
+        sets = [f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in values.items()]  # text as is
         run_line, overrides = split_sets(spec0.run, sets)
         extra = ["notify={}"]  # one notification for the sweep, at its end; none per trial
         if (spec0.autostop or {}).get("after") == "shutdown":
