@@ -39,7 +39,7 @@ def runs_table(res: results.RunList) -> None:
     rows = doc["runs"]
     c = console()
     if not rows:
-        c.print("no runs match" if doc["total"] == 0 and doc.get("sort") is None else "no runs match")
+        c.print("no runs match (every job submitted from here is one; gpujob runs without filters lists them)")
         return
     keys: dict[str, set[str]] = {}
     for r in rows:
