@@ -233,3 +233,27 @@ def test_rerun_rebuilds_code_from_git_commit_and_diff_when_no_snapshot_is_kept(t
     assert 'run="python main.py --lr 0.2"' in p["set"], p["set"]
     with open_ledger() as lg:
         assert lg.diff(code["diff_hash"]) == code["diff"]
+
+
+def test_a_job_file_with_literal_secrets_stays_out_of_the_ledger(tmp_path: Path) -> None:
+    """Its snapshot and its row hold no secret value (the job file is neither sent nor kept)."""
+    import tarfile
+
+    from gpujob.config.ledger import ledger_path
+    from gpujob.config.ledger.code import snapshot_path
+    from gpujob.config.spec import load_spec
+    from gpujob.usecases.experiments.record import code_of, record_submit
+
+    secret = "ledger-secret-4f2a9c"
+    proj = tmp_path / "sec"
+    proj.mkdir()
+    (proj / "main.py").write_text("print(1)\n")
+    (proj / "job.yaml").write_text(json.dumps({"name": "sec", "run": "python main.py --lr 0.1", "notify": {
+        "channels": [{"type": "webhook", "url": "http://127.0.0.1:9/hook", "secret": secret}]}}))
+    spec = load_spec(proj / "job.yaml")
+    code = code_of(spec)
+    record_submit({"job_id": "sec-1", "host": "local", "state": "running"}, spec, code, str(proj / "job.yaml"), [])
+    with tarfile.open(snapshot_path(code["code_hash"])) as tar:
+        assert tar.getnames() == ["main.py"]
+    written = [p.read_bytes() for p in ledger_path().parent.glob("ledger.sqlite*")]  # the WAL too
+    assert written and not any(secret.encode() in b for b in written)

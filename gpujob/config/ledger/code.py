@@ -22,10 +22,11 @@ SNAPSHOT_MAX = 50 << 20  # trees larger than this are rerun from git (commit + d
 DIFF_MAX = 5 << 20  # an uncommitted change larger than this (data left untracked) is not kept as a diff
 
 
-def git_state(workdir: Path) -> tuple[str | None, str | None, str]:
+def git_state(workdir: Path, leave_out: list[str] | tuple[str, ...] = ()) -> tuple[str | None, str | None, str]:
     """(commit, sha256 of the uncommitted change or None when clean, that change as a binary diff)
     of the repository holding ``workdir``, paths relative to it. New files that git does not ignore
-    are part of the change: they are added (intent only) to a copy of the index, never to the real one."""
+    are part of the change: they are added (intent only) to a copy of the index, never to the real one.
+    ``leave_out``: paths (relative to ``workdir``) kept out of the diff (a job file holding secrets)."""
     import shutil
     import tempfile
 
@@ -45,8 +46,9 @@ def git_state(workdir: Path) -> tuple[str | None, str | None, str]:
         env = dict(os.environ, GIT_INDEX_FILE=str(Path(d) / "index"))
         if index.exists():
             shutil.copyfile(index, env["GIT_INDEX_FILE"])
-        git("add", "--intent-to-add", "--", ".", env=env)
-        diff = git("diff", "HEAD", "--binary", "--relative", env=env).stdout
+        spec = ["--", ".", *(f":(exclude){p}" for p in leave_out)]
+        git("add", "--intent-to-add", *spec, env=env)
+        diff = git("diff", "HEAD", "--binary", "--relative", *spec, env=env).stdout
     return commit, (hashlib.sha256(diff.encode()).hexdigest()[:16] if diff else None), diff
 
 

@@ -38,10 +38,12 @@ def env_hash(spec: JobSpec) -> str:
 def code_of(spec: JobSpec) -> dict[str, Any]:
     """The code about to be sent: git commit, diff hash (and the diff), tree hash; its snapshot kept."""
     from gpujob.config.ledger.code import DIFF_MAX, code_hash, git_state, keep_snapshot, tree_files
+    from gpujob.usecases.submit import keep_secret_job_file_home
 
+    keep_secret_job_file_home(spec)  # a job file with literal secrets is neither sent nor kept
     wd = Path(spec.workdir)
     try:
-        commit, diff_hash, diff = git_state(wd)
+        commit, diff_hash, diff = git_state(wd, [e.lstrip("/") for e in spec.exclude if e.startswith("/")])
         if len(diff) > DIFF_MAX:
             diff = ""  # its hash still tells the runs apart; the snapshot (if small enough) keeps the code
         files = tree_files(wd, spec.exclude)
