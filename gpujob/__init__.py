@@ -11,7 +11,7 @@ from gpujob.version import __version__
 _API = {
     "Client", "Job", "PlacementInterrupted", "CostReport", "ExecResult", "GuardReport", "JobCost", "JobList",
     "JobStatus", "JobSummary", "MoveResult", "PlotResult", "PullResult", "ResumeResult", "SubmitResult",
-    "TensorBoardStop", "TunnelInfo",
+    "TensorBoardStop", "TunnelInfo", "Comparison", "RerunResult", "RunList", "SweepReport",
 }
 
 

@@ -263,6 +263,9 @@ def _describe(root: Root, job_id: str, detail: bool = False) -> Dict[str, Any]:
     st["billing"] = cost.estimate(st, spec, metrics, st["now"], metricsrc.progress(job))
     if detail:
         st["spec"] = {k: v for k, v in job.spec_data().items() if k not in ("host_env",)}
+        hp = hparams(job)
+        if hp:
+            st["hparams"] = hp
         if st.get("state") in ("failed", "restarting"):
             from remote import diagnose
 
@@ -283,6 +286,22 @@ def _describe(root: Root, job_id: str, detail: bool = False) -> Dict[str, Any]:
         if found:
             st["artifacts"] = found
     return st
+
+
+HPARAMS = "hparams.json"  # beside GPUJOB_METRICS_FILE: a Trainer's arguments, written by the autohook
+
+
+def hparams(job: JobDir) -> Dict[str, Any]:
+    """The hyperparameters the training code reported (HF TrainingArguments, Lightning hparams):
+    passed through to the laptop's run ledger; scalars only, {} when none or damaged."""
+    try:
+        with open(str(job.path / HPARAMS)) as f:
+            doc = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(doc, dict):
+        return {}
+    return {str(k): v for k, v in doc.items() if isinstance(v, (int, float, str, bool)) or v is None}
 
 
 def stray_checkpoints(job: JobDir, spec: Dict[str, Any], st: Dict[str, Any]) -> Optional[Dict[str, str]]:

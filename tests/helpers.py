@@ -25,7 +25,8 @@ ENDED = ("succeeded", "failed", "stopped", "autostopped", "lost", "moved")
 
 # the extra of pyproject.toml that brings each optional package the tests use
 EXTRAS = {"torch": "train", "transformers": "train", "lightning": "train", "datasets": "train", "accelerate": "train",
-          "tqdm": "train", "jsonargparse": "train", "tensorboard": "dev", "matplotlib": "dev", "build": "dev", "hatchling": "dev", "hypothesis": "dev"}
+          "tqdm": "train", "jsonargparse": "train", "tensorboard": "dev", "matplotlib": "dev", "build": "dev", "hatchling": "dev",
+          "hypothesis": "dev", "optuna": "sweep"}
 
 
 def needs(*modules: str) -> None:

@@ -2,6 +2,7 @@
 
 from gpujob.api.client import Client, Job, PlacementInterrupted
 from gpujob.api.results import (
+    Comparison,
     CostReport,
     ExecResult,
     GuardReport,
@@ -12,14 +13,17 @@ from gpujob.api.results import (
     MoveResult,
     PlotResult,
     PullResult,
+    RerunResult,
     ResumeResult,
+    RunList,
     SubmitResult,
+    SweepReport,
     TensorBoardStop,
     TunnelInfo,
 )
 
 __all__ = [  # gpujob/__init__.py re-exports these lazily (its _API)
-    "Client", "CostReport", "ExecResult", "GuardReport", "Job", "JobCost", "JobList", "JobStatus", "JobSummary",
-    "MoveResult", "PlacementInterrupted", "PlotResult", "PullResult", "ResumeResult", "SubmitResult",
-    "TensorBoardStop", "TunnelInfo",
+    "Client", "Comparison", "CostReport", "ExecResult", "GuardReport", "Job", "JobCost", "JobList", "JobStatus",
+    "JobSummary", "MoveResult", "PlacementInterrupted", "PlotResult", "PullResult", "RerunResult", "ResumeResult",
+    "RunList", "SubmitResult", "SweepReport", "TensorBoardStop", "TunnelInfo",
 ]

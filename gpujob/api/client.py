@@ -120,6 +120,7 @@ class Client:
         Over several hosts, one that cannot be reached is listed in ``errors``; alone, its error is raised.
         """
         from gpujob.usecases import jobs
+        from gpujob.usecases.experiments.record import observe
 
         names = self._host_names(host)
         out: list[dict[str, Any]] = []
@@ -127,10 +128,12 @@ class Client:
         older: list[int] = []
         for name in names:
             try:
-                for j in jobs.ls(self.agent(name), everything=all, older=older):
+                listed = jobs.ls(self.agent(name), everything=all, older=older)
+                for j in listed:
                     j.setdefault("host", name)
                     j["host"] = j["host"] or name
                     out.append(j)
+                observe(listed, name)
             except GpujobError as e:
                 if len(names) == 1:
                     raise
@@ -145,7 +148,7 @@ class Client:
 
     def submit(self, job: str | Path | JobSpec | None = None, set: Iterable[str] = (), host: str | None = None,
                wait_gpus: float | None = None, progress: Progress | None = None, note: Note | None = None,
-               on_host: Note | None = None, force: bool = False) -> Job:
+               on_host: Note | None = None, force: bool = False, link: dict[str, Any] | None = None) -> Job:
         """Sync the code and data of a job file (or a loaded ``JobSpec``) and start it under the host's agent.
 
         Returns the new ``Job``; what the submit did (``submit --json``) is its ``submitted``.
@@ -154,10 +157,12 @@ class Client:
         with the GPUs free); default: the job's ``host:``. ``wait_gpus``: seconds to wait for free
         GPUs. ``progress(done, total)`` follows the upload; ``on_host(name)`` is told where it goes
         before the upload starts; ``note`` gets placement messages. ``force``: upload a workdir
-        that is the home folder or huge (keys and credentials are never sent).
+        that is the home folder or huge (keys and credentials are never sent). ``link``: the run's
+        parent, sweep and trial in the run ledger (``rerun``, ``sweep``).
         """
         from gpujob.config import index
         from gpujob.config.spec import JobSpec, load_spec
+        from gpujob.usecases.experiments.record import code_of, record_submit
         from gpujob.usecases.secrecy import check_home
         from gpujob.usecases.submit import submit
 
@@ -167,6 +172,7 @@ class Client:
         host = host or self.host
         if spec.nodes and not host:
             return self._submit_nodes(spec, on_host)
+        code = code_of(spec)  # what is about to be sent, before an edit during the upload can change it
         names = host.split(",") if host else (spec.hosts or [spec.host])
         if len(names) > 1 or wait_gpus is not None:  # placement: the first host with the GPUs free
             from gpujob.usecases.placement import place
@@ -194,6 +200,7 @@ class Client:
         src = Path(spec.source)  # what ``move`` needs to send the job again: its job file and overrides
         again = {"job_file": str(src.resolve()), "set": overrides} if src.is_file() else {}
         index.record(res["job_id"], target.name, spec.name, **again)
+        record_submit(res, spec, code, again.get("job_file"), overrides, **(link or {}))
         return Job(self, res["job_id"], target.name, r.SubmitResult.from_json(res))
 
     def _submit_nodes(self, spec: JobSpec, on_host: Note | None) -> Job:
@@ -206,6 +213,69 @@ class Client:
         res = submit_nodes(spec, hosts)
         index.record(res["job_id"], res["host"], spec.name)
         return Job(self, res["job_id"], res["host"], r.SubmitResult.from_json(res))
+
+    # ---- experiments (the run ledger, docs/experiments.md) -------------------------------------
+    def runs(self, name: str | None = None, where: Iterable[str] = (), sort: str | None = None, limit: int = 50,
+             sweep: str | None = None) -> r.RunList:
+        """The runs this laptop submitted, on any host, kept after ``rm``/``gc``: ``where`` filters
+        (``"lr<1e-3"``), ``sort`` orders by a metric or parameter (best first), ``limit`` 0: all."""
+        from gpujob.usecases.experiments.runs import runs
+
+        return r.RunList.from_json(runs(name, list(where), sort, limit, sweep))
+
+    def compare(self, *refs: str, plot: str | Path | None = None,
+                draw: Callable[..., Any] | None = None) -> r.Comparison:
+        """Runs side by side: what differs (parameters, code, environment), metrics, curves.
+        ``plot``: also draw the curves overlaid to that PNG with ``draw`` (the CLI's: gpujob.ui.experiments)."""
+        from gpujob.usecases.experiments.runs import compare, unseen
+
+        for job_id, host in unseen(list(refs)):  # a run never looked at since it ended: its curves, once
+            try:
+                self.job(job_id, host).status()
+            except GpujobError:
+                pass  # removed from its host, or the host is away: the ledger's figures stand
+        doc = compare(list(refs))
+        if plot is not None and draw is not None:
+            draw(doc, Path(plot))
+            doc["plot"] = str(plot)
+        return r.Comparison.from_json(doc)
+
+    def rerun(self, ref: str, set: Iterable[str] = (), host: str | None = None, progress: Progress | None = None,
+              on_host: Note | None = None) -> Job:
+        """Run ``ref`` again with the same code (restored when it changed since) and ``set``'s changes
+        (``lr=1e-4``: a run-line argument; a job-file key: an override), linked to it in the ledger.
+        The new ``Job``'s ``submitted`` is a ``RerunResult``."""
+        from gpujob.usecases.experiments.rerun import plan
+
+        p = plan(ref, list(set))
+        job = self.submit(p["job_file"], set=p["set"], host=host or self.host or p["host"], progress=progress,
+                          on_host=on_host, link={"parent": p["parent"]})
+        doc = {**(job.submitted.to_json() if job.submitted else {}), "parent": p["parent"],
+               "code_hash": p["code_hash"], "restored": p["restored"]}
+        job.submitted = r.RerunResult.from_json(doc)
+        return job
+
+    def sweep(self, job: str | Path, set: Iterable[str] = (), hosts: str | None = None, name: str | None = None,
+              note: Note | None = None, **limits: Any) -> r.SweepReport:
+        """Run the job file's ``sweep:`` (Optuna: grid, random or TPE, with pruning) to its end:
+        trials through each host's GPU queue, at most ``parallel`` at once, within ``budget`` /
+        ``max_gpu_hours`` (``limits`` override the file's). Blocks; a sweep left midway goes on
+        with ``sweep_resume``."""
+        from gpujob.usecases.experiments.sweep import start_sweep
+
+        return r.SweepReport.from_json(start_sweep(_SweepRunner(self), str(job), list(set), hosts, name, note, limits))
+
+    def sweep_resume(self, name: str, note: Note | None = None) -> r.SweepReport:
+        """Drive the sweep ``name`` again (its running trials kept) to its end."""
+        from gpujob.usecases.experiments.sweep import resume_sweep
+
+        return r.SweepReport.from_json(resume_sweep(_SweepRunner(self), name, note))
+
+    def sweep_status(self, name: str) -> r.SweepReport:
+        """The sweep's trials, their states and values, the best so far (from the ledger: no host is asked)."""
+        from gpujob.usecases.experiments.sweep import sweep_status
+
+        return r.SweepReport.from_json(sweep_status(name))
 
     # ---- hosts -------------------------------------------------------------------------------
     def exec(self, argv: str | list[str], host: str | None = None, on_output: Callable[[bytes], None] | None = None
@@ -233,7 +303,7 @@ class Client:
         host = host or self.host
         if host:
             self.hosts.get(host)  # an unknown host is an error here, not a row of the report
-        return r.CostReport.from_json(summarize(self._host_names(host), self.agent))
+        return r.CostReport.from_json(summarize(self._host_names(host), self.agent, every_host=not host))
 
     def tunnel(self, remote_port: int, local_port: int | None = None, host: str | None = None,
                on_event: Note | None = None) -> Tunnel:
@@ -249,6 +319,35 @@ class Client:
         from gpujob.usecases.guard import guard
 
         return r.GuardReport.from_json({"outcomes": guard(refs, interval, once, note or (lambda s: None))})
+
+
+class _SweepRunner:
+    """The jobs of a sweep, through this client (usecases.experiments.sweep.Runner)."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    def submit(self, job_file: str, sets: list[str], hosts: str | None, link: dict[str, Any]) -> tuple[str, str]:
+        job = self.client.submit(job_file, set=sets, host=hosts, link=link)
+        return job.ref, job.host or ""
+
+    def status(self, job_id: str, host: str | None) -> dict[str, Any]:
+        return self.client.job(job_id, host).status().to_json()
+
+    def stop(self, job_id: str, host: str | None) -> None:
+        self.client.job(job_id, host).stop(wait=0)
+
+    def shutdown(self, host: str) -> str:
+        h = self.client.hosts.get(host)
+        if not h.shutdown_command:
+            return "not powered off: the host has no shutdown_command (gpujob host set NAME --preset ...)"
+        busy = [j.job_id for j in self.client.jobs(host=host) if j.state in ("running", "queued", "restarting")]
+        if busy:
+            return f"not powered off: {busy[0]} still runs there"
+        try:
+            return f"shutdown command ran (exit {self.client.exec([h.shutdown_command], host=host).exit_code})"
+        except GpujobError as e:  # a host powering off may close the connection before the command's exit
+            return f"shutdown command sent ({e})"
 
 
 class Job:
@@ -299,7 +398,7 @@ class Job:
         nodes = self.nodes
         if nodes:
             return r.JobStatus.from_json(self._on_nodes(nodes, lambda a: jobs.status(a, self.ref)))
-        return r.JobStatus.from_json(watch.fetch(self._agent(), self.ref))
+        return r.JobStatus.from_json(_observed(watch.fetch(self._agent(), self.ref), self.host))
 
     def record(self) -> r.JobStatus:
         """The job record alone (one light call: state, attempt, last metrics), as ``ls`` shows it."""
@@ -308,7 +407,7 @@ class Job:
         nodes = self.nodes
         if nodes:
             return r.JobStatus.from_json(self._on_nodes(nodes, lambda a: jobs.status(a, self.ref)))
-        return r.JobStatus.from_json(jobs.status(self._agent(), self.ref))
+        return r.JobStatus.from_json(_observed(jobs.status(self._agent(), self.ref), self.host))
 
     def wait(self, timeout: float | None = None, poll: float = 2.0) -> r.JobStatus:
         """Poll until the job is in a state it does not leave by itself; its full status then.
@@ -389,7 +488,7 @@ class Job:
         nodes = self.nodes
         if nodes:
             return r.JobStatus.from_json(self._on_nodes(nodes, lambda a: jobs.stop(a, self.ref, wait=wait)))
-        return r.JobStatus.from_json(jobs.stop(self._agent(), self.ref, wait=wait))
+        return r.JobStatus.from_json(_observed(jobs.stop(self._agent(), self.ref, wait=wait), self.host))
 
     @property
     def resume_moves(self) -> bool:
@@ -467,6 +566,14 @@ class Job:
         from gpujob.usecases.plot import plot_job
 
         return r.PlotResult.from_json(plot_job(self._agent(), self.ref, Path(output or f"{self.ref}.png"), draw))
+
+
+def _observed(job: dict[str, Any], host: str | None) -> dict[str, Any]:
+    """``job``, its ledger row brought up to date on the way (the ledger outlives the host's record)."""
+    from gpujob.usecases.experiments.record import observe
+
+    observe([job], host)
+    return job
 
 
 def since_time(value: float | str | None) -> float | None:

@@ -9,6 +9,7 @@ from typing import Any, NoReturn
 from gpujob.cli.args import PORT, PRICE, address_type, job_ref, number_type, regex_type, url_type
 from gpujob.cli.common import Handler
 from gpujob.cli.dashboard import cmd_ui
+from gpujob.cli.experiments import add_parsers as add_experiment_parsers
 from gpujob.cli.hosts import (
     cmd_agent_log,
     cmd_doctor,
@@ -122,6 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds between two looks at a host (default 3; one look per host whatever the tabs)")
     s.add_argument("--open", action="store_true", help="open it in the browser")
     s.add_argument("--pull-dir", default="gpujob-pulls", help="where the pull --latest button copies to")
+    add_experiment_parsers(add, sub)
     s = add("agent-log", cmd_agent_log, "the last lines of the agent's own log on a host (its errors)")
     s.add_argument("host", nargs="?", help="host profile (default local)")
     s.add_argument("-n", "--lines", type=number_type(int, 0, 10**6), default=50)

@@ -76,6 +76,7 @@ class JobSpec:
     source: str = "<spec>"
     hosts: list[str] = field(default_factory=list)  # host: [a, b, c]: placement tries them in order
     metrics: dict[str, Any] = field(default_factory=dict)  # {patterns: [regex], total: {epochs|steps: N}}: the log reader
+    sweep: dict[str, Any] = field(default_factory=dict)  # gpujob sweep's search (usecases/experiments/sweep.py checks it)
 
     def to_remote(self) -> dict[str, Any]:
         """What the agent receives (and writes to spec.json): never secret values."""
@@ -85,6 +86,7 @@ class JobSpec:
         if self.requirements:
             d["requirements"] = Path(self.requirements).name
         d["notify"] = notify_secrets(self.notify)[0]  # literal secrets go to the 0600 secrets file
+        d.pop("sweep")  # the laptop drives a sweep; a trial's agent has no use for it
         return d
 
 
@@ -189,7 +191,7 @@ def _exists(p: Path, kind: str) -> bool:
 TOP_KEYS = [
     "name", "host", "workdir", "exclude", "data", "setup", "requirements", "python", "run",
     "env", "secrets", "gpus", "checkpoint", "tensorboard", "retry", "stop", "notify", "autostop",
-    "launcher", "nodes", "runtime", "metrics",
+    "launcher", "nodes", "runtime", "metrics", "sweep",
 ]
 RETRY_ON = ["error", "oom", "nan", "nccl", "signal"]
 # Validators of sections that other modules own (notifications, auto-stop): name -> fn(dict) -> errors.
@@ -407,6 +409,9 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
             for msg in validator(val) if validator else []:
                 ctx.err((sec,), msg)
 
+    sweep = raw.get("sweep") or {}
+    _want(ctx, ("sweep",), sweep, dict, "a mapping (params:, metric:, method:, trials: ...; docs/experiments.md)")
+
     if ctx.errors:
         shown = ctx.errors[:MAX_LISTED] + ([f"... and {len(ctx.errors) - MAX_LISTED} more"] if len(ctx.errors) > MAX_LISTED else [])
         raise SpecError(
@@ -422,6 +427,7 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
         checkpoint_dir=(ck.get("dir") if isinstance(ck, dict) else None),
         checkpoint_pattern=(ck.get("pattern") if isinstance(ck, dict) else None), source=source, hosts=hosts,
         metrics=metrics,
+        sweep=sweep if isinstance(sweep, dict) else {},
     )
 
 

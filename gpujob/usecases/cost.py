@@ -62,8 +62,38 @@ def job_cost(job: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def summarize(hosts: list[str], agent_for: Callable[[str], Agent]) -> dict[str, Any]:
-    """{jobs: [...], hosts: {name: {cost, currency, jobs, unpriced}}, total: {currency: sum}, errors}."""
+def from_ledger(listed: set[str], hosts: list[str] | None) -> list[dict[str, Any]]:
+    """Lines of the jobs the hosts did not list (``rm``, ``gc``, a host given back or away) as the run
+    ledger last saw them, ``source: ledger``; ``hosts`` None: of every host."""
+    import sqlite3
+
+    from gpujob.config.ledger import ledger_path, open_ledger
+
+    if not ledger_path().exists():
+        return []
+    try:
+        with open_ledger() as lg:
+            rows = lg.all()
+    except sqlite3.Error:
+        return []
+    return [{"job_id": r["job_id"], "host": r.get("host"), "state": r.get("state"), "elapsed_s": _span(r),
+             "cost": r.get("cost"), "currency": r.get("currency"), "price_per_hour": r.get("price_per_hour"),
+             "projected_cost": None, "eta_s": None, "source": "ledger"}
+            for r in rows if r["job_id"] not in listed and (hosts is None or r.get("host") in hosts)]
+
+
+def _span(row: dict[str, Any]) -> float | None:
+    if row.get("started_at") and row.get("ended_at"):
+        return max(0.0, float(row["ended_at"]) - float(row["started_at"]))
+    return None
+
+
+def summarize(hosts: list[str], agent_for: Callable[[str], Agent], every_host: bool = True) -> dict[str, Any]:
+    """{jobs: [...], hosts: {name: {cost, currency, jobs, unpriced}}, total: {currency: sum}, errors}.
+
+    Jobs the hosts no longer list are there too, from the run ledger (``every_host``: also of
+    hosts not in ``hosts``): the cost history survives ``rm``, ``gc`` and a host given back.
+    """
     from gpujob.errors import GpujobError
 
     out: list[dict[str, Any]] = []
@@ -76,17 +106,22 @@ def summarize(hosts: list[str], agent_for: Callable[[str], Agent]) -> dict[str, 
         except GpujobError as e:
             errors[name] = str(e)
             continue
-        h = per_host.setdefault(name, {"cost": 0.0, "currency": None, "jobs": 0, "unpriced": 0})
         for j in listed:
             fill_host_price(j, agent.host.price_per_hour, agent.host.currency)
-            line = job_cost({**j, "host": j.get("host") or name})
-            out.append(line)
-            h["jobs"] += 1
-            if line["cost"] is None:
-                h["unpriced"] += 1
-            else:
-                h["cost"] = round(h["cost"] + float(line["cost"]), 4)
-                h["currency"] = h["currency"] or line["currency"]
+            out.append(job_cost({**j, "host": j.get("host") or name}))
+        from gpujob.usecases.experiments.record import observe
+
+        observe(listed, name)
+    out += from_ledger({j["job_id"] for j in out}, None if every_host else hosts)
+    for line in out:
+        name = line.get("host") or "?"
+        h = per_host.setdefault(name, {"cost": 0.0, "currency": None, "jobs": 0, "unpriced": 0})
+        h["jobs"] += 1
+        if line["cost"] is None:
+            h["unpriced"] += 1
+        else:
+            h["cost"] = round(h["cost"] + float(line["cost"]), 4)
+            h["currency"] = h["currency"] or line["currency"]
     total: dict[str, float] = {}
     for h in per_host.values():
         if h["currency"]:

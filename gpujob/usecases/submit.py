@@ -45,7 +45,8 @@ def keep_secret_job_file_home(spec: JobSpec) -> None:
         rel = Path(spec.source).resolve().relative_to(Path(spec.workdir))
     except ValueError:
         return
-    spec.exclude.append("/" + rel.as_posix())
+    if "/" + rel.as_posix() not in spec.exclude:  # the run ledger's record asks first (usecases/experiments)
+        spec.exclude.append("/" + rel.as_posix())
 
 
 def secret_refs(spec: JobSpec) -> list[str]:

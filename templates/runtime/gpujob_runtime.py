@@ -275,6 +275,58 @@ def report(step: Optional[int] = None, **metrics: Any) -> None:
         f.flush()
 
 
+HPARAMS_NAME = "hparams.json"  # beside the metrics file; the agent passes it to the laptop's run ledger
+
+
+def report_hparams(**params: Any) -> None:
+    """Record hyperparameters (scalars; others as text) in ``hparams.json`` beside the metrics file,
+    merged with what was recorded before (rank 0). ``gpujob runs`` and ``compare`` show them."""
+    if not is_main_process():
+        return
+    path = metrics_file().parent / HPARAMS_NAME
+    try:
+        with open(str(path)) as f:
+            doc = json.load(f)
+    except (OSError, ValueError):
+        doc = {}
+    if not isinstance(doc, dict):
+        doc = {}
+    for k, v in params.items():
+        v = _jsonable(v)
+        doc[str(k)] = v if isinstance(v, (int, float, str, bool)) or v is None else json.dumps(v)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(str(tmp), "w", encoding="utf-8") as f:
+        json.dump(doc, f, allow_nan=True)
+    os.replace(str(tmp), str(path))
+
+
+# the TrainingArguments always worth recording; the others only where they differ from their default
+HF_KEY_ARGS = ("learning_rate", "per_device_train_batch_size", "num_train_epochs", "max_steps", "weight_decay",
+               "warmup_steps", "warmup_ratio", "gradient_accumulation_steps", "lr_scheduler_type", "seed")
+HF_SKIP = ("output_dir", "logging_dir", "run_name", "hub_token", "push_to_hub_token", "report_to")
+
+
+def hf_hparams(args: Any) -> Dict[str, Any]:
+    """The hyperparameters of an HF ``TrainingArguments``: the key ones and every one changed from its default."""
+    import dataclasses
+
+    out: Dict[str, Any] = {}
+    for f in dataclasses.fields(args) if dataclasses.is_dataclass(args) else []:
+        if f.name in HF_SKIP or f.name.startswith("_") or "token" in f.name:
+            continue
+        v = getattr(args, f.name, None)
+        if not (v is None or isinstance(v, (int, float, str, bool))):
+            v = getattr(v, "value", None) if hasattr(v, "value") else None  # enums (lr_scheduler_type)
+            if v is None:
+                continue
+        default = f.default if f.default is not dataclasses.MISSING else None
+        default = getattr(default, "value", default)
+        if f.name in HF_KEY_ARGS or v != default:
+            out[f.name] = v
+    return out
+
+
 # --- checkpoints -------------------------------------------------------------------------
 
 def latest_checkpoint() -> Optional[Path]:
@@ -493,6 +545,13 @@ def trainer_callback_class() -> Any:
 
     class GpujobCallback(TrainerCallback):
         stopped_early = False
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+            try:
+                report_hparams(**hf_hparams(args))
+            except Exception as e:  # the run's record loses its arguments, the training goes on
+                sys.stderr.write("[gpujob] hyperparameters not recorded: {}: {}\n".format(type(e).__name__, e))
+            return control
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
             if should_stop():

@@ -181,6 +181,17 @@ def _lightning_callback_class(package: str) -> Any:
         def __init__(self) -> None:
             self.stopped_early = False
 
+        def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+            """Record ``save_hyperparameters()``'s values (the module's and the data module's)."""
+            try:
+                hp = dict(getattr(pl_module, "hparams", {}) or {})
+                dm = getattr(trainer, "datamodule", None)
+                hp.update(dict(getattr(dm, "hparams", {}) or {}) if dm is not None else {})
+                if hp and trainer.is_global_zero:
+                    _runtime().report_hparams(**{str(k): v for k, v in hp.items()})
+            except Exception as e:
+                _warn("hyperparameters", e)
+
         def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
             accumulate = int(getattr(trainer, "accumulate_grad_batches", 1) or 1)
             if (batch_idx + 1) % accumulate:

@@ -1,0 +1,164 @@
+"""The ledger's SQLite file (``<state>/ledger.sqlite``): one row per job, written by every gpujob process.
+
+WAL lets readers go on while one process writes; every write is one short transaction and a
+busy database is waited for (``busy_timeout``), so concurrent submits, status polls and a sweep
+never lose a row. Columns that are queried are columns; the rest of a run is JSON text.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+from gpujob.config.paths import state_dir
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    job_id TEXT PRIMARY KEY, name TEXT, host TEXT, state TEXT,
+    submitted_at REAL, started_at REAL, ended_at REAL, updated_at REAL,
+    run_line TEXT, params TEXT, spec TEXT, job_file TEXT, overrides TEXT,
+    git_commit TEXT, diff_hash TEXT, code_hash TEXT, env_hash TEXT, gpu TEXT, gpus INTEGER,
+    final TEXT, best TEXT, series TEXT, loss_key TEXT,
+    gpu_hours REAL, cost REAL, currency TEXT, price_per_hour REAL,
+    parent TEXT, sweep TEXT, trial INTEGER, extra TEXT
+);
+CREATE INDEX IF NOT EXISTS runs_name ON runs(name);
+CREATE INDEX IF NOT EXISTS runs_sweep ON runs(sweep);
+CREATE TABLE IF NOT EXISTS diffs (hash TEXT PRIMARY KEY, text TEXT);
+"""
+JSON_COLS = ("params", "spec", "overrides", "final", "best", "series", "extra")
+COLS = ("job_id", "name", "host", "state", "submitted_at", "started_at", "ended_at", "updated_at", "run_line",
+        "params", "spec", "job_file", "overrides", "git_commit", "diff_hash", "code_hash", "env_hash", "gpu", "gpus",
+        "final", "best", "series", "loss_key", "gpu_hours", "cost", "currency", "price_per_hour", "parent",
+        "sweep", "trial", "extra")
+
+
+def ledger_path() -> Path:
+    return state_dir() / "ledger.sqlite"
+
+
+class Ledger:
+    """A connection to the ledger; rows come back as dicts with their JSON columns decoded."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.db = sqlite3.connect(str(path), timeout=30.0, isolation_level=None)
+        self.db.execute("PRAGMA busy_timeout=30000")
+        if self.db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+            self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.executescript(SCHEMA)
+        path.chmod(0o600)
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def put(self, job_id: str, **fields: Any) -> None:
+        """Insert the run or update the fields given (others keep their values); one transaction."""
+        fields = {k: v for k, v in fields.items() if k in COLS and k != "job_id"}
+        fields["updated_at"] = time.time()
+        vals = {k: json.dumps(v) if k in JSON_COLS and v is not None else v for k, v in fields.items()}
+        names = ", ".join(["job_id", *vals])
+        marks = ", ".join("?" * (len(vals) + 1))
+        sets = ", ".join(f"{k}=excluded.{k}" for k in vals)
+        self.db.execute(f"INSERT INTO runs ({names}) VALUES ({marks}) ON CONFLICT(job_id) DO UPDATE SET {sets}",
+                        [job_id, *vals.values()])
+
+    def keep_diff(self, digest: str, text: str) -> None:
+        self.db.execute("INSERT OR IGNORE INTO diffs VALUES (?, ?)", (digest, text))
+
+    def diff(self, digest: str) -> str | None:
+        row = self.db.execute("SELECT text FROM diffs WHERE hash=?", (digest,)).fetchone()
+        return row[0] if row else None
+
+    def get(self, job_id: str) -> dict[str, Any] | None:
+        row = self.db.execute(f"SELECT {', '.join(COLS)} FROM runs WHERE job_id=?", (job_id,)).fetchone()
+        return _row(row) if row else None
+
+    def find(self, ref: str) -> dict[str, Any] | None:
+        """The newest run whose id, id prefix, id suffix or name is ``ref``."""
+        row = self.db.execute(
+            f"SELECT {', '.join(COLS)} FROM runs WHERE job_id=? OR name=? OR job_id LIKE ? ESCAPE '\\' OR job_id LIKE ? ESCAPE '\\' "
+            "ORDER BY (job_id=?) DESC, submitted_at DESC LIMIT 1",
+            (ref, ref, _like(ref) + "%", "%-" + _like(ref) + "%", ref)).fetchone()
+        return _row(row) if row else None
+
+    def all(self, name: str | None = None, sweep: str | None = None, with_series: bool = False) -> list[dict[str, Any]]:
+        """Every run (of ``name`` / ``sweep``), oldest first; the curves only when asked for (they are big)."""
+        cols = [c for c in COLS if with_series or c not in ("series", "spec")]
+        where, args = [], []
+        if name:
+            where.append("name=?")
+            args.append(name)
+        if sweep:
+            where.append("sweep=?")
+            args.append(sweep)
+        sql = f"SELECT {', '.join(cols)} FROM runs" + (" WHERE " + " AND ".join(where) if where else "")
+        return [_row(r, cols) for r in self.db.execute(sql + " ORDER BY submitted_at", args)]
+
+    def query(self, where: list[tuple[str, str, Any]], sort: tuple[str, bool] | None, limit: int,
+              name: str | None = None, sweep: str | None = None, cols: tuple[str, ...] = COLS
+              ) -> tuple[list[dict[str, Any]], int]:
+        """(rows, how many match): the filters and the order run in SQLite, so only the rows shown are
+        decoded. A key is a column, else a parameter, else a best then a final metric (``value_sql``)."""
+        conds, args = [], []
+        for col, val in (("name", name), ("sweep", sweep)):
+            if val:
+                conds.append(f"{col}=?")
+                args.append(val)
+        for key, op, want in where:
+            expr, eargs = value_sql(key)
+            if op == "~":
+                conds.append(f"CAST({expr} AS TEXT) LIKE ? ESCAPE '\\'")
+                args += eargs + ["%" + _like(str(want)) + "%"]
+            else:
+                conds.append(f"{expr} {SQL_OPS[op]} ?")
+                args += eargs + [want]
+        sql_where = " WHERE " + " AND ".join(conds) if conds else ""
+        total = self.db.execute("SELECT COUNT(*) FROM runs" + sql_where, args).fetchone()[0]
+        order, oargs = "submitted_at DESC", []
+        if sort:
+            expr, oargs = value_sql(sort[0])
+            order = f"({expr}) IS NULL, typeof({expr}) NOT IN ('integer', 'real'), {expr} {'DESC' if sort[1] else 'ASC'}"
+            oargs = oargs * 3
+        sql = f"SELECT {', '.join(cols)} FROM runs{sql_where} ORDER BY {order}" + (" LIMIT ?" if limit else "")
+        rows = self.db.execute(sql, args + oargs + ([limit] if limit else []))
+        return [_row(r, cols) for r in rows], total
+
+
+SQL_OPS = {"<": "<", "<=": "<=", ">": ">", ">=": ">=", "=": "=", "==": "=", "!=": "!="}
+PLAIN = set(COLS) - set(JSON_COLS)
+
+
+def value_sql(key: str) -> tuple[str, list[str]]:
+    """SQL for a run's value of ``key`` and its arguments (JSON paths are bound, never spliced)."""
+    if key in PLAIN:
+        return key, []
+    paths = [f'$."{k}"' for k in dict.fromkeys([key, key.replace("-", "_")])]
+    parts = [f"json_extract({col}, ?)" for col in ("params", "best", "final") for _ in paths]
+    return "COALESCE(" + ", ".join(parts) + ")", [p for _ in ("params", "best", "final") for p in paths]
+
+
+def _like(s: str) -> str:
+    return s.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def _row(row: tuple, cols: tuple[str, ...] | list[str] = COLS) -> dict[str, Any]:
+    out = {}
+    for k, v in zip(cols, row):
+        out[k] = json.loads(v) if k in JSON_COLS and v is not None else v
+    return out
+
+
+def open_ledger() -> Ledger:
+    """The ledger of this laptop's state folder (made on first use, mode 0600)."""
+    return Ledger(ledger_path())

@@ -1,0 +1,163 @@
+"""``runs``, ``compare``, ``rerun`` and ``sweep`` drawn: tables of the run ledger, runs side by side."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from gpujob.api import results
+from gpujob.ui.jobs import STATE_STYLE, sparkline
+from gpujob.ui.output import console
+
+MAX_PARAM_COLS = 4
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return "-" if v is None else str(v)
+
+
+def _esc(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
+
+
+def _when(t: float | None) -> str:
+    return time.strftime("%m-%d %H:%M", time.localtime(t)) if t else "-"
+
+
+def runs_table(res: results.RunList) -> None:
+    """One row per run: id, host, state, the parameters that vary among the rows shown, the sort metric, cost."""
+    from rich.table import Table
+
+    doc = res.to_json()
+    rows = doc["runs"]
+    c = console()
+    if not rows:
+        c.print("no runs match (every job submitted from here is one; gpujob runs without filters lists them)")
+        return
+    keys: dict[str, set[str]] = {}
+    for r in rows:
+        for k, v in (r.get("params") or {}).items():
+            keys.setdefault(k, set()).add(repr(v))
+    varying = [k for k, vals in keys.items() if len(vals) > 1 or len(rows) == 1][:MAX_PARAM_COLS]
+    metric = (doc.get("sort") or "").lstrip("-") or next((r.get("loss_key") for r in rows if r.get("loss_key")), None) \
+        or next((k for r in rows for k in (r.get("final") or {}) if "loss" in k), None)
+    t = Table(box=None, header_style="bold", pad_edge=False)
+    for col in ("RUN", "HOST", "STATE", "STARTED", *varying, *([metric.upper()] if metric else []), "COST"):
+        t.add_column(col, no_wrap=True, overflow="ellipsis")
+    for r in rows:
+        best = (r.get("best") or {}).get(metric) if metric else None
+        if metric and best is None:
+            best = (r.get("final") or {}).get(metric, (r.get("params") or {}).get(metric))
+        cost = f"{r['cost']:.2f} {r.get('currency') or ''}".strip() if r.get("cost") is not None else "-"
+        t.add_row(r["job_id"], r.get("host") or "-", f"[{STATE_STYLE.get(r.get('state') or '', 'white')}]"
+                  f"{r.get('state') or '?'}[/]", _when(r.get("submitted_at")),
+                  *(_esc(_fmt((r.get("params") or {}).get(k))) for k in varying),
+                  *([_fmt(best)] if metric else []), cost)
+    c.print(t)
+    if doc["total"] > doc["shown"]:
+        c.print(f"[dim]{doc['shown']} of {doc['total']} runs (--limit 0: all)[/]")
+
+
+def comparison(res: results.Comparison) -> None:
+    """What differs, then the metrics side by side, then a sparkline of each run's main curve."""
+    from rich.table import Table
+
+    doc = res.to_json()
+    runs = doc["runs"]
+    c = console()
+    t = Table(box=None, header_style="bold", pad_edge=False)
+    t.add_column("", style="bold", no_wrap=True)
+    for r in runs:
+        t.add_column(r["job_id"], no_wrap=True, overflow="ellipsis")
+
+    def section(title: str, values: dict[str, list[Any]]) -> None:
+        if values:
+            t.add_row(f"[dim]{title}[/]", *([""] * len(runs)))
+        for k, vals in values.items():
+            t.add_row(_esc(k), *(_esc(_fmt(v)) for v in vals))
+
+    section("differs", {**doc["params"], **doc["code"], **doc["env"]})
+    section("final", doc["final"])
+    section("best", doc["best"])
+    if any(v is not None for v in doc.get("cost") or []):
+        section("cost", {"cost": doc["cost"]})
+    c.print(t)
+    if not (doc["params"] or doc["code"] or doc["env"]):
+        c.print("[dim]same parameters, code and environment[/]")
+    same = doc.get("same_params") or {}
+    if same:
+        c.print("[dim]same: " + _esc(", ".join(f"{k}={_fmt(v)}" for k, v in same.items())) + "[/]")
+    key = doc.get("loss_key") or next(iter(doc.get("series") or {}), None)
+    if key and key in doc["series"]:
+        c.print(f"[bold]{_esc(key)}[/]")
+        for r, pts in zip(runs, doc["series"][key]):
+            c.print(f"  {r['job_id']:<28} {sparkline([p[1] for p in pts if isinstance(p[1], (int, float))], 40)}")
+    if doc.get("plot"):
+        c.print(f"curves: {doc['plot']}")
+
+
+def compare_plot(doc: dict[str, Any], out: Path) -> list[str]:
+    """The runs' curves overlaid, one panel per metric, to the PNG ``out``."""
+    from gpujob.ui.plot import _pyplot
+
+    plt = _pyplot()
+    keys = [k for k, per in doc["series"].items() if any(len(p) > 1 for p in per)][:4] or list(doc["series"])[:1]
+    fig, axes = plt.subplots(max(1, len(keys)), 1, figsize=(8, 2.6 * max(1, len(keys)) + 0.6), squeeze=False)
+    for ax, k in zip(axes[:, 0], keys):
+        for r, pts in zip(doc["runs"], doc["series"][k]):
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], label=r["job_id"])
+        ax.set_ylabel(k)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    axes[-1, 0].set_xlabel("step")
+    fig.set_layout_engine("constrained")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(str(out), dpi=110)
+    plt.close(fig)
+    return keys
+
+
+def reran(res: results.RerunResult) -> None:
+    from gpujob.ui.jobs import submitted
+
+    submitted(res)
+    how = "restored from the ledger" if res.restored else "the job file's folder"
+    console().print(f"  rerun of {res.parent}; code {res.code_hash or '?'} ({how})")
+
+
+def sweep_report(res: results.SweepReport) -> None:
+    """The trials (best first), the sweep's state and what it spent."""
+    from rich.table import Table
+
+    doc = res.to_json()
+    c = console()
+    metric = doc.get("metric") or "value"
+    t = Table(box=None, header_style="bold", pad_edge=False, title=f"sweep {doc['sweep']} ({doc['state']})")
+    pkeys = list(dict.fromkeys(k for tr in doc["trials"] for k in (tr.get("params") or {})))
+    for col in ("#", "RUN", "STATE", *pkeys, metric.upper(), "STEPS"):
+        t.add_column(col, no_wrap=True)
+    for tr in doc["trials"]:
+        st = tr.get("state") or "?"
+        t.add_row(str(tr.get("number")), tr.get("job_id") or "-", f"[{STATE_STYLE.get(st, 'white')}]{st}[/]",
+                  *(_fmt((tr.get("params") or {}).get(k)) for k in pkeys), _fmt(tr.get("value")),
+                  _fmt(tr.get("steps")))
+    c.print(t)
+    best = doc.get("best")
+    if best:
+        c.print(f"best: trial {best['number']} ({best.get('job_id')}) {metric} = {_fmt(best.get('value'))} "
+                f"with {_esc(', '.join(f'{k}={_fmt(v)}' for k, v in (best.get('params') or {}).items()))}")
+    spent = doc.get("spent") or {}
+    parts = [f"{spent['cost']:.2f} {spent.get('currency') or ''}".strip() if spent.get("cost") is not None else None,
+             f"{spent['gpu_hours']:.3f} GPU-h" if spent.get("gpu_hours") is not None else None,
+             f"{spent['steps']} steps" if spent.get("steps") is not None else None]
+    if any(parts):
+        c.print("spent: " + ", ".join(p for p in parts if p))
+    if doc.get("ended"):
+        c.print(f"ended: {_esc(doc['ended'])}")

@@ -1,0 +1,1 @@
+"""Experiments over the run ledger: record, runs, compare, rerun, sweep (docs/experiments.md)."""

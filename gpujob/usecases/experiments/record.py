@@ -1,0 +1,167 @@
+"""What the ledger learns: at submit (spec, run line and its arguments, code, environment) and each
+time the laptop reads a job's state (``status``, ``ls``, ``wait``): state, times, metrics, cost.
+
+A ledger that cannot be written never fails the command that reads or submits: the row waits
+for the next look at the job.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpujob.config.ledger import Ledger, open_ledger
+
+if TYPE_CHECKING:  # ls and status import this module: the spec's YAML and the tree walk only where used
+    from gpujob.config.spec import JobSpec
+
+SERIES_POINTS = 200  # a curve kept in the ledger: at most this many points per metric
+NOT_METRICS = {"step", "epoch", "t", "lr", "learning_rate", "grad_norm", "max_steps", "total_flos"}
+HIGHER_BETTER = ("acc", "f1", "bleu", "rouge", "auc", "score", "map", "precision", "recall", "reward")
+
+
+def _warn(e: BaseException) -> None:
+    print(f"gpujob: the run ledger was not updated ({type(e).__name__}: {e})", file=sys.stderr)
+
+
+def env_hash(spec: JobSpec) -> str:
+    """The job's environment as the laptop knows it: setup, python, requirements' content, env vars."""
+    req = Path(spec.requirements).read_bytes() if spec.requirements and Path(spec.requirements).is_file() else b""
+    doc = f"{spec.setup or ''}\0{spec.python or ''}\0{hashlib.sha256(req).hexdigest()}\0{sorted(spec.env.items())}"
+    return hashlib.sha256(doc.encode()).hexdigest()[:16]
+
+
+def code_of(spec: JobSpec) -> dict[str, Any]:
+    """The code about to be sent: git commit, diff hash (and the diff), tree hash; its snapshot kept."""
+    from gpujob.config.ledger.code import DIFF_MAX, code_hash, git_state, keep_snapshot, tree_files
+    from gpujob.usecases.submit import keep_secret_job_file_home
+
+    keep_secret_job_file_home(spec)  # a job file with literal secrets is neither sent nor kept
+    wd = Path(spec.workdir)
+    try:
+        commit, diff_hash, diff = git_state(wd, [e.lstrip("/") for e in spec.exclude if e.startswith("/")])
+        if len(diff) > DIFF_MAX:
+            diff = ""  # its hash still tells the runs apart; the snapshot (if small enough) keeps the code
+        files = tree_files(wd, spec.exclude)
+        digest = code_hash(wd, files)
+        # a commit and its diff rebuild the code: a tarball is kept only where they cannot
+        kept = keep_snapshot(wd, files, digest) if not (commit and (diff or not diff_hash)) else False
+    except OSError as e:  # a file that went away meanwhile: the submit goes on, the row has no code
+        _warn(e)
+        return {}
+    return {"git_commit": commit, "diff_hash": diff_hash, "diff": diff, "code_hash": digest, "snapshot": kept}
+
+
+def record_submit(res: dict[str, Any], spec: JobSpec, code: dict[str, Any] | None, job_file: str | None,
+                  overrides: list[str], **link: Any) -> None:
+    """The new run's row. ``link``: parent, sweep, trial."""
+    from gpujob.config.ledger.params import run_args
+
+    try:
+        with open_ledger() as lg:
+            code = dict(code or {})
+            diff = code.pop("diff", "")
+            if diff and code.get("diff_hash"):
+                lg.keep_diff(code["diff_hash"], diff)
+            remote = spec.to_remote()
+            remote.pop("host_env", None)
+            lg.put(res["job_id"], name=spec.name, host=res.get("host"), state=res.get("state"),
+                   submitted_at=time.time(), run_line=spec.run, params=run_args(spec.run), spec=remote,
+                   job_file=job_file, overrides=overrides, env_hash=env_hash(spec),
+                   gpus=spec.gpus if isinstance(spec.gpus, int) else None,
+                   extra={"snapshot": code.pop("snapshot", False), "workdir": spec.workdir}, **code, **link)
+    except (sqlite3.Error, OSError) as e:
+        _warn(e)
+
+
+def _downsample(points: list[list[Any]]) -> list[list[Any]]:
+    if len(points) <= SERIES_POINTS:
+        return [p[:2] for p in points]
+    step = len(points) / SERIES_POINTS
+    picked = [points[int(i * step)] for i in range(SERIES_POINTS - 1)] + [points[-1]]
+    return [p[:2] for p in picked]
+
+
+def higher_is_better(key: str) -> bool:
+    return any(w in key.lower() for w in HIGHER_BETTER) and "loss" not in key.lower()
+
+
+def best_of(series: dict[str, list[list[Any]]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, pts in series.items():
+        vals = [p[1] for p in pts if len(p) > 1 and isinstance(p[1], (int, float))]
+        if vals and k not in NOT_METRICS:
+            out[k] = max(vals) if higher_is_better(k) else min(vals)
+    return out
+
+
+def _gpu_name(job: dict[str, Any]) -> str | None:
+    g = job.get("gpu")
+    if isinstance(g, dict):
+        return g.get("name") or None
+    if isinstance(g, list) and g and isinstance(g[0], dict):
+        return g[0].get("name") or None
+    return None
+
+
+def fields_of(job: dict[str, Any], host: str | None) -> dict[str, Any]:
+    """The ledger's view of a job record from ``status`` or ``ls``."""
+    f: dict[str, Any] = {"state": job.get("state"), "host": job.get("host") or host}
+    for k in ("name", "submitted_at", "started_at", "ended_at", "loss_key"):
+        if job.get(k) is not None:
+            f[k] = job[k]
+    final = job.get("latest_metrics") or {k: v for k, v in (job.get("last_metrics") or {}).items() if k != "t"}
+    if final:
+        f["final"] = final
+    series = job.get("series")
+    if isinstance(series, dict) and series:
+        f["series"] = {k: _downsample(v) for k, v in series.items() if isinstance(v, list)}
+        f["best"] = best_of(series)
+    bill = job.get("billing") or {}
+    cost = bill.get("cost") if bill.get("cost") is not None else job.get("cost")
+    if cost is not None:
+        f["cost"] = cost
+        f["currency"] = bill.get("currency") or job.get("currency")
+    if bill.get("price_per_hour") is not None:
+        f["price_per_hour"] = bill["price_per_hour"]
+    secs = bill.get("elapsed_s") if bill.get("elapsed_s") is not None else job.get("elapsed_s")
+    if secs is not None:
+        gpus = (job.get("spec") or {}).get("gpus")
+        f["gpu_hours"] = round(float(secs) / 3600.0 * (gpus if isinstance(gpus, int) and gpus > 0 else 1), 6)
+    if _gpu_name(job):
+        f["gpu"] = _gpu_name(job)
+    if isinstance(job.get("hparams"), dict) and job["hparams"]:
+        f["extra_hparams"] = job["hparams"]
+    return f
+
+
+def observe(jobs: list[dict[str, Any]], host: str | None = None) -> None:
+    """Bring the ledger's rows of these job records up to date (a row is made for a job it lacks)."""
+    if not jobs:
+        return
+    try:
+        with open_ledger() as lg:
+            lg.db.execute("BEGIN IMMEDIATE")
+            try:
+                for j in jobs:
+                    if j.get("job_id"):
+                        _put_observed(lg, j, host)
+                lg.db.execute("COMMIT")
+            except BaseException:
+                lg.db.execute("ROLLBACK")
+                raise
+    except (sqlite3.Error, OSError) as e:
+        _warn(e)
+
+
+def _put_observed(lg: Ledger, job: dict[str, Any], host: str | None) -> None:
+    f = fields_of(job, host)
+    hp = f.pop("extra_hparams", None)
+    if hp is not None:  # the Trainer's own arguments (the autohook's ``hparams`` record) join the run line's
+        row = lg.get(job["job_id"]) or {}
+        f["params"] = {**hp, **(row.get("params") or {})}
+    lg.put(job["job_id"], **f)

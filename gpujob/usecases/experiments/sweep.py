@@ -1,0 +1,437 @@
+"""``gpujob sweep``: Optuna's samplers and pruners over gpujob jobs.
+
+The laptop drives: it asks Optuna for a trial, submits it as a job (the run line or job file
+with the trial's values, through the hosts' GPU queues and placement), reads each running
+trial's metric curve with the same ``status`` call as ``gpujob status`` and reports it to
+Optuna; a trial Optuna prunes is stopped gracefully (its checkpoint kept). The study lives in
+Optuna's RDB storage beside the run ledger (``<state>/sweeps.sqlite``); the ledger links every
+trial's run to the sweep. A laptop that closes leaves the trials running; ``sweep resume``
+reads the study back and goes on. Optuna is imported only here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+from gpujob.config.ledger import open_ledger
+from gpujob.config.paths import state_dir
+from gpujob.config.spec import load_spec
+from gpujob.errors import GpujobError, JobNotFound, SpecError
+from gpujob.usecases.experiments.rerun import split_sets
+from gpujob.usecases.experiments.sweepspec import SweepSpec, parse
+
+
+class Runner(Protocol):
+    """How the sweep reaches jobs (the API's client gives it: submit, status, stop)."""
+
+    def submit(self, job_file: str, sets: list[str], hosts: str | None, link: dict[str, Any]) -> tuple[str, str]:
+        """Submit; (job id, host)."""
+
+    def status(self, job_id: str, host: str | None) -> dict[str, Any]:
+        """``status --json`` of the job (the ledger updated on the way)."""
+
+    def stop(self, job_id: str, host: str | None) -> None:
+        """Ask the job to stop, without waiting."""
+
+    def shutdown(self, host: str) -> str:
+        """Run the host's shutdown command unless a job still runs or waits there; what happened."""
+
+
+Note = Callable[[str], None]
+FINAL = ("succeeded", "failed", "stopped", "autostopped", "lost", "moved")
+STOP_GUESS_S = 5.0  # how long a graceful stop takes (request to end), until one was seen
+
+
+def _optuna() -> Any:
+    try:
+        import optuna
+    except ImportError:
+        raise GpujobError("gpujob sweep needs Optuna, which is not installed here",
+                          "pip install 'gpujob[sweep]' (from a checkout: pip install -e '.[sweep]')") from None
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    import warnings
+
+    # e.g. a trial followed again after a resume is Optuna's "experimental" Trial(study, id): not the user's business
+    warnings.filterwarnings("ignore", module=r"optuna(\.|$)")
+    return optuna
+
+
+def storage_url() -> str:
+    return "sqlite:///" + str(state_dir() / "sweeps.sqlite")
+
+
+def _storage(optuna: Any) -> Any:
+    return optuna.storages.RDBStorage(storage_url(), engine_kwargs={"connect_args": {"timeout": 30}})
+
+
+def _sampler(optuna: Any, s: SweepSpec) -> Any:
+    if s.method == "grid":
+        return optuna.samplers.GridSampler(s.params, seed=s.seed)
+    if s.method == "random":
+        return optuna.samplers.RandomSampler(seed=s.seed)
+    return optuna.samplers.TPESampler(seed=s.seed, n_startup_trials=max(2, s.startup_trials))
+
+
+def _pruner(optuna: Any, s: SweepSpec) -> Any:
+    if s.pruner == "median":
+        return optuna.pruners.MedianPruner(n_startup_trials=s.startup_trials, n_warmup_steps=s.warmup_steps)
+    if s.pruner == "asha":
+        return optuna.pruners.SuccessiveHalvingPruner(min_resource=max(1, s.warmup_steps) if s.warmup_steps else "auto")
+    return optuna.pruners.NopPruner()
+
+
+def _suggest(trial: Any, space: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for k, v in space.items():
+        if isinstance(v, list):
+            out[k] = trial.suggest_categorical(k, v)
+        elif v.get("int"):
+            out[k] = trial.suggest_int(k, int(v["low"]), int(v["high"]), log=bool(v.get("log")), step=int(v.get("step", 1)))
+        else:
+            out[k] = trial.suggest_float(k, float(v["low"]), float(v["high"]), log=bool(v.get("log")),
+                                         step=v.get("step"))
+    return out
+
+
+def _load(optuna: Any, name: str) -> Any:
+    try:
+        return optuna.load_study(study_name=name, storage=_storage(optuna))
+    except KeyError:
+        raise GpujobError(f"no sweep {name!r} on this laptop", "gpujob runs --json lists the runs with their sweep") from None
+
+
+class Driver:
+    """One sweep being driven: its study, its spec, the trials running and what they reported."""
+
+    def __init__(self, client: Runner, study: Any, note: Note) -> None:
+        self.client, self.study, self.note = client, study, note
+        self.optuna = _optuna()
+        a = study.user_attrs
+        self.name: str = study.study_name
+        self.spec = parse(a["sweep"], a["job_file"])
+        self.job_file: str = a["job_file"]
+        self.sets: list[str] = a.get("set", [])
+        self.hosts: str | None = a.get("hosts")
+        self.running: dict[int, tuple[Any, str, str]] = {}  # number -> (trial, job_id, host)
+        self.stopping: dict[int, float] = {}  # number -> when the stop was asked
+        self.stop_s = STOP_GUESS_S
+        self.ended: str | None = None
+        self.caps: dict[int, float] = {}  # number -> the most that trial may spend (its agent stops it there)
+        self.hour_caps: dict[int, float] = {}  # number -> the GPU-hours it may use
+
+    # ---- trials ------------------------------------------------------------------------------
+    def reattach(self) -> None:
+        """Trials left running by a driver that went away: followed again, or failed when never submitted."""
+        TS = self.optuna.trial.TrialState
+        for ft in self.study.get_trials(deepcopy=False, states=(TS.RUNNING,)):
+            job_id = ft.user_attrs.get("job_id")
+            if not job_id:
+                self.tell(ft.number, state=TS.FAIL)
+                continue
+            trial = self.optuna.trial.Trial(self.study, ft._trial_id)
+            self.running[ft.number] = (trial, job_id, ft.user_attrs.get("host") or "")
+            if ft.user_attrs.get("cap") is not None:
+                self.caps[ft.number] = float(ft.user_attrs["cap"])
+            if ft.user_attrs.get("hour_cap") is not None:
+                self.hour_caps[ft.number] = float(ft.user_attrs["hour_cap"])
+            if ft.user_attrs.get("stop"):
+                self.stopping[ft.number] = time.monotonic()
+
+    def share(self, limit: float | None, column: str, caps: dict[int, float]) -> float | None:
+        """The most a new trial may use of ``limit`` (``column``: cost or gpu_hours): what is left after
+        the ended trials' use and the running trials' shares, split among the places free. Each
+        trial's agent holds it to its share (``autostop``), so the limit holds while no laptop drives."""
+        if limit is None:
+            return None
+        live = {jid: n for n, (_, jid, _) in self.running.items()}
+        with open_ledger() as lg:
+            ended = sum(r.get(column) or 0.0 for r in lg.all(sweep=self.name) if r["job_id"] not in live)
+        reserved = sum(caps.get(n, 0.0) for n in live.values())
+        return (limit - ended - reserved) / max(1, self.spec.parallel - len(self.running))
+
+    def launch(self) -> bool:
+        """Start one trial; False when the budget or the GPU-hours have no share left for one."""
+        cap = self.share(self.spec.budget, "cost", self.caps)
+        hours = self.share(self.spec.max_gpu_hours, "gpu_hours", self.hour_caps)
+        if (cap is not None and cap <= self.spec.budget * 0.01) or (
+                hours is not None and hours <= self.spec.max_gpu_hours * 0.01):
+            return False
+        trial = self.study.ask()
+        values = _suggest(trial, self.spec.params)
+        spec0 = load_spec(self.job_file, self.sets)
+        sets = [f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in values.items()]  # text as is
+        run_line, overrides = split_sets(spec0.run, sets)
+        extra = ["notify={}"]  # one notification for the sweep, at its end; none per trial
+        if (spec0.autostop or {}).get("after") == "shutdown":
+            extra.append("autostop.after=none")  # the sweep powers the hosts off after its last trial, not each trial
+        if run_line != spec0.run:
+            extra.append("run=" + json.dumps(run_line))
+        if cap is not None:
+            extra.append(f"autostop.budget={cap:.6f}")
+            trial.set_user_attr("cap", cap)
+            self.caps[trial.number] = cap
+        if hours is not None:  # GPU-hours are wall hours times the trial's GPUs
+            gpus = spec0.gpus if isinstance(spec0.gpus, int) and spec0.gpus > 0 else 1
+            extra.append(f"autostop.max_runtime={max(1, int(hours * 3600 / gpus))}")
+            trial.set_user_attr("hour_cap", hours)
+            self.hour_caps[trial.number] = hours
+        try:
+            job_id, host = self.client.submit(self.job_file, self.sets + overrides + extra, self.hosts,
+                                              {"sweep": self.name, "trial": trial.number})
+        except SpecError:  # the job file with these values is wrong: every trial would be
+            self.tell(trial, state=self.optuna.trial.TrialState.FAIL)
+            raise
+        except GpujobError as e:  # a host away or busy: this trial failed, the sweep goes on
+            self.tell(trial, state=self.optuna.trial.TrialState.FAIL)
+            self.note(f"trial {trial.number}: not submitted ({e.cause})")
+            return True
+        trial.set_user_attr("job_id", job_id)
+        trial.set_user_attr("host", host)
+        self.running[trial.number] = (trial, job_id, host)
+        self.note(f"trial {trial.number}: {job_id} on {host} with "
+                  + ", ".join(f"{k}={v}" for k, v in values.items()))
+        return True
+
+    def _metric(self, st: dict[str, Any]) -> str | None:
+        return self.spec.metric or st.get("loss_key")
+
+    def poll(self, number: int) -> None:
+        """Report the trial's new points; prune or finish it."""
+        TS = self.optuna.trial.TrialState
+        trial, job_id, host = self.running[number]
+        st = self.client.status(job_id, host or None)
+        key = self._metric(st)
+        pts = [p for p in (st.get("series") or {}).get(key or "", []) if isinstance(p[1], (int, float))]
+        attrs = trial.user_attrs
+        last = int(attrs.get("steps", -1))
+        for i, p in enumerate(pts):
+            step = int(p[0]) if isinstance(p[0], (int, float)) else i
+            if step > last:
+                trial.report(float(p[1]), step)
+                last = step
+        if last >= 0:
+            trial.set_user_attr("steps", last)
+        state = st.get("state")
+        if state in FINAL:
+            self.running.pop(number)
+            asked = self.stopping.pop(number, None)
+            if asked is not None:
+                self.stop_s = max(self.stop_s * 0.5, time.monotonic() - asked)
+            why = attrs.get("stop")
+            if state == "autostopped" and not why and (number in self.caps or number in self.hour_caps):
+                why = "its share of the sweep's limit reached"  # its agent held it there
+                trial.set_user_attr("stop", why)
+            if why and state != "succeeded":  # pruned, or stopped by the budget: what it reported stays
+                self.tell(trial, state=TS.PRUNED)
+            elif state == "succeeded" and pts:  # (a stop that came after the last step changes nothing)
+                self.tell(trial, float(pts[-1][1]))
+            else:
+                self.tell(trial, state=TS.FAIL)
+            self.note(f"trial {number}: {job_id} {state}" + (f" ({why})" if why and state != "succeeded" else ""))
+            return
+        if number not in self.stopping and pts and state == "running" and trial.should_prune():
+            self.stop(number, "pruned")
+
+    def tell(self, trial: Any, value: float | None = None, state: Any = None) -> None:
+        try:
+            self.study.tell(trial, value, state=state)
+        except RuntimeError as e:  # the grid sampler calls study.stop() once the grid is done: the tell is stored
+            if "Study.stop" not in str(e):
+                raise
+
+    def stop(self, number: int, why: str) -> None:
+        """Ask the trial's job to stop (its code checkpoints first); the poll sees it end."""
+        trial, job_id, host = self.running[number]
+        trial.set_user_attr("stop", why)
+        self.stopping[number] = time.monotonic()
+        self.client.stop(job_id, host or None)
+        self.note(f"trial {number}: {job_id} stopping ({why})")
+
+    # ---- limits ------------------------------------------------------------------------------
+    def spent(self) -> dict[str, Any]:
+        with open_ledger() as lg:
+            rows = lg.all(sweep=self.name)
+        costs = [r["cost"] for r in rows if r.get("cost") is not None]
+        TS = self.optuna.trial.TrialState
+        steps = sum(max(0, int(t.user_attrs.get("steps", 0))) for t in self.study.get_trials(deepcopy=False)
+                    if t.state != TS.WAITING)
+        return {"cost": round(sum(costs), 4) if costs else None,
+                "currency": next((r.get("currency") for r in rows if r.get("currency")), None),
+                "gpu_hours": round(sum(r.get("gpu_hours") or 0.0 for r in rows), 6), "steps": steps,
+                "price_per_hour": {r["job_id"]: r.get("price_per_hour") for r in rows}}
+
+    def over(self, spent: dict[str, Any]) -> str | None:
+        """Why the sweep must end now: the budget or the GPU-hours would be passed before a stop lands."""
+        ahead = (self.stop_s + poll_s()) / 3600.0  # what each running trial adds before it has stopped
+        live = [jid for _, jid, _ in self.running.values()]
+        if self.spec.budget is not None and spent["cost"] is not None:
+            coming = sum((spent["price_per_hour"].get(j) or 0.0) * ahead for j in live)
+            if spent["cost"] + coming >= self.spec.budget:
+                return f"budget {self.spec.budget:g} {spent.get('currency') or ''} reached".replace("  ", " ")
+        if self.spec.max_gpu_hours is not None and spent["gpu_hours"] + len(live) * ahead >= self.spec.max_gpu_hours:
+            return f"max_gpu_hours {self.spec.max_gpu_hours:g} reached"
+        return None
+
+    # ---- the loop ----------------------------------------------------------------------------
+    def drive(self) -> dict[str, Any]:
+        self.reattach()
+        self.note(f"sweep {self.name}: {self.spec.trials} trial(s), {self.spec.parallel} at once"
+                  + (f", {len(self.running)} running" if self.running else ""))
+        self.study.set_user_attr("state", "running")
+        made = len(self.study.get_trials(deepcopy=False))
+        while True:
+            why = self.ended or self.over(self.spent())
+            if why and not self.ended:
+                self.ended = why
+                self.note(f"sweep {self.name}: {why}; stopping {len(self.running)} trial(s)")
+                for n in list(self.running):
+                    if n not in self.stopping:
+                        self.stop(n, why)
+            while not self.ended and len(self.running) < self.spec.parallel and made < self.spec.trials:
+                if not self.launch():
+                    if not self.running:
+                        self.ended = "budget reached" if self.spec.budget is not None and (
+                            self.share(self.spec.budget, "cost", self.caps) or 0) <= self.spec.budget * 0.01 \
+                            else "max_gpu_hours reached"
+                    break
+                made += 1
+            for n in list(self.running):
+                try:
+                    self.poll(n)
+                except JobNotFound as e:  # removed meanwhile (gpujob rm --force): the trial failed
+                    self.tell(self.running.pop(n)[0], state=self.optuna.trial.TrialState.FAIL)
+                    self.stopping.pop(n, None)
+                    self.note(f"trial {n}: {e.cause}")
+                except GpujobError as e:  # a link down for a while: the trial runs on, asked again next round
+                    self.note(f"trial {n}: {e.cause}; asking again")
+            if not self.running and (self.ended or made >= self.spec.trials):
+                break
+            time.sleep(poll_s())
+        self.study.set_user_attr("state", "done")
+        self.study.set_user_attr("ended", self.ended or f"{made} trial(s) done")
+        doc = report(self.study, self.optuna)
+        if (load_spec(self.job_file, self.sets).autostop or {}).get("after") == "shutdown":
+            hosts = sorted({t["host"] for t in doc["trials"] if t.get("host")})
+            doc["shutdown"] = {h: self.client.shutdown(h) for h in hosts}
+            for h, what in doc["shutdown"].items():
+                self.note(f"after: shutdown: {h}: {what}")
+        notify_end(doc, self.job_file, self.sets)
+        return doc
+
+
+def poll_s() -> float:
+    return float(os.environ.get("GPUJOB_SWEEP_POLL", "1"))
+
+
+def start_sweep(client: Runner, job_file: str, sets: list[str], hosts: str | None, name: str | None,
+                note: Note | None, limits: dict[str, Any]) -> dict[str, Any]:
+    """Create the study from the job file's ``sweep:`` (``limits``: budget, max_gpu_hours, trials, parallel) and drive it."""
+    optuna = _optuna()
+    spec0 = load_spec(job_file, sets)
+    if not spec0.sweep:
+        raise GpujobError(f"{job_file} has no sweep: section", "add sweep: {params: {lr: [1e-4, 1e-3]}, trials: 4} "
+                          "(docs/experiments.md)")
+    s = parse(spec0.sweep, spec0.source, limits)
+    name = name or f"{spec0.name}-sweep-{time.strftime('%m%d%H%M%S')}"
+    try:
+        study = optuna.create_study(study_name=name, storage=_storage(optuna), direction=s.direction,
+                                    sampler=_sampler(optuna, s), pruner=_pruner(optuna, s))
+    except optuna.exceptions.DuplicatedStudyError:
+        raise GpujobError(f"a sweep named {name!r} exists", f"gpujob sweep resume {name}, or another --name") from None
+    merged = {**spec0.sweep, **{k: v for k, v in limits.items() if v is not None}}
+    study.set_user_attr("sweep", merged)
+    study.set_user_attr("job_file", str(Path(job_file).resolve()))
+    study.set_user_attr("set", sets)
+    study.set_user_attr("hosts", hosts)
+    study.set_user_attr("started_at", time.time())
+    return Driver(client, study, note or (lambda s: None)).drive()
+
+
+def resume_sweep(client: Runner, name: str, note: Note | None) -> dict[str, Any]:
+    optuna = _optuna()
+    study = _load(optuna, name)
+    a = study.user_attrs
+    s = parse(a["sweep"], a["job_file"])
+    # samplers and pruners are not stored by Optuna: the study is loaded with the ones it began with
+    study = optuna.load_study(study_name=name, storage=_storage(optuna), sampler=_sampler(optuna, s),
+                              pruner=_pruner(optuna, s))
+    return Driver(client, study, note or (lambda s: None)).drive()
+
+
+def sweep_status(name: str) -> dict[str, Any]:
+    optuna = _optuna()
+    return report(_load(optuna, name), optuna)
+
+
+def report(study: Any, optuna: Any) -> dict[str, Any]:
+    """{sweep, state, metric, direction, trials: [...], best, spent, ended} from the study and the ledger."""
+    with open_ledger() as lg:
+        rows = {r["job_id"]: r for r in lg.all(sweep=study.study_name)}
+    a = study.user_attrs
+    trials = []
+    for t in study.get_trials(deepcopy=False):
+        jid, stop = t.user_attrs.get("job_id"), t.user_attrs.get("stop")
+        row = rows.get(jid or "", {})
+        trials.append({"number": t.number, "job_id": jid, "host": t.user_attrs.get("host"),
+                       "state": _trial_state(t.state.name, stop), "job_state": row.get("state"), "value": t.value,
+                       "params": t.params, "steps": t.user_attrs.get("steps"), "stop": stop, "cost": row.get("cost")})
+    direction = study.direction.name.lower()
+    done = [tr for tr in trials if tr["state"] == "complete" and tr["value"] is not None]
+    done.sort(key=lambda tr: tr["value"], reverse=direction == "maximize")
+    rest = [tr for tr in trials if tr not in done]
+    costs = [r["cost"] for r in rows.values() if r.get("cost") is not None]
+    spent = {"cost": round(sum(costs), 4) if costs else None,
+             "currency": next((r.get("currency") for r in rows.values() if r.get("currency")), None),
+             "gpu_hours": round(sum(r.get("gpu_hours") or 0.0 for r in rows.values()), 6),
+             "steps": sum(max(0, tr["steps"] or 0) for tr in trials)}  # the last step each reported
+    s = a.get("sweep") or {}
+    return {"sweep": study.study_name, "state": a.get("state", "running"), "metric": s.get("metric") or
+            next((r.get("loss_key") for r in rows.values() if r.get("loss_key")), None), "direction": direction,
+            "trials": done + rest, "best": done[0] if done else None, "spent": spent, "ended": a.get("ended"),
+            "budget": s.get("budget"), "max_gpu_hours": s.get("max_gpu_hours")}
+
+
+def _trial_state(optuna_state: str, stop: str | None) -> str:
+    """complete, pruned, stopped (by the budget), failed, running, stopping."""
+    if optuna_state == "RUNNING":
+        return "stopping" if stop else "running"
+    if optuna_state == "COMPLETE":
+        return "complete"
+    if optuna_state == "PRUNED":
+        return "pruned" if stop in (None, "pruned") else "stopped"
+    return {"COMPLETE": "complete", "FAIL": "failed"}.get(optuna_state, optuna_state.lower())
+
+
+def leaderboard(doc: dict[str, Any], n: int = 10) -> list[str]:
+    lines = []
+    for tr in [t for t in doc["trials"] if t["value"] is not None][:n]:
+        params = ", ".join(f"{k}={v}" for k, v in (tr.get("params") or {}).items())
+        lines.append(f"#{tr['number']} {tr['state']:<8} {doc.get('metric') or 'value'}={tr['value']:.4g}  {params}")
+    return lines
+
+
+def notify_end(doc: dict[str, Any], job_file: str, sets: list[str]) -> None:
+    """One notification for the whole sweep (the job file's channels): its leaderboard."""
+    try:
+        spec = load_spec(job_file, sets)
+    except GpujobError:
+        return
+    if not (spec.notify or {}).get("channels"):
+        return
+    from gpujob.usecases.notifycheck import notify, secrets_from_env, send_from_laptop
+
+    best = doc.get("best") or {}
+    event = {"event": "succeeded", "job_id": doc["sweep"], "name": f"sweep {doc['sweep']}", "host": None,
+             "duration_s": None, "cost": doc["spent"].get("cost"), "currency": doc["spent"].get("currency"),
+             "reason": doc.get("ended"), "metrics": {**(best.get("params") or {}),
+                                                     **({doc.get("metric") or "value": best["value"]} if best else {})},
+             "log_tail": leaderboard(doc)}
+    try:
+        send_from_laptop(spec.notify, event, secrets_from_env(notify.secret_names(spec.notify)))
+    except (GpujobError, OSError) as e:
+        print(f"gpujob: the sweep's notification was not sent ({e})", file=sys.stderr)

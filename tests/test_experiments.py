@@ -1,0 +1,259 @@
+"""The run ledger, ``runs``, ``compare``, ``rerun`` and ``sweep`` (docs/experiments.md), with real
+scripts that never import gpujob: an argparse loop that prints its loss, and an HF Trainer."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.byo_helpers import QUIET, job_dir, log_text
+from tests.conftest import REPO, run_cli
+from tests.helpers import needs, submit, wait_for, wait_state, write_job
+from tests.test_user_scripts_hf import HF_MODEL
+
+# a plain loop: its arguments are its hyperparameters; Ctrl-C (the agent's stop) saves and leaves
+LOOP = """
+    import argparse, json, os, signal, time
+    p = argparse.ArgumentParser()
+    p.add_argument("--lr", type=float, default=0.1)
+    p.add_argument("--steps", type=int, default=12)
+    p.add_argument("--sleep", type=float, default=0.01)
+    a = p.parse_args()
+    stop = []
+    signal.signal(signal.SIGINT, lambda *_: stop.append(1))
+    w = 5.0
+    for step in range(1, a.steps + 1):
+        w -= a.lr * w
+        print(f"step {step} loss {w * w + 0.01:.6f}", flush=True)
+        time.sleep(a.sleep)
+        if stop:
+            break
+    with open(os.path.join(os.environ["GPUJOB_CKPT_DIR"], f"ckpt_{step}.json"), "w") as f:
+        json.dump({"step": step, "w": w}, f)
+    print("saved at step", step, flush=True)
+"""
+
+
+def cli_json(*args: str) -> dict:
+    r = run_cli(*args, "--json", timeout=180)
+    assert r.returncode == 0, r.stderr + r.stdout
+    return json.loads(r.stdout)
+
+
+def test_ledger_holds_arguments_compare_shows_the_one_that_differs_rerun_runs_the_same_code(
+        any_host: str, tmp_path: Path) -> None:
+    job = write_job(tmp_path, "ledgerq", LOOP, "python main.py --lr 0.1 --steps 12", env=QUIET,
+                    checkpoint={"pattern": "ckpt_*.json"})
+    a = submit(any_host, job)["job_id"]
+    wait_state(any_host, a, ("succeeded",), 90, root=job_dir(tmp_path, any_host, a).parent.parent)
+    (row,) = cli_json("runs")["runs"]
+    assert row["job_id"] == a and row["params"] == {"lr": 0.1, "steps": 12} and row["state"] == "succeeded"
+    assert row["code_hash"] and row["env_hash"] and row["final"]["loss"] < 25
+
+    # the script changes after A: rerun restores A's code (its kept snapshot) with the new argument
+    main = job.parent / "main.py"
+    main.write_text(main.read_text() + "\nprint('EDITED AFTER A')\n")
+    b_doc = cli_json("rerun", a, "--set", "lr=0.3")
+    b = b_doc["job_id"]
+    assert b_doc["parent"] == a and b_doc["restored"] is True and b_doc["host"] == any_host
+    wait_state(any_host, b, ("succeeded",), 90, root=job_dir(tmp_path, any_host, b).parent.parent)
+    assert "EDITED" not in log_text(job_dir(tmp_path, any_host, b))
+    runs = {r["job_id"]: r for r in cli_json("runs", "--name", "ledgerq")["runs"]}
+    assert runs[b]["code_hash"] == runs[a]["code_hash"] and runs[b]["parent"] == a
+    assert runs[b]["params"] == {"lr": 0.3, "steps": 12}
+    assert [r["job_id"] for r in cli_json("runs", "--where", "lr>0.2")["runs"]] == [b]
+    assert [r["job_id"] for r in cli_json("runs", "--sort", "loss")["runs"]] == [b, a]  # lr 0.3 ends lower
+
+    cmp = cli_json("compare", a, b)
+    assert cmp["params"] == {"lr": [0.1, 0.3]}, cmp  # the one argument that differs, and nothing else
+    assert cmp["code"] == {} and cmp["env"] == {} and cmp["same_params"] == {"steps": 12}
+    assert cmp["final"]["loss"][1] < cmp["final"]["loss"][0] and len(cmp["series"]["loss"][0]) >= 10
+    drawn = run_cli("compare", a, b)
+    assert drawn.returncode == 0 and "lr" in drawn.stdout and "▁" in drawn.stdout, drawn.stdout + drawn.stderr
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib"):
+        assert cli_json("compare", a, b, "--plot", str(tmp_path / "cmp.png"))["plot"] == str(tmp_path / "cmp.png")
+        assert (tmp_path / "cmp.png").read_bytes()[:4] == b"\x89PNG"
+    # the Python API's results are the commands' --json
+    import gpujob
+
+    with gpujob.Client() as c:
+        assert c.runs(name="ledgerq").to_json() == cli_json("runs", "--name", "ledgerq")
+        assert c.compare(a, b).to_json() == cmp
+
+    # the ledger outlives the host's record: rm, then runs and cost still know A
+    assert run_cli("rm", a).returncode == 0
+    assert a in [r["job_id"] for r in cli_json("runs")["runs"]]
+    cost = cli_json("cost")
+    assert {j["job_id"]: j.get("source") for j in cost["jobs"]}[a] == "ledger"
+
+
+STEPS = 25
+SWEEP_LOOP_RUN = f"python main.py --lr 0.1 --steps {STEPS} --sleep 0.1"
+
+
+def _priced_local_host(tmp_path: Path, name: str, price: float) -> None:
+    """A host profile of this machine (kind local) with a price (what the budget counts) and a
+    shutdown command that only leaves a line in ``tmp_path/off`` (the stand-in for a power switch)."""
+    from gpujob.config.hosts import Host, HostStore
+
+    HostStore().save(Host(name=name, kind="local", hostname="localhost", root=str(tmp_path / "local-root"),
+                          price_per_hour=price, currency="CNY", shutdown_command=f"echo off >> {tmp_path / 'off'}"))
+
+
+@pytest.mark.slow
+def test_sweep_prunes_gracefully_resumes_and_ends_within_its_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           hook: Any) -> None:
+    needs("optuna")
+    monkeypatch.setenv("GPUJOB_METRICS_EVERY", "0.2")  # the agent reads the log's loss this often
+    monkeypatch.setenv("GPUJOB_SWEEP_POLL", "0.3")
+    _priced_local_host(tmp_path, "priced", 360.0)  # 0.1 CNY a second
+    sweep = {"method": "grid", "parallel": 2, "pruner": "median", "startup_trials": 2, "warmup_steps": 3, "seed": 10,
+             "params": {"lr": [0.4, 0.3, 0.2, 0.1, 0.05, 0.02, 0.01, 0.005]}}
+    job = write_job(tmp_path, "sw", LOOP, SWEEP_LOOP_RUN, env=QUIET, checkpoint={"pattern": "ckpt_*.json"}, sweep=sweep,
+                    notify={"channels": [{"type": "webhook", "url": hook.url}]})
+    # the driver is interrupted once two trials run (the laptop closing): they run on; resume goes on
+    driver = subprocess.Popen([sys.executable, "-m", "gpujob.cli", "sweep", str(job), "--hosts", "priced", "--name",
+                               "sw-grid"], env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: len(cli_json("runs", "--sweep", "sw-grid")["runs"]) == 2, 90, "two trials submitted")
+    driver.send_signal(signal.SIGINT)
+    _, err = driver.communicate(timeout=60)
+    assert driver.returncode == 130 and "sweep resume" in err, err
+    left = cli_json("sweep", "status", "sw-grid")
+    assert left["state"] == "running" and len(left["trials"]) == 2, left
+    doc = cli_json("sweep", "resume", "sw-grid")
+    assert doc["state"] == "done" and len(doc["trials"]) == 8, doc
+    assert {t["job_id"] for t in left["trials"]} <= {t["job_id"] for t in doc["trials"]}
+    # one notification for the sweep (none per trial), with the leaderboard
+    assert len(hook.got) == 1 and "sw-grid" in json.dumps(hook.got[0]["body"]), hook.got
+    assert f"lr={doc['best']['params']['lr']}" in json.dumps(hook.got[0]["body"])
+    pruned = [t for t in doc["trials"] if t["state"] == "pruned"]
+    assert pruned and doc["best"]["state"] == "complete", doc["trials"]
+    saved = []
+    for t in pruned:  # stopped gracefully: the job saved its checkpoint before it left
+        st = cli_json("status", t["job_id"], "--host", "priced")
+        assert st["state"] == "stopped" and st["checkpoints"], st
+        saved.append(int(log_text(job_dir(tmp_path, "local", t["job_id"])).split("saved at step")[1].split()[0]))
+    assert min(saved) < STEPS and doc["spent"]["steps"] < 8 * STEPS, (saved, doc["trials"])
+    assert cli_json("sweep", "status", "sw-grid")["best"] == doc["best"]
+    assert {r["sweep"] for r in cli_json("runs", "--sweep", "sw-grid", "--limit", "0")["runs"]} == {"sw-grid"}
+
+    # a budget of 2 CNY (20 trial-seconds at this price) ends the sweep with its trials stopped cleanly;
+    # after: shutdown powers the host off once, after the last trial (never after each)
+    assert not (tmp_path / "off").exists()
+    budget = 2.0
+    doc = cli_json("sweep", str(job), "--hosts", "priced", "--name", "sw-budget", "--budget", str(budget),
+                   "--set", "run=python main.py --steps 400 --sleep 0.05", "--set", "autostop.after=shutdown",
+                   "--trials", "6")
+    assert doc["ended"].startswith("budget"), doc
+    assert (tmp_path / "off").read_text() == "off\n" and doc["shutdown"]["priced"].startswith("shutdown command ran")
+    assert doc["spent"]["cost"] <= budget * 1.05, doc["spent"]
+    assert all(t["state"] in ("stopped", "complete", "pruned") for t in doc["trials"]), doc["trials"]
+    stopped = [t for t in doc["trials"] if t["state"] == "stopped"]
+    assert stopped
+    for t in stopped:
+        assert cli_json("status", t["job_id"], "--host", "priced")["checkpoints"]
+
+
+HF_HPARAMS = HF_MODEL + """
+    args = TrainingArguments(output_dir="./results", max_steps=4, learning_rate=3e-4, warmup_steps=1,
+                             logging_steps=1, per_device_train_batch_size=4, report_to="none", use_cpu=True,
+                             save_strategy="no")
+    Trainer(model=model, args=args, train_dataset=Data()).train()
+"""
+
+
+@pytest.mark.slow
+def test_hf_trainer_arguments_reach_the_ledger_through_the_hook(tmp_path: Path) -> None:
+    needs("torch", "transformers", "accelerate")
+    job = write_job(tmp_path, "hfhp", HF_HPARAMS, "python main.py --tag first", env=QUIET)
+    jid = submit("local", job)["job_id"]
+    wait_state("local", jid, ("succeeded",), 120, root=tmp_path / "local-root")
+    cli_json("status", jid)  # the laptop learns the job's state: the ledger row is brought up to date
+    (row,) = cli_json("runs")["runs"]
+    p = row["params"]
+    assert p["tag"] == "first" and p["learning_rate"] == 3e-4 and p["max_steps"] == 4 and p["warmup_steps"] == 1
+    assert p["per_device_train_batch_size"] == 4 and "output_dir" not in p
+
+
+def test_the_ledger_takes_concurrent_writers(tmp_path: Path) -> None:
+    """Four gpujob processes writing at once (a sweep, status polls, submits): every row lands."""
+    code = ("import sys; from gpujob.config.ledger import open_ledger\n"
+            "with open_ledger() as lg:\n"
+            "    for i in range(50):\n"
+            "        lg.put(f'w{sys.argv[1]}-{i}', name='c', state='running', params={'i': i})\n"
+            "        lg.put(f'w{sys.argv[1]}-{i}', state='succeeded', final={'loss': i})\n")
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(w)], env=env) for w in range(4)]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0, 0, 0]
+    doc = cli_json("runs", "--name", "c", "--where", "state=succeeded", "--limit", "0")
+    assert doc["total"] == 200 and {r["final"]["loss"] for r in doc["runs"]} == set(range(50))
+
+
+
+def test_rerun_rebuilds_code_from_git_commit_and_diff_when_no_snapshot_is_kept(tmp_path: Path) -> None:
+    """A tree in git is kept as its commit and its uncommitted diff (no tarball), and rebuilt from them,
+    new files included: it hashes as the run's did."""
+    from gpujob.config.ledger import open_ledger
+    from gpujob.config.ledger.code import code_hash, snapshot_path, tree_files
+    from gpujob.config.spec import load_spec
+    from gpujob.usecases.experiments.record import code_of, record_submit
+    from gpujob.usecases.experiments.rerun import plan
+
+    repo = tmp_path / "repo"
+    proj = repo / "proj"
+    proj.mkdir(parents=True)
+    (proj / "main.py").write_text("print('v1')\n")
+    (proj / "job.yaml").write_text("name: gitrun\nrun: python main.py --lr 0.1\n")
+    git = ["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t"]
+    for args in (["init", "-q"], ["add", "."], ["commit", "-qm", "v1"]):
+        subprocess.run(git + args, check=True)
+    (proj / "main.py").write_text("print('v2, uncommitted')\n")  # the run's code: the commit plus a diff
+    (proj / "extra.py").write_text("X = 1\n")  # and a new file
+    spec = load_spec(proj / "job.yaml")
+    code = code_of(spec)
+    assert code["git_commit"] and code["diff_hash"] and "extra.py" in code["diff"] and code["snapshot"] is False
+    record_submit({"job_id": "gitrun-1", "host": "local", "state": "running"}, spec, code,
+                  str((proj / "job.yaml").resolve()), [])
+    assert not snapshot_path(code["code_hash"]).exists()
+    (proj / "main.py").write_text("print('v3, later')\n")
+    p = plan("gitrun-1", ["lr=0.2"])
+    restored = Path(p["job_file"]).parent
+    assert p["restored"] and restored != proj and (restored / "main.py").read_text() == "print('v2, uncommitted')\n"
+    assert code_hash(restored, tree_files(restored, [])) == code["code_hash"]
+    assert 'run="python main.py --lr 0.2"' in p["set"], p["set"]
+    with open_ledger() as lg:
+        assert lg.diff(code["diff_hash"]) == code["diff"]
+
+
+def test_a_job_file_with_literal_secrets_stays_out_of_the_ledger(tmp_path: Path) -> None:
+    """Its snapshot and its row hold no secret value (the job file is neither sent nor kept)."""
+    import tarfile
+
+    from gpujob.config.ledger import ledger_path
+    from gpujob.config.ledger.code import snapshot_path
+    from gpujob.config.spec import load_spec
+    from gpujob.usecases.experiments.record import code_of, record_submit
+
+    secret = "ledger-secret-4f2a9c"
+    proj = tmp_path / "sec"
+    proj.mkdir()
+    (proj / "main.py").write_text("print(1)\n")
+    (proj / "job.yaml").write_text(json.dumps({"name": "sec", "run": "python main.py --lr 0.1", "notify": {
+        "channels": [{"type": "webhook", "url": "http://127.0.0.1:9/hook", "secret": secret}]}}))
+    spec = load_spec(proj / "job.yaml")
+    code = code_of(spec)
+    record_submit({"job_id": "sec-1", "host": "local", "state": "running"}, spec, code, str(proj / "job.yaml"), [])
+    with tarfile.open(snapshot_path(code["code_hash"])) as tar:
+        assert tar.getnames() == ["main.py"]
+    written = [p.read_bytes() for p in ledger_path().parent.glob("ledger.sqlite*")]  # the WAL too
+    assert written and not any(secret.encode() in b for b in written)
