@@ -18,6 +18,7 @@ from remote.layout import (
     Root,
     agent_log,
     now,
+    read_json,
     screen_lines,
     tail_lines,
     with_reserve,
@@ -234,6 +235,9 @@ def _describe(root: Root, job_id: str, detail: bool = False) -> Dict[str, Any]:
     st["last_metrics"] = recent_metrics(st, metrics)
     st["metrics_source"] = source
     st["last_line"] = (tail_lines(job.log, 1) or [""])[0][-200:]
+    mirror = read_json(job.path / "mirror.json")  # the supervisor's mirror thread (remote/mirror)
+    if isinstance(mirror, dict):
+        st["mirror"] = mirror
     st["now"] = now()
     if st.get("state") == "lost" and job.status().get("state") not in TERMINAL:
         mark_lost(root, job, st)  # the record stops claiming to run

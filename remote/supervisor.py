@@ -119,6 +119,13 @@ class Supervisor:
 
         self.collector = Collector(self.job, self.spec, float(self.status.get("submitted_at") or now()))
         self.watchers.append(self.collector)
+        self.mirror = None  # checkpoint.mirror: uploads each complete checkpoint (remote/mirror)
+        mirror_cfg = self.spec.get("checkpoint_mirror") or {}
+        if mirror_cfg.get("targets"):
+            from remote.mirror.uploader import Mirror
+
+            self.mirror = Mirror(self, mirror_cfg)
+            self.watchers.append(self.mirror)
 
     def job_pids(self) -> List[int]:
         """The job's live processes (for "open for writing"); remembered for the OOM evidence."""

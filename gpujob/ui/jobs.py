@@ -197,6 +197,11 @@ def job_panel(j: dict[str, Any]) -> Any:
         t.add_row("checkpoints", f"{len(done)} complete, newest {what}")
     elif j.get("stray_checkpoints"):
         t.add_row("checkpoints", f"[yellow]none where gpujob looks: {escape(j['stray_checkpoints']['advice'])}[/]")
+    if j.get("mirror"):
+        from gpujob.ui.mirror import mirror_lines
+
+        for i, line in enumerate(mirror_lines(j["mirror"], j.get("now"))):
+            t.add_row("mirror" if i == 0 else "", line)
     if j.get("last_line"):
         t.add_row("last line", escape(j["last_line"]))
     return t

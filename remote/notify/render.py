@@ -11,6 +11,7 @@ _VERB = {
     "stopped": ("\u23f9\ufe0f", "stopped"),
     "autostopped": ("\u23f9\ufe0f", "auto-stopped"),
     "lost": ("\u26a0\ufe0f", "lost contact"),
+    "mirror_failing": ("\u26a0\ufe0f", "checkpoint mirror failing"),
     "test": ("\U0001f514", "test notification"),
 }
 

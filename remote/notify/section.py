@@ -5,8 +5,8 @@ from typing import Any, Dict, List, Optional
 from .base import CHANNELS, channel_type
 from .redaction import secret_names
 
-EVENTS = ("started", "succeeded", "failed", "restarted", "stopped", "autostopped", "lost", "test")
-DEFAULT_ON = ["succeeded", "failed", "autostopped", "lost"]
+EVENTS = ("started", "succeeded", "failed", "restarted", "stopped", "autostopped", "lost", "mirror_failing", "test")
+DEFAULT_ON = ["succeeded", "failed", "autostopped", "lost", "mirror_failing"]
 
 _COMMON = ("type", "name", "on")
 
