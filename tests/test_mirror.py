@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
-from tests.conftest import run_cli
+import pytest
+
+from tests.conftest import Sshd, run_cli
 from tests.helpers import remote_root, wait_for, wait_state
-from tests.mirror_lab import S3, TRAIN, s3  # noqa: F401  (the fixture)
+from tests.mirror_lab import S3, TRAIN, s3_server
+from tests.test_move import kill_instance, two_hosts  # noqa: F401  (the fixture)
+
+
+@pytest.fixture
+def s3(tmp_path: Path) -> Iterator[S3]:
+    with s3_server(tmp_path) as server:
+        yield server
 
 
 def mirror_job(tmp_path: Path, name: str, mirror: object, **extra: object) -> Path:
@@ -55,3 +64,42 @@ def test_each_complete_checkpoint_reaches_a_path_and_an_s3_mirror(s3: S3, tmp_pa
             assert s3.secret.encode() not in data and s3.key_id.encode() not in data, p
     secrets_file = root / "jobs" / job_id / "secrets.json"
     assert oct(secrets_file.stat().st_mode & 0o777) == "0o600"
+
+
+def test_a_destroyed_instance_resumes_on_another_host_from_the_mirror(
+        s3: S3, two_hosts: tuple[Sshd, Sshd], tmp_path: Path) -> None:
+    job = mirror_job(tmp_path, "phoenix", "s3://ckpts/p", secrets=["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"],
+                     env={"STEPS": "24", "EVERY": "3", "STEP_S": "0.25"})
+    spec = json.loads(job.read_text())
+    spec["checkpoint"]["mirror"] = {"to": "s3://ckpts/p", "endpoint": s3.url}
+    job.write_text(json.dumps(spec))
+    r = run_cli("submit", str(job), "--host", "a", "--json", env_extra=s3.env())
+    assert r.returncode == 0, r.stderr
+    job_id = json.loads(r.stdout)["job_id"]
+    old_dir, new_dir = tmp_path / "root-a" / "jobs" / job_id, tmp_path / "root-b" / "jobs" / job_id
+    on_mirror = s3.root / "ckpts" / "p" / job_id
+    wait_for(lambda: len(markers(on_mirror)) >= 2, 90, "two mirrored checkpoints")
+    kill_instance(two_hosts[0], old_dir)
+    shutil.rmtree(tmp_path / "root-a")  # the instance and its disk are gone
+    newest = max(int(m.split("-")[1].split(".")[0]) for m in markers(on_mirror))
+    # a torn upload on the mirror (files, no marker) is never what comes back
+    torn = on_mirror / f"checkpoint-{newest + 3}"
+    torn.mkdir()
+    (torn / "trainer_state.json").write_text(json.dumps({"global_step": newest + 3}))
+    r = run_cli("resume", job_id, "--host", "b", "--json", timeout=300, env_extra=s3.env())
+    assert r.returncode == 0, r.stderr + r.stdout
+    res = json.loads(r.stdout)
+    assert res["source"] == "mirror" and res["checkpoint"] == f"ckpt/checkpoint-{newest}", res
+    st = wait_state("b", job_id, ("succeeded", "failed"), 120)
+    assert st["state"] == "succeeded", st
+    assert f"start at {newest}" in (new_dir / "output.log").read_text()
+    steps = [json.loads(x)["step"] for x in (new_dir / "metrics.jsonl").read_text().splitlines()]
+    assert steps[-(24 - newest):] == list(range(newest + 1, 25))  # the metric steps go on
+    # the laptop reads the mirror with both hosts' copies out of the way too
+    r = run_cli("pull", job_id, str(tmp_path / "pulls"), "--latest", "--from", "mirror", "--json",
+                env_extra=s3.env())
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert got["selected"] == "ckpt/checkpoint-24"
+    assert json.loads((tmp_path / "pulls" / job_id / "ckpt" / "checkpoint-24" / "trainer_state.json")
+                      .read_text())["global_step"] == 24

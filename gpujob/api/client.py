@@ -166,6 +166,8 @@ class Client:
         res["skipped"] = [vars(s) for s in skipped]
         src = Path(spec.source)  # what ``move`` needs to send the job again: its job file and overrides
         again = {"job_file": str(src.resolve()), "set": overrides} if src.is_file() else {}
+        if spec.checkpoint_mirror:  # pull --from mirror and move read it with the host gone (no secret in it)
+            again["mirror"] = spec.checkpoint_mirror
         index.record(res["job_id"], target.name, spec.name, **again)
         return Job(self, res["job_id"], target.name, r.SubmitResult.from_json(res))
 
@@ -383,13 +385,21 @@ class Job:
                                          note=note or (lambda s: None)))
 
     def pull(self, dest: str | Path = "gpujob-pulls", latest: bool = False, best: str | None = None,
-             include: Iterable[str] = (), progress: Progress | None = None) -> r.PullResult:
+             include: Iterable[str] = (), progress: Progress | None = None, source: str = "host") -> r.PullResult:
         """Copy the job's logs and checkpoints into ``dest/<job_id>/`` (only what is missing or changed).
 
         ``latest``: only the newest complete checkpoint; ``best``: only the best one ("": as the
         trainer recorded it, else by that metric). A job over several nodes: from rank 0's node.
+        ``source="mirror"``: the newest mirrored complete checkpoint, read from ``checkpoint.mirror``
+        without the host (docs/checkpoints.md).
         """
         from gpujob.config import index
+
+        if source == "mirror":
+            from gpujob.usecases.mirror import fetch
+
+            entry = index.entry_of(self.ref)
+            return r.PullResult.from_json(fetch(entry["job_id"] if entry else self.ref, Path(dest), progress))
         from gpujob.usecases.pull import pull, tell_pulled
 
         nodes = self.nodes

@@ -168,7 +168,8 @@ def cmd_pull(args: argparse.Namespace) -> int:
     from gpujob.ui.progress import transfer_bar
 
     with client(args.host) as c, transfer_bar(f"pull {args.job}", not args.json) as bar:
-        res = c.job(args.job).pull(args.dest, latest=args.latest, best=args.best, include=args.include, progress=bar)
+        res = c.job(args.job).pull(args.dest, latest=args.latest, best=args.best, include=args.include, progress=bar,
+                                   source=args.source)
     pull_warnings(res)
     return show(args, res, pulled)
 

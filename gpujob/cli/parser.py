@@ -126,6 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("job", type=job_ref)
     s.add_argument("dest", nargs="?", default="gpujob-pulls")
     s.add_argument("--host")
+    s.add_argument("--from", dest="source", choices=["host", "mirror"], default="host",
+                   help="mirror: the newest mirrored complete checkpoint, read from checkpoint.mirror through "
+                        "rclone (the instance may be gone; the store's keys from this shell's environment)")
     g = s.add_mutually_exclusive_group()
     g.add_argument("--latest", action="store_true",
                    help="only the newest complete checkpoint of any kind (and the logs, and the files beside the "
