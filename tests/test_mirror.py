@@ -12,7 +12,10 @@ import pytest
 from tests.conftest import Sshd, run_cli
 from tests.helpers import remote_root, wait_for, wait_state
 from tests.mirror_lab import S3, TRAIN, s3_server
-from tests.test_move import kill_instance, two_hosts  # noqa: F401  (the fixture)
+from tests import test_move
+from tests.test_move import kill_instance
+
+two_hosts = test_move.two_hosts  # the fixture: hosts a and b, their own sshd and root each
 
 
 @pytest.fixture
