@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from tests import test_move
 from tests.conftest import Sshd, run_cli
 from tests.helpers import remote_root, wait_for, wait_state
 from tests.mirror_lab import S3, TRAIN, s3_server
-from tests import test_move
 from tests.test_move import kill_instance
 
 two_hosts = test_move.two_hosts  # the fixture: hosts a and b, their own sshd and root each
@@ -37,28 +37,37 @@ def markers(folder: Path) -> list[str]:
     return sorted(p.name for p in (folder / ".complete").glob("*.json")) if (folder / ".complete").is_dir() else []
 
 
-def test_each_complete_checkpoint_reaches_a_path_and_an_s3_mirror(s3: S3, tmp_path: Path) -> None:
+def test_each_complete_checkpoint_reaches_a_path_and_an_s3_mirror_before_shutdown(s3: S3, ssh_host: str, tmp_path: Path) -> None:
+    log = tmp_path / "shutdown.log"
+    stand_in = tmp_path / "fake-shutdown"
+    stand_in.write_text(f'#!/bin/sh\necho "$(date +%s.%N) shutdown" >> {log}\n')
+    stand_in.chmod(0o755)
+    assert run_cli("host", "set", ssh_host, "--shutdown-command", str(stand_in)).returncode == 0
     fs = tmp_path / "autodl-fs"
-    job = mirror_job(tmp_path, "mirrored", {"to": [str(fs), "s3://ckpts/runs"], "endpoint": s3.url, "keep": 2},
-                     secrets=["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"], env={"STEPS": "9", "EVERY": "3"})
-    r = run_cli("submit", str(job), "--host", "local", "--json", env_extra=s3.env())
+    job = mirror_job(tmp_path, "mirrored", {"to": [str(fs), "s3://ckpts/runs"], "endpoint": s3.url, "keep": 2,
+                                            "bwlimit": "2M"},
+                     secrets=["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"], autostop={"after": "shutdown"},
+                     env={"STEPS": "9", "EVERY": "3", "SIZE": str(1 << 20)})
+    r = run_cli("submit", str(job), "--host", ssh_host, "--json", env_extra=s3.env())
     assert r.returncode == 0, r.stderr
     job_id = json.loads(r.stdout)["job_id"]
-    root = remote_root(tmp_path, "local")
-    wait_state("local", job_id, ("succeeded",), 120, root=root)
-    events = root / "jobs" / job_id / "events.jsonl"
-    wait_for(lambda: '"mirror_done"' in events.read_text(), 60, "the mirror's end")
-    st = json.loads(run_cli("status", job_id, "--host", "local", "--json").stdout)
+    root = remote_root(tmp_path, ssh_host)
+    wait_state(ssh_host, job_id, ("succeeded",), 120, root=root)
+    wait_for(log.exists, 60, "the shutdown command")
+    off = float(log.read_text().split()[0])
+    st = json.loads(run_cli("status", job_id, "--host", ssh_host, "--json").stdout)
     # the supervisor waited for its last checkpoint: both targets hold it, marker written last
     for folder in (fs / job_id, s3.root / "ckpts" / "runs" / job_id):
         assert markers(folder) == ["checkpoint-6.json", "checkpoint-9.json"], folder  # keep: 2 on the mirror
         assert (folder / "checkpoint-9" / "weights.bin").read_bytes() == \
             (root / "jobs" / job_id / "ckpt" / "checkpoint-9" / "weights.bin").read_bytes()
         assert not (folder / "checkpoint-3").exists()
+        # the power went off only after the last checkpoint was verified and marked on every target
+        assert json.loads((folder / ".complete" / "checkpoint-9.json").read_text())["mirrored_at"] < off
     m = st["mirror"]
     assert [t["mirrored"] for t in m["targets"]] == ["checkpoint-9", "checkpoint-9"]
     assert m["lag_s"] == 0 and not any(t["error"] for t in m["targets"])
-    shown = run_cli("status", job_id, "--host", "local").stdout
+    shown = run_cli("status", job_id, "--host", ssh_host).stdout
     assert "mirrored checkpoint-9" in shown
     # the store's keys: only in the job's 0600 secrets file, in no argv, log or other file
     for p in list(root.rglob("*")) + list(tmp_path.glob("state/**/*")):
