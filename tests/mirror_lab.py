@@ -36,8 +36,9 @@ for step in range(start + 1, total + 1):
     if step % every == 0:
         d = os.path.join(ck, "checkpoint-%d" % step)
         os.makedirs(d, exist_ok=True)
-        with open(os.path.join(d, "weights.bin"), "wb") as f:
-            f.write(os.urandom(size))
+        for i in range(int(os.environ.get("SHARDS", "1"))):
+            with open(os.path.join(d, "weights.bin" if i == 0 else "shard-%d.bin" % i), "wb") as f:
+                f.write(os.urandom(size))
         open(os.path.join(d, "rng_state.pth"), "wb").write(b"r")
         json.dump({"global_step": step}, open(os.path.join(d, "trainer_state.json"), "w"))
         print("saved", step, flush=True)

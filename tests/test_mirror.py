@@ -11,8 +11,10 @@ import pytest
 
 from tests import test_move
 from tests.conftest import Sshd, run_cli
+from tests.faults.linkproxy import LinkProxy
 from tests.helpers import remote_root, wait_for, wait_state
 from tests.mirror_lab import S3, TRAIN, s3_server
+from tests.test_events import Hook
 from tests.test_move import kill_instance
 
 two_hosts = test_move.two_hosts  # the fixture: hosts a and b, their own sshd and root each
@@ -115,3 +117,36 @@ def test_a_destroyed_instance_resumes_on_another_host_from_the_mirror(
     assert got["selected"] == "ckpt/checkpoint-24"
     assert json.loads((tmp_path / "pulls" / job_id / "ckpt" / "checkpoint-24" / "trainer_state.json")
                       .read_text())["global_step"] == 24
+
+
+def test_a_cut_mirror_link_resumes_without_resending_verified_files_and_alerts(
+        s3: S3, hook: Hook, tmp_path: Path) -> None:
+    link = LinkProxy(int(s3.url.rsplit(":", 1)[1]), rate=3 << 20)
+    try:
+        job = mirror_job(tmp_path, "cutlink", {"to": "s3://ckpts/c", "endpoint": f"http://127.0.0.1:{link.port}",
+                                               "alert_after": "1s"},
+                         secrets=["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"],
+                         notify={"on": ["mirror_failing"], "channels": [{"type": "webhook", "url": hook.url}]},
+                         env={"STEPS": "3", "EVERY": "3", "SHARDS": "6", "SIZE": str(1 << 20)})
+        r = run_cli("submit", str(job), "--host", "local", "--json", env_extra=s3.env())
+        assert r.returncode == 0, r.stderr
+        job_id = json.loads(r.stdout)["job_id"]
+        up = s3.root / "ckpts" / "c" / job_id / "checkpoint-3"
+        wait_for(lambda: (up / "shard-1.bin").exists() and (up / "shard-2.bin").exists(), 60, "two files up")
+        link.cut()
+        first = {p.name: p.stat().st_ino for p in up.glob("*.bin")}
+        wait_for(lambda: any(g["body"].get("event") == "mirror_failing" for g in hook.got), 60, "the alert")
+        assert markers(up.parent) == []  # a torn upload is no checkpoint
+        shown = run_cli("status", job_id, "--host", "local").stdout
+        assert "failing for" in shown, shown
+        link.resume()
+        wait_for(lambda: markers(up.parent) == ["checkpoint-3.json"], 60, "the marker after the link came back")
+        # the files that were up before the cut were not sent again (same inode on the server's disk)
+        assert {n: (up / n).stat().st_ino for n in first} == first
+        local = remote_root(tmp_path, "local") / "jobs" / job_id / "ckpt" / "checkpoint-3"
+        assert all((up / p.name).read_bytes() == p.read_bytes() for p in local.iterdir())
+        alert = next(g for g in hook.got if g["body"].get("event") == "mirror_failing")
+        assert "only on the instance since" in json.dumps(alert["body"])
+        assert s3.secret not in json.dumps(alert["body"])
+    finally:
+        link.close()

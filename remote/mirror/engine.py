@@ -111,7 +111,9 @@ class Rclone:
         self.proc = None  # type: Optional[subprocess.Popen]
 
     def argv(self, args: List[str]) -> List[str]:
-        cmd = [self.binary] + args + ["--retries", "3", "--low-level-retries", "5", "--contimeout", "15s",
+        # few retries inside rclone (its backoff hid a dead link for minutes): the uploader's next
+        # pass retries, and a copy compares by hash, so what was verified is not sent again
+        cmd = [self.binary] + args + ["--retries", "1", "--low-level-retries", "2", "--contimeout", "15s",
                                       "--timeout", "60s"]
         if self.nice:  # the training comes first: lowest CPU priority and idle I/O class
             cmd = (["ionice", "-c", "3"] if shutil.which("ionice") else []) + ["nice", "-n", "19"] + cmd
