@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests import test_move
-from tests.conftest import Sshd, run_cli
+from tests.conftest import REPO, Sshd, run_cli
 from tests.faults.linkproxy import LinkProxy
 from tests.helpers import remote_root, wait_for, wait_state
 from tests.mirror_lab import S3, TRAIN, s3_server
@@ -148,5 +151,51 @@ def test_a_cut_mirror_link_resumes_without_resending_verified_files_and_alerts(
         alert = next(g for g in hook.got if g["body"].get("event") == "mirror_failing")
         assert "only on the instance since" in json.dumps(alert["body"])
         assert s3.secret not in json.dumps(alert["body"])
+    finally:
+        link.close()
+
+
+def test_pull_follow_keeps_each_new_checkpoint_through_a_dropped_link(sshd: Sshd, ssh_host: str,
+                                                                      tmp_path: Path) -> None:
+    from gpujob.config.hosts import HostStore
+
+    link = LinkProxy(sshd.port)
+    store = HostStore()
+    host = store.get(ssh_host)
+    host.port = link.port
+    store.save(host)
+    try:
+        d = tmp_path / "followed"
+        d.mkdir()
+        (d / "main.py").write_text(TRAIN)
+        (d / "job.yaml").write_text(json.dumps({"name": "followed", "run": "python main.py",
+                                                "env": {"STEPS": "15", "EVERY": "3", "STEP_S": "0.3", "SIZE": "200000"}}))
+        job_id = json.loads(run_cli("submit", str(d / "job.yaml"), "--host", ssh_host, "--json").stdout)["job_id"]
+        dest = tmp_path / "follow"
+        env = {"GPUJOB_MUX": "0", "GPUJOB_CONNECT_RETRIES": "1"}
+        p = subprocess.Popen([sys.executable, "-m", "gpujob.cli", "pull", job_id, str(dest), "--follow", "0.5",
+                              "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=dict(os.environ, PYTHONPATH=str(REPO), **env))
+        try:
+            here = dest / job_id / "ckpt"
+            wait_for(lambda: any(here.glob("checkpoint-*")), 30, "a first checkpoint here")
+            first = min(int(c.name.split("-")[1]) for c in here.glob("checkpoint-*"))
+            link.cut()  # the laptop's link drops while the job goes on
+            wait_for(lambda: (tmp_path / "remote-root" / "jobs" / job_id / "ckpt" / f"checkpoint-{first + 6}").is_dir(),
+                     60, "two more checkpoints on the host")
+            link.resume()
+            out, err = p.communicate(timeout=120)
+        finally:
+            p.kill()
+        assert p.returncode == 0, err
+        res = json.loads(out)
+        assert res["state"] == "succeeded" and res["pulled"][-1] == "ckpt/checkpoint-15", res
+        steps = [int(s.rsplit("-", 1)[1]) for s in res["pulled"]]
+        assert steps == sorted(steps)
+        assert (here / f"checkpoint-{first}").is_dir()  # what came before the cut stays
+        assert (dest / job_id / "ckpt" / "checkpoint-15" / "trainer_state.json").is_file()
+        # a second run into the same folder fetches no checkpoint again (only the grown event log)
+        r = run_cli("pull", job_id, str(dest), "--follow", "0.5", "--json", env_extra=env)
+        assert r.returncode == 0 and json.loads(r.stdout)["bytes"] < 20000, r.stderr + r.stdout
     finally:
         link.close()

@@ -410,6 +410,19 @@ class Job:
         index.record_pull(res["job_id"], str(Path(dest).resolve()))
         return r.PullResult.from_json(res)
 
+    def follow(self, dest: str | Path = "gpujob-pulls", interval: float = 30.0, progress: Progress | None = None,
+               note: Note | None = None) -> r.PullResult:
+        """Pull each new complete checkpoint until the job ends (``pull --follow``); a dropped link is
+        waited out, and a second call into the same ``dest`` resumes."""
+        from gpujob.usecases.follow import follow
+
+        def reconnect() -> None:
+            self.client.drop(self.nodes[0].name if self.nodes else self.host)
+
+        res = follow(lambda: self.pull(dest, latest=True, progress=progress).to_json(),
+                     lambda: self.status().state, reconnect, interval, note or (lambda s: None))
+        return r.PullResult.from_json(res)
+
     def tunnel(self, remote_port: int = 6006, local_port: int | None = None, install: bool = False,
                on_event: Note | None = None) -> Tunnel:
         """The job's TensorBoard on a local port (started on the host if none serves): ``with job.tunnel() as info``."""

@@ -167,6 +167,12 @@ def cmd_pull(args: argparse.Namespace) -> int:
     from gpujob.ui.jobs import pull_warnings, pulled
     from gpujob.ui.progress import transfer_bar
 
+    if args.follow is not None:
+        from gpujob.ui.jobs import note
+
+        with client(args.host) as c:
+            res = c.job(args.job).follow(args.dest, args.follow, note=_note(args, note))
+        return show(args, res, pulled)
     with client(args.host) as c, transfer_bar(f"pull {args.job}", not args.json) as bar:
         res = c.job(args.job).pull(args.dest, latest=args.latest, best=args.best, include=args.include, progress=bar,
                                    source=args.source)
