@@ -352,6 +352,12 @@ def resume(root: Root, job_id: str) -> Dict[str, Any]:
         if st.get("state") == "moved":
             raise AgentError("job {} moved to {}: it goes on there".format(job_id, st.get("moved_to")),
                              "gpujob resume {} (the laptop knows its new host)".format(job_id), "moved")
+        if locks.supervisor_alive(job.path) and st.get("state") in TERMINAL and \
+                (read_json(job.path / "mirror.json") or {}).get("ending"):
+            raise AgentError("job {} ended ({}) and its supervisor is still sending the last checkpoint to the "
+                             "mirror".format(job_id, st.get("state")),
+                             "gpujob status {} shows the upload; resume once it is mirrored (checkpoint.mirror.wait "
+                             "bounds the wait)".format(job_id), "already_running")
         if locks.supervisor_alive(job.path) or st.get("state") not in TERMINAL:
             raise AgentError("job {} is already running ({}): its supervisor is alive".format(
                 job_id, st.get("state")), "follow it with: gpujob tail -f {}".format(job_id), "already_running")

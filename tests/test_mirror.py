@@ -199,3 +199,14 @@ def test_pull_follow_keeps_each_new_checkpoint_through_a_dropped_link(sshd: Sshd
         assert r.returncode == 0 and json.loads(r.stdout)["bytes"] < 20000, r.stderr + r.stdout
     finally:
         link.close()
+
+
+def test_a_wrong_mirror_is_refused_before_anything_is_sent(tmp_path: Path) -> None:
+    job = mirror_job(tmp_path, "badmirror", {"to": ["ckpts/here", "http://x/y"], "bwlimit": "fast", "kep": 2})
+    r = run_cli("submit", str(job), "--host", "local")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    for said in ("relative path would land inside", "only s3:// is spelled as a URL", "bwlimit: expected a rate",
+                 "unknown key 'kep'", "nothing was sent"):
+        assert said in r.stderr, r.stderr
+    r = run_cli("pull", "nosuchjob", str(tmp_path / "p"), "--from", "mirror")
+    assert r.returncode != 0 and "Traceback" not in r.stderr and "checkpoint.mirror" in r.stderr, r.stderr
