@@ -210,9 +210,7 @@ def on_finish(sup: Any, state: str) -> None:
         n.flush()
     if getattr(sup, "mirror", None) is not None:  # the last checkpoint leaves before the power does
         try:
-            from remote.mirror.uploader import at_end
-
-            at_end(sup)
+            sup.mirror.at_end()
         except Exception as e:
             agent_log(sup.root, "mirror at the end of {} failed: {}".format(sup.job.id, e))
     try:

@@ -101,7 +101,7 @@ def test_a_destroyed_instance_resumes_on_another_host_from_the_mirror(
     newest = max(int(m.split("-")[1].split(".")[0]) for m in markers(on_mirror))
     # a torn upload on the mirror (files, no marker) is never what comes back
     torn = on_mirror / f"checkpoint-{newest + 3}"
-    torn.mkdir()
+    torn.mkdir(exist_ok=True)  # the instance may have died in the middle of this very upload
     (torn / "trainer_state.json").write_text(json.dumps({"global_step": newest + 3}))
     r = run_cli("resume", job_id, "--host", "b", "--json", timeout=300, env_extra=s3.env())
     assert r.returncode == 0, r.stderr + r.stdout

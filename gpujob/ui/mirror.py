@@ -5,7 +5,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from gpujob.ui.jobs import format_duration
+from gpujob.bundle import import_remote
+
+format_duration = import_remote("protocol").format_duration
 
 
 def _ago(t: Any, now: float) -> str:

@@ -89,6 +89,27 @@ class Mirror:
                 tick()
         return False
 
+    def at_end(self) -> None:
+        """The job ended: wait (``mirror.wait``) until its last checkpoint is mirrored; past that,
+        say so (event, agent log, notification) and let the supervisor go on (power-off included)."""
+        sup = self.sup
+        wait = float(self.cfg.get("wait", 1800))
+        sup.job.event("waiting_for_mirror", timeout_s=wait)
+        if self.drain(wait, tick=sup.heartbeat):
+            sup.job.event("mirror_done")
+            return
+        left = [t.state() for t in self.targets]
+        sup.job.event("mirror_wait_timeout", targets=left)
+        why = "; ".join("{}: {}".format(t["target"], t["error"] or "still uploading") for t in left)
+        agent_log(sup.root, "{}: mirror not done after {:.0f} s ({})".format(sup.job.id, wait, why))
+        from remote import events
+
+        events.emit(sup, "mirror_failing", reason="the last checkpoint is not mirrored after {:.0f} s: {}".format(
+            wait, why))
+        n = getattr(sup, "notifier", None)
+        if n is not None:
+            n.flush()
+
     # ---- the thread ---------------------------------------------------------------------
     def _loop(self) -> None:
         while True:
@@ -226,25 +247,3 @@ class Mirror:
         except OSError:
             pass
 
-
-def at_end(sup: Any) -> None:
-    """The job ended: wait (``mirror.wait``) until its last checkpoint is mirrored; past that,
-    say so (event, agent log, notification) and let the supervisor go on (power-off included)."""
-    m = getattr(sup, "mirror", None)
-    if m is None:
-        return
-    wait = float(m.cfg.get("wait", 1800))
-    sup.job.event("waiting_for_mirror", timeout_s=wait)
-    if m.drain(wait, tick=sup.heartbeat):
-        sup.job.event("mirror_done")
-        return
-    left = [t.state() for t in m.targets]
-    sup.job.event("mirror_wait_timeout", targets=left)
-    why = "; ".join("{}: {}".format(t["target"], t["error"] or "still uploading") for t in left)
-    agent_log(sup.root, "{}: mirror not done after {:.0f} s ({})".format(sup.job.id, wait, why))
-    from remote import events
-
-    events.emit(sup, "mirror_failing", reason="the last checkpoint is not mirrored after {:.0f} s: {}".format(wait, why))
-    n = getattr(sup, "notifier", None)
-    if n is not None:
-        n.flush()
