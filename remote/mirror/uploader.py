@@ -12,12 +12,13 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from remote.layout import agent_log, write_json
 from remote.mirror import engine, store
 
 PASS_EVERY = float(os.environ.get("GPUJOB_MIRROR_EVERY", "2"))
+INSTALL_AGAIN = 600.0  # seconds before a failed install of rclone is tried again
 STATE = "mirror.json"
 
 
@@ -67,6 +68,7 @@ class Mirror:
         self.idle = threading.Event()  # a pass found nothing left to send
         self.latest_complete = None  # type: Optional[Any]
         self.binary = None  # type: Optional[str]
+        self.install_failed: Optional[Tuple[float, str]] = None
 
     # ---- the watcher's side (the supervisor's loop) ---------------------------------------
     def tick(self, sup: Any) -> Optional[str]:
@@ -162,7 +164,20 @@ class Mirror:
     def rclone(self) -> str:
         if self.binary is None:
             env = self.base_env()
-            self.binary = engine.find(self.sup.root.root, env.get("PATH")) or engine.install(self.sup.root.root, env)
+            found = engine.find(self.sup.root.root, env.get("PATH"))
+            if not found:  # once per host, with its pip settings (pip_index_url, network_turbo)
+                from remote import provision
+
+                if provision.turbo_mode(env):
+                    env.update(provision.turbo_env(env))
+                if self.install_failed and time.monotonic() - self.install_failed[0] < INSTALL_AGAIN:
+                    raise engine.MirrorError(self.install_failed[1])  # not pip every pass
+                try:
+                    found = engine.install(self.sup.root.root, env)
+                except engine.MirrorError as e:
+                    self.install_failed = (time.monotonic(), str(e))
+                    raise
+            self.binary = found
         return self.binary
 
     def base_env(self) -> Dict[str, str]:
