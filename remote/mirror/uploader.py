@@ -144,7 +144,9 @@ class Mirror:
         for t in self.targets:
             if self.ready(t):
                 todo = t.pending(complete, self.sup.job.ckpt)
-                if todo and self.upload(t, todo[0]):
+                if not todo:  # reachable, and holding all it should: no longer failing
+                    t.error, t.failing_since, t.alerted = None, None, False
+                elif self.upload(t, todo[0]):
                     more = more or len(todo) > 1
         self.save()
         return more
