@@ -17,6 +17,7 @@ nice/ionice, ``copy --checksum``, ``check``, the marker): MB/s of each, median o
 import argparse
 import json
 import os
+import resource
 import secrets
 import shutil
 import socket
@@ -152,10 +153,12 @@ def upload(a: argparse.Namespace) -> None:
     env = engine.env_for("s3://bench/up", cfg, server.env(), dict(os.environ))
     rclone = shutil.which("rclone")
     rates = {"by_hand": [], "mirror": [], "mirror_copy": []}
+    cpu = {"by_hand": [], "mirror": []}  # core-seconds the rclone children used, per GB
     try:
         for run in range(a.runs):
             for mode in ("by_hand", "mirror"):
                 dest = engine.dest("s3://bench/up", f"{mode}-{run}")
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
                 t = time.perf_counter()
                 if mode == "by_hand":
                     subprocess.run([rclone, "copy", str(src), dest + "/checkpoint-1"], env=env, check=True)
@@ -166,6 +169,9 @@ def upload(a: argparse.Namespace) -> None:
                     rc.check(str(src), dest + "/checkpoint-1", False)
                     store.write_marker(rc, dest, {"name": "checkpoint-1", "step": 1})
                 dt = time.perf_counter() - t
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                used = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+                cpu[mode].append(used / (size / 1e9))
                 rates[mode].append(size / dt / 1e6)
                 print(json.dumps({"run": run, "mode": mode, "MB_s": round(rates[mode][-1], 1)}), file=sys.stderr)
     finally:
@@ -175,7 +181,9 @@ def upload(a: argparse.Namespace) -> None:
     copy = statistics.median(rates["mirror_copy"])
     print(json.dumps({"mode": "upload", "MB": round(size / 1e6), "by_hand_MB_s": round(hand, 1),
                       "mirror_copy_MB_s": round(copy, 1), "copy_ratio": round(copy / hand, 3),
-                      "mirror_verified_MB_s": round(ours, 1), "verified_ratio": round(ours / hand, 3)}))
+                      "mirror_verified_MB_s": round(ours, 1), "verified_ratio": round(ours / hand, 3),
+                      "cpu_s_per_GB_by_hand": round(statistics.median(cpu["by_hand"]), 2),
+                      "cpu_s_per_GB_mirror": round(statistics.median(cpu["mirror"]), 2)}))
 
 
 def main() -> None:
