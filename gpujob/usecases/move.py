@@ -115,12 +115,11 @@ def _pulled_source(job_id: str) -> Source | None:
     return None
 
 
-def _mirror_source(job_id: str, note: Note) -> Source | None:
+def _mirror_source(job_id: str, cfg: dict[str, Any], note: Note) -> Source | None:
     """The newest mirrored complete checkpoint (checkpoint.mirror), fetched into the laptop's cache."""
     from gpujob.config.paths import cache_dir
     from gpujob.usecases import mirror
 
-    cfg = mirror.mirror_of(job_id)
     if not cfg.get("targets"):
         return None
     cache = cache_dir() / "mirror"
@@ -135,12 +134,12 @@ def _mirror_source(job_id: str, note: Note) -> Source | None:
 
 
 def find_source(job_id: str, old: Agent | None, checkpoint_dir: str | None, why_old: str,
-                note: Note = lambda s: None) -> Source:
+                note: Note = lambda s: None, mirror: dict[str, Any] | None = None) -> Source:
     """The old host, else the mirror (checkpoint.mirror), else the newest pull here, else shared
     storage; else a clear error."""
     if old is not None:
         return _open_host_source(old, job_id)
-    src = _mirror_source(job_id, note) or _pulled_source(job_id)
+    src = _mirror_source(job_id, mirror or {}, note) or _pulled_source(job_id)
     if src is not None:
         return src
     if checkpoint_dir and checkpoint_dir.startswith(("/", "~")):  # a relative one lived on the old host only
@@ -208,7 +207,7 @@ def move(ref: str, to: str, *, job_file: str | None = None, stop_wait: float = 6
         new_host = HostStore().get(to)
         new = connect_agent(new_host)  # before touching the old host: a wrong target changes nothing
     old, why_old, prev = _reach_old(old_name, job_id, stop_wait, note)
-    src = find_source(job_id, old, spec.checkpoint_dir, why_old, note)
+    src = find_source(job_id, old, spec.checkpoint_dir, why_old, note, spec.checkpoint_mirror)
     src.previous = prev or src.previous
     note(f"moving {job_id}: {old_name} → {to}, checkpoint from {src.kind} ({src.where})")
     moved: dict[str, Any] = {}
