@@ -126,6 +126,7 @@ def test_a_destroyed_instance_resumes_on_another_host_from_the_mirror(
     assert f"start at {newest}" in (new_dir / "output.log").read_text()
     steps = [json.loads(x)["step"] for x in (new_dir / "metrics.jsonl").read_text().splitlines()]
     assert steps[-(24 - newest):] == list(range(newest + 1, 25))  # the metric steps go on
+    wait_for(lambda: '"mirror_done"' in (new_dir / "events.jsonl").read_text(), 60, "b's last upload")
     # the laptop reads the mirror with both hosts' copies out of the way too
     r = run_cli("pull", job_id, str(tmp_path / "pulls"), "--latest", "--from", "mirror", "--json",
                 env_extra=s3.env())

@@ -91,7 +91,8 @@ def fetch(job_id: str, dest: Path, progress: Callable[[int, int], None] | None =
     final = ckpt / name
     src = f"{engine.dest(target, job_id)}/{name}"
     single = doc.get("is_dir") is False
-    if not final.exists():
+    fetched = not final.exists()  # a checkpoint already here (verified when it came) is not fetched again
+    if fetched:
         part = final.parent / (PART + final.name)  # a folder: what arrived stays for the next try
         got = part / final.name if single else part
         part.mkdir(parents=True, exist_ok=True)
@@ -111,6 +112,8 @@ def fetch(job_id: str, dest: Path, progress: Callable[[int, int], None] | None =
             part.rmdir()
     if record:
         index.record_pull(job_id, str(dest.resolve()))
+    files = [p for p in final.rglob("*") if p.is_file()] if final.is_dir() else [final]
+    n, size = len(files), sum(p.stat().st_size for p in files)
     return {"job_id": job_id, "dest": str(dest / job_id), "selected": "ckpt/" + name, "source": "mirror",
             "target": target, "step": doc.get("step"), "mirrored_at": doc.get("mirrored_at"),
-            "files": sum(1 for p in final.rglob("*") if p.is_file()) if final.is_dir() else 1}
+            "files": n if fetched else 0, "bytes": size if fetched else 0, "unchanged": 0 if fetched else n}
