@@ -78,9 +78,11 @@ class Rotator:
             return
         attempts = sup.status.get("attempts") or []
         resume = attempts[-1].get("resume") if attempts else None
+        # what the mirror is sending stays until it is up (a slow upload would lose its source)
+        sending = sup.mirror.sending() if getattr(sup, "mirror", None) is not None else []
         try:
             deleted = _checkpoints().rotate(self.ckpt_dir, self.keep, self.pattern, pids=sup.job_pids,
-                                            protect=[resume] if resume else [])
+                                            protect=([resume] if resume else []) + sending)
         except Exception as e:  # never let housekeeping take the job down
             agent_log(sup.root, "rotation in {} failed: {}".format(self.ckpt_dir, e))
             return

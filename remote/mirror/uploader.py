@@ -112,6 +112,12 @@ class Mirror:
         if n is not None:
             n.flush()
 
+    def sending(self) -> List[str]:
+        """The checkpoints being uploaded now (rotation keeps them until they are up)."""
+        base = self.sup.ckpt_dir()  # as rotation names them (a shared checkpoint.dir: its real folder)
+        now_sending = [t.uploading for t in self.targets]  # read once: the thread may clear one meanwhile
+        return [str(base / u["name"]) for u in now_sending if u]
+
     # ---- the thread ---------------------------------------------------------------------
     def _loop(self) -> None:
         while True:
