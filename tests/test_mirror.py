@@ -233,3 +233,17 @@ def test_a_wrong_mirror_is_refused_before_anything_is_sent(tmp_path: Path) -> No
         assert said in r.stderr, r.stderr
     r = run_cli("pull", "nosuchjob", str(tmp_path / "p"), "--from", "mirror")
     assert r.returncode != 0 and "Traceback" not in r.stderr and "checkpoint.mirror" in r.stderr, r.stderr
+
+
+def test_status_draws_the_mirror_as_the_issue_asks() -> None:
+    from gpujob.ui.mirror import mirror_lines
+
+    now = 1_000_000.0
+    lines = mirror_lines({"targets": [
+        {"target": "s3://b/ck", "mirrored": "checkpoint-400", "mirrored_at": now - 130,
+         "uploading": {"name": "checkpoint-500", "percent": 43}, "error": None},
+        {"target": "/root/autodl-fs/ck", "mirrored": None, "uploading": None, "error": "connection refused",
+         "failing_since": now - 600}], "lag_s": 95}, now)
+    assert lines[0].startswith("mirrored checkpoint-400 (2 min ago) · uploading checkpoint-500 43 %")
+    assert "failing for 10m" in lines[1] and "connection refused" in lines[1]
+    assert lines[2].startswith("lag 1m")
