@@ -208,6 +208,11 @@ def on_finish(sup: Any, state: str) -> None:
     n = getattr(sup, "notifier", None)
     if n is not None:
         n.flush()
+    if getattr(sup, "mirror", None) is not None:  # the last checkpoint leaves before the power does
+        try:
+            sup.mirror.at_end()
+        except Exception as e:
+            agent_log(sup.root, "mirror at the end of {} failed: {}".format(sup.job.id, e))
     try:
         from remote import power
 

@@ -18,6 +18,7 @@ from remote.layout import (
     Root,
     agent_log,
     now,
+    read_json,
     screen_lines,
     tail_lines,
     with_reserve,
@@ -250,6 +251,9 @@ def _describe(root: Root, job_id: str, detail: bool = False) -> Dict[str, Any]:
     st["last_metrics"] = recent_metrics(st, metrics)
     st["metrics_source"] = source
     st["last_line"] = (tail_lines(job.log, 1) or [""])[0][-200:]
+    mirror = read_json(job.path / "mirror.json")  # the supervisor's mirror thread (remote/mirror)
+    if isinstance(mirror, dict):
+        st["mirror"] = mirror
     st["now"] = now()
     if st.get("state") == "lost" and job.status().get("state") not in TERMINAL:
         mark_lost(root, job, st)  # the record stops claiming to run
@@ -397,6 +401,12 @@ def resume(root: Root, job_id: str) -> Dict[str, Any]:
         if st.get("state") == "moved":
             raise AgentError("job {} moved to {}: it goes on there".format(job_id, st.get("moved_to")),
                              "gpujob resume {} (the laptop knows its new host)".format(job_id), "moved")
+        if locks.supervisor_alive(job.path) and st.get("state") in TERMINAL and \
+                (read_json(job.path / "mirror.json") or {}).get("ending"):
+            raise AgentError("job {} ended ({}) and its supervisor is still sending the last checkpoint to the "
+                             "mirror".format(job_id, st.get("state")),
+                             "gpujob status {} shows the upload; resume once it is mirrored (checkpoint.mirror.wait "
+                             "bounds the wait)".format(job_id), "already_running")
         if locks.supervisor_alive(job.path) or st.get("state") not in TERMINAL:
             raise AgentError("job {} is already running ({}): its supervisor is alive".format(
                 job_id, st.get("state")), "follow it with: gpujob tail -f {}".format(job_id), "already_running")

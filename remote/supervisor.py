@@ -78,9 +78,11 @@ class Rotator:
             return
         attempts = sup.status.get("attempts") or []
         resume = attempts[-1].get("resume") if attempts else None
+        # what the mirror is sending stays until it is up (a slow upload would lose its source)
+        sending = sup.mirror.sending() if getattr(sup, "mirror", None) is not None else []
         try:
             deleted = _checkpoints().rotate(self.ckpt_dir, self.keep, self.pattern, pids=sup.job_pids,
-                                            protect=[resume] if resume else [])
+                                            protect=([resume] if resume else []) + sending)
         except Exception as e:  # never let housekeeping take the job down
             agent_log(sup.root, "rotation in {} failed: {}".format(self.ckpt_dir, e))
             return
@@ -119,6 +121,13 @@ class Supervisor:
 
         self.collector = Collector(self.job, self.spec, float(self.status.get("submitted_at") or now()))
         self.watchers.append(self.collector)
+        self.mirror = None  # checkpoint.mirror: uploads each complete checkpoint (remote/mirror)
+        mirror_cfg = self.spec.get("checkpoint_mirror") or {}
+        if mirror_cfg.get("targets"):
+            from remote.mirror.uploader import Mirror
+
+            self.mirror = Mirror(self, mirror_cfg)
+            self.watchers.append(self.mirror)
 
     def job_pids(self) -> List[int]:
         """The job's live processes (for "open for writing"); remembered for the OOM evidence."""

@@ -199,6 +199,8 @@ class Client:
             res["host_warnings"] = warnings
         src = Path(spec.source)  # what ``move`` needs to send the job again: its job file and overrides
         again = {"job_file": str(src.resolve()), "set": overrides} if src.is_file() else {}
+        if spec.checkpoint_mirror:  # pull --from mirror and move read it with the host gone (no secret in it)
+            again["mirror"] = spec.checkpoint_mirror
         index.record(res["job_id"], target.name, spec.name, **again)
         record_submit(res, spec, code, again.get("job_file"), overrides, **(link or {}))
         return Job(self, res["job_id"], target.name, r.SubmitResult.from_json(res))
@@ -524,15 +526,23 @@ class Job:
 
     def pull(self, dest: str | Path = "gpujob-pulls", latest: bool = False, best: str | None = None,
              include: Iterable[str] = (), progress: Progress | None = None, write_wait: float | None = None,
-             note: Note | None = None) -> r.PullResult:
+             note: Note | None = None, source: str = "host") -> r.PullResult:
         """Copy the job's logs and checkpoints into ``dest/<job_id>/`` (only what is missing or changed).
 
         ``latest``: only the newest complete checkpoint; ``best``: only the best one ("": as the
         trainer recorded it, else by that metric). A job over several nodes: from rank 0's node.
         A file the job holds open for writing is waited for (``write_wait`` seconds, default 30),
-        then left out: ``held`` lists it and ``complete`` is False.
+        then left out: ``held`` lists it and ``complete`` is False. ``source="mirror"``: the newest
+        mirrored complete checkpoint, read from ``checkpoint.mirror`` without the host
+        (docs/checkpoints.md).
         """
         from gpujob.config import index
+
+        if source == "mirror":
+            from gpujob.usecases.mirror import fetch
+
+            entry = index.entry_of(self.ref)
+            return r.PullResult.from_json(fetch(entry["job_id"] if entry else self.ref, Path(dest), progress))
         from gpujob.usecases.pull import WRITE_WAIT, pull, tell_pulled
 
         nodes = self.nodes
@@ -542,6 +552,19 @@ class Job:
                    WRITE_WAIT if write_wait is None else write_wait, note)
         tell_pulled(agent, res["job_id"])
         index.record_pull(res["job_id"], str(Path(dest).resolve()))
+        return r.PullResult.from_json(res)
+
+    def follow(self, dest: str | Path = "gpujob-pulls", interval: float = 30.0, progress: Progress | None = None,
+               note: Note | None = None) -> r.PullResult:
+        """Pull each new complete checkpoint until the job ends (``pull --follow``); a dropped link is
+        waited out, and a second call into the same ``dest`` resumes."""
+        from gpujob.usecases.follow import follow
+
+        def reconnect() -> None:
+            self.client.drop(self.nodes[0].name if self.nodes else self.host)
+
+        res = follow(lambda: self.pull(dest, latest=True, progress=progress).to_json(),
+                     lambda: self.status().state, reconnect, interval, note or (lambda s: None))
         return r.PullResult.from_json(res)
 
     def tunnel(self, remote_port: int = 6006, local_port: int | None = None, install: bool = False,

@@ -182,9 +182,15 @@ def cmd_pull(args: argparse.Namespace) -> int:
     from gpujob.ui.jobs import pull_warnings, pulled
     from gpujob.ui.progress import transfer_bar
 
+    if args.follow is not None:
+        from gpujob.ui.jobs import note
+
+        with client(args.host) as c:
+            res = c.job(args.job).follow(args.dest, args.follow, note=_note(args, note))
+        return show(args, res, pulled)
     with client(args.host) as c, transfer_bar(f"pull {args.job}", not args.json) as bar:
         res = c.job(args.job).pull(args.dest, latest=args.latest, best=args.best, include=args.include, progress=bar,
-                                   write_wait=args.write_wait, note=_note(args))
+                                   write_wait=args.write_wait, note=_note(args), source=args.source)
     pull_warnings(res)
     rc = show(args, res, pulled)
     return rc or (USAGE if res.held else 0)  # a file left out is no success

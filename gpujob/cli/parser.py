@@ -145,6 +145,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--host")
     s.add_argument("--write-wait", type=float, default=None, metavar="SECONDS",
                    help="how long to wait for a file the job is still writing before leaving it out (default 30)")
+    s.add_argument("--from", dest="source", choices=["host", "mirror"], default="host",
+                   help="mirror: the newest mirrored complete checkpoint, read from checkpoint.mirror through "
+                        "rclone (the instance may be gone; the store's keys from this shell's environment)")
+    s.add_argument("--follow", nargs="?", const=30.0, type=float, metavar="SECONDS",
+                   help="keep pulling each new complete checkpoint (every SECONDS, default 30) until the job ends; "
+                        "a dropped link is waited out, and running it again resumes")
     g = s.add_mutually_exclusive_group()
     g.add_argument("--latest", action="store_true",
                    help="only the newest complete checkpoint of any kind (and the logs, and the files beside the "

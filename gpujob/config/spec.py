@@ -73,6 +73,7 @@ class JobSpec:
     nodes: list[str] = field(default_factory=list)
     checkpoint_dir: str | None = None  # absolute: shared storage (multi-node); relative: a folder the code writes
     checkpoint_pattern: str | None = None  # glob (under the checkpoint folder) of what the script writes
+    checkpoint_mirror: dict[str, Any] = field(default_factory=dict)  # remote/mirror/config.py's normalised form
     source: str = "<spec>"
     hosts: list[str] = field(default_factory=list)  # host: [a, b, c]: placement tries them in order
     metrics: dict[str, Any] = field(default_factory=dict)  # {patterns: [regex], total: {epochs|steps: N}}: the log reader
@@ -206,6 +207,13 @@ def _register_remote_validators() -> None:
     SECTION_VALIDATORS.setdefault("autostop", import_remote("autostop").validate)
 
 
+def _mirror_config() -> Any:
+    """``checkpoint.mirror`` is checked by the agent's own module (one set of rules)."""
+    from gpujob.bundle import import_remote
+
+    return import_remote("mirror.config")
+
+
 def notify_secrets(notify: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     """(``notify`` with each literal secret replaced by ``${GPUJOB_NOTIFY_..}``, {name: value})."""
     from gpujob.bundle import import_remote
@@ -317,9 +325,10 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
         _int_in(ctx, ("gpus",), gpus, 0, MAX_GPUS, "a number of GPUs (or 'all')")
 
     keep = 3
+    mirror: dict[str, Any] = {}
     ck = raw.get("checkpoint", {}) or {}
     if _want(ctx, ("checkpoint",), ck, dict, "{keep: N}"):
-        _check_keys(ctx, ("checkpoint",), ck, ["keep", "dir", "pattern"])
+        _check_keys(ctx, ("checkpoint",), ck, ["keep", "dir", "pattern", "mirror"])
         ckdir = ck.get("dir")
         if ckdir is not None and _want(ctx, ("checkpoint", "dir"), ckdir, str, "a folder"):
             rel = Path(ckdir)
@@ -337,6 +346,9 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
                         "'version_*/checkpoints/*.ckpt'")
         keep = ck.get("keep", 3)
         _int_in(ctx, ("checkpoint", "keep"), keep, 1, MAX_KEEP, "a number of checkpoints")
+        mirror, errs = _mirror_config().validate(ck.get("mirror"), keep if isinstance(keep, int) else 3)
+        for msg in errs:
+            ctx.err(("checkpoint", "mirror"), msg)
     metrics = _metrics_section(ctx, raw.get("metrics", {}) or {})
     tb = raw.get("tensorboard", {}) or {}
     logdir = None
@@ -428,6 +440,7 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
         checkpoint_pattern=(ck.get("pattern") if isinstance(ck, dict) else None), source=source, hosts=hosts,
         metrics=metrics,
         sweep=sweep if isinstance(sweep, dict) else {},
+        checkpoint_mirror=mirror,
     )
 
 

@@ -212,6 +212,11 @@ def job_panel(j: dict[str, Any]) -> Any:
         t.add_row("artifacts", (", ".join(f"{a['name']} ({a['bytes'] / 2**20:.1f} MiB)" for a in arts[:3]))
                   + (f" and {len(arts) - 3} more" if len(arts) > 3 else "")
                   + ("" if done_any(ck) else "  (pull --latest brings them: no checkpoint)"))
+    if j.get("mirror"):
+        from gpujob.ui.mirror import mirror_lines
+
+        for i, line in enumerate(mirror_lines(j["mirror"], j.get("now"))):
+            t.add_row("mirror" if i == 0 else "", line)
     if j.get("last_line"):
         t.add_row("last line", j["last_line"])
     return t

@@ -1,7 +1,8 @@
 """``gpujob move JOB --to HOST``: the job goes on on another host, same id, same history.
 
 The newest complete checkpoint comes from, in order: the old host (when it answers; the job
-is stopped there first, and marked ``moved`` after), the laptop's newest pull of the job, or
+is stopped there first, and marked ``moved`` after), the newest mirrored complete checkpoint
+(``checkpoint.mirror``, read through rclone into the laptop's cache), the laptop's newest pull, or
 shared storage (``checkpoint.dir`` that both hosts see: nothing to copy). The code and data
 are synced from the laptop as ``submit`` does (from the job file recorded at submit), the
 environment is provisioned by the new host's supervisor, and the job's log, metrics and
@@ -114,11 +115,31 @@ def _pulled_source(job_id: str) -> Source | None:
     return None
 
 
-def find_source(job_id: str, old: Agent | None, checkpoint_dir: str | None, why_old: str) -> Source:
-    """The old host, else the newest pull here, else shared storage; else a clear error."""
+def _mirror_source(job_id: str, cfg: dict[str, Any], note: Note) -> Source | None:
+    """The newest mirrored complete checkpoint (checkpoint.mirror), fetched into the laptop's cache."""
+    from gpujob.config.paths import cache_dir
+    from gpujob.usecases import mirror
+
+    if not cfg.get("targets"):
+        return None
+    cache = cache_dir() / "mirror"
+    try:
+        got = mirror.fetch(job_id, cache, cfg=cfg, record=False)
+    except GpujobError as e:  # nothing mirrored yet, or the store cannot be read: the pulls come next
+        note(f"no checkpoint from the mirror: {e}")
+        return None
+    path = cache / job_id
+    doc = import_remote("transfer").select(path, "latest")
+    return Source("mirror", got["target"], doc, path=path)
+
+
+def find_source(job_id: str, old: Agent | None, checkpoint_dir: str | None, why_old: str,
+                note: Note = lambda s: None, mirror: dict[str, Any] | None = None) -> Source:
+    """The old host, else the mirror (checkpoint.mirror), else the newest pull here, else shared
+    storage; else a clear error."""
     if old is not None:
         return _open_host_source(old, job_id)
-    src = _pulled_source(job_id)
+    src = _mirror_source(job_id, mirror or {}, note) or _pulled_source(job_id)
     if src is not None:
         return src
     if checkpoint_dir and checkpoint_dir.startswith(("/", "~")):  # a relative one lived on the old host only
@@ -192,7 +213,7 @@ def move(ref: str, to: str, *, job_file: str | None = None, stop_wait: float = 6
     except KeyboardInterrupt:
         raise Interrupted(f"move interrupted while {job_id} was being stopped on {old_name}: nothing was sent to {to}",
                           f"gpujob status {job_id} shows its state; gpujob move {job_id} --to {to} tries again") from None
-    src = find_source(job_id, old, spec.checkpoint_dir, why_old)
+    src = find_source(job_id, old, spec.checkpoint_dir, why_old, note, spec.checkpoint_mirror)
     src.previous = prev or src.previous
     note(f"moving {job_id}: {old_name} → {to}, checkpoint from {src.kind} ({src.where})")
     moved: dict[str, Any] = {}

@@ -12,6 +12,7 @@ _VERB = {
     "autostopped": ("\u23f9\ufe0f", "auto-stopped"),
     "lost": ("\u26a0\ufe0f", "lost contact"),
     "gpu_error": ("\U0001f6a8", "GPU error"),
+    "mirror_failing": ("\u26a0\ufe0f", "checkpoint mirror failing"),
     "test": ("\U0001f514", "test notification"),
 }
 

