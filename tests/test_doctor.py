@@ -193,14 +193,15 @@ def test_doctor_job_resolves_its_interpreter_as_submit_does(tmp_path: Path) -> N
 
     good = write_job(tmp_path, "dj", "print(1)", "python main.py")
     bad = write_job(tmp_path, "dj-bad", "print(1)", "python3.99 main.py")
-    r = run_cli("doctor", "local", "--job", str(good), "--json", timeout=300)
+    quick = ("--torch-timeout", "1")  # torch's import is not what this test is about
+    r = run_cli("doctor", "local", "--job", str(good), "--json", *quick, timeout=300)
     assert r.returncode == 0, r.stderr
     rep = json.loads(r.stdout)
     line = {c["name"]: c for c in rep["checks"]}["job python"]
     assert line["level"] == "ok" and line["message"].endswith(rep["job_interpreter"]["path"]), line
     assert rep["job_interpreter"]["path"] and os.access(rep["job_interpreter"]["path"], os.X_OK)
 
-    r = run_cli("doctor", "local", "--job", str(bad), timeout=300)
+    r = run_cli("doctor", "local", "--job", str(bad), *quick, timeout=300)
     said = " ".join(r.stdout.split())
     assert r.returncode == 1 and "✗ job python run: starts `python3.99`: `python3.99` is not on this host's job PATH" \
         in said, r.stdout + r.stderr

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REPO, run_cli
 from tests.helpers import wait_for, write_job
 from tests.test_preflight import QUICK
@@ -39,6 +41,7 @@ def test_ctrl_c_in_submits_upload_says_nothing_was_submitted(tmp_path: Path, ssh
     assert r.returncode == 0 and '"jobs": []' in r.stdout, r.stdout
 
 
+@pytest.mark.slow
 def test_move_runs_a_due_preflight_and_ctrl_c_says_where_the_job_stands(tmp_path: Path, ssh_host: str) -> None:
     release = tmp_path / "release"
     job = write_job(tmp_path, "mv", f"""
