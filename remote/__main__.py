@@ -404,7 +404,10 @@ def cmd_run(root: Root, a: argparse.Namespace) -> int:
 def cmd_doctor(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     from remote import doctor
 
-    return doctor.report(root, a.data_disk, a.turbo_file, a.path_prefix, a.torch_timeout)
+    job = None
+    if a.job_run is not None or a.job_python is not None:
+        job = {"run": a.job_run or "", "python": a.job_python or "", "setup": a.job_setup}
+    return doctor.report(root, a.data_disk, a.turbo_file, a.path_prefix, a.torch_timeout, job)
 
 
 def cmd_bench(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
@@ -543,6 +546,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--turbo-file")
     s.add_argument("--path-prefix", default="")
     s.add_argument("--torch-timeout", type=float, default=60.0)
+    s.add_argument("--job-run", help="the program a job's run: starts (doctor --job)")
+    s.add_argument("--job-python", help="the job's python:")
+    s.add_argument("--job-setup", action="store_true", help="the job has setup: (it may install the interpreter)")
     s = sub.add_parser("bench", help="the preflight: GPU, memory and disk rates, ECC/Xid, versions (remote/bench.py)")
     s.add_argument("--data-disk")
     s.add_argument("--path-prefix", default="")

@@ -173,11 +173,12 @@ def disk(path: Optional[str]) -> Dict[str, Any]:
 
 
 def report(root: Root, data_disk: Optional[str] = None, turbo_file: Optional[str] = None, path_prefix: str = "",
-           torch_timeout: float = 60.0) -> Dict[str, Any]:
+           torch_timeout: float = 60.0, job: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """Every field, null when unknown.
 
     Python and torch are those of the newest job's interpreter (its ``python:`` and PATH, kept
     in env.json) when a job has run here: what jobs actually run, not the bare login shell's.
+    ``job`` ({run, python, setup}): that job's interpreter, resolved as its submit would.
     """
     from remote import jobenv
 
@@ -185,6 +186,11 @@ def report(root: Root, data_disk: Optional[str] = None, turbo_file: Optional[str
     # what `run: python ...` of a job without python: gets: the login shell's `python` under the
     # host's own PATH prefix (not another job's venv)
     python_cmd = login_env(path_prefix, "command -v python").get("python") or None
+    job_interpreter = None
+    if job is not None:
+        from remote import interpreter
+
+        job_interpreter = interpreter.resolve(job, path_prefix)
     if jenv.get("GPUJOB_PATH_PREFIX"):
         path_prefix = jenv["GPUJOB_PATH_PREFIX"]
     lenv = login_env(path_prefix)
@@ -210,6 +216,7 @@ def report(root: Root, data_disk: Optional[str] = None, turbo_file: Optional[str
         "login_python": login_py,
         "python_command": python_cmd,
         "job_python": {"job_id": job_id, "python": login_py, "path_prefix": path_prefix} if job_id else None,
+        "job_interpreter": job_interpreter,
         "pythons": pythons(login_py),
         "torch": torch_info(login_py, torch_timeout),
         "nvidia": nvidia(path_prefix),

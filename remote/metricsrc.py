@@ -70,6 +70,32 @@ def progress(job: JobDir) -> Dict[str, Any]:
     return (read_json(job.path / STATE, {}) or {}).get("progress") or {}
 
 
+def unread(job: JobDir, spec: Dict[str, Any], limit: int = 1 << 18) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
+    """(records, progress) of what the log printed since the Collector's last read, parsed now.
+
+    The Collector reads every EVERY seconds; status reads the rest itself so that its step
+    agrees with the log's last line. Parsed without the Collector's earlier context (a per-epoch
+    counter, a bar's count of passes), so a reader takes a step from here only when it is newer."""
+    from remote.logparse import LogParser
+
+    off = int((read_json(job.path / STATE, {}) or {}).get("log_offset") or 0)
+    try:
+        with open(str(job.log), "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size <= off:
+                return [], {}
+            start = max(off, size - limit)  # a long backlog: its newest lines are what status needs
+            f.seek(start)
+            data = f.read(size - start)
+    except OSError:
+        return [], {}
+    if start > off:
+        data = data[data.find(b"\n") + 1:]  # from a line start
+    parser = LogParser(epochs=run_hints(spec).get("epochs"))
+    recs = parser.feed(data, round(time.time(), 3))
+    return recs, dict(parser.progress)
+
+
 def latest(path: Path, lines: int = 200) -> Dict[str, Any]:
     """The newest value of each key over the last ``lines`` records (eval metrics come on lines of their own)."""
     out = {}  # type: Dict[str, Any]

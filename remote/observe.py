@@ -112,12 +112,36 @@ def watch(root: Root, ref: str, points: int = 60) -> Dict[str, Any]:
     attempts = detail.get("attempts") or [{}]
     if float(prog.get("t") or 0) < float(attempts[-1].get("started_at") or 0):
         prog = {}  # an earlier attempt's bar
+    prog, last = _with_unread(job, source, prog, last)
     if not prog.get("total"):
         hints = metricsrc.run_hints(job.spec_data(), job.code)  # metrics.total, GPUJOB_MAX_*, run flags, its config
         total = hints.get("max_steps") or metricsrc.total_from_epochs(rows, hints.get("epochs"))
         prog = dict(prog, total=total) if total else prog
     return {"job": detail, "series": series, "latest": last, "rows": len(rows), "source": source,
             "progress": prog, "rate": prog.get("rate") or _rate(timed), "gpu": gpu_summary(job.gpu), "now": time.time()}
+
+
+def _num(v: Any) -> float:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else float("-inf")
+
+
+def _with_unread(job: JobDir, source: Optional[str], prog: Dict[str, Any],
+                 last: Dict[str, Any]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """``prog`` and ``last`` with what the log printed since the Collector last read it: the
+    step status shows is the log's newest, not one up to a collect interval old. A step is
+    taken only when newer (the tail is parsed without the earlier lines' context)."""
+    from remote import metricsrc
+
+    recs, fresh = metricsrc.unread(job, job.spec_data())
+    if _num(fresh.get("step")) > _num(prog.get("step")):
+        prog = dict(prog, step=fresh["step"], t=fresh.get("t"), rate=fresh.get("rate") or prog.get("rate"))
+    if source in (None, "log"):  # a metrics file or events the script writes are read whole, not lagging
+        newest = max((_num(r.get("step")) for r in recs), default=float("-inf"))
+        if newest > float("-inf") and newest >= _num(last.get("step")):
+            last = dict(last)
+            for r in recs:
+                last.update(r)
+    return prog, last
 
 
 def _rate(timed: List[Tuple[float, float]]) -> Optional[float]:

@@ -184,4 +184,26 @@ def test_doctor_on_local_reports_the_interpreter_jobs_run(tmp_path: Path) -> Non
     assert rep["job_python"]["job_id"] == job_id
     assert rep["torch"]["python"] == str(venv / "bin" / "python") and rep["torch"]["version"]
     human = "".join(run_cli("doctor", timeout=300).stdout.split())  # rich wraps long paths at 80 columns
-    assert f"jobsrun{venv / 'bin' / 'python'}" in human and "torchnotimportable" not in human
+    assert "torchnotimportable" not in human
+    assert job_id not in human  # the python line is the image's own `python`: no other job cited as evidence
+
+
+def test_doctor_job_resolves_its_interpreter_as_submit_does(tmp_path: Path) -> None:
+    from tests.helpers import write_job
+
+    good = write_job(tmp_path, "dj", "print(1)", "python main.py")
+    bad = write_job(tmp_path, "dj-bad", "print(1)", "python3.99 main.py")
+    quick = ("--torch-timeout", "1")  # torch's import is not what this test is about
+    r = run_cli("doctor", "local", "--job", str(good), "--json", *quick, timeout=300)
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    line = {c["name"]: c for c in rep["checks"]}["job python"]
+    assert line["level"] == "ok" and line["message"].endswith(rep["job_interpreter"]["path"]), line
+    assert rep["job_interpreter"]["path"] and os.access(rep["job_interpreter"]["path"], os.X_OK)
+
+    r = run_cli("doctor", "local", "--job", str(bad), *quick, timeout=300)
+    said = " ".join(r.stdout.split())
+    assert r.returncode == 1 and "✗ job python run: starts `python3.99`: `python3.99` is not on this host's job PATH" \
+        in said, r.stdout + r.stderr
+    r = run_cli("submit", str(bad), "--host", "local")  # the same resolution refuses the submit
+    assert r.returncode != 0 and "`python3.99` is not on this host's job PATH" in " ".join(r.stderr.split()), r.stderr

@@ -3,14 +3,18 @@ next submit resumes; the exit is 130 and stderr is one clear line, never empty."
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REPO, run_cli
 from tests.helpers import wait_for, write_job
+from tests.test_preflight import QUICK
 
 
 def test_ctrl_c_in_submits_upload_says_nothing_was_submitted(tmp_path: Path, ssh_host: str) -> None:
@@ -35,3 +39,51 @@ def test_ctrl_c_in_submits_upload_says_nothing_was_submitted(tmp_path: Path, ssh
     assert "the next gpujob submit resumes the upload" in err and "Traceback" not in err, err
     r = run_cli("ls", "--host", ssh_host, "--json")
     assert r.returncode == 0 and '"jobs": []' in r.stdout, r.stdout
+
+
+@pytest.mark.slow
+def test_move_runs_a_due_preflight_and_ctrl_c_says_where_the_job_stands(tmp_path: Path, ssh_host: str) -> None:
+    release = tmp_path / "release"
+    job = write_job(tmp_path, "mv", f"""
+        import os, time
+        while not os.path.exists({str(release)!r}):
+            time.sleep(0.05)
+    """, "python main.py")
+    with open(job.parent / "weights.bin", "wb") as f:
+        f.write(os.urandom(192 << 20))
+    r = run_cli("submit", str(job), "--host", "local", "--json")
+    assert r.returncode == 0, r.stderr
+    job_id = json.loads(r.stdout)["job_id"]
+    projects = tmp_path / "remote-root" / "projects"
+    env = dict(os.environ, PYTHONPATH=str(REPO), GPUJOB_PREFLIGHT="1", **QUICK)  # box was never measured: due
+    p = subprocess.Popen([sys.executable, "-m", "gpujob.cli", "move", job_id, "--to", ssh_host],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, env=env)
+    try:
+        def uploading() -> bool:
+            return projects.is_dir() and any(".part" in q.name or q.name.startswith(".gpujob")
+                                             for q in projects.rglob("*"))
+        wait_for(uploading, 90, "the move's upload to start", interval=0.01)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+    finally:
+        p.kill()
+    said = " ".join(err.split())
+    assert p.returncode == 130 and f"preflight of {ssh_host}" in out + err, out + err  # before the old job stops
+    assert f"move interrupted: {job_id} is stopped on local (its checkpoints there untouched) and may not have " \
+           f"started on {ssh_host}" in said and "Traceback" not in err, err
+    assert f"gpujob move {job_id} --to {ssh_host} again resumes" in said, err
+
+    # resume --host runs the preflight too when it is due again (the host was powered on since)
+    from gpujob.config.hosts import HostStore
+
+    store = HostStore()
+    box = store.get(ssh_host)
+    assert box.bench is not None  # the move's preflight was kept
+    measured = float(box.bench["at"])
+    box.powered_on_at = measured + 1
+    store.save(box)
+    release.write_text("")
+    r = subprocess.run([sys.executable, "-m", "gpujob.cli", "resume", job_id, "--host", ssh_host, "--json"],
+                       capture_output=True, text=True, stdin=subprocess.DEVNULL, env=env, timeout=300)
+    assert r.returncode == 0 and json.loads(r.stdout)["to"] == ssh_host, r.stdout + r.stderr
+    assert float((HostStore().get(ssh_host).bench or {}).get("at") or 0) > measured  # measured again

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -108,3 +109,27 @@ def test_pull_names_a_full_disk_at_once(tmp_path: Path, small_disk: Path) -> Non
     assert "no room on the disk holding" in said and "the pull needs" in said and "bytes free" in said, said
     assert "Traceback" not in r.stderr
 
+
+
+def test_pull_names_a_disk_that_fills_mid_write(tmp_path: Path, small_disk: Path) -> None:
+    # 1200 files of 64 bytes: 77 KB by the count before the transfer, but each takes a 4 KB page of
+    # the 3 MB tmpfs, so the disk fills part-way through writing (a real ENOSPC, not the early check)
+    job = write_job(tmp_path, "many", """
+        import os
+        from pathlib import Path
+        d = Path(os.environ["GPUJOB_CKPT_DIR"]) / "shards"
+        d.mkdir()
+        for i in range(1200):
+            (d / f"{i:04d}.bin").write_bytes(os.urandom(64))
+    """, "python main.py")
+    job_id = submit("local", job)["job_id"]
+    wait_state("local", job_id, ("succeeded",))
+    t0 = time.monotonic()
+    r = run_cli("pull", job_id, str(small_disk), timeout=60)
+    took = time.monotonic() - t0
+    assert r.returncode == 2, r.stdout + r.stderr
+    said = " ".join(r.stderr.split())
+    assert f"no room on the disk holding {small_disk}" in said and "bytes free, the pull needs" in said, said
+    assert "Traceback" not in r.stderr and took < 20, (took, said)
+    shards = small_disk / job_id / "ckpt" / "shards"
+    assert shards.is_dir() and any(shards.iterdir()), "the disk filled before any file was written"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from tests.helpers import wait_state, write_job
+from tests.helpers import wait_for, wait_state, write_job
 
 
 def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess:
@@ -156,3 +156,30 @@ def test_gc_frees_data_no_kept_job_uses(tmp_path: Path) -> None:
     r = _cli(tmp_path, "gc", "local", "--older-than", "0s")
     assert r.returncode == 0 and f"data {data}" in " ".join(r.stdout.split()), r.stdout
     assert not data.exists()
+
+
+def test_status_step_agrees_with_the_logs_last_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the collector reads the log once at start and then not for an hour: status reads the rest itself
+    monkeypatch.setenv("GPUJOB_METRICS_EVERY", "3600")
+    release = tmp_path / "release"
+    job = write_job(tmp_path, "steps", f"""
+        import os, time
+        for i in range(0, 261, 20):
+            print(f"step {{i}} loss {{1 / (i + 1):.4f}}", flush=True)
+        while not os.path.exists({str(release)!r}):
+            time.sleep(0.05)
+    """, "python main.py")
+    r = _cli(tmp_path, "submit", str(job), "--host", "local", "--json")
+    assert r.returncode == 0, r.stderr
+    job_id = json.loads(r.stdout)["job_id"]
+    log = tmp_path / "local-root" / "jobs" / job_id / "output.log"
+    try:
+        wait_for(lambda: log.is_file() and "step 260 loss" in log.read_text(), 60, "the last step line")
+        r = _cli(tmp_path, "status", job_id, "--json")
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["latest_metrics"]["step"] == 260, r.stdout
+        r = _cli(tmp_path, "status", job_id)
+        assert r.returncode == 0 and "step 260" in r.stdout, r.stdout
+    finally:
+        release.write_text("")
+    wait_state("local", job_id, ("succeeded",))

@@ -512,8 +512,13 @@ class Job:
 
         if self.resume_moves:
             return self.move(self._host or "", progress=progress, note=note)
-        self.client._wake(self.client.hosts.get(self.host), None, note)
-        return r.ResumeResult.from_json(jobs.resume(self._agent(), self.ref))
+        from gpujob.usecases.preflight import before_submit
+
+        host = self.client._wake(self.client.hosts.get(self.host), None, note)
+        agent = self._agent()
+        warnings = before_submit(agent, host, note)  # after a power-on, as at submit
+        res = jobs.resume(agent, self.ref)
+        return r.ResumeResult.from_json({**res, "host_warnings": warnings} if warnings else res)
 
     def move(self, to: str, job_file: str | None = None, wait: float = 600, progress: Progress | None = None,
              note: Note | None = None) -> r.MoveResult:

@@ -107,7 +107,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         host, rep = bench_host(args.host)
         show(rep, args.json, lambda r: bench_report(host, r))
         return 1 if rep.get("warnings") else 0
-    host, rep = doctor_host(args.host, args.torch_timeout)
+    host, rep = doctor_host(args.host, args.torch_timeout, args.job)
     show(rep, args.json, lambda r: doctor_report(host, r))
     return 1 if any(c["level"] == "error" for c in rep["checks"]) else 0  # docs/cli.md: a ✗ line is no success
 

@@ -166,6 +166,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = add("doctor", cmd_doctor, "check a host in one round trip: Python, torch/CUDA, GPUs, disks, network, agent")
     s.add_argument("host", nargs="?", help="host profile (default local)")
     s.add_argument("--torch-timeout", type=number_type(float, 1, 3600), default=60.0, help="seconds to wait for 'import torch'")
+    s.add_argument("--job", metavar="JOB_YAML", help="also resolve this job's interpreter (its python: and the "
+                   "program its run: starts) exactly as a submit would; ✗ when it would not be found")
     s.add_argument("--bench", action="store_true", help="the preflight (under a minute): matmul TFLOP/s against the "
                    "card's rated figure, memory and host-to-device bandwidth, disk MB/s and inodes, ECC/Xid, "
                    "CUDA/driver/torch; kept in the profile; exit 1 on a warning")

@@ -7,11 +7,16 @@ Each check is ``ok`` (green), ``warn`` (yellow) or ``error`` (red) and says what
 from __future__ import annotations
 
 import os
+import shlex
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from gpujob.bundle import import_remote
 from gpujob.config.hosts import LOCAL, Host, HostStore
 from gpujob.transport.agent import Agent
+
+if TYPE_CHECKING:
+    from gpujob.config.spec import JobSpec
 
 LOW_DISK = 5 * 1024**3  # below this free, a checkpoint or a pip install may not fit
 LEVELS = ("ok", "warn", "error")
@@ -29,9 +34,14 @@ def gib(n: int | None) -> str:
     return "?" if n is None else f"{n / 1024**3:.1f} GiB"
 
 
-def run_doctor(agent: Agent, host: Host, torch_timeout: float = 60.0) -> dict[str, Any]:
-    """The instance's report plus ``checks`` (a list of dicts) and the host profile's name."""
+def run_doctor(agent: Agent, host: Host, torch_timeout: float = 60.0, job: JobSpec | None = None) -> dict[str, Any]:
+    """The instance's report plus ``checks`` (a list of dicts) and the host profile's name.
+    ``job``: that job's interpreter is resolved there as its submit would (``--job``)."""
     args = ["--torch-timeout", str(torch_timeout)]
+    if job is not None:  # the program run: starts, not the whole line (argv is visible on the host)
+        cmd = import_remote("interpreter").first_command(job.run)
+        args += ["--job-run", shlex.quote(cmd) if cmd else "", "--job-python", job.python or ""]
+        args += ["--job-setup"] if job.setup else []
     if host.data_disk_path:
         args += ["--data-disk", host.data_disk_path]
     if host.env.get("GPUJOB_NETWORK_TURBO_FILE"):
@@ -46,17 +56,32 @@ def run_doctor(agent: Agent, host: Host, torch_timeout: float = 60.0) -> dict[st
     return rep
 
 
-def doctor_host(name: str | None, torch_timeout: float = 60.0) -> tuple[Host, dict[str, Any]]:
-    """The profile ``name`` (None: the default host) and its doctor report."""
+def doctor_host(name: str | None, torch_timeout: float = 60.0, job: str | None = None) -> tuple[Host, dict[str, Any]]:
+    """The profile ``name`` (None: the default host) and its doctor report (``job``: a job file)."""
+    from gpujob.config.spec import load_spec
     from gpujob.transport.agent import connect_agent
 
+    spec = load_spec(job) if job else None  # a bad job file is refused before the host is reached
     host = HostStore().get(name)
-    return host, run_doctor(connect_agent(host), host, torch_timeout)
+    rep = run_doctor(connect_agent(host), host, torch_timeout, spec)
+    if spec is not None:
+        rep["job_file"] = job
+    return host, rep
 
 
 def agent_log(agent: Agent, lines: int) -> dict[str, Any]:
     """{path, lines}: the last ``lines`` lines of the agent's log on the host."""
     return agent.call("agentlog", ["--lines", str(lines)])
+
+
+def _job_check(ji: dict[str, Any]) -> Check:
+    """The ✓/✗ line for ``doctor --job``: the interpreter that job gets, or why it gets none."""
+    what = f"python: {ji['python']}" if ji.get("python") else f"run: starts `{ji.get('command')}`"
+    if ji.get("looked_up") and ji["looked_up"] != ji.get("command"):
+        what += f" (its `{ji['looked_up']}`)"  # a venv's base, or a script that calls python itself
+    if ji.get("error"):
+        return Check("job python", ji.get("level") or "error", f"{what}: {ji['error']}", ji.get("remedy") or "")
+    return Check("job python", "ok", f"{what}: the job runs {ji.get('path')}")
 
 
 def checks(r: dict[str, Any], host: Host) -> list[Check]:
@@ -67,11 +92,13 @@ def checks(r: dict[str, Any], host: Host) -> list[Check]:
     ag = r.get("agent") or {}
     out.append(Check("agent", "ok", f"agent {ag.get('version')} on Python {ag.get('python_version')} ({ag.get('python')})"))
     pys = r.get("pythons") or []
+    if r.get("job_interpreter"):
+        out.append(_job_check(r["job_interpreter"]))
     if r.get("login_python"):
         listed = ", ".join(f"{p['path']} {p.get('version') or '?'} ({p['source']})" for p in pys)
-        jp = r.get("job_python") or {}
-        via = f" (the python: of job {jp['job_id']}, the newest here)" if jp.get("job_id") else ""
-        out.append(Check("python", "ok", f"jobs run {r['login_python']}{via}; found: {listed}"))
+        # the image's own `python` (what a job without python: runs), never another job's choice
+        default = f"`python` is {r['python_command']} on a login shell's PATH" if r.get("python_command") else ""
+        out.append(Check("python", "ok", (default + "; " if default else "") + f"found: {listed}"))
         if "python_command" in r and not r["python_command"]:  # an agent that reports it, and found none
             out.append(Check("python cmd", "error", "no `python` command on a login shell's PATH: a job without "
                              "python: whose run: starts with `python` exits 127 (command not found)",

@@ -208,6 +208,9 @@ def move(ref: str, to: str, *, job_file: str | None = None, stop_wait: float = 6
 
         new_host = ensure_on(HostStore().get(to), note=note)  # a powered-off target is switched on first
         new = connect_agent(new_host)  # before touching the old host: a wrong target changes nothing
+    from gpujob.usecases.preflight import before_submit
+
+    warnings = before_submit(new, new_host, note)  # a new or just powered-on target, as at submit
     try:
         old, why_old, prev = _reach_old(old_name, job_id, stop_wait, note)
     except KeyboardInterrupt:
@@ -247,7 +250,7 @@ def move(ref: str, to: str, *, job_file: str | None = None, stop_wait: float = 6
     return {"job_id": job_id, "from": old_name, "to": to, "source": src.kind, "source_where": src.where,
             "checkpoint": src.checkpoint, "state": res.get("state"), "files": res.get("received_files", 0),
             "bytes": res.get("received_bytes", 0), "old_marked": marked, "old_unreachable": why_old or None,
-            "sync": res.get("sync")}
+            "sync": res.get("sync"), **({"host_warnings": warnings} if warnings else {})}
 
 
 def _adopt(agent: Agent, request: dict[str, Any], src: Source, progress: Callable[[int, int], None] | None) -> dict:
