@@ -86,7 +86,9 @@ def cmd_submit(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
 
 
 def cmd_stop(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
-    return jobs.stop(root, jobs.resolve(root, a.job), a.wait)
+    from remote.stopping import verb
+
+    return verb.stop(root, jobs.resolve(root, a.job), a.wait)
 
 
 def cmd_resume(root: Root, a: argparse.Namespace) -> Dict[str, Any]:

@@ -68,7 +68,9 @@ def remove(root: Root, ref: str, force: bool = False, wait: float = 120.0) -> Di
             raise jobs.AgentError("{} is {}: it would lose its work".format(job_id, st.get("state")),
                                   "stop it first (gpujob stop {0}), or gpujob rm {0} --force stops it, "
                                   "then removes it".format(job_id), "running")
-        st = jobs.stop(root, job_id, wait, reason="stopped by gpujob rm --force")
+        from remote.stopping import verb
+
+        st = verb.stop(root, job_id, wait, reason="stopped by gpujob rm --force")
         if st.get("state") not in TERMINAL:
             raise jobs.AgentError("{} did not stop within {:.0f} s; nothing was removed".format(job_id, wait),
                                   "retry gpujob rm {} --force".format(job_id), "not_stopped")

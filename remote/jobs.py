@@ -20,7 +20,6 @@ from remote.layout import (
     now,
     screen_lines,
     tail_lines,
-    with_reserve,
     write_json,
 )
 from remote.protocol import TERMINAL
@@ -305,39 +304,6 @@ def mark_lost(root: Root, job: JobDir, st: Dict[str, Any]) -> None:
                 job.event("state", state="lost", reason=st.get("lost_reason"))
     except OSError as e:  # a full disk: the reader still gets its answer, the record waits
         agent_log(root, "could not record {} as lost: {}".format(job.id, e))
-
-
-def stop(root: Root, job_id: str, wait: float, reason: str = "stopped by user") -> Dict[str, Any]:
-    """Ask the supervisor to stop the job; without a live supervisor, stop the processes here."""
-    job = root.job(job_id)
-    st = live_status(root, job, procs.boot_id())
-    if st.get("state") in TERMINAL:
-        if st.get("state") == "lost":
-            procs.kill_tree(job_id, None, 5.0, job_dir=str(job.path))
-            mark_lost(root, job, st)
-        return describe(root, job_id)
-    with_reserve(lambda: job.stop_file.write_text(reason + "\n"))
-    job.event("stop_requested", reason=reason)
-    deadline = time.monotonic() + wait
-    while time.monotonic() < deadline:
-        if job.status().get("state") in TERMINAL:
-            break
-        now_st = job.status()
-        sup = now_st.get("supervisor_pid")
-        # a queued job's supervisor may not have started yet; once one was named, its death ends the wait
-        if not procs.belongs_to(sup, job_id) and (now_st.get("state") != "queued" or sup) \
-                and not locks.supervisor_alive(job.path):
-            break
-        time.sleep(0.2)
-    with locks.job_lock(job.path, removed_is_error=True):
-        st = job.status()
-        if st.get("state") not in TERMINAL and not procs.belongs_to(st.get("supervisor_pid"), job_id) \
-                and not locks.supervisor_alive(job.path):
-            killed = procs.kill_tree(job_id, None, 5.0, job_dir=str(job.path))
-            st.update(state="stopped", reason=reason, ended_at=now(), killed=killed)
-            job.write_status(st)
-            job.event("state", state="stopped", reason=reason)
-    return describe(root, job_id)
 
 
 def resume(root: Root, job_id: str) -> Dict[str, Any]:

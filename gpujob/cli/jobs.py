@@ -10,6 +10,7 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
+from gpujob import exitcodes
 from gpujob.cli.common import client, command_after, show
 from gpujob.errors import GpujobError, HostError
 
@@ -150,7 +151,10 @@ def cmd_stop(args: argparse.Namespace) -> int:
     from gpujob.ui.jobs import stopped
 
     with client(args.host) as c:
-        return show(args, c.job(args.job).stop(wait=args.wait), stopped)
+        st = c.job(args.job).stop(wait=args.wait)
+    show(args, st, stopped)
+    # "stopped" only when verified: a job still stopping, or a process of it still running, is not
+    return 0 if st.stopped_for_certain else exitcodes.NOT_FINISHED
 
 
 def cmd_resume(args: argparse.Namespace) -> int:

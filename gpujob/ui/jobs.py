@@ -273,7 +273,19 @@ def plotted(res: results.PlotResult) -> None:
 
 
 def stopped(st: results.JobStatus) -> None:
-    console().print(f"{st.job_id}: {st.state or None}")
+    """The line of ``stop``: the state, and what it could not end (then the command exits non-zero)."""
+    import sys
+
+    took = st.doc.get("supervisor_unresponsive")
+    note = f" (ended by the stop command itself: {took})" if took and st.finished else ""
+    console().print(f"{st.job_id}: {st.state or None}{note}")
+    pids = ", ".join(str(p) for p in st.survivors)
+    if not st.finished:
+        print(f"error: {st.job_id} has not stopped yet ({st.state}; still running: {pids or 'its supervisor'}); "
+              f"its grace may not be over: wait longer with gpujob stop {st.job_id} --wait SECONDS", file=sys.stderr)
+    elif st.survivors:
+        print(f"error: process(es) {pids} of {st.job_id} still run after SIGKILL (stuck in the kernel, or another "
+              f"user's); see them with: gpujob exec HOST -- ps -o pid,stat,user,cmd -p {pids}", file=sys.stderr)
 
 
 def resumed(res: results.ResumeResult) -> None:

@@ -1,0 +1,178 @@
+"""`stop` is done when the job's processes are gone (issue 24 item 1, issue 30 item 2): through the
+real CLI on `local`, with real processes — a supervisor frozen by SIGSTOP, a daemon that left the
+job's session, environment and folder (double fork, setsid, chdir /, execve with an empty
+environment), a script that catches the stop and carries on."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, run_cli
+from tests.helpers import status, submit, wait_for, write_job
+
+LOOP = """
+    import os, signal, sys, time
+
+    def daemon(pidfile):
+        # what data-loader daemons and nohup wrappers do: leave the session, the folder, the environment
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                os.chdir("/")
+                null = os.open(os.devnull, os.O_RDWR)
+                for fd in (0, 1, 2):
+                    os.dup2(null, fd)
+                with open(pidfile + ".tmp", "w") as f:
+                    f.write(str(os.getpid()))
+                os.rename(pidfile + ".tmp", pidfile)
+                os.execve("/bin/sleep", ["sleep", "600"], {})
+            os._exit(0)
+        os.wait()
+
+    if len(sys.argv) > 1:
+        daemon(sys.argv[1])
+    step = 0
+    while True:
+        step += 1
+        print(f"step {step}", flush=True)
+        time.sleep(0.2)
+"""
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def job_dir(tmp_path: Path, job_id: str) -> Path:
+    return tmp_path / "local-root" / "jobs" / job_id
+
+
+def started(tmp_path: Path, job: Path, steps: int = 3) -> tuple[str, Path, dict]:
+    job_id = submit("local", job)["job_id"]
+    jd = job_dir(tmp_path, job_id)
+    wait_for(lambda: (jd / "output.log").exists() and f"step {steps}\n" in (jd / "output.log").read_text(), 60,
+             lambda: (jd / "output.log").read_text() if (jd / "output.log").exists() else "no log")
+    return job_id, jd, json.loads((jd / "status.json").read_text())
+
+
+def trainer(jd: Path) -> int:
+    from remote.procs import _cmdline, _parents
+
+    for pid in _parents():
+        if b"main.py" in _cmdline(pid) and b"python" in _cmdline(pid).split(b"\0")[0]:
+            if f"GPUJOB_JOB_DIR={jd}\0".encode() in Path(f"/proc/{pid}/environ").read_bytes():
+                return pid
+    raise AssertionError("no trainer")
+
+
+def kill(pid: int | None) -> None:
+    if pid:
+        for sig in (signal.SIGKILL, signal.SIGCONT):
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+
+
+def test_stop_acts_itself_when_the_supervisor_is_frozen(tmp_path: Path) -> None:
+    job = write_job(tmp_path, "frozen", LOOP, "python main.py", stop={"grace": "5s"})
+    job_id, jd, st = started(tmp_path, job)
+    sup, train = st["supervisor_pid"], trainer(jd)
+    os.kill(sup, signal.SIGSTOP)  # a stuck NFS read, a debugger
+    try:
+        r = run_cli("stop", job_id, "--wait", "30", timeout=90)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "stopped (ended by the stop command itself: the supervisor" in r.stdout and "SIGSTOP" in r.stdout
+        assert not alive(train)
+        doc = status("local", job_id)
+        assert doc["state"] == "stopped" and not doc.get("survivors"), doc
+        assert "the stop command signals the job's processes itself" in (jd / "output.log").read_text()
+    finally:
+        kill(sup)
+
+
+def test_a_daemon_that_left_the_job_is_ended_by_stop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUJOB_NO_CGROUP", "1")  # found as the supervisor's orphan (it is a child subreaper)
+    pidfile = tmp_path / "daemon.pid"
+    job = write_job(tmp_path, "daemon", LOOP, f"python main.py {pidfile}", stop={"grace": "5s"})
+    job_id, jd, st = started(tmp_path, job)
+    wait_for(pidfile.exists, 30, "the daemon's pid")
+    daemon = int(pidfile.read_text())
+    try:
+        assert Path(f"/proc/{daemon}/environ").read_bytes() == b"" and os.readlink(f"/proc/{daemon}/cwd") == "/"
+        r = run_cli("stop", job_id, "--wait", "30", timeout=90)
+        assert r.returncode == 0 and "stopped" in r.stdout, r.stdout + r.stderr
+        assert not alive(daemon), "stop said stopped while the daemon runs"
+    finally:
+        kill(daemon)
+
+
+@pytest.mark.parametrize("by", ["cgroup", "gpu"])
+def test_a_daemon_is_found_after_the_supervisor_died(by: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its parent chain is gone (the supervisor SIGKILLed, the daemon now init's): the job's cgroup,
+    or the GPU's compute processes (an nvidia-smi stand-in on PATH) still name it."""
+    from remote.stopping import cgroup
+
+    if by == "cgroup":
+        where, why = cgroup.create(str(tmp_path / "probe"))
+        cgroup.remove(where)
+        if not where:
+            pytest.skip(f"this host allows no cgroup: {why}")
+    else:
+        monkeypatch.setenv("GPUJOB_NO_CGROUP", "1")
+        monkeypatch.setenv("PATH", f"{REPO / 'tests' / 'stand_ins'}{os.pathsep}{os.environ['PATH']}")
+        monkeypatch.setenv("FAKE_SMI_COMPUTE_PIDS", str(tmp_path / "gpu.pids"))
+    pidfile = tmp_path / "daemon.pid"
+    job = write_job(tmp_path, "orphan", LOOP, f"python main.py {pidfile}", stop={"grace": "5s"})
+    job_id, jd, st = started(tmp_path, job)
+    wait_for(pidfile.exists, 30, "the daemon's pid")
+    daemon = int(pidfile.read_text())
+    (tmp_path / "gpu.pids").write_text(f"{daemon}\n")
+    try:
+        kill(st["supervisor_pid"])
+        r = run_cli("stop", job_id, "--wait", "30", timeout=90)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert not alive(daemon), f"the daemon survived stop ({r.stdout})"
+    finally:
+        kill(daemon)
+
+
+CATCHER = """
+    import time
+    step = 0
+    try:
+        while True:
+            step += 1
+            print(f"step {step}", flush=True)
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        print("interrupted: final evaluation", flush=True)
+    while {carry_on}:  # a trainer that ignores the stop and goes on
+        time.sleep(0.2)
+    print("done", flush=True)
+"""
+
+
+@pytest.mark.parametrize("carry_on", [False, True])
+def test_a_script_that_catches_the_stop_ends_stopped(carry_on: bool, tmp_path: Path) -> None:
+    job = write_job(tmp_path, "catch", CATCHER.replace("{carry_on}", str(carry_on)), "python main.py",
+                    stop={"grace": "2s"})
+    job_id, jd, _ = started(tmp_path, job)
+    r = run_cli("stop", job_id, "--wait", "30", timeout=90)
+    assert r.returncode == 0 and f"{job_id}: stopped" in r.stdout, r.stdout + r.stderr
+    st = status("local", job_id)
+    log = (jd / "output.log").read_text()
+    assert st["state"] == "stopped", st  # never succeeded
+    if carry_on:
+        assert "stop: still running after the grace: SIGKILL of pid(s)" in log, log[-1500:]
+    else:
+        assert st["exit_code"] == 0 and "done" in log
+        assert "the run command exited with code 0 after the stop request (it caught the stop" in log, log[-1500:]
