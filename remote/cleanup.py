@@ -173,9 +173,22 @@ def gc(root: Root, older_than: float, dry_run: bool = False, checkpoints_only: b
                 _gc_item(it)
         elif it["kind"] == "project":
             _gc_project(root, it)
+        elif it["kind"] == "env" and _provisioning(Path(it["path"])):
+            it["skipped"] = "being provisioned"
         else:
             _gc_item(it)
     return doc
+
+
+def _provisioning(p: Path) -> bool:
+    """An environment whose lock a setup holds (its processes hold it even when their job's
+    supervisor is gone): never deleted while something of ours writes into it."""
+    digest = p.name[:-3] if p.name.endswith(".ok") else p.name[len("venv-"):]
+    lock = p.parent / (digest + ".lock")
+    if not lock.exists():
+        return False
+    with locks.flocked(lock, blocking=False) as got:
+        return not got
 
 
 def _gc_project(root: Root, it: Dict[str, Any]) -> None:

@@ -176,3 +176,25 @@ def test_a_script_that_catches_the_stop_ends_stopped(carry_on: bool, tmp_path: P
     else:
         assert st["exit_code"] == 0 and "done" in log
         assert "the run command exited with code 0 after the stop request (it caught the stop" in log, log[-1500:]
+
+
+def test_a_setup_outlives_its_killed_supervisor_and_keeps_the_lock(tmp_path: Path) -> None:
+    """Issue 24 item 9: the supervisor SIGKILLed during a slow ``setup:``; a second job of the same
+    environment hash waits for that setup to end instead of running its own beside it."""
+    trace, gate = tmp_path / "setup.trace", tmp_path / "gate"
+    setup = f"echo start $$ >> {trace}; while [ ! -e {gate} ]; do sleep 0.1; done; echo end $$ >> {trace}"
+    job = write_job(tmp_path, "slowsetup", "print('ran')\n", "python main.py", setup=setup)
+    first = submit("local", job)["job_id"]
+    wait_for(lambda: trace.exists() and "start" in trace.read_text(), 60, "the first setup")
+    kill(json.loads((job_dir(tmp_path, first) / "status.json").read_text())["supervisor_pid"])
+    second = submit("local", job)["job_id"]
+    log = job_dir(tmp_path, second) / "output.log"
+    wait_for(lambda: log.exists() and "waiting: another job is provisioning environment" in log.read_text(), 60,
+             lambda: log.read_text() if log.exists() else "no log")
+    assert trace.read_text().count("start") == 1  # the orphaned setup still holds the lock
+    gate.touch()
+    from tests.helpers import wait_state
+
+    assert wait_state("local", second, ("succeeded", "failed"), 90)["state"] == "succeeded"
+    events = [line.split()[0] for line in trace.read_text().splitlines()]
+    assert events == ["start", "end", "start", "end"], trace.read_text()  # never two at once
