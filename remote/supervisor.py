@@ -268,22 +268,26 @@ class Supervisor:
         return path
 
     def link_code_dir(self, rel: str) -> None:
-        """Make ``<job>/code/<rel>`` a link to ``<job>/ckpt``: what the script writes there lands
-        outside the code snapshot, where restarts, ``resume``, status, rotation and pull find it.
-        What the snapshot already held there (synced from the laptop) is moved in first."""
-        ckpt, link = self.job.ckpt, self.job.code / rel
-        ckpt.mkdir(parents=True, exist_ok=True)
-        if link.is_symlink():
+        """Make ``<job>/ckpt`` a link to ``<job>/code/<rel>``, a real folder: the script may
+        ``shutil.rmtree`` it (a link there failed every attempt: "Cannot call rmtree on a symbolic
+        link") and make it again, and ``<job>/ckpt`` still leads to what it writes, where restarts,
+        ``resume``, status, rotation and pull find it. What an earlier ``ckpt/`` held (a move
+        brought it) goes into the folder first. A job started with the older, opposite link
+        (``code/<rel>`` -> ``ckpt``) keeps it."""
+        ckpt, out = self.job.ckpt, self.job.code / rel
+        if out.is_symlink():
             return
-        if link.is_dir():
-            for entry in sorted(os.listdir(str(link))):
-                if not os.path.lexists(str(ckpt / entry)):
-                    os.rename(str(link / entry), str(ckpt / entry))
-            shutil.rmtree(str(link))
-        elif os.path.lexists(str(link)):
+        if os.path.lexists(str(out)) and not out.is_dir():
             raise OSError("checkpoint.dir {} is a file in the code, not a folder".format(rel))
-        link.parent.mkdir(parents=True, exist_ok=True)
-        os.symlink(os.path.relpath(str(ckpt), str(link.parent)), str(link))
+        out.mkdir(parents=True, exist_ok=True)  # again, if the script removed it
+        if ckpt.is_symlink():
+            return
+        if ckpt.is_dir():
+            for entry in sorted(os.listdir(str(ckpt))):
+                if not os.path.lexists(str(out / entry)):
+                    os.rename(str(ckpt / entry), str(out / entry))
+            shutil.rmtree(str(ckpt))
+        os.symlink(os.path.relpath(str(out), str(ckpt.parent)), str(ckpt))
 
     def link_ckpt_to_code(self) -> None:
         """``checkpoint.dir: .`` (the script saves into its working folder): ``<job>/ckpt`` becomes a

@@ -196,7 +196,8 @@ def select(job_path: Path, what: str = "all", metric: Optional[str] = None,
     files = {}  # type: Dict[str, List[Any]]
     dirs = []  # type: List[str]
     for r in roots:
-        t = tree(job_path / r)
+        # ckpt/ may be a link into the code (checkpoint.dir): what it leads to is listed as ckpt/...
+        t = tree(_followed(job_path, r))
         if not t["exists"]:
             continue
         for rel, v in t["files"].items():
@@ -207,7 +208,7 @@ def select(job_path: Path, what: str = "all", metric: Optional[str] = None,
             if v[3] is not None:  # as send_list will send it
                 files[name][3] = portable_link(job_path, job_path / name, v[3])
         dirs += [r + "/" + d for d in t["dirs"] if not (skip and r == "ckpt" and _under(d, skip))]
-        if (job_path / r).is_dir() and not (job_path / r).is_symlink():
+        if (job_path / r).is_dir() and (r == "ckpt" or not (job_path / r).is_symlink()):
             dirs.append(r)
     if include:
         def keep(rel: str) -> bool:
@@ -217,6 +218,17 @@ def select(job_path: Path, what: str = "all", metric: Optional[str] = None,
         dirs = [d for d in dirs if keep(d) or any(k.startswith(d + "/") for k in files)]
     return {"files": files, "dirs": sorted(set(dirs)), "selected": chosen, "stray": stray,
             "stray_hint": stray_hint(stray) if stray else None}
+
+
+def _followed(job_path: Path, r: str) -> Path:
+    """``<job>/ckpt`` as the folder it links to inside the job (``checkpoint.dir``: a folder of the
+    code); any other root, a link leading outside the job or to the whole code (``dir: .``), as it is."""
+    p = job_path / r
+    if r == "ckpt" and p.is_symlink():
+        real = p.resolve()
+        if job_path.resolve() in real.parents and real.is_dir() and real != (job_path / "code").resolve():
+            return real
+    return p
 
 
 def _under(rel: str, paths: List[str]) -> bool:
