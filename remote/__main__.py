@@ -88,7 +88,8 @@ def cmd_submit(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
 def cmd_stop(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     from remote.stopping import verb
 
-    return verb.stop(root, jobs.resolve(root, a.job), a.wait)
+    return verb.stop(root, jobs.resolve(root, a.job), a.wait, after_checkpoint=a.after_checkpoint,
+                     job_mode=a.job_mode)
 
 
 def cmd_resume(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
@@ -469,6 +470,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("stop")
     s.add_argument("--job", required=True)
     s.add_argument("--wait", type=float, default=300.0)
+    s.add_argument("--after-checkpoint", type=float, metavar="MAX_WAIT", help="stop at the next complete checkpoint")
+    s.add_argument("--job-mode", action="store_true", help="as the job file's stop: {mode: ...} says (move)")
     s = sub.add_parser("resume")
     s.add_argument("--job", required=True)
     for name in ("sync", "manifest"):

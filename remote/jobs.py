@@ -244,6 +244,13 @@ def _describe(root: Root, job_id: str, detail: bool = False) -> Dict[str, Any]:
 
     spec = job.spec_data()
     st["billing"] = cost.estimate(st, spec, metrics, st["now"], metricsrc.progress(job))
+    if st.get("state") not in TERMINAL:
+        from remote.stopping import after
+
+        pending = after.describe(job, job.ckpt, spec.get("checkpoint_pattern"),
+                                 lambda: procs.job_pids(job.id, job_dir=str(job.path)))
+        if pending:
+            st["stop_after_checkpoint"] = pending
     if detail:
         st["spec"] = {k: v for k, v in job.spec_data().items() if k not in ("host_env",)}
         if st.get("state") in ("failed", "restarting"):
@@ -321,7 +328,7 @@ def resume(root: Root, job_id: str) -> Dict[str, Any]:
             raise AgentError("job {} has succeeded: only a lost, stopped or failed job can be resumed".format(job_id),
                              "see gpujob status {}".format(job_id), "bad_state")
         procs.kill_tree(job_id, None, 5.0, job_dir=str(job.path))
-        for p in (job.stop_file, Path(str(job.stop_file) + ".watch")):
+        for p in (job.stop_file, Path(str(job.stop_file) + ".watch"), job.path / "stop.after"):
             try:
                 p.unlink()
             except OSError:

@@ -18,10 +18,10 @@ from remote import launch, locks, procs
 from remote.jobenv import PATH_PREFIX
 from remote.layout import JobDir, Root, agent_log, now, with_reserve
 from remote.protocol import backoff
+from remote.stopping import after, reaper
 from remote.stopping import cgroup as cg
 from remote.stopping import find as jobfind
 from remote.stopping import kill as jobkill
-from remote.stopping import reaper
 
 HEARTBEAT = float(os.environ.get("GPUJOB_HEARTBEAT", "5"))
 TICK = 0.25
@@ -117,6 +117,8 @@ class Supervisor:
         interval = float((self.spec.get("host_env") or {}).get("GPUJOB_GPU_SAMPLE")
                          or os.environ.get("GPUJOB_GPU_SAMPLE", "5"))
         self.sampler = gpus.Sampler(self.job.gpu, interval, self.path_prefix())
+        # first: once its checkpoint landed, a stop asked for "after the next checkpoint" goes before any other
+        self.watchers.insert(0, after.Watch(self.job, self.ckpt_dir(), self.spec.get("checkpoint_pattern")))
         self.watchers.append(self.sampler)
         self.watchers.append(Rotator(self.ckpt_dir(), int(self.spec.get("checkpoint_keep", 3) or 0),
                                      self.spec.get("checkpoint_pattern")))
@@ -361,7 +363,9 @@ class Supervisor:
         try:
             text = self.job.stop_file.read_text().strip()
         except OSError:
-            return None
+            # a stop after the next checkpoint, with no attempt running to write one: now
+            req = after.pending(self.job) if self.child is None or self.child.poll() is not None else None
+            return str(req.get("reason") or "stop requested") if req else None
         return text or "stop requested"
 
     def stop_child(self, reason: str) -> None:
@@ -432,9 +436,17 @@ class Supervisor:
                 # request: the attempt still ended because of it (stopped, not succeeded or retried)
                 self.stop_reason = self.stop_reason or self.stop_requested()
                 return rc
-            reason = self.stop_requested()
+            reason, by = self.stop_requested(), None
             for w in self.watchers:
-                reason = reason or w.tick(self)
+                if not reason:
+                    reason, by = w.tick(self), w
+            if reason and reason.startswith("autostop") and not isinstance(by, after.Watch) \
+                    and self.spec.get("stop_mode") == "checkpoint":
+                if not after.pending(self.job):  # stop: {mode: checkpoint}: the next checkpoint first
+                    after.request(self.job, float(self.spec.get("stop_max_wait") or 1200), reason)
+                    self.log_marker("{}: stopping after the next checkpoint (at most {:g} s)".format(
+                        reason, float(self.spec.get("stop_max_wait") or 1200)))
+                reason = None
             if reason:
                 self.stop_child(reason)
                 cg.remove(self.cgroup)
@@ -569,6 +581,7 @@ class Supervisor:
                 time.sleep(TICK)
 
     def finish(self, state: str, **changes: Any) -> str:
+        after.clear(self.job)  # a stop after a checkpoint still waited for is moot now
         self.set_state(state, ended_at=now(), child_pid=None, gpus_held=False, waiting_for_gpus=False, **changes)
         self.job.event("finished", state=state)
         _events().on_finish(self, state)  # last notification delivered, then power-off if asked

@@ -198,3 +198,72 @@ def test_a_setup_outlives_its_killed_supervisor_and_keeps_the_lock(tmp_path: Pat
     assert wait_state("local", second, ("succeeded", "failed"), 90)["state"] == "succeeded"
     events = [line.split()[0] for line in trace.read_text().splitlines()]
     assert events == ["start", "end", "start", "end"], trace.read_text()  # never two at once
+
+
+SAVER = """
+    import os, signal, time, zipfile
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a plain loop that saves every {every} steps, never on a signal
+    ck, resume = os.environ["GPUJOB_CKPT_DIR"], os.environ.get("GPUJOB_RESUME")
+    step = 0
+    if resume:
+        with zipfile.ZipFile(resume) as z:
+            step = int(z.read("step"))
+        print(f"resumed at step {step}", flush=True)
+    while True:
+        step += 1
+        print(f"step {step}", flush=True)
+        time.sleep(0.1)
+        if {every} and step % {every} == 0:
+            with zipfile.ZipFile(os.path.join(ck, "tmp.zip"), "w") as z:
+                z.writestr("step", str(step))
+            os.rename(os.path.join(ck, "tmp.zip"), os.path.join(ck, f"ckpt_{step}.pt"))
+"""
+
+
+def steps_in(log: Path) -> int:
+    return max([int(line.split()[1]) for line in log.read_text().splitlines() if line.startswith("step ")] or [0])
+
+
+def test_stop_after_checkpoint_keeps_the_work_and_resume_goes_on(tmp_path: Path) -> None:
+    """Issue 30 item 1: ``stop --after-checkpoint`` leaves a checkpoint newer than the request,
+    ``status`` shows the wait meanwhile, and ``resume`` continues from that checkpoint."""
+    job = write_job(tmp_path, "saver", SAVER.replace("{every}", "25"), "python main.py", stop={"grace": "5s"})
+    job_id, jd, _ = started(tmp_path, job, steps=30)  # ckpt_25 exists
+    asked = steps_in(jd / "output.log")
+    r = run_cli("stop", job_id, "--after-checkpoint", "--max-wait", "60s", "--wait", "0")
+    assert r.returncode == 7 and "stopping after the next checkpoint (last one" in r.stderr, r.stdout + r.stderr
+    shown = run_cli("status", job_id)
+    assert "stopping after the next checkpoint (last one" in shown.stdout, shown.stdout
+    r = run_cli("stop", job_id, "--after-checkpoint", "--max-wait", "60s", "--wait", "60", timeout=120)
+    assert r.returncode == 0 and f"{job_id}: stopped" in r.stdout, r.stdout + r.stderr
+    st = status("local", job_id)
+    newest = [c["name"] for c in st["checkpoints"] if c["complete"]][-1]
+    saved = int(newest[len("ckpt_"):-len(".pt")])
+    assert saved > asked, (saved, asked)  # written after the request: nothing since is lost
+    assert "(after checkpoint ckpt_" in st["reason"] and steps_in(jd / "output.log") < saved + 25
+    assert run_cli("resume", job_id).returncode == 0
+    wait_for(lambda: f"resumed at step {saved}\n" in (jd / "output.log").read_text(), 60, "the resumed attempt")
+    assert run_cli("stop", job_id, "--wait", "30").returncode == 0
+
+
+def test_stop_after_checkpoint_gives_up_after_max_wait_saying_what_is_lost(tmp_path: Path) -> None:
+    job = write_job(tmp_path, "nosaver", SAVER.replace("{every}", "0"), "python main.py", stop={"grace": "5s"})
+    job_id, jd, _ = started(tmp_path, job)
+    r = run_cli("stop", job_id, "--after-checkpoint", "--max-wait", "2s", "--wait", "30", timeout=90)
+    assert r.returncode == 0 and f"{job_id}: stopped" in r.stdout, r.stdout + r.stderr
+    st = status("local", job_id)
+    assert "no new checkpoint within 2 s: no checkpoint was ever written" in st["reason"], st["reason"]
+    assert "stop: no new checkpoint within 2 s: stopping anyway" in (jd / "output.log").read_text()
+
+
+def test_autostop_in_checkpoint_mode_waits_for_the_next_checkpoint(tmp_path: Path) -> None:
+    """``stop: {mode: checkpoint}`` in the job file: an auto-stop waits for the next save."""
+    job = write_job(tmp_path, "autosaver", SAVER.replace("{every}", "40"), "python main.py",
+                    stop={"grace": "5s", "mode": "checkpoint", "max_wait": "60s"}, autostop={"max_runtime": "2s"})
+    job_id = submit("local", job)["job_id"]
+    from tests.helpers import wait_state
+
+    st = wait_state("local", job_id, ("autostopped", "stopped", "failed"), 90)
+    assert st["state"] == "autostopped" and "(after checkpoint ckpt_" in st["reason"], st
+    log = (job_dir(tmp_path, job_id) / "output.log").read_text()
+    assert "stopping after the next checkpoint" in log and steps_in(job_dir(tmp_path, job_id) / "output.log") >= 40

@@ -347,14 +347,17 @@ class Job:
 
         return pump.run(produce)
 
-    def stop(self, wait: float = 600) -> r.JobStatus:
-        """Stop the job (its code may checkpoint first) and wait up to ``wait`` s for it to end."""
+    def stop(self, wait: float = 600, after_checkpoint: float | None = None) -> r.JobStatus:
+        """Stop the job (its code may checkpoint first) and wait up to ``wait`` s for it to end;
+        ``after_checkpoint``: first wait up to that many seconds for its next complete checkpoint.
+        ``stopped_for_certain`` on the result says whether it ended with no process of it left."""
         from gpujob.usecases import jobs
 
         nodes = self.nodes
         if nodes:
-            return r.JobStatus.from_json(self._on_nodes(nodes, lambda a: jobs.stop(a, self.ref, wait=wait)))
-        return r.JobStatus.from_json(jobs.stop(self._agent(), self.ref, wait=wait))
+            return r.JobStatus.from_json(self._on_nodes(
+                nodes, lambda a: jobs.stop(a, self.ref, wait=wait, after_checkpoint=after_checkpoint)))
+        return r.JobStatus.from_json(jobs.stop(self._agent(), self.ref, wait=wait, after_checkpoint=after_checkpoint))
 
     @property
     def resume_moves(self) -> bool:

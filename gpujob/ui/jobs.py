@@ -11,6 +11,7 @@ from gpujob.usecases.cost import accrued_cost, elapsed_s
 from gpujob.usecases.watch import loss_key
 
 format_duration = import_remote("protocol").format_duration
+TERMINAL = import_remote("protocol").TERMINAL
 
 if TYPE_CHECKING:
     from gpujob.api import results
@@ -128,6 +129,20 @@ def autostop_summary(cfg: dict[str, Any]) -> str:
     return " · ".join(parts)
 
 
+def after_checkpoint_line(j: dict[str, Any]) -> str | None:
+    """"stopping after the next checkpoint (last one 7 min ago, every ~10 min)" for a pending request."""
+    import time
+
+    p = j.get("stop_after_checkpoint")
+    if not isinstance(p, dict) or j.get("state") in TERMINAL:
+        return None
+    now = float(j.get("now") or time.time())
+    last = f"last one {format_duration(max(now - float(p['last_at']), 0))} ago" if p.get("last_at") else "none yet"
+    every = f", every ~{format_duration(float(p['every_s']))}" if p.get("every_s") else ""
+    left = float(p.get("requested_at") or now) + float(p.get("max_wait") or 0) - now
+    return f"stopping after the next checkpoint ({last}{every}); at the latest in {format_duration(max(left, 0))}"
+
+
 def job_panel(j: dict[str, Any]) -> Any:
     """The detail view of ``gpujob status JOB`` (a plain record, or one from ``watch.status_doc``)."""
     from rich.markup import escape
@@ -141,6 +156,12 @@ def job_panel(j: dict[str, Any]) -> Any:
     t.add_row("state", f"[{STATE_STYLE.get(state, 'white')}]{state}[/]" + (f"  ({escape(str(j['reason']))})" if j.get("reason") else "")
               + (f"  ({escape(str(j['lost_reason']))})" if j.get("lost_reason") else "")
               + f"   attempt {j.get('attempt') or 0}")
+    pending = after_checkpoint_line(j)
+    if pending:
+        t.add_row("stop", f"[yellow]{pending}[/]")
+    if j.get("survivors"):
+        t.add_row("left", "[red]process(es) {} of the job still run after its end[/]".format(
+            ", ".join(str(p) for p in j["survivors"])))
     m = j.get("latest_metrics") or j.get("last_metrics") or {}
     if m.get("step") is not None or m.get("epoch") is not None:
         unit = "epoch" if m.get("step") is not None and m.get("step") == m.get("epoch") else "step"  # an epoch loop
@@ -280,7 +301,10 @@ def stopped(st: results.JobStatus) -> None:
     note = f" (ended by the stop command itself: {took})" if took and st.finished else ""
     console().print(f"{st.job_id}: {st.state or None}{note}")
     pids = ", ".join(str(p) for p in st.survivors)
-    if not st.finished:
+    pending = after_checkpoint_line(st.doc)
+    if pending:
+        print(f"note: {st.job_id} is {pending}; follow it with gpujob status {st.job_id} -w", file=sys.stderr)
+    elif not st.finished:
         print(f"error: {st.job_id} has not stopped yet ({st.state}; still running: {pids or 'its supervisor'}); "
               f"its grace may not be over: wait longer with gpujob stop {st.job_id} --wait SECONDS", file=sys.stderr)
     elif st.survivors:

@@ -35,9 +35,15 @@ def ls(agent: Agent, limit: int = 0, everything: bool = False, older: list[int] 
     return doc["jobs"]
 
 
-def stop(agent: Agent, job: str, wait: float = 600) -> dict[str, Any]:
-    """Stop a job (checkpoint first when its code polls the stop file) and wait for the end."""
-    return agent.call("stop", ["--job", job, "--wait", str(wait)], timeout=wait + 60)
+def stop(agent: Agent, job: str, wait: float = 600, after_checkpoint: float | None = None,
+         job_mode: bool = False) -> dict[str, Any]:
+    """Stop a job (checkpoint first when its code polls the stop file) and wait for the end;
+    ``after_checkpoint``: the next complete checkpoint first (at most that many s); ``job_mode``:
+    as the job file's ``stop: {mode}`` says (``move``). The answer names the job's processes that
+    still run (``survivors``)."""
+    extra = ["--after-checkpoint", str(after_checkpoint)] if after_checkpoint is not None else []
+    return agent.call("stop", ["--job", job, "--wait", str(wait), *extra, *(["--job-mode"] if job_mode else [])],
+                      timeout=wait + 60)
 
 
 def resume(agent: Agent, job: str) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Optional
 from remote import jobs, locks, procs
 from remote.layout import JobDir, Root, now, with_reserve
 from remote.protocol import TERMINAL
+from remote.stopping import after
 from remote.stopping import find as jobfind
 from remote.stopping import kill as jobkill
 
@@ -90,15 +91,25 @@ def _sup_state(job: JobDir, st: Dict[str, Any]) -> str:
     return ""
 
 
-def stop(root: Root, job_id: str, wait: float, reason: str = "stopped by user") -> Dict[str, Any]:
-    """Stop the job and verify it: the answer is its status plus ``survivors`` (pids still running)."""
+def stop(root: Root, job_id: str, wait: float, reason: str = "stopped by user",
+         after_checkpoint: Optional[float] = None, job_mode: bool = False) -> Dict[str, Any]:
+    """Stop the job and verify it: the answer is its status plus ``survivors`` (pids still running).
+
+    ``after_checkpoint``: the most seconds to wait for a new complete checkpoint before stopping
+    (remote/stopping/after.py); ``job_mode``: as the job file's ``stop: {mode: ...}`` says (``move``)."""
     job = root.job(job_id)
     st = jobs.live_status(root, job, procs.boot_id())
+    spec = job.spec_data()
+    if job_mode and after_checkpoint is None and spec.get("stop_mode") == "checkpoint":
+        after_checkpoint = float(spec.get("stop_max_wait") or 1200)
     start = time.monotonic()
     deadline = start + wait
     if st.get("state") not in TERMINAL:
-        with_reserve(lambda: job.stop_file.write_text(reason + "\n"))
-        job.event("stop_requested", reason=reason)
+        if after_checkpoint is not None and st.get("state") == "running":
+            after.request(job, after_checkpoint, reason)
+        else:
+            with_reserve(lambda: job.stop_file.write_text(reason + "\n"))
+            job.event("stop_requested", reason=reason)
         while time.monotonic() < deadline:
             st = job.status()
             if st.get("state") in TERMINAL:
