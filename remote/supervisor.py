@@ -137,9 +137,10 @@ class Supervisor:
     def all_pids(self) -> List[int]:
         """Every process of the job, by every means (remote/stopping/find.py): what a stop must end."""
         attempts = self.status.get("attempts") or [{}]
+        gpu_since = float(attempts[0].get("started_at") or 0) if self.status.get("cuda_visible_devices") else 0.0
         return sorted(jobfind.find(self.job.id, str(self.job.path), self.child.pid if self.child else None,
                                    reaper=os.getpid(), cgroup=self.cgroup, path_prefix=self.path_prefix(),
-                                   since=float(attempts[0].get("started_at") or 0)))
+                                   since=gpu_since))
 
     def cheap_pids(self) -> set:
         return set(procs.job_pids(self.job.id, self.child.pid if self.child else None, str(self.job.path))) \

@@ -131,7 +131,8 @@ def test_a_daemon_is_found_after_the_supervisor_died(by: str, tmp_path: Path, mo
         monkeypatch.setenv("PATH", f"{REPO / 'tests' / 'stand_ins'}{os.pathsep}{os.environ['PATH']}")
         monkeypatch.setenv("FAKE_SMI_COMPUTE_PIDS", str(tmp_path / "gpu.pids"))
     pidfile = tmp_path / "daemon.pid"
-    job = write_job(tmp_path, "orphan", LOOP, f"python main.py {pidfile}", stop={"grace": "5s"})
+    gpus = {"gpus": 1} if by == "gpu" else {}  # GPU processes count for a job given GPUs only
+    job = write_job(tmp_path, "orphan", LOOP, f"python main.py {pidfile}", stop={"grace": "5s"}, **gpus)
     job_id, jd, st = started(tmp_path, job)
     wait_for(pidfile.exists, 30, "the daemon's pid")
     daemon = int(pidfile.read_text())

@@ -11,7 +11,8 @@ daemons, ``nohup`` wrappers, servers), so a stop also looks for:
   under ``<job>/`` open for writing (an interactive shell cd'ed there, ``tail`` and TensorBoard,
   which only read, are not the job's);
 - GPU compute processes (``nvidia-smi --query-compute-apps=pid``) started after the job began,
-  unless another job's environment marks them;
+  for a job that was given GPUs, unless another job's environment marks them or they have a
+  terminal (someone's interactive session);
 and then every descendant of what was found.
 """
 
@@ -134,7 +135,7 @@ def find(job_id: str, job_dir: str, root_pid: Optional[int] = None, reaper: Opti
             continue
         if st[4] == "0" and _under(pid, code, job):
             found.add(pid)
-        elif gpu and pid in gpu and started(pid) >= since:
+        elif gpu and pid in gpu and st[4] == "0" and started(pid) >= since:
             env = procs._environ(pid)
             if b"GPUJOB_JOB_DIR=" not in env or mine in env:  # another job's GPU process is not ours
                 found.add(pid)

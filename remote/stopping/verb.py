@@ -30,14 +30,17 @@ def _frozen(pid: Optional[int]) -> str:
 
 
 def _finder(job: JobDir, st: Dict[str, Any]) -> jobkill.Finder:
-    sup = st.get("supervisor_pid")
+    """The job's processes as status.json names them; a recorded pid counts only while it is still
+    the job's (a pid the kernel gave to another process since must not lead us to its tree)."""
+    sup, child = st.get("supervisor_pid"), st.get("child_pid")
     attempts = st.get("attempts") or [{}]
     prefix = (job.spec_data().get("host_env") or {}).get("GPUJOB_PATH_PREFIX", "")
+    gpu_since = float(attempts[0].get("started_at") or 0) if st.get("cuda_visible_devices") else 0.0
 
     def find() -> set:
-        return jobfind.find(job.id, str(job.path), st.get("child_pid"),
+        return jobfind.find(job.id, str(job.path), child if procs.belongs_to(child, job.id) else None,
                             reaper=sup if procs.belongs_to(sup, job.id) else None, cgroup=st.get("cgroup"),
-                            since=float(attempts[0].get("started_at") or 0), path_prefix=prefix)
+                            since=gpu_since, path_prefix=prefix)
     return find
 
 
