@@ -91,7 +91,7 @@ def test_stop_acts_itself_when_the_supervisor_is_frozen(tmp_path: Path) -> None:
         r = run_cli("stop", job_id, "--wait", "30", timeout=90)
         assert r.returncode == 0, r.stdout + r.stderr
         assert "stopped (ended by the stop command itself: the supervisor" in r.stdout and "SIGSTOP" in r.stdout
-        assert not alive(train)
+        assert not alive(train) and not alive(sup)  # the frozen supervisor too: resume may start a new one
         doc = status("local", job_id)
         assert doc["state"] == "stopped" and not doc.get("survivors"), doc
         assert "the stop command signals the job's processes itself" in (jd / "output.log").read_text()

@@ -3,12 +3,14 @@
 It writes the stop file and waits for the supervisor. A supervisor that does not act within
 ``GPUJOB_STOP_ACT_WITHIN`` seconds (frozen by ``kill -STOP``, a debugger, a stuck read: its
 process is stopped, or its heartbeat stale) or that is gone is not waited for: the verb signals
-the job's processes itself (each its stop signal, the grace, then SIGKILL). At the end it looks
+the job's processes itself (each its stop signal, the grace, then SIGKILL), then SIGKILLs the
+unresponsive supervisor (it would hold the job's locks forever). At the end it looks
 for the job's processes once more, by every means (remote/stopping/find.py), ends what it finds,
 and names in the answer (``survivors``) and in status.json whatever still runs.
 """
 
 import os
+import signal
 import time
 from typing import Any, Dict, List, Optional
 
@@ -71,6 +73,9 @@ def take_over(job: JobDir, st: Dict[str, Any], why: str, grace: float) -> List[i
         f.write("==> gpujob: stop: {}; the stop command signals the job's processes itself: {} [{}]\n".format(
             why, ", ".join(str(p) for p in sorted(asked)) or "none found", time.strftime("%Y-%m-%d %H:%M:%S")))
     killed, survivors = jobkill.end(find, grace, term=False, cgroup=st.get("cgroup"))
+    sup = st.get("supervisor_pid")
+    if procs.belongs_to(sup, job.id):  # frozen or silent: it would hold the job's locks (resume refused) forever
+        procs.signal_pids({sup}, signal.SIGKILL)
     changes = {"state": "stopped", "reason": st.get("stopping") or "stopped by user", "ended_at": now(),
                "killed": killed, "survivors": survivors, "child_pid": None,
                "supervisor_unresponsive": why}
