@@ -268,3 +268,19 @@ def test_autostop_in_checkpoint_mode_waits_for_the_next_checkpoint(tmp_path: Pat
     assert st["state"] == "autostopped" and "(after checkpoint ckpt_" in st["reason"], st
     log = (job_dir(tmp_path, job_id) / "output.log").read_text()
     assert "stopping after the next checkpoint" in log and steps_in(job_dir(tmp_path, job_id) / "output.log") >= 40
+
+
+def test_stop_that_cannot_finish_in_its_wait_says_so_and_names_the_processes(tmp_path: Path) -> None:
+    """Never "stopped" while something runs: a script deaf to SIGINT and SIGTERM, in a 60 s grace,
+    outlasts ``--wait 2``; the command exits 7 naming its processes (it printed "running", exit 0)."""
+    deaf = "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n" \
+           "step = 0\nwhile True:\n    step += 1\n    print(f'step {step}', flush=True)\n    time.sleep(0.2)\n"
+    job = write_job(tmp_path, "deaf", deaf, "python main.py", stop={"grace": "60s"})
+    job_id, jd, _ = started(tmp_path, job)
+    train = trainer(jd)
+    r = run_cli("stop", job_id, "--wait", "2", "--json")
+    assert r.returncode == 7, r.stdout + r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["state"] == "running" and train in doc["survivors"], doc
+    r = run_cli("stop", job_id, "--wait", "2")
+    assert r.returncode == 7 and f"{job_id} has not stopped yet" in r.stderr and str(train) in r.stderr, r.stderr
