@@ -18,11 +18,13 @@ from remote import jobs, locks, procs
 from remote.layout import JobDir, Root, now, with_reserve
 from remote.protocol import TERMINAL
 from remote.stopping import after
+from remote.stopping import cgroup as cg
 from remote.stopping import find as jobfind
 from remote.stopping import kill as jobkill
 
 ACT_WITHIN = float(os.environ.get("GPUJOB_STOP_ACT_WITHIN", "5"))  # s the supervisor gets to show it acts
-QUIET_AFTER = float(os.environ.get("GPUJOB_STOP_QUIET_AFTER", "15"))  # a heartbeat this old: not acting
+# a heartbeat this old: not acting (stuck in the kernel); longer than any wait of its own (a webhook's retries)
+QUIET_AFTER = float(os.environ.get("GPUJOB_STOP_QUIET_AFTER", "60"))
 
 
 def _frozen(pid: Optional[int]) -> str:
@@ -141,6 +143,8 @@ def verify(root: Root, job: JobDir) -> Dict[str, Any]:
     st = job.status()
     if st.get("state") in TERMINAL:
         _, survivors = jobkill.end(_finder(job, st), 3.0, cgroup=st.get("cgroup"))
+        if not survivors:
+            cg.remove(st.get("cgroup"))
         if survivors != (st.get("survivors") or []):
             _write(job, {"survivors": survivors})
     out = jobs.describe(root, job.id)
