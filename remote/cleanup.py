@@ -83,6 +83,9 @@ def remove(root: Root, ref: str, force: bool = False, wait: float = 120.0) -> Di
         _stop_tensorboard(root, job_id)
         size = freed_bytes([job.path])
         _remove(job.path)
+        from remote.stopping import cgroup
+
+        cgroup.remove_for(str(job.path))  # the cgroup a killed supervisor left (empty by now)
     return {"job_id": job_id, "removed": True, "stopped": stopped, "bytes": size, "path": str(job.path)}
 
 

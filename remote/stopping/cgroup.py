@@ -39,14 +39,24 @@ def name_for(job_dir: str) -> str:
     return "gpujob-{}-{}".format(os.path.basename(job_dir)[:60], hashlib.sha1(job_dir.encode()).hexdigest()[:8])
 
 
+def path_for(job_dir: str) -> Optional[str]:
+    mount = _mount()
+    return os.path.join(mount + _own().rstrip("/"), name_for(job_dir)) if mount else None
+
+
+def remove_for(job_dir: str) -> None:
+    """Remove the job's cgroup if it is there and empty (``rm``, a test's cleanup)."""
+    remove(path_for(job_dir))
+
+
 def create(job_dir: str) -> Tuple[Optional[str], str]:
     """(the cgroup's folder, "") or (None, why the host does not allow one)."""
     if os.environ.get("GPUJOB_NO_CGROUP"):
         return None, "GPUJOB_NO_CGROUP is set"
-    mount = _mount()
-    if not mount:
+    path = path_for(job_dir)
+    if not path:
         return None, "no cgroup2 file system is mounted"
-    path = os.path.join(mount + _own().rstrip("/"), name_for(job_dir))
+    mount = os.path.dirname(path)
     try:
         os.makedirs(path, exist_ok=True)
         with open(os.path.join(path, "cgroup.procs")):
