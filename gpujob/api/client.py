@@ -355,8 +355,10 @@ class Job:
 
         nodes = self.nodes
         if nodes:
-            return r.JobStatus.from_json(self._on_nodes(
-                nodes, lambda a: jobs.stop(a, self.ref, wait=wait, after_checkpoint=after_checkpoint)))
+            doc = self._on_nodes(nodes, lambda a: jobs.stop(a, self.ref, wait=wait, after_checkpoint=after_checkpoint))
+            # what runs on any node counts (each node's own list stays under nodes)
+            doc["survivors"] = sorted({p for n in doc["nodes"] for p in n.get("survivors") or []})
+            return r.JobStatus.from_json(doc)
         return r.JobStatus.from_json(jobs.stop(self._agent(), self.ref, wait=wait, after_checkpoint=after_checkpoint))
 
     @property
