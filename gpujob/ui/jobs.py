@@ -307,7 +307,9 @@ def stopped(st: results.JobStatus) -> None:
     elif not st.finished:
         print(f"error: {st.job_id} has not stopped yet ({st.state}; still running: {pids or 'its supervisor'}); "
               f"its grace may not be over: wait longer with gpujob stop {st.job_id} --wait SECONDS", file=sys.stderr)
-    elif st.survivors:
+    elif st.doc.get("cgroup_note") and not st.survivors:  # no cgroup here: what "stopped" rests on
+        print(f"note: {st.doc['cgroup_note']}", file=sys.stderr)
+    if st.finished and st.survivors:
         print(f"error: process(es) {pids} of {st.job_id} still run after SIGKILL (stuck in the kernel, or another "
               f"user's); see them with: gpujob exec HOST -- ps -o pid,stat,user,cmd -p {pids}", file=sys.stderr)
 
