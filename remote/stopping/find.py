@@ -117,7 +117,8 @@ def find(job_id: str, job_dir: str, root_pid: Optional[int] = None, reaper: Opti
     found = set(procs.job_pids(job_id, root_pid, job_dir)) | cg.pids(cgroup)
     if reaper and reaper in parents:
         own = (_stat(reaper) or ["", "", "", ""])[3]
-        found |= {c for c, p in parents.items() if p == reaper and (_stat(c) or ["", "", "", ""])[3] != own}
+        found |= {c for c, p in parents.items() if p == reaper and (_stat(c) or ["", "", "", ""])[3] != own
+                  and not is_agent(c)}  # not a helper of gpujob's own it started in a session of its own
     code, job = os.path.join(job_dir, "code"), job_dir.rstrip("/")
     leaders = {str(p) for p in found | ({root_pid} if root_pid else set())}
     gpu = gpu_pids(path_prefix) if since else None
