@@ -444,9 +444,10 @@ class Supervisor:
             if reason and reason.startswith("autostop") and not isinstance(by, after.Watch) \
                     and self.spec.get("stop_mode") == "checkpoint":
                 if not after.pending(self.job):  # stop: {mode: checkpoint}: the next checkpoint first
-                    after.request(self.job, float(self.spec.get("stop_max_wait") or 1200), reason)
+                    req = after.request(self.job, self.spec.get("stop_max_wait"), reason, self.ckpt_dir(),
+                                        self.spec.get("checkpoint_pattern"), self.job_pids)
                     self.log_marker("{}: stopping after the next checkpoint (at most {:g} s)".format(
-                        reason, float(self.spec.get("stop_max_wait") or 1200)))
+                        reason, req["max_wait"]))
                 reason = None
             if reason:
                 self.stop_child(reason)

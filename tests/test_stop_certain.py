@@ -229,12 +229,13 @@ def test_stop_after_checkpoint_keeps_the_work_and_resume_goes_on(tmp_path: Path)
     """Issue 30 item 1: ``stop --after-checkpoint`` leaves a checkpoint newer than the request,
     ``status`` shows the wait meanwhile, and ``resume`` continues from that checkpoint."""
     job = write_job(tmp_path, "saver", SAVER.replace("{every}", "25"), "python main.py", stop={"grace": "5s"})
-    job_id, jd, _ = started(tmp_path, job, steps=30)  # ckpt_25 exists
+    job_id, jd, _ = started(tmp_path, job, steps=55)  # ckpt_25 and ckpt_50: every ~2.5 s
     asked = steps_in(jd / "output.log")
-    r = run_cli("stop", job_id, "--after-checkpoint", "--max-wait", "60s", "--wait", "0")
+    r = run_cli("stop", job_id, "--after-checkpoint", "--wait", "0")  # no --max-wait: twice the interval, >= 60 s
     assert r.returncode == 7 and "stopping after the next checkpoint (last one" in r.stderr, r.stdout + r.stderr
     shown = run_cli("status", job_id)
-    assert "stopping after the next checkpoint (last one" in shown.stdout, shown.stdout
+    assert "stopping after the next checkpoint (last one" in shown.stdout and ", every ~" in shown.stdout \
+        and "twice the usual interval" in shown.stdout, shown.stdout
     r = run_cli("stop", job_id, "--after-checkpoint", "--max-wait", "60s", "--wait", "60", timeout=120)
     assert r.returncode == 0 and f"{job_id}: stopped" in r.stdout, r.stdout + r.stderr
     st = status("local", job_id)

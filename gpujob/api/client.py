@@ -347,9 +347,10 @@ class Job:
 
         return pump.run(produce)
 
-    def stop(self, wait: float = 600, after_checkpoint: float | None = None) -> r.JobStatus:
+    def stop(self, wait: float = 600, after_checkpoint: float | bool | None = None) -> r.JobStatus:
         """Stop the job (its code may checkpoint first) and wait up to ``wait`` s for it to end;
-        ``after_checkpoint``: first wait up to that many seconds for its next complete checkpoint.
+        ``after_checkpoint``: first wait up to that many seconds for its next complete checkpoint
+        (True: twice its usual interval between checkpoints, else 20 min).
         ``stopped_for_certain`` on the result says whether it ended with no process of it left."""
         from gpujob.usecases import jobs
 

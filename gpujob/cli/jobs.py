@@ -150,10 +150,13 @@ def cmd_plot(args: argparse.Namespace) -> int:
 def cmd_stop(args: argparse.Namespace) -> int:
     from gpujob.ui.jobs import stopped
 
-    max_wait = _duration("--max-wait", args.max_wait, "e.g. --max-wait 20m") if args.after_checkpoint else None
-    wait = args.wait if args.wait is not None else 600.0 if max_wait is None else max_wait + 600.0
+    after: float | bool | None = None
+    if args.after_checkpoint:  # without --max-wait: twice the job's usual interval between checkpoints
+        after = _duration("--max-wait", args.max_wait, "e.g. --max-wait 20m") if args.max_wait else True
+    wait = args.wait if args.wait is not None else 600.0 if after is None else \
+        (after if after is not True else 3600.0) + 600.0
     with client(args.host) as c:
-        st = c.job(args.job).stop(wait=wait, after_checkpoint=max_wait)
+        st = c.job(args.job).stop(wait=wait, after_checkpoint=after)
     show(args, st, stopped)
     # "stopped" only when verified: a job still stopping, or a process of it still running, is not
     return 0 if st.stopped_for_certain else exitcodes.NOT_FINISHED

@@ -95,8 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds to wait for the job to end (600; with --after-checkpoint: max-wait plus 10 min)")
     s.add_argument("--after-checkpoint", action="store_true",
                    help="let the job write its next complete checkpoint first, then stop it at once")
-    s.add_argument("--max-wait", default="20m", metavar="DURATION",
-                   help="with --after-checkpoint: stop anyway after this long without a new checkpoint (20m)")
+    s.add_argument("--max-wait", metavar="DURATION", help="with --after-checkpoint: stop anyway after this long "
+                   "without a new checkpoint (twice the job's usual interval between checkpoints, else 20m)")
     s = add("resume", cmd_resume, "restart a lost, stopped or failed job from its newest complete checkpoint")
     s.add_argument("job", type=job_ref)
     s.add_argument("--host")

@@ -67,7 +67,7 @@ class JobSpec:
     retry: Retry = field(default_factory=Retry)
     stop_grace: float = 120.0
     stop_mode: str = "now"  # checkpoint: auto-stop and move wait for the next complete checkpoint first
-    stop_max_wait: float = 1200.0  # ... at most this long
+    stop_max_wait: float | None = None  # ... at most this long (None: twice its usual interval, else 20 min)
     runtime_auto: bool = True  # runtime: {auto: false} takes gpujob's Trainer stop hook off PYTHONPATH
     notify: dict[str, Any] = field(default_factory=dict)
     autostop: dict[str, Any] = field(default_factory=dict)
@@ -370,7 +370,8 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
         if oo not in ("retry", "halve_batch"):
             ctx.err(("retry", "on_oom"), f"expected 'retry' or 'halve_batch', got {_short(oo)}")
         retry.on_oom = oo
-    grace, stop_mode, max_wait = 120.0, "now", 1200.0
+    grace, stop_mode = 120.0, "now"
+    max_wait: float | None = None
     st = raw.get("stop", {}) or {}
     if _want(ctx, ("stop",), st, dict, "{grace: 120s}"):
         _check_keys(ctx, ("stop",), st, ["grace", "mode", "max_wait"])
@@ -380,7 +381,7 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
         if stop_mode not in ("now", "checkpoint"):
             ctx.err(("stop", "mode"), f"expected 'now' or 'checkpoint', got {_short(stop_mode)}")
         if "max_wait" in st:
-            max_wait = _duration(ctx, ("stop", "max_wait"), st["max_wait"], max_wait)
+            max_wait = _duration(ctx, ("stop", "max_wait"), st["max_wait"], 1200.0)
 
     auto = True
     rt = raw.get("runtime", {}) or {}

@@ -140,7 +140,8 @@ def after_checkpoint_line(j: dict[str, Any]) -> str | None:
     last = f"last one {format_duration(max(now - float(p['last_at']), 0))} ago" if p.get("last_at") else "none yet"
     every = f", every ~{format_duration(float(p['every_s']))}" if p.get("every_s") else ""
     left = float(p.get("requested_at") or now) + float(p.get("max_wait") or 0) - now
-    return f"stopping after the next checkpoint ({last}{every}); at the latest in {format_duration(max(left, 0))}"
+    why = ": twice the usual interval" if p.get("max_wait_auto") and p.get("every_s") else ""
+    return f"stopping after the next checkpoint ({last}{every}); at the latest in {format_duration(max(left, 0))}{why}"
 
 
 def job_panel(j: dict[str, Any]) -> Any:

@@ -35,13 +35,15 @@ def ls(agent: Agent, limit: int = 0, everything: bool = False, older: list[int] 
     return doc["jobs"]
 
 
-def stop(agent: Agent, job: str, wait: float = 600, after_checkpoint: float | None = None,
+def stop(agent: Agent, job: str, wait: float = 600, after_checkpoint: float | bool | None = None,
          job_mode: bool = False) -> dict[str, Any]:
     """Stop a job (checkpoint first when its code polls the stop file) and wait for the end;
-    ``after_checkpoint``: the next complete checkpoint first (at most that many s); ``job_mode``:
+    ``after_checkpoint``: the next complete checkpoint first (at most that many s; True: twice the
+    job's usual interval between checkpoints, else 20 min); ``job_mode``:
     as the job file's ``stop: {mode}`` says (``move``). The answer names the job's processes that
     still run (``survivors``)."""
-    extra = ["--after-checkpoint", str(after_checkpoint)] if after_checkpoint is not None else []
+    extra = [] if after_checkpoint is None or after_checkpoint is False else \
+        ["--after-checkpoint", "auto" if after_checkpoint is True else str(after_checkpoint)]
     return agent.call("stop", ["--job", job, "--wait", str(wait), *extra, *(["--job-mode"] if job_mode else [])],
                       timeout=wait + 60)
 

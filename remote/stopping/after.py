@@ -15,17 +15,31 @@ from typing import Any, Dict, List, Optional
 from remote.layout import JobDir, now, with_reserve
 
 TICK = 1.0  # seconds between looks at the checkpoint folder
+DEFAULT_MAX_WAIT = 1200.0  # without a known interval between checkpoints
 
 
 def _path(job: JobDir) -> Path:
     return job.path / "stop.after"
 
 
-def request(job: JobDir, max_wait: float, reason: str) -> Dict[str, Any]:
-    """Ask for a stop at the next complete checkpoint (a second request keeps the first's time)."""
-    doc = pending(job) or {"requested_at": now(), "max_wait": float(max_wait), "reason": reason}
+def auto_max_wait(ckpt_dir: Path, pattern: Optional[str], pids: Any) -> float:
+    """How long to wait when nobody said: twice the usual time between the job's checkpoints (at
+    least a minute), else 20 min."""
+    every = interval(_complete(ckpt_dir, pattern, pids))
+    return max(2 * every, 60.0) if every else DEFAULT_MAX_WAIT
+
+
+def request(job: JobDir, max_wait: Optional[float], reason: str, ckpt_dir: Optional[Path] = None,
+            pattern: Optional[str] = None, pids: Any = None) -> Dict[str, Any]:
+    """Ask for a stop at the next complete checkpoint (a second request keeps the first's time);
+    ``max_wait`` None: :func:`auto_max_wait`."""
+    doc = pending(job)
+    if doc is None:
+        doc = {"requested_at": now(), "reason": reason, "max_wait_auto": max_wait is None,
+               "max_wait": float(max_wait) if max_wait is not None else
+               auto_max_wait(ckpt_dir or job.ckpt, pattern, pids)}
     with_reserve(lambda: _path(job).write_text(json.dumps(doc)))
-    job.event("stop_after_checkpoint", max_wait=float(max_wait), reason=reason)
+    job.event("stop_after_checkpoint", max_wait=doc["max_wait"], reason=reason)
     return doc
 
 

@@ -106,17 +106,19 @@ def stop(root: Root, job_id: str, wait: float, reason: str = "stopped by user",
     """Stop the job and verify it: the answer is its status plus ``survivors`` (pids still running).
 
     ``after_checkpoint``: the most seconds to wait for a new complete checkpoint before stopping
-    (remote/stopping/after.py); ``job_mode``: as the job file's ``stop: {mode: ...}`` says (``move``)."""
+    (remote/stopping/after.py; negative: twice the job's usual interval between them); ``job_mode``: as the job file's ``stop: {mode: ...}`` says (``move``)."""
     job = root.job(job_id)
     st = jobs.live_status(root, job, procs.boot_id())
     spec = job.spec_data()
     if job_mode and after_checkpoint is None and spec.get("stop_mode") == "checkpoint":
-        after_checkpoint = float(spec.get("stop_max_wait") or 1200)
+        after_checkpoint = float(spec["stop_max_wait"]) if spec.get("stop_max_wait") else -1.0
     start = time.monotonic()
     deadline = start + wait
     if st.get("state") not in TERMINAL:
         if after_checkpoint is not None and st.get("state") == "running":
-            after.request(job, after_checkpoint, reason)
+            after.request(job, after_checkpoint if after_checkpoint >= 0 else None, reason,
+                          pattern=spec.get("checkpoint_pattern"),
+                          pids=lambda: procs.job_pids(job.id, job_dir=str(job.path)))
         else:
             with_reserve(lambda: job.stop_file.write_text(reason + "\n"))
             job.event("stop_requested", reason=reason)
