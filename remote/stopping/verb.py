@@ -106,7 +106,8 @@ def stop(root: Root, job_id: str, wait: float, reason: str = "stopped by user",
     """Stop the job and verify it: the answer is its status plus ``survivors`` (pids still running).
 
     ``after_checkpoint``: the most seconds to wait for a new complete checkpoint before stopping
-    (remote/stopping/after.py; negative: twice the job's usual interval between them); ``job_mode``: as the job file's ``stop: {mode: ...}`` says (``move``)."""
+    (remote/stopping/after.py; negative: twice the job's usual interval between them);
+    ``job_mode``: as the job file's ``stop: {mode: ...}`` says (``move``)."""
     job = root.job(job_id)
     st = jobs.live_status(root, job, procs.boot_id())
     spec = job.spec_data()
