@@ -111,6 +111,7 @@ def test_a_daemon_that_left_the_job_is_ended_by_stop(tmp_path: Path, monkeypatch
         r = run_cli("stop", job_id, "--wait", "30", timeout=90)
         assert r.returncode == 0 and "stopped" in r.stdout, r.stdout + r.stderr
         assert not alive(daemon), "stop said stopped while the daemon runs"
+        assert "note: no per-job cgroup (GPUJOB_NO_CGROUP is set)" in r.stderr, r.stderr  # what it rests on
     finally:
         kill(daemon)
 
