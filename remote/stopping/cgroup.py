@@ -101,4 +101,5 @@ def enter_line(path: Optional[str]) -> str:
         return ""
     import shlex
 
-    return "echo $$ > {} 2>/dev/null || true\n".format(shlex.quote(os.path.join(path, "cgroup.procs")))
+    # braces: a redirection that fails (a cgroup we may make but not enter) says nothing either
+    return "{{ echo $$ > {}; }} 2>/dev/null || true\n".format(shlex.quote(os.path.join(path, "cgroup.procs")))
