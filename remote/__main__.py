@@ -86,7 +86,11 @@ def cmd_submit(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
 
 
 def cmd_stop(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
-    return jobs.stop(root, jobs.resolve(root, a.job), a.wait)
+    from remote.stopping import verb
+
+    after = None if a.after_checkpoint is None else -1.0 if a.after_checkpoint == "auto" else float(a.after_checkpoint)
+    return verb.stop(root, jobs.resolve(root, a.job), a.wait, after_checkpoint=after,
+                     job_mode=a.job_mode)
 
 
 def cmd_resume(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
@@ -483,6 +487,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("stop")
     s.add_argument("--job", required=True)
     s.add_argument("--wait", type=float, default=300.0)
+    s.add_argument("--after-checkpoint", metavar="MAX_WAIT", help="stop at the next complete checkpoint (seconds, or auto)")
+    s.add_argument("--job-mode", action="store_true", help="as the job file's stop: {mode: ...} says (move)")
     s = sub.add_parser("resume")
     s.add_argument("--job", required=True)
     for name in ("sync", "manifest"):

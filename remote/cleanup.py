@@ -68,7 +68,9 @@ def remove(root: Root, ref: str, force: bool = False, wait: float = 120.0) -> Di
             raise jobs.AgentError("{} is {}: it would lose its work".format(job_id, st.get("state")),
                                   "stop it first (gpujob stop {0}), or gpujob rm {0} --force stops it, "
                                   "then removes it".format(job_id), "running")
-        st = jobs.stop(root, job_id, wait, reason="stopped by gpujob rm --force")
+        from remote.stopping import verb
+
+        st = verb.stop(root, job_id, wait, reason="stopped by gpujob rm --force")
         if st.get("state") not in TERMINAL:
             raise jobs.AgentError("{} did not stop within {:.0f} s; nothing was removed".format(job_id, wait),
                                   "retry gpujob rm {} --force".format(job_id), "not_stopped")
@@ -81,6 +83,9 @@ def remove(root: Root, ref: str, force: bool = False, wait: float = 120.0) -> Di
         _stop_tensorboard(root, job_id)
         size = freed_bytes([job.path])
         _remove(job.path)
+        from remote.stopping import cgroup
+
+        cgroup.remove_for(str(job.path))  # the cgroup a killed supervisor left (empty by now)
     return {"job_id": job_id, "removed": True, "stopped": stopped, "bytes": size, "path": str(job.path)}
 
 
@@ -189,9 +194,22 @@ def gc(root: Root, older_than: float, dry_run: bool = False, checkpoints_only: b
                 _gc_item(it)
         elif it["kind"] == "project":
             _gc_project(root, it)
+        elif it["kind"] == "env" and _provisioning(Path(it["path"])):
+            it["skipped"] = "being provisioned"
         else:
             _gc_item(it)
     return doc
+
+
+def _provisioning(p: Path) -> bool:
+    """An environment whose lock a setup holds (its processes hold it even when their job's
+    supervisor is gone): never deleted while something of ours writes into it."""
+    digest = p.name[:-3] if p.name.endswith(".ok") else p.name[len("venv-"):]
+    lock = p.parent / (digest + ".lock")
+    if not lock.exists():
+        return False
+    with locks.flocked(lock, blocking=False) as got:
+        return not got
 
 
 def _gc_project(root: Root, it: Dict[str, Any]) -> None:

@@ -21,7 +21,6 @@ from remote.layout import (
     read_json,
     screen_lines,
     tail_lines,
-    with_reserve,
     write_json,
 )
 from remote.protocol import TERMINAL
@@ -265,6 +264,13 @@ def _describe(root: Root, job_id: str, detail: bool = False) -> Dict[str, Any]:
 
     spec = job.spec_data()
     st["billing"] = cost.estimate(st, spec, metrics, st["now"], metricsrc.progress(job))
+    if st.get("state") not in TERMINAL:
+        from remote.stopping import after
+
+        pending = after.describe(job, job.ckpt, spec.get("checkpoint_pattern"),
+                                 lambda: procs.job_pids(job.id, job_dir=str(job.path)))
+        if pending:
+            st["stop_after_checkpoint"] = pending
     if detail:
         st["spec"] = {k: v for k, v in job.spec_data().items() if k not in ("host_env",)}
         hp = hparams(job)
@@ -360,39 +366,6 @@ def mark_lost(root: Root, job: JobDir, st: Dict[str, Any]) -> None:
         agent_log(root, "could not record {} as lost: {}".format(job.id, e))
 
 
-def stop(root: Root, job_id: str, wait: float, reason: str = "stopped by user") -> Dict[str, Any]:
-    """Ask the supervisor to stop the job; without a live supervisor, stop the processes here."""
-    job = root.job(job_id)
-    st = live_status(root, job, procs.boot_id())
-    if st.get("state") in TERMINAL:
-        if st.get("state") == "lost":
-            procs.kill_tree(job_id, None, 5.0, job_dir=str(job.path))
-            mark_lost(root, job, st)
-        return describe(root, job_id)
-    with_reserve(lambda: job.stop_file.write_text(reason + "\n"))
-    job.event("stop_requested", reason=reason)
-    deadline = time.monotonic() + wait
-    while time.monotonic() < deadline:
-        if job.status().get("state") in TERMINAL:
-            break
-        now_st = job.status()
-        sup = now_st.get("supervisor_pid")
-        # a queued job's supervisor may not have started yet; once one was named, its death ends the wait
-        if not procs.belongs_to(sup, job_id) and (now_st.get("state") != "queued" or sup) \
-                and not locks.supervisor_alive(job.path):
-            break
-        time.sleep(0.2)
-    with locks.job_lock(job.path, removed_is_error=True):
-        st = job.status()
-        if st.get("state") not in TERMINAL and not procs.belongs_to(st.get("supervisor_pid"), job_id) \
-                and not locks.supervisor_alive(job.path):
-            killed = procs.kill_tree(job_id, None, 5.0, job_dir=str(job.path))
-            st.update(state="stopped", reason=reason, ended_at=now(), killed=killed)
-            job.write_status(st)
-            job.event("state", state="stopped", reason=reason)
-    return describe(root, job_id)
-
-
 def resume(root: Root, job_id: str) -> Dict[str, Any]:
     """Restart a lost, stopped or failed job under the same id, from its newest complete checkpoint."""
     job = root.job(job_id)
@@ -414,7 +387,7 @@ def resume(root: Root, job_id: str) -> Dict[str, Any]:
             raise AgentError("job {} has succeeded: only a lost, stopped or failed job can be resumed".format(job_id),
                              "see gpujob status {}".format(job_id), "bad_state")
         procs.kill_tree(job_id, None, 5.0, job_dir=str(job.path))
-        for p in (job.stop_file, Path(str(job.stop_file) + ".watch")):
+        for p in (job.stop_file, Path(str(job.stop_file) + ".watch"), job.path / "stop.after"):
             try:
                 p.unlink()
             except OSError:

@@ -208,9 +208,11 @@ def stop_targets(pids: Set[int]) -> Dict[int, int]:
     return out
 
 
-def ask_to_stop(job_id: str, root_pid: Optional[int], job_dir: Optional[str] = None) -> Dict[int, int]:
-    """Send each of the job's processes chosen by :func:`stop_targets` its stop signal."""
-    targets = stop_targets(job_pids(job_id, root_pid, job_dir))
+def ask_to_stop(job_id: str, root_pid: Optional[int], job_dir: Optional[str] = None,
+                pids: Optional[Set[int]] = None) -> Dict[int, int]:
+    """Send each of the job's processes chosen by :func:`stop_targets` its stop signal (``pids``:
+    the job's processes when the caller found them more thoroughly, remote/stopping/find.py)."""
+    targets = stop_targets(job_pids(job_id, root_pid, job_dir) if pids is None else pids)
     for pid, sig in targets.items():
         signal_pids({pid}, sig)
     return targets

@@ -261,7 +261,7 @@ def ensure(root: Root, job: JobDir, spec: Dict[str, Any], tick: Optional[Callabl
         if turbo in ("both", "setup"):
             run_env.update(tenv)
         started = time.time()
-        rc = _provision(job, spec, run_env, prefix, base_py, venv, req_path, tick)
+        rc = _provision(job, spec, run_env, prefix, base_py, venv, req_path, tick, lock_fd)
         if rc != 0:
             if venv is not None:
                 shutil.rmtree(str(venv), ignore_errors=True)
@@ -280,8 +280,13 @@ def ensure(root: Root, job: JobDir, spec: Dict[str, Any], tick: Optional[Callabl
 
 
 def _provision(job: JobDir, spec: Dict[str, Any], env: Dict[str, str], prefix: str, base_py: Optional[str],
-               venv: Optional[Path], req: Optional[Path], tick: Optional[Callable[[], Any]]) -> int:
-    """Create the venv if asked, then run requirements and setup under ``bash -lc``; the exit status."""
+               venv: Optional[Path], req: Optional[Path], tick: Optional[Callable[[], Any]], lock_fd: int = -1) -> int:
+    """Create the venv if asked, then run requirements and setup under ``bash -lc``; the exit status.
+
+    The setup's processes inherit the environment's lock (``lock_fd``, an flock): a supervisor
+    killed mid-setup leaves the lock held by the setup still running, so a second job of the same
+    hash waits for it to end instead of running setup beside it (or deleting the venv its pip
+    still writes into)."""
     lines = ["set -e", _path_line(prefix).strip()]
     if venv is not None:
         if not base_py:
@@ -303,7 +308,8 @@ def _provision(job: JobDir, spec: Dict[str, Any], env: Dict[str, str], prefix: s
     log = open(str(job.log), "ab")
     try:
         p = subprocess.Popen(["bash", "-lc", "\n".join(x for x in lines if x)], cwd=str(job.code), env=env,
-                             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                             pass_fds=(lock_fd,) if lock_fd >= 0 else ())
     except OSError as e:
         log.close()
         marker(job, "could not start: {}".format(e))

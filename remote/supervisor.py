@@ -18,6 +18,10 @@ from remote import launch, locks, procs
 from remote.jobenv import PATH_PREFIX
 from remote.layout import JobDir, Root, agent_log, now, with_reserve
 from remote.protocol import backoff
+from remote.stopping import after, reaper
+from remote.stopping import cgroup as cg
+from remote.stopping import find as jobfind
+from remote.stopping import kill as jobkill
 
 HEARTBEAT = float(os.environ.get("GPUJOB_HEARTBEAT", "5"))
 TICK = 0.25
@@ -53,7 +57,7 @@ def latest_resume(ckpt_dir: Path, pattern: Optional[str] = None, pids: Any = Non
 
 # fields of an attempt's end that must not outlive it: a recovered job shows none of them
 ATTEMPT_END_FIELDS = ("reason", "exit_code", "lost_reason", "diagnosis", "remedy", "next_attempt_at",
-                      "stopping", "killed")
+                      "stopping", "killed", "survivors")
 
 
 class Rotator:
@@ -102,6 +106,7 @@ class Supervisor:
         self.stop_reason: Optional[str] = None
         self.terminated = False
         self.oom: Any = None  # remote.oom.Watch of the running attempt
+        self.cgroup: Optional[str] = None  # the attempt's cgroup, where the host lets us make one
         self.watchers: List[Any] = []  # objects with tick(sup) -> Optional[reason to stop]
         self.add_own_watchers()
         _events().attach(self)  # notifications and auto-stop policies
@@ -114,6 +119,8 @@ class Supervisor:
         interval = float((self.spec.get("host_env") or {}).get("GPUJOB_GPU_SAMPLE")
                          or os.environ.get("GPUJOB_GPU_SAMPLE", "5"))
         self.sampler = gpus.Sampler(self.job.gpu, interval, self.path_prefix())
+        # first: once its checkpoint landed, a stop asked for "after the next checkpoint" goes before any other
+        self.watchers.insert(0, after.Watch(self.job, self.ckpt_dir(), self.spec.get("checkpoint_pattern")))
         self.watchers.append(self.sampler)
         self.watchers.append(Rotator(self.ckpt_dir(), int(self.spec.get("checkpoint_keep", 3) or 0),
                                      self.spec.get("checkpoint_pattern")))
@@ -135,6 +142,48 @@ class Supervisor:
         if self.oom is not None:
             self.oom.pids.update(pids)
         return sorted(pids)
+
+    def all_pids(self) -> List[int]:
+        """Every process of the job, by every means (remote/stopping/find.py): what a stop must end."""
+        attempts = self.status.get("attempts") or [{}]
+        gpu_since = float(attempts[0].get("started_at") or 0) if self.status.get("cuda_visible_devices") else 0.0
+        return sorted(jobfind.find(self.job.id, str(self.job.path), self.child.pid if self.child else None,
+                                   reaper=os.getpid(), cgroup=self.cgroup, path_prefix=self.path_prefix(),
+                                   since=gpu_since))
+
+    def cheap_pids(self) -> set:
+        return set(procs.job_pids(self.job.id, self.child.pid if self.child else None, str(self.job.path))) \
+            | cg.pids(self.cgroup)
+
+    def end_processes(self, grace: float, term: bool = True) -> List[int]:
+        """End every process of the job (SIGTERM unless asked already, ``grace``, SIGKILL); the pids
+        it had to SIGKILL. Survivors are named in status and the log (a stop then says so)."""
+        killed, survivors = jobkill.end(lambda: set(self.all_pids()), grace, poll=self.tick_wait, cgroup=self.cgroup,
+                                        cheap=self.cheap_pids, term=term)
+        if killed:
+            self.job.event("killed", pids=killed)
+        if survivors:
+            self.status["survivors"] = survivors
+            self.log_marker("stop: process(es) {} still run after SIGKILL (another user's, or stuck in the kernel)"
+                            .format(", ".join(map(str, survivors))))
+        else:
+            self.status.pop("survivors", None)
+        return killed
+
+    def tick_wait(self) -> None:
+        """While waiting on the job: reap the run command and orphans (we are their subreaper), beat."""
+        if self.child is not None:
+            self.child.poll()
+        self.reap_orphans()
+        self.heartbeat()
+
+    def reap_orphans(self) -> None:
+        """Collect the job's orphans that ended (double-forked daemons reparented to us): not the run
+        command (Popen waits for it) and not our own helpers (our session: subprocess waits for those)."""
+        me = os.getpid()
+        own = jobfind._stat(me)[3:4]
+        kids = {c for c, p in procs._parents().items() if p == me and (self.child is None or c != self.child.pid)}
+        reaper.reap({c for c in kids if jobfind._stat(c)[3:4] != own})
 
     def path_prefix(self) -> str:
         """The host profile's PATH prefix (where nvidia-smi may live), if any."""
@@ -231,22 +280,26 @@ class Supervisor:
         return path
 
     def link_code_dir(self, rel: str) -> None:
-        """Make ``<job>/code/<rel>`` a link to ``<job>/ckpt``: what the script writes there lands
-        outside the code snapshot, where restarts, ``resume``, status, rotation and pull find it.
-        What the snapshot already held there (synced from the laptop) is moved in first."""
-        ckpt, link = self.job.ckpt, self.job.code / rel
-        ckpt.mkdir(parents=True, exist_ok=True)
-        if link.is_symlink():
+        """Make ``<job>/ckpt`` a link to ``<job>/code/<rel>``, a real folder: the script may
+        ``shutil.rmtree`` it (a link there failed every attempt: "Cannot call rmtree on a symbolic
+        link") and make it again, and ``<job>/ckpt`` still leads to what it writes, where restarts,
+        ``resume``, status, rotation and pull find it. What an earlier ``ckpt/`` held (a move
+        brought it) goes into the folder first. A job started with the older, opposite link
+        (``code/<rel>`` -> ``ckpt``) keeps it."""
+        ckpt, out = self.job.ckpt, self.job.code / rel
+        if out.is_symlink():
             return
-        if link.is_dir():
-            for entry in sorted(os.listdir(str(link))):
-                if not os.path.lexists(str(ckpt / entry)):
-                    os.rename(str(link / entry), str(ckpt / entry))
-            shutil.rmtree(str(link))
-        elif os.path.lexists(str(link)):
+        if os.path.lexists(str(out)) and not out.is_dir():
             raise OSError("checkpoint.dir {} is a file in the code, not a folder".format(rel))
-        link.parent.mkdir(parents=True, exist_ok=True)
-        os.symlink(os.path.relpath(str(ckpt), str(link.parent)), str(link))
+        out.mkdir(parents=True, exist_ok=True)  # again, if the script removed it
+        if ckpt.is_symlink():
+            return
+        if ckpt.is_dir():
+            for entry in sorted(os.listdir(str(ckpt))):
+                if not os.path.lexists(str(out / entry)):
+                    os.rename(str(ckpt / entry), str(out / entry))
+            shutil.rmtree(str(ckpt))
+        os.symlink(os.path.relpath(str(out), str(ckpt.parent)), str(ckpt))
 
     def link_ckpt_to_code(self) -> None:
         """``checkpoint.dir: .`` (the script saves into its working folder): ``<job>/ckpt`` becomes a
@@ -277,10 +330,14 @@ class Supervisor:
         except OSError:
             pass
         self.log_marker("attempt {} started{}".format(attempt, " (resume from {})".format(resume) if resume else ""))
+        self.cgroup, why = cg.create(str(self.job.path))
+        if why and not self.status.get("cgroup_note"):
+            self.status["cgroup_note"] = "no per-job cgroup ({}): a stop finds the job's processes by tree, " \
+                "session, environment, open files and GPU use".format(why)
         log = open(str(self.job.log), "ab")
         try:
             self.child = subprocess.Popen(
-                ["bash", "-lc", PATH_PREFIX + launch.command(self.launch_spec(), attempt)], cwd=str(self.job.code), env=self.env(attempt, resume),
+                ["bash", "-lc", cg.enter_line(self.cgroup) + PATH_PREFIX + launch.command(self.launch_spec(), attempt)], cwd=str(self.job.code), env=self.env(attempt, resume),
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             )
         finally:
@@ -290,7 +347,8 @@ class Supervisor:
         attempts = self.status.setdefault("attempts", [])
         attempts.append({"n": attempt, "started_at": now(), "resume": resume, "pid": self.child.pid,
                          "batch_divisor": int(self.status.get("batch_divisor", 1))})
-        self.set_state("running", attempt=attempt, child_pid=self.child.pid, started_at=self.status.get("started_at") or now())
+        self.set_state("running", attempt=attempt, child_pid=self.child.pid, started_at=self.status.get("started_at") or now(),
+                       cgroup=self.cgroup)
         _events().started(self)
 
     def note_stray_checkpoints(self) -> None:
@@ -326,7 +384,9 @@ class Supervisor:
         try:
             text = self.job.stop_file.read_text().strip()
         except OSError:
-            return None
+            # a stop after the next checkpoint, with no attempt running to write one: now
+            req = after.pending(self.job) if self.child is None or self.child.poll() is not None else None
+            return str(req.get("reason") or "stop requested") if req else None
         return text or "stop requested"
 
     def stop_child(self, reason: str) -> None:
@@ -343,21 +403,29 @@ class Supervisor:
         if watching:  # the runtime helper (or the Trainer hook) polls the stop file: give it the grace to save
             deadline = time.monotonic() + grace
             while time.monotonic() < deadline and self.child.poll() is None:
-                self.heartbeat()
+                self.tick_wait()
                 time.sleep(TICK)
-            grace = 10.0
+            grace, term = 10.0, True
         else:
-            grace = self.ask_to_stop(grace)
-        killed = procs.kill_tree(self.job.id, self.child.pid, grace, poll=self.heartbeat, job_dir=str(self.job.path))
+            grace, term = self.ask_to_stop(grace), False
+        rc = self.child.poll()
+        if rc is not None:  # the log says which happened: it left on its own, or gpujob ended it
+            self.log_marker("stop: the run command exited with code {} after the stop request{}".format(
+                rc, " (it caught the stop and finished on its own: the job is stopped, not succeeded)" if rc == 0 else ""))
+        killed = self.end_processes(grace, term=term)
         if killed:
-            self.job.event("killed", pids=killed)
-        self.child.wait()
+            self.status["killed"] = killed
+        if rc is None:
+            self.child.wait()
+            self.log_marker("stop: {} (exit status {})".format(
+                "still running after the grace: SIGKILL of pid(s) " + ", ".join(map(str, killed)) if killed
+                else "ended by the stop signal", self.child.returncode))
 
     def ask_to_stop(self, grace: float) -> float:
         """Signal the job's processes (SIGINT or SIGTERM each) and wait up to ``grace`` for them;
         returns how long the rest may take before SIGKILL (0 when the grace ran out)."""
         assert self.child is not None
-        asked = procs.ask_to_stop(self.job.id, self.child.pid, job_dir=str(self.job.path))
+        asked = procs.ask_to_stop(self.job.id, self.child.pid, job_dir=str(self.job.path), pids=set(self.all_pids()))
         names = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM"}
         self.log_marker("stop: {} (grace {:g}s, then SIGKILL)".format(
             ", ".join("pid {} {}".format(p, names.get(s, s)) for p, s in sorted(asked.items())) or "no process to ask",
@@ -365,8 +433,7 @@ class Supervisor:
         self.job.event("stop_signals", signals={str(p): names.get(s, s) for p, s in asked.items()})
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline and any(procs.pid_alive(p) for p in asked):
-            self.child.poll()  # reap the run command's shell
-            self.heartbeat()
+            self.tick_wait()  # reap the run command's shell
             time.sleep(TICK)
         return 0.0 if time.monotonic() >= deadline else 5.0
 
@@ -384,17 +451,29 @@ class Supervisor:
             rc = self.child.poll()
             if rc is not None:
                 # the main process ended: no straggler of this attempt may survive it
-                procs.kill_tree(self.job.id, None, 5.0, job_dir=str(self.job.path))
+                self.end_processes(5.0)
+                cg.remove(self.cgroup)
                 # code that watches the stop file may save and exit before this loop sees the
                 # request: the attempt still ended because of it (stopped, not succeeded or retried)
                 self.stop_reason = self.stop_reason or self.stop_requested()
                 return rc
-            reason = self.stop_requested()
+            reason, by = self.stop_requested(), None
             for w in self.watchers:
-                reason = reason or w.tick(self)
+                if not reason:
+                    reason, by = w.tick(self), w
+            if reason and reason.startswith("autostop") and not isinstance(by, after.Watch) \
+                    and self.spec.get("stop_mode") == "checkpoint":
+                if not after.pending(self.job):  # stop: {mode: checkpoint}: the next checkpoint first
+                    req = after.request(self.job, self.spec.get("stop_max_wait"), reason, self.ckpt_dir(),
+                                        self.spec.get("checkpoint_pattern"), self.job_pids)
+                    self.log_marker("{}: stopping after the next checkpoint (at most {:g} s)".format(
+                        reason, req["max_wait"]))
+                reason = None
             if reason:
                 self.stop_child(reason)
+                cg.remove(self.cgroup)
                 return self.child.returncode
+            self.reap_orphans()
             self.heartbeat()
             time.sleep(TICK)
 
@@ -524,6 +603,7 @@ class Supervisor:
                 time.sleep(TICK)
 
     def finish(self, state: str, **changes: Any) -> str:
+        after.clear(self.job)  # a stop after a checkpoint still waited for is moot now
         self.set_state(state, ended_at=now(), child_pid=None, gpus_held=False, waiting_for_gpus=False, **changes)
         self.job.event("finished", state=state)
         _events().on_finish(self, state)  # last notification delivered, then power-off if asked
@@ -540,6 +620,7 @@ def main(root: Root, job_id: str) -> int:
     if held is None:
         agent_log(root, "{}: another supervisor runs it; this one leaves".format(job_id))
         return 0
+    reaper.become()  # a double-forked daemon of the job stays our child, so a stop finds it
     sup = Supervisor(root, job)
 
     def on_term(signum: int, frame: Any) -> None:
@@ -557,7 +638,7 @@ def main(root: Root, job_id: str) -> int:
 
         agent_log(root, "supervisor {} crashed: {}\n{}".format(job_id, e, traceback.format_exc()))
         if sup.child and sup.child.poll() is None:
-            procs.kill_tree(job_id, sup.child.pid, 10.0, job_dir=str(job.path))
+            sup.end_processes(10.0)
         sup.finish("failed", reason="agent error: {}".format(e))
         return 1
     return 0

@@ -185,6 +185,20 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.setenv("PYENV_REHASH_TIMEOUT", "1")
     yield cfg
     kill_job_processes(tmp_path)
+    _remove_job_cgroups(tmp_path)
+
+
+def _remove_job_cgroups(tmp_path: Path) -> None:
+    """The per-job cgroups (remote/stopping/cgroup.py) of the test's jobs, emptied just above."""
+    from remote.stopping import cgroup
+
+    for jobs in tmp_path.glob("*/jobs"):
+        for job in jobs.iterdir():
+            for _ in range(20):  # a killed process leaves its cgroup a moment later
+                cgroup.remove_for(str(job))
+                if not os.path.exists(cgroup.path_for(str(job)) or ""):
+                    break
+                time.sleep(0.05)
 
 
 @pytest.fixture(autouse=True)

@@ -91,7 +91,7 @@ def test_agent_verbs_run_under_python_38(py38: str, ssh_host: str, tmp_path: Pat
     r = run_cli("stop", job_id, "--host", ssh_host, "--json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["state"] == "stopped"
-    assert "stopping cleanly" in run_cli("tail", job_id, "--host", ssh_host, "-n", "3").stdout
+    assert "stopping cleanly" in run_cli("tail", job_id, "--host", ssh_host, "-n", "4").stdout  # the stop, how it ended, the attempt's end
 
     r = run_cli("pull", job_id, str(tmp_path / "got"), "--host", ssh_host, "--json")
     assert r.returncode == 0, r.stderr

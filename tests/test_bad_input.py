@@ -90,6 +90,8 @@ CASES: list[tuple[str, Callable[[Path], list[str]], list[str]]] = [
     ("gpus-float", spec("gpus: 1.5"), ["gpus", "expected a number of GPUs"]),
     ("grace-huge", spec(f"stop: {{grace: {10**32}d}}"), ["stop.grace", "out of range"]),
     ("grace-int-overflow", spec(f"stop: {{grace: {10**400}}}"), ["stop.grace", "finite"]),
+    ("stop-mode-typo", spec("stop: {mode: chekpoint}"), ["stop.mode", "'now' or 'checkpoint'"]),
+    ("stop-max-wait-bad", spec("stop: {mode: checkpoint, max_wait: soon}"), ["stop.max_wait"]),
     ("max-restarts-negative", spec("retry: {max_restarts: -5}"), ["retry.max_restarts", "out of range"]),
     ("keep-zero", spec("checkpoint: {keep: 0}"), ["checkpoint.keep", "out of range"]),
     ("autostop-inf-size", spec("autostop: {disk_free_below: .inf}"), ["disk_free_below", "not a size"]),

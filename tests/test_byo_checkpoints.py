@@ -99,7 +99,7 @@ def test_sigkilled_plain_loop_resumes_from_newest_complete_file(any_host: str, t
     final = torch.load(jd / "ckpt" / "final.pt")
     assert params_equal(final["model"], torch.load(ref / "ckpts" / "final.pt")["model"])
     # the folder the script writes in its code is the job's ckpt; keep 2 of the series, and the one resumed
-    assert (jd / "code" / "ckpts").is_symlink() and (jd / "code" / "ckpts").resolve() == (jd / "ckpt").resolve()
+    assert (jd / "ckpt").is_symlink() and (jd / "code" / "ckpts").resolve() == (jd / "ckpt").resolve()
     assert sorted(p.name for p in (jd / "ckpt").iterdir()) == sorted(
         {f"checkpoint_{resumed}.pt", "checkpoint_20.pt", "checkpoint_24.pt", "final.pt"})
     assert [(c["kind"], c["complete"]) for c in st["checkpoints"]][-1] == ("file", True)
@@ -184,7 +184,7 @@ def test_hf_trainer_job_pull_latest_loads(tmp_path: Path) -> None:
     assert [(c["name"], c["kind"], c["complete"]) for c in st["checkpoints"]] == [
         ("checkpoint-4", "hf", True), ("checkpoint-6", "hf", True)]
     jd = tmp_path / "local-root" / "jobs" / job_id
-    assert (jd / "code" / "outputs").is_symlink() and (jd / "ckpt" / "notes.txt").read_text() == "synced with the code"
+    assert (jd / "ckpt").is_symlink() and (jd / "ckpt" / "notes.txt").read_text() == "synced with the code"
     doc = json.loads(run_cli("pull", job_id, str(tmp_path / "p"), "--latest", "--json").stdout)
     assert doc["selected"] == "ckpt/checkpoint-6"
     m = AutoModelForCausalLM.from_pretrained(str(Path(doc["dest"]) / doc["selected"]))
@@ -241,3 +241,29 @@ def test_checkpoint_keys_in_the_job_file(tmp_path: Path) -> None:
         with pytest.raises(SpecError) as e:
             load_spec(f)
         assert words in str(e.value) and "job.yaml:2" in str(e.value)
+
+
+RMTREE = """
+    import os, shutil, zipfile
+    shutil.rmtree("out")  # a fresh output folder at start, as many scripts do
+    os.makedirs("out")
+    for step in (5, 10):
+        with zipfile.ZipFile("out/tmp.zip", "w") as z:
+            z.writestr("weights", "step %d" % step)
+        os.rename("out/tmp.zip", "out/ckpt_%d.pt" % step)
+    print("saved", flush=True)
+"""
+
+
+def test_a_script_may_rmtree_its_checkpoint_dir(tmp_path: Path) -> None:
+    """Issue 24 item 10: ``checkpoint.dir`` is a real folder of the code (``<job>/ckpt`` links to
+    it), so ``shutil.rmtree`` of it works as without gpujob and the checkpoints stay the job's."""
+    job = write_job(tmp_path, "rmtree", RMTREE, "python main.py", checkpoint={"dir": "out", "pattern": "ckpt_*.pt"})
+    job_id = submit("local", job)["job_id"]
+    st = wait_state("local", job_id, ("succeeded", "failed"), 60)
+    assert st["state"] == "succeeded", st
+    assert [c["name"] for c in st["checkpoints"] if c["complete"]] == ["ckpt_5.pt", "ckpt_10.pt"]
+    doc = json.loads(run_cli("pull", job_id, str(tmp_path / "p"), "--latest", "--json").stdout)
+    assert doc["selected"] == "ckpt/ckpt_10.pt" and (Path(doc["dest"]) / "ckpt" / "ckpt_10.pt").is_file()
+    everything = json.loads(run_cli("pull", job_id, str(tmp_path / "all"), "--json").stdout)
+    assert (Path(everything["dest"]) / "ckpt" / "ckpt_5.pt").is_file()  # the folder, not a link to it

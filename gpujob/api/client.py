@@ -483,14 +483,21 @@ class Job:
 
         return pump.run(produce)
 
-    def stop(self, wait: float = 600) -> r.JobStatus:
-        """Stop the job (its code may checkpoint first) and wait up to ``wait`` s for it to end."""
+    def stop(self, wait: float = 600, after_checkpoint: float | bool | None = None) -> r.JobStatus:
+        """Stop the job (its code may checkpoint first) and wait up to ``wait`` s for it to end;
+        ``after_checkpoint``: first wait up to that many seconds for its next complete checkpoint
+        (True: twice its usual interval between checkpoints, else 20 min).
+        ``stopped_for_certain`` on the result says whether it ended with no process of it left."""
         from gpujob.usecases import jobs
 
         nodes = self.nodes
         if nodes:
-            return r.JobStatus.from_json(self._on_nodes(nodes, lambda a: jobs.stop(a, self.ref, wait=wait)))
-        return r.JobStatus.from_json(_observed(jobs.stop(self._agent(), self.ref, wait=wait), self.host))
+            doc = self._on_nodes(nodes, lambda a: jobs.stop(a, self.ref, wait=wait, after_checkpoint=after_checkpoint))
+            # what runs on any node counts (each node's own list stays under nodes)
+            doc["survivors"] = sorted({p for n in doc["nodes"] for p in n.get("survivors") or []})
+            return r.JobStatus.from_json(doc)
+        return r.JobStatus.from_json(_observed(jobs.stop(self._agent(), self.ref, wait=wait, after_checkpoint=after_checkpoint),
+                                                   self.host))
 
     @property
     def resume_moves(self) -> bool:

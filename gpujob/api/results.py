@@ -87,6 +87,12 @@ class JobStatus(JobSummary):
     checkpoints: list[dict[str, Any]] = field(default_factory=list)
     diagnosis: dict[str, Any] | None = None
     nodes: list[dict[str, Any]] | None = None
+    survivors: list[int] = field(default_factory=list)  # processes of the job still running after a stop
+
+    @property
+    def stopped_for_certain(self) -> bool:
+        """After ``stop()``: the job has ended and no process of it runs (found by every means the host allows)."""
+        return self.finished and not self.survivors
 
     @property
     def metrics(self) -> dict[str, Any]:

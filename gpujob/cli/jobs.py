@@ -10,6 +10,7 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
+from gpujob import exitcodes
 from gpujob.cli.common import client, command_after, show
 from gpujob.errors import GpujobError, HostError
 from gpujob.exitcodes import INTERRUPTED, USAGE
@@ -164,8 +165,16 @@ def cmd_plot(args: argparse.Namespace) -> int:
 def cmd_stop(args: argparse.Namespace) -> int:
     from gpujob.ui.jobs import stopped
 
+    after: float | bool | None = None
+    if args.after_checkpoint:  # without --max-wait: twice the job's usual interval between checkpoints
+        after = _duration("--max-wait", args.max_wait, "e.g. --max-wait 20m") if args.max_wait else True
+    wait = args.wait if args.wait is not None else 600.0 if after is None else \
+        (after if after is not True else 3600.0) + 600.0
     with client(args.host) as c:
-        return show(args, c.job(args.job).stop(wait=args.wait), stopped)
+        st = c.job(args.job).stop(wait=wait, after_checkpoint=after)
+    show(args, st, stopped)
+    # "stopped" only when verified: a job still stopping, or a process of it still running, is not
+    return 0 if st.stopped_for_certain else exitcodes.NOT_FINISHED
 
 
 def cmd_resume(args: argparse.Namespace) -> int:

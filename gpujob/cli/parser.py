@@ -100,7 +100,12 @@ def build_parser() -> argparse.ArgumentParser:
     s = add("stop", cmd_stop, "stop a job (its code may checkpoint first); no process of it remains")
     s.add_argument("job", type=job_ref)
     s.add_argument("--host")
-    s.add_argument("--wait", type=number_type(float, 0, 86400), default=600, help="seconds to wait for the job to end")
+    s.add_argument("--wait", type=number_type(float, 0, 86400), default=None,
+                   help="seconds to wait for the job to end (600; with --after-checkpoint: max-wait plus 10 min)")
+    s.add_argument("--after-checkpoint", action="store_true",
+                   help="let the job write its next complete checkpoint first, then stop it at once")
+    s.add_argument("--max-wait", metavar="DURATION", help="with --after-checkpoint: stop anyway after this long "
+                   "without a new checkpoint (twice the job's usual interval between checkpoints, else 20m)")
     s = add("resume", cmd_resume, "restart a lost, stopped or failed job from its newest complete checkpoint")
     s.add_argument("job", type=job_ref)
     s.add_argument("--host")

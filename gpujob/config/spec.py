@@ -66,6 +66,8 @@ class JobSpec:
     tensorboard_logdir: str | None = None
     retry: Retry = field(default_factory=Retry)
     stop_grace: float = 120.0
+    stop_mode: str = "now"  # checkpoint: auto-stop and move wait for the next complete checkpoint first
+    stop_max_wait: float | None = None  # ... at most this long (None: twice its usual interval, else 20 min)
     runtime_auto: bool = True  # runtime: {auto: false} takes gpujob's Trainer stop hook off PYTHONPATH
     notify: dict[str, Any] = field(default_factory=dict)
     autostop: dict[str, Any] = field(default_factory=dict)
@@ -384,12 +386,18 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
         if oo not in ("retry", "halve_batch"):
             ctx.err(("retry", "on_oom"), f"expected 'retry' or 'halve_batch', got {_short(oo)}")
         retry.on_oom = oo
-    grace = 120.0
+    grace, stop_mode = 120.0, "now"
+    max_wait: float | None = None
     st = raw.get("stop", {}) or {}
     if _want(ctx, ("stop",), st, dict, "{grace: 120s}"):
-        _check_keys(ctx, ("stop",), st, ["grace"])
+        _check_keys(ctx, ("stop",), st, ["grace", "mode", "max_wait"])
         if "grace" in st:
             grace = _duration(ctx, ("stop", "grace"), st["grace"], grace)
+        stop_mode = st.get("mode", "now")
+        if stop_mode not in ("now", "checkpoint"):
+            ctx.err(("stop", "mode"), f"expected 'now' or 'checkpoint', got {_short(stop_mode)}")
+        if "max_wait" in st:
+            max_wait = _duration(ctx, ("stop", "max_wait"), st["max_wait"], 1200.0)
 
     auto = True
     rt = raw.get("runtime", {}) or {}
@@ -433,7 +441,7 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
     return JobSpec(
         name=name, run=run, workdir=str(wd), host=host, exclude=exclude, data=data, setup=setup,
         requirements=req, python=python, env=env, secrets=secrets, gpus=gpus, checkpoint_keep=keep,
-        tensorboard_logdir=logdir, retry=retry, stop_grace=grace, notify=sections.get("notify", {}),
+        tensorboard_logdir=logdir, retry=retry, stop_grace=grace, stop_mode=stop_mode, stop_max_wait=max_wait, notify=sections.get("notify", {}),
         autostop=sections.get("autostop", {}), launcher=launcher, nodes=nodes,
         runtime_auto=auto is not False,
         checkpoint_dir=(ck.get("dir") if isinstance(ck, dict) else None),

@@ -13,6 +13,7 @@ from gpujob.usecases.cost import accrued_cost, elapsed_s
 from gpujob.usecases.watch import loss_key
 
 format_duration = import_remote("protocol").format_duration
+TERMINAL = import_remote("protocol").TERMINAL
 
 if TYPE_CHECKING:
     from gpujob.api import results
@@ -130,6 +131,21 @@ def autostop_summary(cfg: dict[str, Any]) -> str:
     return " · ".join(parts)
 
 
+def after_checkpoint_line(j: dict[str, Any]) -> str | None:
+    """"stopping after the next checkpoint (last one 7 min ago, every ~10 min)" for a pending request."""
+    import time
+
+    p = j.get("stop_after_checkpoint")
+    if not isinstance(p, dict) or j.get("state") in TERMINAL:
+        return None
+    now = float(j.get("now") or time.time())
+    last = f"last one {format_duration(max(now - float(p['last_at']), 0))} ago" if p.get("last_at") else "none yet"
+    every = f", every ~{format_duration(float(p['every_s']))}" if p.get("every_s") else ""
+    left = float(p.get("requested_at") or now) + float(p.get("max_wait") or 0) - now
+    why = ": twice the usual interval" if p.get("max_wait_auto") and p.get("every_s") else ""
+    return f"stopping after the next checkpoint ({last}{every}); at the latest in {format_duration(max(left, 0))}{why}"
+
+
 def job_panel(j: dict[str, Any]) -> Any:
     """The detail view of ``gpujob status JOB`` (a plain record, or one from ``watch.status_doc``)."""
     from rich.table import Table
@@ -143,6 +159,12 @@ def job_panel(j: dict[str, Any]) -> Any:
     t.add_row("state", f"[{STATE_STYLE.get(state, 'white')}]{state}[/]" + (f"  ({j['reason']})" if j.get("reason") else "")
               + (f"  ({j['lost_reason']})" if j.get("lost_reason") else "")
               + f"   attempt {j.get('attempt') or 0}")
+    pending = after_checkpoint_line(j)
+    if pending:
+        t.add_row("stop", f"[yellow]{pending}[/]")
+    if j.get("survivors"):
+        t.add_row("left", "[red]process(es) {} of the job still run after its end[/]".format(
+            ", ".join(str(p) for p in j["survivors"])))
     m = j.get("latest_metrics") or j.get("last_metrics") or {}
     if m.get("step") is not None or m.get("epoch") is not None:
         unit = "epoch" if m.get("step") is not None and m.get("step") == m.get("epoch") else "step"  # an epoch loop
@@ -307,7 +329,24 @@ def plotted(res: results.PlotResult) -> None:
 
 
 def stopped(st: results.JobStatus) -> None:
-    console().print(f"{st.job_id}: {st.state or None}")
+    """The line of ``stop``: the state, and what it could not end (then the command exits non-zero)."""
+    import sys
+
+    took = st.doc.get("supervisor_unresponsive")
+    note = f" (ended by the stop command itself: {took})" if took and st.finished else ""
+    console().print(f"{st.job_id}: {st.state or None}{note}")
+    pids = ", ".join(str(p) for p in st.survivors)
+    pending = after_checkpoint_line(st.doc)
+    if pending:
+        print(f"note: {st.job_id} is {pending}; follow it with gpujob status {st.job_id} -w", file=sys.stderr)
+    elif not st.finished:
+        print(f"error: {st.job_id} has not stopped yet ({st.state}; still running: {pids or 'its supervisor'}); "
+              f"its grace may not be over: wait longer with gpujob stop {st.job_id} --wait SECONDS", file=sys.stderr)
+    elif st.doc.get("cgroup_note") and not st.survivors:  # no cgroup here: what "stopped" rests on
+        print(f"note: {st.doc['cgroup_note']}", file=sys.stderr)
+    if st.finished and st.survivors:
+        print(f"error: process(es) {pids} of {st.job_id} still run after SIGKILL (stuck in the kernel, or another "
+              f"user's); see them with: gpujob exec HOST -- ps -o pid,stat,user,cmd -p {pids}", file=sys.stderr)
 
 
 def resumed(res: results.ResumeResult) -> None:

@@ -36,9 +36,17 @@ def ls(agent: Agent, limit: int = 0, everything: bool = False, older: list[int] 
     return doc["jobs"]
 
 
-def stop(agent: Agent, job: str, wait: float = 600) -> dict[str, Any]:
-    """Stop a job (checkpoint first when its code polls the stop file) and wait for the end."""
-    return agent.call("stop", ["--job", job, "--wait", str(wait)], timeout=wait + 60)
+def stop(agent: Agent, job: str, wait: float = 600, after_checkpoint: float | bool | None = None,
+         job_mode: bool = False) -> dict[str, Any]:
+    """Stop a job (checkpoint first when its code polls the stop file) and wait for the end;
+    ``after_checkpoint``: the next complete checkpoint first (at most that many s; True: twice the
+    job's usual interval between checkpoints, else 20 min); ``job_mode``:
+    as the job file's ``stop: {mode}`` says (``move``). The answer names the job's processes that
+    still run (``survivors``)."""
+    extra = [] if after_checkpoint is None or after_checkpoint is False else \
+        ["--after-checkpoint", "auto" if after_checkpoint is True else str(after_checkpoint)]
+    return agent.call("stop", ["--job", job, "--wait", str(wait), *extra, *(["--job-mode"] if job_mode else [])],
+                      timeout=wait + 60)
 
 
 def resume(agent: Agent, job: str) -> dict[str, Any]:

@@ -173,7 +173,7 @@ def _reach_old(host_name: str, job_id: str, stop_wait: float, note: Note) -> tup
                           f"gpujob pull {job_id} fetches its results; submit again to train anew")
     if st.get("state") not in FINAL:
         note(f"stopping {job_id} on {host_name} (it may checkpoint first)")
-        st = jobs.stop(agent, job_id, wait=stop_wait)
+        st = jobs.stop(agent, job_id, wait=stop_wait, job_mode=True)  # stop: {mode: checkpoint} waits for one
     return agent, "", st
 
 

@@ -1,0 +1,124 @@
+"""Stop at the next checkpoint (issue 30): most plain training loops save every N steps and not
+on a signal, so a stop at once loses the work since the last save. ``stop --after-checkpoint``
+(and ``stop: {mode: checkpoint}`` for auto-stop and ``move``) writes ``<job>/stop.after``; the
+supervisor's watcher then waits for a complete checkpoint newer than the request (judged by
+remote/checkpoints.py as everywhere) and stops the job at once; past ``max_wait`` it stops as
+a plain stop would and says how much work since the last checkpoint is lost.
+"""
+
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from remote.layout import JobDir, now, with_reserve
+
+TICK = 1.0  # seconds between looks at the checkpoint folder
+DEFAULT_MAX_WAIT = 1200.0  # without a known interval between checkpoints
+
+
+def _path(job: JobDir) -> Path:
+    return job.path / "stop.after"
+
+
+def auto_max_wait(ckpt_dir: Path, pattern: Optional[str], pids: Any) -> float:
+    """How long to wait when nobody said: twice the usual time between the job's checkpoints (at
+    least a minute), else 20 min."""
+    every = interval(_complete(ckpt_dir, pattern, pids))
+    return max(2 * every, 60.0) if every else DEFAULT_MAX_WAIT
+
+
+def request(job: JobDir, max_wait: Optional[float], reason: str, ckpt_dir: Optional[Path] = None,
+            pattern: Optional[str] = None, pids: Any = None) -> Dict[str, Any]:
+    """Ask for a stop at the next complete checkpoint (a second request keeps the first's time);
+    ``max_wait`` None: :func:`auto_max_wait`."""
+    doc = pending(job)
+    if doc is None:
+        doc = {"requested_at": now(), "reason": reason, "max_wait_auto": max_wait is None,
+               "max_wait": float(max_wait) if max_wait is not None else
+               auto_max_wait(ckpt_dir or job.ckpt, pattern, pids)}
+    with_reserve(lambda: _path(job).write_text(json.dumps(doc)))
+    job.event("stop_after_checkpoint", max_wait=doc["max_wait"], reason=reason)
+    return doc
+
+
+def pending(job: JobDir) -> Optional[Dict[str, Any]]:
+    try:
+        doc = json.loads(_path(job).read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) and isinstance(doc.get("requested_at"), (int, float)) else None
+
+
+def clear(job: JobDir) -> None:
+    try:
+        _path(job).unlink()
+    except OSError:
+        pass
+
+
+def _complete(ckpt_dir: Path, pattern: Optional[str], pids: Any) -> List[Any]:
+    try:
+        from remote import checkpoints
+
+        return [c for c in checkpoints.find(ckpt_dir, pattern, pids) if c.complete]
+    except (ImportError, OSError):
+        return []
+
+
+def interval(done: List[Any]) -> Optional[float]:
+    """The usual time between two complete checkpoints (the median of the last few), or None."""
+    times = sorted(c.mtime for c in done)[-6:]
+    gaps = [b - a for a, b in zip(times, times[1:]) if b > a]
+    return statistics.median(gaps) if gaps else None
+
+
+def describe(job: JobDir, ckpt_dir: Path, pattern: Optional[str], pids: Any) -> Optional[Dict[str, Any]]:
+    """What ``status`` shows of a pending request: {requested_at, max_wait, last, last_at, every_s}."""
+    req = pending(job)
+    if not req:
+        return None
+    done = _complete(ckpt_dir, pattern, pids)
+    out = dict(req)
+    if done:
+        out.update(last=done[-1].name, last_at=done[-1].mtime)
+    every = interval(done)
+    if every:
+        out["every_s"] = round(every, 1)
+    return out
+
+
+def _ago(s: float) -> str:
+    return "{:.0f} s".format(s) if s < 120 else "{:.0f} min".format(s / 60)
+
+
+class Watch:
+    """A supervisor watcher: the stop reason once a new complete checkpoint landed or max_wait ran out."""
+
+    def __init__(self, job: JobDir, ckpt_dir: Path, pattern: Optional[str]) -> None:
+        self.job, self.ckpt_dir, self.pattern, self.next_at = job, ckpt_dir, pattern, 0.0
+
+    def tick(self, sup: Any) -> Optional[str]:
+        if time.monotonic() < self.next_at:
+            return None
+        self.next_at = time.monotonic() + TICK
+        req = pending(self.job)
+        if not req:
+            return None
+        done = _complete(self.ckpt_dir, self.pattern, sup.job_pids)
+        reason = str(req.get("reason") or "stopped by user")
+        if done and done[-1].mtime > float(req["requested_at"]):
+            clear(self.job)
+            sup.log_marker("stop: checkpoint {} is complete ({} after the request): stopping now".format(
+                done[-1].name, _ago(done[-1].mtime - float(req["requested_at"]))))
+            return "{} (after checkpoint {})".format(reason, done[-1].name)
+        if now() - float(req["requested_at"]) < float(req.get("max_wait") or 0):
+            return None
+        clear(self.job)
+        since = done[-1].mtime if done else float(sup.status.get("started_at") or now())
+        lost = "the work since the last checkpoint ({}, {} ago) is lost".format(done[-1].name, _ago(now() - since)) \
+            if done else "no checkpoint was ever written: all {} of work is lost".format(_ago(now() - since))
+        sup.log_marker("stop: no new checkpoint within {}: stopping anyway; {}".format(
+            _ago(float(req.get("max_wait") or 0)), lost))
+        return "{} (no new checkpoint within {}: {})".format(reason, _ago(float(req.get("max_wait") or 0)), lost)

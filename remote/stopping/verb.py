@@ -1,0 +1,156 @@
+"""The ``stop`` verb: done when the job's processes are gone, not when a request was written.
+
+It writes the stop file and waits for the supervisor. A supervisor that does not act within
+``GPUJOB_STOP_ACT_WITHIN`` seconds (frozen by ``kill -STOP``, a debugger, a stuck read: its
+process is stopped, or its heartbeat stale) or that is gone is not waited for: the verb signals
+the job's processes itself (each its stop signal, the grace, then SIGKILL), then SIGKILLs the
+unresponsive supervisor (it would hold the job's locks forever). At the end it looks
+for the job's processes once more, by every means (remote/stopping/find.py), ends what it finds,
+and names in the answer (``survivors``) and in status.json whatever still runs.
+"""
+
+import os
+import signal
+import time
+from typing import Any, Dict, List, Optional
+
+from remote import jobs, locks, procs
+from remote.layout import JobDir, Root, now, with_reserve
+from remote.protocol import TERMINAL
+from remote.stopping import after
+from remote.stopping import cgroup as cg
+from remote.stopping import find as jobfind
+from remote.stopping import kill as jobkill
+
+ACT_WITHIN = float(os.environ.get("GPUJOB_STOP_ACT_WITHIN", "5"))  # s the supervisor gets to show it acts
+# a heartbeat this old: not acting (stuck in the kernel); longer than any wait of its own (a webhook's retries)
+QUIET_AFTER = float(os.environ.get("GPUJOB_STOP_QUIET_AFTER", "60"))
+
+
+def _frozen(pid: Optional[int]) -> str:
+    """'stopped' or 'traced' when ``pid`` is frozen by a signal or a debugger, else ''."""
+    st = jobfind._stat(pid) if pid else []
+    return {"T": "stopped (SIGSTOP)", "t": "traced (a debugger)"}.get(st[0] if st else "", "")
+
+
+def _finder(job: JobDir, st: Dict[str, Any]) -> jobkill.Finder:
+    """The job's processes as status.json names them; a recorded pid counts only while it is still
+    the job's (a pid the kernel gave to another process since must not lead us to its tree)."""
+    sup, child = st.get("supervisor_pid"), st.get("child_pid")
+    attempts = st.get("attempts") or [{}]
+    prefix = (job.spec_data().get("host_env") or {}).get("GPUJOB_PATH_PREFIX", "")
+    gpu_since = float(attempts[0].get("started_at") or 0) if st.get("cuda_visible_devices") else 0.0
+
+    def find() -> set:
+        return jobfind.find(job.id, str(job.path), child if procs.belongs_to(child, job.id) else None,
+                            reaper=sup if procs.belongs_to(sup, job.id) else None, cgroup=st.get("cgroup"),
+                            since=gpu_since, path_prefix=prefix)
+    return find
+
+
+def _write(job: JobDir, changes: Dict[str, Any], event: Optional[Dict[str, Any]] = None) -> bool:
+    """Update status.json under the job's lock; a frozen supervisor may hold that lock: then after
+    a few seconds the write is left out (False) rather than the verb hanging with it."""
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline:
+        with locks.flocked(job.path / "job.lock", blocking=False) as got:
+            if got:
+                st = job.status()
+                st.update(changes)
+                with_reserve(lambda st=st: job.write_status(st))
+                if event:
+                    job.event("state", **event)
+                return True
+        time.sleep(0.1)
+    return False
+
+
+def take_over(job: JobDir, st: Dict[str, Any], why: str, grace: float) -> List[int]:
+    """Stop the job's processes here (the supervisor did not): their stop signals, up to ``grace``
+    s, then SIGKILL; the survivors."""
+    find = _finder(job, st)
+    asked = procs.ask_to_stop(job.id, None, str(job.path), pids=find())
+    job.event("stop_takeover", why=why, signals={str(p): int(s) for p, s in asked.items()})
+    with open(str(job.log), "a") as f:
+        f.write("==> gpujob: stop: {}; the stop command signals the job's processes itself: {} [{}]\n".format(
+            why, ", ".join(str(p) for p in sorted(asked)) or "none found", time.strftime("%Y-%m-%d %H:%M:%S")))
+    killed, survivors = jobkill.end(find, grace, term=False, cgroup=st.get("cgroup"))
+    sup = st.get("supervisor_pid")
+    if procs.belongs_to(sup, job.id):  # frozen or silent: it would hold the job's locks (resume refused) forever
+        procs.signal_pids({sup}, signal.SIGKILL)
+    changes = {"state": "stopped", "reason": st.get("stopping") or "stopped by user", "ended_at": now(),
+               "killed": killed, "survivors": survivors, "child_pid": None,
+               "supervisor_unresponsive": why}
+    _write(job, changes, {"state": "stopped", "reason": changes["reason"]})
+    return survivors
+
+
+def _sup_state(job: JobDir, st: Dict[str, Any]) -> str:
+    """Why the supervisor cannot be waited for ('' while it works): gone, frozen, or silent."""
+    sup = st.get("supervisor_pid")
+    if not procs.belongs_to(sup, job.id):
+        if locks.supervisor_alive(job.path) or (st.get("state") == "queued" and not sup):
+            return ""  # one is starting (a queued job's supervisor may not be named yet)
+        return "the supervisor is gone"
+    frozen = _frozen(sup)
+    if frozen:
+        return "the supervisor (pid {}) is {}".format(sup, frozen)
+    if now() - float(st.get("heartbeat") or 0) > QUIET_AFTER:
+        return "the supervisor (pid {}) has not written its heartbeat for {:.0f} s".format(
+            sup, now() - float(st.get("heartbeat") or 0))
+    return ""
+
+
+def stop(root: Root, job_id: str, wait: float, reason: str = "stopped by user",
+         after_checkpoint: Optional[float] = None, job_mode: bool = False) -> Dict[str, Any]:
+    """Stop the job and verify it: the answer is its status plus ``survivors`` (pids still running).
+
+    ``after_checkpoint``: the most seconds to wait for a new complete checkpoint before stopping
+    (remote/stopping/after.py; negative: twice the job's usual interval between them);
+    ``job_mode``: as the job file's ``stop: {mode: ...}`` says (``move``)."""
+    job = root.job(job_id)
+    st = jobs.live_status(root, job, procs.boot_id())
+    spec = job.spec_data()
+    if job_mode and after_checkpoint is None and spec.get("stop_mode") == "checkpoint":
+        after_checkpoint = float(spec["stop_max_wait"]) if spec.get("stop_max_wait") else -1.0
+    start = time.monotonic()
+    deadline = start + wait
+    if st.get("state") not in TERMINAL:
+        if after_checkpoint is not None and st.get("state") == "running":
+            after.request(job, after_checkpoint if after_checkpoint >= 0 else None, reason,
+                          pattern=spec.get("checkpoint_pattern"),
+                          pids=lambda: procs.job_pids(job.id, job_dir=str(job.path)))
+        else:
+            with_reserve(lambda: job.stop_file.write_text(reason + "\n"))
+            job.event("stop_requested", reason=reason)
+        while time.monotonic() < deadline:
+            st = job.status()
+            if st.get("state") in TERMINAL:
+                break
+            why = _sup_state(job, st) if time.monotonic() - start >= ACT_WITHIN or not procs.belongs_to(
+                st.get("supervisor_pid"), job_id) else ""
+            if why:
+                st.setdefault("stopping", reason)
+                grace = min(float(job.spec_data().get("stop_grace", 120)), max(deadline - time.monotonic(), 5.0))
+                take_over(job, st, why, grace)
+                break
+            time.sleep(0.2)
+    elif st.get("state") == "lost":
+        jobs.mark_lost(root, job, st)
+    return verify(root, job)
+
+
+def verify(root: Root, job: JobDir) -> Dict[str, Any]:
+    """The job's status after a stop, with what of it still runs: a finished job's leftovers are
+    ended here (SIGKILL after 3 s); a job still stopping (its grace not over) is left to it."""
+    st = job.status()
+    if st.get("state") in TERMINAL:
+        _, survivors = jobkill.end(_finder(job, st), 3.0, cgroup=st.get("cgroup"))
+        if not survivors:
+            cg.remove(st.get("cgroup"))
+        if survivors != (st.get("survivors") or []):
+            _write(job, {"survivors": survivors})
+    out = jobs.describe(root, job.id)
+    if out.get("state") not in TERMINAL:
+        out["survivors"] = sorted(_finder(job, out)())
+    return out
