@@ -43,7 +43,7 @@ import struct
 import time
 import zipfile
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Set, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Set, Tuple, Union
 
 COMPLETE_MARKER = ".gpujob-complete"
 HF_INCOMPLETE = "checkpoint-is-incomplete.txt"
@@ -360,11 +360,42 @@ def _ordered(found: List[Checkpoint]) -> List[Checkpoint]:
 
 
 # ---- being written ----------------------------------------------------------------------
-def _all_pids() -> List[int]:
+PROC = "/proc"
+WRITE_MODES = (os.O_WRONLY, os.O_RDWR)
+
+
+def _writing(fdinfo: str) -> bool:
     try:
-        return [int(n) for n in os.listdir("/proc") if n.isdigit()]
-    except OSError:
-        return []
+        with open(fdinfo) as f:
+            for line in f:
+                if line.startswith("flags:"):
+                    return (int(line.split()[1], 8) & os.O_ACCMODE) in WRITE_MODES
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
+
+
+def write_fds(pids: Optional[Iterable[Any]], wanted: Callable[[str], bool]) -> Iterator[Tuple[int, str]]:
+    """``(pid, path)`` for every file one of ``pids`` (None: every process this user can see)
+    holds open for writing whose path ``wanted`` accepts (asked before the fdinfo is read)."""
+    if pids is None:
+        try:
+            pids = [d for d in os.listdir(PROC) if d.isdigit()]
+        except OSError:
+            return
+    for pid in pids:
+        fd_dir = "{}/{}/fd".format(PROC, pid)
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(fd_dir + "/" + fd)
+            except OSError:
+                continue
+            if wanted(target) and _writing("{}/{}/fdinfo/{}".format(PROC, pid, fd)):
+                yield int(pid), target
 
 
 def open_for_writing(pids: Any, under: List[str]) -> Set[str]:
@@ -375,28 +406,7 @@ def open_for_writing(pids: Any, under: List[str]) -> Set[str]:
     if callable(pids):
         pids = pids()
     prefixes = tuple(u.rstrip("/") + "/" for u in under)
-    out = set()  # type: Set[str]
-    for pid in (_all_pids() if pids is None else pids):
-        fd_dir = "/proc/{}/fd".format(pid)
-        try:
-            fds = os.listdir(fd_dir)
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                target = os.readlink(fd_dir + "/" + fd)
-            except OSError:
-                continue
-            if not target.startswith(prefixes):
-                continue
-            try:
-                with open("/proc/{}/fdinfo/{}".format(pid, fd)) as f:
-                    flags = next((int(ln.split()[1], 8) for ln in f if ln.startswith("flags:")), 0)
-            except (OSError, ValueError, IndexError):
-                continue
-            if flags & 3 in (os.O_WRONLY, os.O_RDWR):
-                out.add(target)
-    return out
+    return {path for _, path in write_fds(pids, lambda t: t.startswith(prefixes))}
 
 
 def _written_in(path: Path, writing: Set[str]) -> bool:

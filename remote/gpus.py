@@ -34,12 +34,17 @@ def _num(text: str) -> Optional[float]:
     return int(v) if v.is_integer() else round(v, 1)
 
 
-def query(path_prefix: str = "", timeout: float = 10.0) -> Optional[List[Dict[str, Any]]]:
-    """One sample per GPU, or None on a CPU host (no nvidia-smi) or when it fails."""
+def smi(path_prefix: str = "") -> Optional[str]:
+    """The ``nvidia-smi`` a job would run (the host's PATH prefix first), or None on a CPU host."""
     search = os.environ.get("PATH", "")
     if path_prefix:
         search = path_prefix + os.pathsep + search
-    exe = shutil.which("nvidia-smi", path=search)
+    return shutil.which("nvidia-smi", path=search)
+
+
+def query(path_prefix: str = "", timeout: float = 10.0) -> Optional[List[Dict[str, Any]]]:
+    """One sample per GPU, or None on a CPU host (no nvidia-smi) or when it fails."""
+    exe = smi(path_prefix)
     if not exe:
         return None
     try:

@@ -10,19 +10,7 @@ import os
 import time
 from typing import Dict, Iterable, List
 
-PROC = "/proc"
-WRITE_MODES = (os.O_WRONLY, os.O_RDWR)
-
-
-def _writing(fdinfo: str) -> bool:
-    try:
-        with open(fdinfo) as f:
-            for line in f:
-                if line.startswith("flags:"):
-                    return (int(line.split()[1], 8) & os.O_ACCMODE) in WRITE_MODES
-    except (OSError, ValueError, IndexError):
-        pass
-    return False
+from remote.checkpoints import write_fds
 
 
 def writers(paths: Iterable[str]) -> Dict[str, List[int]]:
@@ -33,29 +21,11 @@ def writers(paths: Iterable[str]) -> Dict[str, List[int]]:
     out = {}  # type: Dict[str, List[int]]
     if not real:
         return out
-    try:
-        pids = [d for d in os.listdir(PROC) if d.isdigit()]
-    except OSError:
-        return out
-    me = str(os.getpid())
-    for pid in pids:
-        if pid == me:
-            continue
-        fd_dir = "{}/{}/fd".format(PROC, pid)
-        try:
-            fds = os.listdir(fd_dir)
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                target = os.readlink(fd_dir + "/" + fd)
-            except OSError:
-                continue
-            name = real.get(target)
-            if name is not None and _writing("{}/{}/fdinfo/{}".format(PROC, pid, fd)):
-                held = out.setdefault(name, [])
-                if int(pid) not in held:
-                    held.append(int(pid))
+    me = os.getpid()
+    for pid, target in write_fds(None, real.__contains__):
+        held = out.setdefault(real[target], [])
+        if pid != me and pid not in held:
+            held.append(pid)
     return out
 
 

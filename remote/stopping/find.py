@@ -17,7 +17,6 @@ and then every descendant of what was found.
 """
 
 import os
-import shutil
 import subprocess
 from typing import Dict, Iterable, List, Optional, Set
 
@@ -75,10 +74,9 @@ def _under(pid: int, code: str, job: str) -> bool:
 
 def gpu_pids(path_prefix: str = "") -> Optional[Set[int]]:
     """PIDs of GPU compute processes, or None without a working ``nvidia-smi`` (a CPU host)."""
-    search = os.environ.get("PATH", "")
-    if path_prefix:
-        search = path_prefix + os.pathsep + search
-    exe = shutil.which("nvidia-smi", path=search)
+    from remote.gpus import smi
+
+    exe = smi(path_prefix)
     if not exe:
         return None
     try:
