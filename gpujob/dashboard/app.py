@@ -166,6 +166,20 @@ def build_app(hub: Hub, token: str, port_of: Callable[[], int], pull_dir: str = 
         source = req.query_params.get("source", "jobs")
         return JSONResponse(await run_in_threadpool(compare, hub, keys, source))
 
+    async def ledger(req: Request) -> Response:
+        """The run ledger (``Client.runs``: no host is asked), filtered and sorted as ``gpujob runs``."""
+        q = req.query_params
+        limit = q.get("limit", "200")
+        if not limit.isdigit():
+            raise GpujobError(f"limit {limit!r} is not a number", "a count of runs, 0 for all")
+
+        def listed() -> dict[str, Any]:
+            with client_for() as c:
+                return c.runs(name=q.get("name") or None, where=[w for w in q.getlist("where") if w.strip()],
+                              sort=q.get("sort") or None, limit=int(limit)).to_json()
+
+        return JSONResponse(await run_in_threadpool(listed))
+
     async def stats(req: Request) -> Response:
         return JSONResponse({"calls": hub.calls(), "interval": hub.interval})
 
@@ -174,13 +188,13 @@ def build_app(hub: Hub, token: str, port_of: Callable[[], int], pull_dir: str = 
         return JSONResponse(exc.to_json(), 400)
 
     routes = [
-        Route("/", page), Route("/job", page), Route("/compare", page),
+        Route("/", page), Route("/job", page), Route("/compare", page), Route("/runs", page),
         Route("/api/jobs", jobs), Route("/api/events", events), Route("/api/job", job),
         Route("/api/job/stream", job_stream),
         Route("/api/job/stop", action("stop"), methods=["POST"]),
         Route("/api/job/resume", action("resume"), methods=["POST"]),
         Route("/api/job/pull", action("pull"), methods=["POST"]),
-        Route("/api/compare", compared), Route("/api/stats", stats),
+        Route("/api/compare", compared), Route("/api/runs", ledger), Route("/api/stats", stats),
         Mount("/static", StaticFiles(directory=str(STATIC)), name="static"),
     ]
     app = Starlette(routes=routes, exception_handlers={GpujobError: refused})

@@ -1,8 +1,9 @@
 """The compare page's data: runs with their curves and parameters, and which parameters differ.
 
 A source turns the keys the page was given into runs ``{key, job_id, host, state, params,
-series}`` (``series``: metric → ``[[step, value, t], ...]``). Today the one source is the jobs
-the hub sees; the run ledger (issue "Experiments") plugs in as another entry of ``SOURCES``.
+series}`` (``series``: metric → ``[[step, value, ...], ...]``): ``jobs``, the jobs the hub sees
+(live, from their ``status``), or ``ledger``, the run ledger through ``Client.compare`` (runs no
+host holds any more too, with the curves the ledger kept).
 """
 
 from __future__ import annotations
@@ -46,7 +47,33 @@ def from_jobs(hub: Any, keys: list[str], wait: float = 30.0) -> list[dict[str, A
     return runs
 
 
-SOURCES: dict[str, Callable[..., list[dict[str, Any]]]] = {"jobs": from_jobs}
+def from_ledger(hub: Any, keys: list[str], make_client: Callable[[], Any] | None = None) -> list[dict[str, Any]]:
+    """Runs from the ledger (``Client.compare``: it asks a host only for a run it has no curve of yet).
+    A key is a run's id (``HOST/ID`` as the jobs page writes it works too)."""
+    if make_client is None:
+        from gpujob.api import Client
+
+        make_client = Client
+    refs = [k.rpartition("/")[2] for k in keys]
+    if len(refs) < 2:
+        raise GpujobError("compare: the ledger compares two runs or more", "tick another run on the runs page")
+    with make_client() as c:
+        doc = c.compare(*refs).to_json()
+    same = doc.get("same_params") or {}
+    # what differs in code and environment counts as a parameter here ("host", "code.code_hash", ...)
+    varying = {**(doc.get("params") or {}), **{f"code.{k}": v for k, v in (doc.get("code") or {}).items()},
+               **{k if k == "host" else f"env.{k}": v for k, v in (doc.get("env") or {}).items()}}
+    runs = []
+    for i, run in enumerate(doc.get("runs") or []):
+        params = {**same, **{k: vals[i] for k, vals in varying.items()}}
+        params.setdefault("host", run.get("host"))
+        runs.append({"key": f"{run.get('host')}/{run.get('job_id')}", "job_id": run.get("job_id"),
+                     "host": run.get("host"), "state": run.get("state"), "error": None, "params": params,
+                     "series": {k: per[i] for k, per in (doc.get("series") or {}).items() if per[i]}})
+    return runs
+
+
+SOURCES: dict[str, Callable[..., list[dict[str, Any]]]] = {"jobs": from_jobs, "ledger": from_ledger}
 
 
 def differing(runs: list[dict[str, Any]]) -> list[str]:

@@ -6,6 +6,7 @@ import json
 import secrets
 import socket
 import sys
+from pathlib import Path
 from typing import Any
 
 from gpujob.errors import GpujobError
@@ -31,6 +32,23 @@ def _bind(port: int) -> socket.socket:
                           "leave --port out for a free one, or pick another") from None
     sock.listen(128)
     return sock
+
+
+def landing(url: str) -> Path:
+    """A page only this user can read that sends the browser on to ``url``: what ``--open`` hands the
+    browser, so that the token is in no process's argv (``ps`` shows those to every local user)."""
+    import html
+    import os
+    import tempfile
+
+    from gpujob.config.paths import state_dir
+
+    fd, name = tempfile.mkstemp(prefix="ui-", suffix=".html", dir=str(state_dir()))  # mode 0600
+    with os.fdopen(fd, "w") as f:
+        target = html.escape(url, quote=True)
+        f.write(f'<!doctype html><meta http-equiv="refresh" content="0;url={target}">'
+                f'<a href="{target}">gpujob ui</a>\n')
+    return Path(name)
 
 
 def host_names(client: Any, only: str | None) -> list[str]:
@@ -66,10 +84,11 @@ def serve(port: int = 0, only: str | None = None, interval: float = 3.0, open_br
         print(json.dumps({"url": url, "port": bound, "hosts": hosts}), flush=True)
     else:
         print(f"gpujob ui: {url}\n  hosts: {', '.join(hosts)} · Ctrl-C stops", flush=True)
-    if open_browser:
+    page = landing(url) if open_browser else None
+    if page is not None:
         import webbrowser
 
-        webbrowser.open(url)
+        webbrowser.open(page.as_uri())
     # no access log: every request line would carry the token
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
                                            timeout_graceful_shutdown=5))
@@ -78,5 +97,7 @@ def serve(port: int = 0, only: str | None = None, interval: float = 3.0, open_br
     finally:
         hub.close()
         sock.close()
+        if page is not None:
+            page.unlink(missing_ok=True)
     sys.stdout.flush()
     return 0

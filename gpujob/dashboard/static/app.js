@@ -260,9 +260,9 @@ function jobView(q) {
 async function compareView(q) {
   const runs = q.get("runs") || "";
   main.replaceChildren(el("h1", {}, "Compare"));
-  if (!runs) { main.appendChild(el("p", { class: "muted" }, "Tick two or more jobs on the Jobs page, then Compare selected.")); return; }
+  if (!runs) { main.appendChild(el("p", { class: "muted" }, "Tick two or more jobs on the Jobs page (or runs on the Runs page, removed ones too), then Compare selected.")); return; }
   main.appendChild(el("p", { class: "muted", id: "compare-loading" }, "loading…"));
-  const r = await fetch("/api/compare?" + new URLSearchParams({ runs }));
+  const r = await fetch("/api/compare?" + new URLSearchParams({ runs, source: q.get("source") || "jobs" }));
   const doc = await r.json();
   document.getElementById("compare-loading").remove();
   if (!r.ok) { main.appendChild(el("p", { class: "errors" }, doc.error + (doc.remedy ? ` (${doc.remedy})` : ""))); return; }
@@ -282,7 +282,70 @@ async function compareView(q) {
   }
 }
 
+// ---- runs (the ledger: every run this laptop submitted, kept after rm/gc) ---------------------------
+function cell(v) { return v === null || v === undefined ? "-" : typeof v === "object" ? JSON.stringify(v) : fmt(v); }
+
+function runsView(q) {
+  const selected = new Set();
+  let runs = [], sortKey = null, asc = true;
+  const name = el("input", { type: "search", id: "runs-name", placeholder: "name", value: q.get("name") || "" });
+  const where = el("input", { type: "search", id: "runs-where", size: 36, placeholder: "where: lr<1e-3, state=succeeded", value: q.get("where") || "" });
+  const sort = el("input", { type: "search", id: "runs-sort", placeholder: "sort: eval_loss, -accuracy", value: q.get("sort") || "" });
+  const filter = el("input", { type: "search", id: "runs-filter", placeholder: "filter shown rows…" });
+  const compareBtn = el("button", { id: "compare-runs", onclick: () => {
+    if (selected.size) location.href = "/compare?" + new URLSearchParams({ source: "ledger", runs: [...selected].join(",") });
+  } }, "Compare selected");
+  const count = el("span", { class: "muted", id: "runs-count" });
+  const errors = el("div", { class: "errors", id: "runs-error" });
+  const table = el("table", { id: "runs" });
+  const ask = el("button", { id: "runs-apply", onclick: () => load() }, "Apply");
+  for (const i of [name, where, sort]) i.addEventListener("keydown", (e) => { if (e.key === "Enter") load(); });
+  filter.addEventListener("input", render);
+  main.replaceChildren(el("h1", {}, "Runs"), el("div", { class: "toolbar" }, name, where, sort, ask, filter, compareBtn, count), errors, table);
+
+  async function load() {
+    const args = new URLSearchParams({ name: name.value.trim(), sort: sort.value.trim() });
+    for (const w of where.value.split(",")) if (w.trim()) args.append("where", w.trim());
+    const r = await fetch("/api/runs?" + args);
+    const doc = await r.json();
+    if (!r.ok) { errors.textContent = doc.error + (doc.remedy ? ` (${doc.remedy})` : ""); return; }
+    errors.textContent = "";
+    runs = doc.runs.map((run) => ({ ...run, loss: (run.final || {})[run.loss_key || "loss"] }));
+    count.textContent = `${runs.length} of ${doc.total}`;
+    render();
+  }
+
+  function render() {
+    // the parameters whose values vary among the runs listed get a column each
+    const names = [...new Set(runs.flatMap((run) => Object.keys(run.params || {})))].sort();
+    const varying = names.filter((k) => new Set(runs.map((run) => JSON.stringify((run.params || {})[k]))).size > 1);
+    const cols = [["job_id", "Run"], ["name", "Name"], ["host", "Host"], ["state", "State"],
+      ...varying.map((k) => [`p:${k}`, k]), ["loss", "Loss"], ["cost", "Cost"], ["submitted_at", "Submitted"]];
+    const value = (run, k) => (k.startsWith("p:") ? (run.params || {})[k.slice(2)] : run[k]);
+    const text = filter.value.trim().toLowerCase();
+    const shown = runs.filter((run) => !text || JSON.stringify([run.job_id, run.name, run.host, run.state, run.params]).toLowerCase().includes(text));
+    if (sortKey) shown.sort((a, b) => {
+      const x = value(a, sortKey), y = value(b, sortKey);
+      const c = x === y ? 0 : x === null || x === undefined ? 1 : y === null || y === undefined ? -1 : x < y ? -1 : 1;
+      return asc ? c : -c;
+    });
+    table.replaceChildren(
+      el("thead", {}, el("tr", {}, el("th", {}, ""), cols.map(([k, label]) => el("th", { "data-key": k, class: k === sortKey ? "sorted" + (asc ? " asc" : "") : null, onclick: () => {
+        if (sortKey === k) asc = !asc; else { sortKey = k; asc = true; }
+        render();
+      } }, label)))),
+      el("tbody", {}, shown.map((run) => el("tr", { "data-key": run.job_id, "data-state": run.state },
+        el("td", {}, el("input", { type: "checkbox", checked: selected.has(run.job_id), onchange: (e) => {
+          if (e.target.checked) selected.add(run.job_id); else selected.delete(run.job_id);
+        } })),
+        cols.map(([k]) => k === "submitted_at" ? el("td", {}, when(run[k])) : k === "cost" ? el("td", { class: "num" }, money(run.cost, run.currency))
+          : k === "state" ? el("td", { class: `state state-${run.state}` }, run.state) : el("td", { class: typeof value(run, k) === "number" ? "num" : null }, cell(value(run, k))))))));
+  }
+  load();
+}
+
 const q = new URLSearchParams(location.search);
 if (location.pathname === "/job") jobView(q);
+else if (location.pathname === "/runs") runsView(q);
 else if (location.pathname === "/compare") compareView(q);
 else jobsView();

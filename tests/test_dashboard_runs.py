@@ -1,0 +1,96 @@
+"""``gpujob ui``'s ledger side and its edges: the runs page and compare from the run ledger (runs
+no host holds any more), the ``ls`` record's GPU use in the jobs table, and ``--open``.
+
+Real server, real jobs on ``local``, Debian's headless chromium through Playwright (nothing
+leaves loopback); the screenshots land in ``<tmp>/screenshots``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+from tests.helpers import needs, submit, wait_for, wait_state, write_job
+from tests.test_dashboard import CHROMIUM, FLAGS, ui_server  # noqa: F401 - the fixture, shared
+
+needs("starlette", "uvicorn")
+
+CURVE = """
+import json, os, sys
+with open(os.environ["GPUJOB_METRICS_FILE"], "a") as m:
+    for step in range(1, 6):
+        m.write(json.dumps({"step": step, "loss": float(sys.argv[2]) / step}) + "\\n")
+"""
+
+
+def test_compare_from_the_ledger_in_a_browser(tmp_path: Path, ui_server: Callable[..., tuple]) -> None:  # noqa: F811
+    """Two runs differing in --lr, one removed from its host: the runs page lists both (from the ledger),
+    compare overlays their curves and names the parameter that differs."""
+    needs("playwright")
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"needs {CHROMIUM}: apt-get install chromium (.ci/run does)")
+    from playwright.sync_api import expect, sync_playwright
+
+    ids = [submit("local", write_job(tmp_path, f"ledger-{i}", CURVE, f"python main.py --lr {lr}"))["job_id"]
+           for i, lr in enumerate(("0.001", "0.003"))]
+    for job in ids:  # status (in wait_state) brings the ledger its curves
+        wait_state("local", job, ("succeeded",), root=tmp_path / "local-root")
+    gone = run_cli("rm", ids[0], "--host", "local")
+    assert gone.returncode == 0, gone.stderr
+    assert ids[0] not in run_cli("ls", "--all", "--host", "local").stdout
+    _, info = ui_server("--host", "local")
+    base = f"http://127.0.0.1:{info['port']}"
+    shots = tmp_path / "screenshots"
+    shots.mkdir()
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.goto(info["url"])  # the token, then the cookie
+            page.goto(f"{base}/runs")
+            for job in ids:
+                expect(page.locator(f'#runs tr[data-key="{job}"]')).to_be_visible(timeout=20_000)
+            expect(page.locator('#runs th[data-key="p:lr"]')).to_have_text("lr")  # the varying parameter's column
+            page.fill("#runs-where", "lr<0.002")  # the ledger's own filter (gpujob runs --where)
+            page.click("#runs-apply")
+            expect(page.locator("#runs tbody tr")).to_have_count(1)
+            expect(page.locator("#runs tbody tr")).to_have_attribute("data-key", ids[0])
+            page.fill("#runs-where", "")
+            page.click("#runs-apply")
+            expect(page.locator("#runs tbody tr")).to_have_count(2)
+            page.screenshot(path=str(shots / "runs.png"), full_page=True)
+            for job in ids:
+                page.check(f'#runs tr[data-key="{job}"] input[type=checkbox]')
+            page.click("#compare-runs")
+            expect(page.locator('.chart[data-metric="loss"]')).to_be_visible(timeout=30_000)
+            assert page.locator('.chart[data-metric="loss"]').get_attribute("data-points") == "5"
+            rows = page.locator("#params tbody tr")
+            expect(rows.filter(has_text="lr")).to_contain_text("0.001")
+            expect(rows.filter(has_text="lr")).to_contain_text("0.003")
+            page.screenshot(path=str(shots / "compare-ledger.png"), full_page=True)
+        finally:
+            browser.close()
+
+
+def test_open_hands_the_url_to_the_browser_without_the_token_in_argv(tmp_path: Path,
+                                                                       ui_server: Callable[..., tuple],  # noqa: F811
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--open`` runs $BROWSER (here a script that records its arguments): it gets a private file that
+    leads to the dashboard, never the token itself (any local user can read a process's argv)."""
+    said = tmp_path / "browser-args"
+    opener = tmp_path / "opener"
+    opener.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$@\" > {said}.tmp && mv {said}.tmp {said}\n")
+    opener.chmod(0o755)
+    monkeypatch.setenv("BROWSER", str(opener))
+    _, info = ui_server("--host", "local", "--open")
+    wait_for(said.exists, 30, "the browser opener to be run")
+    args = said.read_text().split()
+    token = info["url"].split("token=", 1)[1]
+    assert len(args) == 1 and token not in args[0], args
+    assert args[0].startswith("file://")
+    landing = Path(args[0][len("file://"):])
+    assert landing.stat().st_mode & 0o077 == 0  # only this user reads it
+    assert info["url"] in landing.read_text()  # the page sends the browser on to the dashboard
