@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from remote.layout import Root
+from remote.layout import Root, last_json_line
 from remote.protocol import TERMINAL
 
 QUERY = "index,utilization.gpu,memory.used,memory.total,power.draw,temperature.gpu"
@@ -215,6 +215,16 @@ def read_samples(path: Path) -> List[Dict[str, Any]]:
     except OSError:
         pass
     return out
+
+
+def latest(path: Path, since: float = 0.0) -> Optional[Dict[str, Any]]:
+    """The sampler's newest sample, ``{"t", "now": [{index, util, mem_used}]}``, if taken at or after
+    ``since``: what ``ls`` shows per running job, from the file's tail (no nvidia-smi call)."""
+    rec = last_json_line(path)
+    if not isinstance(rec, dict) or not isinstance(rec.get("gpus"), list) or float(rec.get("t") or 0) < since:
+        return None
+    return {"t": rec.get("t"), "now": [{k: g.get(k) for k in ("index", "util", "mem_used")}
+                                       for g in rec["gpus"] if isinstance(g, dict)]}
 
 
 def compact(path: Path, now: float) -> None:

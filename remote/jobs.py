@@ -250,6 +250,12 @@ def _describe(root: Root, job_id: str, detail: bool = False) -> Dict[str, Any]:
     st["last_metrics"] = recent_metrics(st, metrics)
     st["metrics_source"] = source
     st["last_line"] = (tail_lines(job.log, 1) or [""])[0][-200:]
+    if st.get("state") == "running":  # GPU use for every row of ls (the dashboard's table): the newest sample
+        from remote import gpus
+
+        sample = gpus.latest(job.gpu, max(attempt_start(st), float(st.get("started_at") or 0)))
+        if sample:
+            st["gpu_now"] = sample
     mirror = read_json(job.path / "mirror.json")  # the supervisor's mirror thread (remote/mirror)
     if isinstance(mirror, dict):
         st["mirror"] = mirror

@@ -7,12 +7,15 @@ leaves loopback); the screenshots land in ``<tmp>/screenshots``.
 
 from __future__ import annotations
 
+import json
+import os
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import REPO, run_cli
 from tests.helpers import needs, submit, wait_for, wait_state, write_job
 from tests.test_dashboard import CHROMIUM, FLAGS, ui_server  # noqa: F401 - the fixture, shared
 
@@ -94,3 +97,30 @@ def test_open_hands_the_url_to_the_browser_without_the_token_in_argv(tmp_path: P
     landing = Path(args[0][len("file://"):])
     assert landing.stat().st_mode & 0o077 == 0  # only this user reads it
     assert info["url"] in landing.read_text()  # the page sends the browser on to the dashboard
+
+
+def test_every_running_job_shows_its_gpu_use_without_its_page(tmp_path: Path, ui_server: Callable[..., tuple],  # noqa: F811
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ``ls`` record carries the sampler's newest GPU sample (an ``nvidia-smi`` stand-in here): the
+    jobs table fills the GPU column of a job no tab has opened, with no agent call beyond the listing."""
+    root = tmp_path / "local-root"
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "agent.env").write_text("GPUJOB_GPU_SAMPLE=0.5\n")
+    # the local agent and its supervisor inherit the environment: the stand-in is their nvidia-smi
+    monkeypatch.setenv("PATH", f"{REPO / 'tests' / 'stand_ins'}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_SMI_UTIL", "73")
+    job = submit("local", write_job(tmp_path, "dash-gpu", "import time\ntime.sleep(120)\n", "python main.py"))["job_id"]
+    wait_state("local", job, ("running",), root=root)
+    wait_for(lambda: (root / "jobs" / job / "gpu.jsonl").exists(), 30, "a GPU sample")
+    listed = json.loads(run_cli("ls", "--host", "local", "--json").stdout)["jobs"]
+    assert [j["gpu_now"]["now"][0]["util"] for j in listed if j["job_id"] == job] == [73]
+    _, info = ui_server("--host", "local", "--interval", "1")
+    token = info["url"].split("token=", 1)[1]
+
+    def gpu_column() -> object:
+        with urllib.request.urlopen(f"http://127.0.0.1:{info['port']}/api/jobs?token={token}", timeout=10) as r:
+            return {row["job_id"]: row["gpu"] for row in json.load(r)["jobs"]}.get(job)
+
+    wait_for(lambda: gpu_column() == 73, 30, "the GPU column of a job whose page was never opened")
+    with urllib.request.urlopen(f"http://127.0.0.1:{info['port']}/api/stats?token={token}", timeout=10) as r:
+        assert json.load(r)["calls"]["local"] >= 1

@@ -34,7 +34,11 @@ def gpu_use(gpu: dict[str, Any] | None) -> float | None:
 
 
 def row(j: dict[str, Any], history: list[float], gpu: float | None = None) -> dict[str, Any]:
-    """One table row: the fields the page sorts and filters on, each a plain value or None."""
+    """One table row: the fields the page sorts and filters on, each a plain value or None.
+    GPU use: the agent's newest sample in the ``ls`` record (``gpu_now``, a running job's), else
+    ``gpu`` (from an open job page's ``status``: an older agent) while the job runs."""
+    if j.get("gpu_now") is not None or j.get("state") != "running":
+        gpu = gpu_use(j.get("gpu_now"))
     m = j.get("last_metrics") or {}
     lk = loss_key(m)
     billing = j.get("billing") or {}
