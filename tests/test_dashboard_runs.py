@@ -61,8 +61,12 @@ def test_compare_from_the_ledger_in_a_browser(tmp_path: Path, ui_server: Callabl
             page.click("#runs-apply")
             expect(page.locator("#runs tbody tr")).to_have_count(1)
             expect(page.locator("#runs tbody tr")).to_have_attribute("data-key", ids[0])
+            page.fill("#runs-where", "lr")  # a user's mistake: the ledger's message, on the page
+            page.click("#runs-apply")
+            expect(page.locator("#runs-error")).to_contain_text("not KEY OP VALUE")
             page.fill("#runs-where", "")
             page.click("#runs-apply")
+            expect(page.locator("#runs-error")).to_have_text("")
             expect(page.locator("#runs tbody tr")).to_have_count(2)
             page.screenshot(path=str(shots / "runs.png"), full_page=True)
             for job in ids:

@@ -4,7 +4,8 @@ Three hosts — ``local`` and two profiles over one real sshd on 127.0.0.1 (test
 start_sshd) — hold 67 + 67 + 66 jobs made as bench_ls.py makes them (the newest of each
 running). ``gpujob ui --interval 3`` serves them; Debian's headless chromium (Playwright)
 times loading the jobs page until all 200 rows are drawn, ``--loads`` times with a fresh page.
-Then ``--tabs`` jobs pages and one job page stay open for ``--seconds`` and the server's own
+The running job samples the ``nvidia-smi`` stand-in (tests/stand_ins), so its GPU column fills from
+the ``ls`` record. Then ``--tabs`` jobs pages and one job page stay open for ``--seconds`` and the server's own
 count of agent calls (``/api/stats``) gives calls per minute, next to what ``gpujob ls
 --watch`` makes (one call per host per 2 s refresh, per terminal).
 
@@ -31,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--no-first-run"]
 WATCH_INTERVAL = 2.0  # `ls --watch`'s default refresh
+STAND_INS = REPO / "tests" / "stand_ins"  # nvidia-smi: the running job's GPU is sampled as on an instance
 
 
 def stats(base: str, token: str) -> dict[str, int]:
@@ -66,7 +68,7 @@ def main() -> None:
             make_jobs(tmp / name, n)
             HostStore().save(Host(name=name, hostname="127.0.0.1", port=sshd.port, user=os.environ.get("USER", "root"),
                                   root=str(tmp / name), connect_timeout=10,
-                                  env={"GPUJOB_PATH_PREFIX": str(Path(sys.executable).parent)}))
+                                  env={"GPUJOB_PATH_PREFIX": f"{STAND_INS}{os.pathsep}{Path(sys.executable).parent}"}))
         # the job page shows a real running job (its watcher looks every interval)
         (tmp / "sleeper").mkdir()
         (tmp / "sleeper" / "job.yaml").write_text('name: sleeper\nrun: python -c "import time; time.sleep(900)"\n')
@@ -78,10 +80,13 @@ def main() -> None:
         info = json.loads(ui.stdout.readline() if ui.stdout else "{}")
         url, port = info["url"], info["port"]
         token, base = url.split("token=", 1)[1], f"http://127.0.0.1:{port}"
-        while True:  # the first listings (agent install, index) done
+        gpu_seen = None
+        while True:  # the first listings (agent install, index) done, and the running job's GPU sampled
             with urllib.request.urlopen(f"{base}/api/jobs?token={token}", timeout=10) as r:
-                if len(json.load(r)["jobs"]) >= 200:
-                    break
+                rows = json.load(r)["jobs"]
+            gpu_seen = next((r["gpu"] for r in rows if r["job_id"] == running), None)  # no job page open yet
+            if len(rows) >= 200 and gpu_seen is not None:
+                break
             time.sleep(0.5)
         loads = []
         with sync_playwright() as pw:
@@ -116,6 +121,7 @@ def main() -> None:
     per_min = {h: (after[h] - before[h]) * 60 / spent for h in after}
     print(f"jobs page, all rows drawn: median {statistics.median(loads) * 1000:.0f} ms, "
           f"min {min(loads) * 1000:.0f} ms, max {max(loads) * 1000:.0f} ms over {a.loads} loads")
+    print(f"the running job's GPU use in the jobs table before its page opened: {gpu_seen} %")
     print(f"{a.tabs} jobs tabs + 1 job page (h1, state shown: {shown!r}) open {spent:.0f} s, --interval {a.interval:g}:")
     for h, v in per_min.items():
         print(f"  {h}: {v:.1f} agent calls/min")
