@@ -88,7 +88,8 @@ def serve(port: int = 0, only: str | None = None, interval: float = 3.0, open_br
     if page is not None:
         import webbrowser
 
-        webbrowser.open(page.as_uri())
+        if not webbrowser.open(page.as_uri()):
+            print("gpujob ui: no browser could be started (--open): open the URL above", file=sys.stderr, flush=True)
     # no access log: every request line would carry the token
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
                                            timeout_graceful_shutdown=5))
