@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -100,7 +102,15 @@ def test_open_hands_the_url_to_the_browser_without_the_token_in_argv(tmp_path: P
     assert args[0].startswith("file://")
     landing = Path(args[0][len("file://"):])
     assert landing.stat().st_mode & 0o077 == 0  # only this user reads it
-    assert info["url"] in landing.read_text()  # the page sends the browser on to the dashboard
+    assert token not in landing.read_text()  # a one-time ticket, not the token
+    ticket_url = re.search(r'url=([^"]+)"', landing.read_text()).group(1).replace("&amp;", "&")
+    assert ticket_url.startswith(f"http://127.0.0.1:{info['port']}/?ticket=")
+    with urllib.request.urlopen(ticket_url, timeout=10) as r:  # the browser's first visit gets in...
+        assert r.status == 200 and "gpujob_ui=" in (r.headers.get("set-cookie") or "")
+    assert not landing.exists()  # ...and spends the ticket: the page is gone
+    with pytest.raises(urllib.error.HTTPError) as e:  # a second use is refused
+        urllib.request.urlopen(ticket_url, timeout=10)
+    assert e.value.code == 403
 
 
 def test_every_running_job_shows_its_gpu_use_without_its_page(tmp_path: Path, ui_server: Callable[..., tuple],  # noqa: F811

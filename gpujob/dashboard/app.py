@@ -34,8 +34,26 @@ KEEPALIVE_S = 15.0
 class TokenGate:
     """ASGI middleware: the token (query, cookie, or header for a POST) and a loopback Host header, else 403."""
 
-    def __init__(self, app: Any, token: str, port_of: Callable[[], int]) -> None:
+    def __init__(self, app: Any, token: str, port_of: Callable[[], int], ticket: str | None = None,
+                 on_ticket: Callable[[], Any] | None = None) -> None:
         self.app, self.token, self.port_of = app, token, port_of
+        self.ticket, self.on_ticket = ticket, on_ticket  # --open's one-time way in (server.landing)
+
+    def _spend(self, req: Request) -> bool:
+        """The first GET of the page with ``--open``'s ticket gets in (and the cookie); the ticket is
+        then spent and its page deleted, so the file held no lasting secret."""
+        given = req.query_params.get("ticket", "")
+        if req.method != "GET" or req.url.path != "/" or not self.ticket or not given:
+            return False
+        if not secrets.compare_digest(given.encode(), self.ticket.encode()):
+            return False
+        self.ticket = None
+        if self.on_ticket:
+            try:
+                self.on_ticket()
+            except OSError:
+                pass
+        return True
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -47,7 +65,7 @@ class TokenGate:
             return await PlainTextResponse("wrong Host header: open the URL gpujob ui printed", 403)(scope, receive, send)
         given = req.headers.get("x-token", "") if req.method == "POST" else (
             req.query_params.get("token") or req.cookies.get(COOKIE, ""))
-        if not secrets.compare_digest(given.encode(), self.token.encode()):
+        if not secrets.compare_digest(given.encode(), self.token.encode()) and not self._spend(req):
             return await PlainTextResponse("missing or wrong token: open the URL gpujob ui printed (with its ?token=)",
                                            403)(scope, receive, send)
         await self.app(scope, receive, send)
@@ -66,7 +84,8 @@ def _sse(event: str, data: Any, id: int | None = None) -> str:
 
 
 def build_app(hub: Hub, token: str, port_of: Callable[[], int], pull_dir: str = "gpujob-pulls",
-              client_for: Callable[[], Any] | None = None, stopping: Callable[[], bool] = lambda: False) -> Any:
+              client_for: Callable[[], Any] | None = None, stopping: Callable[[], bool] = lambda: False,
+              ticket: str | None = None, on_ticket: Callable[[], Any] | None = None) -> Any:
     """The ASGI app over ``hub``; ``client_for`` makes the ``gpujob.Client`` a button's action uses;
     once ``stopping()`` (Ctrl-C) the event streams end, so the server leaves without cutting them."""
     if client_for is None:
@@ -198,4 +217,4 @@ def build_app(hub: Hub, token: str, port_of: Callable[[], int], pull_dir: str = 
         Mount("/static", StaticFiles(directory=str(STATIC)), name="static"),
     ]
     app = Starlette(routes=routes, exception_handlers={GpujobError: refused})
-    return TokenGate(app, token, port_of)
+    return TokenGate(app, token, port_of, ticket, on_ticket)

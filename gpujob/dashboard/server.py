@@ -36,7 +36,8 @@ def _bind(port: int) -> socket.socket:
 
 def landing(url: str) -> Path:
     """A page only this user can read that sends the browser on to ``url``: what ``--open`` hands the
-    browser, so that the token is in no process's argv (``ps`` shows those to every local user)."""
+    browser, so that nothing secret is in a process's argv (``ps`` shows those to every local user).
+    ``url`` carries a one-time ticket, not the token: the first visit spends it and deletes the page."""
     import html
     import os
     import tempfile
@@ -79,12 +80,14 @@ def serve(port: int = 0, only: str | None = None, interval: float = 3.0, open_br
     url = f"http://127.0.0.1:{bound}/?token={token}"
     hub = Hub(hosts, interval=interval).start()
     server: Any = None  # the streams ask it whether Ctrl-C came
-    app = build_app(hub, token, lambda: bound, pull_dir=pull_dir, stopping=lambda: bool(server and server.should_exit))
+    ticket = secrets.token_urlsafe(24) if open_browser else None
+    page = landing(f"http://127.0.0.1:{bound}/?ticket={ticket}") if ticket else None
+    app = build_app(hub, token, lambda: bound, pull_dir=pull_dir, stopping=lambda: bool(server and server.should_exit),
+                    ticket=ticket, on_ticket=page.unlink if page else None)
     if as_json:
         print(json.dumps({"url": url, "port": bound, "hosts": hosts}), flush=True)
     else:
         print(f"gpujob ui: {url}\n  hosts: {', '.join(hosts)} · Ctrl-C stops", flush=True)
-    page = landing(url) if open_browser else None
     if page is not None:
         import webbrowser
 
