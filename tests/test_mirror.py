@@ -247,3 +247,31 @@ def test_status_draws_the_mirror_as_the_issue_asks() -> None:
     assert lines[0].startswith("mirrored checkpoint-400 (2 min ago) · uploading checkpoint-500 43 %")
     assert "failing for 10m" in lines[1] and "connection refused" in lines[1]
     assert lines[2].startswith("lag 1m")
+
+
+def test_the_copy_verifies_each_file_by_hash_so_no_second_read_and_a_gap_falls_back_to_check(
+        s3: S3, tmp_path: Path) -> None:
+    from remote.mirror import engine
+
+    src = tmp_path / "checkpoint-7"
+    (src / "sub").mkdir(parents=True)
+    for rel, size in (("weights.bin", 3 << 20), ("trainer_state.json", 20), ("sub/opt.pt", 1 << 20)):
+        (src / rel).write_bytes(os.urandom(size))
+    target = "s3://ckpts/v"
+    env = engine.env_for(target, {"endpoint": s3.url}, s3.env(), dict(os.environ))
+    rc = engine.Rclone(shutil.which("rclone") or "rclone", env)
+    dst = engine.dest(target, "job") + "/checkpoint-7"
+    verified = rc.copy(str(src), dst, False, lambda s: None)
+    # every file's hash was compared with the store's after its transfer: nothing left to re-read
+    assert verified == {"weights.bin", "trainer_state.json", "sub/opt.pt"}
+    assert rc.verify(str(src), dst, False, verified) is False
+    # one file that rclone did not vouch for is checked by a second read, which finds a bad copy
+    served = s3.root / "ckpts" / "v" / "job" / "checkpoint-7" / "sub" / "opt.pt"
+    served.write_bytes(os.urandom(1 << 20))
+    with pytest.raises(engine.MirrorError):
+        rc.verify(str(src), dst, False, verified - {"sub/opt.pt"})
+    # the next copy sends it again (hashes differ) and vouches for it; a single file the same way
+    assert "sub/opt.pt" in rc.copy(str(src), dst, False, lambda s: None)
+    assert served.read_bytes() == (src / "sub" / "opt.pt").read_bytes()
+    one = rc.copy(str(src / "weights.bin"), dst + "-single/weights.bin", True, lambda s: None)
+    assert rc.verify(str(src / "weights.bin"), dst + "-single/weights.bin", True, one) is False
