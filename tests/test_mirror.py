@@ -249,6 +249,21 @@ def test_status_draws_the_mirror_as_the_issue_asks() -> None:
     assert lines[2].startswith("lag 1m")
 
 
+def test_the_dashboards_job_page_gets_the_mirror_per_checkpoint_and_as_status_says_it() -> None:
+    from gpujob.ui.mirror import mark_mirror
+
+    now = 1_000_000.0
+    doc = mark_mirror({"now": now, "checkpoints": [{"name": "checkpoint-300"}, {"name": "checkpoint-400"},
+                                                    {"name": "checkpoint-500"}],
+                       "mirror": {"targets": [{"target": "s3://b/[red]ck", "mirrored": "checkpoint-400",
+                                               "mirrored_at": now - 130,
+                                               "uploading": {"name": "checkpoint-500", "percent": 43}}]}})
+    assert [c.get("mirror") for c in doc["checkpoints"]] == [None, "✓ mirrored", "uploading 43 %"]
+    # plain text for the page: the target's own brackets kept as written, no markup left
+    assert doc["mirror_lines"] == ["mirrored checkpoint-400 (2 min ago) · uploading checkpoint-500 43 %"
+                                   "  → s3://b/[red]ck"]
+
+
 def test_the_copy_verifies_each_file_by_hash_so_no_second_read_and_a_gap_falls_back_to_check(
         s3: S3, tmp_path: Path) -> None:
     from remote.mirror import engine
