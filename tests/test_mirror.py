@@ -279,14 +279,20 @@ def test_the_copy_verifies_each_file_by_hash_so_no_second_read_and_a_gap_falls_b
     verified = rc.copy(str(src), dst, False, lambda s: None)
     # every file's hash was compared with the store's after its transfer: nothing left to re-read
     assert verified == {"weights.bin", "trainer_state.json", "sub/opt.pt"}
-    assert rc.verify(str(src), dst, False, verified) is False
+    files = engine.local_files(str(src), False)
+    assert rc.verify(str(src), dst, False, verified, files) is False
     # one file that rclone did not vouch for is checked by a second read, which finds a bad copy
     served = s3.root / "ckpts" / "v" / "job" / "checkpoint-7" / "sub" / "opt.pt"
     served.write_bytes(os.urandom(1 << 20))
     with pytest.raises(engine.MirrorError):
-        rc.verify(str(src), dst, False, verified - {"sub/opt.pt"})
+        rc.verify(str(src), dst, False, verified - {"sub/opt.pt"}, files)
     # the next copy sends it again (hashes differ) and vouches for it; a single file the same way
     assert "sub/opt.pt" in rc.copy(str(src), dst, False, lambda s: None)
     assert served.read_bytes() == (src / "sub" / "opt.pt").read_bytes()
     one = rc.copy(str(src / "weights.bin"), dst + "-single/weights.bin", True, lambda s: None)
-    assert rc.verify(str(src / "weights.bin"), dst + "-single/weights.bin", True, one) is False
+    assert rc.verify(str(src / "weights.bin"), dst + "-single/weights.bin", True, one, ["weights.bin"]) is False
+    # and back (pull, restore): what arrives is vouched for the same way
+    back = tmp_path / "back"
+    got = rc.copy(dst, str(back), False, lambda s: None)
+    assert rc.verify(dst, str(back), False, got, engine.local_files(str(back), False)) is False
+    assert (back / "sub" / "opt.pt").read_bytes() == (src / "sub" / "opt.pt").read_bytes()

@@ -179,7 +179,8 @@ def upload(a: argparse.Namespace) -> None:
                     rc = engine.Rclone(rclone, env, nice=not a.no_nice)
                     verified = rc.copy(str(src), dest + "/checkpoint-1", False, lambda s: None)
                     rates["mirror_copy"].append(size / (time.perf_counter() - t) / 1e6)
-                    rechecked += rc.verify(str(src), dest + "/checkpoint-1", False, verified)
+                    rechecked += rc.verify(str(src), dest + "/checkpoint-1", False, verified,
+                                           engine.local_files(str(src), False))
                     store.write_marker(rc, dest, {"name": "checkpoint-1", "step": 1})
                 dt = time.perf_counter() - t
                 after = resource.getrusage(resource.RUSAGE_CHILDREN)

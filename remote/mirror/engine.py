@@ -181,11 +181,11 @@ class Rclone:
             raise MirrorError(self.reason("\n".join("ERROR " + e for e in errors), rc))
         return verified
 
-    def verify(self, src: str, dst: str, single: bool, verified: Set[str]) -> bool:
-        """Every file of ``src`` verified by hash: by the copy (``verified``), else by ``check``
-        (a store with no hash in common with the disk, a file rclone did not compare). False: the
-        copy had verified all, no second read was needed."""
-        if set(local_files(src, single)) <= verified:
+    def verify(self, src: str, dst: str, single: bool, verified: Set[str], files: List[str]) -> bool:
+        """Every one of ``files`` (the checkpoint's, as ``local_files`` names them on the disk side)
+        verified by hash: by the copy (``verified``), else all by ``check`` (a store with no hash in
+        common with the disk, a file rclone did not compare). False: no second read was needed."""
+        if set(files) <= verified:
             return False
         self.check(src, dst, single)
         return True

@@ -216,7 +216,7 @@ class Mirror:
         dst = "{}/{}".format(t.dest, name)
         try:
             verified = t.rc.copy(str(c.path), dst, not c.is_dir, on_stats)
-            t.rc.verify(str(c.path), dst, not c.is_dir, verified)
+            t.rc.verify(str(c.path), dst, not c.is_dir, verified, engine.local_files(str(c.path), not c.is_dir))
             doc = {"name": name, "step": c.step, "kind": c.kind, "is_dir": c.is_dir, "job_id": self.sup.job.id}
             store.write_marker(t.rc, t.dest, doc)
         except engine.MirrorError as e:
