@@ -247,3 +247,52 @@ def test_status_draws_the_mirror_as_the_issue_asks() -> None:
     assert lines[0].startswith("mirrored checkpoint-400 (2 min ago) · uploading checkpoint-500 43 %")
     assert "failing for 10m" in lines[1] and "connection refused" in lines[1]
     assert lines[2].startswith("lag 1m")
+
+
+def test_the_dashboards_job_page_gets_the_mirror_per_checkpoint_and_as_status_says_it() -> None:
+    from gpujob.ui.mirror import mark_mirror
+
+    now = 1_000_000.0
+    doc = mark_mirror({"now": now, "checkpoints": [{"name": "checkpoint-300"}, {"name": "checkpoint-400"},
+                                                    {"name": "checkpoint-500"}],
+                       "mirror": {"targets": [{"target": "s3://b/[red]ck", "mirrored": "checkpoint-400",
+                                               "mirrored_at": now - 130,
+                                               "uploading": {"name": "checkpoint-500", "percent": 43}}]}})
+    assert [c.get("mirror") for c in doc["checkpoints"]] == [None, "✓ mirrored", "uploading 43 %"]
+    # plain text for the page: the target's own brackets kept as written, no markup left
+    assert doc["mirror_lines"] == ["mirrored checkpoint-400 (2 min ago) · uploading checkpoint-500 43 %"
+                                   "  → s3://b/[red]ck"]
+
+
+def test_the_copy_verifies_each_file_by_hash_so_no_second_read_and_a_gap_falls_back_to_check(
+        s3: S3, tmp_path: Path) -> None:
+    from remote.mirror import engine
+
+    src = tmp_path / "checkpoint-7"
+    (src / "sub").mkdir(parents=True)
+    for rel, size in (("weights.bin", 3 << 20), ("trainer_state.json", 20), ("sub/opt.pt", 1 << 20)):
+        (src / rel).write_bytes(os.urandom(size))
+    target = "s3://ckpts/v"
+    env = engine.env_for(target, {"endpoint": s3.url}, s3.env(), dict(os.environ))
+    rc = engine.Rclone(shutil.which("rclone") or "rclone", env)
+    dst = engine.dest(target, "job") + "/checkpoint-7"
+    verified = rc.copy(str(src), dst, False, lambda s: None)
+    # every file's hash was compared with the store's after its transfer: nothing left to re-read
+    assert verified == {"weights.bin", "trainer_state.json", "sub/opt.pt"}
+    files = engine.local_files(str(src), False)
+    assert rc.verify(str(src), dst, False, verified, files) is False
+    # one file that rclone did not vouch for is checked by a second read, which finds a bad copy
+    served = s3.root / "ckpts" / "v" / "job" / "checkpoint-7" / "sub" / "opt.pt"
+    served.write_bytes(os.urandom(1 << 20))
+    with pytest.raises(engine.MirrorError):
+        rc.verify(str(src), dst, False, verified - {"sub/opt.pt"}, files)
+    # the next copy sends it again (hashes differ) and vouches for it; a single file the same way
+    assert "sub/opt.pt" in rc.copy(str(src), dst, False, lambda s: None)
+    assert served.read_bytes() == (src / "sub" / "opt.pt").read_bytes()
+    one = rc.copy(str(src / "weights.bin"), dst + "-single/weights.bin", True, lambda s: None)
+    assert rc.verify(str(src / "weights.bin"), dst + "-single/weights.bin", True, one, ["weights.bin"]) is False
+    # and back (pull, restore): what arrives is vouched for the same way
+    back = tmp_path / "back"
+    got = rc.copy(dst, str(back), False, lambda s: None)
+    assert rc.verify(dst, str(back), False, got, engine.local_files(str(back), False)) is False
+    assert (back / "sub" / "opt.pt").read_bytes() == (src / "sub" / "opt.pt").read_bytes()

@@ -17,6 +17,7 @@ from typing import Any, Callable
 from gpujob.backoff import backoff
 from gpujob.dashboard.rows import SPARK_POINTS, gpu_use, loss_key, row
 from gpujob.errors import ConnectError, GpujobError
+from gpujob.ui.mirror import mark_mirror
 
 
 def _said(e: GpujobError) -> str:
@@ -224,7 +225,7 @@ class JobWatcher:
         while not self.hub.stopped.is_set() and time.monotonic() - self.touched < self.hub.linger:
             try:
                 st = conn.call(lambda c: c.job(self.job_id, host=self.host).status())
-                doc, err = mark_pulled(st.to_json()), None
+                doc, err = mark_mirror(mark_pulled(st.to_json())), None
                 finished_once = st.finished
             except GpujobError as e:
                 doc, err = self.doc, _said(e)

@@ -36,3 +36,29 @@ def mirror_lines(m: dict[str, Any], now: float | None = None) -> list[str]:
     if m.get("lag_s"):
         lines.append(f"lag {format_duration(m['lag_s'])} (the newest complete checkpoint is only on the instance)")
     return lines
+
+
+def mark_mirror(doc: dict[str, Any]) -> dict[str, Any]:
+    """For the dashboard's job page: each checkpoint's mirror cell (``✓ mirrored``, ``uploading 43 %``)
+    and ``mirror_lines``, the lines ``status`` shows, as plain text (the page sets them as text)."""
+    m = doc.get("mirror")
+    if not isinstance(m, dict):
+        return doc
+    from rich.text import Text
+
+    from gpujob.ui.neutral import clean_doc
+
+    targets = [t for t in m.get("targets") or [] if isinstance(t, dict)]
+    for ck in doc.get("checkpoints") or []:
+        cells = []
+        for t in targets:
+            up = t.get("uploading") or {}
+            if up.get("name") == ck.get("name"):
+                cells.append(f"uploading {up.get('percent') or 0} %")
+            elif t.get("mirrored") == ck.get("name"):
+                cells.append("✓ mirrored")
+        if cells:
+            ck["mirror"] = " · ".join(dict.fromkeys(cells))  # one target or several saying the same: once
+    lines = mirror_lines(clean_doc(m, markup=True), doc.get("now"))
+    doc["mirror_lines"] = [Text.from_markup(line).plain for line in lines]
+    return doc

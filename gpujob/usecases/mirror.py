@@ -102,8 +102,10 @@ def fetch(job_id: str, dest: Path, progress: Callable[[int, int], None] | None =
                 progress(int(s.get("bytes") or 0), int(s.get("totalBytes") or 0))
 
         try:
-            rc.copy(src, str(got), single, on_stats)
-            rc.check(src, str(got), single)  # every mirrored file is here, with the same hash
+            verified = rc.copy(src, str(got), single, on_stats)
+            # every mirrored file is here with the same hash: rclone compared each as it came (a
+            # successful copy left none out), else a second read compares them all
+            rc.verify(src, str(got), single, verified, engine.local_files(str(got), single))
         except engine.MirrorError as e:
             raise GpujobError(f"reading {name} from the mirror ({target}) failed: {e}",
                               "run the same command again: what arrived is kept and checked") from None

@@ -9,12 +9,16 @@ rclone.conf). Nothing here imports the rest of the agent: the laptop uses it as 
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Set
 
 S3_REMOTE = "gjmirror"
+# rclone's debug line after it compared a file's hash on both sides and found it equal (after a
+# transfer, or before skipping one already there); "size = N OK" is no hash and does not count
+HASH_OK = re.compile(r"^(?!size )[a-z0-9]+ = [0-9a-fA-F]+ OK$")
 # settings rclone reads from the environment: the job's secrets and the host's env may carry them
 PASSED = ("RCLONE_", "AWS_")
 INSTALL = """
@@ -138,11 +142,14 @@ class Rclone:
         return scrub(text, self.env)[-400:]
 
     def copy(self, src: str, dst: str, single: bool, on_stats: Callable[[Dict[str, Any]], None],
-             timeout: float = 6 * 3600.0) -> None:
+             timeout: float = 6 * 3600.0) -> Set[str]:
         """Copy ``src`` (a folder, or one file when ``single``) to ``dst``, compared by hash (a file
-        already there with the same hash is not sent again); ``on_stats`` gets rclone's stats each second."""
+        already there with the same hash is not sent again); ``on_stats`` gets rclone's stats each
+        second. Returns the files (relative to ``src``; the name when ``single``) whose hash rclone
+        compared on both sides and found equal in this run: a transferred file's is compared with
+        what the store reports after the transfer, so those need no second read (``check``)."""
         args = ["copyto" if single else "copy", src, dst, "--checksum", "--use-json-log", "--stats", "1s",
-                "--stats-log-level", "NOTICE", "--log-level", "NOTICE"]
+                "--stats-log-level", "NOTICE", "--log-level", "DEBUG"]
         if self.bwlimit:
             args += ["--bwlimit", self.bwlimit]
         try:
@@ -151,6 +158,7 @@ class Rclone:
         except OSError as e:
             raise MirrorError("cannot run rclone: {}".format(e)) from None
         errors = []  # type: List[str]
+        verified = set()  # type: Set[str]
         assert self.proc.stderr is not None
         for raw in self.proc.stderr:
             try:
@@ -162,6 +170,8 @@ class Rclone:
                 on_stats(doc["stats"])
             elif doc.get("level") in ("error", "critical"):
                 errors.append(str(doc.get("msg", "")))
+            elif HASH_OK.match(str(doc.get("msg", ""))) and isinstance(doc.get("object"), str):
+                verified.add(doc["object"])
         try:
             rc = self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -169,6 +179,16 @@ class Rclone:
             rc = self.proc.wait()
         if rc != 0:
             raise MirrorError(self.reason("\n".join("ERROR " + e for e in errors), rc))
+        return verified
+
+    def verify(self, src: str, dst: str, single: bool, verified: Set[str], files: List[str]) -> bool:
+        """Every one of ``files`` (the checkpoint's, as ``local_files`` names them on the disk side)
+        verified by hash: by the copy (``verified``), else all by ``check`` (a store with no hash in
+        common with the disk, a file rclone did not compare). False: no second read was needed."""
+        if set(files) <= verified:
+            return False
+        self.check(src, dst, single)
+        return True
 
     def check(self, src: str, dst: str, single: bool) -> None:
         """Every file of ``src`` is on ``dst`` with the same hash (MirrorError when one differs)."""
@@ -182,6 +202,17 @@ class Rclone:
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
+
+
+def local_files(src: str, single: bool) -> List[str]:
+    """The files of a checkpoint as rclone names them: relative to the folder, '/'-separated."""
+    if single:
+        return [os.path.basename(src)]
+    found = []
+    for top, _dirs, files in os.walk(src):
+        rel = os.path.relpath(top, src)
+        found += [f if rel == "." else "{}/{}".format(rel.replace(os.sep, "/"), f) for f in files]
+    return found
 
 
 def _glob_escape(name: str) -> str:

@@ -3,7 +3,8 @@
 A pass every few seconds asks ``remote.checkpoints`` which checkpoints are complete (its judgement,
 not ours), takes the newest of the newest ``keep`` not yet on a target and copies it there with
 rclone (hash-compared, so a cut copy resumes without re-sending whole files already there; capped
-by ``bwlimit``; ``nice``/``ionice``), checks every file by hash, then writes the marker: only then
+by ``bwlimit``; ``nice``/``ionice``), makes sure every file was verified by hash (by the copy
+itself, else by ``rclone check``), then writes the marker: only then
 does it count as mirrored. Older ones follow when the newer are up. ``keep`` then applies on the
 mirror, never removing the newest mirrored one. ``<job>/mirror.json`` is what ``status`` shows.
 """
@@ -214,8 +215,8 @@ class Mirror:
 
         dst = "{}/{}".format(t.dest, name)
         try:
-            t.rc.copy(str(c.path), dst, not c.is_dir, on_stats)
-            t.rc.check(str(c.path), dst, not c.is_dir)
+            verified = t.rc.copy(str(c.path), dst, not c.is_dir, on_stats)
+            t.rc.verify(str(c.path), dst, not c.is_dir, verified, engine.local_files(str(c.path), not c.is_dir))
             doc = {"name": name, "step": c.step, "kind": c.kind, "is_dir": c.is_dir, "job_id": self.sup.job.id}
             store.write_marker(t.rc, t.dest, doc)
         except engine.MirrorError as e:

@@ -193,7 +193,7 @@ function jobView(q) {
     } catch (e) { result.textContent = `${name} failed: ${e.message}`; }
   } }, name === "pull" ? "Pull latest" : name[0].toUpperCase() + name.slice(1));
   const charts = el("div", { class: "charts", id: "charts" });
-  const ckpts = el("tbody"), attempts = el("tbody");
+  const ckpts = el("tbody"), attempts = el("tbody"), mirror = el("div", { id: "mirror", class: "muted" });
   const log = el("pre", { id: "log" });
   main.replaceChildren(
     el("h1", {}, id, el("span", { class: "muted" }, ` on ${host}`)), meta, diag,
@@ -204,7 +204,7 @@ function jobView(q) {
       result),
     el("h2", {}, "Curves"), charts,
     el("h2", {}, "Log"), log,
-    el("h2", {}, "Checkpoints"), el("table", { id: "checkpoints" }, el("thead", {}, el("tr", {}, ["name", "step", "complete", "mirror", "pulled here", "written"].map((h) => el("th", {}, h)))), ckpts),
+    el("h2", {}, "Checkpoints"), mirror, el("table", { id: "checkpoints" }, el("thead", {}, el("tr", {}, ["name", "step", "complete", "mirror", "pulled here", "written"].map((h) => el("th", {}, h)))), ckpts),
     el("h2", {}, "Attempts"), el("table", { id: "attempts" }, el("thead", {}, el("tr", {}, ["#", "started", "ended", "exit", "resumed from", "diagnosis"].map((h) => el("th", {}, h)))), attempts));
   const plots = new Map();
 
@@ -225,6 +225,7 @@ function jobView(q) {
     const d = j.diagnosis;
     diag.replaceChildren(...(d ? [el("div", { class: "diagnosis" }, [d.summary || d.cause, d.where ? `\nat ${d.where}` : "", d.line ? `\n${d.line}` : ""].join(""))] : []));
     for (const [k, pts] of Object.entries(j.series || {})) upsertChart(plots, charts, k, chartData(pts), [k]);
+    mirror.replaceChildren(...(j.mirror_lines || []).map((line) => el("div", {}, line)));  // as `status` says it
     ckpts.replaceChildren(...(j.checkpoints || []).map((c) => el("tr", {},
       el("td", {}, c.name), el("td", { class: "num" }, fmt(c.step)), el("td", {}, c.complete ? "✓ complete" : "partial"),
       el("td", {}, c.mirror === undefined ? "-" : typeof c.mirror === "object" ? JSON.stringify(c.mirror) : String(c.mirror)),
