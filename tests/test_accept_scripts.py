@@ -1,0 +1,80 @@
+"""Public training scripts' shapes run unchanged through the real CLI on ``local``: what a user met
+that was gpujob's, each on a small script of that shape (no torch: a second each)."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+
+from tests.byo_helpers import job_dir, log_text
+from tests.conftest import run_cli
+from tests.helpers import status, submit, wait_state, write_job
+
+# in the shape of accelerate's examples (complete_nlp_example.py): an epoch loop printing its epoch
+# index and overall step, accelerator.save_state(f"{output_dir}/step_{n}") every --checkpointing_steps
+ACCELERATE_LOOP = """
+    import argparse, os, pickle
+    p = argparse.ArgumentParser()
+    p.add_argument("--output_dir", default=".")
+    p.add_argument("--checkpointing_steps", type=int, default=25)
+    p.add_argument("--num_epochs", type=int, default=3)
+    a = p.parse_args()
+    overall_step = 0
+    for epoch in range(a.num_epochs):
+        for step in range(40):
+            overall_step += 1
+            if overall_step % 10 == 0:
+                print(f"epoch {epoch} step {overall_step} loss {1.0 / overall_step:.4f}", flush=True)
+            if overall_step % a.checkpointing_steps == 0:
+                d = os.path.join(a.output_dir, f"step_{overall_step}")
+                os.makedirs(d)
+                with open(os.path.join(d, "model.safetensors"), "wb") as f:
+                    f.write(b"weights %d" % overall_step)
+                with open(os.path.join(d, "random_states_0.pkl"), "wb") as f:
+                    pickle.dump({"step": overall_step}, f)
+"""
+
+
+def test_accelerate_loop_total_and_pull_dest_after_options(tmp_path: Path) -> None:
+    job = write_job(tmp_path, "acc", ACCELERATE_LOOP, "python main.py --output_dir $GPUJOB_CKPT_DIR --num_epochs 4")
+    job_id = submit("local", job)["job_id"]
+    jd = job_dir(tmp_path, "local", job_id)
+    st = wait_state("local", job_id, ("succeeded", "failed"), 60, root=jd.parent.parent)
+    assert st["state"] == "succeeded", log_text(jd)[-2000:]
+    st = status("local", job_id)
+    # 4 epochs of 40 steps: every record bounds the steps per epoch to [40, 43.3), the middle of it
+    # times 4 is within one print interval of the truth (the first epoch change alone said 180)
+    assert st["latest_metrics"]["step"] == 160 and 160 <= st["max_steps"] < 170, (st["latest_metrics"], st["max_steps"])
+    # DEST after the options, as users write it (argparse refused it: "unrecognized arguments")
+    dest = tmp_path / "pulled"
+    r = run_cli("pull", job_id, "--host", "local", "--latest", str(dest))
+    assert r.returncode == 0, r.stderr + r.stdout
+    got = dest / job_id / "ckpt" / "step_150" / "random_states_0.pkl"
+    assert pickle.loads(got.read_bytes()) == {"step": 150}, sorted(p.name for p in dest.rglob("*"))
+    r = run_cli("pull", job_id, "--host", "local", "--latest", str(dest), "extra")
+    assert r.returncode == 2 and "unrecognized arguments:" in r.stderr and "extra" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+# the image trainer's log as it prints it: the update's 0-based index, then the share done after it
+TIMM_LOG = """
+    import sys
+    for epoch in range(int(sys.argv[1])):
+        for i in (0, 5, 10, 15, 19):
+            print(f"Train: {epoch} [{i:>4d}/20 ({100. * (i + 1) / 20:>3.0f}%)]  Loss: 1.31 (1.31)  Time: 0.030s, "
+                  f"266.67/s  (0.031s, 258.06/s)  LR: 1.000e-01  Data: 0.001 (0.001)", flush=True)
+        print("Test: [   0/5]  Time: 0.010 (0.010)  Loss:   1.302 (  1.302)  Acc@1:  41.875 ( 41.875)", flush=True)
+"""
+
+
+def test_image_trainer_ends_at_its_total(tmp_path: Path) -> None:
+    job = write_job(tmp_path, "timm", TIMM_LOG, "python main.py 3 --epochs 3")
+    job_id = submit("local", job)["job_id"]
+    jd = job_dir(tmp_path, "local", job_id)
+    st = wait_state("local", job_id, ("succeeded", "failed"), 60, root=jd.parent.parent)
+    assert st["state"] == "succeeded", log_text(jd)[-2000:]
+    rows = [json.loads(x) for x in (jd / "metrics.log.jsonl").read_text().splitlines()]
+    train = [r for r in rows if "epoch" in r]
+    assert [r["step"] for r in train][:2] == [1, 6] and train[-1]["step"] == train[-1]["max_steps"] == 60, \
+        train[-3:]  # the last line, [19/20 (100%)], read 59 of 60
+    assert status("local", job_id)["latest_metrics"]["step"] == 60
