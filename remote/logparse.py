@@ -102,6 +102,17 @@ def _seconds(clock: str) -> Optional[float]:
     return days * 86400 + secs
 
 
+def _plausible(rate_s: str, unit: str, elapsed: str, n: int) -> bool:
+    """A bar's rate that could be true: a resumed HF Trainer's bar jumps to the resumed step at once
+    (``update(1800)``), and tqdm then shows ``16899.26it/s`` for many redraws; more steps a second than
+    the bar has counted over its elapsed time is that jump, not speed (the records' pace is used)."""
+    rate, secs = _num(rate_s), _seconds(elapsed) if elapsed else None
+    if rate is None or not secs:
+        return True  # "00:00" is anything under a second: no judging
+    per_s = 1.0 / rate if unit.startswith("s/") and rate > 0 else rate
+    return per_s * secs <= 2 * n + 10
+
+
 class LogParser:
     """Incremental: ``feed(new_bytes, t)`` returns the records those bytes complete."""
 
@@ -208,7 +219,8 @@ class LogParser:
         total = int(total_s) if total_s and total_s != "?" else None
         em = EPOCH.search(desc) if desc else None
         outer = bool(desc) and em is None and EPOCHS_BAR.search(desc) is not None
-        self._progress(int(n), total, em, t, (rm.group(1), unit, rest[rm.end():]), epochs_bar=outer)
+        rate_s = rm.group(1) if _plausible(rm.group(1), unit, _elapsed, int(n)) else "?"
+        self._progress(int(n), total, em, t, (rate_s, unit, rest[rm.end():]), epochs_bar=outer)
         return m.end()
 
     def _rich(self, s: str, t: float) -> bool:

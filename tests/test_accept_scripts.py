@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tests.byo_helpers import job_dir, log_text
 from tests.conftest import run_cli
-from tests.helpers import status, submit, wait_state, write_job
+from tests.helpers import status, submit, wait_for, wait_state, write_job
 
 # in the shape of accelerate's examples (complete_nlp_example.py): an epoch loop printing its epoch
 # index and overall step, accelerator.save_state(f"{output_dir}/step_{n}") every --checkpointing_steps
@@ -78,3 +78,28 @@ def test_image_trainer_ends_at_its_total(tmp_path: Path) -> None:
     assert [r["step"] for r in train][:2] == [1, 6] and train[-1]["step"] == train[-1]["max_steps"] == 60, \
         train[-3:]  # the last line, [19/20 (100%)], read 59 of 60
     assert status("local", job_id)["latest_metrics"]["step"] == 60
+
+
+# an HF Trainer resumed at step 180: its tqdm bar jumps there at once (update(180)), and tqdm then
+# draws the jump's rate for many redraws, the elapsed time going on
+RESUMED_BAR = """
+    import sys, time
+    t0 = time.time()
+    for n in range(180, 400, 4):
+        sys.stderr.write("\\r %2d%%|#| %d/400 [00:%02d<00:00, 16899.26it/s]" % (n // 4, n, time.time() - t0))
+        sys.stderr.flush()
+        time.sleep(0.1)
+"""
+
+
+def test_a_resumed_bars_jump_is_no_speed(tmp_path: Path) -> None:
+    job = write_job(tmp_path, "hfbar", RESUMED_BAR, "python main.py")
+    job_id = submit("local", job)["job_id"]
+    jd = job_dir(tmp_path, "local", job_id)
+    wait_for(lambda: "[00:03<" in log_text(jd), 30, lambda: log_text(jd)[-500:])
+    st = status("local", job_id)
+    assert st["state"] == "running", st["state"]
+    # about 40 steps a second: neither the bar's 16899 nor an ETA of 0 s with half the steps to go
+    assert st["steps_per_s"] is None or st["steps_per_s"] < 100, st["steps_per_s"]
+    assert st["eta_s"] is None or st["eta_s"] > 1, st["eta_s"]
+    wait_state("local", job_id, ("succeeded", "failed"), 30, root=jd.parent.parent)
