@@ -103,3 +103,35 @@ def test_a_resumed_bars_jump_is_no_speed(tmp_path: Path) -> None:
     assert st["steps_per_s"] is None or st["steps_per_s"] < 100, st["steps_per_s"]
     assert st["eta_s"] is None or st["eta_s"] > 1, st["eta_s"]
     wait_state("local", job_id, ("succeeded", "failed"), 30, root=jd.parent.parent)
+
+
+# the image trainer's CheckpointSaver keeps its own --checkpoint-hist newest files and deletes the
+# older ones itself (logging an exception when one is already gone)
+SELF_ROTATING = """
+    import os
+    out = os.path.join(os.environ["GPUJOB_CKPT_DIR"], "exp1")
+    os.makedirs(out)
+    hist = []
+    for epoch in range(6):
+        with open(os.path.join(out, "checkpoint-%d.pth.tar" % epoch), "wb") as f:
+            f.write(b"PK\\x05\\x06" + bytes(18))  # an empty zip: complete
+        hist.append(epoch)
+        if len(hist) > 4:
+            try:
+                os.remove(os.path.join(out, "checkpoint-%d.pth.tar" % hist.pop(0)))
+            except Exception as e:
+                print("Exception '%s' while deleting checkpoint" % e, flush=True)
+        print("Train: %d [  19/20 (100%%)]  Loss: 0.5 (0.5)" % epoch, flush=True)
+        import time; time.sleep(0.3)
+"""
+
+
+def test_keep_zero_leaves_rotation_to_the_script(tmp_path: Path) -> None:
+    job = write_job(tmp_path, "selfrot", SELF_ROTATING, "python main.py", checkpoint={"keep": 0})
+    job_id = submit("local", job)["job_id"]
+    jd = job_dir(tmp_path, "local", job_id)
+    st = wait_state("local", job_id, ("succeeded", "failed"), 60, root=jd.parent.parent)
+    assert st["state"] == "succeeded", log_text(jd)[-2000:]
+    left = sorted(p.name for p in (jd / "ckpt" / "exp1").iterdir())
+    assert left == [f"checkpoint-{n}.pth.tar" for n in (2, 3, 4, 5)], left  # the script's 4, not gpujob's 3
+    assert "while deleting checkpoint" not in log_text(jd)

@@ -334,7 +334,8 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
                 ctx.err(("checkpoint", "pattern"), "a glob relative to the checkpoint folder, e.g. '*.pt' or "
                         "'version_*/checkpoints/*.ckpt'")
         keep = ck.get("keep", 3)
-        _int_in(ctx, ("checkpoint", "keep"), keep, 1, MAX_KEEP, "a number of checkpoints")
+        # 0: gpujob deletes none (a script that rotates its own: timm's --checkpoint-hist, HF's save_total_limit)
+        _int_in(ctx, ("checkpoint", "keep"), keep, 0, MAX_KEEP, "a number of checkpoints (0: gpujob deletes none)")
     metrics = _metrics_section(ctx, raw.get("metrics", {}) or {})
     tb = raw.get("tensorboard", {}) or {}
     logdir = None
