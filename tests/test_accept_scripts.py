@@ -11,6 +11,16 @@ from tests.byo_helpers import job_dir, log_text
 from tests.conftest import run_cli
 from tests.helpers import status, submit, wait_for, wait_state, write_job
 
+
+def run_to_end(tmp_path: Path, job: Path) -> tuple[str, Path]:
+    """Submit ``job`` on local and wait until it succeeded: (job id, job folder)."""
+    job_id = submit("local", job)["job_id"]
+    jd = job_dir(tmp_path, "local", job_id)
+    st = wait_state("local", job_id, ("succeeded", "failed"), 60, root=jd.parent.parent)
+    assert st["state"] == "succeeded", log_text(jd)[-2000:]
+    return job_id, jd
+
+
 # in the shape of accelerate's examples (complete_nlp_example.py): an epoch loop printing its epoch
 # index and overall step, accelerator.save_state(f"{output_dir}/step_{n}") every --checkpointing_steps
 ACCELERATE_LOOP = """
@@ -38,10 +48,7 @@ ACCELERATE_LOOP = """
 
 def test_accelerate_loop_total_and_pull_dest_after_options(tmp_path: Path) -> None:
     job = write_job(tmp_path, "acc", ACCELERATE_LOOP, "python main.py --output_dir $GPUJOB_CKPT_DIR --num_epochs 4")
-    job_id = submit("local", job)["job_id"]
-    jd = job_dir(tmp_path, "local", job_id)
-    st = wait_state("local", job_id, ("succeeded", "failed"), 60, root=jd.parent.parent)
-    assert st["state"] == "succeeded", log_text(jd)[-2000:]
+    job_id, jd = run_to_end(tmp_path, job)
     st = status("local", job_id)
     # 4 epochs of 40 steps: every record bounds the steps per epoch to [40, 43.3), the middle of it
     # times 4 is within one print interval of the truth (the first epoch change alone said 180)
@@ -69,10 +76,7 @@ TIMM_LOG = """
 
 def test_image_trainer_ends_at_its_total(tmp_path: Path) -> None:
     job = write_job(tmp_path, "timm", TIMM_LOG, "python main.py 3 --epochs 3")
-    job_id = submit("local", job)["job_id"]
-    jd = job_dir(tmp_path, "local", job_id)
-    st = wait_state("local", job_id, ("succeeded", "failed"), 60, root=jd.parent.parent)
-    assert st["state"] == "succeeded", log_text(jd)[-2000:]
+    job_id, jd = run_to_end(tmp_path, job)
     rows = [json.loads(x) for x in (jd / "metrics.log.jsonl").read_text().splitlines()]
     train = [r for r in rows if "epoch" in r]
     assert [r["step"] for r in train][:2] == [1, 6] and train[-1]["step"] == train[-1]["max_steps"] == 60, \
@@ -128,10 +132,7 @@ SELF_ROTATING = """
 
 def test_keep_zero_leaves_rotation_to_the_script(tmp_path: Path) -> None:
     job = write_job(tmp_path, "selfrot", SELF_ROTATING, "python main.py", checkpoint={"keep": 0})
-    job_id = submit("local", job)["job_id"]
-    jd = job_dir(tmp_path, "local", job_id)
-    st = wait_state("local", job_id, ("succeeded", "failed"), 60, root=jd.parent.parent)
-    assert st["state"] == "succeeded", log_text(jd)[-2000:]
+    job_id, jd = run_to_end(tmp_path, job)
     left = sorted(p.name for p in (jd / "ckpt" / "exp1").iterdir())
     assert left == [f"checkpoint-{n}.pth.tar" for n in (2, 3, 4, 5)], left  # the script's 4, not gpujob's 3
     assert "while deleting checkpoint" not in log_text(jd)
