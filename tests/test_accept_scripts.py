@@ -10,6 +10,7 @@ from pathlib import Path
 from tests.byo_helpers import job_dir, log_text
 from tests.conftest import run_cli
 from tests.helpers import status, submit, wait_for, wait_state, write_job
+from tests.test_scripts_recipes import recipe
 
 
 def run_to_end(tmp_path: Path, job: Path) -> tuple[str, Path]:
@@ -47,7 +48,8 @@ ACCELERATE_LOOP = """
 
 
 def test_accelerate_loop_total_and_pull_dest_after_options(tmp_path: Path) -> None:
-    job = write_job(tmp_path, "acc", ACCELERATE_LOOP, "python main.py --output_dir $GPUJOB_CKPT_DIR --num_epochs 4")
+    job = recipe(tmp_path, "accelerate", {"train.py": ACCELERATE_LOOP})  # docs/bring-your-own.md's job file
+    job.write_text(job.read_text().replace("--checkpointing_steps 1000", "--checkpointing_steps 25"))
     job_id, jd = run_to_end(tmp_path, job)
     st = status("local", job_id)
     # 4 epochs of 40 steps: every record bounds the steps per epoch to [40, 43.3), the middle of it
