@@ -104,13 +104,13 @@ def _seconds(clock: str) -> Optional[float]:
 
 def _plausible(rate_s: str, unit: str, elapsed: str, n: int) -> bool:
     """A bar's rate that could be true: a resumed HF Trainer's bar jumps to the resumed step at once
-    (``update(1800)``), and tqdm then shows ``16899.26it/s`` for many redraws; more steps a second than
+    (``update(1800)``), and tqdm then shows ``16899.26it/s`` for many redraws; ten times more steps than
     the bar has counted over its elapsed time is that jump, not speed (the records' pace is used)."""
     rate, secs = _num(rate_s), _seconds(elapsed) if elapsed else None
     if rate is None or not secs:
         return True  # "00:00" is anything under a second: no judging
     per_s = 1.0 / rate if unit.startswith("s/") and rate > 0 else rate
-    return per_s * secs <= 2 * n + 10
+    return per_s * secs <= 10 * n + 10  # 10: a first compile's slow steps, then the real pace, is no jump
 
 
 class LogParser:
