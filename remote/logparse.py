@@ -62,7 +62,7 @@ EPOCH_HEADER = re.compile(r"^epoch\s*[:#]?\s*(\d+)\s*(?:/|of)\s*(\d+)\s*:?$", re
 # an image trainer's "Train: 3 [ 4/10 ( 50%)]" and MNIST's "Train Epoch: 3 [640/60000 (1%)]": epoch, then
 # the count within it; word-language-model's "| epoch 3 | 20/ 171 batches |"
 EPOCH_BATCH = re.compile(r"^(?:train(?:ing)?\s*(?:epoch)?)\s*:?\s*\[?\s*(\d+)\s*\]?\s*\[\s*(\d+)\s*/\s*(\d+)"
-                         r"(?:\s*\(\s*[\d.]+%\s*\))?\s*\]", re.I)
+                         r"(?:\s*\(\s*([\d.]+)%\s*\))?\s*\]", re.I)
 BATCHES = re.compile(r"\b(\d+)\s*/\s*(\d+)\s+batch(?:es)?\b", re.I)
 # "Accuracy: 450/500 (90%)": the percentage, not the count
 FRACTION = re.compile(r"([A-Za-z][\w@/.-]{0,60})\s*[:=]\s*\d+\s*/\s*\d+\s*\(\s*(" + NUM + r")\s*%\s*\)")
@@ -100,6 +100,17 @@ def _seconds(clock: str) -> Optional[float]:
     for p in parts:
         secs = secs * 60 + p
     return days * 86400 + secs
+
+
+def _plausible(rate_s: str, unit: str, elapsed: str, n: int) -> bool:
+    """A bar's rate that could be true: a resumed HF Trainer's bar jumps to the resumed step at once
+    (``update(1800)``), and tqdm then shows ``16899.26it/s`` for many redraws; ten times more steps than
+    the bar has counted over its elapsed time is that jump, not speed (the records' pace is used)."""
+    rate, secs = _num(rate_s), _seconds(elapsed) if elapsed else None
+    if rate is None or not secs:
+        return True  # "00:00" is anything under a second: no judging
+    per_s = 1.0 / rate if unit.startswith("s/") and rate > 0 else rate
+    return per_s * secs <= 10 * n + 10  # 10: a first compile's slow steps, then the real pace, is no jump
 
 
 class LogParser:
@@ -208,7 +219,8 @@ class LogParser:
         total = int(total_s) if total_s and total_s != "?" else None
         em = EPOCH.search(desc) if desc else None
         outer = bool(desc) and em is None and EPOCHS_BAR.search(desc) is not None
-        self._progress(int(n), total, em, t, (rm.group(1), unit, rest[rm.end():]), epochs_bar=outer)
+        rate_s = rm.group(1) if _plausible(rm.group(1), unit, _elapsed, int(n)) else "?"
+        self._progress(int(n), total, em, t, (rate_s, unit, rest[rm.end():]), epochs_bar=outer)
         return m.end()
 
     def _rich(self, s: str, t: float) -> bool:
@@ -329,7 +341,7 @@ class LogParser:
         if not rec:
             return
         if ib:
-            self._epoch_batch(int(ib.group(1)), int(ib.group(2)), int(ib.group(3)), rec)
+            self._epoch_batch(int(ib.group(1)), int(ib.group(2)), int(ib.group(3)), rec, _num(ib.group(4) or ""))
         elif whose is not None:
             pass  # an evaluation line is no step of training: it takes the current one (_add)
         elif sm or bm:
@@ -347,8 +359,12 @@ class LogParser:
             return k
         return whose + "_" + k
 
-    def _epoch_batch(self, epoch: int, n: int, of: int, rec: Dict[str, Any]) -> None:
-        """``Train: E [b/B (p%)]``: b of B in epoch E (counted from the first epoch the log shows, 0 or 1)."""
+    def _epoch_batch(self, epoch: int, n: int, of: int, rec: Dict[str, Any], pct: Optional[float] = None) -> None:
+        """``Train: E [b/B (p%)]``: b of B in epoch E (counted from the first epoch the log shows, 0 or 1).
+        The image trainer prints the batch's 0-based index with the share done after it ((b+1)/B: its
+        last line is ``[19/20 (100%)]``), MNIST the samples before it (b/B): the percentage says which."""
+        if pct is not None and 0 <= n < of and abs(100.0 * (n + 1) / of - pct) < abs(100.0 * n / of - pct):
+            n += 1
         if self.epoch_base is None:
             self.epoch_base = min(epoch, 1)
         rec["epoch"] = epoch

@@ -159,13 +159,15 @@ def run_hints(spec: Dict[str, Any], code: Optional[Path] = None) -> Dict[str, in
 def total_from_epochs(rows: List[Dict[str, Any]], epochs: Optional[int]) -> Optional[int]:
     """``epochs`` × steps per epoch, the latter read from the ``epoch`` the records carry.
 
-    HF logs a fractional epoch (step 30 at epoch 0.75: 40 an epoch); Lightning logs the epoch
-    index, so an epoch ends between the last step logged with the old index and the first one
-    with the new: the midpoint of the two, over the new index.
+    HF logs a fractional epoch (step 30 at epoch 0.75: 40 an epoch); Lightning and plain loops
+    (``epoch 2 step 90``) log the epoch index, so each record bounds the steps per epoch: step s in
+    epoch e (from 0) means s <= (e+1)*n and s > e*n. The middle of what every record allows (from
+    the first epoch change on), times the epochs; the first change alone overshot (180 for 160).
     """
     if not epochs:
         return None
-    prev_e, prev_step = None, None  # type: Optional[float], Optional[float]
+    lo, hi = 0.0, None  # type: float, Optional[float]
+    seen = set()  # type: set
     for r in rows:
         e, step = r.get("epoch"), r.get("step")
         if not isinstance(e, (int, float)) or not isinstance(step, (int, float)):
@@ -174,10 +176,14 @@ def total_from_epochs(rows: List[Dict[str, Any]], epochs: Optional[int]) -> Opti
             return int(round(step / e * epochs))
         if e > 0 and step == e:  # a loop that counts only epochs: the log's epoch is its step (logparse)
             return int(epochs)
-        if e > 0 and prev_e is not None and prev_step is not None and int(e) == int(prev_e) + 1:
-            return int(round((prev_step + step) / 2.0 / e * epochs))
-        prev_e, prev_step = e, step
-    return None
+        seen.add(int(e))
+        if e >= 0:
+            lo = max(lo, step / (e + 1.0))
+        if e > 0:
+            hi = step / float(e) if hi is None else min(hi, step / float(e))
+    if len(seen) < 2 or hi is None or hi < lo:
+        return None  # no epoch change seen (or the records disagree: a restart's): no guess
+    return int(round((lo + hi) / 2.0 * epochs))
 
 
 def tb_roots(job: JobDir, spec: Dict[str, Any]) -> List[Tuple[Path, int]]:

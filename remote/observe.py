@@ -116,6 +116,9 @@ def watch(root: Root, ref: str, points: int = 60) -> Dict[str, Any]:
     if not prog.get("total"):
         hints = metricsrc.run_hints(job.spec_data(), job.code)  # metrics.total, GPUJOB_MAX_*, run flags, its config
         total = hints.get("max_steps") or metricsrc.total_from_epochs(rows, hints.get("epochs"))
+        if total and not hints.get("max_steps") and detail.get("state") == "succeeded":
+            # an estimate from the epochs; the run went to its end, so its last step is the total
+            total = max([int(r["step"]) for r in rows if isinstance(r.get("step"), (int, float))] or [total])
         prog = dict(prog, total=total) if total else prog
     return {"job": detail, "series": series, "latest": last, "rows": len(rows), "source": source,
             "progress": prog, "rate": prog.get("rate") or _rate(timed), "gpu": gpu_summary(job.gpu), "now": time.time()}

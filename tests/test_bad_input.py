@@ -93,7 +93,7 @@ CASES: list[tuple[str, Callable[[Path], list[str]], list[str]]] = [
     ("stop-mode-typo", spec("stop: {mode: chekpoint}"), ["stop.mode", "'now' or 'checkpoint'"]),
     ("stop-max-wait-bad", spec("stop: {mode: checkpoint, max_wait: soon}"), ["stop.max_wait"]),
     ("max-restarts-negative", spec("retry: {max_restarts: -5}"), ["retry.max_restarts", "out of range"]),
-    ("keep-zero", spec("checkpoint: {keep: 0}"), ["checkpoint.keep", "out of range"]),
+    ("keep-negative", spec("checkpoint: {keep: -1}"), ["checkpoint.keep", "out of range"]),
     ("autostop-inf-size", spec("autostop: {disk_free_below: .inf}"), ["disk_free_below", "not a size"]),
     ("autostop-nan-budget", spec("autostop: {budget: .nan}"), ["budget"]),
     ("autostop-huge-runtime", spec(f"autostop: {{max_runtime: {10**400}}}"), ["max_runtime", "finite"]),

@@ -419,6 +419,9 @@ def test_total_from_epochs() -> None:
     assert total_from_epochs(lightning, 2) == 16  # the epoch ends between step 7 and step 9
     assert total_from_epochs([{"step": 12, "epoch": 1.0}], 2) is None  # no change seen: no guess
     assert total_from_epochs(lightning, None) is None
+    # an accelerate loop printing "epoch E step S" every 10 steps, 40 an epoch: [40, 43.3) a epoch
+    acc = [{"step": s, "epoch": (s - 1) // 40} for s in range(10, 170, 10)]
+    assert total_from_epochs(acc, 4) == 167 and total_from_epochs(acc[:5], 4) == 180
 
 
 def test_a_lightning_job_with_its_default_bar_and_logger(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ Heavy modules (paramiko, rich, httpx) are imported inside the commands that use 
 
 from __future__ import annotations
 
+import argparse
 import os
 
 from gpujob.cli.parser import build_parser
@@ -27,9 +28,21 @@ def _searched(e: GpujobError, args: object) -> GpujobError:
     return e
 
 
+def _late_dest(parser: argparse.ArgumentParser, args: argparse.Namespace, extra: list[str]) -> None:
+    """``pull JOB --latest DEST``: argparse fills an optional second positional (as empty) together with
+    the first, so a DEST written after an option would be refused; it is the pull's folder."""
+    if getattr(args, "command", None) == "pull" and args.dest == "gpujob-pulls" and len(extra) == 1 \
+            and not extra[0].startswith("-"):
+        args.dest = extra[0]
+        return
+    parser.error(f"unrecognized arguments: {' '.join(extra)}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        _late_dest(parser, args, extra)
     if not getattr(args, "fn", None):
         parser.print_help()
         return 0

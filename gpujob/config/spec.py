@@ -347,8 +347,10 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
                 ctx.err(("checkpoint", "pattern"), "a glob relative to the checkpoint folder, e.g. '*.pt' or "
                         "'version_*/checkpoints/*.ckpt'")
         keep = ck.get("keep", 3)
-        _int_in(ctx, ("checkpoint", "keep"), keep, 1, MAX_KEEP, "a number of checkpoints")
-        mirror, errs = _mirror_config().validate(ck.get("mirror"), keep if isinstance(keep, int) else 3)
+        # 0: gpujob deletes none (a script that rotates its own: timm's --checkpoint-hist, HF's save_total_limit)
+        _int_in(ctx, ("checkpoint", "keep"), keep, 0, MAX_KEEP, "a number of checkpoints (0: gpujob deletes none)")
+        # the mirror's own keep defaults to the checkpoint folder's (with 0 there, the mirror's default: 3)
+        mirror, errs = _mirror_config().validate(ck.get("mirror"), keep if isinstance(keep, int) and keep > 0 else 3)
         for msg in errs:
             ctx.err(("checkpoint", "mirror"), msg)
     metrics = _metrics_section(ctx, raw.get("metrics", {}) or {})

@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         learning_rate=args.lr or (5e-5 if args.model else 3e-4), weight_decay=args.weight_decay,
         warmup_ratio=args.warmup, lr_scheduler_type="cosine", num_train_epochs=args.epochs,
         max_steps=args.max_steps, logging_steps=args.logging_steps, save_strategy="steps",
-        save_steps=args.save_steps, save_total_limit=gj.keep_last(), seed=args.seed,
+        save_steps=args.save_steps, save_total_limit=gj.keep_last() or None, seed=args.seed,
         optim="adamw_torch_fused" if cuda else "adamw_torch", torch_compile=args.compile,
         disable_tqdm=not sys.stderr.isatty(), dataloader_num_workers=args.workers,
         dataloader_persistent_workers=args.workers > 0, dataloader_pin_memory=cuda,

@@ -105,8 +105,8 @@ def attempt() -> int:
 
 
 def keep_last() -> int:
-    """GPUJOB_KEEP: how many complete checkpoints to keep (default 3)."""
-    return max(1, _int_env("GPUJOB_KEEP", 3))
+    """GPUJOB_KEEP: how many complete checkpoints to keep (default 3; 0: delete none)."""
+    return max(0, _int_env("GPUJOB_KEEP", 3))
 
 
 def batch_divisor() -> int:
@@ -455,8 +455,9 @@ def save(state: Dict[str, Any], step: int, rng: bool = True, keep: Optional[int]
             _write_extra(folder, name, content)
 
     _write_atomic(target, on_main, on_each_rank)
-    if is_main_process():
-        rotate(ckpt_dir(), keep if keep is not None else keep_last())
+    n = keep if keep is not None else keep_last()
+    if is_main_process() and n > 0:
+        rotate(ckpt_dir(), n)
     return target
 
 
