@@ -123,7 +123,8 @@ def main() -> None:
         gj = [sys.executable, "-m", "gpujob.cli"]
         cols = "job_id, name, host, state, submitted_at, params, final, best, cost, currency"
         three = ", ".join(f"'{i}'" for i in ids[-3:])
-        print(f"{a.rows} runs; medians of {a.runs} fresh processes\n")
+        print(f"{a.rows} runs; medians of {a.runs} fresh processes; load average before: "
+              + " ".join(f"{x:.1f}" for x in os.getloadavg()) + "\n")
         timed(gj + ["runs"], env)  # bytecode written once
         bench({
             "runs": (gj + ["runs"], ["sqlite3", db, f"SELECT {cols} FROM runs ORDER BY submitted_at DESC LIMIT 50"]),
@@ -137,6 +138,7 @@ def main() -> None:
             "compare A B C --json": (gj + ["compare", *ids[-3:], "--json"],
                                      ["sqlite3", "-json", db, f"SELECT * FROM runs WHERE job_id IN ({three})"]),
         }, env, a.runs)
+        print("\nload average after: " + " ".join(f"{x:.1f}" for x in os.getloadavg()))
         if a.startup:
             startup(a.startup, env, a.runs)
     finally:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gpujob.api import results
-from gpujob.ui.jobs import STATE_STYLE, sparkline
-from gpujob.ui.output import console
+from gpujob.ui.output import STATE_STYLE, console
+
+if TYPE_CHECKING:
+    from gpujob.api import results
 
 MAX_PARAM_COLS = 4
 
@@ -31,15 +32,17 @@ def _when(t: float | None) -> str:
     return time.strftime("%m-%d %H:%M", time.localtime(t)) if t else "-"
 
 
-def runs_table(res: results.RunList) -> None:
-    """One row per run: id, host, state, the parameters that vary among the rows shown, the sort metric, cost."""
-    from rich.table import Table
+def runs_table(res: results.RunList | Any) -> None:
+    """One row per run: id, host, state, the parameters that vary among the rows shown, the sort metric, cost.
+    Plain text in columns (``plaintable``): rich's table would be most of what ``runs`` costs."""
+    import sys
+
+    from gpujob.ui.plaintable import colour, render, styled
 
     doc = res.to_json()
     rows = doc["runs"]
-    c = console()
     if not rows:
-        c.print("no runs match (every job submitted from here is one; gpujob runs without filters lists them)")
+        print("no runs match (every job submitted from here is one; gpujob runs without filters lists them)")
         return
     keys: dict[str, set[str]] = {}
     for r in rows:
@@ -48,26 +51,26 @@ def runs_table(res: results.RunList) -> None:
     varying = [k for k, vals in keys.items() if len(vals) > 1 or len(rows) == 1][:MAX_PARAM_COLS]
     metric = (doc.get("sort") or "").lstrip("-") or next((r.get("loss_key") for r in rows if r.get("loss_key")), None) \
         or next((k for r in rows for k in (r.get("final") or {}) if "loss" in k), None)
-    t = Table(box=None, header_style="bold", pad_edge=False)
-    for col in ("RUN", "HOST", "STATE", "STARTED", *varying, *([metric.upper()] if metric else []), "COST"):
-        t.add_column(col, no_wrap=True, overflow="ellipsis")
+    head = ["RUN", "HOST", "STATE", "STARTED", *varying, *([metric.upper()] if metric else []), "COST"]
+    cells, styles = [], []
     for r in rows:
         best = (r.get("best") or {}).get(metric) if metric else None
         if metric and best is None:
             best = (r.get("final") or {}).get(metric, (r.get("params") or {}).get(metric))
         cost = f"{r['cost']:.2f} {r.get('currency') or ''}".strip() if r.get("cost") is not None else "-"
-        t.add_row(r["job_id"], r.get("host") or "-", f"[{STATE_STYLE.get(r.get('state') or '', 'white')}]"
-                  f"{r.get('state') or '?'}[/]", _when(r.get("submitted_at")),
-                  *(_esc(_fmt((r.get("params") or {}).get(k))) for k in varying),
-                  *([_fmt(best)] if metric else []), cost)
-    c.print(t)
+        cells.append([r["job_id"], r.get("host") or "-", r.get("state") or "?", _when(r.get("submitted_at")),
+                      *(_fmt((r.get("params") or {}).get(k)) for k in varying), *([_fmt(best)] if metric else []), cost])
+        styles.append(["", "", STATE_STYLE.get(r.get("state") or "", "white")])
+    sys.stdout.write(render(head, cells, styles))
     if doc["total"] > doc["shown"]:
-        c.print(f"[dim]{doc['shown']} of {doc['total']} runs (--limit 0: all)[/]")
+        print(styled(f"{doc['shown']} of {doc['total']} runs (--limit 0: all)", "dim", colour()))
 
 
 def comparison(res: results.Comparison) -> None:
     """What differs, then the metrics side by side, then a sparkline of each run's main curve."""
     from rich.table import Table
+
+    from gpujob.ui.jobs import sparkline
 
     doc = res.to_json()
     runs = doc["runs"]

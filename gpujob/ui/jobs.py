@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpujob.bundle import import_remote
 from gpujob.ui.neutral import clean, clean_doc
-from gpujob.ui.output import console
+from gpujob.ui.output import STATE_STYLE, console  # noqa: F401  (STATE_STYLE: ui.jobs's users)
 from gpujob.usecases.cost import accrued_cost, elapsed_s
 from gpujob.usecases.watch import loss_key
 
@@ -18,11 +18,6 @@ TERMINAL = import_remote("protocol").TERMINAL
 if TYPE_CHECKING:
     from gpujob.api import results
 
-STATE_STYLE = {
-    "queued": "cyan", "running": "green", "restarting": "yellow", "succeeded": "bold green",
-    "failed": "bold red", "stopped": "magenta", "autostopped": "magenta", "lost": "bold red",
-    "moved": "blue",
-}
 
 
 SPARK = "▁▂▃▄▅▆▇█"

@@ -27,6 +27,7 @@ CREATE TABLE IF NOT EXISTS runs (
 );
 CREATE INDEX IF NOT EXISTS runs_name ON runs(name);
 CREATE INDEX IF NOT EXISTS runs_sweep ON runs(sweep);
+CREATE INDEX IF NOT EXISTS runs_submitted ON runs(submitted_at);
 CREATE TABLE IF NOT EXISTS diffs (hash TEXT PRIMARY KEY, text TEXT);
 """
 JSON_COLS = ("params", "spec", "overrides", "final", "best", "series", "extra")
