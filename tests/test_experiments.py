@@ -340,3 +340,23 @@ def test_a_look_that_learns_nothing_new_writes_nothing(tmp_path: Path) -> None:
     record.observe([dict(job, state="succeeded", last_metrics={"step": 2, "loss": 1.5},
                          billing={"elapsed_s": 9.0, "cost": 0.018, "currency": "CNY"})], "local")
     assert row()["state"] == "succeeded" and row()["cost"] == 0.018
+
+
+def test_runs_draws_plain_columns_without_rich_or_a_client(tmp_path: Path) -> None:
+    """``runs`` reads the ledger alone: no API client, no transport, no rich (half its start-up);
+    its table still cleans what a host or a run line put in it."""
+    from gpujob.config.ledger import open_ledger
+    from tests.test_cli_startup import imported
+
+    with open_ledger() as lg:
+        for i, lr in enumerate((0.1, 0.3)):
+            lg.put(f"plain-{i}", name="plain", host="local", state="succeeded", submitted_at=1000.0 + i,
+                   params={"lr": lr, "tag": "\x1b]52;c;aGk=\x07x"}, final={"loss": 1.0 - lr}, loss_key="loss")
+    out = run_cli("runs", "--limit", "1", env_extra={"COLUMNS": "100"})
+    assert out.returncode == 0, out.stderr
+    head, row, more = out.stdout.splitlines()
+    assert head.split() == ["RUN", "HOST", "STATE", "STARTED", "lr", "tag", "LOSS", "COST"]
+    assert row.split()[:3] == ["plain-1", "local", "succeeded"] and "0.7" in row and "\x1b" not in out.stdout
+    assert more == "1 of 2 runs (--limit 0: all)"
+    mods = imported("runs", full=True)
+    assert not {"rich", "gpujob.api.client", "gpujob.transport", "optuna"} & mods
