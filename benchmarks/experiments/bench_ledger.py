@@ -63,7 +63,8 @@ def timed(cmd: list[str], env: dict[str, str]) -> float:
 
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
-    r = subprocess.run(cmd, capture_output=True, env=env)
+    # run in the tree's own folder: ``python -m`` puts the working folder ahead of PYTHONPATH
+    r = subprocess.run(cmd, capture_output=True, env=env, cwd=env.get("PYTHONPATH") or None)
     wall = time.perf_counter() - t
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     CPU.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)

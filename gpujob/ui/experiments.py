@@ -67,43 +67,46 @@ def runs_table(res: results.RunList | Any) -> None:
 
 
 def comparison(res: results.Comparison) -> None:
-    """What differs, then the metrics side by side, then a sparkline of each run's main curve."""
-    from rich.table import Table
+    """What differs, then the metrics side by side, then a sparkline of each run's main curve
+    (padded text, as ``runs``: rich's table would be a third of what compare costs)."""
+    import sys
 
     from gpujob.ui.jobs import sparkline
+    from gpujob.ui.neutral import clean
+    from gpujob.ui.plaintable import colour, render, styled
 
     doc = res.to_json()
     runs = doc["runs"]
-    c = console()
-    t = Table(box=None, header_style="bold", pad_edge=False)
-    t.add_column("", style="bold", no_wrap=True)
-    for r in runs:
-        t.add_column(r["job_id"], no_wrap=True, overflow="ellipsis")
+    on = colour()
+    cells: list[list[str]] = []
+    styles: list[list[str]] = []
 
     def section(title: str, values: dict[str, list[Any]]) -> None:
         if values:
-            t.add_row(f"[dim]{title}[/]", *([""] * len(runs)))
+            cells.append([title, *([""] * len(runs))])
+            styles.append(["dim"])
         for k, vals in values.items():
-            t.add_row(_esc(k), *(_esc(_fmt(v)) for v in vals))
+            cells.append([k, *(_fmt(v) for v in vals)])
+            styles.append(["bold"])
 
     section("differs", {**doc["params"], **doc["code"], **doc["env"]})
     section("final", doc["final"])
     section("best", doc["best"])
     if any(v is not None for v in doc.get("cost") or []):
         section("cost", {"cost": doc["cost"]})
-    c.print(t)
+    sys.stdout.write(render(["", *(r["job_id"] for r in runs)], cells, styles))
     if not (doc["params"] or doc["code"] or doc["env"]):
-        c.print("[dim]same parameters, code and environment[/]")
+        print(styled("same parameters, code and environment", "dim", on))
     same = doc.get("same_params") or {}
     if same:
-        c.print("[dim]same: " + _esc(", ".join(f"{k}={_fmt(v)}" for k, v in same.items())) + "[/]")
+        print(styled(clean("same: " + ", ".join(f"{k}={_fmt(v)}" for k, v in same.items())), "dim", on))
     key = doc.get("loss_key") or next(iter(doc.get("series") or {}), None)
     if key and key in doc["series"]:
-        c.print(f"[bold]{_esc(key)}[/]")
+        print(styled(clean(key), "bold", on))
         for r, pts in zip(runs, doc["series"][key]):
-            c.print(f"  {r['job_id']:<28} {sparkline([p[1] for p in pts if isinstance(p[1], (int, float))], 40)}")
+            print(f"  {clean(r['job_id']):<28} {sparkline([p[1] for p in pts if isinstance(p[1], (int, float))], 40)}")
     if doc.get("plot"):
-        c.print(f"curves: {doc['plot']}")
+        print(f"curves: {clean(doc['plot'])}")
 
 
 def compare_plot(doc: dict[str, Any], out: Path) -> list[str]:

@@ -87,6 +87,9 @@ class Ledger:
 
     def find(self, ref: str) -> dict[str, Any] | None:
         """The newest run whose id, id prefix, id suffix or name is ``ref``."""
+        exact = self.get(ref)  # a whole id (what compare and rerun mostly get): its key, not a scan of every id
+        if exact is not None:
+            return exact
         row = self.db.execute(
             f"SELECT {', '.join(COLS)} FROM runs WHERE job_id=? OR name=? OR job_id LIKE ? ESCAPE '\\' OR job_id LIKE ? ESCAPE '\\' "
             "ORDER BY (job_id=?) DESC, submitted_at DESC LIMIT 1",
