@@ -141,6 +141,7 @@ def main() -> None:
                 ["sqlite3", db, f"SELECT {cols} FROM runs WHERE json_extract(params, '$.lr') < 1e-3 "
                  "ORDER BY json_extract(best, '$.eval_loss') LIMIT 50"]),
             "compare A B C": (gj + ["compare", *ids[-3:]], ["sqlite3", db, f"SELECT * FROM runs WHERE job_id IN ({three})"]),
+            "python3 -c pass (the floor)": ([sys.executable, "-c", "pass"], ["sqlite3", ":memory:", "SELECT 1"]),
             "compare A B C --json": (gj + ["compare", *ids[-3:], "--json"],
                                      ["sqlite3", "-json", db, f"SELECT * FROM runs WHERE job_id IN ({three})"]),
         }, env, a.runs, a.against)

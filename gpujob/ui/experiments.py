@@ -71,9 +71,8 @@ def comparison(res: results.Comparison) -> None:
     (padded text, as ``runs``: rich's table would be a third of what compare costs)."""
     import sys
 
-    from gpujob.ui.jobs import sparkline
     from gpujob.ui.neutral import clean
-    from gpujob.ui.plaintable import colour, render, styled
+    from gpujob.ui.plaintable import colour, render, sparkline, styled
 
     doc = res.to_json()
     runs = doc["runs"]

@@ -1,4 +1,4 @@
-"""A table of one-line cells, padded by hand: ``gpujob runs`` over a big ledger.
+"""A table of one-line cells, padded by hand (``gpujob runs`` over a big ledger), and sparklines.
 
 rich's Table measures every cell through its renderables: 50 runs cost ~35 ms of CPU to draw and
 ~30 ms to import rich's console, most of what ``runs`` costs. A ledger listing is plain text in
@@ -8,6 +8,7 @@ column is cut to fit the width) and no rich at all. Host-made text is cleaned fi
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import sys
@@ -86,3 +87,16 @@ def render(headers: Sequence[str], rows: Sequence[Sequence[str]], styles: Sequen
     out = [line(headers, ["bold"] * len(headers))]
     out += [line(r, (styles[n] if styles else ())) for n, r in enumerate(cells)]
     return "\n".join(out) + "\n"
+
+
+SPARK = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: list[float], width: int = 24) -> str:
+    """A one-line chart of the last ``width`` values."""
+    vals = [v for v in values if isinstance(v, (int, float)) and math.isfinite(v)][-width:]  # nan/inf: no height
+    if not vals:
+        return ""
+    lo, hi = min(vals), max(vals)
+    span = (hi - lo) or 1.0
+    return "".join(SPARK[min(len(SPARK) - 1, int((v - lo) / span * (len(SPARK) - 1)))] for v in vals)
