@@ -22,8 +22,14 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from gpujob.ui.experiments import compare_plot, comparison
+    from types import SimpleNamespace
 
+    from gpujob.ui.experiments import compare_plot, comparison
+    from gpujob.usecases.experiments.runs import compare, unseen
+
+    if not args.plot and not unseen(list(args.runs)):  # the ledger has every curve: no host to ask, no client
+        doc = compare(list(args.runs))
+        return show(args, SimpleNamespace(to_json=lambda: doc), comparison)
     with client(None) as c:
         return show(args, c.compare(*args.runs, plot=args.plot, draw=compare_plot), comparison)
 
