@@ -257,3 +257,106 @@ def test_a_job_file_with_literal_secrets_stays_out_of_the_ledger(tmp_path: Path)
         assert tar.getnames() == ["main.py"]
     written = [p.read_bytes() for p in ledger_path().parent.glob("ledger.sqlite*")]  # the WAL too
     assert written and not any(secret.encode() in b for b in written)
+
+
+# a Lightning module whose width is a hyperparameter only save_hyperparameters() records (the run
+# line differs by --tag alone); never imports gpujob
+LIGHTNING_HP = """
+    import argparse, torch, lightning as L
+    p = argparse.ArgumentParser()
+    p.add_argument("--tag")
+    a = p.parse_args()
+
+    class M(L.LightningModule):
+        def __init__(self, width, lr=0.05):
+            super().__init__()
+            self.save_hyperparameters()
+            self.net = torch.nn.Sequential(torch.nn.Linear(4, width), torch.nn.Linear(width, 1))
+        def training_step(self, batch, i):
+            x, y = batch
+            loss = torch.nn.functional.mse_loss(self.net(x), y)
+            self.log("train_loss", loss, prog_bar=True)
+            return loss
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), self.hparams.lr)
+
+    x = torch.randn(32, 4)
+    dl = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=8)
+    trainer = L.Trainer(max_epochs=3, accelerator="cpu", logger=False, enable_checkpointing=False, log_every_n_steps=2)
+    trainer.fit(M(4 if a.tag == "a" else 8), dl)
+"""
+
+
+@pytest.mark.slow
+def test_lightning_hparams_reach_the_ledger_and_live_views_keep_it_up_to_date(tmp_path: Path) -> None:
+    """No command but the live views looks at the jobs: ``status A -w`` follows A to its end, ``ls --watch``
+    sees B end; the ledger has both (A's Lightning hparams with them), and compare tells them apart."""
+    needs("torch", "lightning")
+    job = write_job(tmp_path, "plhp", LIGHTNING_HP, "python main.py --tag a", env=QUIET)
+    a = submit("local", job)["job_id"]
+    b = submit("local", job, "--set", "run=python main.py --tag b")["job_id"]
+    env = dict(os.environ, PYTHONPATH=str(REPO), COLUMNS="120")
+    cli = [sys.executable, "-m", "gpujob.cli"]
+    lsw = subprocess.Popen(cli + ["ls", "--watch", "--interval", "0.5"], env=env, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        live = subprocess.run(cli + ["status", a, "-w", "--interval", "0.5"], env=env, capture_output=True,
+                              text=True, timeout=150)  # returns once A has ended
+        assert live.returncode == 0 and "succeeded" in live.stdout, live.stdout[-2000:] + live.stderr
+        runs = {}
+        def both_ended() -> bool:
+            runs.update({r["job_id"]: r for r in cli_json("runs")["runs"]})
+            return runs[a]["state"] == runs[b]["state"] == "succeeded"
+        wait_for(both_ended, 120, lambda: json.dumps(runs), interval=1.0)  # B's end: from ls --watch alone
+    finally:
+        lsw.send_signal(signal.SIGINT)
+        _, err = lsw.communicate(timeout=30)
+    assert "Traceback" not in err, err
+    assert runs[a]["params"] == {"tag": "a", "width": 4, "lr": 0.05}, runs[a]  # status -w's look brought hparams
+    assert runs[a]["final"]["train_loss"] >= 0 and runs[b]["final"], runs
+    cmp = cli_json("compare", a, b)  # B's curve and hparams: compare asks its status once
+    assert cmp["params"] == {"tag": ["a", "b"], "width": [4, 8]} and cmp["same_params"] == {"lr": 0.05}, cmp
+    assert all(len(pts) >= 2 for pts in cmp["series"]["train_loss"]), cmp["series"]
+
+
+def test_a_look_that_learns_nothing_new_writes_nothing(tmp_path: Path) -> None:
+    """A live view looks every few seconds: the ledger is written when the state or metrics changed."""
+    from gpujob.config.ledger import open_ledger
+    from gpujob.usecases.experiments import record
+
+    def row() -> dict:
+        with open_ledger() as lg:
+            return lg.get("look-1") or {}
+
+    job = {"job_id": "look-1", "name": "look", "state": "running", "last_metrics": {"step": 1, "loss": 2.0, "t": 1.0},
+           "billing": {"elapsed_s": 5.0, "cost": 0.01, "currency": "CNY"}}
+    record.observe([job], "local")
+    first = row()["updated_at"]
+    record.observe([dict(job, last_metrics={"step": 1, "loss": 2.0, "t": 2.0},
+                         billing={"elapsed_s": 7.0, "cost": 0.014, "currency": "CNY"})], "local")
+    assert row()["updated_at"] == first  # same metrics, a few seconds' more cost: not written
+    record.observe([dict(job, last_metrics={"step": 2, "loss": 1.5})], "local")
+    assert row()["final"] == {"step": 2, "loss": 1.5} and row()["updated_at"] > first
+    record.observe([dict(job, state="succeeded", last_metrics={"step": 2, "loss": 1.5},
+                         billing={"elapsed_s": 9.0, "cost": 0.018, "currency": "CNY"})], "local")
+    assert row()["state"] == "succeeded" and row()["cost"] == 0.018
+
+
+def test_runs_draws_plain_columns_without_rich_or_a_client(tmp_path: Path) -> None:
+    """``runs`` reads the ledger alone: no API client, no transport, no rich (half its start-up);
+    its table still cleans what a host or a run line put in it."""
+    from gpujob.config.ledger import open_ledger
+    from tests.test_cli_startup import imported
+
+    with open_ledger() as lg:
+        for i, lr in enumerate((0.1, 0.3)):
+            lg.put(f"plain-{i}", name="plain", host="local", state="succeeded", submitted_at=1000.0 + i,
+                   params={"lr": lr, "tag": "\x1b]52;c;aGk=\x07x"}, final={"loss": 1.0 - lr}, loss_key="loss")
+    out = run_cli("runs", "--limit", "1", env_extra={"COLUMNS": "100"})
+    assert out.returncode == 0, out.stderr
+    head, row, more = out.stdout.splitlines()
+    assert head.split() == ["RUN", "HOST", "STATE", "STARTED", "lr", "tag", "LOSS", "COST"]
+    assert row.split()[:3] == ["plain-1", "local", "succeeded"] and "0.7" in row and "\x1b" not in out.stdout
+    assert more == "1 of 2 runs (--limit 0: all)"
+    mods = imported("runs", full=True)
+    assert not {"rich", "gpujob.api.client", "gpujob.transport", "optuna"} & mods

@@ -7,7 +7,7 @@ process, timed alternating with its yardstick; medians of ``--runs``. Targets: `
 ``git archive e81b432 | tar -x -C /tmp/base``) it also times ``gpujob --help`` and ``gpujob ls``
 on an empty ``local`` from both trees (Optuna must not be imported by either).
 
-    python benchmarks/experiments/bench_ledger.py [--rows 2000] [--runs 11] [--startup /tmp/base]
+    python benchmarks/experiments/bench_ledger.py [--rows 2000] [--runs 11] [--startup /tmp/base] [--against /tmp/old]
 """
 
 from __future__ import annotations
@@ -63,7 +63,8 @@ def timed(cmd: list[str], env: dict[str, str]) -> float:
 
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
-    r = subprocess.run(cmd, capture_output=True, env=env)
+    # run in the tree's own folder: ``python -m`` puts the working folder ahead of PYTHONPATH
+    r = subprocess.run(cmd, capture_output=True, env=env, cwd=env.get("PYTHONPATH") or None)
     wall = time.perf_counter() - t
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     CPU.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
@@ -72,17 +73,21 @@ def timed(cmd: list[str], env: dict[str, str]) -> float:
     return wall
 
 
-def bench(pairs: dict[str, tuple[list[str], list[str]]], env: dict[str, str], runs: int) -> None:
-    print("| command | gpujob: wall | its CPU | sqlite3, the same rows: wall | its CPU |\n|---|---|---|---|---|")
+def bench(pairs: dict[str, tuple[list[str], list[str]]], env: dict[str, str], runs: int, base: Path | None) -> None:
+    """Each command alternating with its yardstick (and with ``base``'s tree running the same command)."""
+    envs = {"this tree": env, **({"base": dict(env, PYTHONPATH=str(base))} if base else {})}
+    cols = " | ".join(f"gpujob, {k}: wall | its CPU" for k in envs)
+    print(f"| command | {cols} | sqlite3, the same rows: wall | its CPU |\n|---" + "|---|---" * (len(envs) + 1) + "|")
     m = statistics.median
     for label, (ours, theirs) in pairs.items():
-        a, b, ca, cb = [], [], [], []
-        for _ in range(runs):  # alternating: a load on the machine weighs on both alike
-            a.append(timed(ours, env))
-            ca.append(CPU[-1])
-            b.append(timed(theirs, env))
-            cb.append(CPU[-1])
-        print(f"| `{label}` | {m(a) * 1000:.0f} ms | {m(ca) * 1000:.0f} ms | {m(b) * 1000:.0f} ms | {m(cb) * 1000:.0f} ms |")
+        got: dict[str, tuple[list[float], list[float]]] = {k: ([], []) for k in [*envs, "sqlite3"]}
+        for _ in range(runs):  # alternating: a load on the machine weighs on each alike
+            for k, e in envs.items():
+                got[k][0].append(timed(ours, e))
+                got[k][1].append(CPU[-1])
+            got["sqlite3"][0].append(timed(theirs, env))
+            got["sqlite3"][1].append(CPU[-1])
+        print(f"| `{label}` | " + " | ".join(f"{m(w) * 1000:.0f} ms | {m(c) * 1000:.0f} ms" for w, c in got.values()) + " |")
 
 
 def startup(base: Path, env: dict[str, str], runs: int) -> None:
@@ -111,6 +116,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=2000)
     ap.add_argument("--runs", type=int, default=11)
     ap.add_argument("--startup", type=Path, help="a checkout of the commit before the ledger")
+    ap.add_argument("--against", type=Path, help="a checkout of an earlier tree: its runs and compare timed alongside")
     a = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="gjledger"))
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)  # a user's install has its bytecode
@@ -123,7 +129,8 @@ def main() -> None:
         gj = [sys.executable, "-m", "gpujob.cli"]
         cols = "job_id, name, host, state, submitted_at, params, final, best, cost, currency"
         three = ", ".join(f"'{i}'" for i in ids[-3:])
-        print(f"{a.rows} runs; medians of {a.runs} fresh processes\n")
+        print(f"{a.rows} runs; medians of {a.runs} fresh processes; load average before: "
+              + " ".join(f"{x:.1f}" for x in os.getloadavg()) + "\n")
         timed(gj + ["runs"], env)  # bytecode written once
         bench({
             "runs": (gj + ["runs"], ["sqlite3", db, f"SELECT {cols} FROM runs ORDER BY submitted_at DESC LIMIT 50"]),
@@ -134,9 +141,11 @@ def main() -> None:
                 ["sqlite3", db, f"SELECT {cols} FROM runs WHERE json_extract(params, '$.lr') < 1e-3 "
                  "ORDER BY json_extract(best, '$.eval_loss') LIMIT 50"]),
             "compare A B C": (gj + ["compare", *ids[-3:]], ["sqlite3", db, f"SELECT * FROM runs WHERE job_id IN ({three})"]),
+            "python3 -c pass (the floor)": ([sys.executable, "-c", "pass"], ["sqlite3", ":memory:", "SELECT 1"]),
             "compare A B C --json": (gj + ["compare", *ids[-3:], "--json"],
                                      ["sqlite3", "-json", db, f"SELECT * FROM runs WHERE job_id IN ({three})"]),
-        }, env, a.runs)
+        }, env, a.runs, a.against)
+        print("\nload average after: " + " ".join(f"{x:.1f}" for x in os.getloadavg()))
         if a.startup:
             startup(a.startup, env, a.runs)
     finally:

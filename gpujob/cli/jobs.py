@@ -105,6 +105,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_ls(args: argparse.Namespace) -> int:
     from gpujob.ui.jobs import job_list
 
+    if getattr(args, "watch", False) and not args.json:
+        return _watch_ls(args)
     with client(args.host) as c:
         return show(args, c.jobs(all=getattr(args, "all", False)), job_list)
 
@@ -113,7 +115,7 @@ def _watch_ls(args: argparse.Namespace) -> int:
     from gpujob.ui.live import live_table
 
     with client(args.host) as c:  # one connection per host, one command per refresh
-        live_table(c.jobs, args.interval)
+        live_table(lambda: c.jobs(all=getattr(args, "all", False)), args.interval)
     return 0
 
 

@@ -87,6 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = add("ls", cmd_ls, "list jobs (one remote command per host)")
     s.add_argument("--host")
     s.add_argument("--all", action="store_true", help="every job, not only running ones and the newest 30 finished")
+    s.add_argument("-w", "--watch", action="store_true", help="refresh in place, as status -w does")
+    s.add_argument("--interval", type=number_type(float, 0.1, 3600), default=2.0, help="seconds between refreshes with -w")
     s = add("tail", cmd_tail, "print a job's output; -f follows and survives sleep and network drops")
     s.add_argument("job", type=job_ref)
     s.add_argument("--host")

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gpujob.api import results
-from gpujob.ui.jobs import STATE_STYLE, sparkline
-from gpujob.ui.output import console
+from gpujob.ui.output import STATE_STYLE, console
+
+if TYPE_CHECKING:
+    from gpujob.api import results
 
 MAX_PARAM_COLS = 4
 
@@ -31,15 +32,17 @@ def _when(t: float | None) -> str:
     return time.strftime("%m-%d %H:%M", time.localtime(t)) if t else "-"
 
 
-def runs_table(res: results.RunList) -> None:
-    """One row per run: id, host, state, the parameters that vary among the rows shown, the sort metric, cost."""
-    from rich.table import Table
+def runs_table(res: results.RunList | Any) -> None:
+    """One row per run: id, host, state, the parameters that vary among the rows shown, the sort metric, cost.
+    Plain text in columns (``plaintable``): rich's table would be most of what ``runs`` costs."""
+    import sys
+
+    from gpujob.ui.plaintable import colour, render, styled
 
     doc = res.to_json()
     rows = doc["runs"]
-    c = console()
     if not rows:
-        c.print("no runs match (every job submitted from here is one; gpujob runs without filters lists them)")
+        print("no runs match (every job submitted from here is one; gpujob runs without filters lists them)")
         return
     keys: dict[str, set[str]] = {}
     for r in rows:
@@ -48,59 +51,61 @@ def runs_table(res: results.RunList) -> None:
     varying = [k for k, vals in keys.items() if len(vals) > 1 or len(rows) == 1][:MAX_PARAM_COLS]
     metric = (doc.get("sort") or "").lstrip("-") or next((r.get("loss_key") for r in rows if r.get("loss_key")), None) \
         or next((k for r in rows for k in (r.get("final") or {}) if "loss" in k), None)
-    t = Table(box=None, header_style="bold", pad_edge=False)
-    for col in ("RUN", "HOST", "STATE", "STARTED", *varying, *([metric.upper()] if metric else []), "COST"):
-        t.add_column(col, no_wrap=True, overflow="ellipsis")
+    head = ["RUN", "HOST", "STATE", "STARTED", *varying, *([metric.upper()] if metric else []), "COST"]
+    cells, styles = [], []
     for r in rows:
         best = (r.get("best") or {}).get(metric) if metric else None
         if metric and best is None:
             best = (r.get("final") or {}).get(metric, (r.get("params") or {}).get(metric))
         cost = f"{r['cost']:.2f} {r.get('currency') or ''}".strip() if r.get("cost") is not None else "-"
-        t.add_row(r["job_id"], r.get("host") or "-", f"[{STATE_STYLE.get(r.get('state') or '', 'white')}]"
-                  f"{r.get('state') or '?'}[/]", _when(r.get("submitted_at")),
-                  *(_esc(_fmt((r.get("params") or {}).get(k))) for k in varying),
-                  *([_fmt(best)] if metric else []), cost)
-    c.print(t)
+        cells.append([r["job_id"], r.get("host") or "-", r.get("state") or "?", _when(r.get("submitted_at")),
+                      *(_fmt((r.get("params") or {}).get(k)) for k in varying), *([_fmt(best)] if metric else []), cost])
+        styles.append(["", "", STATE_STYLE.get(r.get("state") or "", "white")])
+    sys.stdout.write(render(head, cells, styles))
     if doc["total"] > doc["shown"]:
-        c.print(f"[dim]{doc['shown']} of {doc['total']} runs (--limit 0: all)[/]")
+        print(styled(f"{doc['shown']} of {doc['total']} runs (--limit 0: all)", "dim", colour()))
 
 
 def comparison(res: results.Comparison) -> None:
-    """What differs, then the metrics side by side, then a sparkline of each run's main curve."""
-    from rich.table import Table
+    """What differs, then the metrics side by side, then a sparkline of each run's main curve
+    (padded text, as ``runs``: rich's table would be a third of what compare costs)."""
+    import sys
+
+    from gpujob.ui.neutral import clean
+    from gpujob.ui.plaintable import colour, render, sparkline, styled
 
     doc = res.to_json()
     runs = doc["runs"]
-    c = console()
-    t = Table(box=None, header_style="bold", pad_edge=False)
-    t.add_column("", style="bold", no_wrap=True)
-    for r in runs:
-        t.add_column(r["job_id"], no_wrap=True, overflow="ellipsis")
+    on = colour()
+    cells: list[list[str]] = []
+    styles: list[list[str]] = []
 
     def section(title: str, values: dict[str, list[Any]]) -> None:
         if values:
-            t.add_row(f"[dim]{title}[/]", *([""] * len(runs)))
+            cells.append([title, *([""] * len(runs))])
+            styles.append(["dim"])
         for k, vals in values.items():
-            t.add_row(_esc(k), *(_esc(_fmt(v)) for v in vals))
+            cells.append([k, *(_fmt(v) for v in vals)])
+            styles.append(["bold"])
 
     section("differs", {**doc["params"], **doc["code"], **doc["env"]})
     section("final", doc["final"])
     section("best", doc["best"])
     if any(v is not None for v in doc.get("cost") or []):
         section("cost", {"cost": doc["cost"]})
-    c.print(t)
+    sys.stdout.write(render(["", *(r["job_id"] for r in runs)], cells, styles))
     if not (doc["params"] or doc["code"] or doc["env"]):
-        c.print("[dim]same parameters, code and environment[/]")
+        print(styled("same parameters, code and environment", "dim", on))
     same = doc.get("same_params") or {}
     if same:
-        c.print("[dim]same: " + _esc(", ".join(f"{k}={_fmt(v)}" for k, v in same.items())) + "[/]")
+        print(styled(clean("same: " + ", ".join(f"{k}={_fmt(v)}" for k, v in same.items())), "dim", on))
     key = doc.get("loss_key") or next(iter(doc.get("series") or {}), None)
     if key and key in doc["series"]:
-        c.print(f"[bold]{_esc(key)}[/]")
+        print(styled(clean(key), "bold", on))
         for r, pts in zip(runs, doc["series"][key]):
-            c.print(f"  {r['job_id']:<28} {sparkline([p[1] for p in pts if isinstance(p[1], (int, float))], 40)}")
+            print(f"  {clean(r['job_id']):<28} {sparkline([p[1] for p in pts if isinstance(p[1], (int, float))], 40)}")
     if doc.get("plot"):
-        c.print(f"curves: {doc['plot']}")
+        print(f"curves: {clean(doc['plot'])}")
 
 
 def compare_plot(doc: dict[str, Any], out: Path) -> list[str]:

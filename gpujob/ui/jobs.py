@@ -3,12 +3,12 @@ what each job command prints when it is done (from the API's results)."""
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Any
 
 from gpujob.bundle import import_remote
 from gpujob.ui.neutral import clean, clean_doc
-from gpujob.ui.output import console
+from gpujob.ui.output import STATE_STYLE, console  # noqa: F401  (STATE_STYLE: ui.jobs's users)
+from gpujob.ui.plaintable import SPARK, sparkline  # noqa: F401  (here for ui.jobs's users)
 from gpujob.usecases.cost import accrued_cost, elapsed_s
 from gpujob.usecases.watch import loss_key
 
@@ -18,24 +18,8 @@ TERMINAL = import_remote("protocol").TERMINAL
 if TYPE_CHECKING:
     from gpujob.api import results
 
-STATE_STYLE = {
-    "queued": "cyan", "running": "green", "restarting": "yellow", "succeeded": "bold green",
-    "failed": "bold red", "stopped": "magenta", "autostopped": "magenta", "lost": "bold red",
-    "moved": "blue",
-}
 
 
-SPARK = "▁▂▃▄▅▆▇█"
-
-
-def sparkline(values: list[float], width: int = 24) -> str:
-    """A one-line chart of the last ``width`` values."""
-    vals = [v for v in values if isinstance(v, (int, float)) and math.isfinite(v)][-width:]  # nan/inf: no height
-    if not vals:
-        return ""
-    lo, hi = min(vals), max(vals)
-    span = (hi - lo) or 1.0
-    return "".join(SPARK[min(len(SPARK) - 1, int((v - lo) / span * (len(SPARK) - 1)))] for v in vals)
 
 
 # ``ls`` columns in the order shown, most important first in LS_IMPORTANCE: at a narrow width

@@ -7,6 +7,12 @@ import math
 import sys
 from typing import Any, Callable
 
+STATE_STYLE = {
+    "queued": "cyan", "running": "green", "restarting": "yellow", "succeeded": "bold green",
+    "failed": "bold red", "stopped": "magenta", "autostopped": "magenta", "lost": "bold red",
+    "moved": "blue",
+}
+
 
 def console(stderr: bool = False) -> Any:
     """rich's console, its text passed through ``neutral.clean`` (no host's escape sequence is drawn)."""

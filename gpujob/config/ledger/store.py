@@ -27,6 +27,7 @@ CREATE TABLE IF NOT EXISTS runs (
 );
 CREATE INDEX IF NOT EXISTS runs_name ON runs(name);
 CREATE INDEX IF NOT EXISTS runs_sweep ON runs(sweep);
+CREATE INDEX IF NOT EXISTS runs_submitted ON runs(submitted_at);
 CREATE TABLE IF NOT EXISTS diffs (hash TEXT PRIMARY KEY, text TEXT);
 """
 JSON_COLS = ("params", "spec", "overrides", "final", "best", "series", "extra")
@@ -86,6 +87,9 @@ class Ledger:
 
     def find(self, ref: str) -> dict[str, Any] | None:
         """The newest run whose id, id prefix, id suffix or name is ``ref``."""
+        exact = self.get(ref)  # a whole id (what compare and rerun mostly get): its key, not a scan of every id
+        if exact is not None:
+            return exact
         row = self.db.execute(
             f"SELECT {', '.join(COLS)} FROM runs WHERE job_id=? OR name=? OR job_id LIKE ? ESCAPE '\\' OR job_id LIKE ? ESCAPE '\\' "
             "ORDER BY (job_id=?) DESC, submitted_at DESC LIMIT 1",

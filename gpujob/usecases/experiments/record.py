@@ -8,6 +8,7 @@ for the next look at the job.
 from __future__ import annotations
 
 import hashlib
+import json
 import sqlite3
 import sys
 import time
@@ -21,6 +22,7 @@ if TYPE_CHECKING:  # ls and status import this module: the spec's YAML and the t
 
 SERIES_POINTS = 200  # a curve kept in the ledger: at most this many points per metric
 NOT_METRICS = {"step", "epoch", "t", "lr", "learning_rate", "grad_norm", "max_steps", "total_flos"}
+FINAL_STATES = ("succeeded", "failed", "stopped", "autostopped", "lost", "moved")
 HIGHER_BETTER = ("acc", "f1", "bleu", "rouge", "auc", "score", "map", "precision", "recall", "reward")
 
 
@@ -139,21 +141,56 @@ def fields_of(job: dict[str, Any], host: str | None) -> dict[str, Any]:
     return f
 
 
+# what this process last wrote of each job: a live view (status -w, ls --watch, the dashboard) looks
+# every few seconds, and a look that learnt nothing new writes nothing (not even the file's open)
+# (keyed apart for ls's light records and status's full ones, which a dashboard alternates)
+_WRITTEN: dict[tuple[str, bool], str] = {}
+
+
+COST_EVERY_S = 60.0  # a running job's cost alone is rewritten this often; 0: at every look (a sweep's budget)
+
+
+def exact_cost() -> None:
+    """Every look writes a running job's cost (a sweep counts its budget from the ledger)."""
+    global COST_EVERY_S
+    COST_EVERY_S = 0.0
+
+
+def _fingerprint(job: dict[str, Any], host: str | None) -> str:
+    """The job's state and metrics as far as the ledger keeps them, and its cost at most every
+    ``COST_EVERY_S`` (it grows with every second a job runs)."""
+    f = fields_of({k: v for k, v in job.items() if k != "series"}, host)
+    if COST_EVERY_S and f.get("state") not in FINAL_STATES:
+        secs = (job.get("billing") or {}).get("elapsed_s") or job.get("elapsed_s") or 0
+        f["cost"] = f["gpu_hours"] = int(float(secs) // COST_EVERY_S)
+    series = job.get("series") if isinstance(job.get("series"), dict) else {}
+    f["series"] = {k: [len(v), v[-1] if v else None] for k, v in series.items() if isinstance(v, list)}
+    return json.dumps(f, sort_keys=True, default=str)
+
+
 def observe(jobs: list[dict[str, Any]], host: str | None = None) -> None:
-    """Bring the ledger's rows of these job records up to date (a row is made for a job it lacks)."""
-    if not jobs:
+    """Bring the ledger's rows of these job records up to date (a row is made for a job it lacks);
+    a job whose state and metrics this process has already written is left alone."""
+    todo = []
+    for j in jobs:
+        if j.get("job_id"):
+            key = (j["job_id"], "series" in j or "hparams" in j)
+            fp = _fingerprint(j, host)
+            if _WRITTEN.get(key) != fp:
+                todo.append((j, key, fp))
+    if not todo:
         return
     try:
         with open_ledger() as lg:
             lg.db.execute("BEGIN IMMEDIATE")
             try:
-                for j in jobs:
-                    if j.get("job_id"):
-                        _put_observed(lg, j, host)
+                for j, _, _ in todo:
+                    _put_observed(lg, j, host)
                 lg.db.execute("COMMIT")
             except BaseException:
                 lg.db.execute("ROLLBACK")
                 raise
+        _WRITTEN.update((key, fp) for _, key, fp in todo)
     except (sqlite3.Error, OSError) as e:
         _warn(e)
 

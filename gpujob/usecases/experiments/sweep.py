@@ -109,8 +109,11 @@ class Driver:
     """One sweep being driven: its study, its spec, the trials running and what they reported."""
 
     def __init__(self, client: Runner, study: Any, note: Note) -> None:
+        from gpujob.usecases.experiments.record import exact_cost
+
         self.client, self.study, self.note = client, study, note
         self.optuna = _optuna()
+        exact_cost()  # the budget is counted from the ledger: every poll writes the trials' cost
         a = study.user_attrs
         self.name: str = study.study_name
         self.spec = parse(a["sweep"], a["job_file"])
