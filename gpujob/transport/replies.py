@@ -113,8 +113,32 @@ def _jobs(doc: dict) -> str | None:
     return None
 
 
+def plain_name(name: Any) -> bool:
+    """A host-supplied name the laptop may use as one path component (a pull's ``DEST/<job_id>``)
+    or show as it is: no separator, not ``.``/``..``/hidden, no control character, at most 200 long."""
+    return (isinstance(name, str) and 0 < len(name) <= 200 and name.isprintable() and "/" not in name
+            and "\\" not in name and not name.startswith("."))
+
+
+def _manifest(doc: dict) -> str | None:
+    """``send --manifest`` (a pull's, a move's): its job id names a folder here, its files are planned from."""
+    if not plain_name(doc.get("job_id")):
+        return f"a job id that is no plain name ({str(doc.get('job_id'))[:80]!r})"
+    files = doc.get("files", {})
+    if not isinstance(files, dict) or not all(
+            isinstance(v, list) and len(v) >= 4 and all(isinstance(x, int) and not isinstance(x, bool) for x in v[:3])
+            and (v[3] is None or isinstance(v[3], str)) for v in files.values()):
+        return "'files' is not a map of [size, mtime, mode, link] lists"
+    dirs = doc.get("dirs", [])
+    if not isinstance(dirs, list) or not all(isinstance(d, str) for d in dirs):
+        return "'dirs' is not a list of names"
+    if doc.get("writing") is not None and not isinstance(doc["writing"], dict):
+        return "'writing' is not an object"
+    return None
+
+
 # the fields each verb's readers index into; a verb not named here must answer a JSON object
-SHAPES: dict[str, Callable[[dict], str | None]] = {"status": _jobs, "watch": _job}
+SHAPES: dict[str, Callable[[dict], str | None]] = {"status": _jobs, "watch": _job, "send": _manifest}
 
 
 def parse(verb: str, host: str, text: str) -> Any:

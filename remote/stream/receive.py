@@ -9,7 +9,7 @@ import zlib
 from pathlib import Path
 from typing import IO, Any, Callable, Dict, Iterable, Optional, Tuple
 
-from .durable import durable, remove, replace
+from .durable import NOFOLLOW, durable, remove, replace
 from .format import CHUNK, MAGIC, MAX_BATCH, MAX_HEAD, REC, TransferError, raise_on_signals
 from .guard import Guard
 from .hashing import HashCache, Hasher, small_hash
@@ -276,7 +276,7 @@ def _large(src: _Source, head: Any, guard: Guard, made: set, base_s: str, cache:
         if os.stat(tmp).st_nlink > 1:  # never write into a hard-linked inode
             shutil.copyfile(tmp, tmp + ".x")
             os.replace(tmp + ".x", tmp)
-        fh = open(tmp, "r+b")
+        fh = os.fdopen(os.open(tmp, os.O_RDWR | NOFOLLOW), "r+b")  # never through a link
         fh.truncate(off)
         fh.seek(off)
     else:
