@@ -96,6 +96,13 @@ def _job(doc: dict) -> str | None:
         v = doc.get(key)
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
             return f"{key!r} is not a number"
+    bill = doc.get("billing") or {}
+    for key in ("cost", "projected_cost", "elapsed_s", "eta_s", "price_per_hour"):  # summed and formatted by cost
+        v = bill.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            return f"'billing.{key}' is not a number"
+    if bill.get("currency") is not None and not isinstance(bill["currency"], str):
+        return "'billing.currency' is not a string"
     if doc.get("checkpoints") is not None and not (isinstance(doc["checkpoints"], list)
                                                    and all(isinstance(c, dict) for c in doc["checkpoints"])):
         return "'checkpoints' is not a list of objects"
@@ -132,8 +139,10 @@ def _manifest(doc: dict) -> str | None:
     dirs = doc.get("dirs", [])
     if not isinstance(dirs, list) or not all(isinstance(d, str) for d in dirs):
         return "'dirs' is not a list of names"
-    if doc.get("writing") is not None and not isinstance(doc["writing"], dict):
-        return "'writing' is not an object"
+    writing = doc.get("writing") or {}
+    if not isinstance(writing, dict) or not all(isinstance(p, list) and all(isinstance(x, int) for x in p)
+                                                for p in writing.values()):
+        return "'writing' is not a map of pid lists"
     return None
 
 

@@ -228,16 +228,21 @@ def _esc(text: str) -> str:
     return escape(text)
 
 
+def _t(value: Any) -> str:
+    """A host-supplied value in a rich markup line: text, never markup or an escape sequence."""
+    return _esc(clean(str(value)))
+
+
 def submitted(res: results.SubmitResult) -> None:
     follow = f"  follow: gpujob tail {res.job_id} -f    status: gpujob status {res.job_id}"
     if res.nodes:
-        print(f"{res.job_id} submitted to {len(res.nodes)} nodes: {res.host}")
-        print(follow)
+        print(clean(f"{res.job_id} submitted to {len(res.nodes)} nodes: {res.host}"))
+        print(clean(follow))
         return
     s, c = res.sync, console()
-    c.print(f"[bold]{res.job_id}[/] submitted to [cyan]{res.host}[/] ({res.state}); "
+    c.print(f"[bold]{_t(res.job_id)}[/] submitted to [cyan]{_t(res.host)}[/] ({_t(res.state)}); "
             f"synced {s['files_sent']} file(s), {s['bytes_sent'] / 1e6:.1f} MB, {s['unchanged']} unchanged")
-    c.print(follow)
+    c.print(_t(follow))
     large_code_warnings(s.get("large") or [])
 
 
@@ -283,30 +288,30 @@ def tunnel_ready(info: results.TunnelInfo) -> None:
     what = f"TensorBoard of {info.job_id}" if info.job_id else f"port {info.remote_port} of {info.host}"
     c = console()
     if info.note:
-        c.print(f"[yellow]{info.note}[/]")
-    c.print(f"{what}: [bold]{info.url}[/]   (Ctrl-C to stop the tunnel)")
+        c.print(f"[yellow]{_t(info.note)}[/]")
+    c.print(f"{_t(what)}: [bold]{_t(info.url)}[/]   (Ctrl-C to stop the tunnel)")
     via = (info.tensorboard or {}).get("via")
     if via:
-        c.print(f"[dim]served by {_esc(via['path'])} ({_TB_VIA.get(via['kind'], via['kind'])})[/]")
+        c.print(f"[dim]served by {_t(via['path'])} ({_t(_TB_VIA.get(via['kind'], via['kind']))})[/]")
     if info.autodl_url:
-        c.print(f"AutoDL custom service: {info.autodl_url}")
+        c.print(f"AutoDL custom service: {_t(info.autodl_url)}")
 
 
 def tensorboard_stopped(res: results.TensorBoardStop) -> None:
-    print(f"stopped TensorBoard of {res.job_id} (pid {res.pid})" if res.stopped
-          else f"no TensorBoard of {res.job_id} was running")
+    print(clean(f"stopped TensorBoard of {res.job_id} (pid {res.pid})" if res.stopped
+                else f"no TensorBoard of {res.job_id} was running"))
 
 
 def plotted(res: results.PlotResult) -> None:
-    console().print(f"{res.job_id}: {', '.join(res.keys)} → {res.path}")
+    console().print(f"{_t(res.job_id)}: {_t(', '.join(res.keys))} → {_t(res.path)}")
 
 
 def stopped(st: results.JobStatus) -> None:
-    console().print(f"{st.job_id}: {st.state or None}")
+    console().print(_t(f"{st.job_id}: {st.state or None}"))
 
 
 def resumed(res: results.ResumeResult) -> None:
-    console().print(f"{res.job_id}: resumed (was {res.previous})")
+    console().print(_t(f"{res.job_id}: resumed (was {res.previous})"))
 
 
 def pull_warnings(res: results.PullResult) -> None:
@@ -326,19 +331,19 @@ def pull_warnings(res: results.PullResult) -> None:
 def pulled(res: results.PullResult) -> None:
     sel = f" ({res.selected})" if res.selected else ""
     left = f", {len(res.held)} left out (being written)" if res.held else ""
-    console().print(f"{res.job_id}{sel}: {res.files} file(s), {res.bytes / 1e6:.1f} MB fetched, "
-                    f"{res.unchanged} already here{left} → {res.dest}")
+    console().print(_t(f"{res.job_id}{sel}: {res.files} file(s), {res.bytes / 1e6:.1f} MB fetched, "
+                       f"{res.unchanged} already here{left} → {res.dest}"))
 
 
 def moved(res: results.MoveResult) -> None:
     c = console()
     ck = f" from {res.checkpoint}" if res.checkpoint else " (checkpoint on shared storage)" \
         if res.source == "shared" else " from scratch (no complete checkpoint)"
-    c.print(f"[bold]{res.job_id}[/] moved {res.from_host} → [cyan]{res.to}[/] ({res.state}){_esc(ck)}; "
+    c.print(f"[bold]{_t(res.job_id)}[/] moved {_t(res.from_host)} → [cyan]{_t(res.to)}[/] ({_t(res.state)}){_t(ck)}; "
             f"{res.files} file(s), {res.bytes / 1e6:.1f} MB from {res.source}")
     if not res.old_marked:
         c.print(f"  {_esc(res.from_host)} did not answer: the job there is not marked moved; do not resume it there")
-    c.print(f"  follow: gpujob tail {res.job_id} -f")
+    c.print(f"  follow: gpujob tail {_t(res.job_id)} -f")
 
 
 def guarded(report: results.GuardReport) -> None:

@@ -82,7 +82,8 @@ def dest_locked(dest: Path, on_wait: Callable[[str], None] | None = None) -> Ite
 
 
 def _say(text: str) -> None:
-    sys.stderr.write(text + "\n")
+    """A note on stderr; it quotes names the host sent: no control character (an escape sequence) passes."""
+    sys.stderr.write("".join(c for c in text if c.isprintable() or c == "\t") + "\n")
     sys.stderr.flush()
 
 

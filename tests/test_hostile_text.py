@@ -1,0 +1,69 @@
+"""Text a hostile agent answers never drives the laptop's terminal, whichever command shows it:
+rich markup (``[link=…]`` becomes an OSC 8 hyperlink, ``[blink]``) and escape sequences in job
+ids, states, currencies, pids and file names, through ``cost``, ``stop``, ``tunnel --stop``,
+``resume`` and ``pull``'s notes; a wrong-shaped ``billing`` is exit 3, not an internal error.
+The program is put where the agent's interpreter is recorded; each command runs under a pty."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+from tests.test_terminal_injection import on_a_pty
+
+AGENT = r'''#!{python}
+import json, sys
+replies = json.load(open({replies!r}))
+verb = sys.argv[sys.argv.index("--root") + 2]
+sys.stdout.write(replies.get(verb, "{{}}") + "\n")
+sys.stdout.flush()
+if verb == "send":  # pull: the manifest, then the end of an empty stream once the wish list is read
+    from remote.stream.format import MAGIC, frame
+    sys.stdin.buffer.readline()
+    sys.stdout.buffer.write(MAGIC + frame(b"E", {{}}))
+'''
+LINK = "[link=https://evil.example/]"
+OSC = "\x1b]52;c;cHduZWQ=\x07\x1b]0;title\x07"
+FORBIDDEN = [b"\x1b]", b"\x07", b"evil.example/\x1b", b"\x1b[5m", b"52;c;"]
+
+
+@pytest.fixture
+def replies(tmp_path: Path) -> Path:
+    """The ``local`` host's agent replaced by one answering each verb from ``replies.json``."""
+    r = run_cli("ls", "--host", "local")  # installs the real agent
+    assert r.returncode == 0, r.stderr
+    [version] = [p for p in (tmp_path / "local-root" / "agent").iterdir() if (p / "ok").exists()]
+    path = tmp_path / "replies.json"
+    prog = tmp_path / "hostile-agent"
+    prog.write_text(AGENT.format(python=sys.executable, replies=str(path)))
+    prog.chmod(0o755)
+    (version / "python").write_text(f"{prog}\n")
+    return path
+
+
+def test_host_text_is_shown_as_text(replies: Path) -> None:
+    job = {"job_id": f"{LINK}tiny-1{OSC}[/link]", "state": "[blink]running[/]", "host": "local",
+           "billing": {"cost": 1.5, "currency": f"{LINK}USD[/link]", "elapsed_s": 10, "price_per_hour": 1}}
+    writing = f"logs/{OSC}x.txt"
+    replies.write_text(json.dumps({
+        "status": json.dumps({"jobs": [job]}), "stop": json.dumps(job), "resume": json.dumps({**job, "previous": OSC}),
+        "tb": json.dumps({"job_id": job["job_id"], "stopped": True, "pid": f"{LINK}1{OSC}[/link]"}),
+        "send": json.dumps({"job_id": "tiny-1", "files": {writing: [0, 0, 0o644, None]}, "dirs": [],
+                            "writing": {writing: [7]}})}))
+    for args in (("cost",), ("stop", "tiny-1"), ("resume", "tiny-1"), ("tunnel", "tiny-1", "--stop"),
+                 ("pull", "tiny-1", str(replies.parent / "dest"), "--write-wait", "0")):
+        rc, out = on_a_pty(*args, "--host", "local")
+        assert b"Traceback" not in out and b"internal error" not in out, (args, out)
+        assert b"tiny-1" in out, (args, rc, out)
+        for bad in FORBIDDEN:
+            assert bad not in out, (args, bad, out)
+        if args[0] == "cost":
+            assert b"[link=https://evil.example/]" in out.replace(b"\r\n", b""), out  # shown as the text it is
+    job["billing"]["cost"] = "1.5"  # a string where cost sums numbers: the host's fault, said so
+    replies.write_text(json.dumps({"status": json.dumps({"jobs": [job]})}))
+    rc, out = on_a_pty("cost", "--host", "local")
+    assert b"'billing.cost' is not a number" in out and b"internal error" not in out, out
