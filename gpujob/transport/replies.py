@@ -146,8 +146,32 @@ def _manifest(doc: dict) -> str | None:
     return None
 
 
+def _held(have: Any) -> bool:
+    """{range: [chunk hash, ...]}: what an instance holds of a file's ranges."""
+    return isinstance(have, dict) and all(isinstance(v, list) and all(isinstance(h, str) for h in v)
+                                          for v in have.values())
+
+
+def _range(doc: dict) -> str | None:
+    """A ``range`` channel's first line: the chunks held of its ranges."""
+    return None if _held(doc.get("have", {})) else "'have' is not a map of held chunks"
+
+
+def _range_serve(doc: dict) -> str | None:
+    """A large upload's ``range_serve``: where to connect, with what, and what each file holds."""
+    if not (isinstance(doc.get("port"), int) and 0 < doc["port"] < 65536):
+        return "'port' is not a port"
+    if not isinstance(doc.get("token"), str):
+        return "'token' is not a string"
+    have = doc.get("have", {})
+    if not isinstance(have, dict) or not all(_held(v) for v in have.values()):
+        return "'have' is not a map of held chunks"
+    return None
+
+
 # the fields each verb's readers index into; a verb not named here must answer a JSON object
-SHAPES: dict[str, Callable[[dict], str | None]] = {"status": _jobs, "watch": _job, "send": _manifest}
+SHAPES: dict[str, Callable[[dict], str | None]] = {"status": _jobs, "watch": _job, "send": _manifest,
+                                                   "range_serve": _range_serve, "range": _range}
 
 
 def parse(verb: str, host: str, text: str) -> Any:
