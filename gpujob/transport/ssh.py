@@ -22,6 +22,7 @@ from gpujob.backoff import backoff
 from gpujob.errors import ConnectError, HostKeyChanged
 from gpujob.transport import replies
 from gpujob.transport.base import (
+    STDERR_KEPT,
     Forward,
     PumpedStream,
     Result,
@@ -37,7 +38,6 @@ from gpujob.transport.endpoint import Endpoint, Target, as_endpoint
 # link); with no handler Python prints it on stderr. The error reaches the user as one message.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 WINDOW_MIN, WINDOW_MAX = 2 << 20, 32 << 20  # each channel's receive window (see size_window)
-STDERR_KEPT = 64 << 10  # the end of a command's stderr kept (it says why); a flood is not
 WINDOW_RATE = 125e6  # bytes/s the window is sized to sustain (1 Gbit)
 
 
