@@ -67,3 +67,6 @@ def test_host_text_is_shown_as_text(replies: Path) -> None:
     replies.write_text(json.dumps({"status": json.dumps({"jobs": [job]})}))
     rc, out = on_a_pty("cost", "--host", "local")
     assert b"'billing.cost' is not a number" in out and b"internal error" not in out, out
+    replies.write_text(json.dumps({"tb": json.dumps({"job_id": "tiny-1", "port": "6006; touch /tmp/x"})}))
+    rc, out = on_a_pty("tunnel", "tiny-1", "--host", "local")
+    assert rc == 3 and b"'port' is not a port" in out and b"internal error" not in out, (rc, out)

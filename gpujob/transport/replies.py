@@ -169,9 +169,26 @@ def _range_serve(doc: dict) -> str | None:
     return None
 
 
+def _tb(doc: dict) -> str | None:
+    """``tb`` (a tunnel's TensorBoard, or its stop): the port it forwards to, the texts it shows."""
+    if doc.get("port") is not None and not (isinstance(doc["port"], int) and not isinstance(doc["port"], bool)
+                                            and 0 < doc["port"] < 65536):
+        return "'port' is not a port"
+    for key in ("job_id", "autodl_url"):
+        if doc.get(key) is not None and not isinstance(doc[key], str):
+            return f"{key!r} is not a string"
+    for key in ("port_taken", "via"):
+        if doc.get(key) is not None and not isinstance(doc[key], dict):
+            return f"{key!r} is not an object"
+    via = doc.get("via") or {}
+    if via and not (isinstance(via.get("path"), str) and isinstance(via.get("kind"), str)):
+        return "'via' lacks its path and kind"
+    return None
+
+
 # the fields each verb's readers index into; a verb not named here must answer a JSON object
 SHAPES: dict[str, Callable[[dict], str | None]] = {"status": _jobs, "watch": _job, "send": _manifest,
-                                                   "range_serve": _range_serve, "range": _range}
+                                                   "range_serve": _range_serve, "range": _range, "tb": _tb}
 
 
 def parse(verb: str, host: str, text: str) -> Any:
