@@ -70,3 +70,17 @@ def test_host_text_is_shown_as_text(replies: Path) -> None:
     replies.write_text(json.dumps({"tb": json.dumps({"job_id": "tiny-1", "port": "6006; touch /tmp/x"})}))
     rc, out = on_a_pty("tunnel", "tiny-1", "--host", "local")
     assert rc == 3 and b"'port' is not a port" in out and b"internal error" not in out, (rc, out)
+
+
+def test_a_host_cannot_make_the_laptop_forget_another_hosts_job(replies: Path) -> None:
+    from gpujob.config import index
+
+    index.record("other-1-ab12c", "box", "other")  # a job of another host, in this laptop's index
+    replies.write_text(json.dumps({"rm": json.dumps({"job_id": "other-1-ab12c", "removed": True, "stopped": False,
+                                                     "bytes": 1}),
+                                   "gc": json.dumps({"items": 5, "bytes": 1, "busy": [], "dry_run": False})}))
+    r = run_cli("rm", "mine-1", "--host", "local")
+    assert r.returncode == 0, r.stderr
+    assert index.host_of("other-1-ab12c") == "box"  # the answer named it; the index forgets only local's
+    r = run_cli("gc", "local")
+    assert r.returncode == 3 and "'items' is not a list" in r.stderr and "internal error" not in r.stderr, r.stderr

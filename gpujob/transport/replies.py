@@ -186,9 +186,35 @@ def _tb(doc: dict) -> str | None:
     return None
 
 
+def _num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _removed(doc: dict) -> str | None:
+    """``rm``: the job it removed (the laptop's index forgets it) and what that freed."""
+    if not isinstance(doc.get("job_id"), str):
+        return "'job_id' is not a string"
+    if doc.get("bytes") is not None and not _num(doc["bytes"]):
+        return "'bytes' is not a number"
+    return None
+
+
+def _collected(doc: dict) -> str | None:
+    """``gc``: what it removed or would (the laptop's index forgets those jobs)."""
+    items = doc.get("items")
+    if not isinstance(items, list) or not all(
+            isinstance(i, dict) and isinstance(i.get("kind"), str) and _num(i.get("bytes"))
+            and isinstance(i.get("job_id") or i.get("path"), str) for i in items):
+        return "'items' is not a list of {kind, bytes, job_id or path}"
+    if not _num(doc.get("bytes")) or not isinstance(doc.get("busy", []), list):
+        return "'bytes' or 'busy' is not what it should be"
+    return None
+
+
 # the fields each verb's readers index into; a verb not named here must answer a JSON object
 SHAPES: dict[str, Callable[[dict], str | None]] = {"status": _jobs, "watch": _job, "send": _manifest,
-                                                   "range_serve": _range_serve, "range": _range, "tb": _tb}
+                                                   "range_serve": _range_serve, "range": _range, "tb": _tb,
+                                                   "rm": _removed, "gc": _collected}
 
 
 def parse(verb: str, host: str, text: str) -> Any:
