@@ -84,3 +84,13 @@ def test_a_host_cannot_make_the_laptop_forget_another_hosts_job(replies: Path) -
     assert index.host_of("other-1-ab12c") == "box"  # the answer named it; the index forgets only local's
     r = run_cli("gc", "local")
     assert r.returncode == 3 and "'items' is not a list" in r.stderr and "internal error" not in r.stderr, r.stderr
+
+
+def test_a_sync_manifest_of_the_wrong_shape_is_the_hosts_fault(replies: Path, tmp_path: Path) -> None:
+    from tests.helpers import write_job
+
+    replies.write_text(json.dumps({"sync": json.dumps({"free_bytes": 1 << 40}),
+                                   "manifest": json.dumps({"free_bytes": 1 << 40})}))
+    r = run_cli("submit", str(write_job(tmp_path, "shape", "print(1)\n", "python main.py")), "--host", "local")
+    assert r.returncode == 3 and "no manifest of 'projects/shape/code'" in r.stderr, (r.returncode, r.stderr)
+    assert "internal error" not in r.stderr

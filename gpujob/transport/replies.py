@@ -190,6 +190,32 @@ def _num(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+def _tree(t: Any) -> bool:
+    """One tree of a sync manifest: {"files": {rel: [size, mtime_ns, mode, link, hash]}, "dirs", "parts"}."""
+    if not isinstance(t, dict):
+        return False
+    files, dirs, parts = t.get("files", {}), t.get("dirs", []), t.get("parts", {})
+    return (isinstance(files, dict) and all(
+        isinstance(v, list) and len(v) >= 5 and _num(v[0]) and isinstance(v[2], int)
+        and (v[3] is None or isinstance(v[3], str)) and (v[4] is None or isinstance(v[4], str)) for v in files.values())
+        and isinstance(dirs, list) and all(isinstance(d, str) for d in dirs)
+        and isinstance(parts, dict) and all(isinstance(v, list) for v in parts.values()))
+
+
+def check_manifest(host: str, doc: dict, trees: list[str]) -> None:
+    """A sync's manifest holds each tree asked for, in the shape the plan reads; else ``UnreadableReply``."""
+    for name in trees:
+        if not _tree(doc.get(name)):
+            raise unreadable(host, f"no manifest of {name!r} in the shape gpujob reads")
+    if doc.get("free_bytes") is not None and not _num(doc["free_bytes"]):
+        raise unreadable(host, "'free_bytes' is not a number in its manifest")
+
+
+def _submitted(doc: dict) -> str | None:
+    """``submit``: the new job's id is recorded in the laptop's index and named in every next command."""
+    return None if plain_name(doc.get("job_id")) else f"a job id that is no plain name ({str(doc.get('job_id'))[:80]!r})"
+
+
 def _removed(doc: dict) -> str | None:
     """``rm``: the job it removed (the laptop's index forgets it) and what that freed."""
     if not isinstance(doc.get("job_id"), str):
@@ -214,7 +240,7 @@ def _collected(doc: dict) -> str | None:
 # the fields each verb's readers index into; a verb not named here must answer a JSON object
 SHAPES: dict[str, Callable[[dict], str | None]] = {"status": _jobs, "watch": _job, "send": _manifest,
                                                    "range_serve": _range_serve, "range": _range, "tb": _tb,
-                                                   "rm": _removed, "gc": _collected}
+                                                   "rm": _removed, "gc": _collected, "submit": _submitted}
 
 
 def parse(verb: str, host: str, text: str) -> Any:
