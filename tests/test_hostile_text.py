@@ -94,3 +94,10 @@ def test_a_sync_manifest_of_the_wrong_shape_is_the_hosts_fault(replies: Path, tm
     r = run_cli("submit", str(write_job(tmp_path, "shape", "print(1)\n", "python main.py")), "--host", "local")
     assert r.returncode == 3 and "no manifest of 'projects/shape/code'" in r.stderr, (r.returncode, r.stderr)
     assert "internal error" not in r.stderr
+
+
+def test_a_log_reply_without_its_header_is_not_retried_for_minutes(replies: Path) -> None:
+    replies.write_text(json.dumps({"logs": json.dumps({"job_id": "j-1"})}))
+    for args in (("tail", "j-1"), ("tail", "j-1", "-f")):
+        r = run_cli(*args, "--host", "local", timeout=30)  # it was retried 30 times with backoff
+        assert r.returncode == 3 and "a log stream without its header" in r.stderr, (args, r.returncode, r.stderr)
