@@ -7,8 +7,8 @@ import http.client
 import sys
 from pathlib import Path
 
-from tests.conftest import run_cli
 from tests.helpers import needs, wait_for
+from tests.hostile import install_hostile
 from tests.test_dashboard import start_ui
 from tests.test_hostile_agent import MiB
 
@@ -40,14 +40,8 @@ def _hwm(pid: int) -> int:
 
 
 def test_a_log_line_with_no_end_is_not_held_by_the_dashboard(tmp_path: Path) -> None:
-    r = run_cli("ls", "--host", "local")  # installs the real agent
-    assert r.returncode == 0, r.stderr
-    [version] = [p for p in (tmp_path / "local-root" / "agent").iterdir() if (p / "ok").exists()]
     done = tmp_path / "flood-sent"
-    prog = tmp_path / "hostile-agent"
-    prog.write_text(HOSTILE.format(python=sys.executable, done=str(done)))
-    prog.chmod(0o755)
-    (version / "python").write_text(f"{prog}\n")
+    install_hostile(tmp_path, "local-root", HOSTILE.format(python=sys.executable, done=str(done)))
     p, info = start_ui(tmp_path, "--host", "local")
     try:
         token = info["url"].split("token=", 1)[1]

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
+from tests.hostile import install_hostile
 
 HOSTILE = r'''#!{python}
 import json, sys
@@ -61,14 +62,8 @@ GPUJOBS_OWN = ("local-root", "config", "state", "cache", "mode", "dest")
 @pytest.fixture
 def hostile(tmp_path: Path) -> Path:
     """The ``local`` host's agent replaced by HOSTILE; returns the file naming its mode."""
-    r = run_cli("ls", "--host", "local")  # installs the real agent
-    assert r.returncode == 0, r.stderr
-    [version] = [p for p in (tmp_path / "local-root" / "agent").iterdir() if (p / "ok").exists()]
     mode = tmp_path / "mode"
-    prog = tmp_path / "hostile-agent"
-    prog.write_text(HOSTILE.format(python=sys.executable, mode=str(mode)))
-    prog.chmod(0o755)
-    (version / "python").write_text(f"{prog}\n")
+    install_hostile(tmp_path, "local-root", HOSTILE.format(python=sys.executable, mode=str(mode)))
     return mode
 
 

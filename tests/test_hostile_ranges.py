@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
 from tests.helpers import write_job
+from tests.hostile import install_hostile
 from tests.test_hostile_agent import MiB, _cli
 
 HOSTILE = r'''#!{python}
@@ -60,15 +60,9 @@ def small_ranges(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_hostile_range_server_gets_exit_3_in_bounded_memory(ssh_host: str, tmp_path: Path) -> None:
-    r = run_cli("ls", "--host", ssh_host, env_extra={"GPUJOB_MUX": "0"})  # installs the real agent
-    assert r.returncode == 0, r.stderr
-    [version] = list((tmp_path / "remote-root" / "agent").iterdir())
     mode = tmp_path / "mode"
-    prog = tmp_path / "hostile-agent"
-    prog.write_text(HOSTILE.format(python=sys.executable, mode=str(mode),
-                                   real=(version / "python").read_text().strip()))
-    prog.chmod(0o755)
-    (version / "python").write_text(f"{prog}\n")
+    real = install_hostile(tmp_path, "remote-root", "", ssh_host)
+    (tmp_path / "hostile-agent").write_text(HOSTILE.format(python=sys.executable, mode=str(mode), real=real))
     peaks = {}
     for m in ("garbage", "flood"):
         mode.write_text(m)

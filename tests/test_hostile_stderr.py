@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from tests.conftest import run_cli
+from tests.hostile import install_hostile
 from tests.test_hostile_agent import MiB, _cli
 
 HOSTILE = r'''#!{python}
@@ -27,13 +27,7 @@ else:
 
 
 def test_a_stderr_flood_is_not_kept(ssh_host: str, tmp_path: Path) -> None:
-    r = run_cli("ls", "--host", ssh_host, env_extra={"GPUJOB_MUX": "0"})  # installs the real agent
-    assert r.returncode == 0, r.stderr
-    [version] = list((tmp_path / "remote-root" / "agent").iterdir())
-    prog = tmp_path / "hostile-agent"
-    prog.write_text(HOSTILE.format(python=sys.executable))
-    prog.chmod(0o755)
-    (version / "python").write_text(f"{prog}\n")
+    install_hostile(tmp_path, "remote-root", HOSTILE.format(python=sys.executable), ssh_host)
     r, small = _cli("ls", "--host", ssh_host, env={"GPUJOB_MUX": "0"})
     r, peak = _cli("tail", "j-1", "--host", ssh_host, env={"GPUJOB_MUX": "0"}, timeout=120)
     assert r.returncode == 0 and "hello from the job" in r.stdout, (r.returncode, r.stderr[-500:])

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
+from tests.hostile import install_hostile
 from tests.test_terminal_injection import on_a_pty
 
 AGENT = r'''#!{python}
@@ -34,14 +35,8 @@ FORBIDDEN = [b"\x1b]", b"\x07", b"evil.example/\x1b", b"\x1b[5m", b"52;c;"]
 @pytest.fixture
 def replies(tmp_path: Path) -> Path:
     """The ``local`` host's agent replaced by one answering each verb from ``replies.json``."""
-    r = run_cli("ls", "--host", "local")  # installs the real agent
-    assert r.returncode == 0, r.stderr
-    [version] = [p for p in (tmp_path / "local-root" / "agent").iterdir() if (p / "ok").exists()]
     path = tmp_path / "replies.json"
-    prog = tmp_path / "hostile-agent"
-    prog.write_text(AGENT.format(python=sys.executable, replies=str(path)))
-    prog.chmod(0o755)
-    (version / "python").write_text(f"{prog}\n")
+    install_hostile(tmp_path, "local-root", AGENT.format(python=sys.executable, replies=str(path)))
     return path
 
 
