@@ -37,6 +37,9 @@ elif mode == "absolute":
 elif mode == "sidecar":  # d -> s/t makes P lead inside while it is checked; d -> . then leads it out
     P = tmp_stem("big.bin") + ".json.tmp"
     body = [[["l", "d", "s/t"], ["l", P, "d/../../victim.txt"], ["l", "d", "."]], b""]
+elif mode == "setuid":  # run by whoever pulls: as root, a setuid-root program planted in DEST
+    body = [[["f", "tool", 0o4755, 0, 2, small_hash(b"#!")], ["f", "big.bin", 0o6755, 0, 2, small_hash(b"ok")]],
+            b"#!ok"]
 elif mode == "through":
     body = [[["l", "evil", victim], f("evil", b"pwned")], b"pwned"]
 out.write(json.dumps({{"job_id": job_id, "files": files, "dirs": []}}).encode() + b"\n")
@@ -72,7 +75,7 @@ def _tree(root: Path) -> dict[str, bytes | str]:
             for p in sorted(root.rglob("*")) if p.relative_to(root).parts[0] not in GPUJOBS_OWN}
 
 
-@pytest.mark.parametrize("attack", ["dotdot", "absolute", "sidecar", "through", "flood"])
+@pytest.mark.parametrize("attack", ["dotdot", "absolute", "sidecar", "through", "flood", "setuid"])
 def test_a_hostile_send_writes_nothing_outside_dest(hostile: Path, tmp_path: Path, attack: str) -> None:
     victim = tmp_path / "victim.txt"
     victim.write_text("the user's own file\n")
@@ -85,6 +88,10 @@ def test_a_hostile_send_writes_nothing_outside_dest(hostile: Path, tmp_path: Pat
     assert after == before, (attack, r.stderr)  # nothing outside DEST was written, made or removed
     assert victim.read_text() == "the user's own file\n"
     assert "Traceback" not in r.stderr, r.stderr
+    if attack == "setuid":  # the files arrive, without the set-id bits
+        assert r.returncode == 0, r.stderr
+        assert [(dest / "j-1" / n).stat().st_mode & 0o7777 for n in ("tool", "big.bin")] == [0o755, 0o755]
+        return
     if attack == "through":  # the link is not kept; the file arrives as a file
         assert r.returncode == 0, r.stderr
         assert (dest / "j-1" / "evil").read_text() == "pwned" and not (dest / "j-1" / "evil").is_symlink()

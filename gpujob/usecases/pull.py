@@ -43,7 +43,7 @@ def extract(stream: Any, dest: Path, on_bytes: Callable[[int], None] | None = No
     """Unpack a verified stream under ``dest`` (temporary name, hash check, rename). Links that
     resolve outside ``dest`` are not kept: they are listed under ``skipped``."""
     try:
-        res = wire.read_items(dest, stream, links_out=False, on_bytes=on_bytes)
+        res = wire.read_items(dest, stream, links_out=False, on_bytes=on_bytes, modes=0o777)  # no setuid/setgid
     except wire.TransferError as e:
         msg = str(e)
         if any(sign in msg for sign in _CUT_SIGNS):

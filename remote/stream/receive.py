@@ -128,13 +128,15 @@ def _ints(*vals: Any) -> bool:
 
 
 def read_items(base: Path, stream: IO[bytes], links_out: bool = True, cache: Optional[HashCache] = None,
-               on_bytes: Optional[Callable[[int], None]] = None, sync: bool = True) -> Dict[str, Any]:
+               on_bytes: Optional[Callable[[int], None]] = None, sync: bool = True,
+               modes: int = 0o7777) -> Dict[str, Any]:
     """Apply a stream written by ``write_items`` under ``base``.
 
     Returns ``{"written", "deleted", "bytes"}`` (bytes = file bytes received). Everything that
     arrived verified is kept on a cut or refused stream (the part file of a large file keeps its
     verified chunks), and the error is raised. With ``sync``, the small files written are made
     durable (an fsync each when they are few, else one ``syncfs``) before the hash cache is saved.
+    ``modes``: the mode bits a file may get (a pull's 0o777: a host never plants a setuid file here).
     """
     base.mkdir(parents=True, exist_ok=True)
     res = {"written": 0, "deleted": 0, "bytes": 0}
@@ -153,9 +155,9 @@ def read_items(base: Path, stream: IO[bytes], links_out: bool = True, cache: Opt
                     res.setdefault("held", []).extend(str(x) for x in head["held"])
                 break
             if kind == b"B":
-                _batch(src, head, guard, writers, made, base_s, res)
+                _batch(src, head, guard, writers, made, base_s, res, modes)
             elif kind == b"F":
-                _large(src, head, guard, made, base_s, cache, on_bytes, res)
+                _large(src, head, guard, made, base_s, cache, on_bytes, res, modes)
             elif kind == b"X":
                 writers.drain()
                 dels = head.get("delete", []) if isinstance(head, dict) else None
@@ -190,7 +192,7 @@ def _mkparent(parent: str, made: set) -> None:
 
 
 def _batch(src: _Source, ents: Any, guard: Guard, writers: Writers, made: set, base_s: str,
-           res: Dict[str, Any]) -> None:
+           res: Dict[str, Any], modes: int = 0o7777) -> None:
     if not isinstance(ents, list):
         raise TransferError("corrupt stream: a bad batch record")
     total = 0
@@ -219,7 +221,7 @@ def _batch(src: _Source, ents: Any, guard: Guard, writers: Writers, made: set, b
             parent, leaf = guard.place(name)
             _mkparent(parent, made)
             target = parent + "/" + leaf
-            writers.put(parent + "/" + tmp_stem(leaf) + PART, target, data, e[2] & 0o7777, e[3], e[5],
+            writers.put(parent + "/" + tmp_stem(leaf) + PART, target, data, e[2] & modes, e[3], e[5],
                         base_s + "/" + name)
         elif kind == "d":
             if len(e) != 3 or not _ints(e[2]):
@@ -254,7 +256,7 @@ def _batch(src: _Source, ents: Any, guard: Guard, writers: Writers, made: set, b
 
 
 def _large(src: _Source, head: Any, guard: Guard, made: set, base_s: str, cache: Optional[HashCache],
-           on_bytes: Optional[Callable[[int], None]], res: Dict[str, Any]) -> None:
+           on_bytes: Optional[Callable[[int], None]], res: Dict[str, Any], modes: int = 0o7777) -> None:
     try:
         name, mode, mtime, size, off = head["n"], head["mode"], head["mtime"], head["size"], head["off"]
     except (KeyError, TypeError):
@@ -319,7 +321,7 @@ def _large(src: _Source, head: Any, guard: Guard, made: set, base_s: str, cache:
     if doc.get("h") != got:
         drop_part(target)
         raise TransferError("{}: content hash mismatch (sent {}, received {})".format(name, str(doc.get("h"))[:12], got[:12]))
-    os.chmod(tmp, mode & 0o7777)
+    os.chmod(tmp, mode & modes)
     os.utime(tmp, ns=(mtime, mtime))
     replace(tmp, str(target))
     drop_part(target)
