@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
 from tests.hostile import install_hostile
+from tests.test_hostile_agent import MiB, _cli
 
 HOSTILE = r'''#!{python}
 import json, sys
@@ -45,6 +45,14 @@ elif mode == "through":
 out.write(json.dumps({{"job_id": job_id, "files": files, "dirs": []}}).encode() + b"\n")
 out.flush()
 sys.stdin.buffer.readline()
+if mode == "bomb":  # 512 MiB of zeros in 78 KB of xz (one read of 64 KiB is 430 MiB), the stream's own compression
+    import lzma
+    c = lzma.LZMACompressor(format=lzma.FORMAT_XZ, preset=0)
+    blob = c.compress(MAGIC + frame(b"F", {{"n": "big.bin", "mode": 0o644, "mtime": 0, "size": 1 << 29, "off": 0}}))
+    blob += b"".join(c.compress(bytes(1 << 20)) for _ in range(512)) + c.flush()
+    out.write(blob)  # in one piece: a read takes 64 KiB of it at once
+    out.flush()
+    sys.exit(0)
 out.write(MAGIC + frame(b"B", body[0]) + body[1])
 if mode == "sidecar":
     out.write(frame(b"F", {{"n": "big.bin", "mode": 0o644, "mtime": 0, "size": 5, "off": 0}}) + b"hello")
@@ -75,7 +83,7 @@ def _tree(root: Path) -> dict[str, bytes | str]:
             for p in sorted(root.rglob("*")) if p.relative_to(root).parts[0] not in GPUJOBS_OWN}
 
 
-@pytest.mark.parametrize("attack", ["dotdot", "absolute", "sidecar", "through", "flood", "setuid"])
+@pytest.mark.parametrize("attack", ["dotdot", "absolute", "sidecar", "through", "flood", "setuid", "bomb"])
 def test_a_hostile_send_writes_nothing_outside_dest(hostile: Path, tmp_path: Path, attack: str) -> None:
     victim = tmp_path / "victim.txt"
     victim.write_text("the user's own file\n")
@@ -83,7 +91,7 @@ def test_a_hostile_send_writes_nothing_outside_dest(hostile: Path, tmp_path: Pat
     hostile.write_text(f"{attack}\n{victim if attack != 'absolute' else tmp_path / 'elsewhere'}\n")
     (tmp_path / "elsewhere").mkdir()
     before = _tree(tmp_path)
-    r = run_cli("pull", "j-1", str(dest), "--host", "local", "--write-wait", "0", timeout=60)
+    r, peak = _cli("pull", "j-1", str(dest), "--host", "local", "--write-wait", "0", env={})
     after = _tree(tmp_path)
     assert after == before, (attack, r.stderr)  # nothing outside DEST was written, made or removed
     assert victim.read_text() == "the user's own file\n"
@@ -97,4 +105,5 @@ def test_a_hostile_send_writes_nothing_outside_dest(hostile: Path, tmp_path: Pat
         assert (dest / "j-1" / "evil").read_text() == "pwned" and not (dest / "j-1" / "evil").is_symlink()
         return
     assert r.returncode == 3, (attack, r.returncode, r.stderr)
+    assert peak < 256 * MiB, (attack, peak >> 20)  # the bomb held 880 MiB at once
     assert "the agent on local answered something gpujob cannot read" in r.stderr or "refusing" in r.stderr, r.stderr

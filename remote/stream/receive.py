@@ -16,9 +16,12 @@ from .hashing import HashCache, Hasher, small_hash
 from .parts import PART, drop_part, part_chunks, part_path, range_sidecars, save_sidecar, tmp_stem
 from .writers import FSYNC_EACH, Sink, Writers
 
+OUT_MAX = 1 << 20  # bytes one decompression step may give (a 208-byte bz2 bomb is 256 MiB of zeros)
+
 
 class _Source:
-    """Exact reads from a stream, decompressed when it starts with gzip, xz or bz2 magic."""
+    """Exact reads from a stream, decompressed when it starts with gzip, xz or bz2 magic, at most
+    ``OUT_MAX`` bytes a step: what is held is what a read asked for, whatever the ratio."""
 
     def __init__(self, raw: Any) -> None:
         self.raw = raw
@@ -26,35 +29,50 @@ class _Source:
         self.buf = b""
         self.pos = 0
         self.dec = None  # type: Any
-        head = b""
-        while len(head) < 6:
+        self.head = b""
+        while len(self.head) < 6:
             more = self.read1(1 << 16)
             if not more:
                 break
-            head += more
-        if head[:2] == b"\x1f\x8b":
+            self.head += more
+        if self.head[:2] == b"\x1f\x8b":
             self.dec = zlib.decompressobj(31)
-        elif head[:3] == b"BZh":
+        elif self.head[:3] == b"BZh":
             import bz2
 
             self.dec = bz2.BZ2Decompressor()
-        elif head[:6] == b"\xfd7zXZ\x00":
+        elif self.head[:6] == b"\xfd7zXZ\x00":
             import lzma
 
             self.dec = lzma.LZMADecompressor()
-        self.buf = self._decode(head)
         if self.read(len(MAGIC)) != MAGIC:
             raise TransferError("not a gpujob stream (or an empty one)")
 
-    def _decode(self, data: bytes) -> bytes:
-        if self.dec is None or not data:
+    def _raw(self) -> bytes:
+        if self.head:
+            data, self.head = self.head, b""
             return data
-        if getattr(self.dec, "eof", False):
-            return b""
-        try:
-            return self.dec.decompress(data)
-        except (zlib.error, OSError, EOFError, ValueError) as e:
-            raise TransferError("corrupt compressed stream: {}".format(e)) from None
+        return self.read1(1 << 16)
+
+    def _more(self) -> bytes:
+        """The stream's next bytes (b"" at its end): at most ``OUT_MAX`` decompressed ones."""
+        if self.dec is None:
+            return self._raw()
+        zlib_tail = hasattr(self.dec, "unconsumed_tail")  # zlib keeps what it did not take; bz2 and xz hold it
+        while not getattr(self.dec, "eof", False):
+            if zlib_tail:
+                data = self.dec.unconsumed_tail or self._raw()
+            else:
+                data = self._raw() if self.dec.needs_input else b""
+            if not data and (zlib_tail or self.dec.needs_input):
+                return b""
+            try:
+                out = self.dec.decompress(data, OUT_MAX)
+            except (zlib.error, OSError, EOFError, ValueError) as e:
+                raise TransferError("corrupt compressed stream: {}".format(e)) from None
+            if out:
+                return out
+        return b""
 
     def read(self, n: int) -> bytes:
         """``n`` bytes, fewer only at the end of the stream."""
@@ -67,10 +85,9 @@ class _Source:
         got = avail
         self.buf, self.pos = b"", 0
         while got < n:
-            data = self.read1(1 << 16)
+            data = self._more()
             if not data:
                 break
-            data = self._decode(data)
             if got + len(data) > n:
                 take = n - got
                 pieces.append(data[:take])
