@@ -64,13 +64,13 @@ class _Source:
                 data = self.dec.unconsumed_tail or self._raw()
             else:
                 data = self._raw() if self.dec.needs_input else b""
-            if not data and (zlib_tail or self.dec.needs_input):
+            if not data and not zlib_tail and self.dec.needs_input:
                 return b""
             try:
-                out = self.dec.decompress(data, OUT_MAX)
+                out = self.dec.decompress(data, OUT_MAX)  # with no input: what it still holds
             except (zlib.error, OSError, EOFError, ValueError) as e:
                 raise TransferError("corrupt compressed stream: {}".format(e)) from None
-            if out:
+            if out or not data:
                 return out
         return b""
 
