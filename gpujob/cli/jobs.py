@@ -48,7 +48,9 @@ def _note(args: argparse.Namespace, draw: Any = None) -> Any:
     """Progress notes of a command: on stderr (or drawn by ``draw``), none with --json."""
     if args.json:
         return None
-    return draw or (lambda text: print(text, file=sys.stderr))
+    from gpujob.ui.neutral import clean
+
+    return draw or (lambda text: print(clean(text), file=sys.stderr))  # notes quote host-supplied names
 
 
 def _copy(chunks: Iterable[bytes], log: bool = False, raw: bool = False) -> None:

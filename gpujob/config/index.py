@@ -100,8 +100,9 @@ def hosts() -> list[str]:
     return [h for h in seen if h]
 
 
-def forget(job_ids: set[str]) -> int:
-    """Drop the entries of ``job_ids`` (rewritten atomically); how many went."""
+def forget(job_ids: set[str], host: str | None = None) -> int:
+    """Drop the entries of ``job_ids`` (rewritten atomically), only those of ``host`` when given
+    (a host's answer names the jobs it removed: never another host's); how many went."""
     import os
 
     p = _path()
@@ -110,10 +111,11 @@ def forget(job_ids: set[str]) -> int:
     keep, dropped = [], 0
     for line in p.read_text().splitlines():
         try:
-            jid = json.loads(line).get("job_id")
-        except ValueError:
-            jid = None
-        if jid in job_ids:
+            e = json.loads(line)
+            jid, where = e.get("job_id"), str(e.get("host") or "").split(",")
+        except (ValueError, AttributeError):
+            jid, where = None, []
+        if jid in job_ids and (host is None or host in where):
             dropped += 1
         else:
             keep.append(line + "\n")

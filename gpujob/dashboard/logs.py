@@ -15,6 +15,7 @@ from typing import Any, Callable
 from gpujob.errors import GpujobError
 
 LOG_LINES = 200  # a job page opens at the log's last lines
+LINE_SHOWN = 8192  # characters of a line a page gets (its end: a tqdm bar's \r updates end in the latest)
 LIVE = ("queued", "running", "restarting")
 RESTART_GAP_S = 5.0  # a follow that fails while the job runs is tried again, not in a loop
 
@@ -67,6 +68,8 @@ class LogFollower:
                                                                      offset=offset, cancel=self.cancel):
                     for line in chunk.splitlines():
                         doc = json.loads(line)
+                        if len(doc["line"]) > LINE_SHOWN:  # the queue holds 1,000 lines: of 1 MiB each, a GB
+                            doc["line"] = "…" + doc["line"][-LINE_SHOWN:]
                         self.offset = doc["offset"]  # a restart sends this line again; the page skips it
                         self._put(("line", doc))
             self._put(("end", {}))

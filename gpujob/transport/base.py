@@ -17,6 +17,7 @@ from typing import IO, Callable
 from gpujob.transport.endpoint import Endpoint, Target, as_endpoint
 
 CHUNK = 65536
+STDERR_KEPT = 64 << 10  # the end of a command's stderr kept (it says why); a flood is not
 
 
 @dataclass
@@ -102,6 +103,7 @@ class PumpedStream(Stream):
         try:
             for chunk in iter(lambda: read(CHUNK), b""):
                 self._err += chunk
+                del self._err[:-STDERR_KEPT]  # the end says why; a hostile host's flood is not kept
         except (OSError, EOFError, ValueError):
             pass
         finally:

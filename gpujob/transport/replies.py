@@ -96,6 +96,13 @@ def _job(doc: dict) -> str | None:
         v = doc.get(key)
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
             return f"{key!r} is not a number"
+    bill = doc.get("billing") or {}
+    for key in ("cost", "projected_cost", "elapsed_s", "eta_s", "price_per_hour"):  # summed and formatted by cost
+        v = bill.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            return f"'billing.{key}' is not a number"
+    if bill.get("currency") is not None and not isinstance(bill["currency"], str):
+        return "'billing.currency' is not a string"
     if doc.get("checkpoints") is not None and not (isinstance(doc["checkpoints"], list)
                                                    and all(isinstance(c, dict) for c in doc["checkpoints"])):
         return "'checkpoints' is not a list of objects"
@@ -113,8 +120,127 @@ def _jobs(doc: dict) -> str | None:
     return None
 
 
+def plain_name(name: Any) -> bool:
+    """A host-supplied name the laptop may use as one path component (a pull's ``DEST/<job_id>``)
+    or show as it is: no separator, not ``.``/``..``/hidden, no control character, at most 200 long."""
+    return (isinstance(name, str) and 0 < len(name) <= 200 and name.isprintable() and "/" not in name
+            and "\\" not in name and not name.startswith("."))
+
+
+def _manifest(doc: dict) -> str | None:
+    """``send --manifest`` (a pull's, a move's): its job id names a folder here, its files are planned from."""
+    if not plain_name(doc.get("job_id")):
+        return f"a job id that is no plain name ({str(doc.get('job_id'))[:80]!r})"
+    files = doc.get("files", {})
+    if not isinstance(files, dict) or not all(
+            isinstance(v, list) and len(v) >= 4 and all(isinstance(x, int) and not isinstance(x, bool) for x in v[:3])
+            and (v[3] is None or isinstance(v[3], str)) for v in files.values()):
+        return "'files' is not a map of [size, mtime, mode, link] lists"
+    dirs = doc.get("dirs", [])
+    if not isinstance(dirs, list) or not all(isinstance(d, str) for d in dirs):
+        return "'dirs' is not a list of names"
+    writing = doc.get("writing") or {}
+    if not isinstance(writing, dict) or not all(isinstance(p, list) and all(isinstance(x, int) for x in p)
+                                                for p in writing.values()):
+        return "'writing' is not a map of pid lists"
+    return None
+
+
+def _held(have: Any) -> bool:
+    """{range: [chunk hash, ...]}: what an instance holds of a file's ranges."""
+    return isinstance(have, dict) and all(isinstance(v, list) and all(isinstance(h, str) for h in v)
+                                          for v in have.values())
+
+
+def _range(doc: dict) -> str | None:
+    """A ``range`` channel's first line: the chunks held of its ranges."""
+    return None if _held(doc.get("have", {})) else "'have' is not a map of held chunks"
+
+
+def _range_serve(doc: dict) -> str | None:
+    """A large upload's ``range_serve``: where to connect, with what, and what each file holds."""
+    if not (isinstance(doc.get("port"), int) and 0 < doc["port"] < 65536):
+        return "'port' is not a port"
+    if not isinstance(doc.get("token"), str):
+        return "'token' is not a string"
+    have = doc.get("have", {})
+    if not isinstance(have, dict) or not all(_held(v) for v in have.values()):
+        return "'have' is not a map of held chunks"
+    return None
+
+
+def _tb(doc: dict) -> str | None:
+    """``tb`` (a tunnel's TensorBoard, or its stop): the port it forwards to, the texts it shows."""
+    if doc.get("port") is not None and not (isinstance(doc["port"], int) and not isinstance(doc["port"], bool)
+                                            and 0 < doc["port"] < 65536):
+        return "'port' is not a port"
+    for key in ("job_id", "autodl_url"):
+        if doc.get(key) is not None and not isinstance(doc[key], str):
+            return f"{key!r} is not a string"
+    for key in ("port_taken", "via"):
+        if doc.get(key) is not None and not isinstance(doc[key], dict):
+            return f"{key!r} is not an object"
+    via = doc.get("via") or {}
+    if via and not (isinstance(via.get("path"), str) and isinstance(via.get("kind"), str)):
+        return "'via' lacks its path and kind"
+    return None
+
+
+def _num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _tree(t: Any) -> bool:
+    """One tree of a sync manifest: {"files": {rel: [size, mtime_ns, mode, link, hash]}, "dirs", "parts"}."""
+    if not isinstance(t, dict):
+        return False
+    files, dirs, parts = t.get("files", {}), t.get("dirs", []), t.get("parts", {})
+    return (isinstance(files, dict) and all(
+        isinstance(v, list) and len(v) >= 5 and _num(v[0]) and isinstance(v[2], int)
+        and (v[3] is None or isinstance(v[3], str)) and (v[4] is None or isinstance(v[4], str)) for v in files.values())
+        and isinstance(dirs, list) and all(isinstance(d, str) for d in dirs)
+        and isinstance(parts, dict) and all(isinstance(v, list) for v in parts.values()))
+
+
+def check_manifest(host: str, doc: dict, trees: list[str]) -> None:
+    """A sync's manifest holds each tree asked for, in the shape the plan reads; else ``UnreadableReply``."""
+    for name in trees:
+        if not _tree(doc.get(name)):
+            raise unreadable(host, f"no manifest of {name!r} in the shape gpujob reads")
+    if doc.get("free_bytes") is not None and not _num(doc["free_bytes"]):
+        raise unreadable(host, "'free_bytes' is not a number in its manifest")
+
+
+def _submitted(doc: dict) -> str | None:
+    """``submit``: the new job's id is recorded in the laptop's index and named in every next command."""
+    return None if plain_name(doc.get("job_id")) else f"a job id that is no plain name ({str(doc.get('job_id'))[:80]!r})"
+
+
+def _removed(doc: dict) -> str | None:
+    """``rm``: the job it removed (the laptop's index forgets it) and what that freed."""
+    if not isinstance(doc.get("job_id"), str):
+        return "'job_id' is not a string"
+    if doc.get("bytes") is not None and not _num(doc["bytes"]):
+        return "'bytes' is not a number"
+    return None
+
+
+def _collected(doc: dict) -> str | None:
+    """``gc``: what it removed or would (the laptop's index forgets those jobs)."""
+    items = doc.get("items")
+    if not isinstance(items, list) or not all(
+            isinstance(i, dict) and isinstance(i.get("kind"), str) and _num(i.get("bytes"))
+            and isinstance(i.get("job_id") or i.get("path"), str) for i in items):
+        return "'items' is not a list of {kind, bytes, job_id or path}"
+    if not _num(doc.get("bytes")) or not isinstance(doc.get("busy", []), list):
+        return "'bytes' or 'busy' is not what it should be"
+    return None
+
+
 # the fields each verb's readers index into; a verb not named here must answer a JSON object
-SHAPES: dict[str, Callable[[dict], str | None]] = {"status": _jobs, "watch": _job}
+SHAPES: dict[str, Callable[[dict], str | None]] = {"status": _jobs, "watch": _job, "send": _manifest,
+                                                   "range_serve": _range_serve, "range": _range, "tb": _tb,
+                                                   "rm": _removed, "gc": _collected, "submit": _submitted}
 
 
 def parse(verb: str, host: str, text: str) -> Any:

@@ -22,6 +22,7 @@ from gpujob.backoff import backoff
 from gpujob.errors import ConnectError, HostKeyChanged
 from gpujob.transport import replies
 from gpujob.transport.base import (
+    STDERR_KEPT,
     Forward,
     PumpedStream,
     Result,
@@ -37,7 +38,6 @@ from gpujob.transport.endpoint import Endpoint, Target, as_endpoint
 # link); with no handler Python prints it on stderr. The error reaches the user as one message.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 WINDOW_MIN, WINDOW_MAX = 2 << 20, 32 << 20  # each channel's receive window (see size_window)
-STDERR_KEPT = 64 << 10  # the end of a command's stderr kept (it says why); a flood is not
 WINDOW_RATE = 125e6  # bytes/s the window is sized to sustain (1 Gbit)
 
 
@@ -162,6 +162,26 @@ def open_client(target: Target, password: str | None = None, retries: int | None
     raise AssertionError("unreachable")
 
 
+class _QuietFinal:
+    """A channel file whose finalizer never prints: collected at exit in a reference cycle (a stored
+    error's traceback), its buffer can be finalized first and paramiko's flush then raised a trace
+    under the command's clear error."""
+
+    def __del__(self) -> None:
+        try:
+            self.close()  # type: ignore[attr-defined]
+        except (ValueError, OSError, EOFError, paramiko.SSHException):
+            pass
+
+
+class _Stdin(_QuietFinal, paramiko.channel.ChannelStdinFile):
+    pass
+
+
+class _File(_QuietFinal, paramiko.channel.ChannelFile):
+    pass
+
+
 class _SSHStream(PumpedStream):
     """A channel's stdout pumped into a pipe (so it reads like the other streams), its stderr
     into the buffer; the exit status comes on the channel."""
@@ -170,7 +190,7 @@ class _SSHStream(PumpedStream):
         self.chan = chan
         out_r, out_w = os.pipe()
         threading.Thread(target=pump, args=(chan.recv, out_w, chan.close), name="gpujob-stdout", daemon=True).start()
-        super().__init__(chan.makefile_stdin("wb"), os.fdopen(out_r, "rb"), chan.recv_stderr)
+        super().__init__(_Stdin(chan, "wb"), os.fdopen(out_r, "rb"), chan.recv_stderr)
 
     def close_stdin(self) -> None:
         try:
@@ -253,7 +273,7 @@ class _ChannelTunnel(Tunnel):
 
     def __init__(self, chan: paramiko.Channel) -> None:
         self.chan = chan
-        self.rfile, self.wfile = chan.makefile("rb"), chan.makefile("wb")
+        self.rfile, self.wfile = _File(chan, "rb"), _File(chan, "wb")
 
     def close_write(self) -> None:
         try:

@@ -13,6 +13,9 @@ def cost_table(doc: dict[str, Any]) -> Any:
     """A rich table of the ``cost --json`` document."""
     from rich.table import Table
 
+    from gpujob.ui.neutral import clean_doc
+
+    doc = clean_doc(doc, markup=True)  # job ids, states and currencies came from the hosts: text, never markup
     t = Table(box=None, header_style="bold")
     # a job id is never cut (it is what the next command takes); at a narrow width the other columns fold
     t.add_column("JOB", no_wrap=True, min_width=max([len(j["job_id"] or "?") for j in doc["jobs"]] + [3]))

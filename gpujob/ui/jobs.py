@@ -239,16 +239,21 @@ def _esc(text: str) -> str:
     return escape(text)
 
 
+def _t(value: Any) -> str:
+    """A host-supplied value in a rich markup line: text, never markup or an escape sequence."""
+    return _esc(clean(str(value)))
+
+
 def submitted(res: results.SubmitResult) -> None:
     follow = f"  follow: gpujob tail {res.job_id} -f    status: gpujob status {res.job_id}"
     if res.nodes:
-        print(f"{res.job_id} submitted to {len(res.nodes)} nodes: {res.host}")
-        print(follow)
+        print(clean(f"{res.job_id} submitted to {len(res.nodes)} nodes: {res.host}"))
+        print(clean(follow))
         return
     s, c = res.sync, console()
-    c.print(f"[bold]{res.job_id}[/] submitted to [cyan]{res.host}[/] ({res.state}); "
+    c.print(f"[bold]{_t(res.job_id)}[/] submitted to [cyan]{_t(res.host)}[/] ({_t(res.state)}); "
             f"synced {s['files_sent']} file(s), {s['bytes_sent'] / 1e6:.1f} MB, {s['unchanged']} unchanged")
-    c.print(follow)
+    c.print(_t(follow))
     large_code_warnings(s.get("large") or [])
 
 
@@ -294,22 +299,22 @@ def tunnel_ready(info: results.TunnelInfo) -> None:
     what = f"TensorBoard of {info.job_id}" if info.job_id else f"port {info.remote_port} of {info.host}"
     c = console()
     if info.note:
-        c.print(f"[yellow]{info.note}[/]")
-    c.print(f"{what}: [bold]{info.url}[/]   (Ctrl-C to stop the tunnel)")
+        c.print(f"[yellow]{_t(info.note)}[/]")
+    c.print(f"{_t(what)}: [bold]{_t(info.url)}[/]   (Ctrl-C to stop the tunnel)")
     via = (info.tensorboard or {}).get("via")
     if via:
-        c.print(f"[dim]served by {_esc(via['path'])} ({_TB_VIA.get(via['kind'], via['kind'])})[/]")
+        c.print(f"[dim]served by {_t(via['path'])} ({_t(_TB_VIA.get(via['kind'], via['kind']))})[/]")
     if info.autodl_url:
-        c.print(f"AutoDL custom service: {info.autodl_url}")
+        c.print(f"AutoDL custom service: {_t(info.autodl_url)}")
 
 
 def tensorboard_stopped(res: results.TensorBoardStop) -> None:
-    print(f"stopped TensorBoard of {res.job_id} (pid {res.pid})" if res.stopped
-          else f"no TensorBoard of {res.job_id} was running")
+    print(clean(f"stopped TensorBoard of {res.job_id} (pid {res.pid})" if res.stopped
+                else f"no TensorBoard of {res.job_id} was running"))
 
 
 def plotted(res: results.PlotResult) -> None:
-    console().print(f"{res.job_id}: {', '.join(res.keys)} → {res.path}")
+    console().print(f"{_t(res.job_id)}: {_t(', '.join(res.keys))} → {_t(res.path)}")
 
 
 def stopped(st: results.JobStatus) -> None:
@@ -318,23 +323,24 @@ def stopped(st: results.JobStatus) -> None:
 
     took = st.doc.get("supervisor_unresponsive")
     note = f" (ended by the stop command itself: {took})" if took and st.finished else ""
-    console().print(f"{st.job_id}: {st.state or None}{note}")
-    pids = ", ".join(str(p) for p in st.survivors)
+    console().print(_t(f"{st.job_id}: {st.state or None}{note}"))
+    pids = clean(", ".join(str(p) for p in st.survivors))
+    job = clean(str(st.job_id))
     pending = after_checkpoint_line(st.doc)
     if pending:
-        print(f"note: {st.job_id} is {pending}; follow it with gpujob status {st.job_id} -w", file=sys.stderr)
+        print(f"note: {job} is {clean(pending)}; follow it with gpujob status {job} -w", file=sys.stderr)
     elif not st.finished:
-        print(f"error: {st.job_id} has not stopped yet ({st.state}; still running: {pids or 'its supervisor'}); "
-              f"its grace may not be over: wait longer with gpujob stop {st.job_id} --wait SECONDS", file=sys.stderr)
+        print(f"error: {job} has not stopped yet ({clean(str(st.state))}; still running: {pids or 'its supervisor'}); "
+              f"its grace may not be over: wait longer with gpujob stop {job} --wait SECONDS", file=sys.stderr)
     elif st.doc.get("cgroup_note") and not st.survivors:  # no cgroup here: what "stopped" rests on
-        print(f"note: {st.doc['cgroup_note']}", file=sys.stderr)
+        print(f"note: {clean(str(st.doc['cgroup_note']))}", file=sys.stderr)
     if st.finished and st.survivors:
-        print(f"error: process(es) {pids} of {st.job_id} still run after SIGKILL (stuck in the kernel, or another "
+        print(f"error: process(es) {pids} of {job} still run after SIGKILL (stuck in the kernel, or another "
               f"user's); see them with: gpujob exec HOST -- ps -o pid,stat,user,cmd -p {pids}", file=sys.stderr)
 
 
 def resumed(res: results.ResumeResult) -> None:
-    console().print(f"{res.job_id}: resumed (was {res.previous})")
+    console().print(_t(f"{res.job_id}: resumed (was {res.previous})"))
 
 
 def pull_warnings(res: results.PullResult) -> None:
@@ -354,19 +360,19 @@ def pull_warnings(res: results.PullResult) -> None:
 def pulled(res: results.PullResult) -> None:
     sel = f" ({res.selected})" if res.selected else ""
     left = f", {len(res.held)} left out (being written)" if res.held else ""
-    console().print(f"{res.job_id}{sel}: {res.files} file(s), {res.bytes / 1e6:.1f} MB fetched, "
-                    f"{res.unchanged} already here{left} → {res.dest}")
+    console().print(_t(f"{res.job_id}{sel}: {res.files} file(s), {res.bytes / 1e6:.1f} MB fetched, "
+                       f"{res.unchanged} already here{left} → {res.dest}"))
 
 
 def moved(res: results.MoveResult) -> None:
     c = console()
     ck = f" from {res.checkpoint}" if res.checkpoint else " (checkpoint on shared storage)" \
         if res.source == "shared" else " from scratch (no complete checkpoint)"
-    c.print(f"[bold]{res.job_id}[/] moved {res.from_host} → [cyan]{res.to}[/] ({res.state}){_esc(ck)}; "
+    c.print(f"[bold]{_t(res.job_id)}[/] moved {_t(res.from_host)} → [cyan]{_t(res.to)}[/] ({_t(res.state)}){_t(ck)}; "
             f"{res.files} file(s), {res.bytes / 1e6:.1f} MB from {res.source}")
     if not res.old_marked:
         c.print(f"  {_esc(res.from_host)} did not answer: the job there is not marked moved; do not resume it there")
-    c.print(f"  follow: gpujob tail {res.job_id} -f")
+    c.print(f"  follow: gpujob tail {_t(res.job_id)} -f")
 
 
 def guarded(report: results.GuardReport) -> None:

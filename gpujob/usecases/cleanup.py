@@ -26,7 +26,7 @@ def remove_jobs(refs: list[str], agent_for: Callable[[str], Agent], host: str | 
             failed.append((ref, e))
             continue
         res["host"] = agent.host.name
-        index.forget({res["job_id"]})
+        index.forget({res["job_id"]}, agent.host.name)
         out.append(res)
     if failed:
         done = ", ".join(r["job_id"] for r in out) or "none"
@@ -44,6 +44,6 @@ def collect(agent: Agent, older_than_s: float, dry_run: bool, checkpoints_only: 
     if not dry_run:
         from gpujob.config import index
 
-        index.forget({i["job_id"] for i in doc["items"] if i["kind"] == "job"})
+        index.forget({i["job_id"] for i in doc["items"] if i["kind"] == "job"}, agent.host.name)
     return doc
 

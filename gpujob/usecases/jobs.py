@@ -132,7 +132,8 @@ def follow_logs(
                     if rc < 0:  # no exit status: the link went down, not the agent
                         raise ConnectError("the log stream closed before its header", "")
                     agent._parse("logs", Result(rc, rest, s.stderr_text().encode()))  # raises the agent's error
-                    raise ConnectError(f"unexpected answer from the agent: {rest[:200]!r}", "")
+                    # not a cut link: asking again gets the same answer (it was retried 30 times, for minutes)
+                    raise replies.unreadable(agent.endpoint.name, f"a log stream without its header ({rest[:200]!r})")
                 job, offset, lines, since = header[1], int(header[2]), None, None
                 if on_start is not None:
                     on_start(job, offset)

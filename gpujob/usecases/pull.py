@@ -21,7 +21,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Callable
 
 from gpujob.bundle import import_remote
-from gpujob.errors import GpujobError, Interrupted, RemoteError, link_cut
+from gpujob.errors import ConnectError, GpujobError, Interrupted, RemoteError, link_cut
 from gpujob.transport.agent import Agent
 
 wire: Any = import_remote("stream")  # not "stream": extract() takes one
@@ -43,13 +43,13 @@ def extract(stream: Any, dest: Path, on_bytes: Callable[[int], None] | None = No
     """Unpack a verified stream under ``dest`` (temporary name, hash check, rename). Links that
     resolve outside ``dest`` are not kept: they are listed under ``skipped``."""
     try:
-        res = wire.read_items(dest, stream, links_out=False, on_bytes=on_bytes)
+        res = wire.read_items(dest, stream, links_out=False, on_bytes=on_bytes, modes=0o777)  # no setuid/setgid
     except wire.TransferError as e:
         msg = str(e)
         if any(sign in msg for sign in _CUT_SIGNS):
             raise GpujobError(f"the link was cut during the pull ({msg})", AGAIN) from None
-        if msg.startswith("refusing"):
-            raise GpujobError(msg, "the remote tree is not trusted; nothing more was written") from None
+        if msg.startswith("refusing"):  # the host, not the user, is at fault: exit 3 like an unreadable reply
+            raise ConnectError(msg, "the remote tree is not trusted; nothing more was written") from None
         raise GpujobError(msg, f"the data arrived damaged; {AGAIN}") from None
     return {"files": res["written"], "bytes": res["bytes"], "skipped": res.get("skipped", []),
             "held": res.get("held", [])}
@@ -82,7 +82,8 @@ def dest_locked(dest: Path, on_wait: Callable[[str], None] | None = None) -> Ite
 
 
 def _say(text: str) -> None:
-    sys.stderr.write(text + "\n")
+    """A note on stderr; it quotes names the host sent: no control character (an escape sequence) passes."""
+    sys.stderr.write("".join(c for c in text if c.isprintable() or c == "\t") + "\n")
     sys.stderr.flush()
 
 
@@ -117,6 +118,7 @@ def plan_pull(target: Path, manifest: dict) -> tuple[list[Any], int, int]:
     return want, nbytes, same
 
 
+EXTRA = 64 << 20  # bytes a pull takes beyond twice what the manifest announced (growing logs)
 WRITE_WAIT = 30.0  # seconds a pull waits for a file the job is still writing, by default
 
 
@@ -173,9 +175,12 @@ def _pull(agent: Agent, args: list[str], dest: Path, progress: Callable[[int, in
                 note(f"{rel} is open for writing (pid {', '.join(map(str, pids))}): waiting up to "
                      f"{write_wait:g}s for the job to finish writing it")
         done = [0]
+        most = 2 * total + EXTRA  # the logs may grow between the manifest and the send; nothing else does
 
         def on_bytes(n: int) -> None:
             done[0] += n
+            if done[0] > most:  # a hostile host would fill the disk: what it announced bounds what is taken
+                raise wire.TransferError(f"refusing more than {most:,} bytes: the host announced {total:,}")
             if progress:
                 progress(done[0], total)
 

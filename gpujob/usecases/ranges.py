@@ -30,6 +30,7 @@ from typing import IO, Any, Callable
 
 from gpujob.bundle import import_remote
 from gpujob.errors import ConnectError, GpujobError, RemoteError, link_cut
+from gpujob.transport import replies
 from gpujob.transport.agent import Agent
 from gpujob.transport.base import Stream, Transport, Tunnel, TunnelRefused
 
@@ -41,6 +42,9 @@ SPAN = 4  # chunks per range: a cut loses at most this much of each channel's wo
 MAX_CHANNELS = 8
 SSHD_WINDOW = 2 << 20  # what OpenSSH's sshd lets one session channel have in flight
 RATE = 125e6  # bytes/s the channel count is sized to carry (1 Gbit)
+# bytes of a channel's answers (what it holds: ~70 per chunk of its ranges, 2 MB for 1 TB over 8 channels;
+# then a line or two): a hostile server's flood ends there
+ANSWERS_MAX = 4 << 20
 
 
 def _env_int(name: str, default: int) -> int:
@@ -110,22 +114,30 @@ class _Answers:
     """A served channel's answer lines as a ``range`` command's stdout reads; its last line,
     ``{"exit": N}``, is held back as the exit status."""
 
-    def __init__(self, rfile: IO[bytes]) -> None:
-        self.rfile = rfile
+    def __init__(self, rfile: IO[bytes], host: str) -> None:
+        self.rfile, self.host = rfile, host
         self.rc: int | None = None
         self.ended = False
+        self.left = ANSWERS_MAX  # what the honest server says is a few short lines
 
-    def readline(self) -> bytes:
+    def readline(self, limit: int = -1) -> bytes:
         if self.ended:
             return b""
         try:
-            line = self.rfile.readline()
+            line = self.rfile.readline(self.left + 1)
         except socket.timeout:
             raise
         except (OSError, ValueError, EOFError):  # cut, or dropped by kill()
             line = b""
+        self.left -= len(line)
+        if self.left < 0:
+            self.ended = True
+            raise replies.too_large(self.host, ANSWERS_MAX)
         if line.startswith(b'{"exit": '):
-            self.rc = int(json.loads(line)["exit"])
+            doc = replies.parse("range", self.host, line.decode("utf-8", "replace"))
+            if not doc or not isinstance(doc.get("exit"), int):
+                raise replies.unreadable(self.host, f"an exit line {line[:80]!r} from its range server")
+            self.rc = doc["exit"]
             line = b""
         self.ended = not line
         return line
@@ -137,10 +149,10 @@ class _Answers:
 class _Served(Stream):
     """One channel over a connection to the sync's ``range_serve`` process."""
 
-    def __init__(self, tunnel: Tunnel) -> None:
+    def __init__(self, tunnel: Tunnel, host: str) -> None:
         self.tunnel = tunnel
         self.stdin = tunnel.wfile
-        self.answers = _Answers(tunnel.rfile)
+        self.answers = _Answers(tunnel.rfile, host)
         self.stdout = self.answers  # type: ignore[assignment]
 
     def close_stdin(self) -> None:
@@ -200,7 +212,7 @@ class _Server:
             return None
         tunnel.wfile.write(f"{self.doc['token']}\n{json.dumps(head)}\n".encode())
         tunnel.wfile.flush()
-        return _Served(tunnel)
+        return _Served(tunnel, self.agent.endpoint.name)
 
     def close(self) -> None:
         """End the process (its stdin's EOF); every channel is done by now."""
@@ -302,11 +314,13 @@ class _Channel:
 
     def _answer(self) -> bytes:
         """The channel's next answer line, past its first (what it holds) if that is still unread."""
-        line = self.s.stdout.readline()
+        line = self.s.stdout.readline(ANSWERS_MAX + 1)
         if self.unread:
             self.unread = False
             if b'"have"' in line:
-                line = self.s.stdout.readline()
+                line = self.s.stdout.readline(ANSWERS_MAX + 1)
+        if len(line) > ANSWERS_MAX:
+            raise replies.too_large(self.agent.endpoint.name, ANSWERS_MAX)
         return line
 
     def _range(self, fd: int, out: Any, k: int, remote: list[str]) -> None:
@@ -346,9 +360,16 @@ AGAIN = "run submit again: finished files are skipped and a large file resumes a
 
 def _first_doc(agent: Agent, s: Stream) -> dict[str, Any]:
     """A served channel's first line, read as ``Agent.stream_doc`` reads a command's."""
-    line = s.stdout.readline()
+    try:
+        line = s.stdout.readline(ANSWERS_MAX + 1)
+    except replies.UnreadableReply:
+        s.kill()  # a flood goes on otherwise
+        raise
     if line:
-        doc = json.loads(line)
+        doc = replies.parse("range", agent.endpoint.name, line.decode("utf-8", "replace"))
+        if doc is None:
+            s.kill()
+            raise replies.unreadable(agent.endpoint.name, f"no JSON in its range server's first line {line[:80]!r}")
         if "error" not in doc:
             return doc
         s.kill()

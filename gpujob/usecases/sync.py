@@ -42,6 +42,7 @@ from typing import Any, Callable
 from gpujob.bundle import import_remote
 from gpujob.config.spec import JobSpec
 from gpujob.errors import ConnectError, GpujobError, RemoteError, link_cut
+from gpujob.transport import replies
 from gpujob.transport.agent import Agent
 from gpujob.usecases.ranges import Preopened, ranged, upload_ranged
 from gpujob.usecases.secrecy import check_home, check_size, declared_values, withhold
@@ -398,6 +399,7 @@ def _sync_planned(agent: Agent, spec: JobSpec, project: str, remote: dict, trees
                   s: Any, leased: list[str], progress: Callable[[int, int], None] | None,
                   pre: Preopened | None = None) -> SyncReport:
     try:
+        replies.check_manifest(agent.endpoint.name, remote, [t.prefix for t in trees])
         plan = plan_from(remote, trees, records)
     except StaleRecord:  # rare (a damaged record): the host's manifest decides instead
         if s is not None:

@@ -63,6 +63,7 @@ def run_tunnel(host: Host, remote_port: int, local_port: int | None, job: str | 
         info["installed"] = install_tensorboard(agent, job)
     if job:
         tb = ensure_tensorboard(agent, job, remote_port)
+        tb.setdefault("job_id", job)
         info.update(job_id=tb["job_id"], tensorboard=tb, autodl_url=tb.get("autodl_url"))
         if tb.get("port") and tb["port"] != remote_port:  # the asked-for port serves something else
             taken = tb.get("port_taken") or {}

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from .format import TransferError
+from .parts import is_tmp_name
 
 
 def check_name(name: Any) -> List[str]:
@@ -15,6 +16,8 @@ def check_name(name: Any) -> List[str]:
     parts = name.split("/")
     if ".." in parts or "" in parts or "." in parts:
         raise TransferError("refusing {!r}: it would land outside the destination".format(name))
+    if is_tmp_name(parts[-1]):  # a sender never lists one; a link there would be written through (a part file)
+        raise TransferError("refusing {!r}: the name of a receiver's temporary file".format(name))
     return parts
 
 

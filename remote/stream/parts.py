@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from typing import Any, List
 
+from .durable import NOFOLLOW
 from .format import CHUNK
 from .hashing import file_hash, sha256_of
 
@@ -72,7 +73,7 @@ def part_chunks(target: Path) -> List[str]:
 def save_sidecar(target: Path, chunks: List[str]) -> None:
     side = sidecar_path(target)
     tmp = side + ".tmp"
-    with open(tmp, "w") as f:
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | NOFOLLOW, 0o644), "w") as f:  # never through a link
         json.dump({"name": Path(target).name, "chunks": chunks, "chunk": CHUNK}, f)
     os.replace(tmp, side)
 

@@ -9,16 +9,19 @@ import zlib
 from pathlib import Path
 from typing import IO, Any, Callable, Dict, Iterable, Optional, Tuple
 
-from .durable import durable, remove, replace
+from .durable import NOFOLLOW, durable, remove, replace
 from .format import CHUNK, MAGIC, MAX_BATCH, MAX_HEAD, REC, TransferError, raise_on_signals
 from .guard import Guard
 from .hashing import HashCache, Hasher, small_hash
 from .parts import PART, drop_part, part_chunks, part_path, range_sidecars, save_sidecar, tmp_stem
 from .writers import FSYNC_EACH, Sink, Writers
 
+OUT_MAX = 1 << 20  # bytes one decompression step may give (a 208-byte bz2 bomb is 256 MiB of zeros)
+
 
 class _Source:
-    """Exact reads from a stream, decompressed when it starts with gzip, xz or bz2 magic."""
+    """Exact reads from a stream, decompressed when it starts with gzip, xz or bz2 magic, at most
+    ``OUT_MAX`` bytes a step: what is held is what a read asked for, whatever the ratio."""
 
     def __init__(self, raw: Any) -> None:
         self.raw = raw
@@ -26,35 +29,50 @@ class _Source:
         self.buf = b""
         self.pos = 0
         self.dec = None  # type: Any
-        head = b""
-        while len(head) < 6:
+        self.head = b""
+        while len(self.head) < 6:
             more = self.read1(1 << 16)
             if not more:
                 break
-            head += more
-        if head[:2] == b"\x1f\x8b":
+            self.head += more
+        if self.head[:2] == b"\x1f\x8b":
             self.dec = zlib.decompressobj(31)
-        elif head[:3] == b"BZh":
+        elif self.head[:3] == b"BZh":
             import bz2
 
             self.dec = bz2.BZ2Decompressor()
-        elif head[:6] == b"\xfd7zXZ\x00":
+        elif self.head[:6] == b"\xfd7zXZ\x00":
             import lzma
 
             self.dec = lzma.LZMADecompressor()
-        self.buf = self._decode(head)
         if self.read(len(MAGIC)) != MAGIC:
             raise TransferError("not a gpujob stream (or an empty one)")
 
-    def _decode(self, data: bytes) -> bytes:
-        if self.dec is None or not data:
+    def _raw(self) -> bytes:
+        if self.head:
+            data, self.head = self.head, b""
             return data
-        if getattr(self.dec, "eof", False):
-            return b""
-        try:
-            return self.dec.decompress(data)
-        except (zlib.error, OSError, EOFError, ValueError) as e:
-            raise TransferError("corrupt compressed stream: {}".format(e)) from None
+        return self.read1(1 << 16)
+
+    def _more(self) -> bytes:
+        """The stream's next bytes (b"" at its end): at most ``OUT_MAX`` decompressed ones."""
+        if self.dec is None:
+            return self._raw()
+        zlib_tail = hasattr(self.dec, "unconsumed_tail")  # zlib keeps what it did not take; bz2 and xz hold it
+        while not getattr(self.dec, "eof", False):
+            if zlib_tail:
+                data = self.dec.unconsumed_tail or self._raw()
+            else:
+                data = self._raw() if self.dec.needs_input else b""
+            if not data and not zlib_tail and self.dec.needs_input:
+                return b""
+            try:
+                out = self.dec.decompress(data, OUT_MAX)  # with no input: what it still holds
+            except (zlib.error, OSError, EOFError, ValueError) as e:
+                raise TransferError("corrupt compressed stream: {}".format(e)) from None
+            if out or not data:
+                return out
+        return b""
 
     def read(self, n: int) -> bytes:
         """``n`` bytes, fewer only at the end of the stream."""
@@ -67,10 +85,9 @@ class _Source:
         got = avail
         self.buf, self.pos = b"", 0
         while got < n:
-            data = self.read1(1 << 16)
+            data = self._more()
             if not data:
                 break
-            data = self._decode(data)
             if got + len(data) > n:
                 take = n - got
                 pieces.append(data[:take])
@@ -128,13 +145,15 @@ def _ints(*vals: Any) -> bool:
 
 
 def read_items(base: Path, stream: IO[bytes], links_out: bool = True, cache: Optional[HashCache] = None,
-               on_bytes: Optional[Callable[[int], None]] = None, sync: bool = True) -> Dict[str, Any]:
+               on_bytes: Optional[Callable[[int], None]] = None, sync: bool = True,
+               modes: int = 0o7777) -> Dict[str, Any]:
     """Apply a stream written by ``write_items`` under ``base``.
 
     Returns ``{"written", "deleted", "bytes"}`` (bytes = file bytes received). Everything that
     arrived verified is kept on a cut or refused stream (the part file of a large file keeps its
     verified chunks), and the error is raised. With ``sync``, the small files written are made
     durable (an fsync each when they are few, else one ``syncfs``) before the hash cache is saved.
+    ``modes``: the mode bits a file may get (a pull's 0o777: a host never plants a setuid file here).
     """
     base.mkdir(parents=True, exist_ok=True)
     res = {"written": 0, "deleted": 0, "bytes": 0}
@@ -153,9 +172,9 @@ def read_items(base: Path, stream: IO[bytes], links_out: bool = True, cache: Opt
                     res.setdefault("held", []).extend(str(x) for x in head["held"])
                 break
             if kind == b"B":
-                _batch(src, head, guard, writers, made, base_s, res)
+                _batch(src, head, guard, writers, made, base_s, res, modes)
             elif kind == b"F":
-                _large(src, head, guard, made, base_s, cache, on_bytes, res)
+                _large(src, head, guard, made, base_s, cache, on_bytes, res, modes)
             elif kind == b"X":
                 writers.drain()
                 dels = head.get("delete", []) if isinstance(head, dict) else None
@@ -190,7 +209,7 @@ def _mkparent(parent: str, made: set) -> None:
 
 
 def _batch(src: _Source, ents: Any, guard: Guard, writers: Writers, made: set, base_s: str,
-           res: Dict[str, Any]) -> None:
+           res: Dict[str, Any], modes: int = 0o7777) -> None:
     if not isinstance(ents, list):
         raise TransferError("corrupt stream: a bad batch record")
     total = 0
@@ -219,7 +238,7 @@ def _batch(src: _Source, ents: Any, guard: Guard, writers: Writers, made: set, b
             parent, leaf = guard.place(name)
             _mkparent(parent, made)
             target = parent + "/" + leaf
-            writers.put(parent + "/" + tmp_stem(leaf) + PART, target, data, e[2] & 0o7777, e[3], e[5],
+            writers.put(parent + "/" + tmp_stem(leaf) + PART, target, data, e[2] & modes, e[3], e[5],
                         base_s + "/" + name)
         elif kind == "d":
             if len(e) != 3 or not _ints(e[2]):
@@ -254,7 +273,7 @@ def _batch(src: _Source, ents: Any, guard: Guard, writers: Writers, made: set, b
 
 
 def _large(src: _Source, head: Any, guard: Guard, made: set, base_s: str, cache: Optional[HashCache],
-           on_bytes: Optional[Callable[[int], None]], res: Dict[str, Any]) -> None:
+           on_bytes: Optional[Callable[[int], None]], res: Dict[str, Any], modes: int = 0o7777) -> None:
     try:
         name, mode, mtime, size, off = head["n"], head["mode"], head["mtime"], head["size"], head["off"]
     except (KeyError, TypeError):
@@ -276,7 +295,7 @@ def _large(src: _Source, head: Any, guard: Guard, made: set, base_s: str, cache:
         if os.stat(tmp).st_nlink > 1:  # never write into a hard-linked inode
             shutil.copyfile(tmp, tmp + ".x")
             os.replace(tmp + ".x", tmp)
-        fh = open(tmp, "r+b")
+        fh = os.fdopen(os.open(tmp, os.O_RDWR | NOFOLLOW), "r+b")  # never through a link
         fh.truncate(off)
         fh.seek(off)
     else:
@@ -319,7 +338,7 @@ def _large(src: _Source, head: Any, guard: Guard, made: set, base_s: str, cache:
     if doc.get("h") != got:
         drop_part(target)
         raise TransferError("{}: content hash mismatch (sent {}, received {})".format(name, str(doc.get("h"))[:12], got[:12]))
-    os.chmod(tmp, mode & 0o7777)
+    os.chmod(tmp, mode & modes)
     os.utime(tmp, ns=(mtime, mtime))
     replace(tmp, str(target))
     drop_part(target)

@@ -110,7 +110,8 @@ def _readdress(host: Host) -> bool:
     fields = commands.address(host)
     before = host.address
     for k, v in fields.items():
-        setattr(host, k, v)
+        if k in ("hostname", "port", "user"):  # where to log in; never which key (a provider's API printed the line)
+            setattr(host, k, v)
     if host.address != before:
         from gpujob.transport import mux
 
