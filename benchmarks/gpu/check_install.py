@@ -47,6 +47,7 @@ def missing(reqs: list[str]) -> tuple[list[str], dict[str, str]]:
     out, have = [], {}
     for req in reqs:
         name, _, low = req.partition(">=")
+        name = name.split("[")[0]  # "jsonargparse[signatures]": the distribution's own name
         low = low.split(",")[0].strip()  # "pathspec>=1.1,<2": the lower bound only
         try:
             v = metadata.version(name.strip())

@@ -232,7 +232,12 @@ def gpu_sampling(rec: dict, gj: Gpujob, shapes: Shapes, out: Path, dry_run: bool
 
 # ---- doctor ---------------------------------------------------------------------------------
 def doctor(rec: dict, gj: Gpujob, out: Path, dry_run: bool) -> None:
-    rep = gj.cli("doctor", "local", "--torch-timeout", "90", timeout=150)
+    # doctor exits 1 when a line is ✗ (docs/cli.md): its document still says which, and the checks below judge it
+    rc, text = run_cmd([gj.python, "-m", "gpujob.cli", "doctor", "local", "--torch-timeout", "90", "--json"], gj.env(), 150)
+    try:
+        rep = json.loads(text)
+    except ValueError:
+        raise StepFailed(f"gpujob doctor exited {rc} without JSON: {text[-800:]}") from None
     out.write_text(json.dumps(rep, indent=1))
     nv, tr = rep.get("nvidia") or {}, rep.get("torch") or {}
     rec["nvidia"] = {k: nv.get(k) for k in ("nvidia_smi", "driver", "cuda", "gpus", "error")}
