@@ -805,15 +805,19 @@ def stray_paths(code: PathLike, since: float, ckpt: Optional[PathLike] = None,
     known = set()  # type: Set[str]
     out = []  # type: List[Path]
     places = [Path(code)]
+    inside = ""  # the checkpoint folder when it lies in the code (checkpoint.dir: a folder of it): its own walk
     if ckpt is not None and Path(ckpt).is_dir():
         known = {os.path.realpath(str(c.path)) for c in find(ckpt, pattern, check=False)}
         if os.path.realpath(str(ckpt)) != os.path.realpath(str(code)):
             places.append(Path(ckpt).resolve())
+            inside = os.path.realpath(str(ckpt))
     for base in places:
         if not base.is_dir():
             continue
         for _rel, c in _walk_classified(base, STRAY_DEPTH + (FIND_DEPTH if base != places[0] else 0), since):
             real = os.path.realpath(str(c.path))
+            if base == places[0] and inside and (real == inside or real.startswith(inside + "/")):
+                continue
             if _looks_periodic(c) and real not in known and not any(real.startswith(k + "/") for k in known):
                 out.append(c.path)
     return out
