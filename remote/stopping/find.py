@@ -46,6 +46,11 @@ def _btime() -> float:
     return 0.0
 
 
+# /proc/stat's boot time is whole seconds (and the wall clock may have been stepped since boot), so a
+# process's start read from /proc can come out up to a second before the moment it really started
+START_SLACK = 2.0
+
+
 def started(pid: int) -> float:
     """When ``pid`` started (epoch seconds; 0 if unknown)."""
     st = _stat(pid)
@@ -134,7 +139,7 @@ def find(job_id: str, job_dir: str, root_pid: Optional[int] = None, reaper: Opti
             continue
         if st[4] == "0" and _under(pid, code, job):
             found.add(pid)
-        elif gpu and pid in gpu and st[4] == "0" and started(pid) >= since:
+        elif gpu and pid in gpu and st[4] == "0" and started(pid) >= since - START_SLACK:
             env = procs._environ(pid)
             if b"GPUJOB_JOB_DIR=" not in env or mine in env:  # another job's GPU process is not ours
                 found.add(pid)
