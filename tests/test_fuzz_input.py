@@ -108,7 +108,7 @@ def _check(text: str, overrides: list[str], base: Path) -> None:
     assert re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}", s.name), s.name
     assert all(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k) and "\0" not in v for k, v in s.env.items()), s.env
     assert s.gpus in (None, "all") or (type(s.gpus) is int and 0 <= s.gpus <= MAX_GPUS)
-    assert 0 <= s.retry.max_restarts <= MAX_RESTARTS and 1 <= s.checkpoint_keep <= MAX_KEEP
+    assert 0 <= s.retry.max_restarts <= MAX_RESTARTS and 0 <= s.checkpoint_keep <= MAX_KEEP  # 0: the script rotates its own
     for seconds in (s.retry.backoff, s.stop_grace):
         assert math.isfinite(seconds) and 0 <= seconds <= MAX_DURATION
     json.dumps(s.to_remote(), allow_nan=False)  # what the agent receives: plain, finite JSON
