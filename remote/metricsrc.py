@@ -19,6 +19,7 @@ elsewhere: ``progress(job)``.
 """
 
 import json
+import math
 import os
 import re
 import struct
@@ -183,6 +184,16 @@ def total_from_epochs(rows: List[Dict[str, Any]], epochs: Optional[int]) -> Opti
             hi = step / float(e) if hi is None else min(hi, step / float(e))
     if len(seen) < 2 or hi is None or hi < lo:
         return None  # no epoch change seen (or the records disagree: a restart's): no guess
+    # records logged every g steps (Lightning's log_every_n_steps, a loop's print every 10): an epoch
+    # is most likely a whole number of them; the middle of those the bounds allow (7.5..9 by 2: 8, not 8.25)
+    g = 0
+    steps = sorted({int(r["step"]) for r in rows if isinstance(r.get("step"), (int, float))})
+    for a, b in zip(steps, steps[1:]):
+        g = math.gcd(g, b - a)
+    if g > 1:
+        grid = [k * g for k in range(int(math.ceil(lo / g)), int(math.floor(hi / g)) + 1)]
+        if grid:
+            return int(round((grid[0] + grid[-1]) / 2.0 * epochs))
     return int(round((lo + hi) / 2.0 * epochs))
 
 

@@ -112,7 +112,9 @@ def watch(root: Root, ref: str, points: int = 60) -> Dict[str, Any]:
     attempts = detail.get("attempts") or [{}]
     if float(prog.get("t") or 0) < float(attempts[-1].get("started_at") or 0):
         prog = {}  # an earlier attempt's bar
-    prog, last = _with_unread(job, source, prog, last)
+    prog, last, took = _with_unread(job, source, prog, last)
+    if source is None and took:  # the log's first metrics, printed before the Collector's first read of them
+        source = "log"
     if not prog.get("total"):
         hints = metricsrc.run_hints(job.spec_data(), job.code)  # metrics.total, GPUJOB_MAX_*, run flags, its config
         total = hints.get("max_steps") or metricsrc.total_from_epochs(rows, hints.get("epochs"))
@@ -129,13 +131,15 @@ def _num(v: Any) -> float:
 
 
 def _with_unread(job: JobDir, source: Optional[str], prog: Dict[str, Any],
-                 last: Dict[str, Any]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+                 last: Dict[str, Any]) -> Tuple[Dict[str, Any], Dict[str, Any], bool]:
     """``prog`` and ``last`` with what the log printed since the Collector last read it: the
     step status shows is the log's newest, not one up to a collect interval old. A step is
-    taken only when newer (the tail is parsed without the earlier lines' context)."""
+    taken only when newer (the tail is parsed without the earlier lines' context). The third
+    value: whether metric records from the tail were taken (with no source yet, the log is it)."""
     from remote import metricsrc
 
     recs, fresh = metricsrc.unread(job, job.spec_data())
+    took = False
     if _num(fresh.get("step")) > _num(prog.get("step")):
         prog = dict(prog, step=fresh["step"], t=fresh.get("t"), rate=fresh.get("rate") or prog.get("rate"))
     if source in (None, "log"):  # a metrics file or events the script writes are read whole, not lagging
@@ -144,7 +148,8 @@ def _with_unread(job: JobDir, source: Optional[str], prog: Dict[str, Any],
             last = dict(last)
             for r in recs:
                 last.update(r)
-    return prog, last
+            took = True
+    return prog, last, took
 
 
 def _rate(timed: List[Tuple[float, float]]) -> Optional[float]:

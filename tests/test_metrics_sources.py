@@ -421,7 +421,10 @@ def test_total_from_epochs() -> None:
     assert total_from_epochs(lightning, None) is None
     # an accelerate loop printing "epoch E step S" every 10 steps, 40 an epoch: [40, 43.3) a epoch
     acc = [{"step": s, "epoch": (s - 1) // 40} for s in range(10, 170, 10)]
-    assert total_from_epochs(acc, 4) == 167 and total_from_epochs(acc[:5], 4) == 180
+    # its steps come by 10: an epoch of 40..43.3 is 40 (the truth, 160), not the middle 41.7 (167)
+    assert total_from_epochs(acc, 4) == 160 and total_from_epochs(acc[:5], 4) == 180
+    # Lightning read mid-run: step 15 the last of epoch 1 allows 7.5..9 an epoch; by 2s that is 8
+    assert total_from_epochs([{"step": s, "epoch": float(s // 8)} for s in range(1, 16, 2)], 6) == 48
 
 
 def test_a_lightning_job_with_its_default_bar_and_logger(tmp_path: Path) -> None:

@@ -56,7 +56,7 @@ def status_doc(doc: dict[str, Any]) -> dict[str, Any]:
     eta = None
     if rate and total and isinstance(step, (int, float)) and job.get("state") == "running":
         eta = max(0.0, (total - step) / rate)
-    lk = loss_key(series)
+    lk = loss_key(series) or loss_key(latest)  # the log's first lines are read at status time, before any series
     job.update(
         latest_metrics=latest,
         series=series,
