@@ -219,9 +219,11 @@ def read_samples(path: Path) -> List[Dict[str, Any]]:
 
 def latest(path: Path, since: float = 0.0) -> Optional[Dict[str, Any]]:
     """The sampler's newest sample, ``{"t", "now": [{index, util, mem_used}]}``, if taken at or after
-    ``since``: what ``ls`` shows per running job, from the file's tail (no nvidia-smi call)."""
+    ``since``: what ``ls`` shows per running job, from the file's tail (no nvidia-smi call). A sample's
+    ``t`` is whole seconds (the sampler floors it): one taken in the second ``since`` falls in counts
+    (compared with the float, the first sample of a run was dropped until the next one came)."""
     rec = last_json_line(path)
-    if not isinstance(rec, dict) or not isinstance(rec.get("gpus"), list) or float(rec.get("t") or 0) < since:
+    if not isinstance(rec, dict) or not isinstance(rec.get("gpus"), list) or float(rec.get("t") or 0) < int(since):
         return None
     return {"t": rec.get("t"), "now": [{k: g.get(k) for k in ("index", "util", "mem_used")}
                                        for g in rec["gpus"] if isinstance(g, dict)]}
