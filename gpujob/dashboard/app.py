@@ -149,7 +149,7 @@ def build_app(hub: Hub, token: str, port_of: Callable[[], int], pull_dir: str = 
                     if quiet >= KEEPALIVE_S:
                         quiet = 0.0
                         yield ": keepalive\n\n"
-                    log.revive((watcher.doc or {}).get("state"))
+                    log.revive(watcher.doc or {})
                     await asyncio.sleep(0.25)
             finally:
                 log.close()

@@ -29,6 +29,7 @@ class LogFollower:
         self.cancel = threading.Event()
         self.thread: threading.Thread | None = None
         self.started = 0.0
+        self.attempt: Any = None  # the newest attempt the job page saw while this follow ran
 
     def start(self) -> None:
         self.started = time.monotonic()
@@ -36,10 +37,17 @@ class LogFollower:
                                        name=f"log-{self.host}/{self.job_id}")
         self.thread.start()
 
-    def revive(self, state: str | None) -> None:
-        """Follow again if the log had ended but the job runs again (resumed)."""
-        if (self.thread is not None and not self.thread.is_alive() and self.lines.empty() and state in LIVE
-                and time.monotonic() - self.started >= RESTART_GAP_S):
+    def revive(self, doc: dict[str, Any]) -> None:
+        """Follow again if the log had ended but the job ran again since (resumed): it runs now, or
+        its attempt number grew (an attempt that ended before the page looked still wrote lines)."""
+        state, attempt = doc.get("state"), doc.get("attempt")
+        if self.thread is None or self.thread.is_alive() or not self.lines.empty():
+            if isinstance(attempt, int):
+                self.attempt = attempt
+            return
+        newer = isinstance(attempt, int) and isinstance(self.attempt, int) and attempt > self.attempt
+        if newer or (state in LIVE and time.monotonic() - self.started >= RESTART_GAP_S):
+            self.attempt = attempt if isinstance(attempt, int) else self.attempt
             self.start()
 
     def take(self, most: int = 500) -> list[Event]:
