@@ -48,10 +48,20 @@ class Ledger:
         self.path = path
         self.db = sqlite3.connect(str(path), timeout=30.0, isolation_level=None)
         self.db.execute("PRAGMA busy_timeout=30000")
-        if self.db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-            self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")
-        self.db.executescript(SCHEMA)
+        # switching a new file to WAL, and its first schema, take a lock that SQLite does not wait for
+        # (busy at once when another process opens it the same instant): tried again, as the busy wait would
+        deadline = time.monotonic() + 30.0
+        while True:
+            try:
+                if self.db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                    self.db.execute("PRAGMA journal_mode=WAL")
+                self.db.execute("PRAGMA synchronous=NORMAL")
+                self.db.executescript(SCHEMA)
+                break
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) and "busy" not in str(e) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
         path.chmod(0o600)
 
     def close(self) -> None:
