@@ -210,7 +210,7 @@ def test_pull_follow_keeps_each_new_checkpoint_through_a_dropped_link(sshd: Sshd
             out, err = p.communicate(timeout=120)
         finally:
             p.kill()
-        assert p.returncode == 0, err
+        assert p.returncode == 0, err + out  # with --json the error is the document on stdout
         res = json.loads(out)
         assert res["state"] == "succeeded" and res["pulled"][-1] == "ckpt/checkpoint-21", res
         steps = [int(s.rsplit("-", 1)[1]) for s in res["pulled"]]

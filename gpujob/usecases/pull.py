@@ -46,8 +46,8 @@ def extract(stream: Any, dest: Path, on_bytes: Callable[[int], None] | None = No
         res = wire.read_items(dest, stream, links_out=False, on_bytes=on_bytes, modes=0o777)  # no setuid/setgid
     except wire.TransferError as e:
         msg = str(e)
-        if any(sign in msg for sign in _CUT_SIGNS):
-            raise GpujobError(f"the link was cut during the pull ({msg})", AGAIN) from None
+        if any(sign in msg for sign in _CUT_SIGNS):  # the link, not the user (exit 3): `pull --follow` waits it out
+            raise ConnectError(f"the link was cut during the pull ({msg})", AGAIN) from None
         if msg.startswith("refusing"):  # the host, not the user, is at fault: exit 3 like an unreadable reply
             raise ConnectError(msg, "the remote tree is not trusted; nothing more was written") from None
         raise GpujobError(msg, f"the data arrived damaged; {AGAIN}") from None
