@@ -392,6 +392,13 @@ def cmd_idle_shutdown(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     return power.install_idle_watch(root, a.minutes, req.get("command"))
 
 
+def cmd_authkeys(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+    """Add or remove a public key where this host's sshd reads them (``host rekey``); stdin: the request."""
+    from remote import authkeys
+
+    return authkeys.change(json.loads(sys.stdin.read() or "{}"))
+
+
 def cmd_idle_watch(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     from remote import power
 
@@ -575,6 +582,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--older-than", type=float, required=True, help="seconds")
     s.add_argument("--dry-run", action="store_true")
     s.add_argument("--checkpoints-only", action="store_true")
+    sub.add_parser("authkeys")
     s = sub.add_parser("idle_shutdown")
     s.add_argument("--minutes", type=float, default=0.0)
     s = sub.add_parser("idle_watch")

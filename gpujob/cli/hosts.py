@@ -63,10 +63,32 @@ def cmd_host_ls(args: argparse.Namespace) -> int:
     from gpujob.ui import hosts as ui
     from gpujob.ui.output import show
     from gpujob.usecases.hostsetup import profile
+    from gpujob.usecases.rekey import on_shared_key
 
-    hosts = host_store().all()
-    show([profile(h) for h in hosts], args.json, lambda _: ui.host_list(hosts))
+    store = host_store()
+    hosts, shared = store.all(), on_shared_key(store)
+
+    def draw(_: object) -> None:
+        ui.host_list(hosts)
+        ui.shared_key_note(shared)
+
+    show([{**profile(h), **({"shared_key": True} if h.name in shared else {})} for h in hosts], args.json, draw)
     return 0
+
+
+def cmd_host_rekey(args: argparse.Namespace) -> int:
+    from gpujob.errors import GpujobError
+    from gpujob.ui import hosts as ui
+    from gpujob.ui.output import show
+    from gpujob.usecases.rekey import rekey_all, rekey_host
+
+    if bool(args.name) == bool(args.all):
+        raise GpujobError("name one host or pass --all", "gpujob host rekey NAME, or gpujob host rekey --all")
+    done = rekey_all() if args.all else [rekey_host(args.name)]
+    show(done if args.all else done[0], args.json, lambda _: ui.rekeyed(done))
+    if any("error" in d for d in done):
+        return 3  # each such host was left as it was
+    return 0 if all(d["old_key_refused"] or d["kept_for"] for d in done) else 1
 
 
 def cmd_host_rm(args: argparse.Namespace) -> int:

@@ -18,6 +18,7 @@ from gpujob.cli.hosts import (
     cmd_host_ls,
     cmd_host_off,
     cmd_host_on,
+    cmd_host_rekey,
     cmd_host_rm,
     cmd_host_set,
     cmd_host_state,
@@ -245,6 +246,10 @@ def build_parser() -> argparse.ArgumentParser:
     add("ls", cmd_host_ls, "list host profiles", hsub)
     s = add("rm", cmd_host_rm, "remove a host profile", hsub)
     s.add_argument("name")
+    s = add("rekey", cmd_host_rekey, "give a profile a new key of its own and take its old (shared) key off the host",
+            hsub)
+    s.add_argument("name", nargs="?")
+    s.add_argument("--all", action="store_true", help="every profile still on gpujob's shared key")
     s = add("trust", cmd_host_trust, "accept a host's new key (after an image change)", hsub)
     s.add_argument("name")
     s = add("on", cmd_host_on, "power a host on with its power.on command; wait until it answers over SSH", hsub)

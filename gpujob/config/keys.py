@@ -27,12 +27,34 @@ def host_key_path(name: str) -> Path:
     return config_dir() / "keys" / f"{name}_ed25519"
 
 
+def pending_key_path(name: str) -> Path:
+    """A new key of profile ``name`` while ``host rekey`` installs and tries it; renamed to
+    ``host_key_path`` once the host takes it (one left behind is tried on the next rekey)."""
+    return config_dir() / "keys" / f"{name}_ed25519.rekey"
+
+
+def uses_shared_key(host: object) -> bool:
+    """An SSH profile that logs in with the shared key: no key of its own, no ``--identity``."""
+    name = getattr(host, "name", "")
+    return (getattr(host, "kind", "ssh") == "ssh" and not getattr(host, "identity_file", None)
+            and not host_key_path(name).exists())
+
+
+def adopt_key(name: str, path: Path) -> Path:
+    """Make the key at ``path`` (and its .pub) profile ``name``'s own; its new path."""
+    own = host_key_path(name)
+    path.replace(own)  # the key first: the profile logs in with it from here on
+    pub_path(path).replace(pub_path(own))
+    return own
+
+
 def pub_path(path: Path) -> Path:
     return path.with_name(path.name + ".pub")  # not with_suffix: a profile's name may hold a '.'
 
 
-def _generate(path: Path) -> Path:
-    """A new Ed25519 key (OpenSSH format) at ``path``, mode 0600, its ``.pub`` beside it."""
+def generate(path: Path, comment: str | None = None) -> Path:
+    """A new Ed25519 key (OpenSSH format) at ``path``, mode 0600, its ``.pub`` beside it (comment
+    ``gpujob-<file name>``, or ``gpujob`` for the shared key)."""
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -41,24 +63,32 @@ def _generate(path: Path) -> Path:
     priv = k.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption())
     pub = k.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
     write_private(path, priv)
-    pub_path(path).write_bytes(pub + b" gpujob" + (b"-" + path.name.encode() if path != key_path() else b"") + b"\n")
+    if comment is None:
+        comment = "gpujob" + ("-" + path.name if path != key_path() else "")
+    pub_path(path).write_bytes(pub + b" " + comment.encode() + b"\n")
     return path
 
 
 def ensure_client_key() -> Path:
     """gpujob's shared client key, made on first use; its path."""
     path = key_path()
-    return path if path.exists() else _generate(path)
+    return path if path.exists() else generate(path)
 
 
 def ensure_host_key(name: str) -> Path:
     """Profile ``name``'s own key, made if missing; its path."""
     path = host_key_path(name)
-    return path if path.exists() else _generate(path)
+    return path if path.exists() else generate(path)
 
 
 def remove_host_key(name: str) -> None:
     for p in (host_key_path(name), pub_path(host_key_path(name))):
+        p.unlink(missing_ok=True)
+    remove_pending_key(name)
+
+
+def remove_pending_key(name: str) -> None:
+    for p in (pending_key_path(name), pub_path(pending_key_path(name))):
         p.unlink(missing_ok=True)
 
 

@@ -19,11 +19,11 @@ DEFAULT_LIMIT = 16 * MiB
 # bytes of one reply; a tree's manifest is the large one (a 100,000-file project is ~20 MB)
 LIMITS = {"status": 16 * MiB, "watch": 16 * MiB, "manifest": 128 * MiB, "sync": 128 * MiB, "send": 128 * MiB,
           "hello": MiB, "gpus": MiB, "port": MiB, "unlease": MiB, "pulled": MiB, "moved": MiB, "resume": MiB,
-          "stop": MiB, "submit": 4 * MiB, "agentlog": 16 * MiB}
+          "stop": MiB, "submit": 4 * MiB, "agentlog": 16 * MiB, "authkeys": MiB}
 # seconds a verb may take when its caller names no timeout: quick reads in seconds, not 600
 # (a verb that may wait on a job's lock, such as resume or stop, keeps the long one)
 TIMEOUTS = {"status": 30.0, "watch": 30.0, "hello": 20.0, "gpus": 60.0, "port": 30.0, "tb": 60.0, "agentlog": 60.0,
-            "pulled": 60.0, "unlease": 30.0}
+            "pulled": 60.0, "unlease": 30.0, "authkeys": 60.0}
 DEFAULT_TIMEOUT = 600.0
 MAX_DEPTH = 64
 SERVE_OVERHEAD = 2  # the kept agent wraps a reply in a JSON string: escaping at most doubles ASCII text
@@ -237,10 +237,20 @@ def _collected(doc: dict) -> str | None:
     return None
 
 
+def _authkeys(doc: dict) -> str | None:
+    """``authkeys`` (host rekey): the file a key went into, the lines removed per file."""
+    removed = doc.get("removed", {})
+    if not (doc.get("added") is None or isinstance(doc["added"], str)) or not isinstance(removed, dict) or not all(
+            isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in removed.items()):
+        return "'added' or 'removed' is not what it should be"
+    return None
+
+
 # the fields each verb's readers index into; a verb not named here must answer a JSON object
 SHAPES: dict[str, Callable[[dict], str | None]] = {"status": _jobs, "watch": _job, "send": _manifest,
                                                    "range_serve": _range_serve, "range": _range, "tb": _tb,
-                                                   "rm": _removed, "gc": _collected, "submit": _submitted}
+                                                   "rm": _removed, "gc": _collected, "submit": _submitted,
+                                                   "authkeys": _authkeys}
 
 
 def parse(verb: str, host: str, text: str) -> Any:

@@ -90,8 +90,10 @@ def forget_host_key(target: Target) -> bool:
     return found
 
 
-def open_client(target: Target, password: str | None = None, retries: int | None = None) -> paramiko.SSHClient:
-    """Connect and authenticate, retrying refused or timed-out connects with backoff."""
+def open_client(target: Target, password: str | None = None, retries: int | None = None,
+                only_key: bool = False) -> paramiko.SSHClient:
+    """Connect and authenticate, retrying refused or timed-out connects with backoff. ``only_key``: with
+    the endpoint's key alone, never an ssh-agent's (``host rekey`` proves what a key opens)."""
     host = as_endpoint(target)
     if retries is None:
         retries = int(os.environ.get("GPUJOB_CONNECT_RETRIES", "3"))
@@ -110,7 +112,7 @@ def open_client(target: Target, password: str | None = None, retries: int | None
                 host.hostname, port=host.port, username=host.user, password=password, pkey=pkey,
                 key_filename=key_files, timeout=host.connect_timeout, banner_timeout=host.connect_timeout,
                 auth_timeout=host.connect_timeout, look_for_keys=False, transport_factory=gcm_first,
-                allow_agent=password is None and not os.environ.get("GPUJOB_NO_SSH_AGENT"),
+                allow_agent=password is None and not only_key and not os.environ.get("GPUJOB_NO_SSH_AGENT"),
             )
             tr = client.get_transport()
             assert tr is not None
@@ -394,9 +396,9 @@ def grow_windows(tr: paramiko.Transport, size: int, timeout: float) -> None:
 class SSHTransport(Transport):
     """A paramiko connection to ``host``; commands run through the login user's shell."""
 
-    def __init__(self, target: Target, password: str | None = None) -> None:
+    def __init__(self, target: Target, password: str | None = None, only_key: bool = False) -> None:
         super().__init__(target)
-        self.client = open_client(self.endpoint, password=password)
+        self.client = open_client(self.endpoint, password=password, only_key=only_key)
 
     @property
     def _transport(self) -> paramiko.Transport:

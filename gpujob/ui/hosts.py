@@ -81,6 +81,41 @@ def disconnected(doc: dict[str, Any]) -> None:
     print(f"closed the kept connection to {name}" if doc["closed"] else f"no connection to {name} was kept open")
 
 
+def rekeyed(done: list[dict[str, Any]]) -> None:
+    """``host rekey``: per host, what was done and what was verified (a failure on stderr)."""
+    from gpujob.ui.neutral import clean
+
+    if not done:
+        print("no profile logs in with gpujob's shared key: nothing to do")
+    for d in done:
+        if "error" in d:
+            print(f"✗ {d['host']}: {clean(d['error'])} (left as it was)" + (f"; {clean(d['remedy'])}" if d.get("remedy") else ""),
+                  file=sys.stderr)
+            continue
+        old = "gpujob's shared key" if d["was"] == "shared" else "its previous key"
+        print(f"{d['host']} ({d['address']}): now logs in with a key of its own (verified with that key alone), "
+              f"added to {clean(d['file'])}")
+        if d["kept_for"]:
+            print(f"  {old} stays there: profile(s) {', '.join(d['kept_for'])} log in as the same user with it; "
+                  f"rekey them too: gpujob host rekey --all")
+        elif d["old_key_refused"]:
+            print(f"  {old}: {d['removed_lines']} line(s) removed; a login with it alone is refused now")
+        elif d["old_key_refused"] is False:
+            print(f"! {d['host']}: {old} still opens it after {d['removed_lines']} line(s) were removed: it is authorized "
+                  "somewhere else too (another authorized_keys file, an AuthorizedKeysCommand): remove it there",
+                  file=sys.stderr)
+        else:
+            print(f"! {d['host']}: could not check that {old} is refused now (the link failed): run gpujob host rekey "
+                  f"{d['host']} again", file=sys.stderr)
+
+
+def shared_key_note(names: list[str]) -> None:
+    """One line under ``host ls`` while profiles still log in with the shared key."""
+    if names:
+        print(f"! {', '.join(names)} still log(s) in with gpujob's shared key, which every such instance accepts "
+              "(one provider could log into the others): gpujob host rekey --all", file=sys.stderr)
+
+
 def trusted(doc: dict[str, Any]) -> None:
     print(f"trusted the current host key of {doc['trusted']} ({doc['address']})")
 

@@ -91,6 +91,11 @@ def checks(r: dict[str, Any], host: Host) -> list[Check]:
     out.append(Check("os", "ok", f"{osi.get('name')} ({osi.get('kernel')}, {osi.get('arch')}), {osi.get('hostname')}"))
     ag = r.get("agent") or {}
     out.append(Check("agent", "ok", f"agent {ag.get('version')} on Python {ag.get('python_version')} ({ag.get('python')})"))
+    from gpujob.config.keys import uses_shared_key
+
+    if uses_shared_key(host):
+        out.append(Check("key", "warn", "logs in with gpujob's shared key, which every instance it was installed on "
+                         "accepts (one provider could log into the others)", f"gpujob host rekey {host.name}"))
     pys = r.get("pythons") or []
     if r.get("job_interpreter"):
         out.append(_job_check(r["job_interpreter"]))

@@ -1,0 +1,160 @@
+"""``authkeys``: add or remove one public key in the files this host's sshd reads keys from (``host rekey``).
+
+The files are the ones the sshd serving this session names in ``AuthorizedKeysFile`` (its own
+``-f`` config, found by walking up from this process; else /etc/ssh/sshd_config), not only
+``~/.ssh/authorized_keys``. A key is matched by its base64 blob as a field of a line, so a line
+with options or another comment is still that key; every other byte of a file stays as it was.
+A removal that would leave no file holding the ``keep`` key is refused: it would lock the
+laptop out."""
+
+import glob
+import os
+import pwd
+import tempfile
+from typing import Any, Dict, List, Optional
+
+from remote.errors import AgentError
+
+DEFAULT_FILES = ".ssh/authorized_keys .ssh/authorized_keys2"
+
+
+def _sshd_config() -> str:
+    """The config file of the sshd this process runs under (its ``-f``), else the standard one."""
+    pid = os.getppid()
+    for _ in range(16):  # python <- shell <- sshd session <- sshd listener, a few more for safety
+        try:
+            with open("/proc/{}/cmdline".format(pid), "rb") as f:
+                argv = [a.decode("utf-8", "replace") for a in f.read().split(b"\0") if a]
+            with open("/proc/{}/status".format(pid)) as f:
+                ppid = next(int(line.split()[1]) for line in f if line.startswith("PPid:"))
+        except (OSError, StopIteration, ValueError):
+            break
+        # sshd rewrites its title: "sshd: /usr/sbin/sshd -D -f /etc/x [listener] 0 of 10-100 startups"
+        words = argv if len(argv) > 1 else (argv[0].split() if argv else [])
+        name = words[0] if words else ""
+        if (name == "sshd:" or os.path.basename(name) == "sshd") and "-f" in words[:-1]:
+            return words[words.index("-f") + 1]
+        if ppid <= 1:
+            break
+        pid = ppid
+    return "/etc/ssh/sshd_config"
+
+
+def _setting(path: str, depth: int = 0) -> Optional[str]:
+    """``AuthorizedKeysFile`` of a config (its ``Include``s followed), before any ``Match``; None: unset."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        words = line.split("#", 1)[0].split(None, 1)
+        if len(words) < 2:
+            continue
+        key, value = words[0].lower(), words[1].strip()
+        if key == "match":
+            return None
+        if key == "authorizedkeysfile":
+            return value
+        if key == "include" and depth < 4:
+            for pattern in value.split():
+                full = pattern if pattern.startswith("/") else os.path.join("/etc/ssh", pattern)
+                for inc in sorted(glob.glob(full)):
+                    found = _setting(inc, depth + 1)
+                    if found is not None:
+                        return found
+    return None
+
+
+def key_files(config: Optional[str] = None) -> List[str]:
+    """The files sshd reads this user's keys from, tokens expanded (``%h``, ``%u``, ``%U``, ``%%``)."""
+    me = pwd.getpwuid(os.getuid())
+    home = os.environ.get("HOME") or me.pw_dir
+    out = []
+    for word in (_setting(config or _sshd_config()) or DEFAULT_FILES).split():
+        if word.lower() == "none":
+            continue
+        word = word.replace("%%", "\0").replace("%h", home).replace("%u", me.pw_name).replace("%U", str(os.getuid()))
+        word = os.path.join(home, word.replace("\0", "%"))  # a relative path is the home folder's
+        if word not in out:
+            out.append(word)
+    return out
+
+
+def blob(line: str) -> str:
+    """A public key line's base64 blob (the field after its type), or ""."""
+    words = line.split()
+    for i, w in enumerate(words[:-1]):
+        if w.startswith(("ssh-", "ecdsa-", "sk-")):
+            return words[i + 1]
+    return ""
+
+
+def _holds(data: bytes, blobs: List[str]) -> bool:
+    return any(_has(line, blobs) for line in data.splitlines())
+
+
+def _has(line: bytes, blobs: List[str]) -> bool:
+    fields = line.decode("utf-8", "replace").split()
+    return any(b and b in fields for b in blobs)
+
+
+def _read(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return b""
+
+
+def _replace(path: str, data: bytes) -> None:
+    """``data`` into ``path`` at once (a temporary file renamed over it), its mode kept; through a link."""
+    real = os.path.realpath(path)
+    mode = os.stat(real).st_mode & 0o777 if os.path.exists(real) else 0o600
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(real), prefix=".gpujob-authkeys.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, real)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def change(req: Dict[str, Any], config: Optional[str] = None) -> Dict[str, Any]:
+    """``add`` (a key line: put where a ``near`` key's line is, else in the first file), then drop every
+    line of the ``remove`` blobs unless that would leave no line of ``keep``. What was done, per file."""
+    files = key_files(config)
+    near = [b for b in req.get("near") or [] if isinstance(b, str)]
+    remove = [b for b in req.get("remove") or [] if isinstance(b, str)]
+    keep = req.get("keep") if isinstance(req.get("keep"), str) else ""
+    held = {p: _read(p) for p in files}
+    done: Dict[str, Any] = {"files": files, "added": None, "removed": {}}
+    add = req.get("add") if isinstance(req.get("add"), str) else ""
+    if add:
+        new = blob(add)
+        if not new or "\n" in add or "\r" in add:
+            raise AgentError("not a public key line: {!r}".format(add[:80]), "")
+        where = next((p for p in files if _holds(held[p], [new])), None)
+        if where is None:
+            where = next((p for p in files if _holds(held[p], near)), files[0] if files else None)
+            if where is None:
+                raise AgentError("this host's sshd reads no authorized_keys file (AuthorizedKeysFile none)", "")
+            os.makedirs(os.path.dirname(where), mode=0o700, exist_ok=True)
+            data = held[where]
+            held[where] = data + (b"\n" if data and not data.endswith(b"\n") else b"") + add.encode() + b"\n"
+            _replace(where, held[where])
+        done["added"] = where
+    if remove:
+        kept = {p: b"".join(line for line in held[p].splitlines(True) if not _has(line, remove)) for p in files}
+        if keep and not any(_holds(kept[p], [keep]) for p in files):
+            raise AgentError("removing those keys would leave none the laptop logs in with", "")
+        for p in files:
+            if kept[p] != held[p]:
+                _replace(p, kept[p])
+                done["removed"][p] = len(held[p].splitlines()) - len(kept[p].splitlines())
+    return done
