@@ -107,6 +107,16 @@ def _read(path: str) -> bytes:
         return b""
 
 
+def _insert(data: bytes, line: bytes, near: List[str]) -> bytes:
+    """``line`` right after the first line of a ``near`` key (else at the end), so that taking it out
+    again gives back the very bytes there were (a last line without its newline stays so)."""
+    lines = data.splitlines(True)
+    at = next((i + 1 for i, x in enumerate(lines) if _has(x, near)), len(lines))
+    if at and not lines[at - 1].endswith(b"\n"):
+        lines[at - 1] += b"\n"
+    return b"".join(lines[:at] + [line] + lines[at:])
+
+
 def _replace(path: str, data: bytes) -> None:
     """``data`` into ``path`` at once (a temporary file renamed over it), its mode kept; through a link."""
     real = os.path.realpath(path)
@@ -145,8 +155,7 @@ def change(req: Dict[str, Any], config: Optional[str] = None) -> Dict[str, Any]:
             if where is None:
                 raise AgentError("this host's sshd reads no authorized_keys file (AuthorizedKeysFile none)", "")
             os.makedirs(os.path.dirname(where), mode=0o700, exist_ok=True)
-            data = held[where]
-            held[where] = data + (b"\n" if data and not data.endswith(b"\n") else b"") + add.encode() + b"\n"
+            held[where] = _insert(held[where], add.encode() + b"\n", near)
             _replace(where, held[where])
         done["added"] = where
     if remove:

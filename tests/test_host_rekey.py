@@ -6,10 +6,24 @@ The instance is the test's real sshd; its authorized_keys file is the one sshd r
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
+
+import pytest
 
 from tests.conftest import Sshd, free_port, run_cli
 
+# the agent's interpreter as recorded, failing the fresh login's removal as a broken agent would (the one
+# failure of that step a real sshd cannot be made to give here); every other verb runs the real agent
+FAILING = r'''#!{python}
+import json, subprocess, sys
+data = sys.stdin.buffer.read() if "authkeys" in sys.argv else None
+if data is not None and b'"keep"' in data:
+    print(json.dumps({{"error": "agent error in authkeys: disk I/O error", "remedy": "", "code": "agent_error"}}))
+    sys.exit(4)
+sys.exit(subprocess.run([{real!r}] + sys.argv[1:], input=data).returncode if data is not None
+         else subprocess.call([{real!r}] + sys.argv[1:]))
+'''
 OTHER = 'from="10.0.0.1",no-pty ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOtherOtherOtherOtherOtherOtherOtherOth someone@laptop'
 
 
@@ -21,6 +35,7 @@ def _opens(name: str, key: Path) -> bool:
     return opens(HostStore().get(name), key) if key.exists() else False
 
 
+@pytest.mark.slow  # ~18 s: three logins per rekey, two rekeys, doctor
 def test_rekey_moves_an_old_profile_off_the_shared_key(ssh_host: str, sshd: Sshd, tmp_path: Path) -> None:
     from gpujob.config import keys
     from gpujob.config.hosts import Host, HostStore
@@ -45,6 +60,19 @@ def test_rekey_moves_an_old_profile_off_the_shared_key(ssh_host: str, sshd: Sshd
     r = run_cli("host", "rekey", "mine")
     assert r.returncode == 2 and "your own key" in r.stderr and "Traceback" not in r.stderr, r.stderr
 
+    # the new key's step fails on the host: its line is taken off again, the profile keeps its key
+    [version] = [p for p in (tmp_path / "remote-root" / "agent").iterdir() if (p / "ok").exists()]
+    real = (version / "python").read_text().strip()
+    (tmp_path / "failing-agent").write_text(FAILING.format(python=sys.executable, real=real))
+    (tmp_path / "failing-agent").chmod(0o755)
+    (version / "python").write_text(f"{tmp_path / 'failing-agent'}\n")
+    r = run_cli("host", "rekey", "box")
+    assert r.returncode == 2 and "disk I/O error; the rekey of box stopped before its profile changed: the new key's " \
+        "line was taken off again, the host is as it was" in r.stderr, (r.returncode, r.stderr)
+    assert "Traceback" not in r.stderr and sshd.authorized_keys.read_text() == before
+    assert not keys.host_key_path("box").exists() and not keys.pending_key_path("box").exists()
+    (version / "python").write_text(f"{real}\n")
+
     r = run_cli("host", "rekey", "--all", "--json", env_extra={"GPUJOB_MUX": "0"})
     assert r.returncode == 3, (r.returncode, r.stdout, r.stderr)
     done = {d["host"]: d for d in json.loads(r.stdout)}
@@ -61,7 +89,7 @@ def test_rekey_moves_an_old_profile_off_the_shared_key(ssh_host: str, sshd: Sshd
     new_line = keys.pub_path(own).read_text().strip()
     after = sshd.authorized_keys.read_text()
     # only the shared key's line went; every other byte stayed, the new line came where it was
-    assert after == before.replace(f"{shared_line}\n", "") + f"\n{new_line}\n", (before, after)
+    assert after == before.replace(f"{shared_line}\n", f"{new_line}\n"), (before, after)
     assert not _opens("box", keys.key_path()) and _opens("box", own)
     r = run_cli("ls", "--host", "box")
     assert r.returncode == 0, r.stderr
@@ -76,3 +104,34 @@ def test_rekey_moves_an_old_profile_off_the_shared_key(ssh_host: str, sshd: Sshd
     assert r.returncode == 0 and "its previous key: 1 line(s) removed" in r.stdout, (r.stdout, r.stderr)
     assert own.read_bytes() != previous and _opens("box", own)
     assert sshd.authorized_keys.read_text().count("gpujob-box") == 1
+
+
+def test_authkeys_finds_the_files_sshd_reads_and_keeps_every_other_byte(tmp_path: Path) -> None:
+    """The agent's side on its own: AuthorizedKeysFile through an Include, tokens, and a refusal to lock out."""
+    import os
+
+    from remote import authkeys
+    from remote.errors import AgentError
+
+    inc = tmp_path / "conf.d"
+    inc.mkdir()
+    (inc / "10-keys.conf").write_text(f"AuthorizedKeysFile {tmp_path}/%u.keys %h/.ssh/none_here\n")
+    cfg = tmp_path / "sshd_config"
+    cfg.write_text(f"# a comment\nPort 22\nInclude {inc}/*.conf\nAuthorizedKeysFile ignored\nMatch User x\n")
+    user = __import__("pwd").getpwuid(os.getuid()).pw_name
+    files = authkeys.key_files(str(cfg))
+    assert files == [f"{tmp_path}/{user}.keys", os.path.join(os.environ.get("HOME", ""), ".ssh/none_here")]
+    first = Path(files[0])
+    first.write_bytes(b"ssh-ed25519 OLD gpujob\r\ncommand=\"x\" ssh-ed25519 OTHER me")  # CRLF, no final newline
+    first.chmod(0o640)
+    req = {"add": "ssh-ed25519 NEW gpujob-box", "near": ["OLD"]}
+    done = authkeys.change(req, str(cfg))
+    assert done["added"] == str(first) and first.read_bytes().startswith(b"ssh-ed25519 OLD gpujob\r\nssh-ed25519 NEW")
+    with pytest.raises(AgentError, match="leave none"):
+        authkeys.change({"remove": ["NEW"], "keep": "NEW"}, str(cfg))
+    authkeys.change({"remove": ["NEW"]}, str(cfg))  # an undo gives back the very bytes
+    assert first.read_bytes() == b"ssh-ed25519 OLD gpujob\r\ncommand=\"x\" ssh-ed25519 OTHER me"
+    assert oct(first.stat().st_mode & 0o777) == "0o640"
+    authkeys.change(req, str(cfg))
+    assert authkeys.change({"remove": ["OLD"], "keep": "NEW"}, str(cfg))["removed"] == {str(first): 1}
+    assert first.read_bytes() == b"ssh-ed25519 NEW gpujob-box\ncommand=\"x\" ssh-ed25519 OTHER me"

@@ -99,9 +99,10 @@ def rekey_host(name: str, store: HostStore | None = None) -> dict[str, Any]:
             left = _undo(current, new_blob)
             keys.remove_pending_key(name)
             if isinstance(e, GpujobError):
-                raise type(e)(f"{e.cause}; the new key of {name} did not work, so nothing was changed"
-                              + ("" if left is None else f" (but its line could not be taken off again: {left})"),
-                              e.remedy) from None
+                raise type(e)(f"{e.cause}; the rekey of {name} stopped before its profile changed: "
+                              + ("the new key's line was taken off again, the host is as it was" if left is None
+                                 else f"the new key's line (a key nobody holds now) could not be taken off: {left}"),
+                              e.remedy or f"fix that, then run gpujob host rekey {name} again") from None
             raise
         still = None  # the old key alone, now: refused unless it is authorized outside those files
         if not (was == "shared" and others):
