@@ -21,8 +21,17 @@ from gpujob.errors import ConnectError, GpujobError, HostError
 
 
 def _blob(path: Path) -> str:
-    words = keys.pub_path(path).read_text().split()
-    return words[1] if len(words) > 1 else ""
+    """The key's public blob: from its .pub, else from the private key (a .pub deleted by hand)."""
+    try:
+        words = keys.pub_path(path).read_text().split()
+        return words[1] if len(words) > 1 else ""
+    except OSError:
+        import paramiko
+
+        try:
+            return paramiko.Ed25519Key.from_private_key_file(str(path)).get_base64()
+        except (OSError, paramiko.SSHException):
+            return ""  # no key file at all: the login with it was refused before this
 
 
 def _line(path: Path) -> str:
