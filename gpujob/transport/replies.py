@@ -211,6 +211,15 @@ def check_manifest(host: str, doc: dict, trees: list[str]) -> None:
         raise unreadable(host, "'free_bytes' is not a number in its manifest")
 
 
+def _sync_manifest(doc: dict) -> str | None:
+    """``manifest``/``sync``: what is read before the trees (``check_manifest``, which knows their names)."""
+    if "busy" in doc and not _num(doc["busy"]):  # another submit's lease: the seconds it may still hold it
+        return "'busy' is not a number"
+    if doc.get("free_bytes") is not None and not _num(doc["free_bytes"]):
+        return "'free_bytes' is not a number"
+    return None
+
+
 def _submitted(doc: dict) -> str | None:
     """``submit``: the new job's id is recorded in the laptop's index and named in every next command."""
     return None if plain_name(doc.get("job_id")) else f"a job id that is no plain name ({str(doc.get('job_id'))[:80]!r})"
@@ -250,7 +259,8 @@ def _authkeys(doc: dict) -> str | None:
 SHAPES: dict[str, Callable[[dict], str | None]] = {"status": _jobs, "watch": _job, "send": _manifest,
                                                    "range_serve": _range_serve, "range": _range, "tb": _tb,
                                                    "rm": _removed, "gc": _collected, "submit": _submitted,
-                                                   "authkeys": _authkeys}
+                                                   "authkeys": _authkeys, "manifest": _sync_manifest,
+                                                   "sync": _sync_manifest}
 
 
 def parse(verb: str, host: str, text: str) -> Any:

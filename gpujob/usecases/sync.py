@@ -406,6 +406,7 @@ def _sync_planned(agent: Agent, spec: JobSpec, project: str, remote: dict, trees
             s.kill()
             s = None
         remote = _manifest_leased(agent, targets(spec, project) + leased)
+        replies.check_manifest(agent.endpoint.name, remote, [t.prefix for t in trees])
         plan = plan_from(remote, trees, [Record.blank(r.path) for r in records])  # rebuilt from it
     withhold(plan, declared_values(spec))  # keys and credentials, whatever the ignore files say
     _check_space(agent, plan, remote, s)
