@@ -248,6 +248,11 @@ def _describe(root: Root, job_id: str, detail: bool = False) -> Dict[str, Any]:
 
     source, metrics = metricsrc.active(job)
     st["last_metrics"] = recent_metrics(st, metrics)
+    if not detail and st.get("state") == "running" and source in (None, "log"):  # ls: the log's newest step, as
+        # status shows it, from a bounded tail (a metrics file or events are read whole, not lagging)
+        last, _, took = metricsrc.with_unread(job, job.spec_data(), source, st["last_metrics"] or {}, metricsrc.LS_TAIL)
+        if took:
+            st["last_metrics"], source = last, source or "log"
     st["metrics_source"] = source
     st["last_line"] = (tail_lines(job.log, 1) or [""])[0][-200:]
     if st.get("state") == "running":  # GPU use for every row of ls (the dashboard's table): the newest sample

@@ -97,6 +97,34 @@ def unread(job: JobDir, spec: Dict[str, Any], limit: int = 1 << 18) -> Tuple[Lis
     return recs, dict(parser.progress)
 
 
+LS_TAIL = 4 << 10  # a listing parses at most this much of each running job's unread log (status: 256 KiB)
+
+
+def step_value(v: Any) -> float:
+    """A record's step as a float to compare; -inf when it is none."""
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else float("-inf")
+
+
+def with_unread(job: JobDir, spec: Dict[str, Any], source: Optional[str], last: Dict[str, Any],
+                limit: int = 1 << 18) -> Tuple[Dict[str, Any], Dict[str, Any], bool]:
+    """(last, progress, took): ``last`` (the newest value of each metric) with the records the log
+    printed since the Collector's last read, when the log is the metrics source (a metrics file or
+    events the script writes are read whole, not lagging), and the progress that tail shows.
+    Records are taken only when their step is not older (the tail is parsed without the earlier
+    lines' context). ``took``: records from the tail were taken. status and ls share it, so the
+    step they show is the log's newest in both."""
+    recs, fresh = unread(job, spec, limit)
+    if source not in (None, "log"):
+        return last, fresh, False
+    newest = max((step_value(r.get("step")) for r in recs), default=float("-inf"))
+    if newest == float("-inf") or newest < step_value(last.get("step")):
+        return last, fresh, False
+    last = dict(last)
+    for r in recs:
+        last.update(r)
+    return last, fresh, True
+
+
 def latest(path: Path, lines: int = 200) -> Dict[str, Any]:
     """The newest value of each key over the last ``lines`` records (eval metrics come on lines of their own)."""
     out = {}  # type: Dict[str, Any]

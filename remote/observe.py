@@ -126,10 +126,6 @@ def watch(root: Root, ref: str, points: int = 60) -> Dict[str, Any]:
             "progress": prog, "rate": prog.get("rate") or _rate(timed), "gpu": gpu_summary(job.gpu), "now": time.time()}
 
 
-def _num(v: Any) -> float:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else float("-inf")
-
-
 def _with_unread(job: JobDir, source: Optional[str], prog: Dict[str, Any],
                  last: Dict[str, Any]) -> Tuple[Dict[str, Any], Dict[str, Any], bool]:
     """``prog`` and ``last`` with what the log printed since the Collector last read it: the
@@ -138,17 +134,9 @@ def _with_unread(job: JobDir, source: Optional[str], prog: Dict[str, Any],
     value: whether metric records from the tail were taken (with no source yet, the log is it)."""
     from remote import metricsrc
 
-    recs, fresh = metricsrc.unread(job, job.spec_data())
-    took = False
-    if _num(fresh.get("step")) > _num(prog.get("step")):
+    last, fresh, took = metricsrc.with_unread(job, job.spec_data(), source, last)
+    if metricsrc.step_value(fresh.get("step")) > metricsrc.step_value(prog.get("step")):
         prog = dict(prog, step=fresh["step"], t=fresh.get("t"), rate=fresh.get("rate") or prog.get("rate"))
-    if source in (None, "log"):  # a metrics file or events the script writes are read whole, not lagging
-        newest = max((_num(r.get("step")) for r in recs), default=float("-inf"))
-        if newest > float("-inf") and newest >= _num(last.get("step")):
-            last = dict(last)
-            for r in recs:
-                last.update(r)
-            took = True
     return prog, last, took
 
 

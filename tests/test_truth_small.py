@@ -158,7 +158,7 @@ def test_gc_frees_data_no_kept_job_uses(tmp_path: Path) -> None:
     assert not data.exists()
 
 
-def test_status_step_agrees_with_the_logs_last_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_status_and_ls_step_agree_with_the_logs_last_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # the collector reads the log once at start and then not for an hour: status reads the rest itself
     monkeypatch.setenv("GPUJOB_METRICS_EVERY", "3600")
     release = tmp_path / "release"
@@ -180,6 +180,10 @@ def test_status_step_agrees_with_the_logs_last_line(tmp_path: Path, monkeypatch:
         assert json.loads(r.stdout)["latest_metrics"]["step"] == 260, r.stdout
         r = _cli(tmp_path, "status", job_id)
         assert r.returncode == 0 and "step 260" in r.stdout, r.stdout
+        r = _cli(tmp_path, "ls", "--host", "local", "--json")  # ls agrees (it showed the collector's step)
+        assert r.returncode == 0, r.stderr
+        [row] = [j for j in json.loads(r.stdout)["jobs"] if j["job_id"] == job_id]
+        assert row["last_metrics"]["step"] == 260, row
     finally:
         release.write_text("")
     wait_state("local", job_id, ("succeeded",))
