@@ -69,7 +69,7 @@ def _setting(path: str, depth: int = 0) -> Optional[str]:
 def key_files(config: Optional[str] = None) -> List[str]:
     """The files sshd reads this user's keys from, tokens expanded (``%h``, ``%u``, ``%U``, ``%%``)."""
     me = pwd.getpwuid(os.getuid())
-    home = os.environ.get("HOME") or me.pw_dir
+    home = me.pw_dir  # what sshd expands %h and relative paths with
     out = []
     for word in (_setting(config or _sshd_config()) or DEFAULT_FILES).split():
         if word.lower() == "none":

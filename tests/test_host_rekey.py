@@ -73,37 +73,40 @@ def test_rekey_moves_an_old_profile_off_the_shared_key(ssh_host: str, sshd: Sshd
     assert not keys.host_key_path("box").exists() and not keys.pending_key_path("box").exists()
     (version / "python").write_text(f"{real}\n")
 
+    # a second profile of the same login: the shared line stays until it too has its own key
+    HostStore().save(Host(name="box2", hostname="127.0.0.1", port=sshd.port, user=HostStore().get("box").user,
+                          root=HostStore().get("box").root, connect_timeout=5))
     r = run_cli("host", "rekey", "--all", "--json", env_extra={"GPUJOB_MUX": "0"})
     assert r.returncode == 3, (r.returncode, r.stdout, r.stderr)
     done = {d["host"]: d for d in json.loads(r.stdout)}
     assert "error" in done["gone"] and "refused the connection" in done["gone"]["error"], done
     assert not keys.host_key_path("gone").exists() and not keys.pending_key_path("gone").exists()
-    box = done["box"]
-    assert "error" not in box, box
-    assert box["was"] == "shared" and box["removed_lines"] == 1 and box["old_key_refused"] is True, box
-    assert box["file"] == str(sshd.authorized_keys)
+    box, box2 = done["box"], done["box2"]
+    assert "error" not in box and "error" not in box2, done
+    assert box["was"] == "shared" and box["kept_for"] == ["box2"] and box["removed_lines"] == 0, box
+    assert box["old_key_refused"] is None and box["file"] == str(sshd.authorized_keys), box
+    assert box2["removed_lines"] == 1 and box2["old_key_refused"] is True and box2["kept_for"] == [], box2
 
-    own = keys.host_key_path("box")
-    assert own.exists() and not keys.pending_key_path("box").exists()
+    own, own2 = keys.host_key_path("box"), keys.host_key_path("box2")
+    assert own.exists() and own2.exists() and not keys.pending_key_path("box").exists()
     assert HostStore().get("box").endpoint().client_key == str(own)
-    new_line = keys.pub_path(own).read_text().strip()
+    lines = [keys.pub_path(k).read_text().strip() for k in (own2, own)]
     after = sshd.authorized_keys.read_text()
-    # only the shared key's line went; every other byte stayed, the new line came where it was
-    assert after == before.replace(f"{shared_line}\n", f"{new_line}\n"), (before, after)
-    assert not _opens("box", keys.key_path()) and _opens("box", own)
+    # only the shared key's line went; every other byte stayed, the new lines came where it was
+    assert after == before.replace(f"{shared_line}\n", "".join(f"{x}\n" for x in lines)), (before, after)
+    assert not _opens("box", keys.key_path()) and _opens("box", own) and _opens("box2", own2)
+    assert (home_keys.read_bytes() if home_keys.exists() else None) == home_before
     r = run_cli("ls", "--host", "box")
     assert r.returncode == 0, r.stderr
     r = run_cli("host", "ls")
     assert "box" not in r.stderr.partition("shared key")[0], r.stderr  # only `gone` is left to rekey
-
-    assert (home_keys.read_bytes() if home_keys.exists() else None) == home_before
 
     # a second rekey rotates the profile's own key: the previous one stops opening the host
     previous = own.read_bytes()
     r = run_cli("host", "rekey", "box")
     assert r.returncode == 0 and "its previous key: 1 line(s) removed" in r.stdout, (r.stdout, r.stderr)
     assert own.read_bytes() != previous and _opens("box", own)
-    assert sshd.authorized_keys.read_text().count("gpujob-box") == 1
+    assert sshd.authorized_keys.read_text().count("gpujob-box\n") == 1
 
 
 def test_authkeys_finds_the_files_sshd_reads_and_keeps_every_other_byte(tmp_path: Path) -> None:
@@ -118,9 +121,9 @@ def test_authkeys_finds_the_files_sshd_reads_and_keeps_every_other_byte(tmp_path
     (inc / "10-keys.conf").write_text(f"AuthorizedKeysFile {tmp_path}/%u.keys %h/.ssh/none_here\n")
     cfg = tmp_path / "sshd_config"
     cfg.write_text(f"# a comment\nPort 22\nInclude {inc}/*.conf\nAuthorizedKeysFile ignored\nMatch User x\n")
-    user = __import__("pwd").getpwuid(os.getuid()).pw_name
+    me = __import__("pwd").getpwuid(os.getuid())
     files = authkeys.key_files(str(cfg))
-    assert files == [f"{tmp_path}/{user}.keys", os.path.join(os.environ.get("HOME", ""), ".ssh/none_here")]
+    assert files == [f"{tmp_path}/{me.pw_name}.keys", os.path.join(me.pw_dir, ".ssh/none_here")]
     first = Path(files[0])
     first.write_bytes(b"ssh-ed25519 OLD gpujob\r\ncommand=\"x\" ssh-ed25519 OTHER me")  # CRLF, no final newline
     first.chmod(0o640)
