@@ -148,12 +148,13 @@ def change(req: Dict[str, Any], config: Optional[str] = None) -> Dict[str, Any]:
     if add:
         new = blob(add)
         if not new or "\n" in add or "\r" in add:
-            raise AgentError("not a public key line: {!r}".format(add[:80]), "")
+            raise AgentError("not a public key line: {!r}".format(add[:80]), "run gpujob host rekey again")
         where = next((p for p in files if _holds(held[p], [new])), None)
         if where is None:
             where = next((p for p in files if _holds(held[p], near)), files[0] if files else None)
             if where is None:
-                raise AgentError("this host's sshd reads no authorized_keys file (AuthorizedKeysFile none)", "")
+                raise AgentError("this host's sshd reads no authorized_keys file (AuthorizedKeysFile none)",
+                                 "its keys come from elsewhere (an AuthorizedKeysCommand): change them there by hand")
             os.makedirs(os.path.dirname(where), mode=0o700, exist_ok=True)
             held[where] = _insert(held[where], add.encode() + b"\n", near)
             _replace(where, held[where])
@@ -161,7 +162,8 @@ def change(req: Dict[str, Any], config: Optional[str] = None) -> Dict[str, Any]:
     if remove:
         kept = {p: b"".join(line for line in held[p].splitlines(True) if not _has(line, remove)) for p in files}
         if keep and not any(_holds(kept[p], [keep]) for p in files):
-            raise AgentError("removing those keys would leave none the laptop logs in with", "")
+            raise AgentError("removing those keys would leave none the laptop logs in with",
+                             "nothing was removed; run gpujob host rekey again")
         for p in files:
             if kept[p] != held[p]:
                 _replace(p, kept[p])
