@@ -97,8 +97,10 @@ def rekey_host(name: str, store: HostStore | None = None) -> dict[str, Any]:
         new_line, new_blob = _line(pending), _blob(pending)
         try:
             added = current.call("authkeys", input=json.dumps({"add": new_line, "near": [_blob(old)]}).encode())
-        except BaseException:
+        except BaseException as e:
             keys.remove_pending_key(name)
+            if isinstance(e, GpujobError):
+                raise type(e)(f"{e.cause}; the profile {name} was left as it was", e.remedy) from None
             raise
         try:
             with _agent(host, pending) as fresh:  # a fresh login with ONLY the new key, then the old lines go
