@@ -76,7 +76,13 @@ def test_rekey_moves_an_old_profile_off_the_shared_key(ssh_host: str, sshd: Sshd
     # a second profile of the same login: the shared line stays until it too has its own key
     HostStore().save(Host(name="box2", hostname="127.0.0.1", port=sshd.port, user=HostStore().get("box").user,
                           root=HostStore().get("box").root, connect_timeout=5))
-    r = run_cli("host", "rekey", "--all", "--json", env_extra={"GPUJOB_MUX": "0"})
+    from gpujob.usecases.shell import BEGIN, END
+
+    home = tmp_path / "home"  # the user's ~/.ssh/config with gpujob's block (`gpujob ssh` wrote it)
+    (home / ".ssh").mkdir(parents=True)
+    mine = "Host work\n    User me\n"
+    (home / ".ssh" / "config").write_text(f"{mine}\n{BEGIN}\nHost gpujob-box\n    IdentityFile stale\n{END}\n")
+    r = run_cli("host", "rekey", "--all", "--json", env_extra={"GPUJOB_MUX": "0", "HOME": str(home)})
     assert r.returncode == 3, (r.returncode, r.stdout, r.stderr)
     done = {d["host"]: d for d in json.loads(r.stdout)}
     assert "error" in done["gone"] and "refused the connection" in done["gone"]["error"], done
@@ -96,6 +102,9 @@ def test_rekey_moves_an_old_profile_off_the_shared_key(ssh_host: str, sshd: Sshd
     assert after == before.replace(f"{shared_line}\n", "".join(f"{x}\n" for x in lines)), (before, after)
     assert not _opens("box", keys.key_path()) and _opens("box", own) and _opens("box2", own2)
     assert (home_keys.read_bytes() if home_keys.exists() else None) == home_before
+    config = (home / ".ssh" / "config").read_text()  # `ssh gpujob-box` offers the new key; the user's lines stay
+    assert config.startswith(mine) and f"IdentityFile {own}\n" in config and "stale" not in config, config
+    assert box["ssh_config"] == str(home / ".ssh" / "config")
     r = run_cli("ls", "--host", "box")
     assert r.returncode == 0, r.stderr
     r = run_cli("host", "ls")

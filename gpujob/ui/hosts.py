@@ -95,6 +95,8 @@ def rekeyed(done: list[dict[str, Any]]) -> None:
         old = "gpujob's shared key" if d["was"] == "shared" else "its previous key"
         print(f"{d['host']} ({d['address']}): now logs in with a key of its own (verified with that key alone), "
               f"added to {clean(d['file'])}")
+        if d.get("ssh_config"):
+            print(f"  {d['ssh_config']}: ssh gpujob-{d['host']} offers the new key")
         if d["kept_for"]:
             print(f"  {old} stays there: profile(s) {', '.join(d['kept_for'])} log in as the same user with it; "
                   f"rekey them too: gpujob host rekey --all")

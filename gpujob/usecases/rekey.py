@@ -122,10 +122,16 @@ def rekey_host(name: str, store: HostStore | None = None) -> dict[str, Any]:
             except GpujobError:
                 pass  # the link failed, not the key: not verified, said so
     keys.adopt_key(name, pending)
+    from gpujob.usecases.shell import refresh_ssh_config
+
+    try:
+        ssh_config = refresh_ssh_config()  # `ssh gpujob-NAME` offers the new key
+    except (OSError, GpujobError):
+        ssh_config = None  # `gpujob ssh NAME` rewrites it next time
     removed = sum(done["removed"].values())
     return {"host": name, "address": host.address, "was": was, "file": str(added.get("added") or ""),
             "removed_lines": removed, "old_key_refused": None if still is None else not still,
-            "kept_for": others if was == "shared" else []}
+            "kept_for": others if was == "shared" else [], "ssh_config": ssh_config}
 
 
 def _undo(agent: Any, new_blob: str) -> str | None:

@@ -160,6 +160,24 @@ def ssh_config_path() -> Path:
     return Path.home() / ".ssh" / "config"
 
 
+def refresh_ssh_config() -> str | None:
+    """Rewrite gpujob's block of ~/.ssh/config where one is kept (a profile's key changed: ``host rekey``),
+    so ``ssh gpujob-NAME`` offers the new key; the file's path when it was rewritten."""
+    path = ssh_config_path()
+    try:
+        old = path.read_text()
+    except OSError:
+        return None
+    if BEGIN not in old:
+        return None
+    new = updated_config(old, config_block(HostStore().all()))
+    if new != old:
+        from gpujob.config.paths import write_private
+
+        write_private(path, new)
+    return str(path)
+
+
 def ssh_argv(host: Host, command: list[str], config: Path | None = None) -> list[str]:
     """OpenSSH's command line; ``config``: a file other than ~/.ssh/config (``-F``)."""
     opts = ["-F", str(config)] if config is not None else []
