@@ -77,8 +77,6 @@ def unread(job: JobDir, spec: Dict[str, Any], limit: int = 1 << 18) -> Tuple[Lis
     The Collector reads every EVERY seconds; status reads the rest itself so that its step
     agrees with the log's last line. Parsed without the Collector's earlier context (a per-epoch
     counter, a bar's count of passes), so a reader takes a step from here only when it is newer."""
-    from remote.logparse import LogParser
-
     off = int((read_json(job.path / STATE, {}) or {}).get("log_offset") or 0)
     try:
         with open(str(job.log), "rb") as f:
@@ -92,6 +90,8 @@ def unread(job: JobDir, spec: Dict[str, Any], limit: int = 1 << 18) -> Tuple[Lis
         return [], {}
     if start > off:
         data = data[data.find(b"\n") + 1:]  # from a line start
+    from remote.logparse import LogParser  # only now: a caught-up log costs no import (ls)
+
     parser = LogParser(epochs=run_hints(spec).get("epochs"))
     recs = parser.feed(data, round(time.time(), 3))
     return recs, dict(parser.progress)
