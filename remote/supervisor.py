@@ -55,6 +55,19 @@ def latest_resume(ckpt_dir: Path, pattern: Optional[str] = None, pids: Any = Non
     return str(found) if found else ""
 
 
+def why_from_start(ckpt_dir: Path, pattern: Optional[str] = None) -> str:
+    """Why an attempt starts without GPUJOB_RESUME though checkpoints are there (a GPT trainer's one
+    ckpt.pt cut short by a kill while it was overwritten): the newest incomplete ones and their reasons."""
+    try:
+        bad = [c for c in _checkpoints().find(ckpt_dir, pattern) if not c.complete]
+    except ImportError:
+        return ""
+    if not bad:
+        return ""
+    return " from the beginning: no complete checkpoint to resume from ({})".format(
+        "; ".join("{}: {}".format(c.rel(ckpt_dir), c.reason) for c in bad[-3:]))
+
+
 # fields of an attempt's end that must not outlive it: a recovered job shows none of them
 ATTEMPT_END_FIELDS = ("reason", "exit_code", "lost_reason", "diagnosis", "remedy", "next_attempt_at",
                       "stopping", "killed", "survivors")
@@ -329,7 +342,8 @@ class Supervisor:
             os.unlink(str(self.job.stop_file) + ".watch")
         except OSError:
             pass
-        self.log_marker("attempt {} started{}".format(attempt, " (resume from {})".format(resume) if resume else ""))
+        how = " (resume from {})".format(resume) if resume else why_from_start(self.ckpt_dir(), self.spec.get("checkpoint_pattern"))
+        self.log_marker("attempt {} started{}".format(attempt, how))
         self.cgroup, why = cg.create(str(self.job.path))
         if why and not self.status.get("cgroup_note"):
             self.status["cgroup_note"] = "no per-job cgroup ({}): a stop finds the job's processes by tree, " \
