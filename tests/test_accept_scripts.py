@@ -55,6 +55,9 @@ def test_accelerate_loop_total_and_pull_dest_after_options(tmp_path: Path) -> No
     # 4 epochs of 40 steps, the total estimated from the epoch indexes while it ran (167, where the first
     # epoch change alone said 180); it went to its end: its last step is the total
     assert st["latest_metrics"]["step"] == 160 and st["max_steps"] == 160, (st["latest_metrics"], st["max_steps"])
+    # step_N is named by its step (accelerate's automatic checkpoint_<n> counts saves): the panel says "step"
+    r = run_cli("status", job_id, "--host", "local")
+    assert "newest step_150 (accelerate, step 150)" in r.stdout, r.stdout
     # DEST after the options, as users write it (argparse refused it: "unrecognized arguments")
     dest = tmp_path / "pulled"
     r = run_cli("pull", job_id, "--host", "local", "--latest", str(dest))

@@ -202,8 +202,9 @@ def job_panel(j: dict[str, Any]) -> Any:
         if done:
             n = done[-1]
             about = [n["kind"]] if n.get("kind") else []
-            if n.get("step") is not None:  # accelerate numbers its saves (checkpoint_0, _1, ...), not steps
-                about.append(f"{'save' if n.get('kind') == 'accelerate' else 'step'} {n['step']}")
+            if n.get("step") is not None:  # accelerate's automatic names number saves (checkpoint_0, _1, ...),
+                saves = str(n["name"]).rsplit("/", 1)[-1].startswith("checkpoint_")  # a script's step_N steps
+                about.append(f"{'save' if n.get('kind') == 'accelerate' and saves else 'step'} {n['step']}")
             what = n["name"] + (f" ({', '.join(about)})" if about else "")
         t.add_row("checkpoints", f"{len(done)} complete, newest {what}")
         # one never judged complete (older than the newest complete one, or the job is over) says why
