@@ -126,13 +126,15 @@ class LogParser:
             except re.error:
                 continue  # the laptop checked them; an agent's older Python may still refuse one
         self.progress = {}  # type: Dict[str, Any]
+        # whether the script counts epochs from 0 or 1, from the first epoch the log shows: the script's
+        # habit, so it outlives an attempt (a resumed run's first line, "Train: 7 [...]", tells nothing)
+        self.epoch_base = None  # type: Optional[int]
         self._reset()
 
     def _reset(self) -> None:
         self.main_total = None  # type: Optional[int]
         self.main_n = 0
         self.bars_done = 0  # finished main bars without an epoch in their description
-        self.epoch_base = None  # type: Optional[int]
         self.step = None  # type: Optional[int]
         self.bar_pending = None  # type: Optional[Pending]
         self.epoch_bar_total = None  # type: Optional[int]  # the total of an outer "Epochs" bar

@@ -71,6 +71,12 @@ def progress(job: JobDir) -> Dict[str, Any]:
     return (read_json(job.path / STATE, {}) or {}).get("progress") or {}
 
 
+def saved_epoch_base(st: Dict[str, Any]) -> Optional[int]:
+    """The script's first epoch number (0 or 1) as the Collector learnt it, else None."""
+    v = st.get("epoch_base")
+    return v if isinstance(v, int) and not isinstance(v, bool) and v in (0, 1) else None
+
+
 def unread(job: JobDir, spec: Dict[str, Any], limit: int = 1 << 18) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
     """(records, progress) of what the log printed since the Collector's last read, parsed now.
 
@@ -79,7 +85,8 @@ def unread(job: JobDir, spec: Dict[str, Any], limit: int = 1 << 18) -> Tuple[Lis
     counter, a bar's count of passes), so a reader takes a step from here only when it is newer."""
     from remote.logparse import LogParser
 
-    off = int((read_json(job.path / STATE, {}) or {}).get("log_offset") or 0)
+    st = read_json(job.path / STATE, {}) or {}
+    off = int(st.get("log_offset") or 0)
     try:
         with open(str(job.log), "rb") as f:
             size = os.fstat(f.fileno()).st_size
@@ -93,6 +100,7 @@ def unread(job: JobDir, spec: Dict[str, Any], limit: int = 1 << 18) -> Tuple[Lis
     if start > off:
         data = data[data.find(b"\n") + 1:]  # from a line start
     parser = LogParser(epochs=run_hints(spec).get("epochs"))
+    parser.epoch_base = saved_epoch_base(st)
     recs = parser.feed(data, round(time.time(), 3))
     return recs, dict(parser.progress)
 
@@ -280,6 +288,7 @@ class Collector:
         hints = run_hints(spec, job.code)
         self.max_steps = hints.get("max_steps")
         self.parser = LogParser(epochs=hints.get("epochs"), patterns=(spec.get("metrics") or {}).get("patterns"))
+        self.parser.epoch_base = saved_epoch_base(st)  # a new supervisor (resume) goes on counting alike
         self.progress = dict(st.get("progress") or {})
         self.next_at = 0.0
         self.next_scan = 0.0
@@ -371,7 +380,7 @@ class Collector:
                 f.write("".join(json.dumps(r, sort_keys=True) + "\n" for r in recs))
 
     def _save(self) -> None:
-        doc = {"log_offset": self.log_offset, "progress": self.progress,
+        doc = {"log_offset": self.log_offset, "progress": self.progress, "epoch_base": self.parser.epoch_base,
                "tb": {p: {"offset": s.offset, "corrupt": s.corrupt, "bad_records": s.bad_records}
                       for p, s in self.tb.items()}}
         tmp = self.job.path / ".{}.tmp".format(STATE)

@@ -68,24 +68,31 @@ def test_accelerate_loop_total_and_pull_dest_after_options(tmp_path: Path) -> No
     assert r.returncode == 2 and "unrecognized arguments:" in r.stderr and "extra" in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
-# the image trainer's log as it prints it: the update's 0-based index, then the share done after it
+# the image trainer's log as it prints it: the update's 0-based index, then the share done after it;
+# the first attempt dies after epoch 1, the second resumes at epoch 2 (its first line: "Train: 2 [...]")
 TIMM_LOG = """
-    import sys
-    for epoch in range(int(sys.argv[1])):
+    import os, sys
+    start = 0 if os.environ["GPUJOB_ATTEMPT"] == "1" else 2
+    for epoch in range(start, int(sys.argv[1])):
         for i in (0, 5, 10, 15, 19):
             print(f"Train: {epoch} [{i:>4d}/20 ({100. * (i + 1) / 20:>3.0f}%)]  Loss: 1.31 (1.31)  Time: 0.030s, "
                   f"266.67/s  (0.031s, 258.06/s)  LR: 1.000e-01  Data: 0.001 (0.001)", flush=True)
         print("Test: [   0/5]  Time: 0.010 (0.010)  Loss:   1.302 (  1.302)  Acc@1:  41.875 ( 41.875)", flush=True)
+        if epoch == 1 and start == 0:
+            sys.exit(1)
 """
 
 
 def test_image_trainer_ends_at_its_total(tmp_path: Path) -> None:
-    job = write_job(tmp_path, "timm", TIMM_LOG, "python main.py 3 --epochs 3")
+    job = write_job(tmp_path, "timm", TIMM_LOG, "python main.py 3 --epochs 3", retry={"max_restarts": 1, "backoff": "0s"})
     job_id, jd = run_to_end(tmp_path, job)
     rows = [json.loads(x) for x in (jd / "metrics.log.jsonl").read_text().splitlines()]
     train = [r for r in rows if "epoch" in r]
+    # epochs count from 0 (the first attempt's first line said so), also in the resumed attempt: its
+    # "Train: 2" is the third epoch (it had read as the second: steps 20 short, 40/60 at the end)
     assert [r["step"] for r in train][:2] == [1, 6] and train[-1]["step"] == train[-1]["max_steps"] == 60, \
         train[-3:]  # the last line, [19/20 (100%)], read 59 of 60
+    assert [r["step"] for r in train if r["epoch"] == 2][0] == 41, train
     assert status("local", job_id)["latest_metrics"]["step"] == 60
 
 
