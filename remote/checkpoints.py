@@ -638,6 +638,9 @@ def latest_complete(ckpt_dir: PathLike, pattern: Optional[str] = None, pids: Any
 
 
 # ---- the best one -----------------------------------------------------------------------
+BEST_NAME = re.compile(r"^(model[_-])?best([_-](model|checkpoint|ckpt))?$", re.I)  # a best kept by the script
+
+
 def metric_mode(metric: str) -> str:
     """'min' for losses and errors, 'max' for the rest (accuracy, f1, bleu...)."""
     return "min" if re.search(r"loss|perplexity|ppl|error|wer|cer|mse|mae|rmse", metric) else "max"
@@ -703,15 +706,20 @@ def metric_history(job_path: Optional[Path], complete: List[Checkpoint], metric:
 def best(found: List[Checkpoint], metric: Optional[str] = None, job_path: Optional[Path] = None
          ) -> Optional[Checkpoint]:
     """The best complete checkpoint: with no ``metric``, trainer_state.json's best_model_checkpoint,
-    else the one monitored value all names carry, else ``eval_loss``; a metric is looked up in
-    the names first, then in the history (metrics.jsonl, trainer_state.json) at each one's step."""
+    else the newest the script named best (``model_best.pth.tar``), else the one monitored value all
+    names carry, else ``eval_loss`` (or ``val_loss``, ``test_loss``); a metric is looked up in the
+    names first, then in the history (metrics.jsonl, trainer_state.json) at each one's step."""
     complete = [c for c in found if c.complete]
     if not complete:
         return None
+    guessed = not metric
     if not metric:
         hf = _hf_best(complete)
         if hf is not None:
             return hf
+        kept = [c for c in complete if BEST_NAME.match(_stem(c.name))]
+        if kept:  # the script keeps its best itself (an image trainer's model_best.pth.tar, best.pt)
+            return kept[-1]
         keys = set()  # type: Set[str]
         for c in complete:
             keys.update(c.metrics)
@@ -720,6 +728,11 @@ def best(found: List[Checkpoint], metric: Optional[str] = None, job_path: Option
     if named is not None:
         return named
     scores = metric_history(job_path, complete, metric)
+    for other in ("val_loss", "test_loss") if guessed and not scores else ():  # what a log calls it
+        scores = metric_history(job_path, complete, other)
+        if scores:
+            metric = other
+            break
     if not scores:
         return None
     sign = 1.0 if metric_mode(metric) == "min" else -1.0
