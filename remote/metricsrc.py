@@ -41,7 +41,7 @@ WALK_DEPTH = 4
 SKIP_DIRS = {"__pycache__", "node_modules", "site-packages", "wandb", "data", "datasets", "ckpt", "checkpoints"}
 EVENTS = "events.out.tfevents."
 READ_CHUNK = 4 << 20  # log bytes read per collect at most (a huge backlog is caught up over ticks)
-STEP_KEYS = ("max_steps", "max_iters", "max_iter", "num_steps", "total_steps", "train_steps", "num_iters", "iters")
+STEP_KEYS = ("max_steps", "max_train_steps", "max_iters", "max_iter", "num_steps", "total_steps", "train_steps", "num_iters", "iters")
 EPOCH_KEYS = ("max_epochs", "num_train_epochs", "num_epochs", "n_epochs", "epochs")
 _KEYS = "|".join(k.replace("_", "[_-]") for k in STEP_KEYS + EPOCH_KEYS)
 RUN_FLAGS = re.compile(r"--(" + _KEYS + r")[= ](\d+)\b")
