@@ -71,12 +71,6 @@ def progress(job: JobDir) -> Dict[str, Any]:
     return (read_json(job.path / STATE, {}) or {}).get("progress") or {}
 
 
-def saved_epoch_base(st: Dict[str, Any]) -> Optional[int]:
-    """The script's first epoch number (0 or 1) as the Collector learnt it, else None."""
-    v = st.get("epoch_base")
-    return v if isinstance(v, int) and not isinstance(v, bool) and v in (0, 1) else None
-
-
 def unread(job: JobDir, spec: Dict[str, Any], limit: int = 1 << 18) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
     """(records, progress) of what the log printed since the Collector's last read, parsed now.
 
@@ -100,7 +94,7 @@ def unread(job: JobDir, spec: Dict[str, Any], limit: int = 1 << 18) -> Tuple[Lis
     if start > off:
         data = data[data.find(b"\n") + 1:]  # from a line start
     parser = LogParser(epochs=run_hints(spec).get("epochs"))
-    parser.epoch_base = saved_epoch_base(st)
+    parser.carried(st.get("parser"))  # the Collector's context: epoch base, where bars were first seen
     recs = parser.feed(data, round(time.time(), 3))
     return recs, dict(parser.progress)
 
@@ -288,7 +282,7 @@ class Collector:
         hints = run_hints(spec, job.code)
         self.max_steps = hints.get("max_steps")
         self.parser = LogParser(epochs=hints.get("epochs"), patterns=(spec.get("metrics") or {}).get("patterns"))
-        self.parser.epoch_base = saved_epoch_base(st)  # a new supervisor (resume) goes on counting alike
+        self.parser.carried(st.get("parser"))  # a new supervisor (resume) goes on counting alike
         self.progress = dict(st.get("progress") or {})
         self.next_at = 0.0
         self.next_scan = 0.0
@@ -380,7 +374,7 @@ class Collector:
                 f.write("".join(json.dumps(r, sort_keys=True) + "\n" for r in recs))
 
     def _save(self) -> None:
-        doc = {"log_offset": self.log_offset, "progress": self.progress, "epoch_base": self.parser.epoch_base,
+        doc = {"log_offset": self.log_offset, "progress": self.progress, "parser": self.parser.carry(),
                "tb": {p: {"offset": s.offset, "corrupt": s.corrupt, "bad_records": s.bad_records}
                       for p, s in self.tb.items()}}
         tmp = self.job.path / ".{}.tmp".format(STATE)
