@@ -409,6 +409,24 @@ def open_for_writing(pids: Any, under: List[str]) -> Set[str]:
     return {path for _, path in write_fds(pids, lambda t: t.startswith(prefixes))}
 
 
+SAVED_EXTS = FILE_EXTS + (".pkl", ".npy", ".npz", ".pdparams", ".h5", ".keras")
+
+
+def being_saved(ckpt_dir: PathLike, pids: Any) -> List[str]:
+    """Checkpoint-like files (by extension, under a temporary name too) that one of ``pids`` holds open
+    for writing under ``ckpt_dir``: a stop signal now would cut them short (``torch.save`` interrupted
+    leaves a file torch.load rejects). Logs and TensorBoard event files a job keeps open are not."""
+    base = Path(ckpt_dir)
+    if not base.is_dir():
+        return []
+    out = []
+    for path in sorted(open_for_writing(pids, [str(base.resolve())])):
+        name = re.sub(r"(\.tmp|\.part|\.partial|~)$", "", os.path.basename(path))
+        if name.endswith(SAVED_EXTS) and "tfevents" not in name:
+            out.append(path)
+    return out
+
+
 def _written_in(path: Path, writing: Set[str]) -> bool:
     if not writing:
         return False

@@ -421,7 +421,7 @@ class Supervisor:
                 time.sleep(TICK)
             grace, term = 10.0, True
         else:
-            grace, term = self.ask_to_stop(grace), False
+            grace, term = self.ask_to_stop(self.wait_for_saves(grace)), False
         rc = self.child.poll()
         if rc is not None:  # the log says which happened: it left on its own, or gpujob ended it
             self.log_marker("stop: the run command exited with code {} after the stop request{}".format(
@@ -434,6 +434,27 @@ class Supervisor:
             self.log_marker("stop: {} (exit status {})".format(
                 "still running after the grace: SIGKILL of pid(s) " + ", ".join(map(str, killed)) if killed
                 else "ended by the stop signal", self.child.returncode))
+
+    def wait_for_saves(self, grace: float) -> float:
+        """A script that never looks at the stop file gets a signal, and one in the middle of ``torch.save``
+        (a GPT trainer overwriting its one ckpt.pt) leaves it cut short: all its work lost. While a process
+        of the job writes a checkpoint file, wait (up to 3/4 of the grace); returns the grace left."""
+        assert self.child is not None
+        start, said = time.monotonic(), False
+        while time.monotonic() - start < 0.75 * grace and self.child.poll() is None:
+            try:
+                busy = _checkpoints().being_saved(self.ckpt_dir(), self.job_pids)
+            except (ImportError, OSError):
+                break
+            if not busy:
+                break
+            if not said:
+                said = True
+                self.log_marker("stop: waiting for {} to be written first (a signal now would cut it short)".format(
+                    os.path.basename(busy[0])))
+            self.tick_wait()
+            time.sleep(TICK)
+        return max(0.0, grace - (time.monotonic() - start))
 
     def ask_to_stop(self, grace: float) -> float:
         """Signal the job's processes (SIGINT or SIGTERM each) and wait up to ``grace`` for them;

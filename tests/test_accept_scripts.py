@@ -149,3 +149,35 @@ def test_keep_zero_leaves_rotation_to_the_script(tmp_path: Path) -> None:
     left = sorted(p.name for p in (jd / "ckpt" / "exp1").iterdir())
     assert left == [f"checkpoint-{n}.pth.tar" for n in (2, 3, 4, 5)], left  # the script's 4, not gpujob's 3
     assert "while deleting checkpoint" not in log_text(jd)
+
+
+# a loop that overwrites its one checkpoint in place and never looks at the stop file (a GPT trainer's
+# torch.save(ckpt, out_dir/ckpt.pt)): its save takes a while, and a stop comes in the middle of it
+SLOW_SAVE = """
+    import os, time, zipfile
+    with zipfile.ZipFile(os.path.join(os.environ["GPUJOB_CKPT_DIR"], "ckpt.pt"), "w") as z:
+        with z.open("state", "w") as f:
+            print("saving checkpoint", flush=True)
+            for i in range(30):
+                f.write(b"x" * 1000)
+                time.sleep(0.1)
+    while True:
+        time.sleep(0.1)
+"""
+
+
+def test_a_stop_waits_for_the_checkpoint_being_written(tmp_path: Path) -> None:
+    """The stop signal (SIGINT: KeyboardInterrupt) in the middle of the save had cut the checkpoint short,
+    the only one there was: ``resume`` began again from nothing."""
+    import zipfile
+
+    job = write_job(tmp_path, "slowsave", SLOW_SAVE, "python main.py")
+    job_id = submit("local", job)["job_id"]
+    jd = job_dir(tmp_path, "local", job_id)
+    wait_for(lambda: "saving checkpoint" in log_text(jd), 60, lambda: log_text(jd)[-2000:])
+    r = run_cli("stop", job_id, "--host", "local")
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert "stop: waiting for ckpt.pt to be written first" in log_text(jd), log_text(jd)[-2000:]
+    with zipfile.ZipFile(jd / "ckpt" / "ckpt.pt") as z:
+        assert len(z.read("state")) == 30000
+    assert status("local", job_id)["state"] == "stopped"
