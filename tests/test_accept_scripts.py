@@ -7,6 +7,8 @@ import json
 import pickle
 from pathlib import Path
 
+import pytest
+
 from tests.byo_helpers import job_dir, log_text
 from tests.conftest import run_cli
 from tests.helpers import status, submit, wait_for, wait_state, write_job
@@ -158,7 +160,7 @@ SLOW_SAVE = """
     with zipfile.ZipFile(os.path.join(os.environ["GPUJOB_CKPT_DIR"], "ckpt.pt"), "w") as z:
         with z.open("state", "w") as f:
             print("saving checkpoint", flush=True)
-            for i in range(30):
+            for i in range(30 if os.environ["GPUJOB_ATTEMPT"] == "1" else 5):
                 f.write(b"x" * 1000)
                 time.sleep(0.1)
     while True:
@@ -166,6 +168,7 @@ SLOW_SAVE = """
 """
 
 
+@pytest.mark.slow
 def test_a_stop_waits_for_the_checkpoint_being_written(tmp_path: Path) -> None:
     """The stop signal (SIGINT: KeyboardInterrupt) in the middle of the save had cut the checkpoint short,
     the only one there was: ``resume`` began again from nothing."""
@@ -178,6 +181,15 @@ def test_a_stop_waits_for_the_checkpoint_being_written(tmp_path: Path) -> None:
     r = run_cli("stop", job_id, "--host", "local")
     assert r.returncode == 0, r.stderr + r.stdout
     assert "stop: waiting for ckpt.pt to be written first" in log_text(jd), log_text(jd)[-2000:]
-    with zipfile.ZipFile(jd / "ckpt" / "ckpt.pt") as z:
+    ckpt = jd / "ckpt" / "ckpt.pt"
+    with zipfile.ZipFile(ckpt) as z:
         assert len(z.read("state")) == 30000
     assert status("local", job_id)["state"] == "stopped"
+    # resume says what GPUJOB_RESUME names, and when nothing is complete, why (it had said only "resumed")
+    r = run_cli("resume", job_id, "--host", "local", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["resume_from"] == "ckpt.pt", r.stdout + r.stderr
+    assert run_cli("stop", job_id, "--host", "local").returncode == 0
+    ckpt.write_bytes(ckpt.read_bytes()[:20])
+    r = run_cli("resume", job_id, "--host", "local")
+    assert r.returncode == 0 and "no complete checkpoint to resume from (ckpt.pt: cut short" in r.stdout, r.stdout
+    assert run_cli("stop", job_id, "--host", "local").returncode == 0

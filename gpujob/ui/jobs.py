@@ -350,7 +350,14 @@ def stopped(st: results.JobStatus) -> None:
 
 
 def resumed(res: results.ResumeResult) -> None:
-    console().print(_t(f"{res.job_id}: resumed (was {res.previous})"))
+    said = f"{res.job_id}: resumed (was {res.previous})"
+    if res.resume_from:
+        said += f" from {res.resume_from}"
+    elif "resume_from" in res.doc:  # an older agent does not say
+        why = "; ".join(str(x) for x in res.incomplete) if isinstance(res.incomplete, list) else ""
+        said += "; no complete checkpoint to resume from" + (f" ({why})" if why else "") + \
+            ": GPUJOB_RESUME is empty, the script starts from the beginning unless it finds a checkpoint of its own"
+    console().print(_t(said))
 
 
 def pull_warnings(res: results.PullResult) -> None:
