@@ -337,7 +337,7 @@ def incomplete_reason(c: Checkpoint, writing: Set[str], now: float) -> str:
     if size == 0:
         return "empty file"
     if _zip_whole(p) is False or p.name.endswith(".safetensors"):
-        return "cut short (its format is not whole: a write was killed?)"
+        return "cut short (its format is not whole: a write was killed or interrupted?)"
     return "changed within the last {:g} s".format(SETTLE)
 
 
@@ -409,6 +409,24 @@ def open_for_writing(pids: Any, under: List[str]) -> Set[str]:
     return {path for _, path in write_fds(pids, lambda t: t.startswith(prefixes))}
 
 
+SAVED_EXTS = FILE_EXTS + (".pkl", ".npy", ".npz", ".pdparams", ".h5", ".keras")
+
+
+def being_saved(ckpt_dir: PathLike, pids: Any) -> List[str]:
+    """Checkpoint-like files (by extension, under a temporary name too) that one of ``pids`` holds open
+    for writing under ``ckpt_dir``: a stop signal now would cut them short (``torch.save`` interrupted
+    leaves a file torch.load rejects). Logs and TensorBoard event files a job keeps open are not."""
+    base = Path(ckpt_dir)
+    if not base.is_dir():
+        return []
+    out = []
+    for path in sorted(open_for_writing(pids, [str(base.resolve())])):
+        name = re.sub(r"(\.tmp|\.part|\.partial|~)$", "", os.path.basename(path))
+        if name.endswith(SAVED_EXTS) and "tfevents" not in name:
+            out.append(path)
+    return out
+
+
 def _written_in(path: Path, writing: Set[str]) -> bool:
     if not writing:
         return False
@@ -418,17 +436,88 @@ def _written_in(path: Path, writing: Set[str]) -> bool:
 
 # ---- complete ---------------------------------------------------------------------------
 def _zip_whole(path: Path) -> Optional[bool]:
-    """True/False for a zip archive (torch.save's format) with/without its central directory;
-    None when the file is no zip archive at all."""
+    """True/False for a zip archive (torch.save's format) with/without all it needs; None when the file
+    is no zip archive at all. A torch archive must also hold every tensor its ``data.pkl`` names:
+    torch.save interrupted by an exception (KeyboardInterrupt from a stop's SIGINT, a full disk) still
+    writes the central directory on its way out, so the zip reads whole and ``torch.load`` fails."""
     try:
+        st = path.stat()
         with open(str(path), "rb") as f:
             if f.read(4) != b"PK\x03\x04":
                 return None
-        with zipfile.ZipFile(str(path)) as z:
-            z.infolist()
-        return True
-    except (OSError, zipfile.BadZipFile, ValueError, EOFError):
+    except OSError:
         return False
+    key = (str(path), st.st_size, st.st_mtime_ns)
+    if key in _ZIP_SEEN:
+        return _ZIP_SEEN[key]
+    try:
+        with zipfile.ZipFile(str(path)) as z:
+            whole = _torch_records_whole(z) is not False
+    except (OSError, zipfile.BadZipFile, ValueError, EOFError, RuntimeError, NotImplementedError):
+        whole = False
+    if len(_ZIP_SEEN) >= 256:
+        _ZIP_SEEN.clear()
+    _ZIP_SEEN[key] = whole
+    return whole
+
+
+_ZIP_SEEN = {}  # type: Dict[Tuple[str, int, int], bool]  # (path, size, mtime): the agent's serve asks often
+PICKLE_MAX = 64 << 20  # a data.pkl larger than this is not read (trusted as the zip says)
+
+
+class _Anything(object):
+    """Stands for every class a torch pickle names: nothing of the file is imported or run."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __call__(self, *args: Any, **kwargs: Any) -> "_Anything":
+        return _Anything()
+
+    def __setstate__(self, state: Any) -> None:
+        pass
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        pass
+
+    def append(self, value: Any) -> None:
+        pass
+
+    def extend(self, values: Any) -> None:
+        pass
+
+
+def _torch_records_whole(z: zipfile.ZipFile) -> Optional[bool]:
+    """Whether a torch.save archive holds ``data/<key>`` for every storage its ``data.pkl`` names (its
+    records are written after data.pkl); None for a zip that is no torch archive or a pickle not read."""
+    import pickle
+
+    names = set(z.namelist())
+    pkl = [n for n in names if n.endswith("/data.pkl") and n.count("/") == 1]
+    if not pkl:  # torch's end of file without its pickle: interrupted before the first record
+        return False if any(n.endswith("/.data/serialization_id") for n in names) else None
+    info = z.getinfo(pkl[0])
+    if info.file_size > PICKLE_MAX:
+        return None
+    keys = []  # type: List[str]
+
+    class Reader(pickle.Unpickler):
+        def find_class(self, module: str, name: str) -> Any:
+            return _Anything
+
+        def persistent_load(self, pid: Any) -> Any:
+            if isinstance(pid, tuple) and len(pid) > 2 and pid[0] == "storage":
+                keys.append(str(pid[2]))
+            return _Anything()
+
+    import io
+
+    try:
+        Reader(io.BytesIO(z.read(pkl[0]))).load()
+    except Exception:  # noqa: BLE001 - an odd pickle is not judged here
+        return None
+    root = pkl[0][: -len("data.pkl")]
+    return all(root + "data/" + k in names for k in keys)
 
 
 def _safetensors_whole(path: Path, size: int) -> Optional[bool]:
@@ -567,6 +656,9 @@ def latest_complete(ckpt_dir: PathLike, pattern: Optional[str] = None, pids: Any
 
 
 # ---- the best one -----------------------------------------------------------------------
+BEST_NAME = re.compile(r"^(model[_-])?best([_-](model|checkpoint|ckpt))?$", re.I)  # a best kept by the script
+
+
 def metric_mode(metric: str) -> str:
     """'min' for losses and errors, 'max' for the rest (accuracy, f1, bleu...)."""
     return "min" if re.search(r"loss|perplexity|ppl|error|wer|cer|mse|mae|rmse", metric) else "max"
@@ -632,15 +724,20 @@ def metric_history(job_path: Optional[Path], complete: List[Checkpoint], metric:
 def best(found: List[Checkpoint], metric: Optional[str] = None, job_path: Optional[Path] = None
          ) -> Optional[Checkpoint]:
     """The best complete checkpoint: with no ``metric``, trainer_state.json's best_model_checkpoint,
-    else the one monitored value all names carry, else ``eval_loss``; a metric is looked up in
-    the names first, then in the history (metrics.jsonl, trainer_state.json) at each one's step."""
+    else the newest the script named best (``model_best.pth.tar``), else the one monitored value all
+    names carry, else ``eval_loss`` (or ``val_loss``, ``test_loss``); a metric is looked up in the
+    names first, then in the history (metrics.jsonl, trainer_state.json) at each one's step."""
     complete = [c for c in found if c.complete]
     if not complete:
         return None
+    guessed = not metric
     if not metric:
         hf = _hf_best(complete)
         if hf is not None:
             return hf
+        kept = [c for c in complete if BEST_NAME.match(_stem(c.name))]
+        if kept:  # the script keeps its best itself (an image trainer's model_best.pth.tar, best.pt)
+            return kept[-1]
         keys = set()  # type: Set[str]
         for c in complete:
             keys.update(c.metrics)
@@ -649,6 +746,11 @@ def best(found: List[Checkpoint], metric: Optional[str] = None, job_path: Option
     if named is not None:
         return named
     scores = metric_history(job_path, complete, metric)
+    for other in ("val_loss", "test_loss") if guessed and not scores else ():  # what a log calls it
+        scores = metric_history(job_path, complete, other)
+        if scores:
+            metric = other
+            break
     if not scores:
         return None
     sign = 1.0 if metric_mode(metric) == "min" else -1.0

@@ -416,7 +416,20 @@ def resume(root: Root, job_id: str) -> Dict[str, Any]:
         pid = start_supervisor(root, job)
         record_supervisor(job, pid)
     agent_log(root, "resumed {} (supervisor {})".format(job_id, pid))
-    return {"job_id": job_id, "state": "queued", "supervisor_pid": pid, "previous": st.get("state")}
+    doc = {"job_id": job_id, "state": "queued", "supervisor_pid": pid, "previous": st.get("state")}
+    doc.update(resume_point(job))
+    return doc
+
+
+def resume_point(job: JobDir) -> Dict[str, Any]:
+    """What a restart hands the run command as GPUJOB_RESUME: {resume_from: the newest complete checkpoint
+    (under ckpt/) or None, incomplete: why the newest others are not (only when none is complete)}."""
+    found = checkpoint_list(job, job.spec_data(), live=False)
+    done = [c["name"] for c in found if c.get("complete")]
+    if done:
+        return {"resume_from": done[-1]}
+    return {"resume_from": None, "incomplete": ["{}: {}".format(c["name"], c.get("incomplete_reason") or "?")
+                                                for c in found][-3:]}
 
 
 def wait_started(job: JobDir, timeout: float = 5.0) -> Optional[Dict[str, Any]]:

@@ -102,14 +102,18 @@ def _seconds(clock: str) -> Optional[float]:
     return days * 86400 + secs
 
 
-def _plausible(rate_s: str, unit: str, elapsed: str, n: int) -> bool:
+def _plausible(rate_s: str, unit: str, secs: Optional[float], n: int, first: Optional[Tuple[int, float]] = None) -> bool:
     """A bar's rate that could be true: a resumed HF Trainer's bar jumps to the resumed step at once
     (``update(1800)``), and tqdm then shows ``16899.26it/s`` for many redraws; ten times more steps than
-    the bar has counted over its elapsed time is that jump, not speed (the records' pace is used)."""
-    rate, secs = _num(rate_s), _seconds(elapsed) if elapsed else None
+    the bar has counted over its elapsed time is that jump, not speed (the records' pace is used).
+    ``first``: (count, elapsed) where this bar was first seen; the steps since then are what it counted
+    since (a jump to step 140 of 240 made 752 it/s over 1 s look possible: 150 steps were counted)."""
+    rate = _num(rate_s)
     if rate is None or not secs:
         return True  # "00:00" is anything under a second: no judging
     per_s = 1.0 / rate if unit.startswith("s/") and rate > 0 else rate
+    if first is not None and secs > first[1] and per_s * (secs - first[1]) > 10 * (n - first[0]) + 10:
+        return False
     return per_s * secs <= 10 * n + 10  # 10: a first compile's slow steps, then the real pace, is no jump
 
 
@@ -126,19 +130,41 @@ class LogParser:
             except re.error:
                 continue  # the laptop checked them; an agent's older Python may still refuse one
         self.progress = {}  # type: Dict[str, Any]
+        # whether the script counts epochs from 0 or 1, from the first epoch the log shows: the script's
+        # habit, so it outlives an attempt (a resumed run's first line, "Train: 7 [...]", tells nothing)
+        self.epoch_base = None  # type: Optional[int]
         self._reset()
 
     def _reset(self) -> None:
         self.main_total = None  # type: Optional[int]
         self.main_n = 0
         self.bars_done = 0  # finished main bars without an epoch in their description
-        self.epoch_base = None  # type: Optional[int]
+        self.bar_seen = {}  # type: Dict[Optional[int], Tuple[int, float]]  # per bar total: (count, elapsed) first seen
         self.step = None  # type: Optional[int]
         self.bar_pending = None  # type: Optional[Pending]
         self.epoch_bar_total = None  # type: Optional[int]  # the total of an outer "Epochs" bar
         self.epoch_line = None  # type: Optional[Tuple[int, Optional[int]]]  # the last epoch printed, of how many
         self.raw_step = None  # type: Optional[Tuple[int, int]]  # (epoch, step as printed) of the last such line
         self.per_epoch = None  # type: Optional[bool]  # the printed step starts again each epoch ("Epoch [2/10], Step [100/600]")
+
+    # ---- context kept between readers -------------------------------------------------------
+    def carry(self) -> Dict[str, Any]:
+        """What a later reader of the same log needs of this one (the Collector's state keeps it; status
+        parses the lines the Collector has not read yet with it): the epoch base, where bars were first seen."""
+        return {"epoch_base": self.epoch_base, "bars": [[k, n, s] for k, (n, s) in self.bar_seen.items()]}
+
+    def carried(self, doc: Any) -> None:
+        """Take what ``carry`` gave (from a file: anything of the wrong shape is dropped)."""
+        if not isinstance(doc, dict):
+            return
+        base = doc.get("epoch_base")
+        if isinstance(base, int) and not isinstance(base, bool) and base in (0, 1):
+            self.epoch_base = base
+        bars = doc.get("bars")
+        for b in bars if isinstance(bars, list) else []:
+            if isinstance(b, list) and len(b) == 3 and (b[0] is None or isinstance(b[0], int)) and \
+                    isinstance(b[1], int) and isinstance(b[2], (int, float)):
+                self.bar_seen[b[0]] = (b[1], float(b[2]))
 
     # ---- input ---------------------------------------------------------------------------
     def feed(self, data: bytes, t: float) -> List[Dict[str, Any]]:
@@ -219,7 +245,11 @@ class LogParser:
         total = int(total_s) if total_s and total_s != "?" else None
         em = EPOCH.search(desc) if desc else None
         outer = bool(desc) and em is None and EPOCHS_BAR.search(desc) is not None
-        rate_s = rm.group(1) if _plausible(rm.group(1), unit, _elapsed, int(n)) else "?"
+        secs = _seconds(_elapsed) if _elapsed else None
+        seen = self.bar_seen.get(total)
+        if seen is None or int(n) < seen[0] or (secs is not None and secs < seen[1]):  # a new bar, or a new pass
+            seen = self.bar_seen[total] = (int(n), secs or 0.0)
+        rate_s = rm.group(1) if _plausible(rm.group(1), unit, secs, int(n), seen) else "?"
         self._progress(int(n), total, em, t, (rate_s, unit, rest[rm.end():]), epochs_bar=outer)
         return m.end()
 
@@ -441,6 +471,10 @@ class LogParser:
         epoch, epochs = (int(em.group(1)), int(em.group(2)) if em.group(2) else None) if em else \
             (self.epoch_line or (None, None))
         if epoch is None:
+            return
+        if self.main_total is not None and self.epoch_bar_total is None and not self.bars_done:
+            # one bar counts every step of the run (accelerate's tqdm(range(max_train_steps))): a line's
+            # "epoch 0: perplexity ..." reports an epoch that ended; kept, it read as the epoch under way
             return
         if em:  # later lines without one (a logging line of the same epoch) belong to it
             self.epoch_line = (epoch, epochs or (self.epoch_line[1] if self.epoch_line else None))

@@ -41,7 +41,7 @@ WALK_DEPTH = 4
 SKIP_DIRS = {"__pycache__", "node_modules", "site-packages", "wandb", "data", "datasets", "ckpt", "checkpoints"}
 EVENTS = "events.out.tfevents."
 READ_CHUNK = 4 << 20  # log bytes read per collect at most (a huge backlog is caught up over ticks)
-STEP_KEYS = ("max_steps", "max_iters", "max_iter", "num_steps", "total_steps", "train_steps", "num_iters", "iters")
+STEP_KEYS = ("max_steps", "max_train_steps", "max_iters", "max_iter", "num_steps", "total_steps", "train_steps", "num_iters", "iters")
 EPOCH_KEYS = ("max_epochs", "num_train_epochs", "num_epochs", "n_epochs", "epochs")
 _KEYS = "|".join(k.replace("_", "[_-]") for k in STEP_KEYS + EPOCH_KEYS)
 RUN_FLAGS = re.compile(r"--(" + _KEYS + r")[= ](\d+)\b")
@@ -77,7 +77,8 @@ def unread(job: JobDir, spec: Dict[str, Any], limit: int = 1 << 18) -> Tuple[Lis
     The Collector reads every EVERY seconds; status reads the rest itself so that its step
     agrees with the log's last line. Parsed without the Collector's earlier context (a per-epoch
     counter, a bar's count of passes), so a reader takes a step from here only when it is newer."""
-    off = int((read_json(job.path / STATE, {}) or {}).get("log_offset") or 0)
+    st = read_json(job.path / STATE, {}) or {}
+    off = int(st.get("log_offset") or 0)
     try:
         with open(str(job.log), "rb") as f:
             size = os.fstat(f.fileno()).st_size
@@ -93,6 +94,7 @@ def unread(job: JobDir, spec: Dict[str, Any], limit: int = 1 << 18) -> Tuple[Lis
     from remote.logparse import LogParser  # only now: a caught-up log costs no import (ls)
 
     parser = LogParser(epochs=run_hints(spec).get("epochs"))
+    parser.carried(st.get("parser"))  # the Collector's context: epoch base, where bars were first seen
     recs = parser.feed(data, round(time.time(), 3))
     return recs, dict(parser.progress)
 
@@ -308,6 +310,7 @@ class Collector:
         hints = run_hints(spec, job.code)
         self.max_steps = hints.get("max_steps")
         self.parser = LogParser(epochs=hints.get("epochs"), patterns=(spec.get("metrics") or {}).get("patterns"))
+        self.parser.carried(st.get("parser"))  # a new supervisor (resume) goes on counting alike
         self.progress = dict(st.get("progress") or {})
         self.next_at = 0.0
         self.next_scan = 0.0
@@ -399,7 +402,7 @@ class Collector:
                 f.write("".join(json.dumps(r, sort_keys=True) + "\n" for r in recs))
 
     def _save(self) -> None:
-        doc = {"log_offset": self.log_offset, "progress": self.progress,
+        doc = {"log_offset": self.log_offset, "progress": self.progress, "parser": self.parser.carry(),
                "tb": {p: {"offset": s.offset, "corrupt": s.corrupt, "bad_records": s.bad_records}
                       for p, s in self.tb.items()}}
         tmp = self.job.path / ".{}.tmp".format(STATE)

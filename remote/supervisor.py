@@ -55,6 +55,19 @@ def latest_resume(ckpt_dir: Path, pattern: Optional[str] = None, pids: Any = Non
     return str(found) if found else ""
 
 
+def why_from_start(ckpt_dir: Path, pattern: Optional[str] = None) -> str:
+    """Why an attempt starts without GPUJOB_RESUME though checkpoints are there (a GPT trainer's one
+    ckpt.pt cut short by a kill while it was overwritten): the newest incomplete ones and their reasons."""
+    try:
+        bad = [c for c in _checkpoints().find(ckpt_dir, pattern) if not c.complete]
+    except ImportError:
+        return ""
+    if not bad:
+        return ""
+    return " from the beginning: no complete checkpoint to resume from ({})".format(
+        "; ".join("{}: {}".format(c.rel(ckpt_dir), c.reason) for c in bad[-3:]))
+
+
 # fields of an attempt's end that must not outlive it: a recovered job shows none of them
 ATTEMPT_END_FIELDS = ("reason", "exit_code", "lost_reason", "diagnosis", "remedy", "next_attempt_at",
                       "stopping", "killed", "survivors")
@@ -329,7 +342,8 @@ class Supervisor:
             os.unlink(str(self.job.stop_file) + ".watch")
         except OSError:
             pass
-        self.log_marker("attempt {} started{}".format(attempt, " (resume from {})".format(resume) if resume else ""))
+        how = " (resume from {})".format(resume) if resume else why_from_start(self.ckpt_dir(), self.spec.get("checkpoint_pattern"))
+        self.log_marker("attempt {} started{}".format(attempt, how))
         self.cgroup, why = cg.create(str(self.job.path))
         if why and not self.status.get("cgroup_note"):
             self.status["cgroup_note"] = "no per-job cgroup ({}): a stop finds the job's processes by tree, " \
@@ -407,7 +421,7 @@ class Supervisor:
                 time.sleep(TICK)
             grace, term = 10.0, True
         else:
-            grace, term = self.ask_to_stop(grace), False
+            grace, term = self.ask_to_stop(self.wait_for_saves(grace)), False
         rc = self.child.poll()
         if rc is not None:  # the log says which happened: it left on its own, or gpujob ended it
             self.log_marker("stop: the run command exited with code {} after the stop request{}".format(
@@ -420,6 +434,27 @@ class Supervisor:
             self.log_marker("stop: {} (exit status {})".format(
                 "still running after the grace: SIGKILL of pid(s) " + ", ".join(map(str, killed)) if killed
                 else "ended by the stop signal", self.child.returncode))
+
+    def wait_for_saves(self, grace: float) -> float:
+        """A script that never looks at the stop file gets a signal, and one in the middle of ``torch.save``
+        (a GPT trainer overwriting its one ckpt.pt) leaves it cut short: all its work lost. While a process
+        of the job writes a checkpoint file, wait (up to 3/4 of the grace); returns the grace left."""
+        assert self.child is not None
+        start, said = time.monotonic(), False
+        while time.monotonic() - start < 0.75 * grace and self.child.poll() is None:
+            try:
+                busy = _checkpoints().being_saved(self.ckpt_dir(), self.job_pids)
+            except (ImportError, OSError):
+                break
+            if not busy:
+                break
+            if not said:
+                said = True
+                self.log_marker("stop: waiting for {} to be written first (a signal now would cut it short)".format(
+                    os.path.basename(busy[0])))
+            self.tick_wait()
+            time.sleep(TICK)
+        return max(0.0, grace - (time.monotonic() - start))
 
     def ask_to_stop(self, grace: float) -> float:
         """Signal the job's processes (SIGINT or SIGTERM each) and wait up to ``grace`` for them;

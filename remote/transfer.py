@@ -203,7 +203,7 @@ def select(job_path: Path, what: str = "all", metric: Optional[str] = None,
                         ", ".join("code/" + a["name"] for a in arts))
         elif p is None:
             return {"error": "no {} checkpoint".format("complete" if what == "latest" else "best (by {})".format(
-                metric or "trainer_state.json, a monitored value in the names, or eval_loss")), "stray": stray}
+                metric or "trainer_state.json, a model_best/best file, a monitored value in the names, or eval_loss")), "stray": stray}
         if p is not None:
             if p.is_symlink() and p.resolve().parent == p.parent.resolve():
                 p = p.parent / os.readlink(str(p))  # Lightning's last.ckpt as a link: the file it names

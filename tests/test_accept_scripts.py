@@ -7,6 +7,8 @@ import json
 import pickle
 from pathlib import Path
 
+import pytest
+
 from tests.byo_helpers import job_dir, log_text
 from tests.conftest import run_cli
 from tests.helpers import status, submit, wait_for, wait_state, write_job
@@ -55,6 +57,9 @@ def test_accelerate_loop_total_and_pull_dest_after_options(tmp_path: Path) -> No
     # 4 epochs of 40 steps, the total estimated from the epoch indexes while it ran (167, where the first
     # epoch change alone said 180); it went to its end: its last step is the total
     assert st["latest_metrics"]["step"] == 160 and st["max_steps"] == 160, (st["latest_metrics"], st["max_steps"])
+    # step_N is named by its step (accelerate's automatic checkpoint_<n> counts saves): the panel says "step"
+    r = run_cli("status", job_id, "--host", "local")
+    assert "newest step_150 (accelerate, step 150)" in r.stdout, r.stdout
     # DEST after the options, as users write it (argparse refused it: "unrecognized arguments")
     dest = tmp_path / "pulled"
     r = run_cli("pull", job_id, "--host", "local", "--latest", str(dest))
@@ -65,34 +70,42 @@ def test_accelerate_loop_total_and_pull_dest_after_options(tmp_path: Path) -> No
     assert r.returncode == 2 and "unrecognized arguments:" in r.stderr and "extra" in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
-# the image trainer's log as it prints it: the update's 0-based index, then the share done after it
+# the image trainer's log as it prints it: the update's 0-based index, then the share done after it;
+# the first attempt dies after epoch 1, the second resumes at epoch 2 (its first line: "Train: 2 [...]")
 TIMM_LOG = """
-    import sys
-    for epoch in range(int(sys.argv[1])):
+    import os, sys
+    start = 0 if os.environ["GPUJOB_ATTEMPT"] == "1" else 2
+    for epoch in range(start, int(sys.argv[1])):
         for i in (0, 5, 10, 15, 19):
             print(f"Train: {epoch} [{i:>4d}/20 ({100. * (i + 1) / 20:>3.0f}%)]  Loss: 1.31 (1.31)  Time: 0.030s, "
                   f"266.67/s  (0.031s, 258.06/s)  LR: 1.000e-01  Data: 0.001 (0.001)", flush=True)
         print("Test: [   0/5]  Time: 0.010 (0.010)  Loss:   1.302 (  1.302)  Acc@1:  41.875 ( 41.875)", flush=True)
+        if epoch == 1 and start == 0:
+            sys.exit(1)
 """
 
 
 def test_image_trainer_ends_at_its_total(tmp_path: Path) -> None:
-    job = write_job(tmp_path, "timm", TIMM_LOG, "python main.py 3 --epochs 3")
+    job = write_job(tmp_path, "timm", TIMM_LOG, "python main.py 3 --epochs 3", retry={"max_restarts": 1, "backoff": "0s"})
     job_id, jd = run_to_end(tmp_path, job)
     rows = [json.loads(x) for x in (jd / "metrics.log.jsonl").read_text().splitlines()]
     train = [r for r in rows if "epoch" in r]
+    # epochs count from 0 (the first attempt's first line said so), also in the resumed attempt: its
+    # "Train: 2" is the third epoch (it had read as the second: steps 20 short, 40/60 at the end)
     assert [r["step"] for r in train][:2] == [1, 6] and train[-1]["step"] == train[-1]["max_steps"] == 60, \
         train[-3:]  # the last line, [19/20 (100%)], read 59 of 60
+    assert [r["step"] for r in train if r["epoch"] == 2][0] == 41, train
     assert status("local", job_id)["latest_metrics"]["step"] == 60
 
 
-# an HF Trainer resumed at step 180: its tqdm bar jumps there at once (update(180)), and tqdm then
-# draws the jump's rate for many redraws, the elapsed time going on
+# an HF Trainer resumed at step 140: its tqdm bar jumps there at once (update(140)), and tqdm then
+# draws the jump's rate for many redraws, the elapsed time going on (752 it/s over 3 s fell within ten
+# times the bar's whole count, 260: it read as the speed, and the ETA as 0 s)
 RESUMED_BAR = """
     import sys, time
     t0 = time.time()
-    for n in range(180, 400, 4):
-        sys.stderr.write("\\r %2d%%|#| %d/400 [00:%02d<00:00, 16899.26it/s]" % (n // 4, n, time.time() - t0))
+    for n in range(140, 400, 4):
+        sys.stderr.write("\\r %2d%%|#| %d/400 [00:%02d<00:00, 752.09it/s]" % (n // 4, n, time.time() - t0))
         sys.stderr.flush()
         time.sleep(0.1)
 """
@@ -138,3 +151,45 @@ def test_keep_zero_leaves_rotation_to_the_script(tmp_path: Path) -> None:
     left = sorted(p.name for p in (jd / "ckpt" / "exp1").iterdir())
     assert left == [f"checkpoint-{n}.pth.tar" for n in (2, 3, 4, 5)], left  # the script's 4, not gpujob's 3
     assert "while deleting checkpoint" not in log_text(jd)
+
+
+# a loop that overwrites its one checkpoint in place and never looks at the stop file (a GPT trainer's
+# torch.save(ckpt, out_dir/ckpt.pt)): its save takes a while, and a stop comes in the middle of it
+SLOW_SAVE = """
+    import os, time, zipfile
+    with zipfile.ZipFile(os.path.join(os.environ["GPUJOB_CKPT_DIR"], "ckpt.pt"), "w") as z:
+        with z.open("state", "w") as f:
+            print("saving checkpoint", flush=True)
+            for i in range(30 if os.environ["GPUJOB_ATTEMPT"] == "1" else 5):
+                f.write(b"x" * 1000)
+                time.sleep(0.1)
+    while True:
+        time.sleep(0.1)
+"""
+
+
+@pytest.mark.slow
+def test_a_stop_waits_for_the_checkpoint_being_written(tmp_path: Path) -> None:
+    """The stop signal (SIGINT: KeyboardInterrupt) in the middle of the save had cut the checkpoint short,
+    the only one there was: ``resume`` began again from nothing."""
+    import zipfile
+
+    job = write_job(tmp_path, "slowsave", SLOW_SAVE, "python main.py")
+    job_id = submit("local", job)["job_id"]
+    jd = job_dir(tmp_path, "local", job_id)
+    wait_for(lambda: "saving checkpoint" in log_text(jd), 60, lambda: log_text(jd)[-2000:])
+    r = run_cli("stop", job_id, "--host", "local")
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert "stop: waiting for ckpt.pt to be written first" in log_text(jd), log_text(jd)[-2000:]
+    ckpt = jd / "ckpt" / "ckpt.pt"
+    with zipfile.ZipFile(ckpt) as z:
+        assert len(z.read("state")) == 30000
+    assert status("local", job_id)["state"] == "stopped"
+    # resume says what GPUJOB_RESUME names, and when nothing is complete, why (it had said only "resumed")
+    r = run_cli("resume", job_id, "--host", "local", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["resume_from"] == "ckpt.pt", r.stdout + r.stderr
+    assert run_cli("stop", job_id, "--host", "local").returncode == 0
+    ckpt.write_bytes(ckpt.read_bytes()[:20])
+    r = run_cli("resume", job_id, "--host", "local")
+    assert r.returncode == 0 and "no complete checkpoint to resume from (ckpt.pt: cut short" in r.stdout, r.stdout
+    assert run_cli("stop", job_id, "--host", "local").returncode == 0

@@ -144,6 +144,31 @@ def test_single_files_ordered_by_step_and_whole_by_format(tmp_path: Path) -> Non
     assert kinds(ck.find(st)) == [("model_7.safetensors", "file", 7, True), ("model_8.safetensors", "file", 8, False)]
 
 
+def test_torch_save_interrupted_by_an_exception_is_not_complete(tmp_path: Path) -> None:
+    """torch.save stopped by an exception (KeyboardInterrupt from a stop's SIGINT while a GPT trainer
+    overwrites its ckpt.pt) writes the zip's end on its way out: a zip that reads whole, lacking the
+    tensors after the interruption. torch.load fails on it, so it is no checkpoint to resume or pull."""
+    needs("torch")
+    import zipfile
+
+    import torch
+
+    whole = tsave(tmp_path / "ckpt_1.pt", 1)
+    torch.save({"model": torch.nn.Linear(4, 4).state_dict(), "iter_num": 2}, tmp_path / "ckpt_2.pt")
+    cut = tmp_path / "ckpt_2.pt"
+    with zipfile.ZipFile(cut) as z:
+        records = [(i, z.read(i)) for i in z.infolist()]
+    with zipfile.ZipFile(cut, "w") as z:  # the same archive without its last tensor record
+        for info, data in records:
+            if not info.filename.endswith("/data/1"):
+                z.writestr(info, data)
+    with pytest.raises(RuntimeError):
+        torch.load(cut)
+    c = ck.find(tmp_path)
+    assert kinds(c) == [("ckpt_1.pt", "file", 1, True), ("ckpt_2.pt", "file", 2, False)]
+    assert "cut short" in c[1].reason and ck.latest_complete(tmp_path) == whole
+
+
 def test_unknown_format_must_settle_and_names_without_step_go_by_time(tmp_path: Path) -> None:
     needs("torch")
     legacy = tsave(tmp_path / "weights.pth", 1, _use_new_zipfile_serialization=False)  # no zip: no format check

@@ -118,3 +118,19 @@ def test_autostop_summary_line() -> None:
                              "plateau": {"metric": "eval_loss", "mode": "min", "patience": 5}, "after": "shutdown"})
     assert line == "max_runtime 8h · gpu_idle <5% for 30m · nan_loss · plateau eval_loss (min, patience 5) · then shutdown"
     assert autostop_summary({"after": "shutdown"}) == ""
+
+
+def test_status_names_what_a_checkpoints_number_counts() -> None:
+    """accelerate's checkpoint_<n> counts saves, epoch_<n> (--checkpointing_steps epoch) epochs, step_<n>
+    steps (each had read "save N", and epoch_2 "step 2")."""
+    from rich.console import Console
+
+    from gpujob.ui.jobs import job_panel
+
+    for name, kind, said in (("checkpoints/checkpoint_2", "accelerate", "save 2"), ("epoch_2", "accelerate", "epoch 2"),
+                             ("step_80", "accelerate", "step 80"), ("epoch=1-step=56.ckpt", "lightning", "step 56")):
+        step = int(name.rsplit("_", 1)[-1]) if kind == "accelerate" else 56
+        con = Console(width=200, record=True)
+        con.print(job_panel({"job_id": "j", "host": "local", "state": "running",
+                             "checkpoints": [{"name": name, "kind": kind, "step": step, "complete": True}]}))
+        assert f"newest {name} ({kind}, {said})" in con.export_text(), con.export_text()

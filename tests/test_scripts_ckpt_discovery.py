@@ -73,6 +73,12 @@ def test_image_trainer_checkpoints_below_the_checkpoint_folder(tmp_path: Path) -
             "exp1/model_best.pth.tar"} <= set(names), names
     assert names["exp1/checkpoint-29.pth.tar"]["step"] == 29 and all(c["complete"] for c in names.values())
     assert "tmp.pth.tar" not in " ".join(names) and not st.get("stray_checkpoints"), st
+    # pull --best brings the best the trainer kept itself (it had found none: no eval_loss, no metric in a name);
+    # DEST right after --best, as users write it, is no METRIC (it was: "no best (by /tmp/...)")
+    r = run_cli("pull", job_id, "--host", "local", "--best", str(tmp_path / "best"), "--json")
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert (tmp_path / "best" / job_id / "ckpt" / "exp1" / "model_best.pth.tar").is_file(), r.stdout
+    assert not list((tmp_path / "best" / job_id / "ckpt" / "exp1").glob("checkpoint-*")), r.stdout
 
 
 # a plain loop with its own layout: checkpoint-<N>/model.pt renamed into place (no Trainer files),

@@ -38,6 +38,9 @@ def test_totals_from_the_run_line_and_its_config_file(tmp_path: Path) -> None:
     assert run_hints({"run": "python train.py config/train_char.py --max_iters=500"}, tmp_path) == {"max_steps": 500}
     assert run_hints({"run": "python main.py fit --config hp.yaml"}, tmp_path) == {"epochs": 12}
     assert run_hints({"run": "python main.py --num_epochs 3 --max_steps=90"}) == {"epochs": 3, "max_steps": 90}
+    # accelerate's and diffusers' examples: --max_train_steps (it had no total, so no ETA)
+    assert run_hints({"run": "accelerate launch train.py --max_train_steps 800 --num_train_epochs 2"}) == \
+        {"epochs": 2, "max_steps": 800}
     assert run_hints({"run": "python main.py --epochs 3", "metrics": {"total": {"epochs": 300}}}) == {"epochs": 300}
 
 

@@ -143,6 +143,8 @@ class ResumeResult(Result):
     state: str = ""
     supervisor_pid: int | None = None
     previous: str | None = None
+    resume_from: str | None = None  # the checkpoint (under ckpt/) GPUJOB_RESUME names; None: none is complete
+    incomplete: list[str] = field(default_factory=list)  # with none complete: the newest others and why
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ submit, status, ls, tail, tunnel, plot, stop, resume, pull, move, guard, cost, e
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Iterable
 from typing import Any
@@ -191,10 +192,18 @@ def cmd_resume(args: argparse.Namespace) -> int:
         return show(args, job.resume(note=_note(args)), resumed)  # the notes: a powered-off host's start
 
 
+def _best_took_dest(args: argparse.Namespace) -> None:
+    """``pull JOB --best ./out``: --best's optional METRIC took the folder meant as DEST ("no best (by ./out)")."""
+    b = args.best
+    if b and args.dest == "gpujob-pulls" and (b.startswith((".", "/", "~")) or os.path.isdir(b)):
+        args.dest, args.best = b, ""
+
+
 def cmd_pull(args: argparse.Namespace) -> int:
     from gpujob.ui.jobs import pull_warnings, pulled
     from gpujob.ui.progress import transfer_bar
 
+    _best_took_dest(args)
     if args.follow is not None:
         from gpujob.ui.jobs import note
 

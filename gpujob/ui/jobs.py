@@ -3,6 +3,7 @@ what each job command prints when it is done (from the API's results)."""
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 from gpujob.bundle import import_remote
@@ -202,8 +203,8 @@ def job_panel(j: dict[str, Any]) -> Any:
         if done:
             n = done[-1]
             about = [n["kind"]] if n.get("kind") else []
-            if n.get("step") is not None:  # accelerate numbers its saves (checkpoint_0, _1, ...), not steps
-                about.append(f"{'save' if n.get('kind') == 'accelerate' else 'step'} {n['step']}")
+            if n.get("step") is not None:
+                about.append(f"{_counts(n)} {n['step']}")
             what = n["name"] + (f" ({', '.join(about)})" if about else "")
         t.add_row("checkpoints", f"{len(done)} complete, newest {what}")
         # one never judged complete (older than the newest complete one, or the job is over) says why
@@ -226,6 +227,15 @@ def job_panel(j: dict[str, Any]) -> Any:
     if j.get("last_line"):
         t.add_row("last line", j["last_line"])
     return t
+
+
+def _counts(c: dict[str, Any]) -> str:
+    """What the number in a checkpoint's name counts: accelerate's automatic names number saves
+    (checkpoint_0, _1, ...), ``epoch_3`` (accelerate's --checkpointing_steps epoch) epochs, the rest steps."""
+    base = str(c.get("name")).rsplit("/", 1)[-1]
+    if c.get("kind") == "accelerate" and base.startswith("checkpoint_"):
+        return "save"
+    return "epoch" if re.match(r"^epoch[_=-]?\d+", base) and "step" not in base else "step"
 
 
 def done_any(ck: list[dict[str, Any]]) -> bool:
@@ -340,7 +350,14 @@ def stopped(st: results.JobStatus) -> None:
 
 
 def resumed(res: results.ResumeResult) -> None:
-    console().print(_t(f"{res.job_id}: resumed (was {res.previous})"))
+    said = f"{res.job_id}: resumed (was {res.previous})"
+    if res.resume_from:
+        said += f" from {res.resume_from}"
+    elif "resume_from" in res.doc:  # an older agent does not say
+        why = "; ".join(str(x) for x in res.incomplete) if isinstance(res.incomplete, list) else ""
+        said += "; no complete checkpoint to resume from" + (f" ({why})" if why else "") + \
+            ": GPUJOB_RESUME is empty, the script starts from the beginning unless it finds a checkpoint of its own"
+    console().print(_t(said))
 
 
 def pull_warnings(res: results.PullResult) -> None:
