@@ -93,7 +93,8 @@ def add_parsers(add, sub) -> None:  # type: ignore[no-untyped-def]
     s.add_argument("--host", help="another host (default: the run's own)")
     s = add("sweep", cmd_sweep, "search run: arguments with Optuna (grid, random, TPE; pruning; a budget); "
             "sweep status NAME, sweep resume NAME")
-    s.add_argument("target", nargs="+", metavar="JOB_FILE | status NAME | resume NAME")
+    s.add_argument("target", nargs="+", metavar="JOB_FILE | status NAME | resume NAME",
+                   help="a job file with a sweep: section starts a sweep; status NAME shows one, resume NAME drives it again")
     s.add_argument("--hosts", help="host profiles the trials are placed on (a,b: the first with the GPUs free)")
     s.add_argument("--name", help="the sweep's name (default: JOB-sweep-TIME)")
     s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a job-file key for every trial")

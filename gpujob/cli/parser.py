@@ -53,11 +53,79 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n  → {self.prog} --help shows the usage\n")
 
 
+# ``gpujob --help`` lists the commands by what a user is doing, not in one list of 28
+COMMAND_GROUPS = (
+    ("start a job", ("init", "data", "submit")),
+    ("watch it", ("ls", "status", "tail", "plot", "tunnel", "ui", "cost")),
+    ("act on it", ("stop", "resume", "move", "guard", "pull", "rm")),
+    ("compare and search (the run ledger)", ("runs", "compare", "rerun", "sweep")),
+    ("hosts", ("host", "doctor", "exec", "ssh", "gc", "agent-log")),
+    ("setup", ("notify", "completion")),
+)
+
+
+class TopParser(Parser):
+    """The top-level parser: its help lists the commands in ``COMMAND_GROUPS`` (any other under "more")."""
+
+    def format_help(self) -> str:
+        fmt = self._get_formatter()
+        fmt.add_usage(self.usage, self._actions, self._mutually_exclusive_groups)
+        fmt.add_text(self.description)
+        sub = next(a for a in self._actions if isinstance(a, argparse._SubParsersAction))
+        by_name = {a.dest: a for a in sub._choices_actions}
+        groups = [(title, [by_name.pop(n) for n in names if n in by_name]) for title, names in COMMAND_GROUPS]
+        for title, actions in groups + [("more", list(by_name.values()))]:
+            if actions:
+                fmt.start_section(title)
+                fmt.add_arguments(actions)
+                fmt.end_section()
+        fmt.start_section("options")
+        fmt.add_arguments([a for a in self._actions if a.option_strings])
+        fmt.end_section()
+        fmt.add_text(self.epilog)
+        return fmt.format_help()
+
+
+# what an argument given no help of its own means, by its name
+JOB_HELP = "a job id, a unique prefix of it, its random suffix, or its name (the newest job of that name)"
+DEFAULT_HELP = {
+    "job": JOB_HELP, "jobs": JOB_HELP, "run": "a run of the ledger: " + JOB_HELP, "runs": "runs of the ledger: " + JOB_HELP,
+    "host": "host profile (gpujob host ls lists them)",
+    "--host": "the job's host (default: where it was submitted; picks one when JOB matches jobs on several hosts)",
+    "name": "host profile name", "-f": "follow the log until the job ends, then exit with its outcome (docs/cli.md)",
+    "-n": "how many last lines", "dest": "the folder it goes to (default gpujob-pulls); the job's files land in DEST/JOB_ID",
+    "dir": "the folder to write to (default: this one)", "file": "a jsonl file", "shell": "bash, zsh or fish",
+    "--text-field": "the field holding the text (default text)",
+    "--label-field": "the field holding the label, checked too when given",
+    "--preset": "the platform's defaults (data disk, shutdown command); default: what the instance says it is",
+    "--ssh": 'a new login line, e.g. "ssh -p NEWPORT root@connect.westb.seetacloud.com" (tried before it is saved)',
+    "--root": "gpujob's folder on the instance (default: on the preset's data disk)",
+    "--price": "price per hour, for cost tracking", "--identity": "an existing private key to use instead of gpujob's own",
+    "--shutdown-command": "what after: shutdown and --idle-shutdown run on the instance (default: the preset's)",
+    "--tensorboard-port": "the instance's port for TensorBoard (AutoDL's custom service: 6006)",
+}
+
+
+def _fill_help(p: argparse.ArgumentParser) -> None:
+    """Every argument of every command gets a help line (DEFAULT_HELP where it has none of its own)."""
+    for a in p._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            for sp in a.choices.values():
+                _fill_help(sp)
+        else:
+            if a.help is None:
+                a.help = DEFAULT_HELP.get(a.option_strings[0] if a.option_strings else a.dest)
+            if not a.option_strings and a.metavar is None:  # JOB, as the help texts write it, not job
+                a.metavar = a.dest.upper().rstrip("S") if a.dest in ("jobs", "runs") else a.dest.upper()
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = Parser(
-        prog="gpujob", description="Run training jobs on rented GPU instances over SSH (or on this machine: host 'local').")
+    p = TopParser(
+        prog="gpujob", description="Run training jobs on rented GPU instances over SSH (or on this machine: host 'local').",
+        epilog="gpujob COMMAND --help shows a command's options; every command takes --json (docs/json.md); "
+               "exit codes: docs/cli.md. A first job: gpujob init DIR, then gpujob submit DIR/job.yaml --follow")
     p.add_argument("--version", action="version", version=f"gpujob {__version__}")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
 
     def add(name: str, fn: Handler, help: str, parent: Any = sub) -> argparse.ArgumentParser:
         sp = parent.add_parser(name, help=help, description=help)
@@ -85,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="exit with the job's outcome: 0 succeeded, 1 failed, 4 stopped, 5 autostopped, 6 lost, "
                         "7 not finished (docs/cli.md)")
     s = add("ls", cmd_ls, "list jobs (one remote command per host)")
-    s.add_argument("--host")
+    s.add_argument("--host", help="only this host (default: every host jobs were submitted to from here)")
     s.add_argument("--all", action="store_true", help="every job, not only running ones and the newest 30 finished")
     s.add_argument("-w", "--watch", action="store_true", help="refresh in place, as status -w does")
     s.add_argument("--interval", type=number_type(float, 0.1, 3600), default=2.0, help="seconds between refreshes with -w")
@@ -113,7 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--host")
     s = add("move", cmd_move, "continue a job on another host from its newest complete checkpoint (same id, history)")
     s.add_argument("job", type=job_ref)
-    s.add_argument("--to", required=True, metavar="HOST", help="the host profile it goes on on (a,b,c: the first "
+    s.add_argument("--to", required=True, metavar="HOST", help="the host profile it goes on (a,b,c: the first "
                    "with the job's GPUs free)")
     s.add_argument("--job-file", help="the job file (default: the one it was submitted from)")
     s.add_argument("--wait", type=number_type(float, 0, 86400), default=600, help="seconds to wait for it to stop on the old host")
@@ -135,7 +203,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("host", nargs="?", help="host profile (default local)")
     s.add_argument("-n", "--lines", type=number_type(int, 0, 10**6), default=50)
     s = add("tunnel", cmd_tunnel, "TensorBoard of a job (or any port of a host) on a local port, until Ctrl-C")
-    s.add_argument("target", metavar="JOB|HOST", type=job_ref)
+    s.add_argument("target", metavar="JOB|HOST", type=job_ref,
+                   help="a job (its TensorBoard), or a host profile (with --remote-port: any port of it)")
     s.add_argument("--host", help="the job's host (default: where it was submitted)")
     s.add_argument("--remote-port", type=PORT, default=6006, help="port on the instance (default 6006: TensorBoard)")
     s.add_argument("--local-port", type=PORT, help="local port (default: the remote one, or the next free)")
@@ -203,7 +272,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("shell", nargs="?", choices=["bash", "zsh", "fish"])
     s.add_argument("--words", choices=["hosts", "jobs"], help="print host names or job ids, one a line (what the script calls)")
 
-    np_ = sub.add_parser("notify", help="notifications", description="notifications")
+    what = "notify test JOB_FILE: send a test message to each channel of a job's notify: (docs/notifications.md)"
+    np_ = sub.add_parser("notify", help=what, description=what)
     nsub = np_.add_subparsers(dest="notify_command", metavar="ACTION", required=True)
     s = add("test", cmd_notify_test, "send a test message to each notify channel of a job file, from here", nsub)
     s.add_argument("job_file", nargs="?", help="job YAML (default ./job.yaml)")
@@ -213,14 +283,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("-t", "--template", default="causal-lm", help="causal-lm, seq-cls or custom (see --list)")
     s.add_argument("--list", action="store_true", help="describe each template")
     s.add_argument("--force", action="store_true", help="overwrite existing files")
-    dp = sub.add_parser("data", help="check data before uploading it", description="check data before uploading it")
+    what = "data check FILE: lint a jsonl file before uploading it"
+    dp = sub.add_parser("data", help=what, description=what)
     dsub = dp.add_subparsers(dest="data_command", metavar="ACTION", required=True)
     s = add("check", cmd_data_check, "lint a jsonl file: parse errors, missing fields, empty texts, duplicates, stats", dsub)
     s.add_argument("file")
     s.add_argument("--text-field", default="text")
     s.add_argument("--label-field", default=None)
 
-    hp = sub.add_parser("host", help="manage host profiles", description="manage host profiles")
+    what = "host profiles: add (a login line; installs a key), set, ls, rm, trust, on/off/state (power), disconnect"
+    hp = sub.add_parser("host", help=what, description=what)
     hsub = hp.add_subparsers(dest="host_command", metavar="ACTION", required=True)
     s = add("add", cmd_host_add, "add a host from its login line (asks the password once, installs a key)", hsub)
     s.add_argument("name")
@@ -256,6 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("name")
     s = add("disconnect", cmd_host_disconnect, "close the connection kept open to a host between commands", hsub)
     s.add_argument("name")
+    _fill_help(p)
     return p
 
 
