@@ -155,7 +155,8 @@ def add_host(
                 if not sys.stdin.isatty():
                     raise ConnectError(
                         f"{host.address} needs a password once to install gpujob's key",
-                        "run interactively, or pass --password-stdin (e.g. from a password manager)",
+                        "run interactively, or pass --password-stdin (e.g. from a password manager); a key of "
+                        "yours the instance already accepts: --identity ~/.ssh/KEY",
                     ) from None
                 password = getpass.getpass(f"password for {host.user}@{host.hostname} (used once, not stored): ")
             _install_own_key(host, password)
