@@ -11,8 +11,9 @@ import argparse
 import shlex
 
 # positional arguments by what they name; a command not listed takes files
-JOB_COMMANDS = {"status", "tail", "stop", "resume", "move", "guard", "pull", "plot", "rm"}
-HOST_COMMANDS = {"doctor", "agent-log", "exec", "ssh", "gc", "host set", "host rm", "host trust", "host disconnect"}
+JOB_COMMANDS = {"status", "tail", "stop", "resume", "move", "guard", "pull", "plot", "rm", "compare", "rerun"}
+HOST_COMMANDS = {"doctor", "agent-log", "exec", "ssh", "gc", "host set", "host rm", "host trust", "host disconnect",
+                 "host on", "host off", "host state"}
 JOB_OR_HOST = {"tunnel"}
 NO_POSITIONAL = {"ls", "cost", "host ls", "completion"}
 VALUE_KINDS = {"--host": "hosts", "--to": "hosts"}  # options whose value is a host
