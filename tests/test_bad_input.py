@@ -115,6 +115,7 @@ CASES: list[tuple[str, Callable[[Path], list[str]], list[str]]] = [
     ("tail-grep-bad-regex", argv("tail", "somejob", "--grep", "("), ["not a valid regular expression"]),
     ("data-check-missing", argv("data", "check", "nosuch.jsonl"), ["nosuch.jsonl", "does not exist"]),
     ("data-check-folder", data_check_folder, ["is a folder"]),
+    ("host-trust-local", argv("host", "trust", "local"), ["'local' is this machine", "no host key"]),
     ("host-add-path-name", argv("host", "add", "../evil", "--ssh", "ssh -p 22 root@h", "--no-check"), ["cannot name a host"]),
     ("host-add-dot-name", argv("host", "add", ".hidden", "--ssh", "ssh -p 22 root@h", "--no-check"), ["cannot name a host"]),
     ("host-add-newline-name", argv("host", "add", "evil\n", "--ssh", "ssh -p 22 root@h", "--no-check"), ["cannot name a host"]),
