@@ -91,6 +91,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     from gpujob.ui.jobs import status
 
     if args.job is None:
+        if args.exit_code:  # the list has no one outcome: exit 0 would read as "succeeded"
+            raise GpujobError("status --exit-code reports one job's outcome: no JOB was given",
+                              "gpujob status JOB --exit-code (gpujob ls lists the jobs)")
         return _watch_ls(args) if args.watch else cmd_ls(args)
     with client(args.host) as c:
         job = c.job(args.job)

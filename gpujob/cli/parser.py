@@ -219,7 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("job", type=job_ref)
     s.add_argument("dest", nargs="?", default="gpujob-pulls")
     s.add_argument("--host")
-    s.add_argument("--write-wait", type=float, default=None, metavar="SECONDS",
+    s.add_argument("--write-wait", type=number_type(float, 0, 86400), default=None, metavar="SECONDS",
                    help="how long to wait for a file the job is still writing before leaving it out (default 30)")
     s.add_argument("--from", dest="source", choices=["host", "mirror"], default="host",
                    help="mirror: the newest mirrored complete checkpoint, read from checkpoint.mirror through "

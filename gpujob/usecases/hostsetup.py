@@ -186,7 +186,8 @@ def update_host(
     store = store or HostStore()
     host = store.get(name)
     if host.kind == "local":
-        raise HostError("'local' is built in", "set GPUJOB_LOCAL_ROOT to move its root")
+        raise HostError("'local' is built in (this machine): it has no settings to change",
+                        "set GPUJOB_LOCAL_ROOT to move its root; a price or a power command belongs to an SSH profile")
     tried = None
     if ssh_line:
         for k, v in parse_ssh_target(ssh_line).items():
