@@ -189,6 +189,8 @@ def test_refused_key(sshd, tmp_path: Path) -> None:
     sshd.authorize(Path(f"{key}.pub").read_text().strip())
     r = run_cli("host", "add", "box", "--ssh", sshd.ssh_line(), "--identity", str(key), "--root", str(tmp_path / "r"))
     assert r.returncode == 0 and "host box = " in r.stdout, r.stderr
+    r = run_cli("host", "ls", env_extra={"COLUMNS": "80"})  # a long root folds; the address keeps its port
+    assert f"root@127.0.0.1:{sshd.port}" in r.stdout.split(), r.stdout
 
 
 def test_host_add_then_changed_host_key_is_refused(sshd, tmp_path: Path) -> None:
