@@ -93,7 +93,7 @@ DEFAULT_HELP = {
     "host": "host profile (gpujob host ls lists them)",
     "--host": "the job's host (default: where it was submitted; picks one when JOB matches jobs on several hosts)",
     "name": "host profile name", "-f": "follow the log until the job ends, then exit with its outcome (docs/cli.md)",
-    "-n": "how many last lines", "dest": "the folder it goes to (default gpujob-pulls); the job's files land in DEST/JOB_ID",
+    "dest": "the folder it goes to (default gpujob-pulls); the job's files land in DEST/JOB_ID",
     "dir": "the folder to write to (default: this one)", "file": "a jsonl file", "shell": "bash, zsh or fish",
     "--text-field": "the field holding the text (default text)",
     "--label-field": "the field holding the label, checked too when given",
@@ -148,7 +148,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("job", nargs="?", type=job_ref)
     s.add_argument("--host")
     s.add_argument("-w", "--watch", action="store_true", help="refresh in place (one remote command per refresh)")
-    s.add_argument("--interval", type=number_type(float, 0.1, 3600), default=2.0, help="seconds between refreshes with -w")
+    s.add_argument("--interval", type=number_type(float, 0.1, 3600), default=2.0, metavar="SECONDS",
+                   help="between refreshes with -w (default 2)")
     s.add_argument("--exit-code", action="store_true",
                    help="exit with the job's outcome: 0 succeeded, 1 failed, 4 stopped, 5 autostopped, 6 lost, "
                         "7 not finished (docs/cli.md)")
@@ -156,12 +157,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--host", help="only this host (default: every host jobs were submitted to from here)")
     s.add_argument("--all", action="store_true", help="every job, not only running ones and the newest 30 finished")
     s.add_argument("-w", "--watch", action="store_true", help="refresh in place, as status -w does")
-    s.add_argument("--interval", type=number_type(float, 0.1, 3600), default=2.0, help="seconds between refreshes with -w")
+    s.add_argument("--interval", type=number_type(float, 0.1, 3600), default=2.0, metavar="SECONDS",
+                   help="between refreshes with -w (default 2)")
     s = add("tail", cmd_tail, "print a job's output; -f follows and survives sleep and network drops")
     s.add_argument("job", type=job_ref)
     s.add_argument("--host")
     s.add_argument("-f", "--follow", action="store_true")
-    s.add_argument("-n", "--lines", type=number_type(int, 0, 10**9), default=20)
+    s.add_argument("-n", "--lines", type=number_type(int, 0, 10**9), default=20, help="how many last lines (default 20)")
     s.add_argument("--since", help="start at lines written in the last 10m/2h/1d, or since a date (docs/json.md)")
     s.add_argument("--grep", metavar="REGEX", type=regex_type, help="only lines matching REGEX (Python syntax)")
     s.add_argument("--node", type=number_type(int, 0, 1023), help="one node of a job over several (default: all, prefixed)")
@@ -170,8 +172,9 @@ def build_parser() -> argparse.ArgumentParser:
     s = add("stop", cmd_stop, "stop a job (its code may checkpoint first); no process of it remains")
     s.add_argument("job", type=job_ref)
     s.add_argument("--host")
-    s.add_argument("--wait", type=number_type(float, 0, 86400), default=None,
-                   help="seconds to wait for the job to end (600; with --after-checkpoint: max-wait plus 10 min)")
+    s.add_argument("--wait", type=number_type(float, 0, 86400), default=None, metavar="SECONDS",
+                   help="how long to wait for the job to end (default 600; with --after-checkpoint: --max-wait plus "
+                        "600, or 4200 without one); then exit 7 if it has not")
     s.add_argument("--after-checkpoint", action="store_true",
                    help="let the job write its next complete checkpoint first, then stop it at once")
     s.add_argument("--max-wait", metavar="DURATION", help="with --after-checkpoint: stop anyway after this long "
@@ -184,24 +187,27 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--to", required=True, metavar="HOST", help="the host profile it goes on (a,b,c: the first "
                    "with the job's GPUs free)")
     s.add_argument("--job-file", help="the job file (default: the one it was submitted from)")
-    s.add_argument("--wait", type=number_type(float, 0, 86400), default=600, help="seconds to wait for it to stop on the old host")
+    s.add_argument("--wait", type=number_type(float, 0, 86400), default=600, metavar="SECONDS",
+                   help="how long to wait for it to stop on the old host (default 600)")
     s = add("guard", cmd_guard, "watch jobs; move one whose host stays away longer than its retry.move_after")
     s.add_argument("jobs", nargs="+", metavar="JOB", type=job_ref)
-    s.add_argument("--interval", type=number_type(float, 0.1, 86400), default=30.0, help="seconds between looks (default 30)")
+    s.add_argument("--interval", type=number_type(float, 0.1, 86400), default=30.0, metavar="SECONDS",
+                   help="between looks (default 30)")
     s.add_argument("--once", action="store_true", help="one look at each job (for cron); the time away adds up")
     s = add("cost", cmd_cost, "what jobs have cost (elapsed x price_per_hour), per job and per host")
     s.add_argument("--host", help="one host (default: every host with jobs)")
     s = add("ui", cmd_ui, "a dashboard in the browser: every job on every host, live curves, compare (needs gpujob[ui])")
     s.add_argument("--port", type=PORT, help="port on 127.0.0.1 (default: a free one, printed)")
     s.add_argument("--host", help="only these hosts (a,b); default every host profile and local")
-    s.add_argument("--interval", type=number_type(float, 0.5, 3600), default=3.0,
+    s.add_argument("--interval", type=number_type(float, 0.5, 3600), default=3.0, metavar="SECONDS",
                    help="seconds between two looks at a host (default 3; one look per host whatever the tabs)")
     s.add_argument("--open", action="store_true", help="open it in the browser")
-    s.add_argument("--pull-dir", default="gpujob-pulls", help="where the pull --latest button copies to")
+    s.add_argument("--pull-dir", default="gpujob-pulls", metavar="DIR",
+                   help="where the pull --latest button copies to (default gpujob-pulls)")
     add_experiment_parsers(add, sub)
     s = add("agent-log", cmd_agent_log, "the last lines of the agent's own log on a host (its errors)")
     s.add_argument("host", nargs="?", help="host profile (default local)")
-    s.add_argument("-n", "--lines", type=number_type(int, 0, 10**6), default=50)
+    s.add_argument("-n", "--lines", type=number_type(int, 0, 10**6), default=50, help="how many last lines (default 50)")
     s = add("tunnel", cmd_tunnel, "TensorBoard of a job (or any port of a host) on a local port, until Ctrl-C")
     s.add_argument("target", metavar="JOB|HOST", type=job_ref,
                    help="a job (its TensorBoard), or a host profile (with --remote-port: any port of it)")
@@ -241,7 +247,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = add("doctor", cmd_doctor, "check a host in one round trip: Python, torch/CUDA, GPUs, disks, network, agent")
     s.add_argument("host", nargs="?", help="host profile (default local)")
-    s.add_argument("--torch-timeout", type=number_type(float, 1, 3600), default=60.0, help="seconds to wait for 'import torch'")
+    s.add_argument("--torch-timeout", type=number_type(float, 1, 3600), default=60.0, metavar="SECONDS",
+                   help="how long to wait for 'import torch' (default 60)")
     s.add_argument("--job", metavar="JOB_YAML", help="also resolve this job's interpreter (its python: and the "
                    "program its run: starts) exactly as a submit would; ✗ when it would not be found")
     s.add_argument("--bench", action="store_true", help="the preflight (under a minute): matmul TFLOP/s against the "
