@@ -120,6 +120,8 @@ CASES: list[tuple[str, Callable[[Path], list[str]], list[str]]] = [
     ("host-rm-local", argv("host", "rm", "local"), ["'local' is built in", "cannot be removed"]),
     ("host-set-local", argv("host", "set", "local", "--price", "1"), ["no settings to change", "SSH profile"]),
     ("status-exit-code-no-job", argv("status", "--exit-code"), ["no JOB was given", "gpujob status JOB --exit-code"]),
+    ("misspelt-command", argv("statsu", "x"), ["unknown command 'statsu'", "did you mean 'status'"]),
+    ("misspelt-choice", argv("pull", "x", "--from", "mirrror"), ["invalid choice", "did you mean 'mirror'"]),
     ("host-add-path-name", argv("host", "add", "../evil", "--ssh", "ssh -p 22 root@h", "--no-check"), ["cannot name a host"]),
     ("host-add-dot-name", argv("host", "add", ".hidden", "--ssh", "ssh -p 22 root@h", "--no-check"), ["cannot name a host"]),
     ("host-add-newline-name", argv("host", "add", "evil\n", "--ssh", "ssh -p 22 root@h", "--no-check"), ["cannot name a host"]),

@@ -50,7 +50,23 @@ class Parser(argparse.ArgumentParser):
     """argparse with a usage error in two lines (the cause, then where the usage is), not the whole usage."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message}\n  → {self.prog} --help shows the usage\n")
+        self.exit(2, f"{self.prog}: error: {_did_you_mean(message)}\n  → {self.prog} --help shows the usage\n")
+
+
+def _did_you_mean(message: str) -> str:
+    """argparse's "invalid choice: 'statsu' (choose from ...)" with the choice meant, when one is close."""
+    import re
+
+    m = re.search(r"invalid choice: '?([^'(]*?)'? \(choose from (.*)\)$", message)
+    if not m:
+        return message
+    import difflib
+
+    choices = [c.strip().strip("'") for c in m.group(2).split(",")]
+    close = difflib.get_close_matches(m.group(1), choices, n=1, cutoff=0.6)
+    if message.startswith("argument COMMAND:"):  # the 28 names are what --help lists, by task
+        message = f"unknown command {m.group(1)!r}"
+    return f"{message}; did you mean {close[0]!r}?" if close else message
 
 
 # ``gpujob --help`` lists the commands by what a user is doing, not in one list of 28
