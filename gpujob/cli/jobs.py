@@ -154,7 +154,7 @@ def cmd_tunnel(args: argparse.Namespace) -> int:
                 sys.stdout.flush()
                 tunnel.wait()
         except KeyboardInterrupt:  # docs/cli.md: 130; what stays up is said
-            left = " (its TensorBoard keeps running on the host: gpujob tunnel JOB --stop ends it)" \
+            left = f" (its TensorBoard keeps running on the host: gpujob tunnel {args.target} --stop ends it)" \
                 if not args.host and args.target not in {h.name for h in c.hosts.all()} | {"local"} else ""
             print(f"tunnel closed{left}", file=sys.stderr)
             return INTERRUPTED
