@@ -40,7 +40,8 @@ def cost_report(doc: dict[str, Any]) -> None:
 
     c = console()
     c.print(cost_table(doc) if doc["jobs"] else "no jobs yet")
-    unpriced = sorted({str(j["host"]) for j in doc["jobs"] if j.get("cost") is None and j.get("host") not in (None, "local")})
+    unpriced = sorted({str(j["host"]) for j in doc["jobs"] if j.get("cost") is None
+                       and j.get("host") not in (None, "local", *doc["errors"])})  # an unreachable host: its error says why
     if unpriced:  # said once below the table: in each row it folded the narrow column over three lines
         c.print(escape(f"-: no price_per_hour on {', '.join(unpriced)} → gpujob host set "
                        f"{unpriced[0] if len(unpriced) == 1 else 'NAME'} --price PRICE_PER_HOUR"), style="dim")
