@@ -82,7 +82,7 @@ def add_parsers(add, sub) -> None:  # type: ignore[no-untyped-def]
                    help="filter on a parameter, metric or column, e.g. 'lr<1e-3' or state=succeeded (repeatable)")
     s.add_argument("--sort", metavar="KEY", help="best first by a metric or parameter (--sort=-KEY: the other way)")
     s.add_argument("--sweep", metavar="NAME", help="only the trials of this sweep")
-    s.add_argument("--limit", type=number_type(int, 0, 10**9), default=50, help="rows shown (0: all; default 50)")
+    s.add_argument("--limit", type=number_type(int, 0, 10**9), default=50, metavar="N", help="rows shown (0: all; default 50)")
     s = add("compare", cmd_compare, "runs side by side: differing parameters, code and environment, metrics, curves")
     s.add_argument("runs", nargs="+", metavar="RUN", type=job_ref)
     s.add_argument("--plot", metavar="PNG", help="also draw the curves overlaid to this PNG (needs matplotlib)")

@@ -228,8 +228,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("target", metavar="JOB|HOST", type=job_ref,
                    help="a job (its TensorBoard), or a host profile (with --remote-port: any port of it)")
     s.add_argument("--host", help="the job's host (default: where it was submitted)")
-    s.add_argument("--remote-port", type=PORT, default=6006, help="port on the instance (default 6006: TensorBoard)")
-    s.add_argument("--local-port", type=PORT, help="local port (default: the remote one, or the next free)")
+    s.add_argument("--remote-port", type=PORT, default=6006, metavar="PORT", help="port on the instance (default 6006: TensorBoard)")
+    s.add_argument("--local-port", type=PORT, metavar="PORT", help="local port (default: the remote one, or the next free)")
     s.add_argument("--stop", action="store_true", help="stop the TensorBoard that gpujob tunnel started for JOB")
     s.add_argument("--install", action="store_true", help="first pip-install TensorBoard into gpujob's tools environment "
                    "on the host (<root>/tools/tensorboard; the host's pip_index_url and network_turbo apply)")
@@ -319,22 +319,23 @@ def build_parser() -> argparse.ArgumentParser:
     hsub = hp.add_subparsers(dest="host_command", metavar="ACTION", required=True)
     s = add("add", cmd_host_add, "add a host from its login line (asks the password once, installs a key)", hsub)
     s.add_argument("name")
-    s.add_argument("--ssh", required=True, help='the login line, e.g. "ssh -p 41234 root@connect.westb.seetacloud.com"')
+    s.add_argument("--ssh", required=True, metavar="LINE", help='the login line, e.g. "ssh -p 41234 root@connect.westb.seetacloud.com"')
     s.add_argument("--password-stdin", action="store_true", help="read the password from stdin (never stored)")
     s.add_argument("--root", help="gpujob's folder on the instance")
     s.add_argument("--preset", choices=["generic", "autodl", "vast", "runpod"])
     s.add_argument("--price", type=PRICE, help="price per hour, for cost tracking")
-    s.add_argument("--identity", help="an existing private key to use instead of gpujob's own")
+    s.add_argument("--identity", metavar="KEY_FILE", help="an existing private key to use instead of gpujob's own "
+                   "(one the instance already accepts: no password asked)")
     s.add_argument("--no-check", action="store_true", help="save without connecting")
     s.add_argument("--force", action="store_true", help="replace an existing profile")
     host_setting_args(s)
     s = add("set", cmd_host_set, "change a host profile (a new login line after a restart)", hsub)
     s.add_argument("name")
-    s.add_argument("--ssh")
+    s.add_argument("--ssh", metavar="LINE")
     s.add_argument("--root")
     s.add_argument("--preset", choices=["generic", "autodl", "vast", "runpod"])
     s.add_argument("--price", type=PRICE)
-    s.add_argument("--identity")
+    s.add_argument("--identity", metavar="KEY_FILE")
     s.add_argument("--no-check", action="store_true", help="save a new --ssh line without trying it first")
     host_setting_args(s)
     add("ls", cmd_host_ls, "list host profiles", hsub)
@@ -370,7 +371,8 @@ def host_setting_args(s: argparse.ArgumentParser) -> None:
         s.add_argument(f"--power-{verb}", metavar="CMD", help=f"a command run here that {what} (docs/power.md; '' clears)")
     s.add_argument("--power-stock-out", metavar="REGEX", help="power.on output meaning 'no GPU free' (default: docs/power.md)")
     s.add_argument("--power-wait", metavar="DURATION", help="retry a power-on refused for lack of GPUs this long (default 10m)")
-    s.add_argument("--power-boot-timeout", metavar="DURATION", help="wait this long for a powered-on host to answer (default 10m)")
+    s.add_argument("--power-boot-timeout", metavar="DURATION", help="wait this long for a powered-on host to answer "
+                   "(default 10m), and for host off to see it off (default 5m)")
     s.add_argument("--idle-shutdown", metavar="DURATION", help="power the instance off after this long with no job "
                    "and no SSH session, e.g. 30m (off: never); a watcher on the instance checks")
 
