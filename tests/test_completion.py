@@ -64,6 +64,7 @@ def test_bash_completes_commands_options_hosts_and_jobs(gpujob_on_path: dict[str
     assert job_id in complete(gpujob_on_path, script, "gpujob", "move", "")
     assert job_id in complete(gpujob_on_path, script, "gpujob", "compare", job_id, "")  # ledger runs are job ids
     assert complete(gpujob_on_path, script, "gpujob", "host", "off", "gpu") == ["gpubox"]
+    assert {"status", "resume"} <= set(complete(gpujob_on_path, script, "gpujob", "sweep", ""))  # or a job file
     assert {"add", "set", "trust"} <= set(complete(gpujob_on_path, script, "gpujob", "host", ""))
 
 
