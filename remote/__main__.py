@@ -223,7 +223,8 @@ def cmd_send(root: Root, a: argparse.Namespace) -> None:
             stray = jobs.stray_checkpoints(job, job.spec_data(), job.status())
             raise AgentError(doc["error"] + " in job " + job.id + ("; " + stray["advice"] if stray else ""),
                              transfer.stray_hint(doc["stray"]) if doc.get("stray")
-                             else "pull without --latest/--best, or pick another job", "no_checkpoint")
+                             else "gpujob pull {} without --{} brings every file of the job; or pick another "
+                                  "job".format(job.id, "best" if a.select == "best" else "latest"), "no_checkpoint")
         doc["job_id"] = job.id
         if a.write_wait is not None:  # files some process is writing now: the client says it waits
             from remote import writing

@@ -155,5 +155,5 @@ def diagnose(log: Path, rc: Optional[int], metrics: Optional[Path] = None,
     errors = [ln for ln in errors if re.match(r"^\w+(\.\w+)*(Error|Exception)\b", ln)]
     tb_line = next((ln for ln in reversed(errors) if "ChildFailedError" not in ln), errors[-1] if errors else None)
     return {"cause": "error", "summary": tb_line or "exit code {}".format(rc),
-            "remedy": "read the traceback: gpujob tail JOB -n 50", "where": _last_frame(lines), "line": tb_line,
+            "remedy": "read the traceback: gpujob tail {} -n 50".format(log.parent.name), "where": _last_frame(lines), "line": tb_line,
             "gpu": False}

@@ -382,11 +382,11 @@ def tensorboard(root: Root, ref: str, port: int, wait: float = 60.0) -> Dict[str
     if via and via["kind"] == "none":
         raise jobs.AgentError(
             "TensorBoard is not installed in the job's environment ({}) nor on this host's PATH".format(via["path"]),
-            "gpujob tunnel JOB --install puts it into gpujob's tools environment on the host ({}; pip with the "
+            "gpujob tunnel {} --install puts it into gpujob's tools environment on the host ({}; pip with the "
             "host's pip_index_url and network_turbo settings: gpujob host set HOST --pip-index-url URL), "
-            "or `pip install tensorboard` with the job's python".format(tb_tools(root)), "tb_missing")
+            "or `pip install tensorboard` with the job's python".format(job_id, tb_tools(root)), "tb_missing")
     raise jobs.AgentError("TensorBoard did not start on port {}: {}".format(port, out.strip()[-600:] or "no output"),
-                          "see {}; another port: gpujob tunnel JOB --remote-port N".format(log_path), "tb_failed")
+                          "see {}; another port: gpujob tunnel {} --remote-port N".format(log_path, job_id), "tb_failed")
 
 
 def serves_logdir(port: int) -> Optional[str]:

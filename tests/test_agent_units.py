@@ -49,6 +49,7 @@ def test_last_frame_and_only_the_last_attempt(tmp_path: Path) -> None:
             + TB + "KeyError: 'labels'\n==> gpujob: attempt 2 ended with exit code 1 [x]\n")
     d = diag(tmp_path, text)
     assert d["cause"] == "error" and d["where"] == "/job/code/model.py:12 in forward"
+    assert d["remedy"] == f"read the traceback: gpujob tail {tmp_path.name} -n 50"  # the job's folder is its id
 
 
 def test_oom_killer_known_from_cgroup_counter(tmp_path: Path) -> None:

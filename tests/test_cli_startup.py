@@ -62,6 +62,32 @@ def test_every_command_takes_json() -> None:
     assert not missing
 
 
+def test_help_groups_every_command_and_explains_every_argument() -> None:
+    """``gpujob --help`` lists each command once, in a group (none left in "more"); every argument of
+    every command has a help line and a positional is written as its help texts write it (JOB)."""
+    from gpujob.cli import build_parser
+    from gpujob.cli.parser import COMMAND_GROUPS
+
+    p = build_parser()
+    commands = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction)).choices
+    grouped = [n for _, names in COMMAND_GROUPS for n in names]
+    assert sorted(grouped) == sorted(commands)
+    text = p.format_help()
+    assert "\nmore:" not in text and all(f"\n{title}:" in text for title, _ in COMMAND_GROUPS)
+    bare = []
+
+    def walk(p: argparse.ArgumentParser, path: list[str]) -> None:
+        for a in p._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                for name, sp in a.choices.items():
+                    walk(sp, path + [name])
+            elif not a.help or (not a.option_strings and a.metavar == a.dest):
+                bare.append(f"{' '.join(path)} {a.option_strings or a.dest}")
+
+    walk(p, [])
+    assert not bare
+
+
 def test_json_errors_are_json() -> None:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     r = subprocess.run([sys.executable, "-m", "gpujob.cli", "status", "nosuchjob", "--host", "local", "--json"],

@@ -62,6 +62,9 @@ def test_bash_completes_commands_options_hosts_and_jobs(gpujob_on_path: dict[str
     assert complete(gpujob_on_path, script, "gpujob", "ls", "--host", "g") == ["gpubox"]
     assert complete(gpujob_on_path, script, "gpujob", "move", job_id, "--to", "g") == ["gpubox"]
     assert job_id in complete(gpujob_on_path, script, "gpujob", "move", "")
+    assert job_id in complete(gpujob_on_path, script, "gpujob", "compare", job_id, "")  # ledger runs are job ids
+    assert complete(gpujob_on_path, script, "gpujob", "host", "off", "gpu") == ["gpubox"]
+    assert {"status", "resume"} <= set(complete(gpujob_on_path, script, "gpujob", "sweep", ""))  # or a job file
     assert {"add", "set", "trust"} <= set(complete(gpujob_on_path, script, "gpujob", "host", ""))
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -111,6 +112,21 @@ def test_open_hands_the_url_to_the_browser_without_the_token_in_argv(tmp_path: P
     with pytest.raises(urllib.error.HTTPError) as e:  # a second use is refused
         urllib.request.urlopen(ticket_url, timeout=10)
     assert e.value.code == 403
+    # no $BROWSER and no display: Python would start a text browser that takes over this terminal
+    text_browser = tmp_path / "bin" / "www-browser"
+    text_browser.parent.mkdir()
+    text_browser.write_text(f"#!/bin/sh\ntouch {tmp_path / 'text-browser-ran'}\n")
+    text_browser.chmod(0o755)
+    for var in ("BROWSER", "DISPLAY", "WAYLAND_DISPLAY"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("PATH", f"{text_browser.parent}{os.pathsep}{os.environ['PATH']}")
+    p, _ = ui_server("--host", "local", "--open")
+    assert p.stderr is not None
+    err: list[str] = []  # read as it comes: the server runs on (the fixture ends it)
+    threading.Thread(target=lambda: err.extend(iter(p.stderr.readline, "")), daemon=True).start()  # type: ignore[union-attr]
+    wait_for(lambda: "open the URL above" in "".join(err), 30, "the note that no browser was started")
+    assert "no graphical browser here" in "".join(err), err
+    assert not (tmp_path / "text-browser-ran").exists()
 
 
 def test_every_running_job_shows_its_gpu_use_without_its_page(tmp_path: Path, ui_server: Callable[..., tuple],  # noqa: F811

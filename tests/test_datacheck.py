@@ -42,7 +42,8 @@ def test_problems_with_line_numbers(tmp_path: Path) -> None:
     assert rep.token_estimate == rep.total_chars // 4
     assert not rep.ok and rep.errors == 6
     text = format_report(rep)
-    for needle in ("line 2:", "lines 4", "lines 5", "lines 6 (= 1)", "lines 7", "lines 8", "lines 9", "neg: 4", "tokens"):
+    for needle in ("line 2:", "lines 4", "lines 5", "lines 6 (= 1)", "lines 7", "lines 8", "lines 9", "neg: 4", "tokens",
+                   "→ fix or drop the lines named above", "--text-field NAME"):
         assert needle in text, needle
     json.dumps(rep.to_json())
 

@@ -250,3 +250,7 @@ def test_notify_test_command_sends_from_the_laptop(hook: Hook, tmp_path: Path) -
     (tmp_path / "none.yaml").write_text("run: echo\n")
     r = run_cli("notify", "test", str(tmp_path / "none.yaml"))
     assert r.returncode != 0 and "no notify channels" in (r.stderr + r.stdout)
+    (tmp_path / "unset.yaml").write_text("run: echo\nnotify: [{type: slack, url: '${NOT_SET_FOR_PROBE}'}]\n")
+    r = run_cli("notify", "test", str(tmp_path / "unset.yaml"))  # the skip says where the value would come from
+    assert r.returncode == 1 and "${NOT_SET_FOR_PROBE} is not set" in r.stdout, r.stdout + r.stderr
+    assert "→ export each such NAME" in r.stderr and "secrets.env" in r.stderr

@@ -358,5 +358,7 @@ def test_runs_draws_plain_columns_without_rich_or_a_client(tmp_path: Path) -> No
     assert head.split() == ["RUN", "HOST", "STATE", "STARTED", "lr", "tag", "LOSS", "COST"]
     assert row.split()[:3] == ["plain-1", "local", "succeeded"] and "0.7" in row and "\x1b" not in out.stdout
     assert more == "1 of 2 runs (--limit 0: all)"
+    narrow = run_cli("runs", "--limit", "1", env_extra={"COLUMNS": "56"}).stdout.splitlines()[1].split()
+    assert narrow[0] == "plain-1" and narrow[2] == "succeeded" and "…" in "".join(narrow), narrow  # STATE gives way last
     mods = imported("runs", full=True)
     assert not {"rich", "gpujob.api.client", "gpujob.transport", "optuna"} & mods

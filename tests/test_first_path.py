@@ -179,10 +179,18 @@ def test_refused_key(sshd, tmp_path: Path) -> None:
     # gpujob's key is not in authorized_keys and no password is available
     r = run_cli("host", "add", "box", "--ssh", sshd.ssh_line())
     assert r.returncode == 3
-    assert "needs a password once" in r.stderr and "--password-stdin" in r.stderr
+    assert "needs a password once" in r.stderr and "--password-stdin" in r.stderr and "--identity" in r.stderr
     from gpujob.config.hosts import HostStore
 
     assert [h.name for h in HostStore().all()] == ["local"]  # nothing half-saved
+    # the hint's other way: a key of the user's own that the instance already accepts
+    key = tmp_path / "mine"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    sshd.authorize(Path(f"{key}.pub").read_text().strip())
+    r = run_cli("host", "add", "box", "--ssh", sshd.ssh_line(), "--identity", str(key), "--root", str(tmp_path / "r"))
+    assert r.returncode == 0 and "host box = " in r.stdout, r.stderr
+    r = run_cli("host", "ls", env_extra={"COLUMNS": "80"})  # a long root folds; the address keeps its port
+    assert f"root@127.0.0.1:{sshd.port}" in r.stdout.split(), r.stdout
 
 
 def test_host_add_then_changed_host_key_is_refused(sshd, tmp_path: Path) -> None:

@@ -126,6 +126,16 @@ def test_power_commands_missing_or_failing_say_so(tmp_path: Path) -> None:
     for flag, bad, said in (("--power-wait", "soon", "is not a duration"), ("--power-stock-out", "(", "not a regular")):
         r = run_cli("host", "set", "plain", flag, bad)
         assert r.returncode == 2 and said in r.stderr and "Traceback" not in r.stderr, r.stderr
+    # an off that the state never confirms is not reported as done: the meter may still run
+    r = run_cli("host", "set", "plain", "--power-off", "true", "--power-state", "echo running",
+                "--power-boot-timeout", "1s", "--no-check")
+    assert r.returncode == 0, r.stderr
+    r = run_cli("host", "off", "plain", "--json", env_extra={"GPUJOB_POWER_POLL": "0.2"})
+    assert r.returncode == 7 and json.loads(r.stdout)["state"] == "on", r.stdout + r.stderr
+    assert "not known to be off: its power.state still says 'on'" in r.stderr and "→" in r.stderr
+    run_cli("host", "set", "plain", "--power-state", "")
+    r = run_cli("host", "off", "plain")
+    assert r.returncode == 7 and "no power.state command to confirm it" in r.stderr, r.stderr
 
 
 def test_autodl_recipe_against_a_local_api(ssh_host: str, sshd: object) -> None:

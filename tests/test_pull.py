@@ -53,6 +53,8 @@ def test_pull_latest_best_include_and_incremental(tmp_path: Path) -> None:
     best = pull(job_id, str(dest / "best"), "--best", "eval_loss")
     assert best["selected"] == "ckpt/step-200"
     assert pull(job_id, str(dest / "best2"), "--best", "eval_acc")["selected"] == "ckpt/step-200"
+    r = run_cli("pull", job_id, str(dest / "none"), "--best", "no_such_metric")  # the next step names this pull
+    assert r.returncode == 2 and f"gpujob pull {job_id} without --best brings every file" in r.stderr, r.stderr
 
     inc = pull(job_id, str(dest / "inc"), "--include", "ckpt/step-100/*")
     files = sorted(str(p.relative_to(inc["dest"])) for p in Path(inc["dest"]).rglob("*") if p.is_file())

@@ -71,6 +71,11 @@ def test_ssh_writes_a_marked_entry_and_runs_openssh(ssh_host: str, tmp_path: Pat
     assert oct(cfg.stat().st_mode & 0o777) == "0o600"
     r = run_cli("ssh", ssh_host, "--ssh-config", str(cfg), "--", "exit", "5", timeout=60)
     assert r.returncode == 5
+    # a HOME that is not the account's: OpenSSH reads the passwd home's config, so gpujob names its own
+    home = tmp_path / "home"
+    r = run_cli("ssh", ssh_host, "--", "echo", "via-home", timeout=60, env_extra={"HOME": str(home)})
+    assert r.returncode == 0 and r.stdout.strip() == "via-home", r.stderr
+    assert "Host gpujob-box" in (home / ".ssh" / "config").read_text()
     # nothing left running: OpenSSH replaced gpujob and exited (no master connection stays behind)
     assert not [d for d in Path("/proc").glob("[0-9]*") if str(cfg).encode() in _cmdline(d)]
 

@@ -134,6 +134,7 @@ def test_cost_keeps_ids_whole_and_a_pipe_gets_whole_lines(tmp_path: Path) -> Non
     r = subprocess.run([sys.executable, "-m", "gpujob.cli", "cost"], capture_output=True, text=True, timeout=120,
                        env=dict(os.environ, PYTHONPATH=str(REPO), **env), stdin=subprocess.DEVNULL)
     assert r.returncode == 0 and job_id in r.stdout.split(), r.stdout
+    assert "price_per_hour" not in r.stdout  # local has no meter: no cell nor note asks for its price
 
 
 def test_gc_frees_data_no_kept_job_uses(tmp_path: Path) -> None:

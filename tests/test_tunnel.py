@@ -180,7 +180,7 @@ def test_tensorboard_missing_says_how_to_install(tmp_path: Path) -> None:
     r = run_cli("tunnel", job_id, "--host", "local", "--remote-port", str(free_port()))
     assert r.returncode == 2, r.stdout + r.stderr
     assert "TensorBoard is not installed" in r.stderr and "pip install tensorboard" in r.stderr
-    assert "nor on this host's PATH" in r.stderr and "gpujob tunnel JOB --install" in r.stderr
+    assert "nor on this host's PATH" in r.stderr and f"gpujob tunnel {job_id} --install" in r.stderr
     assert "--pip-index-url" in r.stderr
     # the offered install uses the host's pip settings: an index that does not answer fails clearly
     r = run_cli("tunnel", job_id, "--host", "local", "--remote-port", str(free_port()), "--install", timeout=300)
@@ -263,7 +263,7 @@ def test_install_puts_tensorboard_in_the_tools_environment(ssh_host: str, tmp_pa
         _write_events(tmp_path / "remote-root" / "jobs" / job_id / "tb" / "run1")
         if name == "tbimage":
             r = run_cli("tunnel", job_id, "--host", ssh_host, "--remote-port", str(free_port()))
-            assert r.returncode == 2 and "gpujob tunnel JOB --install" in r.stderr, r.stdout + r.stderr
+            assert r.returncode == 2 and f"gpujob tunnel {job_id} --install" in r.stderr, r.stdout + r.stderr
         with _tensorboard_tunnel(job_id, "--host", ssh_host, "--remote-port", str(free_port()), "--install") as info:
             assert info.get("installed", {}).get("path") == str(tools), info
             assert info["tensorboard"]["via"] == {"kind": "tools", "path": str(tools / "bin" / "python")}

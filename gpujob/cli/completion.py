@@ -11,11 +11,12 @@ import argparse
 import shlex
 
 # positional arguments by what they name; a command not listed takes files
-JOB_COMMANDS = {"status", "tail", "stop", "resume", "move", "guard", "pull", "plot", "rm"}
+JOB_COMMANDS = {"status", "tail", "stop", "resume", "move", "guard", "pull", "plot", "rm", "compare", "rerun"}
 HOST_COMMANDS = {"doctor", "agent-log", "exec", "ssh", "gc", "host set", "host rm", "host trust", "host disconnect",
                  "host rekey", "host on", "host off", "host state"}
 JOB_OR_HOST = {"tunnel"}
 NO_POSITIONAL = {"ls", "cost", "host ls", "completion"}
+WORDS_AND_FILES = {"sweep": "status resume"}  # a job file, or one of these verbs
 VALUE_KINDS = {"--host": "hosts", "--to": "hosts"}  # options whose value is a host
 SHELLS = ("bash", "zsh", "fish")
 
@@ -67,6 +68,8 @@ def _kind(cmd: str) -> str:
         return "jobs hosts"
     if cmd in NO_POSITIONAL:
         return "none"
+    if cmd in WORDS_AND_FILES:
+        return "verbs"
     return "files"
 
 
@@ -88,13 +91,14 @@ def bash_script(table: dict[str, list[str]]) -> str:
     lines += [f"        {o}) COMPREPLY=($(compgen -W \"$(_gpujob_words {k})\" -- \"$cur\")); return ;;"
               for o, k in VALUE_KINDS.items()]
     lines += ["    esac",
-             "    local opts=\"\" kind=files",
+             "    local opts=\"\" kind=files verbs=\"\"",
              "    case \"$cmd\" in"]
     for key, items in table.items():
         if " " not in key and key in groups:
             lines.append(f"        {shlex.quote(key)}) opts={shlex.quote(' '.join(items))}; kind=none ;;")
         elif key:
-            lines.append(f"        {shlex.quote(key)}) opts={shlex.quote(' '.join(items))}; kind={shlex.quote(_kind(key))} ;;")
+            verbs = f"; verbs={shlex.quote(WORDS_AND_FILES[key])}" if key in WORDS_AND_FILES else ""
+            lines.append(f"        {shlex.quote(key)}) opts={shlex.quote(' '.join(items))}; kind={shlex.quote(_kind(key))}{verbs} ;;")
     lines += [f"        '') opts={shlex.quote(' '.join(table['']))}; kind=none ;;",
               "    esac",
               "    if [[ $cur == -* || $kind == none ]]; then",
@@ -102,6 +106,7 @@ def bash_script(table: dict[str, list[str]]) -> str:
               "    fi",
               "    case \"$kind\" in",
               "        files) COMPREPLY=($(compgen -f -- \"$cur\")) ;;",
+              "        verbs) COMPREPLY=($(compgen -W \"$verbs\" -- \"$cur\") $(compgen -f -- \"$cur\")) ;;",
               "        *) local k all=\"\"; for k in $kind; do all+=\" $(_gpujob_words \"$k\")\"; done",
               "           COMPREPLY=($(compgen -W \"$all\" -- \"$cur\")) ;;",
               "    esac",
@@ -136,8 +141,10 @@ def fish_script(table: dict[str, list[str]]) -> str:
         for o in (o for o in items if o.startswith("--")):
             out.append(f"complete -c gpujob -n {shlex.quote(cond)} -l {o[2:]}")
         kind = _kind(key)
-        if kind == "files":
+        if kind in ("files", "verbs"):
             out.append(f"complete -c gpujob -n {shlex.quote(cond)} -F")
+            if kind == "verbs":
+                out.append(f"complete -c gpujob -n {shlex.quote(cond)} -a {shlex.quote(WORDS_AND_FILES[key])}")
         elif kind == "none":
             shells = [w for w in items if not w.startswith("-")]
             if shells:

@@ -82,7 +82,7 @@ def add_parsers(add, sub) -> None:  # type: ignore[no-untyped-def]
                    help="filter on a parameter, metric or column, e.g. 'lr<1e-3' or state=succeeded (repeatable)")
     s.add_argument("--sort", metavar="KEY", help="best first by a metric or parameter (--sort=-KEY: the other way)")
     s.add_argument("--sweep", metavar="NAME", help="only the trials of this sweep")
-    s.add_argument("--limit", type=number_type(int, 0, 10**9), default=50, help="rows shown (0: all; default 50)")
+    s.add_argument("--limit", type=number_type(int, 0, 10**9), default=50, metavar="N", help="rows shown (0: all; default 50)")
     s = add("compare", cmd_compare, "runs side by side: differing parameters, code and environment, metrics, curves")
     s.add_argument("runs", nargs="+", metavar="RUN", type=job_ref)
     s.add_argument("--plot", metavar="PNG", help="also draw the curves overlaid to this PNG (needs matplotlib)")
@@ -93,12 +93,16 @@ def add_parsers(add, sub) -> None:  # type: ignore[no-untyped-def]
     s.add_argument("--host", help="another host (default: the run's own)")
     s = add("sweep", cmd_sweep, "search run: arguments with Optuna (grid, random, TPE; pruning; a budget); "
             "sweep status NAME, sweep resume NAME")
-    s.add_argument("target", nargs="+", metavar="JOB_FILE | status NAME | resume NAME")
+    s.usage = ("gpujob sweep [--hosts HOSTS] [--name NAME] [--set KEY=VALUE] [--trials N]\n"
+               "                    [--parallel N] [--budget B] [--max-gpu-hours H] [--json] JOB_FILE\n"
+               "       gpujob sweep status NAME [--json]\n       gpujob sweep resume NAME [--json]")  # argparse's: a list
+    s.add_argument("target", nargs="+", metavar="JOB_FILE | status NAME | resume NAME",
+                   help="a job file with a sweep: section starts a sweep; status NAME shows one, resume NAME drives it again")
     s.add_argument("--hosts", help="host profiles the trials are placed on (a,b: the first with the GPUs free)")
     s.add_argument("--name", help="the sweep's name (default: JOB-sweep-TIME)")
     s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a job-file key for every trial")
-    s.add_argument("--trials", type=number_type(int, 1, 100000), help="how many trials (default: sweep.trials)")
-    s.add_argument("--parallel", type=number_type(int, 1, 1000), help="trials at once (default: sweep.parallel, else 1)")
-    s.add_argument("--budget", type=number_type(float, 0, 1e9), help="money: the sweep ends, its trials stopped cleanly, "
+    s.add_argument("--trials", type=number_type(int, 1, 100000), metavar="N", help="how many trials (default: sweep.trials)")
+    s.add_argument("--parallel", type=number_type(int, 1, 1000), metavar="N", help="trials at once (default: sweep.parallel, else 1)")
+    s.add_argument("--budget", type=number_type(float, 0, 1e9), metavar="B", help="money: the sweep ends, its trials stopped cleanly, "
                    "before the trials' cost passes this")
-    s.add_argument("--max-gpu-hours", type=number_type(float, 0, 1e9), help="the same in GPU-hours")
+    s.add_argument("--max-gpu-hours", type=number_type(float, 0, 1e9), metavar="H", help="the same in GPU-hours")

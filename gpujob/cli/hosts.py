@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import Any
 
+from gpujob import exitcodes
 from gpujob.cli.common import agent_for, command_after, host_store
 
 
@@ -56,6 +57,11 @@ def cmd_notify_test(args: argparse.Namespace) -> int:
 
     outcomes = notify_test_job(args.job_file)
     show(outcomes, args.json, notify_outcomes)
+    if not args.json and any("is not set (environment or secrets file)" in str(o.get("error")) for o in outcomes):
+        from gpujob.usecases.notifycheck import default_secrets_file
+
+        print(f"  → export each such NAME in this shell, or put NAME=value lines in {default_secrets_file()} (chmod 600)",
+              file=sys.stderr)
     return 0 if all(o.get("ok") for o in outcomes) else 1
 
 
@@ -170,8 +176,20 @@ def cmd_host_off(args: argparse.Namespace) -> int:
     from gpujob.ui.output import show
     from gpujob.usecases.power.manual import host_off
 
-    show(host_off(args.name, _power_note(args)), args.json, ui.power_answer)
-    return 0
+    doc = host_off(args.name, _power_note(args))
+    show(doc, args.json, ui.power_answer)
+    if doc["state"] == "off":
+        return 0
+    # not seen off: the meter may still run, so the exit status must not say it stopped
+    if doc["state"] == "unknown":
+        why, then = ("it has no power.state command to confirm it",
+                     f"gpujob host set {args.name} --power-state CMD lets gpujob confirm it (docs/power.md)")
+    else:
+        why, then = (f"its power.state still says {doc['state']!r} after {doc['seconds']:.0f} s",
+                     f"gpujob host state {args.name} asks again, gpujob host off {args.name} tries again")
+    print(f"{args.name}: power.off ran, but the host is not known to be off: {why}\n"
+          f"  → check the provider's console (the meter may still run); {then}", file=sys.stderr)
+    return exitcodes.NOT_FINISHED
 
 
 def cmd_host_state(args: argparse.Namespace) -> int:

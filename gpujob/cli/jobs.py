@@ -92,6 +92,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     from gpujob.ui.jobs import status
 
     if args.job is None:
+        if args.exit_code:  # the list has no one outcome: exit 0 would read as "succeeded"
+            raise GpujobError("status --exit-code reports one job's outcome: no JOB was given",
+                              "gpujob status JOB --exit-code (gpujob ls lists the jobs)")
         return _watch_ls(args) if args.watch else cmd_ls(args)
     with client(args.host) as c:
         job = c.job(args.job)
@@ -152,7 +155,7 @@ def cmd_tunnel(args: argparse.Namespace) -> int:
                 sys.stdout.flush()
                 tunnel.wait()
         except KeyboardInterrupt:  # docs/cli.md: 130; what stays up is said
-            left = " (its TensorBoard keeps running on the host: gpujob tunnel JOB --stop ends it)" \
+            left = f" (its TensorBoard keeps running on the host: gpujob tunnel {args.target} --stop ends it)" \
                 if not args.host and args.target not in {h.name for h in c.hosts.all()} | {"local"} else ""
             print(f"tunnel closed{left}", file=sys.stderr)
             return INTERRUPTED

@@ -51,14 +51,98 @@ class Parser(argparse.ArgumentParser):
     """argparse with a usage error in two lines (the cause, then where the usage is), not the whole usage."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message}\n  → {self.prog} --help shows the usage\n")
+        self.exit(2, f"{self.prog}: error: {_did_you_mean(message)}\n  → {self.prog} --help shows the usage\n")
+
+
+def _did_you_mean(message: str) -> str:
+    """argparse's "invalid choice: 'statsu' (choose from ...)" with the choice meant, when one is close."""
+    import re
+
+    m = re.search(r"invalid choice: '?([^'(]*?)'? \(choose from (.*)\)$", message)
+    if not m:
+        return message
+    import difflib
+
+    choices = [c.strip().strip("'") for c in m.group(2).split(",")]
+    close = difflib.get_close_matches(m.group(1), choices, n=1, cutoff=0.6)
+    if message.startswith("argument COMMAND:"):  # the 28 names are what --help lists, by task
+        message = f"unknown command {m.group(1)!r}"
+    return f"{message}; did you mean {close[0]!r}?" if close else message
+
+
+# ``gpujob --help`` lists the commands by what a user is doing, not in one list of 28
+COMMAND_GROUPS = (
+    ("start a job", ("init", "data", "submit")),
+    ("watch it", ("ls", "status", "tail", "plot", "tunnel", "ui", "cost")),
+    ("act on it", ("stop", "resume", "move", "guard", "pull", "rm")),
+    ("compare and search (the run ledger)", ("runs", "compare", "rerun", "sweep")),
+    ("hosts", ("host", "doctor", "exec", "ssh", "gc", "agent-log")),
+    ("setup", ("notify", "completion")),
+)
+
+
+class TopParser(Parser):
+    """The top-level parser: its help lists the commands in ``COMMAND_GROUPS`` (any other under "more")."""
+
+    def format_help(self) -> str:
+        fmt = self._get_formatter()
+        fmt.add_usage(self.usage, self._actions, self._mutually_exclusive_groups)
+        fmt.add_text(self.description)
+        sub = next(a for a in self._actions if isinstance(a, argparse._SubParsersAction))
+        by_name = {a.dest: a for a in sub._choices_actions}
+        groups = [(title, [by_name.pop(n) for n in names if n in by_name]) for title, names in COMMAND_GROUPS]
+        for title, actions in groups + [("more", list(by_name.values()))]:
+            if actions:
+                fmt.start_section(title)
+                fmt.add_arguments(actions)
+                fmt.end_section()
+        fmt.start_section("options")
+        fmt.add_arguments([a for a in self._actions if a.option_strings])
+        fmt.end_section()
+        fmt.add_text(self.epilog)
+        return fmt.format_help()
+
+
+# what an argument given no help of its own means, by its name
+JOB_HELP = "a job id, a unique prefix of it, its random suffix, or its name (the newest job of that name)"
+DEFAULT_HELP = {
+    "job": JOB_HELP, "jobs": JOB_HELP, "run": "a run of the ledger: " + JOB_HELP, "runs": "runs of the ledger: " + JOB_HELP,
+    "host": "host profile (gpujob host ls lists them)",
+    "--host": "the job's host (default: where it was submitted; picks one when JOB matches jobs on several hosts)",
+    "name": "host profile name", "-f": "follow the log until the job ends, then exit with its outcome (docs/cli.md)",
+    "dest": "the folder it goes to (default gpujob-pulls); the job's files land in DEST/JOB_ID",
+    "dir": "the folder to write to (default: this one)", "file": "a jsonl file", "shell": "bash, zsh or fish",
+    "--text-field": "the field holding the text (default text)",
+    "--label-field": "the field holding the label, checked too when given",
+    "--preset": "the platform's defaults (data disk, shutdown command); default: what the instance says it is",
+    "--ssh": 'a new login line, e.g. "ssh -p NEWPORT root@connect.westb.seetacloud.com" (tried before it is saved)',
+    "--root": "gpujob's folder on the instance (default: on the preset's data disk)",
+    "--price": "price per hour, for cost tracking", "--identity": "an existing private key to use instead of gpujob's own",
+    "--shutdown-command": "what after: shutdown and --idle-shutdown run on the instance (default: the preset's)",
+    "--tensorboard-port": "the instance's port for TensorBoard (AutoDL's custom service: 6006)",
+}
+
+
+def _fill_help(p: argparse.ArgumentParser) -> None:
+    """Every argument of every command gets a help line (DEFAULT_HELP where it has none of its own)."""
+    for a in p._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            for sp in a.choices.values():
+                _fill_help(sp)
+        else:
+            if a.help is None:
+                a.help = DEFAULT_HELP.get(a.option_strings[0] if a.option_strings else a.dest)
+            if not a.option_strings and a.metavar is None:  # JOB, as the help texts write it, not job
+                a.metavar = a.dest.upper().rstrip("S") if a.dest in ("jobs", "runs") else a.dest.upper()
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = Parser(
-        prog="gpujob", description="Run training jobs on rented GPU instances over SSH (or on this machine: host 'local').")
+    p = TopParser(
+        prog="gpujob", description="Run training jobs on rented GPU instances over SSH (or on this machine: host 'local').",
+        epilog="gpujob COMMAND --help shows a command's options; every command takes --json (docs/json.md); "
+               "exit codes: docs/cli.md. A first job: gpujob init DIR, then gpujob submit DIR/job.yaml --follow")
     p.add_argument("--version", action="version", version=f"gpujob {__version__}")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
 
     def add(name: str, fn: Handler, help: str, parent: Any = sub) -> argparse.ArgumentParser:
         sp = parent.add_parser(name, help=help, description=help)
@@ -81,20 +165,22 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("job", nargs="?", type=job_ref)
     s.add_argument("--host")
     s.add_argument("-w", "--watch", action="store_true", help="refresh in place (one remote command per refresh)")
-    s.add_argument("--interval", type=number_type(float, 0.1, 3600), default=2.0, help="seconds between refreshes with -w")
+    s.add_argument("--interval", type=number_type(float, 0.1, 3600), default=2.0, metavar="SECONDS",
+                   help="between refreshes with -w (default 2)")
     s.add_argument("--exit-code", action="store_true",
                    help="exit with the job's outcome: 0 succeeded, 1 failed, 4 stopped, 5 autostopped, 6 lost, "
                         "7 not finished (docs/cli.md)")
     s = add("ls", cmd_ls, "list jobs (one remote command per host)")
-    s.add_argument("--host")
+    s.add_argument("--host", help="only this host (default: every host jobs were submitted to from here)")
     s.add_argument("--all", action="store_true", help="every job, not only running ones and the newest 30 finished")
     s.add_argument("-w", "--watch", action="store_true", help="refresh in place, as status -w does")
-    s.add_argument("--interval", type=number_type(float, 0.1, 3600), default=2.0, help="seconds between refreshes with -w")
+    s.add_argument("--interval", type=number_type(float, 0.1, 3600), default=2.0, metavar="SECONDS",
+                   help="between refreshes with -w (default 2)")
     s = add("tail", cmd_tail, "print a job's output; -f follows and survives sleep and network drops")
     s.add_argument("job", type=job_ref)
     s.add_argument("--host")
     s.add_argument("-f", "--follow", action="store_true")
-    s.add_argument("-n", "--lines", type=number_type(int, 0, 10**9), default=20)
+    s.add_argument("-n", "--lines", type=number_type(int, 0, 10**9), default=20, help="how many last lines (default 20)")
     s.add_argument("--since", help="start at lines written in the last 10m/2h/1d, or since a date (docs/json.md)")
     s.add_argument("--grep", metavar="REGEX", type=regex_type, help="only lines matching REGEX (Python syntax)")
     s.add_argument("--node", type=number_type(int, 0, 1023), help="one node of a job over several (default: all, prefixed)")
@@ -103,8 +189,9 @@ def build_parser() -> argparse.ArgumentParser:
     s = add("stop", cmd_stop, "stop a job (its code may checkpoint first); no process of it remains")
     s.add_argument("job", type=job_ref)
     s.add_argument("--host")
-    s.add_argument("--wait", type=number_type(float, 0, 86400), default=None,
-                   help="seconds to wait for the job to end (600; with --after-checkpoint: max-wait plus 10 min)")
+    s.add_argument("--wait", type=number_type(float, 0, 86400), default=None, metavar="SECONDS",
+                   help="how long to wait for the job to end (default 600; with --after-checkpoint: --max-wait plus "
+                        "600, or 4200 without one); then exit 7 if it has not")
     s.add_argument("--after-checkpoint", action="store_true",
                    help="let the job write its next complete checkpoint first, then stop it at once")
     s.add_argument("--max-wait", metavar="DURATION", help="with --after-checkpoint: stop anyway after this long "
@@ -114,32 +201,36 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--host")
     s = add("move", cmd_move, "continue a job on another host from its newest complete checkpoint (same id, history)")
     s.add_argument("job", type=job_ref)
-    s.add_argument("--to", required=True, metavar="HOST", help="the host profile it goes on on (a,b,c: the first "
+    s.add_argument("--to", required=True, metavar="HOST", help="the host profile it goes on (a,b,c: the first "
                    "with the job's GPUs free)")
     s.add_argument("--job-file", help="the job file (default: the one it was submitted from)")
-    s.add_argument("--wait", type=number_type(float, 0, 86400), default=600, help="seconds to wait for it to stop on the old host")
+    s.add_argument("--wait", type=number_type(float, 0, 86400), default=600, metavar="SECONDS",
+                   help="how long to wait for it to stop on the old host (default 600)")
     s = add("guard", cmd_guard, "watch jobs; move one whose host stays away longer than its retry.move_after")
     s.add_argument("jobs", nargs="+", metavar="JOB", type=job_ref)
-    s.add_argument("--interval", type=number_type(float, 0.1, 86400), default=30.0, help="seconds between looks (default 30)")
+    s.add_argument("--interval", type=number_type(float, 0.1, 86400), default=30.0, metavar="SECONDS",
+                   help="between looks (default 30)")
     s.add_argument("--once", action="store_true", help="one look at each job (for cron); the time away adds up")
     s = add("cost", cmd_cost, "what jobs have cost (elapsed x price_per_hour), per job and per host")
     s.add_argument("--host", help="one host (default: every host with jobs)")
     s = add("ui", cmd_ui, "a dashboard in the browser: every job on every host, live curves, compare (needs gpujob[ui])")
     s.add_argument("--port", type=PORT, help="port on 127.0.0.1 (default: a free one, printed)")
     s.add_argument("--host", help="only these hosts (a,b); default every host profile and local")
-    s.add_argument("--interval", type=number_type(float, 0.5, 3600), default=3.0,
+    s.add_argument("--interval", type=number_type(float, 0.5, 3600), default=3.0, metavar="SECONDS",
                    help="seconds between two looks at a host (default 3; one look per host whatever the tabs)")
     s.add_argument("--open", action="store_true", help="open it in the browser")
-    s.add_argument("--pull-dir", default="gpujob-pulls", help="where the pull --latest button copies to")
+    s.add_argument("--pull-dir", default="gpujob-pulls", metavar="DIR",
+                   help="where the pull --latest button copies to (default gpujob-pulls)")
     add_experiment_parsers(add, sub)
     s = add("agent-log", cmd_agent_log, "the last lines of the agent's own log on a host (its errors)")
     s.add_argument("host", nargs="?", help="host profile (default local)")
-    s.add_argument("-n", "--lines", type=number_type(int, 0, 10**6), default=50)
+    s.add_argument("-n", "--lines", type=number_type(int, 0, 10**6), default=50, help="how many last lines (default 50)")
     s = add("tunnel", cmd_tunnel, "TensorBoard of a job (or any port of a host) on a local port, until Ctrl-C")
-    s.add_argument("target", metavar="JOB|HOST", type=job_ref)
+    s.add_argument("target", metavar="JOB|HOST", type=job_ref,
+                   help="a job (its TensorBoard), or a host profile (with --remote-port: any port of it)")
     s.add_argument("--host", help="the job's host (default: where it was submitted)")
-    s.add_argument("--remote-port", type=PORT, default=6006, help="port on the instance (default 6006: TensorBoard)")
-    s.add_argument("--local-port", type=PORT, help="local port (default: the remote one, or the next free)")
+    s.add_argument("--remote-port", type=PORT, default=6006, metavar="PORT", help="port on the instance (default 6006: TensorBoard)")
+    s.add_argument("--local-port", type=PORT, metavar="PORT", help="local port (default: the remote one, or the next free)")
     s.add_argument("--stop", action="store_true", help="stop the TensorBoard that gpujob tunnel started for JOB")
     s.add_argument("--install", action="store_true", help="first pip-install TensorBoard into gpujob's tools environment "
                    "on the host (<root>/tools/tensorboard; the host's pip_index_url and network_turbo apply)")
@@ -151,7 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("job", type=job_ref)
     s.add_argument("dest", nargs="?", default="gpujob-pulls")
     s.add_argument("--host")
-    s.add_argument("--write-wait", type=float, default=None, metavar="SECONDS",
+    s.add_argument("--write-wait", type=number_type(float, 0, 86400), default=None, metavar="SECONDS",
                    help="how long to wait for a file the job is still writing before leaving it out (default 30)")
     s.add_argument("--from", dest="source", choices=["host", "mirror"], default="host",
                    help="mirror: the newest mirrored complete checkpoint, read from checkpoint.mirror through "
@@ -173,7 +264,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = add("doctor", cmd_doctor, "check a host in one round trip: Python, torch/CUDA, GPUs, disks, network, agent")
     s.add_argument("host", nargs="?", help="host profile (default local)")
-    s.add_argument("--torch-timeout", type=number_type(float, 1, 3600), default=60.0, help="seconds to wait for 'import torch'")
+    s.add_argument("--torch-timeout", type=number_type(float, 1, 3600), default=60.0, metavar="SECONDS",
+                   help="how long to wait for 'import torch' (default 60)")
     s.add_argument("--job", metavar="JOB_YAML", help="also resolve this job's interpreter (its python: and the "
                    "program its run: starts) exactly as a submit would; ✗ when it would not be found")
     s.add_argument("--bench", action="store_true", help="the preflight (under a minute): matmul TFLOP/s against the "
@@ -204,7 +296,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("shell", nargs="?", choices=["bash", "zsh", "fish"])
     s.add_argument("--words", choices=["hosts", "jobs"], help="print host names or job ids, one a line (what the script calls)")
 
-    np_ = sub.add_parser("notify", help="notifications", description="notifications")
+    what = "notify test JOB_FILE: send a test message to each channel of a job's notify: (docs/notifications.md)"
+    np_ = sub.add_parser("notify", help=what, description=what)
     nsub = np_.add_subparsers(dest="notify_command", metavar="ACTION", required=True)
     s = add("test", cmd_notify_test, "send a test message to each notify channel of a job file, from here", nsub)
     s.add_argument("job_file", nargs="?", help="job YAML (default ./job.yaml)")
@@ -214,33 +307,36 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("-t", "--template", default="causal-lm", help="causal-lm, seq-cls or custom (see --list)")
     s.add_argument("--list", action="store_true", help="describe each template")
     s.add_argument("--force", action="store_true", help="overwrite existing files")
-    dp = sub.add_parser("data", help="check data before uploading it", description="check data before uploading it")
+    what = "data check FILE: lint a jsonl file before uploading it"
+    dp = sub.add_parser("data", help=what, description=what)
     dsub = dp.add_subparsers(dest="data_command", metavar="ACTION", required=True)
     s = add("check", cmd_data_check, "lint a jsonl file: parse errors, missing fields, empty texts, duplicates, stats", dsub)
     s.add_argument("file")
     s.add_argument("--text-field", default="text")
     s.add_argument("--label-field", default=None)
 
-    hp = sub.add_parser("host", help="manage host profiles", description="manage host profiles")
+    what = "host profiles: add (a login line; installs a key), set, ls, rm, trust, on/off/state (power), disconnect"
+    hp = sub.add_parser("host", help=what, description=what)
     hsub = hp.add_subparsers(dest="host_command", metavar="ACTION", required=True)
     s = add("add", cmd_host_add, "add a host from its login line (asks the password once, installs a key)", hsub)
     s.add_argument("name")
-    s.add_argument("--ssh", required=True, help='the login line, e.g. "ssh -p 41234 root@connect.westb.seetacloud.com"')
+    s.add_argument("--ssh", required=True, metavar="LINE", help='the login line, e.g. "ssh -p 41234 root@connect.westb.seetacloud.com"')
     s.add_argument("--password-stdin", action="store_true", help="read the password from stdin (never stored)")
     s.add_argument("--root", help="gpujob's folder on the instance")
     s.add_argument("--preset", choices=["generic", "autodl", "vast", "runpod"])
     s.add_argument("--price", type=PRICE, help="price per hour, for cost tracking")
-    s.add_argument("--identity", help="an existing private key to use instead of gpujob's own")
+    s.add_argument("--identity", metavar="KEY_FILE", help="an existing private key to use instead of gpujob's own "
+                   "(one the instance already accepts: no password asked)")
     s.add_argument("--no-check", action="store_true", help="save without connecting")
     s.add_argument("--force", action="store_true", help="replace an existing profile")
     host_setting_args(s)
     s = add("set", cmd_host_set, "change a host profile (a new login line after a restart)", hsub)
     s.add_argument("name")
-    s.add_argument("--ssh")
+    s.add_argument("--ssh", metavar="LINE")
     s.add_argument("--root")
     s.add_argument("--preset", choices=["generic", "autodl", "vast", "runpod"])
     s.add_argument("--price", type=PRICE)
-    s.add_argument("--identity")
+    s.add_argument("--identity", metavar="KEY_FILE")
     s.add_argument("--no-check", action="store_true", help="save a new --ssh line without trying it first")
     host_setting_args(s)
     add("ls", cmd_host_ls, "list host profiles", hsub)
@@ -261,6 +357,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("name")
     s = add("disconnect", cmd_host_disconnect, "close the connection kept open to a host between commands", hsub)
     s.add_argument("name")
+    _fill_help(p)
     return p
 
 
@@ -279,7 +376,8 @@ def host_setting_args(s: argparse.ArgumentParser) -> None:
         s.add_argument(f"--power-{verb}", metavar="CMD", help=f"a command run here that {what} (docs/power.md; '' clears)")
     s.add_argument("--power-stock-out", metavar="REGEX", help="power.on output meaning 'no GPU free' (default: docs/power.md)")
     s.add_argument("--power-wait", metavar="DURATION", help="retry a power-on refused for lack of GPUs this long (default 10m)")
-    s.add_argument("--power-boot-timeout", metavar="DURATION", help="wait this long for a powered-on host to answer (default 10m)")
+    s.add_argument("--power-boot-timeout", metavar="DURATION", help="wait this long for a powered-on host to answer "
+                   "(default 10m), and for host off to see it off (default 5m)")
     s.add_argument("--idle-shutdown", metavar="DURATION", help="power the instance off after this long with no job "
                    "and no SSH session, e.g. 30m (off: never); a watcher on the instance checks")
 

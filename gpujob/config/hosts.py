@@ -432,6 +432,8 @@ class HostStore:
 
     def remove(self, name: str) -> None:
         data = self._load()
+        if name == LOCAL:
+            raise HostError("'local' is built in (this machine): it cannot be removed", "see gpujob host ls")
         if name not in data:
             raise HostError(f"unknown host {name!r}", "see gpujob host ls")
         del data[name]

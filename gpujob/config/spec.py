@@ -510,7 +510,7 @@ def load_spec(path: str | Path | None, overrides: list[str] | None = None, *, ru
     if path is None:
         path = Path("job.yaml")
         if not path.exists() and run is None:
-            raise SpecError("no job file given and no job.yaml here", "pass one (gpujob submit job.yaml) or write one with gpujob init")
+            raise SpecError("no job file given and no job.yaml here", "pass its path (e.g. my-job/job.yaml), or write one with gpujob init")
     p = Path(path)
     if run is not None and not p.exists():
         raw: Any = {"run": run}

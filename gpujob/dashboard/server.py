@@ -89,10 +89,9 @@ def serve(port: int = 0, only: str | None = None, interval: float = 3.0, open_br
     else:
         print(f"gpujob ui: {url}\n  hosts: {', '.join(hosts)} · Ctrl-C stops", flush=True)
     if page is not None:
-        import webbrowser
-
-        if not webbrowser.open(page.as_uri()):
-            print("gpujob ui: no browser could be started (--open): open the URL above", file=sys.stderr, flush=True)
+        why = _open_in_browser(page.as_uri())
+        if why:
+            print(f"gpujob ui: {why} (--open): open the URL above", file=sys.stderr, flush=True)
     # no access log: every request line would carry the token
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
                                            timeout_graceful_shutdown=5))
@@ -105,3 +104,22 @@ def serve(port: int = 0, only: str | None = None, interval: float = 3.0, open_br
             page.unlink(missing_ok=True)
     sys.stdout.flush()
     return 0
+
+
+# what Python's webbrowser falls back to without a display: they would share this terminal with the server
+CONSOLE_BROWSERS = {"www-browser", "links", "links2", "elinks", "lynx", "w3m"}
+
+
+def _open_in_browser(uri: str) -> str | None:
+    """Open ``uri`` in a graphical browser (or ``$BROWSER``, the user's own choice); else why not."""
+    import os
+    import webbrowser
+
+    if not os.environ.get("BROWSER"):
+        try:
+            chosen = webbrowser.get()
+        except webbrowser.Error:
+            return "no browser could be started"
+        if Path(getattr(chosen, "name", "") or "").name in CONSOLE_BROWSERS:
+            return "no graphical browser here (only a text one, which would take over this terminal)"
+    return None if webbrowser.open(uri) else "no browser could be started"

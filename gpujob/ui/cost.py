@@ -24,7 +24,7 @@ def cost_table(doc: dict[str, Any]) -> Any:
     for j in doc["jobs"]:
         cur = j.get("currency") or ""
         t.add_row(j["job_id"] or "?", j["host"] or "-", j["state"] or "?", format_duration(j.get("elapsed_s")),
-                  f"{j['cost']:.2f} {cur}" if j.get("cost") is not None else "- (no price_per_hour)",
+                  f"{j['cost']:.2f} {cur}" if j.get("cost") is not None else "-",
                   f"{j['projected_cost']:.2f} {cur}" if j.get("projected_cost") is not None else "-")
     for name, h in doc["hosts"].items():
         t.add_row(f"[bold]{name} total[/]", name, f"{h['jobs']} job(s)", "",
@@ -40,5 +40,10 @@ def cost_report(doc: dict[str, Any]) -> None:
 
     c = console()
     c.print(cost_table(doc) if doc["jobs"] else "no jobs yet")
+    unpriced = sorted({str(j["host"]) for j in doc["jobs"] if j.get("cost") is None
+                       and j.get("host") not in (None, "local", *doc["errors"])})  # an unreachable host: its error says why
+    if unpriced:  # said once below the table: in each row it folded the narrow column over three lines
+        c.print(escape(f"-: no price_per_hour on {', '.join(unpriced)} → gpujob host set "
+                       f"{unpriced[0] if len(unpriced) == 1 else 'NAME'} --price PRICE_PER_HOUR"), style="dim")
     for name, e in doc["errors"].items():
         c.print(f"[yellow]{name}[/]: {escape(e)}")

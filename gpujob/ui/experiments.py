@@ -61,7 +61,7 @@ def runs_table(res: results.RunList | Any) -> None:
         cells.append([r["job_id"], r.get("host") or "-", r.get("state") or "?", _when(r.get("submitted_at")),
                       *(_fmt((r.get("params") or {}).get(k)) for k in varying), *([_fmt(best)] if metric else []), cost])
         styles.append(["", "", STATE_STYLE.get(r.get("state") or "", "white")])
-    sys.stdout.write(render(head, cells, styles))
+    sys.stdout.write(render(head, cells, styles, keep=(2,)))  # "succeed…" would hide how a run ended
     if doc["total"] > doc["shown"]:
         print(styled(f"{doc['shown']} of {doc['total']} runs (--limit 0: all)", "dim", colour()))
 

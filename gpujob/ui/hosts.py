@@ -13,8 +13,11 @@ def host_list(hosts: list[Any]) -> None:
     from rich.table import Table
 
     t = Table(box=None, header_style="bold")
-    for col in ("NAME", "ADDRESS", "PRESET", "ROOT", "PRICE/H", "POWER", "PREFLIGHT"):
-        t.add_column(col)
+    # the name and the address (its port!) are what the next command needs: never cut; the root folds
+    for col, key in (("NAME", "name"), ("ADDRESS", "address")):
+        t.add_column(col, no_wrap=True, min_width=max([len(str(getattr(h, key))) for h in hosts] + [len(col)]))
+    for col in ("PRESET", "ROOT", "PRICE/H", "POWER", "PREFLIGHT"):
+        t.add_column(col, overflow="fold") if col == "ROOT" else t.add_column(col, no_wrap=True)
     for h in hosts:
         t.add_row(h.name, h.address, h.preset, h.remote_root, f"{h.price_per_hour} {h.currency}" if h.price_per_hour else "-",
                   "on/off" if h.power.get("on") else "-", preflight_cell(h.bench))

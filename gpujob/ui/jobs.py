@@ -346,7 +346,8 @@ def stopped(st: results.JobStatus) -> None:
         print(f"note: {clean(str(st.doc['cgroup_note']))}", file=sys.stderr)
     if st.finished and st.survivors:
         print(f"error: process(es) {pids} of {job} still run after SIGKILL (stuck in the kernel, or another "
-              f"user's); see them with: gpujob exec HOST -- ps -o pid,stat,user,cmd -p {pids}", file=sys.stderr)
+              f"user's); see them with: gpujob exec {clean(str(st.doc.get('host') or 'HOST'))} -- "
+              f"ps -o pid,stat,user,cmd -p {pids}", file=sys.stderr)
 
 
 def resumed(res: results.ResumeResult) -> None:

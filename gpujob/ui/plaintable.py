@@ -54,12 +54,13 @@ def cut(text: str, cells: int) -> str:
     return out + "…"
 
 
-def fit(widths: list[int], room: int, gap: int) -> list[int]:
-    """Narrow the widest columns (never below 4 cells) until the row fits ``room``; the first
-    column (what names the row) last of all."""
+def fit(widths: list[int], room: int, gap: int, keep: Sequence[int] = ()) -> list[int]:
+    """Narrow the widest columns (never below 4 cells) until the row fits ``room``; the columns in
+    ``keep`` only once no other can give, and the first column (what names the row) last of all."""
     widths = list(widths)
     while sum(widths) + gap * (len(widths) - 1) > room:
-        others = [k for k in range(1, len(widths)) if widths[k] > 4]
+        others = [k for k in range(1, len(widths)) if widths[k] > 4 and k not in keep] or \
+            [k for k in range(1, len(widths)) if widths[k] > 4]
         i = max(others, key=lambda k: widths[k]) if others else 0
         if widths[i] <= 4:
             break
@@ -68,13 +69,14 @@ def fit(widths: list[int], room: int, gap: int) -> list[int]:
 
 
 def render(headers: Sequence[str], rows: Sequence[Sequence[str]], styles: Sequence[Sequence[str]] | None = None,
-           width: int | None = None) -> str:
-    """The table as text: ``styles[r][c]`` a rich style name for that cell (colour on a terminal only)."""
+           width: int | None = None, keep: Sequence[int] = ()) -> str:
+    """The table as text: ``styles[r][c]`` a rich style name for that cell (colour on a terminal only);
+    ``keep``: columns cut only when nothing else can give."""
     on = colour()
     cells = [[clean(str(c)).replace("\n", " ") for c in row] for row in rows]
     widths = [max([width_of(h)] + [width_of(r[i]) for r in cells]) for i, h in enumerate(headers)]
     room = width or shutil.get_terminal_size((80, 24)).columns
-    widths = fit(widths, room, 2)
+    widths = fit(widths, room, 2, keep)
 
     def line(row: Sequence[str], style: Sequence[str]) -> str:
         parts = []

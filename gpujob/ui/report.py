@@ -89,6 +89,12 @@ def format_report(rep: DataReport) -> str:
         out.append("  ✓ no errors" + (" (duplicates are a warning)" if rep.duplicates else ""))
     elif rep.records == 0 and not problems:
         out.append("  ✗ no records")
+    if not rep.ok and problems:  # the next step, as every refusal gives one
+        field = " (the text under another key? --text-field NAME)" if rep.missing_text else ""
+        out.append(f"  → fix or drop the lines named above{field}, then check again: a training script would "
+                   "stop at them")
+    elif not rep.ok:
+        out.append("  → give a .jsonl file with one JSON object per line")
     return "\n".join(out)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpujob.config.hosts import LOCAL, HostStore
+from gpujob.errors import HostError
 
 
 def remove_host(name: str, store: HostStore | None = None) -> dict[str, Any]:
@@ -36,6 +37,8 @@ def trust_host(name: str, store: HostStore | None = None) -> dict[str, Any]:
     from gpujob.transport.ssh import forget_host_key, open_client
 
     host = (store or HostStore()).get(name)
+    if host.kind == LOCAL:  # no SSH, so no key to trust (it read the ssh_config of a hostname '.')
+        raise HostError("'local' is this machine: it has no host key to trust", "gpujob host trust NAME is for SSH profiles (gpujob host ls)")
     mux.disconnect(host)  # a kept connection still talks to the old key's server
     forget_host_key(host)
     open_client(host).close()

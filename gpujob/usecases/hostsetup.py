@@ -155,7 +155,8 @@ def add_host(
                 if not sys.stdin.isatty():
                     raise ConnectError(
                         f"{host.address} needs a password once to install gpujob's key",
-                        "run interactively, or pass --password-stdin (e.g. from a password manager)",
+                        "run interactively, or pass --password-stdin (e.g. from a password manager); a key of "
+                        "yours the instance already accepts: --identity ~/.ssh/KEY",
                     ) from None
                 password = getpass.getpass(f"password for {host.user}@{host.hostname} (used once, not stored): ")
             _install_own_key(host, password)
@@ -185,7 +186,8 @@ def update_host(
     store = store or HostStore()
     host = store.get(name)
     if host.kind == "local":
-        raise HostError("'local' is built in", "set GPUJOB_LOCAL_ROOT to move its root")
+        raise HostError("'local' is built in (this machine): it has no settings to change",
+                        "set GPUJOB_LOCAL_ROOT to move its root; a price or a power command belongs to an SSH profile")
     tried = None
     if ssh_line:
         for k, v in parse_ssh_target(ssh_line).items():

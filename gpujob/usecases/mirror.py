@@ -79,7 +79,7 @@ def fetch(job_id: str, dest: Path, progress: Callable[[int, int], None] | None =
     cfg = cfg if cfg is not None else mirror_of(job_id)
     if not cfg.get("targets"):
         raise GpujobError(f"{job_id} has no checkpoint.mirror (or was not submitted from this machine)",
-                          "pull it from its host: gpujob pull JOB --latest")
+                          f"pull it from its host: gpujob pull {job_id} --latest")
     found = newest(job_id, cfg)
     if found is None:
         raise GpujobError(f"no complete checkpoint of {job_id} is on its mirror yet",

@@ -178,6 +178,17 @@ def refresh_ssh_config() -> str | None:
     return str(path)
 
 
+def openssh_reads() -> Path:
+    """The ssh_config OpenSSH reads without ``-F``: under the account's home in the password database,
+    whatever ``$HOME`` says (a HOME set elsewhere would leave ``gpujob-NAME`` unknown to it)."""
+    import pwd
+
+    try:
+        return Path(pwd.getpwuid(os.getuid()).pw_dir) / ".ssh" / "config"
+    except KeyError:
+        return ssh_config_path()
+
+
 def ssh_argv(host: Host, command: list[str], config: Path | None = None) -> list[str]:
     """OpenSSH's command line; ``config``: a file other than ~/.ssh/config (``-F``)."""
     opts = ["-F", str(config)] if config is not None else []
@@ -196,7 +207,8 @@ def ssh_plan(host: Host, hosts: list[Host], command: list[str], ssh_config: str 
     if not host.hostname:
         raise HostError(f"host {host.name} has no address", f"gpujob host set {host.name} --ssh \"ssh -p PORT root@HOST\"")
     path = Path(ssh_config).expanduser() if ssh_config else ssh_config_path()
-    return {"argv": ssh_argv(host, command, path if ssh_config else None), "ssh_config": str(path),
+    own = ssh_config or path != openssh_reads()
+    return {"argv": ssh_argv(host, command, path if own else None), "ssh_config": str(path),
             "block": config_block(hosts)}
 
 

@@ -4,7 +4,7 @@ Data: jsonl lines ``{"text": ...}``. Texts are tokenized, joined with EOS and cu
 blocks of ``--block-size`` tokens (run_clm's group_texts): no padding, every token trains.
 Model: ``--model NAME_OR_PATH`` (any causal LM; its tokenizer unless ``--tokenizer``), or by
 default a tiny GPT-2 (2 layers, 64 wide) with a byte-level tokenizer built here, so it runs
-offline on a laptop CPU in seconds.
+offline on a laptop CPU in minutes.
 
 Defaults for speed: bf16 where supported (fp16 + loss scaling otherwise, fp32 on CPU), TF32,
 fused AdamW on CUDA, SDPA attention; gradient accumulation; ``--gradient-checkpointing`` and

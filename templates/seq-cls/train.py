@@ -3,7 +3,7 @@
 Data: jsonl lines ``{"text": ..., "label": ...}`` (labels: strings or ints).
 Model: ``--model NAME_OR_PATH`` (any Hugging Face sequence-classification checkpoint), or by
 default a tiny Transformer encoder with a byte-level tokenizer built here (runs offline on a
-laptop CPU in seconds).
+laptop CPU in minutes: 2 on two busy cores).
 
 What it does right: AMP (bf16 where supported, fp16 + GradScaler otherwise, fp32 on CPU),
 TF32 and fused AdamW on CUDA, gradient clipping and accumulation, GPUJOB_BATCH_DIVISOR, eval

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from gpujob.config.hosts import Host, parse_ssh_target
+from gpujob.config.hosts import LOCAL, Host, parse_ssh_target
 from gpujob.errors import GpujobError, HostError
 
 VERBS = ("on", "off", "state", "address")
@@ -67,6 +67,10 @@ def _blank(text: str, secrets: dict[str, str]) -> str:
 
 def command(host: Host, verb: str) -> str:
     cmd = (host.power or {}).get(verb)
+    if not cmd and host.kind == LOCAL:  # host set cannot give it one: no remedy to send the user to
+        raise HostError(f"'local' is this machine: gpujob does not power it {'on' if verb == 'on' else 'off'}"
+                        if verb in ("on", "off") else "'local' is this machine: it has no power state to ask",
+                        "power commands belong to SSH profiles (docs/power.md)")
     if not cmd:
         raise HostError(f"host {host.name} has no power.{verb} command",
                         f"gpujob host set {host.name} --power-{verb} CMD (recipes for vast.ai, RunPod, AutoDL: docs/power.md)")

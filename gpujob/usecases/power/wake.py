@@ -147,14 +147,21 @@ def _until_ssh(host: Host, deadline: float, step: Note) -> None:
         time.sleep(min(next(waits), max(0.0, deadline - time.monotonic())))
 
 
-def power_off(host: Host, note: Note | None = None, wait: float = 300.0) -> dict:
-    """``host off``: run ``off``, then (with a state command) wait for the state to say off."""
+def power_off(host: Host, note: Note | None = None, wait: float | None = None) -> dict:
+    """``host off``: run ``off``, then (with a state command) wait for the state to say off, up to
+    ``wait`` seconds (default the profile's ``power.boot_timeout``, else 5 min)."""
+    say = note or (lambda s: None)
     t0 = time.time()
     commands.switch(host, "off")
+    say(f"[{time.time() - t0:5.1f} s] {host.name}: power off accepted")
     state = None
     if host.power.get("state"):
-        deadline = time.monotonic() + wait
+        deadline = time.monotonic() + (wait if wait is not None else _seconds(host, "boot_timeout", "5m"))
+        said = None
         while (state := commands.state(host)) != "off" and time.monotonic() < deadline:
+            if state != said:  # each new answer once: a wait of minutes is not silent
+                say(f"[{time.time() - t0:5.1f} s] {host.name}: state {state}; waiting for off")
+                said = state
             time.sleep(_poll())
     from gpujob.transport import mux
 
