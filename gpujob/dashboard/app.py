@@ -29,6 +29,13 @@ from gpujob.errors import GpujobError
 STATIC = Path(__file__).resolve().parent / "static"
 COOKIE = "gpujob_ui"
 KEEPALIVE_S = 15.0
+# On every answer. Any page on another localhost port (a TensorBoard a host serves through
+# `gpujob tunnel`) is the same *site*, so the SameSite cookie goes with its requests: framed
+# there, the dashboard would load, token and all, under a decoy that steers a click onto Stop.
+# So no framing at all; the token never leaves in a Referer; nothing is cached or sniffed.
+HEADERS = [(b"x-frame-options", b"DENY"), (b"content-security-policy", b"frame-ancestors 'none'"),
+           (b"referrer-policy", b"no-referrer"), (b"x-content-type-options", b"nosniff"),
+           (b"cross-origin-resource-policy", b"same-origin"), (b"cross-origin-opener-policy", b"same-origin")]
 
 
 class TokenGate:
@@ -58,6 +65,15 @@ class TokenGate:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+
+        async def guarded(message: dict[str, Any]) -> None:  # every answer, a 403 too, gets HEADERS
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), *HEADERS]}
+            await send(message)
+
+        await self._gate(scope, receive, guarded)
+
+    async def _gate(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         req = Request(scope)
         host = req.headers.get("host", "")
         allowed = {f"127.0.0.1:{self.port_of()}", f"localhost:{self.port_of()}"}
@@ -95,7 +111,7 @@ def build_app(hub: Hub, token: str, port_of: Callable[[], int], pull_dir: str = 
     shell = (STATIC / "index.html").read_text()
 
     async def page(req: Request) -> Response:
-        resp = HTMLResponse(shell.replace("{{TOKEN}}", token))
+        resp = HTMLResponse(shell.replace("{{TOKEN}}", token), headers={"Cache-Control": "no-store"})  # it holds the token
         resp.set_cookie(COOKIE, token, httponly=True, samesite="strict")
         return resp
 
