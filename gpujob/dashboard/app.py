@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import secrets
 from pathlib import Path
 from typing import Any, Callable
@@ -17,7 +18,8 @@ from typing import Any, Callable
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.responses import HTMLResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse as StarletteJSON
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -87,6 +89,26 @@ class TokenGate:
         await self.app(scope, receive, send)
 
 
+def strict(v: Any) -> Any:
+    """``v`` with each non-finite float (a diverged loss) as the word the page shows: ``"nan"``,
+    ``"inf"``, ``"-inf"`` (strict JSON; the page draws a non-number as a gap, prints it as text)."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return "nan" if v != v else ("inf" if v > 0 else "-inf")
+    if isinstance(v, dict):
+        return {k: strict(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [strict(x) for x in v]
+    return v
+
+
+class JSONResponse(StarletteJSON):
+    """Strict JSON whatever a job reported. Starlette refuses a non-finite float, so one job's
+    infinite loss (or a host's ``Infinity``) made every ``/api/jobs`` a 500: the whole table went blank."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(strict(content), ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+
+
 def _ref(req: Request) -> tuple[str, str]:
     host, job_id = req.query_params.get("host", ""), req.query_params.get("id", "")
     if not host or not job_id:
@@ -96,7 +118,8 @@ def _ref(req: Request) -> tuple[str, str]:
 
 def _sse(event: str, data: Any, id: int | None = None) -> str:
     head = f"id: {id}\n" if id is not None else ""
-    return f"{head}event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n"
+    # the browser's JSON.parse takes no NaN/Infinity: the event would be lost (and the page's handler throw)
+    return f"{head}event: {event}\ndata: {json.dumps(strict(data), allow_nan=False, separators=(',', ':'))}\n\n"
 
 
 def build_app(hub: Hub, token: str, port_of: Callable[[], int], pull_dir: str = "gpujob-pulls",
