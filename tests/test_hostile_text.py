@@ -96,3 +96,25 @@ def test_a_log_reply_without_its_header_is_not_retried_for_minutes(replies: Path
     for args in (("tail", "j-1"), ("tail", "j-1", "-f")):
         r = run_cli(*args, "--host", "local", timeout=30)  # it was retried 30 times with backoff
         assert r.returncode == 3 and "a log stream without its header" in r.stderr, (args, r.returncode, r.stderr)
+
+
+def test_impossible_figures_are_unknown_not_an_internal_error(replies: Path) -> None:
+    """NaN, Infinity, 1e308 and a 400-digit integer where a time, a count or a rate goes (a host's
+    reply, or a job's own metrics line): ``ls`` and ``cost`` were internal errors (int(inf), SQLite's
+    64-bit column), ``status JOB`` too (a progress total of Infinity). Such a figure is shown as
+    unknown; a field of the wrong kind (``progress: 5``, ``gpu.now: "x"``) is the host's fault, exit 3."""
+    big = "9" * 400
+    job = ('{"job_id": "odd-1-ab12c", "state": "running", "host": "local", "started_at": -Infinity, '
+           f'"ended_at": 1e400, "now": NaN, "eta_s": {big}, "attempt": 1e308, '
+           f'"last_metrics": {{"loss": NaN, "step": {big}}}, "billing": {{"cost": Infinity, "eta_s": NaN}}}}')
+    watch = ('{"job": ' + job + ', "progress": {"total": Infinity, "step": ' + big + ', "rate": NaN}, '
+             f'"latest": {{"step": {big}, "loss": 1.5}}, "rate": 1e308, "series": {{"loss": [[1, NaN]]}}}}')
+    replies.write_text(json.dumps({"status": '{"jobs": [' + job + ']}', "watch": watch}))
+    for args in (("ls",), ("cost",), ("status", "odd-1-ab12c"), ("status", "odd-1-ab12c", "--json")):
+        r = run_cli(*args, "--host", "local")
+        assert r.returncode == 0 and "odd-1-ab12c" in r.stdout and "internal error" not in r.stderr, (args, r)
+    for wrong, said in (('"progress": 5', "'progress' is not an object"),
+                        ('"gpu": {"now": "x"}', "'gpu' is not lists of GPU samples")):
+        replies.write_text(json.dumps({"watch": '{"job": {"job_id": "odd-1-ab12c"}, ' + wrong + "}"}))
+        r = run_cli("status", "odd-1-ab12c", "--host", "local")
+        assert r.returncode == 3 and said in r.stderr and "internal error" not in r.stderr, (wrong, r)
