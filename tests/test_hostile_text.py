@@ -114,7 +114,8 @@ def test_impossible_figures_are_unknown_not_an_internal_error(replies: Path) -> 
         r = run_cli(*args, "--host", "local")
         assert r.returncode == 0 and "odd-1-ab12c" in r.stdout and "internal error" not in r.stderr, (args, r)
     for wrong, said in (('"progress": 5', "'progress' is not an object"),
-                        ('"gpu": {"now": "x"}', "'gpu' is not lists of GPU samples")):
+                        ('"gpu": {"now": "x"}', "'gpu' is not lists of GPU samples"),
+                        ('"series": {"loss": [1]}', "'series' is not a map of point lists")):
         replies.write_text(json.dumps({"watch": '{"job": {"job_id": "odd-1-ab12c"}, ' + wrong + "}"}))
         r = run_cli("status", "odd-1-ab12c", "--host", "local")
         assert r.returncode == 3 and said in r.stderr and "internal error" not in r.stderr, (wrong, r)

@@ -128,6 +128,9 @@ def _job(doc: dict) -> str | None:
         return wrong
     for key in ("last_metrics", "latest_metrics"):
         _step_of(doc.get(key))
+    wrong = _series(doc) or _fields(doc.get("spec") or {}, (), (), ("price_per_hour",), "spec.")
+    if wrong:
+        return wrong
     bill = doc.get("billing") or {}
     wrong = _fields(bill, (), ("currency",), ("cost", "projected_cost", "elapsed_s", "eta_s", "price_per_hour",
                                               "max_steps", "steps_per_s", "progress"), "billing.")
@@ -156,8 +159,12 @@ def _watch(doc: dict) -> str | None:
     if not all(isinstance(gpu.get(k) or [], list) and all(isinstance(g, dict) for g in gpu.get(k) or [])
                for k in ("now", "avg")):
         return "'gpu' is not lists of GPU samples"
+    return _series(doc)
+
+
+def _series(doc: dict) -> str | None:
     series = doc.get("series") or {}
-    if not all(isinstance(v, list) for v in series.values()):
+    if not all(isinstance(v, list) and all(isinstance(p, list) for p in v) for v in series.values()):
         return "'series' is not a map of point lists"
     return None
 
