@@ -58,6 +58,9 @@ def test_host_text_is_shown_as_text(replies: Path) -> None:
             assert bad not in out, (args, bad, out)
         if args[0] == "cost":
             assert b"[link=https://evil.example/]" in out.replace(b"\r\n", b""), out  # shown as the text it is
+    replies.write_text(json.dumps({"status": json.dumps({"jobs": [{"job_id": "ti\u200bny-1", "state": "running"}]})}))
+    rc, out = on_a_pty("ls", "--host", "local")  # an id that looked like another (Trojan Source): its code shows
+    assert b"ti\\u200bny-1" in out and "\u200b".encode() not in out, out
     job["billing"]["cost"] = "1.5"  # a string where cost sums numbers: the host's fault, said so
     replies.write_text(json.dumps({"status": json.dumps({"jobs": [job]})}))
     rc, out = on_a_pty("cost", "--host", "local")
