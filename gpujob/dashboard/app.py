@@ -1,8 +1,8 @@
 """The dashboard's HTTP side (Starlette): pages, JSON, server-sent events, the job buttons.
 
 Every request must carry the token ``gpujob ui`` printed (``?token=`` once; the page then
-holds it in a same-site cookie, and a button's POST sends it in a header a foreign page
-cannot set); anything else gets 403. Pages are static files: the browser fills them from
+holds a session secret in a same-site cookie, and a button's POST sends the token in a header
+a foreign page cannot set); anything else gets 403. Pages are static files: the browser fills them from
 JSON with ``textContent``, so a host's strings are never markup.
 """
 
@@ -44,8 +44,11 @@ class TokenGate:
     """ASGI middleware: the token (query, cookie, or header for a POST) and a loopback Host header, else 403."""
 
     def __init__(self, app: Any, token: str, port_of: Callable[[], int], ticket: str | None = None,
-                 on_ticket: Callable[[], Any] | None = None) -> None:
+                 on_ticket: Callable[[], Any] | None = None, session: str = "") -> None:
         self.app, self.token, self.port_of = app, token, port_of
+        # the cookie's value, never the token: a browser sends 127.0.0.1's cookies to every port of it,
+        # a host's TensorBoard behind `gpujob tunnel` too; what it learns there opens no POST
+        self.session = session or secrets.token_urlsafe(24)
         self.ticket, self.on_ticket = ticket, on_ticket  # --open's one-time way in (server.landing)
 
     def _spend(self, req: Request) -> bool:
@@ -81,9 +84,12 @@ class TokenGate:
         allowed = {f"127.0.0.1:{self.port_of()}", f"localhost:{self.port_of()}"}
         if host not in allowed:  # a page elsewhere resolving its name to 127.0.0.1 (DNS rebinding)
             return await PlainTextResponse("wrong Host header: open the URL gpujob ui printed", 403)(scope, receive, send)
-        given = req.headers.get("x-token", "") if req.method == "POST" else (
-            req.query_params.get("token") or req.cookies.get(COOKIE, ""))
-        if not secrets.compare_digest(given.encode(), self.token.encode()) and not self._spend(req):
+        if req.method == "POST":
+            ok = secrets.compare_digest(req.headers.get("x-token", "").encode(), self.token.encode())
+        else:
+            ok = secrets.compare_digest(req.query_params.get("token", "").encode(), self.token.encode()) or \
+                secrets.compare_digest(req.cookies.get(COOKIE, "").encode(), self.session.encode())
+        if not ok and not self._spend(req):
             return await PlainTextResponse("missing or wrong token: open the URL gpujob ui printed (with its ?token=)",
                                            403)(scope, receive, send)
         await self.app(scope, receive, send)
@@ -132,10 +138,11 @@ def build_app(hub: Hub, token: str, port_of: Callable[[], int], pull_dir: str = 
 
         client_for = Client
     shell = (STATIC / "index.html").read_text()
+    session = secrets.token_urlsafe(24)  # the cookie (TokenGate)
 
     async def page(req: Request) -> Response:
         resp = HTMLResponse(shell.replace("{{TOKEN}}", token), headers={"Cache-Control": "no-store"})  # it holds the token
-        resp.set_cookie(COOKIE, token, httponly=True, samesite="strict")
+        resp.set_cookie(COOKIE, session, httponly=True, samesite="strict")
         return resp
 
     async def jobs(req: Request) -> Response:
@@ -256,4 +263,4 @@ def build_app(hub: Hub, token: str, port_of: Callable[[], int], pull_dir: str = 
         Mount("/static", StaticFiles(directory=str(STATIC)), name="static"),
     ]
     app = Starlette(routes=routes, exception_handlers={GpujobError: refused})
-    return TokenGate(app, token, port_of, ticket, on_ticket)
+    return TokenGate(app, token, port_of, ticket, on_ticket, session)
