@@ -174,7 +174,7 @@ def _jobs(doc: dict) -> str | None:
     if not isinstance(jobs, list) or not all(isinstance(j, dict) for j in jobs):
         return "'jobs' is not a list of job records"
     for j in jobs:
-        wrong = _job(j)
+        wrong = _job(j) or (None if isinstance(j.get("job_id"), str) else "a job record without its 'job_id'")
         if wrong:
             return f"job {str(j.get('job_id'))[:40]!r}: {wrong}"
     return None
