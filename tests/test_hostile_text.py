@@ -122,6 +122,11 @@ def test_impossible_figures_are_unknown_not_an_internal_error(replies: Path) -> 
         replies.write_text(json.dumps({"watch": '{"job": {"job_id": "odd-1-ab12c"}, ' + wrong + "}"}))
         r = run_cli("status", "odd-1-ab12c", "--host", "local")
         assert r.returncode == 3 and said in r.stderr and "internal error" not in r.stderr, (wrong, r)
-    replies.write_text(json.dumps({"status": '{"jobs": [{"job_id": null, "state": "running"}]}'}))
-    r = run_cli("ls", "--host", "local")  # was TypeError: len(None)
-    assert r.returncode == 3 and "without its 'job_id'" in r.stderr and "internal error" not in r.stderr, r
+    for reply, said in (('{"jobs": [{"job_id": null}]}', "without its 'job_id'"),  # was TypeError: len(None)
+                        ('{"jobs": [], "older": "x"}', "'older' is not a number")):
+        replies.write_text(json.dumps({"status": reply}))
+        r = run_cli("ls", "--host", "local")
+        assert r.returncode == 3 and said in r.stderr and "internal error" not in r.stderr, (reply, r)
+    replies.write_text(json.dumps({"status": '{"jobs": [{"job_id": "odd-1-ab12c", "state": null}], "older": Infinity}'}))
+    r = run_cli("ls", "--host", "local")
+    assert r.returncode == 0 and "odd-1-ab12c" in r.stdout, r

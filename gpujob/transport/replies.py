@@ -145,8 +145,8 @@ def _job(doc: dict) -> str | None:
 def _watch(doc: dict) -> str | None:
     """``watch`` (``status JOB``, a dashboard's job page): the job's record and the figures beside it."""
     if doc.get("job") is not None:
-        if not isinstance(doc["job"], dict):
-            return "'job' is not an object"
+        if not isinstance(doc["job"], dict) or not isinstance(doc["job"].get("job_id"), str):
+            return "'job' is not a job record with its 'job_id'"
         wrong = _job(doc["job"])
         if wrong:
             return wrong
@@ -177,7 +177,7 @@ def _jobs(doc: dict) -> str | None:
         wrong = _job(j) or (None if isinstance(j.get("job_id"), str) else "a job record without its 'job_id'")
         if wrong:
             return f"job {str(j.get('job_id'))[:40]!r}: {wrong}"
-    return None
+    return _fields(doc, (), (), ("now", "older"))
 
 
 def plain_name(name: Any) -> bool:
