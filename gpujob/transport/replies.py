@@ -297,10 +297,19 @@ def _collected(doc: dict) -> str | None:
     return None
 
 
+def _agentlog(doc: dict) -> str | None:
+    """``agentlog`` (``gpujob agent-log``): the lines it prints, and where they came from."""
+    lines = doc.get("lines")
+    if not isinstance(lines, list) or not all(isinstance(x, str) for x in lines) or not isinstance(doc.get("path"), str):
+        return "'lines' is not a list of lines with their 'path'"
+    return None
+
+
 # the fields each verb's readers index into; a verb not named here must answer a JSON object
 SHAPES: dict[str, Callable[[dict], str | None]] = {"status": _jobs, "watch": _watch, "send": _manifest,
                                                    "range_serve": _range_serve, "range": _range, "tb": _tb,
-                                                   "rm": _removed, "gc": _collected, "submit": _submitted}
+                                                   "rm": _removed, "gc": _collected, "submit": _submitted,
+                                                   "agentlog": _agentlog}
 
 
 def parse(verb: str, host: str, text: str) -> Any:
