@@ -127,6 +127,9 @@ def test_impossible_figures_are_unknown_not_an_internal_error(replies: Path) -> 
         replies.write_text(json.dumps({"status": reply}))
         r = run_cli("ls", "--host", "local")
         assert r.returncode == 3 and said in r.stderr and "internal error" not in r.stderr, (reply, r)
+    replies.write_text(json.dumps({"stop": '{"job_id": "odd-1-ab12c", "state": "stopped", "survivors": null}'}))
+    r = run_cli("stop", "odd-1-ab12c", "--host", "local")  # was TypeError: not iterable
+    assert r.returncode == 3 and "'survivors' is not a list" in r.stderr and "internal error" not in r.stderr, r
     replies.write_text(json.dumps({"agentlog": '{"lines": 5, "path": "/x"}'}))
     r = run_cli("agent-log", "local")
     assert r.returncode == 3 and "'lines' is not a list" in r.stderr and "internal error" not in r.stderr, r

@@ -297,6 +297,17 @@ def _collected(doc: dict) -> str | None:
     return None
 
 
+def _ended(doc: dict) -> str | None:
+    """``stop`` and ``resume``: the job's record, and the processes a stop could not end (which decide
+    its exit code: a reply with none listed must not read as stopped for certain)."""
+    if not isinstance(doc.get("job_id"), str):
+        return "a job record without its 'job_id'"
+    survivors = doc.get("survivors", [])
+    if not isinstance(survivors, list) or not all(isinstance(p, int) and not isinstance(p, bool) for p in survivors):
+        return "'survivors' is not a list of pids"
+    return _job(doc)
+
+
 def _agentlog(doc: dict) -> str | None:
     """``agentlog`` (``gpujob agent-log``): the lines it prints, and where they came from."""
     lines = doc.get("lines")
@@ -309,7 +320,7 @@ def _agentlog(doc: dict) -> str | None:
 SHAPES: dict[str, Callable[[dict], str | None]] = {"status": _jobs, "watch": _watch, "send": _manifest,
                                                    "range_serve": _range_serve, "range": _range, "tb": _tb,
                                                    "rm": _removed, "gc": _collected, "submit": _submitted,
-                                                   "agentlog": _agentlog}
+                                                   "agentlog": _agentlog, "stop": _ended, "resume": _ended}
 
 
 def parse(verb: str, host: str, text: str) -> Any:
