@@ -87,6 +87,12 @@ def test_a_host_cannot_make_the_laptop_forget_another_hosts_job(replies: Path) -
 def test_a_sync_manifest_of_the_wrong_shape_is_the_hosts_fault(replies: Path, tmp_path: Path) -> None:
     from tests.helpers import write_job
 
+    # placement reads the gpus answer before anything is sent: {"gpus": 5} was TypeError: len(5)
+    replies.write_text(json.dumps({"gpus": json.dumps({"gpus": 5})}))
+    r = run_cli("submit", str(write_job(tmp_path, "gpus", "print(1)\n", "python main.py", gpus=1)), "--host", "local",
+                "--wait-gpus", "0")
+    assert r.returncode != 0 and "'gpus' is not a list of GPUs" in r.stderr and "internal error" not in r.stderr, r
+
     replies.write_text(json.dumps({"sync": json.dumps({"free_bytes": 1 << 40}),
                                    "manifest": json.dumps({"free_bytes": 1 << 40})}))
     r = run_cli("submit", str(write_job(tmp_path, "shape", "print(1)\n", "python main.py")), "--host", "local")

@@ -308,6 +308,19 @@ def _ended(doc: dict) -> str | None:
     return _job(doc)
 
 
+def _gpus(doc: dict) -> str | None:
+    """``gpus`` (placement before a submit): the host's cards (None: a CPU host) and who holds which."""
+    gpus, held = doc.get("gpus"), doc.get("held")
+    if gpus is not None and not (isinstance(gpus, list) and all(
+            isinstance(g, dict) and (g.get("mem_used") is None or figure(g["mem_used"])) for g in gpus)):
+        return "'gpus' is not a list of GPUs"
+    if held is not None and not isinstance(held, dict):
+        return "'held' is not an object"
+    if doc.get("queue") is not None and not isinstance(doc["queue"], list):
+        return "'queue' is not a list"
+    return None
+
+
 def _agentlog(doc: dict) -> str | None:
     """``agentlog`` (``gpujob agent-log``): the lines it prints, and where they came from."""
     lines = doc.get("lines")
@@ -320,7 +333,8 @@ def _agentlog(doc: dict) -> str | None:
 SHAPES: dict[str, Callable[[dict], str | None]] = {"status": _jobs, "watch": _watch, "send": _manifest,
                                                    "range_serve": _range_serve, "range": _range, "tb": _tb,
                                                    "rm": _removed, "gc": _collected, "submit": _submitted,
-                                                   "agentlog": _agentlog, "stop": _ended, "resume": _ended}
+                                                   "agentlog": _agentlog, "stop": _ended, "resume": _ended,
+                                                   "gpus": _gpus}
 
 
 def parse(verb: str, host: str, text: str) -> Any:
