@@ -150,7 +150,7 @@ def conda_prefix(name: str, env: Dict[str, str]) -> Optional[Path]:
 def _path_line(prefix: str) -> str:
     if not prefix:
         return ""
-    return 'export PATH="{}:$PATH"\n'.format(prefix.replace('"', '\\"'))
+    return 'export PATH={}:"$PATH"\n'.format(_q(prefix))  # quoted whole: a $( or ` in a folder's name is text
 
 
 def _join(*parts: Optional[str]) -> str:
@@ -300,7 +300,7 @@ def _provision(job: JobDir, spec: Dict[str, Any], env: Dict[str, str], prefix: s
         lines.append('if [ -n "$NOPIP" ]; then for n in pip pip3; do printf %s {} > {}/bin/$n; chmod +x {}/bin/$n; '
                      'done; fi'.format(_q(PIP_SHIM.format(py=venv / "bin" / "python")), _q(str(venv)), _q(str(venv))))
     if req is not None:
-        lines.append('echo "==> gpujob: setup pip install -r {}"'.format(req.name))
+        lines.append("echo {}".format(_q("==> gpujob: setup pip install -r " + req.name)))
         pip_py = str(venv / "bin" / "python") if venv is not None else (base_py or "python3")
         lines.append("{} -m pip install -r {}".format(_q(pip_py), _q(str(req))))
     if spec.get("setup"):

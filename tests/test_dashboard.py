@@ -99,6 +99,25 @@ def test_token_and_host_header_are_required(ui_server: Callable[..., tuple]) -> 
     assert http_status(f"{base}/api/job/stop?host=local&id=x&token={token}", method="POST") == 403
     # DNS rebinding: another name for 127.0.0.1 is refused even with the token
     assert http_status(f"{base}/api/jobs?token={token}", {"Host": f"evil.example:{port}"}) == 403
+    # clickjacking: a page on another localhost port (a host's "TensorBoard" through `gpujob tunnel`)
+    # is the same site, so the cookie goes with it; no answer may be framed or leak the token onward
+    with urllib.request.urlopen(url, timeout=10) as r:
+        page = r.headers
+    try:
+        urllib.request.urlopen(f"{base}/api/jobs", timeout=10)
+    except urllib.error.HTTPError as e:
+        refused = e.headers
+    for h in (page, refused):
+        assert h["X-Frame-Options"] == "DENY" and "frame-ancestors 'none'" in h["Content-Security-Policy"], h
+        assert h["Referrer-Policy"] == "no-referrer" and h["X-Content-Type-Options"] == "nosniff", h
+    assert page["Cache-Control"] == "no-store", page  # the page holds the token
+    # the browser sends 127.0.0.1's cookies to every port, a host's TensorBoard behind `gpujob tunnel`
+    # too: the cookie is a session secret, never the token, and it opens no POST
+    session = page["Set-Cookie"].split("gpujob_ui=", 1)[1].split(";", 1)[0]
+    assert session and token not in page["Set-Cookie"], page["Set-Cookie"]
+    assert http_status(f"{base}/api/jobs", {"Cookie": f"gpujob_ui={session}"}) == 200
+    assert http_status(f"{base}/api/job/stop?host=local&id=x", {"X-Token": session}, method="POST") == 403
+    assert http_status(f"{base}/api/job/stop?host=local&id=x", {"X-Token": token}, method="POST") != 403
 
 
 def test_tabs_share_one_poll_per_host(ui_server: Callable[..., tuple]) -> None:

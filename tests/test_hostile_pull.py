@@ -40,6 +40,10 @@ elif mode == "sidecar":  # d -> s/t makes P lead inside while it is checked; d -
 elif mode == "setuid":  # run by whoever pulls: as root, a setuid-root program planted in DEST
     body = [[["f", "tool", 0o4755, 0, 2, small_hash(b"#!")], ["f", "big.bin", 0o6755, 0, 2, small_hash(b"ok")]],
             b"#!ok"]
+elif mode == "longname":  # more than NAME_MAX: "broke off, run pull again" (exit 2), forever
+    body = [[f("a" * 300, b"ok")], b"ok"]
+elif mode == "escape":  # a newline splits every script's file list; the OSC reaches whoever lists DEST
+    body = [[f("nl\nname\x1b]0;x\x07.txt", b"ok")], b"ok"]
 elif mode == "through":
     body = [[["l", "evil", victim], f("evil", b"pwned")], b"pwned"]
 out.write(json.dumps({{"job_id": job_id, "files": files, "dirs": []}}).encode() + b"\n")
@@ -83,7 +87,7 @@ def _tree(root: Path) -> dict[str, bytes | str]:
             for p in sorted(root.rglob("*")) if p.relative_to(root).parts[0] not in GPUJOBS_OWN}
 
 
-@pytest.mark.parametrize("attack", ["dotdot", "absolute", "sidecar", "through", "flood", "setuid", "bomb"])
+@pytest.mark.parametrize("attack", ["longname", "escape", "dotdot", "absolute", "sidecar", "through", "flood", "setuid", "bomb"])
 def test_a_hostile_send_writes_nothing_outside_dest(hostile: Path, tmp_path: Path, attack: str) -> None:
     victim = tmp_path / "victim.txt"
     victim.write_text("the user's own file\n")
@@ -106,4 +110,6 @@ def test_a_hostile_send_writes_nothing_outside_dest(hostile: Path, tmp_path: Pat
         return
     assert r.returncode == 3, (attack, r.returncode, r.stderr)
     assert peak < 256 * MiB, (attack, peak >> 20)  # the bomb held 880 MiB at once
-    assert "the agent on local answered something gpujob cannot read" in r.stderr or "refusing" in r.stderr, r.stderr
+    assert "the agent on local answered something gpujob cannot read" in r.stderr or "refusing" in r.stderr \
+        or "too long for this system" in r.stderr, r.stderr
+    assert "run pull again" not in r.stderr and "\x1b" not in r.stderr, r.stderr

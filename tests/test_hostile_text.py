@@ -58,6 +58,9 @@ def test_host_text_is_shown_as_text(replies: Path) -> None:
             assert bad not in out, (args, bad, out)
         if args[0] == "cost":
             assert b"[link=https://evil.example/]" in out.replace(b"\r\n", b""), out  # shown as the text it is
+    replies.write_text(json.dumps({"status": json.dumps({"jobs": [{"job_id": "ti\u200bny-1", "state": "running"}]})}))
+    rc, out = on_a_pty("ls", "--host", "local")  # an id that looked like another (Trojan Source): its code shows
+    assert b"ti\\u200bny-1" in out and "\u200b".encode() not in out, out
     job["billing"]["cost"] = "1.5"  # a string where cost sums numbers: the host's fault, said so
     replies.write_text(json.dumps({"status": json.dumps({"jobs": [job]})}))
     rc, out = on_a_pty("cost", "--host", "local")
@@ -84,6 +87,12 @@ def test_a_host_cannot_make_the_laptop_forget_another_hosts_job(replies: Path) -
 def test_a_sync_manifest_of_the_wrong_shape_is_the_hosts_fault(replies: Path, tmp_path: Path) -> None:
     from tests.helpers import write_job
 
+    # placement reads the gpus answer before anything is sent: {"gpus": 5} was TypeError: len(5)
+    replies.write_text(json.dumps({"gpus": json.dumps({"gpus": 5})}))
+    r = run_cli("submit", str(write_job(tmp_path, "gpus", "print(1)\n", "python main.py", gpus=1)), "--host", "local",
+                "--wait-gpus", "0")
+    assert r.returncode != 0 and "'gpus' is not a list of GPUs" in r.stderr and "internal error" not in r.stderr, r
+
     replies.write_text(json.dumps({"sync": json.dumps({"free_bytes": 1 << 40}),
                                    "manifest": json.dumps({"free_bytes": 1 << 40})}))
     r = run_cli("submit", str(write_job(tmp_path, "shape", "print(1)\n", "python main.py")), "--host", "local")
@@ -96,3 +105,41 @@ def test_a_log_reply_without_its_header_is_not_retried_for_minutes(replies: Path
     for args in (("tail", "j-1"), ("tail", "j-1", "-f")):
         r = run_cli(*args, "--host", "local", timeout=30)  # it was retried 30 times with backoff
         assert r.returncode == 3 and "a log stream without its header" in r.stderr, (args, r.returncode, r.stderr)
+
+
+def test_impossible_figures_are_unknown_not_an_internal_error(replies: Path) -> None:
+    """NaN, Infinity, 1e308 and a 400-digit integer where a time, a count or a rate goes (a host's
+    reply, or a job's own metrics line): ``ls`` and ``cost`` were internal errors (int(inf), SQLite's
+    64-bit column), ``status JOB`` too (a progress total of Infinity). Such a figure is shown as
+    unknown; a field of the wrong kind (``progress: 5``, ``gpu.now: "x"``) is the host's fault, exit 3."""
+    big = "9" * 400
+    job = ('{"job_id": "odd-1-ab12c", "state": "running", "host": "local", "started_at": -Infinity, '
+           f'"ended_at": 1e400, "now": NaN, "eta_s": {big}, "attempt": 1e308, '
+           f'"last_metrics": {{"loss": NaN, "step": {big}}}, "billing": {{"cost": Infinity, "eta_s": NaN}}}}')
+    watch = ('{"job": ' + job + ', "progress": {"total": Infinity, "step": ' + big + ', "rate": NaN}, '
+             f'"latest": {{"step": {big}, "loss": 1.5}}, "rate": 1e308, "series": {{"loss": [[1, NaN]]}}}}')
+    # and a record whose state is null (ls: len(None)), a count of older jobs that is Infinity
+    replies.write_text(json.dumps({"status": '{"jobs": [' + job + ', {"job_id": "nul-1", "state": null}], "older": Infinity}',
+                                   "watch": watch}))
+    for args in (("ls",), ("cost",), ("status", "odd-1-ab12c")):
+        r = run_cli(*args, "--host", "local")
+        assert r.returncode == 0 and "odd-1-ab12c" in r.stdout and "internal error" not in r.stderr, (args, r)
+    for wrong, said in (('"progress": 5', "'progress' is not an object"),
+                        ('"series": {"loss": [1]}', "'series' is not a map of point lists")):
+        replies.write_text(json.dumps({"watch": '{"job": {"job_id": "odd-1-ab12c"}, ' + wrong + "}"}))
+        r = run_cli("status", "odd-1-ab12c", "--host", "local")
+        assert r.returncode == 3 and said in r.stderr and "internal error" not in r.stderr, (wrong, r)
+    for reply, said in (('{"jobs": [{"job_id": null}]}', "without its 'job_id'"),  # was TypeError: len(None)
+                        ('{"jobs": [], "older": "x"}', "'older' is not a number")):
+        replies.write_text(json.dumps({"status": reply}))
+        r = run_cli("ls", "--host", "local")
+        assert r.returncode == 3 and said in r.stderr and "internal error" not in r.stderr, (reply, r)
+    replies.write_text(json.dumps({"stop": '{"job_id": "odd-1-ab12c", "state": "stopped", "survivors": null}'}))
+    r = run_cli("stop", "odd-1-ab12c", "--host", "local")  # was TypeError: not iterable
+    assert r.returncode == 3 and "'survivors' is not a list" in r.stderr and "internal error" not in r.stderr, r
+    replies.write_text(json.dumps({"agentlog": '{"lines": 5, "path": "/x"}'}))
+    r = run_cli("agent-log", "local")
+    assert r.returncode == 3 and "'lines' is not a list" in r.stderr and "internal error" not in r.stderr, r
+    replies.write_text(json.dumps({"doctor": '{"disks": {"data": "x"}, "agent": [1]}'}))
+    r = run_cli("doctor", "local")  # its checks read the report field by field
+    assert r.returncode == 3 and "a doctor report of the wrong shape" in r.stderr and "internal error" not in r.stderr, r

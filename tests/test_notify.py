@@ -618,3 +618,26 @@ def test_secrets_from_env(tmp_path, monkeypatch):
     monkeypatch.setenv("GPUJOB_CONFIG_DIR", str(tmp_path / "empty"))
     assert nt.secrets_from_env(["B_KEY", "Z_KEY"]) == {"B_KEY": "from-env"}
     assert nt.default_secrets_file() == Path(tmp_path / "empty" / "secrets.env")
+
+
+def test_a_jobs_output_forms_no_markup_in_a_chat(srv, secrets, tmp_path):
+    """What a job printed (its log tail, an exception's text as the diagnosis, a metric's name) is
+    third-party text: it must not ping a channel or show as a link or image in gpujob's message."""
+    _script_ok(srv)
+    link, image = "[Resume the job](https://evil.example/r)", "![](https://evil.example/pixel.png)"
+    event = dict(FAILED, diagnosis=f"RuntimeError: <!channel> @everyone {link}",
+                 metrics={f"<https://evil.example|{link}>": 1.0, "loss": 0.5},
+                 log_tail=[f"{image} <@U024BE7LH> <font color=\"warning\">{link}</font>", "@here"])
+    outs = notify.send_all(_all_channels(srv)[:4], event, secrets, str(tmp_path), retries=1, backoff=0.01, timeout=5)
+    assert all(o["ok"] for o in outs), outs
+    slack = json.loads(srv.last("/services/")["body"])["text"]
+    assert "<" not in slack.replace("&lt;", "") and "&lt;!channel&gt;" in slack, slack  # Slack's markup needs <…>
+    discord = json.loads(srv.last("/api/webhooks/")["body"])
+    assert discord["allowed_mentions"] == {"parse": []}, discord  # a printed @everyone pings no one
+    head, _, fenced = discord["content"].partition("```")
+    assert "\\[Resume the job\\]" in head and "\\<https" in head and "\\@everyone" in head, head
+    assert image in fenced, fenced  # inside the fence Discord shows the line as it is
+    wecom = json.loads(srv.last("/cgi-bin/webhook/send")["body"])["markdown"]["content"]
+    ding = json.loads(srv.last("/robot/send")["body"])["markdown"]["text"]
+    for md in (wecom, ding):  # the tail is unfenced there: no link, image, mention or tag may form
+        assert "](" not in md and "<" not in md and "［Resume the job］" in md, md

@@ -174,3 +174,31 @@ def test_failing_setup_command_and_missing_conda_env(tmp_path: Path) -> None:
     log = log_of(root, st)
     assert st["state"] == "failed" and st["reason"] == "setup failed"
     assert "conda env 'nosuchenv' not found" in log
+
+
+def test_names_gpujob_puts_into_setups_shell_are_text(tmp_path: Path) -> None:
+    """A requirements file and a PATH folder whose names hold ``$(…)``: setup's shell ran them (the
+    name was put between double quotes, where ``$(`` still expands). Each is quoted whole."""
+    from tests.conftest import run_cli
+
+    job = write_job_with_req(tmp_path, "req$(touch PWNED).txt")
+    odd = tmp_path / "bin$(touch PWNED)"
+    odd.mkdir()
+    r = run_cli("submit", str(job), "--host", "local", "--json",
+                env_extra={"PATH": f"{odd}{os.pathsep}{os.environ['PATH']}"})
+    assert r.returncode == 0, r.stderr
+    job_id = json.loads(r.stdout)["job_id"]
+    st = wait_state("local", job_id, ("succeeded", "failed"), 120)
+    assert st["state"] == "succeeded", st
+    assert not list(tmp_path.rglob("PWNED")), list(tmp_path.rglob("PWNED"))
+    log = run_cli("tail", job_id, "--host", "local").stdout
+    assert "setup pip install -r req$(touch PWNED).txt" in log and str(odd) in log, log
+
+
+def write_job_with_req(tmp_path: Path, req: str) -> Path:
+    d = tmp_path / "quoted"
+    d.mkdir()
+    (d / "main.py").write_text("import os\nprint(os.environ['PATH'])\n")
+    (d / req).write_text("")  # nothing to install: pip reads it and is done
+    (d / "job.yaml").write_text(json.dumps({"name": "quoted", "run": "python main.py", "requirements": req}))
+    return d / "job.yaml"

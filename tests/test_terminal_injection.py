@@ -72,3 +72,16 @@ def test_escape_sequences_from_a_job_never_reach_the_terminal(tmp_path: Path) ->
     assert b"\x1b[38;5;201m" in out  # --raw on a terminal keeps the colours, never the OSC strings
     rc, out = on_a_pty("status", job_id, "--host", "local")
     assert b"acc=0.25" in out and b"RuntimeError: bad" in out, out  # the text itself is still shown
+
+
+def test_exec_output_cannot_drive_the_terminal() -> None:
+    """``gpujob exec HOST -- cat output.log`` printed a job's (or the host's) bytes raw: OSC 52 wrote
+    the clipboard. On a terminal colours still pass, OSC strings never; a pipe gets the bytes as they are."""
+    cmd = r"printf 'a\033]52;c;cHduZWQ=\007b\033]0;title\007 \033[31mred\033[0m\n'"
+    rc, out = on_a_pty("exec", "local", "--", cmd)
+    assert rc == 0 and b"ab" in out and b"\x1b[31mred" in out, out
+    for bad in OSC:
+        assert bad not in out, (bad, out)
+    r = subprocess.run([sys.executable, "-m", "gpujob.cli", "exec", "local", "--", r"printf '\033]0;t\007\377'"],
+                       capture_output=True, env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=60)
+    assert r.returncode == 0 and r.stdout == b"\x1b]0;t\x07\xff", r  # a pipe, a file: the bytes as they are

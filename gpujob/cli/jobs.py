@@ -246,12 +246,20 @@ def cmd_cost(args: argparse.Namespace) -> int:
 
 
 def cmd_exec(args: argparse.Namespace) -> int:
+    from gpujob.ui.neutral import TermFilter
     from gpujob.ui.output import print_json
 
     argv = command_after(args, ("--json",))
     with client(args.host) as c:
         if not args.json:
-            return c.exec(argv, on_output=lambda b: _copy([b])).exit_code
+            # on a terminal: colours pass, OSC/DCS strings (clipboard, title) never do, since a
+            # host's (or a job's file's) bytes would drive it; a pipe gets the bytes as they are
+            f = TermFilter(raw=True) if sys.stdout.isatty() else None
+            try:
+                return c.exec(argv, on_output=lambda b: _copy([f.feed(b) if f else b])).exit_code
+            finally:
+                if f:
+                    _copy([f.flush()])
         res = c.exec(argv)
         print_json(res.to_json())
         return res.exit_code

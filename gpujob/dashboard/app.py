@@ -1,8 +1,8 @@
 """The dashboard's HTTP side (Starlette): pages, JSON, server-sent events, the job buttons.
 
 Every request must carry the token ``gpujob ui`` printed (``?token=`` once; the page then
-holds it in a same-site cookie, and a button's POST sends it in a header a foreign page
-cannot set); anything else gets 403. Pages are static files: the browser fills them from
+holds a session secret in a same-site cookie, and a button's POST sends the token in a header
+a foreign page cannot set); anything else gets 403. Pages are static files: the browser fills them from
 JSON with ``textContent``, so a host's strings are never markup.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import secrets
 from pathlib import Path
 from typing import Any, Callable
@@ -17,7 +18,8 @@ from typing import Any, Callable
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.responses import HTMLResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse as StarletteJSON
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -29,14 +31,24 @@ from gpujob.errors import GpujobError
 STATIC = Path(__file__).resolve().parent / "static"
 COOKIE = "gpujob_ui"
 KEEPALIVE_S = 15.0
+# On every answer. Any page on another localhost port (a TensorBoard a host serves through
+# `gpujob tunnel`) is the same *site*, so the SameSite cookie goes with its requests: framed
+# there, the dashboard would load, token and all, under a decoy that steers a click onto Stop.
+# So no framing at all; the token never leaves in a Referer; nothing is cached or sniffed.
+HEADERS = [(b"x-frame-options", b"DENY"), (b"content-security-policy", b"frame-ancestors 'none'"),
+           (b"referrer-policy", b"no-referrer"), (b"x-content-type-options", b"nosniff"),
+           (b"cross-origin-resource-policy", b"same-origin"), (b"cross-origin-opener-policy", b"same-origin")]
 
 
 class TokenGate:
     """ASGI middleware: the token (query, cookie, or header for a POST) and a loopback Host header, else 403."""
 
     def __init__(self, app: Any, token: str, port_of: Callable[[], int], ticket: str | None = None,
-                 on_ticket: Callable[[], Any] | None = None) -> None:
+                 on_ticket: Callable[[], Any] | None = None, session: str = "") -> None:
         self.app, self.token, self.port_of = app, token, port_of
+        # the cookie's value, never the token: a browser sends 127.0.0.1's cookies to every port of it,
+        # a host's TensorBoard behind `gpujob tunnel` too; what it learns there opens no POST
+        self.session = session or secrets.token_urlsafe(24)
         self.ticket, self.on_ticket = ticket, on_ticket  # --open's one-time way in (server.landing)
 
     def _spend(self, req: Request) -> bool:
@@ -58,17 +70,49 @@ class TokenGate:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+
+        async def guarded(message: dict[str, Any]) -> None:  # every answer, a 403 too, gets HEADERS
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), *HEADERS]}
+            await send(message)
+
+        await self._gate(scope, receive, guarded)
+
+    async def _gate(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         req = Request(scope)
         host = req.headers.get("host", "")
         allowed = {f"127.0.0.1:{self.port_of()}", f"localhost:{self.port_of()}"}
         if host not in allowed:  # a page elsewhere resolving its name to 127.0.0.1 (DNS rebinding)
             return await PlainTextResponse("wrong Host header: open the URL gpujob ui printed", 403)(scope, receive, send)
-        given = req.headers.get("x-token", "") if req.method == "POST" else (
-            req.query_params.get("token") or req.cookies.get(COOKIE, ""))
-        if not secrets.compare_digest(given.encode(), self.token.encode()) and not self._spend(req):
+        if req.method == "POST":
+            ok = secrets.compare_digest(req.headers.get("x-token", "").encode(), self.token.encode())
+        else:
+            ok = secrets.compare_digest(req.query_params.get("token", "").encode(), self.token.encode()) or \
+                secrets.compare_digest(req.cookies.get(COOKIE, "").encode(), self.session.encode())
+        if not ok and not self._spend(req):
             return await PlainTextResponse("missing or wrong token: open the URL gpujob ui printed (with its ?token=)",
                                            403)(scope, receive, send)
         await self.app(scope, receive, send)
+
+
+def strict(v: Any) -> Any:
+    """``v`` with each non-finite float (a diverged loss) as the word the page shows: ``"nan"``,
+    ``"inf"``, ``"-inf"`` (strict JSON; the page draws a non-number as a gap, prints it as text)."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return "nan" if v != v else ("inf" if v > 0 else "-inf")
+    if isinstance(v, dict):
+        return {k: strict(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [strict(x) for x in v]
+    return v
+
+
+class JSONResponse(StarletteJSON):
+    """Strict JSON whatever a job reported. Starlette refuses a non-finite float, so one job's
+    infinite loss (or a host's ``Infinity``) made every ``/api/jobs`` a 500: the whole table went blank."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(strict(content), ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
 
 
 def _ref(req: Request) -> tuple[str, str]:
@@ -80,7 +124,8 @@ def _ref(req: Request) -> tuple[str, str]:
 
 def _sse(event: str, data: Any, id: int | None = None) -> str:
     head = f"id: {id}\n" if id is not None else ""
-    return f"{head}event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n"
+    # the browser's JSON.parse takes no NaN/Infinity: the event would be lost (and the page's handler throw)
+    return f"{head}event: {event}\ndata: {json.dumps(strict(data), allow_nan=False, separators=(',', ':'))}\n\n"
 
 
 def build_app(hub: Hub, token: str, port_of: Callable[[], int], pull_dir: str = "gpujob-pulls",
@@ -93,10 +138,11 @@ def build_app(hub: Hub, token: str, port_of: Callable[[], int], pull_dir: str = 
 
         client_for = Client
     shell = (STATIC / "index.html").read_text()
+    session = secrets.token_urlsafe(24)  # the cookie (TokenGate)
 
     async def page(req: Request) -> Response:
-        resp = HTMLResponse(shell.replace("{{TOKEN}}", token))
-        resp.set_cookie(COOKIE, token, httponly=True, samesite="strict")
+        resp = HTMLResponse(shell.replace("{{TOKEN}}", token), headers={"Cache-Control": "no-store"})  # it holds the token
+        resp.set_cookie(COOKIE, session, httponly=True, samesite="strict")
         return resp
 
     async def jobs(req: Request) -> Response:
@@ -217,4 +263,4 @@ def build_app(hub: Hub, token: str, port_of: Callable[[], int], pull_dir: str = 
         Mount("/static", StaticFiles(directory=str(STATIC)), name="static"),
     ]
     app = Starlette(routes=routes, exception_handlers={GpujobError: refused})
-    return TokenGate(app, token, port_of, ticket, on_ticket)
+    return TokenGate(app, token, port_of, ticket, on_ticket, session)

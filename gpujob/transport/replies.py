@@ -79,33 +79,93 @@ def depth_ok(text: str, max_depth: int = MAX_DEPTH) -> bool:
     return not b
 
 
-_OBJECTS = ("last_metrics", "latest_metrics", "series", "diagnosis", "spec", "eval_metrics", "gpu", "billing", "disk")
+_OBJECTS = ("last_metrics", "latest_metrics", "series", "diagnosis", "spec", "eval_metrics", "gpu", "billing", "disk",
+            "mirror", "hparams")
+_STRINGS = ("job_id", "state", "host", "last_line", "reason", "name", "loss_key", "metrics_source")
+# times and counts the drawings do arithmetic on: a NaN, an Infinity or a 4,000-digit integer
+# in one was an internal error in ls and cost (int(inf), SQLite's 64-bit column)
 _NUMBERS = ("elapsed_s", "started_at", "ended_at", "heartbeat", "eta_s", "steps_per_s", "attempt", "queue_position",
-            "max_steps", "exit_code", "price_per_hour")
+            "max_steps", "exit_code", "price_per_hour", "now", "submitted_at", "cost", "projected_cost")
+BOUND = 1e15  # past any epoch second, count or price a host honestly reports (and within a float's exact integers)
+
+
+def figure(v: Any) -> bool:
+    """A number the laptop may compute with: not a bool, finite, of at most ``BOUND``."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and -BOUND <= v <= BOUND  # False for NaN
+
+
+def _fields(doc: dict, objects: tuple[str, ...], strings: tuple[str, ...], numbers: tuple[str, ...],
+            prefix: str = "") -> str | None:
+    """What is wrong with ``doc``'s fields, or None; a number that is no ``figure`` is dropped from
+    ``doc`` (shown as unknown): a job's own log can make one (a bar's rate of 1e-300 steps/s gives
+    an ETA past any bound), and one job's figure must not make the host's whole listing unreadable."""
+    for key in strings:
+        if doc.get(key) is not None and not isinstance(doc[key], str):
+            return f"'{prefix}{key}' is not a string"
+    for key in objects:
+        if doc.get(key) is not None and not isinstance(doc[key], dict):
+            return f"'{prefix}{key}' is not an object"
+    for key in numbers:
+        v = doc.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            return f"'{prefix}{key}' is not a number"
+        if v is not None and not figure(v):
+            doc[key] = None
+    return None
+
+
+def _step_of(metrics: Any) -> None:
+    """A metrics record's ``step`` the drawings compute with: one a job printed as 1e400 or with
+    400 digits is dropped (its other values, NaN included, are shown as they are)."""
+    if isinstance(metrics, dict) and isinstance(metrics.get("step"), (int, float)) and not figure(metrics["step"]):
+        metrics["step"] = None
 
 
 def _job(doc: dict) -> str | None:
-    """A job record (``status`` lists them, ``watch`` is one): the fields the drawings index into."""
-    for key in ("job_id", "state", "host", "last_line", "reason"):
-        if doc.get(key) is not None and not isinstance(doc[key], str):
-            return f"{key!r} is not a string"
-    for key in _OBJECTS:
-        if doc.get(key) is not None and not isinstance(doc[key], dict):
-            return f"{key!r} is not an object"
-    for key in _NUMBERS:
-        v = doc.get(key)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
-            return f"{key!r} is not a number"
+    """A job record (``status`` lists them, ``watch`` holds one): the fields the drawings index into."""
+    wrong = _fields(doc, _OBJECTS, _STRINGS, _NUMBERS)
+    if wrong:
+        return wrong
+    for key in ("last_metrics", "latest_metrics"):
+        _step_of(doc.get(key))
+    wrong = _series(doc) or _fields(doc.get("spec") or {}, (), (), ("price_per_hour",), "spec.")
+    if wrong:
+        return wrong
     bill = doc.get("billing") or {}
-    for key in ("cost", "projected_cost", "elapsed_s", "eta_s", "price_per_hour"):  # summed and formatted by cost
-        v = bill.get(key)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
-            return f"'billing.{key}' is not a number"
-    if bill.get("currency") is not None and not isinstance(bill["currency"], str):
-        return "'billing.currency' is not a string"
+    wrong = _fields(bill, (), ("currency",), ("cost", "projected_cost", "elapsed_s", "eta_s", "price_per_hour",
+                                              "max_steps", "steps_per_s", "progress"), "billing.")
+    if wrong:
+        return wrong
     if doc.get("checkpoints") is not None and not (isinstance(doc["checkpoints"], list)
                                                    and all(isinstance(c, dict) for c in doc["checkpoints"])):
         return "'checkpoints' is not a list of objects"
+    return None
+
+
+def _watch(doc: dict) -> str | None:
+    """``watch`` (``status JOB``, a dashboard's job page): the job's record and the figures beside it."""
+    if doc.get("job") is not None:
+        if not isinstance(doc["job"], dict) or not isinstance(doc["job"].get("job_id"), str):
+            return "'job' is not a job record with its 'job_id'"
+        wrong = _job(doc["job"])
+        if wrong:
+            return wrong
+    wrong = (_fields(doc, ("series", "latest", "progress", "gpu"), ("source",), ("now", "rows", "rate"))
+             or _fields(doc.get("progress") or {}, (), (), ("step", "total", "rate", "t"), "progress."))
+    if wrong:
+        return wrong
+    _step_of(doc.get("latest"))
+    gpu = doc.get("gpu") or {}
+    if not all(isinstance(gpu.get(k) or [], list) and all(isinstance(g, dict) for g in gpu.get(k) or [])
+               for k in ("now", "avg")):
+        return "'gpu' is not lists of GPU samples"
+    return _series(doc)
+
+
+def _series(doc: dict) -> str | None:
+    series = doc.get("series") or {}
+    if not all(isinstance(v, list) and all(isinstance(p, list) for p in v) for v in series.values()):
+        return "'series' is not a map of point lists"
     return None
 
 
@@ -114,10 +174,10 @@ def _jobs(doc: dict) -> str | None:
     if not isinstance(jobs, list) or not all(isinstance(j, dict) for j in jobs):
         return "'jobs' is not a list of job records"
     for j in jobs:
-        wrong = _job(j)
+        wrong = _job(j) or (None if isinstance(j.get("job_id"), str) else "a job record without its 'job_id'")
         if wrong:
             return f"job {str(j.get('job_id'))[:40]!r}: {wrong}"
-    return None
+    return _fields(doc, (), (), ("now", "older"))
 
 
 def plain_name(name: Any) -> bool:
@@ -255,12 +315,45 @@ def _authkeys(doc: dict) -> str | None:
     return None
 
 
+def _ended(doc: dict) -> str | None:
+    """``stop`` and ``resume``: the job's record, and the processes a stop could not end (which decide
+    its exit code: a reply with none listed must not read as stopped for certain)."""
+    if not isinstance(doc.get("job_id"), str):
+        return "a job record without its 'job_id'"
+    survivors = doc.get("survivors", [])
+    if not isinstance(survivors, list) or not all(isinstance(p, int) and not isinstance(p, bool) for p in survivors):
+        return "'survivors' is not a list of pids"
+    return _job(doc)
+
+
+def _gpus(doc: dict) -> str | None:
+    """``gpus`` (placement before a submit): the host's cards (None: a CPU host) and who holds which."""
+    gpus, held = doc.get("gpus"), doc.get("held")
+    if gpus is not None and not (isinstance(gpus, list) and all(
+            isinstance(g, dict) and (g.get("mem_used") is None or figure(g["mem_used"])) for g in gpus)):
+        return "'gpus' is not a list of GPUs"
+    if held is not None and not isinstance(held, dict):
+        return "'held' is not an object"
+    if doc.get("queue") is not None and not isinstance(doc["queue"], list):
+        return "'queue' is not a list"
+    return None
+
+
+def _agentlog(doc: dict) -> str | None:
+    """``agentlog`` (``gpujob agent-log``): the lines it prints, and where they came from."""
+    lines = doc.get("lines")
+    if not isinstance(lines, list) or not all(isinstance(x, str) for x in lines) or not isinstance(doc.get("path"), str):
+        return "'lines' is not a list of lines with their 'path'"
+    return None
+
+
 # the fields each verb's readers index into; a verb not named here must answer a JSON object
-SHAPES: dict[str, Callable[[dict], str | None]] = {"status": _jobs, "watch": _job, "send": _manifest,
+SHAPES: dict[str, Callable[[dict], str | None]] = {"status": _jobs, "watch": _watch, "send": _manifest,
                                                    "range_serve": _range_serve, "range": _range, "tb": _tb,
                                                    "rm": _removed, "gc": _collected, "submit": _submitted,
                                                    "authkeys": _authkeys, "manifest": _sync_manifest,
-                                                   "sync": _sync_manifest}
+                                                   "sync": _sync_manifest, "agentlog": _agentlog, "stop": _ended,
+                                                   "resume": _ended, "gpus": _gpus}
 
 
 def parse(verb: str, host: str, text: str) -> Any:

@@ -39,7 +39,7 @@ def _ls_cells(j: dict[str, Any]) -> dict[str, str]:
     m = j.get("last_metrics") or {}
     lk = j.get("loss_key") or loss_key(m)  # HF's train_loss, Lightning's train_loss, TensorBoard's Loss/train...
     return {
-        "JOB": j.get("job_id", "?"), "HOST": j.get("host") or "-", "STATE": j.get("state", "?"),
+        "JOB": j.get("job_id") or "?", "HOST": j.get("host") or "-", "STATE": j.get("state") or "?",
         "QUEUE": f"#{j['queue_position']}" if j.get("queue_position") else "-",
         "ATTEMPT": str(j.get("attempt") or "-"), "ELAPSED": format_duration(elapsed_s(j)),
         "STEP": str(m.get("step", "-")), "LOSS": _fmt(m.get(lk)) if lk else "-",

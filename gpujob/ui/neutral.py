@@ -19,14 +19,24 @@ _STRING = r"(?:\x1b[\]P_^X]|[\x90\x98\x9d\x9e\x9f])[^\x07\x1b\x9c\n]*(?:\x07|\x1
 _SEQ = re.compile(f"(?P<s>{_STRING})|(?:\\x1b\\[|\\x9b)[0-?]*[ -/]*[@-~]?|\\x1b[ -/]*[0-~]?")
 # C0 but for tab and newline, DEL, C1, and the bidirectional overrides that reorder what is shown
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# characters that show as nothing (zero-width spaces and joiners, marks, fillers, tags): in a job
+# id or a metric name, `tiny\u200b-1` looked like `tiny-1` (Trojan Source); shown as their code
+_INVISIBLE = re.compile("[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u2028\u2029"
+                        "\u2060-\u2064\u206a-\u206f\u3164\ufe00-\ufe0e\ufeff\uffa0\ufff9-\ufffb\U000e0000-\U000e007f]")
 _CONTROL_TAIL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")  # keeps \r
 
 
 def clean(text: str) -> str:
-    """``text`` without escape sequences or control characters (tab and newline kept)."""
+    """``text`` without escape sequences or control characters (tab and newline kept); a character
+    that shows as nothing is shown as its code (``\\u200b``)."""
     if text.isprintable():  # the common case: nothing to look at
         return text
-    return _CONTROL.sub("", _SEQ.sub("", text))
+    return _INVISIBLE.sub(_code, _CONTROL.sub("", _SEQ.sub("", text)))
+
+
+def _code(m: re.Match[str]) -> str:
+    n = ord(m.group())
+    return f"\\u{n:04x}" if n <= 0xFFFF else f"\\U{n:08x}"
 
 
 def clean_doc(doc: Any, markup: bool = False) -> Any:

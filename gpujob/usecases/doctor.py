@@ -52,7 +52,14 @@ def run_doctor(agent: Agent, host: Host, torch_timeout: float = 60.0, job: JobSp
     rep = agent.call("doctor", args, timeout=torch_timeout + 120)
     rep["host"] = host.name
     rep["preset"] = host.preset
-    rep["checks"] = [asdict(c) for c in checks(rep, host)]
+    try:
+        rep["checks"] = [asdict(c) for c in checks(rep, host)]
+    except (TypeError, AttributeError, ValueError, KeyError, IndexError, OverflowError) as e:
+        # the report is read field by field into many checks: one of the wrong kind (disks: "x")
+        # is the host's fault, said so (exit 3), not an internal error
+        from gpujob.transport.replies import unreadable
+
+        raise unreadable(host.name, f"a doctor report of the wrong shape ({type(e).__name__}: {e})") from None
     return rep
 
 

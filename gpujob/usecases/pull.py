@@ -43,7 +43,8 @@ def extract(stream: Any, dest: Path, on_bytes: Callable[[int], None] | None = No
     """Unpack a verified stream under ``dest`` (temporary name, hash check, rename). Links that
     resolve outside ``dest`` are not kept: they are listed under ``skipped``."""
     try:
-        res = wire.read_items(dest, stream, links_out=False, on_bytes=on_bytes, modes=0o777)  # no setuid/setgid
+        res = wire.read_items(dest, stream, links_out=False, on_bytes=on_bytes, modes=0o777,  # no setuid/setgid
+                              plain=True)
     except wire.TransferError as e:
         msg = str(e)
         if any(sign in msg for sign in _CUT_SIGNS):  # the link, not the user (exit 3): `pull --follow` waits it out
@@ -191,6 +192,12 @@ def _pull(agent: Agent, args: list[str], dest: Path, progress: Callable[[int, in
         except (OSError, EOFError) as e:
             if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):  # at once, not after 60 s
                 raise _disk_full(target, max(total - done[0], 1)) from None
+            if isinstance(e, OSError) and e.errno == errno.ENAMETOOLONG:  # "run pull again" would fail again
+                name = str(e.filename or "")
+                raise ConnectError(f"a name in the job's tree on {agent.host.name} is too long for this system "
+                                   f"({len(name.encode())} bytes: …{name[-60:]!r})",
+                                   "pull into a folder with a shorter path, or leave it out (--include GLOB, "
+                                   "--latest); the files before it are kept") from None
             rc = s.wait(60)
             if rc < 0:
                 raise link_cut(agent.host, "pull", rc, AGAIN) from None

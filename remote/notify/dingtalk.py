@@ -9,7 +9,7 @@ from typing import Any, Dict
 
 from .base import Request, register
 from .http_client import RobotChannel, json_body, json_headers
-from .render import fit
+from .render import defanged, fit
 
 
 def dingtalk_sign(secret: str, timestamp_ms: int) -> str:
@@ -39,6 +39,6 @@ class DingTalk(RobotChannel):
         if ch.get("msgtype") == "text":
             body = {"msgtype": "text", "text": {"content": fit("%s\n%s" % (title, text), 18000, True)}}
         else:
-            md = "#### %s\n\n%s" % (title, "  \n".join(x for x in text.split("\n") if x != "```"))
+            md = "#### %s\n\n%s" % (defanged(title), defanged("  \n".join(x for x in text.split("\n") if x != "```")))
             body = {"msgtype": "markdown", "markdown": {"title": title, "text": fit(md, 18000, True)}}
         return Request(url, json_headers(), json_body(body))

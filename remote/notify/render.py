@@ -82,6 +82,38 @@ def render(event: Dict[str, Any]) -> Tuple[str, str]:
     return title.strip(), "\n".join(lines)
 
 
+# A message's text holds what the job printed (its log tail, an exception's text as the diagnosis,
+# metric names): third-party output, which must not become a chat platform's markup. Without
+# these, a log line `<!channel>` pinged a whole Slack channel, `@everyone` a Discord server, and
+# `[Resume the job](https://evil.example)` or `![](https://evil.example/pixel)` showed as a link
+# or fetched an image in gpujob's own message (WeCom and DingTalk render the tail unfenced).
+_SLACK = {ord("&"): "&amp;", ord("<"): "&lt;", ord(">"): "&gt;"}
+_DISCORD = {ord(c): "\\" + c for c in "\\*_~`|[]<>@"}
+_DEFANG = {ord("["): "\uff3b", ord("]"): "\uff3d", ord("<"): "\uff1c", ord(">"): "\uff1e"}
+
+
+def slack_text(text: str) -> str:
+    """Slack's three control characters escaped, as its API asks: no mention, no link markup."""
+    return text.translate(_SLACK)
+
+
+def discord_text(text: str) -> str:
+    """Markdown punctuation escaped with a backslash outside ``` fences (inside, Discord shows it as it is)."""
+    lines, fenced = text.split("\n"), False
+    for i, line in enumerate(lines):
+        if line == "```":
+            fenced = not fenced
+        elif not fenced:
+            lines[i] = line.translate(_DISCORD)
+    return "\n".join(lines)
+
+
+def defanged(text: str) -> str:
+    """For a markdown with no escapes (WeCom's, DingTalk's): brackets and angle brackets as their
+    full-width forms, so no link, image, mention or tag can form; the words stay readable."""
+    return text.translate(_DEFANG)
+
+
 def fit(text: str, limit: int, in_bytes: bool = False) -> str:
     """``text`` cut to ``limit`` characters (or UTF-8 bytes) keeping its head and its tail."""
     size = (lambda s: len(s.encode("utf-8"))) if in_bytes else len

@@ -4,7 +4,7 @@ from typing import Any, Dict
 
 from .base import Request, register
 from .http_client import HttpChannel, json_body, json_headers
-from .render import fit
+from .render import fit, slack_text
 
 
 @register
@@ -14,5 +14,5 @@ class Slack(HttpChannel):
     secret_keys = ("url",)
 
     def request(self, ch: Dict[str, Any], title: str, text: str, event: Dict[str, Any], now: float) -> Request:
-        body = {"text": fit("*%s*\n%s" % (title, text), 39000)}
+        body = {"text": fit("*%s*\n%s" % (slack_text(title), slack_text(text)), 39000)}
         return Request(ch["url"], json_headers(), json_body(body))

@@ -4,7 +4,7 @@ from typing import Any, Dict
 
 from .base import Request, register
 from .http_client import RobotChannel, json_body, json_headers
-from .render import fit
+from .render import defanged, fit
 
 
 @register
@@ -21,6 +21,6 @@ class WeCom(RobotChannel):
         if ch.get("msgtype") == "text":
             body = {"msgtype": "text", "text": {"content": fit("%s\n%s" % (title, text), 2048, True)}}
         else:
-            md = "### %s\n%s" % (title, text.replace("```\n", "").replace("\n```", ""))
+            md = "### %s\n%s" % (defanged(title), defanged(text.replace("```\n", "").replace("\n```", "")))
             body = {"msgtype": "markdown", "markdown": {"content": fit(md, 4096, True)}}
         return Request(url, json_headers(), json_body(body))

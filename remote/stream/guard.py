@@ -2,11 +2,14 @@
 destination, and (unless allowed) no symlink pointing out of it."""
 
 import os
+import re
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from .format import TransferError
 from .parts import is_tmp_name
+
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 
 def check_name(name: Any) -> List[str]:
@@ -26,8 +29,9 @@ class Guard:
     ``base`` and (unless ``links_out``) symlinks pointing outside it. A folder's real path is
     resolved once and cached until a symlink is written."""
 
-    def __init__(self, base: Path, links_out: bool) -> None:
+    def __init__(self, base: Path, links_out: bool, plain: bool = False) -> None:
         self.base = str(base)
+        self.plain = plain  # names shown and kept on the user's machine: no control character
         self.root = os.path.realpath(self.base)
         self.links_out = links_out
         self.parents: Dict[str, str] = {}
@@ -40,6 +44,9 @@ class Guard:
     def place(self, name: Any) -> Tuple[str, str]:
         """(real parent folder, leaf) of ``name``; the leaf itself is never followed."""
         check_name(name)
+        if self.plain and _CONTROL.search(name):
+            # a newline splits every script's file list; an escape sequence reaches whatever terminal lists DEST
+            raise TransferError("refusing {!r}: a name with a control character (a newline, an escape)".format(name))
         rel_parent, _, leaf = name.rpartition("/")
         parent = self.parents.get(rel_parent)
         if parent is None:

@@ -146,18 +146,19 @@ def _ints(*vals: Any) -> bool:
 
 def read_items(base: Path, stream: IO[bytes], links_out: bool = True, cache: Optional[HashCache] = None,
                on_bytes: Optional[Callable[[int], None]] = None, sync: bool = True,
-               modes: int = 0o7777) -> Dict[str, Any]:
+               modes: int = 0o7777, plain: bool = False) -> Dict[str, Any]:
     """Apply a stream written by ``write_items`` under ``base``.
 
     Returns ``{"written", "deleted", "bytes"}`` (bytes = file bytes received). Everything that
     arrived verified is kept on a cut or refused stream (the part file of a large file keeps its
     verified chunks), and the error is raised. With ``sync``, the small files written are made
     durable (an fsync each when they are few, else one ``syncfs``) before the hash cache is saved.
-    ``modes``: the mode bits a file may get (a pull's 0o777: a host never plants a setuid file here).
+    ``modes``: the mode bits a file may get (a pull's 0o777: a host never plants a setuid file here);
+    ``plain``: a name with a control character is refused (a pull's: the names land on the user's machine).
     """
     base.mkdir(parents=True, exist_ok=True)
     res = {"written": 0, "deleted": 0, "bytes": 0}
-    guard = Guard(base, links_out)
+    guard = Guard(base, links_out, plain)
     writers = Writers(cache, on_bytes)
     made = set()  # type: set
     base_s = str(base)

@@ -32,14 +32,14 @@ function fmt(v, digits) {
 }
 
 function dur(s) {
-  if (s === null || s === undefined) return "-";
+  if (typeof s !== "number") return fmt(s);
   s = Math.round(s);
   const h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60), sec = s % 60;
   return h ? `${h}h${String(m).padStart(2, "0")}m` : m ? `${m}m${String(sec).padStart(2, "0")}s` : `${sec}s`;
 }
 
 function money(v, currency) {
-  if (v === null || v === undefined) return "-";
+  if (typeof v !== "number") return fmt(v);  // "inf", "nan": a non-finite figure comes as its word
   return `${v > 0 && v < 0.01 ? "<0.01" : v.toFixed(2)} ${currency || ""}`;
 }
 
@@ -53,7 +53,8 @@ function sparkline(vals) {
   const NS = "http://www.w3.org/2000/svg", w = 90, h = 18;
   const svg = document.createElementNS(NS, "svg");
   svg.setAttribute("class", "spark"); svg.setAttribute("width", w); svg.setAttribute("height", h);
-  if (!vals || vals.length < 2) return svg;
+  vals = (vals || []).filter((v) => typeof v === "number");  // a diverged point ("nan") is left out
+  if (vals.length < 2) return svg;
   const lo = Math.min(...vals), hi = Math.max(...vals), span = hi - lo || 1;
   const pts = vals.map((v, i) => `${(i / (vals.length - 1) * (w - 2) + 1).toFixed(1)},${(h - 1 - (v - lo) / span * (h - 2)).toFixed(1)}`);
   const line = document.createElementNS(NS, "polyline");
