@@ -77,7 +77,8 @@ def start_sshd(base: Path, host_key: Path | None = None, port: int | None = None
         f"ClientAliveInterval 0\nMaxSessions {max_sessions}\nMaxStartups 50\n"
         # login shells of this image run `pyenv rehash`, which waits up to 60 s on a lock
         # when many sessions start at once
-        "SetEnv PYENV_REHASH_TIMEOUT=1\nLogLevel ERROR\n"
+        # OMP_NUM_THREADS: as in `isolated`, for the jobs this host runs
+        "SetEnv PYENV_REHASH_TIMEOUT=1 OMP_NUM_THREADS=1\nLogLevel ERROR\n"
     )
     Path("/run/sshd").mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(cfg)], stderr=open(base / "sshd.log", "ab"))
@@ -183,6 +184,9 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     # this image's login shells run `pyenv rehash`, which waits up to 60 s on a lock file
     # that a job killed mid-start can leave behind
     monkeypatch.setenv("PYENV_REHASH_TIMEOUT", "1")
+    # the tests' models are tiny: torch's second thread a process mostly spins, a quarter of the CPU
+    # of every training job on 2 shared cores (a job's own env: still wins)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
     yield cfg
     kill_job_processes(tmp_path)
     _remove_job_cgroups(tmp_path)

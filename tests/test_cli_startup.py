@@ -44,6 +44,16 @@ def test_ls_on_local_needs_no_ssh() -> None:
     assert "rich" in mods and not mods & (HEAVY - {"rich"})
 
 
+def test_the_secrets_file_reader_leaves_http_unloaded() -> None:
+    """Every submit and sync reads the secrets file through notifycheck: httpx (a tenth of a
+    second) loads only when the laptop itself sends a notification."""
+    code = ("import sys, gpujob.usecases.notifycheck, gpujob.usecases.submit, gpujob.usecases.secrecy.never_sent; "
+            "assert 'httpx' not in sys.modules")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert r.returncode == 0, r.stderr[-2000:]
+
+
 def test_every_command_takes_json() -> None:
     from gpujob.cli import build_parser
 

@@ -107,7 +107,7 @@ def _sshd_in(ns: str, addr: str, base: Path) -> Sshd:
         "MaxSessions 50\nMaxStartups 50\n"
         # login shells of this image run `pyenv rehash`, which waits up to 60 s on a lock
         # when many sessions start at once
-        "SetEnv PYENV_REHASH_TIMEOUT=1\nLogLevel ERROR\n")
+        "SetEnv PYENV_REHASH_TIMEOUT=1 OMP_NUM_THREADS=1\nLogLevel ERROR\n")
     Path("/run/sshd").mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen(["ip", "netns", "exec", ns, SSHD, "-D", "-e", "-f", str(cfg)],
                             stderr=open(base / "sshd.log", "ab"))

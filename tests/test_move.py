@@ -53,7 +53,7 @@ TRAIN = """
             save(step)
         if os.path.exists(os.environ["GPUJOB_STOP_FILE"]):
             save(step); print("stopped at", step, flush=True); raise SystemExit(0)
-        time.sleep(float(os.environ["STEP_S"]))
+        time.sleep(0.0 if start else float(os.environ["STEP_S"]))  # a resumed run only has to finish
     print("done", flush=True)
 """
 

@@ -12,12 +12,13 @@ import stat
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Callable
-
-import httpx
+from typing import TYPE_CHECKING, Any, Callable
 
 from gpujob.bundle import import_remote
 from gpujob.config.paths import config_dir
+
+if TYPE_CHECKING:
+    import httpx
 
 notify = import_remote("notify")
 
@@ -137,6 +138,8 @@ def send_from_laptop(
     if not chans:
         return []
     sdir = str(state_dir) if state_dir is not None else str(config_dir())
+    import httpx  # here, not at the top: every submit and sync reads the secrets file through this module
+
     with httpx.Client(follow_redirects=False, headers={"User-Agent": "gpujob"}) as client:
         return notify.send_all(
             chans, event, secrets, sdir, retries=retries, backoff=backoff, timeout=timeout,

@@ -46,7 +46,7 @@ def main() -> None:
             rt.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step}, step)
             rt.report(step=step, loss=loss.item())
             dist.barrier()
-        if args.sleep:
+        if args.sleep and not resume:  # slow until the kill; a resumed run only has to finish
             time.sleep(args.sleep)
     digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest()
     with open(os.path.join(os.environ["GPUJOB_JOB_DIR"], f"params-rank{rank}.txt"), "w") as f:
