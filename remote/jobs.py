@@ -392,6 +392,11 @@ def resume(root: Root, job_id: str) -> Dict[str, Any]:
         if st.get("state") == "succeeded":
             raise AgentError("job {} has succeeded: only a lost, stopped or failed job can be resumed".format(job_id),
                              "see gpujob status {}".format(job_id), "bad_state")
+        no_gpus = gpus_lacking(job)
+        if no_gpus:  # refused before anything changes: the job stays as it was, resumable later
+            raise AgentError("job {} was not resumed: {}".format(job_id, no_gpus),
+                             "power the instance on with its GPUs (gpujob doctor shows them), then resume again; "
+                             "or continue it on another host: gpujob move {} --to HOST".format(job_id), "no_gpus")
         procs.kill_tree(job_id, None, 5.0, job_dir=str(job.path))
         for p in (job.stop_file, Path(str(job.stop_file) + ".watch"), job.path / "stop.after"):
             try:
@@ -412,6 +417,21 @@ def resume(root: Root, job_id: str) -> Dict[str, Any]:
         record_supervisor(job, pid)
     agent_log(root, "resumed {} (supervisor {})".format(job_id, pid))
     return {"job_id": job_id, "state": "queued", "supervisor_pid": pid, "previous": st.get("state")}
+
+
+def gpus_lacking(job: JobDir) -> str:
+    """Why this host can never give the job the GPUs its spec asks for now, else "" (busy is fine:
+    it queues). A resume after the instance came back without its GPUs would fail at once, or
+    train for hours on the CPU."""
+    from remote import gpus
+
+    spec = job.spec_data()
+    n = gpus.wanted(spec)
+    if n is None:
+        return ""
+    prefix = (spec.get("host_env") or {}).get("GPUJOB_PATH_PREFIX") or os.environ.get("GPUJOB_PATH_PREFIX", "")
+    found, error = gpus.probe(prefix)
+    return gpus.lacking(found, error, n)
 
 
 def wait_started(job: JobDir, timeout: float = 5.0) -> Optional[Dict[str, Any]]:
