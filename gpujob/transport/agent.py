@@ -153,7 +153,7 @@ class Agent:
         if isinstance(doc, dict) and "error" in doc and res.rc != 0:
             raise self._refused(doc)
         if res.rc < 0 and doc is None:  # no exit status came back: the link, not the agent, failed
-            raise link_cut(self.endpoint, f"{verb!r} call", res.rc, "run the command again (a transfer resumes)")
+            raise link_cut(self.endpoint, f"{verb!r} call", res.rc, again_after_cut(verb))
         if res.rc != 0 or doc is None:
             err = res.stderr.decode("utf-8", "replace").strip()[-2000:]
             if res.rc == 127 or "not found" in err and "python" in err.lower():
@@ -208,6 +208,21 @@ class Agent:
             raise RemoteError(f"the agent on {self.endpoint.name} did not answer {verb!r} (exit {rc}): {s.stderr_text()[-1000:]}",
                               f"see the agent log: gpujob agent-log {self.endpoint.name}")
         raise AssertionError("unreachable")
+
+
+# verbs that change something on the host: a cut link leaves unknown whether they were done
+CHANGING = {"submit": "ls", "stop": "status", "resume": "status", "adopt": "status", "moved": "status",
+            "rm": "ls --all", "gc": "gc --dry-run", "tb": "tunnel", "reseal": "ls"}
+
+
+def again_after_cut(verb: str) -> str:
+    """The next step after a link cut during ``verb``: a read is asked again; a change may have
+    been made before the cut, so the user looks first (a second resume of a resumed job is refused)."""
+    look = CHANGING.get(verb)
+    if look is None:
+        return "run the command again (a transfer resumes)"
+    return f"the {verb} may have been done on the host before the cut: gpujob {look} shows where things stand; " \
+           "run the command again if it was not"
 
 
 def connect_agent(host: Target) -> Agent:

@@ -127,7 +127,12 @@ def open_client(target: Target, password: str | None = None, retries: int | None
                 "This happens after an image change or a re-created instance — or an attack",
                 f"if you changed the instance, accept the new key with: gpujob host trust {host.name}",
             ) from None
-        except paramiko.AuthenticationException:
+        except paramiko.AuthenticationException as e:
+            if "timeout" in str(e).lower():  # paramiko's "Authentication timeout.": the link froze, no refusal
+                if attempt < retries:
+                    time.sleep(backoff(attempt, 1.0, 30.0))
+                    continue
+                raise _no_answer(host, "did not answer during the login (it timed out)", retries) from None
             if password is not None:
                 raise ConnectError(
                     f"{host.address} refused the password",
@@ -154,12 +159,16 @@ def open_client(target: Target, password: str | None = None, retries: int | None
             if attempt < retries:
                 time.sleep(backoff(attempt, 1.0, 30.0))
                 continue
-            raise ConnectError(
-                f"{host.address} {kind} (after {retries} tries)",
-                "is the instance powered on? Its port can change after a restart: copy the login line again and run "
-                f"gpujob host set {host.name} --ssh \"ssh -p PORT root@HOST\"",
-            ) from None
+            raise _no_answer(host, kind, retries) from None
     raise AssertionError("unreachable")
+
+
+def _no_answer(host: Endpoint, kind: str, retries: int) -> ConnectError:
+    return ConnectError(
+        f"{host.address} {kind} (after {retries} tries)",
+        "is the instance powered on? Its port can change after a restart: copy the login line again and run "
+        f"gpujob host set {host.name} --ssh \"ssh -p PORT root@HOST\"",
+    )
 
 
 class _QuietFinal:
@@ -391,6 +400,63 @@ def grow_windows(tr: paramiko.Transport, size: int, timeout: float) -> None:
             return
 
 
+# while a command runs, seconds with no packet from the server before a probe asks whether the
+# link still carries any (a frozen link otherwise held a resume or a stop for its 600 s timeout)
+LINK_QUIET = float(os.environ.get("GPUJOB_LINK_QUIET", "10"))
+
+
+def received(tr: paramiko.Transport) -> tuple[Any, Any]:
+    """paramiko's counters of what the server sent (they move on any packet, window adjustments
+    of an upload included)."""
+    p = tr.packetizer
+    return getattr(p, "_Packetizer__received_bytes", None), getattr(p, "_Packetizer__received_packets", None)
+
+
+def link_answers(tr: paramiko.Transport, timeout: float) -> bool:
+    """Whether the server answers a keepalive request within ``timeout`` s (in a thread: paramiko
+    waits for the reply as long as the transport looks alive, which a dead link does for minutes)."""
+    done = threading.Event()
+    answered: list[bool] = []
+
+    def probe() -> None:
+        try:
+            tr.global_request("keepalive@openssh.com", wait=True)  # any answer will do
+            answered.append(tr.is_active())
+        except Exception:
+            pass
+        done.set()
+
+    threading.Thread(target=probe, name="gpujob-link-probe", daemon=True).start()
+    done.wait(timeout)
+    return bool(answered and answered[0])
+
+
+def probe_wait(endpoint: Endpoint) -> float:
+    """How long a link probe waits for its answer: a few seconds, more on a slow-to-connect host."""
+    return max(3.0, min(10.0, endpoint.connect_timeout / 3))
+
+
+class _LinkWatch:
+    """Told at each wait of a command, says once the link is dead: nothing received for
+    ``LINK_QUIET`` s and a keepalive probe unanswered."""
+
+    def __init__(self, tr: paramiko.Transport, endpoint: Endpoint) -> None:
+        self.tr, self.wait = tr, probe_wait(endpoint)
+        self.seen, self.since = received(tr), time.monotonic()
+
+    def dead(self) -> bool:
+        now_seen = received(self.tr)
+        if now_seen != self.seen:
+            self.seen, self.since = now_seen, time.monotonic()
+            return False
+        if time.monotonic() - self.since < LINK_QUIET:
+            return False
+        if link_answers(self.tr, self.wait):
+            self.seen, self.since = received(self.tr), time.monotonic()
+            return False
+        return True
+
+
 class SSHTransport(Transport):
     """A paramiko connection to ``host``; commands run through the login user's shell."""
 
@@ -420,6 +486,7 @@ class SSHTransport(Transport):
         chan.shutdown_write()
         out, err = bytearray(), bytearray()
         deadline = None if timeout is None else time.monotonic() + timeout
+        watch = _LinkWatch(chan.get_transport(), self.endpoint)
         while True:
             r, _, _ = select.select([chan], [], [], 1.0)
             got = False
@@ -443,6 +510,9 @@ class SSHTransport(Transport):
                 chan.close()
                 raise ConnectError(f"{self.endpoint.address} did not answer a command within {timeout:.0f}s",
                                    "the instance may be overloaded or the link stalled: run the command again")
+            if not got and watch.dead():  # no exit status will come: the caller reports a cut link
+                self.client.close()
+                return Result(-1, bytes(out), bytes(err))
         rc = chan.recv_exit_status()
         chan.close()
         return Result(rc, bytes(out), bytes(err))

@@ -92,6 +92,37 @@ def test_tail_follows_through_a_freeze_and_a_cut(via: tuple[str, LinkProxy], tmp
     assert lines == [f"line {i:03d}" for i in range(60)], err
 
 
+STUBBORN = """
+import signal, time
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # the stop takes its whole grace: the stop call waits on the host
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+print("up", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_link_frozen_during_a_direct_stop_fails_in_seconds_saying_what_to_check(via: tuple[str, LinkProxy],
+                                                                                   tmp_path: Path) -> None:
+    """A link that freezes while a direct connection waits for a verb's answer is probed after a
+    quiet spell: exit 3 naming the cut and where to look (the stop went on on the host), not a
+    10-minute hang until the verb's timeout."""
+    host, proxy = via
+    job_id = submit(host, write_job(tmp_path, "stub", STUBBORN, "python main.py", stop={"grace": "6s"}))["job_id"]
+    jd = tmp_path / "remote-root" / "jobs" / job_id
+    wait_for(lambda: (jd / "output.log").exists() and "up" in (jd / "output.log").read_text(), 60, "the job's start")
+    env = dict(os.environ, PYTHONPATH=str(REPO), GPUJOB_MUX="0", GPUJOB_LINK_QUIET="2")
+    p = subprocess.Popen([sys.executable, "-m", "gpujob.cli", "stop", job_id, "--host", host], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env, text=True)
+    wait_for(lambda: (jd / "STOP").exists(), 60, "the stop request on the host")
+    proxy.freeze()
+    out, err = p.communicate(timeout=120)  # it waited for the verb's 660 s timeout
+    assert p.returncode == 3 and "Traceback" not in err, out + err
+    assert "was cut during the 'stop' call" in err and "may have been done on the host" in err, err
+    assert "gpujob status" in err, err
+    proxy.resume()
+    assert wait_state(host, job_id, ("stopped",), 60)["state"] == "stopped"  # what status now says is true
+
+
 BIG_CKPT = """
 import os
 from pathlib import Path
