@@ -436,33 +436,38 @@ def probe_wait(endpoint: Endpoint) -> float:
     return max(3.0, min(10.0, endpoint.connect_timeout / 3))
 
 
-class _LinkWatch:
-    """Told at each wait of a command, says once the link is dead: nothing received for
-    ``LINK_QUIET`` s and a keepalive probe unanswered."""
-
-    def __init__(self, tr: paramiko.Transport, endpoint: Endpoint) -> None:
-        self.tr, self.wait = tr, probe_wait(endpoint)
-        self.seen, self.since = received(tr), time.monotonic()
-
-    def dead(self) -> bool:
-        now_seen = received(self.tr)
-        if now_seen != self.seen:
-            self.seen, self.since = now_seen, time.monotonic()
-            return False
-        if time.monotonic() - self.since < LINK_QUIET:
-            return False
-        if link_answers(self.tr, self.wait):
-            self.seen, self.since = received(self.tr), time.monotonic()
-            return False
-        return True
-
-
 class SSHTransport(Transport):
     """A paramiko connection to ``host``; commands run through the login user's shell."""
 
     def __init__(self, target: Target, password: str | None = None) -> None:
         super().__init__(target)
         self.client = open_client(self.endpoint, password=password)
+        self._closing = threading.Event()
+        threading.Thread(target=self._watch_link, name="gpujob-link-watch", daemon=True).start()
+
+    def _watch_link(self) -> None:
+        """While a channel is open and the server has sent nothing for ``LINK_QUIET`` s, probe the
+        link; no answer: close the connection, so that every wait, read and write on it ends at once
+        and the caller reports a cut link (a frozen link held a command, an upload or a pull for
+        the command's timeout, or for ever). The kept connection's daemon does the same (muxd)."""
+        tr = self.client.get_transport()
+        if tr is None:
+            return
+        seen, since = received(tr), time.monotonic()
+        while not self._closing.wait(1.0) and tr.is_active():
+            now_seen = received(tr)
+            busy = any(not c.closed for c in list(tr._channels.values()))
+            if not busy or now_seen != seen:
+                seen, since = now_seen, time.monotonic()
+                continue
+            if time.monotonic() - since < LINK_QUIET:
+                continue
+            if link_answers(tr, probe_wait(self.endpoint)):
+                seen, since = received(tr), time.monotonic()
+                continue
+            if not self._closing.is_set():
+                self.client.close()
+            return
 
     @property
     def _transport(self) -> paramiko.Transport:
@@ -486,7 +491,6 @@ class SSHTransport(Transport):
         chan.shutdown_write()
         out, err = bytearray(), bytearray()
         deadline = None if timeout is None else time.monotonic() + timeout
-        watch = _LinkWatch(chan.get_transport(), self.endpoint)
         while True:
             r, _, _ = select.select([chan], [], [], 1.0)
             got = False
@@ -510,9 +514,6 @@ class SSHTransport(Transport):
                 chan.close()
                 raise ConnectError(f"{self.endpoint.address} did not answer a command within {timeout:.0f}s",
                                    "the instance may be overloaded or the link stalled: run the command again")
-            if not got and watch.dead():  # no exit status will come: the caller reports a cut link
-                self.client.close()
-                return Result(-1, bytes(out), bytes(err))
         rc = chan.recv_exit_status()
         chan.close()
         return Result(rc, bytes(out), bytes(err))
@@ -532,4 +533,5 @@ class SSHTransport(Transport):
         return _SSHForward(self._transport, local_port, remote_host, remote_port)
 
     def close(self) -> None:
+        self._closing.set()
         self.client.close()
