@@ -25,7 +25,9 @@ from remote.layout import (
 )
 from remote.protocol import TERMINAL
 
-STALE_AFTER = float(os.environ.get("GPUJOB_STALE_AFTER", "30"))
+def stale_after() -> float:
+    """Seconds without a heartbeat after which a record is stale (read at each look: ``agent.env`` may set it)."""
+    return float(os.environ.get("GPUJOB_STALE_AFTER", "30"))
 
 
 def new_job_id(name: str) -> str:
@@ -177,7 +179,7 @@ def live_status(root: Root, job: JobDir, boot: str) -> Dict[str, Any]:
     state = st.get("state")
     if state not in TERMINAL:
         sup = st.get("supervisor_pid")
-        stale = now() - float(st.get("heartbeat") or st.get("submitted_at") or 0) > STALE_AFTER
+        stale = now() - float(st.get("heartbeat") or st.get("submitted_at") or 0) > stale_after()
         rebooted = bool(st.get("boot_id")) and st.get("boot_id") != boot
         # a named supervisor (submit and resume name the one they start) that is gone and holds
         # no lock is proof (a kill -9): no need to wait for the heartbeat to age
@@ -188,7 +190,20 @@ def live_status(root: Root, job: JobDir, boot: str) -> Dict[str, Any]:
             if left:
                 st["lost_reason"] += "; {} process(es) of the job still run: stop ends them, resume restarts " \
                                      "from the newest checkpoint".format(len(left))
+        elif stale and sup and procs.belongs_to(sup, job.id):  # alive but silent: "running" alone would hide that nothing records the job's end
+            st["supervisor_note"] = supervisor_silent(st, sup)
     return st
+
+
+def supervisor_silent(st: Dict[str, Any], sup: Any) -> str:
+    """What status says of a supervisor that lives but has written no heartbeat for a while."""
+    from remote.stopping.find import frozen
+
+    how = frozen(sup)
+    how = "is " + how if how else "has written no heartbeat for {:.0f} s (a full disk, or stuck)".format(
+        now() - float(st.get("heartbeat") or st.get("submitted_at") or 0))
+    return "its supervisor (pid {}) {}: the job's end, restarts and autostop are not recorded until it goes on; " \
+           "gpujob stop ends the job (the stop command acts itself)".format(sup, how)
 
 
 def attempt_start(st: Dict[str, Any]) -> float:

@@ -88,6 +88,11 @@ def test_stop_acts_itself_when_the_supervisor_is_frozen(tmp_path: Path) -> None:
     sup, train = st["supervisor_pid"], trainer(jd)
     os.kill(sup, signal.SIGSTOP)  # a stuck NFS read, a debugger
     try:
+        # status says more than "running": nothing would record the job's end while it is frozen
+        (tmp_path / "local-root" / "agent.env").write_text("GPUJOB_STALE_AFTER=1\n")
+        wait_for(lambda: "SIGSTOP" in (status("local", job_id).get("supervisor_note") or ""), 30, "the note")
+        r = run_cli("status", job_id)
+        assert r.returncode == 0 and f"its supervisor (pid {sup}) is stopped (SIGSTOP)" in " ".join(r.stdout.split())
         r = run_cli("stop", job_id, "--wait", "30", timeout=90)
         assert r.returncode == 0, r.stdout + r.stderr
         assert "stopped (ended by the stop command itself: the supervisor" in r.stdout and "SIGSTOP" in r.stdout
