@@ -25,6 +25,7 @@ from remote.layout import (
 )
 from remote.protocol import TERMINAL
 
+
 def stale_after() -> float:
     """Seconds without a heartbeat after which a record is stale (read at each look: ``agent.env`` may set it)."""
     return float(os.environ.get("GPUJOB_STALE_AFTER", "30"))
