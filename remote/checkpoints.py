@@ -321,18 +321,21 @@ def _check(found: List[Checkpoint], writing: Set[str]) -> None:
             c.complete = not c.reason
 
 
-def _files(p: Path) -> Set[str]:
+def _files(p: Path) -> Dict[str, str]:
+    """The folder's file names by their shape, numbers as ``#`` (``model_4.pt`` in ``checkpoint-4``
+    is ``model_3.pt`` in ``checkpoint-3``)."""
     try:
-        return {str(f.relative_to(p)) for f in p.rglob("*") if f.is_file()}
+        return {re.sub(r"\d+", "#", str(f.relative_to(p))): str(f.relative_to(p)) for f in p.rglob("*") if f.is_file()}
     except OSError:
-        return set()
+        return {}
 
 
 def _lacks(p: Path, prev: Path) -> Optional[str]:
     """A script's own folder saved file by file, cut short between two files (a full disk, a
     reboot, a kill) holds only whole files, so "settled" alone judged it complete: it must hold
     every file the one before it in its series holds."""
-    missing = sorted(_files(prev) - _files(p))
+    had = _files(prev)
+    missing = sorted(had[k] for k in set(had) - set(_files(p)))
     if not missing:
         return None
     return "lacks {}{} that {} holds (a save cut short?)".format(
