@@ -123,7 +123,7 @@ def test_a_link_frozen_under_a_direct_connection_fails_in_seconds_saying_what_to
     out, err = p.communicate(timeout=120)
     assert p.returncode == 3 and "Traceback" not in err, out + err
     assert "was cut during the 'stop' call" in err and "may have been done on the host" in err, err
-    assert "gpujob status" in err, err
+    assert f"gpujob status {job_id} shows where things stand" in err, err
     proxy.resume()
     assert wait_state(host, job_id, ("stopped",), 60)["state"] == "stopped"  # what status now says is true
 
