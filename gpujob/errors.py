@@ -84,13 +84,12 @@ def unexpected(e: BaseException) -> GpujobError:
                          "this is a bug in gpujob: run the command again with GPUJOB_DEBUG=1 to see the traceback, and report it")
 
 
-def link_cut(host: Any, action: str, rc: int, again: str) -> RemoteError:
+def link_cut(host: Any, action: str, rc: int, again: str) -> GpujobError:
     """The error for a transfer whose other end never reported back (no exit status: ``rc`` < 0).
 
     Whatever the remote command wrote to stderr before the cut (a login shell's noise) is not the
     cause, so it is not shown."""
     if getattr(host, "kind", "") == "local":
-        cause = f"the {action} on this machine was interrupted: its process was killed (signal {-rc})"
-    else:
-        cause = f"the link to {host.name} was cut during the {action}: the instance never reported back"
-    return RemoteError(cause, again)
+        return RemoteError(f"the {action} on this machine was interrupted: its process was killed (signal {-rc})", again)
+    # the link, not the user (exit 3): a script, or ``pull --follow``, tells it from a refusal
+    return ConnectError(f"the link to {host.name} was cut during the {action}: the instance never reported back", again)

@@ -339,12 +339,13 @@ def cmd_agentlog(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
 
 
 def cmd_gpus(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
-    """A fresh nvidia-smi sample (None on a CPU host), who holds which GPU, and the queue."""
+    """A fresh nvidia-smi sample (None on a CPU host; ``smi_error`` says why when an nvidia-smi is
+    there and fails), who holds which GPU, and the queue."""
     from remote import gpus
 
     prefix = a.path_prefix or os.environ.get("GPUJOB_PATH_PREFIX", "")  # the host profile's, as a job gets it
-    return {"gpus": gpus.query(prefix), "held": gpus.taken(root, ""),
-            "queue": gpus.queue(root)}
+    found, error = gpus.probe(prefix)
+    return {"gpus": found, "smi_error": error or None, "held": gpus.taken(root, ""), "queue": gpus.queue(root)}
 
 
 def cmd_adopt(root: Root, a: argparse.Namespace) -> Dict[str, Any]:

@@ -9,7 +9,8 @@ Kinds (docs/checkpoints.md has the user's version):
   exists (the Trainer writes it last), the ``rng_state*.pth`` files are there (all ranks when
   the world size is known) and ``checkpoint-is-incomplete.txt`` is absent.
 - ``folder``: a script's own ``checkpoint-<N>/`` without HF's files (or a folder a pattern names):
-  complete when it holds files, each whole or settled, and no job process writes in it.
+  complete when it holds files, each whole or settled, no job process writes in it, and it holds
+  every file the folder before it in its series holds (a save cut short between two files).
 - ``gpujob``: the runtime helper's ``step-<N>/``, written as ``.tmp-step-<N>/`` and renamed;
   complete when its marker ``.gpujob-complete`` (written last) exists.
 - ``accelerate``: a ``save_state`` folder (``checkpoints/checkpoint_<n>`` with automatic
@@ -309,6 +310,36 @@ def _check(found: List[Checkpoint], writing: Set[str]) -> None:
     for c in found:
         c.complete = _complete(c, writing, now)
         c.reason = None if c.complete else incomplete_reason(c, writing, now)
+    before = {}  # type: Dict[str, Checkpoint]
+    for c in found:  # oldest first: each script folder against the one before it in its series
+        if c.kind != "folder":
+            continue
+        prev = before.get(_series(c))
+        before[_series(c)] = c
+        if c.complete and prev is not None:
+            c.reason = _lacks(c.path, prev.path)
+            c.complete = not c.reason
+
+
+def _files(p: Path) -> Dict[str, str]:
+    """The folder's file names by their shape, numbers as ``#`` (``model_4.pt`` in ``checkpoint-4``
+    is ``model_3.pt`` in ``checkpoint-3``)."""
+    try:
+        return {re.sub(r"\d+", "#", str(f.relative_to(p))): str(f.relative_to(p)) for f in p.rglob("*") if f.is_file()}
+    except OSError:
+        return {}
+
+
+def _lacks(p: Path, prev: Path) -> Optional[str]:
+    """A script's own folder saved file by file, cut short between two files (a full disk, a
+    reboot, a kill) holds only whole files, so "settled" alone judged it complete: it must hold
+    every file the one before it in its series holds."""
+    had = _files(prev)
+    missing = sorted(had[k] for k in set(had) - set(_files(p)))
+    if not missing:
+        return None
+    return "lacks {}{} that {} holds (a save cut short?)".format(
+        ", ".join(missing[:3]), " and {} more".format(len(missing) - 3) if len(missing) > 3 else "", prev.name)
 
 
 def incomplete_reason(c: Checkpoint, writing: Set[str], now: float) -> str:
@@ -631,6 +662,11 @@ def is_complete(path: PathLike, world_size: Optional[int] = None, pids: Any = No
     if c is None:
         return False
     writing = set() if c.kind in ("gpujob", "hf") else open_for_writing(pids, [str(p.parent.resolve())])
+    if c.kind == "folder" and _complete(c, writing, time.time(), world_size):
+        earlier = [(q.step, q.path) for q in (_classify(x, True) for x in p.parent.iterdir() if x.is_dir() and x != p)
+                   if q is not None and q.kind == "folder" and _series(q) == _series(c)
+                   and q.step is not None and c.step is not None and q.step < c.step]
+        return not earlier or _lacks(p, max(earlier)[1]) is None
     return _complete(c, writing, time.time(), world_size)
 
 

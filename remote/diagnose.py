@@ -27,6 +27,11 @@ RULES = [
     ("disk_full", r"No space left on device|Errno 28|disk quota exceeded",
      "the disk is full",
      "free space (gpujob doctor shows each disk) or keep fewer checkpoints (checkpoint: {keep: 2})"),
+    # torch.save meeting a full disk says neither ENOSPC nor "space": its zip writer's own words
+    ("write_failed", r"PytorchStreamWriter failed writing|inline_container\.cc:\d+\]\s*\.\s*unexpected pos \d+ vs \d+",
+     "torch.save could not write the checkpoint (most often a full disk or quota)",
+     "check free space (gpujob doctor shows each disk; status names what to delete) or keep fewer checkpoints "
+     "(checkpoint: {keep: 2}); the newest complete checkpoint is what a resume uses"),
     ("missing_module", r"ModuleNotFoundError: No module named '([^']+)'|ImportError: No module named ([\w.]+)",
      "a Python module is missing",
      "add it to requirements.txt (or setup:) and submit again; check python: picks the right environment"),

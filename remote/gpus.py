@@ -14,7 +14,7 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from remote.layout import Root, last_json_line
 from remote.protocol import TERMINAL
@@ -42,23 +42,51 @@ def smi(path_prefix: str = "") -> Optional[str]:
     return shutil.which("nvidia-smi", path=search)
 
 
-def query(path_prefix: str = "", timeout: float = 10.0) -> Optional[List[Dict[str, Any]]]:
-    """One sample per GPU, or None on a CPU host (no nvidia-smi) or when it fails."""
+def probe(path_prefix: str = "", timeout: float = 10.0) -> Tuple[Optional[List[Dict[str, Any]]], str]:
+    """(one sample per GPU, "") ; (None, "") on a CPU host (no nvidia-smi); (None, why) when an
+    nvidia-smi is there and fails: the driver is gone (an instance started without its GPUs), which
+    is no CPU host, and a job asking for GPUs must not fall back to the CPU there."""
     exe = smi(path_prefix)
     if not exe:
-        return None
+        return None, ""
     try:
         out = subprocess.run([exe, "--query-gpu=" + QUERY, "--format=csv,noheader,nounits"],
-                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=timeout, check=True)
-    except (OSError, subprocess.SubprocessError):
-        return None
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None, "nvidia-smi did not answer within {:.0f} s".format(timeout)
+    except (OSError, subprocess.SubprocessError) as e:
+        return None, "nvidia-smi could not run ({})".format(e)
+    text = out.stdout.decode("utf-8", "replace")
+    if out.returncode != 0:
+        said = [ln.strip() for ln in (out.stderr.decode("utf-8", "replace") + "\n" + text).splitlines() if ln.strip()]
+        return None, "nvidia-smi failed (exit {}){}".format(out.returncode, ": " + said[0][:200] if said else "")
     gpus = []
-    for line in out.stdout.decode("utf-8", "replace").splitlines():
+    for line in text.splitlines():
         parts = [p.strip() for p in line.split(",")]
         if len(parts) < len(FIELDS) or _num(parts[0]) is None:
             continue
         gpus.append({k: _num(v) for k, v in zip(FIELDS, parts)})
-    return gpus
+    return gpus, ""
+
+
+def query(path_prefix: str = "", timeout: float = 10.0) -> Optional[List[Dict[str, Any]]]:
+    """One sample per GPU, or None on a CPU host (no nvidia-smi) or when it fails."""
+    return probe(path_prefix, timeout)[0]
+
+
+def lacking(gpus: Optional[List[Dict[str, Any]]], error: str, n: int) -> str:
+    """Why a host answering ``probe`` with (gpus, error) can never give a job ``n`` GPUs (-1: all),
+    else "" (busy GPUs are no reason: the job queues)."""
+    if gpus is None:
+        if error:
+            return "the job asks for GPUs but this host has no working GPU now ({}): the instance may have " \
+                   "been started without its GPUs, or its driver is gone".format(error)
+        return "the job asks for GPUs but this host has no nvidia-smi (a CPU host)"
+    if not gpus:
+        return "the job asks for GPUs but nvidia-smi lists none on this host"
+    if n > len(gpus):
+        return "the job asks for {} GPU(s); this host has {}".format(n, len(gpus))
+    return ""
 
 
 # ---- gpu.jsonl: one line a sample, {"t": .., "gpus": [{index, util, mem_used, ..}]} -------
@@ -248,9 +276,13 @@ def wanted(spec: Dict[str, Any]) -> Optional[int]:
     g = spec.get("gpus")
     if g in (None, 0, "0"):
         return None
-    cpu_ok = spec.get("launcher") == "torchrun" or spec.get("cpu_fallback")
-    if cpu_ok and query(spec.get("host_env", {}).get("GPUJOB_PATH_PREFIX", "")) is None:
-        return None  # torchrun starts N CPU processes; the local host tries GPU jobs on its CPU
+    prefix = (spec.get("host_env") or {}).get("GPUJOB_PATH_PREFIX", "")
+    # torchrun starts N CPU processes on a CPU host (no nvidia-smi at all); the local host tries GPU
+    # jobs on its CPU. A GPU host whose nvidia-smi fails is not a CPU host: no fallback to hours on the CPU
+    if spec.get("cpu_fallback") and query(prefix) is None:
+        return None
+    if spec.get("launcher") == "torchrun" and not smi(prefix):
+        return None
     if g == "all":
         return -1
     return int(g)
@@ -311,14 +343,13 @@ def try_allocate(root: Root, job_id: str, n: int, path_prefix: str = "") -> Dict
 
     Called under the lock by the job that is first in the queue.
     """
-    gpus = query(path_prefix)
-    if gpus is None:
-        return {"ok": False, "fatal": True, "why": "the job asks for GPUs but this host has no nvidia-smi (a CPU host)"}
+    gpus, error = probe(path_prefix)
+    why = lacking(gpus, error, n)
+    if why or gpus is None:
+        return {"ok": False, "fatal": True, "why": why}
     total = len(gpus)
     if n == -1:
         n = total
-    if n > total:
-        return {"ok": False, "fatal": True, "why": "the job asks for {} GPU(s); this host has {}".format(n, total)}
     held = taken(root, job_id)
     free = [str(g["index"]) for g in gpus if str(g["index"]) not in held and (g.get("mem_used") or 0) < FREE_MEM_MIB]
     if len(free) < n:

@@ -25,7 +25,10 @@ from remote.layout import (
 )
 from remote.protocol import TERMINAL
 
-STALE_AFTER = float(os.environ.get("GPUJOB_STALE_AFTER", "30"))
+
+def stale_after() -> float:
+    """Seconds without a heartbeat after which a record is stale (read at each look: ``agent.env`` may set it)."""
+    return float(os.environ.get("GPUJOB_STALE_AFTER", "30"))
 
 
 def new_job_id(name: str) -> str:
@@ -177,7 +180,7 @@ def live_status(root: Root, job: JobDir, boot: str) -> Dict[str, Any]:
     state = st.get("state")
     if state not in TERMINAL:
         sup = st.get("supervisor_pid")
-        stale = now() - float(st.get("heartbeat") or st.get("submitted_at") or 0) > STALE_AFTER
+        stale = now() - float(st.get("heartbeat") or st.get("submitted_at") or 0) > stale_after()
         rebooted = bool(st.get("boot_id")) and st.get("boot_id") != boot
         # a named supervisor (submit and resume name the one they start) that is gone and holds
         # no lock is proof (a kill -9): no need to wait for the heartbeat to age
@@ -188,7 +191,20 @@ def live_status(root: Root, job: JobDir, boot: str) -> Dict[str, Any]:
             if left:
                 st["lost_reason"] += "; {} process(es) of the job still run: stop ends them, resume restarts " \
                                      "from the newest checkpoint".format(len(left))
+        elif stale and sup and procs.belongs_to(sup, job.id):  # alive but silent: "running" alone would hide that nothing records the job's end
+            st["supervisor_note"] = supervisor_silent(st, sup)
     return st
+
+
+def supervisor_silent(st: Dict[str, Any], sup: Any) -> str:
+    """What status says of a supervisor that lives but has written no heartbeat for a while."""
+    from remote.stopping.find import frozen
+
+    how = frozen(sup)
+    how = "is " + how if how else "has written no heartbeat for {:.0f} s (a full disk, or stuck)".format(
+        now() - float(st.get("heartbeat") or st.get("submitted_at") or 0))
+    return "its supervisor (pid {}) {}: the job's end, restarts and autostop are not recorded until it goes on; " \
+           "gpujob stop ends the job (the stop command acts itself)".format(sup, how)
 
 
 def attempt_start(st: Dict[str, Any]) -> float:
@@ -397,6 +413,11 @@ def resume(root: Root, job_id: str) -> Dict[str, Any]:
         if st.get("state") == "succeeded":
             raise AgentError("job {} has succeeded: only a lost, stopped or failed job can be resumed".format(job_id),
                              "see gpujob status {}".format(job_id), "bad_state")
+        no_gpus = gpus_lacking(job)
+        if no_gpus:  # refused before anything changes: the job stays as it was, resumable later
+            raise AgentError("job {} was not resumed: {}".format(job_id, no_gpus),
+                             "power the instance on with its GPUs (gpujob doctor shows them), then resume again; "
+                             "or continue it on another host: gpujob move {} --to HOST".format(job_id), "no_gpus")
         procs.kill_tree(job_id, None, 5.0, job_dir=str(job.path))
         for p in (job.stop_file, Path(str(job.stop_file) + ".watch"), job.path / "stop.after"):
             try:
@@ -430,6 +451,21 @@ def resume_point(job: JobDir) -> Dict[str, Any]:
         return {"resume_from": done[-1]}
     return {"resume_from": None, "incomplete": ["{}: {}".format(c["name"], c.get("incomplete_reason") or "?")
                                                 for c in found][-3:]}
+
+
+def gpus_lacking(job: JobDir) -> str:
+    """Why this host can never give the job the GPUs its spec asks for now, else "" (busy is fine:
+    it queues). A resume after the instance came back without its GPUs would fail at once, or
+    train for hours on the CPU."""
+    from remote import gpus
+
+    spec = job.spec_data()
+    n = gpus.wanted(spec)
+    if n is None:
+        return ""
+    prefix = (spec.get("host_env") or {}).get("GPUJOB_PATH_PREFIX") or os.environ.get("GPUJOB_PATH_PREFIX", "")
+    found, error = gpus.probe(prefix)
+    return gpus.lacking(found, error, n)
 
 
 def wait_started(job: JobDir, timeout: float = 5.0) -> Optional[Dict[str, Any]]:

@@ -636,6 +636,20 @@ class Supervisor:
             while time.monotonic() < deadline and not self.stop_requested():
                 self.heartbeat()
                 time.sleep(TICK)
+            gone = self.gpus_gone()
+            if gone and not self.stop_requested():  # a restart there would fail again, or train on the CPU for hours
+                self.log_marker("no restart: {}".format(gone))
+                return self.finish("failed", reason=gone, exit_code=rc,
+                                   remedy="gpujob resume {0} once the instance has its GPUs again (from the newest "
+                                          "complete checkpoint), or gpujob move {0} --to HOST".format(self.job.id))
+
+    def gpus_gone(self) -> str:
+        """Why the GPUs the job asks for are gone from this host now (the driver failed, the instance
+        came back without them), else ""."""
+        from remote import gpus
+
+        n = gpus.wanted(self.spec)
+        return gpus.lacking(*gpus.probe(self.path_prefix()), n) if n is not None else ""
 
     def finish(self, state: str, **changes: Any) -> str:
         after.clear(self.job)  # a stop after a checkpoint still waited for is moot now

@@ -17,6 +17,19 @@ SMI = """#!/bin/sh
 cat "$(dirname "$0")/figures.csv"
 """
 
+GONE = """#!/bin/sh
+echo "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver." >&2
+exit 9
+"""
+
+CRASH = """
+import os, sys, time
+print("up", flush=True)
+while not os.path.exists("FLAG"):
+    time.sleep(0.2)
+sys.exit("CUDA error: unspecified launch failure")
+"""
+
 GPU_JOB = """
     import json, os, time
     print("devices", os.environ.get("CUDA_VISIBLE_DEVICES"), flush=True)
@@ -91,3 +104,26 @@ def test_gpus_sampling_queue_and_cost(ssh_host: str, tmp_path: Path, monkeypatch
     assert per_job[a] > 0 and doc["hosts"][ssh_host]["jobs"] == 3
     assert doc["hosts"][ssh_host]["cost"] == pytest.approx(sum(v for v in per_job.values() if v), abs=1e-3)
     assert not job_processes(a) and not job_processes(b)
+
+    # the driver goes while a job with retries runs, and the job crashes: no restart (it would fail
+    # again, or train on the CPU for hours), the reason says why
+    crash = write_job(tmp_path, "crash", CRASH.replace("FLAG", str(bindir / "crash")), "python main.py", gpus=1,
+                      retry={"max_restarts": 3, "backoff": "1s"})
+    d = submit(ssh_host, crash)["job_id"]
+    wait_state(ssh_host, d, ("running",), 30)
+    (bindir / "nvidia-smi").write_text(GONE)
+    (bindir / "crash").write_text("")
+    st_d = wait_state(ssh_host, d, ("failed",), 60)
+    assert "no working GPU now" in st_d["reason"] and st_d["attempt"] == 1, st_d
+    assert "no restart" in (root / "jobs" / d / "output.log").read_text()
+
+    # the instance comes back without its GPUs (the driver gone: nvidia-smi is there and fails): a
+    # resume is refused with the job left stopped, not started to fail or train on the CPU; a
+    # submit names the failure, not "a CPU host"
+    r = run_cli("resume", a, "--host", ssh_host)
+    assert r.returncode != 0 and "Traceback" not in r.stderr, r.stdout + r.stderr
+    assert f"job {a} was not resumed" in r.stderr and "no working GPU now" in r.stderr, r.stderr
+    assert "couldn't communicate with the NVIDIA driver" in r.stderr and "gpujob move" in r.stderr, r.stderr
+    assert status(ssh_host, a)["state"] == "stopped"
+    r = run_cli("submit", str(job), "--host", ssh_host)
+    assert r.returncode == 2 and "has no working GPU now" in r.stderr and "nothing was submitted" in r.stderr, r.stderr

@@ -31,6 +31,11 @@ def diag(tmp_path: Path, text: str, rc: int | None = 1, **kw: object) -> dict:
     ("torch.distributed.DistBackendError: NCCL error in: ../nccl.cpp, unhandled system error\n", 1, "nccl", "NCCL"),
     (TB + "ModuleNotFoundError: No module named 'flash_attn'\n", 1, "missing_module", "flash_attn"),
     (TB + "OSError: [Errno 28] No space left on device\n", 1, "disk_full", "disk is full"),
+    # torch.save on a full disk (measured on a full tmpfs: neither ENOSPC nor "space" in its words)
+    (TB + "RuntimeError: [enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598\n", 1, "write_failed",
+     "full disk"),
+    (TB + "RuntimeError: [enforce fail at inline_container.cc:337] . PytorchStreamWriter failed writing file data/0: "
+          "file write failed\n", 1, "write_failed", "could not write the checkpoint"),
     ("step 10\n", 137, "signal", "SIGKILL (exit 137) from outside gpujob"),  # OOM killer only on evidence
     ("step 10\n", -15, "signal", "killed by SIGTERM"),
     (TB + "KeyError: 'labels'\n", 1, "error", "KeyError: 'labels'"),

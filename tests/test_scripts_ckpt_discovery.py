@@ -151,10 +151,19 @@ def test_folder_kinds_and_deep_strays(tmp_path: Path) -> None:
     (ck / "checkpoint-2").mkdir(parents=True)
     (ck / "checkpoint-2" / "config.json").write_text("{}")
     (ck / "checkpoint-2" / "model.safetensors").write_bytes(b"x")
-    (ck / "checkpoint-3").mkdir()
-    with zipfile.ZipFile(ck / "checkpoint-3" / "model.pt", "w") as z:
-        z.writestr("w", "1")
+    for n in (3, 4):
+        (ck / f"checkpoint-{n}").mkdir()
+        for part in ("model.pt", "optim.pt")[:5 - n]:  # checkpoint-4 cut short between its files (a full disk)
+            with zipfile.ZipFile(ck / f"checkpoint-{n}" / part, "w") as z:
+                z.writestr("w", "1")
     found = {c.name: c for c in checkpoints.find(ck, pids=[])}
+    assert not found["checkpoint-4"].complete and not checkpoints.is_complete(ck / "checkpoint-4", pids=[])
+    assert found["checkpoint-4"].reason == "lacks optim.pt that checkpoint-3 holds (a save cut short?)"
+    assert checkpoints.latest_complete(ck, pids=[]) == ck / "checkpoint-3"
+    (ck / "checkpoint-3" / "model.pt").rename(ck / "checkpoint-3" / "model_3.pt")  # a step in the file name too
+    (ck / "checkpoint-4" / "model.pt").rename(ck / "checkpoint-4" / "model_4.pt")
+    (ck / "checkpoint-4" / "optim.pt").write_bytes((ck / "checkpoint-3" / "optim.pt").read_bytes())
+    assert checkpoints.latest_complete(ck, pids=[]) == ck / "checkpoint-4"
     assert found["checkpoint-2"].kind == "hf" and not found["checkpoint-2"].complete
     assert "trainer_state.json" in found["checkpoint-2"].reason
     assert found["checkpoint-3"].kind == "folder" and found["checkpoint-3"].complete

@@ -8,12 +8,14 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import REPO, run_cli
-from tests.helpers import status, submit, wait_for, write_job
+from tests.helpers import status, submit, wait_for, wait_state, write_job
 
 LOOP = """
     import os, signal, sys, time
@@ -88,6 +90,11 @@ def test_stop_acts_itself_when_the_supervisor_is_frozen(tmp_path: Path) -> None:
     sup, train = st["supervisor_pid"], trainer(jd)
     os.kill(sup, signal.SIGSTOP)  # a stuck NFS read, a debugger
     try:
+        # status says more than "running": nothing would record the job's end while it is frozen
+        (tmp_path / "local-root" / "agent.env").write_text("GPUJOB_STALE_AFTER=1\n")
+        wait_for(lambda: "SIGSTOP" in (status("local", job_id).get("supervisor_note") or ""), 30, "the note")
+        r = run_cli("status", job_id)
+        assert r.returncode == 0 and f"its supervisor (pid {sup}) is stopped (SIGSTOP)" in " ".join(r.stdout.split())
         r = run_cli("stop", job_id, "--wait", "30", timeout=90)
         assert r.returncode == 0, r.stdout + r.stderr
         assert "stopped (ended by the stop command itself: the supervisor" in r.stdout and "SIGSTOP" in r.stdout
@@ -168,8 +175,18 @@ def test_a_script_that_catches_the_stop_ends_stopped(carry_on: bool, tmp_path: P
     job = write_job(tmp_path, "catch", CATCHER.replace("{carry_on}", str(carry_on)), "python main.py",
                     stop={"grace": "2s"})
     job_id, jd, _ = started(tmp_path, job)
-    r = run_cli("stop", job_id, "--wait", "30", timeout=90)
-    assert r.returncode == 0 and f"{job_id}: stopped" in r.stdout, r.stdout + r.stderr
+    if carry_on:  # Ctrl-C while stop waits out the grace: said (it exited 130 in silence), and the stop goes on
+        p = subprocess.Popen([sys.executable, "-m", "gpujob.cli", "stop", job_id, "--wait", "30"], text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ, PYTHONPATH=str(REPO)))
+        wait_for(lambda: (jd / "STOP").exists(), 60, "the stop request")
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 130 and "Traceback" not in err, out + err
+        assert "stop interrupted: the stop may already have reached the host" in err and f"gpujob status {job_id}" in err
+        wait_state("local", job_id, ("stopped",), 60)
+    else:
+        r = run_cli("stop", job_id, "--wait", "30", timeout=90)
+        assert r.returncode == 0 and f"{job_id}: stopped" in r.stdout, r.stdout + r.stderr
     st = status("local", job_id)
     log = (jd / "output.log").read_text()
     assert st["state"] == "stopped", st  # never succeeded

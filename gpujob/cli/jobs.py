@@ -179,7 +179,10 @@ def cmd_stop(args: argparse.Namespace) -> int:
     wait = args.wait if args.wait is not None else 600.0 if after is None else \
         (after if after is not True else 3600.0) + 600.0
     with client(args.host) as c:
-        st = c.job(args.job).stop(wait=wait, after_checkpoint=after)
+        try:
+            st = c.job(args.job).stop(wait=wait, after_checkpoint=after)
+        except KeyboardInterrupt:  # exit 130 said nothing: the stop may be under way there, or not sent
+            raise _interrupted("stop", args.job) from None
     show(args, st, stopped)
     # "stopped" only when verified: a job still stopping, or a process of it still running, is not
     return 0 if st.stopped_for_certain else exitcodes.NOT_FINISHED
@@ -192,7 +195,20 @@ def cmd_resume(args: argparse.Namespace) -> int:
         job = c.job(args.job)
         if job.resume_moves:  # another host: the job moves there
             return cmd_move(argparse.Namespace(**{**vars(args), "to": args.host, "job_file": None, "wait": 600.0}))
-        return show(args, job.resume(note=_note(args)), resumed)  # the notes: a powered-off host's start
+        try:
+            res = job.resume(note=_note(args))  # the notes: a powered-off host's start
+        except KeyboardInterrupt:
+            raise _interrupted("resume", args.job) from None
+        return show(args, res, resumed)
+
+
+def _interrupted(verb: str, ref: str) -> Exception:
+    """Ctrl-C during a verb that changes a job on its host: whether the host did it is unknown here."""
+    from gpujob.errors import Interrupted
+
+    goes_on = "the job's supervisor goes on ending it" if verb == "stop" else "the job starts there"
+    return Interrupted(f"{verb} interrupted: the {verb} may already have reached the host ({goes_on}), or not",
+                       f"gpujob status {ref} shows where the job stands; gpujob {verb} {ref} again if it did not")
 
 
 def _best_took_dest(args: argparse.Namespace) -> None:

@@ -136,7 +136,7 @@ class Agent:
         too large, too deep or of the wrong shape ``replies.UnreadableReply``. ``timeout``:
         the verb's own (``replies.TIMEOUTS``: seconds for a status) unless given."""
         res = self._raw(verb, args, input, timeout if timeout is not None else replies.timeout(verb))
-        return self._parse(verb, res)
+        return self._parse(verb, res, args)
 
     def _refused(self, doc: dict[str, Any]) -> RemoteError:
         """The agent's error document as an exception; a job not found names the host searched."""
@@ -145,7 +145,7 @@ class Agent:
                                doc.get("remedy", ""))
         return RemoteError(doc["error"], doc.get("remedy", ""))
 
-    def _parse(self, verb: str, res: Result) -> Any:
+    def _parse(self, verb: str, res: Result, args: list[str] | None = None) -> Any:
         if len(res.stdout) > replies.limit(verb):
             raise replies.too_large(self.endpoint.name, replies.limit(verb))
         text = res.text.strip()
@@ -153,7 +153,7 @@ class Agent:
         if isinstance(doc, dict) and "error" in doc and res.rc != 0:
             raise self._refused(doc)
         if res.rc < 0 and doc is None:  # no exit status came back: the link, not the agent, failed
-            raise link_cut(self.endpoint, f"{verb!r} call", res.rc, "run the command again (a transfer resumes)")
+            raise link_cut(self.endpoint, f"{verb!r} call", res.rc, again_after_cut(verb, args))
         if res.rc != 0 or doc is None:
             err = res.stderr.decode("utf-8", "replace").strip()[-2000:]
             if res.rc == 127 or "not found" in err and "python" in err.lower():
@@ -208,6 +208,22 @@ class Agent:
             raise RemoteError(f"the agent on {self.endpoint.name} did not answer {verb!r} (exit {rc}): {s.stderr_text()[-1000:]}",
                               f"see the agent log: gpujob agent-log {self.endpoint.name}")
         raise AssertionError("unreachable")
+
+
+# verbs that change something on the host: a cut link leaves unknown whether they were done
+CHANGING = {"submit", "stop", "resume", "adopt", "moved", "rm", "gc"}
+
+
+def again_after_cut(verb: str, args: list[str] | None = None) -> str:
+    """The next step after a link cut during ``verb``: a read is asked again; a change may have
+    been made before the cut, so the user looks first (a second resume of a resumed job is refused)."""
+    if verb not in CHANGING:
+        return "run the command again (a transfer resumes)"
+    args = args or []
+    job = args[args.index("--job") + 1] if "--job" in args[:-1] else ""
+    look = f"gpujob status {job}" if job and verb not in ("rm", "gc") else "gpujob ls --all"
+    return f"the {verb} may have been done on the host before the cut: {look} shows where things stand; " \
+           "run the command again if it was not"
 
 
 def connect_agent(host: Target) -> Agent:

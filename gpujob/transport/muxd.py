@@ -43,7 +43,7 @@ from gpujob.transport import replies
 from gpujob.transport.base import TunnelRefused, pump
 from gpujob.transport.endpoint import Endpoint
 from gpujob.transport.mux import describe_error
-from gpujob.transport.ssh import open_client, open_tunnel
+from gpujob.transport.ssh import link_answers, open_client, open_tunnel, probe_wait, received
 
 PROBE_AFTER = float(os.environ.get("GPUJOB_MUX_PROBE_AFTER", "20"))  # quiet seconds before a ping checks the link
 # while a request is open, seconds with no byte from the server before a probe asks whether the
@@ -216,29 +216,13 @@ class Daemon:
 
     def _probe(self) -> bool:
         """Whether the server answers a keepalive request within a few seconds."""
-        done = threading.Event()
-        answered: list[bool] = []
-
-        def probe() -> None:
-            try:
-                self.tr.global_request("keepalive@openssh.com", wait=True)  # any answer will do
-                answered.append(self.tr.is_active())
-            except Exception:
-                pass
-            done.set()
-
-        threading.Thread(target=probe, daemon=True).start()
-        done.wait(max(3.0, min(10.0, self.endpoint.connect_timeout / 3)))
-        if answered and answered[0]:
+        if link_answers(self.tr, probe_wait(self.endpoint)):
             self.last_probe = time.monotonic()
             return True
         return False
 
     def _received(self) -> tuple[Any, Any]:
-        """paramiko's counters of what the server sent (they move on any packet, window
-        adjustments of an upload included)."""
-        p = self.tr.packetizer
-        return getattr(p, "_Packetizer__received_bytes", None), getattr(p, "_Packetizer__received_packets", None)
+        return received(self.tr)
 
     def _watchdog(self) -> None:
         """While requests are open and the server has sent nothing for ``PROBE_QUIET`` s, probe

@@ -129,7 +129,12 @@ def open_client(target: Target, password: str | None = None, retries: int | None
                 "This happens after an image change or a re-created instance — or an attack",
                 f"if you changed the instance, accept the new key with: gpujob host trust {host.name}",
             ) from None
-        except paramiko.AuthenticationException:
+        except paramiko.AuthenticationException as e:
+            if "timeout" in str(e).lower():  # paramiko's "Authentication timeout.": the link froze, no refusal
+                if attempt < retries:
+                    time.sleep(backoff(attempt, 1.0, 30.0))
+                    continue
+                raise _no_answer(host, "did not answer during the login (it timed out)", retries) from None
             if password is not None:
                 raise ConnectError(
                     f"{host.address} refused the password",
@@ -156,12 +161,16 @@ def open_client(target: Target, password: str | None = None, retries: int | None
             if attempt < retries:
                 time.sleep(backoff(attempt, 1.0, 30.0))
                 continue
-            raise ConnectError(
-                f"{host.address} {kind} (after {retries} tries)",
-                "is the instance powered on? Its port can change after a restart: copy the login line again and run "
-                f"gpujob host set {host.name} --ssh \"ssh -p PORT root@HOST\"",
-            ) from None
+            raise _no_answer(host, kind, retries) from None
     raise AssertionError("unreachable")
+
+
+def _no_answer(host: Endpoint, kind: str, retries: int) -> ConnectError:
+    return ConnectError(
+        f"{host.address} {kind} (after {retries} tries)",
+        "is the instance powered on? Its port can change after a restart: copy the login line again and run "
+        f"gpujob host set {host.name} --ssh \"ssh -p PORT root@HOST\"",
+    )
 
 
 class _QuietFinal:
@@ -393,12 +402,74 @@ def grow_windows(tr: paramiko.Transport, size: int, timeout: float) -> None:
             return
 
 
+# while a command runs, seconds with no packet from the server before a probe asks whether the
+# link still carries any (a frozen link otherwise held a resume or a stop for its 600 s timeout)
+LINK_QUIET = float(os.environ.get("GPUJOB_LINK_QUIET", "10"))
+
+
+def received(tr: paramiko.Transport) -> tuple[Any, Any]:
+    """paramiko's counters of what the server sent (they move on any packet, window adjustments
+    of an upload included)."""
+    p = tr.packetizer
+    return getattr(p, "_Packetizer__received_bytes", None), getattr(p, "_Packetizer__received_packets", None)
+
+
+def link_answers(tr: paramiko.Transport, timeout: float) -> bool:
+    """Whether the server answers a keepalive request within ``timeout`` s (in a thread: paramiko
+    waits for the reply as long as the transport looks alive, which a dead link does for minutes)."""
+    done = threading.Event()
+    answered: list[bool] = []
+
+    def probe() -> None:
+        try:
+            tr.global_request("keepalive@openssh.com", wait=True)  # any answer will do
+            answered.append(tr.is_active())
+        except Exception:
+            pass
+        done.set()
+
+    threading.Thread(target=probe, name="gpujob-link-probe", daemon=True).start()
+    done.wait(timeout)
+    return bool(answered and answered[0])
+
+
+def probe_wait(endpoint: Endpoint) -> float:
+    """How long a link probe waits for its answer: a few seconds, more on a slow-to-connect host."""
+    return max(3.0, min(10.0, endpoint.connect_timeout / 3))
+
+
 class SSHTransport(Transport):
     """A paramiko connection to ``host``; commands run through the login user's shell."""
 
     def __init__(self, target: Target, password: str | None = None, only_key: bool = False) -> None:
         super().__init__(target)
         self.client = open_client(self.endpoint, password=password, only_key=only_key)
+        self._closing = threading.Event()
+        threading.Thread(target=self._watch_link, name="gpujob-link-watch", daemon=True).start()
+
+    def _watch_link(self) -> None:
+        """While a channel is open and the server has sent nothing for ``LINK_QUIET`` s, probe the
+        link; no answer: close the connection, so that every wait, read and write on it ends at once
+        and the caller reports a cut link (a frozen link held a command, an upload or a pull for
+        the command's timeout, or for ever). The kept connection's daemon does the same (muxd)."""
+        tr = self.client.get_transport()
+        if tr is None:
+            return
+        seen, since = received(tr), time.monotonic()
+        while not self._closing.wait(1.0) and tr.is_active():
+            now_seen = received(tr)
+            busy = any(not c.closed for c in list(tr._channels.values()))
+            if not busy or now_seen != seen:
+                seen, since = now_seen, time.monotonic()
+                continue
+            if time.monotonic() - since < LINK_QUIET:
+                continue
+            if link_answers(tr, probe_wait(self.endpoint)):
+                seen, since = received(tr), time.monotonic()
+                continue
+            if not self._closing.is_set():
+                self.client.close()
+            return
 
     @property
     def _transport(self) -> paramiko.Transport:
@@ -464,4 +535,5 @@ class SSHTransport(Transport):
         return _SSHForward(self._transport, local_port, remote_host, remote_port)
 
     def close(self) -> None:
+        self._closing.set()
         self.client.close()

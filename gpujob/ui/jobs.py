@@ -150,6 +150,8 @@ def job_panel(j: dict[str, Any]) -> Any:
     if j.get("survivors"):
         t.add_row("left", "[red]process(es) {} of the job still run after its end[/]".format(
             ", ".join(str(p) for p in j["survivors"])))
+    if j.get("supervisor_note"):  # alive but silent (frozen, a full disk): its end would not be recorded
+        t.add_row("agent", f"[yellow]{j['supervisor_note']}[/]")
     m = j.get("latest_metrics") or j.get("last_metrics") or {}
     if m.get("step") is not None or m.get("epoch") is not None:
         unit = "epoch" if m.get("step") is not None and m.get("step") == m.get("epoch") else "step"  # an epoch loop

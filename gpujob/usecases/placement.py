@@ -41,6 +41,8 @@ def cannot_fit(doc: dict[str, Any], need: int) -> str:
     if need == 0:
         return ""
     gpus = doc.get("gpus")
+    if gpus is None and doc.get("smi_error"):  # an nvidia-smi that fails: GPUs gone, no CPU host
+        return f"has no working GPU now ({str(doc['smi_error'])[:300]}; started without its GPUs, or the driver is gone)"
     if gpus is None:
         return "a CPU host (no nvidia-smi)"
     n = len(gpus) if need == -1 else need

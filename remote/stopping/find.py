@@ -35,6 +35,12 @@ def _stat(pid: int) -> List[str]:
         return []
 
 
+def frozen(pid: Optional[int]) -> str:
+    """How ``pid`` is frozen: 'stopped (SIGSTOP)' or 'traced (a debugger)', else ''."""
+    st = _stat(pid) if pid else []
+    return {"T": "stopped (SIGSTOP)", "t": "traced (a debugger)"}.get(st[0] if st else "", "")
+
+
 def _btime() -> float:
     try:
         with open(PROC + "/stat") as f:

@@ -27,12 +27,6 @@ ACT_WITHIN = float(os.environ.get("GPUJOB_STOP_ACT_WITHIN", "5"))  # s the super
 QUIET_AFTER = float(os.environ.get("GPUJOB_STOP_QUIET_AFTER", "60"))
 
 
-def _frozen(pid: Optional[int]) -> str:
-    """'stopped' or 'traced' when ``pid`` is frozen by a signal or a debugger, else ''."""
-    st = jobfind._stat(pid) if pid else []
-    return {"T": "stopped (SIGSTOP)", "t": "traced (a debugger)"}.get(st[0] if st else "", "")
-
-
 def _finder(job: JobDir, st: Dict[str, Any]) -> jobkill.Finder:
     """The job's processes as status.json names them; a recorded pid counts only while it is still
     the job's (a pid the kernel gave to another process since must not lead us to its tree)."""
@@ -92,7 +86,7 @@ def _sup_state(job: JobDir, st: Dict[str, Any]) -> str:
         if locks.supervisor_alive(job.path) or (st.get("state") == "queued" and not sup):
             return ""  # one is starting (a queued job's supervisor may not be named yet)
         return "the supervisor is gone"
-    frozen = _frozen(sup)
+    frozen = jobfind.frozen(sup)
     if frozen:
         return "the supervisor (pid {}) is {}".format(sup, frozen)
     if now() - float(st.get("heartbeat") or 0) > QUIET_AFTER:

@@ -92,6 +92,58 @@ def test_tail_follows_through_a_freeze_and_a_cut(via: tuple[str, LinkProxy], tmp
     assert lines == [f"line {i:03d}" for i in range(60)], err
 
 
+STUBBORN = """
+import signal, time
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # the stop takes its whole grace: the stop call waits on the host
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+print("up", flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.slow  # ~30 s: a stop's grace and two probes of a frozen link
+def test_a_link_frozen_under_a_direct_connection_fails_in_seconds_saying_what_to_check(via: tuple[str, LinkProxy],
+                                                                                      tmp_path: Path) -> None:
+    """A link that freezes under a direct connection (the first command to a host has one) is
+    probed after a quiet spell and closed: exit 3 naming the cut and where to look, not a hang for
+    the verb's 660 s timeout (stop) or for ever (a pull's or an upload's stream)."""
+    host, proxy = via
+    job_id = submit(host, write_job(tmp_path, "stub", STUBBORN, "python main.py", stop={"grace": "6s"}))["job_id"]
+    jd = tmp_path / "remote-root" / "jobs" / job_id
+    wait_for(lambda: (jd / "output.log").exists() and "up" in (jd / "output.log").read_text(), 60, "the job's start")
+    env = dict(os.environ, PYTHONPATH=str(REPO), GPUJOB_MUX="0", GPUJOB_LINK_QUIET="2")
+
+    def direct(*args: str) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "gpujob.cli", *args, "--host", host], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env, text=True)
+
+    p = direct("stop", job_id)
+    wait_for(lambda: (jd / "STOP").exists(), 60, "the stop request on the host")
+    proxy.freeze()
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 3 and "Traceback" not in err, out + err
+    assert "was cut during the 'stop' call" in err and "may have been done on the host" in err, err
+    assert f"gpujob status {job_id} shows where things stand" in err, err
+    proxy.resume()
+    assert wait_state(host, job_id, ("stopped",), 60)["state"] == "stopped"  # what status now says is true
+
+    blob = os.urandom(32 << 20)
+    (jd / "ckpt" / "step-1").mkdir(parents=True)
+    (jd / "ckpt" / "step-1" / "model.bin").write_bytes(blob)
+    (jd / "ckpt" / "step-1" / ".gpujob-complete").write_text("")
+    p = direct("pull", job_id, str(tmp_path / "out"))
+    start, deadline = proxy.bytes, time.time() + 60
+    while proxy.bytes - start < (8 << 20) and p.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    proxy.freeze()
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 3 and "Traceback" not in err and "cut during the pull" in err, out + err
+    proxy.resume()
+    r = run_cli("pull", job_id, "--host", host, str(tmp_path / "out"), timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "out" / job_id / "ckpt" / "step-1" / "model.bin").read_bytes() == blob
+
+
 BIG_CKPT = """
 import os
 from pathlib import Path
