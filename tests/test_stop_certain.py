@@ -223,6 +223,7 @@ SAVER = """
     import os, signal, time, zipfile
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a plain loop that saves every {every} steps, never on a signal
     ck, resume = os.environ["GPUJOB_CKPT_DIR"], os.environ.get("GPUJOB_RESUME")
+    gate = os.environ.get("GATE")  # after two saves, the next waits until the test creates this file
     step = 0
     if resume:
         with zipfile.ZipFile(resume) as z:
@@ -232,7 +233,7 @@ SAVER = """
         step += 1
         print(f"step {step}", flush=True)
         time.sleep(0.1)
-        if {every} and step % {every} == 0:
+        if {every} and step % {every} == 0 and (not gate or step <= 2 * {every} or os.path.exists(gate)):
             with zipfile.ZipFile(os.path.join(ck, "tmp.zip"), "w") as z:
                 z.writestr("step", str(step))
             os.rename(os.path.join(ck, "tmp.zip"), os.path.join(ck, f"ckpt_{step}.pt"))
@@ -246,7 +247,9 @@ def steps_in(log: Path) -> int:
 def test_stop_after_checkpoint_keeps_the_work_and_resume_goes_on(tmp_path: Path) -> None:
     """Issue 30 item 1: ``stop --after-checkpoint`` leaves a checkpoint newer than the request,
     ``status`` shows the wait meanwhile, and ``resume`` continues from that checkpoint."""
-    job = write_job(tmp_path, "saver", SAVER.replace("{every}", "25"), "python main.py", stop={"grace": "5s"})
+    gate = tmp_path / "gate"  # the third save waits for it: status sees the wait however slow the machine
+    job = write_job(tmp_path, "saver", SAVER.replace("{every}", "25"), "python main.py", stop={"grace": "5s"},
+                    env={"GATE": str(gate)})
     job_id, jd, _ = started(tmp_path, job, steps=55)  # ckpt_25 and ckpt_50: every ~2.5 s
     asked = steps_in(jd / "output.log")
     r = run_cli("stop", job_id, "--after-checkpoint", "--wait", "0")  # no --max-wait: twice the interval, >= 60 s
@@ -254,6 +257,7 @@ def test_stop_after_checkpoint_keeps_the_work_and_resume_goes_on(tmp_path: Path)
     shown = run_cli("status", job_id)
     assert "stopping after the next checkpoint (last one" in shown.stdout and ", every ~" in shown.stdout \
         and "twice the usual interval" in shown.stdout, shown.stdout
+    gate.touch()
     r = run_cli("stop", job_id, "--after-checkpoint", "--max-wait", "60s", "--wait", "60", timeout=120)
     assert r.returncode == 0 and f"{job_id}: stopped" in r.stdout, r.stdout + r.stderr
     st = status("local", job_id)
