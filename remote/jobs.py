@@ -251,6 +251,7 @@ def describe(root: Root, job_id: str, detail: bool = False) -> Dict[str, Any]:
 def _describe(root: Root, job_id: str, detail: bool = False) -> Dict[str, Any]:
     job = root.job(job_id)
     st = live_status(root, job, procs.boot_id())
+    st["job_id"] = job_id  # the folder's name, whatever a damaged or hand-edited record says
     try:
         st["log_size"] = job.log.stat().st_size
     except OSError:
