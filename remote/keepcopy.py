@@ -254,3 +254,13 @@ def restore(job_path: Path, ckpt_dir: Path, pattern: Optional[str] = None) -> Li
         step = rec.get("step")
         done.append((rel, step if isinstance(step, int) else None))
     return done
+
+
+def stand_ins(job_path: Path) -> Dict[str, Tuple[Path, Dict[str, Any]]]:
+    """For ``pull --latest`` and ``move``: ``ckpt/<rel>`` -> (the kept copy, its record) of each in-place
+    file that is cut short or gone now while its kept copy is whole."""
+    spec = read_doc(job_path / "spec.json")
+    if spec.get("checkpoint_backup") is False:
+        return {}
+    return {"ckpt/" + rel: (kept_dir(job_path) / rel, rec)
+            for rel, rec in restorable(job_path, job_path / "ckpt", spec.get("checkpoint_pattern"))}

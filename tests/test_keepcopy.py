@@ -86,6 +86,15 @@ def test_cut_save_in_place_resumes_from_the_kept_copy(tmp_path: Path) -> None:
     # the copy is the job's own business: a pull of everything does not bring it
     pulled = json.loads(run_cli("pull", job_id, str(tmp_path / "p"), "--json").stdout)
     assert not (Path(pulled["dest"]) / "kept").exists() and (Path(pulled["dest"]) / "ckpt" / "ckpt.pt").is_file()
+    # the job's file cut short after its end (a host's crash): pull --latest brings the kept copy in its place
+    whole = (jd / "ckpt" / "ckpt.pt").read_bytes()
+    (jd / "ckpt" / "ckpt.pt").write_bytes(whole[: len(whole) // 2])
+    step = json.loads(kept.read_text())["ckpt.pt"]["step"]
+    r = run_cli("pull", job_id, str(tmp_path / "latest"), "--latest", "--json")
+    assert r.returncode == 0, r.stderr + r.stdout
+    doc = json.loads(r.stdout)
+    assert doc["selected"] == "ckpt/ckpt.pt" and f"kept of its last complete version (step {step})" in doc["note"], doc
+    assert torch.load(Path(doc["dest"]) / "ckpt" / "ckpt.pt")["iter_num"] == step
 
 
 def _torch_like(path: Path, step: int, cut: bool = False) -> None:
