@@ -121,6 +121,7 @@ def test_copy_and_skip_rules(tmp_path: Path) -> None:
     ckpt.mkdir(parents=True)
     _torch_like(ckpt / "ckpt.pt", 10)
     _torch_like(ckpt / "checkpoint_10.pt", 10)  # a new file per save: never copied
+    os.utime(ckpt / "checkpoint_10.pt", (1e9, 1e9))  # older than ckpt.pt
     notes: list[str] = []
     k = keepcopy.Keeper(job, ckpt, None, notes.append)
     todo = k.changed([])
@@ -129,7 +130,11 @@ def test_copy_and_skip_rules(tmp_path: Path) -> None:
     assert keepcopy.saved_step(job.path / "kept" / "ckpt.pt") == 10 and k.changed([]) == []  # unchanged: no copy
     _torch_like(ckpt / "ckpt.pt", 20, cut=True)  # cut short: not copied over the good one
     assert k.changed([]) == [] and keepcopy.saved_step(job.path / "kept" / "ckpt.pt") == 10
-    # a restart puts the copy back; a whole file is left alone
+    # gpujob resume names what the attempt will start from; the restart puts the copy back; a whole file stays
+    from remote.jobs import resume_point
+    from remote.layout import JobDir
+
+    assert resume_point(JobDir(job.path))["resume_from"].startswith("ckpt.pt (its last complete version, step 10, kept")
     assert keepcopy.restore(job.path, ckpt) == [("ckpt.pt", 10)]
     assert keepcopy.saved_step(ckpt / "ckpt.pt") == 10 and keepcopy.restore(job.path, ckpt) == []
     assert sorted(os.listdir(ckpt)) == ["checkpoint_10.pt", "ckpt.pt"]
