@@ -28,7 +28,7 @@ from remote.layout import read_doc, write_json
 
 KEPT = "kept"  # under the job folder
 INDEX = ".kept.json"  # rel -> {size, mtime_ns, step} of the source when it was copied
-KEEP_EVERY = float(os.environ.get("GPUJOB_KEEP_EVERY", "2"))  # seconds between looks
+KEEP_EVERY = 2.0  # seconds between looks (a save is copied within this of its end)
 MIN_FREE = 2 << 30  # a copy must leave at least max(MIN_FREE, FREE_SHARE of the disk) free
 FREE_SHARE = 0.10
 STEP_KEYS = ("iter_num", "global_step", "step", "epoch")  # what a script's own dict calls its progress
@@ -215,7 +215,6 @@ class Keeper:
         index = read_doc(self.dir / INDEX)
         index[rel] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "step": saved_step(dst), "at": time.time()}
         write_json(self.dir / INDEX, index)
-        self.skipped.discard(rel)
 
     def note_once(self, rel: str, text: str) -> None:
         if rel not in self.skipped:
