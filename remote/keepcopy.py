@@ -243,7 +243,13 @@ def restorable(job_path: Path, ckpt_dir: Path, pattern: Optional[str] = None) ->
 
 
 def restore(job_path: Path, ckpt_dir: Path, pattern: Optional[str] = None) -> List[Tuple[str, Optional[int]]]:
-    """Put each restorable kept copy back in its place (a copy beside it, renamed over it); (rel, step)."""
+    """Put each restorable kept copy back in its place (a copy beside it, renamed over it); (rel, step).
+    No copy runs now: what one cut short (the supervisor ended during it) is removed."""
+    for tmp in kept_dir(job_path).rglob(".gpujob-tmp.*"):
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
     done = []
     for rel, rec in restorable(job_path, ckpt_dir, pattern):
         target = ckpt_dir / rel

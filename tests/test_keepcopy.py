@@ -134,10 +134,12 @@ def test_copy_and_skip_rules(tmp_path: Path) -> None:
     from remote.jobs import resume_point
     from remote.layout import JobDir
 
+    (job.path / "kept" / ".gpujob-tmp.ckpt.pt").write_bytes(b"PK")  # a copy the supervisor's end cut short
     assert resume_point(JobDir(job.path))["resume_from"].startswith("ckpt.pt (its last complete version, step 10, kept")
     assert keepcopy.restore(job.path, ckpt) == [("ckpt.pt", 10)]
     assert keepcopy.saved_step(ckpt / "ckpt.pt") == 10 and keepcopy.restore(job.path, ckpt) == []
     assert sorted(os.listdir(ckpt)) == ["checkpoint_10.pt", "ckpt.pt"]
+    assert sorted(os.listdir(job.path / "kept")) == [".kept.json", "ckpt.pt"]
     # no room: skipped, said once
     _torch_like(ckpt / "ckpt.pt", 30)
     free = keepcopy.MIN_FREE
