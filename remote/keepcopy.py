@@ -170,9 +170,9 @@ class Keeper:
             self.thread.start()
         return None
 
-    def wait(self) -> None:
+    def wait(self, timeout: Optional[float] = None) -> None:
         if self.thread is not None:
-            self.thread.join()
+            self.thread.join(timeout)
 
     def changed(self, pids: Any) -> List[Tuple[str, Path, os.stat_result]]:
         """The in-place files changed since their last copy and complete now (only those are checked:

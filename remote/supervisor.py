@@ -680,6 +680,8 @@ class Supervisor:
 
     def finish(self, state: str, **changes: Any) -> str:
         after.clear(self.job)  # a stop after a checkpoint still waited for is moot now
+        if self.keeper is not None:  # a copy under way lands rather than leaving its temporary file behind
+            self.keeper.wait(30.0)
         self.set_state(state, ended_at=now(), child_pid=None, gpus_held=False, waiting_for_gpus=False, **changes)
         self.job.event("finished", state=state)
         _events().on_finish(self, state)  # last notification delivered, then power-off if asked
