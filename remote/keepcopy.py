@@ -163,7 +163,7 @@ class Keeper:
         self.next_at = time.monotonic() + KEEP_EVERY
         try:
             todo = self.changed(sup.job_pids)
-        except OSError:
+        except Exception:  # noqa: BLE001 - housekeeping never takes the job down (a file gone mid-look)
             return None
         if todo:
             self.thread = threading.Thread(target=self.copy_all, args=(todo,), name="gpujob-keepcopy", daemon=True)
@@ -200,12 +200,8 @@ class Keeper:
         dst = self.dir / rel
         dst.parent.mkdir(parents=True, exist_ok=True)
         disk = os.statvfs(str(self.dir))
-        have = 0
-        try:
-            have = dst.stat().st_size  # replaced by the copy: its room comes back
-        except OSError:
-            pass
-        if not room_for(st.st_size - have, disk.f_bavail * disk.f_frsize, disk.f_blocks * disk.f_frsize):
+        # the new copy is whole beside the old one before it replaces it: its full size counts
+        if not room_for(st.st_size, disk.f_bavail * disk.f_frsize, disk.f_blocks * disk.f_frsize):
             self.note_once(rel, "no copy kept of {} ({} MB): it would leave less than max(2 GB, 10 %) of the "
                            "disk free; a save cut short there loses it".format(rel, st.st_size >> 20))
             return
