@@ -226,6 +226,7 @@ def cmd_send(root: Root, a: argparse.Namespace) -> None:
                              else "gpujob pull {} without --{} brings every file of the job; or pick another "
                                   "job".format(job.id, "best" if a.select == "best" else "latest"), "no_checkpoint")
         doc["job_id"] = job.id
+        sources = doc.pop("sources", None)  # the agent's own paths stay here
         if a.write_wait is not None:  # files some process is writing now: the client says it waits
             from remote import writing
 
@@ -236,7 +237,7 @@ def cmd_send(root: Root, a: argparse.Namespace) -> None:
         if not a.list:
             return
         line = sys.stdin.buffer.readline()  # the client's wish list answers on the same channel
-        transfer.send_list(job.path, json.loads(line.decode() or "[]"), sys.stdout.buffer, a.write_wait)
+        transfer.send_list(job.path, json.loads(line.decode() or "[]"), sys.stdout.buffer, a.write_wait, sources)
         sys.stdout.buffer.flush()
         return
     if a.list:

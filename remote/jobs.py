@@ -446,10 +446,21 @@ def resume(root: Root, job_id: str) -> Dict[str, Any]:
 def resume_point(job: JobDir) -> Dict[str, Any]:
     """What a restart hands the run command as GPUJOB_RESUME: {resume_from: the newest complete checkpoint
     (under ckpt/) or None, incomplete: why the newest others are not (only when none is complete)}."""
+    from remote import keepcopy
+
+    try:  # a file rewritten in place and cut short: the supervisor puts its kept copy back first
+        kept = keepcopy.stand_ins(job.path)
+    except OSError:
+        kept = {}
     found = checkpoint_list(job, job.spec_data(), live=False)
-    done = [c["name"] for c in found if c.get("complete")]
+    done = [c for c in found if c.get("complete")]
+    for name, (_, rec) in sorted(kept.items(), key=lambda kv: kv[1][1].get("mtime_ns") or 0, reverse=True):
+        if not done or done[-1]["mtime"] * 1e9 < int(rec.get("mtime_ns") or 0):
+            step = rec.get("step")
+            return {"resume_from": "{} (its last complete version{}, kept by gpujob: the save in place was cut "
+                                   "short)".format(name[len("ckpt/"):], ", step {}".format(step) if isinstance(step, int) else "")}
     if done:
-        return {"resume_from": done[-1]}
+        return {"resume_from": done[-1]["name"]}
     return {"resume_from": None, "incomplete": ["{}: {}".format(c["name"], c.get("incomplete_reason") or "?")
                                                 for c in found][-3:]}
 

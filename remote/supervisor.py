@@ -137,6 +137,12 @@ class Supervisor:
         self.watchers.append(self.sampler)
         self.watchers.append(Rotator(self.ckpt_dir(), int(self.spec.get("checkpoint_keep", 3) or 0),
                                      self.spec.get("checkpoint_pattern")))
+        self.keeper = None  # checkpoint.backup: a copy of each checkpoint file the script rewrites in place
+        if self.spec.get("checkpoint_backup", True):
+            from remote.keepcopy import Keeper
+
+            self.keeper = Keeper(self.job, self.ckpt_dir(), self.spec.get("checkpoint_pattern"), self.log_marker)
+            self.watchers.append(self.keeper)
         from remote.metricsrc import Collector  # metrics from TensorBoard events and the log
 
         self.collector = Collector(self.job, self.spec, float(self.status.get("submitted_at") or now()))
@@ -335,6 +341,7 @@ class Supervisor:
                 self.link_code_dir(rel)
             else:
                 self.link_ckpt_to_code()
+        self.restore_kept(attempt)
         resume = latest_resume(self.ckpt_dir(), self.spec.get("checkpoint_pattern"), self.job_pids)
         for k in ATTEMPT_END_FIELDS:  # the previous attempt's end is history (attempts, events)
             self.status.pop(k, None)
@@ -364,6 +371,26 @@ class Supervisor:
         self.set_state("running", attempt=attempt, child_pid=self.child.pid, started_at=self.status.get("started_at") or now(),
                        cgroup=self.cgroup)
         _events().started(self)
+
+    def restore_kept(self, attempt: int) -> None:
+        """A checkpoint file rewritten in place and cut short by the kill that ended the last attempt (or
+        the host's end) gets its kept last complete version back before the attempt starts."""
+        if self.keeper is None:
+            return
+        from remote import keepcopy
+
+        self.keeper.wait()  # a copy under way lands (or is dropped) first
+        try:
+            restored = keepcopy.restore(self.job.path, self.ckpt_dir(), self.spec.get("checkpoint_pattern"))
+        except OSError as e:  # a full disk: the attempt starts as it would have without the copy
+            self.log_marker("could not restore the kept copy of a checkpoint: {}".format(e))
+            return
+        for rel, step in restored:
+            said = "{} restored from the copy kept of its last complete version{} (the save in place was cut " \
+                   "short or the file is gone)".format(rel, " (step {})".format(step) if step is not None else "")
+            self.log_marker(said)
+            self.status["restored"] = "before attempt {}: {}".format(attempt, said)
+            self.job.event("restored", name=rel, step=step)
 
     def note_stray_checkpoints(self) -> None:
         """Checkpoints written where gpujob does not look (no checkpoint.dir): the log says how
@@ -653,6 +680,8 @@ class Supervisor:
 
     def finish(self, state: str, **changes: Any) -> str:
         after.clear(self.job)  # a stop after a checkpoint still waited for is moot now
+        if self.keeper is not None:  # a copy under way lands rather than leaving its temporary file behind
+            self.keeper.wait(30.0)
         self.set_state(state, ended_at=now(), child_pid=None, gpus_held=False, waiting_for_gpus=False, **changes)
         self.job.event("finished", state=state)
         _events().on_finish(self, state)  # last notification delivered, then power-off if asked

@@ -189,11 +189,14 @@ def select(job_path: Path, what: str = "all", metric: Optional[str] = None,
     chosen = note = None  # type: Optional[str]
     skip = []  # type: List[str]  # under ckpt/: the checkpoints not chosen
     found = []  # type: List[Any]
+    sources = {}  # type: Dict[str, Path]  # ckpt/<rel> -> the kept copy sent under that name
     if what == "all":
         roots.append("ckpt")
     else:
         found = _found(job_path)
         p = _chosen(job_path, what, metric, found)
+        if what == "latest":
+            p, note, sources = _kept_instead(job_path, p, note)
         arts = final_artifacts(job_path) if p is None and what == "latest" else []
         if arts:  # no checkpoint, but the model the script saved at its end: that is what to bring
             roots += [] if "code" in roots else ["code"]
@@ -233,6 +236,8 @@ def select(job_path: Path, what: str = "all", metric: Optional[str] = None,
                  and (only is None or any(x.startswith(d + "/") for x in only))]
         if (job_path / r).is_dir() and (not (job_path / r).is_symlink() or r == "ckpt"):
             dirs.append(r)
+    for name, kept in sources.items():  # the copy under the file's own name
+        files[name] = tree(kept)["files"].get("", [])[:4] or files.get(name)
     if include:
         def keep(rel: str) -> bool:
             return any(fnmatch.fnmatch(rel, g) or fnmatch.fnmatch(rel, g.rstrip("/") + "/*") for g in include)
@@ -240,7 +245,32 @@ def select(job_path: Path, what: str = "all", metric: Optional[str] = None,
         stray = [x for x in stray if not keep(x)]  # asked for: nothing to say about them
         dirs = [d for d in dirs if keep(d) or any(k.startswith(d + "/") for k in files)]
     return {"files": files, "dirs": sorted(set(dirs)), "selected": chosen, "stray": stray,
-            "stray_hint": stray_hint(stray) if stray else None, "note": note}
+            "stray_hint": stray_hint(stray) if stray else None, "note": note,
+            "sources": {k: str(v.relative_to(job_path)) for k, v in sources.items() if k in files}}
+
+
+def _kept_instead(job_path: Path, chosen: Optional[Path], note: Optional[str]) -> Any:
+    """(chosen, note, {ckpt/<rel>: kept copy}): a checkpoint file rewritten in place whose newest save was
+    cut short is its last complete version, kept by the agent (remote/keepcopy.py), when that is newer
+    than ``chosen``."""
+    from remote import keepcopy
+
+    try:
+        subs = keepcopy.stand_ins(job_path)
+    except OSError:
+        return chosen, note, {}
+    if not subs:
+        return chosen, note, {}
+    name, (kept, rec) = max(subs.items(), key=lambda kv: kv[1][1].get("mtime_ns") or 0)
+    try:
+        if chosen is not None and os.stat(str(chosen)).st_mtime_ns >= int(rec.get("mtime_ns") or 0):
+            return chosen, note, {}
+    except OSError:
+        pass
+    step = rec.get("step")
+    said = ("{} is cut short (a save in place that was interrupted) or gone: brought the copy gpujob kept of its "
+            "last complete version{} under its name").format(name, " (step {})".format(step) if isinstance(step, int) else "")
+    return job_path / name, (note + "; " + said) if note else said, {name: kept}
 
 
 def final_artifacts(job_path: Path) -> List[Dict[str, Any]]:
@@ -293,13 +323,15 @@ def portable_link(base: Path, link_path: Path, target: str) -> str:
     return target
 
 
-def send_list(base: Path, wanted: List[Any], out: IO[bytes], write_wait: Optional[float] = None) -> None:
+def send_list(base: Path, wanted: List[Any], out: IO[bytes], write_wait: Optional[float] = None,
+              sources: Optional[Dict[str, str]] = None) -> None:
     """Stream ``wanted`` ([rel, prefix_chunks] pairs, or bare rel strings) from ``base``.
 
     A prefix is honoured only if this side's file starts with the same chunks. With
     ``write_wait`` (a pull), a file some process holds open for writing is waited for that
     long, then left out, as is one that changes while it is read: the end record lists them
-    under ``held``, and nothing unfinished arrives as pulled."""
+    under ``held``, and nothing unfinished arrives as pulled. ``sources``: rel -> the file under ``base``
+    sent in its place (the manifest's kept copy of a checkpoint cut short)."""
     places = []  # type: List[Any]
     items = []  # type: List[Item]
     root = base.resolve()
@@ -311,6 +343,9 @@ def send_list(base: Path, wanted: List[Any], out: IO[bytes], write_wait: Optiona
             continue
         full = base.joinpath(*p.parts)
         inside = root
+        if sources and rel in sources and ".." not in PurePosixPath(sources[rel]).parts:
+            places.append((rel, prefix, base.joinpath(*PurePosixPath(sources[rel]).parts)))
+            continue
         if real is not None and p.parts[0] == "ckpt":  # the job's own checkpoint link is followed
             full, inside = real.joinpath(*p.parts[1:]), real
             if len(p.parts) == 1:

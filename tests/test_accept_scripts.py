@@ -174,7 +174,8 @@ def test_a_stop_waits_for_the_checkpoint_being_written(tmp_path: Path) -> None:
     the only one there was: ``resume`` began again from nothing."""
     import zipfile
 
-    job = write_job(tmp_path, "slowsave", SLOW_SAVE, "python main.py")
+    # no kept copy (checkpoint.backup): the cut file below is the only one, so resume must say why it starts over
+    job = write_job(tmp_path, "slowsave", SLOW_SAVE, "python main.py", checkpoint={"backup": False})
     job_id = submit("local", job)["job_id"]
     jd = job_dir(tmp_path, "local", job_id)
     wait_for(lambda: "saving checkpoint" in log_text(jd), 60, lambda: log_text(jd)[-2000:])

@@ -234,9 +234,9 @@ def test_checkpoint_keys_in_the_job_file(tmp_path: Path) -> None:
     spec = load_spec(f)
     assert (spec.checkpoint_dir, spec.checkpoint_pattern, spec.checkpoint_keep) == ("outputs/run1", "*.pt", 2)
     assert spec.retry.on == ["error", "oom", "signal"]      # a kill gpujob did not send restarts by default
-    assert spec.to_remote()["checkpoint_pattern"] == "*.pt"
+    assert spec.to_remote()["checkpoint_pattern"] == "*.pt" and spec.to_remote()["checkpoint_backup"] is True
     for bad, words in (("{dir: ../elsewhere}", "inside the code"), ("{pattern: /abs/*.pt}", "relative to the checkpoint"),
-                       ("{dir: x, patern: '*.pt'}", "pattern")):
+                       ("{dir: x, patern: '*.pt'}", "pattern"), ("{backup: 'no'}", "true or false")):
         f.write_text(f"run: python train.py\ncheckpoint: {bad}\n")
         with pytest.raises(SpecError) as e:
             load_spec(f)

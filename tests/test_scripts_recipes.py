@@ -89,9 +89,12 @@ def test_gpt_trainer_recipe_resumes_with_init_from(tmp_path: Path) -> None:
     os.kill(training_pid(job_id, b"train.py"), signal.SIGKILL)
     wait_for(lambda: "attempt 2 started" in log_text(jd) and _saved_iter(jd / "ckpt" / "ckpt.pt") >= 30, 60,
              lambda: log_text(jd)[-2000:])
-    # a kill while it overwrites its one ckpt.pt leaves it cut short: the next attempt starts over, and says why
+    # a kill while it overwrites its one ckpt.pt leaves it cut short: the next attempt gets back the last
+    # complete version gpujob kept of it (checkpoint.backup), and says so
     pid = training_pid(job_id, b"train.py")
     os.kill(pid, signal.SIGSTOP)
+    kept = jd / "kept" / ".kept.json"
+    wait_for(lambda: kept.exists() and "ckpt.pt" in json.loads(kept.read_text()), 60, "the kept copy of ckpt.pt")
     ckpt = jd / "ckpt" / "ckpt.pt"
     ckpt.write_bytes(ckpt.read_bytes()[:20])
     os.kill(pid, signal.SIGKILL)
@@ -101,7 +104,8 @@ def test_gpt_trainer_recipe_resumes_with_init_from(tmp_path: Path) -> None:
     assert "--init_from=resume" not in text.split("attempt 2 started")[0]  # the first run starts from scratch
     assert "Resuming training from" in text and "iter 60: loss" in text
     assert f"attempt 2 started (resume from {jd}/ckpt/ckpt.pt)" in text
-    assert "attempt 3 started from the beginning: no complete checkpoint to resume from (ckpt.pt: cut short" in text
+    assert "ckpt.pt restored from the copy kept of its last complete version" in text.split("attempt 3 started")[0]
+    assert f"attempt 3 started (resume from {jd}/ckpt/ckpt.pt)" in text
     rows = [json.loads(x) for x in (jd / "metrics.log.jsonl").read_text().splitlines()]
     loss_rows = [r for r in rows if "loss" in r]
     assert loss_rows and all(r["max_steps"] == 60 for r in loss_rows)  # max_iters from the config file

@@ -76,6 +76,7 @@ class JobSpec:
     checkpoint_dir: str | None = None  # absolute: shared storage (multi-node); relative: a folder the code writes
     checkpoint_pattern: str | None = None  # glob (under the checkpoint folder) of what the script writes
     checkpoint_mirror: dict[str, Any] = field(default_factory=dict)  # remote/mirror/config.py's normalised form
+    checkpoint_backup: bool = True  # a copy of each checkpoint file rewritten in place (remote/keepcopy.py)
     source: str = "<spec>"
     hosts: list[str] = field(default_factory=list)  # host: [a, b, c]: placement tries them in order
     metrics: dict[str, Any] = field(default_factory=dict)  # {patterns: [regex], total: {epochs|steps: N}}: the log reader
@@ -327,10 +328,14 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
         _int_in(ctx, ("gpus",), gpus, 0, MAX_GPUS, "a number of GPUs (or 'all')")
 
     keep = 3
+    backup = True
     mirror: dict[str, Any] = {}
     ck = raw.get("checkpoint", {}) or {}
     if _want(ctx, ("checkpoint",), ck, dict, "{keep: N}"):
-        _check_keys(ctx, ("checkpoint",), ck, ["keep", "dir", "pattern", "mirror"])
+        _check_keys(ctx, ("checkpoint",), ck, ["keep", "dir", "pattern", "mirror", "backup"])
+        backup = ck.get("backup", True)
+        _want(ctx, ("checkpoint", "backup"), backup, bool, "true or false (a copy of a checkpoint file the script "
+              "overwrites in place, such as ckpt.pt, restored when a save is cut short)")
         ckdir = ck.get("dir")
         if ckdir is not None and _want(ctx, ("checkpoint", "dir"), ckdir, str, "a folder"):
             rel = Path(ckdir)
@@ -450,7 +455,7 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
         checkpoint_pattern=(ck.get("pattern") if isinstance(ck, dict) else None), source=source, hosts=hosts,
         metrics=metrics,
         sweep=sweep if isinstance(sweep, dict) else {},
-        checkpoint_mirror=mirror,
+        checkpoint_mirror=mirror, checkpoint_backup=backup is not False,
     )
 
 

@@ -213,6 +213,8 @@ def job_panel(j: dict[str, Any]) -> Any:
         last_done = ck.index(done[-1]) if done else len(ck)
         for c in [c for i, c in enumerate(ck) if not c.get("complete") and (i < last_done or j.get("ended_at"))][-3:]:
             t.add_row("", f"[yellow]incomplete {c['name']}: {c.get('incomplete_reason') or '?'}[/]")
+    if isinstance(j.get("restored"), str):  # a save in place cut short: its kept copy was put back
+        t.add_row("restored", f"[yellow]{j['restored']}[/]")
     if j.get("stray_checkpoints"):
         t.add_row("checkpoints" if not ck else "", f"[yellow]{'none where gpujob looks: ' if not ck else ''}"
                   f"{j['stray_checkpoints']['advice']}[/]")

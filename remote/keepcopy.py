@@ -1,0 +1,268 @@
+"""A copy of the last complete version of each checkpoint file the job rewrites in place.
+
+nanoGPT's ``ckpt.pt``, a loop's ``model.pt``, Lightning's ``last.ckpt``: one file, no step in its
+name, overwritten by every save. ``torch.save`` opens it with O_TRUNC, so a kill in the middle of a
+save (OOM killer, preemption, power loss) leaves the only checkpoint cut short. While the job runs,
+``Keeper`` copies each such file once it is complete and changed since the last copy into
+``<job>/kept/`` (outside the checkpoint folder: discovery, rotation, pull, sync and the mirror do not
+see it); before an attempt starts, ``restore`` puts the copy back where the file is missing or cut short.
+
+Standard library only, Python 3.8+. Copies run in a thread, at idle I/O priority where the kernel
+lets us, by ``copy_file_range`` (a reflink on btrfs/XFS) else a plain copy, into a temporary name
+renamed into place once the copy is verified whole.
+"""
+
+import ctypes
+import io
+import os
+import platform
+import shutil
+import threading
+import time
+import zipfile
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from remote import checkpoints as ck
+from remote.layout import _write_json_once, read_doc
+
+KEPT = "kept"  # under the job folder
+INDEX = ".kept.json"  # rel -> {size, mtime_ns, step} of the source when it was copied
+KEEP_EVERY = 2.0  # seconds between looks (a save is copied within this of its end)
+MIN_FREE = 2 << 30  # a copy must leave at least max(MIN_FREE, FREE_SHARE of the disk) free
+FREE_SHARE = 0.10
+STEP_KEYS = ("iter_num", "global_step", "step", "epoch")  # what a script's own dict calls its progress
+
+
+def kept_dir(job_path: Path) -> Path:
+    return job_path / KEPT
+
+
+def in_place(found: List[Any]) -> List[Any]:
+    """The single-file checkpoints rewritten in place: no step in the name, a regular file (not a link)."""
+    return [c for c in found if not c.is_dir and c.step is None and not c.path.is_symlink()]
+
+
+def room_for(size: int, free: int, total: int) -> bool:
+    """Whether a copy of ``size`` bytes leaves at least max(MIN_FREE, FREE_SHARE of ``total``) free."""
+    return free - size >= max(MIN_FREE, int(FREE_SHARE * total))
+
+
+def _low_io_priority() -> None:
+    """Idle I/O class for this thread (ioprio_set); nothing where the call is unknown or refused."""
+    nr = {"x86_64": 251, "aarch64": 30}.get(platform.machine())
+    get_id = getattr(threading, "get_native_id", None)
+    if nr is None or get_id is None:
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.syscall(nr, 1, get_id(), 3 << 13)  # IOPRIO_WHO_PROCESS, this thread, IOPRIO_CLASS_IDLE
+    except (OSError, AttributeError):
+        pass
+
+
+def _drop_cache(path: Path) -> None:
+    """The copy is read only after a crash: its pages need not push the training's data out of the cache."""
+    try:
+        fd = os.open(str(path), os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+    except (OSError, AttributeError):
+        pass
+
+
+def copy_file(src: Path, dst: Path, check: Callable[[Path, os.stat_result], bool]) -> bool:
+    """``src`` to ``dst`` through a temporary name beside it (same extension, so the format check applies),
+    fsynced, the source's mtime kept, renamed over ``dst`` only when ``check(tmp, source's stat at the
+    start)`` says it is whole: an earlier good copy is never replaced by a bad one. True when renamed."""
+    tmp = dst.with_name(".gpujob-tmp." + dst.name)
+    try:
+        with open(str(src), "rb") as fi, open(str(tmp), "wb") as fo:
+            st = os.fstat(fi.fileno())
+            done = 0
+            cfr = getattr(os, "copy_file_range", None)
+            while cfr is not None and done < st.st_size:
+                try:
+                    n = cfr(fi.fileno(), fo.fileno(), min(st.st_size - done, 1 << 30))
+                except OSError:  # across filesystems on an old kernel, a filesystem without it
+                    break
+                if n <= 0:
+                    break
+                done += n
+            fi.seek(done)
+            fo.seek(done)
+            shutil.copyfileobj(fi, fo, 1 << 20)
+            fo.flush()
+            os.fsync(fo.fileno())
+        os.utime(str(tmp), ns=(st.st_atime_ns, st.st_mtime_ns))
+        if not check(tmp, st):
+            os.unlink(str(tmp))
+            return False
+        os.replace(str(tmp), str(dst))
+        return True
+    except BaseException:
+        try:
+            os.unlink(str(tmp))
+        except OSError:
+            pass
+        raise
+
+
+def _unchanged_and_whole(src: Path) -> Callable[[Path, os.stat_result], bool]:
+    """The check of a copy: its source was not rewritten while it was read, and the copy is whole."""
+    def check(tmp: Path, st: os.stat_result) -> bool:
+        after = src.stat()
+        return (after.st_size, after.st_mtime_ns) == (st.st_size, st.st_mtime_ns) and ck.file_whole(tmp, time.time())
+    return check
+
+
+def saved_step(path: Path) -> Optional[int]:
+    """The step a torch.save'd dict records (nanoGPT's ``iter_num``, ``global_step``...), read without
+    importing or running anything of the file; None when it says none."""
+    import pickle
+
+    class Reader(pickle.Unpickler):
+        def find_class(self, module: str, name: str) -> Any:
+            return ck._Anything
+
+        def persistent_load(self, pid: Any) -> Any:
+            return ck._Anything()
+
+    try:
+        with zipfile.ZipFile(str(path)) as z:
+            pkl = [n for n in z.namelist() if n.endswith("/data.pkl") and n.count("/") == 1]
+            if not pkl or z.getinfo(pkl[0]).file_size > ck.PICKLE_MAX:
+                return None
+            doc = Reader(io.BytesIO(z.read(pkl[0]))).load()
+    except Exception:  # noqa: BLE001 - not a torch archive, an odd pickle: no step known
+        return None
+    if isinstance(doc, dict):
+        for k in STEP_KEYS:
+            v = doc.get(k)
+            if isinstance(v, int) and not isinstance(v, bool):
+                return v
+    return None
+
+
+class Keeper:
+    """A watcher of the supervisor: every KEEP_EVERY s, copies each in-place checkpoint file that is
+    complete and changed since its last copy (one copy at a time, in a thread)."""
+
+    def __init__(self, job: Any, ckpt_dir: Path, pattern: Optional[str], note: Any) -> None:
+        self.job, self.ckpt_dir, self.pattern, self.note = job, ckpt_dir, pattern, note
+        self.dir = kept_dir(job.path)
+        self.next_at = 0.0
+        self.thread = None  # type: Optional[threading.Thread]
+        self.skipped = set()  # type: set  # files whose skip was noted once
+
+    def tick(self, sup: Any) -> Optional[str]:
+        if time.monotonic() < self.next_at or (self.thread is not None and self.thread.is_alive()):
+            return None
+        self.next_at = time.monotonic() + KEEP_EVERY
+        try:
+            todo = self.changed(sup.job_pids)
+        except Exception:  # noqa: BLE001 - housekeeping never takes the job down (a file gone mid-look)
+            return None
+        if todo:
+            self.thread = threading.Thread(target=self.copy_all, args=(todo,), name="gpujob-keepcopy", daemon=True)
+            self.thread.start()
+        return None
+
+    def wait(self, timeout: Optional[float] = None) -> None:
+        if self.thread is not None:
+            self.thread.join(timeout)
+
+    def changed(self, pids: Any) -> List[Tuple[str, Path, os.stat_result]]:
+        """The in-place files changed since their last copy and complete now (only those are checked:
+        a tick where nothing changed reads no file)."""
+        index = read_doc(self.dir / INDEX)
+        out = []
+        for c in in_place(ck.find(self.ckpt_dir, self.pattern, check=False)):
+            st = c.path.stat()
+            was = index.get(c.rel(self.ckpt_dir)) or {}
+            if was.get("size") != st.st_size or was.get("mtime_ns") != st.st_mtime_ns:
+                out.append((c, st))
+        if out:
+            ck._check([c for c, _ in out], ck._writers([c for c, _ in out], self.ckpt_dir, pids))
+        return [(c.rel(self.ckpt_dir), c.path, st) for c, st in out if c.complete]
+
+    def copy_all(self, todo: List[Tuple[str, Path, os.stat_result]]) -> None:
+        _low_io_priority()
+        for rel, src, st in todo:
+            try:
+                self.copy_one(rel, src, st)
+            except Exception as e:  # noqa: BLE001 - a copy that fails must never take the job down
+                self.note_once(rel, "could not keep a copy of {}: {}".format(rel, e))
+
+    def copy_one(self, rel: str, src: Path, st: os.stat_result) -> None:
+        dst = self.dir / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        disk = os.statvfs(str(self.dir))
+        # the new copy is whole beside the old one before it replaces it: its full size counts
+        if not room_for(st.st_size, disk.f_bavail * disk.f_frsize, disk.f_blocks * disk.f_frsize):
+            self.note_once(rel, "no copy kept of {} ({} MB): it would leave less than max(2 GB, 10 %) of the "
+                           "disk free; a save cut short there loses it".format(rel, st.st_size >> 20))
+            return
+        if not copy_file(src, dst, _unchanged_and_whole(src)):
+            return  # rewritten while copied: the earlier copy stays, the next look copies the new version
+        _drop_cache(dst)
+        index = read_doc(self.dir / INDEX)
+        index[rel] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "step": saved_step(dst), "at": time.time()}
+        # not layout.write_json: a full disk must not spend the reserve kept for the job's final state
+        _write_json_once(self.dir / INDEX, self.dir / (INDEX + ".tmp"), index, 0o644)
+
+    def note_once(self, rel: str, text: str) -> None:
+        if rel not in self.skipped:
+            self.skipped.add(rel)
+            self.note(text)
+
+
+def restorable(job_path: Path, ckpt_dir: Path, pattern: Optional[str] = None) -> List[Tuple[str, Dict[str, Any]]]:
+    """(rel, record) of each kept copy that is whole while its file in the checkpoint folder is missing or
+    cut short (no process of the job runs now)."""
+    index = read_doc(kept_dir(job_path) / INDEX)
+    if not index:
+        return []
+    found = {c.rel(ckpt_dir): c for c in ck.find(ckpt_dir, pattern, pids=[])} if ckpt_dir.is_dir() else {}
+    out = []
+    for rel, rec in sorted(index.items()):
+        c = found.get(rel)
+        if c is not None and c.complete or not isinstance(rec, dict) or ".." in Path(rel).parts:
+            continue
+        target = ckpt_dir / rel
+        if c is None and os.path.lexists(str(target)):
+            continue  # there, but no checkpoint now (a link, a folder): not ours to replace
+        if ck.file_whole(kept_dir(job_path) / rel):
+            out.append((rel, rec))
+    return out
+
+
+def restore(job_path: Path, ckpt_dir: Path, pattern: Optional[str] = None) -> List[Tuple[str, Optional[int]]]:
+    """Put each restorable kept copy back in its place (a copy beside it, renamed over it); (rel, step).
+    No copy runs now: what one cut short (the supervisor ended during it) is removed."""
+    for tmp in kept_dir(job_path).rglob(".gpujob-tmp.*"):
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+    done = []
+    for rel, rec in restorable(job_path, ckpt_dir, pattern):
+        target = ckpt_dir / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if not copy_file(kept_dir(job_path) / rel, target, lambda tmp, st: ck.file_whole(tmp, time.time())):
+            continue
+        step = rec.get("step")
+        done.append((rel, step if isinstance(step, int) else None))
+    return done
+
+
+def stand_ins(job_path: Path) -> Dict[str, Tuple[Path, Dict[str, Any]]]:
+    """For ``pull --latest`` and ``move``: ``ckpt/<rel>`` -> (the kept copy, its record) of each in-place
+    file that is cut short or gone now while its kept copy is whole."""
+    spec = read_doc(job_path / "spec.json")
+    if spec.get("checkpoint_backup") is False:
+        return {}
+    return {"ckpt/" + rel: (kept_dir(job_path) / rel, rec)
+            for rel, rec in restorable(job_path, job_path / "ckpt", spec.get("checkpoint_pattern"))}
