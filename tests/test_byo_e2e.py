@@ -131,7 +131,8 @@ def live_figures(host: str, job_id: str) -> dict:
 
 
 def uninterrupted_weights(tmp_path: Path, steps: int) -> str:
-    env = dict(QUIET, PATH=os.environ["PATH"])
+    # the job's thread count too: torch's float sums may differ between 1 and 2 threads
+    env = dict(QUIET, PATH=os.environ["PATH"], **{k: v for k, v in os.environ.items() if k == "OMP_NUM_THREADS"})
     out = subprocess.run([sys.executable, str(BYO / "plain-loop" / "train.py"), "--ckpt_dir", str(tmp_path / "straight"),
                           "--steps", str(steps), "--save_every", "10"],
                          capture_output=True, text=True, env=env, timeout=120, check=True).stdout
