@@ -472,9 +472,10 @@ class LogParser:
             (self.epoch_line or (None, None))
         if epoch is None:
             return
-        if self.main_total is not None and self.epoch_bar_total is None and not self.bars_done:
+        if self.main_total is not None and self.epoch_bar_total is None and not self.bars_done and not epochs:
             # one bar counts every step of the run (accelerate's tqdm(range(max_train_steps))): a line's
             # "epoch 0: perplexity ..." reports an epoch that ended; kept, it read as the epoch under way
+            # ("Epoch 2/3 ...", with its total, says where the run is)
             return
         if em:  # later lines without one (a logging line of the same epoch) belong to it
             self.epoch_line = (epoch, epochs or (self.epoch_line[1] if self.epoch_line else None))

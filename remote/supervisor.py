@@ -489,9 +489,10 @@ class Supervisor:
         assert self.child is not None
         asked = procs.ask_to_stop(self.job.id, self.child.pid, job_dir=str(self.job.path), pids=set(self.all_pids()))
         names = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM"}
+        shown = round(grace, 1) if grace < 10 else round(grace)  # what is left of it: 59.996 s reads 60 s
         self.log_marker("stop: {} (grace {:g}s, then SIGKILL)".format(
             ", ".join("pid {} {}".format(p, names.get(s, s)) for p, s in sorted(asked.items())) or "no process to ask",
-            grace))
+            shown))
         self.job.event("stop_signals", signals={str(p): names.get(s, s) for p, s in asked.items()})
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline and any(procs.pid_alive(p) for p in asked):
