@@ -4,7 +4,10 @@ when the old host does not answer).
 
 Only checkpoints whose marker is on the mirror count (the agent writes it after every file was
 verified), so a torn upload is never restored. The download lands under a temporary name and is
-checked by hash before it takes its real name: a cut download is resumed, never used half.
+checked by hash before it takes its real name: a cut download is resumed, never used half. What
+counts is content, never a name: a checkpoint already in DEST is kept only when it is the version
+the marker names (its files' SHA-256), else the newer one replaces it; and what arrived must be that
+version too, so a stale, cut or swapped object on the store is refused, never delivered as newest.
 Credentials come from this machine's environment (the names the job file lists under
 ``secrets:``), and reach rclone as its environment only.
 """
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import uuid
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -73,6 +77,17 @@ def newest(job_id: str, cfg: dict[str, Any]) -> tuple[str, Any, dict[str, Any]] 
     return best
 
 
+def _put_in_place(got: Path, final: Path) -> None:
+    """The verified download takes the checkpoint's name; a folder there (an older version) goes after."""
+    if final.is_dir() and not final.is_symlink():
+        old = final.parent / f"{PART}old-{uuid.uuid4().hex[:8]}-{final.name}"
+        os.replace(final, old)
+        os.replace(got, final)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(got, final)
+
+
 def fetch(job_id: str, dest: Path, progress: Callable[[int, int], None] | None = None,
           cfg: dict[str, Any] | None = None, record: bool = True) -> dict[str, Any]:
     """Copy the newest mirrored complete checkpoint into ``dest/<job_id>/ckpt/<name>``."""
@@ -85,13 +100,18 @@ def fetch(job_id: str, dest: Path, progress: Callable[[int, int], None] | None =
         raise GpujobError(f"no complete checkpoint of {job_id} is on its mirror yet",
                           f"gpujob status {job_id} shows what the mirror holds")
     target, rc, doc = found
-    engine = import_remote("mirror.engine")
+    engine, store, version = (import_remote(m) for m in ("mirror.engine", "mirror.store", "mirror.version"))
     name = doc["name"]
     ckpt = dest / job_id / "ckpt"
     final = ckpt / name
-    src = f"{engine.dest(target, job_id)}/{name}"
+    if ".." in Path(name).parts or Path(name).is_absolute():
+        raise GpujobError(f"the mirror's marker names {name!r}, a path outside the job's folder: not fetched",
+                          "check who else writes to the store")
+    src = f"{engine.dest(target, job_id)}/{store.path_of(doc)}"
     single = doc.get("is_dir") is False
-    fetched = not final.exists()  # a checkpoint already here (verified when it came) is not fetched again
+    files = doc.get("files") if isinstance(doc.get("files"), dict) else None
+    # a checkpoint here is kept only when it is the marked version (a marker from before versions: fetched again)
+    fetched = not final.exists() or files is None or bool(version.mismatch(final, not single, files))
     if fetched:
         part = final.parent / (PART + final.name)  # a folder: what arrived stays for the next try
         got = part / final.name if single else part
@@ -109,7 +129,15 @@ def fetch(job_id: str, dest: Path, progress: Callable[[int, int], None] | None =
         except engine.MirrorError as e:
             raise GpujobError(f"reading {name} from the mirror ({target}) failed: {e}",
                               "run the same command again: what arrived is kept and checked") from None
-        os.replace(got, final)
+        why = version.mismatch(got, not single, files) if files is not None else ""
+        if why:
+            shutil.rmtree(part, ignore_errors=True)
+            raise GpujobError(
+                f"{name} on the mirror ({target}) is not the version its marker names ({why}): a stale, cut or "
+                f"replaced object; nothing in {dest} was changed",
+                f"run again (a job saving a newer version replaces it within seconds); gpujob status {job_id} "
+                "shows what the mirror holds")
+        _put_in_place(got, final)
         if single:
             part.rmdir()
     if record:
@@ -118,4 +146,5 @@ def fetch(job_id: str, dest: Path, progress: Callable[[int, int], None] | None =
     n, size = len(files), sum(p.stat().st_size for p in files)
     return {"job_id": job_id, "dest": str(dest / job_id), "selected": "ckpt/" + name, "source": "mirror",
             "target": target, "step": doc.get("step"), "mirrored_at": doc.get("mirrored_at"),
+            "version": doc.get("version"),
             "files": n if fetched else 0, "bytes": size if fetched else 0, "unchanged": 0 if fetched else n}

@@ -148,7 +148,9 @@ class Rclone:
         second. Returns the files (relative to ``src``; the name when ``single``) whose hash rclone
         compared on both sides and found equal in this run: a transferred file's is compared with
         what the store reports after the transfer, so those need no second read (``check``)."""
-        args = ["copyto" if single else "copy", src, dst, "--checksum", "--use-json-log", "--stats", "1s",
+        # a folder is synced: files of an earlier version left in ``dst`` (a slot used before, a cut
+        # download) go, so what lies there is exactly the checkpoint
+        args = ["copyto" if single else "sync", src, dst, "--checksum", "--use-json-log", "--stats", "1s",
                 "--stats-log-level", "NOTICE", "--log-level", "DEBUG"]
         if self.bwlimit:
             args += ["--bwlimit", self.bwlimit]

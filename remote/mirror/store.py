@@ -1,7 +1,12 @@
-"""A job's checkpoints on a mirror: ``<dest>/<name>`` and, written last, ``<dest>/.complete/<name>.json``.
+"""A job's checkpoints on a mirror: ``<dest>/<path>`` and, written last, ``<dest>/.complete/<name>.json``.
 
 A checkpoint without its marker is not one: a torn upload (the instance died mid-copy) is never
-listed, so never restored. The marker holds what restoring needs (name, step, kind, files).
+listed, so never restored. The marker holds what restoring needs (name, step, kind, ``path``) and
+which version it is (``files``: each file's size and SHA-256, ``version``, the source's ``stamp``:
+``remote.mirror.version``). A checkpoint saved again under its name goes to the other of two slots,
+``<name>`` and ``.versions/<name>``, while the marker still names the first: the earlier version
+stays whole until the new one is verified and its marker written (one object, so one atomic switch);
+only then is the earlier slot deleted. A marker written before versions has no ``path``: ``<name>``.
 """
 
 import json
@@ -12,6 +17,7 @@ from urllib.parse import quote, unquote
 from remote.mirror.engine import MirrorError, Rclone
 
 MARKERS = ".complete"
+VERSIONS = ".versions"
 
 
 def marker_path(dest: str, name: str) -> str:
@@ -52,16 +58,45 @@ def read_markers(rc: Rclone, dest: str, names: List[str]) -> List[Dict[str, Any]
     return docs
 
 
+def path_of(doc: Dict[str, Any]) -> str:
+    """Where a marker's checkpoint lies, relative to the job's folder on the mirror."""
+    path = doc.get("path")
+    return path if isinstance(path, str) and path in slots(doc["name"]) else doc["name"]
+
+
+def slots(name: str) -> List[str]:
+    return [name, "{}/{}".format(VERSIONS, name)]
+
+
+def slot_for(name: str, was: Optional[Dict[str, Any]], version: str) -> str:
+    """Where a version of ``name`` is uploaded: where it already lies when the marker names this
+    very version; else the slot the marker does not name (never over the verified one)."""
+    if was is None:
+        return name
+    if was.get("version") == version:
+        return path_of(was)
+    return [s for s in slots(name) if s != path_of(was)][0]
+
+
 def write_marker(rc: Rclone, dest: str, doc: Dict[str, Any]) -> None:
     data = (json.dumps(dict(doc, mirrored_at=time.time()), sort_keys=True) + "\n").encode()
     rc.run(["rcat", marker_path(dest, doc["name"])], data=data, timeout=120)
 
 
 def remove(rc: Rclone, dest: str, doc: Dict[str, Any]) -> None:
-    """The marker first (the checkpoint stops counting), then its files."""
+    """The marker first (the checkpoint stops counting), then its files in both slots."""
     rc.run(["deletefile", marker_path(dest, doc["name"])], timeout=120)
-    path = "{}/{}".format(dest, doc["name"])
-    rc.run(["purge" if doc.get("is_dir", True) else "deletefile", path], timeout=600)
+    for slot in slots(doc["name"]):
+        drop(rc, dest, slot, doc.get("is_dir", True))
+
+
+def drop(rc: Rclone, dest: str, slot: str, is_dir: bool) -> None:
+    """A slot's files (nothing there: nothing to do)."""
+    try:
+        rc.run(["purge" if is_dir else "deletefile", "{}/{}".format(dest, slot)], timeout=600)
+    except MirrorError as e:
+        if "not found" not in str(e).lower():
+            raise
 
 
 def newest(rc: Rclone, dest: str) -> Optional[Dict[str, Any]]:

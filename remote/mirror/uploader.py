@@ -1,10 +1,13 @@
 """The supervisor's mirror thread: each complete checkpoint goes to every target, newest first.
 
 A pass every few seconds asks ``remote.checkpoints`` which checkpoints are complete (its judgement,
-not ours), takes the newest of the newest ``keep`` not yet on a target and copies it there with
+not ours), takes the newest of the newest ``keep`` whose version is not on a target (by content: a
+checkpoint saved again under its name, nanoGPT's ``ckpt.pt``, is a new version; ``version``,
+``store``'s two slots) and copies it there with
 rclone (hash-compared, so a cut copy resumes without re-sending whole files already there; capped
 by ``bwlimit``; ``nice``/``ionice``), makes sure every file was verified by hash (by the copy
-itself, else by ``rclone check``), then writes the marker: only then
+itself, else by ``rclone check``) and that the source was not saved again meanwhile, then writes
+the marker with the version's hashes: only then
 does it count as mirrored. Older ones follow when the newer are up. ``keep`` then applies on the
 mirror, never removing the newest mirrored one. ``<job>/mirror.json`` is what ``status`` shows.
 """
@@ -16,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from remote.layout import agent_log, write_json
-from remote.mirror import engine, store
+from remote.mirror import engine, store, version
 
 PASS_EVERY = float(os.environ.get("GPUJOB_MIRROR_EVERY", "2"))
 INSTALL_AGAIN = 600.0  # seconds before a failed install of rclone is tried again
@@ -43,15 +46,26 @@ class Target:
         self.failing_since = None  # type: Optional[float]
         self.alerted = False
 
+    def holds(self, c: Any, base: Path) -> bool:
+        """Whether this target's marker for ``c`` names the version on the disk now (its files'
+        sizes and mtimes as hashed then): a name alone says nothing of a checkpoint saved in place."""
+        doc = (self.mirrored or {}).get(c.rel(base))
+        if doc is None:
+            return False
+        try:
+            return doc.get("stamp") == version.stamp(c.path, c.is_dir)
+        except OSError:  # rewritten or removed under our eyes: the next pass sees the new one
+            return False
+
     def pending(self, complete: List[Any], base: Path) -> List[Any]:
-        """The newest ``keep`` complete checkpoints not on this target, newest first."""
-        done = self.mirrored or {}
-        return [c for c in reversed(complete[-self.keep:]) if c.rel(base) not in done]
+        """The newest ``keep`` complete checkpoints whose version this target lacks, newest first."""
+        return [c for c in reversed(complete[-self.keep:]) if not self.holds(c, base)]
 
     def state(self) -> Dict[str, Any]:
         docs = sorted((self.mirrored or {}).values(), key=lambda d: (d.get("step") or 0, d.get("mirrored_at") or 0))
         last = docs[-1] if docs else None
         return {"target": display(self.target), "mirrored": last and last["name"],
+                "mirrored_version": last and last.get("version"),
                 "mirrored_step": last and last.get("step"), "mirrored_at": last and last.get("mirrored_at"),
                 "count": len(docs), "uploading": self.uploading, "error": self.error,
                 "failing_since": self.failing_since}
@@ -155,6 +169,8 @@ class Mirror:
                     t.error, t.failing_since, t.alerted = None, None, False
                 elif self.upload(t, todo[0]):
                     more = more or len(todo) > 1
+                elif t.error is None:  # saved again while read: the next pass takes the new version
+                    more = more or self.ending  # (and the end's wait is not over)
         self.save()
         return more
 
@@ -201,11 +217,25 @@ class Mirror:
         return engine.env_for(target, self.cfg, self.sup.job.secrets_data(), self.base_env())
 
     def upload(self, t: Target, c: Any) -> bool:
+        """One version of ``c`` to ``t``: hashed, copied to the slot its marker does not name, verified,
+        then marked. False (nothing marked) when it failed or the job saved ``c`` again meanwhile."""
         assert t.rc is not None and t.mirrored is not None
         base = self.sup.job.ckpt
         name = c.rel(base)
+        was = t.mirrored.get(name)
         t.uploading = {"name": name, "step": c.step, "percent": 0, "bytes": 0, "total": None, "since": time.time()}
         self.save()
+        try:  # the hashes of the version on the disk now, and its stamp before and after they were read
+            before = version.stamp(c.path, c.is_dir)
+            files = version.digest(c.path, c.is_dir)
+            saved_again = version.stamp(c.path, c.is_dir) != before
+        except OSError:
+            saved_again = True
+        if saved_again:
+            t.uploading = None
+            return False
+        ver = version.version(files)
+        slot = store.slot_for(name, was, ver)
 
         def on_stats(s: Dict[str, Any]) -> None:
             total = s.get("totalBytes") or 0
@@ -213,11 +243,19 @@ class Mirror:
                                percent=int(100 * (s.get("bytes") or 0) / total) if total else 0)
             self.save()
 
-        dst = "{}/{}".format(t.dest, name)
+        dst = "{}/{}".format(t.dest, slot)
         try:
             verified = t.rc.copy(str(c.path), dst, not c.is_dir, on_stats)
             t.rc.verify(str(c.path), dst, not c.is_dir, verified, engine.local_files(str(c.path), not c.is_dir))
-            doc = {"name": name, "step": c.step, "kind": c.kind, "is_dir": c.is_dir, "job_id": self.sup.job.id}
+            try:  # what went up is the version hashed only if the job did not save it again meanwhile
+                saved_again = version.stamp(c.path, c.is_dir) != before
+            except OSError:
+                saved_again = True
+            if saved_again:
+                t.uploading = None
+                return False
+            doc = {"name": name, "step": c.step, "kind": c.kind, "is_dir": c.is_dir, "job_id": self.sup.job.id,
+                   "path": slot, "files": files, "version": ver, "stamp": before}
             store.write_marker(t.rc, t.dest, doc)
         except engine.MirrorError as e:
             t.uploading = None
@@ -226,7 +264,13 @@ class Mirror:
         doc["mirrored_at"] = time.time()
         t.mirrored[name] = doc
         t.uploading, t.error, t.failing_since, t.alerted = None, None, None, False
-        self.sup.job.event("mirrored", checkpoint=name, target=display(t.target))
+        self.sup.job.event("mirrored", checkpoint=name, version=ver, target=display(t.target))
+        if was is not None and store.path_of(was) != slot:
+            try:  # the earlier version of this name: no marker names it now
+                store.drop(t.rc, t.dest, store.path_of(was), c.is_dir)
+            except engine.MirrorError as e:
+                agent_log(self.sup.root, "{}: mirror {}: the earlier {} stays: {}".format(
+                    self.sup.job.id, display(t.target), store.path_of(was), e))
         self.rotate(t)
         return True
 
@@ -254,12 +298,12 @@ class Mirror:
                 time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t.failing_since)), display(t.target), why))
 
     def lag(self) -> Optional[float]:
-        """Seconds the newest complete checkpoint has waited for a target (0: all have it)."""
+        """Seconds the newest complete checkpoint (its version on the disk now) has waited for a target
+        (0: all have that version)."""
         c = self.latest_complete
         if c is None:
             return None
-        name = c.rel(self.sup.job.ckpt)
-        if all(name in (t.mirrored or {}) for t in self.targets):
+        if all(t.holds(c, self.sup.job.ckpt) for t in self.targets):
             return 0.0
         return round(max(0.0, time.time() - c.mtime), 1)
 
