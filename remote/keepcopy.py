@@ -10,6 +10,10 @@ see it); before an attempt starts, ``restore`` puts the copy back where the file
 Standard library only, Python 3.8+. Copies run in a thread, at idle I/O priority where the kernel
 lets us, by ``copy_file_range`` (a reflink on btrfs/XFS) else a plain copy, into a temporary name
 renamed into place once the copy is verified whole.
+
+The copy never takes room the job needs (``diskbudget``): it is made only when the job's next save
+and the margin stay free beside it, a copy under way stops when that room runs short, and the kept
+copies are deleted (said once in the log and ``status``) the moment free space falls below it.
 """
 
 import ctypes
@@ -24,13 +28,13 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from remote import checkpoints as ck
+from remote import diskbudget
 from remote.layout import _write_json_once, read_doc
 
 KEPT = "kept"  # under the job folder
 INDEX = ".kept.json"  # rel -> {size, mtime_ns, step} of the source when it was copied
 KEEP_EVERY = 2.0  # seconds between looks (a save is copied within this of its end)
-MIN_FREE = 2 << 30  # a copy must leave at least max(MIN_FREE, FREE_SHARE of the disk) free
-FREE_SHARE = 0.10
+CHUNK = 64 << 20  # a copy under way asks the budget again after each chunk
 STEP_KEYS = ("iter_num", "global_step", "step", "epoch")  # what a script's own dict calls its progress
 
 
@@ -41,11 +45,6 @@ def kept_dir(job_path: Path) -> Path:
 def in_place(found: List[Any]) -> List[Any]:
     """The single-file checkpoints rewritten in place: no step in the name, a regular file (not a link)."""
     return [c for c in found if not c.is_dir and c.step is None and not c.path.is_symlink()]
-
-
-def room_for(size: int, free: int, total: int) -> bool:
-    """Whether a copy of ``size`` bytes leaves at least max(MIN_FREE, FREE_SHARE of ``total``) free."""
-    return free - size >= max(MIN_FREE, int(FREE_SHARE * total))
 
 
 def _low_io_priority() -> None:
@@ -73,10 +72,12 @@ def _drop_cache(path: Path) -> None:
         pass
 
 
-def copy_file(src: Path, dst: Path, check: Callable[[Path, os.stat_result], bool]) -> bool:
+def copy_file(src: Path, dst: Path, check: Callable[[Path, os.stat_result], bool],
+              go_on: Callable[[], bool] = lambda: True) -> bool:
     """``src`` to ``dst`` through a temporary name beside it (same extension, so the format check applies),
     fsynced, the source's mtime kept, renamed over ``dst`` only when ``check(tmp, source's stat at the
-    start)`` says it is whole: an earlier good copy is never replaced by a bad one. True when renamed."""
+    start)`` says it is whole: an earlier good copy is never replaced by a bad one. True when renamed.
+    ``go_on`` is asked after each CHUNK: False drops the copy (its temporary file) at once."""
     tmp = dst.with_name(".gpujob-tmp." + dst.name)
     try:
         with open(str(src), "rb") as fi, open(str(tmp), "wb") as fo:
@@ -85,15 +86,23 @@ def copy_file(src: Path, dst: Path, check: Callable[[Path, os.stat_result], bool
             cfr = getattr(os, "copy_file_range", None)
             while cfr is not None and done < st.st_size:
                 try:
-                    n = cfr(fi.fileno(), fo.fileno(), min(st.st_size - done, 1 << 30))
+                    n = cfr(fi.fileno(), fo.fileno(), min(st.st_size - done, CHUNK))
                 except OSError:  # across filesystems on an old kernel, a filesystem without it
                     break
                 if n <= 0:
                     break
                 done += n
+                if not go_on():
+                    raise _GaveUp()
             fi.seek(done)
             fo.seek(done)
-            shutil.copyfileobj(fi, fo, 1 << 20)
+            while True:
+                block = fi.read(CHUNK)
+                if not block:
+                    break
+                fo.write(block)
+                if not go_on():
+                    raise _GaveUp()
             fo.flush()
             os.fsync(fo.fileno())
         os.utime(str(tmp), ns=(st.st_atime_ns, st.st_mtime_ns))
@@ -102,12 +111,23 @@ def copy_file(src: Path, dst: Path, check: Callable[[Path, os.stat_result], bool
             return False
         os.replace(str(tmp), str(dst))
         return True
+    except _GaveUp:
+        _unlink(tmp)
+        return False
     except BaseException:
-        try:
-            os.unlink(str(tmp))
-        except OSError:
-            pass
+        _unlink(tmp)
         raise
+
+
+class _GaveUp(Exception):
+    """A copy stopped because the job needs the room it was taking."""
+
+
+def _unlink(path: Path) -> None:
+    try:
+        os.unlink(str(path))
+    except OSError:
+        pass
 
 
 def _unchanged_and_whole(src: Path) -> Callable[[Path, os.stat_result], bool]:
@@ -150,18 +170,34 @@ class Keeper:
     """A watcher of the supervisor: every KEEP_EVERY s, copies each in-place checkpoint file that is
     complete and changed since its last copy (one copy at a time, in a thread)."""
 
-    def __init__(self, job: Any, ckpt_dir: Path, pattern: Optional[str], note: Any) -> None:
-        self.job, self.ckpt_dir, self.pattern, self.note = job, ckpt_dir, pattern, note
+    def __init__(self, job: Any, ckpt_dir: Path, pattern: Optional[str], note: Any,
+                 say: Callable[[str], None] = lambda text: None) -> None:
+        self.job, self.ckpt_dir, self.pattern, self.note, self.say = job, ckpt_dir, pattern, note, say
         self.dir = kept_dir(job.path)
         self.next_at = 0.0
         self.thread = None  # type: Optional[threading.Thread]
         self.skipped = set()  # type: set  # files whose skip was noted once
+        self.budget = diskbudget.Budget(ckpt_dir, pattern, self.kept_sizes)
+        self.pids = None  # type: Any  # the job's processes (its files open for writing are a save under way)
+        self.gave_up = False
+
+    def kept_sizes(self) -> int:
+        """The largest save the kept copies recorded (the job's next save is as big, even while a save in
+        place has truncated its file)."""
+        sizes = [rec.get("size") for rec in read_doc(self.dir / INDEX).values() if isinstance(rec, dict)]
+        return max([s for s in sizes if isinstance(s, int)] or [0])
 
     def tick(self, sup: Any) -> Optional[str]:
-        if time.monotonic() < self.next_at or (self.thread is not None and self.thread.is_alive()):
+        if time.monotonic() < self.next_at:
             return None
         self.next_at = time.monotonic() + KEEP_EVERY
+        self.pids = sup.job_pids
         try:
+            if self.held() and self.budget.short(self.dir, self.pids):
+                self.give_up()
+                return None
+            if self.thread is not None and self.thread.is_alive():
+                return None
             todo = self.changed(sup.job_pids)
         except Exception:  # noqa: BLE001 - housekeeping never takes the job down (a file gone mid-look)
             return None
@@ -196,18 +232,45 @@ class Keeper:
             except Exception as e:  # noqa: BLE001 - a copy that fails must never take the job down
                 self.note_once(rel, "could not keep a copy of {}: {}".format(rel, e))
 
+    def held(self) -> bool:
+        """Whether a kept copy (or one under way) takes room now."""
+        return self.dir.is_dir() and any(p.is_file() and p.name != INDEX for p in self.dir.rglob("*"))
+
+    def give_up(self) -> None:
+        """Free space fell below what the job's next save needs: every kept copy goes, said once."""
+        r = self.budget.reserve(self.dir, self.pids)
+        for p in sorted(self.dir.rglob("*"), reverse=True):
+            if p.is_file() or p.is_symlink():
+                _unlink(p)
+        if not self.gave_up:
+            self.gave_up = True
+            text = "kept copy given up and deleted: the disk has {} free, less than the job's next save and the " \
+                   "margin ({}); a save in place cut short now has no copy to come back to".format(
+                       diskbudget.mb(r["free"]), diskbudget.mb(r["need"]))
+            self.note(text)
+            self.say(text)
+
     def copy_one(self, rel: str, src: Path, st: os.stat_result) -> None:
         dst = self.dir / rel
         dst.parent.mkdir(parents=True, exist_ok=True)
-        disk = os.statvfs(str(self.dir))
         # the new copy is whole beside the old one before it replaces it: its full size counts
-        if not room_for(st.st_size, disk.f_bavail * disk.f_frsize, disk.f_blocks * disk.f_frsize):
-            self.note_once(rel, "no copy kept of {} ({} MB): it would leave less than max(2 GB, 10 %) of the "
-                           "disk free; a save cut short there loses it".format(rel, st.st_size >> 20))
+        r = self.budget.reserve(self.dir, self.pids)
+        if r["free"] - st.st_size < r["need"]:
+            if self.gave_up:  # said when the copy was given up; said again only after a copy was kept
+                return
+            self.note_once(rel, "no copy kept of {} ({}): it would leave {} free, less than the job's next save "
+                           "and the margin ({}); a save cut short there loses it".format(
+                               rel, diskbudget.mb(st.st_size), diskbudget.mb(r["free"] - st.st_size),
+                               diskbudget.mb(r["need"])))
             return
-        if not copy_file(src, dst, _unchanged_and_whole(src)):
-            return  # rewritten while copied: the earlier copy stays, the next look copies the new version
+
+        def room_left() -> bool:  # the job's writes win: a copy under way stops when their room runs short
+            return not self.budget.short(self.dir, self.pids)
+
+        if not copy_file(src, dst, _unchanged_and_whole(src), room_left):
+            return  # rewritten while copied or no room left: the earlier copy stays, the next look decides again
         _drop_cache(dst)
+        self.gave_up = False
         index = read_doc(self.dir / INDEX)
         index[rel] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "step": saved_step(dst), "at": time.time()}
         # not layout.write_json: a full disk must not spend the reserve kept for the job's final state

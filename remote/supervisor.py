@@ -141,7 +141,8 @@ class Supervisor:
         if self.spec.get("checkpoint_backup", True):
             from remote.keepcopy import Keeper
 
-            self.keeper = Keeper(self.job, self.ckpt_dir(), self.spec.get("checkpoint_pattern"), self.log_marker)
+            self.keeper = Keeper(self.job, self.ckpt_dir(), self.spec.get("checkpoint_pattern"), self.log_marker,
+                                 say=self.kept_copy_given_up)
             self.watchers.append(self.keeper)
         from remote.metricsrc import Collector  # metrics from TensorBoard events and the log
 
@@ -371,6 +372,11 @@ class Supervisor:
         self.set_state("running", attempt=attempt, child_pid=self.child.pid, started_at=self.status.get("started_at") or now(),
                        cgroup=self.cgroup)
         _events().started(self)
+
+    def kept_copy_given_up(self, text: str) -> None:
+        """The kept copy made way for the job's own writes: status shows it from the next beat on."""
+        self.status["kept_copy"] = text
+        self.job.event("kept_copy_given_up", reason=text)
 
     def restore_kept(self, attempt: int) -> None:
         """A checkpoint file rewritten in place and cut short by the kill that ended the last attempt (or

@@ -110,12 +110,11 @@ def _torch_like(path: Path, step: int, cut: bool = False) -> None:
 
 
 def test_copy_and_skip_rules(tmp_path: Path) -> None:
-    from remote import keepcopy
+    from remote import diskbudget, keepcopy
 
     gb = 1 << 30
-    # the copy must leave max(2 GB, 10 %) of the disk free
-    assert keepcopy.room_for(1 * gb, 10 * gb, 50 * gb) and not keepcopy.room_for(9 * gb, 10 * gb, 50 * gb)
-    assert not keepcopy.room_for(1 * gb, 20 * gb, 200 * gb)  # 19 GB would be left, 20 GB is 10 %
+    # beside the job's next save, the copy must leave max(2 GB, 10 %) of the disk free
+    assert diskbudget.margin(50 * gb) == 5 * gb and diskbudget.margin(10 * gb) == 2 * gb
     job = SimpleNamespace(path=tmp_path / "job")
     ckpt = job.path / "ckpt"
     ckpt.mkdir(parents=True)
@@ -142,12 +141,12 @@ def test_copy_and_skip_rules(tmp_path: Path) -> None:
     assert sorted(os.listdir(job.path / "kept")) == [".kept.json", "ckpt.pt"]
     # no room: skipped, said once
     _torch_like(ckpt / "ckpt.pt", 30)
-    free = keepcopy.MIN_FREE
+    free = diskbudget.MIN_FREE
     try:
-        keepcopy.MIN_FREE = 1 << 62
+        diskbudget.MIN_FREE = 1 << 62
         k.copy_all(k.changed([]))
         k.copy_all(k.changed([]))
     finally:
-        keepcopy.MIN_FREE = free
+        diskbudget.MIN_FREE = free
     assert len(notes) == 1 and "no copy kept of ckpt.pt" in notes[0], notes
     assert keepcopy.saved_step(job.path / "kept" / "ckpt.pt") == 10

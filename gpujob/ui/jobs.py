@@ -215,6 +215,8 @@ def job_panel(j: dict[str, Any]) -> Any:
             t.add_row("", f"[yellow]incomplete {c['name']}: {c.get('incomplete_reason') or '?'}[/]")
     if isinstance(j.get("restored"), str):  # a save in place cut short: its kept copy was put back
         t.add_row("restored", f"[yellow]{j['restored']}[/]")
+    if isinstance(j.get("kept_copy"), str):  # the kept copy made way for the job's own writes
+        t.add_row("kept copy", f"[yellow]{j['kept_copy']}[/]")
     if j.get("stray_checkpoints"):
         t.add_row("checkpoints" if not ck else "", f"[yellow]{'none where gpujob looks: ' if not ck else ''}"
                   f"{j['stray_checkpoints']['advice']}[/]")
