@@ -20,7 +20,6 @@ import ctypes
 import io
 import os
 import platform
-import shutil
 import threading
 import time
 import zipfile

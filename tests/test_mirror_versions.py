@@ -75,7 +75,7 @@ def test_a_checkpoint_saved_in_place_is_mirrored_pulled_and_kept_by_content(s3: 
                 stored = on_store / m.get("path", "ckpt.pt")
                 return f"saved {it}" in (jd / "output.log").read_text() and bool(m) and stored.is_file() \
                     and sha(stored) == sha(local)
-            wait_for(marked, 60, lambda: f"ckpt.pt of iter {it} marked on the mirror: {marker(on_store, 'ckpt.pt')}")
+            wait_for(marked, 60, lambda it=it: f"ckpt.pt of iter {it} marked on the mirror: {marker(on_store, 'ckpt.pt')}")
             if it == 1:  # an older pull in DEST: the next pull must replace it, not call it 'already here'
                 r = run_cli("pull", job_id, str(pulls), "--latest", "--from", "mirror", "--json", env_extra=s3.env())
                 assert r.returncode == 0, r.stderr + r.stdout

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import os
 import shutil
-import uuid
 import sys
+import uuid
 from pathlib import Path
 from typing import Any, Callable
 

@@ -236,6 +236,8 @@ class Mirror:
             return False
         ver = version.version(files)
         slot = store.slot_for(name, was, ver)
+        if t.target.startswith("/") and not self.room_on(t, sum(f["size"] for f in files.values())):
+            return False
 
         def on_stats(s: Dict[str, Any]) -> None:
             total = s.get("totalBytes") or 0
@@ -273,6 +275,28 @@ class Mirror:
                     self.sup.job.id, display(t.target), store.path_of(was), e))
         self.rotate(t)
         return True
+
+    def room_on(self, t: Target, nbytes: int) -> bool:
+        """A path target on the job's own disk: the copy must leave the job's next save and the margin
+        free there (``diskbudget``); else the target fails for now, saying why (retried each pass)."""
+        from remote import diskbudget, procs
+
+        if self.ending:  # the job's writes are over
+            return True
+        job = self.sup.job
+        budget = diskbudget.Budget(self.sup.ckpt_dir(), self.sup.spec.get("checkpoint_pattern"))
+        pids = lambda: procs.job_pids(job.id, job_dir=str(job.path))  # noqa: E731
+        try:
+            r = budget.reserve(Path(t.target), pids)
+        except OSError:
+            return True  # not there yet and no ancestor to ask: rclone says what is wrong
+        if r["free"] - nbytes >= r["need"]:
+            return True
+        t.uploading = None
+        self.failed(t, "not copied: {} would leave {} free on the disk the job writes to, less than its next "
+                       "save and the margin ({}); mirror to another disk or free space".format(
+                           diskbudget.mb(nbytes), diskbudget.mb(r["free"] - nbytes), diskbudget.mb(r["need"])))
+        return False
 
     def rotate(self, t: Target) -> None:
         """``keep`` on the mirror: the oldest go; the newest mirrored one never does."""
