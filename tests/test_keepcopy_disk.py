@@ -117,3 +117,12 @@ def test_a_kept_copy_is_given_up_when_free_space_falls_below_the_next_save(tmp_p
             k.tick(sup)
             k.wait()
         assert not (job.path / "kept" / "ckpt.pt").exists() and len(notes) == 1, notes
+    # status shows what the supervisor recorded (status.json's kept_copy)
+    from rich.console import Console
+
+    from gpujob.ui.jobs import job_panel
+
+    con = Console(width=300, record=True)
+    con.print(job_panel({"job_id": "j", "host": "local", "state": "running", "kept_copy": said[0]}))
+    shown = con.export_text()
+    assert any(ln.lstrip().startswith("kept copy") and "given up and deleted" in ln for ln in shown.splitlines()), shown

@@ -183,3 +183,44 @@ def test_a_folder_saved_again_goes_to_the_other_slot_and_the_earlier_stays_whole
     assert got["files"] == 2 and sorted(p.name for p in old.iterdir()) == ["model.safetensors", "optimizer.pt"]
     assert (old / "model.safetensors").read_bytes() == (ck / "model.safetensors").read_bytes()
     assert engine.dest("s3://ckpts/f", "job1").endswith("job1") and store.slots("x") == ["x", ".versions/x"]
+
+
+def test_pull_follow_fetches_and_names_each_version_of_a_checkpoint_saved_in_place(tmp_path: Path) -> None:
+    """``pull --follow`` (the laptop as a mirror): each save of ``ckpt.pt`` arrives and is named once per
+    version (it was named once for all: "pulled ckpt/ckpt.pt", then silence while new versions came)."""
+    needs("torch")
+    import subprocess
+    import sys
+
+    import torch
+
+    from tests.conftest import REPO
+
+    job = write_job(tmp_path, "nanofollow", NANO, "python main.py", checkpoint={"dir": "out", "backup": False})
+    r = run_cli("submit", str(job), "--host", "local", "--json")
+    assert r.returncode == 0, r.stderr
+    job_id = json.loads(r.stdout)["job_id"]
+    jd = remote_root(tmp_path, "local") / "jobs" / job_id
+    dest = tmp_path / "follow"
+    p = subprocess.Popen([sys.executable, "-m", "gpujob.cli", "pull", job_id, str(dest), "--follow", "0.3", "--json"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=dict(os.environ, PYTHONPATH=str(REPO)))
+    here = dest / job_id / "ckpt" / "ckpt.pt"
+
+    def iter_here() -> int | None:
+        try:
+            return torch.load(here)["iter_num"]
+        except Exception:  # noqa: BLE001 - not here yet, or being replaced
+            return None
+    try:
+        for it in (1, 2):
+            wait_for(lambda it=it: iter_here() == it, 60, lambda it=it: f"iter {it} pulled: {iter_here()}")
+            (jd / "code" / f"go-{it}").write_text("")
+        out, err = p.communicate(timeout=120)
+    finally:
+        p.kill()
+        run_cli("stop", job_id, "--host", "local")
+    assert p.returncode == 0, err + out
+    res = json.loads(out)
+    assert res["state"] == "succeeded" and iter_here() == 3, res
+    assert res["pulled"] == ["ckpt/ckpt.pt"] * 3, res

@@ -36,9 +36,10 @@ def follow(pull_once: Callable[[], dict[str, Any]], state: Callable[[], str], re
                     raise
                 note("no complete checkpoint yet")
             sel = last.get("selected")
-            if sel and (not pulled or pulled[-1] != sel):
+            # a checkpoint saved again under its name (ckpt.pt) is a new version: judged by what travelled
+            if sel and (not pulled or pulled[-1] != sel or last.get("selected_fetched")):
+                note(f"pulled {sel}" + (" (a new version)" if sel in pulled else ""))
                 pulled.append(sel)
-                note(f"pulled {sel}")
             if st in FINAL:
                 return {**last, "pulled": pulled, "state": st}
             pause = interval

@@ -207,5 +207,8 @@ def _pull(agent: Agent, args: list[str], dest: Path, progress: Callable[[int, in
         raise link_cut(agent.host, "pull", rc, AGAIN)
     if rc != 0:
         raise RemoteError(f"pull failed on {agent.host.name}: {s.stderr_text()[-500:]}", "run pull again")
-    return {"job_id": job_id, "dest": str(target), "selected": doc.get("selected"), "unchanged": same,
+    sel = doc.get("selected")
+    return {"job_id": job_id, "dest": str(target), "selected": sel, "unchanged": same,
+            # a file of the selected checkpoint travelled: a new one, or a new version under its name
+            "selected_fetched": bool(sel) and any(a == sel or a.startswith(sel + "/") for a in asked),
             "stray": doc.get("stray") or [], "stray_hint": doc.get("stray_hint"), "note": doc.get("note"), **res}
