@@ -70,10 +70,11 @@ def slots(name: str) -> List[str]:
 
 def slot_for(name: str, was: Optional[Dict[str, Any]], version: str) -> str:
     """Where a version of ``name`` is uploaded: where it already lies when the marker names this
-    very version; else the slot the marker does not name (never over the verified one)."""
+    very version (or none: a marker from before versions, whose files a hash-compared copy mostly
+    keeps); else the slot the marker does not name (never over the verified one)."""
     if was is None:
         return name
-    if was.get("version") == version:
+    if was.get("version") in (None, version):
         return path_of(was)
     return [s for s in slots(name) if s != path_of(was)][0]
 
