@@ -343,8 +343,10 @@ class AutoStop:
             if r:
                 return r
         if c.get("disk_free_below") is not None:
+            from remote.diskbudget import given_back_on_demand
+
             st = os.statvfs(self.job_path)
-            free = st.f_bavail * st.f_frsize
+            free = st.f_bavail * st.f_frsize + given_back_on_demand(self.job_path)  # the kept copy makes way
             if free < parse_size(c["disk_free_below"]):
                 return "autostop: disk_free_below {} ({:.1f} GB free)".format(c["disk_free_below"], free / 2 ** 30)
         gi = c.get("gpu_idle")

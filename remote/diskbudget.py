@@ -105,5 +105,12 @@ class Budget:
         return r["free"] < r["need"]
 
 
+def given_back_on_demand(job_path: Path) -> int:
+    """Bytes the job's helpers hold under its folder and give up the moment the job needs the room (the
+    kept copies): a measure of the job's free space (``autostop: disk_free_below``) counts them as free,
+    so a copy never stops a job that would run on without it."""
+    return _size(Path(job_path) / "kept") if (Path(job_path) / "kept").is_dir() else 0
+
+
 def mb(n: int) -> str:
     return "{:.0f} MB".format(n / 1e6)

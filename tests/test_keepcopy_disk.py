@@ -126,3 +126,51 @@ def test_a_kept_copy_is_given_up_when_free_space_falls_below_the_next_save(tmp_p
     con.print(job_panel({"job_id": "j", "host": "local", "state": "running", "kept_copy": said[0]}))
     shown = con.export_text()
     assert any(ln.lstrip().startswith("kept copy") and "given up and deleted" in ln for ln in shown.splitlines()), shown
+
+
+# the job's autostop watches its disk: it stops below 2.5 GiB free. The disk leaves 16 MiB above that
+# after the first save; the kept copy of that save (32 MiB) would take the job under it.
+WATCHED = """
+    import os, time, torch
+    model = torch.nn.Linear(1024, 8192)
+    path = os.path.join("out", "ckpt.pt")
+    os.makedirs("out", exist_ok=True)
+    torch.save({"model": model.state_dict(), "iter_num": 0}, "probe.pt")
+    size = os.path.getsize("probe.pt")
+    os.unlink("probe.pt")
+    st = os.statvfs(".")
+    fd = os.open("other.bin", os.O_CREAT | os.O_WRONLY)
+    os.posix_fallocate(fd, 0, st.f_bavail * st.f_frsize - (size + 2560 * 2**20 + 16 * 2**20))
+    os.close(fd)
+    torch.save({"model": model.state_dict(), "iter_num": 1}, path)
+    print("saved 1", flush=True)
+    while not os.path.exists("go"):
+        time.sleep(0.05)
+    for i in range(40):  # autostop looks every 0.2 s meanwhile
+        print("step", i, flush=True)
+        time.sleep(0.1)
+    torch.save({"model": model.state_dict(), "iter_num": 2}, path)
+    print("saved 2", flush=True)
+"""
+
+
+def test_the_kept_copy_does_not_set_off_autostop_disk_free_below(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    needs("torch")
+    with loopfs(tmp_path / "disk", "3000M") as mnt:
+        monkeypatch.setenv("GPUJOB_LOCAL_ROOT", str(mnt / "root"))
+        job = write_job(tmp_path, "watched", WATCHED, "python main.py", checkpoint={"dir": "out"},
+                        autostop={"disk_free_below": "2560MB", "check_every": "0.2s"})
+        r = run_cli("submit", str(job), "--json")
+        assert r.returncode == 0, r.stderr
+        job_id = json.loads(r.stdout)["job_id"]
+        jd = mnt / "root" / "jobs" / job_id
+        try:
+            wait_for(lambda: (jd / "kept" / ".kept.json").exists(), 120,
+                     lambda: "the kept copy: " + (jd / "output.log").read_text()[-400:])
+            (jd / "code" / "go").write_text("")
+            st = wait_state("local", job_id, ("succeeded", "failed", "stopped", "autostopped"), 120)
+        finally:
+            run_cli("stop", job_id)
+        log = (jd / "output.log").read_text()
+        assert st["state"] == "succeeded" and "saved 2" in log, (st.get("reason"), log[-1000:])
