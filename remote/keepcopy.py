@@ -95,13 +95,17 @@ def copy_file(src: Path, dst: Path, check: Callable[[Path, os.stat_result], bool
                     raise _GaveUp()
             fi.seek(done)
             fo.seek(done)
+            since = 0
             while True:
-                block = fi.read(CHUNK)
+                block = fi.read(1 << 20)
                 if not block:
                     break
                 fo.write(block)
-                if not go_on():
-                    raise _GaveUp()
+                since += len(block)
+                if since >= CHUNK:
+                    since = 0
+                    if not go_on():
+                        raise _GaveUp()
             fo.flush()
             os.fsync(fo.fileno())
         os.utime(str(tmp), ns=(st.st_atime_ns, st.st_mtime_ns))
@@ -229,7 +233,8 @@ class Keeper:
             try:
                 self.copy_one(rel, src, st)
             except Exception as e:  # noqa: BLE001 - a copy that fails must never take the job down
-                self.note_once(rel, "could not keep a copy of {}: {}".format(rel, e))
+                if not self.gave_up:  # (a copy whose file give_up deleted under it: said already)
+                    self.note_once(rel, "could not keep a copy of {}: {}".format(rel, e))
 
     def held(self) -> bool:
         """Whether a kept copy (or one under way) takes room now."""

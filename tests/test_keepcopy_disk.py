@@ -117,6 +117,13 @@ def test_a_kept_copy_is_given_up_when_free_space_falls_below_the_next_save(tmp_p
             k.tick(sup)
             k.wait()
         assert not (job.path / "kept" / "ckpt.pt").exists() and len(notes) == 1, notes
+        # a copy under way stops at the next chunk when the budget says the room is the job's; nothing left
+        big = mnt / "big.pt"
+        allocate(big, keepcopy.CHUNK + (1 << 20))
+        asked: list[int] = []
+        assert keepcopy.copy_file(big, mnt / "copy.pt", lambda tmp, st: True,
+                                  lambda: bool(asked.append(1))) is False
+        assert asked == [1] and not (mnt / "copy.pt").exists() and not (mnt / ".gpujob-tmp.copy.pt").exists()
     # status shows what the supervisor recorded (status.json's kept_copy)
     from rich.console import Console
 
