@@ -4,8 +4,8 @@ A checkpoint rewritten under one name (nanoGPT's ``ckpt.pt``, ``last.ckpt``, an 
 folder) keeps its name from save to save, so a name on a mirror or in a pull's folder says nothing
 about which save it holds. Two measures do:
 
-* ``stamp``   each file's (path, size, mtime_ns): read with ``stat`` only, so the uploader can ask
-              it every pass; a different stamp means a new save (or a touch) to hash again
+* ``stamp``   each file's (path, size, mtime_ns, inode): read with ``stat`` only, so the uploader can
+              ask it every pass; a different stamp means a new save (or a touch, a move) to hash again
 * ``digest``  each file's size and SHA-256, and ``version``: one hash over them; the marker records
               both, and whoever reads the mirror checks what arrived against them (``mismatch``)
 """
@@ -34,11 +34,12 @@ def _file(path: Path, is_dir: bool, rel: str) -> Path:
 
 
 def stamp(path: Path, is_dir: bool) -> List[List[Any]]:
-    """``[[rel, size, mtime_ns], ...]``: changes with every save, read without opening a file."""
+    """``[[rel, size, mtime_ns, inode], ...]``: changes with every save (a temporary file renamed over
+    the name is a new inode even within one tick of the clock), read without opening a file."""
     out = []
     for rel in _files(path, is_dir):
         st = os.stat(str(_file(path, is_dir, rel)))
-        out.append([rel, st.st_size, st.st_mtime_ns])
+        out.append([rel, st.st_size, st.st_mtime_ns, st.st_ino])
     return out
 
 
