@@ -168,7 +168,7 @@ def add_host(
                 on_detect(host, found)
     if host.shutdown_command is None:
         host.shutdown_command = PRESETS[host.preset]["shutdown_command"]
-    store.save(host)
+    store.save(host, new=not force)  # another `host add` of this name may have saved it meanwhile
     change = HostChange(host)
     if any((settings or {}).get(k) is not None for k in SETTINGS):
         change.idle = apply_settings(host, settings or {}, store)
