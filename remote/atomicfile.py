@@ -15,9 +15,10 @@ locks of two opens of a file exclude each other, even within one process).
 
 import contextlib
 import fcntl
+import json
 import os
 from pathlib import Path
-from typing import Callable, Iterator, Optional, Union
+from typing import Any, Callable, Dict, Iterator, Optional, Union
 
 PathLike = Union[str, Path]
 
@@ -120,3 +121,21 @@ def append(path: PathLike, data: Union[bytes, str], mode: int = 0o644, lock: boo
             os.write(fd, raw)
         finally:
             os.close(fd)
+
+
+def update_json(path: PathLike, edit: Callable[[Dict[str, Any]], Optional[bool]], mode: int = 0o644,
+                durable: bool = True) -> Dict[str, Any]:
+    """``update`` of a file holding a JSON object: ``edit`` changes the object as it is now (a missing
+    or damaged file reads as ``{}``); it returns False to write nothing. The object after."""
+    doc = {}  # type: Dict[str, Any]
+
+    def change(raw: Optional[bytes]) -> Optional[bytes]:
+        try:
+            got = json.loads(raw.decode("utf-8")) if raw else {}
+        except (ValueError, UnicodeDecodeError):
+            got = {}
+        doc.update(got if isinstance(got, dict) else {})
+        return None if edit(doc) is False else json.dumps(doc).encode("utf-8")
+
+    update(path, change, mode, durable)
+    return doc

@@ -7,6 +7,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Tuple
 
+from remote import atomicfile
+
 
 def now() -> float:
     return time.time()
@@ -17,20 +19,10 @@ RESERVE_BYTES = 4 << 20
 _reserve = []  # type: list  # the Root's reserve file, once a Root is made in this process
 
 
-def _write_json_once(path: Path, tmp: Path, data: Any, mode: int) -> None:
-    try:
-        fd = os.open(str(tmp), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(str(tmp), str(path))
-    except BaseException:
-        try:  # never leave a temporary file behind (on a full disk they piled up)
-            os.unlink(str(tmp))
-        except OSError:
-            pass
-        raise
+def write_json_once(path: Path, data: Any, mode: int = 0o644) -> None:
+    """``write_json`` without the reserve (remote/atomicfile.py: a writer's own temporary name, fsync,
+    rename, the folder fsynced)."""
+    atomicfile.write(path, json.dumps(data, indent=1, sort_keys=True), mode)
 
 
 def write_json(path: Path, data: Any, mode: int = 0o644) -> None:
@@ -38,8 +30,7 @@ def write_json(path: Path, data: Any, mode: int = 0o644) -> None:
 
     On a full disk the root's reserve file is given back once and the write retried, so a
     job's final state is still recorded."""
-    tmp = path.with_name(".{}.{}.tmp".format(path.name, os.getpid()))
-    with_reserve(lambda: _write_json_once(path, tmp, data, mode))
+    with_reserve(lambda: write_json_once(path, data, mode))
 
 
 def with_reserve(write: Callable[[], Any]) -> Any:
