@@ -94,6 +94,15 @@ class _TrustOnFirstUse(paramiko.MissingHostKeyPolicy):
         _change_known_hosts(self.path, record)
 
 
+def recorded_keys(known_hosts: str | Path, hostname: str, port: int) -> set[str]:
+    """The host keys recorded for ``hostname:port`` (base64), none when it was never reached."""
+    path = Path(known_hosts)
+    if not path.exists():
+        return set()
+    found = paramiko.HostKeys(str(path)).lookup(hostname if port == 22 else f"[{hostname}]:{port}")
+    return {k.get_base64() for k in (found or {}).values()}
+
+
 def forget_host_key(target: Target) -> bool:
     """Drop the recorded key of ``target`` (``gpujob host trust``); True if one was there."""
     ep = as_endpoint(target)
