@@ -91,3 +91,36 @@ def test_twenty_writers_at_once_leave_every_change_in_place(sshd: Sshd, tmp_path
     for flag, _value, key, want in sets:
         assert hb.get(key) == want, (flag, hb)
     assert hb["port"] == sshd.port and hb["bench"]["disk"]["write_mbs"] > 0
+
+
+WRITER = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from remote import atomicfile
+for k in range(int(sys.argv[4])):
+    atomicfile.update_json(sys.argv[2], lambda doc: doc.update({"%s-%d" % (sys.argv[3], k): k}))
+    atomicfile.append(sys.argv[2] + ".log", "%s-%d\\n" % (sys.argv[3], k))
+"""
+
+
+def test_twenty_processes_rewriting_one_file_lose_nothing_and_no_reader_sees_a_part(tmp_path: Path) -> None:
+    """remote/atomicfile.py itself, as the agent uses it (the laptop's files go through it too)."""
+    target = tmp_path / "shared.json"
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(REPO), str(target), f"w{i}", "15"])
+             for i in range(20)]
+    seen = 0
+    while any(p.poll() is None for p in procs):
+        try:
+            raw = target.read_bytes()
+        except FileNotFoundError:
+            continue
+        json.loads(raw)  # never empty, never a part
+        seen += 1
+    assert all(p.wait() == 0 for p in procs)
+    doc = json.loads(target.read_text())
+    assert doc == {f"w{i}-{k}": k for i in range(20) for k in range(15)}
+    lines = (tmp_path / "shared.json.log").read_text().splitlines()
+    assert sorted(lines) == sorted(f"w{i}-{k}" for i in range(20) for k in range(15))
+    assert seen > 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".shared.json.lock", ".shared.json.log.lock", "shared.json",
+                                                          "shared.json.log"]  # no temporary file left
