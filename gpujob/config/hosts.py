@@ -410,7 +410,7 @@ class HostStore:
         host = Host(name=name, **{k: v for k, v in d.items() if k in known})
         host._merged_env = host.settings_env()  # type: ignore[attr-defined]
         host.env = {**host.env, **host._merged_env}  # type: ignore[attr-defined]  # submit sends host.env
-        host._stored = host.to_dict()  # type: ignore[attr-defined]  # what save() compares with (its changes)
+        host._stored = (name, host.to_dict())  # type: ignore[attr-defined]  # what save() compares with (its changes)
         return host
 
     def get(self, name: str | None, checked: bool = True) -> Host:
@@ -439,7 +439,9 @@ class HostStore:
         check_host_name(host.name)
         check_profile(host, "save")
         mine = host.to_dict()
-        base = getattr(host, "_stored", None)
+        name, base = getattr(host, "_stored", (None, None))
+        if name != host.name:  # a profile made here, or one read under another name and renamed
+            base = None
 
         def edit(data: dict[str, dict]) -> None:
             cur = data.get(host.name)
@@ -459,7 +461,7 @@ class HostStore:
             data[host.name] = merged
 
         self._change(edit)
-        host._stored = mine  # type: ignore[attr-defined]
+        host._stored = (host.name, mine)  # type: ignore[attr-defined]
 
     def remove(self, name: str) -> None:
         if name == LOCAL:
