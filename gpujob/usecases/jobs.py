@@ -39,7 +39,7 @@ def ls(agent: Agent, limit: int = 0, everything: bool = False, older: list[int] 
 def with_instance(doc: dict[str, Any]) -> list[dict[str, Any]]:
     """A listing's jobs, each marked with the instance the agent says it runs in (its root's id)."""
     inst = doc.get("instance")
-    if isinstance(inst, str) and inst:
+    if isinstance(inst, str) and re.fullmatch(r"[0-9a-f]{32}", inst):  # what remote/layout.py makes, nothing else
         for j in doc["jobs"]:
             if isinstance(j, dict):
                 j["instance"] = inst
