@@ -63,7 +63,10 @@ def test_ten_submits_to_a_host_just_added_all_succeed_and_preflight_once(sshd: S
     # the job index names each job once, each on hb
     index = [json.loads(line) for line in (tmp_path / "state" / "jobs.jsonl").read_text().splitlines()]
     assert sorted(e["job_id"] for e in index) == sorted(ids) and {e["host"] for e in index} == {"hb"}
-    leftovers = [p.name for p in (tmp_path / "config").rglob("*") if ".tmp" in p.name]
+    # the run ledger (SQLite, ten writers at once) holds each run
+    runs = json.loads(run_cli("runs", "--json").stdout)["runs"]
+    assert sorted(r["job_id"] for r in runs) == sorted(ids)
+    leftovers = [p.name for d in ("config", "state", "cache") for p in (tmp_path / d).rglob("*") if ".tmp" in p.name]
     assert not leftovers, leftovers
 
 
