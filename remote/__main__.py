@@ -62,7 +62,7 @@ def cmd_status(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
                     jobindex.mark(root, [i], True)
         except OSError:  # a full or read-only disk: the listing still answers
             pass
-    return {"jobs": described, "now": time.time(), "older": older}
+    return {"jobs": described, "now": time.time(), "older": older, "instance": root.instance_id()}
 
 
 def _listed(root: Root, job_id: str) -> Dict[str, Any]:

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+from remote import atomicfile
 from remote.layout import Root, last_json_line
 from remote.protocol import TERMINAL
 
@@ -259,11 +260,7 @@ def latest(path: Path, since: float = 0.0) -> Optional[Dict[str, Any]]:
 
 def compact(path: Path, now: float) -> None:
     recs = downsample(read_samples(path), now)
-    tmp = path.with_name(".gpu.jsonl.tmp")
-    with open(str(tmp), "w") as f:
-        for r in recs:
-            f.write(json.dumps(r, separators=(",", ":")) + "\n")
-    os.replace(str(tmp), str(path))
+    atomicfile.write(path, "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in recs), durable=False)
 
 
 # ---- allocation and the FIFO queue -----------------------------------------------------

@@ -14,9 +14,10 @@ import subprocess
 import time
 from typing import Any, Dict, Optional
 
+from remote import atomicfile
 from remote.errors import AgentError
 from remote.jobenv import PATH_PREFIX
-from remote.layout import Root, read_doc, write_json
+from remote.layout import Root, read_doc
 
 CHECKED = re.compile(r"^(python[0-9.]*|torchrun|accelerate|deepspeed)$")  # interpreters and launchers, by name
 REMEMBER_S = 3600.0
@@ -73,8 +74,8 @@ def check(root: Root, spec: Dict[str, Any], host_env: Dict[str, str]) -> None:
     if found is None:
         return  # cannot tell: the job's own run says
     if found:
-        try:
-            write_json(cache, dict(seen, **{key: time.time()}))
+        try:  # under the file's lock, over what other submits found meanwhile
+            atomicfile.update_json(cache, lambda doc: doc.update({key: time.time()}), durable=False)
         except OSError:
             pass
         return

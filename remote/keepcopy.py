@@ -28,7 +28,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from remote import checkpoints as ck
 from remote import diskbudget
-from remote.layout import _write_json_once, read_doc
+from remote.layout import read_doc, write_json_once
 
 KEPT = "kept"  # under the job folder
 INDEX = ".kept.json"  # rel -> {size, mtime_ns, step} of the source when it was copied
@@ -278,7 +278,7 @@ class Keeper:
         index = read_doc(self.dir / INDEX)
         index[rel] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "step": saved_step(dst), "at": time.time()}
         # not layout.write_json: a full disk must not spend the reserve kept for the job's final state
-        _write_json_once(self.dir / INDEX, self.dir / (INDEX + ".tmp"), index, 0o644)
+        write_json_once(self.dir / INDEX, index)
 
     def note_once(self, rel: str, text: str) -> None:
         if rel not in self.skipped:

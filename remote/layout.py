@@ -7,6 +7,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Tuple
 
+from remote import atomicfile
+
 
 def now() -> float:
     return time.time()
@@ -17,20 +19,10 @@ RESERVE_BYTES = 4 << 20
 _reserve = []  # type: list  # the Root's reserve file, once a Root is made in this process
 
 
-def _write_json_once(path: Path, tmp: Path, data: Any, mode: int) -> None:
-    try:
-        fd = os.open(str(tmp), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(str(tmp), str(path))
-    except BaseException:
-        try:  # never leave a temporary file behind (on a full disk they piled up)
-            os.unlink(str(tmp))
-        except OSError:
-            pass
-        raise
+def write_json_once(path: Path, data: Any, mode: int = 0o644) -> None:
+    """``write_json`` without the reserve (remote/atomicfile.py: a writer's own temporary name, fsync,
+    rename, the folder fsynced)."""
+    atomicfile.write(path, json.dumps(data, indent=1, sort_keys=True), mode)
 
 
 def write_json(path: Path, data: Any, mode: int = 0o644) -> None:
@@ -38,8 +30,7 @@ def write_json(path: Path, data: Any, mode: int = 0o644) -> None:
 
     On a full disk the root's reserve file is given back once and the write retried, so a
     job's final state is still recorded."""
-    tmp = path.with_name(".{}.{}.tmp".format(path.name, os.getpid()))
-    with_reserve(lambda: _write_json_once(path, tmp, data, mode))
+    with_reserve(lambda: write_json_once(path, data, mode))
 
 
 def with_reserve(write: Callable[[], Any]) -> Any:
@@ -169,6 +160,28 @@ class Root:
 
     def job(self, job_id: str) -> "JobDir":
         return JobDir(self.jobs / job_id)
+
+    def instance_id(self) -> str:
+        """This root's identity (``<root>/instance.id``, made on first use): two host profiles that
+        reach one instance and root (a login line added twice) list each job once. "" where the
+        root cannot be written."""
+        path = self.root / "instance.id"
+
+        def valid(raw: Optional[bytes]) -> bool:
+            return bool(raw) and len(raw.strip()) == 32 and all(c in b"0123456789abcdef" for c in raw.strip())
+
+        try:
+            with open(str(path), "rb") as f:
+                raw = f.read(64)  # type: Optional[bytes]
+        except OSError:
+            raw = None
+        if not valid(raw):
+            try:
+                self.root.mkdir(parents=True, exist_ok=True)
+                raw = atomicfile.update(path, lambda old: old if valid(old) else os.urandom(16).hex().encode())
+            except OSError:
+                return ""
+        return (raw or b"").strip().decode()
 
     def ensure(self) -> None:
         for p in (self.jobs, self.data, self.envs, self.root / "projects"):

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, Iterator, Optional
 
+from remote import atomicfile
 from remote.errors import AgentError
 from remote.layout import read_doc
 
@@ -101,16 +102,9 @@ def _project(root: Path, project: str) -> Path:
 
 
 def _write(lease: Path, token: str) -> None:
-    # no fsync: after a crash the lease only has to expire, which time does
-    tmp = lease.with_name(".{}.{}.tmp".format(lease.name, os.getpid()))
-    try:
-        with open(str(tmp), "w") as f:
-            json.dump({"token": token, "until": time.time() + lease_ttl(), "pid": os.getpid()}, f)
-        os.replace(str(tmp), str(lease))
-    except OSError:  # a full disk: no half-written temp file left behind
-        with contextlib.suppress(OSError):
-            os.unlink(str(tmp))
-        raise
+    # not durable: after a crash the lease only has to expire, which time does
+    atomicfile.write(lease, json.dumps({"token": token, "until": time.time() + lease_ttl(), "pid": os.getpid()}),
+                     durable=False)
 
 
 def try_lease(root: Path, project: str, token: str) -> Optional[float]:

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+from remote import atomicfile
 from remote.layout import JobDir, read_json, tail_lines
 
 # the readers (tfevents, logparse) are imported by the Collector only: every agent verb reads
@@ -405,13 +406,7 @@ class Collector:
         doc = {"log_offset": self.log_offset, "progress": self.progress, "parser": self.parser.carry(),
                "tb": {p: {"offset": s.offset, "corrupt": s.corrupt, "bad_records": s.bad_records}
                       for p, s in self.tb.items()}}
-        tmp = self.job.path / ".{}.tmp".format(STATE)
-        try:
-            with open(str(tmp), "w") as f:
-                json.dump(doc, f)
-            os.replace(str(tmp), str(self.job.path / STATE))  # a cache: no fsync on every tick
+        try:  # a cache: no fsync on every tick
+            atomicfile.write(self.job.path / STATE, json.dumps(doc), durable=False)
         except OSError:  # a full disk: the offsets are a cache (read again next time), never a leftover
-            try:
-                os.unlink(str(tmp))
-            except OSError:
-                pass
+            pass

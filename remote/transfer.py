@@ -5,7 +5,6 @@ a hash cache (``<root>/cache/hashes.json``) filled by every received file, so a 
 hashes costs no rereading of data it received itself.
 """
 
-import contextlib
 import fnmatch
 import json
 import os
@@ -13,7 +12,7 @@ import stat
 from pathlib import Path, PurePosixPath
 from typing import IO, Any, Dict, List, Optional
 
-from remote import checkpoints
+from remote import atomicfile, checkpoints
 from remote.layout import read_doc, read_json
 from remote.stream import (
     CHUNK,
@@ -445,24 +444,13 @@ def manifest_doc(root: Path, dirs: List[str], hash_dirs: List[str], cache: Optio
         doc[d] = t
     if cache is not None:
         cache.save()
-    if changed:
-        _save(seals_path, seals)
+    if changed:  # under the file's lock, over what others sealed meanwhile: only this walk's trees change
+        mine = {d: seals[d] for d in dirs + hash_dirs if d in seals}
+        seals_path.parent.mkdir(parents=True, exist_ok=True)
+        atomicfile.update_json(seals_path, lambda doc: doc.update(mine), durable=False)
     st = os.statvfs(str(root))
     doc["free_bytes"] = st.f_bavail * st.f_frsize
     return doc
-
-
-def _save(path: Path, doc: Dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(".{}.{}.tmp".format(path.name, os.getpid()))
-    try:
-        with open(str(tmp), "w") as f:
-            json.dump(doc, f)
-        os.replace(str(tmp), str(path))
-    except OSError:  # a full disk: no half-written temp file left behind
-        with contextlib.suppress(OSError):
-            os.unlink(str(tmp))
-        raise
 
 
 def session(root: Path, dirs: List[str], hash_dirs: List[str], stdin: IO[bytes], stdout: IO[bytes],

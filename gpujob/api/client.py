@@ -126,13 +126,15 @@ class Client:
         out: list[dict[str, Any]] = []
         errors: dict[str, str] = {}
         older: list[int] = []
+        seen: set[tuple[str, str]] = set()
         for name in names:
             try:
                 listed = jobs.ls(self.agent(name), everything=all, older=older)
                 for j in listed:
                     j.setdefault("host", name)
                     j["host"] = j["host"] or name
-                    out.append(j)
+                listed = jobs.once_each(listed, seen)  # another profile of the same instance listed them
+                out += listed
                 observe(listed, name)
             except GpujobError as e:
                 if len(names) == 1:

@@ -35,6 +35,7 @@ def cmd_host_add(args: argparse.Namespace) -> int:
     change = add_host(args.name, args.ssh, password=password, root=args.root, preset=args.preset, price=args.price,
                       identity=args.identity, check=not args.no_check, force=args.force, settings=_settings(args),
                       on_detect=ui.detected)
+    ui.same_instance(change)
     show(profile(change.host), args.json, lambda _: ui.added(change))
     return 0
 

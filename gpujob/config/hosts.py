@@ -11,11 +11,13 @@ import os
 import re
 import shlex
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from gpujob.config.paths import config_dir, write_private
+from gpujob.config.paths import atomicfile, config_dir, state_dir, write_private
 from gpujob.errors import HostError
 from gpujob.transport.endpoint import LOCAL, Endpoint
 
@@ -379,10 +381,15 @@ class HostStore:
             pass
         return hosts
 
-    def _write(self, data: dict[str, dict]) -> None:
+    def _change(self, edit: Callable[[dict[str, dict]], None]) -> None:
+        """Apply ``edit`` to the profiles as they are now, under the file's lock, and write them back
+        (remote/atomicfile.py): two gpujob processes changing profiles at once both keep their change."""
         import yaml
 
-        write_private(self.path, yaml.safe_dump({"hosts": data}, sort_keys=True))
+        with atomicfile().locked(self.path):
+            data = dict(self._load())
+            edit(data)
+            write_private(self.path, yaml.safe_dump({"hosts": data}, sort_keys=True))
 
     def all(self) -> list[Host]:
         return [local_host()] + [self._make(n, d) for n, d in sorted(self._load().items())]
@@ -403,6 +410,7 @@ class HostStore:
         host = Host(name=name, **{k: v for k, v in d.items() if k in known})
         host._merged_env = host.settings_env()  # type: ignore[attr-defined]
         host.env = {**host.env, **host._merged_env}  # type: ignore[attr-defined]  # submit sends host.env
+        host._stored = (name, host.to_dict())  # type: ignore[attr-defined]  # what save() compares with (its changes)
         return host
 
     def get(self, name: str | None, checked: bool = True) -> Host:
@@ -421,20 +429,56 @@ class HostStore:
         host = self._make(name, data[name])
         return check_profile(host) if checked else host
 
-    def save(self, host: Host) -> None:
+    def save(self, host: Host, new: bool = False) -> None:
+        """Keep ``host``'s profile. A profile read from this store saves only what changed since it was
+        read, over the profile as it is now: a submit that keeps its preflight's figures does not undo a
+        ``host set`` made meanwhile. One made here (``host add``) replaces the entry; ``new``: refused
+        when the name exists by then (two ``host add`` of one name at once)."""
         if host.name == LOCAL:
             raise HostError("'local' is built in and cannot be redefined", "pick another name")
         check_host_name(host.name)
         check_profile(host, "save")
-        data = self._load()
-        data[host.name] = host.to_dict()
-        self._write(data)
+        mine = host.to_dict()
+        name, base = getattr(host, "_stored", (None, None))
+        if name != host.name:  # a profile made here, or one read under another name and renamed
+            base = None
+
+        def edit(data: dict[str, dict]) -> None:
+            cur = data.get(host.name)
+            if new and cur is not None:
+                raise HostError(f"host {host.name!r} exists", f"change it with gpujob host set {host.name} "
+                                "--ssh \"...\", or add --force")
+            if base is None or not isinstance(cur, dict):
+                data[host.name] = mine
+                return
+            merged = dict(cur)
+            for k in set(mine) | set(base):
+                if mine.get(k) != base.get(k):  # this process changed it: its value wins
+                    if k in mine:
+                        merged[k] = mine[k]
+                    else:
+                        merged.pop(k, None)
+            data[host.name] = merged
+
+        self._change(edit)
+        host._stored = (host.name, mine)  # type: ignore[attr-defined]
 
     def remove(self, name: str) -> None:
-        data = self._load()
         if name == LOCAL:
             raise HostError("'local' is built in (this machine): it cannot be removed", "see gpujob host ls")
-        if name not in data:
-            raise HostError(f"unknown host {name!r}", "see gpujob host ls")
-        del data[name]
-        self._write(data)
+
+        def edit(data: dict[str, dict]) -> None:
+            if name not in data:
+                raise HostError(f"unknown host {name!r}", "see gpujob host ls")
+            del data[name]
+
+        self._change(edit)
+
+    @contextmanager
+    def first_use(self, name: str, what: str) -> Iterator[None]:
+        """Hold host ``name``'s lock for ``what`` (``preflight``): of several commands that arrive
+        at once, one does the work and the others wait, then find it done."""
+        folder = state_dir() / "locks"
+        folder.mkdir(mode=0o700, exist_ok=True)
+        with atomicfile().locked(folder / f"{name}.{what}"):
+            yield

@@ -6,7 +6,7 @@ import json
 import time
 from pathlib import Path
 
-from gpujob.config.paths import moved_from_config, state_dir
+from gpujob.config.paths import atomicfile, moved_from_config, state_dir
 
 
 def _path() -> Path:
@@ -15,8 +15,7 @@ def _path() -> Path:
 
 def record(job_id: str, host: str, name: str, **extra: object) -> None:
     """``extra``: e.g. the job file and ``--set`` overrides (what ``gpujob move`` submits again)."""
-    with open(_path(), "a") as f:
-        f.write(json.dumps({"job_id": job_id, "host": host, "name": name, "t": time.time(), **extra}) + "\n")
+    atomicfile().append(_path(), json.dumps({"job_id": job_id, "host": host, "name": name, "t": time.time(), **extra}) + "\n")
 
 
 def entries() -> list[dict]:
@@ -73,8 +72,7 @@ def entry_of(ref: str) -> dict | None:
 
 def record_pull(job_id: str, dest: str) -> None:
     """Where ``gpujob pull`` put a job's files (``move`` takes a checkpoint from there when its host is gone)."""
-    with open(state_dir() / "pulls.jsonl", "a") as f:
-        f.write(json.dumps({"job_id": job_id, "dest": dest, "t": time.time()}) + "\n")
+    atomicfile().append(state_dir() / "pulls.jsonl", json.dumps({"job_id": job_id, "dest": dest, "t": time.time()}) + "\n")
 
 
 def pulls_of(job_id: str) -> list[str]:
@@ -101,26 +99,25 @@ def hosts() -> list[str]:
 
 
 def forget(job_ids: set[str], host: str | None = None) -> int:
-    """Drop the entries of ``job_ids`` (rewritten atomically), only those of ``host`` when given
-    (a host's answer names the jobs it removed: never another host's); how many went."""
-    import os
+    """Drop the entries of ``job_ids`` (rewritten under the index's lock: a submit's line appended
+    meanwhile is kept), only those of ``host`` when given (a host's answer names the jobs it
+    removed: never another host's); how many went."""
+    dropped = 0
 
-    p = _path()
-    if not p.exists():
-        return 0
-    keep, dropped = [], 0
-    for line in p.read_text().splitlines():
-        try:
-            e = json.loads(line)
-            jid, where = e.get("job_id"), str(e.get("host") or "").split(",")
-        except (ValueError, AttributeError):
-            jid, where = None, []
-        if jid in job_ids and (host is None or host in where):
-            dropped += 1
-        else:
-            keep.append(line + "\n")
-    if dropped:
-        tmp = p.with_name(p.name + ".tmp")
-        tmp.write_text("".join(keep))
-        os.replace(tmp, p)
+    def edit(raw: bytes | None) -> bytes | None:
+        nonlocal dropped
+        keep = []
+        for line in (raw or b"").decode("utf-8", "replace").splitlines():
+            try:
+                e = json.loads(line)
+                jid, where = e.get("job_id"), str(e.get("host") or "").split(",")
+            except (ValueError, AttributeError):
+                jid, where = None, []
+            if jid in job_ids and (host is None or host in where):
+                dropped += 1
+            else:
+                keep.append(line + "\n")
+        return "".join(keep).encode() if dropped else None
+
+    atomicfile().update(_path(), edit)
     return dropped

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpujob.config.paths import config_dir, write_private
+from gpujob.config.paths import atomicfile, config_dir, write_private
 
 
 def known_hosts_path() -> Path:
@@ -62,23 +62,31 @@ def generate(path: Path, comment: str | None = None) -> Path:
     k = Ed25519PrivateKey.generate()
     priv = k.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption())
     pub = k.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
-    write_private(path, priv)
     if comment is None:
         comment = "gpujob" + ("-" + path.name if path != key_path() else "")
-    pub_path(path).write_bytes(pub + b" " + comment.encode() + b"\n")
+    atomicfile().write(pub_path(path), pub + b" " + comment.encode() + b"\n", 0o644)
+    write_private(path, priv)  # last: a private key there has its .pub beside it
     return path
+
+
+def _ensure(path: Path) -> Path:
+    """The key at ``path``, made once: commands that find it missing at the same moment wait for
+    the one that makes it (two made at once paired one's .pub with the other's key)."""
+    if path.exists():
+        return path
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with atomicfile().locked(path):
+        return path if path.exists() else generate(path)
 
 
 def ensure_client_key() -> Path:
     """gpujob's shared client key, made on first use; its path."""
-    path = key_path()
-    return path if path.exists() else generate(path)
+    return _ensure(key_path())
 
 
 def ensure_host_key(name: str) -> Path:
     """Profile ``name``'s own key, made if missing; its path."""
-    path = host_key_path(name)
-    return path if path.exists() else generate(path)
+    return _ensure(host_key_path(name))
 
 
 def remove_host_key(name: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from types import ModuleType
 
 
 def config_dir() -> Path:
@@ -70,12 +71,14 @@ def moved_from_config(new: Path) -> Path:
 
 
 def write_private(path: Path, data: str | bytes) -> None:
-    """Write a file readable by its owner only, atomically (tmp + rename)."""
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data.encode() if isinstance(data, str) else data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.chmod(tmp, 0o600)
-    os.replace(tmp, path)
+    """Write a file readable by its owner only, atomically (``remote/atomicfile.py``: a temporary
+    name of this writer's own, fsync, rename, the folder fsynced)."""
+    atomicfile().write(path, data, 0o600)
+
+
+def atomicfile() -> ModuleType:
+    """The one way gpujob rewrites a shared file (``remote/atomicfile.py``, shared with the agent):
+    ``write``, ``update`` (read-modify-write under the file's lock), ``append``, ``locked``."""
+    from gpujob.bundle import import_remote
+
+    return import_remote("atomicfile")

@@ -154,9 +154,13 @@ class Hub:
     def rows(self) -> dict[str, Any]:
         """Every job of every host as table rows, and the hosts that did not answer."""
         with self._lock:
+            # each job once: two host profiles of one instance (its root's id) both list it
+            listed: dict[tuple[Any, Any], dict[str, Any]] = {}
+            for host in self.jobs:
+                for j in self.jobs[host]:
+                    listed.setdefault((j.get("instance") or f"host:{j['host']}", j.get("job_id")), j)
             out = [row(j, list(self.history.get(f"{j['host']}/{j.get('job_id')}", [])),
-                       self.gpu.get(f"{j['host']}/{j.get('job_id')}"))
-                   for host in self.jobs for j in self.jobs[host]]
+                       self.gpu.get(f"{j['host']}/{j.get('job_id')}")) for j in listed.values()]
             return {"jobs": out, "errors": dict(self.errors), "hosts": list(self.conns), "version": self.version}
 
     def row_of(self, host: str, job_id: str) -> dict[str, Any] | None:

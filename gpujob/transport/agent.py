@@ -6,8 +6,11 @@ The agent is uploaded on first use of a version (one extra round trip), into
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import shlex
 import sys
+from contextlib import AbstractContextManager
 from typing import Any
 
 from gpujob.bundle import bundle_tar, bundle_version, import_remote
@@ -95,7 +98,26 @@ class Agent:
         )
 
     def install(self) -> str:
-        """Upload this version of the agent; returns the Python it will run with."""
+        """Upload this version of the agent; returns the Python it will run with. Of several commands
+        that find it missing at once, one uploads and the others wait for it and use its install."""
+        with self._install_lock():
+            done = self.t.run(self._prelude() + '[ -f "$A/ok" ] && cat "$A/python"', timeout=60)
+            if done.rc == 0:
+                return done.text.strip()
+            return self._upload()
+
+    def _install_lock(self) -> AbstractContextManager[None]:
+        """This user's lock on installing this agent version on this endpoint's root (none where the
+        kept connection's private folder cannot be had: concurrent installs are still correct)."""
+        from gpujob.transport.mux import mux_dir, socket_key
+
+        folder = mux_dir()
+        if folder is None:
+            return contextlib.nullcontext()
+        key = hashlib.sha256(f"{socket_key(self.endpoint)}\0{self.root}\0{self.version}".encode()).hexdigest()[:20]
+        return import_remote("atomicfile").locked(folder / f"install-{key}")
+
+    def _upload(self) -> str:
         res = self.t.run(self._install_command(), input=bundle_tar(), timeout=120)
         if res.rc == NO_PYTHON:
             raise RemoteError(

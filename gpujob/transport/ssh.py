@@ -10,6 +10,7 @@ import select
 import socket
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ import paramiko
 # isort: on
 
 from gpujob.backoff import backoff
+from gpujob.bundle import import_remote
 from gpujob.errors import ConnectError, HostKeyChanged
 from gpujob.transport import replies
 from gpujob.transport.base import (
@@ -54,11 +56,26 @@ def _host_id(ep: Endpoint) -> str:
     return ep.hostname if ep.port == 22 else f"[{ep.hostname}]:{ep.port}"
 
 
-def _save_keys(keys: paramiko.HostKeys, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    keys.save(str(tmp))
-    os.chmod(tmp, 0o600)
-    os.replace(tmp, path)
+def _known_hosts_text(keys: paramiko.HostKeys, beside: Path) -> bytes:
+    """The file paramiko writes for ``keys`` (its own format, entries kept as loaded)."""
+    tmp = import_remote("atomicfile").temp_name(beside)
+    try:
+        keys.save(str(tmp))
+        return tmp.read_bytes()
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _change_known_hosts(path: Path, edit: Callable[[paramiko.HostKeys], None]) -> None:
+    """Read known_hosts, ``edit`` it and write it back under its lock (remote/atomicfile.py): two
+    first connections at once each keep the key they recorded."""
+    atomicfile = import_remote("atomicfile")
+    with atomicfile.locked(path):
+        keys = paramiko.HostKeys()
+        if path.exists():
+            keys.load(str(path))
+        edit(keys)
+        atomicfile.write(path, _known_hosts_text(keys, path), 0o600)
 
 
 class _TrustOnFirstUse(paramiko.MissingHostKeyPolicy):
@@ -68,11 +85,22 @@ class _TrustOnFirstUse(paramiko.MissingHostKeyPolicy):
         self.path = path
 
     def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
-        keys = paramiko.HostKeys()
-        if self.path.exists():
-            keys.load(str(self.path))
-        keys.add(hostname, key.get_name(), key)
-        _save_keys(keys, self.path)
+        def record(keys: paramiko.HostKeys) -> None:
+            had = (keys.lookup(hostname) or {}).get(key.get_name())
+            if had is not None and had != key:  # another process recorded a different key meanwhile
+                raise paramiko.BadHostKeyException(hostname, key, had)
+            keys.add(hostname, key.get_name(), key)
+
+        _change_known_hosts(self.path, record)
+
+
+def recorded_keys(known_hosts: str | Path, hostname: str, port: int) -> set[str]:
+    """The host keys recorded for ``hostname:port`` (base64), none when it was never reached."""
+    path = Path(known_hosts)
+    if not path.exists():
+        return set()
+    found = paramiko.HostKeys(str(path)).lookup(hostname if port == 22 else f"[{hostname}]:{port}")
+    return {k.get_base64() for k in (found or {}).values()}
 
 
 def forget_host_key(target: Target) -> bool:
@@ -81,13 +109,16 @@ def forget_host_key(target: Target) -> bool:
     path = Path(ep.known_hosts)
     if not path.exists():
         return False
-    keys = paramiko.HostKeys(str(path))
     hid = _host_id(ep)
-    found = hid in keys
-    if found:
-        del keys[hid]
-        _save_keys(keys, path)
-    return found
+    found = []
+
+    def drop(keys: paramiko.HostKeys) -> None:
+        if hid in keys:
+            found.append(hid)
+            del keys[hid]
+
+    _change_known_hosts(path, drop)
+    return bool(found)
 
 
 def open_client(target: Target, password: str | None = None, retries: int | None = None,

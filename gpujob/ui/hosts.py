@@ -43,6 +43,15 @@ def added(change: Any) -> None:
               f"(gpujob host set {h.name} --power-on ... --power-off ... --power-state ... --power-address ...)")
 
 
+def same_instance(change: Any) -> None:
+    """``host add`` of an instance another profile already reaches (on stderr: ``--json`` keeps stdout)."""
+    for other in getattr(change, "same_as", None) or []:
+        print(f"warning: {change.host.name} reaches the same instance as profile {other} (same host key, same root "
+              f"{change.host.remote_root}): its jobs are listed once, under one of them. If its login changed, keep "
+              f"one: gpujob host set {other} --ssh \"...\" and gpujob host rm {change.host.name}, or gpujob host rm {other}",
+              file=sys.stderr)
+
+
 def changed(change: Any) -> None:
     said = {True: " (reached)", False: " (saved without trying it: --no-check)"}.get(getattr(change, "tried", None), "")
     print(f"host {change.host.name} = {change.host.address}{said}")

@@ -95,17 +95,22 @@ def summarize(hosts: list[str], agent_for: Callable[[str], Agent], every_host: b
     hosts not in ``hosts``): the cost history survives ``rm``, ``gc`` and a host given back.
     """
     from gpujob.errors import GpujobError
+    from gpujob.usecases.jobs import once_each, with_instance
 
     out: list[dict[str, Any]] = []
     per_host: dict[str, dict[str, Any]] = {}
     errors: dict[str, str] = {}
+    seen: set[tuple[str, str]] = set()
     for name in hosts:
         try:
             agent = agent_for(name)
-            listed = agent.call("status", ["--all"])["jobs"]  # every job: ls shows only the newest finished
+            listed = with_instance(agent.call("status", ["--all"]))  # every job: ls shows only the newest finished
         except GpujobError as e:
             errors[name] = str(e)
             continue
+        for j in listed:
+            j["host"] = j.get("host") or name
+        listed = once_each(listed, seen)  # another profile of the same instance listed them
         for j in listed:
             fill_host_price(j, agent.host.price_per_hour, agent.host.currency)
             out.append(job_cost({**j, "host": j.get("host") or name}))

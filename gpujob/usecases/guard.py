@@ -12,23 +12,32 @@ host was only cut off) when it answers again.
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any, Callable
 
 from gpujob.config import index
-from gpujob.config.paths import state_dir, write_private
+from gpujob.config.paths import atomicfile, state_dir
 from gpujob.errors import GpujobError
 from gpujob.usecases.jobs import FINAL
 
 Note = Callable[[str], None]
 
 
-def _state() -> dict[str, float]:
-    try:
-        return json.loads((state_dir() / "guard.json").read_text())
-    except (OSError, ValueError):
-        return {}
+def _away_since(job_id: str, now: float) -> float:
+    """When a guard first found ``job_id``'s host away (``now`` if this is the first time), kept in
+    ``guard.json`` under its lock: two guards at once keep each other's jobs."""
+    def first(doc: dict[str, Any]) -> bool:
+        if isinstance(doc.get(job_id), (int, float)):
+            return False  # seen away before: nothing to write
+        doc[job_id] = now
+        return True
+
+    return float(atomicfile().update_json(state_dir() / "guard.json", first, 0o600)[job_id])
+
+
+def _answered(job_id: str) -> None:
+    """``job_id``'s host answered: its time away starts again next time."""
+    atomicfile().update_json(state_dir() / "guard.json", lambda doc: doc.pop(job_id, None) is not None, 0o600)
 
 
 def candidates(spec: Any, current: str) -> list[str]:
@@ -83,18 +92,16 @@ def check(job_id: str, now: float, note: Note) -> dict[str, Any] | None:
     spec = load_spec(entry["job_file"], entry.get("set") or [])
     if spec.retry.move_after is None:
         return {"job_id": job_id, "action": "skipped", "why": "retry.move_after is not set"}
-    host, seen = entry["host"], _state()
+    host = entry["host"]
     record = _job_state(host, entry["job_id"])
     if record is not None:
         state, reason = str(record.get("state")), str(record.get("reason") or "")
-        seen.pop(entry["job_id"], None)
-        write_private(state_dir() / "guard.json", json.dumps(seen))
+        _answered(entry["job_id"])
         if not (state == "stopped" and reason.startswith("gpu_error")):  # the agent stopped it to be moved
             return {"job_id": entry["job_id"], "action": "done", "state": state} if state in FINAL else None
         why = f"{host} stopped it for a GPU error ({reason[len('gpu_error: '):]})"
     else:
-        away = now - seen.setdefault(entry["job_id"], now)
-        write_private(state_dir() / "guard.json", json.dumps(seen))
+        away = now - _away_since(entry["job_id"], now)
         if away < spec.retry.move_after:
             note(f"{entry['job_id']}: {host} does not answer ({away:.0f} s of {spec.retry.move_after:.0f} s)")
             return None
@@ -106,8 +113,7 @@ def check(job_id: str, now: float, note: Note) -> dict[str, Any] | None:
         except GpujobError as e:
             note(f"  {target}: {e}")
             continue
-        seen.pop(entry["job_id"], None)
-        write_private(state_dir() / "guard.json", json.dumps(seen))
+        _answered(entry["job_id"])
         sent = _notify(spec, entry["job_id"], host, res, why)
         return {"job_id": entry["job_id"], "action": "moved", "move": res, "notified": len(sent)}
     note(f"{entry['job_id']}: no host to move it to took it; trying again later")

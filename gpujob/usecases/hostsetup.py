@@ -7,7 +7,7 @@ import getpass
 import json
 import shlex
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from gpujob.config.hosts import (
@@ -45,6 +45,7 @@ class HostChange:
     host: Host
     idle: IdleShutdown | None = None
     tried: bool | None = None  # host set --ssh: the new address answered (False: saved untried, --no-check)
+    same_as: list[str] = field(default_factory=list)  # host add: other profiles that reach this instance
 
 
 def profile(host: Host) -> dict[str, Any]:
@@ -168,12 +169,29 @@ def add_host(
                 on_detect(host, found)
     if host.shutdown_command is None:
         host.shutdown_command = PRESETS[host.preset]["shutdown_command"]
-    store.save(host)
-    change = HostChange(host)
+    store.save(host, new=not force)  # another `host add` of this name may have saved it meanwhile
+    change = HostChange(host, same_as=same_instance(host, store))
     if any((settings or {}).get(k) is not None for k in SETTINGS):
         change.idle = apply_settings(host, settings or {}, store)
         store.save(host)
     return change
+
+
+def same_instance(host: Host, store: HostStore) -> list[str]:
+    """The other SSH profiles that reach the instance ``host`` reaches: the same host key (or the
+    same address) and the same root. Their jobs would be ``host``'s too (ls lists them once)."""
+    from gpujob.config.keys import known_hosts_path
+    from gpujob.transport.ssh import recorded_keys
+
+    kh = known_hosts_path()
+    mine = recorded_keys(kh, host.hostname, host.port)
+    out = []
+    for other in store.all():
+        if other.kind == "local" or other.name == host.name or other.remote_root != host.remote_root:
+            continue
+        if (other.hostname, other.port) == (host.hostname, host.port) or mine & recorded_keys(kh, other.hostname, other.port):
+            out.append(other.name)
+    return out
 
 
 def update_host(

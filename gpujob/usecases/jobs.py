@@ -33,7 +33,29 @@ def ls(agent: Agent, limit: int = 0, everything: bool = False, older: list[int] 
     doc = agent.call("status", args)
     if older is not None:
         older.append(int(doc.get("older") or 0))
+    return with_instance(doc)
+
+
+def with_instance(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """A listing's jobs, each marked with the instance the agent says it runs in (its root's id)."""
+    inst = doc.get("instance")
+    if isinstance(inst, str) and re.fullmatch(r"[0-9a-f]{32}", inst):  # what remote/layout.py makes, nothing else
+        for j in doc["jobs"]:
+            if isinstance(j, dict):
+                j["instance"] = inst
     return doc["jobs"]
+
+
+def once_each(jobs: list[dict[str, Any]], seen: set[tuple[str, str]]) -> list[dict[str, Any]]:
+    """``jobs`` less those already in ``seen`` (which gets the rest): two host profiles that reach one
+    instance (the same root's id) list its jobs once, under the first profile listed."""
+    out = []
+    for j in jobs:
+        key = (str(j.get("instance") or f"host:{j.get('host')}"), str(j.get("job_id")))
+        if key not in seen:
+            seen.add(key)
+            out.append(j)
+    return out
 
 
 def stop(agent: Agent, job: str, wait: float = 600, after_checkpoint: float | bool | None = None,

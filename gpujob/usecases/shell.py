@@ -165,17 +165,23 @@ def refresh_ssh_config() -> str | None:
     so ``ssh gpujob-NAME`` offers the new key; the file's path when it was rewritten."""
     path = ssh_config_path()
     try:
-        old = path.read_text()
+        if BEGIN not in path.read_text():
+            return None
     except OSError:
         return None
-    if BEGIN not in old:
-        return None
-    new = updated_config(old, config_block(HostStore().all()))
-    if new != old:
-        from gpujob.config.paths import write_private
-
-        write_private(path, new)
+    keep_block(path, config_block(HostStore().all()))
     return str(path)
+
+
+def keep_block(path: Path, block: str) -> None:
+    """Put gpujob's ``block`` into the ssh_config at ``path`` (read, changed and written under its lock:
+    two ``gpujob ssh`` at once keep the user's lines and one block)."""
+    from gpujob.config.paths import atomicfile
+
+    def change(raw: bytes | None) -> bytes:
+        return updated_config((raw or b"").decode("utf-8", "surrogateescape"), block).encode("utf-8", "surrogateescape")
+
+    atomicfile().update(path, change, 0o600)
 
 
 def openssh_reads() -> Path:
@@ -227,12 +233,7 @@ def hand_over(plan: dict[str, Any]) -> None:
                               "install it (apt-get install openssh-client), or use gpujob exec HOST -- CMD")
         path = Path(plan["ssh_config"])
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        old = path.read_text() if path.exists() else ""
-        new = updated_config(old, plan["block"])
-        if new != old:
-            from gpujob.config.paths import write_private
-
-            write_private(path, new)
+        keep_block(path, plan["block"])
     sys.stdout.flush()
     os.execvp(plan["argv"][0], plan["argv"])
 

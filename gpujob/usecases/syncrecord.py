@@ -335,6 +335,12 @@ class Record:
         if self.path is None:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        with import_remote("atomicfile").locked(self.path):  # two syncs of one tree at once: one at a time
+            if self.parent is not None and self.parent._head and _read_head(self._side(".head")) != self.parent._head:
+                return  # another sync saved this tree's record since it was read: that one stands
+            self._save_locked()
+
+    def _save_locked(self) -> None:
         lstamp = self._save_listing()
         p = self.parent
         if p is not None and p._head and p.digest is not None:
@@ -359,8 +365,7 @@ class Record:
     def _save_listing(self) -> str | None:
         side = self._side(".find")
         if self.listing is not None:
-            with open(side, "wb") as f:
-                f.write(self.listing)
+            _write(side, self.listing)
             return listing_stamp(self.listing, self.exclude, self.use_ignore_files)
         try:
             os.unlink(side)
@@ -394,7 +399,12 @@ class Record:
 
 
 def _write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    import_remote("atomicfile").write(path, data, 0o600, durable=False)  # a cache: every use is checked by digest
+
+
+def _read_head(path: Path) -> Any:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None

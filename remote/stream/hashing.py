@@ -11,6 +11,8 @@ import threading
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional
 
+from remote import atomicfile
+
 from .format import CHUNK
 
 
@@ -168,10 +170,14 @@ class HashCache:
         if self.path is None or not self.ops:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        log = str(self.path) + ".log"
         with self.lock:
             ops, self.ops = self.ops, []
-            loaded = self._data is not None  # then set() applied the ops to it already
+        with atomicfile.locked(self.path):  # receives of several submits at once: a fold loses no append
+            self._save(ops)
+
+    def _save(self, ops: List[List[Any]]) -> None:
+        assert self.path is not None
+        log = str(self.path) + ".log"
         try:
             log_size = os.path.getsize(log)
         except OSError:
@@ -182,30 +188,16 @@ class HashCache:
             base_size = 0
         if log_size + 100 * len(ops) <= max(base_size // 4, 1 << 20):
             data = "".join(json.dumps(op, separators=(",", ":")) + "\n" for op in ops).encode("utf-8", "surrogateescape")
-            fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            try:
-                os.write(fd, data)
-            finally:
-                os.close(fd)
+            atomicfile.append(log, data, lock=False)  # the caller holds the lock
             return
-        full = self.data  # the object and the log ...
-        if not loaded:
-            for k, rec in ops:  # ... and what this run changed
-                if rec is None:
-                    full.pop(k, None)
-                else:
-                    full[k] = rec
-        tmp = self.path.with_name(".{}.{}.tmp".format(self.path.name, os.getpid()))
-        try:
-            with open(str(tmp), "w") as f:
-                f.write(json.dumps(full, separators=(",", ":")))  # dumps: C speed; dump() encodes in Python
-            os.replace(str(tmp), str(self.path))
-        except OSError:  # a full disk: no half-written temp file left behind
-            try:
-                os.unlink(str(tmp))
-            except OSError:
-                pass
-            raise
+        full = self._read()  # the object and the log as they are now (another process may have appended) ...
+        for k, rec in ops:  # ... and what this run changed
+            if rec is None:
+                full.pop(k, None)
+            else:
+                full[k] = rec
+        # dumps: C speed; dump() encodes in Python. Not durable: a lost cache costs hashing again
+        atomicfile.write(self.path, json.dumps(full, separators=(",", ":")), durable=False)
         try:
             os.unlink(log)
         except OSError:

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from gpujob.config.ignore import walk
-from gpujob.config.paths import state_dir
+from gpujob.config.paths import atomicfile, state_dir
 
 SNAPSHOT_MAX = 50 << 20  # trees larger than this are rerun from git (commit + diff) only
 DIFF_MAX = 5 << 20  # an uncommitted change larger than this (data left untracked) is not kept as a diff
@@ -94,9 +94,7 @@ def code_hash(workdir: Path, files: list[tuple[str, os.stat_result]]) -> str:
         h.update(f"{rel}\0{st.st_mode & 0o111 and 1}\0{digest}\0".encode())
     if new != old:
         cache_file.parent.mkdir(exist_ok=True)
-        tmp = cache_file.with_name(f".{cache_file.name}.{os.getpid()}")
-        tmp.write_text(json.dumps(new))
-        os.replace(tmp, cache_file)
+        atomicfile().write(cache_file, json.dumps(new), 0o600, durable=False)  # a cache: checked by stat on use
     return h.hexdigest()[:16]
 
 

@@ -46,9 +46,15 @@ def due(host: Host) -> bool:
 def before_submit(agent: Agent, host: Host, note: Callable[[str], None] | None) -> list[str]:
     """Run the preflight when it is due; the warnings of the host's last one (each also told to ``note``)."""
     if due(host):
-        if note:
-            note(f"preflight of {host.name} (once per new host or power-on; GPUJOB_PREFLIGHT=0 skips it)")
-        run_bench(agent, host)
+        store = HostStore()
+        with store.first_use(host.name, "preflight"):  # ten submits at once: one measures, the rest wait
+            now = store.get(host.name, checked=False)
+            if due(now):
+                if note:
+                    note(f"preflight of {host.name} (once per new host or power-on; GPUJOB_PREFLIGHT=0 skips it)")
+                run_bench(agent, host, store)
+            else:  # measured while this one waited: its figures
+                host.bench = now.bench
     warnings = list((host.bench or {}).get("warnings") or [])
     for w in warnings:
         if note:
