@@ -138,6 +138,8 @@ def test_charts_smooth_log_time_zoom_and_compare_in_a_browser(tmp_path: Path, ui
     logged = ticks(page, "train/loss", 1)
     assert logged != linear and "0.1" in logged and "1" in logged, (linear, logged)
     assert all(float(v) > 0 for v in logged if v)
+    page.evaluate("document.getElementById('charts').scrollIntoView()")
+    hover(page, "train/loss", 0.6)  # the values under the cursor, in the picture
     page.screenshot(path=str(shots / "dashboard-job.png"))
 
     # x = time since the run's first point, then wall time
@@ -180,12 +182,12 @@ def test_charts_smooth_log_time_zoom_and_compare_in_a_browser(tmp_path: Path, ui
     expect(page.locator('.chart[data-metric="train/loss"]')).to_be_visible(timeout=30_000)
     page.uncheck("#log-y")
     shown = hover(page, "train/loss", 0.5)
-    assert [k for k in shown if k != "step"] == [f"local/{j}" for j in ids], shown
+    assert [k for k in shown if k != "step"] == ids, shown  # one host: the job ids name the runs
     assert all(v != "-" for v in shown.values()), shown
     # the shared legend hides a run in every chart at once
     page.click(f'#run-legend [data-run="local/{ids[1]}"]')
     shown = hover(page, "eval/loss", 0.5)
-    assert list(shown) == ["step", f"local/{ids[0]}"], shown
+    assert list(shown) == ["step", ids[0]], shown
     page.click(f'#run-legend [data-run="local/{ids[1]}"]')
     # the sparklines of a metric share its one scale across the runs
     sparks = page.locator('#metric-summary tr[data-metric="train/loss"] svg')
@@ -342,7 +344,7 @@ def test_a_sweeps_history_coordinates_and_importances(tmp_path: Path, ui_server:
     d = write_job(tmp_path, "sw", SWEEP_SCRIPT, "python main.py --lr 0.1 --batch 8",
                   sweep={"metric": "loss", "method": "grid", "parallel": 2,
                          "params": {"lr": [0.001, 0.01, 0.03], "batch": [16, 64]}})
-    r = run_cli("sweep", str(d / "job.yaml"), "--hosts", "local", "--name", "sw-dash", "--json", timeout=600)
+    r = run_cli("sweep", str(d), "--hosts", "local", "--name", "sw-dash", "--json", timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.load_study(study_name="sw-dash", storage=f"sqlite:///{tmp_path / 'state' / 'sweeps.sqlite'}")
@@ -354,6 +356,8 @@ def test_a_sweeps_history_coordinates_and_importances(tmp_path: Path, ui_server:
     expect(page.locator("#runs tbody tr")).to_have_count(6, timeout=30_000)
     page.click('#runs-columns')
     page.check('#runs-column-panel input[data-col="sweep"]')
+    page.keyboard.press("Escape")
+    expect(page.locator("#runs-column-panel")).to_be_hidden()
     page.locator('#runs td a[href*="sweep=sw-dash"]').first.click()
     expect(page.locator("#sweep-history canvas").first).to_be_visible(timeout=60_000)
     expect(page.locator("#coords-svg polyline")).to_have_count(6)
@@ -363,5 +367,5 @@ def test_a_sweeps_history_coordinates_and_importances(tmp_path: Path, ui_server:
         expect(page.locator(f'#sweep-importances .imp-row[data-param="{p}"] .imp-val')).to_have_text(f"{v:.3f}")
     best = page.evaluate("document.querySelector('#sweep-history').querySelector('.u-legend') !== null")
     assert best
-    page.locator("#sweep").scroll_into_view_if_needed()
+    page.evaluate("document.getElementById('sweep').scrollIntoView()")
     page.screenshot(path=str(shots / "dashboard-sweep.png"))

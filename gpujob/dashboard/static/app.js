@@ -158,6 +158,7 @@ function jobsView() {
 // faint behind it. x: step, time since the run's first point, or wall time. Drag to zoom,
 // double-click to reset; the legend under a chart shows every run's value under the cursor.
 const PREFS_KEY = "gpujob.charts";
+const INT_INCRS = [1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1e3, 2e3, 2.5e3, 5e3, 1e4, 2e4, 5e4, 1e5, 2e5, 5e5, 1e6, 2e6, 5e6, 1e7];  // steps and trials are whole
 const X_MODES = { step: "step", relative: "relative time", wall: "wall time" };
 
 function chartPrefs() {
@@ -230,7 +231,15 @@ function chartBoard(box) {
   slider.addEventListener("input", () => { prefs.smoothing = Number(slider.value); shownW.textContent = prefs.smoothing.toFixed(2); save(); draw(false); });
   logBox.addEventListener("change", () => { prefs.log = logBox.checked; save(); draw(true); });
   xSel.addEventListener("change", () => { prefs.x = xSel.value; save(); draw(true); });
-  window.addEventListener("resize", () => { for (const c of plots.values()) c.plot.setSize({ width: c.holder.clientWidth - 12, height: 230 }); });
+  window.addEventListener("resize", () => fit());
+
+  // each chart as wide as its place (which changes as groups fill up and the window is resized)
+  function fit() {
+    for (const c of plots.values()) {
+      const w = Math.max(300, c.holder.clientWidth - 12);
+      if (Math.abs(w - c.plot.width) > 1) c.plot.setSize({ width: w, height: 230 });
+    }
+  }
 
   function metrics() { return [...new Set(runs.flatMap((r) => Object.keys(r.series || {})))].sort(); }
 
@@ -256,7 +265,7 @@ function chartBoard(box) {
     c.caption.textContent = `${X_MODES[prefs.x]} ${fmtX(prefs.x, lo)} – ${fmtX(prefs.x, hi)}${c.zoomed ? "  (zoomed: double-click to reset)" : ""}`;
   }
 
-  function make(k, data, n) {
+  function make(k, data) {
     const single = runs.length === 1;
     const series = [{ label: X_MODES[prefs.x], value: (u, v) => fmtX(prefs.x, v) }];
     runs.forEach((r, i) => {
@@ -271,14 +280,17 @@ function chartBoard(box) {
     });
     const holder = el("div", { class: "chart", "data-metric": k });
     const cap = el("div", { class: "chart-range" });
-    groupBox(groupOf(k)).appendChild(holder);
+    const grid = groupBox(groupOf(k));
+    grid.appendChild(holder);
+    const n = grid.children.length;  // a group takes the room of its charts: small groups share a row
+    grid.parentNode.style.flex = `${n} 1 ${n * 472}px`;
     const c = { holder, caption: cap, zoomed: false, range: [null, null], full: [null, null] };
     const opts = {
       title: k, width: Math.max(300, holder.clientWidth - 12), height: 230,
       scales: { x: { time: prefs.x === "wall" }, y: prefs.log ? { distr: 3, log: 10 } : {} },
       cursor: { sync: { key: "gpujob-charts", setSeries: false }, drag: { x: true, y: false } },
       legend: { live: true },
-      axes: [prefs.x === "relative" ? { values: (u, splits) => splits.map((v) => dur(v)) } : {},
+      axes: [prefs.x === "relative" ? { values: (u, splits) => splits.map((v) => dur(v)) } : prefs.x === "step" ? { incrs: INT_INCRS } : {},
         { size: 64, values: (u, splits) => splits.map((v) => fmtAxis(v)) }],
       series,
       hooks: { setScale: [(u, key) => {
@@ -309,7 +321,7 @@ function chartBoard(box) {
       const n = data[0].length;
       if (!n && prefs.x !== "step" && runs.some((r) => ((r.series || {})[k] || []).length)) timeless += 1;
       let c = plots.get(k);
-      if (!c) c = make(k, data, n);
+      if (!c) c = make(k, data);
       else {
         c.full = extent(data[0]);
         c.plot.setData(data, !c.zoomed);  // a live update keeps the user's zoom
@@ -325,6 +337,7 @@ function chartBoard(box) {
       Object.assign(c.holder.dataset, { points: String(n), lastStep: steps.length ? String(Math.max(...steps)) : "",
         xMode: prefs.x, yScale: prefs.log ? "log" : "linear", smoothing: String(prefs.smoothing) });
     }
+    fit();
     note.textContent = timeless ? `${timeless} metric(s) have no wall time in their points (a metrics file written without "t"): x = step shows them` : "";
   }
 
@@ -487,7 +500,8 @@ async function compareView(q) {
   let doc;
   try { doc = await getJSON("/api/compare?" + new URLSearchParams({ runs, source })); } catch (e) { loading.remove(); fail(e); return; }
   loading.remove();
-  const colored = doc.runs.map((run, i) => ({ ...run, label: run.key, color: COLORS[i % COLORS.length] }));
+  const oneHost = new Set(doc.runs.map((run) => run.host)).size === 1;  // then the job id names a run
+  const colored = doc.runs.map((run, i) => ({ ...run, label: oneHost ? run.job_id || run.key : run.key, color: COLORS[i % COLORS.length] }));
   const allBox = el("input", { type: "checkbox", id: "params-all" });
   const params = el("table", { id: "params" });
   function drawParams() {
@@ -523,9 +537,9 @@ function sweepView(box, s) {
   const xs = s.history.map((h) => h.number);
   new uPlot({
     title: `optimisation history (${metric}, ${s.direction})`, width: Math.max(300, hist.clientWidth - 12), height: 240,
-    scales: { x: { time: false } }, axes: [{ label: "trial" }, { size: 64, values: (u, v) => v.map(fmtAxis) }],
-    series: [{ label: "trial" }, { label: metric, stroke: COLORS[0], width: 0, paths: () => null, points: { show: true, size: 7, fill: COLORS[0] } },
-      { label: "best so far", stroke: COLORS[1], width: 1.6, paths: uPlot.paths.stepped({ align: 1 }) }],
+    scales: { x: { time: false } }, axes: [{ label: "trial", incrs: INT_INCRS }, { size: 64, values: (u, v) => v.map(fmtAxis) }],
+    series: [{ label: "trial" }, { label: metric, stroke: COLORS[0], width: 1, paths: () => null, points: { show: true, size: 8, width: 1, fill: COLORS[0] } },
+      { label: "best so far", stroke: COLORS[1], width: 1.6, paths: uPlot.paths.stepped({ align: 1 }), points: { show: false } }],
   }, [xs, s.history.map((h) => h.value), s.history.map((h) => h.best)], hist);
   imp.appendChild(el("div", { class: "u-title" }, "parameter importances (Optuna, fANOVA)"));
   if (s.importances) {
@@ -568,8 +582,13 @@ function parallelCoords(box, s, metric) {
     svg.appendChild(ax);
     text(x, 14, p);
     const a = s.axes[p];
-    const ends = p === metric ? [vlo, vhi] : a.kind === "categorical" ? [a.choices[0], a.choices[a.choices.length - 1]] : [a.low, a.high];
-    text(x, H - bottom + 14, paramText(ends[0])); text(x, top - 6, paramText(ends[1]));
+    const label = (v) => (typeof v === "number" ? fmtAxis(v) : paramText(v));
+    if (p !== metric && a.kind === "categorical") {  // every choice at its place on the axis
+      a.choices.forEach((c, j) => text(x - 6, yOf(a.choices.length > 1 ? j / (a.choices.length - 1) : 0.5) + 4, label(c), "end"));
+      return;
+    }
+    const ends = p === metric ? [vlo, vhi] : [a.low, a.high];
+    text(x, H - bottom + 14, label(ends[0])); text(x, top - 6, label(ends[1]));
   });
   box.append(el("div", { class: "u-title" }, `parallel coordinates (${s.trials.length} completed trials)`), svg);
 }
@@ -605,6 +624,8 @@ function runsView(q) {
   const panel = el("div", { id: "runs-column-panel", class: "column-panel", hidden: true });
   const chooser = el("button", { id: "runs-columns", onclick: () => { panel.hidden = !panel.hidden; } }, "Columns ▾");
   const ask = el("button", { id: "runs-apply", onclick: () => load() }, "Apply");
+  document.addEventListener("click", (e) => { if (!panel.hidden && !chooser.parentNode.contains(e.target)) panel.hidden = true; });
+  document.addEventListener("keydown", (e) => { if (e.key === "Escape") panel.hidden = true; });
   for (const i of [name, where, sort]) i.addEventListener("keydown", (e) => { if (e.key === "Enter") load(); });
   filter.addEventListener("input", () => { remember(); render(); });
   main.replaceChildren(el("h1", {}, "Runs"), el("div", { class: "toolbar" }, name, where, sort, ask, filter, compareBtn, el("span", { class: "chooser" }, chooser, panel), count), errors, table);
