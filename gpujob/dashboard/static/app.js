@@ -222,9 +222,10 @@ function chartBoard(box) {
   const legend = el("div", { class: "run-legend", id: "run-legend" });
   const groups = el("div", { id: "chart-groups" });
   const note = el("p", { class: "muted", id: "charts-note" });
-  box.replaceChildren(el("div", { class: "chart-controls" },
+  const controls = el("div", { class: "chart-controls", hidden: true },
     el("label", {}, "smoothing ", slider, shownW), el("label", {}, logBox, " log y"), el("label", {}, "x ", xSel),
-    el("span", { class: "muted" }, "drag to zoom · double-click to reset")), legend, note, groups);
+    el("span", { class: "muted" }, "drag to zoom · double-click to reset"));
+  box.replaceChildren(controls, legend, note, groups);
   let runs = [];
   const hidden = new Set(), plots = new Map();  // metric → {plot, holder, range, zoomed}
 
@@ -338,7 +339,8 @@ function chartBoard(box) {
         xMode: prefs.x, yScale: prefs.log ? "log" : "linear", smoothing: String(prefs.smoothing) });
     }
     fit();
-    note.textContent = timeless ? `${timeless} metric(s) have no wall time in their points (a metrics file written without "t"): x = step shows them` : "";
+    controls.hidden = !plots.size;
+    note.textContent = !plots.size ? "no metric reported yet (a metrics file, TensorBoard events or metrics in the log)" : timeless ? `${timeless} metric(s) have no wall time in their points (a metrics file written without "t"): x = step shows them` : "";
   }
 
   function drawLegend() {
