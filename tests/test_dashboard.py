@@ -320,3 +320,17 @@ def test_dashboard_in_a_browser(ssh_host: str, tmp_path: Path, ui_server: Callab
             browser.close()
     assert status("local", running)["attempt"] == 2  # resumed
     assert {p.name for p in shots.iterdir()} == {"jobs.png", "job.png", "compare.png", "job-stopped.png"}
+
+
+def test_carriage_return_redraws_show_as_a_terminal_leaves_them() -> None:
+    """A tqdm or Lightning bar redraws itself after a carriage return: the page shows the line as a
+    terminal leaves it (the last redraw, over what was longer before it), never the redraws strung together."""
+    from gpujob.dashboard.logs import as_terminal_shows
+
+    bar = "".join(f"\r{p:3d}%|{'#' * (p // 10):<10}| {p}/100" for p in range(0, 101, 10))
+    assert as_terminal_shows(bar) == "100%|##########| 100/100"
+    assert as_terminal_shows(bar + "\r") == "100%|##########| 100/100"  # a trailing return changes nothing
+    assert as_terminal_shows("epoch 1: loss 0.51234\rdone") == "doneh 1: loss 0.51234"  # as a terminal shows it
+    assert as_terminal_shows("plain line") == "plain line"
+    # a hostile line of a million returns after a long text is one pass, not a million copies of the text
+    assert as_terminal_shows("x" * 500_000 + "\r" * 1_000_000) == "x" * 500_000

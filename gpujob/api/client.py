@@ -281,6 +281,13 @@ class Client:
 
         return r.SweepReport.from_json(sweep_status(name))
 
+    def sweep_insight(self, name: str) -> dict[str, Any]:
+        """The sweep's study as the dashboard draws it: Optuna's optimisation history, each completed
+        trial's parameters (parallel coordinates) and ``optuna.importance.get_param_importances``."""
+        from gpujob.usecases.experiments.insight import sweep_insight
+
+        return sweep_insight(name)
+
     # ---- hosts -------------------------------------------------------------------------------
     def exec(self, argv: str | list[str], host: str | None = None, on_output: Callable[[bytes], None] | None = None
              ) -> r.ExecResult:

@@ -245,6 +245,18 @@ def build_app(hub: Hub, token: str, port_of: Callable[[], int], pull_dir: str = 
 
         return JSONResponse(await run_in_threadpool(listed))
 
+    async def sweep(req: Request) -> Response:
+        """A sweep's study (``Client.sweep_insight``: Optuna's history, the trials' parameters, its importances)."""
+        name = req.query_params.get("name", "")
+        if not name:
+            raise GpujobError("sweep: no name given", "open a sweep from the runs page (its Sweep column)")
+
+        def insight() -> dict[str, Any]:
+            with client_for() as c:
+                return c.sweep_insight(name)
+
+        return JSONResponse(await run_in_threadpool(insight))
+
     async def stats(req: Request) -> Response:
         return JSONResponse({"calls": hub.calls(), "interval": hub.interval})
 
@@ -259,7 +271,8 @@ def build_app(hub: Hub, token: str, port_of: Callable[[], int], pull_dir: str = 
         Route("/api/job/stop", action("stop"), methods=["POST"]),
         Route("/api/job/resume", action("resume"), methods=["POST"]),
         Route("/api/job/pull", action("pull"), methods=["POST"]),
-        Route("/api/compare", compared), Route("/api/runs", ledger), Route("/api/stats", stats),
+        Route("/api/compare", compared), Route("/api/runs", ledger), Route("/api/sweep", sweep),
+        Route("/api/stats", stats),
         Mount("/static", StaticFiles(directory=str(STATIC)), name="static"),
     ]
     app = Starlette(routes=routes, exception_handlers={GpujobError: refused})

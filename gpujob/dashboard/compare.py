@@ -1,7 +1,7 @@
 """The compare page's data: runs with their curves and parameters, and which parameters differ.
 
 A source turns the keys the page was given into runs ``{key, job_id, host, state, params,
-series}`` (``series``: metric → ``[[step, value, ...], ...]``): ``jobs``, the jobs the hub sees
+series}`` (``series``: metric → ``[[step, value, wall time], ...]``): ``jobs``, the jobs the hub sees
 (live, from their ``status``), or ``ledger``, the run ledger through ``Client.compare`` (runs no
 host holds any more too, with the curves the ledger kept).
 """
@@ -69,6 +69,7 @@ def from_ledger(hub: Any, keys: list[str], make_client: Callable[[], Any] | None
         params.setdefault("host", run.get("host"))
         runs.append({"key": f"{run.get('host')}/{run.get('job_id')}", "job_id": run.get("job_id"),
                      "host": run.get("host"), "state": run.get("state"), "error": None, "params": params,
+                     "sweep": run.get("sweep"), "trial": run.get("trial"),
                      "series": {k: per[i] for k, per in (doc.get("series") or {}).items() if per[i]}})
     return runs
 
@@ -92,4 +93,8 @@ def compare(hub: Any, keys: list[str], source: str = "jobs") -> dict[str, Any]:
         raise GpujobError(f"compare: unknown source {source!r}", f"one of {', '.join(SOURCES)}")
     runs = SOURCES[source](hub, keys)
     diff = differing(runs)
-    return {"runs": [{**r, "params": {k: r["params"].get(k) for k in diff}} for r in runs], "differing": diff}
+    sweeps = {r.get("sweep") for r in runs}
+    # params: the ones that differ (the page's default); all_params: every one (its "show all" toggle);
+    # sweep: the study the runs all belong to, whose history and importances the page draws
+    return {"runs": [{**r, "params": {k: r["params"].get(k) for k in diff}, "all_params": r["params"]} for r in runs],
+            "differing": diff, "sweep": sweeps.pop() if len(sweeps) == 1 else None}

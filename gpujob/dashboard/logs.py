@@ -15,11 +15,23 @@ from typing import Any, Callable
 from gpujob.errors import GpujobError
 
 LOG_LINES = 200  # a job page opens at the log's last lines
-LINE_SHOWN = 8192  # characters of a line a page gets (its end: a tqdm bar's \r updates end in the latest)
+LINE_SHOWN = 8192  # characters of a line a page gets (its end), once its \r redraws are collapsed
 LIVE = ("queued", "running", "restarting")
 RESTART_GAP_S = 5.0  # a follow that fails while the job runs is tried again, not in a loop
 
 Event = tuple[str, dict[str, Any]]
+
+
+def as_terminal_shows(line: str) -> str:
+    """The line as a terminal leaves it: each carriage return (a tqdm or Lightning bar's redraw)
+    starts writing again at the first column, over what was there; a trailing one changes nothing."""
+    if "\r" not in line:
+        return line
+    shown = ""
+    for part in reversed(line.split("\r")):  # from the last write back: an earlier one shows only past its end
+        if len(part) > len(shown):  # (linear however many redraws: a hostile line cannot make it quadratic)
+            shown += part[len(shown):]
+    return shown
 
 
 class LogFollower:
@@ -41,6 +53,10 @@ class LogFollower:
         """Follow again if the log had ended but the job ran again since (resumed): it runs now, or
         its attempt number grew (an attempt that ended before the page looked still wrote lines)."""
         state, attempt = doc.get("state"), doc.get("attempt")
+        if self.attempt is None and isinstance(attempt, int):
+            # the attempt this follow began on, however fast that follow ended (a stopped job's last
+            # lines): else a resumed attempt that ended before the page saw it run was never followed
+            self.attempt = attempt
         if self.thread is None or self.thread.is_alive() or not self.lines.empty():
             if isinstance(attempt, int):
                 self.attempt = attempt
@@ -76,6 +92,7 @@ class LogFollower:
                                                                      offset=offset, cancel=self.cancel):
                     for line in chunk.splitlines():
                         doc = json.loads(line)
+                        doc["line"] = as_terminal_shows(doc["line"])
                         if len(doc["line"]) > LINE_SHOWN:  # the queue holds 1,000 lines: of 1 MiB each, a GB
                             doc["line"] = "…" + doc["line"][-LINE_SHOWN:]
                         self.offset = doc["offset"]  # a restart sends this line again; the page skips it

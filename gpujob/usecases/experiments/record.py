@@ -81,11 +81,12 @@ def record_submit(res: dict[str, Any], spec: JobSpec, code: dict[str, Any] | Non
 
 
 def _downsample(points: list[list[Any]]) -> list[list[Any]]:
+    """At most SERIES_POINTS of ``[step, value, wall time]`` (the time: the dashboard's time axes)."""
     if len(points) <= SERIES_POINTS:
-        return [p[:2] for p in points]
+        return [p[:3] for p in points]
     step = len(points) / SERIES_POINTS
     picked = [points[int(i * step)] for i in range(SERIES_POINTS - 1)] + [points[-1]]
-    return [p[:2] for p in picked]
+    return [p[:3] for p in picked]
 
 
 def higher_is_better(key: str) -> bool:

@@ -1,0 +1,55 @@
+"""What a sweep's study says, for the dashboard's charts: Optuna's optimisation history, the
+trials' parameters for parallel coordinates, and Optuna's parameter importances.
+
+Read from the study in ``<state>/sweeps.sqlite`` (no host is asked); the importances are
+``optuna.importance.get_param_importances`` (fANOVA, seeded so a page reload draws the same bars).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from gpujob.usecases.experiments.sweep import _load, _optuna
+
+
+def _axis(dist: Any) -> dict[str, Any]:
+    """One parameter's axis from its Optuna distribution: categorical (its choices) or a range."""
+    choices = getattr(dist, "choices", None)
+    if choices is not None:
+        return {"kind": "categorical", "choices": [c if isinstance(c, (int, float, str, bool)) or c is None else str(c)
+                                                   for c in choices]}
+    return {"kind": "log" if getattr(dist, "log", False) else "linear", "low": dist.low, "high": dist.high}
+
+
+def sweep_insight(name: str) -> dict[str, Any]:
+    """{sweep, metric, direction, history: [{number, value, best}], axes: {param: axis},
+    trials: [{number, job_id, value, params}], importances: {param: share} | None, why_no_importances}"""
+    optuna = _optuna()
+    study = _load(optuna, name)
+    TS = optuna.trial.TrialState
+    done = sorted((t for t in study.get_trials(deepcopy=False, states=(TS.COMPLETE,))
+                   if t.value is not None and math.isfinite(t.value)), key=lambda t: t.number)
+    maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
+    history, best = [], None
+    for t in done:  # what plot_optimization_history draws: each trial's value and the best so far
+        best = t.value if best is None else (max if maximize else min)(best, t.value)
+        history.append({"number": t.number, "value": t.value, "best": best})
+    axes: dict[str, Any] = {}
+    for t in done:
+        for p, dist in t.distributions.items():
+            axes.setdefault(p, _axis(dist))
+    importances, why = None, None
+    if len(done) < 2:
+        why = "Optuna needs two completed trials or more for importances"
+    else:
+        try:
+            evaluator = optuna.importance.FanovaImportanceEvaluator(seed=0)
+            importances = dict(optuna.importance.get_param_importances(study, evaluator=evaluator))
+        except (ValueError, RuntimeError) as e:  # e.g. every trial had the same values
+            why = f"Optuna could not weigh the parameters: {e}"
+    return {"sweep": study.study_name, "metric": (study.user_attrs.get("sweep") or {}).get("metric"),
+            "direction": "maximize" if maximize else "minimize", "history": history, "axes": axes,
+            "trials": [{"number": t.number, "job_id": t.user_attrs.get("job_id"), "value": t.value,
+                        "params": t.params} for t in done],
+            "importances": importances, "why_no_importances": why}
