@@ -1,0 +1,181 @@
+"""The data store: ``data:`` files kept by content, and each job's own, unchanging view of them.
+
+A submit syncs its ``data:`` entries into its project's staging folder
+(``<root>/projects/<project>/data/<dst>``), under the project's sync lease like its code. When
+the job is created (``jobs.submit``, still under that lease) every staged file is linked into
+the store under its content hash (``<root>/store/<h[:2]>/<h>``, write bits off) and the job's
+view ``<job>/data/<dst>`` is made of hard links to those blobs; where the filesystem refuses a
+hard link the blob is a copy and the view a symlink to it (a read-only link farm). A later
+sync replaces a staged file by a rename (a new inode), so nothing a job sees changes under it,
+whatever another project or a later submit sends. Identical bytes are one blob however many
+jobs and projects use them (a staged file whose bytes are stored already is replaced by a link
+to that blob). ``<job>/data.refs`` names the blobs a job uses; ``gc`` deletes the blobs that no
+kept job names (``unused``), under the store's lock that a job's view is built under.
+"""
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Set
+
+from remote import locks
+from remote.stream.hashing import HashCache
+
+REFS = "data.refs"
+VIEW = "data"
+
+
+def store_dir(root: Path) -> Path:
+    return root / "store"
+
+
+def staging(root: Path, project: str) -> Path:
+    """Where a project's ``data:`` entries are synced to (the sync's ``already there`` compares with it)."""
+    return root / "projects" / project / "data"
+
+
+def blob_name(h: str, mode: int) -> str:
+    """A blob's name: its content hash, ``.x`` when executable (a stored file keeps its mode)."""
+    return h + (".x" if mode & 0o111 else "")
+
+
+def blob_path(root: Path, name: str) -> Path:
+    return store_dir(root) / name[:2] / name
+
+
+def build_view(root: Path, project: str, dsts: List[str], job_path: Path, cache: HashCache) -> List[str]:
+    """Make ``<job>/data`` (always, empty without ``data:``) from the project's staged entries
+    ``dsts``; write and return the blob names it uses. The caller holds the project's lock."""
+    view = job_path / VIEW
+    view.mkdir(parents=True, exist_ok=True)
+    used = []  # type: List[str]
+    src_top = staging(root, project)
+    with locks.flocked(_lock(root)):  # gc deletes no blob while a view links to it
+        for dst in dsts:
+            if dst.startswith("/") or ".." in Path(dst).parts:  # the laptop refuses these in the job file
+                continue
+            src = src_top / dst
+            if not os.path.lexists(str(src)):
+                continue
+            _view_of(root, src, view / dst, cache, used)
+        _write_refs(job_path, used)
+    cache.save()
+    return used
+
+
+def _lock(root: Path) -> Path:
+    d = store_dir(root)
+    d.mkdir(parents=True, exist_ok=True)
+    return d / ".lock"
+
+
+def _view_of(root: Path, src: Path, target: Path, cache: HashCache, used: List[str]) -> None:
+    """One staged entry (a file, a folder or a link) as blobs linked under ``target``."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if src.is_symlink():
+        os.symlink(os.readlink(str(src)), str(target))
+        return
+    if src.is_file():
+        used.append(_place(root, src, target, cache))
+        return
+    for dirpath, dirnames, filenames in os.walk(str(src)):
+        rel = os.path.relpath(dirpath, str(src))
+        here = target / rel if rel != "." else target
+        here.mkdir(parents=True, exist_ok=True)
+        for name in dirnames + filenames:
+            p = Path(dirpath) / name
+            if p.is_symlink():  # the user's link, as it was sent (it may point anywhere)
+                os.symlink(os.readlink(str(p)), str(here / name))
+            elif name in filenames:
+                used.append(_place(root, p, here / name, cache))
+
+
+def _place(root: Path, src: Path, target: Path, cache: HashCache) -> str:
+    st = os.lstat(str(src))
+    name = blob_name(cache.hash(src, st), st.st_mode)
+    blob = _stored(root, src, st, name, cache)
+    try:
+        os.link(str(blob), str(target))
+    except OSError:  # no hard links here (another filesystem, a FUSE mount): a read-only link farm
+        os.symlink(str(blob), str(target))
+    return name
+
+
+def _stored(root: Path, src: Path, st: os.stat_result, name: str, cache: HashCache) -> Path:
+    """The blob of ``src``'s bytes: the staged file itself when they are new to the store, else the
+    blob already there (and the staged file becomes a link to it: one copy on disk)."""
+    blob = blob_path(root, name)
+    blob.parent.mkdir(parents=True, exist_ok=True)
+    h = name.split(".")[0]
+    if blob.exists():
+        if os.stat(str(blob)).st_ino != st.st_ino:
+            tmp = src.with_name(".{}.{}.store".format(src.name, os.getpid()))
+            try:
+                os.link(str(blob), str(tmp))
+                os.replace(str(tmp), str(src))
+                cache.put(src, h)
+            except OSError:  # a copy stays staged: it costs space, not correctness
+                _unlink(tmp)
+        return blob
+    tmp = blob.with_name(".{}.{}.tmp".format(name, os.getpid()))
+    try:
+        os.link(str(src), str(tmp))
+    except OSError:
+        shutil.copy2(str(src), str(tmp))
+    os.chmod(str(tmp), st.st_mode & 0o7555)  # write bits off: a job's own view is not for writing
+    os.replace(str(tmp), str(blob))
+    cache.put(src, h)  # the chmod moved nothing the cache keys on; said again for a copied blob's source
+    return blob
+
+
+def _unlink(p: Path) -> None:
+    try:
+        os.unlink(str(p))
+    except OSError:
+        pass
+
+
+def _write_refs(job_path: Path, used: List[str]) -> None:
+    tmp = job_path / (".{}.{}.tmp".format(REFS, os.getpid()))
+    with open(str(tmp), "w") as f:
+        json.dump(sorted(set(used)), f)
+    os.replace(str(tmp), str(job_path / REFS))
+
+
+def refs(job_path: Path) -> Optional[Set[str]]:
+    """The blobs a job's view uses; None when its refs file is unreadable (gc then keeps every blob)."""
+    p = job_path / REFS
+    if not p.exists():
+        return set()
+    try:
+        with open(str(p)) as f:
+            doc = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return {str(x) for x in doc} if isinstance(doc, list) else None
+
+
+def unused(root: Path, kept: Set[str]) -> List[Dict[str, Any]]:
+    """gc's items: blobs that no kept job names (``kept``: every name the kept jobs' refs hold)."""
+    top = store_dir(root)
+    if not top.is_dir():
+        return []
+    out = []
+    for sub in sorted(top.iterdir()):
+        if not sub.is_dir():
+            continue
+        for blob in sorted(sub.iterdir()):
+            if not blob.name.startswith(".") and blob.name not in kept:
+                out.append({"kind": "data", "path": str(blob), "blob": blob.name})
+    return out
+
+
+def remove_unused(root: Path, it: Dict[str, Any], still_kept: Any) -> None:
+    """Delete one blob of gc's plan unless a job made since the plan uses it (``still_kept()``:
+    the names kept jobs use now, read under the store's lock)."""
+    with locks.flocked(_lock(root)):
+        if it["blob"] in still_kept():
+            it["skipped"] = "in use"
+            return
+        _unlink(Path(it["path"]))
