@@ -44,6 +44,82 @@ def blob_path(root: Path, name: str) -> Path:
     return store_dir(root) / name[:2] / name
 
 
+def seed(root: Path, shapes: Dict[str, str], cache: HashCache) -> None:
+    """Before a manifest: a project's ``data:`` entry not staged yet (``shapes``: tree -> the
+    laptop's ``datashape.shape`` of it) starts as hard links to another project's entry of the
+    same ``dst`` and the same shape (or one an agent before the store left in ``<root>/data``),
+    with their cached hashes. The manifest then compares content as usual, so bytes already on
+    the host are not sent again and any that differ are; the caller holds this project's sync
+    lease, so no other submit writes here. Same names and sizes: no file the laptop lacks is left."""
+    for t, want in shapes.items():
+        parts = t.split("/")
+        if len(parts) < 4 or parts[0] != "projects" or parts[2] != "data" or ".." in parts:
+            continue
+        target = root / t
+        if os.path.lexists(str(target)):
+            continue
+        src = _seed_source(root, parts[1], "/".join(parts[3:]), want)
+        if src is not None:
+            _seed_from(src, target, cache)
+
+
+def _seed_source(root: Path, project: str, dst: str, want: str) -> Optional[Path]:
+    """The newest staged entry ``dst`` of another project whose shape is ``want``."""
+    from remote.datashape import shape
+
+    found = []  # type: List[Any]
+    top = root / "projects"
+    for p in [root / "data" / dst] + [d / "data" / dst for d in (top.iterdir() if top.is_dir() else [])
+                                        if d.name != project]:
+        try:
+            found.append((os.lstat(str(p)).st_mtime, str(p)))
+        except OSError:
+            continue
+    for _, p in sorted(found, reverse=True):
+        if shape(p) == want:
+            return Path(p)
+    return None
+
+
+def _seed_from(src: Path, target: Path, cache: HashCache) -> None:
+    tmp = target.with_name(".{}.{}.seed".format(target.name, os.getpid()))
+    links = []  # type: List[Any]  # (file under tmp, its path once renamed, its source)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_symlink():
+            return
+        if src.is_file():
+            os.link(str(src), str(tmp))
+            links.append((tmp, target, src))
+        else:
+            for dirpath, dirnames, filenames in os.walk(str(src)):
+                rel = os.path.relpath(dirpath, str(src))
+                here = tmp / rel if rel != "." else tmp
+                here.mkdir(parents=True, exist_ok=True)
+                for name in dirnames + filenames:
+                    p = Path(dirpath) / name
+                    if p.is_symlink():
+                        os.symlink(os.readlink(str(p)), str(here / name))
+                    elif name in filenames:
+                        os.link(str(p), str(here / name))
+                        links.append((here / name, target / (rel if rel != "." else "") / name, p))
+        os.rename(str(tmp), str(target))
+    except OSError:  # no hard links here, or the source changed as it was read: the sync sends it all
+        if tmp.is_dir() and not tmp.is_symlink():
+            shutil.rmtree(str(tmp), ignore_errors=True)
+        else:
+            _unlink(tmp)
+        return
+    for _, final, source in links:  # the same inodes: their hashes hold under the new names
+        try:
+            st = os.lstat(str(final))
+        except OSError:
+            continue
+        h = cache.get(source, st)
+        if h is not None:
+            cache.put(final, h, st)
+
+
 def build_view(root: Path, project: str, dsts: List[str], job_path: Path, cache: HashCache) -> List[str]:
     """Make ``<job>/data`` (always, empty without ``data:``) from the project's staged entries
     ``dsts``; write and return the blob names it uses. The caller holds the project's lock."""

@@ -1,7 +1,8 @@
 """A job's ``data:`` for its whole life (remote/datastore.py, docs/job-spec.md#where-data-lives): two
 projects whose ``data:`` has the same ``dst:`` and different bytes, running at once on one host over
 a real sshd, each read their own bytes from start to end, while a third submit changes one
-project's data under its running job; identical bytes are sent once and stored once; ``gc`` keeps
+project's data under its running job; identical bytes are sent once (in one project, and
+across projects under one ``dst:``) and stored once; ``gc`` keeps
 the blobs of running jobs and frees them once no job is left."""
 
 from __future__ import annotations
@@ -76,7 +77,9 @@ def test_two_projects_with_one_dst_each_read_their_own_bytes_while_both_run(ssh_
     again = submit(ssh_host, a)
     assert _sent(again) == 0, again["sync"]
     same = _project(tmp_path, "dsc", "dataset-B", gate)
-    jc = submit(ssh_host, same)["job_id"]
+    c = submit(ssh_host, same)
+    assert _sent(c) == 2, c["sync"]  # its code (main.py, job.yaml) only: B's bytes under that dst were there
+    jc = c["job_id"]
     views = {j: job_dir(tmp_path, ssh_host, j) / "data" / "corpus.txt" for j in (ja, jb, a2["job_id"], jc)}
     assert views[jb].stat().st_ino == views[jc].stat().st_ino  # one inode for B's and C's bytes
     assert len(_blobs(root)) == 3, _blobs(root)  # A, A2, B: three contents, three blobs

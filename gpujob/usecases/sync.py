@@ -128,6 +128,11 @@ def targets(spec: JobSpec, project: str, records: list[Record] | None = None) ->
     for n, r in zip(names, records or []):
         if r.digest:
             args += ["--known", f"{n}={r.digest}"]
+    for n, d in zip(names[1:], spec.data):  # a data: entry never sent from here: maybe another project did
+        if records and not records[names.index(n)].digest:
+            found = import_remote("datashape").shape(d.src)
+            if found:
+                args += ["--shape", f"{n}={found}"]
     return args
 
 
