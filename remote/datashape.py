@@ -18,7 +18,7 @@ MAX_FILES = 200000  # past this the listing costs more than it can save: no hint
 def shape(path: str) -> Optional[str]:
     """The digest of ``[[rel, size], ...]`` (a link's size -1) under ``path``; None when it is
     missing or holds more than ``MAX_FILES`` files."""
-    rows = []  # type: List[Any]
+    rows: List[Any] = []
     try:
         st = os.lstat(path)
     except OSError:
