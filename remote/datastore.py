@@ -17,7 +17,7 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Set
+from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
 from remote import locks
 from remote.stream.hashing import HashCache
@@ -92,17 +92,9 @@ def _seed_from(src: Path, target: Path, cache: HashCache) -> None:
             os.link(str(src), str(tmp))
             links.append((tmp, target, src))
         else:
-            for dirpath, dirnames, filenames in os.walk(str(src)):
-                rel = os.path.relpath(dirpath, str(src))
-                here = tmp / rel if rel != "." else tmp
-                here.mkdir(parents=True, exist_ok=True)
-                for name in dirnames + filenames:
-                    p = Path(dirpath) / name
-                    if p.is_symlink():
-                        os.symlink(os.readlink(str(p)), str(here / name))
-                    elif name in filenames:
-                        os.link(str(p), str(here / name))
-                        links.append((here / name, target / (rel if rel != "." else "") / name, p))
+            for p, place in _mirror_walk(src, tmp):
+                os.link(str(p), str(place))
+                links.append((place, target / place.relative_to(tmp), p))
         os.rename(str(tmp), str(target))
     except OSError:  # no hard links here, or the source changed as it was read: the sync sends it all
         if tmp.is_dir() and not tmp.is_symlink():
@@ -155,6 +147,13 @@ def _view_of(root: Path, src: Path, target: Path, cache: HashCache, used: List[s
     if src.is_file():
         used.append(_place(root, src, target, cache))
         return
+    for p, place in _mirror_walk(src, target):
+        used.append(_place(root, p, place, cache))
+
+
+def _mirror_walk(src: Path, target: Path) -> Iterator[Tuple[Path, Path]]:
+    """Make ``target``'s folders and links those of folder ``src``; yield (file, its place under
+    ``target``) for each regular file, for the caller to link."""
     for dirpath, dirnames, filenames in os.walk(str(src)):
         rel = os.path.relpath(dirpath, str(src))
         here = target / rel if rel != "." else target
@@ -164,7 +163,7 @@ def _view_of(root: Path, src: Path, target: Path, cache: HashCache, used: List[s
             if p.is_symlink():  # the user's link, as it was sent (it may point anywhere)
                 os.symlink(os.readlink(str(p)), str(here / name))
             elif name in filenames:
-                used.append(_place(root, p, here / name, cache))
+                yield p, here / name
 
 
 def _place(root: Path, src: Path, target: Path, cache: HashCache) -> str:

@@ -67,11 +67,7 @@ def _resumed_on_b(tmp_path: Path, s3: S3, job_id: str, on_mirror: Path) -> None:
 def test_a_job_removed_with_rm_is_pulled_and_resumed_from_its_mirror(
         s3: S3, two_hosts: tuple[Sshd, Sshd], tmp_path: Path) -> None:
     job_id, on_mirror = _mirrored_job(tmp_path, s3, "forgot")
-    r = run_cli("stop", job_id, "--json", timeout=120)
-    assert r.returncode == 0, r.stderr
-    wait_state("a", job_id, ("stopped", "succeeded"), 60)
-    wait_for(lambda: '"mirror_done"' in (tmp_path / "root-a" / "jobs" / job_id / "events.jsonl").read_text(), 60,
-             "the last upload")
+    _stop(tmp_path, job_id)
     r = run_cli("rm", job_id)
     assert r.returncode == 0, r.stderr
     assert "left on its mirror" in r.stdout and f"s3://ckpts/m/{job_id}" in r.stdout, r.stdout  # rm says what stays
@@ -85,6 +81,31 @@ def test_a_job_removed_with_rm_is_pulled_and_resumed_from_its_mirror(
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["selected"] == f"ckpt/checkpoint-{_newest(on_mirror)}"
     _resumed_on_b(tmp_path, s3, job_id, on_mirror)
+
+
+def _stop(tmp_path: Path, job_id: str) -> None:
+    r = run_cli("stop", job_id, "--json", timeout=120)
+    assert r.returncode == 0, r.stderr
+    wait_state("a", job_id, ("stopped", "succeeded"), 60)
+    wait_for(lambda: '"mirror_done"' in (tmp_path / "root-a" / "jobs" / job_id / "events.jsonl").read_text(), 60,
+             "the last upload")
+
+
+def test_a_removed_job_resumed_on_its_own_host_is_made_again_there_from_its_mirror(
+        s3: S3, two_hosts: tuple[Sshd, Sshd], tmp_path: Path) -> None:
+    """``resume JOB`` alone, after ``rm`` (or with the instance re-imaged under the same profile): the
+    job is made again on the host it was on, from the mirror, under its id (it said "no job matches")."""
+    job_id, on_mirror = _mirrored_job(tmp_path, s3, "again")
+    _stop(tmp_path, job_id)
+    assert run_cli("rm", job_id).returncode == 0
+    newest = _newest(on_mirror)
+    r = run_cli("resume", job_id, "--json", timeout=300, env_extra=s3.env())
+    assert r.returncode == 0, r.stderr + r.stdout
+    res = json.loads(r.stdout)
+    assert (res["source"], res["from"], res["to"], res["checkpoint"]) == ("mirror", "a", "a", f"ckpt/checkpoint-{newest}"), res
+    st = wait_state("a", job_id, ("succeeded", "failed"), 180)
+    assert st["state"] == "succeeded", st
+    assert f"start at {newest}" in (tmp_path / "root-a" / "jobs" / job_id / "output.log").read_text()
 
 
 def test_a_job_whose_host_was_wiped_while_it_still_answers_resumes_from_its_mirror(

@@ -81,7 +81,8 @@ def fetch(job_id: str, dest: Path, progress: Callable[[int, int], None] | None =
     if not cfg.get("targets"):
         known = remembered.entry_of(job_id) is not None
         raise GpujobError(f"{job_id} has no checkpoint.mirror" if known else
-                          f"no job {job_id!r} was submitted from this machine (neither the job index nor the run ledger has it)",
+                          f"no checkpoint.mirror is known for {job_id!r}: neither the job index nor the run ledger "
+                          "of this machine has such a job",
                           f"pull it from its host: gpujob pull {job_id} --latest" if known else "gpujob runs lists the jobs it knows")
     found = newest(job_id, cfg)
     if found is None:
