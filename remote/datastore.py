@@ -92,9 +92,9 @@ def _seed_from(src: Path, target: Path, cache: HashCache) -> None:
             os.link(str(src), str(tmp))
             links.append((tmp, target, src))
         else:
-            for p, place in _mirror_walk(src, tmp):
-                os.link(str(p), str(place))
-                links.append((place, target / place.relative_to(tmp), p))
+            for p, place, rel in _mirror_walk(str(src), str(tmp)):
+                os.link(p, place)
+                links.append((place, target / rel, Path(p)))
         os.rename(str(tmp), str(target))
     except OSError:  # no hard links here, or the source changed as it was read: the sync sends it all
         if tmp.is_dir() and not tmp.is_symlink():
@@ -144,67 +144,78 @@ def _view_of(root: Path, src: Path, target: Path, cache: HashCache, used: List[s
     if src.is_symlink():
         os.symlink(os.readlink(str(src)), str(target))
         return
+    store = str(store_dir(root))
     if src.is_file():
-        used.append(_place(root, src, target, cache))
+        used.append(_place(store, str(src), str(target), cache))
         return
-    for p, place in _mirror_walk(src, target):
-        used.append(_place(root, p, place, cache))
+    for p, place, _ in _mirror_walk(str(src), str(target)):
+        used.append(_place(store, p, place, cache))
 
 
-def _mirror_walk(src: Path, target: Path) -> Iterator[Tuple[Path, Path]]:
+def _mirror_walk(src: str, target: str) -> Iterator[Tuple[str, str, str]]:
     """Make ``target``'s folders and links those of folder ``src``; yield (file, its place under
-    ``target``) for each regular file, for the caller to link."""
-    for dirpath, dirnames, filenames in os.walk(str(src)):
-        rel = os.path.relpath(dirpath, str(src))
-        here = target / rel if rel != "." else target
-        here.mkdir(parents=True, exist_ok=True)
-        for name in dirnames + filenames:
-            p = Path(dirpath) / name
-            if p.is_symlink():  # the user's link, as it was sent (it may point anywhere)
-                os.symlink(os.readlink(str(p)), str(here / name))
-            elif name in filenames:
-                yield p, here / name
+    ``target``, its name relative to ``src``) for each regular file, for the caller to link.
+    Plain strings: this is the per-file path of a submit (a dataset may hold 100,000 files)."""
+    for dirpath, dirnames, filenames in os.walk(src):
+        rel = os.path.relpath(dirpath, src)
+        here = target if rel == "." else os.path.join(target, rel)
+        os.makedirs(here, exist_ok=True)
+        for name in dirnames:  # a link to a folder is listed with the folders (os.walk does not enter it)
+            p = os.path.join(dirpath, name)
+            if os.path.islink(p):
+                os.symlink(os.readlink(p), os.path.join(here, name))
+        for name in filenames:
+            p = os.path.join(dirpath, name)
+            if os.path.islink(p):  # the user's link, as it was sent (it may point anywhere)
+                os.symlink(os.readlink(p), os.path.join(here, name))
+            else:
+                yield p, os.path.join(here, name), name if rel == "." else rel + "/" + name
 
 
-def _place(root: Path, src: Path, target: Path, cache: HashCache) -> str:
-    st = os.lstat(str(src))
-    name = blob_name(cache.hash(src, st), st.st_mode)
-    blob = _stored(root, src, st, name, cache)
+def _place(store: str, src: str, target: str, cache: HashCache) -> str:
+    st = os.lstat(src)
+    name = blob_name(cache.hash(src, st), st.st_mode)  # type: ignore[arg-type]
+    blob = _stored(store, src, st, name, cache)
     try:
-        os.link(str(blob), str(target))
+        os.link(blob, target)
     except OSError:  # no hard links here (another filesystem, a FUSE mount): a read-only link farm
-        os.symlink(str(blob), str(target))
+        os.symlink(blob, target)
     return name
 
 
-def _stored(root: Path, src: Path, st: os.stat_result, name: str, cache: HashCache) -> Path:
+def _stored(store: str, src: str, st: os.stat_result, name: str, cache: HashCache) -> str:
     """The blob of ``src``'s bytes: the staged file itself when they are new to the store, else the
     blob already there (and the staged file becomes a link to it: one copy on disk)."""
-    blob = blob_path(root, name)
-    blob.parent.mkdir(parents=True, exist_ok=True)
+    folder = os.path.join(store, name[:2])
+    blob = os.path.join(folder, name)
     h = name.split(".")[0]
-    if blob.exists():
-        if os.stat(str(blob)).st_ino != st.st_ino:
-            tmp = src.with_name(".{}.{}.store".format(src.name, os.getpid()))
+    try:
+        held = os.stat(blob)  # type: Optional[os.stat_result]
+    except FileNotFoundError:
+        held = None
+    if held is not None:
+        if held.st_ino != st.st_ino:
+            tmp = os.path.join(os.path.dirname(src), ".{}.{}.store".format(os.path.basename(src), os.getpid()))
             try:
-                os.link(str(blob), str(tmp))
-                os.replace(str(tmp), str(src))
-                cache.put(src, h)
+                os.link(blob, tmp)
+                os.replace(tmp, src)
+                cache.put(src, h)  # type: ignore[arg-type]
             except OSError:  # a copy stays staged: it costs space, not correctness
                 _unlink(tmp)
         return blob
-    tmp = blob.with_name(".{}.{}.tmp".format(name, os.getpid()))
+    os.makedirs(folder, exist_ok=True)
+    tmp = os.path.join(folder, ".{}.{}.tmp".format(name, os.getpid()))
     try:
-        os.link(str(src), str(tmp))
+        os.link(src, tmp)
     except OSError:
-        shutil.copy2(str(src), str(tmp))
-    os.chmod(str(tmp), st.st_mode & 0o7555)  # write bits off: a job's own view is not for writing
-    os.replace(str(tmp), str(blob))
-    cache.put(src, h)  # the chmod moved nothing the cache keys on; said again for a copied blob's source
+        shutil.copy2(src, tmp)
+    os.chmod(tmp, st.st_mode & 0o7555)  # write bits off: a job's own view is not for writing
+    os.replace(tmp, blob)
+    cache.put(src, h)  # type: ignore[arg-type]  # the chmod moved nothing the cache keys on; a copied blob's source
     return blob
 
 
-def _unlink(p: Path) -> None:
+def _unlink(p: Any) -> None:
     try:
         os.unlink(str(p))
     except OSError:
