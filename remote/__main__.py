@@ -119,8 +119,8 @@ def cmd_sync(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
         if left is not None:
             raise _busy(a, left)
         with locks.lease_kept(root.root, a.project, a.lease):
-            return transfer.session(root.root, a.dir, a.hash_dir, sys.stdin.buffer, sys.stdout.buffer, a.known)
-    return transfer.session(root.root, a.dir, a.hash_dir, sys.stdin.buffer, sys.stdout.buffer, a.known)
+            return transfer.session(root.root, a.dir, a.hash_dir, sys.stdin.buffer, sys.stdout.buffer, a.known, a.shape)
+    return transfer.session(root.root, a.dir, a.hash_dir, sys.stdin.buffer, sys.stdout.buffer, a.known, a.shape)
 
 
 def cmd_manifest(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
@@ -132,7 +132,7 @@ def cmd_manifest(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
         left = locks.try_lease(root.root, a.project, a.lease)
         if left is not None:
             return {"busy": left}
-    return transfer.manifest_doc(root.root, a.dir, a.hash_dir, known=a.known)
+    return transfer.manifest_doc(root.root, a.dir, a.hash_dir, known=a.known, shapes=a.shape)
 
 
 def cmd_unlease(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
@@ -506,6 +506,8 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--dir", action="append", default=[])
         s.add_argument("--hash-dir", action="append", default=[])
         s.add_argument("--known", action="append", default=[], help="DIR=DIGEST: the client's record of DIR")
+        s.add_argument("--shape", action="append", default=[],
+                       help="DIR=SHAPE: a data: entry's names and sizes on the laptop (remote/datashape.py)")
         s.add_argument("--project")
         s.add_argument("--lease", help="the submit's token for the project's sync lease (see remote/locks.py)")
     s = sub.add_parser("receive")

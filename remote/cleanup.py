@@ -11,9 +11,9 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Set
 
-from remote import jobs, locks, procs
+from remote import datastore, jobs, locks, procs
 from remote.layout import Root, read_doc, read_json
 from remote.protocol import SETTLED, TERMINAL  # gc takes settled jobs only: a lost one may be resumed
 
@@ -105,6 +105,8 @@ def plan(root: Root, older_than: float, checkpoints_only: bool = False, now: Opt
     used_envs = set()  # env hashes (and venv names) that kept jobs use
     used_projects = set()  # projects of kept jobs
     used_data = set()  # top-level names under <root>/data that kept jobs' data: entries use
+    used_blobs = set()  # type: Set[str]  # data store blobs kept jobs' views use (remote/datastore.py)
+    blobs_unknown = False  # a kept job's refs unreadable: keep every blob
     env_unknown = False  # a live job whose environment is not recorded yet: keep every environment
     busy = []  # type: List[str]
     for job_id in jobs.all_job_ids(root):
@@ -133,6 +135,11 @@ def plan(root: Root, older_than: float, checkpoints_only: bool = False, now: Opt
                 used_envs.add(Path(str(env["VIRTUAL_ENV"])).name[len("venv-"):])
         used_projects.add(str(spec.get("project") or spec.get("name") or ""))
         used_data.update(str(d).strip("/").split("/")[0] for d in spec.get("data") or [] if isinstance(d, str))
+        job_refs = datastore.refs(job.path)
+        if job_refs is None:
+            blobs_unknown = True
+        else:
+            used_blobs |= job_refs
     if not checkpoints_only:
         if root.envs.is_dir() and not env_unknown:
             for p in sorted(root.envs.iterdir()):
@@ -150,6 +157,7 @@ def plan(root: Root, older_than: float, checkpoints_only: bool = False, now: Opt
                 if p.is_dir() and p.name not in used_projects and _mtime(p / "code") < cutoff:
                     items.append({"kind": "project", "path": str(p)})
         items += _unused_data(root, used_data, cutoff)
+        items += [] if blobs_unknown else datastore.unused(root.root, used_blobs)
     for it in items:
         it["bytes"] = freed_bytes([Path(it["path"])])
     return {"items": items, "bytes": freed_bytes([Path(i["path"]) for i in items]), "busy": busy,
@@ -194,11 +202,30 @@ def gc(root: Root, older_than: float, dry_run: bool = False, checkpoints_only: b
                 _gc_item(it)
         elif it["kind"] == "project":
             _gc_project(root, it)
+        elif it.get("blob"):
+            datastore.remove_unused(root.root, it, lambda: _blobs_in_use(root))
         elif it["kind"] == "env" and _provisioning(Path(it["path"])):
             it["skipped"] = "being provisioned"
         else:
             _gc_item(it)
     return doc
+
+
+def _blobs_in_use(root: Root) -> Set[str]:
+    """Every blob a job folder still there names (gc's own removals are done by then); the
+    names of any blob when a refs file is unreadable (nothing is then deleted)."""
+    used = set()  # type: Set[str]
+    for job_id in jobs.all_job_ids(root):
+        r = datastore.refs(root.job(job_id).path)
+        if r is None:
+            return _AllNames()
+        used |= r
+    return used
+
+
+class _AllNames(set):  # type: ignore[type-arg]
+    def __contains__(self, name: object) -> bool:
+        return True
 
 
 def _provisioning(p: Path) -> bool:

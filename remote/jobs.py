@@ -107,9 +107,12 @@ def submit(root: Root, request: Dict[str, Any]) -> Dict[str, Any]:
                 raise AgentError("another submit of project {} took over its code while this one was quiet for "
                                  "longer than {:.0f} s".format(project, locks.lease_ttl()), "submit again", "lease_lost")
             snapshot(code, job.code)
+            _data_view(root, project, spec, job, bool(carried))
             locks.release(root.root, project, lease)
     else:
-        snapshot(code, job.code)
+        with locks.project_locked(root.root, project):
+            snapshot(code, job.code)
+            _data_view(root, project, spec, job, bool(carried))
     spec = dict(spec, project=project, host=request.get("host"), host_env=request.get("host_env") or {},
                 price_per_hour=request.get("price_per_hour"), currency=request.get("currency", "CNY"),
                 shutdown_command=request.get("shutdown_command"), node=request.get("node"), job_id=job_id,
@@ -132,6 +135,21 @@ def submit(root: Root, request: Dict[str, Any]) -> Dict[str, Any]:
         pid = start_supervisor(root, job)
         record_supervisor(job, pid)
     return {"job_id": job_id, "state": "queued", "job_dir": str(job.path), "supervisor_pid": pid}
+
+
+def _data_view(root: Root, project: str, spec: Dict[str, Any], job: JobDir, carried: bool) -> None:
+    """The job's own view of its ``data:`` (remote/datastore.py): what this submit synced, for its whole life."""
+    from remote import datastore
+    from remote.transfer import hash_cache
+
+    dsts = [str(d) for d in spec.get("data") or [] if isinstance(d, str)]
+    try:
+        datastore.build_view(root.root, project, dsts, job.path, hash_cache(root.root))
+    except OSError as e:
+        if not carried:  # a moved job's files stay for the next adopt
+            shutil.rmtree(str(job.path), ignore_errors=True)
+        raise AgentError("could not make the job's data view under {}: {}".format(job.path, e),
+                         "free space on the instance (gpujob doctor), then submit again", "data_view") from None
 
 
 def _interpreter_or_refuse(root: Root, project: str, spec: Dict[str, Any], request: Dict[str, Any]) -> None:

@@ -255,7 +255,7 @@ class Supervisor:
             "GPUJOB_STOP_FILE": str(job.stop_file),
             "GPUJOB_KEEP": str(self.spec.get("checkpoint_keep", 3)),
             "GPUJOB_BATCH_DIVISOR": str(self.status.get("batch_divisor", 1)),
-            "GPUJOB_DATA_DIR": str(self.root.data),
+            "GPUJOB_DATA_DIR": str(self.data_dir()),
             "PYTHONPATH": os.pathsep.join(self.runtime_path() + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])),
             "PYTHONUNBUFFERED": "1",
         })
@@ -273,6 +273,12 @@ class Supervisor:
         env.update(GPUJOB_JOB_ID=job.id, GPUJOB_JOB_DIR=str(job.path), GPUJOB_STOP_FILE=str(job.stop_file),
                    GPUJOB_ATTEMPT=str(attempt), GPUJOB_RESUME=resume)
         return env
+
+    def data_dir(self) -> Path:
+        """The job's own data view (remote/datastore.py); a job made by an older agent has none and
+        keeps the shared ``<root>/data`` it was submitted with."""
+        view = self.job.path / "data"
+        return view if view.is_dir() else self.root.data
 
     def runtime_path(self) -> List[str]:
         """What the run command gets on PYTHONPATH: the runtime helper and, unless

@@ -403,7 +403,7 @@ def send(base: Path, members: List[str], out: IO[bytes]) -> None:
 
 
 def manifest_doc(root: Path, dirs: List[str], hash_dirs: List[str], cache: Optional[HashCache] = None,
-                 known: Optional[List[str]] = None) -> Dict[str, Any]:
+                 known: Optional[List[str]] = None, shapes: Optional[List[str]] = None) -> Dict[str, Any]:
     """What is under each of ``dirs`` and ``hash_dirs`` (with content hashes, from the cache, and
     the tree's digest), and the free bytes. ``known`` (``DIR=DIGEST``: what the client's record
     says it left there): a tree whose digest is that one answers ``same`` without its files.
@@ -413,6 +413,12 @@ def manifest_doc(root: Path, dirs: List[str], hash_dirs: List[str], cache: Optio
     stays the same the digest is known without the hash cache (and, with find, without a walk
     in Python)."""
     expect = dict(k.split("=", 1) for k in known or [] if "=" in k)
+    seeds = dict(k.split("=", 1) for k in shapes or [] if "=" in k)
+    if seeds:  # a project's first staging of a data: entry: from one of the same shape already here
+        from remote import datastore
+
+        cache = cache or hash_cache(root)
+        datastore.seed(root, {d: seeds[d] for d in hash_dirs if d in seeds}, cache)
     seals_path = root / "cache" / "trees.json"
     seals = read_doc(seals_path)
     changed = False
@@ -454,10 +460,10 @@ def manifest_doc(root: Path, dirs: List[str], hash_dirs: List[str], cache: Optio
 
 
 def session(root: Path, dirs: List[str], hash_dirs: List[str], stdin: IO[bytes], stdout: IO[bytes],
-            known: Optional[List[str]] = None) -> Dict[str, Any]:
+            known: Optional[List[str]] = None, shapes: Optional[List[str]] = None) -> Dict[str, Any]:
     """Manifest and receive over one exec channel: write the manifest as one JSON line, then
     apply the stream that follows on stdin (none = nothing to do). Returns the receive result."""
-    doc = manifest_doc(root, dirs, hash_dirs, None, known)
+    doc = manifest_doc(root, dirs, hash_dirs, None, known, shapes)
     stdout.write(json.dumps(doc).encode() + b"\n")
     stdout.flush()
     first = stdin.read(1)

@@ -362,3 +362,49 @@ def test_runs_draws_plain_columns_without_rich_or_a_client(tmp_path: Path) -> No
     assert narrow[0] == "plain-1" and narrow[2] == "succeeded" and "…" in "".join(narrow), narrow  # STATE gives way last
     mods = imported("runs", full=True)
     assert not {"rich", "gpujob.api.client", "gpujob.transport", "optuna"} & mods
+
+
+@pytest.mark.parametrize("damage", ["not-a-database", "malformed-page"])
+def test_a_damaged_ledger_is_named_kept_aside_and_replaced(tmp_path: Path, damage: str) -> None:
+    """``runs``, ``compare`` and ``rerun`` over a damaged ``ledger.sqlite`` name the file, keep it aside
+    (``ledger.sqlite.damaged-<time>``, byte for byte) and say how to go on, exit 2, never 70; the next
+    command starts a new ledger; a submit goes on with a warning naming the file."""
+    from gpujob.config.ledger import ledger_path, open_ledger
+
+    with open_ledger() as lg:
+        for i in range(400):  # enough pages that a damaged one in the middle is read by a query, not at open
+            lg.put(f"dmg-{i}", name="dmg", host="local", state="succeeded", submitted_at=1000.0 + i,
+                   params={"lr": i, "pad": "x" * 300}, final={"loss": 1.0})
+        lg.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    path = ledger_path()
+    raw = bytearray(path.read_bytes())
+    if damage == "not-a-database":
+        raw[:100] = b"\x00garbage" * 12 + b"\x00" * 4
+    else:
+        page = int.from_bytes(raw[16:18], "big")
+        for n in range(2, len(raw) // page):  # every page after the schema's: b-tree headers of nonsense
+            raw[n * page:n * page + 16] = b"\xff" * 16
+    path.write_bytes(bytes(raw))
+    for k in ("-wal", "-shm"):
+        path.with_name(path.name + k).unlink(missing_ok=True)
+    for args in (("runs", "--name", "dmg"), ("compare", "dmg-1", "dmg-2"), ("rerun", "dmg-3")):
+        r = run_cli(*args)
+        assert r.returncode == 2, (args, r.returncode, r.stderr)
+        assert "internal error" not in r.stderr and "bug" not in r.stderr and "Traceback" not in r.stderr
+        assert str(path) in r.stderr and "damaged" in r.stderr, r.stderr
+        assert "run the command again" in r.stderr, r.stderr
+        aside = sorted(path.parent.glob("ledger.sqlite.damaged-*"))
+        aside = [p for p in aside if not p.name.endswith(("-wal", "-shm"))]
+        assert aside and aside[-1].read_bytes() == bytes(raw), aside  # nothing of it lost
+        assert str(aside[-1]) in r.stderr or "another gpujob command" in r.stderr
+        for p in aside:
+            p.rename(tmp_path / p.name)
+        raw_again = run_cli("runs", "--name", "dmg")  # the next command has a new, empty ledger
+        assert raw_again.returncode == 0, raw_again.stderr
+        path.write_bytes(bytes(raw))  # damaged again for the next command
+    # a submit records nothing but goes on, saying which file and what to do
+    job = write_job(tmp_path, "dmgsub", LOOP, "python main.py --steps 2", env=QUIET)
+    r = run_cli("submit", str(job), "--host", "local", "--json")
+    assert r.returncode == 0, r.stderr
+    assert str(path) in r.stderr and "damaged" in r.stderr and "Traceback" not in r.stderr
+    wait_state("local", json.loads(r.stdout)["job_id"], ("succeeded",))

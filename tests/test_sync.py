@@ -117,7 +117,7 @@ def test_data_skipped_by_hash_and_free_space(ssh_host: str, tmp_path: Path) -> N
     spec = spec_for(src, [DataEntry(str(data), "ds")])
     first = sync_job(agent, spec, "proj")
     assert first.bytes_sent >= 3 << 20
-    remote = tmp_path / "remote-root" / "data" / "ds"
+    remote = tmp_path / "remote-root" / "projects" / "proj" / "data" / "ds"  # the project's staging
     assert diff(data, remote) == ""
     # the same content with new mtimes on both sides (copied anew): skipped by hash in one round trip
     for p in list(data.iterdir()) + list(remote.iterdir()):

@@ -202,7 +202,7 @@ def test_a_data_entry_goes_in_ranges_too(ssh_host: str, tmp_path: Path) -> None:
     data.mkdir()
     (data / "shard.bin").write_bytes(blob[::-1])
     sync_job(agent_for(ssh_host), spec_for(src, [DataEntry(str(data), "ds")]), "proj")
-    assert (tmp_path / "remote-root" / "data" / "ds" / "shard.bin").read_bytes() == blob[::-1]
+    assert (tmp_path / "remote-root" / "projects" / "proj" / "data" / "ds" / "shard.bin").read_bytes() == blob[::-1]
 
 
 def test_channels_are_sized_from_the_round_trip(monkeypatch: pytest.MonkeyPatch) -> None:

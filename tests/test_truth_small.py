@@ -146,17 +146,21 @@ def test_gc_frees_data_no_kept_job_uses(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     job_id = json.loads(r.stdout)["job_id"]
     wait_state("local", job_id, ("succeeded",))
-    data = tmp_path / "local-root" / "data" / "corpus"
-    assert data.is_dir()
+    root = tmp_path / "local-root"
+    data = root / "projects" / "dat" / "data" / "corpus"  # the project's staging; the job reads its own view
+    view = root / "jobs" / job_id / "data" / "corpus" / "train.jsonl"
+    assert data.is_dir() and view.stat().st_ino == (data / "train.jsonl").stat().st_ino
+    blobs = [p for p in (root / "store").glob("*/*") if not p.name.startswith(".")]
+    assert [b.stat().st_ino for b in blobs] == [view.stat().st_ino]  # one file, one blob, one copy on disk
     r = _cli(tmp_path, "gc", "local", "--older-than", "1h", "--dry-run", "--json")  # the job is recent: kept, and its data
     assert r.returncode == 0 and not [i for i in json.loads(r.stdout)["items"] if i["kind"] == "data"], r.stdout
     r = _cli(tmp_path, "gc", "local", "--older-than", "0s", "--dry-run", "--json")
     items = json.loads(r.stdout)["items"]
-    assert {"kind": "data", "path": str(data)} in [{k: i[k] for k in ("kind", "path")} for i in items], items
-    assert data.is_dir()  # a dry run
+    assert {"kind": "data", "path": str(blobs[0])} in [{k: i[k] for k in ("kind", "path")} for i in items], items
+    assert blobs[0].is_file()  # a dry run
     r = _cli(tmp_path, "gc", "local", "--older-than", "0s")
-    assert r.returncode == 0 and f"data {data}" in " ".join(r.stdout.split()), r.stdout
-    assert not data.exists()
+    assert r.returncode == 0 and f"data {blobs[0]}" in " ".join(r.stdout.split()), r.stdout
+    assert not blobs[0].exists() and not data.exists()
 
 
 def test_status_and_ls_step_agree_with_the_logs_last_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from gpujob.api import results as r
 from gpujob.api.background import LogPump, Tunnel, close_agent
-from gpujob.errors import ConnectError, GpujobError
+from gpujob.errors import ConnectError, GpujobError, JobNotFound
 
 if TYPE_CHECKING:
     from gpujob.config.hosts import Host, HostStore
@@ -382,9 +382,9 @@ class Job:
         """Its host profile (``a,b`` for a job over several nodes): the one given, else the job index's."""
         if self._host:
             return self._host
-        from gpujob.config import index
+        from gpujob.config import remembered
 
-        return index.host_of(self.ref)
+        return remembered.host_of(self.ref)  # the index's, else the run ledger's (a job rm removed)
 
     @property
     def nodes(self) -> list[Host] | None:
@@ -511,12 +511,12 @@ class Job:
     @property
     def resume_moves(self) -> bool:
         """``resume()`` moves the job: it was asked for on a host other than the one it lives on."""
-        from gpujob.config import index
+        from gpujob.config import remembered
 
         if not self._host:
             return False
         try:
-            known = index.host_of(self.ref)
+            known = remembered.host_of(self.ref)
         except GpujobError:  # matches on several hosts: --host chose this one
             return False
         return bool(known and self._host != known and "," not in known)
@@ -533,7 +533,15 @@ class Job:
         host = self.client._wake(self.client.hosts.get(self.host), None, note)
         agent = self._agent()
         warnings = before_submit(agent, host, note)  # after a power-on, as at submit
-        res = jobs.resume(agent, self.ref)
+        try:
+            res = jobs.resume(agent, self.ref)
+        except JobNotFound:
+            from gpujob.config import remembered
+
+            if remembered.entry_of(self.ref) is None:
+                raise
+            # its host no longer has it (rm, a re-imaged instance): made again there from its checkpoints
+            return self.move(host.name, progress=progress, note=note)
         return r.ResumeResult.from_json({**res, "host_warnings": warnings} if warnings else res)
 
     def move(self, to: str, job_file: str | None = None, wait: float = 600, progress: Progress | None = None,
@@ -560,9 +568,10 @@ class Job:
         from gpujob.config import index
 
         if source == "mirror":
+            from gpujob.config import remembered
             from gpujob.usecases.mirror import fetch
 
-            entry = index.entry_of(self.ref)
+            entry = remembered.entry_of(self.ref)  # the run ledger remembers a job rm removed
             return r.PullResult.from_json(fetch(entry["job_id"] if entry else self.ref, Path(dest), progress))
         from gpujob.usecases.pull import WRITE_WAIT, pull, tell_pulled
 

@@ -17,7 +17,19 @@ def _searched(e: GpujobError, args: object) -> GpujobError:
     """"No job matches" names the host searched; without --host, also the others used from here."""
     from gpujob.errors import JobNotFound
 
-    if not isinstance(e, JobNotFound) or getattr(args, "host", None):
+    if not isinstance(e, JobNotFound):
+        return e
+    ref = getattr(args, "job", None)
+    if isinstance(ref, str) and getattr(args, "command", None) in ("status", "pull", "tail", "stop", "logs", "plot"):
+        from gpujob.config import remembered
+
+        known = remembered.from_ledger(ref)
+        if known and f" on {known['host']}" in e.cause:  # the host it ran on forgot it; the ledger did not
+            e.remedy = (f"the run ledger remembers {known['job_id']} (gpujob runs): gpujob resume {known['job_id']} "
+                        f"--host HOST continues it from its checkpoints (the mirror, a pull here, shared storage)"
+                        + (f"; gpujob pull {known['job_id']} --from mirror brings the newest" if known.get("mirror") else ""))
+            return e
+    if getattr(args, "host", None):
         return e
     from gpujob.config import index
 

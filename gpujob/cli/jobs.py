@@ -189,17 +189,19 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    from gpujob.ui.jobs import resumed
+    from gpujob.api.results import MoveResult
+    from gpujob.ui.jobs import moved, resumed
 
     with client(args.host) as c:
         job = c.job(args.job)
         if job.resume_moves:  # another host: the job moves there
             return cmd_move(argparse.Namespace(**{**vars(args), "to": args.host, "job_file": None, "wait": 600.0}))
         try:
-            res = job.resume(note=_note(args))  # the notes: a powered-off host's start
+            res = job.resume(note=_note(args))  # the notes: a powered-off host's start, a job made again
         except KeyboardInterrupt:
             raise _interrupted("resume", args.job) from None
-        return show(args, res, resumed)
+        # a job its host lost (rm, a re-imaged instance) is made again there from its checkpoints: a move
+        return show(args, res, moved if isinstance(res, MoveResult) else resumed)
 
 
 def _interrupted(verb: str, ref: str) -> Exception:

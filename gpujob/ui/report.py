@@ -122,6 +122,10 @@ def removed(doc: dict[str, Any]) -> None:
     for r in doc["removed"]:
         how = "stopped and removed" if r["stopped"] else "removed"
         print(f"{r['job_id']}: {how} on {r['host']} ({human_bytes(r['bytes'])} freed)")
+        if r.get("mirror_left"):
+            print(f"  left on its mirror: {', '.join(r['mirror_left'])}: gpujob pull {r['job_id']} --from mirror "
+                  f"brings its newest checkpoint, gpujob resume {r['job_id']} --host HOST continues it "
+                  f"(the run ledger remembers it); delete them there with rclone purge")
 
 
 def collected(doc: dict[str, Any]) -> None:

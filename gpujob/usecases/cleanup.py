@@ -26,6 +26,9 @@ def remove_jobs(refs: list[str], agent_for: Callable[[str], Agent], host: str | 
             failed.append((ref, e))
             continue
         res["host"] = agent.host.name
+        left = _mirror_left(res["job_id"])
+        if left:
+            res["mirror_left"] = left
         index.forget({res["job_id"]}, agent.host.name)
         out.append(res)
     if failed:
@@ -35,6 +38,18 @@ def remove_jobs(refs: list[str], agent_for: Callable[[str], Agent], host: str | 
         err.cause = f"{len(failed)} of {len(refs)} jobs not removed ({why}); removed: {done}"
         raise err
     return out
+
+
+def _mirror_left(job_id: str) -> list[str]:
+    """Where the job's mirrored checkpoints stay after ``rm`` (its folder on each ``checkpoint.mirror``
+    target): rm removes the host's copy only, and the run ledger still leads to these."""
+    from gpujob.config import remembered
+
+    try:
+        mirror = (remembered.entry_of(job_id) or {}).get("mirror") or {}
+    except GpujobError:
+        return []
+    return [f"{str(t).rstrip('/')}/{job_id}" for t in mirror.get("targets") or []]
 
 
 def collect(agent: Agent, older_than_s: float, dry_run: bool, checkpoints_only: bool = False) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -67,14 +68,15 @@ def from_ledger(listed: set[str], hosts: list[str] | None) -> list[dict[str, Any
     ledger last saw them, ``source: ledger``; ``hosts`` None: of every host."""
     import sqlite3
 
-    from gpujob.config.ledger import ledger_path, open_ledger
+    from gpujob.config.ledger import LedgerDamaged, ledger_path, open_ledger
 
     if not ledger_path().exists():
         return []
     try:
         with open_ledger() as lg:
             rows = lg.all()
-    except sqlite3.Error:
+    except (sqlite3.Error, LedgerDamaged) as e:
+        print(f"gpujob: jobs the hosts forgot are not listed: {e}", file=sys.stderr)
         return []
     return [{"job_id": r["job_id"], "host": r.get("host"), "state": r.get("state"), "elapsed_s": _span(r),
              "cost": r.get("cost"), "currency": r.get("currency"), "price_per_hour": r.get("price_per_hour"),

@@ -22,15 +22,16 @@ from pathlib import Path
 from typing import Any, Callable
 
 from gpujob.bundle import import_remote
-from gpujob.config import index
+from gpujob.config import index, remembered
 from gpujob.errors import GpujobError
 
 PART = ".mirror-part-"
 
 
 def mirror_of(job_id: str) -> dict[str, Any]:
-    """The job's ``checkpoint.mirror`` as recorded at submit ({} when it has none)."""
-    e = index.entry_of(job_id) or {}
+    """The job's ``checkpoint.mirror`` as recorded at submit ({} when it has none): the job index's,
+    else the run ledger's (a job ``rm`` removed from its host and the index)."""
+    e = remembered.entry_of(job_id) or {}
     if e.get("mirror"):
         return e["mirror"]
     path = e.get("job_file")
@@ -93,8 +94,11 @@ def fetch(job_id: str, dest: Path, progress: Callable[[int, int], None] | None =
     """Copy the newest mirrored complete checkpoint into ``dest/<job_id>/ckpt/<name>``."""
     cfg = cfg if cfg is not None else mirror_of(job_id)
     if not cfg.get("targets"):
-        raise GpujobError(f"{job_id} has no checkpoint.mirror (or was not submitted from this machine)",
-                          f"pull it from its host: gpujob pull {job_id} --latest")
+        known = remembered.entry_of(job_id) is not None
+        raise GpujobError(f"{job_id} has no checkpoint.mirror" if known else
+                          f"no checkpoint.mirror is known for {job_id!r}: neither the job index nor the run ledger "
+                          "of this machine has such a job",
+                          f"pull it from its host: gpujob pull {job_id} --latest" if known else "gpujob runs lists the jobs it knows")
     found = newest(job_id, cfg)
     if found is None:
         raise GpujobError(f"no complete checkpoint of {job_id} is on its mirror yet",

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from gpujob.bundle import import_remote
-from gpujob.config import index
-from gpujob.errors import GpujobError, Interrupted, RemoteError
+from gpujob.config import index, remembered
+from gpujob.errors import GpujobError, Interrupted, JobNotFound, RemoteError
 from gpujob.transport import Result
 from gpujob.transport.agent import Agent, connect_agent
 from gpujob.usecases.jobs import FINAL
@@ -159,9 +159,9 @@ def _reach_old(host_name: str, job_id: str, stop_wait: float, note: Note) -> tup
     try:
         agent = connect_agent(HostStore().get(host_name))
         st = jobs.status(agent, job_id)
+    except JobNotFound:  # removed there (rm) or the instance re-imaged: its checkpoints may be elsewhere
+        return None, f"{host_name} {GONE} (removed, or the instance was re-imaged)", {}
     except RemoteError as e:
-        if "no job matches" in str(e):
-            raise GpujobError(f"{host_name} has no job {job_id}", "check the id with: gpujob ls --host " + host_name) from None
         return None, f"{host_name} answers but its agent failed ({str(e).splitlines()[0]})", {}
     except GpujobError as e:
         return None, f"{host_name} does not answer ({str(e).splitlines()[0]})", {}
@@ -177,6 +177,24 @@ def _reach_old(host_name: str, job_id: str, stop_wait: float, note: Note) -> tup
     return agent, "", st
 
 
+GONE = "answers but no longer has it"  # the old host holds nothing of the job: nothing to mark moved there
+
+
+def _still_there(host_name: str, job_id: str) -> bool:
+    """Whether ``host_name`` still has the job (a move onto its own host is a re-creation from its
+    checkpoints elsewhere: for a job removed there, or an instance re-imaged under the same profile)."""
+    from gpujob.config.hosts import HostStore
+    from gpujob.usecases import jobs
+
+    try:
+        jobs.status(connect_agent(HostStore().get(host_name)), job_id)
+    except JobNotFound:
+        return False
+    except GpujobError:  # unknown: the move's own connection says what is wrong
+        return True
+    return True
+
+
 def move(ref: str, to: str, *, job_file: str | None = None, stop_wait: float = 600,
          progress: Callable[[int, int], None] | None = None, note: Note = lambda s: None) -> dict[str, Any]:
     """Move job ``ref`` to host ``to``; returns what happened (docs/json.md: move)."""
@@ -184,14 +202,15 @@ def move(ref: str, to: str, *, job_file: str | None = None, stop_wait: float = 6
     from gpujob.config.spec import load_spec
     from gpujob.usecases.submit import submit
 
-    entry = index.entry_of(ref)
+    entry = remembered.entry_of(ref)  # the job index, else the run ledger (a job rm removed)
     if entry is None:
-        raise GpujobError(f"no job {ref!r} was submitted from this machine", "list them with: gpujob ls")
+        raise GpujobError(f"no job {ref!r} was submitted from this machine (neither the job index nor the run "
+                          "ledger has it)", "list them with: gpujob runs")
     job_id, old_name = entry["job_id"], entry["host"]
     if "," in old_name:
         raise GpujobError(f"{job_id} runs over several nodes ({old_name}): it cannot move as one job",
                           "stop it and submit it again with nodes: listing the hosts you have now")
-    if old_name == to:
+    if old_name == to and _still_there(to, job_id):
         raise GpujobError(f"{job_id} is already on {to}", f"gpujob resume {job_id} restarts it there")
     path = job_file or entry.get("job_file")
     if not path or not Path(path).is_file():
@@ -237,7 +256,8 @@ def move(ref: str, to: str, *, job_file: str | None = None, stop_wait: float = 6
         if src.stream is not None:
             src.stream.kill()
     fields = {"job_file": str(Path(path).resolve()), "set": entry.get("set") or [], "moved_from": old_name}
-    index.record(job_id, to, spec.name, **fields, old_marked=False)  # the job runs there now, come what may
+    gone = GONE in why_old  # nothing of it is left there to stop or mark (guard must not try: it may be `to`)
+    index.record(job_id, to, spec.name, **fields, old_marked=gone)  # the job runs there now, come what may
     marked = False
     if old is not None:
         try:

@@ -20,7 +20,8 @@ changed while it is read is read again (small) or refused with a clear message (
 sent torn. Large files go in verified 4 MiB chunks; a cut transfer
 resumes at the first chunk the part file does not have. A file of 64 MiB or more goes first,
 over several channels at once where the round trip calls for it (``gpujob/usecases/ranges.py``). Deletions are mirrored in the
-project's ``code/`` only; ``data/`` is shared between jobs and never pruned. The stream is
+project's ``code/`` only; its ``data/`` (the staging of ``data:``, which each job sees through its own
+view: remote/datastore.py) is never pruned. The stream is
 gzip-compressed when a sample of the payload compresses well (``GPUJOB_SYNC_CODEC`` forces
 ``none``, ``gz:L``, ``xz:L`` or ``bz2:L``).
 """
@@ -112,8 +113,10 @@ LARGE_CODE = 50_000_000  # bytes: a code file this big is named with a warning (
 
 
 def tree_names(spec: JobSpec, project: str) -> list[str]:
-    """The remote trees a job needs: its project's code, then each ``data:`` entry."""
-    return [f"projects/{project}/code"] + [f"data/{d.dst}" for d in spec.data]
+    """The remote trees a job needs: its project's code, then each ``data:`` entry, staged in the
+    project's own folder (under its sync lease: another project's ``dst`` of the same name never
+    lands there); the job itself reads a view of content-addressed copies (remote/datastore.py)."""
+    return [f"projects/{project}/code"] + [f"projects/{project}/data/{d.dst}" for d in spec.data]
 
 
 def targets(spec: JobSpec, project: str, records: list[Record] | None = None) -> list[str]:
@@ -125,6 +128,11 @@ def targets(spec: JobSpec, project: str, records: list[Record] | None = None) ->
     for n, r in zip(names, records or []):
         if r.digest:
             args += ["--known", f"{n}={r.digest}"]
+    for n, d in zip(names[1:], spec.data):  # a data: entry never sent from here: maybe another project did
+        if records and not records[names.index(n)].digest:
+            found = import_remote("datashape").shape(d.src)
+            if found:
+                args += ["--shape", f"{n}={found}"]
     return args
 
 

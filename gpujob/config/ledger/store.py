@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from gpujob.config.paths import state_dir
+from gpujob.errors import GpujobError
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -41,11 +42,60 @@ def ledger_path() -> Path:
     return state_dir() / "ledger.sqlite"
 
 
+class LedgerDamaged(GpujobError):
+    """The ledger's file is no SQLite database SQLite can read: it was kept aside under a new name."""
+
+
+DAMAGE_WORDS = ("malformed", "not a database", "file is encrypted", "disk image")
+
+
+def is_damage(e: BaseException) -> bool:
+    """A file SQLite cannot read as a database (not a busy or locked one, nor a bug's bad SQL)."""
+    return isinstance(e, sqlite3.DatabaseError) and any(w in str(e) for w in DAMAGE_WORDS)
+
+
+def set_aside(path: Path, e: BaseException) -> LedgerDamaged:
+    """Rename a damaged ledger (and its WAL files) to ``<name>.damaged-<UTC time>``: nothing in it is
+    deleted, and the next command starts a new one. The error to raise, naming both files."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    aside = path.with_name(f"{path.name}.damaged-{stamp}")
+    try:
+        path.rename(aside)
+    except FileNotFoundError:  # another gpujob process met it first and kept it aside
+        return LedgerDamaged(f"the run ledger {path} is damaged ({e}); another gpujob command kept it aside",
+                             f"run the command again: a new, empty ledger is started; the damaged one is "
+                             f"{path.name}.damaged-* in {path.parent}")
+    for tail in ("-wal", "-shm"):  # a WAL belongs to the file it was written for
+        side = path.with_name(path.name + tail)
+        if side.exists():
+            try:
+                side.rename(aside.with_name(aside.name + tail))
+            except OSError:
+                pass
+    return LedgerDamaged(
+        f"the run ledger {path} is damaged ({e}): kept aside as {aside}",
+        f"run the command again: gpujob starts a new, empty ledger (runs and compare list runs recorded from then "
+        f"on); to bring back what can be read: sqlite3 {aside} .recover | sqlite3 {path}")
+
+
 class Ledger:
-    """A connection to the ledger; rows come back as dicts with their JSON columns decoded."""
+    """A connection to the ledger; rows come back as dicts with their JSON columns decoded.
+
+    A damaged file (``is_damage``) met on opening or inside ``with`` is kept aside (``set_aside``)
+    and becomes ``LedgerDamaged``: commands that only record warn and go on, ``runs``/``compare``/
+    ``rerun`` say it and exit 2."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        try:
+            self._open(path)
+        except sqlite3.DatabaseError as e:
+            if not is_damage(e):
+                raise
+            self.close()
+            raise set_aside(path, e) from None
+
+    def _open(self, path: Path) -> None:
         self.db = sqlite3.connect(str(path), timeout=30.0, isolation_level=None)
         self.db.execute("PRAGMA busy_timeout=30000")
         # switching a new file to WAL, and its first schema, take a lock that SQLite does not wait for
@@ -65,13 +115,16 @@ class Ledger:
         path.chmod(0o600)
 
     def close(self) -> None:
-        self.db.close()
+        if getattr(self, "db", None) is not None:
+            self.db.close()
 
     def __enter__(self) -> Ledger:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, kind: Any, e: BaseException | None, tb: Any) -> None:
         self.close()
+        if e is not None and is_damage(e):  # a page read inside the block found the damage
+            raise set_aside(self.path, e) from None
 
     def put(self, job_id: str, **fields: Any) -> None:
         """Insert the run or update the fields given (others keep their values); one transaction."""

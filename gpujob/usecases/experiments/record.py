@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpujob.config.ledger import Ledger, open_ledger
+from gpujob.config.ledger import Ledger, LedgerDamaged, open_ledger
 
 if TYPE_CHECKING:  # ls and status import this module: the spec's YAML and the tree walk only where used
     from gpujob.config.spec import JobSpec
@@ -27,6 +27,9 @@ HIGHER_BETTER = ("acc", "f1", "bleu", "rouge", "auc", "score", "map", "precision
 
 
 def _warn(e: BaseException) -> None:
+    if isinstance(e, LedgerDamaged):  # names the file, where it was kept and what to do
+        print(f"gpujob: the run ledger was not updated: {e.cause}\n  → {e.remedy}", file=sys.stderr)
+        return
     print(f"gpujob: the run ledger was not updated ({type(e).__name__}: {e})", file=sys.stderr)
 
 
@@ -76,7 +79,7 @@ def record_submit(res: dict[str, Any], spec: JobSpec, code: dict[str, Any] | Non
                    job_file=job_file, overrides=overrides, env_hash=env_hash(spec),
                    gpus=spec.gpus if isinstance(spec.gpus, int) else None,
                    extra={"snapshot": code.pop("snapshot", False), "workdir": spec.workdir}, **code, **link)
-    except (sqlite3.Error, OSError) as e:
+    except (sqlite3.Error, OSError, LedgerDamaged) as e:
         _warn(e)
 
 
@@ -192,7 +195,7 @@ def observe(jobs: list[dict[str, Any]], host: str | None = None) -> None:
                 lg.db.execute("ROLLBACK")
                 raise
         _WRITTEN.update((key, fp) for _, key, fp in todo)
-    except (sqlite3.Error, OSError) as e:
+    except (sqlite3.Error, OSError, LedgerDamaged) as e:
         _warn(e)
 
 
