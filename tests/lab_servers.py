@@ -110,7 +110,7 @@ def _clean_leftovers() -> None:
 
 @pytest.fixture(scope="module")
 def postgres() -> Iterator[Postgres]:
-    needs("psycopg2")
+    needs("psycopg")
     initdb, pg_ctl = _pg_bin("initdb"), _pg_bin("pg_ctl")
     if os.geteuid() != 0 or not initdb or not pg_ctl or not shutil.which("runuser"):
         pytest.skip("needs PostgreSQL's server (apt-get install postgresql) and root to start it as postgres")
@@ -119,7 +119,8 @@ def postgres() -> Iterator[Postgres]:
     base.chmod(0o755)
     data = base / "data"
     data.mkdir()
-    shutil.chown(data, "postgres", "postgres")
+    for d in (base, data):  # its socket, log and cluster: the server runs as postgres
+        shutil.chown(d, "postgres", "postgres")
     pg = Postgres(port=free_port(), user="gj", password="pw-" + uuid.uuid4().hex, db="sweeps")
     pwfile = base / "pw"
     pwfile.write_text(pg.password + "\n")
@@ -129,14 +130,14 @@ def postgres() -> Iterator[Postgres]:
     assert r.returncode == 0, r.stderr
     r = _as_postgres([pg_ctl, "-D", str(data), "-l", str(base / "log"), "-w", "-t", "120", "-o",
                       f"-p {pg.port} -k {base} -c listen_addresses=127.0.0.1", "start"])
-    assert r.returncode == 0, r.stderr + (base / "log").read_text()
+    log = base / "log"
+    assert r.returncode == 0, r.stderr + (log.read_text() if log.exists() else "")
     try:
-        import psycopg2
+        import psycopg
 
-        con = psycopg2.connect(host="127.0.0.1", port=pg.port, user=pg.user, password=pg.password, dbname="postgres")
-        con.autocommit = True
-        con.cursor().execute(f"CREATE DATABASE {pg.db}")
-        con.close()
+        with psycopg.connect(host="127.0.0.1", port=pg.port, user=pg.user, password=pg.password, dbname="postgres",
+                             autocommit=True) as con:
+            con.execute(f"CREATE DATABASE {pg.db}")
         yield pg
     finally:
         _as_postgres([pg_ctl, "-D", str(data), "-m", "immediate", "stop"])

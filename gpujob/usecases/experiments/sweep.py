@@ -162,8 +162,9 @@ class Driver:
         reserved = sum(caps.get(n, 0.0) for n in live.values())
         return (limit - ended - reserved) / max(1, self.spec.parallel - len(self.running))
 
-    def launch(self) -> bool:
-        """Start one trial; False when the budget or the GPU-hours have no share left for one."""
+    def launch(self) -> bool | None:
+        """Start one trial; False when the budget or the GPU-hours have no share left for one, None when
+        the study has its trials already (a shared study: other laptops asked for them)."""
         cap = self.share(self.spec.budget, "cost", self.caps)
         hours = self.share(self.spec.max_gpu_hours, "gpu_hours", self.hour_caps)
         if (cap is not None and cap <= self.spec.budget * 0.01) or (
@@ -171,6 +172,10 @@ class Driver:
             return False
         trial = self.study.ask()
         trial.set_user_attr("laptop", self.laptop)
+        if trial.number >= self.spec.trials:  # the storage numbers trials in order: laptops racing for the last one
+            trial.set_user_attr("surplus", True)
+            self.tell(trial, state=self.optuna.trial.TrialState.FAIL)
+            return None
         values = _suggest(trial, self.spec.params)
         spec0 = load_spec(self.job_file, self.sets)
         sets = [f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in values.items()]  # text as is
@@ -317,7 +322,11 @@ class Driver:
                     if n not in self.stopping:
                         self.stop(n, why)
             while not self.ended and len(self.running) < self.spec.parallel and made < self.spec.trials:
-                if not self.launch():
+                launched = self.launch()
+                if launched is None:
+                    made = self.spec.trials
+                    break
+                if not launched:
                     if not self.running:
                         self.ended = "budget reached" if self.spec.budget is not None and (
                             self.share(self.spec.budget, "cost", self.caps) or 0) <= self.spec.budget * 0.01 \
@@ -429,6 +438,8 @@ def report(study: Any, optuna: Any) -> dict[str, Any]:
     a = study.user_attrs
     trials = []
     for t in study.get_trials(deepcopy=False):
+        if t.user_attrs.get("surplus"):
+            continue  # asked for by a laptop after the study had its trials: never submitted
         jid, stop = t.user_attrs.get("job_id"), t.user_attrs.get("stop")
         row = rows.get(jid or "", {})
         trials.append({"number": t.number, "job_id": jid, "host": t.user_attrs.get("host"),

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import random
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -53,15 +55,27 @@ def open_storage(optuna: Any, url: str | None) -> Any:
 
         return optuna.storages.JournalStorage(JournalFileBackend(path))
     kwargs: dict[str, Any] = {"connect_args": {"timeout": 30}} if url.startswith("sqlite") else {"pool_pre_ping": True}
-    try:
-        return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
-    except ImportError as e:
-        raise GpujobError(f"the sweep's storage {shown(url)} needs a database driver that is not installed ({e})",
-                          "pip install 'gpujob[lab]' (PostgreSQL's psycopg2)") from None
-    except Exception as e:  # SQLAlchemy's OperationalError and kin: the database's own words
-        text = " ".join(str(e).split())[:300]
-        raise GpujobError(f"the sweep's storage {shown(url)} could not be opened ({text})",
-                          "check the database is up and reachable, and its password in PGPASSWORD or ~/.pgpass") from None
+    for attempt in range(5):
+        try:
+            return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+        except ImportError as e:
+            raise GpujobError(f"the sweep's storage {shown(url)} needs a database driver that is not installed ({e})",
+                              "pip install 'gpujob[lab]' (PostgreSQL: psycopg)") from None
+        except Exception as e:  # SQLAlchemy's OperationalError and kin: the database's own words
+            text = " ".join(str(e).split())
+            if attempt < 4 and ("already exists" in text or "duplicate key" in text):
+                # two laptops opening a new database at once both make Optuna's tables: the loser, again
+                time.sleep(0.2 + random.random() * (attempt + 1))
+                continue
+            raise GpujobError(f"the sweep's storage {shown(url)} could not be opened ({_cause(text)})",
+                              "check the database is up and reachable, and its password in PGPASSWORD or "
+                              "~/.pgpass") from None
+    raise AssertionError("unreachable")
+
+
+def _cause(text: str) -> str:
+    """The database's words without SQLAlchemy's statement and background link."""
+    return text.split(" [SQL:")[0].split(" (Background on this error")[0][:300]
 
 
 def _record_path() -> Path:
