@@ -269,17 +269,19 @@ class Client:
 
         return r.SweepReport.from_json(start_sweep(_SweepRunner(self), str(job), list(set), hosts, name, note, limits))
 
-    def sweep_resume(self, name: str, note: Note | None = None) -> r.SweepReport:
-        """Drive the sweep ``name`` again (its running trials kept) to its end."""
+    def sweep_resume(self, name: str, note: Note | None = None, storage: str | None = None) -> r.SweepReport:
+        """Drive the sweep ``name`` again (its running trials kept) to its end. ``storage``: the lab's
+        shared Optuna storage it is in (default: the one this laptop noted, else its own)."""
         from gpujob.usecases.experiments.sweep import resume_sweep
 
-        return r.SweepReport.from_json(resume_sweep(_SweepRunner(self), name, note))
+        return r.SweepReport.from_json(resume_sweep(_SweepRunner(self), name, note, storage))
 
-    def sweep_status(self, name: str) -> r.SweepReport:
-        """The sweep's trials, their states and values, the best so far (from the ledger: no host is asked)."""
+    def sweep_status(self, name: str, storage: str | None = None) -> r.SweepReport:
+        """The sweep's trials, their states and values, the best so far (from the ledger and the study:
+        no host is asked; a shared study shows every laptop's trials)."""
         from gpujob.usecases.experiments.sweep import sweep_status
 
-        return r.SweepReport.from_json(sweep_status(name))
+        return r.SweepReport.from_json(sweep_status(name, storage))
 
     def sweep_insight(self, name: str) -> dict[str, Any]:
         """The sweep's study as the dashboard draws it: Optuna's optimisation history, each completed

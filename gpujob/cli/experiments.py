@@ -15,10 +15,34 @@ def cmd_runs(args: argparse.Namespace) -> int:
     from gpujob.ui.experiments import runs_table
     from gpujob.usecases.experiments.runs import runs
 
+    if args.action == "export":
+        return _export(args)
+    if args.mlflow is not None and args.source != "mlflow":
+        raise GpujobError("--mlflow URI goes with gpujob runs export, or with --from mlflow",
+                          "gpujob runs export --mlflow URI, or gpujob runs --from mlflow --mlflow URI")
     # the ledger alone, no host: the document Client.runs wraps, without the client and its results'
     # classes (a quarter of what runs cost to start)
-    doc = runs(name=args.name, where=args.where, sort=args.sort, limit=args.limit, sweep=args.sweep)
+    doc = runs(name=args.name, where=args.where, sort=args.sort, limit=args.limit, sweep=args.sweep,
+               mlflow=(args.mlflow or "") if args.source == "mlflow" else None)
     return show(args, SimpleNamespace(to_json=lambda: doc), runs_table)
+
+
+def _export(args: argparse.Namespace) -> int:
+    """``gpujob runs export --mlflow [URI]``: every run of the ledger to the lab's MLflow, once."""
+    from types import SimpleNamespace
+
+    from gpujob.ui.experiments import exported
+    from gpujob.usecases.lab.export import export_or_raise
+    from gpujob.usecases.lab.labruns import server
+
+    uri = server(args.mlflow or None)
+
+    def progress(done: int, total: int) -> None:
+        if not args.json and sys.stderr.isatty():
+            print(f"\rexporting runs: {done}/{total}", end="" if done < total else "\n", file=sys.stderr, flush=True)
+
+    doc = {"mlflow": uri, **export_or_raise(uri, progress)}
+    return show(args, SimpleNamespace(to_json=lambda: doc), exported)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -57,9 +81,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     with client(None) as c:
         try:
             if verb == "status":
-                res = c.sweep_status(words[1])
+                res = c.sweep_status(words[1], storage=args.storage)
             elif verb == "resume":
-                res = c.sweep_resume(words[1], note=_note(args))
+                res = c.sweep_resume(words[1], note=_note(args), storage=args.storage)
             else:
                 res = c.sweep(words[0], set=args.set, hosts=args.hosts, name=args.name, note=_note(args),
                               budget=args.budget, max_gpu_hours=args.max_gpu_hours, trials=args.trials,
@@ -76,7 +100,13 @@ def add_parsers(add, sub) -> None:  # type: ignore[no-untyped-def]
     """The commands of this module on the main parser (``add`` as in gpujob.cli.parser)."""
     from gpujob.cli.args import job_ref, number_type
 
-    s = add("runs", cmd_runs, "the run ledger: every job submitted from here, on any host, kept after rm/gc")
+    s = add("runs", cmd_runs, "the run ledger: every job submitted from here, on any host, kept after rm/gc; "
+            "runs export --mlflow: to the lab's MLflow")
+    s.add_argument("action", nargs="?", choices=["export"], help="export: send the ledger's runs to MLflow (--mlflow)")
+    s.add_argument("--mlflow", nargs="?", const="", metavar="URI",
+                   help="the MLflow tracking server (default: $MLFLOW_TRACKING_URI)")
+    s.add_argument("--from", dest="source", choices=["ledger", "mlflow"], default="ledger",
+                   help="mlflow: the lab's runs on the MLflow server beside this laptop's")
     s.add_argument("--name", help="only runs of this job name")
     s.add_argument("--where", action="append", default=[], metavar="EXPR",
                    help="filter on a parameter, metric or column, e.g. 'lr<1e-3' or state=succeeded (repeatable)")
@@ -95,10 +125,13 @@ def add_parsers(add, sub) -> None:  # type: ignore[no-untyped-def]
             "sweep status NAME, sweep resume NAME")
     s.usage = ("gpujob sweep [--hosts HOSTS] [--name NAME] [--set KEY=VALUE] [--trials N]\n"
                "                    [--parallel N] [--budget B] [--max-gpu-hours H] [--json] JOB_FILE\n"
-               "       gpujob sweep status NAME [--json]\n       gpujob sweep resume NAME [--json]")  # argparse's: a list
+               "       gpujob sweep status NAME [--storage URL] [--json]\n"
+               "       gpujob sweep resume NAME [--storage URL] [--json]")  # argparse's: a list
     s.add_argument("target", nargs="+", metavar="JOB_FILE | status NAME | resume NAME",
                    help="a job file with a sweep: section starts a sweep; status NAME shows one, resume NAME drives it again")
     s.add_argument("--hosts", help="host profiles the trials are placed on (a,b: the first with the GPUs free)")
+    s.add_argument("--storage", metavar="URL", help="status/resume: the shared Optuna storage the sweep is in "
+                   "(postgresql://user@host/db; default: where this laptop ran it)")
     s.add_argument("--name", help="the sweep's name (default: JOB-sweep-TIME)")
     s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a job-file key for every trial")
     s.add_argument("--trials", type=number_type(int, 1, 100000), metavar="N", help="how many trials (default: sweep.trials)")

@@ -81,6 +81,7 @@ class JobSpec:
     hosts: list[str] = field(default_factory=list)  # host: [a, b, c]: placement tries them in order
     metrics: dict[str, Any] = field(default_factory=dict)  # {patterns: [regex], total: {epochs|steps: N}}: the log reader
     sweep: dict[str, Any] = field(default_factory=dict)  # gpujob sweep's search (usecases/experiments/sweep.py checks it)
+    mlflow: dict[str, Any] = field(default_factory=dict)  # {tracking_uri, experiment}: the laptop exports (usecases/lab/)
 
     def to_remote(self) -> dict[str, Any]:
         """What the agent receives (and writes to spec.json): never secret values."""
@@ -91,6 +92,7 @@ class JobSpec:
             d["requirements"] = Path(self.requirements).name
         d["notify"] = notify_secrets(self.notify)[0]  # literal secrets go to the 0600 secrets file
         d.pop("sweep")  # the laptop drives a sweep; a trial's agent has no use for it
+        d.pop("mlflow")  # the laptop exports the run; the host never learns the tracking server
         return d
 
 
@@ -195,7 +197,7 @@ def _exists(p: Path, kind: str) -> bool:
 TOP_KEYS = [
     "name", "host", "workdir", "exclude", "data", "setup", "requirements", "python", "run",
     "env", "secrets", "gpus", "checkpoint", "tensorboard", "retry", "stop", "notify", "autostop",
-    "launcher", "nodes", "runtime", "metrics", "sweep",
+    "launcher", "nodes", "runtime", "metrics", "sweep", "mlflow",
 ]
 RETRY_ON = ["error", "oom", "nan", "nccl", "signal"]
 # Validators of sections that other modules own (notifications, auto-stop): name -> fn(dict) -> errors.
@@ -438,6 +440,7 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
 
     sweep = raw.get("sweep") or {}
     _want(ctx, ("sweep",), sweep, dict, "a mapping (params:, metric:, method:, trials: ...; docs/experiments.md)")
+    mlflow = _mlflow_section(ctx, raw.get("mlflow"))
 
     if ctx.errors:
         shown = ctx.errors[:MAX_LISTED] + ([f"... and {len(ctx.errors) - MAX_LISTED} more"] if len(ctx.errors) > MAX_LISTED else [])
@@ -454,9 +457,35 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
         checkpoint_dir=(ck.get("dir") if isinstance(ck, dict) else None),
         checkpoint_pattern=(ck.get("pattern") if isinstance(ck, dict) else None), source=source, hosts=hosts,
         metrics=metrics,
-        sweep=sweep if isinstance(sweep, dict) else {},
+        sweep=sweep if isinstance(sweep, dict) else {}, mlflow=mlflow,
         checkpoint_mirror=mirror, checkpoint_backup=backup is not False,
     )
+
+
+def _mlflow_section(ctx: _Ctx, m: Any) -> dict[str, Any]:
+    """``mlflow: URI`` or ``{tracking_uri: URI, experiment: NAME}`` (docs/experiments.md, the lab's MLflow)."""
+    if m is None:
+        return {}
+    if isinstance(m, str):
+        m = {"tracking_uri": m}
+    if not _want(ctx, ("mlflow",), m, dict, "a tracking URI, or {tracking_uri: URI, experiment: NAME}"):
+        return {}
+    _check_keys(ctx, ("mlflow",), m, ["tracking_uri", "experiment"])
+    out: dict[str, Any] = {}
+    for key in ("tracking_uri", "experiment"):
+        v = m.get(key)
+        if v is None:
+            continue
+        if not isinstance(v, str) or not v.strip() or len(v) > 1000:
+            ctx.err(("mlflow", key), f"expected a text, got {_short(v)}")
+            continue
+        out[key] = v.strip()
+    from gpujob.config.secreturl import credential_in
+
+    if out.get("tracking_uri") and credential_in(out["tracking_uri"]):
+        ctx.err(("mlflow", "tracking_uri"), "holds a password: the job file is sent to the host; give it in "
+                "MLFLOW_TRACKING_USERNAME/MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN) on the laptop")
+    return out
 
 
 def _metrics_section(ctx: _Ctx, m: Any) -> dict[str, Any]:

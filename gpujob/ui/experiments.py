@@ -32,6 +32,13 @@ def _when(t: float | None) -> str:
     return time.strftime("%m-%d %H:%M", time.localtime(t)) if t else "-"
 
 
+def exported(res: Any) -> None:
+    """``runs export --mlflow``: how many runs went, how many were there already."""
+    doc = res.to_json()
+    print(f"{doc['exported']} run(s) exported to MLflow at {doc['mlflow']} ({doc['points']} new point(s)); "
+          f"{doc['unchanged']} already there")
+
+
 def runs_table(res: results.RunList | Any) -> None:
     """One row per run: id, host, state, the parameters that vary among the rows shown, the sort metric, cost.
     Plain text in columns (``plaintable``): rich's table would be most of what ``runs`` costs."""

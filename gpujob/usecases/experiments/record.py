@@ -78,9 +78,14 @@ def record_submit(res: dict[str, Any], spec: JobSpec, code: dict[str, Any] | Non
                    submitted_at=time.time(), run_line=spec.run, params=run_args(spec.run), spec=remote,
                    job_file=job_file, overrides=overrides, env_hash=env_hash(spec),
                    gpus=spec.gpus if isinstance(spec.gpus, int) else None,
-                   extra={"snapshot": code.pop("snapshot", False), "workdir": spec.workdir}, **code, **link)
+                   extra={"snapshot": code.pop("snapshot", False), "workdir": spec.workdir,
+                          **({"mlflow": spec.mlflow} if spec.mlflow else {})}, **code, **link)
     except (sqlite3.Error, OSError, LedgerDamaged) as e:
         _warn(e)
+        return
+    from gpujob.usecases.lab.follow import after_write
+
+    after_write(bool(spec.mlflow))
 
 
 def _downsample(points: list[list[Any]]) -> list[list[Any]]:
@@ -142,7 +147,31 @@ def fields_of(job: dict[str, Any], host: str | None) -> dict[str, Any]:
         f["gpu"] = _gpu_name(job)
     if isinstance(job.get("hparams"), dict) and job["hparams"]:
         f["extra_hparams"] = job["hparams"]
+    live = _live(job)
+    if live:
+        f["extra_live"] = live
     return f
+
+
+def _live(job: dict[str, Any]) -> dict[str, Any]:
+    """Throughput, GPU use and the mirrored checkpoints as the newest look saw them (what an export
+    of the run shows beside its curves)."""
+    out: dict[str, Any] = {}
+    sps = job.get("steps_per_s")
+    if isinstance(sps, (int, float)) and not isinstance(sps, bool):
+        out["steps_per_s"] = sps
+    avg = (job.get("gpu") or {}).get("avg") if isinstance(job.get("gpu"), dict) else None
+    utils = [g.get("util") for g in avg if isinstance(g, dict)] if isinstance(avg, list) else []
+    utils = [u for u in utils if isinstance(u, (int, float)) and not isinstance(u, bool)]
+    if utils:
+        out["gpu_util"] = round(sum(utils) / len(utils), 2)
+    targets = (job.get("mirror") or {}).get("targets") if isinstance(job.get("mirror"), dict) else None
+    marked = [{"target": t.get("target"), "name": t.get("mirrored"), "step": t.get("mirrored_step")}
+              for t in targets or [] if isinstance(t, dict) and isinstance(t.get("target"), str)
+              and isinstance(t.get("mirrored"), str)]
+    if marked:
+        out["mirrored"] = marked
+    return out
 
 
 # what this process last wrote of each job: a live view (status -w, ls --watch, the dashboard) looks
@@ -164,6 +193,7 @@ def _fingerprint(job: dict[str, Any], host: str | None) -> str:
     """The job's state and metrics as far as the ledger keeps them, and its cost at most every
     ``COST_EVERY_S`` (it grows with every second a job runs)."""
     f = fields_of({k: v for k, v in job.items() if k != "series"}, host)
+    f.pop("extra_live", None)  # throughput and GPU use move at every look: written with what else changed
     if COST_EVERY_S and f.get("state") not in FINAL_STATES:
         secs = (job.get("billing") or {}).get("elapsed_s") or job.get("elapsed_s") or 0
         f["cost"] = f["gpu_hours"] = int(float(secs) // COST_EVERY_S)
@@ -183,6 +213,9 @@ def observe(jobs: list[dict[str, Any]], host: str | None = None) -> None:
             if _WRITTEN.get(key) != fp:
                 todo.append((j, key, fp))
     if not todo:
+        from gpujob.usecases.lab.follow import after_look
+
+        after_look()
         return
     try:
         with open_ledger() as lg:
@@ -197,12 +230,20 @@ def observe(jobs: list[dict[str, Any]], host: str | None = None) -> None:
         _WRITTEN.update((key, fp) for _, key, fp in todo)
     except (sqlite3.Error, OSError, LedgerDamaged) as e:
         _warn(e)
+        return
+    from gpujob.usecases.lab.follow import after_write
+
+    after_write(False)
 
 
 def _put_observed(lg: Ledger, job: dict[str, Any], host: str | None) -> None:
     f = fields_of(job, host)
     hp = f.pop("extra_hparams", None)
-    if hp is not None:  # the Trainer's own arguments (the autohook's ``hparams`` record) join the run line's
+    live = f.pop("extra_live", None)
+    if hp is not None or live is not None:
         row = lg.get(job["job_id"]) or {}
-        f["params"] = {**hp, **(row.get("params") or {})}
+        if hp is not None:  # the Trainer's own arguments (the autohook's ``hparams`` record) join the run line's
+            f["params"] = {**hp, **(row.get("params") or {})}
+        if live is not None:  # the row's other extras (snapshot, workdir, mlflow) stay
+            f["extra"] = {**(row.get("extra") or {}), "live": live}
     lg.put(job["job_id"], **f)

@@ -15,17 +15,65 @@ ROW_KEYS = ("job_id", "name", "host", "state", "submitted_at", "started_at", "en
 
 
 def runs(name: str | None = None, where: list[str] | tuple[str, ...] = (), sort: str | None = None,
-         limit: int = 50, sweep: str | None = None) -> dict[str, Any]:
+         limit: int = 50, sweep: str | None = None, mlflow: str | None = None) -> dict[str, Any]:
     """{runs: [...], total, shown}: runs matching every ``where`` (``lr<1e-3``), best ``sort`` first
-    (lowest for a loss, highest for an accuracy; ``-KEY`` the other way), else newest first."""
+    (lowest for a loss, highest for an accuracy; ``-KEY`` the other way), else newest first.
+    ``mlflow``: the lab's runs on that server too ("": ``MLFLOW_TRACKING_URI``), each with its ``source``."""
     conds = [parse_where(w) for w in where]
     order = None
     if sort:
         key = sort.lstrip("-")
         order = (key, higher_is_better(key) != sort.startswith("-"))
     with open_ledger() as lg:
-        rows, total = lg.query(conds, order, limit, name=name, sweep=sweep, cols=ROW_KEYS)
+        rows, total = lg.query(conds, order, 0 if mlflow is not None else limit, name=name, sweep=sweep, cols=ROW_KEYS)
+    if mlflow is not None:  # the lab's runs beside this laptop's (a run both have is shown once, as the ledger has it)
+        from gpujob.usecases.lab.labruns import lab_rows
+
+        mine = {r["job_id"] for r in rows}
+        lab = [r for r in lab_rows(mlflow or None, name, sweep) if r["job_id"] not in mine and _matches(r, conds)]
+        rows = _ordered([{**r, "source": "ledger"} for r in rows] + lab, order)
+        total = len(rows)
+        rows = rows[:limit] if limit else rows
     return {"runs": rows, "total": total, "shown": len(rows), "sort": sort}
+
+
+def _value_of(row: dict[str, Any], key: str) -> Any:
+    """A row's value of ``key`` as the ledger's query reads it: a column, a parameter, a best, a final metric."""
+    if key in row and key not in ("params", "best", "final"):
+        return row[key]
+    for part in ("params", "best", "final"):
+        for k in (key, key.replace("-", "_")):
+            if k in (row.get(part) or {}):
+                return row[part][k]
+    return None
+
+
+def _matches(row: dict[str, Any], conds: list[tuple[str, str, Any]]) -> bool:
+    import operator
+
+    ops = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "=": operator.eq,
+           "==": operator.eq, "!=": operator.ne}
+    for key, op, want in conds:
+        have = _value_of(row, key)
+        if op == "~":
+            if have is None or str(want) not in str(have):
+                return False
+            continue
+        try:
+            if have is None or not ops[op](have, want):
+                return False
+        except TypeError:
+            return False
+    return True
+
+
+def _ordered(rows: list[dict[str, Any]], order: tuple[str, bool] | None) -> list[dict[str, Any]]:
+    if order is None:
+        return sorted(rows, key=lambda r: r.get("submitted_at") or 0.0, reverse=True)
+    key, desc = order
+    nums = [r for r in rows if isinstance(_value_of(r, key), (int, float))]
+    rest = [r for r in rows if r not in nums]
+    return sorted(nums, key=lambda r: _value_of(r, key), reverse=desc) + rest
 
 
 def _values(runs_: list[dict[str, Any]], part: str) -> dict[str, list[Any]]:
@@ -46,6 +94,17 @@ def unseen(refs: list[str]) -> list[tuple[str, str | None]]:
     return [(r["job_id"], r.get("host")) for r in rows if r and not r.get("series")]
 
 
+def _lab_run(ref: str) -> dict[str, Any] | None:
+    """A colleague's run, from the lab's MLflow (``MLFLOW_TRACKING_URI``), when this ledger lacks it."""
+    from gpujob.usecases.lab.target import env_uri
+
+    if not env_uri():
+        return None
+    from gpujob.usecases.lab.labruns import lab_run
+
+    return lab_run(None, ref)
+
+
 def compare(refs: list[str]) -> dict[str, Any]:
     """The runs ``refs`` side by side: the parameters, code and environment that differ (and the
     ones they share), final and best metrics, and their curves."""
@@ -54,9 +113,10 @@ def compare(refs: list[str]) -> dict[str, Any]:
     found = []
     with open_ledger() as lg:
         for ref in refs:
-            row = lg.find(ref)
+            row = lg.find(ref) or _lab_run(ref)
             if row is None:
-                raise GpujobError(f"no run {ref!r} in the ledger", "gpujob runs lists the runs this laptop knows")
+                raise GpujobError(f"no run {ref!r} in the ledger", "gpujob runs lists the runs this laptop knows"
+                                  " (gpujob runs --from mlflow: the lab's, with MLFLOW_TRACKING_URI set)")
             found.append(row)
     params = _values(found, "params")
     code = {k: [r.get(k) for r in found] for k in ("code_hash", "git_commit", "diff_hash")}

@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from gpujob.config.ledger import open_ledger
-from gpujob.config.paths import state_dir
 from gpujob.config.spec import load_spec
 from gpujob.errors import GpujobError, JobNotFound, SpecError
 from gpujob.usecases.experiments.rerun import split_sets
 from gpujob.usecases.experiments.sweepspec import SweepSpec, parse
+from gpujob.usecases.lab.storage import laptop_id, local_url, open_storage, remember, shared, storage_of
 
 
 class Runner(Protocol):
@@ -62,11 +62,11 @@ def _optuna() -> Any:
 
 
 def storage_url() -> str:
-    return "sqlite:///" + str(state_dir() / "sweeps.sqlite")
+    return local_url()
 
 
-def _storage(optuna: Any) -> Any:
-    return optuna.storages.RDBStorage(storage_url(), engine_kwargs={"connect_args": {"timeout": 30}})
+def _storage(optuna: Any, url: str | None = None) -> Any:
+    return open_storage(optuna, url)
 
 
 def _sampler(optuna: Any, s: SweepSpec) -> Any:
@@ -98,28 +98,32 @@ def _suggest(trial: Any, space: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _load(optuna: Any, name: str) -> Any:
+def _load(optuna: Any, name: str, url: str | None = None) -> Any:
     try:
-        return optuna.load_study(study_name=name, storage=_storage(optuna))
+        return optuna.load_study(study_name=name, storage=_storage(optuna, url))
     except KeyError:
-        raise GpujobError(f"no sweep {name!r} on this laptop", "gpujob runs --json lists the runs with their sweep") from None
+        where = "on this laptop" if not shared(url) else "in that storage"
+        raise GpujobError(f"no sweep {name!r} {where}", "gpujob runs --json lists the runs with their sweep"
+                          " (a shared sweep: --storage URL)") from None
 
 
 class Driver:
     """One sweep being driven: its study, its spec, the trials running and what they reported."""
 
-    def __init__(self, client: Runner, study: Any, note: Note) -> None:
+    def __init__(self, client: Runner, study: Any, note: Note, mine: dict[str, Any] | None = None) -> None:
+        """``mine``: this laptop's job_file, set and hosts when it joins a study another laptop began."""
         from gpujob.usecases.experiments.record import exact_cost
 
         self.client, self.study, self.note = client, study, note
         self.optuna = _optuna()
         exact_cost()  # the budget is counted from the ledger: every poll writes the trials' cost
-        a = study.user_attrs
+        a = {**study.user_attrs, **(mine or {})}
         self.name: str = study.study_name
         self.spec = parse(a["sweep"], a["job_file"])
         self.job_file: str = a["job_file"]
         self.sets: list[str] = a.get("set", [])
         self.hosts: str | None = a.get("hosts")
+        self.laptop = laptop_id()
         self.running: dict[int, tuple[Any, str, str]] = {}  # number -> (trial, job_id, host)
         self.stopping: dict[int, float] = {}  # number -> when the stop was asked
         self.stop_s = STOP_GUESS_S
@@ -132,6 +136,8 @@ class Driver:
         """Trials left running by a driver that went away: followed again, or failed when never submitted."""
         TS = self.optuna.trial.TrialState
         for ft in self.study.get_trials(deepcopy=False, states=(TS.RUNNING,)):
+            if ft.user_attrs.get("laptop", self.laptop) != self.laptop:
+                continue  # another laptop's trial in a shared study: that laptop follows it
             job_id = ft.user_attrs.get("job_id")
             if not job_id:
                 self.tell(ft.number, state=TS.FAIL)
@@ -152,19 +158,24 @@ class Driver:
         if limit is None:
             return None
         live = {jid: n for n, (_, jid, _) in self.running.items()}
-        with open_ledger() as lg:
-            ended = sum(r.get(column) or 0.0 for r in lg.all(sweep=self.name) if r["job_id"] not in live)
+        ended = sum(v.get(column) or 0.0 for jid, v in self.uses().items() if jid not in live)
         reserved = sum(caps.get(n, 0.0) for n in live.values())
         return (limit - ended - reserved) / max(1, self.spec.parallel - len(self.running))
 
-    def launch(self) -> bool:
-        """Start one trial; False when the budget or the GPU-hours have no share left for one."""
+    def launch(self) -> bool | None:
+        """Start one trial; False when the budget or the GPU-hours have no share left for one, None when
+        the study has its trials already (a shared study: other laptops asked for them)."""
         cap = self.share(self.spec.budget, "cost", self.caps)
         hours = self.share(self.spec.max_gpu_hours, "gpu_hours", self.hour_caps)
         if (cap is not None and cap <= self.spec.budget * 0.01) or (
                 hours is not None and hours <= self.spec.max_gpu_hours * 0.01):
             return False
         trial = self.study.ask()
+        trial.set_user_attr("laptop", self.laptop)
+        if trial.number >= self.spec.trials:  # the storage numbers trials in order: laptops racing for the last one
+            trial.set_user_attr("surplus", True)
+            self.tell(trial, state=self.optuna.trial.TrialState.FAIL)
+            return None
         values = _suggest(trial, self.spec.params)
         spec0 = load_spec(self.job_file, self.sets)
         sets = [f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in values.items()]  # text as is
@@ -208,6 +219,7 @@ class Driver:
         TS = self.optuna.trial.TrialState
         trial, job_id, host = self.running[number]
         st = self.client.status(job_id, host or None)
+        self.note_use(trial, st)
         key = self._metric(st)
         pts = [p for p in (st.get("series") or {}).get(key or "", []) if isinstance(p[1], (int, float))]
         attrs = trial.user_attrs
@@ -256,17 +268,30 @@ class Driver:
         self.note(f"trial {number}: {job_id} stopping ({why})")
 
     # ---- limits ------------------------------------------------------------------------------
+    def note_use(self, trial: Any, st: dict[str, Any]) -> None:
+        """The trial's cost and GPU-hours in the study too: a shared sweep's budget counts every laptop's."""
+        from gpujob.usecases.experiments.record import fields_of
+
+        f = fields_of(st, None)
+        for k in ("cost", "gpu_hours", "price_per_hour", "currency", "state"):
+            if f.get(k) is not None and trial.user_attrs.get(k) != f[k]:
+                trial.set_user_attr(k, f[k])
+
+    def uses(self) -> dict[str, dict[str, Any]]:
+        """job id -> {cost, gpu_hours, price_per_hour, currency} of every trial of the study: this
+        laptop's from its ledger, another laptop's from what it noted in the study."""
+        return uses(self.study, self.name)
+
     def spent(self) -> dict[str, Any]:
-        with open_ledger() as lg:
-            rows = lg.all(sweep=self.name)
-        costs = [r["cost"] for r in rows if r.get("cost") is not None]
+        rows = self.uses()
+        costs = [r["cost"] for r in rows.values() if r.get("cost") is not None]
         TS = self.optuna.trial.TrialState
         steps = sum(max(0, int(t.user_attrs.get("steps", 0))) for t in self.study.get_trials(deepcopy=False)
                     if t.state != TS.WAITING)
         return {"cost": round(sum(costs), 4) if costs else None,
-                "currency": next((r.get("currency") for r in rows if r.get("currency")), None),
-                "gpu_hours": round(sum(r.get("gpu_hours") or 0.0 for r in rows), 6), "steps": steps,
-                "price_per_hour": {r["job_id"]: r.get("price_per_hour") for r in rows}}
+                "currency": next((r.get("currency") for r in rows.values() if r.get("currency")), None),
+                "gpu_hours": round(sum(r.get("gpu_hours") or 0.0 for r in rows.values()), 6), "steps": steps,
+                "price_per_hour": {j: r.get("price_per_hour") for j, r in rows.items()}}
 
     def over(self, spent: dict[str, Any]) -> str | None:
         """Why the sweep must end now: the budget or the GPU-hours would be passed before a stop lands."""
@@ -288,6 +313,7 @@ class Driver:
         self.study.set_user_attr("state", "running")
         made = len(self.study.get_trials(deepcopy=False))
         while True:
+            made = max(made, len(self.study.get_trials(deepcopy=False)))  # a shared study: every laptop's trials
             why = self.ended or self.over(self.spent())
             if why and not self.ended:
                 self.ended = why
@@ -296,7 +322,11 @@ class Driver:
                     if n not in self.stopping:
                         self.stop(n, why)
             while not self.ended and len(self.running) < self.spec.parallel and made < self.spec.trials:
-                if not self.launch():
+                launched = self.launch()
+                if launched is None:
+                    made = self.spec.trials
+                    break
+                if not launched:
                     if not self.running:
                         self.ended = "budget reached" if self.spec.budget is not None and (
                             self.share(self.spec.budget, "cost", self.caps) or 0) <= self.spec.budget * 0.01 \
@@ -333,19 +363,33 @@ def poll_s() -> float:
 
 def start_sweep(client: Runner, job_file: str, sets: list[str], hosts: str | None, name: str | None,
                 note: Note | None, limits: dict[str, Any]) -> dict[str, Any]:
-    """Create the study from the job file's ``sweep:`` (``limits``: budget, max_gpu_hours, trials, parallel) and drive it."""
+    """Create the study from the job file's ``sweep:`` (``limits``: budget, max_gpu_hours, trials, parallel) and drive it.
+    With ``sweep.storage`` (shared by the lab) a study of that name that exists is joined: this laptop adds trials."""
     optuna = _optuna()
     spec0 = load_spec(job_file, sets)
     if not spec0.sweep:
         raise GpujobError(f"{job_file} has no sweep: section", "add sweep: {params: {lr: [1e-4, 1e-3]}, trials: 4} "
                           "(docs/experiments.md)")
     s = parse(spec0.sweep, spec0.source, limits)
-    name = name or f"{spec0.name}-sweep-{time.strftime('%m%d%H%M%S')}"
+    # laptops sharing a storage meet on one name: the job's, unless --name says otherwise
+    name = name or (f"{spec0.name}-sweep" if s.storage else f"{spec0.name}-sweep-{time.strftime('%m%d%H%M%S')}")
+    mine = {"job_file": str(Path(job_file).resolve()), "set": sets, "hosts": hosts}
     try:
-        study = optuna.create_study(study_name=name, storage=_storage(optuna), direction=s.direction,
+        study = optuna.create_study(study_name=name, storage=_storage(optuna, s.storage), direction=s.direction,
                                     sampler=_sampler(optuna, s), pruner=_pruner(optuna, s))
     except optuna.exceptions.DuplicatedStudyError:
-        raise GpujobError(f"a sweep named {name!r} exists", f"gpujob sweep resume {name}, or another --name") from None
+        if not s.storage:
+            raise GpujobError(f"a sweep named {name!r} exists", f"gpujob sweep resume {name}, or another --name") from None
+        study = optuna.load_study(study_name=name, storage=_storage(optuna, s.storage), sampler=_sampler(optuna, s),
+                                  pruner=_pruner(optuna, s))
+        if study.direction.name.lower() != s.direction:
+            raise SpecError(f"the shared sweep {name!r} {study.direction.name.lower()}s its metric, this job file "
+                            f"{s.direction}s it", "the same sweep: section on every laptop, or another --name") from None
+        remember(name, s.storage)
+        if note:
+            note(f"sweep {name}: joining the shared study ({len(study.trials)} trial(s) so far)")
+        return Driver(client, study, note or (lambda s: None), mine).drive()
+    remember(name, s.storage)
     merged = {**spec0.sweep, **{k: v for k, v in limits.items() if v is not None}}
     study.set_user_attr("sweep", merged)
     study.set_user_attr("job_file", str(Path(job_file).resolve()))
@@ -355,29 +399,47 @@ def start_sweep(client: Runner, job_file: str, sets: list[str], hosts: str | Non
     return Driver(client, study, note or (lambda s: None)).drive()
 
 
-def resume_sweep(client: Runner, name: str, note: Note | None) -> dict[str, Any]:
+def resume_sweep(client: Runner, name: str, note: Note | None, storage: str | None = None) -> dict[str, Any]:
     optuna = _optuna()
-    study = _load(optuna, name)
+    url = storage_of(name, storage)
+    study = _load(optuna, name, url)
     a = study.user_attrs
     s = parse(a["sweep"], a["job_file"])
     # samplers and pruners are not stored by Optuna: the study is loaded with the ones it began with
-    study = optuna.load_study(study_name=name, storage=_storage(optuna), sampler=_sampler(optuna, s),
+    study = optuna.load_study(study_name=name, storage=_storage(optuna, url), sampler=_sampler(optuna, s),
                               pruner=_pruner(optuna, s))
     return Driver(client, study, note or (lambda s: None)).drive()
 
 
-def sweep_status(name: str) -> dict[str, Any]:
+def sweep_status(name: str, storage: str | None = None) -> dict[str, Any]:
     optuna = _optuna()
-    return report(_load(optuna, name), optuna)
+    return report(_load(optuna, name, storage_of(name, storage)), optuna)
+
+
+def uses(study: Any, name: str) -> dict[str, dict[str, Any]]:
+    """job id -> {cost, gpu_hours, price_per_hour, currency, state} of every trial that was submitted:
+    from this laptop's ledger where it has the run, else from what the trial's laptop noted in the study."""
+    with open_ledger() as lg:
+        rows = {r["job_id"]: r for r in lg.all(sweep=name)}
+    out: dict[str, dict[str, Any]] = {}
+    for t in study.get_trials(deepcopy=False):
+        jid = t.user_attrs.get("job_id")
+        if jid:
+            out[jid] = rows.get(jid) or {k: t.user_attrs.get(k)
+                                         for k in ("cost", "gpu_hours", "price_per_hour", "currency", "state")}
+    for jid, r in rows.items():  # a run of this sweep the study does not name (never reported back)
+        out.setdefault(jid, r)
+    return out
 
 
 def report(study: Any, optuna: Any) -> dict[str, Any]:
     """{sweep, state, metric, direction, trials: [...], best, spent, ended} from the study and the ledger."""
-    with open_ledger() as lg:
-        rows = {r["job_id"]: r for r in lg.all(sweep=study.study_name)}
+    rows = uses(study, study.study_name)
     a = study.user_attrs
     trials = []
     for t in study.get_trials(deepcopy=False):
+        if t.user_attrs.get("surplus"):
+            continue  # asked for by a laptop after the study had its trials: never submitted
         jid, stop = t.user_attrs.get("job_id"), t.user_attrs.get("stop")
         row = rows.get(jid or "", {})
         trials.append({"number": t.number, "job_id": jid, "host": t.user_attrs.get("host"),

@@ -29,7 +29,7 @@ from gpujob.errors import SpecError
 METHODS = ("grid", "random", "tpe")
 PRUNERS = ("median", "asha", "none")
 KEYS = ("metric", "direction", "method", "trials", "parallel", "pruner", "warmup_steps", "startup_trials",
-        "budget", "max_gpu_hours", "params", "seed")
+        "budget", "max_gpu_hours", "params", "seed", "storage")
 
 
 @dataclass
@@ -46,6 +46,7 @@ class SweepSpec:
     budget: float | None = None
     max_gpu_hours: float | None = None
     seed: int | None = None
+    storage: str | None = None  # an Optuna storage the lab shares (usecases/lab/storage.py); None: this laptop's
     errors: list[str] = field(default_factory=list, repr=False)
 
     def to_json(self) -> dict[str, Any]:
@@ -97,6 +98,14 @@ def parse(raw: dict[str, Any], source: str, overrides: dict[str, Any] | None = N
     direction = d.get("direction", "minimize")
     if direction not in ("minimize", "maximize"):
         errors.append(f"sweep.direction: {direction!r} is not minimize or maximize")
+    storage = d.get("storage")
+    if storage is not None:
+        from gpujob.usecases.lab.storage import check
+
+        why = check(storage)
+        if why:
+            errors.append(f"sweep.storage: {why}")
+            storage = None
     grid = len(list(itertools.product(*[v for v in space.values() if isinstance(v, list)]))) if method == "grid" else 0
     spec = SweepSpec(
         params=space, metric=d.get("metric") if isinstance(d.get("metric"), str) else None, direction=direction,
@@ -104,7 +113,7 @@ def parse(raw: dict[str, Any], source: str, overrides: dict[str, Any] | None = N
         parallel=_num(errors, d, "parallel", int, 1, 1), pruner=pruner,
         warmup_steps=_num(errors, d, "warmup_steps", int, 0, 0), startup_trials=_num(errors, d, "startup_trials", int, 0, 2),
         budget=_num(errors, d, "budget", float, 0, None), max_gpu_hours=_num(errors, d, "max_gpu_hours", float, 0, None),
-        seed=_num(errors, d, "seed", int, 0, None))
+        seed=_num(errors, d, "seed", int, 0, None), storage=storage)
     if errors:
         raise SpecError(f"{len(errors)} problem(s) in the sweep of {source}:\n  " + "\n  ".join(errors),
                         "fix sweep: in the job file (docs/experiments.md); nothing was submitted")

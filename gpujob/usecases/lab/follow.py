@@ -1,0 +1,169 @@
+"""Runs follow into MLflow while gpujob reads them, without the reading command waiting.
+
+After a command wrote the ledger (a submit, a look that learnt something), it starts a detached
+exporter unless one is running (``<state>/mlflow-export.lock``); the exporter sends what changed,
+then keeps watching the ledger for ``LINGER_S`` (a ``status -w`` or the dashboard writes every few
+seconds: one exporter serves them all) and leaves. A server that did not answer is said once, by
+the next command, and its runs are sent when it answers again. MLflow's client is imported only by
+the exporter: the command pays one stat and, at most, the start of a process."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from gpujob.config.paths import state_dir
+
+LINGER_S = float(os.environ.get("GPUJOB_MLFLOW_LINGER", "30"))
+WANTED = "mlflow-wanted"  # some job of this laptop names a server in its job file (env: MLFLOW_TRACKING_URI)
+LOCK = "mlflow-export.lock"
+FAILED = "mlflow-export.failed"  # {uri, error, since}: the last export that a server refused
+SAID = "mlflow-export.said"  # which failure (uri and since) a command has told
+
+
+def wanted() -> bool:
+    if os.environ.get("GPUJOB_MLFLOW_FOLLOW") == "0":
+        return False
+    return bool(os.environ.get("MLFLOW_TRACKING_URI")) or (state_dir() / WANTED).exists()
+
+
+def after_look() -> None:
+    """A look that wrote nothing: an export a server refused earlier is tried again."""
+    if (state_dir() / FAILED).exists():
+        after_write(False)
+
+
+def after_write(names_server: bool) -> None:
+    """The ledger changed: start the exporter where runs are exported. Never fails the command."""
+    try:
+        if names_server:
+            (state_dir() / WANTED).touch()
+        if not wanted():
+            return
+        say_failure_once()
+        if _held(state_dir() / LOCK):  # a running exporter reads the ledger again before it leaves
+            return
+        subprocess.Popen([sys.executable, "-m", "gpujob.usecases.lab.follow"], stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                         close_fds=True, cwd="/")
+    except OSError as e:
+        print(f"gpujob: runs were not sent to MLflow ({e}); gpujob runs export --mlflow sends them", file=sys.stderr)
+
+
+def _held(path: Path) -> bool:
+    try:
+        fd = os.open(str(path), os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def say_failure_once() -> None:
+    """The first command after an export failed says so; the next ones do not, until it fails anew.
+    (What was said is its own file: the exporter, rewriting the failure, never undoes it.)"""
+    from gpujob.config.secreturl import shown
+
+    try:
+        doc = json.loads((state_dir() / FAILED).read_text())
+    except (OSError, ValueError):
+        return
+    said = state_dir() / SAID
+    mark = f"{doc.get('uri')} {doc.get('since')}"
+    try:
+        if said.read_text() == mark:
+            return
+    except OSError:
+        pass
+    print(f"gpujob: MLflow at {shown(str(doc.get('uri')))} did not take the runs ({doc.get('error')}); "
+          "they are sent when it answers (gpujob runs export --mlflow sends them now)", file=sys.stderr)
+    _write(said, mark)
+
+
+def _write(path: Path, doc: dict | str) -> None:
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+    os.replace(tmp, path)
+
+
+def _ledger_version() -> float:
+    from gpujob.config.ledger import open_ledger
+
+    with open_ledger() as lg:
+        return lg.db.execute("SELECT COALESCE(MAX(updated_at), 0) FROM runs").fetchone()[0]
+
+
+def _export_once() -> bool:
+    """One round; True when a server did not take the runs."""
+    from gpujob.usecases.lab.export import export
+
+    doc = export()
+    failed = state_dir() / FAILED
+    bad = {u: e for u, e in doc["servers"].items() if e}
+    if bad:
+        uri, err = next(iter(bad.items()))
+        try:
+            old = json.loads(failed.read_text())
+        except (OSError, ValueError):
+            old = {}
+        same = old.get("uri") == uri and old.get("since")
+        _write(failed, {"uri": uri, "error": err, "since": old["since"] if same else time.time()})
+        return True
+    if doc["servers"]:
+        failed.unlink(missing_ok=True)
+    return False
+
+
+RETRY_S = 10.0  # a server that did not answer is tried again this often while the exporter lingers
+
+
+def main() -> int:
+    """The detached exporter: one per laptop (the lock), while the ledger keeps changing."""
+    lock = state_dir() / LOCK
+    fd = os.open(str(lock), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return 0
+    os.ftruncate(fd, 0)
+    os.write(fd, str(os.getpid()).encode())
+    try:
+        seen, failing, tried = None, False, 0.0
+        quiet_since = time.monotonic()
+        while True:
+            now = _ledger_version()
+            if now != seen or (failing and time.monotonic() - tried >= RETRY_S):
+                failing, tried = _export_once(), time.monotonic()
+                if now != seen:
+                    seen, quiet_since = now, time.monotonic()
+            if time.monotonic() - quiet_since >= LINGER_S:
+                break
+            time.sleep(1.0)
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+    if _ledger_version() != seen:  # written between the last look and the unlock: one more round
+        return main()
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except Exception as e:  # detached: nobody reads its stderr; the next command says it
+        try:
+            _write(state_dir() / FAILED, {"uri": os.environ.get("MLFLOW_TRACKING_URI"), "error": str(e)[:300],
+                                          "since": time.time()})
+        finally:
+            sys.exit(1)
