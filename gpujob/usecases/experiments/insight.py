@@ -1,7 +1,7 @@
 """What a sweep's study says, for the dashboard's charts: Optuna's optimisation history, the
 trials' parameters for parallel coordinates, and Optuna's parameter importances.
 
-Read from the study in ``<state>/sweeps.sqlite`` (no host is asked); the importances are
+Read from the study in ``<state>/sweeps.sqlite`` or the lab's shared storage (no host is asked); the importances are
 ``optuna.importance.get_param_importances`` (fANOVA, seeded so a page reload draws the same bars).
 """
 
@@ -11,6 +11,7 @@ import math
 from typing import Any
 
 from gpujob.usecases.experiments.sweep import _load, _optuna
+from gpujob.usecases.lab.storage import storage_of
 
 
 def _axis(dist: Any) -> dict[str, Any]:
@@ -26,7 +27,7 @@ def sweep_insight(name: str) -> dict[str, Any]:
     """{sweep, metric, direction, history: [{number, value, best}], axes: {param: axis},
     trials: [{number, job_id, value, params}], importances: {param: share} | None, why_no_importances}"""
     optuna = _optuna()
-    study = _load(optuna, name)
+    study = _load(optuna, name, storage_of(name, None))  # a shared sweep: the storage this laptop used
     TS = optuna.trial.TrialState
     done = sorted((t for t in study.get_trials(deepcopy=False, states=(TS.COMPLETE,))
                    if t.value is not None and math.isfinite(t.value)), key=lambda t: t.number)
