@@ -164,6 +164,27 @@ def test_sweep_prunes_gracefully_resumes_and_ends_within_its_budget(tmp_path: Pa
         assert cli_json("status", t["job_id"], "--host", "priced")["checkpoints"]
 
 
+
+def test_a_sweep_whose_trials_never_ran_fails_naming_the_host(tmp_path: Path) -> None:
+    """issue 34: a host refusing every connection: each trial "not submitted", and the sweep says it
+    failed (exit 3, naming the host), never "(done) ... trial(s) done" with exit 0."""
+    needs("optuna")
+    from gpujob.config.hosts import Host, HostStore
+    from tests.conftest import free_port
+
+    HostStore().save(Host(name="dead", hostname="127.0.0.1", port=free_port(), connect_timeout=3))  # nothing listens
+    job = write_job(tmp_path, "swdead", LOOP, SWEEP_LOOP_RUN, env=QUIET,
+                    sweep={"method": "grid", "params": {"lr": [0.1, 0.2]}})
+    r = run_cli("sweep", str(job), "--hosts", "dead", "--name", "sw-dead", timeout=180)
+    out = r.stdout + r.stderr
+    assert r.returncode == 3, (r.returncode, out)
+    assert "no trial of sweep sw-dead ran" in r.stderr and "to dead (" in r.stderr, out
+    assert "trial(s) done" not in out and "(done)" not in out and "Traceback" not in out, out
+    assert r.stderr.count("not submitted") == 2, out  # each trial said why, then the sweep
+    doc = cli_json("sweep", "status", "sw-dead")
+    assert doc["state"] == "failed" and doc["ended"].startswith("no trial of sweep sw-dead ran"), doc
+
+
 HF_HPARAMS = HF_MODEL + """
     args = TrainingArguments(output_dir="./results", max_steps=4, learning_rate=3e-4, warmup_steps=1,
                              logging_steps=1, per_device_train_batch_size=4, report_to="none", use_cpu=True,
