@@ -147,3 +147,54 @@ def test_authkeys_finds_the_files_sshd_reads_and_keeps_every_other_byte(tmp_path
     authkeys.change(req, str(cfg))
     assert authkeys.change({"remove": ["OLD"], "keep": "NEW"}, str(cfg))["removed"] == {str(first): 1}
     assert first.read_bytes() == b"ssh-ed25519 NEW gpujob-box\ncommand=\"x\" ssh-ed25519 OTHER me"
+    # an undo of a cut rekey takes the new line off only while the old key's line is there: not now
+    done = authkeys.change({"remove": ["NEW"], "while_held": "OLD"}, str(cfg))
+    assert done["held_back"] is True and done["removed"] == {}
+    assert first.read_bytes() == b"ssh-ed25519 NEW gpujob-box\ncommand=\"x\" ssh-ed25519 OTHER me"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".gpujob-authkeys.")]
+
+
+def _interruptions() -> list[tuple[str, str]]:
+    """Every point of a rekey where a Ctrl-C can land: before it, entering and leaving each step, and in
+    the two steps that edit the host's file: while the host edits it (the request sent) and once its
+    answer is back (the issue's case: the old line gone, the laptop not yet told)."""
+    from gpujob.usecases import rekey
+
+    mod = "gpujob.usecases.rekey"
+    points = [("call", f"{mod}:rekey_host")]
+    for step in rekey.STEPS:
+        points += [("call", f"{mod}:_step_{step}"), ("return", f"{mod}:_step_{step}")]
+        if step in ("add", "remove"):
+            points += [("return", f"paramiko.channel:shutdown_write@{mod}:_step_{step}"),
+                       ("call", f"gpujob.transport.agent:_parse@{mod}:_step_{step}")]
+    return points
+
+
+@pytest.mark.slow  # ~10 s a point: a cut rekey, logins to check it, a second rekey
+@pytest.mark.parametrize("event,where", _interruptions())
+def test_a_rekey_interrupted_at_any_point_never_locks_the_user_out(ssh_host: str, sshd: Sshd, tmp_path: Path,
+                                                                    event: str, where: str) -> None:
+    """issue 34: Ctrl-C at the moment the old key's line was removed left no gpujob key on the host
+    (the cut call's undo took the new line off too) and exited 130 in silence. Now at every point:
+    one line says the state reached and what next, the profile's key logs in, a second rekey completes."""
+    import os
+    import subprocess
+
+    from gpujob.config import keys
+    from tests.conftest import REPO
+
+    marker = tmp_path / "sigint-sent"
+    r = subprocess.run([sys.executable, "-m", "tests.faults.sigint_at", event, where, str(marker), "--",
+                        "host", "rekey", "box"], capture_output=True, text=True, timeout=180, cwd=str(REPO),
+                       env=dict(os.environ, PYTHONPATH=str(REPO)), stdin=subprocess.DEVNULL)
+    assert marker.exists(), f"the SIGINT point was never reached: {r.stderr}"
+    assert r.returncode == 130 and "Traceback" not in r.stderr, (r.returncode, r.stderr)
+    assert "interrupted: " in r.stderr and "rekey" in r.stderr and "→" in r.stderr, r.stderr  # the state, the next step
+    assert _opens("box", keys.client_key_for("box")), (r.stderr, sshd.authorized_keys.read_text())
+    assert not list(sshd.authorized_keys.parent.glob(".gpujob-authkeys.*"))  # no temporary file left on the host
+    r = run_cli("host", "rekey", "box")
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    own = keys.host_key_path("box")
+    assert _opens("box", own) and not _opens("box", keys.key_path()), sshd.authorized_keys.read_text()
+    assert not keys.pending_key_path("box").exists()
+    assert sshd.authorized_keys.read_text().count("gpujob-box\n") == 1, sshd.authorized_keys.read_text()
