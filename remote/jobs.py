@@ -110,6 +110,7 @@ def submit(root: Root, request: Dict[str, Any]) -> Dict[str, Any]:
             locks.release(root.root, project, lease)
     else:
         snapshot(code, job.code)
+    _same_code_or_refuse(job, request.get("expect_code_hash"))
     spec = dict(spec, project=project, host=request.get("host"), host_env=request.get("host_env") or {},
                 price_per_hour=request.get("price_per_hour"), currency=request.get("currency", "CNY"),
                 shutdown_command=request.get("shutdown_command"), node=request.get("node"), job_id=job_id,
@@ -132,6 +133,20 @@ def submit(root: Root, request: Dict[str, Any]) -> Dict[str, Any]:
         pid = start_supervisor(root, job)
         record_supervisor(job, pid)
     return {"job_id": job_id, "state": "queued", "job_dir": str(job.path), "supervisor_pid": pid}
+
+
+def _same_code_or_refuse(job: JobDir, want: Any) -> None:
+    """``rerun``: the job's code must hash as the run it repeats (remote/codehash.py), or no job."""
+    if not isinstance(want, str) or not want:
+        return
+    from remote import codehash
+
+    got = codehash.tree_hash(str(job.code))
+    if got != want:
+        shutil.rmtree(str(job.path), ignore_errors=True)
+        raise AgentError("the code this host got hashes {}, not {} (the run it repeats): nothing was submitted"
+                         .format(got, want), "run gpujob rerun again; gpujob doctor HOST if it says so twice",
+                         "code_mismatch")
 
 
 def _interpreter_or_refuse(root: Root, project: str, spec: Dict[str, Any], request: Dict[str, Any]) -> None:

@@ -256,6 +256,82 @@ def test_rerun_rebuilds_code_from_git_commit_and_diff_when_no_snapshot_is_kept(t
         assert lg.diff(code["diff_hash"]) == code["diff"]
 
 
+
+def test_rerun_runs_exactly_the_code_of_the_run_it_repeats(tmp_path: Path) -> None:
+    """issue 34: A's code, restored under gpujob's cache folder, was withheld as "gpujob's own files":
+    the rerun ran the host's copy (B's, submitted after A) while the ledger said A's code_hash.
+    Now it sends A's tree, and the host checks the code it got hashes as sent before the job exists."""
+    import gpujob
+    from gpujob.errors import GpujobError
+
+    job = write_job(tmp_path, "exact", "print('CODE', 'v1', flush=True)\n", "python main.py", env=QUIET)
+    (job.parent / "lib").mkdir()
+    (job.parent / "lib" / "util.py").write_text("X = 1\n")
+    a = submit("local", job)["job_id"]
+    wait_state("local", a, ("succeeded",), 90, root=tmp_path / "local-root")
+    (job.parent / "main.py").write_text("print('CODE', 'v2', flush=True)\n")  # B: the newer edit, on the host now
+    (job.parent / "lib" / "new.py").write_text("Y = 2\n")
+    b = submit("local", job)["job_id"]
+    wait_state("local", b, ("succeeded",), 90, root=tmp_path / "local-root")
+    doc = cli_json("rerun", a)
+    c = doc["job_id"]
+    assert doc["restored"] is True and doc["parent"] == a, doc
+    wait_state("local", c, ("succeeded",), 90, root=tmp_path / "local-root")
+    assert "CODE v1" in log_text(job_dir(tmp_path, "local", c)), log_text(job_dir(tmp_path, "local", c))
+    assert not (job_dir(tmp_path, "local", c) / "code" / "lib" / "new.py").exists()  # exactly A's tree
+    runs = {r["job_id"]: r for r in cli_json("runs", "--name", "exact")["runs"]}
+    assert runs[c]["code_hash"] == runs[a]["code_hash"] != runs[b]["code_hash"]
+
+    # the host refuses a job whose code does not hash as expected: no job is created
+    before = {j["job_id"] for j in cli_json("ls", "--host", "local")["jobs"]}
+    with gpujob.Client() as cl, pytest.raises(GpujobError, match="hashes .*, not 0000000000000000"):
+        cl.submit(str(job), host="local", expect_code="0" * 16)
+    assert {j["job_id"] for j in cli_json("ls", "--host", "local")["jobs"]} == before
+
+
+def test_the_hosts_code_hash_is_the_ledgers(tmp_path: Path) -> None:
+    """The agent's hash of a job's code (remote/codehash.py) is the laptop's code_hash of the same tree:
+    nested folders, a name sorting before its folder's, an exec bit, a link."""
+    from gpujob.config.ledger.code import code_hash, tree_files
+    from remote.codehash import tree_hash
+
+    t = tmp_path / "t"
+    for rel, text in {"a.txt": "1", "a/b.py": "2", "a/c/d.py": "3", "z/y.py": "4", "b-": "5", "b/x": "6"}.items():
+        (t / rel).parent.mkdir(parents=True, exist_ok=True)
+        (t / rel).write_text(text)
+    (t / "a" / "b.py").chmod(0o755)
+    (t / "link").symlink_to("a/b.py")
+    assert tree_hash(str(t)) == code_hash(t, tree_files(t, [])), [r for r, _ in tree_files(t, [])]
+
+
+def test_a_rerun_whose_code_cannot_be_rebuilt_submits_nothing(tmp_path: Path) -> None:
+    """issue 34: a run in git whose uncommitted change was too large to keep (and its tree too large
+    for a snapshot) was rebuilt from its commit alone and submitted. Now: refused, nothing submitted."""
+    from gpujob.config.ledger.code import DIFF_MAX, SNAPSHOT_MAX
+    from gpujob.config.spec import load_spec
+    from gpujob.usecases.experiments.record import code_of, record_submit
+
+    repo = tmp_path / "big"
+    repo.mkdir()
+    (repo / "main.py").write_text("print('v1')\n")
+    (repo / "job.yaml").write_text("name: bigrun\nrun: python main.py\n")
+    git = ["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t"]
+    for args in (["init", "-q"], ["add", "."], ["commit", "-qm", "v1"]):
+        subprocess.run(git + args, check=True)
+    (repo / "weights.bin").write_bytes(os.urandom(max(DIFF_MAX, SNAPSHOT_MAX) + (1 << 20)))  # untracked, not ignored
+    spec = load_spec(repo / "job.yaml")
+    code = code_of(spec)
+    assert code["diff_hash"] and not code["diff"] and not code["snapshot"], {k: code[k] for k in code if k != "diff"}
+    record_submit({"job_id": "bigrun-1", "host": "local", "state": "succeeded"}, spec, code,
+                  str((repo / "job.yaml").resolve()), [])
+    (repo / "weights.bin").unlink()  # the tree changed since
+    r = run_cli("rerun", "bigrun-1", "--host", "local")
+    assert r.returncode == 2 and "Traceback" not in r.stderr, (r.returncode, r.stderr)
+    assert "the code of bigrun-1 cannot be rebuilt exactly" in r.stderr and "too large to keep" in r.stderr, r.stderr
+    assert "nothing was submitted" in r.stderr
+    assert [x["job_id"] for x in cli_json("runs", "--name", "bigrun")["runs"]] == ["bigrun-1"]
+
+
 def test_a_job_file_with_literal_secrets_stays_out_of_the_ledger(tmp_path: Path) -> None:
     """Its snapshot and its row hold no secret value (the job file is neither sent nor kept)."""
     import tarfile
