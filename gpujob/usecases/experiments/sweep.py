@@ -243,7 +243,8 @@ class Driver:
                 self.tell(trial, float(pts[-1][1]))
             else:
                 self.tell(trial, state=TS.FAIL)
-            self.note(f"trial {number}: {job_id} {state}" + (f" ({why})" if why and state != "succeeded" else ""))
+            self.note(f"trial {number}: {job_id} {state}" + (f" ({why})" if why and state != "succeeded" else
+                                                              " (it had ended on its own when the stop came)" if why else ""))
             return
         if number not in self.stopping and pts and state == "running" and trial.should_prune():
             self.stop(number, "pruned")
