@@ -185,6 +185,23 @@ def test_a_sweep_whose_trials_never_ran_fails_naming_the_host(tmp_path: Path) ->
     assert doc["state"] == "failed" and doc["ended"].startswith("no trial of sweep sw-dead ran"), doc
 
 
+
+@pytest.mark.slow  # ~50 s: the new host's preflight, one trial that runs
+def test_a_partly_failed_sweep_says_how_many_trials_ran(tmp_path: Path) -> None:
+    """A trial whose interpreter the host lacks is refused there; the other runs: "1 of 2 trial(s) ran"."""
+    needs("optuna")
+    _priced_local_host(tmp_path, "half", 36.0)
+    job = write_job(tmp_path, "swhalf", LOOP, "python main.py --steps 3 --sleep 0", env=QUIET,
+                    sweep={"method": "grid", "params": {"run": ["python main.py --steps 3 --sleep 0",
+                                                                "python9.9 main.py --steps 3"]}})
+    r = run_cli("sweep", str(job), "--hosts", "half", "--name", "sw-half", "--json", timeout=180,
+                env_extra={"GPUJOB_SWEEP_POLL": "0.3"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["ended"].startswith("1 of 2 trial(s) ran; 1 not submitted (") and "python9.9" in doc["ended"], doc
+    assert [t["state"] for t in doc["trials"]] == ["complete", "failed"], doc["trials"]
+
+
 HF_HPARAMS = HF_MODEL + """
     args = TrainingArguments(output_dir="./results", max_steps=4, learning_rate=3e-4, warmup_steps=1,
                              logging_steps=1, per_device_train_batch_size=4, report_to="none", use_cpu=True,
