@@ -24,6 +24,7 @@ from typing import Any, NoReturn
 from gpujob.config import keys
 from gpujob.config.hosts import LOCAL, Host, HostStore
 from gpujob.errors import ConnectError, GpujobError, HostError, Interrupted
+from gpujob.usecases.deferint import Deferred, deferred
 
 STEPS = ("add", "login_new", "remove", "check_old", "adopt")  # in order: each a _step_ function below
 
@@ -80,8 +81,6 @@ def rekey_host(name: str, store: HostStore | None = None) -> dict[str, Any]:
     Ctrl-C is held back from start to end: it takes effect where the state is whole (before the
     host changed, after an undo, or once the profile has the key the host now holds), and is
     then an ``Interrupted`` naming that state and the next step."""
-    from gpujob.usecases.deferint import deferred
-
     store = store or HostStore()
     host = store.get(name)
     if host.kind == LOCAL:
@@ -100,11 +99,15 @@ def rekey_host(name: str, store: HostStore | None = None) -> dict[str, Any]:
             raise
         if began:
             raise _finished(name) from None
-        raise Interrupted(f"interrupted: the rekey of {name} stopped before the host was changed; the profile keeps "
-                          "its key", f"run gpujob host rekey {name} again") from None
+        raise _untouched(name) from None
     if intr.pending:
         raise _finished(name)
     return done
+
+
+def _untouched(name: str) -> Interrupted:
+    return Interrupted(f"interrupted: the rekey of {name} stopped before the host was changed; the profile keeps "
+                       "its key", f"run gpujob host rekey {name} again")
 
 
 def _finished(name: str) -> Interrupted:
@@ -112,7 +115,7 @@ def _finished(name: str) -> Interrupted:
                        "new key, the profile logs in with it", "nothing to redo (gpujob host ls shows the profile)")
 
 
-def _rekey(host: Host, store: HostStore, intr: Any) -> dict[str, Any]:
+def _rekey(host: Host, store: HostStore, intr: Deferred) -> dict[str, Any]:
     from gpujob.transport import mux
 
     name = host.name
@@ -135,8 +138,7 @@ def _rekey(host: Host, store: HostStore, intr: Any) -> dict[str, Any]:
         remove = prior  # the shared line stays: the other profiles log in with it
     with _agent(host) as current:  # the login that works now: refused here, nothing was changed
         if intr.pending:
-            raise Interrupted(f"interrupted: the rekey of {name} stopped before the host was changed; the profile "
-                              "keeps its key", f"run gpujob host rekey {name} again")
+            raise _untouched(name)
         keys.generate(pending, comment=f"gpujob-{name}")
         new_line, new_blob = _line(pending), _blob(pending)
         stop = _Stop(current, name, new_blob, old_blob)
