@@ -17,6 +17,7 @@ import os
 import pwd
 import signal
 import tempfile
+import threading
 from typing import Any, Dict, Iterator, List, Optional
 
 from remote.errors import AgentError
@@ -170,7 +171,9 @@ def _fsync_dir(folder: str) -> None:
 def _guarded(files: List[str]) -> Iterator[None]:
     """One edit at a time (a lock on the first file's folder: no extra file) with the signals a
     cut login or a Ctrl-C sends held off, so that no edit stops half way."""
-    held = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    held = {}
+    if threading.current_thread() is threading.main_thread():  # (a verb run in a thread cannot set them)
+        held = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     fd = -1
     try:
         folder = os.path.dirname(os.path.realpath(files[0])) if files else ""

@@ -141,7 +141,7 @@ def _rekey(host: Host, store: HostStore, intr: Deferred) -> dict[str, Any]:
             raise _untouched(name)
         keys.generate(pending, comment=f"gpujob-{name}")
         new_line, new_blob = _line(pending), _blob(pending)
-        stop = _Stop(current, name, new_blob, old_blob)
+        stop = _Stop(current, host, new_blob, old, old_blob)
         try:
             added = _step_add(current, new_line, old_blob)
         except BaseException as e:
@@ -215,13 +215,23 @@ class _Stop:
     """A rekey stopping part way (a failure, or Ctrl-C): the host put back as it was, or, when its old
     lines are gone already, the profile moved to the new key; the pending key kept when unsure."""
 
-    def __init__(self, current: Any, name: str, new_blob: str, old_blob: str) -> None:
-        self.current, self.name, self.new_blob, self.old_blob = current, name, new_blob, old_blob
+    def __init__(self, current: Any, host: Host, new_blob: str, old: Path, old_blob: str) -> None:
+        self.current, self.host, self.name, self.new_blob = current, host, host.name, new_blob
+        self.old, self.old_blob = old, old_blob
         self.verified = False  # a login with the new key alone worked
+
+    def _new_only(self) -> bool:
+        """The host takes the new key and refuses the old one (the undo's login failed: ask each key)."""
+        try:
+            return _opens(self.host, keys.pending_key_path(self.name)) and not _opens(self.host, self.old)
+        except GpujobError:
+            return False
 
     def out(self, err: BaseException | None) -> NoReturn:
         name, pending = self.name, keys.pending_key_path(self.name)
         left = _undo(self.current, self.new_blob, self.old_blob)
+        if left not in (None, GONE) and self.verified and self._new_only():
+            left = GONE  # a cut link after the old lines went: the new key is the way in
         if left is None:
             keys.remove_pending_key(name)
             state = "stopped before its profile changed: the new key's line was taken off again, the host is as it was"
