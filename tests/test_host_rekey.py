@@ -5,13 +5,16 @@ The instance is the test's real sshd; its authorized_keys file is the one sshd r
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import Sshd, free_port, run_cli
+from tests.conftest import REPO, Sshd, free_port, run_cli
 
 # the agent's interpreter as recorded, failing the fresh login's removal as a broken agent would (the one
 # failure of that step a real sshd cannot be made to give here); every other verb runs the real agent
@@ -197,4 +200,67 @@ def test_a_rekey_interrupted_at_any_point_never_locks_the_user_out(ssh_host: str
     own = keys.host_key_path("box")
     assert _opens("box", own) and not _opens("box", keys.key_path()), sshd.authorized_keys.read_text()
     assert not keys.pending_key_path("box").exists()
+    assert sshd.authorized_keys.read_text().count("gpujob-box\n") == 1, sshd.authorized_keys.read_text()
+
+
+
+# the agent's interpreter as recorded: the removal runs for real, then its answer never comes back
+# (the link dies on its way: the test cuts it) until the test lets the process end
+SILENT = r'''#!{python}
+import os, subprocess, sys, time
+data = sys.stdin.buffer.read() if "authkeys" in sys.argv else None
+if data is not None and b'"keep"' in data:
+    subprocess.run([{real!r}] + sys.argv[1:], input=data, stdout=subprocess.DEVNULL)
+    while not os.path.exists({release!r}):
+        time.sleep(0.05)
+    sys.exit(0)
+sys.exit(subprocess.run([{real!r}] + sys.argv[1:], input=data).returncode if data is not None
+         else subprocess.call([{real!r}] + sys.argv[1:]))
+'''
+
+
+@pytest.mark.slow  # ~20 s: a cut rekey, logins to check it, a second rekey
+def test_a_rekey_whose_link_is_cut_after_the_host_removed_the_old_key_keeps_a_way_in(
+        ssh_host: str, sshd: Sshd, tmp_path: Path) -> None:
+    """The link dies once the host has taken the old key's line off, before its answer is back: the
+    undo over the old login must not take the new line off (no key left: it did). Each key alone is
+    tried instead; the new one opens the host, so the profile takes it."""
+    from gpujob.config import keys
+    from gpujob.config.hosts import HostStore
+    from tests.faults.linkproxy import LinkProxy
+    from tests.helpers import wait_for
+
+    assert run_cli("ls", "--host", "box").returncode == 0  # the agent installed
+    [version] = [p for p in (tmp_path / "remote-root" / "agent").iterdir() if (p / "ok").exists()]
+    real = (version / "python").read_text().strip()
+    release = tmp_path / "release"
+    (tmp_path / "silent-agent").write_text(SILENT.format(python=sys.executable, real=real, release=str(release)))
+    (tmp_path / "silent-agent").chmod(0o755)
+    (version / "python").write_text(f"{tmp_path / 'silent-agent'}\n")
+    link = LinkProxy(sshd.port)
+    store = HostStore()
+    host = store.get("box")
+    host.port = link.port
+    store.save(host)
+    shared_line = keys.public_key_line()
+    p = subprocess.Popen([sys.executable, "-m", "gpujob.cli", "host", "rekey", "box"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(REPO), GPUJOB_MUX="0"))
+    try:
+        wait_for(lambda: shared_line not in sshd.authorized_keys.read_text() or p.poll() is not None, 120,
+                 "the host removing the old line")
+        link.cut()
+        link.resume()
+        out, err = p.communicate(timeout=180)
+    finally:
+        release.touch()
+        if p.poll() is None:
+            p.kill()
+        link.close()
+    (version / "python").write_text(f"{real}\n")
+    store.save(dataclasses.replace(store.get("box"), port=sshd.port))
+    assert p.returncode == 3 and "Traceback" not in err, (p.returncode, err)
+    assert "the profile now logs in with its new key" in err, err
+    assert keys.host_key_path("box").exists() and _opens("box", keys.client_key_for("box")), err
+    r = run_cli("host", "rekey", "box")
+    assert r.returncode == 0, (r.stdout, r.stderr)
     assert sshd.authorized_keys.read_text().count("gpujob-box\n") == 1, sshd.authorized_keys.read_text()
