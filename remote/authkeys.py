@@ -5,13 +5,20 @@ The files are the ones the sshd serving this session names in ``AuthorizedKeysFi
 ``~/.ssh/authorized_keys``. A key is matched by its base64 blob as a field of a line, so a line
 with options or another comment is still that key; every other byte of a file stays as it was.
 A removal that would leave no file holding the ``keep`` key is refused: it would lock the
-laptop out."""
+laptop out. A removal ``while_held`` a key happens only while that key has a line (an undo that
+must not take away the last way in). Each edit replaces its file whole (a temporary file beside
+it, fsynced, renamed over it, its mode and owner kept, the folder fsynced), under a lock on the
+folder (two edits at once cannot undo each other), with SIGINT/SIGTERM/SIGHUP held off."""
 
+import contextlib
+import fcntl
 import glob
 import os
 import pwd
+import signal
 import tempfile
-from typing import Any, Dict, List, Optional
+import threading
+from typing import Any, Dict, Iterator, List, Optional
 
 from remote.errors import AgentError
 
@@ -118,30 +125,83 @@ def _insert(data: bytes, line: bytes, near: List[str]) -> bytes:
 
 
 def _replace(path: str, data: bytes) -> None:
-    """``data`` into ``path`` at once (a temporary file renamed over it), its mode kept; through a link."""
+    """``data`` into ``path`` at once (a temporary file beside it, fsynced, renamed over it), its mode
+    and owner kept, the folder fsynced (the rename survives a crash); through a link."""
     real = os.path.realpath(path)
-    mode = os.stat(real).st_mode & 0o777 if os.path.exists(real) else 0o600
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(real), prefix=".gpujob-authkeys.")
+    try:
+        st: Optional[os.stat_result] = os.stat(real)
+    except FileNotFoundError:
+        st = None
+    folder = os.path.dirname(real)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".gpujob-authkeys.")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
+            os.chmod(tmp, st.st_mode & 0o7777 if st else 0o600)
+            if st and (st.st_uid, st.st_gid) != (os.geteuid(), os.getegid()):
+                try:  # sshd's StrictModes refuses a key file owned by another user: never change owners
+                    os.fchown(f.fileno(), st.st_uid, st.st_gid)
+                except OSError as e:
+                    raise AgentError("cannot keep the owner of {} ({}): it was left as it was".format(real, e),
+                                     "run gpujob host rekey as the user who owns that file") from None
             os.fsync(f.fileno())
-        os.chmod(tmp, mode)
         os.replace(tmp, real)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+    _fsync_dir(folder)
+
+
+def _fsync_dir(folder: str) -> None:
+    try:
+        dfd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dfd)
+    except OSError:
+        pass  # a filesystem that cannot fsync a folder: the rename is as durable as it allows
+    finally:
+        os.close(dfd)
+
+
+@contextlib.contextmanager
+def _guarded(files: List[str]) -> Iterator[None]:
+    """One edit at a time (a lock on the first file's folder: no extra file) with the signals a
+    cut login or a Ctrl-C sends held off, so that no edit stops half way."""
+    held = {}
+    if threading.current_thread() is threading.main_thread():  # (a verb run in a thread cannot set them)
+        held = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    fd = -1
+    try:
+        folder = os.path.dirname(os.path.realpath(files[0])) if files else ""
+        if folder and os.path.isdir(folder):
+            fd = os.open(folder, os.O_RDONLY)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        if fd >= 0:
+            os.close(fd)
+        for s, h in held.items():
+            signal.signal(s, h)
 
 
 def change(req: Dict[str, Any], config: Optional[str] = None) -> Dict[str, Any]:
     """``add`` (a key line: put where a ``near`` key's line is, else in the first file), then drop every
-    line of the ``remove`` blobs unless that would leave no line of ``keep``. What was done, per file."""
+    line of the ``remove`` blobs unless that would leave no line of ``keep`` (refused), or ``while_held``
+    has no line (nothing removed, ``held_back``). What was done, per file."""
     files = key_files(config)
+    with _guarded(files):
+        return _change(req, files)
+
+
+def _change(req: Dict[str, Any], files: List[str]) -> Dict[str, Any]:
     near = [b for b in req.get("near") or [] if isinstance(b, str)]
     remove = [b for b in req.get("remove") or [] if isinstance(b, str)]
     keep = req.get("keep") if isinstance(req.get("keep"), str) else ""
+    while_held = req.get("while_held") if isinstance(req.get("while_held"), str) else ""
     held = {p: _read(p) for p in files}
     done: Dict[str, Any] = {"files": files, "added": None, "removed": {}}
     add = req.get("add") if isinstance(req.get("add"), str) else ""
@@ -159,6 +219,9 @@ def change(req: Dict[str, Any], config: Optional[str] = None) -> Dict[str, Any]:
             held[where] = _insert(held[where], add.encode() + b"\n", near)
             _replace(where, held[where])
         done["added"] = where
+    if remove and while_held and not any(_holds(held[p], [while_held]) for p in files):
+        done["held_back"] = True  # that key has no line any more: what is to be removed is the way in
+        remove = []
     if remove:
         kept = {p: b"".join(line for line in held[p].splitlines(True) if not _has(line, remove)) for p in files}
         if keep and not any(_holds(kept[p], [keep]) for p in files):

@@ -113,6 +113,7 @@ def submit(root: Root, request: Dict[str, Any]) -> Dict[str, Any]:
         with locks.project_locked(root.root, project):
             snapshot(code, job.code)
             _data_view(root, project, spec, job, bool(carried))
+    _same_code_or_refuse(job, request.get("expect_code_hash"))
     spec = dict(spec, project=project, host=request.get("host"), host_env=request.get("host_env") or {},
                 price_per_hour=request.get("price_per_hour"), currency=request.get("currency", "CNY"),
                 shutdown_command=request.get("shutdown_command"), node=request.get("node"), job_id=job_id,
@@ -150,6 +151,20 @@ def _data_view(root: Root, project: str, spec: Dict[str, Any], job: JobDir, carr
             shutil.rmtree(str(job.path), ignore_errors=True)
         raise AgentError("could not make the job's data view under {}: {}".format(job.path, e),
                          "free space on the instance (gpujob doctor), then submit again", "data_view") from None
+
+
+def _same_code_or_refuse(job: JobDir, want: Any) -> None:
+    """``rerun``: the job's code must hash as the run it repeats (remote/codehash.py), or no job."""
+    if not isinstance(want, str) or not want:
+        return
+    from remote import codehash
+
+    got = codehash.tree_hash(str(job.code))
+    if got != want:
+        shutil.rmtree(str(job.path), ignore_errors=True)
+        raise AgentError("the code this host got hashes {}, not {} (the run it repeats): nothing was submitted"
+                         .format(got, want), "run gpujob rerun again; gpujob doctor HOST if it says so twice",
+                         "code_mismatch")
 
 
 def _interpreter_or_refuse(root: Root, project: str, spec: Dict[str, Any], request: Dict[str, Any]) -> None:

@@ -18,7 +18,7 @@ from remote import launch, locks, procs
 from remote.jobenv import PATH_PREFIX
 from remote.layout import JobDir, Root, agent_log, now, with_reserve
 from remote.protocol import backoff
-from remote.stopping import after, reaper
+from remote.stopping import after, late, reaper
 from remote.stopping import cgroup as cg
 from remote.stopping import find as jobfind
 from remote.stopping import kill as jobkill
@@ -117,6 +117,8 @@ class Supervisor:
         self.child: Optional[subprocess.Popen] = None
         self.last_beat = 0.0
         self.stop_reason: Optional[str] = None
+        self.exit_clock: Optional[late.ExitClock] = None  # when this attempt's run command ended
+        self.signalled = False  # a stop signal was sent to this attempt's processes
         self.terminated = False
         self.oom: Any = None  # remote.oom.Watch of the running attempt
         self.cgroup: Optional[str] = None  # the attempt's cgroup, where the host lets us make one
@@ -352,10 +354,11 @@ class Supervisor:
         resume = latest_resume(self.ckpt_dir(), self.spec.get("checkpoint_pattern"), self.job_pids)
         for k in ATTEMPT_END_FIELDS:  # the previous attempt's end is history (attempts, events)
             self.status.pop(k, None)
-        try:  # each attempt acknowledges the stop file afresh (a Trainer hook: at its first step)
-            os.unlink(str(self.job.stop_file) + ".watch")
-        except OSError:
-            pass
+        for mark in (".watch", ".acted"):  # each attempt acknowledges the stop file afresh (a Trainer hook: at its first step)
+            try:
+                os.unlink(str(self.job.stop_file) + mark)
+            except OSError:
+                pass
         how = " (resume from {})".format(resume) if resume else why_from_start(self.ckpt_dir(), self.spec.get("checkpoint_pattern"))
         self.log_marker("attempt {} started{}".format(attempt, how))
         self.cgroup, why = cg.create(str(self.job.path))
@@ -370,6 +373,7 @@ class Supervisor:
             )
         finally:
             log.close()
+        self.exit_clock, self.signalled = late.ExitClock(self.child.pid), False  # a stop after its end changes nothing
         if self.oom is not None:
             self.oom.pids.add(self.child.pid)
         attempts = self.status.setdefault("attempts", [])
@@ -500,6 +504,7 @@ class Supervisor:
         returns how long the rest may take before SIGKILL (0 when the grace ran out)."""
         assert self.child is not None
         asked = procs.ask_to_stop(self.job.id, self.child.pid, job_dir=str(self.job.path), pids=set(self.all_pids()))
+        self.signalled = self.signalled or bool(asked)
         names = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM"}
         shown = round(grace, 1) if grace < 10 else round(grace)  # what is left of it: 59.996 s reads 60 s
         self.log_marker("stop: {} (grace {:g}s, then SIGKILL)".format(
@@ -647,6 +652,12 @@ class Supervisor:
                 if isinstance(w, Rotator):
                     w.rotate(self)
             self.collector.collect(final=True)  # the attempt's last lines and events, before any notification
+            if self.stop_reason and late.ended_on_its_own(rc, self.exit_clock and self.exit_clock.at, self.job.stop_file,
+                                                          self.job.path / "stop.after", self.signalled):
+                record["stop_came_late"] = self.stop_reason  # e.g. a sweep's budget stop after its last step
+                self.log_marker("the run command had ended on its own (exit 0) when the stop ({}) reached it: "
+                                "the job succeeded".format(self.stop_reason))
+                return self.finish("succeeded", exit_code=0, stopping=None, stop_came_late=self.stop_reason)
             if self.stop_reason:
                 record["reason"] = self.stop_reason
                 state = "autostopped" if self.stop_reason.startswith("autostop") else "stopped"

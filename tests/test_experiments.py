@@ -164,6 +164,44 @@ def test_sweep_prunes_gracefully_resumes_and_ends_within_its_budget(tmp_path: Pa
         assert cli_json("status", t["job_id"], "--host", "priced")["checkpoints"]
 
 
+
+def test_a_sweep_whose_trials_never_ran_fails_naming_the_host(tmp_path: Path) -> None:
+    """issue 34: a host refusing every connection: each trial "not submitted", and the sweep says it
+    failed (exit 3, naming the host), never "(done) ... trial(s) done" with exit 0."""
+    needs("optuna")
+    from gpujob.config.hosts import Host, HostStore
+    from tests.conftest import free_port
+
+    HostStore().save(Host(name="dead", hostname="127.0.0.1", port=free_port(), connect_timeout=3))  # nothing listens
+    job = write_job(tmp_path, "swdead", LOOP, SWEEP_LOOP_RUN, env=QUIET,
+                    sweep={"method": "grid", "params": {"lr": [0.1, 0.2]}})
+    r = run_cli("sweep", str(job), "--hosts", "dead", "--name", "sw-dead", timeout=180)
+    out = r.stdout + r.stderr
+    assert r.returncode == 3, (r.returncode, out)
+    assert "no trial of sweep sw-dead ran" in r.stderr and "to dead (" in r.stderr, out
+    assert "trial(s) done" not in out and "(done)" not in out and "Traceback" not in out, out
+    assert r.stderr.count("not submitted") == 2, out  # each trial said why, then the sweep
+    doc = cli_json("sweep", "status", "sw-dead")
+    assert doc["state"] == "failed" and doc["ended"].startswith("no trial of sweep sw-dead ran"), doc
+
+
+
+@pytest.mark.slow  # ~50 s: the new host's preflight, one trial that runs
+def test_a_partly_failed_sweep_says_how_many_trials_ran(tmp_path: Path) -> None:
+    """A trial whose interpreter the host lacks is refused there; the other runs: "1 of 2 trial(s) ran"."""
+    needs("optuna")
+    _priced_local_host(tmp_path, "half", 36.0)
+    job = write_job(tmp_path, "swhalf", LOOP, "python main.py --steps 3 --sleep 0", env=QUIET,
+                    sweep={"method": "grid", "params": {"run": ["python main.py --steps 3 --sleep 0",
+                                                                "python9.9 main.py --steps 3"]}})
+    r = run_cli("sweep", str(job), "--hosts", "half", "--name", "sw-half", "--json", timeout=180,
+                env_extra={"GPUJOB_SWEEP_POLL": "0.3"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["ended"].startswith("1 of 2 trial(s) ran; 1 not submitted (") and "python9.9" in doc["ended"], doc
+    assert [t["state"] for t in doc["trials"]] == ["complete", "failed"], doc["trials"]
+
+
 HF_HPARAMS = HF_MODEL + """
     args = TrainingArguments(output_dir="./results", max_steps=4, learning_rate=3e-4, warmup_steps=1,
                              logging_steps=1, per_device_train_batch_size=4, report_to="none", use_cpu=True,
@@ -233,6 +271,82 @@ def test_rerun_rebuilds_code_from_git_commit_and_diff_when_no_snapshot_is_kept(t
     assert 'run="python main.py --lr 0.2"' in p["set"], p["set"]
     with open_ledger() as lg:
         assert lg.diff(code["diff_hash"]) == code["diff"]
+
+
+
+def test_rerun_runs_exactly_the_code_of_the_run_it_repeats(tmp_path: Path) -> None:
+    """issue 34: A's code, restored under gpujob's cache folder, was withheld as "gpujob's own files":
+    the rerun ran the host's copy (B's, submitted after A) while the ledger said A's code_hash.
+    Now it sends A's tree, and the host checks the code it got hashes as sent before the job exists."""
+    import gpujob
+    from gpujob.errors import GpujobError
+
+    job = write_job(tmp_path, "exact", "print('CODE', 'v1', flush=True)\n", "python main.py", env=QUIET)
+    (job.parent / "lib").mkdir()
+    (job.parent / "lib" / "util.py").write_text("X = 1\n")
+    a = submit("local", job)["job_id"]
+    wait_state("local", a, ("succeeded",), 90, root=tmp_path / "local-root")
+    (job.parent / "main.py").write_text("print('CODE', 'v2', flush=True)\n")  # B: the newer edit, on the host now
+    (job.parent / "lib" / "new.py").write_text("Y = 2\n")
+    b = submit("local", job)["job_id"]
+    wait_state("local", b, ("succeeded",), 90, root=tmp_path / "local-root")
+    doc = cli_json("rerun", a)
+    c = doc["job_id"]
+    assert doc["restored"] is True and doc["parent"] == a, doc
+    wait_state("local", c, ("succeeded",), 90, root=tmp_path / "local-root")
+    assert "CODE v1" in log_text(job_dir(tmp_path, "local", c)), log_text(job_dir(tmp_path, "local", c))
+    assert not (job_dir(tmp_path, "local", c) / "code" / "lib" / "new.py").exists()  # exactly A's tree
+    runs = {r["job_id"]: r for r in cli_json("runs", "--name", "exact")["runs"]}
+    assert runs[c]["code_hash"] == runs[a]["code_hash"] != runs[b]["code_hash"]
+
+    # the host refuses a job whose code does not hash as expected: no job is created
+    before = {j["job_id"] for j in cli_json("ls", "--host", "local")["jobs"]}
+    with gpujob.Client() as cl, pytest.raises(GpujobError, match="hashes .*, not 0000000000000000"):
+        cl.submit(str(job), host="local", expect_code="0" * 16)
+    assert {j["job_id"] for j in cli_json("ls", "--host", "local")["jobs"]} == before
+
+
+def test_the_hosts_code_hash_is_the_ledgers(tmp_path: Path) -> None:
+    """The agent's hash of a job's code (remote/codehash.py) is the laptop's code_hash of the same tree:
+    nested folders, a name sorting before its folder's, an exec bit, a link."""
+    from gpujob.config.ledger.code import code_hash, tree_files
+    from remote.codehash import tree_hash
+
+    t = tmp_path / "t"
+    for rel, text in {"a.txt": "1", "a/b.py": "2", "a/c/d.py": "3", "z/y.py": "4", "b-": "5", "b/x": "6"}.items():
+        (t / rel).parent.mkdir(parents=True, exist_ok=True)
+        (t / rel).write_text(text)
+    (t / "a" / "b.py").chmod(0o755)
+    (t / "link").symlink_to("a/b.py")
+    assert tree_hash(str(t)) == code_hash(t, tree_files(t, [])), [r for r, _ in tree_files(t, [])]
+
+
+def test_a_rerun_whose_code_cannot_be_rebuilt_submits_nothing(tmp_path: Path) -> None:
+    """issue 34: a run in git whose uncommitted change was too large to keep (and its tree too large
+    for a snapshot) was rebuilt from its commit alone and submitted. Now: refused, nothing submitted."""
+    from gpujob.config.ledger.code import DIFF_MAX, SNAPSHOT_MAX
+    from gpujob.config.spec import load_spec
+    from gpujob.usecases.experiments.record import code_of, record_submit
+
+    repo = tmp_path / "big"
+    repo.mkdir()
+    (repo / "main.py").write_text("print('v1')\n")
+    (repo / "job.yaml").write_text("name: bigrun\nrun: python main.py\n")
+    git = ["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t"]
+    for args in (["init", "-q"], ["add", "."], ["commit", "-qm", "v1"]):
+        subprocess.run(git + args, check=True)
+    (repo / "weights.bin").write_bytes(os.urandom(max(DIFF_MAX, SNAPSHOT_MAX) + (1 << 20)))  # untracked, not ignored
+    spec = load_spec(repo / "job.yaml")
+    code = code_of(spec)
+    assert code["diff_hash"] and not code["diff"] and not code["snapshot"], {k: code[k] for k in code if k != "diff"}
+    record_submit({"job_id": "bigrun-1", "host": "local", "state": "succeeded"}, spec, code,
+                  str((repo / "job.yaml").resolve()), [])
+    (repo / "weights.bin").unlink()  # the tree changed since
+    r = run_cli("rerun", "bigrun-1", "--host", "local")
+    assert r.returncode == 2 and "Traceback" not in r.stderr, (r.returncode, r.stderr)
+    assert "the code of bigrun-1 cannot be rebuilt exactly" in r.stderr and "too large to keep" in r.stderr, r.stderr
+    assert "nothing was submitted" in r.stderr
+    assert [x["job_id"] for x in cli_json("runs", "--name", "bigrun")["runs"]] == ["bigrun-1"]
 
 
 def test_a_job_file_with_literal_secrets_stays_out_of_the_ledger(tmp_path: Path) -> None:

@@ -5,13 +5,16 @@ The instance is the test's real sshd; its authorized_keys file is the one sshd r
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import Sshd, free_port, run_cli
+from tests.conftest import REPO, Sshd, free_port, run_cli
 
 # the agent's interpreter as recorded, failing the fresh login's removal as a broken agent would (the one
 # failure of that step a real sshd cannot be made to give here); every other verb runs the real agent
@@ -147,3 +150,117 @@ def test_authkeys_finds_the_files_sshd_reads_and_keeps_every_other_byte(tmp_path
     authkeys.change(req, str(cfg))
     assert authkeys.change({"remove": ["OLD"], "keep": "NEW"}, str(cfg))["removed"] == {str(first): 1}
     assert first.read_bytes() == b"ssh-ed25519 NEW gpujob-box\ncommand=\"x\" ssh-ed25519 OTHER me"
+    # an undo of a cut rekey takes the new line off only while the old key's line is there: not now
+    done = authkeys.change({"remove": ["NEW"], "while_held": "OLD"}, str(cfg))
+    assert done["held_back"] is True and done["removed"] == {}
+    assert first.read_bytes() == b"ssh-ed25519 NEW gpujob-box\ncommand=\"x\" ssh-ed25519 OTHER me"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".gpujob-authkeys.")]
+
+
+def _interruptions() -> list[tuple[str, str]]:
+    """Every point of a rekey where a Ctrl-C can land: before it, entering and leaving each step, and in
+    the two steps that edit the host's file: while the host edits it (the request sent) and once its
+    answer is back (the issue's case: the old line gone, the laptop not yet told)."""
+    from gpujob.usecases import rekey
+
+    mod = "gpujob.usecases.rekey"
+    points = [("call", f"{mod}:rekey_host")]
+    for step in rekey.STEPS:
+        points += [("call", f"{mod}:_step_{step}"), ("return", f"{mod}:_step_{step}")]
+        if step in ("add", "remove"):
+            points += [("return", f"paramiko.channel:shutdown_write@{mod}:_step_{step}"),
+                       ("call", f"gpujob.transport.agent:_parse@{mod}:_step_{step}")]
+    return points
+
+
+@pytest.mark.slow  # ~10 s a point: a cut rekey, logins to check it, a second rekey
+@pytest.mark.parametrize("event,where", _interruptions())
+def test_a_rekey_interrupted_at_any_point_never_locks_the_user_out(ssh_host: str, sshd: Sshd, tmp_path: Path,
+                                                                    event: str, where: str) -> None:
+    """issue 34: Ctrl-C at the moment the old key's line was removed left no gpujob key on the host
+    (the cut call's undo took the new line off too) and exited 130 in silence. Now at every point:
+    one line says the state reached and what next, the profile's key logs in, a second rekey completes."""
+    import os
+    import subprocess
+
+    from gpujob.config import keys
+    from tests.conftest import REPO
+
+    marker = tmp_path / "sigint-sent"
+    r = subprocess.run([sys.executable, "-m", "tests.faults.sigint_at", event, where, str(marker), "--",
+                        "host", "rekey", "box"], capture_output=True, text=True, timeout=180, cwd=str(REPO),
+                       env=dict(os.environ, PYTHONPATH=str(REPO)), stdin=subprocess.DEVNULL)
+    assert marker.exists(), f"the SIGINT point was never reached: {r.stderr}"
+    assert r.returncode == 130 and "Traceback" not in r.stderr, (r.returncode, r.stderr)
+    assert "interrupted: " in r.stderr and "rekey" in r.stderr and "→" in r.stderr, r.stderr  # the state, the next step
+    assert _opens("box", keys.client_key_for("box")), (r.stderr, sshd.authorized_keys.read_text())
+    assert not list(sshd.authorized_keys.parent.glob(".gpujob-authkeys.*"))  # no temporary file left on the host
+    r = run_cli("host", "rekey", "box")
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    own = keys.host_key_path("box")
+    assert _opens("box", own) and not _opens("box", keys.key_path()), sshd.authorized_keys.read_text()
+    assert not keys.pending_key_path("box").exists()
+    assert sshd.authorized_keys.read_text().count("gpujob-box\n") == 1, sshd.authorized_keys.read_text()
+
+
+
+# the agent's interpreter as recorded: the removal runs for real, then its answer never comes back
+# (the link dies on its way: the test cuts it) until the test lets the process end
+SILENT = r'''#!{python}
+import os, subprocess, sys, time
+data = sys.stdin.buffer.read() if "authkeys" in sys.argv else None
+if data is not None and b'"keep"' in data:
+    subprocess.run([{real!r}] + sys.argv[1:], input=data, stdout=subprocess.DEVNULL)
+    while not os.path.exists({release!r}):
+        time.sleep(0.05)
+    sys.exit(0)
+sys.exit(subprocess.run([{real!r}] + sys.argv[1:], input=data).returncode if data is not None
+         else subprocess.call([{real!r}] + sys.argv[1:]))
+'''
+
+
+@pytest.mark.slow  # ~20 s: a cut rekey, logins to check it, a second rekey
+def test_a_rekey_whose_link_is_cut_after_the_host_removed_the_old_key_keeps_a_way_in(
+        ssh_host: str, sshd: Sshd, tmp_path: Path) -> None:
+    """The link dies once the host has taken the old key's line off, before its answer is back: the
+    undo over the old login must not take the new line off (no key left: it did). Each key alone is
+    tried instead; the new one opens the host, so the profile takes it."""
+    from gpujob.config import keys
+    from gpujob.config.hosts import HostStore
+    from tests.faults.linkproxy import LinkProxy
+    from tests.helpers import wait_for
+
+    assert run_cli("ls", "--host", "box").returncode == 0  # the agent installed
+    [version] = [p for p in (tmp_path / "remote-root" / "agent").iterdir() if (p / "ok").exists()]
+    real = (version / "python").read_text().strip()
+    release = tmp_path / "release"
+    (tmp_path / "silent-agent").write_text(SILENT.format(python=sys.executable, real=real, release=str(release)))
+    (tmp_path / "silent-agent").chmod(0o755)
+    (version / "python").write_text(f"{tmp_path / 'silent-agent'}\n")
+    link = LinkProxy(sshd.port)
+    store = HostStore()
+    host = store.get("box")
+    host.port = link.port
+    store.save(host)
+    shared_line = keys.public_key_line()
+    p = subprocess.Popen([sys.executable, "-m", "gpujob.cli", "host", "rekey", "box"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(REPO), GPUJOB_MUX="0"))
+    try:
+        wait_for(lambda: shared_line not in sshd.authorized_keys.read_text() or p.poll() is not None, 120,
+                 "the host removing the old line")
+        link.cut()
+        link.resume()
+        out, err = p.communicate(timeout=180)
+    finally:
+        release.touch()
+        if p.poll() is None:
+            p.kill()
+        link.close()
+    (version / "python").write_text(f"{real}\n")
+    store.save(dataclasses.replace(store.get("box"), port=sshd.port))
+    assert p.returncode == 3 and "Traceback" not in err, (p.returncode, err)
+    assert "the profile now logs in with its new key" in err, err
+    assert keys.host_key_path("box").exists() and _opens("box", keys.client_key_for("box")), err
+    r = run_cli("host", "rekey", "box")
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    assert sshd.authorized_keys.read_text().count("gpujob-box\n") == 1, sshd.authorized_keys.read_text()

@@ -304,3 +304,91 @@ def test_stop_that_cannot_finish_in_its_wait_says_so_and_names_the_processes(tmp
     r = run_cli("stop", job_id, "--wait", "2")
     assert r.returncode == 7 and f"{job_id}: running" in r.stdout, r.stdout + r.stderr
     assert f"{job_id} has not stopped yet" in r.stderr and str(train) in r.stderr, r.stderr
+
+
+# issue 35: a script that ended on its own is finished, whatever stop came later
+ENDS_AT_GATE = """
+    import os, sys, time
+    for i in range(1, 4):
+        print(f"step {i}", flush=True)
+    while not os.path.exists(sys.argv[1]):  # its last lines (a final evaluation): then it ends by itself
+        time.sleep(0.05)
+    print("all steps done", flush=True)
+"""
+
+HELPER_ENDS_AT_GATE = """
+    import os, sys, time
+    import gpujob_runtime as gj
+    for i in range(1, 4):
+        if gj.should_stop():
+            print("told to stop", flush=True)
+            sys.exit(0)
+        print(f"step {i}", flush=True)
+    while not os.path.exists(sys.argv[1]):  # the final evaluation, after the last step: the stop lands here
+        time.sleep(0.05)
+    print("all steps done", flush=True)
+"""
+
+HELPER_ACTS = """
+    import sys, time
+    import gpujob_runtime as gj
+    i = 0
+    while True:
+        i += 1
+        if gj.should_stop():
+            print("told to stop at", i, flush=True)
+            sys.exit(0)
+        print(f"step {i}", flush=True)
+        time.sleep(0.05)
+"""
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def test_a_script_that_ended_before_the_stop_reached_its_supervisor_succeeded(tmp_path: Path) -> None:
+    """The sweep's budget stop lands after the trial's script exited 0 but before its supervisor
+    looked (held still here with SIGSTOP, as a busy host would): it was "stopped by user"."""
+    gate = tmp_path / "gate"
+    job = write_job(tmp_path, "ended", ENDS_AT_GATE, f"python main.py {gate}")
+    job_id, jd, st = started(tmp_path, job)
+    sup, child = st["supervisor_pid"], st["child_pid"]
+    os.kill(sup, signal.SIGSTOP)
+    try:
+        gate.touch()
+        wait_for(lambda: _zombie(child), 60, "the run command's end")
+        r = run_cli("stop", job_id, "--wait", "0")
+        assert (jd / "STOP").exists(), r.stdout + r.stderr
+    finally:
+        os.kill(sup, signal.SIGCONT)
+    st = wait_state("local", job_id, ("succeeded", "stopped"), 60)
+    log = (jd / "output.log").read_text()
+    assert st["state"] == "succeeded" and st["exit_code"] == 0, (st, log[-1500:])
+    assert "had ended on its own (exit 0) when the stop (stopped by user) reached it" in log, log[-1500:]
+
+
+def test_a_helper_script_that_finishes_its_steps_after_a_stop_request_succeeded(tmp_path: Path) -> None:
+    """The stop request lands during the last lines of a script using gpujob's runtime helper (its
+    loop over, the helper never told it to stop): it ends by itself, so it succeeded. A script the
+    helper did tell to stop is stopped, as before."""
+    gate = tmp_path / "gate"
+    job = write_job(tmp_path, "late", HELPER_ENDS_AT_GATE, f"python main.py {gate}", stop={"grace": "60s"})
+    job_id, jd, _ = started(tmp_path, job)
+    wait_for(lambda: "all steps" in (jd / "output.log").read_text() or (jd / "STOP.watch").exists(), 60, "its watch")
+    r = run_cli("stop", job_id, "--wait", "0")
+    assert (jd / "STOP").exists(), r.stdout + r.stderr
+    wait_for(lambda: json.loads((jd / "status.json").read_text()).get("stopping"), 60, "the supervisor acting on it")
+    gate.touch()
+    st = wait_state("local", job_id, ("succeeded", "stopped"), 60)
+    log = (jd / "output.log").read_text()
+    assert st["state"] == "succeeded" and "all steps done" in log and "told to stop" not in log, (st, log[-1500:])
+
+    job = write_job(tmp_path, "acts", HELPER_ACTS, "python main.py", stop={"grace": "60s"})
+    job_id, jd, _ = started(tmp_path, job)
+    r = run_cli("stop", job_id, "--wait", "60", timeout=120)
+    st = status("local", job_id)
+    assert st["state"] == "stopped" and "told to stop" in (jd / "output.log").read_text(), (st, r.stdout + r.stderr)

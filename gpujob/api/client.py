@@ -150,7 +150,8 @@ class Client:
 
     def submit(self, job: str | Path | JobSpec | None = None, set: Iterable[str] = (), host: str | None = None,
                wait_gpus: float | None = None, progress: Progress | None = None, note: Note | None = None,
-               on_host: Note | None = None, force: bool = False, link: dict[str, Any] | None = None) -> Job:
+               on_host: Note | None = None, force: bool = False, link: dict[str, Any] | None = None,
+               expect_code: str | None = None) -> Job:
         """Sync the code and data of a job file (or a loaded ``JobSpec``) and start it under the host's agent.
 
         Returns the new ``Job``; what the submit did (``submit --json``) is its ``submitted``.
@@ -160,7 +161,8 @@ class Client:
         GPUs. ``progress(done, total)`` follows the upload; ``on_host(name)`` is told where it goes
         before the upload starts; ``note`` gets placement messages. ``force``: upload a workdir
         that is the home folder or huge (keys and credentials are never sent). ``link``: the run's
-        parent, sweep and trial in the run ledger (``rerun``, ``sweep``).
+        parent, sweep and trial in the run ledger (``rerun``, ``sweep``). ``expect_code``: the hash the
+        host's copy of the code must have (``rerun``), else no job is created.
         """
         from gpujob.config import index
         from gpujob.config.spec import JobSpec, load_spec
@@ -195,7 +197,7 @@ class Client:
         warnings = before_submit(agent, target, note)
         if on_host:
             on_host(target.name)
-        res = submit(agent, spec, target, progress, force=force)
+        res = submit(agent, spec, target, progress, force=force, expect_code=expect_code)
         res["skipped"] = [vars(s) for s in skipped]
         if warnings:
             res["host_warnings"] = warnings
@@ -253,7 +255,7 @@ class Client:
 
         p = plan(ref, list(set))
         job = self.submit(p["job_file"], set=p["set"], host=host or self.host or p["host"], progress=progress,
-                          on_host=on_host, link={"parent": p["parent"]})
+                          on_host=on_host, link={"parent": p["parent"]}, expect_code=p["expect_code"])
         doc = {**(job.submitted.to_json() if job.submitted else {}), "parent": p["parent"],
                "code_hash": p["code_hash"], "restored": p["restored"]}
         job.submitted = r.RerunResult.from_json(doc)

@@ -84,14 +84,22 @@ def cmd_host_ls(args: argparse.Namespace) -> int:
 
 
 def cmd_host_rekey(args: argparse.Namespace) -> int:
-    from gpujob.errors import GpujobError
+    from gpujob.errors import GpujobError, Interrupted
     from gpujob.ui import hosts as ui
     from gpujob.ui.output import show
     from gpujob.usecases.rekey import rekey_all, rekey_host
 
     if bool(args.name) == bool(args.all):
         raise GpujobError("name one host or pass --all", "gpujob host rekey NAME, or gpujob host rekey --all")
-    done = rekey_all() if args.all else [rekey_host(args.name)]
+    try:
+        done = rekey_all() if args.all else [rekey_host(args.name)]
+    except KeyboardInterrupt as e:  # between hosts, or before or after one (a rekey holds Ctrl-C back while it runs)
+        if isinstance(e, Interrupted):
+            raise
+        raise Interrupted("interrupted: no rekey was under way (each host is rekeyed whole or not at all); every "
+                          "profile logs in with the key its host holds",
+                          "gpujob host ls names the profiles still on the shared key: gpujob host rekey "
+                          + (args.name or "--all") + " again for those") from None
     show(done if args.all else done[0], args.json, lambda _: ui.rekeyed(done))
     if any("error" in d for d in done):
         return 3  # each such host was left as it was

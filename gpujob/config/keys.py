@@ -41,10 +41,19 @@ def uses_shared_key(host: object) -> bool:
 
 
 def adopt_key(name: str, path: Path) -> Path:
-    """Make the key at ``path`` (and its .pub) profile ``name``'s own; its new path."""
+    """Make the key at ``path`` (and its .pub) profile ``name``'s own; its new path.
+
+    The .pub first, the key last (the rename that switches the profile): cut between them, the
+    key is still at ``path`` for the next ``host rekey`` to adopt, its .pub made again from it."""
     own = host_key_path(name)
-    path.replace(own)  # the key first: the profile logs in with it from here on
-    pub_path(path).replace(pub_path(own))
+    pub = pub_path(path)
+    if not pub.exists():  # an adopt cut after its first rename: the key holds its own public half
+        import paramiko
+
+        k = paramiko.Ed25519Key.from_private_key_file(str(path))
+        pub.write_text(f"{k.get_name()} {k.get_base64()} gpujob-{name}\n")
+    pub.replace(pub_path(own))
+    path.replace(own)  # the profile logs in with it from here on
     return own
 
 

@@ -310,8 +310,9 @@ def _authkeys(doc: dict) -> str | None:
     """``authkeys`` (host rekey): the file a key went into, the lines removed per file."""
     removed = doc.get("removed", {})
     if not (doc.get("added") is None or isinstance(doc["added"], str)) or not isinstance(removed, dict) or not all(
-            isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in removed.items()):
-        return "'added' or 'removed' is not what it should be"
+            isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in removed.items()) \
+            or not isinstance(doc.get("held_back", False), bool):
+        return "'added', 'removed' or 'held_back' is not what it should be"
     return None
 
 

@@ -73,12 +73,14 @@ def submit(
     agent: Agent, spec: JobSpec, host: Host, progress: Callable[[int, int], None] | None = None, *,
     job_id: str | None = None, node: dict[str, Any] | None = None,
     call: Callable[[dict[str, Any]], dict[str, Any]] | None = None, force: bool = False,
+    expect_code: str | None = None,
 ) -> dict[str, Any]:
     """Sync the code and data, then create and start the job. Returns the agent's answer.
 
     ``job_id`` and ``node`` are given for a job over several nodes (see gpujob.usecases.nodes);
     ``call`` sends the request another way (gpujob.usecases.move: with the job's files);
-    ``force`` sends a home-folder or huge workdir (usecases/secrecy/workdir.py).
+    ``force`` sends a home-folder or huge workdir (usecases/secrecy/workdir.py); ``expect_code``: the
+    hash the host's copy of the code must have (``rerun``: the run it repeats), else no job.
     """
     from gpujob.usecases.runcheck import check_script
 
@@ -107,6 +109,8 @@ def submit(
         "lease": lease,
         "cpu_fallback": host.kind == "local",  # try a GPU job on a laptop's CPU; a rented host must have its GPUs
     }
+    if expect_code:
+        request["expect_code_hash"] = expect_code
     import json
 
     try:

@@ -198,18 +198,31 @@ def _touch_watch() -> None:
     _watch_touched = True
     stop = os.environ.get("GPUJOB_STOP_FILE", "").strip()
     if stop:
+        try:  # the agent's mark of its own helper: it then knows whether a stop was acted on (STOP.acted)
+            Path(stop + ".watch").write_text("gpujob_runtime\n")
+        except OSError:
+            pass
+
+
+def _acted() -> None:
+    """Tell the agent this job stops because it was asked: a script that ends on its own after a
+    stop request is then still ``succeeded`` (remote/stopping/late.py)."""
+    stop = os.environ.get("GPUJOB_STOP_FILE", "").strip()
+    if stop:
         try:
-            Path(stop + ".watch").touch()
+            Path(stop + ".acted").touch()
         except OSError:
             pass
 
 
 def stop_requested() -> bool:
-    """This process's view: the stop file exists or a SIGTERM/SIGINT arrived (no collective)."""
-    if _signal_received.is_set():
-        return True
+    """This process's view: the stop file exists or a SIGTERM/SIGINT arrived (no collective).
+    True also tells the agent the code was told to stop (``STOP.acted``)."""
     stop = os.environ.get("GPUJOB_STOP_FILE", "").strip()
-    return bool(stop) and os.path.exists(stop)
+    flag = _signal_received.is_set() or (bool(stop) and os.path.exists(stop))
+    if flag:
+        _acted()
+    return flag
 
 
 def should_stop() -> bool:
@@ -232,6 +245,8 @@ def should_stop() -> bool:
         device = torch.device("cuda", torch.cuda.current_device())
     t = torch.tensor([1 if flag else 0], dtype=torch.int32, device=device)
     d.all_reduce(t, op=d.ReduceOp.MAX)
+    if t.item():
+        _acted()
     return bool(t.item())
 
 

@@ -119,6 +119,14 @@ def keep_snapshot(workdir: Path, files: list[tuple[str, os.stat_result]], digest
     return True
 
 
+def restored_dir() -> Path:
+    """Where ``rerun`` rebuilds a run's code (``<cache>/rerun/<hash>``): the user's code, sent as such
+    (gpujob's other folders never are: usecases/secrecy/never_sent.py)."""
+    from gpujob.config.paths import cache_dir
+
+    return cache_dir() / "rerun"
+
+
 def restore_snapshot(digest: str, dest: Path) -> bool:
     """Unpack the kept tree ``digest`` into ``dest`` (made); False when none was kept."""
     path = snapshot_path(digest)

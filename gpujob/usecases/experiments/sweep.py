@@ -20,7 +20,7 @@ from typing import Any, Callable, Protocol
 
 from gpujob.config.ledger import open_ledger
 from gpujob.config.spec import load_spec
-from gpujob.errors import GpujobError, JobNotFound, SpecError
+from gpujob.errors import ConnectError, GpujobError, JobNotFound, SpecError
 from gpujob.usecases.experiments.rerun import split_sets
 from gpujob.usecases.experiments.sweepspec import SweepSpec, parse
 from gpujob.usecases.lab.storage import laptop_id, local_url, open_storage, remember, shared, storage_of
@@ -45,6 +45,12 @@ class Runner(Protocol):
 Note = Callable[[str], None]
 FINAL = ("succeeded", "failed", "stopped", "autostopped", "lost", "moved")
 STOP_GUESS_S = 5.0  # how long a graceful stop takes (request to end), until one was seen
+
+
+class NoTrialRan(GpujobError):
+    """Every trial of the sweep failed to be submitted (a host that answers but refuses): exit 1."""
+
+    exit_code = 1
 
 
 def _optuna() -> Any:
@@ -130,6 +136,7 @@ class Driver:
         self.ended: str | None = None
         self.caps: dict[int, float] = {}  # number -> the most that trial may spend (its agent stops it there)
         self.hour_caps: dict[int, float] = {}  # number -> the GPU-hours it may use
+        self.unsent: list[GpujobError] = []  # why each trial this drive asked for was not submitted
 
     # ---- trials ------------------------------------------------------------------------------
     def reattach(self) -> None:
@@ -202,6 +209,7 @@ class Driver:
             raise
         except GpujobError as e:  # a host away or busy: this trial failed, the sweep goes on
             self.tell(trial, state=self.optuna.trial.TrialState.FAIL)
+            self.unsent.append(e)
             self.note(f"trial {trial.number}: not submitted ({e.cause})")
             return True
         trial.set_user_attr("job_id", job_id)
@@ -247,7 +255,8 @@ class Driver:
                 self.tell(trial, float(pts[-1][1]))
             else:
                 self.tell(trial, state=TS.FAIL)
-            self.note(f"trial {number}: {job_id} {state}" + (f" ({why})" if why and state != "succeeded" else ""))
+            self.note(f"trial {number}: {job_id} {state}" + (f" ({why})" if why and state != "succeeded" else
+                                                              " (it had ended on its own when the stop came)" if why else ""))
             return
         if number not in self.stopping and pts and state == "running" and trial.should_prune():
             self.stop(number, "pruned")
@@ -345,8 +354,13 @@ class Driver:
             if not self.running and (self.ended or made >= self.spec.trials):
                 break
             time.sleep(poll_s())
+        ran = sum(1 for t in self.study.get_trials(deepcopy=False) if t.user_attrs.get("job_id"))
+        if not ran and self.unsent:
+            self.nothing_ran()
+        told = f"{ran} trial(s) done" if not self.unsent else \
+            f"{ran} of {made} trial(s) ran; {len(self.unsent)} not submitted ({self.unsent[-1].cause})"
         self.study.set_user_attr("state", "done")
-        self.study.set_user_attr("ended", self.ended or f"{made} trial(s) done")
+        self.study.set_user_attr("ended", f"{self.ended}; {told}" if self.ended and self.unsent else self.ended or told)
         doc = report(self.study, self.optuna)
         if (load_spec(self.job_file, self.sets).autostop or {}).get("after") == "shutdown":
             hosts = sorted({t["host"] for t in doc["trials"] if t.get("host")})
@@ -355,6 +369,20 @@ class Driver:
                 self.note(f"after: shutdown: {h}: {what}")
         notify_end(doc, self.job_file, self.sets)
         return doc
+
+
+    def nothing_ran(self) -> None:
+        """No trial was ever submitted: the sweep failed, saying where and why (never "done")."""
+        where = self.hosts or "the default host"
+        cause = self.unsent[-1].cause
+        why = f"no trial of sweep {self.name} ran: none of its {len(self.unsent)} trial(s) could be submitted " \
+              f"to {where} ({cause})"
+        self.study.set_user_attr("state", "failed")
+        self.study.set_user_attr("ended", why)
+        again = f"then start the sweep again: gpujob sweep {self.job_file}" + (f" --hosts {self.hosts}" if self.hosts else "")
+        if all(isinstance(e, ConnectError) for e in self.unsent):
+            raise ConnectError(why, f"check that {where} is up (gpujob doctor {where.split(',')[0]}), {again}")
+        raise NoTrialRan(why, self.unsent[-1].remedy or f"fix that, {again}")
 
 
 def poll_s() -> float:

@@ -34,6 +34,21 @@ def own_dirs() -> list[str]:
     return [os.path.realpath(d()) + os.sep for d in (config_dir, state_dir, cache_dir)]
 
 
+def _restored_code(top: str) -> bool:
+    """A tree ``rerun`` rebuilt (a run's code, kept by gpujob): the user's code, not gpujob's own files."""
+    from gpujob.config.ledger.code import restored_dir
+
+    return top.startswith(os.path.realpath(restored_dir()) + os.sep)
+
+
+def sendable(top: Path, files: list[tuple[str, os.stat_result]], values: dict[str, str]) -> list[tuple[str, os.stat_result]]:
+    """The files of a tree (``tree_files``) that a sync sends: those this layer withholds left out."""
+    import stat
+
+    return [(rel, st) for rel, st in files if why_secret_name(rel) is None and not (
+        stat.S_ISREG(st.st_mode) and why_secret_content(str(top / rel), st.st_size, values))]
+
+
 def why_secret_name(rel: str) -> str | None:
     """Why the name ``rel`` (relative to its tree) is never sent, or None."""
     parts = rel.split("/")
@@ -96,7 +111,7 @@ def withhold(plan: Any, values: dict[str, str]) -> list[tuple[str, str]]:
         n = len(tp.local.prefix) + 1
         top = os.path.realpath(tp.local.top) + os.sep
         inside = [d[len(top):] for d in own if d.startswith(top)]  # gpujob's folders within this tree (rel + '/')
-        all_own = any(top.startswith(d) for d in own)
+        all_own = any(top.startswith(d) for d in own) and not _restored_code(top)
         kept = []
         for it in tp.send:
             rel = it.arcname[n:]

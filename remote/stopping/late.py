@@ -1,0 +1,66 @@
+"""A stop that came after the run command had ended on its own changes nothing: the job finished.
+
+A sweep's budget stop (or an autostop) can reach a trial that has run all its steps: its script
+exits 0 by itself, and the stop request lands before the supervisor's next look, or while the
+script was writing its last lines. Such a job is ``succeeded`` (a sweep counts it for "best"),
+never "stopped by user". The attempt ended on its own when it exited 0 and either
+
+- it ended before the stop was asked (a thread waits for its end without reaping it, so the
+  time is the kernel's, compared with the request file's mtime), or
+- no stop signal was sent to it and it did not act on the stop file: it never watched it, or it
+  watched it through gpujob's runtime helper, which marks ``STOP.acted`` when it tells the code
+  to stop. Code that polls the stop file itself cannot say: its exit after a stop is a stop.
+"""
+
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Optional
+
+HELPER_MARK = "gpujob_runtime"  # what the runtime helper writes into STOP.watch
+
+
+class ExitClock:
+    """When the process ``pid`` (our child) ended, by the kernel's wait, without reaping it."""
+
+    def __init__(self, pid: int) -> None:
+        self.at: Optional[float] = None
+        threading.Thread(target=self._wait, args=(pid,), daemon=True).start()
+
+    def _wait(self, pid: int) -> None:
+        try:
+            os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+        except (OSError, AttributeError):  # reaped first (Popen.poll): the time is not known
+            return
+        self.at = time.time()
+
+
+def _mtime(path: Path) -> Optional[float]:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return None
+
+
+def asked_at(stop_file: Path, after_file: Path) -> Optional[float]:
+    """When the stop was first asked (the stop file or a stop-after-checkpoint request), if known."""
+    times = [t for t in (_mtime(stop_file), _mtime(after_file)) if t is not None]
+    return min(times) if times else None
+
+
+def ended_on_its_own(rc: Optional[int], ended_at: Optional[float], stop_file: Path, after_file: Path,
+                     signalled: bool) -> bool:
+    if rc != 0:
+        return False
+    asked = asked_at(stop_file, after_file)
+    if ended_at is not None and asked is not None and ended_at < asked:
+        return True
+    if signalled:
+        return False
+    watch = Path(str(stop_file) + ".watch")
+    try:
+        mark = watch.read_text()
+    except OSError:
+        return True  # it never looked at the stop file, and no signal reached it
+    return mark.startswith(HELPER_MARK) and not Path(str(stop_file) + ".acted").exists()
