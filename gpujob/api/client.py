@@ -80,7 +80,7 @@ class Client:
             except ConnectError as e:
                 from gpujob.usecases.power.manual import off_error
 
-                raise (off_error(h, self.hosts) or e) from None  # "powered off; meter off at T"
+                raise (off_error(h, self.hosts, e) or e) from None  # "powered off; meter off at T"
         return self._agents[h.name]
 
     def drop(self, host: str | None = None) -> None:
