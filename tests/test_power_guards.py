@@ -136,3 +136,29 @@ def test_host_off_of_a_host_that_cannot_be_asked(tmp_path: Path) -> None:
     assert r.returncode == 0 and "forced: whether a job runs there could not be asked" in r.stderr, r.stderr
     r = run_cli("host", "off", "mute", env_extra=env)  # off already (its state says so): nothing to cut
     assert r.returncode == 0 and "mute: off" in r.stdout, r.stderr
+
+
+def test_the_agents_own_power_offs_wait_for_a_submit_on_its_way_and_end_a_hung_command(
+        tmp_path: Path, monkeypatch: object) -> None:
+    """The idle watcher and ``autostop.after: shutdown`` (remote/power.py ``busy``) count a submit whose
+    code is still arriving (its project's live sync lease: no job exists yet); a shutdown command that
+    hangs is ended with its process group (its `sleep` child ran on)."""
+    import time
+
+    from remote import power
+    from remote.layout import Root
+
+    root = Root(str(tmp_path / "root"))
+    lease = root.root / "projects" / "p" / "sync.lease"
+    lease.parent.mkdir(parents=True)
+    lease.write_text(json.dumps({"token": "t", "until": time.time() + 60, "pid": os.getpid()}))
+    assert power.busy(root), "a submit on its way is not idle"
+    lease.write_text(json.dumps({"token": "t", "until": time.time() - 1, "pid": os.getpid()}))
+    assert not power.busy(root)  # an expired lease (a submit that died) holds nothing
+
+    monkeypatch.setenv("GPUJOB_SHUTDOWN_TIMEOUT", "1")  # type: ignore[attr-defined]
+    child = tmp_path / "child.pid"
+    res = power.run_shutdown(root, f"sleep 3600 & echo $! > {child}; wait", "test")
+    assert res["ran"] is False and "no answer in 1 s" in res["error"], res
+    assert gone(int(child.read_text())), "the hung shutdown command's child still runs"
+    assert "ended with its processes" in (root.root / "agent.log").read_text()
