@@ -162,3 +162,20 @@ def test_the_agents_own_power_offs_wait_for_a_submit_on_its_way_and_end_a_hung_c
     assert res["ran"] is False and "no answer in 1 s" in res["error"], res
     assert gone(int(child.read_text())), "the hung shutdown command's child still runs"
     assert "ended with its processes" in (root.root / "agent.log").read_text()
+
+
+def test_a_sweeps_end_powers_off_no_host_it_cannot_ask(tmp_path: Path, monkeypatch: object) -> None:
+    """A sweep's ``after: shutdown`` runs the shutdown command only on a host that answered it has no job
+    running or waiting: one that cannot be asked is left on, said (it was an error ending the sweep's report)."""
+    from gpujob import Client
+    from gpujob.api.client import _SweepRunner
+    from gpujob.config.hosts import Host, HostStore
+
+    marker = tmp_path / "powered-off"
+    HostStore().save(Host(name="away", hostname="127.0.0.1", port=dead_port(), connect_timeout=5,
+                          shutdown_command=f"touch {marker}"))
+    monkeypatch.setenv("GPUJOB_CONNECT_RETRIES", "1")  # type: ignore[attr-defined]
+    with Client() as c:
+        said = _SweepRunner(c).shutdown("away")
+    assert said.startswith("not powered off: whether a job runs there could not be asked"), said
+    assert not marker.exists()

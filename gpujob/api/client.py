@@ -343,9 +343,14 @@ class _SweepRunner:
         h = self.client.hosts.get(host)
         if not h.shutdown_command:
             return "not powered off: the host has no shutdown_command (gpujob host set NAME --preset ...)"
-        busy = [j.job_id for j in self.client.jobs(host=host) if j.state in ("running", "queued", "restarting")]
+        from gpujob.usecases.power.livejobs import ACTIVE
+
+        try:
+            busy = [j.job_id for j in self.client.jobs(host=host) if j.state in ACTIVE]
+        except GpujobError as e:  # not known to be idle: a job there may run (or wait) still
+            return f"not powered off: whether a job runs there could not be asked ({e.cause})"
         if busy:
-            return f"not powered off: {busy[0]} still runs there"
+            return f"not powered off: {busy[0]} still runs or waits there"
         try:
             return f"shutdown command ran (exit {self.client.exec([h.shutdown_command], host=host).exit_code})"
         except GpujobError as e:  # a host powering off may close the connection before the command's exit
