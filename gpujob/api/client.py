@@ -11,6 +11,7 @@ whose ``to_json()`` is what the matching command prints with ``--json``. Nothing
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -75,12 +76,14 @@ class Client:
         """The agent of ``host`` (default: the client's, else ``local``), connected once and kept."""
         h = self.hosts.get(host or self.host)
         if h.name not in self._agents:
+            t0 = time.monotonic()
             try:
                 self._agents[h.name] = _connect(h)
             except ConnectError as e:
                 from gpujob.usecases.power.manual import off_error
 
-                raise (off_error(h, self.hosts, e) or e) from None  # "powered off; meter off at T"
+                # "powered off; meter off at T", asked within what is left of a quick command's budget
+                raise (off_error(h, self.hosts, e, time.monotonic() - t0) or e) from None
         return self._agents[h.name]
 
     def drop(self, host: str | None = None) -> None:

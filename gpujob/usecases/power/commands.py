@@ -15,6 +15,7 @@ from typing import Any
 from gpujob import helpercmd
 from gpujob.config.hosts import LOCAL, Host, parse_ssh_target
 from gpujob.errors import GpujobError, HostError
+from gpujob.transport import replies
 
 VERBS = ("on", "off", "state", "address")
 # an ``on`` command says "no GPU free to start it" by exiting 75 (EX_TEMPFAIL) or by printing a line that
@@ -26,8 +27,10 @@ STOCK_OUT = (r"(?i)(no|not enough|insufficient)( free| available)? (gpus?|resour
 ON_WORDS = {"on", "running", "active", "started", "ready", "online", "up", "true"}
 OFF_WORDS = {"off", "stopped", "exited", "shutdown", "poweroff", "powered_off", "offline", "down", "false", "stop"}
 COMMAND_TIMEOUT_S = float(os.environ.get("GPUJOB_POWER_COMMAND_TIMEOUT", "180"))
-# a ``state`` asked on the way of a quick command (status, ls: a 30 s budget) that found the host silent
+# a ``state`` asked on the way of a quick command that found the host silent: at most this much of what is
+# left of the command's budget (status, ls: their reply's 30 s, transport/replies.py)
 QUICK_STATE_S = float(os.environ.get("GPUJOB_POWER_QUICK_TIMEOUT", "5"))
+QUICK_BUDGET_S = replies.timeout("status")
 
 
 class PowerError(GpujobError):

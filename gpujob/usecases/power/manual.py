@@ -53,15 +53,17 @@ def seen_off(host: Host, store: HostStore) -> float:
     return host.powered_off_at
 
 
-def off_error(host: Host, store: HostStore, e: ConnectError) -> ConnectError | None:
-    """For a host that does not answer (``e``): a ConnectError saying it is powered off (its ``state``
-    command says so), with when the meter stopped; ``e`` with what the state command did when it did
-    not tell (it hung, failed); None when there is no state command to ask. The state gets
-    ``QUICK_STATE_S``: this runs on the way of quick commands (status, ls), whose answer is due in seconds."""
+def off_error(host: Host, store: HostStore, e: ConnectError, spent: float = 0.0) -> ConnectError | None:
+    """For a host that does not answer (``e``, after ``spent`` s of trying): a ConnectError saying it is
+    powered off (its ``state`` command says so), with when the meter stopped; ``e`` with what the state
+    command did when it did not tell (it hung, failed); None when there is no state command to ask.
+    This runs on the way of quick commands (status, ls: ``QUICK_BUDGET_S``), so the state gets at most
+    ``QUICK_STATE_S`` of what is left of that budget (at least 1 s)."""
     if not (host.power or {}).get("state"):
         return None
+    limit = max(1.0, min(commands.QUICK_STATE_S, commands.QUICK_BUDGET_S - spent))
     try:
-        if commands.state(host, commands.QUICK_STATE_S) != "off":
+        if commands.state(host, limit) != "off":
             return None
     except PowerError as pe:  # hung (ended) or failed: say so, never wait it out here
         return ConnectError(f"{e.cause}; whether it is powered off is not known: {pe.cause}",
