@@ -179,3 +179,23 @@ def test_a_sweeps_end_powers_off_no_host_it_cannot_ask(tmp_path: Path, monkeypat
         said = _SweepRunner(c).shutdown("away")
     assert said.startswith("not powered off: whether a job runs there could not be asked"), said
     assert not marker.exists()
+
+
+def test_rm_of_a_lost_job_whose_trainer_still_runs_is_refused_unless_forced(tmp_path: Path) -> None:
+    """A lost job (its supervisor killed) whose trainer goes on is live: ``rm`` without --force removed its
+    folder under it (the job state `lost` is final), leaving a trainer that no gpujob stop could find."""
+    from tests.helpers import job_processes, submit, write_job
+
+    job_id = submit("local", write_job(tmp_path, "orphaned", "import time\ntime.sleep(600)\n", "python main.py"))["job_id"]
+    root = Path(os.environ["GPUJOB_LOCAL_ROOT"])
+    wait_state("local", job_id, ("running",), timeout=60)
+    st = json.loads((root / "jobs" / job_id / "status.json").read_text())
+    os.kill(st["supervisor_pid"], signal.SIGKILL)  # the agent dies, the trainer goes on
+    wait_for(lambda: json.loads(run_cli("status", job_id, "--json").stdout)["state"] == "lost", 60, "lost")
+    r = run_cli("rm", job_id)
+    assert r.returncode == 2 and "process(es) of it still run" in r.stderr and "--force" in r.stderr, r.stderr
+    assert (root / "jobs" / job_id).is_dir() and job_processes(job_id)
+    r = run_cli("rm", job_id, "--force", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["removed"][0]["stopped"] is True, r.stdout + r.stderr
+    assert not (root / "jobs" / job_id).exists()
+    wait_for(lambda: not job_processes(job_id), 30, "the orphaned trainer to be gone")
