@@ -54,13 +54,13 @@ def _group_alive(pgid: int) -> bool:
         return True
 
 
-def _group_members(pgid: int) -> list[int]:
-    """The pids of the process group ``pgid`` (from /proc; empty where there is none)."""
-    found = []
+def _group_members(pgid: int) -> list[int] | None:
+    """The live (not zombie) pids of the process group ``pgid``, from /proc; None where there is none."""
+    found: list[int] = []
     try:
         names = os.listdir("/proc")
     except OSError:
-        return found
+        return None
     for name in names:
         if not name.isdigit():
             continue
@@ -91,7 +91,10 @@ def end_group(proc: subprocess.Popen, grace: float = GRACE_S) -> list[int]:
         proc.wait(timeout=1)
     except subprocess.TimeoutExpired:
         pass
-    return _group_members(pgid)
+    left = _group_members(pgid)
+    if left is None:  # no /proc: the group as the kernel answers for it
+        return [pgid] if _group_alive(pgid) else []
+    return left
 
 
 def _gone(proc: subprocess.Popen, pgid: int, wait: float) -> bool:
@@ -99,7 +102,10 @@ def _gone(proc: subprocess.Popen, pgid: int, wait: float) -> bool:
     deadline = time.monotonic() + wait
     while True:
         proc.poll()
-        if not _group_alive(pgid) or (proc.returncode is not None and not _group_members(pgid)):
+        if not _group_alive(pgid):
+            return True
+        # its leader reaped and only zombies left (a PID 1 that reaps no orphans, in a container)
+        if proc.returncode is not None and _group_members(pgid) == []:
             return True
         if time.monotonic() >= deadline:
             return False
