@@ -63,7 +63,7 @@ def remove(root: Root, ref: str, force: bool = False, wait: float = 120.0) -> Di
     job = root.job(job_id)
     st = jobs.live_status(root, job, procs.boot_id())
     stopped = False
-    if _live(root, job, st):
+    if still_live(root, job, st):
         if not force:
             raise jobs.AgentError("{} is {}: it would lose its work".format(job_id, _what(root, job, st)),
                                   "stop it first (gpujob stop {0}), or gpujob rm {0} --force stops it, "
@@ -71,13 +71,13 @@ def remove(root: Root, ref: str, force: bool = False, wait: float = 120.0) -> Di
         from remote.stopping import verb
 
         st = verb.stop(root, job_id, wait, reason="stopped by gpujob rm --force")
-        if _live(root, job, st):
+        if still_live(root, job, st):
             raise jobs.AgentError("{} did not stop within {:.0f} s; nothing was removed".format(job_id, wait),
                                   "retry gpujob rm {} --force".format(job_id), "not_stopped")
         stopped = True
     with locks.job_lock(job.path, removed_is_error=True):  # judged again under the lock: a resume may have just restarted it
         st = jobs.live_status(root, job, procs.boot_id())
-        if _live(root, job, st):
+        if still_live(root, job, st):
             raise jobs.AgentError("{} was started again meanwhile ({}); nothing was removed".format(
                 job_id, _what(root, job, st)), "stop it first: gpujob stop {}".format(job_id), "running")
         _stop_tensorboard(root, job_id)
@@ -96,9 +96,9 @@ def _orphans(root: Root, job: JobDir, st: Dict[str, Any]) -> List[int]:
     return sorted(procs.job_pids(job.id, job_dir=str(job.path)))
 
 
-def _live(root: Root, job: JobDir, st: Dict[str, Any]) -> bool:
-    """Whether removing the job's folder would cut work: it runs or waits, or it is lost and its
-    processes still run (they write into the folder; a stop finds them by it)."""
+def still_live(root: Root, job: JobDir, st: Dict[str, Any]) -> bool:
+    """Whether removing the job's folder (or powering the host off) would cut work: it runs or waits,
+    or it is lost and its processes still run (they write into the folder; a stop finds them by it)."""
     return st.get("state") not in TERMINAL or bool(_orphans(root, job, st))
 
 

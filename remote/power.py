@@ -129,12 +129,15 @@ def busy(root: Root, exclude: Optional[str] = None) -> bool:
         return True
     if not root.jobs.is_dir():
         return False
+    from remote.cleanup import still_live
+
     boot = procs.boot_id()
     for p in root.jobs.iterdir():
         if p.name == exclude or not (p / "status.json").exists():
             continue
-        st = jobs.live_status(root, root.job(p.name), boot)
-        if st.get("state") not in TERMINAL:
+        job = root.job(p.name)
+        st = jobs.live_status(root, job, boot)
+        if st.get("state") not in TERMINAL or still_live(root, job, st):  # a lost job whose trainer goes on too
             return True
     return False
 

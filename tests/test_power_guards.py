@@ -183,7 +183,8 @@ def test_a_sweeps_end_powers_off_no_host_it_cannot_ask(tmp_path: Path, monkeypat
 
 def test_rm_of_a_lost_job_whose_trainer_still_runs_is_refused_unless_forced(tmp_path: Path) -> None:
     """A lost job (its supervisor killed) whose trainer goes on is live: ``rm`` without --force removed its
-    folder under it (the job state `lost` is final), leaving a trainer that no gpujob stop could find."""
+    folder under it (the job state `lost` is final), leaving a trainer that no gpujob stop could find, and
+    the idle watcher (``busy``) took the host for idle and powered it off under the trainer."""
     from tests.helpers import job_processes, submit, write_job
 
     job_id = submit("local", write_job(tmp_path, "orphaned", "import time\ntime.sleep(600)\n", "python main.py"))["job_id"]
@@ -192,6 +193,10 @@ def test_rm_of_a_lost_job_whose_trainer_still_runs_is_refused_unless_forced(tmp_
     st = json.loads((root / "jobs" / job_id / "status.json").read_text())
     os.kill(st["supervisor_pid"], signal.SIGKILL)  # the agent dies, the trainer goes on
     wait_for(lambda: json.loads(run_cli("status", job_id, "--json").stdout)["state"] == "lost", 60, "lost")
+    from remote import power
+    from remote.layout import Root
+
+    assert power.busy(Root(str(root))), "the idle watcher would power off under the trainer that goes on"
     r = run_cli("rm", job_id)
     assert r.returncode == 2 and "process(es) of it still run" in r.stderr and "--force" in r.stderr, r.stderr
     assert (root / "jobs" / job_id).is_dir() and job_processes(job_id)
