@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Set
 
 from remote import datastore, jobs, locks, procs
-from remote.layout import Root, read_doc, read_json
+from remote.layout import JobDir, Root, read_doc, read_json
 from remote.protocol import SETTLED, TERMINAL  # gc takes settled jobs only: a lost one may be resumed
 
 
@@ -63,23 +63,23 @@ def remove(root: Root, ref: str, force: bool = False, wait: float = 120.0) -> Di
     job = root.job(job_id)
     st = jobs.live_status(root, job, procs.boot_id())
     stopped = False
-    if st.get("state") not in TERMINAL:
+    if still_live(root, job, st):
         if not force:
-            raise jobs.AgentError("{} is {}: it would lose its work".format(job_id, st.get("state")),
+            raise jobs.AgentError("{} is {}: it would lose its work".format(job_id, _what(root, job, st)),
                                   "stop it first (gpujob stop {0}), or gpujob rm {0} --force stops it, "
                                   "then removes it".format(job_id), "running")
         from remote.stopping import verb
 
         st = verb.stop(root, job_id, wait, reason="stopped by gpujob rm --force")
-        if st.get("state") not in TERMINAL:
+        if still_live(root, job, st):
             raise jobs.AgentError("{} did not stop within {:.0f} s; nothing was removed".format(job_id, wait),
                                   "retry gpujob rm {} --force".format(job_id), "not_stopped")
         stopped = True
     with locks.job_lock(job.path, removed_is_error=True):  # judged again under the lock: a resume may have just restarted it
         st = jobs.live_status(root, job, procs.boot_id())
-        if st.get("state") not in TERMINAL:
+        if still_live(root, job, st):
             raise jobs.AgentError("{} was started again meanwhile ({}); nothing was removed".format(
-                job_id, st.get("state")), "stop it first: gpujob stop {}".format(job_id), "running")
+                job_id, _what(root, job, st)), "stop it first: gpujob stop {}".format(job_id), "running")
         _stop_tensorboard(root, job_id)
         size = freed_bytes([job.path])
         _remove(job.path)
@@ -87,6 +87,24 @@ def remove(root: Root, ref: str, force: bool = False, wait: float = 120.0) -> Di
 
         cgroup.remove_for(str(job.path))  # the cgroup a killed supervisor left (empty by now)
     return {"job_id": job_id, "removed": True, "stopped": stopped, "bytes": size, "path": str(job.path)}
+
+
+def _orphans(root: Root, job: JobDir, st: Dict[str, Any]) -> List[int]:
+    """The processes of a ``lost`` job that still run (its supervisor died, its trainer goes on)."""
+    if st.get("state") != "lost" or st.get("boot_id") not in (None, procs.boot_id()):
+        return []
+    return sorted(procs.job_pids(job.id, job_dir=str(job.path)))
+
+
+def still_live(root: Root, job: JobDir, st: Dict[str, Any]) -> bool:
+    """Whether removing the job's folder (or powering the host off) would cut work: it runs or waits,
+    or it is lost and its processes still run (they write into the folder; a stop finds them by it)."""
+    return st.get("state") not in TERMINAL or bool(_orphans(root, job, st))
+
+
+def _what(root: Root, job: JobDir, st: Dict[str, Any]) -> str:
+    left = _orphans(root, job, st)
+    return "{} and {} process(es) of it still run".format(st.get("state"), len(left)) if left else str(st.get("state"))
 
 
 def _agent_version() -> str:

@@ -12,6 +12,7 @@ The command is the host profile's ``shutdown_command`` (spec.json, or the watche
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -31,16 +32,29 @@ def run_shutdown(root: Root, command: Optional[str], why: str) -> Dict[str, Any]
         agent_log(root, "shutdown wanted ({}) but the host has no shutdown_command".format(why))
         return {"ran": False, "error": "no shutdown_command"}
     agent_log(root, "shutdown ({}): running the host's shutdown command".format(why))
-    try:
-        p = subprocess.run(["bash", "-c", command], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, timeout=120)
-        out = p.stdout.decode("utf-8", "replace")[-500:]
-        if p.returncode != 0:
-            agent_log(root, "shutdown command exited {}: {}".format(p.returncode, out))
-        return {"ran": True, "rc": p.returncode}
-    except (OSError, subprocess.SubprocessError) as e:
+    limit = float(os.environ.get("GPUJOB_SHUTDOWN_TIMEOUT", "120"))
+    try:  # its own session: a command that hangs is ended with every process it started
+        p = subprocess.Popen(["bash", "-c", command], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, start_new_session=True)
+    except OSError as e:
         agent_log(root, "shutdown command failed: {}".format(e))
         return {"ran": False, "error": str(e)}
+    try:
+        out_b, _ = p.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(p.pid, sig)
+            except OSError:
+                break
+            time.sleep(1.0)
+        p.wait()
+        agent_log(root, "shutdown command gave no answer in {:.0f} s: ended with its processes".format(limit))
+        return {"ran": False, "error": "no answer in {:.0f} s".format(limit)}
+    out = out_b.decode("utf-8", "replace")[-500:]
+    if p.returncode != 0:
+        agent_log(root, "shutdown command exited {}: {}".format(p.returncode, out))
+    return {"ran": True, "rc": p.returncode}
 
 
 def mark_pulled(job: JobDir) -> Dict[str, Any]:
@@ -95,19 +109,35 @@ def after_job(root: Root, job: JobDir, spec: Dict[str, Any], state: str,
 
 # ---- idle ------------------------------------------------------------------------------------
 
+def syncing(root: Root) -> bool:
+    """Whether a submit (or a move) is sending code to this host now: its project's sync lease is live.
+    Its job does not exist yet; a power-off would cut the upload and the job it is for."""
+    projects = root.root / "projects"
+    for lease in projects.glob("*/sync.lease") if projects.is_dir() else []:
+        until = read_json(lease, {}) or {}
+        if isinstance(until, dict) and isinstance(until.get("until"), (int, float)) and until["until"] > time.time():
+            return True
+    return False
+
+
 def busy(root: Root, exclude: Optional[str] = None) -> bool:
-    """Whether any job (other than ``exclude``) runs or waits (queued, restarting)."""
+    """Whether any job (other than ``exclude``) runs or waits (queued, restarting), or a submit is on its way."""
     from remote import jobs, procs
     from remote.protocol import TERMINAL
 
+    if syncing(root):
+        return True
     if not root.jobs.is_dir():
         return False
+    from remote.cleanup import still_live
+
     boot = procs.boot_id()
     for p in root.jobs.iterdir():
         if p.name == exclude or not (p / "status.json").exists():
             continue
-        st = jobs.live_status(root, root.job(p.name), boot)
-        if st.get("state") not in TERMINAL:
+        job = root.job(p.name)
+        st = jobs.live_status(root, job, boot)
+        if st.get("state") not in TERMINAL or still_live(root, job, st):  # a lost job whose trainer goes on too
             return True
     return False
 

@@ -77,9 +77,10 @@ def test_submit_powers_on_a_host_that_moved(tmp_path: Path, lab: object) -> None
     job_id = json.loads(run_cli("ls", "--host", "pw", "--json").stdout)["jobs"][0]["job_id"]
     wait_state("pw", job_id, ("running",), timeout=60, root=remote_root(tmp_path, "pw"))
 
-    r = run_cli("host", "off", "pw", "--json", env_extra=FAST)
+    r = run_cli("host", "off", "pw", "--force", "--json", env_extra=FAST)  # the job runs there: refused without --force
     off = json.loads(r.stdout)
     assert r.returncode == 0 and off["state"] == "off" and off["meter_off_at"], r.stderr
+    assert [j["job_id"] for j in off["cut"]] == [job_id]
     r = run_cli("status", job_id, "--host", "pw")  # the laptop, looking later, says why nothing answers
     assert r.returncode == 3 and "pw is powered off" in r.stderr and "meter off at" in r.stderr, r.stderr
     assert "gpujob host on pw" in r.stderr and "Traceback" not in r.stderr
@@ -115,7 +116,7 @@ def test_host_list_falls_over_when_the_first_has_no_gpu(tmp_path: Path, lab: obj
 def test_power_commands_missing_or_failing_say_so(tmp_path: Path) -> None:
     from gpujob.config.hosts import Host, HostStore
 
-    HostStore().save(Host(name="plain", hostname="10.255.255.2"))
+    HostStore().save(Host(name="plain", hostname="10.255.255.2", connect_timeout=2))
     r = run_cli("host", "on", "plain")
     assert r.returncode == 2 and "no power.on command" in r.stderr and "docs/power.md" in r.stderr
     assert "Traceback" not in r.stderr
@@ -130,11 +131,14 @@ def test_power_commands_missing_or_failing_say_so(tmp_path: Path) -> None:
     r = run_cli("host", "set", "plain", "--power-off", "true", "--power-state", "echo running",
                 "--power-boot-timeout", "1s", "--no-check")
     assert r.returncode == 0, r.stderr
-    r = run_cli("host", "off", "plain", "--json", env_extra={"GPUJOB_POWER_POLL": "0.2"})
+    quick = {"GPUJOB_POWER_POLL": "0.2", "GPUJOB_CONNECT_RETRIES": "1"}
+    r = run_cli("host", "off", "plain", "--json", env_extra=quick)  # its jobs cannot be asked: refused
+    assert r.returncode == 3 and "whether a job runs there cannot be asked" in r.stdout + r.stderr, r.stdout
+    r = run_cli("host", "off", "plain", "--force", "--json", env_extra=quick)
     assert r.returncode == 7 and json.loads(r.stdout)["state"] == "on", r.stdout + r.stderr
     assert "not known to be off: its power.state still says 'on'" in r.stderr and "→" in r.stderr
     run_cli("host", "set", "plain", "--power-state", "")
-    r = run_cli("host", "off", "plain")
+    r = run_cli("host", "off", "plain", "--force", env_extra=quick)
     assert r.returncode == 7 and "no power.state command to confirm it" in r.stderr, r.stderr
 
 

@@ -11,6 +11,7 @@ whose ``to_json()`` is what the matching command prints with ``--json``. Nothing
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -75,12 +76,14 @@ class Client:
         """The agent of ``host`` (default: the client's, else ``local``), connected once and kept."""
         h = self.hosts.get(host or self.host)
         if h.name not in self._agents:
+            t0 = time.monotonic()
             try:
                 self._agents[h.name] = _connect(h)
             except ConnectError as e:
                 from gpujob.usecases.power.manual import off_error
 
-                raise (off_error(h, self.hosts) or e) from None  # "powered off; meter off at T"
+                # "powered off; meter off at T", asked within what is left of a quick command's budget
+                raise (off_error(h, self.hosts, e, time.monotonic() - t0) or e) from None
         return self._agents[h.name]
 
     def drop(self, host: str | None = None) -> None:
@@ -356,9 +359,14 @@ class _SweepRunner:
         h = self.client.hosts.get(host)
         if not h.shutdown_command:
             return "not powered off: the host has no shutdown_command (gpujob host set NAME --preset ...)"
-        busy = [j.job_id for j in self.client.jobs(host=host) if j.state in ("running", "queued", "restarting")]
+        from gpujob.usecases.power.livejobs import ACTIVE
+
+        try:
+            busy = [j.job_id for j in self.client.jobs(host=host) if j.state in ACTIVE]
+        except GpujobError as e:  # not known to be idle: a job there may run (or wait) still
+            return f"not powered off: whether a job runs there could not be asked ({e.cause})"
         if busy:
-            return f"not powered off: {busy[0]} still runs there"
+            return f"not powered off: {busy[0]} still runs or waits there"
         try:
             return f"shutdown command ran (exit {self.client.exec([h.shutdown_command], host=host).exit_code})"
         except GpujobError as e:  # a host powering off may close the connection before the command's exit

@@ -185,7 +185,7 @@ def cmd_host_off(args: argparse.Namespace) -> int:
     from gpujob.ui.output import show
     from gpujob.usecases.power.manual import host_off
 
-    doc = host_off(args.name, _power_note(args))
+    doc = host_off(args.name, _power_note(args), args.force)
     show(doc, args.json, ui.power_answer)
     if doc["state"] == "off":
         return 0

@@ -351,8 +351,11 @@ def build_parser() -> argparse.ArgumentParser:
     s = add("on", cmd_host_on, "power a host on with its power.on command; wait until it answers over SSH", hsub)
     s.add_argument("name")
     s.add_argument("--wait", metavar="DURATION", help="retry while the provider has no GPU free (default power.wait, 10m)")
-    s = add("off", cmd_host_off, "power a host off with its power.off command (the meter stops)", hsub)
+    s = add("off", cmd_host_off, "power a host off with its power.off command (the meter stops); refused while a job "
+            "runs or waits there", hsub)
     s.add_argument("name")
+    s.add_argument("--force", action="store_true", help="power it off even while jobs run or wait there (each loses "
+                   "the steps since its last complete checkpoint: said), or when the host cannot be asked")
     s = add("state", cmd_host_state, "ask a host's power.state command: on, off or pending", hsub)
     s.add_argument("name")
     s = add("disconnect", cmd_host_disconnect, "close the connection kept open to a host between commands", hsub)

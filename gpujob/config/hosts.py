@@ -407,11 +407,30 @@ class HostStore:
                 if close:
                     raise HostError(f"{self.path}: host {name!r} has an unknown setting {str(key)!r} "
                                     f"(did you mean {close[0]!r}?)", f"fix it in {self.path}")
+        from gpujob.config.hostdata import bad_kept
+
+        dropped = bad_kept(d)
+        if dropped:  # a host's answer kept here that fails the reply's checks: never fatal, said once
+            d = {k: v for k, v in d.items() if k not in dropped}
+            self._forget(name, dropped)
         host = Host(name=name, **{k: v for k, v in d.items() if k in known})
         host._merged_env = host.settings_env()  # type: ignore[attr-defined]
         host.env = {**host.env, **host._merged_env}  # type: ignore[attr-defined]  # submit sends host.env
         host._stored = (name, host.to_dict())  # type: ignore[attr-defined]  # what save() compares with (its changes)
         return host
+
+    def _forget(self, name: str, dropped: dict[str, str]) -> None:
+        """Remove kept host answers that failed the gate from the profile (said once: the next read has none)."""
+        from gpujob.config.hostdata import warn_dropped
+
+        warn_dropped(self.path, name, dropped)
+        try:
+            data = self._load()
+            if isinstance(data.get(name), dict):
+                data[name] = {k: v for k, v in data[name].items() if k not in dropped}
+                self._write(data)
+        except (OSError, HostError):  # a read-only config folder: ignored again next time
+            pass
 
     def get(self, name: str | None, checked: bool = True) -> Host:
         """The profile ``name``; ``checked``: refused when a value is unsafe to use (``check_profile``)."""

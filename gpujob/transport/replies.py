@@ -19,7 +19,8 @@ DEFAULT_LIMIT = 16 * MiB
 # bytes of one reply; a tree's manifest is the large one (a 100,000-file project is ~20 MB)
 LIMITS = {"status": 16 * MiB, "watch": 16 * MiB, "manifest": 128 * MiB, "sync": 128 * MiB, "send": 128 * MiB,
           "hello": MiB, "gpus": MiB, "port": MiB, "unlease": MiB, "pulled": MiB, "moved": MiB, "resume": MiB,
-          "stop": MiB, "submit": 4 * MiB, "agentlog": 16 * MiB, "authkeys": MiB}
+          "stop": MiB, "submit": 4 * MiB, "agentlog": 16 * MiB, "authkeys": MiB,
+          "bench": 256 << 10}  # the preflight: a few KiB, kept in the profile (stored_ok)
 # seconds a verb may take when its caller names no timeout: quick reads in seconds, not 600
 # (a verb that may wait on a job's lock, such as resume or stop, keeps the long one)
 TIMEOUTS = {"status": 30.0, "watch": 30.0, "hello": 20.0, "gpus": 60.0, "port": 30.0, "tb": 60.0, "agentlog": 60.0,
@@ -348,13 +349,61 @@ def _agentlog(doc: dict) -> str | None:
     return None
 
 
+_BENCH_GPU_NUMBERS = ("index", "bf16_tflops", "fp16_tflops", "mem_gbs", "h2d_gbs", "bf16_pct", "fp16_pct", "mem_pct")
+_BENCH_DISK_NUMBERS = ("write_mbs", "read_mbs", "free_inodes")
+
+
+def _strings(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+
+def _bench(doc: dict) -> str | None:
+    """``bench`` (the preflight, kept in the host profile and drawn by ``host ls``, ``doctor --bench``,
+    every submit): when, its warnings and skips as text, a list of GPUs with figures, the disk's figures."""
+    wrong = _fields(doc, ("versions", "disk", "xid"), (), ("at", "seconds"))
+    if wrong:
+        return wrong
+    for key in ("warnings", "skipped"):
+        if doc.get(key) is not None and not _strings(doc[key]):
+            return f"'{key}' is not a list of strings"
+    gpus = doc.get("gpus")
+    if gpus is not None and not (isinstance(gpus, list) and all(isinstance(g, dict) for g in gpus)):
+        return "'gpus' is not a list of GPUs"
+    for g in gpus or []:
+        wrong = _fields(g, ("rated", "health"), ("name", "error"), _BENCH_GPU_NUMBERS, "gpus[].")
+        if wrong:
+            return wrong
+    versions = doc.get("versions") or {}
+    if not all(v is None or isinstance(v, str) for v in versions.values()):
+        return "'versions' is not an object of strings"
+    return _fields(doc.get("disk") or {}, (), ("path", "error"), _BENCH_DISK_NUMBERS, "disk.")
+
+
+def stored_ok(verb: str, doc: Any) -> str | None:
+    """What is wrong with ``doc``, a verb's reply kept on this machine (a profile's ``bench``), or None:
+    the same shape check and size bound as when it arrived, for a value written by an older gpujob,
+    by hand, or before the check existed (a stored value is read by commands that ask no host)."""
+    if not isinstance(doc, dict):
+        return f"a {type(doc).__name__} where a {verb!r} reply is a JSON object"
+    try:
+        size = len(json.dumps(doc))
+    except (TypeError, ValueError):  # a value YAML can hold and JSON cannot (a date)
+        return "a value that is no JSON"
+    if size > limit(verb):
+        return f"more than {limit(verb) >> 10} KiB"
+    if not depth_ok(json.dumps(doc)):
+        return f"JSON nested more than {MAX_DEPTH} deep"
+    check = SHAPES.get(verb)
+    return check(doc) if check else None
+
+
 # the fields each verb's readers index into; a verb not named here must answer a JSON object
 SHAPES: dict[str, Callable[[dict], str | None]] = {"status": _jobs, "watch": _watch, "send": _manifest,
                                                    "range_serve": _range_serve, "range": _range, "tb": _tb,
                                                    "rm": _removed, "gc": _collected, "submit": _submitted,
                                                    "authkeys": _authkeys, "manifest": _sync_manifest,
                                                    "sync": _sync_manifest, "agentlog": _agentlog, "stop": _ended,
-                                                   "resume": _ended, "gpus": _gpus}
+                                                   "resume": _ended, "gpus": _gpus, "bench": _bench}
 
 
 def parse(verb: str, host: str, text: str) -> Any:

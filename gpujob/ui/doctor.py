@@ -25,11 +25,9 @@ def doctor_report(host: Any, rep: dict[str, Any]) -> None:
 
 def bench_report(host: Any, rep: dict[str, Any]) -> None:
     """The preflight: a line per GPU and for the disk, what was skipped, then the warnings."""
-    from rich.markup import escape
-
     from gpujob.ui.neutral import clean_doc
 
-    rep = clean_doc(rep)  # the instance measured it: no escape sequence reaches the terminal
+    rep = clean_doc(rep, markup=True)  # the instance measured it: no escape sequence, no markup (a link)
     c = console()
     c.print(f"[bold]{host.name}[/] preflight ({rep.get('seconds')} s)")
     v = rep.get("versions") or {}
@@ -43,13 +41,13 @@ def bench_report(host: Any, rep: dict[str, Any]) -> None:
                 parts.append(f"{g[key]} {unit}" + (f" ({pct} % of rated)" if pct is not None else ""))
         if g.get("h2d_gbs") is not None:
             parts.append(f"{g['h2d_gbs']} GB/s host→GPU")
-        c.print(f"  GPU {g.get('index')} {escape(str(g.get('name')))}: {escape(', '.join(parts) or 'not measured')}")
+        c.print(f"  GPU {g.get('index')} {g.get('name')}: {', '.join(parts) or 'not measured'}")
     d = rep.get("disk") or {}
-    c.print(f"  disk {escape(str(d.get('path')))}: write {d.get('write_mbs')} MB/s, read {d.get('read_mbs')} MB/s, "
+    c.print(f"  disk {d.get('path')}: write {d.get('write_mbs')} MB/s, read {d.get('read_mbs')} MB/s, "
             f"{d.get('free_inodes')} free inodes")
     for s in rep.get("skipped") or []:
-        c.print(f"  [dim]skipped: {escape(s)}[/]")
+        c.print(f"  [dim]skipped: {s}[/]")
     for w in rep.get("warnings") or []:
-        c.print(f"[yellow]! {escape(w)}[/]")
+        c.print(f"[yellow]! {w}[/]")
     if not rep.get("warnings"):
         c.print("[green]✓ no warnings[/]")

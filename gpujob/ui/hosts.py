@@ -18,8 +18,13 @@ def host_list(hosts: list[Any]) -> None:
         t.add_column(col, no_wrap=True, min_width=max([len(str(getattr(h, key))) for h in hosts] + [len(col)]))
     for col in ("PRESET", "ROOT", "PRICE/H", "POWER", "PREFLIGHT"):
         t.add_column(col, overflow="fold") if col == "ROOT" else t.add_column(col, no_wrap=True)
-    for h in hosts:
-        t.add_row(h.name, h.address, h.preset, h.remote_root, f"{h.price_per_hour} {h.currency}" if h.price_per_hour else "-",
+    from rich.markup import escape
+
+    from gpujob.ui.neutral import clean
+
+    for h in hosts:  # a profile's text is the user's, its preflight the host's: neither is markup
+        t.add_row(*(escape(clean(str(x))) for x in (h.name, h.address, h.preset, h.remote_root)),
+                  escape(f"{h.price_per_hour} {h.currency}") if h.price_per_hour else "-",
                   "on/off" if h.power.get("on") else "-", preflight_cell(h.bench))
     console().print(t)
 
@@ -30,8 +35,8 @@ def preflight_cell(bench: dict[str, Any] | None) -> str:
         return "-"
     if bench.get("warnings"):
         return f"[yellow]{len(bench['warnings'])} warning(s)[/]"
-    g = (bench.get("gpus") or [{}])[0]
-    return f"ok, bf16 {g['bf16_pct']} %" if g.get("bf16_pct") is not None else "ok"
+    g = (bench.get("gpus") or [{}])[0]  # its shape checked when kept and when read back (config/hostdata.py)
+    return f"ok, bf16 {float(g['bf16_pct']):g} %" if g.get("bf16_pct") is not None else "ok"
 
 
 def added(change: Any) -> None:

@@ -4,7 +4,8 @@ Every ``interval`` seconds: read the job's state, then pull its newest complete 
 (``pull --latest``: only what is missing or changed travels, a cut pull resumes). When the state
 read before a pull was final, that pull had the last checkpoint and the follow ends. A dropped
 link or a sleeping laptop is waited out (the connection is opened again, with a growing pause);
-a second run into the same folder starts where the first stopped.
+a job that does not exist, or was removed meanwhile, is not: it ends the follow as it ends a plain
+pull (exit 2). A second run into the same folder starts where the first stopped.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from gpujob.errors import ConnectError, GpujobError, RemoteError
+from gpujob.errors import ConnectError, GpujobError, JobNotFound, RemoteError
 from gpujob.usecases.jobs import FINAL
 
 Note = Callable[[str], None]
@@ -43,6 +44,8 @@ def follow(pull_once: Callable[[], dict[str, Any]], state: Callable[[], str], re
             if st in FINAL:
                 return {**last, "pulled": pulled, "state": st}
             pause = interval
+        except JobNotFound:  # no such job, or removed meanwhile (rm from another terminal): no wait brings it back
+            raise
         except (ConnectError, RemoteError) as e:  # a dropped link, a laptop that slept: try again
             note(f"{e}; trying again in {pause:.0f} s")
             reconnect()

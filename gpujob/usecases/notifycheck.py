@@ -96,8 +96,17 @@ def httpx_transport(client: httpx.Client) -> Callable[[Any, float], tuple[int, d
     """A transport for ``remote/notify/`` that POSTs with ``client``."""
 
     def post(req: Any, timeout: float) -> tuple[int, dict[str, str], bytes]:
-        r = client.post(req.url, content=req.body, headers=dict(req.headers), timeout=timeout)
-        return r.status_code, dict(r.headers), r.content
+        def exchange() -> tuple[int, dict[str, str], bytes]:
+            with client.stream("POST", req.url, content=req.body, headers=dict(req.headers), timeout=timeout) as r:
+                body = b""
+                for chunk in r.iter_bytes():  # what the checks read of an answer: its first 64 KiB
+                    body += chunk
+                    if len(body) >= 65536:
+                        break
+                return r.status_code, dict(r.headers), body[:65536]
+
+        # the whole answer within a bound, as on the agent: a server trickling a byte at a time ends too
+        return notify.within(exchange, timeout * notify.WHOLE_ANSWER)
 
     return post
 

@@ -27,7 +27,7 @@ from .autodl import AUTODL_PER_DAY, AUTODL_PER_MINUTE, AUTODL_URL
 from .base import CHANNELS, Channel, ChannelError, Request, Transport, channel_type, register
 from .dingtalk import dingtalk_sign
 from .feishu import feishu_sign
-from .http_client import build_request, check_response, urllib_transport
+from .http_client import WHOLE_ANSWER, build_request, check_response, urllib_transport, within
 from .redaction import (
     MIN_SECRET_LEN,
     REDACTED,
@@ -46,6 +46,7 @@ from .webhook import webhook_signature
 
 __all__ = [
     "AUTODL_PER_DAY", "AUTODL_PER_MINUTE", "AUTODL_URL", "CHANNELS", "Channel", "ChannelError", "DEFAULT_ON",
+    "WHOLE_ANSWER", "within",
     "EVENTS", "MIN_SECRET_LEN", "REDACTED", "Request", "Transport", "_channel_names", "all_sensitive",
     "build_request", "channel_type", "check_response", "dingtalk_sign", "externalize_secrets", "feishu_sign",
     "format_outcome", "notify_event", "redact", "register", "render", "resolve_channel", "secret_names",

@@ -2,11 +2,13 @@
 an answer must say to count as delivered (an HTTP status, then the platform's own code)."""
 
 import json
+import socket
+import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .base import CHANNELS, Channel, ChannelError, Request, Transport, canonical, channel_type
 from .redaction import resolve_channel
@@ -122,20 +124,83 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
-_OPENER = urllib.request.build_opener(_NoRedirect)  # keeps the environment's proxy settings
+WHOLE_ANSWER = 3.0  # a whole answer within this many timeouts: one that trickles a byte at a time ends too
+
+
+def within(fn: Callable[[], Any], limit: float, on_expire: Callable[[], None] = lambda: None) -> Any:
+    """``fn()``, run in a thread and given up on after ``limit`` s: ``on_expire`` (which should end what
+    ``fn`` waits on), then ``socket.timeout``. A server that answers a byte every few seconds never
+    trips a socket's per-read timeout; this bounds the whole exchange."""
+    out = {}  # type: Dict[str, Any]
+
+    def work() -> None:
+        try:
+            out["value"] = fn()
+        except BaseException as e:  # handed to the caller
+            out["error"] = e
+
+    t = threading.Thread(target=work, name="gpujob-notify-post", daemon=True)
+    t.start()
+    t.join(limit)
+    if t.is_alive():
+        on_expire()
+        t.join(5.0)
+        raise socket.timeout("no whole answer within {:.0f} s".format(limit))
+    if "error" in out:
+        raise out["error"]
+    return out["value"]
+
+
+def _tracked(base: type, socks: List[Any]) -> type:
+    """``base`` (HTTPConnection or HTTPSConnection) that keeps its socket in ``socks`` (to be shut down)."""
+
+    class Tracked(base):  # type: ignore[valid-type,misc]
+        def connect(self) -> None:
+            super().connect()
+            socks.append(self.sock)
+
+    return Tracked
+
+
+def _opener(socks: List[Any]) -> Any:
+    """urllib with the environment's proxy settings, no redirects, and its sockets kept in ``socks``."""
+    import http.client
+
+    class Http(urllib.request.HTTPHandler):
+        def http_open(self, req: Any) -> Any:
+            return self.do_open(_tracked(http.client.HTTPConnection, socks), req)
+
+    class Https(urllib.request.HTTPSHandler):
+        def https_open(self, req: Any) -> Any:
+            return self.do_open(_tracked(http.client.HTTPSConnection, socks), req, context=self._context)
+
+    return urllib.request.build_opener(_NoRedirect, Http, Https)
 
 
 def urllib_transport(req: Request, timeout: float) -> Tuple[int, Dict[str, str], bytes]:
-    """POST with urllib: (status, headers, body) for any HTTP answer; raises on network errors."""
+    """POST with urllib: (status, headers, body) for any HTTP answer; raises on network errors, and when
+    the whole answer takes more than ``WHOLE_ANSWER`` timeouts (its connection is then shut down)."""
     r = urllib.request.Request(req.url, data=req.body, headers=dict(req.headers, **{"User-Agent": "gpujob-agent"}),
                                method="POST")
-    try:
-        with _OPENER.open(r, timeout=timeout) as resp:
-            return resp.status, dict(resp.headers.items()), resp.read(65536)
-    except urllib.error.HTTPError as e:
+    socks = []  # type: List[Any]
+
+    def post() -> Tuple[int, Dict[str, str], bytes]:
         try:
-            body = e.read(65536)
-        except Exception:
-            body = b""
-        return e.code, dict(e.headers.items()) if e.headers else {}, body
+            with _opener(socks).open(r, timeout=timeout) as resp:
+                return resp.status, dict(resp.headers.items()), resp.read(65536)
+        except urllib.error.HTTPError as e:
+            try:
+                body = e.read(65536)
+            except Exception:
+                body = b""
+            return e.code, dict(e.headers.items()) if e.headers else {}, body
+
+    def cut() -> None:
+        for sock in socks:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    return within(post, timeout * WHOLE_ANSWER, cut)
 

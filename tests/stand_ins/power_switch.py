@@ -8,7 +8,8 @@ instance that reports running before it accepts logins); the first ``fail_ons`` 
 refused with "no GPU available". ``state`` says "starting" for the first ``lie`` asks after
 a power-on, then "running" (whether sshd listens yet or not); "stopped" when off. ``address``
 prints the login line; ``off`` kills every process in the namespace, as a power-off does. Settings in STATE_DIR/conf.json: ns, addr, user, sshd, fail_ons, lie,
-stock_out (refuse every power-on).
+stock_out (refuse every power-on), hang (verbs that never answer, as a provider's API call that hangs: the
+switch writes its pid to STATE_DIR/VERB.pid, starts a ``sleep`` child whose pid goes to VERB.child, and waits).
 """
 
 import json
@@ -31,6 +32,12 @@ def main() -> int:
     conf = json.loads((d / "conf.json").read_text())
     with open(d / "calls.log", "a") as f:
         f.write(verb + "\n")
+    if verb in conf.get("hang", ()):
+        child = subprocess.Popen(["sleep", "3600"])  # in the switch's own process group, as bash -c's children are
+        (d / f"{verb}.child").write_text(str(child.pid))
+        (d / f"{verb}.pid").write_text(str(os.getpid()))
+        child.wait()
+        return 0
     if verb == "on":
         n = bump(d / "ons")
         if conf.get("stock_out") or n <= conf.get("fail_ons", 0):

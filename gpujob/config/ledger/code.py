@@ -10,16 +10,18 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
-import subprocess
+import sys
 import tarfile
 import time
 from pathlib import Path
 
+from gpujob import helpercmd
 from gpujob.config.ignore import walk
 from gpujob.config.paths import atomicfile, state_dir
 
 SNAPSHOT_MAX = 50 << 20  # trees larger than this are rerun from git (commit + diff) only
 DIFF_MAX = 5 << 20  # an uncommitted change larger than this (data left untracked) is not kept as a diff
+GIT_TIMEOUT_S = float(os.environ.get("GPUJOB_GIT_TIMEOUT", "60"))  # a filter or hook that hangs holds no submit
 
 
 def git_state(workdir: Path, leave_out: list[str] | tuple[str, ...] = ()) -> tuple[str | None, str | None, str]:
@@ -30,16 +32,15 @@ def git_state(workdir: Path, leave_out: list[str] | tuple[str, ...] = ()) -> tup
     import shutil
     import tempfile
 
-    def git(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-        return subprocess.run(["git", "-C", str(workdir), *args], capture_output=True, text=True, timeout=60,
-                              env=env)
+    def git(*args: str, env: dict[str, str] | None = None) -> helpercmd.Finished:
+        return helpercmd.run(["git", "-C", str(workdir), *args], GIT_TIMEOUT_S, f"git {args[0]} in {workdir}", env=env)
 
     try:
         head = git("rev-parse", "HEAD", "--git-path", "index")
-    except (OSError, subprocess.TimeoutExpired):
+    except (OSError, helpercmd.TimedOut):
         return None, None, ""
-    lines = head.stdout.splitlines()
-    if head.returncode != 0 or len(lines) != 2:
+    lines = head.out.splitlines()
+    if head.rc != 0 or len(lines) != 2:
         return None, None, ""
     commit, index = lines[0].strip(), Path(workdir, lines[1].strip())
     with tempfile.TemporaryDirectory(prefix="gpujob-index") as d:
@@ -47,8 +48,13 @@ def git_state(workdir: Path, leave_out: list[str] | tuple[str, ...] = ()) -> tup
         if index.exists():
             shutil.copyfile(index, env["GIT_INDEX_FILE"])
         spec = ["--", ".", *(f":(exclude){p}" for p in leave_out)]
-        git("add", "--intent-to-add", *spec, env=env)
-        diff = git("diff", "HEAD", "--binary", "--relative", *spec, env=env).stdout
+        try:
+            git("add", "--intent-to-add", *spec, env=env)
+            diff = git("diff", "HEAD", "--binary", "--relative", *spec, env=env).out
+        except helpercmd.TimedOut as e:  # a clean filter or hook that hangs: the change is unknown, not "none"
+            print(f"gpujob: {e.cause}: the run's git commit and change are not recorded (GPUJOB_GIT_TIMEOUT "
+                  "gives git longer)", file=sys.stderr)
+            return None, None, ""
     return commit, (hashlib.sha256(diff.encode()).hexdigest()[:16] if diff else None), diff
 
 

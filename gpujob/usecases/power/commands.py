@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import time
 from dataclasses import dataclass
 from typing import Any
 
+from gpujob import helpercmd
 from gpujob.config.hosts import LOCAL, Host, parse_ssh_target
 from gpujob.errors import GpujobError, HostError
+from gpujob.transport import replies
 
 VERBS = ("on", "off", "state", "address")
 # an ``on`` command says "no GPU free to start it" by exiting 75 (EX_TEMPFAIL) or by printing a line that
@@ -27,6 +27,10 @@ STOCK_OUT = (r"(?i)(no|not enough|insufficient)( free| available)? (gpus?|resour
 ON_WORDS = {"on", "running", "active", "started", "ready", "online", "up", "true"}
 OFF_WORDS = {"off", "stopped", "exited", "shutdown", "poweroff", "powered_off", "offline", "down", "false", "stop"}
 COMMAND_TIMEOUT_S = float(os.environ.get("GPUJOB_POWER_COMMAND_TIMEOUT", "180"))
+# a ``state`` asked on the way of a quick command that found the host silent: at most this much of what is
+# left of the command's budget (status, ls: their reply's 30 s, transport/replies.py)
+QUICK_STATE_S = float(os.environ.get("GPUJOB_POWER_QUICK_TIMEOUT", "5"))
+QUICK_BUDGET_S = replies.timeout("status")
 
 
 class PowerError(GpujobError):
@@ -35,6 +39,10 @@ class PowerError(GpujobError):
 
 class StockOut(PowerError):
     """The provider has no GPU free to power the instance on."""
+
+
+class PowerTimedOut(PowerError):
+    """A power command did not answer within its limit (it was ended with its process group)."""
 
 
 @dataclass
@@ -78,18 +86,21 @@ def command(host: Host, verb: str) -> str:
 
 
 def run(host: Host, verb: str, timeout: float = COMMAND_TIMEOUT_S) -> Answer:
-    """Run ``power.VERB`` under bash on this machine; its answer, secrets blanked."""
+    """Run ``power.VERB`` under bash on this machine, at most ``timeout`` s (then it is ended with its
+    process group: ``PowerTimedOut``); its answer, secrets blanked."""
     cmd = command(host, verb)
     secrets = _secrets()
     env = {**os.environ, **secrets, "GPUJOB_HOST": host.name}
-    t0 = time.monotonic()
     try:
-        res = subprocess.run(["bash", "-c", cmd], stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                             timeout=timeout, env=env)
-    except subprocess.TimeoutExpired:
-        raise PowerError(f"power.{verb} of {host.name} did not finish in {timeout:.0f} s: {cmd[:120]}",
-                         "run it by hand to see where it hangs (GPUJOB_POWER_COMMAND_TIMEOUT raises the limit)") from None
-    return Answer(verb, res.returncode, _blank(res.stdout, secrets), _blank(res.stderr, secrets), time.monotonic() - t0)
+        res = helpercmd.run(["bash", "-c", cmd], timeout, f"power.{verb} of {host.name}", env=env)
+    except helpercmd.TimedOut as e:
+        left = f" (pid {', '.join(map(str, e.survivors))} still there after SIGKILL)" if e.survivors else ""
+        raise PowerTimedOut(
+            f"power.{verb} of {host.name} gave no answer in {timeout:.3g} s and was ended with its processes{left}: "
+            f"{_blank(cmd, secrets)[:120]}",
+            f"run it by hand to see where it hangs; gpujob host {'on' if verb == 'address' else verb} {host.name} "
+            f"gives it {COMMAND_TIMEOUT_S:.0f} s (GPUJOB_POWER_COMMAND_TIMEOUT)") from None
+    return Answer(verb, res.rc, _blank(res.out, secrets), _blank(res.err, secrets), res.seconds)
 
 
 def _failed(host: Host, a: Answer) -> PowerError:
@@ -99,9 +110,9 @@ def _failed(host: Host, a: Answer) -> PowerError:
                       f"--power-{a.verb} CMD")
 
 
-def state(host: Host) -> str:
-    """``on``, ``off`` or ``pending``, as the ``state`` command's last line says."""
-    a = run(host, "state")
+def state(host: Host, timeout: float = COMMAND_TIMEOUT_S) -> str:
+    """``on``, ``off`` or ``pending``, as the ``state`` command's last line says (within ``timeout`` s)."""
+    a = run(host, "state", timeout)
     if a.rc != 0:
         raise _failed(host, a)
     words = set(re.split(r"[^\w]+", a.last_line.lower()))

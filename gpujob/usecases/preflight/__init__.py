@@ -21,10 +21,12 @@ def run_bench(agent: Agent, host: Host, store: HostStore | None = None, budget: 
     prefix = host.env.get("GPUJOB_PATH_PREFIX") or (os.environ.get("PATH", "") if host.kind == LOCAL else "")
     if prefix:
         args += ["--path-prefix", prefix]
-    rep = agent.call("bench", args, timeout=budget + 120)
+    rep = agent.call("bench", args, timeout=budget + 120)  # shape and size checked as it arrives (replies.py)
     rep["host"] = host.name
     if host.kind != LOCAL:
-        host.bench = {k: v for k, v in rep.items() if k not in ("host", "python")}
+        from gpujob.config.hostdata import admit
+
+        host.bench = admit("bench", host.name, {k: v for k, v in rep.items() if k not in ("host", "python")})
         (store or HostStore()).save(host)
     return rep
 
