@@ -424,11 +424,12 @@ class HostStore:
         from gpujob.config.hostdata import warn_dropped
 
         warn_dropped(self.path, name, dropped)
-        try:
-            data = self._load()
+        def edit(data: dict[str, dict]) -> None:
             if isinstance(data.get(name), dict):
                 data[name] = {k: v for k, v in data[name].items() if k not in dropped}
-                self._write(data)
+
+        try:
+            self._change(edit)  # under the file's lock: a host set made meanwhile stays
         except (OSError, HostError):  # a read-only config folder: ignored again next time
             pass
 
