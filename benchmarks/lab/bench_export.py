@@ -113,6 +113,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=1000)
     ap.add_argument("--runs", type=int, default=9)
     a = ap.parse_args()
+    os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"  # the yardstick's client prints each run's URL
     from tests.lab_servers import _end_group, start_mlflow
 
     tmp = Path(tempfile.mkdtemp(prefix="gj-bench-lab-"))
