@@ -105,7 +105,6 @@ def submit(
         "job_id": job_id,
         "node": node,
         "lease": lease,
-        "cpu_fallback": host.kind == "local",  # try a GPU job on a laptop's CPU; a rented host must have its GPUs
     }
     import json
 
