@@ -29,3 +29,76 @@ def test_submit_follow_prints_the_log_without_the_finished_bar(tmp_path: Path, w
         # the script's own, wraps as on any terminal: gpujob's lines never do)
         assert all(re.fullmatch(r"step \d+ loss [0-9.]+", r) for r in steps), s.text()
         assert_fits(s, ours=lambda r: r.startswith(("==>", "submitted", "tiny-")))
+
+
+LOOP = """
+    import argparse, time
+    p = argparse.ArgumentParser()
+    p.add_argument("--lr", type=float, default=0.1)
+    p.add_argument("--warmup-fraction", type=float, default=0.0)
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--sleep", type=float, default=0.0)
+    a = p.parse_args()
+    w = 5.0
+    for step in range(1, a.steps + 1):
+        w -= a.lr * w
+        print(f"step {step} loss {w * w + 0.0123456:.6f}", flush=True)
+        time.sleep(a.sleep)
+"""
+NAME = "a-rather-long-experiment-name-for-tables"
+
+
+def _jobs(tmp_path: Path) -> list[str]:
+    """Two finished runs of a long-named job whose parameters differ (the ledger's rows, ls's, cost's)."""
+    import json
+
+    from tests.conftest import run_cli
+    from tests.helpers import wait_state, write_job
+
+    job = write_job(tmp_path, NAME, LOOP, "python main.py --lr 0.1 --warmup-fraction 0.05 --steps 30")
+    ids = []
+    for lr in ("0.1", "0.2"):
+        r = run_cli("submit", str(job), "--json", "--set", f"run=python main.py --lr {lr} --warmup-fraction 0.05 --steps 30")
+        assert r.returncode == 0, r.stderr
+        ids.append(json.loads(r.stdout)["job_id"])
+    for i in ids:
+        wait_state("local", i, ("succeeded",))
+    return ids
+
+
+CUT_NUMBER = re.compile(r"(?<![\w.-])\d[\d.,]*…")  # a cell that is a number cut short (not an id's middle)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_every_table_reads_whole_at_the_terminals_width(tmp_path: Path, width: int) -> None:
+    import json
+
+    from tests.conftest import run_cli
+
+    ids = _jobs(tmp_path)
+    runs = {r["job_id"]: r for r in json.loads(run_cli("runs", "--json").stdout)["runs"]}
+    losses = [f"{runs[i]['best']['loss']:.4g}" for i in ids]
+    for cmd in (["ls"], ["status"], ["runs"], ["compare", *ids], ["cost"], ["host", "ls"]):
+        with Screen(tmp_path, width, 40) as s:
+            s.run(*cmd)
+            assert s.wait_exit() == 0, (cmd, s.text())
+            assert_fits(s)
+            text = s.text()
+            assert not CUT_NUMBER.search(text), (cmd, text)
+            if cmd[0] in ("ls", "status", "cost"):
+                assert all(i in text or i.rsplit("-", 1)[-1] in text for i in ids), (cmd, text)
+            if cmd[0] in ("runs", "compare"):  # the loss whole, for each run
+                assert all(v in text for v in losses), (cmd, losses, text)
+            if cmd[0] in ("ls", "status") and width == 80:  # what gave way is named
+                assert "not shown at 80 columns: LAST LINE" in text, (cmd, text)
+    # --wide: every column, --columns: those named
+    with Screen(tmp_path, width, 40) as s:
+        s.run("runs", "--columns", "run,loss,lr")
+        assert s.wait_exit() == 0
+        assert s.rows()[0].split() == ["RUN", "LOSS", "lr"], s.text()
+    with Screen(tmp_path, width, 40) as s:
+        s.run("runs", "--wide")
+        assert s.wait_exit() == 0
+        assert s.rows(joined=True)[0].split() == ["RUN", "HOST", "STATE", "STARTED", "lr", "LOSS", "COST"], s.text()
+    r = run_cli("runs", "--columns", "nosuch")
+    assert r.returncode == 2 and "no column 'nosuch'" in r.stderr and "run,host,state" in r.stderr, r.stderr

@@ -99,7 +99,7 @@ def comparison(res: results.Comparison) -> None:
     if any(v is not None for v in doc.get("cost") or []):
         section("cost", {"cost": doc["cost"]})
     # one column per run, none dropped: run ids shorten to their unique end before a value is cut
-    sys.stdout.write(table([Col("", "name"), *(Col(r["job_id"]) for r in runs)], cells, styles))
+    sys.stdout.write(table([Col(""), *(Col(r["job_id"]) for r in runs)], cells, styles))
     if not (doc["params"] or doc["code"] or doc["env"]):
         print(styled("same parameters, code and environment", "dim", on))
     same = doc.get("same_params") or {}

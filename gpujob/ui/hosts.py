@@ -15,7 +15,7 @@ def host_list(hosts: list[Any]) -> None:
     # the name and the address (its port!) are what the next command needs: they stay; the root
     # shortens in its middle, the rest give way whole
     cols = [Col("NAME", "name"), Col("ADDRESS"), Col("PRESET", rank=4), Col("ROOT", "name", 5), Col("PRICE/H", rank=2),
-            Col("POWER", rank=3), Col("PREFLIGHT", "text", 1)]
+            Col("POWER", rank=3), Col("PREFLIGHT", "name", 1)]
     rows = [[h.name, h.address, h.preset, h.remote_root, f"{h.price_per_hour} {h.currency}" if h.price_per_hour else "-",
              "on/off" if h.power.get("on") else "-", preflight_cell(h.bench)] for h in hosts]
     sys.stdout.write(table(cols, rows))

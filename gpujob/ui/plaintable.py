@@ -3,9 +3,10 @@ leaderboard), laid out by one rule to stay readable at any width, and sparklines
 
 ``table(cols, rows)``: each column says what it holds (``Col.kind``) and how much it matters
 (``Col.rank``); at a narrow width free text gives way first (cut at its end, names in their middle),
-then whole columns by rank, least important first, named in a footnote; only when nothing is left
-to drop do ids shorten to their unique end (``gpt2…wj047``: the random suffix is a reference any
-command takes). A number, a state or a date is never cut. ``--wide`` shows every column whole,
+ids longer than ``ID_MIN`` shorten in the middle, keeping their unique end (``a-long-name…wj047``:
+the random suffix is a reference any command takes); then whole columns give way by rank, least
+important first, named in a footnote; only when nothing is left to drop do ids shorten to that end
+alone. A number, a state or a date is never cut. ``--wide`` shows every column whole,
 ``--columns a,b,c`` those (``choose``, from the command line).
 
 Plain padded text, no rich: rich's Table cost ~35 ms of CPU for 50 runs plus ~30 ms to import, most
@@ -86,6 +87,7 @@ class Choice:
 
 CHOICE = Choice()
 TEXT_MIN = 12
+ID_MIN = 24  # a job id's name part and its unique end: tiny-12020606-a1fef (19) stays whole
 
 
 def choose(wide: bool = False, columns: str | None = None) -> None:
@@ -138,8 +140,9 @@ def _layout(cols: Sequence[Col], cells: list[list[str]], room: int, gap: int) ->
         c = cols[i]
         if c.kind in ("text", "name"):
             return min(nat[i], TEXT_MIN if not last else 4)
-        if c.kind == "id" and last:
-            return max([unique_tail(ids[i], t) + 1 for t in ids[i]] + [min(width_of(c.name), 6)])
+        if c.kind == "id":  # a long id shortens (its start and its unique end) before a column is dropped
+            tails = max([unique_tail(ids[i], t) + 1 for t in ids[i]] + [min(width_of(c.name), 6)])
+            return tails if last else max(tails, min(nat[i], ID_MIN))
         if last:  # a number is never cut; its header may be, in its middle
             return max([width_of(r[i]) for r in cells] + [min(width_of(c.name), 6)])
         return nat[i]
@@ -147,9 +150,15 @@ def _layout(cols: Sequence[Col], cells: list[list[str]], room: int, gap: int) ->
     shown = [i for i, c in enumerate(cols) if not (c.hide_empty and all(r[i] in ("", "-") for r in cells))]
     dropped: list[int] = []
 
-    def need(last: bool) -> int:
-        return sum(floor(i, last) for i in shown) + gap * (len(shown) - 1)
+    def need(last: bool, whole_ids: bool = False) -> int:
+        return sum(nat[i] if whole_ids and cols[i].kind == "id" else floor(i, last) for i in shown) \
+            + gap * (len(shown) - 1)
 
+    # free text (a last line) only takes the room left: no id shortens for it
+    while need(False, whole_ids=True) > room and any(cols[i].kind == "text" and cols[i].rank for i in shown):
+        worst = max((i for i in shown if cols[i].kind == "text" and cols[i].rank), key=lambda i: (cols[i].rank, i))
+        shown.remove(worst)
+        dropped.append(worst)
     while need(False) > room:
         droppable = [i for i in shown if cols[i].rank > 0]
         if not droppable:
@@ -159,15 +168,15 @@ def _layout(cols: Sequence[Col], cells: list[list[str]], room: int, gap: int) ->
         dropped.append(worst)
     last = need(False) > room  # only the never-dropped columns left, still too wide: ids and headers give too
     widths = {i: nat[i] for i in shown}
-    order = sorted(shown, key=lambda i: ({"text": 0, "name": 1, "id": 3}.get(cols[i].kind, 2), -nat[i]))
     over = sum(widths.values()) + gap * (len(shown) - 1) - room
-    for i in order:
-        if over <= 0:
+    floors = {i: floor(i, last) for i in shown}
+    while over > 0:  # a cell at a time from the widest of the kind that gives first: alike columns end alike
+        can = [i for i in shown if widths[i] > floors[i]]
+        if not can:
             break
-        give = min(over, widths[i] - floor(i, last))
-        if give > 0:
-            widths[i] -= give
-            over -= give
+        i = min(can, key=lambda i: ({"text": 0, "name": 1, "id": 3}.get(cols[i].kind, 2), -widths[i]))
+        widths[i] -= 1
+        over -= 1
     return shown, [widths[i] for i in shown], dropped
 
 
