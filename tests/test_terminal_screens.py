@@ -35,7 +35,7 @@ LOOP = """
     import argparse, time
     p = argparse.ArgumentParser()
     p.add_argument("--lr", type=float, default=0.1)
-    p.add_argument("--warmup-fraction", type=float, default=0.0)
+    p.add_argument("--warmup-fraction", "--warmup_fraction", type=float, default=0.0)
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--sleep", type=float, default=0.0)
     a = p.parse_args()
@@ -102,3 +102,50 @@ def test_every_table_reads_whole_at_the_terminals_width(tmp_path: Path, width: i
         assert s.rows(joined=True)[0].split() == ["RUN", "HOST", "STATE", "STARTED", "lr", "LOSS", "COST"], s.text()
     r = run_cli("runs", "--columns", "nosuch")
     assert r.returncode == 2 and "no column 'nosuch'" in r.stderr and "run,host,state" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_tail_f_and_status_w_draw_each_line_once_and_whole(tmp_path: Path, width: int) -> None:
+    import json
+
+    from tests.conftest import run_cli
+    from tests.helpers import write_job
+
+    job = write_job(tmp_path, NAME, LOOP, "python main.py --steps 40 --sleep 0.05")
+    job_id = json.loads(run_cli("submit", str(job), "--json").stdout)["job_id"]
+    with Screen(tmp_path, width, 60) as tail, Screen(tmp_path, width, 30) as watch:
+        tail.run("tail", job_id, "-f", "-n", "100")
+        watch.run("status", job_id, "-w", "--interval", "0.3")
+        assert tail.wait_exit() == 0 and watch.wait_exit() == 0, tail.text() + watch.text()
+        steps = [r for r in tail.rows() if "step" in r and "loss" in r]
+        assert [int(r.split()[1]) for r in steps] == list(range(1, 41)), tail.text()  # each once, in order
+        assert all(re.fullmatch(r"step \d+ loss [0-9.]+", r) for r in steps), tail.text()
+        assert_fits(tail, ours=lambda r: r.startswith("==>"))  # the job's own long lines wrap, as anywhere
+        # the panel redrawn in place: one copy on the screen, the final state, every line within the width
+        assert watch.text().count("state ") == 1 and "succeeded" in watch.text(), watch.text()
+        assert_fits(watch)
+        assert not CUT_NUMBER.search(watch.text()), watch.text()
+
+
+def test_a_sweep_leaderboard_fits_80_columns(tmp_path: Path) -> None:
+    import json
+
+    from tests.conftest import run_cli
+    from tests.helpers import needs, write_job
+
+    needs("optuna")
+    sweep = {"method": "random", "trials": 2, "seed": 1,
+             "params": {"lr": {"low": 1e-3, "high": 0.3, "log": True}, "warmup_fraction": [0.01, 0.1]}}
+    job = write_job(tmp_path, NAME, LOOP, "python main.py --steps 10", sweep=sweep)
+    r = run_cli("sweep", str(job), "--hosts", "local", "--name", "long-named-sweep-for-the-screen", "--json", timeout=300)
+    assert r.returncode == 0, r.stderr
+    values = [f"{t['value']:.4g}" for t in json.loads(r.stdout)["trials"]]
+    assert len(values) == 2, r.stdout
+    for width in WIDTHS:
+        with Screen(tmp_path, width, 30) as s:
+            s.run("sweep", "status", "long-named-sweep-for-the-screen")
+            assert s.wait_exit() == 0, s.text()
+            assert_fits(s)
+            text = s.text()
+            assert "sweep long-named-sweep-for-the-screen" in text and all(v in text for v in values), text
+            assert not CUT_NUMBER.search(text), text

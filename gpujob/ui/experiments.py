@@ -42,7 +42,8 @@ def runs_table(res: results.RunList | Any) -> None:
     doc = res.to_json()
     rows = doc["runs"]
     if not rows:
-        print("no runs match (every job submitted from here is one; gpujob runs without filters lists them)")
+        print("no runs match: every job submitted from here is one (gpujob submit job.yaml); with --name, --where "
+              "or --sweep, gpujob runs alone lists them all")
         return
     keys: dict[str, set[str]] = {}
     for r in rows:
