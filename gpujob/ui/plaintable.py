@@ -2,12 +2,13 @@
 leaderboard), laid out by one rule to stay readable at any width, and sparklines.
 
 ``table(cols, rows)``: each column says what it holds (``Col.kind``) and how much it matters
-(``Col.rank``); at a narrow width free text gives way first (cut at its end, names in their middle),
-ids longer than ``ID_MIN`` shorten in the middle, keeping their unique end (``a-long-name…wj047``:
-the random suffix is a reference any command takes); then whole columns give way by rank, least
-important first, named in a footnote; only when nothing is left to drop do ids shorten to that end
-alone. A number, a state or a date is never cut. ``--wide`` shows every column whole,
-``--columns a,b,c`` those (``choose``, from the command line).
+(``Col.rank``). At a narrow width free text gives way first (cut at its end, names in their
+middle); on a terminal, ids longer than ``ID_MIN`` shorten in the middle, keeping their unique end
+(``a-long-name…wj047``: the random suffix is a reference every command takes; a pipe or a file
+gets them whole, for scripts); then whole columns give way by rank, least important first, named in
+a footnote; only when nothing is left to drop do ids shorten to that end alone. A number, a state
+or a date is never cut. ``--wide`` shows every column whole, ``--columns a,b,c`` those
+(``choose``, from the command line).
 
 Plain padded text, no rich: rich's Table cost ~35 ms of CPU for 50 runs plus ~30 ms to import, most
 of what ``runs`` costs. Host-made text is cleaned first (``neutral``).
@@ -31,13 +32,16 @@ SGR = {"bold": "1", "dim": "2", "red": "31", "green": "32", "yellow": "33", "blu
        "cyan": "36", "white": "37"}
 
 
-def colour() -> bool:
-    """Colour only on a terminal, and never with ``NO_COLOR`` set or ``TERM=dumb`` (as rich does)."""
+def _tty() -> bool:
     try:
-        tty = sys.stdout.isatty()
+        return sys.stdout.isatty()
     except (AttributeError, ValueError):
         return False
-    return tty and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
+
+
+def colour() -> bool:
+    """Colour only on a terminal, and never with ``NO_COLOR`` set or ``TERM=dumb`` (as rich does)."""
+    return _tty() and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
 
 
 def styled(text: str, style: str, on: bool) -> str:
@@ -135,12 +139,15 @@ def _layout(cols: Sequence[Col], cells: list[list[str]], room: int, gap: int) ->
     nat = [max([width_of(c.name)] + [width_of(r[i]) for r in cells]) for i, c in enumerate(cols)]
     nat = [min(n, c.cap) if c.cap else n for n, c in zip(nat, cols)]
     ids = [[r[i] for r in cells] for i in range(len(cols))]
+    on_tty = _tty()
 
     def floor(i: int, last: bool) -> int:
         c = cols[i]
         if c.kind in ("text", "name"):
             return min(nat[i], TEXT_MIN if not last else 4)
-        if c.kind == "id":  # a long id shortens (its start and its unique end) before a column is dropped
+        if c.kind == "id":  # a long id shortens (its start and its unique end) before a column is dropped;
+            if not on_tty:  # into a pipe or a file it stays whole: a script greps it, a command takes it
+                return nat[i]
             tails = max([unique_tail(ids[i], t) + 1 for t in ids[i]] + [min(width_of(c.name), 6)])
             return tails if last else max(tails, min(nat[i], ID_MIN))
         if last:  # a number is never cut; its header may be, in its middle
