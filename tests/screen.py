@@ -52,9 +52,10 @@ class Screen:
         environ.pop("LINES")
         environ.pop("NO_COLOR", None)
         cmd = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "gpujob.cli", *args])
-        shell = f"{cmd}; echo $? > {shlex.quote(str(self.exit_file))}; sleep 3600"
+        # the shell outlives a Ctrl-C sent to the command (a trap, not an ignore: the command gets its own)
+        shell = f"trap true INT; {cmd}; echo $? > {shlex.quote(str(self.exit_file))}; sleep 3600"
         subprocess.run(["tmux", "-L", self.sock, "-f", "/dev/null", "new-session", "-d", "-x", str(self.width),
-                        "-y", str(self.height), "sh", "-c", shell], check=True, env=environ, timeout=30)
+                        "-y", str(self.height), "bash", "-c", shell], check=True, env=environ, timeout=30)
         self.tmux("set-option", "-g", "history-limit", "5000")
         self.started = True
         return self

@@ -125,6 +125,15 @@ def test_tail_f_and_status_w_draw_each_line_once_and_whole(tmp_path: Path, width
         assert watch.text().count("state ") == 1 and "succeeded" in watch.text(), watch.text()
         assert_fits(watch)
         assert not CUT_NUMBER.search(watch.text()), watch.text()
+    # status -w without a job: the job list redrawn in place until Ctrl-C
+    with Screen(tmp_path, width, 30) as watch:
+        watch.run("status", "-w", "--interval", "0.3")
+        watch.wait_screen(lambda t: "succeeded" in t, 60, "the job list")
+        watch.keys("C-c")
+        assert watch.wait_exit() == 130, watch.text()
+        assert watch.text().count("JOB ") == 1 and job_id.rsplit("-", 1)[-1] in watch.text(), watch.text()
+        assert_fits(watch)
+        assert not CUT_NUMBER.search(watch.text()), watch.text()
 
 
 def test_a_sweep_leaderboard_fits_80_columns(tmp_path: Path) -> None:
