@@ -71,13 +71,16 @@ def why_not(doc: dict[str, Any], need: int) -> str:
     return ""
 
 
-def check_capacity(host: Host, agent: Agent, need: int) -> None:
+def check_capacity(host: Host, agent: Agent, need: int, cpu_ok: bool = False) -> None:
     """Refuse, before anything is sent, a job asking for more GPUs than ``host`` has at all (a
     busy host is fine: the job queues). One rule on every host, the laptop's ``local`` too:
-    ``gpus: auto`` is what runs on a CPU host."""
+    ``gpus: auto`` is what runs on a CPU host, and ``cpu_ok`` (``launcher: torchrun``: N CPU processes there)."""
     if need == 0:
         return
-    why = cannot_fit(agent.call("gpus", _prefix_args(host), timeout=60), need)
+    doc = agent.call("gpus", _prefix_args(host), timeout=60)
+    if cpu_ok and doc.get("gpus") is None and not doc.get("smi_error"):
+        return  # launcher: torchrun on a CPU host starts N CPU processes (the agent's rule, remote/gpus.py wanted)
+    why = cannot_fit(doc, need)
     if why:
         raise GpujobError(f"{host.name} {why}: the job cannot run there; nothing was submitted",
                           "submit to a host with the GPUs (--host a,b tries each in turn; --wait-gpus 2h with several "
