@@ -1,7 +1,7 @@
 """A command on a real terminal of a given size (tmux), and what the user sees on it.
 
-``Screen(width).run(args)`` starts ``gpujob ARGS`` in a detached tmux session on its own server
-socket (nothing shared with another test or the user's tmux), with the test's environment; the
+``Screen(width).run(args)`` starts ``gpujob ARGS`` in a detached tmux session on its own server,
+its socket in the test's folder (nothing shared with another test or the user's tmux), with the test's environment; the
 screen is read with ``capture-pane`` (each row as the terminal shows it: a line too long for the
 width is two rows there). Waits are on what the screen or the exit file shows, never fixed sleeps.
 """
@@ -35,12 +35,13 @@ class Screen:
     def __init__(self, tmp_path: Path, width: int, height: int = 24) -> None:
         needs_tmux()
         self.width, self.height = width, height
-        self.sock = f"gj-{uuid.uuid4().hex[:10]}"
-        self.exit_file = tmp_path / f"exit-{self.sock}"
+        name = f"gj-{uuid.uuid4().hex[:10]}"
+        self.sock = str(tmp_path / f"{name}.sock")  # its own server, its socket in the test's folder
+        self.exit_file = tmp_path / f"exit-{name}"
         self.started = False
 
     def tmux(self, *args: str) -> str:
-        r = subprocess.run(["tmux", "-L", self.sock, "-f", "/dev/null", *args], capture_output=True, text=True,
+        r = subprocess.run(["tmux", "-S", self.sock, "-f", "/dev/null", *args], capture_output=True, text=True,
                            timeout=30)
         return r.stdout
 
@@ -54,7 +55,7 @@ class Screen:
         cmd = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "gpujob.cli", *args])
         # the shell outlives a Ctrl-C sent to the command (a trap, not an ignore: the command gets its own)
         shell = f"trap true INT; {cmd}; echo $? > {shlex.quote(str(self.exit_file))}; sleep 3600"
-        subprocess.run(["tmux", "-L", self.sock, "-f", "/dev/null", "new-session", "-d", "-x", str(self.width),
+        subprocess.run(["tmux", "-S", self.sock, "-f", "/dev/null", "new-session", "-d", "-x", str(self.width),
                         "-y", str(self.height), "bash", "-c", shell], check=True, env=environ, timeout=30)
         self.tmux("set-option", "-g", "history-limit", "5000")
         self.started = True
@@ -86,6 +87,7 @@ class Screen:
     def close(self) -> None:
         if self.started:
             self.tmux("kill-server")
+        Path(self.sock).unlink(missing_ok=True)
 
     def __enter__(self) -> Screen:
         return self
