@@ -70,6 +70,11 @@ def probe(path_prefix: str = "", timeout: float = 10.0) -> Tuple[Optional[List[D
     return gpus, ""
 
 
+def on_cpu(path_prefix: str = "") -> bool:
+    """True on a CPU host: no nvidia-smi on the job PATH (one that fails is a GPU host in trouble)."""
+    return not smi(path_prefix)
+
+
 def query(path_prefix: str = "", timeout: float = 10.0) -> Optional[List[Dict[str, Any]]]:
     """One sample per GPU, or None on a CPU host (no nvidia-smi) or when it fails."""
     return probe(path_prefix, timeout)[0]
@@ -274,9 +279,12 @@ def wanted(spec: Dict[str, Any]) -> Optional[int]:
     if g in (None, 0, "0"):
         return None
     prefix = (spec.get("host_env") or {}).get("GPUJOB_PATH_PREFIX", "")
-    # torchrun starts N CPU processes on a CPU host (no nvidia-smi at all); the local host tries GPU
-    # jobs on its CPU. A GPU host whose nvidia-smi fails is not a CPU host: no fallback to hours on the CPU
-    if spec.get("cpu_fallback") and query(prefix) is None:
+    # ``gpus: auto``: every GPU where there are some, the CPU on a CPU host (no nvidia-smi at all),
+    # on every host alike (the laptop's ``local`` as a rented one). A GPU host whose nvidia-smi
+    # fails is not a CPU host: no fallback to hours on the CPU there, the job says why
+    if g == "auto":
+        return None if on_cpu(prefix) else -1
+    if spec.get("cpu_fallback") and on_cpu(prefix):  # a job submitted to `local` before `auto` (resumed now)
         return None
     if spec.get("launcher") == "torchrun" and not smi(prefix):
         return None

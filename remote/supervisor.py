@@ -582,6 +582,8 @@ class Supervisor:
 
         n = gpus.wanted(self.spec)
         if n is None:
+            if self.spec.get("gpus") == "auto":  # said where the user looks (tail, --follow), on any host
+                self.log_marker("no GPU on this host (no nvidia-smi): gpus: auto runs the job on its CPU")
             return None
         self.set_state("queued", waiting_for_gpus=True, gpus_held=False, cuda_visible_devices=None)
         told = None

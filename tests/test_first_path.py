@@ -172,7 +172,34 @@ def test_wrong_port(tmp_path: Path) -> None:
 
     r = run_cli("host", "add", "gone", "--ssh", f"ssh -p {free_port()} root@127.0.0.1")
     assert r.returncode == 3
-    assert "refused the connection" in r.stderr and "gpujob host set gone" in r.stderr
+    # the profile was never saved: the way on is host add again, not host set
+    assert "refused the connection" in r.stderr and "nothing was saved" in r.stderr, r.stderr
+    assert "gpujob host add gone --ssh" in r.stderr and "host set" not in r.stderr, r.stderr
+    r = run_cli("host", "add", "gone", "--ssh", "ssh -p 22 root@no-such-host.invalid")
+    assert r.returncode == 3 and "cannot resolve" in r.stderr and "gpujob host add gone" in r.stderr, r.stderr
+    assert "host set" not in r.stderr and "powered on" not in r.stderr, r.stderr
+
+
+def test_a_wrong_identity_file_is_named_not_taken_for_a_silent_instance(sshd, tmp_path: Path) -> None:
+    """A missing --identity file, a public key given for the private one, and a saved profile whose key
+    was deleted since: each named before any connection (it read "is the instance powered on?")."""
+    from gpujob.config.hosts import HostStore
+
+    key = tmp_path / "mine"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    sshd.authorize(Path(f"{key}.pub").read_text().strip())
+    for given, why in ((tmp_path / "nosuch", "does not exist"), (Path(f"{key}.pub"), "is not a private key (it is the public half")):
+        r = run_cli("host", "add", "box", "--ssh", sshd.ssh_line(), "--identity", str(given))
+        assert r.returncode == 2, r.stderr
+        assert f"--identity: {given} {why}" in r.stderr or f"key file {given} {why}" in r.stderr, r.stderr
+        assert "nothing was saved" in r.stderr and "powered on" not in r.stderr and "host set" not in r.stderr, r.stderr
+    assert [h.name for h in HostStore().all()] == ["local"]
+    r = run_cli("host", "add", "box", "--ssh", sshd.ssh_line(), "--identity", str(key), "--root", str(tmp_path / "r"))
+    assert r.returncode == 0, r.stderr
+    key.unlink()  # moved or deleted after the profile was saved
+    r = run_cli("doctor", "box")
+    assert r.returncode == 2 and f"box: the key file {key} does not exist" in r.stderr, r.stderr
+    assert "gpujob host set box --identity" in r.stderr and "powered on" not in r.stderr, r.stderr
 
 
 def test_refused_key(sshd, tmp_path: Path) -> None:

@@ -52,7 +52,7 @@ def test_seq_cls_template_unchanged_under_torchrun(tmp_path: Path) -> None:
     d = tmp_path / "cls"
     init_template("seq-cls", d)
     job = d / "job.yaml"
-    job.write_text(job.read_text().replace("gpus: 1", "gpus: 2\nlauncher: torchrun").replace("--epochs 3", "--epochs 1"))
+    job.write_text(job.read_text().replace("gpus: auto", "gpus: 2\nlauncher: torchrun").replace("--epochs 3", "--epochs 1"))
     job_id = submit("local", job)["job_id"]
     st = wait_state("local", job_id, ("succeeded", "failed"), timeout=180)
     log = run_cli("tail", job_id, "-n", "200").stdout

@@ -36,7 +36,8 @@ def test_80_columns() -> None:
     assert render(80) == textwrap.dedent("""\
         JOB                        HOST        STATE        ELAPSED  STEP  LOSS
         gpt2-small-11300043-wj047  a100-westb  running      1h02m    1200  2.346
-        tiny-11300101-ab123        local       autostopped  1m00s    200   0.0123""")
+        tiny-11300101-ab123        local       autostopped  1m00s    200   0.0123
+        not shown at 80 columns: ATTEMPT, LAST LINE (--wide: all; --columns a,b: those)""")
 
 
 def test_wide_shows_the_start_of_the_last_line() -> None:

@@ -194,7 +194,7 @@ class Client:
 
             target, skipped = self._wake(self.hosts.get(names[0]), wait_gpus, note), []
             agent = self.agent(target.name)
-            check_capacity(target, agent, wanted(spec.gpus))
+            check_capacity(target, agent, wanted(spec.gpus), cpu_ok=spec.launcher == "torchrun")
         from gpujob.usecases.preflight import before_submit
 
         warnings = before_submit(agent, target, note)

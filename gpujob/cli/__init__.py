@@ -59,6 +59,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     as_json = getattr(args, "json", False)
+    if getattr(args, "wide", False) or getattr(args, "columns", None):
+        from gpujob.ui.plaintable import choose
+
+        choose(args.wide, args.columns)
     try:
         return args.fn(args)
     except GpujobError as e:

@@ -72,3 +72,11 @@ def regex_type(text: str) -> str:
         raise argparse.ArgumentTypeError(f"{text[:60]!r} is not a valid regular expression: {e} "
                                          "(Python syntax; escape ( [ * + ? with a backslash)") from None
     return text
+
+
+def table_flags(p: argparse.ArgumentParser) -> None:
+    """--wide and --columns of a command that prints a table (gpujob.ui.plaintable's rule)."""
+    p.add_argument("--wide", action="store_true",
+                   help="every column, nothing shortened (the terminal wraps what is wider than it)")
+    p.add_argument("--columns", metavar="A,B,C",
+                   help="these columns, in this order (names as the header shows them, any case; last_line for LAST LINE)")

@@ -98,7 +98,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def add_parsers(add, sub) -> None:  # type: ignore[no-untyped-def]
     """The commands of this module on the main parser (``add`` as in gpujob.cli.parser)."""
-    from gpujob.cli.args import job_ref, number_type
+    from gpujob.cli.args import job_ref, number_type, table_flags
 
     s = add("runs", cmd_runs, "the run ledger: every job submitted from here, on any host, kept after rm/gc; "
             "runs export --mlflow: to the lab's MLflow")
@@ -113,9 +113,11 @@ def add_parsers(add, sub) -> None:  # type: ignore[no-untyped-def]
     s.add_argument("--sort", metavar="KEY", help="best first by a metric or parameter (--sort=-KEY: the other way)")
     s.add_argument("--sweep", metavar="NAME", help="only the trials of this sweep")
     s.add_argument("--limit", type=number_type(int, 0, 10**9), default=50, metavar="N", help="rows shown (0: all; default 50)")
+    table_flags(s)
     s = add("compare", cmd_compare, "runs side by side: differing parameters, code and environment, metrics, curves")
     s.add_argument("runs", nargs="+", metavar="RUN", type=job_ref)
     s.add_argument("--plot", metavar="PNG", help="also draw the curves overlaid to this PNG (needs matplotlib)")
+    table_flags(s)
     s = add("rerun", cmd_rerun, "run a job again with the same code and changes (--set lr=1e-4), linked to it")
     s.add_argument("run", metavar="RUN", type=job_ref)
     s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -125,8 +127,8 @@ def add_parsers(add, sub) -> None:  # type: ignore[no-untyped-def]
             "sweep status NAME, sweep resume NAME")
     s.usage = ("gpujob sweep [--hosts HOSTS] [--name NAME] [--set KEY=VALUE] [--trials N]\n"
                "                    [--parallel N] [--budget B] [--max-gpu-hours H] [--json] JOB_FILE\n"
-               "       gpujob sweep status NAME [--storage URL] [--json]\n"
-               "       gpujob sweep resume NAME [--storage URL] [--json]")  # argparse's: a list
+               "       gpujob sweep status NAME [--storage URL] [--json] [--wide] [--columns A,B,C]\n"
+               "       gpujob sweep resume NAME [--storage URL] [--json] [--wide] [--columns A,B,C]")  # argparse's: a list
     s.add_argument("target", nargs="+", metavar="JOB_FILE | status NAME | resume NAME",
                    help="a job file with a sweep: section starts a sweep; status NAME shows one, resume NAME drives it again")
     s.add_argument("--hosts", help="host profiles the trials are placed on (a,b: the first with the GPUs free)")
@@ -139,3 +141,4 @@ def add_parsers(add, sub) -> None:  # type: ignore[no-untyped-def]
     s.add_argument("--budget", type=number_type(float, 0, 1e9), metavar="B", help="money: the sweep ends, its trials stopped cleanly, "
                    "before the trials' cost passes this")
     s.add_argument("--max-gpu-hours", type=number_type(float, 0, 1e9), metavar="H", help="the same in GPU-hours")
+    table_flags(s)

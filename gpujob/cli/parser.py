@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any, NoReturn
 
-from gpujob.cli.args import PORT, PRICE, address_type, job_ref, number_type, regex_type, url_type
+from gpujob.cli.args import PORT, PRICE, address_type, job_ref, number_type, regex_type, table_flags, url_type
 from gpujob.cli.common import Handler
 from gpujob.cli.dashboard import cmd_ui
 from gpujob.cli.experiments import add_parsers as add_experiment_parsers
@@ -170,7 +170,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--exit-code", action="store_true",
                    help="exit with the job's outcome: 0 succeeded, 1 failed, 4 stopped, 5 autostopped, 6 lost, "
                         "7 not finished (docs/cli.md)")
+    table_flags(s)  # status without JOB is ls
     s = add("ls", cmd_ls, "list jobs (one remote command per host)")
+    table_flags(s)
     s.add_argument("--host", help="only this host (default: every host jobs were submitted to from here)")
     s.add_argument("--all", action="store_true", help="every job, not only running ones and the newest 30 finished")
     s.add_argument("-w", "--watch", action="store_true", help="refresh in place, as status -w does")
@@ -212,6 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="between looks (default 30)")
     s.add_argument("--once", action="store_true", help="one look at each job (for cron); the time away adds up")
     s = add("cost", cmd_cost, "what jobs have cost (elapsed x price_per_hour), per job and per host")
+    table_flags(s)
     s.add_argument("--host", help="one host (default: every host with jobs)")
     s = add("ui", cmd_ui, "a dashboard in the browser: every job on every host, live curves, compare (needs gpujob[ui])")
     s.add_argument("--port", type=PORT, help="port on 127.0.0.1 (default: a free one, printed)")
@@ -339,7 +342,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--identity", metavar="KEY_FILE")
     s.add_argument("--no-check", action="store_true", help="save a new --ssh line without trying it first")
     host_setting_args(s)
-    add("ls", cmd_host_ls, "list host profiles", hsub)
+    table_flags(add("ls", cmd_host_ls, "list host profiles", hsub))
     s = add("rm", cmd_host_rm, "remove a host profile", hsub)
     s.add_argument("name")
     s = add("rekey", cmd_host_rekey, "give a profile a new key of its own and take its old (shared) key off the host",

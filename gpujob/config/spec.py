@@ -326,8 +326,8 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
             ctx.err(("secrets", i), f"{s} is set by gpujob for every job: use another name")
 
     gpus = raw.get("gpus")
-    if gpus is not None and gpus != "all":
-        _int_in(ctx, ("gpus",), gpus, 0, MAX_GPUS, "a number of GPUs (or 'all')")
+    if gpus is not None and gpus not in ("all", "auto"):
+        _int_in(ctx, ("gpus",), gpus, 0, MAX_GPUS, "a number of GPUs, 'all', or 'auto' (the CPU on a CPU host)")
 
     keep = 3
     backup = True

@@ -7,6 +7,7 @@ here is bounded before it is expanded, so a crafted or mistaken file is refused 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,37 @@ MAX_EVENTS = 50_000  # what the parser reports (a value, a collection's start an
 MAX_DEPTH = 50
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 # LibYAML's parser where PyYAML has it: tens of times faster than the pure-Python one on a large file
-_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_BASE: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _Loader(_BASE):  # type: ignore[misc, valid-type]
+    """YAML 1.2's floats on top of PyYAML's 1.1 rules: 1.1 wants a dot and a signed exponent, so
+    ``1e-5`` and ``3E4`` (as every config and doc writes them, and as JSON, Python and YAML 1.2 read
+    them) would be strings, refused wherever a number is expected."""
+
+
+_FLOAT_12 = re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9][0-9_]*)[eE][-+]?[0-9]+$")
+# a copy of the resolvers for _Loader only (PyYAML copies on first add): yaml's own loaders unchanged
+_Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_12, list("-+0123456789."))
+_LOADER: Any = _Loader
+
+
+class WrittenFloat(float):
+    """A job file's float that prints as it was written: ``env: {EPS: 1e-5}`` gives the job
+    ``EPS=1e-5``, not Python's ``1e-05``; compares, hashes and serialises as the float it is."""
+
+    text: str
+
+    def __new__(cls, value: float, text: str) -> WrittenFloat:
+        self = super().__new__(cls, value)
+        self.text = text
+        return self
+
+    def __getnewargs__(self) -> tuple[float, str]:  # type: ignore[override]  # copy and pickle
+        return float(self), self.text
+
+    def __str__(self) -> str:
+        return self.text
 
 
 class _Expander:
@@ -49,7 +80,8 @@ class _Expander:
         if isinstance(node, yaml.SequenceNode):
             return [self.value(v, path + (i,)) for i, v in enumerate(node.value)]
         try:
-            return self.scalars.construct_object(node)
+            v = self.scalars.construct_object(node)
+            return WrittenFloat(v, node.value) if type(v) is float and node.tag.endswith(":float") else v
         except (yaml.YAMLError, ValueError, TypeError, AttributeError, OverflowError) as e:  # e.g. `!!int x`
             tag = node.tag.replace("tag:yaml.org,2002:", "!!")
             raise SpecError(f"{self.mark(node)}: cannot read {str(node.value)[:40]!r} as {tag}: "

@@ -7,6 +7,7 @@ same value on its stdin (``to_json``) instead of reading the profile store again
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Protocol, Union
 
@@ -61,3 +62,22 @@ Target = Union[Endpoint, Reachable]
 def as_endpoint(target: Target) -> Endpoint:
     """``target`` itself, or the endpoint of the profile given."""
     return target if isinstance(target, Endpoint) else target.endpoint()
+
+
+def identity_problem(path: str) -> str:
+    """Why ``path`` cannot be the private key a profile logs in with, or "" (read before any
+    connection: a wrong path once read as "the instance did not answer")."""
+    p = os.path.expanduser(path)
+    if not os.path.exists(p):
+        return f"the key file {path} does not exist"
+    if os.path.isdir(p):
+        return f"the key file {path} is a folder"
+    try:
+        with open(p, "rb") as f:
+            head = f.read(4096)
+    except OSError as e:
+        return f"the key file {path} cannot be read ({e.strerror or e})"
+    if b"PRIVATE KEY" not in head:
+        public = b"ssh-" in head[:20] or path.endswith(".pub")
+        return f"{path} is not a private key" + (" (it is the public half: give the file without .pub)" if public else "")
+    return ""

@@ -21,7 +21,7 @@ import paramiko
 
 from gpujob.backoff import backoff
 from gpujob.bundle import import_remote
-from gpujob.errors import ConnectError, HostKeyChanged
+from gpujob.errors import ConnectError, HostError, HostKeyChanged
 from gpujob.transport import replies
 from gpujob.transport.base import (
     STDERR_KEPT,
@@ -34,7 +34,7 @@ from gpujob.transport.base import (
     TunnelRefused,
     pump,
 )
-from gpujob.transport.endpoint import Endpoint, Target, as_endpoint
+from gpujob.transport.endpoint import Endpoint, Target, as_endpoint, identity_problem
 
 # paramiko's transport thread logs the traceback of a failed handshake (no banner over a dead
 # link); with no handler Python prints it on stderr. The error reaches the user as one message.
@@ -134,7 +134,11 @@ def open_client(target: Target, password: str | None = None, retries: int | None
         client.load_host_keys(str(kh))
     client.set_missing_host_key_policy(_TrustOnFirstUse(kh))
     pkey = None
-    key_files = [host.identity_file] if host.identity_file else None
+    why = identity_problem(host.identity_file) if host.identity_file else ""
+    if why:  # a wrong path is no silent instance: say so before connecting
+        raise HostError(f"{host.name}: {why}",
+                        f"give the private key's path: gpujob host set {host.name} --identity ~/.ssh/KEY")
+    key_files = [os.path.expanduser(host.identity_file)] if host.identity_file else None
     if not key_files:
         pkey = _client_key(host)
     for attempt in range(1, retries + 1):

@@ -44,12 +44,13 @@ def runs_table(res: results.RunList | Any) -> None:
     Plain text in columns (``plaintable``): rich's table would be most of what ``runs`` costs."""
     import sys
 
-    from gpujob.ui.plaintable import colour, render, styled
+    from gpujob.ui.plaintable import Col, colour, styled, table
 
     doc = res.to_json()
     rows = doc["runs"]
     if not rows:
-        print("no runs match (every job submitted from here is one; gpujob runs without filters lists them)")
+        print("no runs match: every job submitted from here is one (gpujob submit job.yaml); with --name, --where "
+              "or --sweep, gpujob runs alone lists them all")
         return
     keys: dict[str, set[str]] = {}
     for r in rows:
@@ -58,7 +59,11 @@ def runs_table(res: results.RunList | Any) -> None:
     varying = [k for k, vals in keys.items() if len(vals) > 1 or len(rows) == 1][:MAX_PARAM_COLS]
     metric = (doc.get("sort") or "").lstrip("-") or next((r.get("loss_key") for r in rows if r.get("loss_key")), None) \
         or next((k for r in rows for k in (r.get("final") or {}) if "loss" in k), None)
-    head = ["RUN", "HOST", "STATE", "STARTED", *varying, *([metric.upper()] if metric else []), "COST"]
+    # at a narrow width the run, its state, the metric and the cost stay; the host, the parameters
+    # and the date give way whole (the footnote names them), never cut to "0.0…"
+    cols = [Col("RUN", "id"), Col("HOST", "name", 3), Col("STATE"), Col("STARTED", rank=5),
+            *(Col(k, "name", 4) for k in varying), *([Col(metric.upper(), rank=1)] if metric else []),
+            Col("COST", rank=2)]
     cells, styles = [], []
     for r in rows:
         best = (r.get("best") or {}).get(metric) if metric else None
@@ -68,7 +73,7 @@ def runs_table(res: results.RunList | Any) -> None:
         cells.append([r["job_id"], r.get("host") or "-", r.get("state") or "?", _when(r.get("submitted_at")),
                       *(_fmt((r.get("params") or {}).get(k)) for k in varying), *([_fmt(best)] if metric else []), cost])
         styles.append(["", "", STATE_STYLE.get(r.get("state") or "", "white")])
-    sys.stdout.write(render(head, cells, styles, keep=(2,)))  # "succeed…" would hide how a run ended
+    sys.stdout.write(table(cols, cells, styles))
     if doc["total"] > doc["shown"]:
         print(styled(f"{doc['shown']} of {doc['total']} runs (--limit 0: all)", "dim", colour()))
 
@@ -76,10 +81,11 @@ def runs_table(res: results.RunList | Any) -> None:
 def comparison(res: results.Comparison) -> None:
     """What differs, then the metrics side by side, then a sparkline of each run's main curve
     (padded text, as ``runs``: rich's table would be a third of what compare costs)."""
+    import shutil
     import sys
 
     from gpujob.ui.neutral import clean
-    from gpujob.ui.plaintable import colour, render, sparkline, styled
+    from gpujob.ui.plaintable import Col, colour, middle, sparkline, styled, table, unique_tail
 
     doc = res.to_json()
     runs = doc["runs"]
@@ -100,7 +106,8 @@ def comparison(res: results.Comparison) -> None:
     section("best", doc["best"])
     if any(v is not None for v in doc.get("cost") or []):
         section("cost", {"cost": doc["cost"]})
-    sys.stdout.write(render(["", *(r["job_id"] for r in runs)], cells, styles))
+    # one column per run, none dropped: run ids shorten to their unique end before a value is cut
+    sys.stdout.write(table([Col(""), *(Col(r["job_id"]) for r in runs)], cells, styles))
     if not (doc["params"] or doc["code"] or doc["env"]):
         print(styled("same parameters, code and environment", "dim", on))
     same = doc.get("same_params") or {}
@@ -109,8 +116,12 @@ def comparison(res: results.Comparison) -> None:
     key = doc.get("loss_key") or next(iter(doc.get("series") or {}), None)
     if key and key in doc["series"]:
         print(styled(clean(key), "bold", on))
-        for r, pts in zip(runs, doc["series"][key]):
-            print(f"  {clean(r['job_id']):<28} {sparkline([p[1] for p in pts if isinstance(p[1], (int, float))], 40)}")
+        ids = [clean(r["job_id"]) for r in runs]
+        room = shutil.get_terminal_size((80, 24)).columns
+        name_w = min(max(len(i) for i in ids), max(8, room - 2 - 1 - 40))  # the line fits: the id gives first
+        for i, pts in zip(ids, doc["series"][key]):
+            spark = sparkline([p[1] for p in pts if isinstance(p[1], (int, float))], max(8, min(40, room - 3 - name_w)))
+            print(f"  {middle(i, name_w, unique_tail(ids, i)):<{name_w}} {spark}")
     if doc.get("plot"):
         print(f"curves: {clean(doc['plot'])}")
 
@@ -146,21 +157,21 @@ def reran(res: results.RerunResult) -> None:
 
 def sweep_report(res: results.SweepReport) -> None:
     """The trials (best first), the sweep's state and what it spent."""
-    from rich.table import Table
+    import sys
+
+    from gpujob.ui.plaintable import Col, table
 
     doc = res.to_json()
     c = console()
     metric = doc.get("metric") or "value"
-    t = Table(box=None, header_style="bold", pad_edge=False, title=f"sweep {doc['sweep']} ({doc['state']})")
     pkeys = list(dict.fromkeys(k for tr in doc["trials"] for k in (tr.get("params") or {})))
-    for col in ("#", "RUN", "STATE", *pkeys, metric.upper(), "STEPS"):
-        t.add_column(col, no_wrap=True)
-    for tr in doc["trials"]:
-        st = tr.get("state") or "?"
-        t.add_row(str(tr.get("number")), tr.get("job_id") or "-", f"[{STATE_STYLE.get(st, 'white')}]{st}[/]",
-                  *(_fmt((tr.get("params") or {}).get(k)) for k in pkeys), _fmt(tr.get("value")),
-                  _fmt(tr.get("steps")))
-    c.print(t)
+    cols = [Col("#"), Col("RUN", "id"), Col("STATE"), *(Col(k, "name", 3) for k in pkeys), Col(metric.upper(), rank=1),
+            Col("STEPS", rank=2)]
+    cells = [[str(tr.get("number")), tr.get("job_id") or "-", tr.get("state") or "?",
+              *(_fmt((tr.get("params") or {}).get(k)) for k in pkeys), _fmt(tr.get("value")), _fmt(tr.get("steps"))]
+             for tr in doc["trials"]]
+    styles = [["", "", STATE_STYLE.get(r[2], "white")] for r in cells]
+    sys.stdout.write(table(cols, cells, styles, title=f"sweep {doc['sweep']} ({doc['state']})"))
     best = doc.get("best")
     if best:
         c.print(f"best: trial {best['number']} ({best.get('job_id')}) {metric} = {_fmt(best.get('value'))} "

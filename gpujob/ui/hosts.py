@@ -10,23 +10,15 @@ from gpujob.ui.output import console
 
 
 def host_list(hosts: list[Any]) -> None:
-    from rich.table import Table
+    from gpujob.ui.plaintable import Col, table
 
-    t = Table(box=None, header_style="bold")
-    # the name and the address (its port!) are what the next command needs: never cut; the root folds
-    for col, key in (("NAME", "name"), ("ADDRESS", "address")):
-        t.add_column(col, no_wrap=True, min_width=max([len(str(getattr(h, key))) for h in hosts] + [len(col)]))
-    for col in ("PRESET", "ROOT", "PRICE/H", "POWER", "PREFLIGHT"):
-        t.add_column(col, overflow="fold") if col == "ROOT" else t.add_column(col, no_wrap=True)
-    from rich.markup import escape
-
-    from gpujob.ui.neutral import clean
-
-    for h in hosts:  # a profile's text is the user's, its preflight the host's: neither is markup
-        t.add_row(*(escape(clean(str(x))) for x in (h.name, h.address, h.preset, h.remote_root)),
-                  escape(f"{h.price_per_hour} {h.currency}") if h.price_per_hour else "-",
-                  "on/off" if h.power.get("on") else "-", preflight_cell(h.bench))
-    console().print(t)
+    # the name and the address (its port!) are what the next command needs: they stay; the root
+    # shortens in its middle, the rest give way whole
+    cols = [Col("NAME", "name"), Col("ADDRESS"), Col("PRESET", rank=4), Col("ROOT", "name", 5), Col("PRICE/H", rank=2),
+            Col("POWER", rank=3), Col("PREFLIGHT", "name", 1)]
+    rows = [[h.name, h.address, h.preset, h.remote_root, f"{h.price_per_hour} {h.currency}" if h.price_per_hour else "-",
+             "on/off" if h.power.get("on") else "-", preflight_cell(h.bench)] for h in hosts]
+    sys.stdout.write(table(cols, rows))
 
 
 def preflight_cell(bench: dict[str, Any] | None) -> str:

@@ -23,16 +23,11 @@ if TYPE_CHECKING:
 
 
 
-# ``ls`` columns in the order shown, most important first in LS_IMPORTANCE: at a narrow width
-# the least important give way whole (never a header cut to ``ST…``); the last line fills what is left
+# ``ls`` columns in the order shown; at a narrow width the least important give way whole (plaintable's
+# rule: never a header cut to ``ST…``, the footnote names them); the last line fills what is left
 LS_COLUMNS = ("JOB", "HOST", "STATE", "QUEUE", "ATTEMPT", "ELAPSED", "STEP", "LOSS", "LAST LINE")
-
-
 LS_IMPORTANCE = ("JOB", "STATE", "HOST", "STEP", "LOSS", "ELAPSED", "ATTEMPT", "QUEUE", "LAST LINE")
-
-
-LS_GAP = 2
-LAST_LINE_MIN, LAST_LINE_MAX = 12, 60
+LAST_LINE_MAX = 60
 
 
 def _ls_cells(j: dict[str, Any]) -> dict[str, str]:
@@ -47,37 +42,25 @@ def _ls_cells(j: dict[str, Any]) -> dict[str, str]:
     }
 
 
-def ls_layout(rows: list[dict[str, str]], width: int) -> dict[str, int]:
-    """{column: width} of the columns that fit in ``width``, by importance; empty columns left out."""
-    widths = {c: max([len(c)] + [len(r[c]) for r in rows]) for c in LS_COLUMNS}
-    shown = [c for c in LS_COLUMNS if c in ("JOB", "HOST", "STATE") or any(r[c] not in ("-", "") for r in rows)]
-    chosen: dict[str, int] = {}
-    used = -LS_GAP
-    for c in (c for c in LS_IMPORTANCE if c in shown):
-        if c == "LAST LINE":
-            room = width - used - LS_GAP
-            if room >= LAST_LINE_MIN:
-                chosen[c] = min(widths[c], room, LAST_LINE_MAX)
-            continue
-        if used + LS_GAP + widths[c] > width and c not in ("JOB", "STATE"):
-            break  # a less important column never shows where a more important one could not
-        chosen[c] = widths[c]
-        used += LS_GAP + widths[c]
-    return {c: chosen[c] for c in LS_COLUMNS if c in chosen}
+def ls_cols() -> list[Any]:
+    from gpujob.ui.plaintable import Col
+
+    kind = {"JOB": "id", "HOST": "name", "LAST LINE": "text"}
+    return [Col(c, kind.get(c, "fixed"), LS_IMPORTANCE.index(c) if c not in ("JOB", "STATE") else 0,
+                LAST_LINE_MAX if c == "LAST LINE" else 0, c not in ("JOB", "HOST", "STATE")) for c in LS_COLUMNS]
 
 
 def jobs_table(jobs: list[dict[str, Any]], title: str | None = None, width: int | None = None) -> Any:
-    from rich.table import Table
+    """``ls``'s table (rich text: ``ls -w`` redraws it in place)."""
     from rich.text import Text
 
+    from gpujob.ui.plaintable import table
+
     rows = [_ls_cells(j) for j in clean_doc(jobs)]  # host-supplied: no escape sequence reaches the terminal
-    layout = ls_layout(rows, width if width is not None else console().width)
-    t = Table(title=title, box=None, header_style="bold", pad_edge=False, padding=(0, LS_GAP // 2))
-    for col, w in layout.items():
-        t.add_column(col, overflow="ellipsis", no_wrap=True, min_width=w, max_width=w)
-    for r in rows:
-        t.add_row(*(Text(r[c], style=STATE_STYLE.get(r[c], "white") if c == "STATE" else "") for c in layout))
-    return t
+    cells = [[r[c] for c in LS_COLUMNS] for r in rows]
+    styles = [["", "", STATE_STYLE.get(r["STATE"], "white")] for r in rows]
+    return Text.from_ansi(table(ls_cols(), cells, styles, width=width or console().width, title=title or "").rstrip("\n"),
+                          no_wrap=True)
 
 
 def _fmt(v: Any) -> str:
@@ -261,15 +244,26 @@ def _t(value: Any) -> str:
 
 
 def submitted(res: results.SubmitResult) -> None:
-    follow = f"  follow: gpujob tail {res.job_id} -f    status: gpujob status {res.job_id}"
+    """Where the job went and how to follow it; on a terminal too narrow for a line, its parts on lines
+    of their own (a pipe gets each line whole)."""
+    from gpujob.ui.plaintable import parts_that_fit
+
+    c = console()
+    width = c.width if c.is_terminal else 1 << 30
+    follow = parts_that_fit([f"follow: gpujob tail {res.job_id} -f", f"status: gpujob status {res.job_id}"], "    ",
+                            width, "  ")
     if res.nodes:
         print(clean(f"{res.job_id} submitted to {len(res.nodes)} nodes: {res.host}"))
-        print(clean(follow))
+        for line in follow:
+            print(clean(line))
         return
-    s, c = res.sync, console()
-    c.print(f"[bold]{_t(res.job_id)}[/] submitted to [cyan]{_t(res.host)}[/] ({_t(res.state)}); "
-            f"synced {s['files_sent']} file(s), {s['bytes_sent'] / 1e6:.1f} MB, {s['unchanged']} unchanged")
-    c.print(_t(follow))
+    s, jid = res.sync, clean(res.job_id)
+    head = parts_that_fit([f"{jid} submitted to {clean(res.host)} ({clean(res.state)});",
+                           f"synced {s['files_sent']} file(s), {s['bytes_sent'] / 1e6:.1f} MB, {s['unchanged']} unchanged"],
+                          " ", width)
+    c.print(f"[bold]{_esc(jid)}[/]" + _esc(head[0][len(jid):]))
+    for line in head[1:] + follow:
+        c.print(_esc(line if line.startswith(" ") else "  " + line))
     large_code_warnings(s.get("large") or [])
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from gpujob.ui.jobs import job_panel, jobs_table
 from gpujob.ui.output import console
@@ -29,7 +29,12 @@ def live_table(fetch_all: Callable[[], results.JobList], interval: float = 2.0) 
     """The job list, redrawn in place until Ctrl-C."""
     from rich.live import Live
 
-    with Live(jobs_table(fetch_all().to_json()["jobs"]), console=console(), auto_refresh=False) as lv:
+    # a column short of the width: a line that fills it leaves the cursor past its end, where the
+    # terminal's echo of ^C starts a row the redraw does not count (the header was drawn twice)
+    def draw() -> Any:
+        return jobs_table(fetch_all().to_json()["jobs"], width=console().width - 1)
+
+    with Live(draw(), console=console(), auto_refresh=False) as lv:
         while True:
             time.sleep(interval)
-            lv.update(jobs_table(fetch_all().to_json()["jobs"]), refresh=True)
+            lv.update(draw(), refresh=True)

@@ -8,6 +8,7 @@ import json
 import shlex
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 from gpujob.config.hosts import (
@@ -19,7 +20,7 @@ from gpujob.config.hosts import (
     detect_preset,
     parse_ssh_target,
 )
-from gpujob.errors import ConnectError, GpujobError, HostError
+from gpujob.errors import ConnectError, GpujobError, HostError, HostKeyChanged
 
 # the settings ``host add`` and ``host set`` both take; None leaves one as it is, "" clears it
 SETTINGS = ("shutdown_command", "private_address", "network_turbo", "hf_endpoint", "pip_index_url", "data_disk",
@@ -119,6 +120,19 @@ def platform_of(found: dict[str, str]) -> str:
     return "generic"
 
 
+def _identity(path: str, retry: str) -> str:
+    """``--identity PATH`` checked before anything connects or is saved, as an absolute path (a
+    relative one would name another file from another folder)."""
+    from gpujob.transport.endpoint import identity_problem
+
+    why = identity_problem(path)
+    if why:
+        raise HostError(f"--identity: {why}; nothing was saved",
+                        f"give the private key the instance accepts: {retry} (without --identity gpujob makes and "
+                        "installs its own key, with the instance's password once)")
+    return str(Path(path).expanduser().absolute())
+
+
 def add_host(
     name: str, ssh_line: str, *, password: str | None = None, root: str | None = None, preset: str | None = None,
     price: float | None = None, identity: str | None = None, check: bool = True, force: bool = False,
@@ -145,13 +159,22 @@ def add_host(
     host.price_per_hour = price
     check_profile(host, "save")  # before any connection: a value is never tried, only refused
     if check:
+        if identity:
+            host.identity_file = _identity(identity, f"gpujob host add {name} --ssh \"...\" --identity ~/.ssh/KEY")
         from gpujob.transport.ssh import open_client
 
         try:
             open_client(host, retries=1).close()
+        except HostKeyChanged:
+            raise
         except ConnectError as e:
             if "refused gpujob's key" not in e.cause:
-                raise
+                # the transport's remedy names `host set`, for a profile that is not saved: say what is
+                again = f"gpujob host add {name} --ssh \"ssh -p PORT user@HOST\" again; --no-check saves it untried"
+                raise type(e)(f"{e.cause}; nothing was saved",
+                              f"check the host name in the console's login line, then {again}"
+                              if "cannot resolve" in e.cause else "is the instance powered on? Copy its login line "
+                              f"again (the port can change after a restart) and run {again}") from None
             if password is None:
                 if not sys.stdin.isatty():
                     raise ConnectError(
@@ -214,6 +237,9 @@ def update_host(
             host.identity_file = identity
         tried = False
         if check:
+            check_profile(host, "save")  # before connecting: a value is refused, never tried
+            if identity:
+                host.identity_file = _identity(identity, f"gpujob host set {name} --identity ~/.ssh/KEY")
             from gpujob.transport.ssh import open_client
 
             try:
@@ -224,11 +250,13 @@ def update_host(
                               f"gpujob host set {name} --ssh \"...\" --no-check") from None
             tried = True
     for attr, val in (("root", root), ("preset", preset), ("identity_file", identity)):
-        if val is not None:
+        if val is not None and not (attr == "identity_file" and tried):  # tried: checked and made absolute above
             setattr(host, attr, val)
     if price is not None:
         host.price_per_hour = price
     check_profile(host, "save")
+    if identity and check and not ssh_line:
+        host.identity_file = _identity(identity, f"gpujob host set {name} --identity ~/.ssh/KEY")
     change = HostChange(host, apply_settings(host, settings or {}, store), tried)
     store.save(host)
     return change

@@ -28,8 +28,9 @@ class Skip:
 
 
 def wanted(gpus: Any) -> int:
-    """GPUs the job needs free: 0 (none asked), N, or -1 (all of the host's)."""
-    if gpus in (None, 0, "0"):
+    """GPUs the job needs free: 0 (none asked, or ``auto``: the CPU where there is none), N, or -1
+    (all of the host's)."""
+    if gpus in (None, 0, "0", "auto"):
         return 0
     return -1 if gpus == "all" else int(gpus)
 
@@ -44,7 +45,7 @@ def cannot_fit(doc: dict[str, Any], need: int) -> str:
     if gpus is None and doc.get("smi_error"):  # an nvidia-smi that fails: GPUs gone, no CPU host
         return f"has no working GPU now ({str(doc['smi_error'])[:300]}; started without its GPUs, or the driver is gone)"
     if gpus is None:
-        return "a CPU host (no nvidia-smi)"
+        return "is a CPU host (no nvidia-smi)"
     n = len(gpus) if need == -1 else need
     if n > len(gpus) or not gpus:
         return f"has {len(gpus)} GPU(s), the job asks for {n or 'all'}"
@@ -70,16 +71,21 @@ def why_not(doc: dict[str, Any], need: int) -> str:
     return ""
 
 
-def check_capacity(host: Host, agent: Agent, need: int) -> None:
+def check_capacity(host: Host, agent: Agent, need: int, cpu_ok: bool = False) -> None:
     """Refuse, before anything is sent, a job asking for more GPUs than ``host`` has at all (a
-    busy host is fine: the job queues). The laptop's ``local`` runs a GPU job on its CPU."""
-    if need == 0 or host.kind == "local":
+    busy host is fine: the job queues). One rule on every host, the laptop's ``local`` too:
+    ``gpus: auto`` is what runs on a CPU host, and ``cpu_ok`` (``launcher: torchrun``: N CPU processes there)."""
+    if need == 0:
         return
-    why = cannot_fit(agent.call("gpus", _prefix_args(host), timeout=60), need)
+    doc = agent.call("gpus", _prefix_args(host), timeout=60)
+    if cpu_ok and doc.get("gpus") is None and not doc.get("smi_error"):
+        return  # launcher: torchrun on a CPU host starts N CPU processes (the agent's rule, remote/gpus.py wanted)
+    why = cannot_fit(doc, need)
     if why:
         raise GpujobError(f"{host.name} {why}: the job cannot run there; nothing was submitted",
                           "submit to a host with the GPUs (--host a,b tries each in turn; --wait-gpus 2h with several "
-                          "waits for one to free up), or lower gpus: (gpus: 0 runs on the CPU)")
+                          "waits for one to free up), or lower gpus: (gpus: auto uses the GPUs where there are some and the CPU "
+                          "where there is none; gpus: 0 runs on the CPU)")
 
 
 def _prefix_args(host: Host) -> list[str]:

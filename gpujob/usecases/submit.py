@@ -107,7 +107,6 @@ def submit(
         "job_id": job_id,
         "node": node,
         "lease": lease,
-        "cpu_fallback": host.kind == "local",  # try a GPU job on a laptop's CPU; a rented host must have its GPUs
     }
     if expect_code:
         request["expect_code_hash"] = expect_code

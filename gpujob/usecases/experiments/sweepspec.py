@@ -63,6 +63,30 @@ def _num(errors: list[str], d: dict[str, Any], key: str, kind: type, low: float,
     return kind(v)
 
 
+RANGE_KEYS = ("low", "high", "log", "int", "step")
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _range_problem(v: dict[str, Any]) -> str | None:
+    """Why ``{low: A, high: B, ...}`` cannot be searched, or None when it can."""
+    unknown = [str(k) for k in v if k not in RANGE_KEYS]
+    if unknown:
+        return f"unknown key {unknown[0]!r} in a range (known: {', '.join(RANGE_KEYS)})"
+    for b in ("low", "high", "step"):
+        if b in v and not _is_num(v[b]):
+            return f"{b}: {v[b]!r} is not a number (write it as 0.001 or 1e-3)"
+    if "low" not in v or "high" not in v:
+        return "a range needs both low and high, e.g. {low: 1e-5, high: 1e-2}"
+    if not v["low"] < v["high"]:
+        return f"low ({v['low']}) must be below high ({v['high']})"
+    if v.get("log") and v["low"] <= 0:
+        return f"a log range needs low > 0 (got {v['low']})"
+    return None
+
+
 def _space(errors: list[str], params: Any) -> dict[str, Any]:
     if not isinstance(params, dict) or not params:
         errors.append("sweep.params: expected a mapping of parameters, e.g. params: {lr: [1e-4, 1e-3]}")
@@ -71,10 +95,12 @@ def _space(errors: list[str], params: Any) -> dict[str, Any]:
     for k, v in params.items():
         if isinstance(v, list) and v:
             out[str(k)] = v
-        elif isinstance(v, dict) and {"low", "high"} <= set(v) and all(
-                isinstance(v[b], (int, float)) and not isinstance(v[b], bool) for b in ("low", "high")) \
-                and v["low"] < v["high"] and set(v) <= {"low", "high", "log", "int", "step"}:
-            out[str(k)] = v
+        elif isinstance(v, dict):
+            problem = _range_problem(v)
+            if problem:
+                errors.append(f"sweep.params.{k}: {problem}")
+            else:
+                out[str(k)] = v
         else:
             errors.append(f"sweep.params.{k}: expected a list of values or {{low: A, high: B}} (log: true, int: true)")
     return out
