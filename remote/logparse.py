@@ -27,8 +27,13 @@ times a second does not become ten records a second.
 
 import json
 import re
+import sys
 from typing import Any, Dict, List, Optional, Tuple
 
+# A key runs to the end of its word (the next character must be a space, ":" or "="), so it never gives
+# characters back: where the interpreter has possessive repeats (3.11) they say so, and a word that is no
+# key fails at once instead of being tried again one character shorter each time (same matches, less work).
+_KEEP = "+" if sys.version_info >= (3, 11) else ""
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 NUM = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|nan|inf)"
 DICT_PAIR = re.compile(r"'([^'\\]{1,80})':\s*'?(" + NUM + r")'?(?=\s*[,}])")
@@ -38,9 +43,9 @@ RICH = re.compile(r"^(?P<desc>.*?)\s*━*\s+(?P<n>\d+)/(?P<total>\d+)\s+(?P<elap
                   r"\s+(?P<rate>[\d.]+)(?P<unit>it/s|s/it)(?P<rest>.*)$")
 EPOCH = re.compile(r"\bepoch\s*[:#=]?\s*\[?\s*(\d+)(?:\s*(?:/|of\b)\s*(\d+))?", re.I)
 STEP = re.compile(r"\b(?:global_step|step|iter|iteration)\b\s*[:=#]?\s*\[?\s*(\d+)(?:\s*/\s*(\d+))?", re.I)
-PAIR = re.compile(r"([A-Za-z][\w/.@-]{0,60})\s*[:=]\s*(" + NUM + r")(?![\w.])")
+PAIR = re.compile(r"([A-Za-z][\w/.@-]{0,60}" + _KEEP + r")\s*[:=]\s*(" + NUM + r")(?![\w.])")
 # "step 12 loss 0.53": a metric name and its number with only a space between (plain loops, examples/tiny)
-SPACED = re.compile(r"\b([A-Za-z][\w/.-]{0,60})\s+(" + NUM + r")(?![\w.:=])")
+SPACED = re.compile(r"\b([A-Za-z][\w/.-]{0,60}" + _KEEP + r")\s+(" + NUM + r")(?![\w.:=])")
 METRIC_NAME = re.compile(r"loss|acc(?!um)|lr$|learning_rate|ppl|perplexity|grad_norm|f1|bleu|rouge|wer|cer|reward|score",
                          re.I)
 NOT_PROGRESS = re.compile(r"valid|sanity|test|predict|eval|infer|map|filter|token|download|load|generat|extract|"
@@ -52,7 +57,9 @@ SKIP_KEYS = ("v_num",)
 JSON_STEP = {"global_step": "step", "iter": "step", "iteration": "step", "num_updates": "step", "it": "step"}
 # "train loss 2.1, val loss 2.2" (nanoGPT, many plain loops): the word before a metric says whose it is;
 # without it both would be "loss" and the validation value would pass for the training loss
-QUALIFIER = re.compile(r"\b(train|training|val|valid|validation|eval|test|dev)[\s_]+$", re.I)
+QUALIFIER = re.compile(r"\b(train|training|val|valid|validation|eval|test|dev)$", re.I)
+QUALIFIER_LEN = len("validation")  # the longest: QUALIFIER is searched in that many characters only
+QUALIFIER_ENDS = "ngldtvNGLDTV"  # their last letters: a word ending otherwise is none of them
 # "batch 30/100", a count within the epoch printed on the same line
 BATCH = re.compile(r"\bbatch\s*[:#=]?\s*\[?\s*(\d+)\s*/\s*(\d+)", re.I)
 PERCENT = re.compile(r"\d{1,3}$")
@@ -115,6 +122,44 @@ def _plausible(rate_s: str, unit: str, secs: Optional[float], n: int, first: Opt
     if first is not None and secs > first[1] and per_s * (secs - first[1]) > 10 * (n - first[0]) + 10:
         return False
     return per_s * secs <= 10 * n + 10  # 10: a first compile's slow steps, then the real pace, is no jump
+
+
+_MEMO_MAX = 512  # entries a memo keeps (a flood repeats the same few keys and bar descriptions)
+_metric_keys = {}  # type: Dict[str, bool]
+_bar_descs = {}  # type: Dict[str, Tuple[bool, Any, bool]]
+
+
+def _is_metric(k: str) -> bool:
+    """``k`` names a metric (METRIC_NAME, not SKIP_KEYS): asked for every pair of every line, answered once a key."""
+    got = _metric_keys.get(k)
+    if got is None:
+        if len(_metric_keys) >= _MEMO_MAX:
+            _metric_keys.clear()
+        got = _metric_keys[k] = METRIC_NAME.search(k) is not None and k not in SKIP_KEYS
+    return got
+
+
+def _bar_desc(desc: str) -> Tuple[bool, Any, bool]:
+    """(not progress, its epoch match, an outer epochs bar) of a bar's description: every redraw has the same."""
+    got = _bar_descs.get(desc)
+    if got is None:
+        if len(_bar_descs) >= _MEMO_MAX:
+            _bar_descs.clear()
+        skip = bool(desc) and NOT_PROGRESS.search(desc) is not None
+        em = EPOCH.search(desc) if desc and not skip else None
+        got = _bar_descs[desc] = (skip, em, bool(desc) and em is None and not skip and EPOCHS_BAR.search(desc) is not None)
+    return got
+
+
+def _qualifier(s: str, end: int) -> Any:
+    """``train``/``val``/... right before ``s[end:]``, spaces or ``_`` between (``train loss 2.1``, ``val_loss``):
+    the word says whose the metric is. Looked for just before ``end``, not in all of the line before it."""
+    j = end
+    while j > 0 and (s[j - 1] == "_" or s[j - 1].isspace()):
+        j -= 1
+    if j == end or s[j - 1] not in QUALIFIER_ENDS:
+        return None
+    return QUALIFIER.search(s, max(0, j - QUALIFIER_LEN), j)  # \b sees the character before the window
 
 
 class LogParser:
@@ -221,7 +266,7 @@ class LogParser:
             self.epoch_line = (int(hm.group(1)), int(hm.group(2)))
             return
         if "loss" in low or "step" in low or "iter" in low or "acc" in low or "lr" in low:
-            self._plain(s, t, out)
+            self._plain(s, low, t, out)
 
     # ---- shapes --------------------------------------------------------------------------
     def _bar(self, s: str, t: float) -> int:
@@ -240,11 +285,10 @@ class LogParser:
             return m.end()  # datasets' "examples/s", downloads' "MB/s": not training steps
         desc = s[:m.start()]
         desc = PERCENT.sub("", desc.split("%|")[0]) if "%|" in desc else desc  # "Epoch:  30%|": not epoch 30
-        if desc and NOT_PROGRESS.search(desc):
+        skip, em, outer = _bar_desc(desc)
+        if skip:
             return m.end()
         total = int(total_s) if total_s and total_s != "?" else None
-        em = EPOCH.search(desc) if desc else None
-        outer = bool(desc) and em is None and EPOCHS_BAR.search(desc) is not None
         secs = _seconds(_elapsed) if _elapsed else None
         seen = self.bar_seen.get(total)
         if seen is None or int(n) < seen[0] or (secs is not None and secs < seen[1]):  # a new bar, or a new pass
@@ -346,22 +390,27 @@ class LogParser:
         self._add(rec, t, out)
         return True
 
-    def _plain(self, s: str, t: float, out: List[Dict[str, Any]]) -> None:
+    def _plain(self, s: str, low: str, t: float, out: List[Dict[str, Any]]) -> None:
+        # Each pattern runs only where its literal part is in the line (``low``: the line in lower case):
+        # a log flood (20,000 lines a second) is parsed here line by line, and a search over the whole
+        # line for a pattern that cannot match was most of the supervisor's time.
         rec = {}  # type: Dict[str, Any]
         em = EVAL_LINE.match(s)
         whose = None if em is None else "eval" if em.group(1).lower() == "evaluation" else em.group(1).lower()
-        for m in FRACTION.finditer(s):
-            rec[self._key(m.group(1), whose)] = float(m.group(2))
+        if "%" in s:
+            for m in FRACTION.finditer(s):
+                rec[self._key(m.group(1), whose)] = float(m.group(2))
         s_rest = FRACTION.sub(" ", s) if rec else s
-        ib = EPOCH_BATCH.match(s) if whose is None else None
-        sm = None if ib else STEP.search(s)
-        bm = None if sm or ib else BATCH.search(s) or BATCHES.search(s)
-        for m in list(PAIR.finditer(s_rest)) or list(SPACED.finditer(s_rest)):
+        ib = EPOCH_BATCH.match(s) if whose is None and low.startswith("train") else None
+        sm = None if ib or ("step" not in low and "iter" not in low) else STEP.search(s)
+        bm = None if sm or ib or "batch" not in low else BATCH.search(s) or BATCHES.search(s)
+        pairs = PAIR.finditer(s_rest) if ":" in s_rest or "=" in s_rest else ()
+        for m in list(pairs) or list(SPACED.finditer(s_rest)):
             k, v = m.group(1), m.group(2)
-            if METRIC_NAME.search(k) and k not in SKIP_KEYS:
+            if _is_metric(k):
                 x = _num(v)
                 if x is not None:
-                    qm = QUALIFIER.search(s_rest, 0, m.start())
+                    qm = _qualifier(s_rest, m.start())
                     if whose is not None:
                         rec.setdefault(self._key(k, whose), x)  # "Loss: 0.7 (0.7)": the first is the value now
                     elif ib is not None:
@@ -376,7 +425,7 @@ class LogParser:
             pass  # an evaluation line is no step of training: it takes the current one (_add)
         elif sm or bm:
             m = sm or bm
-            self._printed_step(s, int(m.group(1)), int(m.group(2)) if m.group(2) else None, rec, bm is not None)
+            self._printed_step(s, int(m.group(1)), int(m.group(2)) if m.group(2) else None, rec, bm is not None, low)
         else:
             self._epoch_progress(s, rec)
         self._flush_bar(out)
@@ -435,12 +484,13 @@ class LogParser:
             self._add(rec, t, out)
         return True
 
-    def _printed_step(self, s: str, n: int, of: Optional[int], rec: Dict[str, Any], batch: bool = False) -> None:
+    def _printed_step(self, s: str, n: int, of: Optional[int], rec: Dict[str, Any], batch: bool = False,
+                      low: str = "") -> None:
         """``step N[/M]`` on a line; with an epoch beside it the count may start again each epoch
         (PyTorch's tutorial loop prints ``Epoch [2/10], Step [100/600]``): seen going back while the
         epoch went up, the step is counted on over the epochs before."""
         step, total = n, of
-        em = EPOCH.search(s)
+        em = EPOCH.search(s) if "epoch" in (low or s.lower()) else None
         if em:
             epoch, epochs = int(em.group(1)), int(em.group(2)) if em.group(2) else None
             rec["epoch"] = epoch

@@ -41,6 +41,7 @@ MAX_WALK = 3000  # folders a search visits at most
 WALK_DEPTH = 4
 SKIP_DIRS = {"__pycache__", "node_modules", "site-packages", "wandb", "data", "datasets", "ckpt", "checkpoints"}
 EVENTS = "events.out.tfevents."
+_RECORD = json.JSONEncoder(sort_keys=True)  # a record's line, as json.dumps(rec, sort_keys=True) writes it
 READ_CHUNK = 4 << 20  # log bytes read per collect at most (a huge backlog is caught up over ticks)
 STEP_KEYS = ("max_steps", "max_train_steps", "max_iters", "max_iter", "num_steps", "total_steps", "train_steps", "num_iters", "iters")
 EPOCH_KEYS = ("max_epochs", "num_train_epochs", "num_epochs", "n_epochs", "epochs")
@@ -399,8 +400,9 @@ class Collector:
     @staticmethod
     def _append(path: Path, recs: List[Dict[str, Any]]) -> None:
         if recs:
+            enc = _RECORD.encode  # one encoder: json.dumps(r, sort_keys=True) built a new one per record
             with open(str(path), "a") as f:
-                f.write("".join(json.dumps(r, sort_keys=True) + "\n" for r in recs))
+                f.write("".join([enc(r) + "\n" for r in recs]))
 
     def _save(self) -> None:
         doc = {"log_offset": self.log_offset, "progress": self.progress, "parser": self.parser.carry(),

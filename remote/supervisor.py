@@ -446,15 +446,19 @@ class Supervisor:
             return str(req.get("reason") or "stop requested") if req else None
         return text or "stop requested"
 
-    def stop_child(self, reason: str) -> None:
+    def stop_child(self, reason: str, saved: bool = False) -> None:
         """Stop the attempt: the stop file; then, for code that watches it, the grace to save
         before SIGTERM/SIGKILL; for code that does not, a stop signal to each process chosen
-        for where it listens (procs.stop_signal), the grace, then SIGKILL of what is left."""
+        for where it listens (procs.stop_signal), the grace, then SIGKILL of what is left.
+        ``saved``: the checkpoint the stop waited for is complete, nothing is left to save: the
+        grace is a few seconds (after.LANDED_GRACE)."""
         self.stop_reason = reason
         self.save(stopping=reason)
         if not self.job.stop_file.exists():
             with_reserve(lambda: self.job.stop_file.write_text(reason + "\n"))
         grace = float(self.spec.get("stop_grace", 120))
+        if saved:
+            grace = min(grace, after.LANDED_GRACE)
         assert self.child is not None
         watching = Path(str(self.job.stop_file) + ".watch").exists()
         if watching:  # the runtime helper (or the Trainer hook) polls the stop file: give it the grace to save
@@ -462,7 +466,7 @@ class Supervisor:
             while time.monotonic() < deadline and self.child.poll() is None:
                 self.tick_wait()
                 time.sleep(TICK)
-            grace, term = 10.0, True
+            grace, term = (grace if saved else 10.0), True
         else:
             grace, term = self.ask_to_stop(self.wait_for_saves(grace)), False
         rc = self.child.poll()
@@ -550,7 +554,7 @@ class Supervisor:
                         reason, req["max_wait"]))
                 reason = None
             if reason:
-                self.stop_child(reason)
+                self.stop_child(reason, saved=isinstance(by, after.Watch) and by.landed)
                 cg.remove(self.cgroup)
                 return self.child.returncode
             self.reap_orphans()

@@ -270,6 +270,29 @@ def test_stop_after_checkpoint_keeps_the_work_and_resume_goes_on(tmp_path: Path)
     assert run_cli("stop", job_id, "--wait", "30").returncode == 0
 
 
+def test_stop_after_checkpoint_of_a_loop_deaf_to_signals_ends_it_within_seconds_of_the_checkpoint(
+        tmp_path: Path) -> None:
+    """Issue 35: once the checkpoint asked for is complete nothing is left to save. A loop that ignores
+    SIGINT and SIGTERM, in a 30 s grace, trained on through the whole grace (work SIGKILL then lost);
+    it now ends within seconds of the checkpoint: measured by the job's own records (the checkpoint's
+    mtime, the job's ended_at), never by the test's clock."""
+    deaf = SAVER.replace("signal.signal(signal.SIGINT, signal.SIG_IGN)",
+                         "signal.signal(signal.SIGINT, signal.SIG_IGN); signal.signal(signal.SIGTERM, signal.SIG_IGN)")
+    job = write_job(tmp_path, "deafsaver", deaf.replace("{every}", "30"), "python main.py", stop={"grace": "30s"})
+    job_id, jd, _ = started(tmp_path, job)
+    train = trainer(jd)
+    r = run_cli("stop", job_id, "--after-checkpoint", "--max-wait", "90s", "--wait", "120", timeout=180)
+    assert r.returncode == 0 and f"{job_id}: stopped" in r.stdout, r.stdout + r.stderr
+    st = status("local", job_id)
+    assert "(after checkpoint ckpt_" in st["reason"], st["reason"]
+    asked = st["reason"].split("(after checkpoint ")[1].rstrip(")")  # the one the stop waited for
+    landed = (jd / "ckpt" / asked).stat().st_mtime
+    assert st["ended_at"] - landed < 10, (st["ended_at"] - landed, (jd / "output.log").read_text()[-2000:])
+    assert not alive(train)
+    log = (jd / "output.log").read_text()
+    assert "nothing is left to save" in log and "SIGKILL" in log, log[-2000:]
+
+
 def test_stop_after_checkpoint_gives_up_after_max_wait_saying_what_is_lost(tmp_path: Path) -> None:
     job = write_job(tmp_path, "nosaver", SAVER.replace("{every}", "0"), "python main.py", stop={"grace": "5s"})
     job_id, jd, _ = started(tmp_path, job)

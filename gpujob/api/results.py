@@ -179,12 +179,14 @@ class PullResult(Result):
     stray: list[str] = field(default_factory=list)  # checkpoints written in code/, outside the checkpoint folder
     stray_hint: str | None = None  # how to fetch them, and to have gpujob see them next time
     held: list[str] = field(default_factory=list)  # left out: still being written, or changed while read
+    refused: list[str] = field(default_factory=list)  # left out: names gpujob will not write here (a control character)
+    refused_why: dict[str, str] = field(default_factory=dict)  # each refused name's reason
     note: str | None = None  # --latest with no checkpoint: the final model files brought instead
 
     @property
     def complete(self) -> bool:
-        """Everything selected arrived (nothing was left out as being written)."""
-        return not self.held
+        """Everything selected arrived (nothing was left out as being written or as a refused name)."""
+        return not self.held and not self.refused
 
 
 @dataclass(frozen=True)

@@ -234,13 +234,13 @@ def cmd_pull(args: argparse.Namespace) -> int:
 
         with client(args.host) as c:
             res = c.job(args.job).follow(args.dest, args.follow, note=_note(args, note))
-        return show(args, res, pulled)
-    with client(args.host) as c, transfer_bar(f"pull {args.job}", not args.json) as bar:
-        res = c.job(args.job).pull(args.dest, latest=args.latest, best=args.best, include=args.include, progress=bar,
-                                   write_wait=args.write_wait, note=_note(args), source=args.source)
+    else:
+        with client(args.host) as c, transfer_bar(f"pull {args.job}", not args.json) as bar:
+            res = c.job(args.job).pull(args.dest, latest=args.latest, best=args.best, include=args.include,
+                                       progress=bar, write_wait=args.write_wait, note=_note(args), source=args.source)
     pull_warnings(res)
     rc = show(args, res, pulled)
-    return rc or (USAGE if res.held else 0)  # a file left out is no success
+    return rc or (0 if res.complete else USAGE)  # a file left out (being written, a refused name) is no success
 
 
 def cmd_move(args: argparse.Namespace) -> int:

@@ -361,6 +361,9 @@ def resumed(res: results.ResumeResult) -> None:
     console().print(_t(said))
 
 
+REFUSED_SHOWN = 20  # names listed one a line; --json has the rest
+
+
 def pull_warnings(res: results.PullResult) -> None:
     import sys
 
@@ -371,6 +374,13 @@ def pull_warnings(res: results.PullResult) -> None:
     for rel in res.held:
         print(f"warning: {clean(str(rel))} NOT pulled: the job was still writing it (or it changed while read); "
               "run pull again once the job has finished writing it (--write-wait SECONDS waits longer)", file=sys.stderr)
+    for rel in res.refused[:REFUSED_SHOWN]:  # repr: the newline or escape in the name is shown, never acted on
+        why = (res.refused_why or {}).get(rel) or "a name gpujob does not write here"
+        print(f"warning: {clean(repr(str(rel)))} NOT pulled: {clean(str(why))}; the other files arrived "
+              "(rename it on the host, gpujob exec HOST -- mv ..., and pull again)", file=sys.stderr)
+    if len(res.refused) > REFUSED_SHOWN:
+        print(f"warning: {len(res.refused) - REFUSED_SHOWN} more name(s) NOT pulled (--json lists them all)",
+              file=sys.stderr)
     if res.note:
         print(f"note: {clean(str(res.note))}", file=sys.stderr)
 
@@ -378,6 +388,7 @@ def pull_warnings(res: results.PullResult) -> None:
 def pulled(res: results.PullResult) -> None:
     sel = f" ({res.selected})" if res.selected else ""
     left = f", {len(res.held)} left out (being written)" if res.held else ""
+    left += f", {len(res.refused)} refused (names)" if res.refused else ""
     console().print(_t(f"{res.job_id}{sel}: {res.files} file(s), {res.bytes / 1e6:.1f} MB fetched, "
                        f"{res.unchanged} already here{left} → {res.dest}"))
 

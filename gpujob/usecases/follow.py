@@ -26,6 +26,7 @@ def follow(pull_once: Callable[[], dict[str, Any]], state: Callable[[], str], re
     """Pull until the job ends; returns {job_id, dest, pulled: [checkpoints in the order they came], state}."""
     pulled: list[str] = []
     last: dict[str, Any] = {}
+    refused: dict[str, str] = {}  # names refused by any pull of the follow (an older checkpoint's stay refused)
     pause = interval
     while True:
         try:
@@ -36,13 +37,17 @@ def follow(pull_once: Callable[[], dict[str, Any]], state: Callable[[], str], re
                 if "no complete checkpoint" not in str(e):
                     raise
                 note("no complete checkpoint yet")
+            for rel in last.get("refused") or []:
+                if rel not in refused:
+                    refused[rel] = (last.get("refused_why") or {}).get(rel, "")
+                    note(f"{rel!r} NOT pulled: {refused[rel] or 'a name gpujob does not write here'}")
             sel = last.get("selected")
             # a checkpoint saved again under its name (ckpt.pt) is a new version: judged by what travelled
             if sel and (not pulled or pulled[-1] != sel or last.get("selected_fetched")):
                 note(f"pulled {sel}" + (" (a new version)" if sel in pulled else ""))
                 pulled.append(sel)
             if st in FINAL:
-                return {**last, "pulled": pulled, "state": st}
+                return {**last, "pulled": pulled, "state": st, "refused": sorted(refused), "refused_why": refused}
             pause = interval
         except JobNotFound:  # no such job, or removed meanwhile (rm from another terminal): no wait brings it back
             raise

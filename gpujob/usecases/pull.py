@@ -30,15 +30,6 @@ AGAIN = "run pull again: finished files are kept and a large file resumes at its
 _CUT_SIGNS = ("ended early", "ended before", "or an empty one")
 
 
-def safe_member(dest: Path, name: str, kind: str = "f", link: str | None = None) -> Path:
-    """Where entry ``name`` (``kind`` f, d or l) lands under ``dest``; refuses absolute paths,
-    ``..``, paths through links that leave ``dest`` and links that point out."""
-    try:
-        return wire.safe_target(dest, name, kind, link, links_out=False)
-    except wire.TransferError as e:
-        raise GpujobError(str(e), "the remote tree is not trusted; nothing more was written") from None
-
-
 def extract(stream: Any, dest: Path, on_bytes: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Unpack a verified stream under ``dest`` (temporary name, hash check, rename). Links that
     resolve outside ``dest`` are not kept: they are listed under ``skipped``."""
@@ -54,10 +45,6 @@ def extract(stream: Any, dest: Path, on_bytes: Callable[[int], None] | None = No
         raise GpujobError(msg, f"the data arrived damaged; {AGAIN}") from None
     return {"files": res["written"], "bytes": res["bytes"], "skipped": res.get("skipped", []),
             "held": res.get("held", [])}
-
-
-def _check_name(dest: Path, rel: str, link: str | None) -> None:
-    safe_member(dest, rel, "f")  # where a link points is judged as it is written (extract)
 
 
 @contextlib.contextmanager
@@ -88,16 +75,29 @@ def _say(text: str) -> None:
     sys.stderr.flush()
 
 
-def plan_pull(target: Path, manifest: dict) -> tuple[list[Any], int, int]:
-    """The ``[rel, prefix_chunks]`` list to ask for, bytes to fetch, and files already here."""
+def plan_pull(target: Path, manifest: dict) -> tuple[list[Any], int, int, dict[str, str]]:
+    """The ``[rel, prefix_chunks]`` list to ask for, bytes to fetch, files already here, and the
+    names refused with why (a control character, a path through a link leading out of ``target``):
+    one refused name costs that name only, the rest of the checkpoint is asked for."""
     want: list[Any] = []
+    refused: dict[str, str] = {}
     nbytes = same = 0
+    guard = wire.Guard(target, False, True)  # the receiver's own checks (extract), made here, per name
+
+    def placed(rel: str) -> bool:
+        try:
+            guard.place(rel)  # where a link points is judged as it is written (extract)
+        except wire.TransferError as e:
+            refused[rel] = str(e).partition(": ")[2] or str(e)  # the reason; the name is shown by whoever says it
+            return False
+        return True
+
     for d in manifest.get("dirs", []):
-        _check_name(target, d, None)
-        if not (target / d).is_dir():
+        if placed(d) and not (target / d).is_dir():
             want.append(d)
     for rel, (size, mtime, _mode, link) in sorted(manifest.get("files", {}).items()):
-        _check_name(target, rel, link)
+        if not placed(rel):
+            continue
         local = target.joinpath(*PurePosixPath(rel).parts)
         if link is not None:
             if local.is_symlink() and os.readlink(local) == link:
@@ -116,7 +116,7 @@ def plan_pull(target: Path, manifest: dict) -> tuple[list[Any], int, int]:
         prefix = prefix[: (size - 1) // wire.CHUNK] if prefix else []
         want.append([rel, prefix] if prefix else rel)
         nbytes += size - len(prefix) * wire.CHUNK
-    return want, nbytes, same
+    return want, nbytes, same, refused
 
 
 EXTRA = 64 << 20  # bytes a pull takes beyond twice what the manifest announced (growing logs)
@@ -164,7 +164,7 @@ def _pull(agent: Agent, args: list[str], dest: Path, progress: Callable[[int, in
         target = dest / job_id
         target.mkdir(parents=True, exist_ok=True)
         try:
-            want, total, same = plan_pull(target, doc)
+            want, total, same, refused = plan_pull(target, doc)
             if total > shutil.disk_usage(target).free:  # named now, not after a minute of filling it
                 raise _disk_full(target, total)
         except GpujobError:
@@ -211,4 +211,5 @@ def _pull(agent: Agent, args: list[str], dest: Path, progress: Callable[[int, in
     return {"job_id": job_id, "dest": str(target), "selected": sel, "unchanged": same,
             # a file of the selected checkpoint travelled: a new one, or a new version under its name
             "selected_fetched": bool(sel) and any(a == sel or a.startswith(sel + "/") for a in asked),
-            "stray": doc.get("stray") or [], "stray_hint": doc.get("stray_hint"), "note": doc.get("note"), **res}
+            "stray": doc.get("stray") or [], "stray_hint": doc.get("stray_hint"), "note": doc.get("note"),
+            "refused": sorted(refused), "refused_why": refused, **res}

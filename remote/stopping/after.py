@@ -16,6 +16,10 @@ from remote.layout import JobDir, now, with_reserve
 
 TICK = 1.0  # seconds between looks at the checkpoint folder
 DEFAULT_MAX_WAIT = 1200.0  # without a known interval between checkpoints
+# Once the checkpoint asked for is complete nothing is left to save: the job gets this long (or its
+# stop grace, if shorter) to leave on the stop file or its signal, then SIGKILL. The whole grace was
+# GPU time spent on steps a SIGKILL then threw away (a loop deaf to SIGTERM trained 400 more).
+LANDED_GRACE = 3.0
 
 
 def _path(job: JobDir) -> Path:
@@ -98,6 +102,7 @@ class Watch:
 
     def __init__(self, job: JobDir, ckpt_dir: Path, pattern: Optional[str]) -> None:
         self.job, self.ckpt_dir, self.pattern, self.next_at = job, ckpt_dir, pattern, 0.0
+        self.landed = False  # the stop it asked for follows a complete checkpoint: a short grace (LANDED_GRACE)
 
     def tick(self, sup: Any) -> Optional[str]:
         if time.monotonic() < self.next_at:
@@ -110,8 +115,11 @@ class Watch:
         reason = str(req.get("reason") or "stopped by user")
         if done and done[-1].mtime > float(req["requested_at"]):
             clear(self.job)
-            sup.log_marker("stop: checkpoint {} is complete ({} after the request): stopping now".format(
-                done[-1].name, _ago(done[-1].mtime - float(req["requested_at"]))))
+            self.landed = True
+            sup.log_marker("stop: checkpoint {} is complete ({} after the request): stopping now; nothing is left "
+                           "to save, so what has not left within {:g} s gets SIGKILL".format(
+                               done[-1].name, _ago(done[-1].mtime - float(req["requested_at"])),
+                               min(LANDED_GRACE, float(sup.spec.get("stop_grace", 120)))))
             return "{} (after checkpoint {})".format(reason, done[-1].name)
         if now() - float(req["requested_at"]) < float(req.get("max_wait") or 0):
             return None
