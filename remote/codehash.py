@@ -10,6 +10,7 @@ from typing import List
 
 
 def _digest(path: str, st: os.stat_result) -> str:
+    """A file's content hash, a link's target (the laptop's ledger uses this one too)."""
     if stat.S_ISLNK(st.st_mode):
         return "link:" + os.readlink(path)
     h = hashlib.sha256()

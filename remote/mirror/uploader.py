@@ -219,6 +219,19 @@ class Mirror:
     def env(self, target: str) -> Dict[str, str]:
         return engine.env_for(target, self.cfg, self.sup.job.secrets_data(), self.base_env())
 
+
+    @staticmethod
+    def saved_again(t: Any, c: Any, before: Any) -> bool:
+        """The job saved the checkpoint again since ``before`` (its stamp; None: unreadable): this pass
+        leaves it, the next one takes the new version."""
+        try:
+            again = before is None or version.stamp(c.path, c.is_dir) != before
+        except OSError:
+            again = True
+        if again:
+            t.uploading = None
+        return again
+
     def upload(self, t: Target, c: Any) -> bool:
         """One version of ``c`` to ``t``: hashed, copied to the slot its marker does not name, verified,
         then marked. False (nothing marked) when it failed or the job saved ``c`` again meanwhile."""
@@ -231,11 +244,9 @@ class Mirror:
         try:  # the hashes of the version on the disk now, and its stamp before and after they were read
             before = version.stamp(c.path, c.is_dir)
             files = version.digest(c.path, c.is_dir)
-            saved_again = version.stamp(c.path, c.is_dir) != before
         except OSError:
-            saved_again = True
-        if saved_again:
-            t.uploading = None
+            before, files = None, {}
+        if self.saved_again(t, c, before):
             return False
         ver = version.version(files)
         slot = store.slot_for(name, was, ver)
@@ -252,12 +263,7 @@ class Mirror:
         try:
             verified = t.rc.copy(str(c.path), dst, not c.is_dir, on_stats)
             t.rc.verify(str(c.path), dst, not c.is_dir, verified, engine.local_files(str(c.path), not c.is_dir))
-            try:  # what went up is the version hashed only if the job did not save it again meanwhile
-                saved_again = version.stamp(c.path, c.is_dir) != before
-            except OSError:
-                saved_again = True
-            if saved_again:
-                t.uploading = None
+            if self.saved_again(t, c, before):  # what went up is the version hashed only if not saved anew meanwhile
                 return False
             doc = {"name": name, "step": c.step, "kind": c.kind, "is_dir": c.is_dir, "job_id": self.sup.job.id,
                    "path": slot, "files": files, "version": ver, "stamp": before}

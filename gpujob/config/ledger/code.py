@@ -67,13 +67,11 @@ RACY_NS = 2 * 10**9  # a file changed this recently may change again within its 
 
 
 def _file_digest(path: Path, st: os.stat_result) -> str:
-    if stat.S_ISLNK(st.st_mode):
-        return "link:" + os.readlink(path)
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    """One file's part of the hash: the agent's own function, so the host's check of a rerun's code
+    (remote/codehash.py) and the laptop's hash cannot drift apart."""
+    from gpujob.bundle import import_remote
+
+    return import_remote("codehash")._digest(str(path), st)
 
 
 def code_hash(workdir: Path, files: list[tuple[str, os.stat_result]]) -> str:
