@@ -44,6 +44,15 @@ def test_ls_on_local_needs_no_ssh() -> None:
     assert "rich" in mods and not mods & (HEAVY - {"rich"})
 
 
+def test_ls_and_status_leave_the_agent_packer_unloaded() -> None:
+    """``gpujob.bundle`` is imported by every job command (its ``import_remote``); only an agent's
+    install packs the bundle, so ``tarfile`` (and its ``copy``, ``pwd``, ``grp``) loads there alone."""
+    imported("ls", "--json")  # the first command to the host installs its agent (and may pack the bundle)
+    for args in (("ls", "--json"), ("status", "nosuchjob", "--host", "local", "--json")):
+        mods = imported(*args, rc=0 if args[0] == "ls" else 2, full=True)
+        assert "gpujob.bundle" in mods and "tarfile" not in mods, args
+
+
 def test_the_secrets_file_reader_leaves_http_unloaded() -> None:
     """Every submit and sync reads the secrets file through notifycheck: httpx (a tenth of a
     second) loads only when the laptop itself sends a notification."""
