@@ -190,8 +190,11 @@ def read_looks(job_ids: list[str]) -> dict[tuple[str, bool], str]:
     try:
         db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
         try:
-            marks = ", ".join("?" * len(job_ids))
-            rows = db.execute(f"SELECT job_id, full, fp FROM looks WHERE job_id IN ({marks})", job_ids).fetchall()
+            rows = []
+            for i in range(0, len(job_ids), 500):  # an older SQLite takes at most 999 parameters
+                part = job_ids[i:i + 500]
+                marks = ", ".join("?" * len(part))
+                rows += db.execute(f"SELECT job_id, full, fp FROM looks WHERE job_id IN ({marks})", part).fetchall()
         finally:
             db.close()
     except sqlite3.Error:
