@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import io
 import sys
-import tarfile
 from functools import lru_cache
 from pathlib import Path
 from types import ModuleType
@@ -88,6 +86,9 @@ def bundle_version() -> str:
 
 def bundle_tar() -> bytes:
     """The bundle as an uncompressed tar (a few dozen KB)."""
+    import io
+    import tarfile  # only an agent's install packs it: status and ls, which import this module, never do
+
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         for name, path in bundle_files().items():

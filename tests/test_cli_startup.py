@@ -44,6 +44,32 @@ def test_ls_on_local_needs_no_ssh() -> None:
     assert "rich" in mods and not mods & (HEAVY - {"rich"})
 
 
+def test_ls_and_status_leave_the_agent_packer_unloaded() -> None:
+    """``gpujob.bundle`` is imported by every job command (its ``import_remote``); only an agent's
+    install packs the bundle, so ``tarfile`` (and its ``copy``, ``pwd``, ``grp``) loads there alone."""
+    imported("ls", "--json")  # the first command to the host installs its agent (and may pack the bundle)
+    for args in (("ls", "--json"), ("status", "nosuchjob", "--host", "local", "--json")):
+        mods = imported(*args, rc=0 if args[0] == "ls" else 2, full=True)
+        assert "gpujob.bundle" in mods and "tarfile" not in mods, args
+
+
+def test_a_command_builds_its_own_parser_alone() -> None:
+    """A process given a command builds that command's parser, not the other forty (a tenth of a
+    status's CPU); each one-command parser is the same as the whole parser's for that command, and
+    a name that is no command gets the whole parser (its 'did you mean')."""
+    from gpujob.cli.parser import build_parser
+
+    def commands(p: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+        return next(a for a in p._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+    full = commands(build_parser())
+    assert {"status", "ls", "tail", "host", "runs"} <= set(full)
+    for name, sp in full.items():
+        alone = commands(build_parser(name))
+        assert set(alone) == {name} and alone[name].format_help() == sp.format_help(), name
+    assert set(commands(build_parser("statsu"))) == set(full)
+
+
 def test_the_secrets_file_reader_leaves_http_unloaded() -> None:
     """Every submit and sync reads the secrets file through notifycheck: httpx (a tenth of a
     second) loads only when the laptop itself sends a notification."""

@@ -456,6 +456,32 @@ def test_a_look_that_learns_nothing_new_writes_nothing(tmp_path: Path) -> None:
     assert row()["state"] == "succeeded" and row()["cost"] == 0.018
 
 
+def test_a_status_that_learns_nothing_new_changes_no_file(tmp_path: Path) -> None:
+    """Every ``status`` is a process of its own: a second look at an ended job finds its look in the
+    ledger and changes nothing on disk (no row written, no -wal/-shm file made and removed, no chmod
+    of the ledger or the state folder), and still answers with the job."""
+    from gpujob.config.ledger import ledger_path, open_ledger
+
+    jid = submit("local", write_job(tmp_path, "quiet", "print('step 1 loss 0.5')", "python main.py"))["job_id"]
+    wait_state("local", jid, ("succeeded",))
+    assert cli_json("status", jid)["state"] == "succeeded"  # a look after the end: its row is written
+    ledger = ledger_path()
+
+    def stamps() -> dict[str, tuple[int, ...]]:
+        out = {}
+        for p in (ledger, ledger.parent):
+            st = p.stat()
+            out[p.name] = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)
+        return out
+
+    before, names = stamps(), sorted(p.name for p in ledger.parent.iterdir())
+    for _ in range(2):
+        assert cli_json("status", jid)["state"] == "succeeded"
+    assert stamps() == before and sorted(p.name for p in ledger.parent.iterdir()) == names
+    with open_ledger() as lg:  # the row is there (read after the stamps were compared)
+        assert lg.get(jid)["state"] == "succeeded"
+
+
 def test_runs_draws_plain_columns_without_rich_or_a_client(tmp_path: Path) -> None:
     """``runs`` reads the ledger alone: no API client, no transport, no rich (half its start-up);
     its table still cleans what a host or a run line put in it."""

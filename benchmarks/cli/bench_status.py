@@ -63,8 +63,14 @@ def settle(mux_dir: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=15)
+    ap.add_argument("--counts", action="store_true",
+                    help="also count what one status costs regardless of load: CPU seconds, modules imported, "
+                         "files written (strace)")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-cli-"))
+    # a user's install has its bytecode (pip compiles it): with PYTHONDONTWRITEBYTECODE set (this dev image
+    # sets it) every timed gpujob command compiled its ~45 modules from source, 0.2 s of CPU (issue 38)
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     os.environ.update(GPUJOB_CONFIG_DIR=str(tmp / "config"), GPUJOB_LOCAL_ROOT=str(tmp / "local"),
                       GPUJOB_NO_SSH_AGENT="1", GPUJOB_CONNECT_RETRIES="1",
                       GPUJOB_MUX_DIR=tempfile.mkdtemp(prefix="gjmux"))
@@ -137,6 +143,12 @@ def main() -> None:
         for _ in range(args.runs):
             for name, (cmd, e, before, after) in cases.items():
                 times[name].append(timed(cmd, e, before, after))
+        if args.counts:
+            from status_counts import print_counts
+
+            print_counts({k: v for k, v in cases.items() if "gpujob" in k or "OpenSSH" in k})
+        if not args.runs:
+            return
         base = statistics.median(times["ssh … cat status.json (OpenSSH)"])
         print(f"\n{args.runs} runs each, alternating; sshd on 127.0.0.1; {os.cpu_count()} CPUs\n")
         print("| command | median | min | × OpenSSH |")

@@ -83,6 +83,38 @@ def main() -> None:
     shutil.rmtree(work, ignore_errors=True)
 
 
+def _here_cpu() -> float:
+    import resource
+
+    return sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF),
+                                                  resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+
+def _far_cpu(sshd) -> float:  # noqa: ANN001
+    """CPU seconds of everything under the sshd listener: the sessions it reaped, and the live ones
+    (a kept connection's session and its agent) with what they reaped."""
+    tck = os.sysconf("SC_CLK_TCK")
+    kids: dict[int, list[int]] = {}
+    times: dict[int, tuple[int, int]] = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            f = (d / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        pid = int(d.name)
+        kids.setdefault(int(f[1]), []).append(pid)
+        times[pid] = (int(f[11]) + int(f[12]), int(f[13]) + int(f[14]))  # utime+stime, cutime+cstime
+    root = sshd.proc.pid
+    total, todo = times.get(root, (0, 0))[1], list(kids.get(root, []))
+    while todo:
+        pid = todo.pop()
+        total += sum(times.get(pid, (0, 0)))
+        todo += kids.get(pid, [])
+    return total / tck
+
+
 def _run(a, work, sshd, Link, Agent, Host, pull, JobSpec, sync_job, connect, key_path, public_key_line):  # noqa: N803
     sshd.authorize(public_key_line())
     key = str(key_path())
@@ -115,11 +147,20 @@ def _run(a, work, sshd, Link, Agent, Host, pull, JobSpec, sync_job, connect, key
     def run(cmd: list[str]) -> None:
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
 
-    def timed(fn) -> float:
+    cpu: dict[str, tuple[float, float]] = {}
+
+    def timed(fn, tool: str = "") -> float:
+        """Seconds; and into ``cpu[tool]`` the CPU seconds it cost (load-proof, unlike the time): the
+        laptop's (this process and the tools it ran) and the instance's (the sshd sessions it ended,
+        reaped by the listener, agents and ``scp -t`` included)."""
         os.sync()  # no tool flushes the page cache another one left dirty
+        far0, here0 = _far_cpu(sshd), _here_cpu()
         t = time.monotonic()
         fn()
-        return time.monotonic() - t
+        dt = time.monotonic() - t
+        time.sleep(0.3)  # the listener reaps the session that just ended
+        cpu[tool] = (_here_cpu() - here0, _far_cpu(sshd) - far0)
+        return dt
 
     rows = []
     links = [("loopback", None)] if "lo" in a.links.split(",") else []
@@ -154,8 +195,9 @@ def _run(a, work, sshd, Link, Agent, Host, pull, JobSpec, sync_job, connect, key
                  "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", str(s), dst])
 
         def case(name: str, gp, rs, sc) -> None:
-            tg, tr = timed(gp), timed(rs)
-            ts = timed(sc) if sc and not a.no_scp else float("nan")
+            cpu.clear()
+            tg, tr = timed(gp, "gpujob"), timed(rs, "rsync")
+            ts = timed(sc, "scp") if sc and not a.no_scp else float("nan")
             rows.append((link_name, name, tg, tr, ts, rts.get("rt", "")))
             rts.clear()
             import resource
@@ -163,6 +205,8 @@ def _run(a, work, sshd, Link, Agent, Host, pull, JobSpec, sync_job, connect, key
             peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # this process: gpujob's laptop side
             print(f"{link_name:>22} | {name:<28} gpujob {tg:6.2f}s  rsync {tr:6.2f}s  scp {ts:6.2f}s  "
                   f"(peak memory so far {peak:.0f} MB)", flush=True)
+            print(" " * 25 + "CPU s (laptop + instance): " + ",  ".join(
+                f"{k} {v[0]:.2f} + {v[1]:.2f}" for k, v in cpu.items()), flush=True)
 
         (root / "projects" / "scp").mkdir(parents=True, exist_ok=True)
         (root / "projects" / "rs").mkdir(parents=True, exist_ok=True)

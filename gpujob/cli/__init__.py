@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 from gpujob.cli.parser import build_parser
 from gpujob.errors import GpujobError
@@ -51,7 +52,8 @@ def _late_dest(parser: argparse.ArgumentParser, args: argparse.Namespace, extra:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    words = sys.argv[1:] if argv is None else argv
+    parser = build_parser(only=words[0] if words and not words[0].startswith("-") else None)
     args, extra = parser.parse_known_args(argv)
     if extra:
         _late_dest(parser, args, extra)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, NoReturn
+from typing import Any, Callable, NoReturn
 
 from gpujob.cli.args import PORT, PRICE, address_type, job_ref, number_type, regex_type, table_flags, url_type
 from gpujob.cli.common import Handler
@@ -136,13 +136,38 @@ def _fill_help(p: argparse.ArgumentParser) -> None:
                 a.metavar = a.dest.upper().rstrip("S") if a.dest in ("jobs", "runs") else a.dest.upper()
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _Unbuilt:
+    """The parser of a command this run does not parse (``build_parser(only=...)``): every call on
+    it (add_argument, a group, nested subcommands) is taken and dropped."""
+
+    def __getattr__(self, name: str) -> Callable[..., _Unbuilt]:
+        return lambda *a, **kw: self
+
+
+class _OnlySub:
+    """The top-level subcommands, of which only ``only`` (every one when None) is built: a
+    command's process needs its own parser, and building the other forty was a tenth of a
+    ``status``'s CPU before it reached the host (argparse's parser and argument objects)."""
+
+    def __init__(self, real: Any, only: str | None) -> None:
+        self.real, self.only, self.built = real, only, False
+
+    def add_parser(self, name: str, **kw: Any) -> Any:
+        if self.only is not None and name != self.only:
+            return _Unbuilt()
+        self.built = True
+        return self.real.add_parser(name, **kw)
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line; with ``only`` (the command a process was given), that command's
+    parser alone (a name that is no command, e.g. a typo, gets the whole one and its suggestion)."""
     p = TopParser(
         prog="gpujob", description="Run training jobs on rented GPU instances over SSH (or on this machine: host 'local').",
         epilog="gpujob COMMAND --help shows a command's options; every command takes --json (docs/json.md); "
                "exit codes: docs/cli.md. A first job: gpujob init DIR, then gpujob submit DIR/job.yaml --follow")
     p.add_argument("--version", action="version", version=f"gpujob {__version__}")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    sub = _OnlySub(p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser), only)
 
     def add(name: str, fn: Handler, help: str, parent: Any = sub) -> argparse.ArgumentParser:
         sp = parent.add_parser(name, help=help, description=help)
@@ -363,6 +388,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("name")
     s = add("disconnect", cmd_host_disconnect, "close the connection kept open to a host between commands", hsub)
     s.add_argument("name")
+    if only is not None and not sub.built:
+        return build_parser()
     _fill_help(p)
     return p
 

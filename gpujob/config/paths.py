@@ -14,10 +14,12 @@ def config_dir() -> Path:
 
 
 def _private(d: Path) -> Path:
-    """``d``, made if missing, mode 0700."""
+    """``d``, made if missing, mode 0700 (changed only when it is not: a chmod writes the inode,
+    and every command asks for these folders)."""
     d.mkdir(parents=True, exist_ok=True)
     try:
-        d.chmod(0o700)
+        if d.stat().st_mode & 0o777 != 0o700:
+            d.chmod(0o700)
     except OSError:
         pass
     return d

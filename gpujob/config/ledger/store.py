@@ -30,6 +30,7 @@ CREATE INDEX IF NOT EXISTS runs_name ON runs(name);
 CREATE INDEX IF NOT EXISTS runs_sweep ON runs(sweep);
 CREATE INDEX IF NOT EXISTS runs_submitted ON runs(submitted_at);
 CREATE TABLE IF NOT EXISTS diffs (hash TEXT PRIMARY KEY, text TEXT);
+CREATE TABLE IF NOT EXISTS looks (job_id TEXT, full INTEGER, fp TEXT, PRIMARY KEY (job_id, full));
 """
 JSON_COLS = ("params", "spec", "overrides", "final", "best", "series", "extra")
 COLS = ("job_id", "name", "host", "state", "submitted_at", "started_at", "ended_at", "updated_at", "run_line",
@@ -112,7 +113,8 @@ class Ledger:
                 if "locked" not in str(e) and "busy" not in str(e) or time.monotonic() > deadline:
                     raise
                 time.sleep(0.05)
-        path.chmod(0o600)
+        if path.stat().st_mode & 0o777 != 0o600:
+            path.chmod(0o600)
 
     def close(self) -> None:
         if getattr(self, "db", None) is not None:
@@ -136,6 +138,10 @@ class Ledger:
         sets = ", ".join(f"{k}=excluded.{k}" for k in vals)
         self.db.execute(f"INSERT INTO runs ({names}) VALUES ({marks}) ON CONFLICT(job_id) DO UPDATE SET {sets}",
                         [job_id, *vals.values()])
+
+    def put_look(self, job_id: str, full: bool, fingerprint: str) -> None:
+        """What a ``status``/``ls`` last learnt of the job (record.py's fingerprint), written with its row."""
+        self.db.execute("INSERT OR REPLACE INTO looks VALUES (?, ?, ?)", (job_id, int(full), fingerprint))
 
     def keep_diff(self, digest: str, text: str) -> None:
         self.db.execute("INSERT OR IGNORE INTO diffs VALUES (?, ?)", (digest, text))
@@ -224,6 +230,29 @@ def _row(row: tuple, cols: tuple[str, ...] | list[str] = COLS) -> dict[str, Any]
     for k, v in zip(cols, row):
         out[k] = json.loads(v) if k in JSON_COLS and v is not None else v
     return out
+
+
+def read_looks(job_ids: list[str]) -> dict[tuple[str, bool], str]:
+    """The fingerprints ``put_look`` kept for these jobs, read without writing anything: the file is
+    opened immutable (no lock, no -wal or -shm file made and removed, no chmod). A write under way
+    in another process may not be seen yet; that costs the caller one write it did not need, and
+    a missing file, an older ledger without the table or a read that fails returns nothing."""
+    path = ledger_path()
+    if not path.is_file():
+        return {}
+    try:
+        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
+        try:
+            rows = []
+            for i in range(0, len(job_ids), 500):  # an older SQLite takes at most 999 parameters
+                part = job_ids[i:i + 500]
+                marks = ", ".join("?" * len(part))
+                rows += db.execute(f"SELECT job_id, full, fp FROM looks WHERE job_id IN ({marks})", part).fetchall()
+        finally:
+            db.close()
+    except sqlite3.Error:
+        return {}
+    return {(j, bool(full)): fp for j, full, fp in rows}
 
 
 def open_ledger() -> Ledger:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpujob.config.ledger import Ledger, LedgerDamaged, open_ledger
+from gpujob.config.ledger.store import read_looks
 
 if TYPE_CHECKING:  # ls and status import this module: the spec's YAML and the tree walk only where used
     from gpujob.config.spec import JobSpec
@@ -212,6 +213,10 @@ def observe(jobs: list[dict[str, Any]], host: str | None = None) -> None:
             fp = _fingerprint(j, host)
             if _WRITTEN.get(key) != fp:
                 todo.append((j, key, fp))
+    if todo:  # a look another process already wrote (each status is a process of its own): read, no write
+        held = read_looks(sorted({key[0] for _, key, _ in todo}))
+        _WRITTEN.update((key, fp) for _, key, fp in todo if held.get(key) == fp)
+        todo = [t for t in todo if held.get(t[1]) != t[2]]
     if not todo:
         from gpujob.usecases.lab.follow import after_look
 
@@ -221,8 +226,9 @@ def observe(jobs: list[dict[str, Any]], host: str | None = None) -> None:
         with open_ledger() as lg:
             lg.db.execute("BEGIN IMMEDIATE")
             try:
-                for j, _, _ in todo:
+                for j, key, fp in todo:
                     _put_observed(lg, j, host)
+                    lg.put_look(key[0], key[1], fp)
                 lg.db.execute("COMMIT")
             except BaseException:
                 lg.db.execute("ROLLBACK")
