@@ -15,7 +15,7 @@ def host_list(hosts: list[Any]) -> None:
     # the name and the address (its port!) are what the next command needs: they stay; the root
     # shortens in its middle, the rest give way whole
     cols = [Col("NAME", "name"), Col("ADDRESS"), Col("PRESET", rank=4), Col("ROOT", "name", 5), Col("PRICE/H", rank=2),
-            Col("POWER", rank=3), Col("PREFLIGHT", "name", 1)]
+            Col("POWER", rank=3), Col("PREFLIGHT", rank=1)]
     rows = [[h.name, h.address, h.preset, h.remote_root, f"{h.price_per_hour} {h.currency}" if h.price_per_hour else "-",
              "on/off" if h.power.get("on") else "-", preflight_cell(h.bench)] for h in hosts]
     sys.stdout.write(table(cols, rows))
@@ -25,8 +25,8 @@ def preflight_cell(bench: dict[str, Any] | None) -> str:
     """The last preflight in a few words: its warnings counted, else the first GPU's bf16 share of its rating."""
     if not bench:
         return "-"
-    if bench.get("warnings"):
-        return f"[yellow]{len(bench['warnings'])} warning(s)[/]"
+    if bench.get("warnings"):  # plain text: the table is plaintable's, which draws no markup
+        return f"{len(bench['warnings'])} warning(s)"
     g = (bench.get("gpus") or [{}])[0]  # its shape checked when kept and when read back (config/hostdata.py)
     return f"ok, bf16 {float(g['bf16_pct']):g} %" if g.get("bf16_pct") is not None else "ok"
 

@@ -376,7 +376,7 @@ def pull_warnings(res: results.PullResult) -> None:
               "run pull again once the job has finished writing it (--write-wait SECONDS waits longer)", file=sys.stderr)
     for rel in res.refused[:REFUSED_SHOWN]:  # repr: the newline or escape in the name is shown, never acted on
         why = (res.refused_why or {}).get(rel) or "a name gpujob does not write here"
-        print(f"warning: {clean(repr(str(rel)))} NOT pulled: {clean(str(why))}; the other files arrived "
+        print(f"warning: {repr(clean(str(rel)))} NOT pulled: {clean(str(why))}; the other files arrived "
               "(rename it on the host, gpujob exec HOST -- mv ..., and pull again)", file=sys.stderr)
     if len(res.refused) > REFUSED_SHOWN:
         print(f"warning: {len(res.refused) - REFUSED_SHOWN} more name(s) NOT pulled (--json lists them all)",

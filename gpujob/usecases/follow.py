@@ -40,7 +40,8 @@ def follow(pull_once: Callable[[], dict[str, Any]], state: Callable[[], str], re
             for rel in last.get("refused") or []:
                 if rel not in refused:
                     refused[rel] = (last.get("refused_why") or {}).get(rel, "")
-                    note(f"{rel!r} NOT pulled: {refused[rel] or 'a name gpujob does not write here'}")
+                    # the name itself is the host's text: named when the follow ends, through the one sanitiser
+                    note(f"a file NOT pulled: {refused[rel] or 'a name gpujob does not write here'} (named at the end)")
             sel = last.get("selected")
             # a checkpoint saved again under its name (ckpt.pt) is a new version: judged by what travelled
             if sel and (not pulled or pulled[-1] != sel or last.get("selected_fetched")):

@@ -144,6 +144,13 @@ def find_source(job_id: str, old: Agent | None, checkpoint_dir: str | None, why_
         return src
     if checkpoint_dir and checkpoint_dir.startswith(("/", "~")):  # a relative one lived on the old host only
         return Source("shared", checkpoint_dir)
+    if GONE in why_old:  # the host answered: the job was removed there, and nothing of it is kept anywhere else
+        raise GpujobError(
+            f"job {job_id} was removed from {why_old.split(' ')[0]} (or the instance was re-imaged), and no checkpoint "
+            "of it is anywhere else (no checkpoint.mirror, no pulled copy on this machine, no shared checkpoint.dir): "
+            "there is nothing to go on from; nothing was changed",
+            f"gpujob ls --all lists the jobs there; submit its job file again to start over (gpujob runs shows "
+            f"{job_id}'s arguments)")
     raise GpujobError(
         f"cannot move {job_id}: its host {why_old}, no pulled copy of it is on this machine and its "
         "checkpoints are not on shared storage (checkpoint.dir); nothing was changed",

@@ -7,9 +7,10 @@ never "stopped by user". The attempt ended on its own when it exited 0 and eithe
 
 - it ended before the stop was asked (a thread waits for its end without reaping it, so the
   time is the kernel's, compared with the request file's mtime), or
-- no stop signal was sent to it and it did not act on the stop file: it never watched it, or it
-  watched it through gpujob's runtime helper, which marks ``STOP.acted`` when it tells the code
-  to stop. Code that polls the stop file itself cannot say: its exit after a stop is a stop.
+- no stop signal was sent to it and it watched the stop file through gpujob's runtime helper
+  (the templates, the HF/Lightning hook), which marks ``STOP.acted`` when it tells the code to
+  stop, and it was not told. Code that polls the stop file itself cannot say whether it acted:
+  its exit 0 after a stop is a stop.
 """
 
 import os
@@ -61,6 +62,6 @@ def ended_on_its_own(rc: Optional[int], ended_at: Optional[float], stop_file: Pa
     watch = Path(str(stop_file) + ".watch")
     try:
         mark = watch.read_text()
-    except OSError:
-        return True  # it never looked at the stop file, and no signal reached it
+    except OSError:  # no helper said how it watches: code that polls the stop file itself left
+        return False  # on it before any signal (a stop), as far as anyone can tell
     return mark.startswith(HELPER_MARK) and not Path(str(stop_file) + ".acted").exists()
