@@ -453,7 +453,8 @@ def resume(root: Root, job_id: str) -> Dict[str, Any]:
                              "power the instance on with its GPUs (gpujob doctor shows them), then resume again; "
                              "or continue it on another host: gpujob move {} --to HOST".format(job_id), "no_gpus")
         procs.kill_tree(job_id, None, 5.0, job_dir=str(job.path))
-        for p in (job.stop_file, Path(str(job.stop_file) + ".watch"), job.path / "stop.after"):
+        for p in (job.stop_file, Path(str(job.stop_file) + ".watch"), Path(str(job.stop_file) + ".acted"),
+                  Path(str(job.stop_file) + ".ended"), job.path / "stop.after"):
             try:
                 p.unlink()
             except OSError:

@@ -354,7 +354,7 @@ class Supervisor:
         resume = latest_resume(self.ckpt_dir(), self.spec.get("checkpoint_pattern"), self.job_pids)
         for k in ATTEMPT_END_FIELDS:  # the previous attempt's end is history (attempts, events)
             self.status.pop(k, None)
-        for mark in (".watch", ".acted"):  # each attempt acknowledges the stop file afresh (a Trainer hook: at its first step)
+        for mark in (".watch", ".acted", ".ended"):  # each attempt acknowledges the stop file afresh (a Trainer hook: at its first step)
             try:
                 os.unlink(str(self.job.stop_file) + mark)
             except OSError:

@@ -6,7 +6,8 @@ script was writing its last lines. Such a job is ``succeeded`` (a sweep counts i
 never "stopped by user". The attempt ended on its own when it exited 0 and either
 
 - it ended before the stop was asked (a thread waits for its end without reaping it, so the
-  time is the kernel's, compared with the request file's mtime), or
+  time is the kernel's, compared with the request file's mtime; and the stop verb notes a run
+  command it finds already a zombie, for a supervisor too frozen to note the time), or
 - no stop signal was sent to it and it watched the stop file through gpujob's runtime helper
   (the templates, the HF/Lightning hook), which marks ``STOP.acted`` when it tells the code to
   stop, and it was not told. Code that polls the stop file itself cannot say whether it acted:
@@ -20,6 +21,29 @@ from pathlib import Path
 from typing import Optional
 
 HELPER_MARK = "gpujob_runtime"  # what the runtime helper writes into STOP.watch
+ENDED = ".ended"  # beside the stop file: the run command had already ended when the stop was asked
+
+
+def ended_path(stop_file: Path) -> Path:
+    return Path(str(stop_file) + ENDED)
+
+
+def note_if_ended(stop_file: Path, child_pid: object, supervisor_pid: object) -> None:
+    """Called by whoever asks for the stop, before asking: a run command that is already a zombie of
+    its supervisor (it exited; the supervisor, frozen or busy, has not reaped it yet) had ended on
+    its own. Its own clock cannot say so: the supervisor's waiting thread is as frozen as it is."""
+    if not isinstance(child_pid, int) or not isinstance(supervisor_pid, int) or child_pid <= 0:
+        return
+    try:
+        with open("/proc/{}/stat".format(child_pid)) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return
+    if len(fields) > 1 and fields[0] == "Z" and fields[1] == str(supervisor_pid):
+        try:
+            ended_path(stop_file).write_text("{}\n".format(time.time()))
+        except OSError:
+            pass
 
 
 class ExitClock:
@@ -54,6 +78,8 @@ def ended_on_its_own(rc: Optional[int], ended_at: Optional[float], stop_file: Pa
                      signalled: bool) -> bool:
     if rc != 0:
         return False
+    if ended_path(stop_file).exists():  # seen a zombie when the stop was asked (note_if_ended)
+        return True
     asked = asked_at(stop_file, after_file)
     if ended_at is not None and asked is not None and ended_at < asked:
         return True

@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional
 from remote import jobs, locks, procs
 from remote.layout import JobDir, Root, now, with_reserve
 from remote.protocol import TERMINAL
-from remote.stopping import after
+from remote.stopping import after, late
 from remote.stopping import cgroup as cg
 from remote.stopping import find as jobfind
 from remote.stopping import kill as jobkill
@@ -110,6 +110,7 @@ def stop(root: Root, job_id: str, wait: float, reason: str = "stopped by user",
     start = time.monotonic()
     deadline = start + wait
     if st.get("state") not in TERMINAL:
+        late.note_if_ended(job.stop_file, st.get("child_pid"), st.get("supervisor_pid"))
         if after_checkpoint is not None and st.get("state") == "running":
             after.request(job, after_checkpoint if after_checkpoint >= 0 else None, reason,
                           pattern=spec.get("checkpoint_pattern"),
