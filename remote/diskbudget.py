@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Optional
 
 from remote import checkpoints as ck
+from remote import disk as diskfiles
 
 MIN_FREE = 2 << 30  # the margin: max(MIN_FREE, FREE_SHARE of the disk)
 FREE_SHARE = 0.10
@@ -36,16 +37,7 @@ def disk(path: Path) -> Dict[str, int]:
 
 
 def _size(path: Path) -> int:
-    if not path.is_dir():
-        return path.stat().st_size
-    total = 0
-    for top, _dirs, files in os.walk(str(path)):
-        for f in files:
-            try:
-                total += os.lstat(os.path.join(top, f)).st_size
-            except OSError:
-                pass
-    return total
+    return diskfiles._size(path) if path.is_dir() else path.stat().st_size
 
 
 class Budget:
