@@ -67,7 +67,7 @@ def bundle_files() -> dict[str, Path]:
     runtime = templates_dir() / "runtime" / "gpujob_runtime.py"
     if runtime.is_file():
         files["runtime/gpujob_runtime.py"] = runtime
-    files["runtime/gpujob_checkpoints.py"] = rdir / "checkpoints.py"
+    files["runtime/gpujob_checkpoints.py"] = rdir / "ckpt" / "checkpoints.py"
     for p in sorted((templates_dir() / "runtime" / "autohook").glob("*.py")):  # the Trainer stop hook
         files["runtime/autohook/" + p.name] = p
     return files

@@ -11,18 +11,20 @@ import traceback
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-from remote import AGENT_PROTOCOL, jobs, locks, procs
-from remote.jobs import AgentError
-from remote.layout import Root, agent_log
-from remote.protocol import SERVED, SETTLED, TERMINAL
+from remote import AGENT_PROTOCOL
+from remote.core import layout, locks, procs
+from remote.core.layout import Root, agent_log
+from remote.core.protocol import SERVED, SETTLED, TERMINAL
+from remote.jobs import store as jobs
+from remote.jobs.store import AgentError
 
 
 class _OnUse:
-    """``remote.transfer`` (with its stream and checkpoint modules, a third of a start's imports),
+    """``remote.data.transfer`` (with its stream and checkpoint modules, a third of a start's imports),
     imported when a verb that moves files first uses it: ``status`` and ``hello`` never do."""
 
     def __getattr__(self, name: str) -> Any:
-        from remote import transfer as mod
+        from remote.data import transfer as mod
 
         return getattr(mod, name)
 
@@ -38,14 +40,14 @@ def _out(doc: Any) -> None:
 
 def cmd_hello(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     return {"protocol": AGENT_PROTOCOL, "python": sys.version.split()[0], "executable": sys.executable,
-            "root": str(root.root), "boot_id": procs.boot_id(), "agent": Path(__file__).resolve().parent.parent.name}
+            "root": str(root.root), "boot_id": procs.boot_id(), "agent": layout.AGENT_DIR.name}
 
 
 def cmd_status(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     if a.job:
         job_id = jobs.resolve(root, a.job)
         return {"jobs": [jobs.describe(root, job_id, detail=True)], "now": time.time()}
-    from remote import jobindex
+    from remote.jobs import index as jobindex
 
     ids, older, done = jobindex.listing(root, everything=a.all or bool(a.limit))
     if a.limit:
@@ -228,7 +230,7 @@ def cmd_send(root: Root, a: argparse.Namespace) -> None:
         doc["job_id"] = job.id
         sources = doc.pop("sources", None)  # the agent's own paths stay here
         if a.write_wait is not None:  # files some process is writing now: the client says it waits
-            from remote import writing
+            from remote.ckpt import writing
 
             held = writing.writers([str(job.path / rel) for rel in doc.get("files", {}) if rel not in transfer.LOGS])
             doc["writing"] = {rel: held[str(job.path / rel)] for rel in doc.get("files", {})
@@ -282,7 +284,7 @@ def cmd_logs(root: Root, a: argparse.Namespace) -> None:
     out = sys.stdout.buffer
     offset = a.offset if a.lines is None else _offset_of_last_lines(job.log, a.lines)
     if a.since is not None:
-        from remote import observe
+        from remote.view import observe
 
         offset = observe.offset_since(job, a.since if a.since > 0 else time.time() + a.since)
     out.write("gpujob-log {} {}\n".format(job_id, offset).encode())
@@ -310,13 +312,13 @@ def cmd_logs(root: Root, a: argparse.Namespace) -> None:
 
 
 def cmd_watch(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
-    from remote import observe
+    from remote.view import observe
 
     return observe.watch(root, a.job, a.points)
 
 
 def cmd_tb(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
-    from remote import observe
+    from remote.view import observe
 
     if a.stop:
         return observe.stop_tensorboard(root, a.job)
@@ -327,14 +329,14 @@ def cmd_tb(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
 
 def cmd_port(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     """Whether something listens on 127.0.0.1:PORT here, and AutoDL's URL for it if exposed."""
-    from remote import observe
+    from remote.view import observe
 
     return {"port": a.port, "listening": observe._listening(a.port), "autodl_url": observe.autodl_url(a.port)}
 
 
 def cmd_agentlog(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     """The last N lines of ``<root>/agent.log`` (the agent's own errors)."""
-    from remote.layout import tail_lines
+    from remote.core.layout import tail_lines
 
     return {"path": str(root.agent_log), "lines": tail_lines(root.agent_log, a.lines, 1 << 20)}
 
@@ -342,7 +344,7 @@ def cmd_agentlog(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
 def cmd_gpus(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     """A fresh nvidia-smi sample (None on a CPU host; ``smi_error`` says why when an nvidia-smi is
     there and fails), who holds which GPU, and the queue."""
-    from remote import gpus
+    from remote.host import gpus
 
     prefix = a.path_prefix or os.environ.get("GPUJOB_PATH_PREFIX", "")  # the host profile's, as a job gets it
     found, error = gpus.probe(prefix)
@@ -351,13 +353,13 @@ def cmd_gpus(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
 
 def cmd_adopt(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     """A job moving here: request line in, wish list out, its files in, the job started."""
-    from remote import move
+    from remote.jobs import move
 
     return move.adopt(root, sys.stdin.buffer, sys.stdout.buffer)
 
 
 def cmd_moved(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
-    from remote import move
+    from remote.jobs import move
 
     return move.mark_moved(root, a.job, a.to)
 
@@ -376,20 +378,20 @@ def load_agent_env(root: Root) -> None:
 
 
 def cmd_notify_lost(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
-    from remote import events
+    from remote.run import events
 
     return events.notify_lost(root, a.job_id)
 
 
 def cmd_pulled(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
-    from remote import power
+    from remote.run import power
 
     return power.mark_pulled(root.job(jobs.resolve(root, a.job)))
 
 
 def cmd_idle_shutdown(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     """Install (minutes > 0) or remove (0) the idle watcher; stdin: {"command": shutdown command}."""
-    from remote import power
+    from remote.run import power
 
     req = json.loads(sys.stdin.read() or "{}")
     return power.install_idle_watch(root, a.minutes, req.get("command"))
@@ -397,26 +399,26 @@ def cmd_idle_shutdown(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
 
 def cmd_authkeys(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     """Add or remove a public key where this host's sshd reads them (``host rekey``); stdin: the request."""
-    from remote import authkeys
+    from remote.host import authkeys
 
     return authkeys.change(json.loads(sys.stdin.read() or "{}"))
 
 
 def cmd_idle_watch(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
-    from remote import power
+    from remote.run import power
 
     req = json.loads(sys.stdin.read() or "{}")
     return {"exit": power.idle_watch(root, a.minutes, req.get("command"), a.poll)}
 
 
 def cmd_run(root: Root, a: argparse.Namespace) -> int:
-    from remote import supervisor
+    from remote.run import supervisor
 
     return supervisor.main(root, a.job_id)
 
 
 def cmd_doctor(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
-    from remote import doctor
+    from remote.host import doctor
 
     job = None
     if a.job_run is not None or a.job_python is not None:
@@ -425,19 +427,19 @@ def cmd_doctor(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
 
 
 def cmd_bench(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
-    from remote import bench
+    from remote.host import bench
 
     return bench.run(root, a.data_disk, a.path_prefix, a.budget)
 
 
 def cmd_rm(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
-    from remote import cleanup
+    from remote.jobs import cleanup
 
     return cleanup.remove(root, a.job, a.force, a.wait)
 
 
 def cmd_gc(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
-    from remote import cleanup
+    from remote.jobs import cleanup
 
     return cleanup.gc(root, a.older_than, a.dry_run, a.checkpoints_only)
 
@@ -507,9 +509,9 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--hash-dir", action="append", default=[])
         s.add_argument("--known", action="append", default=[], help="DIR=DIGEST: the client's record of DIR")
         s.add_argument("--shape", action="append", default=[],
-                       help="DIR=SHAPE: a data: entry's names and sizes on the laptop (remote/datashape.py)")
+                       help="DIR=SHAPE: a data: entry's names and sizes on the laptop (remote/data/datashape.py)")
         s.add_argument("--project")
-        s.add_argument("--lease", help="the submit's token for the project's sync lease (see remote/locks.py)")
+        s.add_argument("--lease", help="the submit's token for the project's sync lease (see remote/core/locks.py)")
     s = sub.add_parser("receive")
     s.add_argument("--project")
     s.add_argument("--lease")
@@ -567,13 +569,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--job-run", help="the program a job's run: starts (doctor --job)")
     s.add_argument("--job-python", help="the job's python:")
     s.add_argument("--job-setup", action="store_true", help="the job has setup: (it may install the interpreter)")
-    s = sub.add_parser("bench", help="the preflight: GPU, memory and disk rates, ECC/Xid, versions (remote/bench.py)")
+    s = sub.add_parser("bench", help="the preflight: GPU, memory and disk rates, ECC/Xid, versions (remote/host/bench.py)")
     s.add_argument("--data-disk")
     s.add_argument("--path-prefix", default="")
     s.add_argument("--budget", type=float, default=40.0, help="seconds for the GPU steps, all GPUs together")
     s = sub.add_parser("notify_lost")
     s.add_argument("job_id")
-    sub.add_parser("adopt", help="a job moving here: request line, wish list, its files (remote/move.py)")
+    sub.add_parser("adopt", help="a job moving here: request line, wish list, its files (remote/jobs/move.py)")
     s = sub.add_parser("moved", help="the job went on on another host: a final state here")
     s.add_argument("--job", required=True)
     s.add_argument("--to", required=True, help="the host profile it went to")
@@ -636,10 +638,10 @@ def main(argv: List[str]) -> int:
     load_agent_env(root)
     handler = globals()["cmd_" + args.verb]
     if args.verb not in ("run", "notify_lost", "idle_watch", "serve", "reseal", "range", "range_serve"):  # a sync's extra channels
-        from remote import lost  # a job found lost is announced once, by a detached sender
+        from remote.jobs import lost  # a job found lost is announced once, by a detached sender
 
         lost.spawn_lost_check(root)
-        from remote import power  # the idle watcher comes back after a reboot
+        from remote.run import power  # the idle watcher comes back after a reboot
 
         try:
             power.revive_idle_watch(root)

@@ -95,7 +95,7 @@ def start_sshd(base: Path, host_key: Path | None = None, port: int | None = None
 
 def _descendants(pid: int) -> list[int]:
     """Every process below ``pid`` (by parent links in /proc)."""
-    from remote.procs import _parents
+    from remote.core.procs import _parents
 
     children: dict[int, list[int]] = {}
     for p, pp in _parents().items():
@@ -117,7 +117,7 @@ def stop_sshd(s: Sshd) -> None:
         s.proc.wait(5)
     except subprocess.TimeoutExpired:
         s.proc.kill()
-    from remote.procs import pid_alive
+    from remote.core.procs import pid_alive
 
     for sig in (15, 9):  # TERM first: a login shell gets to run its exit traps
         for pid in sessions:
@@ -149,7 +149,7 @@ def _drop_stale_pyenv_lock() -> None:
 def job_processes_under(folder: Path) -> set[int]:
     """Processes of jobs under ``folder``: by ``GPUJOB_JOB_DIR`` in their environment (trainers),
     by the folder on a ``-m remote`` command line (supervisors, the agent's helpers)."""
-    from remote.procs import _cmdline, _environ, _parents
+    from remote.core.procs import _cmdline, _environ, _parents
 
     paths = {str(folder).encode() + b"/", os.path.realpath(folder).encode() + b"/"}  # not test_x01 for test_x0
     mine = {os.getpid(), os.getppid()}

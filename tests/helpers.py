@@ -19,7 +19,7 @@ import pytest
 from tests.conftest import REPO, run_cli
 
 EXAMPLE = REPO / "examples" / "tiny" / "job.yaml"
-# every state a job can end in (remote/layout.py TERMINAL)
+# every state a job can end in (remote/core/layout.py TERMINAL)
 ENDED = ("succeeded", "failed", "stopped", "autostopped", "lost", "moved")
 
 

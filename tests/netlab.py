@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from remote.procs import pid_alive
+from remote.core.procs import pid_alive
 
 NAME = re.compile(r"^gj[bnv](\d+)x\d+$")
 

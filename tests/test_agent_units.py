@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from remote import cost, diagnose, gpus
+from remote.host import gpus
+from remote.run import diagnose
+from remote.view import cost
 
 TB = '''Traceback (most recent call last):
   File "/job/code/train.py", line 40, in <module>
@@ -136,8 +138,9 @@ def test_gpus_verb_with_a_stand_in(tmp_path: Path) -> None:
 
 
 def test_a_restarted_job_shows_only_the_current_attempts_metrics(tmp_path: Path) -> None:
-    from remote import jobs, observe
-    from remote.layout import Root
+    from remote.core.layout import Root
+    from remote.jobs import store as jobs
+    from remote.view import observe
 
     root = Root(str(tmp_path / "root"))
     job = root.job("j-1")
@@ -156,7 +159,7 @@ def test_a_restarted_job_shows_only_the_current_attempts_metrics(tmp_path: Path)
 
 
 def test_an_index_url_is_shown_without_its_credentials() -> None:
-    from remote.observe import _without_credentials
+    from remote.view.observe import _without_credentials
 
     assert _without_credentials("https://user:tok3n@mirror.example/simple") == "https://***@mirror.example/simple"
     assert _without_credentials("https://mirror.example/simple") == "https://mirror.example/simple"
@@ -165,9 +168,9 @@ def test_an_index_url_is_shown_without_its_credentials() -> None:
 
 def test_an_empty_job_reference_matches_no_job(tmp_path: Path) -> None:
     """The agent's own check (the laptop refuses "" too): ``rm ""`` must not pick the only job."""
-    from remote import jobs
-    from remote.errors import AgentError
-    from remote.layout import Root
+    from remote.core.errors import AgentError
+    from remote.core.layout import Root
+    from remote.jobs import store as jobs
 
     root = Root(str(tmp_path / "root"))
     jd = root.jobs / "solo-11301200-abcde"

@@ -118,7 +118,7 @@ def test_logs_iterator_follows_and_leaves_cleanly(tmp_path: Path) -> None:
 
 def _log_followers(job_id: str) -> list[int]:
     """Processes running the agent's ``logs --follow`` for ``job_id``."""
-    from remote.procs import _cmdline, _parents
+    from remote.core.procs import _cmdline, _parents
 
     words = {b"logs", b"--follow", job_id.encode()}
     return [pid for pid in _parents() if words <= set(_cmdline(pid).split(b"\0"))]

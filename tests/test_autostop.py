@@ -13,7 +13,7 @@ from gpujob.errors import SpecError
 from tests.conftest import run_cli
 from tests.helpers import ENDED, submit, wait_state
 
-autostop = import_remote("autostop")
+autostop = import_remote("run.autostop")
 
 # A job that honours the stop file (as the runtime helper does): it saves, says so, exits 0.
 JOB = r'''

@@ -200,7 +200,8 @@ def test_oom_named_only_on_evidence(tmp_path: Path, monkeypatch: pytest.MonkeyPa
                                     cause: str) -> None:
     import time
 
-    from remote import diagnose, oom
+    from remote.host import oom
+    from remote.run import diagnose
 
     ev, km = tmp_path / "memory.events", tmp_path / "kmsg"
     ev.write_text("oom 0\noom_kill 0\n")

@@ -232,7 +232,7 @@ def test_plain_loop_output_parses_to_loss_and_steps(tmp_path: Path) -> None:
     """The loop's real output (tqdm redraws on stderr, `step N loss x` prints on stdout, both in
     one log, a print often landing right after a bar) gives records with step and loss."""
     needs("torch", "tqdm")
-    from remote.logparse import LogParser
+    from remote.metrics.logparse import LogParser
 
     out = subprocess.run(f"{sys.executable} {BYO / 'plain-loop' / 'train.py'} --ckpt_dir {tmp_path} --steps 40 "
                          f"--save_every 100 2>&1", shell=True, capture_output=True, env=dict(QUIET, PATH=os.environ["PATH"]),

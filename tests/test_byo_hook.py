@@ -1,6 +1,6 @@
 """The Trainer stop hook (templates/runtime/autohook): inert for other scripts, chains an
 existing sitecustomize, off with `runtime: {auto: false}`, and Lightning DDP ranks agree on a
-stop. The stop choice for scripts that ignore the stop file (remote/procs.py) on real processes."""
+stop. The stop choice for scripts that ignore the stop file (remote/core/procs.py) on real processes."""
 
 from __future__ import annotations
 
@@ -112,7 +112,7 @@ def hook_job(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     rt = tmp_path / "rt"
     rt.mkdir()
     (rt / "gpujob_runtime.py").write_bytes((RUNTIME / "gpujob_runtime.py").read_bytes())
-    (rt / "gpujob_checkpoints.py").write_bytes((REPO / "remote" / "checkpoints.py").read_bytes())
+    (rt / "gpujob_checkpoints.py").write_bytes((REPO / "remote" / "ckpt" / "checkpoints.py").read_bytes())
     return job, dict(os.environ, **QUIET, PYTHONPATH=f"{AUTOHOOK}{os.pathsep}{rt}", GPUJOB_JOB_DIR=str(job),
                      GPUJOB_CKPT_DIR=str(job / "ckpt"), GPUJOB_STOP_FILE=str(job / "STOP"),
                      GPUJOB_METRICS_FILE=str(job / "metrics.jsonl"))
@@ -173,13 +173,13 @@ def tree(tmp_path: Path):  # noqa: ANN201
         except OSError:
             pass
         p.wait()
-    from remote import procs as rp
+    from remote.core import procs as rp
 
     rp.signal_pids(rp.job_pids("tree", None, jd), signal.SIGKILL)
 
 
 def test_stop_targets_choose_a_signal_per_process(tree: str, tmp_path: Path) -> None:
-    from remote import procs as rp
+    from remote.core import procs as rp
 
     def cmd(pid: int) -> list[str]:
         return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")

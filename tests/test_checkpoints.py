@@ -1,4 +1,4 @@
-"""remote/checkpoints.py: finding, ordering, completeness and rotation of every kind, on files
+"""remote/ckpt/checkpoints.py: finding, ordering, completeness and rotation of every kind, on files
 written by the real libraries (torch.save, safetensors, Lightning, the HF Trainer, accelerate)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "remote"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "remote" / "ckpt"))
 import checkpoints as ck  # noqa: E402
 
 from tests.helpers import needs  # noqa: E402

@@ -83,8 +83,8 @@ def test_gc_frees_a_job_that_moved_to_another_host(tmp_path: Path) -> None:
     """A job that went on elsewhere is history here: gc frees it like a finished one."""
     import time
 
-    from remote import cleanup
-    from remote.layout import Root
+    from remote.core.layout import Root
+    from remote.jobs import cleanup
 
     root = Root(str(tmp_path / "r"))
     job_id = "moved-0101-x0001"

@@ -1,4 +1,4 @@
-"""A job's ``data:`` for its whole life (remote/datastore.py, docs/job-spec.md#where-data-lives): two
+"""A job's ``data:`` for its whole life (remote/data/datastore.py, docs/job-spec.md#where-data-lives): two
 projects whose ``data:`` has the same ``dst:`` and different bytes, running at once on one host over
 a real sshd, each read their own bytes from start to end, while a third submit changes one
 project's data under its running job; identical bytes are sent once (in one project, and

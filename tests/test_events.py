@@ -214,7 +214,7 @@ def test_shutdown_waits_for_gpujob_pull_of_the_finished_job(ssh_host: str, tmp_p
 
 def _lost_senders(root: Path) -> list[int]:
     """The agent's detached ``notify_lost`` processes for jobs under ``root``."""
-    from remote.procs import _cmdline, _parents
+    from remote.core.procs import _cmdline, _parents
 
     want = str(root).encode()
     return [p for p in _parents() if b"notify_lost" in _cmdline(p) and want in _cmdline(p)]

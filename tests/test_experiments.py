@@ -307,10 +307,10 @@ def test_rerun_runs_exactly_the_code_of_the_run_it_repeats(tmp_path: Path) -> No
 
 
 def test_the_hosts_code_hash_is_the_ledgers(tmp_path: Path) -> None:
-    """The agent's hash of a job's code (remote/codehash.py) is the laptop's code_hash of the same tree:
+    """The agent's hash of a job's code (remote/data/codehash.py) is the laptop's code_hash of the same tree:
     nested folders, a name sorting before its folder's, an exec bit, a link."""
     from gpujob.config.ledger.code import code_hash, tree_files
-    from remote.codehash import tree_hash
+    from remote.data.codehash import tree_hash
 
     t = tmp_path / "t"
     for rel, text in {"a.txt": "1", "a/b.py": "2", "a/c/d.py": "3", "z/y.py": "4", "b-": "5", "b/x": "6"}.items():

@@ -289,7 +289,7 @@ def test_wheel_carries_the_agent(tmp_path: Path) -> None:
     # ``remote.x``: from the wheel, with this checkout off sys.path, they still load
     probe = (f"import sys; sys.path = [p for p in sys.path if not p.startswith({str(REPO)!r})]\n"
              "from gpujob.bundle import import_remote\n"
-             "print(import_remote('gpus').FREE_MEM_MIB > 0, callable(import_remote('transfer').send_list))\n"
+             "print(import_remote('host.gpus').FREE_MEM_MIB > 0, callable(import_remote('data.transfer').send_list))\n"
              "import remote, gpujob; print(remote.__path__[0].startswith(gpujob.__path__[0]))")
     r = subprocess.run([str(py), "-c", probe], capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=60)
     assert r.returncode == 0 and r.stdout.split() == ["True", "True", "True"], r.stderr[-2000:] + r.stdout

@@ -125,8 +125,8 @@ def test_authkeys_finds_the_files_sshd_reads_and_keeps_every_other_byte(tmp_path
     """The agent's side on its own: AuthorizedKeysFile through an Include, tokens, and a refusal to lock out."""
     import os
 
-    from remote import authkeys
-    from remote.errors import AgentError
+    from remote.core.errors import AgentError
+    from remote.host import authkeys
 
     inc = tmp_path / "conf.d"
     inc.mkdir()

@@ -8,8 +8,8 @@ import os
 import time
 from pathlib import Path
 
-from remote import jobindex
-from remote.layout import Root
+from remote.core.layout import Root
+from remote.jobs import index as jobindex
 from tests.conftest import run_cli
 
 

@@ -1,6 +1,6 @@
 """A checkpoint file the script overwrites in place (nanoGPT's ``ckpt.pt``) and a kill in the middle of
 its save: gpujob's kept copy of its last complete version is put back before the restart, which goes
-on from the save before the cut instead of from step 0 (remote/keepcopy.py)."""
+on from the save before the cut instead of from step 0 (remote/ckpt/keepcopy.py)."""
 
 from __future__ import annotations
 
@@ -110,7 +110,7 @@ def _torch_like(path: Path, step: int, cut: bool = False) -> None:
 
 
 def test_copy_and_skip_rules(tmp_path: Path) -> None:
-    from remote import diskbudget, keepcopy
+    from remote.ckpt import diskbudget, keepcopy
 
     gb = 1 << 30
     # beside the job's next save, the copy must leave max(2 GB, 10 %) of the disk free
@@ -130,8 +130,8 @@ def test_copy_and_skip_rules(tmp_path: Path) -> None:
     _torch_like(ckpt / "ckpt.pt", 20, cut=True)  # cut short: not copied over the good one
     assert k.changed([]) == [] and keepcopy.saved_step(job.path / "kept" / "ckpt.pt") == 10
     # gpujob resume names what the attempt will start from; the restart puts the copy back; a whole file stays
-    from remote.jobs import resume_point
-    from remote.layout import JobDir
+    from remote.core.layout import JobDir
+    from remote.jobs.store import resume_point
 
     (job.path / "kept" / ".gpujob-tmp.ckpt.pt").write_bytes(b"PK")  # a copy the supervisor's end cut short
     assert resume_point(JobDir(job.path))["resume_from"].startswith("ckpt.pt (its last complete version, step 10, kept")

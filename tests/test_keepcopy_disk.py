@@ -1,5 +1,5 @@
 """The kept copy of a checkpoint saved in place never takes the room the job's own writes need
-(remote/diskbudget.py): on a real small loop-mounted ext4, a job that succeeds with
+(remote/ckpt/diskbudget.py): on a real small loop-mounted ext4, a job that succeeds with
 ``checkpoint: {backup: false}`` succeeds with the default too, and a kept copy is given up (deleted, said
 once) the moment free space falls below the job's next save and the margin."""
 
@@ -87,7 +87,7 @@ def test_a_job_that_succeeds_without_the_kept_copy_succeeds_with_it(tmp_path: Pa
 def test_a_kept_copy_is_given_up_when_free_space_falls_below_the_next_save(tmp_path: Path) -> None:
     """The copy was made with room to spare; the job's own data then takes the disk down below its next
     save and the margin: the copy is deleted at the next look, said once in the log and in status."""
-    from remote import diskbudget, keepcopy
+    from remote.ckpt import diskbudget, keepcopy
 
     with loopfs(tmp_path, "2600M") as mnt:
         job = SimpleNamespace(path=mnt / "job")

@@ -31,7 +31,7 @@ def ddp_job(tmp_path: Path, **spec: object) -> Path:
 
 def test_launch_command_rewrites_leading_python() -> None:
     sys.path.insert(0, str(REPO))
-    from remote import launch
+    from remote.run import launch
 
     spec = {"name": "x", "run": "pip list\npython -u train.py --lr 3e-4", "launcher": "torchrun", "gpus": 2}
     assert launch.command(spec).splitlines() == [

@@ -140,7 +140,7 @@ def test_a_folder_saved_again_goes_to_the_other_slot_and_the_earlier_stays_whole
 
     from gpujob.usecases import mirror as laptop
     from remote.mirror import engine, store, version
-    from remote.mirror.uploader import Mirror
+    from remote.run.mirror import Mirror
 
     ck = tmp_path / "job" / "ckpt" / "checkpoint-last"
     ck.mkdir(parents=True)

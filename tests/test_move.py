@@ -214,7 +214,7 @@ def test_guard_moves_a_job_whose_host_stays_away_checkpoint_on_shared_storage(
     r = run_cli("guard", job_id, "--once", "--json")  # the host answers: nothing to do yet
     assert r.returncode == 0 and json.loads(r.stdout)["outcomes"] == [], r.stderr
     kill_instance(two_hosts[0], old_dir)
-    from remote.checkpoints import latest_complete
+    from remote.ckpt.checkpoints import latest_complete
 
     ck = latest_complete(shared / job_id)
     assert ck is not None
@@ -287,7 +287,9 @@ def test_a_cut_move_resumes_asking_only_for_what_is_missing(tmp_path: Path) -> N
     a cut large file only from its first missing chunk; the second stream completes it."""
     import io
 
-    from remote import move, stream, transfer
+    from remote import stream
+    from remote.data import transfer
+    from remote.jobs import move
 
     job = tmp_path / "old" / "j1"
     (job / "ckpt" / "step-5").mkdir(parents=True)
@@ -324,9 +326,10 @@ def test_a_refused_adopt_gives_the_sync_lease_back(tmp_path: Path) -> None:
     submit sync at once instead of waiting out the lease."""
     import io
 
-    from remote import locks, move
-    from remote.errors import AgentError
-    from remote.layout import Root
+    from remote.core import locks
+    from remote.core.errors import AgentError
+    from remote.core.layout import Root
+    from remote.jobs import move
 
     root = Root(str(tmp_path / "root"))
     (root.jobs / "j1").mkdir(parents=True)  # a job of this id already lives here

@@ -177,15 +177,15 @@ def test_remote_package_is_stdlib_only_and_py38_syntax():
         for node in ast.walk(ast.parse(f.read_text(), feature_version=(3, 8))):
             if isinstance(node, ast.Import):
                 mods.update(a.name.split(".")[0] for a in node.names)
-            elif isinstance(node, ast.ImportFrom) and node.module == "remote":
-                local.update("remote." + a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module.split(".")[0] == "remote":
+                local.update(node.module + "." + a.name for a in node.names)
             elif isinstance(node, ast.ImportFrom) and node.level == 0:
                 mods.add(node.module.split(".")[0])
             elif isinstance(node, ast.ImportFrom):
                 local.add("." * node.level + (node.module or ",".join(a.name for a in node.names)))
     assert mods <= set(sys.stdlib_module_names), mods - set(sys.stdlib_module_names)
     assert "__future__" not in mods
-    assert {m for m in local if not m.startswith(".")} == {"remote.protocol", "remote.atomicfile"}, local
+    assert {m for m in local if not m.startswith(".")} == {"remote.core.protocol", "remote.core.atomicfile"}, local
     assert not {m for m in local if m.startswith("..")}, local
 
 

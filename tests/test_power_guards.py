@@ -140,13 +140,13 @@ def test_host_off_of_a_host_that_cannot_be_asked(tmp_path: Path) -> None:
 
 def test_the_agents_own_power_offs_wait_for_a_submit_on_its_way_and_end_a_hung_command(
         tmp_path: Path, monkeypatch: object) -> None:
-    """The idle watcher and ``autostop.after: shutdown`` (remote/power.py ``busy``) count a submit whose
+    """The idle watcher and ``autostop.after: shutdown`` (remote/run/power.py ``busy``) count a submit whose
     code is still arriving (its project's live sync lease: no job exists yet); a shutdown command that
     hangs is ended with its process group (its `sleep` child ran on)."""
     import time
 
-    from remote import power
-    from remote.layout import Root
+    from remote.core.layout import Root
+    from remote.run import power
 
     root = Root(str(tmp_path / "root"))
     lease = root.root / "projects" / "p" / "sync.lease"
@@ -193,8 +193,8 @@ def test_rm_of_a_lost_job_whose_trainer_still_runs_is_refused_unless_forced(tmp_
     st = json.loads((root / "jobs" / job_id / "status.json").read_text())
     os.kill(st["supervisor_pid"], signal.SIGKILL)  # the agent dies, the trainer goes on
     wait_for(lambda: json.loads(run_cli("status", job_id, "--json").stdout)["state"] == "lost", 60, "lost")
-    from remote import power
-    from remote.layout import Root
+    from remote.core.layout import Root
+    from remote.run import power
 
     assert power.busy(Root(str(root))), "the idle watcher would power off under the trainer that goes on"
     r = run_cli("rm", job_id)

@@ -1,4 +1,4 @@
-"""The preflight (``gpujob doctor HOST --bench``, remote/bench.py) over a real sshd: on this CPU
+"""The preflight (``gpujob doctor HOST --bench``, remote/host/bench.py) over a real sshd: on this CPU
 machine the GPU steps are skipped and said so; an ``nvidia-smi`` stand-in on the host's PATH
 reports ECC errors, which warn at submit and send a host list's job to the healthy host."""
 
@@ -91,7 +91,7 @@ def test_faulty_gpu_warns_at_submit_and_placement_prefers_the_healthy_host(ssh_h
 
 
 def test_judge_slow_card_and_versions() -> None:
-    from remote import bench, rated
+    from remote.host import bench, rated
 
     doc = {"gpus": [{"index": 0, "bf16_tflops": 405.0, "fp16_tflops": 800.0, "rated": rated.rated("NVIDIA H100 80GB HBM3")}],
            "versions": {"torch": "2.6.0", "torch_cuda": "12.6", "driver": "535.1", "driver_cuda": "12.2"},
@@ -125,7 +125,7 @@ V100_Q = """GPU 00000000:3B:00.0
 
 
 def test_ecc_of_the_older_nvidia_smi_layout() -> None:
-    from remote import bench
+    from remote.host import bench
 
     (g,) = bench.smi_health(V100_Q)
     assert (g["ecc_corrected"], g["ecc_uncorrected"], g["retired_pages"], g["pending"]) == (4, 1, 3, False), g

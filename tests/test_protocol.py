@@ -1,4 +1,4 @@
-"""remote/protocol.py is the one definition both sides use: job states, served verbs, durations.
+"""remote/core/protocol.py is the one definition both sides use: job states, served verbs, durations.
 
 The state strings are what status.json and every ``--json`` output say, so they are pinned here;
 the laptop's and the agent's uses are checked against the protocol, and the served verbs against a
@@ -19,10 +19,10 @@ import pytest
 
 from gpujob import exitcodes
 from gpujob.bundle import import_remote, remote_dir
-from remote import protocol
+from remote.core import protocol
 from tests.conftest import REPO
 
-laptop = import_remote("protocol")  # what the laptop loads: the same file, by path
+laptop = import_remote("core.protocol")  # what the laptop loads: the same file, by path
 
 
 def test_json_state_strings_did_not_change() -> None:
@@ -42,7 +42,7 @@ def test_the_laptop_uses_the_protocols_states_and_verbs() -> None:
     from gpujob.ui.jobs import STATE_STYLE
     from gpujob.usecases import jobs, nodes
 
-    assert laptop.__file__ == protocol.__file__ == str(remote_dir() / "protocol.py")
+    assert laptop.__file__ == protocol.__file__ == str(remote_dir() / "core" / "protocol.py")
     assert agent.SERVED == protocol.SERVED
     assert jobs.FINAL == protocol.TERMINAL
     assert tuple(nodes.ORDER) == protocol.WORST_FIRST
@@ -52,7 +52,7 @@ def test_the_laptop_uses_the_protocols_states_and_verbs() -> None:
 
 
 def test_every_way_a_job_ends_can_be_notified() -> None:
-    """The supervisor announces each ending under the state's name (remote/events.py), and lost."""
+    """The supervisor announces each ending under the state's name (remote/run/events.py), and lost."""
     events = import_remote("notify").EVENTS
     assert set(protocol.ENDINGS) | {protocol.LOST} <= set(events)
     assert set(events) - set(protocol.STATES) == {"started", "restarted", "gpu_error", "mirror_failing", "test"}
@@ -99,7 +99,7 @@ def test_every_job_state_the_agent_writes_is_a_protocol_state() -> None:
                 found.setdefault(v, set()).add(f.name)
     assert len(found) >= 9, found  # the scan sees the agent's states at all
     strays = {v: files for v, files in found.items() if v not in protocol.STATES}
-    assert not strays, f"states not in remote/protocol.py: {strays}"
+    assert not strays, f"states not in remote/core/protocol.py: {strays}"
 
 
 def test_every_verb_the_laptop_calls_is_one_the_agent_has() -> None:

@@ -35,7 +35,7 @@ def small_ranges(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def servers(tmp_path: Path) -> set[int]:
     """The ``range_serve`` processes of this test (its root is on their command line)."""
-    from remote.procs import _cmdline
+    from remote.core.procs import _cmdline
 
     return {p for p in job_processes_under(tmp_path) if b"range_serve" in _cmdline(p)}
 

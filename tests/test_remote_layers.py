@@ -1,4 +1,5 @@
-"""The agent (``remote/``) imports only the standard library and itself, without import cycles.
+"""The agent (``remote/``) imports only the standard library and itself, without import cycles,
+and reads top to bottom: each room (a folder) imports only rooms below it.
 
 Every import counts, including the ones inside functions: a cycle hidden behind a lazy import
 still ties two modules together (neither can be read, tested or loaded by path without the other).
@@ -11,6 +12,30 @@ import sys
 from pathlib import Path
 
 REMOTE = Path(__file__).resolve().parent.parent / "remote"
+
+# The rooms of remote/, lowest first (docs/DESIGN.md draws the same picture). A module imports its
+# own room and lower ranks only; rooms of one rank are side by side and never import each other.
+RANK = {
+    "core": 0,  # protocol, errors, layout, locks, procs, atomic files, the job spec
+    "stream": 1, "notify": 1, "mirror": 1, "ckpt": 1, "metrics": 1, "env": 1,  # leaves
+    "host": 2, "data": 2,  # this instance; a job's files
+    "jobs": 3,  # records: store, index, lost, move, cleanup
+    "stopping": 4,
+    "run": 5,  # the supervisor and its watchers
+    "view": 6,  # the documents a reader sees
+    "__main__": 7,  # the verb table
+}
+# Upward imports not yet taken out: (importer, imported). The second test fails once one is gone.
+KNOWN: set = {
+    ("remote.jobs.store", "remote.view.cost"), ("remote.jobs.store", "remote.run.diagnose"),
+    ("remote.jobs.store", "remote.stopping.after"), ("remote.jobs.store", "remote.stopping.find"),
+    ("remote.jobs.cleanup", "remote.view.observe"), ("remote.jobs.cleanup", "remote.stopping.verb"),
+    ("remote.jobs.cleanup", "remote.stopping.cgroup"), ("remote.run.supervisor", "remote.view.observe"),
+}
+LONGEST = 420  # lines: a module longer than this holds more than one thing
+TOO_LONG: set = {"remote/ckpt/checkpoints.py", "remote/run/supervisor.py", "remote/__main__.py",
+                 "remote/metrics/logparse.py", "remote/jobs/store.py", "remote/data/transfer.py",
+                 "remote/view/observe.py"}
 
 
 def modules() -> dict[str, Path]:
@@ -101,8 +126,8 @@ def test_the_graph_sees_lazy_and_relative_imports() -> None:
     """The checks below rest on this: imports inside functions and relative ones are edges."""
     edges, _ = graph()
     assert "remote.stream.hashing" in edges["remote.stream.tree"]  # from .hashing import HashCache
-    assert "remote.stream" in edges["remote.transfer"]  # from remote.stream import ...
-    assert "remote.observe" in edges["remote.__main__"]  # only inside functions
+    assert "remote.stream" in edges["remote.data.transfer"]  # from remote.stream import ...
+    assert "remote.view.observe" in edges["remote.__main__"]  # only inside functions
 
 
 def test_cycles_are_found() -> None:
@@ -138,3 +163,55 @@ def test_the_agent_bundle_carries_the_subpackages() -> None:
         assert want <= set(tar.getnames())
     stream = import_remote("stream")
     assert stream.write_items.__module__ == stream.__name__ + ".send"
+
+
+def room(module: str) -> str:
+    """``remote.jobs.store`` -> ``jobs``; the package's own ``__init__`` (constants only) is core."""
+    parts = module.split(".")
+    return "core" if len(parts) == 1 else parts[1]
+
+
+def upward() -> set:
+    edges, _ = graph()
+    bad = set()
+    for mod, targets in edges.items():
+        for t in targets:
+            a, b = room(mod), room(t)
+            if a != b and (RANK[b] > RANK[a] or RANK[b] == RANK[a]):
+                bad.add((mod, t))
+    return bad
+
+
+def test_every_module_sits_in_a_room() -> None:
+    """No flat modules beside the rooms: remote/ holds only its ``__init__``, ``__main__`` and folders."""
+    flat = sorted(p.name for p in REMOTE.glob("*.py") if p.name not in ("__init__.py", "__main__.py"))
+    assert not flat, f"flat modules in remote/ (move each into its room): {flat}"
+    rooms = {p.name for p in REMOTE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert rooms == set(RANK) - {"__main__"}, f"rooms without a rank (add to RANK): {rooms ^ (set(RANK) - {'__main__'})}"
+
+
+def test_remote_reads_top_to_bottom() -> None:
+    """No import runs back up a room (or sideways between rooms of one rank), lazy ones included."""
+    bad = upward() - KNOWN
+    assert not bad, "imports back up in remote/ (move the shared piece down):\n" + "\n".join(
+        f"  {a} ({room(a)}) imports {b} ({room(b)})" for a, b in sorted(bad))
+
+
+def test_the_upward_allow_list_holds_only_what_is_still_there() -> None:
+    gone = KNOWN - upward()
+    assert not gone, f"fixed, so take them off KNOWN in {__file__}: {sorted(gone)}"
+
+
+def test_the_rank_check_sees_an_upward_import() -> None:
+    edges, _ = graph()
+    assert "remote.core.layout" in edges["remote.jobs.store"]  # downward: allowed
+    assert room("remote.jobs.store") == "jobs" and room("remote") == "core" and room("remote.__main__") == "__main__"
+
+
+def test_no_module_holds_more_than_one_thing() -> None:
+    long = {p.relative_to(REMOTE.parent).as_posix(): len(p.read_text().splitlines()) for p in REMOTE.rglob("*.py")}
+    over = {p: n for p, n in long.items() if n > LONGEST}
+    assert set(over) <= TOO_LONG, f"modules over {LONGEST} lines (split by what they hold): " + str(
+        {p: n for p, n in over.items() if p not in TOO_LONG})
+    shrunk = sorted(p for p in TOO_LONG if long.get(p, 0) <= LONGEST)
+    assert not shrunk, f"now short, so take them off TOO_LONG in {__file__}: {shrunk}"

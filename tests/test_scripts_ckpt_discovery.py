@@ -145,7 +145,7 @@ def test_folder_kinds_and_deep_strays(tmp_path: Path) -> None:
     """A Trainer's half-written ``checkpoint-N/`` (its model's config first) stays an HF one, incomplete;
     a script's own, renamed into place, is a complete generic folder (``is_complete``, which a stop
     waiting for the next checkpoint asks, agrees); checkpoints deeper than discovery looks are strays."""
-    from remote import checkpoints
+    from remote.ckpt import checkpoints
 
     ck = tmp_path / "ckpt"
     (ck / "checkpoint-2").mkdir(parents=True)

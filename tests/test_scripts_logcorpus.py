@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from remote.logparse import LogParser
-from remote.metricsrc import run_hints
+from remote.metrics.logparse import LogParser
+from remote.metrics.metricsrc import run_hints
 from tests.conftest import run_cli
 from tests.helpers import submit, write_job
 from tests.test_metrics_sources import _running_status as running_status

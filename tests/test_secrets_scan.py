@@ -140,7 +140,7 @@ def test_idle_watcher_powers_off_only_when_idle(ssh_host: str, sshd: Sshd, tmp_p
 
     from gpujob.config.hosts import HostStore
     from gpujob.transport.ssh import open_client
-    from remote.lost import LOST_MARK
+    from remote.jobs.lost import LOST_MARK
     from tests.test_events import notify_cfg
 
     root = tmp_path / "remote-root"
@@ -156,7 +156,7 @@ def test_idle_watcher_powers_off_only_when_idle(ssh_host: str, sshd: Sshd, tmp_p
     (d / "main.py").write_text("import time\ntime.sleep(4)\nprint('done')\n")
     (d / "job.yaml").write_text(json.dumps({"name": "short", "run": "python main.py"}))
     # the tick counter: each tick of the watcher announces newly lost jobs, marking each once
-    # (remote/events.py LOST_MARK); a mark removed by the test comes back on the next tick
+    # (remote/run/events.py LOST_MARK); a mark removed by the test comes back on the next tick
     probe = submit(ssh_host, write_job(tmp_path, "probe", "import time; print('up', flush=True); time.sleep(600)",
                                        "python main.py", notify=notify_cfg(hook, ["lost"])))["job_id"]
     probe_dir = root / "jobs" / probe
@@ -209,7 +209,7 @@ def test_idle_watcher_setting_outlives_its_process(ssh_host: str, tmp_path: Path
     state = tmp_path / "remote-root" / "idle-watch.json"
     first = json.loads(state.read_text())["pid"]
     os.kill(first, signal.SIGKILL)
-    from remote.procs import pid_alive
+    from remote.core.procs import pid_alive
 
     wait_for(lambda: not pid_alive(first), 10, "the killed watcher gone")  # as the agent judges it
     assert run_cli("ls", "--host", ssh_host).returncode == 0

@@ -66,7 +66,7 @@ def started(tmp_path: Path, job: Path, steps: int = 3) -> tuple[str, Path, dict]
 
 
 def trainer(jd: Path) -> int:
-    from remote.procs import _cmdline, _parents
+    from remote.core.procs import _cmdline, _parents
 
     for pid in _parents():
         if b"main.py" in _cmdline(pid) and b"python" in _cmdline(pid).split(b"\0")[0]:

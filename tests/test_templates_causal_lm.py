@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "remote"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "remote" / "ckpt"))
 import checkpoints  # noqa: E402
 from train_helpers import TEMPLATES, config_line, finish, job_env, metrics, run, runtime_dir, start  # noqa: E402
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from remote.logparse import LogParser
+from remote.metrics.logparse import LogParser
 from tests.conftest import run_cli
 from tests.helpers import needs, status, submit, wait_for, wait_state, write_job
 

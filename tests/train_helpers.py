@@ -18,7 +18,7 @@ def runtime_dir(base: Path) -> Path:
     d = base / "runtime"
     d.mkdir(parents=True, exist_ok=True)
     shutil.copy(TEMPLATES / "runtime" / "gpujob_runtime.py", d / "gpujob_runtime.py")
-    shutil.copy(REPO / "remote" / "checkpoints.py", d / "gpujob_checkpoints.py")
+    shutil.copy(REPO / "remote" / "ckpt" / "checkpoints.py", d / "gpujob_checkpoints.py")
     return d
 
 

@@ -23,8 +23,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from remote import metricsrc  # noqa: E402
-from remote.layout import JobDir  # noqa: E402
+from remote.core.layout import JobDir  # noqa: E402
+from remote.metrics import metricsrc  # noqa: E402
 
 
 def segments() -> list[bytes]:

@@ -649,7 +649,7 @@ def since_time(value: float | str | None) -> float | None:
         return float(value)
     from gpujob.bundle import import_remote
 
-    parse_duration = import_remote("protocol").parse_duration
+    parse_duration = import_remote("core.protocol").parse_duration
 
     try:
         return -max(parse_duration(value), 0.001)

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 from gpujob.bundle import import_remote
 
 # the job states a job does not leave by itself
-TERMINAL = import_remote("protocol").TERMINAL
+TERMINAL = import_remote("core.protocol").TERMINAL
 
 R = TypeVar("R", bound="Result")
 

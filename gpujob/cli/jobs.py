@@ -41,7 +41,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
 def _duration(flag: str, value: str | None, remedy: str) -> float | None:
     from gpujob.bundle import import_remote
 
-    parse_duration = import_remote("protocol").parse_duration
+    parse_duration = import_remote("core.protocol").parse_duration
 
     try:
         return parse_duration(value) if value else None

@@ -46,7 +46,7 @@ def cmd_rm(args: argparse.Namespace) -> int:
 def cmd_gc(args: argparse.Namespace) -> int:
     from gpujob.bundle import import_remote
 
-    parse_duration = import_remote("protocol").parse_duration
+    parse_duration = import_remote("core.protocol").parse_duration
     from gpujob.ui import report as ui
     from gpujob.ui.output import show
     from gpujob.usecases.cleanup import collect

@@ -73,14 +73,14 @@ def moved_from_config(new: Path) -> Path:
 
 
 def write_private(path: Path, data: str | bytes) -> None:
-    """Write a file readable by its owner only, atomically (``remote/atomicfile.py``: a temporary
+    """Write a file readable by its owner only, atomically (``remote/core/atomicfile.py``: a temporary
     name of this writer's own, fsync, rename, the folder fsynced)."""
     atomicfile().write(path, data, 0o600)
 
 
 def atomicfile() -> ModuleType:
-    """The one way gpujob rewrites a shared file (``remote/atomicfile.py``, shared with the agent):
+    """The one way gpujob rewrites a shared file (``remote/core/atomicfile.py``, shared with the agent):
     ``write``, ``update`` (read-modify-write under the file's lock), ``append``, ``locked``."""
     from gpujob.bundle import import_remote
 
-    return import_remote("atomicfile")
+    return import_remote("core.atomicfile")

@@ -76,7 +76,7 @@ class JobSpec:
     checkpoint_dir: str | None = None  # absolute: shared storage (multi-node); relative: a folder the code writes
     checkpoint_pattern: str | None = None  # glob (under the checkpoint folder) of what the script writes
     checkpoint_mirror: dict[str, Any] = field(default_factory=dict)  # remote/mirror/config.py's normalised form
-    checkpoint_backup: bool = True  # a copy of each checkpoint file rewritten in place (remote/keepcopy.py)
+    checkpoint_backup: bool = True  # a copy of each checkpoint file rewritten in place (remote/ckpt/keepcopy.py)
     source: str = "<spec>"
     hosts: list[str] = field(default_factory=list)  # host: [a, b, c]: placement tries them in order
     metrics: dict[str, Any] = field(default_factory=dict)  # {patterns: [regex], total: {epochs|steps: N}}: the log reader
@@ -167,7 +167,7 @@ def _str_list(ctx: _Ctx, path: tuple, value: Any) -> list[str]:
 def _duration(ctx: _Ctx, path: tuple, value: Any, default: float) -> float:
     """A duration from 0 to ``MAX_DURATION`` (30 days), else an error and ``default``."""
     try:
-        seconds = import_remote("protocol").parse_duration(value)
+        seconds = import_remote("core.protocol").parse_duration(value)
     except ValueError as e:
         ctx.err(path, str(e))
         return default
@@ -209,7 +209,7 @@ def _register_remote_validators() -> None:
     from gpujob.bundle import import_remote
 
     SECTION_VALIDATORS.setdefault("notify", import_remote("notify").validate_channels)
-    SECTION_VALIDATORS.setdefault("autostop", import_remote("autostop").validate)
+    SECTION_VALIDATORS.setdefault("autostop", import_remote("run.autostop").validate)
 
 
 def _mirror_config() -> Any:

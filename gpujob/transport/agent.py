@@ -19,7 +19,7 @@ from gpujob.transport import replies
 from gpujob.transport.base import Result, Stream, Transport
 from gpujob.transport.endpoint import Target
 
-SERVED: tuple[str, ...] = import_remote("protocol").SERVED  # what the kept `serve` process answers
+SERVED: tuple[str, ...] = import_remote("core.protocol").SERVED  # what the kept `serve` process answers
 NEED_AGENT = 97
 NO_PYTHON = 98
 CANT_WRITE = 96
@@ -115,7 +115,7 @@ class Agent:
         if folder is None:
             return contextlib.nullcontext()
         key = hashlib.sha256(f"{socket_key(self.endpoint)}\0{self.root}\0{self.version}".encode()).hexdigest()[:20]
-        return import_remote("atomicfile").locked(folder / f"install-{key}")
+        return import_remote("core.atomicfile").locked(folder / f"install-{key}")
 
     def _upload(self) -> str:
         res = self.t.run(self._install_command(), input=bundle_tar(), timeout=120)

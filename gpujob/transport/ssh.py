@@ -58,7 +58,7 @@ def _host_id(ep: Endpoint) -> str:
 
 def _known_hosts_text(keys: paramiko.HostKeys, beside: Path) -> bytes:
     """The file paramiko writes for ``keys`` (its own format, entries kept as loaded)."""
-    tmp = import_remote("atomicfile").temp_name(beside)
+    tmp = import_remote("core.atomicfile").temp_name(beside)
     try:
         keys.save(str(tmp))
         return tmp.read_bytes()
@@ -67,9 +67,9 @@ def _known_hosts_text(keys: paramiko.HostKeys, beside: Path) -> bytes:
 
 
 def _change_known_hosts(path: Path, edit: Callable[[paramiko.HostKeys], None]) -> None:
-    """Read known_hosts, ``edit`` it and write it back under its lock (remote/atomicfile.py): two
+    """Read known_hosts, ``edit`` it and write it back under its lock (remote/core/atomicfile.py): two
     first connections at once each keep the key they recorded."""
-    atomicfile = import_remote("atomicfile")
+    atomicfile = import_remote("core.atomicfile")
     with atomicfile.locked(path):
         keys = paramiko.HostKeys()
         if path.exists():

@@ -6,7 +6,7 @@ from typing import Any
 
 from gpujob.bundle import import_remote
 
-format_duration = import_remote("protocol").format_duration
+format_duration = import_remote("core.protocol").format_duration
 
 
 def cost_table(doc: dict[str, Any]) -> str:

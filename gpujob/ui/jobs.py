@@ -13,8 +13,8 @@ from gpujob.ui.plaintable import SPARK, sparkline  # noqa: F401  (here for ui.jo
 from gpujob.usecases.cost import accrued_cost, elapsed_s
 from gpujob.usecases.watch import loss_key
 
-format_duration = import_remote("protocol").format_duration
-TERMINAL = import_remote("protocol").TERMINAL
+format_duration = import_remote("core.protocol").format_duration
+TERMINAL = import_remote("core.protocol").TERMINAL
 
 if TYPE_CHECKING:
     from gpujob.api import results
@@ -175,7 +175,7 @@ def job_panel(j: dict[str, Any]) -> Any:
         t.add_row("queue", f"#{j['queue_position']} for GPUs" + (f"  ({j['queue_reason']})" if j.get("queue_reason") else ""))
     if j.get("exit_code") is not None:
         t.add_row("exit code", str(j["exit_code"]))
-    if j.get("gpu_error"):  # a new ECC/Xid error during the run (remote/gpus.py Health)
+    if j.get("gpu_error"):  # a new ECC/Xid error during the run (remote/host/gpus.py Health)
         t.add_row("GPU error", f"[red]{j['gpu_error']}[/]  (docs/power.md: retry.move_after moves the job)")
     d = j.get("diagnosis")
     if d:

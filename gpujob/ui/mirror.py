@@ -7,7 +7,7 @@ from typing import Any
 
 from gpujob.bundle import import_remote
 
-format_duration = import_remote("protocol").format_duration
+format_duration = import_remote("core.protocol").format_duration
 
 
 def _ago(t: Any, now: float) -> str:

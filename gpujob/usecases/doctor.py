@@ -39,7 +39,7 @@ def run_doctor(agent: Agent, host: Host, torch_timeout: float = 60.0, job: JobSp
     ``job``: that job's interpreter is resolved there as its submit would (``--job``)."""
     args = ["--torch-timeout", str(torch_timeout)]
     if job is not None:  # the program run: starts, not the whole line (argv is visible on the host)
-        cmd = import_remote("interpreter").first_command(job.run)
+        cmd = import_remote("env.interpreter").first_command(job.run)
         args += ["--job-run", shlex.quote(cmd) if cmd else "", "--job-python", job.python or ""]
         args += ["--job-setup"] if job.setup else []
     if host.data_disk_path:

@@ -293,7 +293,7 @@ def check_power_setting(key: str, value: str) -> None:
         from gpujob.bundle import import_remote
 
         try:
-            import_remote("protocol").parse_duration(value)
+            import_remote("core.protocol").parse_duration(value)
         except ValueError as e:
             raise GpujobError(f"{flag}: {e}", f"e.g. {flag} 10m") from None
     elif key == "power_stock_out":
@@ -311,7 +311,7 @@ def set_idle_shutdown(host: Host, text: str, store: HostStore) -> IdleShutdown:
     from gpujob.bundle import import_remote
     from gpujob.transport.agent import connect_agent
 
-    parse_duration = import_remote("protocol").parse_duration
+    parse_duration = import_remote("core.protocol").parse_duration
 
     try:
         minutes = 0.0 if text.strip().lower() in _OFF else parse_duration(text) / 60.0

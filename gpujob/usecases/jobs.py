@@ -17,7 +17,7 @@ from gpujob.errors import ConnectError, GpujobError, HostKeyChanged
 from gpujob.transport import Result, replies
 from gpujob.transport.agent import Agent
 
-FINAL: tuple[str, ...] = import_remote("protocol").TERMINAL
+FINAL: tuple[str, ...] = import_remote("core.protocol").TERMINAL
 HEADER_MAX = 4096  # the log stream's first line (``gpujob-log JOB OFFSET``)
 
 
@@ -39,7 +39,7 @@ def ls(agent: Agent, limit: int = 0, everything: bool = False, older: list[int] 
 def with_instance(doc: dict[str, Any]) -> list[dict[str, Any]]:
     """A listing's jobs, each marked with the instance the agent says it runs in (its root's id)."""
     inst = doc.get("instance")
-    if isinstance(inst, str) and re.fullmatch(r"[0-9a-f]{32}", inst):  # what remote/layout.py makes, nothing else
+    if isinstance(inst, str) and re.fullmatch(r"[0-9a-f]{32}", inst):  # what remote/core/layout.py makes, nothing else
         for j in doc["jobs"]:
             if isinstance(j, dict):
                 j["instance"] = inst

@@ -9,7 +9,7 @@ environment is provisioned by the new host's supervisor, and the job's log, metr
 events continue in the new host's job folder.
 
 The files go through the laptop without landing on its disk: the old host's verified
-``send`` stream is piped into ``adopt`` on the new host (see remote/move.py), which checks
+``send`` stream is piped into ``adopt`` on the new host (see remote/jobs/move.py), which checks
 every file's hash and, after a cut, asks only for what is missing. Host to host directly
 would need one host to hold credentials for the other; rented instances rarely reach each
 other, so the laptop (which reaches both) carries the stream.
@@ -52,7 +52,7 @@ class Source:
     def send(self, want: list[Any], out: Any, on_bytes: Callable[[int], None]) -> None:
         """Write the verified stream of ``want`` to ``out``."""
         if self.path is not None:
-            import_remote("transfer").send_list(self.path, want, _Counting(out, on_bytes))
+            import_remote("data.transfer").send_list(self.path, want, _Counting(out, on_bytes))
             return
         if self.stream is None:  # shared storage: an empty stream (the end record only)
             import_remote("stream").write_items(out, [])
@@ -99,7 +99,7 @@ def _open_host_source(agent: Agent, job_id: str) -> Source:
 
 def _pulled_source(job_id: str) -> Source | None:
     """The newest pulled copy of the job on this machine, if any."""
-    transfer = import_remote("transfer")
+    transfer = import_remote("data.transfer")
     for dest in index.pulls_of(job_id):
         path = Path(dest) / job_id
         if not path.is_dir():
@@ -129,7 +129,7 @@ def _mirror_source(job_id: str, cfg: dict[str, Any], note: Note) -> Source | Non
         note(f"no checkpoint from the mirror: {e}")
         return None
     path = cache / job_id
-    doc = import_remote("transfer").select(path, "latest")
+    doc = import_remote("data.transfer").select(path, "latest")
     return Source("mirror", got["target"], doc, path=path)
 
 

@@ -20,7 +20,7 @@ from gpujob.config.spec import JobSpec
 from gpujob.errors import GpujobError
 from gpujob.transport.agent import Agent, connect_agent
 
-ORDER: tuple[str, ...] = import_remote("protocol").WORST_FIRST  # a multi-node job shows its worst node's state
+ORDER: tuple[str, ...] = import_remote("core.protocol").WORST_FIRST  # a multi-node job shows its worst node's state
 
 
 def new_job_id(name: str) -> str:

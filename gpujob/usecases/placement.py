@@ -61,7 +61,7 @@ def why_not(doc: dict[str, Any], need: int) -> str:
     if never:
         return never
     held = {str(k) for k in (doc.get("held") or {})}
-    limit = import_remote("gpus").FREE_MEM_MIB
+    limit = import_remote("host.gpus").FREE_MEM_MIB
     free = [g for g in gpus if str(g.get("index")) not in held and (g.get("mem_used") or 0) < limit]
     n = len(gpus) if need == -1 else need
     if doc.get("queue"):
@@ -79,7 +79,7 @@ def check_capacity(host: Host, agent: Agent, need: int, cpu_ok: bool = False) ->
         return
     doc = agent.call("gpus", _prefix_args(host), timeout=60)
     if cpu_ok and doc.get("gpus") is None and not doc.get("smi_error"):
-        return  # launcher: torchrun on a CPU host starts N CPU processes (the agent's rule, remote/gpus.py wanted)
+        return  # launcher: torchrun on a CPU host starts N CPU processes (the agent's rule, remote/host/gpus.py wanted)
     why = cannot_fit(doc, need)
     if why:
         raise GpujobError(f"{host.name} {why}: the job cannot run there; nothing was submitted",

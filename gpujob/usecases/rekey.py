@@ -11,7 +11,7 @@ key is a pending file (``keys.pending_key_path``); a failure takes its line off 
 Safe at every instant (issue 34): the old lines go only over a login made with the new key alone,
 and the host refuses a removal that would leave no line of it; the undo of a cut rekey takes the
 new line off only while the old key's line is still there (else the new key is the way in, and
-the profile takes it); each file is replaced whole on the host (remote/authkeys.py); Ctrl-C is
+the profile takes it); each file is replaced whole on the host (remote/host/authkeys.py); Ctrl-C is
 held back and takes effect where the state is whole, then says which state and what next."""
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ sent torn. Large files go in verified 4 MiB chunks; a cut transfer
 resumes at the first chunk the part file does not have. A file of 64 MiB or more goes first,
 over several channels at once where the round trip calls for it (``gpujob/usecases/ranges.py``). Deletions are mirrored in the
 project's ``code/`` only; its ``data/`` (the staging of ``data:``, which each job sees through its own
-view: remote/datastore.py) is never pruned. The stream is
+view: remote/data/datastore.py) is never pruned. The stream is
 gzip-compressed when a sample of the payload compresses well (``GPUJOB_SYNC_CODEC`` forces
 ``none``, ``gz:L``, ``xz:L`` or ``bz2:L``).
 """
@@ -115,7 +115,7 @@ LARGE_CODE = 50_000_000  # bytes: a code file this big is named with a warning (
 def tree_names(spec: JobSpec, project: str) -> list[str]:
     """The remote trees a job needs: its project's code, then each ``data:`` entry, staged in the
     project's own folder (under its sync lease: another project's ``dst`` of the same name never
-    lands there); the job itself reads a view of content-addressed copies (remote/datastore.py)."""
+    lands there); the job itself reads a view of content-addressed copies (remote/data/datastore.py)."""
     return [f"projects/{project}/code"] + [f"projects/{project}/data/{d.dst}" for d in spec.data]
 
 
@@ -130,7 +130,7 @@ def targets(spec: JobSpec, project: str, records: list[Record] | None = None) ->
             args += ["--known", f"{n}={r.digest}"]
     for n, d in zip(names[1:], spec.data):  # a data: entry never sent from here: maybe another project did
         if records and not records[names.index(n)].digest:
-            found = import_remote("datashape").shape(d.src)
+            found = import_remote("data.datashape").shape(d.src)
             if found:
                 args += ["--shape", f"{n}={found}"]
     return args
@@ -346,7 +346,7 @@ def sync_job(agent: Agent, spec: JobSpec, project: str, progress: Callable[[int,
     request to the kept agent, with no command started on the host, and a large upload streams
     into a ``receive`` command; otherwise one exec channel carries the manifest out and the
     stream in. With ``lease`` (a token of the submit's), the project's code is leased to this
-    submit from the manifest until its job's snapshot (remote/locks.py). ``force``: send a
+    submit from the manifest until its job's snapshot (remote/core/locks.py). ``force``: send a
     home-folder or huge workdir (never its secrets: usecases/secrecy)."""
     check_home(spec, force)
     key = host_key(agent)

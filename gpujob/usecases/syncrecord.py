@@ -335,7 +335,7 @@ class Record:
         if self.path is None:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with import_remote("atomicfile").locked(self.path):  # two syncs of one tree at once: one at a time
+        with import_remote("core.atomicfile").locked(self.path):  # two syncs of one tree at once: one at a time
             if self.parent is not None and self.parent._head and _read_head(self._side(".head")) != self.parent._head:
                 return  # another sync saved this tree's record since it was read: that one stands
             self._save_locked()
@@ -399,7 +399,7 @@ class Record:
 
 
 def _write(path: Path, data: bytes) -> None:
-    import_remote("atomicfile").write(path, data, 0o600, durable=False)  # a cache: every use is checked by digest
+    import_remote("core.atomicfile").write(path, data, 0o600, durable=False)  # a cache: every use is checked by digest
 
 
 def _read_head(path: Path) -> Any:

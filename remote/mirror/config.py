@@ -19,7 +19,7 @@ AWS_SECRET_ACCESS_KEY for s3://, RCLONE_CONFIG_<REMOTE>_* for ``remote:path``).
 import re
 from typing import Any, Dict, List, Tuple
 
-from remote.protocol import parse_duration
+from remote.core.protocol import parse_duration
 
 KEYS = ["to", "endpoint", "provider", "region", "bwlimit", "keep", "wait", "alert_after"]
 DEFAULT_WAIT = 1800.0

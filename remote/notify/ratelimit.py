@@ -4,7 +4,7 @@ small 0600 state file under the agent's root (in memory when there is no state f
 import os
 from typing import Dict, List, Optional
 
-from remote import atomicfile
+from remote.core import atomicfile
 
 _MEM: Dict[str, Dict[str, List[float]]] = {}
 

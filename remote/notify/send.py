@@ -4,7 +4,7 @@
 import time
 from typing import Any, Callable, Dict, List, Optional
 
-from remote import protocol
+from remote.core import protocol
 
 from .base import ChannelError, Transport, channel_type, kind_of
 from .http_client import urllib_transport

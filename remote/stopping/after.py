@@ -2,7 +2,7 @@
 on a signal, so a stop at once loses the work since the last save. ``stop --after-checkpoint``
 (and ``stop: {mode: checkpoint}`` for auto-stop and ``move``) writes ``<job>/stop.after``; the
 supervisor's watcher then waits for a complete checkpoint newer than the request (judged by
-remote/checkpoints.py as everywhere) and stops the job at once; past ``max_wait`` it stops as
+remote/ckpt/checkpoints.py as everywhere) and stops the job at once; past ``max_wait`` it stops as
 a plain stop would and says how much work since the last checkpoint is lost.
 """
 
@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from remote.layout import JobDir, now, with_reserve
+from remote.core.layout import JobDir, now, with_reserve
 
 TICK = 1.0  # seconds between looks at the checkpoint folder
 DEFAULT_MAX_WAIT = 1200.0  # without a known interval between checkpoints
@@ -64,7 +64,7 @@ def clear(job: JobDir) -> None:
 
 def _complete(ckpt_dir: Path, pattern: Optional[str], pids: Any) -> List[Any]:
     try:
-        from remote import checkpoints
+        from remote.ckpt import checkpoints
 
         return [c for c in checkpoints.find(ckpt_dir, pattern, pids) if c.complete]
     except (ImportError, OSError):

@@ -20,7 +20,7 @@ import os
 import subprocess
 from typing import Dict, Iterable, List, Optional, Set
 
-from remote import procs
+from remote.core import procs
 from remote.stopping import cgroup as cg
 
 PROC = "/proc"
@@ -78,14 +78,14 @@ def _under(pid: int, code: str, job: str) -> bool:
         cwd = ""
     if cwd == code or cwd.startswith(code + "/"):
         return True
-    from remote.checkpoints import open_for_writing
+    from remote.ckpt.checkpoints import open_for_writing
 
     return bool(open_for_writing([pid], [job]))
 
 
 def gpu_pids(path_prefix: str = "") -> Optional[Set[int]]:
     """PIDs of GPU compute processes, or None without a working ``nvidia-smi`` (a CPU host)."""
-    from remote.gpus import smi
+    from remote.host.gpus import smi
 
     exe = smi(path_prefix)
     if not exe:

@@ -4,7 +4,7 @@ import signal
 import time
 from typing import Callable, List, Optional, Set, Tuple
 
-from remote import procs
+from remote.core import procs
 from remote.stopping import cgroup as cg
 
 Finder = Callable[[], Set[int]]

@@ -14,9 +14,10 @@ import signal
 import time
 from typing import Any, Dict, List, Optional
 
-from remote import jobs, locks, procs
-from remote.layout import JobDir, Root, now, with_reserve
-from remote.protocol import TERMINAL
+from remote.core import locks, procs
+from remote.core.layout import JobDir, Root, now, with_reserve
+from remote.core.protocol import TERMINAL
+from remote.jobs import store as jobs
 from remote.stopping import after, late
 from remote.stopping import cgroup as cg
 from remote.stopping import find as jobfind

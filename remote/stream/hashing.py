@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional
 
-from remote import atomicfile
+from remote.core import atomicfile
 
 from .format import CHUNK
 

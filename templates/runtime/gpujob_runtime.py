@@ -37,7 +37,7 @@ try:
     )
 except ImportError:  # from a checkout (remote/) or the installed wheel (gpujob/_remote/)
     _here = Path(__file__).resolve()
-    _cands = [_here.parents[2] / "remote" / "checkpoints.py", _here.parents[2] / "_remote" / "checkpoints.py"]
+    _cands = [_here.parents[2] / "remote" / "ckpt" / "checkpoints.py", _here.parents[2] / "_remote" / "ckpt" / "checkpoints.py"]
     _src = next((c for c in _cands if c.is_file()), None)
     _spec = importlib.util.spec_from_file_location("gpujob_checkpoints", str(_src)) if _src else None
     if _spec is None or _spec.loader is None:

@@ -107,7 +107,7 @@ for k in range(int(sys.argv[4])):
 
 
 def test_twenty_processes_rewriting_one_file_lose_nothing_and_no_reader_sees_a_part(tmp_path: Path) -> None:
-    """remote/atomicfile.py itself, as the agent uses it (the laptop's files go through it too)."""
+    """remote/core/atomicfile.py itself, as the agent uses it (the laptop's files go through it too)."""
     target = tmp_path / "shared.json"
     procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(REPO), str(target), f"w{i}", "15"])
              for i in range(20)]

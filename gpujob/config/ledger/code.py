@@ -68,10 +68,10 @@ RACY_NS = 2 * 10**9  # a file changed this recently may change again within its 
 
 def _file_digest(path: Path, st: os.stat_result) -> str:
     """One file's part of the hash: the agent's own function, so the host's check of a rerun's code
-    (remote/codehash.py) and the laptop's hash cannot drift apart."""
+    (remote/data/codehash.py) and the laptop's hash cannot drift apart."""
     from gpujob.bundle import import_remote
 
-    return import_remote("codehash")._digest(str(path), st)
+    return import_remote("data.codehash")._digest(str(path), st)
 
 
 def code_hash(workdir: Path, files: list[tuple[str, os.stat_result]]) -> str:

@@ -4,7 +4,7 @@ The code is A's: the job file's folder when it still hashes the same, else A's k
 (``<state>/snapshots``), else A's git commit with its uncommitted diff applied, unpacked in the
 cache folder (``restored_dir``: sent as the user's code) and hashed again: a tree that does not
 hash as A's is refused, nothing submitted. The host checks the code it got hashes as what was
-sent before the job is created (remote/codehash.py). A ``--set`` key that the job file has (``gpus``, ``retry.max_restarts``) overrides
+sent before the job is created (remote/data/codehash.py). A ``--set`` key that the job file has (``gpus``, ``retry.max_restarts``) overrides
 it; any other key is a ``run:`` argument (``--set lr=1e-4`` → ``--lr 1e-4`` in the run line).
 """
 

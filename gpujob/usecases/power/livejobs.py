@@ -18,7 +18,7 @@ from gpujob.errors import ConnectError, GpujobError
 from gpujob.usecases.power import commands
 from gpujob.usecases.power.commands import PowerError
 
-ACTIVE: tuple[str, ...] = import_remote("protocol").ACTIVE
+ACTIVE: tuple[str, ...] = import_remote("core.protocol").ACTIVE
 
 
 class JobsWouldBeCut(GpujobError):

@@ -19,7 +19,7 @@ Note = Callable[[str], None]
 
 
 def _seconds(host: Host, key: str, default: str) -> float:
-    parse = import_remote("protocol").parse_duration
+    parse = import_remote("core.protocol").parse_duration
     text = (host.power or {}).get(key) or default
     try:
         return parse(text)

@@ -1,4 +1,4 @@
-"""The preflight of a rented host (``gpujob doctor HOST --bench``, remote/bench.py): run once per new
+"""The preflight of a rented host (``gpujob doctor HOST --bench``, remote/host/bench.py): run once per new
 host and after each power-on, its figures kept in the host profile (``host ls --json``: ``bench``),
 its warnings repeated at every submit to that host."""
 

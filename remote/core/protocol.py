@@ -1,0 +1,80 @@
+"""What the laptop and the agent must agree on (standard library only, Python 3.8+).
+
+The job states, the verbs the agent's kept ``serve`` process answers, durations, and the retry
+schedule. The agent imports this file as ``remote.core.protocol``, the laptop through
+``gpujob.bundle.import_remote("core.protocol")``; so it imports nothing from ``remote/``. The state
+strings are what ``status.json`` and every ``--json`` output say: renaming one breaks scripts.
+"""
+
+import math
+import re
+from typing import Any, Optional
+
+# ---- job states -----------------------------------------------------------------------------
+
+QUEUED = "queued"
+RUNNING = "running"
+RESTARTING = "restarting"
+SUCCEEDED = "succeeded"
+FAILED = "failed"
+STOPPED = "stopped"
+AUTOSTOPPED = "autostopped"
+LOST = "lost"  # concluded, not written by a supervisor: stale heartbeat and its pid gone
+MOVED = "moved"  # the job went on on another host (``gpujob move``)
+
+ACTIVE = (QUEUED, RUNNING, RESTARTING)  # a supervisor owns the job
+ENDINGS = (SUCCEEDED, FAILED, STOPPED, AUTOSTOPPED)  # how a supervisor's run ends (each one announced)
+TERMINAL = ENDINGS + (LOST, MOVED)  # no supervisor runs the job
+# Terminal and staying so: a lost job is still to be announced, and ``gpujob resume`` may revive it.
+SETTLED = tuple(s for s in TERMINAL if s != LOST)
+STATES = ACTIVE + TERMINAL
+# The one state a multi-node job shows: its worst node's.
+WORST_FIRST = (FAILED, LOST, RESTARTING, RUNNING, QUEUED, STOPPED, AUTOSTOPPED, SUCCEEDED)
+
+# ---- verbs ----------------------------------------------------------------------------------
+
+# The quick read-only verbs the kept ``serve`` process answers (one JSON line in, one out); the
+# laptop sends these on the multiplexer's kept connection and every other verb as its own command.
+SERVED = ("hello", "status", "watch", "port", "agentlog", "gpus", "manifest", "receive", "unlease")
+
+# ---- durations ------------------------------------------------------------------------------
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+
+
+def parse_duration(value: Any) -> float:
+    """Seconds of ``90s``, ``30m``, ``8h``, ``1d`` or a plain number; ValueError naming the accepted forms."""
+    if isinstance(value, bool):
+        raise ValueError("expected a duration like 90s, 30m, 8h")
+    if isinstance(value, (int, float)):
+        seconds = float(value) if -1e300 < value < 1e300 else math.inf
+    else:
+        m = _DURATION.match(str(value))
+        if not m:
+            raise ValueError("{!r} is not a duration: write 90s, 30m, 8h or 1d".format(str(value)[:40]))
+        seconds = float(m.group(1)) * _UNITS[m.group(2) or "s"]
+    if not math.isfinite(seconds):
+        raise ValueError("{!r} is not a finite duration: write 90s, 30m, 8h or 1d".format(str(value)[:40]))
+    return seconds
+
+
+def format_duration(seconds: Optional[float]) -> str:
+    """``1h02m`` style, for tables; ``-`` when unknown."""
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    if s < 60:
+        return "{}s".format(s)
+    if s < 3600:
+        return "{}m{:02d}s".format(s // 60, s % 60)
+    return "{}h{:02d}m".format(s // 3600, (s % 3600) // 60)
+
+
+# ---- retries --------------------------------------------------------------------------------
+
+
+def backoff(attempt: int, base: float, cap: float = math.inf, factor: float = 2.0) -> float:
+    """Seconds to wait after failed try number ``attempt`` (1, 2, ...): ``base``, times ``factor``
+    for each further try, at most ``cap``. The laptop's waits (gpujob/backoff.py) are this one."""
+    return min(cap, base * factor ** min(max(0, attempt - 1), 64))  # a bounded exponent: never an overflow

@@ -1,0 +1,1 @@
+"""A job's environment: provisioning (setup, requirements), its interpreter and PATH."""

@@ -1,0 +1,120 @@
+"""Before a job is created: the interpreter its ``run:`` starts with is on the job's PATH.
+
+A job without ``python:`` runs ``run:`` in a login shell with the host's PATH prefix; on an image
+whose login PATH has only ``python3``, ``run: python train.py`` would be created, queued and
+started, to fail with exit 127. The same lookup the job gets (``bash -lc`` with
+``GPUJOB_PATH_PREFIX`` put first, as the supervisor does) decides; a found interpreter is
+remembered for an hour in ``<root>/cache/interpreters.json`` (a login shell can take a second).
+"""
+
+import os
+import re
+import shlex
+import subprocess
+import time
+from typing import Any, Dict, Optional
+
+from remote.core import atomicfile
+from remote.core.errors import AgentError
+from remote.core.layout import Root, read_doc
+from remote.env.jobenv import PATH_PREFIX
+
+CHECKED = re.compile(r"^(python[0-9.]*|torchrun|accelerate|deepspeed)$")  # interpreters and launchers, by name
+REMEMBER_S = 3600.0
+
+
+def first_command(run: str) -> Optional[str]:
+    """The program ``run`` starts (after ``VAR=value`` words), or None when it cannot be told."""
+    try:
+        words = shlex.split(run)
+    except ValueError:
+        return None
+    for w in words:
+        if "=" in w.split("/")[0] and not w.startswith(("=", "-")):
+            continue
+        return w
+    return None
+
+
+def _lookup(cmd: str, prefix: str) -> Optional[str]:
+    """Where the job's login shell finds ``cmd`` ("" when it does not; None when it cannot tell)."""
+    env = dict(os.environ, GPUJOB_PATH_PREFIX=prefix)
+    try:
+        res = subprocess.run(["bash", "-lc", PATH_PREFIX + "command -v " + shlex.quote(cmd)], stdin=subprocess.DEVNULL,
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = res.stdout.decode("utf-8", "replace").strip().splitlines()
+    return lines[-1] if res.returncode == 0 and lines else ""
+
+
+def _missing(cmd: str, prefix: str, run: Any) -> AgentError:
+    return AgentError(
+        "`{}` is not on this host's job PATH (a login shell's PATH{}): run: {} would exit 127; nothing was "
+        "submitted".format(cmd, " after " + prefix if prefix else "", run),
+        "write python3 in run:, or set python: to an interpreter (a path, venv or conda:NAME), or install "
+        "python-is-python3 there; gpujob doctor HOST lists the interpreters found", "no_interpreter")
+
+
+def check(root: Root, spec: Dict[str, Any], host_env: Dict[str, str]) -> None:
+    """``AgentError`` when ``run:`` starts with an interpreter or launcher (``python``, ``python3.11``,
+    ``torchrun``...) that the job's PATH does not have."""
+    if (spec.get("python") or "").strip() or spec.get("setup"):
+        return  # setup or python: decides the interpreter (and says so when it cannot)
+    cmd = first_command(str(spec.get("run") or ""))
+    if cmd is None or not CHECKED.match(cmd):
+        return
+    prefix = host_env.get("GPUJOB_PATH_PREFIX", "")
+    key = "{}\0{}".format(cmd, prefix)
+    cache = root.root / "cache" / "interpreters.json"
+    seen = read_doc(cache)
+    if isinstance(seen.get(key), (int, float)) and time.time() - seen[key] < REMEMBER_S:
+        return
+    found = _lookup(cmd, prefix)
+    if found is None:
+        return  # cannot tell: the job's own run says
+    if found:
+        try:  # under the file's lock, over what other submits found meanwhile
+            atomicfile.update_json(cache, lambda doc: doc.update({key: time.time()}), durable=False)
+        except OSError:
+            pass
+        return
+    raise _missing(cmd, prefix, spec.get("run"))
+
+
+def resolve(spec: Dict[str, Any], prefix: str) -> Dict[str, Any]:
+    """``doctor --job``: the interpreter this job's ``python:`` and ``run:`` get here, found as a
+    submit and its setup find it (nothing cached): {python, command, path, error, remedy}."""
+    from remote.env import provision
+
+    choice = (spec.get("python") or "").strip()
+    cmd = first_command(str(spec.get("run") or ""))
+    out = {"python": choice or None, "command": cmd, "path": None, "error": None, "remedy": None}  # type: Dict[str, Any]
+    if choice.startswith("conda:"):
+        env = provision.conda_prefix(choice[6:].strip(), dict(os.environ))
+        if env is None:
+            out.update(error="conda env {!r} not found (looked under {})".format(
+                choice[6:].strip(), ", ".join(provision.CONDA_BASES)), remedy="create it there, or change python:")
+        else:
+            out["path"] = str(env / "bin" / "python")
+        return out
+    if choice and choice not in ("venv", "image", "system", "default"):
+        p = os.path.expanduser(choice)
+        if os.access(p, os.X_OK):
+            out["path"] = p
+        else:
+            out.update(error="not an executable on this host",
+                       remedy="give the interpreter's full path there, or conda:NAME or venv")
+        return out
+    if choice == "venv" or cmd is None or not CHECKED.match(cmd):
+        cmd = "python"  # the venv is made from the login shell's python; an unchecked run: gets it too
+    out["looked_up"] = cmd
+    found = _lookup(cmd, prefix)
+    if found:
+        out["path"] = found
+    elif found == "" and not spec.get("setup"):
+        e = _missing(cmd, prefix, spec.get("run"))
+        out.update(error=e.message.replace("; nothing was submitted", ""), remedy=e.remedy)
+    elif found == "":
+        out.update(error="`{}` is not on the job PATH before setup: runs (it may install it)".format(cmd), level="warn")
+    return out

@@ -1,0 +1,1 @@
+"""This instance: GPUs, the preflight bench, doctor, authorized keys, the OOM killer's evidence."""

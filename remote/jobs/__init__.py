@@ -1,0 +1,1 @@
+"""Job records: the store, the index, lost jobs, moving jobs, removing them."""

@@ -1,0 +1,414 @@
+"""Where a job's metrics come from: its metrics file, else TensorBoard events, else its log.
+
+Precedence: ``GPUJOB_METRICS_FILE`` (``metrics.jsonl``, what the runtime helper or the script
+writes) > TensorBoard event files > what the log prints. While the job runs, the supervisor's
+``Collector`` reads the event files and ``output.log`` incrementally (byte offsets kept in
+``metrics.state.json``) and appends what it finds, in the metrics file's own format
+(``{"t", "step", key: value}`` per line), to ``metrics.tb.jsonl`` and ``metrics.log.jsonl``.
+Every reader (status, plot, notifications, cost) then takes the first of the three files that
+has a record: ``active(job)``.
+
+Event files are looked for under the job's TensorBoard folder (``GPUJOB_TB_DIR`` or
+``tensorboard.logdir``), then, in a bounded walk, under the job's code folder and
+``<job>/ckpt/runs`` (where scripts' own writers put them by default: torch's and HF's
+``runs/<date>_<host>/``, Lightning's ``lightning_logs/version_N/``). Files created before the job
+was submitted (a ``runs/`` folder synced from the laptop) are not this job's and are skipped.
+
+The log also gives progress (step, total, steps/s from tqdm) even when the metrics come from
+elsewhere: ``progress(job)``.
+"""
+
+import json
+import math
+import os
+import re
+import struct
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+from remote.core import atomicfile
+from remote.core.layout import JobDir, read_json, tail_lines
+
+# the readers (tfevents, logparse) are imported by the Collector only: every agent verb reads
+# sources through active()/progress(), and a verb's start should not pay for their tables and regexes
+
+SOURCES = (("file", "metrics.jsonl"), ("tensorboard", "metrics.tb.jsonl"), ("log", "metrics.log.jsonl"))
+STATE = "metrics.state.json"
+EVERY = float(os.environ.get("GPUJOB_METRICS_EVERY", "2"))  # seconds between two reads
+SCAN_EVERY = (5.0, 30.0)  # seconds between two searches for new event files: before the first is found, after
+MAX_WALK = 3000  # folders a search visits at most
+WALK_DEPTH = 4
+SKIP_DIRS = {"__pycache__", "node_modules", "site-packages", "wandb", "data", "datasets", "ckpt", "checkpoints"}
+EVENTS = "events.out.tfevents."
+_RECORD = json.JSONEncoder(sort_keys=True)  # a record's line, as json.dumps(rec, sort_keys=True) writes it
+READ_CHUNK = 4 << 20  # log bytes read per collect at most (a huge backlog is caught up over ticks)
+STEP_KEYS = ("max_steps", "max_train_steps", "max_iters", "max_iter", "num_steps", "total_steps", "train_steps", "num_iters", "iters")
+EPOCH_KEYS = ("max_epochs", "num_train_epochs", "num_epochs", "n_epochs", "epochs")
+_KEYS = "|".join(k.replace("_", "[_-]") for k in STEP_KEYS + EPOCH_KEYS)
+RUN_FLAGS = re.compile(r"--(" + _KEYS + r")[= ](\d+)\b")
+# a config file named on the run line (nanoGPT's config/train_x.py, a YAML): "max_iters = 5000", "epochs: 300"
+CONFIG_LINE = re.compile(r"^\s*(" + "|".join(STEP_KEYS + EPOCH_KEYS) + r")\s*[=:]\s*(\d+)\s*(?:#.*)?$", re.M)
+CONFIG_ARG = re.compile(r"(?:^|\s)([\w./-]+\.(?:py|ya?ml))(?=\s|$)")
+
+
+def path_of(job: JobDir, source: str) -> Path:
+    return job.path / dict(SOURCES)[source]
+
+
+def active(job: JobDir) -> Tuple[Optional[str], Path]:
+    """(source name, its file): the first source with a record; (None, metrics.jsonl) when none has."""
+    for name, fname in SOURCES:
+        p = job.path / fname
+        try:
+            if p.stat().st_size > 0:
+                return name, p
+        except OSError:
+            continue
+    return None, job.metrics
+
+
+def progress(job: JobDir) -> Dict[str, Any]:
+    """The log's newest progress: {step, total, rate (steps/s), eta_s, t} (empty when none)."""
+    return (read_json(job.path / STATE, {}) or {}).get("progress") or {}
+
+
+def unread(job: JobDir, spec: Dict[str, Any], limit: int = 1 << 18) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
+    """(records, progress) of what the log printed since the Collector's last read, parsed now.
+
+    The Collector reads every EVERY seconds; status reads the rest itself so that its step
+    agrees with the log's last line. Parsed without the Collector's earlier context (a per-epoch
+    counter, a bar's count of passes), so a reader takes a step from here only when it is newer."""
+    st = read_json(job.path / STATE, {}) or {}
+    off = int(st.get("log_offset") or 0)
+    try:
+        with open(str(job.log), "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size <= off:
+                return [], {}
+            start = max(off, size - limit)  # a long backlog: its newest lines are what status needs
+            f.seek(start)
+            data = f.read(size - start)
+    except OSError:
+        return [], {}
+    if start > off:
+        data = data[data.find(b"\n") + 1:]  # from a line start
+    from remote.metrics.logparse import LogParser  # only now: a caught-up log costs no import (ls)
+
+    parser = LogParser(epochs=run_hints(spec).get("epochs"))
+    parser.carried(st.get("parser"))  # the Collector's context: epoch base, where bars were first seen
+    recs = parser.feed(data, round(time.time(), 3))
+    return recs, dict(parser.progress)
+
+
+LS_TAIL = 4 << 10  # a listing parses at most this much of each running job's unread log (status: 256 KiB)
+
+
+def step_value(v: Any) -> float:
+    """A record's step as a float to compare; -inf when it is none."""
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else float("-inf")
+
+
+def with_unread(job: JobDir, spec: Dict[str, Any], source: Optional[str], last: Dict[str, Any],
+                limit: int = 1 << 18) -> Tuple[Dict[str, Any], Dict[str, Any], bool]:
+    """(last, progress, took): ``last`` (the newest value of each metric) with the records the log
+    printed since the Collector's last read, when the log is the metrics source (a metrics file or
+    events the script writes are read whole, not lagging), and the progress that tail shows.
+    Records are taken only when their step is not older (the tail is parsed without the earlier
+    lines' context). ``took``: records from the tail were taken. status and ls share it, so the
+    step they show is the log's newest in both."""
+    recs, fresh = unread(job, spec, limit)
+    if source not in (None, "log"):
+        return last, fresh, False
+    newest = max((step_value(r.get("step")) for r in recs), default=float("-inf"))
+    if newest == float("-inf") or newest < step_value(last.get("step")):
+        return last, fresh, False
+    last = dict(last)
+    for r in recs:
+        last.update(r)
+    return last, fresh, True
+
+
+def latest(path: Path, lines: int = 200) -> Dict[str, Any]:
+    """The newest value of each key over the last ``lines`` records (eval metrics come on lines of their own)."""
+    out = {}  # type: Dict[str, Any]
+    for line in tail_lines(path, lines, 1 << 18):
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict):
+            out.update(rec)
+    return out
+
+
+def _hint_name(key: str) -> str:
+    return "epochs" if "epoch" in key else "max_steps"
+
+
+def config_hints(run: str, code: Optional[Path]) -> Dict[str, int]:
+    """Totals from the files the run line names (``train.py config/x.py``, ``--config c.yaml``), in
+    their order: top-level ``max_iters = 5000`` (Python) or ``epochs: 300`` (YAML, any depth)."""
+    hints = {}  # type: Dict[str, int]
+    if code is None:
+        return hints
+    for m in CONFIG_ARG.finditer(run):
+        path = code / m.group(1)
+        try:
+            if path.stat().st_size > 1 << 20:
+                continue
+            text = path.read_text(errors="replace")
+        except (OSError, ValueError):
+            continue
+        yaml = not path.name.endswith(".py")
+        for km in CONFIG_LINE.finditer(text):
+            if yaml or not km.group(0)[:1].isspace():  # Python: module level only
+                hints[_hint_name(km.group(1))] = int(km.group(2))
+    return hints
+
+
+def run_hints(spec: Dict[str, Any], code: Optional[Path] = None) -> Dict[str, int]:
+    """``max_steps`` / ``epochs``: the job file's ``metrics.total``, else the env (GPUJOB_MAX_STEPS,
+    GPUJOB_MAX_EPOCHS), else run flags (``--max_iters=500``, ``--epochs 300``), else a config file the
+    run line names (read when ``code``, the job's code folder, is given)."""
+    run = str(spec.get("run") or "")
+    hints = config_hints(run, code)
+    for m in RUN_FLAGS.finditer(run):
+        hints[_hint_name(m.group(1).replace("-", "_"))] = int(m.group(2))
+    env = spec.get("env") or {}
+    for key, name in (("GPUJOB_MAX_STEPS", "max_steps"), ("GPUJOB_MAX_EPOCHS", "epochs")):
+        try:
+            if int(env.get(key) or 0) > 0:
+                hints[name] = int(env[key])
+        except (TypeError, ValueError):
+            pass
+    total = (spec.get("metrics") or {}).get("total") or {}
+    for key, name in (("steps", "max_steps"), ("epochs", "epochs")):
+        if isinstance(total.get(key), int) and total[key] > 0:
+            hints[name] = total[key]
+    return hints
+
+
+def total_from_epochs(rows: List[Dict[str, Any]], epochs: Optional[int]) -> Optional[int]:
+    """``epochs`` × steps per epoch, the latter read from the ``epoch`` the records carry.
+
+    HF logs a fractional epoch (step 30 at epoch 0.75: 40 an epoch); Lightning and plain loops
+    (``epoch 2 step 90``) log the epoch index, so each record bounds the steps per epoch: step s in
+    epoch e (from 0) means s <= (e+1)*n and s > e*n. The middle of what every record allows (from
+    the first epoch change on), times the epochs; the first change alone overshot (180 for 160).
+    """
+    if not epochs:
+        return None
+    lo, hi = 0.0, None  # type: float, Optional[float]
+    seen = set()  # type: set
+    for r in rows:
+        e, step = r.get("epoch"), r.get("step")
+        if not isinstance(e, (int, float)) or not isinstance(step, (int, float)):
+            continue
+        if e > 0 and e != int(e):
+            return int(round(step / e * epochs))
+        if e > 0 and step == e:  # a loop that counts only epochs: the log's epoch is its step (logparse)
+            return int(epochs)
+        seen.add(int(e))
+        if e >= 0:
+            lo = max(lo, step / (e + 1.0))
+        if e > 0:
+            hi = step / float(e) if hi is None else min(hi, step / float(e))
+    if len(seen) < 2 or hi is None or hi < lo:
+        return None  # no epoch change seen (or the records disagree: a restart's): no guess
+    # records logged every g steps (Lightning's log_every_n_steps, a loop's print every 10): an epoch
+    # is most likely a whole number of them; the middle of those the bounds allow (7.5..9 by 2: 8, not 8.25)
+    g = 0
+    steps = sorted({int(r["step"]) for r in rows if isinstance(r.get("step"), (int, float))})
+    for a, b in zip(steps, steps[1:]):
+        g = math.gcd(g, b - a)
+    if g > 1:
+        grid = [k * g for k in range(int(math.ceil(lo / g)), int(math.floor(hi / g)) + 1)]
+        if grid:
+            return int(round((grid[0] + grid[-1]) / 2.0 * epochs))
+    return int(round((lo + hi) / 2.0 * epochs))
+
+
+def tb_roots(job: JobDir, spec: Dict[str, Any]) -> List[Tuple[Path, int]]:
+    """(folder, depth) to search for event files: the job's TensorBoard folder first."""
+    tb = spec.get("tensorboard_logdir")
+    own = (job.code / tb).resolve() if tb else job.tb
+    return [(own, 6), (job.code, WALK_DEPTH), (job.path / "ckpt" / "runs", 2)]
+
+
+def find_event_files(roots: List[Tuple[Path, int]], since: float) -> List[str]:
+    """Event files under ``roots`` created at or after ``since`` (bounded: MAX_WALK folders)."""
+    found, seen, visited = [], set(), 0  # type: List[str], set, int
+    for root, depth in roots:
+        stack = [(str(root), 0)]
+        while stack and visited < MAX_WALK:
+            folder, d = stack.pop()
+            visited += 1
+            try:
+                entries = list(os.scandir(folder))
+            except OSError:
+                continue
+            for e in entries:
+                if e.name.startswith(EVENTS):
+                    real = os.path.realpath(e.path)
+                    if real not in seen and _created(e, since):
+                        seen.add(real)
+                        found.append(e.path)
+                elif d < depth and not e.name.startswith(".") and e.name not in SKIP_DIRS:
+                    try:
+                        if e.is_dir(follow_symlinks=False):
+                            stack.append((e.path, d + 1))
+                    except OSError:
+                        pass
+    return sorted(found)
+
+
+def _created(entry: Any, since: float) -> bool:
+    """Written for this job: the creation time in its name (``…tfevents.<unix time>.…``) or its mtime."""
+    try:
+        stamp = float(entry.name[len(EVENTS):].split(".")[0])
+    except ValueError:
+        stamp = 0.0
+    if stamp >= since - 60:
+        return True
+    try:
+        return entry.stat().st_mtime >= since
+    except OSError:
+        return False
+
+
+def tb_key(tag: str) -> str:
+    """HF's TensorBoard tags ``train/loss``, ``eval/loss`` → the metric file's ``loss``, ``eval_loss``."""
+    if tag.startswith("train/"):
+        return tag[6:]
+    if tag.startswith("eval/"):
+        return "eval_" + tag[5:]
+    return tag
+
+
+def _f32(v: float) -> float:
+    """The shortest decimal that reads back as the same float32 (0.1f is 0.10000000149…)."""
+    for digits in (6, 7, 8, 9):
+        s = float("%.*g" % (digits, v))
+        if struct.unpack("<f", struct.pack("<f", s))[0] == v:
+            return s
+    return v
+
+
+class Collector:
+    """A supervisor watcher: every EVERY seconds, new log bytes and new events become records."""
+
+    def __init__(self, job: JobDir, spec: Dict[str, Any], since: float) -> None:
+        from remote.metrics import tfevents
+        from remote.metrics.logparse import LogParser
+
+        self.tfevents = tfevents
+        self.job, self.spec, self.since = job, spec, since
+        st = read_json(job.path / STATE, {}) or {}
+        self.log_offset = int(st.get("log_offset") or 0)
+        self.tb = {p: tfevents.FileState(int(v.get("offset") or 0)) for p, v in (st.get("tb") or {}).items()}
+        for p, v in (st.get("tb") or {}).items():
+            self.tb[p].corrupt = bool(v.get("corrupt"))
+        hints = run_hints(spec, job.code)
+        self.max_steps = hints.get("max_steps")
+        self.parser = LogParser(epochs=hints.get("epochs"), patterns=(spec.get("metrics") or {}).get("patterns"))
+        self.parser.carried(st.get("parser"))  # a new supervisor (resume) goes on counting alike
+        self.progress = dict(st.get("progress") or {})
+        self.next_at = 0.0
+        self.next_scan = 0.0
+        self.cpu = 0.0  # process time spent collecting (the benchmark reads it)
+
+    def tick(self, sup: Any) -> Optional[str]:
+        if time.monotonic() >= self.next_at:
+            self.next_at = time.monotonic() + EVERY
+            self.collect()
+        return None
+
+    def collect(self, final: bool = False) -> None:
+        """Read what is new (never raises: a parse problem must not touch the job).
+
+        ``final``: the attempt ended; look for event files now (a short run's only chance)."""
+        c0 = time.process_time()
+        if final:
+            self.next_scan = 0.0
+        try:
+            t = round(time.time(), 3)
+            changed = self._log(t)
+            if not self._file_has_records():
+                changed = self._events(t) or changed
+            if changed:
+                self._save()
+        except Exception as e:  # pragma: no cover - logged, never fatal
+            try:
+                self.job.event("metrics_error", error="{}: {}".format(type(e).__name__, e))
+            except OSError:
+                pass
+        self.cpu += time.process_time() - c0
+
+    def _file_has_records(self) -> bool:
+        try:
+            return self.job.metrics.stat().st_size > 0
+        except OSError:
+            return False
+
+    def _log(self, t: float) -> bool:
+        try:
+            with open(str(self.job.log), "rb") as f:
+                f.seek(self.log_offset)
+                data = f.read(READ_CHUNK)
+        except OSError:
+            return False
+        if not data:
+            return False
+        self.log_offset += len(data)
+        recs = self.parser.feed(data, t)
+        if self.max_steps:
+            for r in recs:
+                r.setdefault("max_steps", self.max_steps)
+        if self.parser.progress:
+            self.progress = dict(self.parser.progress)
+            if self.max_steps and not self.progress.get("total"):
+                self.progress["total"] = self.max_steps
+        self._append(path_of(self.job, "log"), recs)
+        return True
+
+    def _events(self, t: float) -> bool:
+        if time.time() >= self.next_scan:
+            self.next_scan = time.time() + SCAN_EVERY[bool(self.tb)]
+            for p in find_event_files(tb_roots(self.job, self.spec), self.since):
+                self.tb.setdefault(p, self.tfevents.FileState())
+        recs = []  # type: List[Dict[str, Any]]
+        before = {p: s.offset for p, s in self.tb.items()}
+        for p, state in self.tb.items():
+            rec = None  # type: Optional[Dict[str, Any]]
+            for wall, step, values in self.tfevents.read_new(p, state):
+                vals = {tb_key(tag): _f32(v) for tag, v in values if tag != "hp_metric"}
+                if not vals:
+                    continue
+                if rec is None or rec.get("step") != step:
+                    if rec is not None:
+                        recs.append(rec)
+                    rec = {"t": round(wall, 3) if wall else t}
+                    if step is not None:
+                        rec["step"] = step
+                rec.update(vals)
+            if rec is not None:
+                recs.append(rec)
+        self._append(path_of(self.job, "tensorboard"), recs)
+        return bool(recs) or before != {p: s.offset for p, s in self.tb.items()}
+
+    @staticmethod
+    def _append(path: Path, recs: List[Dict[str, Any]]) -> None:
+        if recs:
+            enc = _RECORD.encode  # one encoder: json.dumps(r, sort_keys=True) built a new one per record
+            with open(str(path), "a") as f:
+                f.write("".join([enc(r) + "\n" for r in recs]))
+
+    def _save(self) -> None:
+        doc = {"log_offset": self.log_offset, "progress": self.progress, "parser": self.parser.carry(),
+               "tb": {p: {"offset": s.offset, "corrupt": s.corrupt, "bad_records": s.bad_records}
+                      for p, s in self.tb.items()}}
+        try:  # a cache: no fsync on every tick
+            atomicfile.write(self.job.path / STATE, json.dumps(doc), durable=False)
+        except OSError:  # a full disk: the offsets are a cache (read again next time), never a leftover
+            pass

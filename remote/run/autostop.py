@@ -1,0 +1,415 @@
+"""Auto-stop policies, evaluated by the supervisor every few seconds (standard library only).
+
+``autostop:`` in the job file::
+
+    autostop:
+      max_runtime: 8h                 # wall time since the job started
+      budget: 40                      # cost (price_per_hour x hours) in the host's currency
+      gpu_idle: {below: 5, for: 30m}  # every GPU under 5% for 30m AND no step progress
+      stall: 20m                      # no new log byte and no new metric for 20m
+      nan_loss: true                  # the last metric's loss is nan/inf
+      plateau: {metric: eval_loss, mode: min, patience: 5, min_delta: 0.001}
+      disk_free_below: 5GB            # free space of the job's disk
+      after: shutdown                 # none (default) | shutdown: power off once the job ended
+      pull_before_shutdown: 30m       # true (= 30m) or a duration: wait for `gpujob pull` first
+      check_every: 5s
+
+A policy that fires makes the supervisor stop the job gracefully (stop file, grace,
+checkpoint) with a reason starting ``autostop:``; the final state is ``autostopped``.
+"""
+
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from remote.core.protocol import parse_duration
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?B)?\s*$", re.I)
+_SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+KEYS = ["max_runtime", "budget", "gpu_idle", "stall", "nan_loss", "plateau", "disk_free_below", "after",
+        "pull_before_shutdown", "check_every"]
+DEFAULT_PULL_WAIT = 1800.0
+# Bounds of the policies' numbers (docs/autostop.md): far above any real value, refusing nan/inf.
+MAX_DURATION = 365 * 86400.0
+MAX_SIZE = float(1 << 60)
+
+
+def parse_size(value: Any) -> int:
+    """Bytes of ``5GB``, ``500MB``, ``2G`` or a plain number of bytes (units are powers of 1024)."""
+    if isinstance(value, bool):
+        raise ValueError("expected a size like 5GB")
+    if isinstance(value, (int, float)) and -1e300 < value < 1e300:
+        return int(value)
+    m = _SIZE.match(str(value))
+    n = float(m.group(1)) * _SIZE_UNITS[m.group(2).upper()] if m else math.nan
+    if not math.isfinite(n) or n > MAX_SIZE:
+        raise ValueError("{!r} is not a size: write 5GB, 500MB".format(str(value)[:40]))
+    return int(n)
+
+
+def pull_wait(cfg: Optional[Dict[str, Any]]) -> float:
+    """Seconds to wait for a pull before powering off (0: do not wait)."""
+    v = (cfg or {}).get("pull_before_shutdown")
+    if v is None or v is False:
+        return 0.0
+    if v is True:
+        return DEFAULT_PULL_WAIT
+    return parse_duration(v)
+
+
+def validate(cfg: Any) -> List[str]:
+    """Problems in an ``autostop:`` section (each naming its key). [] when fine."""
+    if not cfg:
+        return []
+    if not isinstance(cfg, dict):
+        return ["expected a mapping of policies"]
+    errs = []  # type: List[str]
+    for k in cfg:
+        if k not in KEYS:
+            errs.append("unknown policy {!r} (known: {})".format(k, ", ".join(KEYS)))
+
+    def dur(key: str, v: Any) -> None:
+        try:
+            if not 0 < parse_duration(v) <= MAX_DURATION:
+                errs.append("{}: expected more than 0s and at most 365d".format(key))
+        except ValueError as e:
+            errs.append("{}: {}".format(key, e))
+
+    def num(key: str, v: Any, top: float = 1e12) -> None:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= top:
+            errs.append("{}: expected a number from 0 to {:g}, got {}".format(key, top, repr(v)[:40]))
+
+    for key in ("max_runtime", "stall", "check_every"):
+        if key in cfg:
+            dur(key, cfg[key])
+    if "budget" in cfg:
+        num("budget", cfg["budget"])
+    if "nan_loss" in cfg and not isinstance(cfg["nan_loss"], bool):
+        errs.append("nan_loss: expected true or false")
+    if "disk_free_below" in cfg:
+        try:
+            parse_size(cfg["disk_free_below"])
+        except ValueError as e:
+            errs.append("disk_free_below: {}".format(e))
+    if "after" in cfg and cfg["after"] not in ("none", "shutdown", None):
+        errs.append("after: expected 'none' or 'shutdown', got {!r}".format(cfg["after"]))
+    if "pull_before_shutdown" in cfg and not isinstance(cfg["pull_before_shutdown"], bool):
+        dur("pull_before_shutdown", cfg["pull_before_shutdown"])
+    gi = cfg.get("gpu_idle")
+    if gi is not None:
+        if not isinstance(gi, dict):
+            errs.append("gpu_idle: expected {below: 5, for: 30m}")
+        else:
+            for k in gi:
+                if k not in ("below", "for"):
+                    errs.append("gpu_idle: unknown key {!r} (known: below, for)".format(k))
+            num("gpu_idle.below", gi.get("below", 5), 100)
+            dur("gpu_idle.for", gi.get("for", "30m"))
+    pl = cfg.get("plateau")
+    if pl is not None:
+        if not isinstance(pl, dict):
+            errs.append("plateau: expected {metric: eval_loss, mode: min, patience: 5, min_delta: 0.001}")
+        else:
+            for k in pl:
+                if k not in ("metric", "mode", "patience", "min_delta"):
+                    errs.append("plateau: unknown key {!r} (known: metric, mode, patience, min_delta)".format(k))
+            if not isinstance(pl.get("metric"), str) or not pl.get("metric"):
+                errs.append("plateau.metric: name the metric to watch, e.g. eval_loss")
+            if pl.get("mode", "min") not in ("min", "max"):
+                errs.append("plateau.mode: expected 'min' or 'max'")
+            p = pl.get("patience", 5)
+            if isinstance(p, bool) or not isinstance(p, int) or not 1 <= p <= 1000000:
+                errs.append("plateau.patience: expected a whole number of evaluations from 1 to 1000000")
+            num("plateau.min_delta", pl.get("min_delta", 0.0))
+    return errs
+
+
+def _bad(v: Any) -> bool:
+    if isinstance(v, str):
+        return v.strip().lower() in ("nan", "inf", "-inf", "+inf", "infinity", "-infinity")
+    return isinstance(v, float) and (math.isnan(v) or math.isinf(v))
+
+
+def loss_is_bad(metrics: Optional[Dict[str, Any]]) -> Optional[str]:
+    """The name of a loss in ``metrics`` that is nan/inf, else None."""
+    for k, v in (metrics or {}).items():
+        if (k == "loss" or k.endswith("loss")) and _bad(v):
+            return k
+    return None
+
+
+def read_gpu_samples(path: str, since: float) -> List[Dict[str, Any]]:
+    """Samples of ``gpu.jsonl`` (``{"t":..,"gpus":[{"util":..}]}`` a line) taken at or after ``since``."""
+    out = []
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - (1 << 20)))
+            data = f.read().decode("utf-8", "replace")
+    except OSError:
+        return out
+    for line in data.splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and float(rec.get("t") or 0) >= since:
+            out.append(rec)
+    return out
+
+
+def utils_of(sample: Dict[str, Any]) -> List[float]:
+    """GPU utilisations of one sample: ``{"gpus":[{"util":..}]}`` or remote/host/gpus.py's ``{"g":[[i, util, ..]]}``."""
+    out = []  # type: List[float]
+    for g in sample.get("gpus") or []:
+        if isinstance(g, dict) and isinstance(g.get("util"), (int, float)):
+            out.append(float(g["util"]))
+    for row in sample.get("g") or []:
+        if isinstance(row, list) and len(row) > 1 and isinstance(row[1], (int, float)):
+            out.append(float(row[1]))
+    return out
+
+
+def nvidia_smi_sample(path_prefix: str = "") -> Optional[Dict[str, Any]]:
+    """One sample from ``nvidia-smi`` (``{"t":..,"gpus":[..]}``), or None without one."""
+    search = os.environ.get("PATH", "")
+    exe = shutil.which("nvidia-smi", path=(path_prefix + os.pathsep + search) if path_prefix else search)
+    if not exe:
+        return None
+    try:
+        out = subprocess.run(
+            [exe, "--query-gpu=index,utilization.gpu,memory.used,memory.total,power.draw,temperature.gpu",
+             "--format=csv,noheader,nounits"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=10,
+        ).stdout.decode("utf-8", "replace")
+    except (OSError, subprocess.SubprocessError):
+        return None
+    gpus = []
+    for line in out.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) < 2:
+            continue
+
+        def f(i: int, parts: List[str] = parts) -> Optional[float]:
+            try:
+                return float(parts[i])
+            except (IndexError, ValueError):
+                return None
+        gpus.append({"index": int(f(0) or 0), "util": f(1), "mem_used": f(2), "mem_total": f(3), "power": f(4),
+                     "temp": f(5)})
+    return {"t": time.time(), "gpus": gpus} if gpus else None
+
+
+class _Files:
+    """What has changed in the job's output.log and metrics.jsonl, and when."""
+
+    def __init__(self, log: str, metrics: str, resolve: Optional[Callable[[], str]] = None) -> None:
+        self.log, self.metrics = log, metrics
+        self.resolve = resolve  # the job's active metrics file (the metrics file, TensorBoard's, the log's)
+        self.log_size = self._size(log)
+        self.metrics_size = self._size(metrics)
+        self.log_changed = self.metrics_changed = time.time()
+        self.step = None  # type: Any
+        self.step_changed = time.time()
+        self.records = []  # type: List[Dict[str, Any]]
+        self._offset = 0
+
+    @staticmethod
+    def _size(path: str) -> int:
+        try:
+            return os.path.getsize(path)
+        except OSError:
+            return 0
+
+    def poll(self, now: float) -> None:
+        path = self.resolve() if self.resolve is not None else self.metrics
+        if path != self.metrics:  # another source took precedence: read it from its start
+            self.metrics, self._offset, self.records, self.metrics_size = path, 0, [], 0
+        s = self._size(self.log)
+        if s != self.log_size:
+            self.log_size, self.log_changed = s, now
+        s = self._size(self.metrics)
+        if s != self.metrics_size:
+            self.metrics_size, self.metrics_changed = s, now
+        self._read_metrics(now)
+
+    def _read_metrics(self, now: float) -> None:
+        try:
+            with open(self.metrics, "rb") as f:
+                f.seek(self._offset)
+                data = f.read()
+        except OSError:
+            return
+        end = data.rfind(b"\n")
+        if end < 0:
+            return
+        self._offset += end + 1
+        for line in data[:end].decode("utf-8", "replace").splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(rec, dict):
+                self.records.append(rec)
+                step = rec.get("step", rec.get("global_step"))
+                if step is not None and step != self.step:
+                    self.step, self.step_changed = step, now
+        del self.records[:-10000]
+
+
+def _active_metrics(job_path: str) -> str:
+    """The job's metrics file by precedence (imported here: the laptop loads this module by path alone)."""
+    from pathlib import Path
+
+    from remote.core.layout import JobDir
+    from remote.metrics import metricsrc
+
+    return str(metricsrc.active(JobDir(Path(job_path)))[1])
+
+
+class AutoStop:
+    """A supervisor watcher: ``tick(sup)`` returns ``"autostop: ..."`` when a policy fires."""
+
+    def __init__(self, cfg: Dict[str, Any], job_path: str, spec: Dict[str, Any]) -> None:
+        self.cfg = cfg or {}
+        self.job_path = job_path
+        self.spec = spec
+        self.every = parse_duration(self.cfg.get("check_every", os.environ.get("GPUJOB_AUTOSTOP_EVERY", "5")))
+        self.started = time.time()
+        self.files = _Files(os.path.join(job_path, "output.log"), os.path.join(job_path, "metrics.jsonl"),
+                            resolve=lambda: _active_metrics(job_path))
+        self.next_check = self.started + self.every
+        self.own_samples = []  # type: List[Dict[str, Any]]
+        self.fired = None  # type: Optional[str]
+
+    @property
+    def active(self) -> bool:
+        return any(k in self.cfg for k in KEYS[:7])
+
+    def runtime(self, sup: Any) -> float:
+        st = getattr(sup, "status", {}) or {}
+        return time.time() - float(st.get("started_at") or self.started)
+
+    def tick(self, sup: Any) -> Optional[str]:
+        now = time.time()
+        if self.fired or now < self.next_check or not self.active:
+            return None
+        attempts = (getattr(sup, "status", {}) or {}).get("attempts") or [{}]
+        if now - float(attempts[-1].get("started_at") or 0) < self.every:
+            return None  # give a fresh attempt time to start (and to install its stop handling)
+        self.next_check = now + self.every
+        self.files.poll(now)
+        try:
+            reason = self.check(sup, now)
+        except Exception as e:  # a policy bug must never take the job down
+            reason = None
+            try:
+                sup.job.event("autostop_error", error=str(e))
+            except Exception:
+                pass
+        if reason:
+            self.fired = reason
+        return reason
+
+    def check(self, sup: Any, now: float) -> Optional[str]:
+        c = self.cfg
+        rt = self.runtime(sup)
+        if c.get("max_runtime") is not None and rt >= parse_duration(c["max_runtime"]):
+            return "autostop: max_runtime {} reached".format(c["max_runtime"])
+        price = self.spec.get("price_per_hour")
+        if c.get("budget") is not None and price:
+            cost = rt / 3600.0 * float(price)
+            if cost >= float(c["budget"]):
+                return "autostop: budget {} {} reached (cost {:.2f})".format(
+                    c["budget"], self.spec.get("currency") or "", cost)
+        if c.get("nan_loss") and self.files.records:
+            bad = loss_is_bad(self.files.records[-1])
+            if bad:
+                return "autostop: nan_loss ({} is {})".format(bad, self.files.records[-1].get(bad))
+        if c.get("stall") is not None:
+            n = parse_duration(c["stall"])
+            last = max(self.files.log_changed, self.files.metrics_changed)
+            if now - last >= n:
+                return "autostop: stall (no new log line or metric for {})".format(c["stall"])
+        pl = c.get("plateau")
+        if pl:
+            r = self.plateau(pl)
+            if r:
+                return r
+        if c.get("disk_free_below") is not None:
+            from remote.ckpt.diskbudget import given_back_on_demand
+
+            st = os.statvfs(self.job_path)
+            free = st.f_bavail * st.f_frsize + given_back_on_demand(self.job_path)  # the kept copy makes way
+            if free < parse_size(c["disk_free_below"]):
+                return "autostop: disk_free_below {} ({:.1f} GB free)".format(c["disk_free_below"], free / 2 ** 30)
+        gi = c.get("gpu_idle")
+        if gi:
+            r = self.gpu_idle(gi, now)
+            if r:
+                return r
+        return None
+
+    def plateau(self, pl: Dict[str, Any]) -> Optional[str]:
+        name, mode = pl["metric"], pl.get("mode", "min")
+        patience, delta = int(pl.get("patience", 5)), float(pl.get("min_delta", 0.0))
+        vals = [r[name] for r in self.files.records if isinstance(r.get(name), (int, float)) and not _bad(r.get(name))]
+        best, since = None, 0
+        for v in vals:
+            better = best is None or (v < best - delta if mode == "min" else v > best + delta)
+            if better:
+                best, since = v, 0
+            else:
+                since += 1
+        if best is not None and since >= patience:
+            return "autostop: plateau ({} has not improved on {:.6g} for {} evaluations)".format(name, best, since)
+        return None
+
+    def gpu_samples(self, since: float, now: float) -> List[Dict[str, Any]]:
+        """gpu.jsonl's samples (the GPU sampler's), else samples of our own from nvidia-smi."""
+        samples = read_gpu_samples(os.path.join(self.job_path, "gpu.jsonl"), since)
+        if samples and now - float(samples[-1].get("t") or 0) <= max(3 * self.every, 60):
+            return samples
+        s = nvidia_smi_sample((self.spec.get("host_env") or {}).get("GPUJOB_PATH_PREFIX", ""))
+        if s:
+            self.own_samples.append(s)
+        self.own_samples = [x for x in self.own_samples if x["t"] >= since]
+        return self.own_samples
+
+    def gpu_idle(self, gi: Dict[str, Any], now: float) -> Optional[str]:
+        below, window = float(gi.get("below", 5)), parse_duration(gi.get("for", "30m"))
+        if now - self.runtime_start() < window:
+            return None
+        samples = self.gpu_samples(now - window, now)
+        if not samples or float(samples[0].get("t") or now) > now - window + max(2 * self.every, window * 0.1):
+            return None  # the samples do not cover the window yet
+        utils = [u for s in samples for u in utils_of(s)]
+        if not utils or max(utils) >= below:
+            return None
+        if now - self.files.step_changed < window:
+            return None  # steps still advance: utilisation alone lies (data loading, CPU-bound eval)
+        return "autostop: gpu_idle (GPU utilisation under {}% for {} with no step progress)".format(
+            gi.get("below", 5), gi.get("for", "30m"))
+
+    def runtime_start(self) -> float:
+        return self.started
+
+
+def watcher(spec: Dict[str, Any], job_path: str) -> Optional[AutoStop]:
+    """The watcher for a spec, or None when it has no policy."""
+    w = AutoStop(spec.get("autostop") or {}, job_path, spec)
+    return w if w.active else None
+
+
+def shutdown_after(spec: Dict[str, Any]) -> bool:
+    return (spec.get("autostop") or {}).get("after") == "shutdown"
+
+
+def describe(cfg: Dict[str, Any]) -> List[Tuple[str, Any]]:
+    return [(k, cfg[k]) for k in KEYS if k in cfg]

@@ -1,0 +1,1 @@
+"""Documents a reader sees: a job's status, its cost, its log and TensorBoard."""
