@@ -8,6 +8,7 @@ still ties two modules together (neither can be read, tested or loaded by path w
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -32,6 +33,8 @@ KNOWN: set = {
     ("remote.jobs.cleanup", "remote.view.observe"), ("remote.jobs.cleanup", "remote.stopping.verb"),
     ("remote.jobs.cleanup", "remote.stopping.cgroup"), ("remote.run.supervisor", "remote.view.observe"),
 }
+# Files that still read the job spec as a plain dict; the last test below fails once one stops.
+SPEC_DICT_READERS: set = {'remote/ckpt/keepcopy.py', 'remote/jobs/lost.py', 'remote/data/transfer.py', 'remote/env/interpreter.py', 'remote/env/jobenv.py', 'remote/env/provision.py', 'remote/host/gpus.py', 'remote/jobs/cleanup.py', 'remote/jobs/store.py', 'remote/metrics/metricsrc.py', 'remote/notify/__init__.py', 'remote/run/autostop.py', 'remote/run/events.py', 'remote/run/launch.py', 'remote/run/mirror.py', 'remote/run/power.py', 'remote/run/supervisor.py', 'remote/stopping/after.py', 'remote/stopping/verb.py', 'remote/view/cost.py', 'remote/view/observe.py'}
 LONGEST = 420  # lines: a module longer than this holds more than one thing
 TOO_LONG: set = {"remote/ckpt/checkpoints.py", "remote/run/supervisor.py", "remote/__main__.py",
                  "remote/metrics/logparse.py", "remote/jobs/store.py", "remote/data/transfer.py",
@@ -215,3 +218,18 @@ def test_no_module_holds_more_than_one_thing() -> None:
         {p: n for p, n in over.items() if p not in TOO_LONG})
     shrunk = sorted(p for p in TOO_LONG if long.get(p, 0) <= LONGEST)
     assert not shrunk, f"now short, so take them off TOO_LONG in {__file__}: {shrunk}"
+
+
+def spec_dict_readers() -> set:
+    """Files outside core/spec.py reading spec.json's keys by hand (``spec.get("x")``, ``spec["x"]``)."""
+    pat = re.compile(r"""\bspec(?:_data\(\))?\s*(?:\.get\(|\[["'])""")
+    return {p.relative_to(REMOTE.parent).as_posix() for p in REMOTE.rglob("*.py")
+            if p.name != "spec.py" and pat.search(p.read_text())}
+
+
+def test_the_job_spec_is_read_through_JobSpec() -> None:
+    """One door for spec.json (remote/core/spec.py): types and defaults are decided there, once."""
+    extra = spec_dict_readers() - SPEC_DICT_READERS
+    assert not extra, f"read the spec through remote.core.spec.JobSpec, not as a dict: {sorted(extra)}"
+    gone = SPEC_DICT_READERS - spec_dict_readers()
+    assert not gone, f"now read through JobSpec, so take them off SPEC_DICT_READERS in {__file__}: {sorted(gone)}"

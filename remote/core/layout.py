@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from remote.core import atomicfile
+from remote.core.spec import JobSpec
 
 
 def now() -> float:
@@ -226,6 +227,10 @@ class JobDir:
 
     def spec_data(self) -> Dict[str, Any]:
         return read_doc(self.spec)
+
+    def job_spec(self) -> "JobSpec":
+        """spec.json, typed (an unreadable one reads as all defaults, as ``spec_data`` reads ``{}``)."""
+        return JobSpec(read_doc(self.spec))
 
     def secrets_data(self) -> Dict[str, str]:
         return read_doc(self.secrets)
