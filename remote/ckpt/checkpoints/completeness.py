@@ -96,7 +96,6 @@ def incomplete_reason(c: Checkpoint, writing: Set[str], now: float) -> str:
     return "changed within the last {:g} s".format(SETTLE)
 
 
-
 def _rng_complete(path: Path, world_size: Optional[int]) -> bool:
     """Whether the rng_state files a Trainer checkpoint needs are all there."""
     names = {f.name for f in path.glob("rng_state*.pth") if f.is_file()}

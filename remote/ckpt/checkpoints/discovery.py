@@ -107,7 +107,6 @@ def _ordered(found: List[Checkpoint]) -> List[Checkpoint]:
     return sorted(found, key=lambda c: (eff.get(id(c), c.mtime), -1 if c.step is None else c.step, c.name))
 
 
-
 def is_complete(path: PathLike, world_size: Optional[int] = None, pids: Any = None) -> bool:
     """True when the checkpoint (folder or file) at ``path`` was fully written.
 

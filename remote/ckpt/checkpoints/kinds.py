@@ -66,7 +66,6 @@ class Checkpoint(object):
         return "Checkpoint({}, {}, step={}, complete={})".format(self.path, self.kind, self.step, self.complete)
 
 
-
 def _stem(name: str) -> str:
     """The name without its checkpoint extensions, all of them (``checkpoint-14.pth.tar``)."""
     cut = True
