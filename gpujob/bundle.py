@@ -67,7 +67,9 @@ def bundle_files() -> dict[str, Path]:
     runtime = templates_dir() / "runtime" / "gpujob_runtime.py"
     if runtime.is_file():
         files["runtime/gpujob_runtime.py"] = runtime
-    files["runtime/gpujob_checkpoints.py"] = rdir / "ckpt" / "checkpoints.py"
+    # the agent's checkpoint package (relative imports only), under a name no user module takes
+    for p in sorted((rdir / "ckpt" / "checkpoints").glob("*.py")):
+        files["runtime/gpujob_checkpoints/" + p.name] = p
     for p in sorted((templates_dir() / "runtime" / "autohook").glob("*.py")):  # the Trainer stop hook
         files["runtime/autohook/" + p.name] = p
     return files

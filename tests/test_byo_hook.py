@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -112,7 +113,8 @@ def hook_job(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     rt = tmp_path / "rt"
     rt.mkdir()
     (rt / "gpujob_runtime.py").write_bytes((RUNTIME / "gpujob_runtime.py").read_bytes())
-    (rt / "gpujob_checkpoints.py").write_bytes((REPO / "remote" / "ckpt" / "checkpoints.py").read_bytes())
+    shutil.copytree(REPO / "remote" / "ckpt" / "checkpoints", rt / "gpujob_checkpoints",
+                    ignore=shutil.ignore_patterns("__pycache__"))
     return job, dict(os.environ, **QUIET, PYTHONPATH=f"{AUTOHOOK}{os.pathsep}{rt}", GPUJOB_JOB_DIR=str(job),
                      GPUJOB_CKPT_DIR=str(job / "ckpt"), GPUJOB_STOP_FILE=str(job / "STOP"),
                      GPUJOB_METRICS_FILE=str(job / "metrics.jsonl"))

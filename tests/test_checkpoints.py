@@ -1,4 +1,4 @@
-"""remote/ckpt/checkpoints.py: finding, ordering, completeness and rotation of every kind, on files
+"""remote/ckpt/checkpoints/: finding, ordering, completeness and rotation of every kind, on files
 written by the real libraries (torch.save, safetensors, Lightning, the HF Trainer, accelerate)."""
 
 from __future__ import annotations
@@ -106,6 +106,25 @@ def test_python38_compatible_source() -> None:
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert imported <= set(sys.stdlib_module_names)
+
+
+def test_the_package_stands_alone() -> None:
+    """Every module of the package (shipped to the job as ``gpujob_checkpoints``) is Python 3.8 and imports
+    only the standard library and, relatively, its own siblings: nothing of ``remote`` it would not find there."""
+    import ast
+
+    folder = Path(ck.__file__).parent
+    own = {p.stem for p in folder.glob("*.py")}
+    assert len(own) > 1
+    for path in sorted(folder.glob("*.py")):
+        tree = ast.parse(path.read_text(), str(path), feature_version=(3, 8))
+        for n in ast.walk(tree):
+            if isinstance(n, ast.Import):
+                assert {a.name.split(".")[0] for a in n.names} <= set(sys.stdlib_module_names), path
+            elif isinstance(n, ast.ImportFrom) and n.level == 0:
+                assert n.module.split(".")[0] in sys.stdlib_module_names, (path, n.module)
+            elif isinstance(n, ast.ImportFrom):
+                assert n.level == 1 and ({n.module} if n.module else {a.name for a in n.names}) <= own, (path, n.module)
 
 
 # ---- single files from torch.save / safetensors -------------------------------------------

@@ -45,6 +45,26 @@ def test_imports_only_stdlib_at_module_level() -> None:
     assert out.stdout.strip() == "[]"
 
 
+def test_the_shipped_runtime_folder_works_alone(tmp_path: Path) -> None:
+    """What the agent puts on a job's PYTHONPATH (bundle.materialize_runtime) is enough: the checkpoint
+    package comes as ``gpujob_checkpoints`` with its modules, no ``remote`` package is needed or loaded."""
+    from gpujob.bundle import materialize_runtime
+
+    rt = materialize_runtime(tmp_path / "rt")
+    ck = tmp_path / "ckpt"
+    for step in (1, 2):
+        (ck / f"step-{step}").mkdir(parents=True)
+        (ck / f"step-{step}" / "state.pt").write_bytes(b"x")
+    (ck / "step-1" / ".gpujob-complete").write_text("")
+    code = ("import sys, gpujob_runtime as gj, gpujob_checkpoints as gc; "
+            f"print(gj.latest_complete({str(ck)!r}).name, gc.__file__, 'remote' in sys.modules)")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUJOB_")}
+    env["PYTHONPATH"] = str(rt)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["step-1", str(rt / "gpujob_checkpoints" / "__init__.py"), "False"]
+
+
 def test_defaults_without_variables(gj, monkeypatch: pytest.MonkeyPatch) -> None:
     for k in ("GPUJOB_CKPT_DIR", "GPUJOB_METRICS_FILE", "GPUJOB_STOP_FILE"):
         monkeypatch.delenv(k)

@@ -18,7 +18,8 @@ def runtime_dir(base: Path) -> Path:
     d = base / "runtime"
     d.mkdir(parents=True, exist_ok=True)
     shutil.copy(TEMPLATES / "runtime" / "gpujob_runtime.py", d / "gpujob_runtime.py")
-    shutil.copy(REPO / "remote" / "ckpt" / "checkpoints.py", d / "gpujob_checkpoints.py")
+    shutil.copytree(REPO / "remote" / "ckpt" / "checkpoints", d / "gpujob_checkpoints",
+                    ignore=shutil.ignore_patterns("__pycache__"), dirs_exist_ok=True)
     return d
 
 

@@ -28,7 +28,9 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from remote.ckpt import checkpoints as ck
 from remote.ckpt import diskbudget
+from remote.ckpt.checkpoints import completeness, formats
 from remote.core.layout import read_doc, write_json_once
+from remote.core.spec import JobSpec
 
 KEPT = "kept"  # under the job folder
 INDEX = ".kept.json"  # rel -> {size, mtime_ns, step} of the source when it was copied
@@ -148,10 +150,10 @@ def saved_step(path: Path) -> Optional[int]:
 
     class Reader(pickle.Unpickler):
         def find_class(self, module: str, name: str) -> Any:
-            return ck._Anything
+            return formats._Anything
 
         def persistent_load(self, pid: Any) -> Any:
-            return ck._Anything()
+            return formats._Anything()
 
     try:
         with zipfile.ZipFile(str(path)) as z:
@@ -224,7 +226,7 @@ class Keeper:
             if was.get("size") != st.st_size or was.get("mtime_ns") != st.st_mtime_ns:
                 out.append((c, st))
         if out:
-            ck._check([c for c, _ in out], ck._writers([c for c, _ in out], self.ckpt_dir, pids))
+            completeness._check([c for c, _ in out], completeness._writers([c for c, _ in out], self.ckpt_dir, pids))
         return [(c.rel(self.ckpt_dir), c.path, st) for c, st in out if c.complete]
 
     def copy_all(self, todo: List[Tuple[str, Path, os.stat_result]]) -> None:
@@ -328,8 +330,8 @@ def restore(job_path: Path, ckpt_dir: Path, pattern: Optional[str] = None) -> Li
 def stand_ins(job_path: Path) -> Dict[str, Tuple[Path, Dict[str, Any]]]:
     """For ``pull --latest`` and ``move``: ``ckpt/<rel>`` -> (the kept copy, its record) of each in-place
     file that is cut short or gone now while its kept copy is whole."""
-    spec = read_doc(job_path / "spec.json")
-    if spec.get("checkpoint_backup") is False:
+    spec = JobSpec(read_doc(job_path / "spec.json"))
+    if not spec.checkpoint_backup:
         return {}
     return {"ckpt/" + rel: (kept_dir(job_path) / rel, rec)
-            for rel, rec in restorable(job_path, job_path / "ckpt", spec.get("checkpoint_pattern"))}
+            for rel, rec in restorable(job_path, job_path / "ckpt", spec.checkpoint_pattern)}

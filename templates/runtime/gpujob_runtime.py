@@ -1,6 +1,6 @@
 """gpujob runtime helper: checkpoints, graceful stop and metrics for any training script.
 
-On a gpujob instance the agent puts this module (and ``gpujob_checkpoints``) on PYTHONPATH.
+On a gpujob instance the agent puts this module (and the package ``gpujob_checkpoints``) on PYTHONPATH.
 Only the standard library is imported here; torch and transformers are imported inside the
 functions that need them. Every variable may be absent (a script run by hand on a laptop):
 then checkpoints go to ``./checkpoints`` and metrics to ``./metrics.jsonl``.
@@ -35,11 +35,12 @@ try:
         list_checkpoints,
         rotate,
     )
-except ImportError:  # from a checkout (remote/) or the installed wheel (gpujob/_remote/)
+except ImportError:  # from a checkout (remote/) or the installed wheel (gpujob/_remote/): the package by path
     _here = Path(__file__).resolve()
-    _cands = [_here.parents[2] / "remote" / "ckpt" / "checkpoints.py", _here.parents[2] / "_remote" / "ckpt" / "checkpoints.py"]
+    _cands = [_here.parents[2] / d / "ckpt" / "checkpoints" / "__init__.py" for d in ("remote", "_remote")]
     _src = next((c for c in _cands if c.is_file()), None)
-    _spec = importlib.util.spec_from_file_location("gpujob_checkpoints", str(_src)) if _src else None
+    _spec = importlib.util.spec_from_file_location(
+        "gpujob_checkpoints", str(_src), submodule_search_locations=[str(_src.parent)]) if _src else None
     if _spec is None or _spec.loader is None:
         raise
     _mod = importlib.util.module_from_spec(_spec)
