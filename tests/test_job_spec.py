@@ -71,7 +71,8 @@ def test_a_job_file_without_them_gets_the_agents_defaults_on_the_laptop(tmp_path
     waits = [inspect.signature(jobs.stop).parameters["wait"].default,
              inspect.signature(move.move).parameters["stop_wait"].default,
              inspect.signature(Job.stop).parameters["wait"].default, inspect.signature(Job.move).parameters["wait"].default,
-             build_parser("move").parse_args(["move", "j", "--to", "h"]).wait]
+             build_parser("move").parse_args(["move", "j", "--to", "h"]).wait,
+             import_remote("__main__").build_parser().parse_args(["stop", "--job", "j"]).wait]  # the agent's verb
     assert waits == [spec.STOP_WAIT] * len(waits)
 
 
