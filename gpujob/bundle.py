@@ -6,7 +6,6 @@ carries them as ``gpujob/_remote`` and ``gpujob/_templates``.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import sys
 from functools import lru_cache
@@ -78,6 +77,8 @@ def bundle_files() -> dict[str, Path]:
 @lru_cache(maxsize=1)
 def bundle_version() -> str:
     """Package version plus a hash of the bundle's content: a changed agent is a new upload."""
+    import hashlib  # only a command that talks to an agent: the defaults in remote/core/spec.py load without it
+
     from gpujob.version import __version__
 
     h = hashlib.sha256()

@@ -14,7 +14,8 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 from remote import AGENT_PROTOCOL
 from remote.core import layout, locks, procs
 from remote.core.layout import Root, agent_log
-from remote.core.protocol import SERVED, SETTLED, TERMINAL
+from remote.core.protocol import LEASE_WAIT, SERVED, SETTLED, TERMINAL
+from remote.core.spec import STOP_WAIT
 from remote.jobs import store as jobs
 from remote.jobs.store import AgentError
 
@@ -97,9 +98,6 @@ def cmd_stop(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
 
 def cmd_resume(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     return jobs.resume(root, jobs.resolve(root, a.job))
-
-
-LEASE_WAIT = 600.0  # how long a sync waits for another submit of its project to take its snapshot
 
 
 def _busy(a: argparse.Namespace, left: float) -> AgentError:
@@ -498,7 +496,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("submit")
     s = sub.add_parser("stop")
     s.add_argument("--job", required=True)
-    s.add_argument("--wait", type=float, default=300.0)
+    s.add_argument("--wait", type=float, default=STOP_WAIT)
     s.add_argument("--after-checkpoint", metavar="MAX_WAIT", help="stop at the next complete checkpoint (seconds, or auto)")
     s.add_argument("--job-mode", action="store_true", help="as the job file's stop: {mode: ...} says (move)")
     s = sub.add_parser("resume")

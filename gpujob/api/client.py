@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from gpujob.api import results as r
 from gpujob.api.background import LogPump, Tunnel, close_agent
+from gpujob.bundle import import_remote
 from gpujob.errors import ConnectError, GpujobError, JobNotFound
 
 if TYPE_CHECKING:
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 
 Note = Callable[[str], None]
 Progress = Callable[[int, int], None]
+STOP_WAIT: float = import_remote("core.spec").STOP_WAIT  # s a stop (and a move's stop) waits for the job to end
 
 
 class PlacementInterrupted(KeyboardInterrupt):
@@ -504,7 +506,7 @@ class Job:
 
         return pump.run(produce)
 
-    def stop(self, wait: float = 600, after_checkpoint: float | bool | None = None) -> r.JobStatus:
+    def stop(self, wait: float = STOP_WAIT, after_checkpoint: float | bool | None = None) -> r.JobStatus:
         """Stop the job (its code may checkpoint first) and wait up to ``wait`` s for it to end;
         ``after_checkpoint``: first wait up to that many seconds for its next complete checkpoint
         (True: twice its usual interval between checkpoints, else 20 min).
@@ -556,7 +558,7 @@ class Job:
             return self.move(host.name, progress=progress, note=note)
         return r.ResumeResult.from_json({**res, "host_warnings": warnings} if warnings else res)
 
-    def move(self, to: str, job_file: str | None = None, wait: float = 600, progress: Progress | None = None,
+    def move(self, to: str, job_file: str | None = None, wait: float = STOP_WAIT, progress: Progress | None = None,
              note: Note | None = None) -> r.MoveResult:
         """Continue the job on host ``to`` (``a,b``: the first with its GPUs free) from its newest
         complete checkpoint, same id and history (docs/move.md)."""

@@ -12,9 +12,15 @@ from collections.abc import Iterable
 from typing import Any
 
 from gpujob import exitcodes
+from gpujob.bundle import import_remote
 from gpujob.cli.common import client, command_after, show
 from gpujob.errors import GpujobError, HostError
 from gpujob.exitcodes import INTERRUPTED, USAGE
+
+STOP_WAIT: float = import_remote("core.spec").STOP_WAIT  # s a stop (and a move's stop) waits for the job to end
+# --after-checkpoint without --max-wait: the agent waits twice the job's usual interval between checkpoints;
+# the command waits this long for that, then STOP_WAIT for the end
+AFTER_CHECKPOINT_WAIT = 3600.0
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -39,8 +45,6 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def _duration(flag: str, value: str | None, remedy: str) -> float | None:
-    from gpujob.bundle import import_remote
-
     parse_duration = import_remote("core.protocol").parse_duration
 
     try:
@@ -180,8 +184,8 @@ def cmd_stop(args: argparse.Namespace) -> int:
     after: float | bool | None = None
     if args.after_checkpoint:  # without --max-wait: twice the job's usual interval between checkpoints
         after = _duration("--max-wait", args.max_wait, "e.g. --max-wait 20m") if args.max_wait else True
-    wait = args.wait if args.wait is not None else 600.0 if after is None else \
-        (after if after is not True else 3600.0) + 600.0
+    wait = args.wait if args.wait is not None else STOP_WAIT if after is None else \
+        (after if after is not True else AFTER_CHECKPOINT_WAIT) + STOP_WAIT
     with client(args.host) as c:
         try:
             st = c.job(args.job).stop(wait=wait, after_checkpoint=after)
@@ -199,7 +203,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     with client(args.host) as c:
         job = c.job(args.job)
         if job.resume_moves:  # another host: the job moves there
-            return cmd_move(argparse.Namespace(**{**vars(args), "to": args.host, "job_file": None, "wait": 600.0}))
+            return cmd_move(argparse.Namespace(**{**vars(args), "to": args.host, "job_file": None, "wait": STOP_WAIT}))
         try:
             res = job.resume(note=_note(args))  # the notes: a powered-off host's start, a job made again
         except KeyboardInterrupt:

@@ -27,6 +27,8 @@ from gpujob.cli.hosts import (
     cmd_ssh,
 )
 from gpujob.cli.jobs import (
+    AFTER_CHECKPOINT_WAIT,
+    STOP_WAIT,
     cmd_cost,
     cmd_exec,
     cmd_guard,
@@ -217,8 +219,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     s.add_argument("job", type=job_ref)
     s.add_argument("--host")
     s.add_argument("--wait", type=number_type(float, 0, 86400), default=None, metavar="SECONDS",
-                   help="how long to wait for the job to end (default 600; with --after-checkpoint: --max-wait plus "
-                        "600, or 4200 without one); then exit 7 if it has not")
+                   help=f"how long to wait for the job to end (default {STOP_WAIT:g}; with --after-checkpoint: --max-wait "
+                        f"plus {STOP_WAIT:g}, or {AFTER_CHECKPOINT_WAIT + STOP_WAIT:g} without one); then exit 7 if it has not")
     s.add_argument("--after-checkpoint", action="store_true",
                    help="let the job write its next complete checkpoint first, then stop it at once")
     s.add_argument("--max-wait", metavar="DURATION", help="with --after-checkpoint: stop anyway after this long "
@@ -231,8 +233,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     s.add_argument("--to", required=True, metavar="HOST", help="the host profile it goes on (a,b,c: the first "
                    "with the job's GPUs free)")
     s.add_argument("--job-file", help="the job file (default: the one it was submitted from)")
-    s.add_argument("--wait", type=number_type(float, 0, 86400), default=600, metavar="SECONDS",
-                   help="how long to wait for it to stop on the old host (default 600)")
+    s.add_argument("--wait", type=number_type(float, 0, 86400), default=STOP_WAIT, metavar="SECONDS",
+                   help=f"how long to wait for it to stop on the old host (default {STOP_WAIT:g})")
     s = add("guard", cmd_guard, "watch jobs; move one whose host stays away longer than its retry.move_after")
     s.add_argument("jobs", nargs="+", metavar="JOB", type=job_ref)
     s.add_argument("--interval", type=number_type(float, 0.1, 86400), default=30.0, metavar="SECONDS",

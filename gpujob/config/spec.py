@@ -26,6 +26,9 @@ MAX_GPUS = 64
 MAX_RESTARTS = 1000
 MAX_KEEP = 1000
 MAX_DURATION = 30 * 86400.0
+# The defaults the agent reads a spec with (remote/core/spec.py: a few constants, standard library only):
+# a key the job file leaves out means the same on both sides.
+DEFAULTS = import_remote("core.spec")
 
 
 @dataclass
@@ -39,9 +42,9 @@ class DataEntry:
 @dataclass
 class Retry:
     max_restarts: int = 0
-    on: list[str] = field(default_factory=lambda: ["error", "oom", "signal"])  # signal: one gpujob did not send
-    backoff: float = 10.0
-    on_oom: str = "retry"  # retry | halve_batch
+    on: list[str] = field(default_factory=lambda: list(DEFAULTS.RETRY_ON))  # error, oom, signal
+    backoff: float = DEFAULTS.RETRY_BACKOFF
+    on_oom: str = DEFAULTS.ON_OOM  # retry | halve_batch
     move_after: float | None = None  # a lost job whose host stays away this long moves (gpujob guard)
     move_to: list[str] = field(default_factory=list)  # where to (default: the job's host: list)
 
@@ -62,16 +65,16 @@ class JobSpec:
     env: dict[str, str] = field(default_factory=dict)
     secrets: list[str] = field(default_factory=list)
     gpus: Union[int, str, None] = None
-    checkpoint_keep: int = 3
+    checkpoint_keep: int = DEFAULTS.CHECKPOINT_KEEP
     tensorboard_logdir: str | None = None
     retry: Retry = field(default_factory=Retry)
-    stop_grace: float = 120.0
-    stop_mode: str = "now"  # checkpoint: auto-stop and move wait for the next complete checkpoint first
+    stop_grace: float = DEFAULTS.STOP_GRACE
+    stop_mode: str = DEFAULTS.STOP_MODE  # checkpoint: auto-stop and move wait for the next complete checkpoint first
     stop_max_wait: float | None = None  # ... at most this long (None: twice its usual interval, else 20 min)
     runtime_auto: bool = True  # runtime: {auto: false} takes gpujob's Trainer stop hook off PYTHONPATH
     notify: dict[str, Any] = field(default_factory=dict)
     autostop: dict[str, Any] = field(default_factory=dict)
-    launcher: str = "none"  # none | torchrun
+    launcher: str = DEFAULTS.LAUNCHER  # none | torchrun
     nodes: list[str] = field(default_factory=list)
     checkpoint_dir: str | None = None  # absolute: shared storage (multi-node); relative: a folder the code writes
     checkpoint_pattern: str | None = None  # glob (under the checkpoint folder) of what the script writes
@@ -329,7 +332,7 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
     if gpus is not None and gpus not in ("all", "auto"):
         _int_in(ctx, ("gpus",), gpus, 0, MAX_GPUS, "a number of GPUs, 'all', or 'auto' (the CPU on a CPU host)")
 
-    keep = 3
+    keep = DEFAULTS.CHECKPOINT_KEEP
     backup = True
     mirror: dict[str, Any] = {}
     ck = raw.get("checkpoint", {}) or {}
@@ -353,11 +356,12 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
             if pat.startswith("/") or ".." in Path(pat).parts:
                 ctx.err(("checkpoint", "pattern"), "a glob relative to the checkpoint folder, e.g. '*.pt' or "
                         "'version_*/checkpoints/*.ckpt'")
-        keep = ck.get("keep", 3)
+        keep = ck.get("keep", DEFAULTS.CHECKPOINT_KEEP)
         # 0: gpujob deletes none (a script that rotates its own: timm's --checkpoint-hist, HF's save_total_limit)
         _int_in(ctx, ("checkpoint", "keep"), keep, 0, MAX_KEEP, "a number of checkpoints (0: gpujob deletes none)")
-        # the mirror's own keep defaults to the checkpoint folder's (with 0 there, the mirror's default: 3)
-        mirror, errs = _mirror_config().validate(ck.get("mirror"), keep if isinstance(keep, int) and keep > 0 else 3)
+        # the mirror's own keep defaults to the checkpoint folder's (with 0 there, the default keep)
+        mirror, errs = _mirror_config().validate(ck.get("mirror"), keep if isinstance(keep, int) and keep > 0
+                                                 else DEFAULTS.CHECKPOINT_KEEP)
         for msg in errs:
             ctx.err(("checkpoint", "mirror"), msg)
     metrics = _metrics_section(ctx, raw.get("metrics", {}) or {})
@@ -391,18 +395,18 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
                     ctx.err(("retry", "on", i), f"unknown cause {_short(o)}{_suggest(o, RETRY_ON)}")
         if "backoff" in rr:
             retry.backoff = _duration(ctx, ("retry", "backoff"), rr["backoff"], retry.backoff)
-        oo = rr.get("on_oom", "retry")
+        oo = rr.get("on_oom", DEFAULTS.ON_OOM)
         if oo not in ("retry", "halve_batch"):
             ctx.err(("retry", "on_oom"), f"expected 'retry' or 'halve_batch', got {_short(oo)}")
         retry.on_oom = oo
-    grace, stop_mode = 120.0, "now"
+    grace, stop_mode = DEFAULTS.STOP_GRACE, DEFAULTS.STOP_MODE
     max_wait: float | None = None
     st = raw.get("stop", {}) or {}
-    if _want(ctx, ("stop",), st, dict, "{grace: 120s}"):
+    if _want(ctx, ("stop",), st, dict, f"{{grace: {grace:g}s}}"):
         _check_keys(ctx, ("stop",), st, ["grace", "mode", "max_wait"])
         if "grace" in st:
             grace = _duration(ctx, ("stop", "grace"), st["grace"], grace)
-        stop_mode = st.get("mode", "now")
+        stop_mode = st.get("mode", DEFAULTS.STOP_MODE)
         if stop_mode not in ("now", "checkpoint"):
             ctx.err(("stop", "mode"), f"expected 'now' or 'checkpoint', got {_short(stop_mode)}")
         if "max_wait" in st:
@@ -415,7 +419,7 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
         auto = rt.get("auto", True)
         _want(ctx, ("runtime", "auto"), auto, bool, "true or false")
 
-    launcher = raw.get("launcher", "none")
+    launcher = raw.get("launcher", DEFAULTS.LAUNCHER)
     if launcher not in ("none", "torchrun"):
         ctx.err(("launcher",), f"expected 'torchrun' or 'none', got {_short(launcher)}")
     nodes = _str_list(ctx, ("nodes",), raw.get("nodes", []))

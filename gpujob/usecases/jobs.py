@@ -18,6 +18,7 @@ from gpujob.transport import Result, replies
 from gpujob.transport.agent import Agent
 
 FINAL: tuple[str, ...] = import_remote("core.protocol").TERMINAL
+STOP_WAIT: float = import_remote("core.spec").STOP_WAIT  # s a stop waits for the job's processes to be gone
 HEADER_MAX = 4096  # the log stream's first line (``gpujob-log JOB OFFSET``)
 
 
@@ -58,7 +59,7 @@ def once_each(jobs: list[dict[str, Any]], seen: set[tuple[str, str]]) -> list[di
     return out
 
 
-def stop(agent: Agent, job: str, wait: float = 600, after_checkpoint: float | bool | None = None,
+def stop(agent: Agent, job: str, wait: float = STOP_WAIT, after_checkpoint: float | bool | None = None,
          job_mode: bool = False) -> dict[str, Any]:
     """Stop a job (checkpoint first when its code polls the stop file) and wait for the end;
     ``after_checkpoint``: the next complete checkpoint first (at most that many s; True: twice the

@@ -27,7 +27,7 @@ from gpujob.config import index, remembered
 from gpujob.errors import GpujobError, Interrupted, JobNotFound, RemoteError
 from gpujob.transport import Result
 from gpujob.transport.agent import Agent, connect_agent
-from gpujob.usecases.jobs import FINAL
+from gpujob.usecases.jobs import FINAL, STOP_WAIT
 
 Note = Callable[[str], None]
 
@@ -202,7 +202,7 @@ def _still_there(host_name: str, job_id: str) -> bool:
     return True
 
 
-def move(ref: str, to: str, *, job_file: str | None = None, stop_wait: float = 600,
+def move(ref: str, to: str, *, job_file: str | None = None, stop_wait: float = STOP_WAIT,
          progress: Callable[[int, int], None] | None = None, note: Note = lambda s: None) -> dict[str, Any]:
     """Move job ``ref`` to host ``to``; returns what happened (docs/json.md: move)."""
     from gpujob.config.hosts import HostStore

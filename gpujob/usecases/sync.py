@@ -53,7 +53,7 @@ stream: Any = import_remote("stream")
 FREE_MARGIN = 256 << 20
 KEPT_UPLOAD_MAX = 1 << 20  # file bytes one request to the kept agent carries; more stream (pipelined)
 DEFAULT_CODEC = "gz:1"
-LEASE_WAIT = 600.0  # seconds a submit waits for another submit of its project to take its snapshot
+LEASE_WAIT: float = import_remote("core.protocol").LEASE_WAIT  # s a submit waits for another submit of its project
 
 
 @dataclass

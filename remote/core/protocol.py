@@ -37,6 +37,12 @@ WORST_FIRST = (FAILED, LOST, RESTARTING, RUNNING, QUEUED, STOPPED, AUTOSTOPPED, 
 # laptop sends these on the multiplexer's kept connection and every other verb as its own command.
 SERVED = ("hello", "status", "watch", "port", "agentlog", "gpus", "manifest", "receive", "unlease")
 
+# ---- waits ----------------------------------------------------------------------------------
+
+# How long a submit waits for another submit of its project to take its snapshot (the sync lease):
+# the laptop waits this long for a kept agent's answer, an agent's own ``sync`` process in itself.
+LEASE_WAIT = 600.0
+
 # ---- durations ------------------------------------------------------------------------------
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}

@@ -17,6 +17,7 @@ from typing import Any, Dict, Optional
 from remote.core import atomicfile
 from remote.core.errors import AgentError
 from remote.core.layout import Root, read_doc
+from remote.core.spec import JobSpec, SpecLike
 from remote.env.jobenv import PATH_PREFIX
 
 CHECKED = re.compile(r"^(python[0-9.]*|torchrun|accelerate|deepspeed)$")  # interpreters and launchers, by name
@@ -56,12 +57,13 @@ def _missing(cmd: str, prefix: str, run: Any) -> AgentError:
         "python-is-python3 there; gpujob doctor HOST lists the interpreters found", "no_interpreter")
 
 
-def check(root: Root, spec: Dict[str, Any], host_env: Dict[str, str]) -> None:
+def check(root: Root, spec: SpecLike, host_env: Dict[str, str]) -> None:
     """``AgentError`` when ``run:`` starts with an interpreter or launcher (``python``, ``python3.11``,
     ``torchrun``...) that the job's PATH does not have."""
-    if (spec.get("python") or "").strip() or spec.get("setup"):
+    spec = JobSpec.of(spec)
+    if spec.python or spec.setup:
         return  # setup or python: decides the interpreter (and says so when it cannot)
-    cmd = first_command(str(spec.get("run") or ""))
+    cmd = first_command(spec.run)
     if cmd is None or not CHECKED.match(cmd):
         return
     prefix = host_env.get("GPUJOB_PATH_PREFIX", "")
@@ -79,16 +81,17 @@ def check(root: Root, spec: Dict[str, Any], host_env: Dict[str, str]) -> None:
         except OSError:
             pass
         return
-    raise _missing(cmd, prefix, spec.get("run"))
+    raise _missing(cmd, prefix, spec.run)
 
 
-def resolve(spec: Dict[str, Any], prefix: str) -> Dict[str, Any]:
+def resolve(spec: SpecLike, prefix: str) -> Dict[str, Any]:
     """``doctor --job``: the interpreter this job's ``python:`` and ``run:`` get here, found as a
     submit and its setup find it (nothing cached): {python, command, path, error, remedy}."""
     from remote.env import provision
 
-    choice = (spec.get("python") or "").strip()
-    cmd = first_command(str(spec.get("run") or ""))
+    spec = JobSpec.of(spec)
+    choice = spec.python
+    cmd = first_command(spec.run)
     out = {"python": choice or None, "command": cmd, "path": None, "error": None, "remedy": None}  # type: Dict[str, Any]
     if choice.startswith("conda:"):
         env = provision.conda_prefix(choice[6:].strip(), dict(os.environ))
@@ -112,8 +115,8 @@ def resolve(spec: Dict[str, Any], prefix: str) -> Dict[str, Any]:
     found = _lookup(cmd, prefix)
     if found:
         out["path"] = found
-    elif found == "" and not spec.get("setup"):
-        e = _missing(cmd, prefix, spec.get("run"))
+    elif found == "" and not spec.setup:
+        e = _missing(cmd, prefix, spec.run or None)  # None: as a spec without run: always said
         out.update(error=e.message.replace("; nothing was submitted", ""), remedy=e.remedy)
     elif found == "":
         out.update(error="`{}` is not on the job PATH before setup: runs (it may install it)".format(cmd), level="warn")

@@ -6,9 +6,10 @@ it in ``<job>/env.json``, so that what serves the job later — TensorBoard for 
 """
 
 import os
-from typing import Any, Dict, Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 from remote.core.layout import JobDir, Root, read_json, write_json
+from remote.core.spec import JobSpec, SpecLike
 
 KEYS = ("GPUJOB_PATH_PREFIX", "GPUJOB_PYTHON", "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "GPUJOB_ENV_HASH")
 FILE = "env.json"
@@ -17,21 +18,22 @@ FILE = "env.json"
 PATH_PREFIX = 'if [ -n "${GPUJOB_PATH_PREFIX:-}" ]; then export PATH="$GPUJOB_PATH_PREFIX:$PATH"; fi\n'
 
 
-def python_of(spec: Dict[str, Any], env: Dict[str, str]) -> Optional[str]:
+def python_of(spec: SpecLike, env: Dict[str, str]) -> Optional[str]:
     """The interpreter ``python:`` names once set up (None: the login shell's ``python``)."""
     if env.get("VIRTUAL_ENV"):
         return os.path.join(env["VIRTUAL_ENV"], "bin", "python")
     if env.get("CONDA_PREFIX"):
         return os.path.join(env["CONDA_PREFIX"], "bin", "python")
-    choice = (spec.get("python") or "").strip()
+    choice = JobSpec.of(spec).python
     if choice and not choice.startswith("conda:") and choice not in ("venv", "image", "system", "default"):
         return os.path.expanduser(choice)
     return None
 
 
-def record(job: JobDir, spec: Dict[str, Any]) -> None:
+def record(job: JobDir, spec: SpecLike) -> None:
     """Keep the job's interpreter and PATH prefix (from its host_env after setup) in env.json."""
-    env = spec.get("host_env") or {}
+    spec = JobSpec.of(spec)
+    env = spec.host_env
     doc = {k: env[k] for k in KEYS if env.get(k)}
     py = python_of(spec, env)
     if py:
@@ -44,10 +46,10 @@ def load(job: JobDir) -> Dict[str, str]:
     doc = read_json(job.path / FILE, None)
     if isinstance(doc, dict):
         return {k: str(v) for k, v in doc.items() if k in KEYS}
-    spec = job.spec_data()
-    env = dict(spec.get("host_env") or {})
+    spec = job.job_spec()
+    env = dict(spec.host_env)
     out = {k: env[k] for k in KEYS if env.get(k)}
-    choice = (spec.get("python") or "").strip()
+    choice = spec.python
     if choice.startswith("conda:"):
         from remote.env import provision
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
 from remote.core.layout import JobDir, Root, tail_lines
+from remote.core.spec import JobSpec, SpecLike
 
 TURBO_FILE = "/etc/network_turbo"
 CONDA_BASES = ["/root/miniconda3", "/root/anaconda3", "/opt/conda", "~/miniconda3", "~/anaconda3"]
@@ -100,12 +101,13 @@ def _env0(data: bytes) -> Dict[str, str]:
     return out
 
 
-def base_env(root: Root, job: JobDir, spec: Dict[str, Any]) -> Dict[str, str]:
+def base_env(root: Root, job: JobDir, spec: SpecLike) -> Dict[str, str]:
     """What setup runs with: this environment without gpujob's own, plus host env, job env, secrets."""
+    spec = JobSpec.of(spec)
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUJOB_") and k != "PYTHONPATH"}
-    env.update(spec.get("host_env") or {})
-    env.update(spec.get("env") or {})
-    wanted = set(spec.get("secrets") or [])  # the job's secrets only: notification keys stay with the agent
+    env.update(spec.host_env)
+    env.update(spec.env)
+    wanted = set(spec.secrets)  # the job's secrets only: notification keys stay with the agent
     env.update({k: v for k, v in job.secrets_data().items() if k in wanted})
     # marks setup's processes as the job's: a stop or resume after the supervisor was killed
     # mid-setup ends them (procs.job_pids), instead of a second setup racing the orphan
@@ -157,9 +159,10 @@ def _join(*parts: Optional[str]) -> str:
     return ":".join(p for p in parts if p)
 
 
-def content_hash(spec: Dict[str, Any], req_text: Optional[bytes], py: Dict[str, Any]) -> str:
+def content_hash(spec: SpecLike, req_text: Optional[bytes], py: Dict[str, Any]) -> str:
+    spec = JobSpec.of(spec)
     h = hashlib.sha256()
-    doc = {"setup": spec.get("setup") or "", "python": spec.get("python") or "",
+    doc = {"setup": spec.setup or "", "python": spec.python,
            "requirements": hashlib.sha256(req_text).hexdigest() if req_text is not None else None,
            "executable": py.get("executable"), "version": py.get("version"), "torch": py.get("torch"),
            "cuda": py.get("cuda")}
@@ -167,8 +170,9 @@ def content_hash(spec: Dict[str, Any], req_text: Optional[bytes], py: Dict[str, 
     return h.hexdigest()[:16]
 
 
-def ensure(root: Root, job: JobDir, spec: Dict[str, Any], tick: Optional[Callable[[], Any]] = None) -> Dict[str, str]:
+def ensure(root: Root, job: JobDir, spec: SpecLike, tick: Optional[Callable[[], Any]] = None) -> Dict[str, str]:
     """Provision the job's environment if its hash has no marker; return the env to add to the job."""
+    spec = JobSpec.of(spec)
     env = base_env(root, job, spec)
     extra = {}  # type: Dict[str, str]
     cache = root.root / "cache"
@@ -184,7 +188,7 @@ def ensure(root: Root, job: JobDir, spec: Dict[str, Any], tick: Optional[Callabl
     if turbo in ("both", "run"):
         extra.update(tenv)
     prefix = env.get("GPUJOB_PATH_PREFIX", "")
-    choice = (spec.get("python") or "").strip()
+    choice = spec.python
     interp_bin = None  # type: Optional[str]
     conda = None
     if choice.startswith("conda:"):
@@ -203,7 +207,7 @@ def ensure(root: Root, job: JobDir, spec: Dict[str, Any], tick: Optional[Callabl
         interp_bin = os.path.dirname(os.path.abspath(p))
     if interp_bin:
         prefix = _join(interp_bin, prefix)
-    needs = bool(spec.get("setup") or spec.get("requirements") or choice == "venv")
+    needs = bool(spec.setup or spec.requirements or choice == "venv")
     if not needs:
         if prefix:
             extra["GPUJOB_PATH_PREFIX"] = prefix
@@ -212,12 +216,12 @@ def ensure(root: Root, job: JobDir, spec: Dict[str, Any], tick: Optional[Callabl
     py = probe(base_py, env) if base_py else {"executable": None, "version": None, "torch": None, "cuda": None}
     req_path = None  # type: Optional[Path]
     req_text = None  # type: Optional[bytes]
-    if spec.get("requirements"):
-        req_path = job.code / spec["requirements"]
+    if spec.requirements:
+        req_path = job.code / spec.requirements
         try:
             req_text = req_path.read_bytes()
         except OSError as e:
-            marker(job, "failed: cannot read the requirements file {}: {}".format(spec["requirements"], e))
+            marker(job, "failed: cannot read the requirements file {}: {}".format(spec.requirements, e))
             raise SetupFailed("requirements file missing") from None
     digest = content_hash(spec, req_text, py)
     root.envs.mkdir(parents=True, exist_ok=True)
@@ -279,7 +283,7 @@ def ensure(root: Root, job: JobDir, spec: Dict[str, Any], tick: Optional[Callabl
         os.close(lock_fd)
 
 
-def _provision(job: JobDir, spec: Dict[str, Any], env: Dict[str, str], prefix: str, base_py: Optional[str],
+def _provision(job: JobDir, spec: JobSpec, env: Dict[str, str], prefix: str, base_py: Optional[str],
                venv: Optional[Path], req: Optional[Path], tick: Optional[Callable[[], Any]], lock_fd: int = -1) -> int:
     """Create the venv if asked, then run requirements and setup under ``bash -lc``; the exit status.
 
@@ -303,8 +307,8 @@ def _provision(job: JobDir, spec: Dict[str, Any], env: Dict[str, str], prefix: s
         lines.append("echo {}".format(_q("==> gpujob: setup pip install -r " + req.name)))
         pip_py = str(venv / "bin" / "python") if venv is not None else (base_py or "python3")
         lines.append("{} -m pip install -r {}".format(_q(pip_py), _q(str(req))))
-    if spec.get("setup"):
-        lines.append(spec["setup"])
+    if spec.setup:
+        lines.append(spec.setup)
     log = open(str(job.log), "ab")
     try:
         p = subprocess.Popen(["bash", "-lc", "\n".join(x for x in lines if x)], cwd=str(job.code), env=env,

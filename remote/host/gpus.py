@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from remote.core import atomicfile
 from remote.core.layout import Root, last_json_line
 from remote.core.protocol import TERMINAL
+from remote.core.spec import JobSpec, SpecLike
 
 QUERY = "index,utilization.gpu,memory.used,memory.total,power.draw,temperature.gpu"
 FIELDS = ["index", "util", "mem_used", "mem_total", "power", "temp"]
@@ -269,24 +270,25 @@ def compact(path: Path, now: float) -> None:
 
 
 # ---- allocation and the FIFO queue -----------------------------------------------------
-def wanted(spec: Dict[str, Any]) -> Optional[int]:
+def wanted(spec: SpecLike) -> Optional[int]:
     """How many GPUs the job asks for: None (no request), N, or -1 for 'all'.
 
     Under ``launcher: torchrun`` on a CPU host, ``gpus: N`` means N CPU processes (gloo):
     no GPU is asked for then.
     """
-    g = spec.get("gpus")
+    spec = JobSpec.of(spec)
+    g = spec.gpus
     if g in (None, 0, "0"):
         return None
-    prefix = (spec.get("host_env") or {}).get("GPUJOB_PATH_PREFIX", "")
+    prefix = spec.path_prefix
     # ``gpus: auto``: every GPU where there are some, the CPU on a CPU host (no nvidia-smi at all),
     # on every host alike (the laptop's ``local`` as a rented one). A GPU host whose nvidia-smi
     # fails is not a CPU host: no fallback to hours on the CPU there, the job says why
     if g == "auto":
         return None if on_cpu(prefix) else -1
-    if spec.get("cpu_fallback") and on_cpu(prefix):  # a job submitted to `local` before `auto` (resumed now)
+    if spec.cpu_fallback and on_cpu(prefix):  # a job submitted to `local` before `auto` (resumed now)
         return None
-    if spec.get("launcher") == "torchrun" and not smi(prefix):
+    if spec.launcher == "torchrun" and not smi(prefix):
         return None
     if g == "all":
         return -1

@@ -29,6 +29,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from remote.core import atomicfile
 from remote.core.layout import JobDir, read_json, tail_lines
+from remote.core.spec import JobSpec, SpecLike
 
 # the readers (tfevents, logparse) are imported by the Collector only: every agent verb reads
 # sources through active()/progress(), and a verb's start should not pay for their tables and regexes
@@ -73,7 +74,7 @@ def progress(job: JobDir) -> Dict[str, Any]:
     return (read_json(job.path / STATE, {}) or {}).get("progress") or {}
 
 
-def unread(job: JobDir, spec: Dict[str, Any], limit: int = 1 << 18) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
+def unread(job: JobDir, spec: SpecLike, limit: int = 1 << 18) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
     """(records, progress) of what the log printed since the Collector's last read, parsed now.
 
     The Collector reads every EVERY seconds; status reads the rest itself so that its step
@@ -109,7 +110,7 @@ def step_value(v: Any) -> float:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else float("-inf")
 
 
-def with_unread(job: JobDir, spec: Dict[str, Any], source: Optional[str], last: Dict[str, Any],
+def with_unread(job: JobDir, spec: SpecLike, source: Optional[str], last: Dict[str, Any],
                 limit: int = 1 << 18) -> Tuple[Dict[str, Any], Dict[str, Any], bool]:
     """(last, progress, took): ``last`` (the newest value of each metric) with the records the log
     printed since the Collector's last read, when the log is the metrics source (a metrics file or
@@ -167,22 +168,23 @@ def config_hints(run: str, code: Optional[Path]) -> Dict[str, int]:
     return hints
 
 
-def run_hints(spec: Dict[str, Any], code: Optional[Path] = None) -> Dict[str, int]:
+def run_hints(spec: SpecLike, code: Optional[Path] = None) -> Dict[str, int]:
     """``max_steps`` / ``epochs``: the job file's ``metrics.total``, else the env (GPUJOB_MAX_STEPS,
     GPUJOB_MAX_EPOCHS), else run flags (``--max_iters=500``, ``--epochs 300``), else a config file the
     run line names (read when ``code``, the job's code folder, is given)."""
-    run = str(spec.get("run") or "")
+    spec = JobSpec.of(spec)
+    run = spec.run
     hints = config_hints(run, code)
     for m in RUN_FLAGS.finditer(run):
         hints[_hint_name(m.group(1).replace("-", "_"))] = int(m.group(2))
-    env = spec.get("env") or {}
+    env = spec.env
     for key, name in (("GPUJOB_MAX_STEPS", "max_steps"), ("GPUJOB_MAX_EPOCHS", "epochs")):
         try:
             if int(env.get(key) or 0) > 0:
                 hints[name] = int(env[key])
         except (TypeError, ValueError):
             pass
-    total = (spec.get("metrics") or {}).get("total") or {}
+    total = spec.metrics.get("total") or {}
     for key, name in (("steps", "max_steps"), ("epochs", "epochs")):
         if isinstance(total.get(key), int) and total[key] > 0:
             hints[name] = total[key]
@@ -229,9 +231,9 @@ def total_from_epochs(rows: List[Dict[str, Any]], epochs: Optional[int]) -> Opti
     return int(round((lo + hi) / 2.0 * epochs))
 
 
-def tb_roots(job: JobDir, spec: Dict[str, Any]) -> List[Tuple[Path, int]]:
+def tb_roots(job: JobDir, spec: SpecLike) -> List[Tuple[Path, int]]:
     """(folder, depth) to search for event files: the job's TensorBoard folder first."""
-    tb = spec.get("tensorboard_logdir")
+    tb = JobSpec.of(spec).tensorboard_logdir
     own = (job.code / tb).resolve() if tb else job.tb
     return [(own, 6), (job.code, WALK_DEPTH), (job.path / "ckpt" / "runs", 2)]
 
@@ -298,11 +300,12 @@ def _f32(v: float) -> float:
 class Collector:
     """A supervisor watcher: every EVERY seconds, new log bytes and new events become records."""
 
-    def __init__(self, job: JobDir, spec: Dict[str, Any], since: float) -> None:
+    def __init__(self, job: JobDir, spec: SpecLike, since: float) -> None:
         from remote.metrics import tfevents
         from remote.metrics.logparse import LogParser
 
         self.tfevents = tfevents
+        spec = JobSpec.of(spec)
         self.job, self.spec, self.since = job, spec, since
         st = read_json(job.path / STATE, {}) or {}
         self.log_offset = int(st.get("log_offset") or 0)
@@ -311,7 +314,7 @@ class Collector:
             self.tb[p].corrupt = bool(v.get("corrupt"))
         hints = run_hints(spec, job.code)
         self.max_steps = hints.get("max_steps")
-        self.parser = LogParser(epochs=hints.get("epochs"), patterns=(spec.get("metrics") or {}).get("patterns"))
+        self.parser = LogParser(epochs=hints.get("epochs"), patterns=spec.metrics.get("patterns"))
         self.parser.carried(st.get("parser"))  # a new supervisor (resume) goes on counting alike
         self.progress = dict(st.get("progress") or {})
         self.next_at = 0.0

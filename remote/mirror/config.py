@@ -20,6 +20,7 @@ import re
 from typing import Any, Dict, List, Tuple
 
 from remote.core.protocol import parse_duration
+from remote.core.spec import CHECKPOINT_KEEP
 
 KEYS = ["to", "endpoint", "provider", "region", "bwlimit", "keep", "wait", "alert_after"]
 DEFAULT_WAIT = 1800.0
@@ -46,7 +47,7 @@ def target_error(t: Any) -> str:
            "(/root/autodl-fs/ckpt), s3://bucket/prefix or remote:path".format(t)
 
 
-def validate(raw: Any, keep: int = 3) -> Tuple[Dict[str, Any], List[str]]:
+def validate(raw: Any, keep: int = CHECKPOINT_KEEP) -> Tuple[Dict[str, Any], List[str]]:
     """(the normalised section, its problems): ``{targets, bwlimit, keep, wait, alert_after, ...}``."""
     if raw is None or raw == [] or raw == {}:
         return {}, []
