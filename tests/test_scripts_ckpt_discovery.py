@@ -178,3 +178,52 @@ def test_folder_kinds_and_deep_strays(tmp_path: Path) -> None:
     rel = checkpoints.stray_dir(code, 0, ck)
     assert rel == "$GPUJOB_CKPT_DIR/a/b/c/d", rel
     assert "checkpoint: {pattern: 'a/b/c/d/*'}" in checkpoints.stray_advice(rel)
+
+
+# one save in many parts beside a series of whole checkpoints: numbered shards in a subfolder (the parts of
+# one save, named by their index only), a model saved at the end in HF's shards (model-00001-of-00004), and
+# ckpt_<N>.pt; all written a while ago (aged by the script: settled, no writer, whatever the machine's load)
+PARTS = """
+    import json, os, struct, time, zipfile
+    ck = os.environ["GPUJOB_CKPT_DIR"]
+    old = time.time() - 600
+    def aged(path, i):
+        os.utime(path, (old + i, old + i))
+    os.makedirs(os.path.join(ck, "shards"))
+    for i in range(200):
+        path = os.path.join(ck, "shards", "%04d.bin" % i)
+        with open(path, "wb") as f:
+            f.write(os.urandom(64))
+        aged(path, i)
+    os.makedirs(os.path.join(ck, "final"))
+    for i in range(1, 5):
+        head = json.dumps({"__metadata__": {"part": str(i)}}).encode()
+        path = os.path.join(ck, "final", "model-%05d-of-00004.safetensors" % i)
+        with open(path, "wb") as f:
+            f.write(struct.pack("<Q", len(head)) + head)  # whole: as long as its header says
+        aged(path, 300 + i)
+    for step in range(1, 6):
+        path = os.path.join(ck, "ckpt_%d.pt" % step)
+        with zipfile.ZipFile(path, "w") as z:
+            z.writestr("step", str(step))
+        aged(path, 400 + step)
+    print("saved", flush=True)
+"""
+
+
+def test_rotation_never_deletes_the_parts_of_one_save(tmp_path: Path) -> None:
+    """A name that is only a number (``shards/0000.bin``) or a shard's index (``model-00001-of-00004``) was
+    read as a step: rotation kept 3 of 1,200 shards (of 4 HF shards) and deleted the rest; a pull then said
+    "6 file(s)", exit 0. The parts are no series: all stay; ``ckpt_<N>.pt`` is still rotated to 3."""
+    job_id = submit("local", write_job(tmp_path, "parts", PARTS, "python main.py"))["job_id"]
+    jd = job_dir(tmp_path, "local", job_id)
+    st = wait_state("local", job_id, ("succeeded", "failed"), 60, root=jd.parent.parent)
+    assert st["state"] == "succeeded", log_text(jd)[-2000:]
+    ck = jd / "ckpt"  # the rotation after the attempt has run: it comes before the final state
+    assert sorted(p.name for p in (ck / "shards").iterdir()) == ["%04d.bin" % i for i in range(200)]
+    assert sorted(p.name for p in (ck / "final").iterdir()) == \
+        ["model-%05d-of-00004.safetensors" % i for i in range(1, 5)]
+    assert sorted(p.name for p in ck.glob("ckpt_*.pt")) == ["ckpt_3.pt", "ckpt_4.pt", "ckpt_5.pt"]
+    rotated = [e for e in map(json.loads, (jd / "events.jsonl").read_text().splitlines()) if e["event"] == "rotated"]
+    assert [n for e in rotated for n in e["deleted"]] == ["ckpt_1.pt", "ckpt_2.pt"], rotated
+    assert [c["name"] for c in status("local", job_id)["checkpoints"]] == ["ckpt_3.pt", "ckpt_4.pt", "ckpt_5.pt"]

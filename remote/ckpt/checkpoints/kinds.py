@@ -25,7 +25,9 @@ _OWN_NAME = re.compile(r"^step-(\d+)$")
 _ACC_NAME = re.compile(r"^checkpoint_(\d+)$")
 _DS_NAME = re.compile(r"^global_step(\d+)$")
 _STEP_IN_NAME = re.compile(r"(?:^|[-_=.])step[=_-]?(\d+)(?![\d.])")
-_TRAILING = re.compile(r"(?:^|[-_.]|[A-Za-uw-z])(\d+)$")
+# a number after a word or separator (model_000100, iter90); a name that is only a number (shards/0000.bin)
+# or a shard's index (model-00001-of-00004) numbers the parts of one save: no step, so never rotated away
+_TRAILING = re.compile(r"(?:[-_.]|[A-Za-uw-z])(?<!-of-)(\d+)$")
 _NAME_METRIC = re.compile(r"(?:^|[-_])([A-Za-z][\w/.]*?)=(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)(?=$|-)")
 
 PathLike = Union[str, Path]
