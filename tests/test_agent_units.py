@@ -139,8 +139,8 @@ def test_gpus_verb_with_a_stand_in(tmp_path: Path) -> None:
 
 def test_a_restarted_job_shows_only_the_current_attempts_metrics(tmp_path: Path) -> None:
     from remote.core.layout import Root
-    from remote.jobs import store as jobs
-    from remote.view import observe
+    from remote.view import status as jobs
+    from remote.view import watch as observe
 
     root = Root(str(tmp_path / "root"))
     job = root.job("j-1")
@@ -159,7 +159,7 @@ def test_a_restarted_job_shows_only_the_current_attempts_metrics(tmp_path: Path)
 
 
 def test_an_index_url_is_shown_without_its_credentials() -> None:
-    from remote.view.observe import _without_credentials
+    from remote.view.tensorboard import _without_credentials
 
     assert _without_credentials("https://user:tok3n@mirror.example/simple") == "https://***@mirror.example/simple"
     assert _without_credentials("https://mirror.example/simple") == "https://mirror.example/simple"
