@@ -130,6 +130,8 @@ def _describe(root: Root, job_id: str, detail: bool = False) -> Dict[str, Any]:
             st["stop_after_checkpoint"] = pending
     if detail:
         st["spec"] = {k: v for k, v in spec.doc.items() if k not in ("host_env",)}
+        if "price_per_hour" in st["spec"]:  # the price billing used: a hand-edited "abc" shows as none, as billed
+            st["spec"]["price_per_hour"] = spec.price_per_hour
         hp = hparams(job)
         if hp:
             st["hparams"] = hp
