@@ -20,11 +20,11 @@ def hello(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
 def gpus(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     """A fresh nvidia-smi sample (None on a CPU host; ``smi_error`` says why when an nvidia-smi is
     there and fails), who holds which GPU, and the queue."""
-    from remote.host import gpus
+    from remote.host import gpus as host_gpus
 
     prefix = a.path_prefix or os.environ.get("GPUJOB_PATH_PREFIX", "")  # the host profile's, as a job gets it
-    found, error = gpus.probe(prefix)
-    return {"gpus": found, "smi_error": error or None, "held": gpus.taken(root, ""), "queue": gpus.queue(root)}
+    found, error = host_gpus.probe(prefix)
+    return {"gpus": found, "smi_error": error or None, "held": host_gpus.taken(root, ""), "queue": host_gpus.queue(root)}
 
 
 def idle_shutdown(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
@@ -37,9 +37,9 @@ def idle_shutdown(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
 
 def authkeys(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     """Add or remove a public key where this host's sshd reads them (``host rekey``); stdin: the request."""
-    from remote.host import authkeys
+    from remote.host import authkeys as host_authkeys
 
-    return authkeys.change(json.loads(sys.stdin.read() or "{}"))
+    return host_authkeys.change(json.loads(sys.stdin.read() or "{}"))
 
 
 def idle_watch(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
@@ -50,15 +50,15 @@ def idle_watch(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
 
 
 def doctor(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
-    from remote.host import doctor
+    from remote.host import doctor as host_doctor
 
     job = None
     if a.job_run is not None or a.job_python is not None:
         job = {"run": a.job_run or "", "python": a.job_python or "", "setup": a.job_setup}
-    return doctor.report(root, a.data_disk, a.turbo_file, a.path_prefix, a.torch_timeout, job)
+    return host_doctor.report(root, a.data_disk, a.turbo_file, a.path_prefix, a.torch_timeout, job)
 
 
 def bench(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
-    from remote.host import bench
+    from remote.host import bench as host_bench
 
-    return bench.run(root, a.data_disk, a.path_prefix, a.budget)
+    return host_bench.run(root, a.data_disk, a.path_prefix, a.budget)
