@@ -181,3 +181,13 @@ def test_an_empty_job_reference_matches_no_job(tmp_path: Path) -> None:
     for ref in ("", " "):
         with pytest.raises(AgentError, match="no job given"):
             jobs.resolve(root, ref)
+
+
+def test_every_verb_has_its_handler_in_the_table() -> None:
+    """remote/__main__.py's table names a handler in remote/verbs/ for every verb its parser takes."""
+    from remote.__main__ import VERBS, build_parser, handler
+
+    sub = next(a for a in build_parser()._actions if a.choices and "serve" in a.choices)
+    assert set(sub.choices) == set(VERBS)
+    for verb in VERBS:
+        assert callable(handler(verb)), verb
