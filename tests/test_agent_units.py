@@ -139,8 +139,8 @@ def test_gpus_verb_with_a_stand_in(tmp_path: Path) -> None:
 
 def test_a_restarted_job_shows_only_the_current_attempts_metrics(tmp_path: Path) -> None:
     from remote.core.layout import Root
-    from remote.jobs import store as jobs
-    from remote.view import observe
+    from remote.view import status as jobs
+    from remote.view import watch as observe
 
     root = Root(str(tmp_path / "root"))
     job = root.job("j-1")
@@ -159,7 +159,7 @@ def test_a_restarted_job_shows_only_the_current_attempts_metrics(tmp_path: Path)
 
 
 def test_an_index_url_is_shown_without_its_credentials() -> None:
-    from remote.view.observe import _without_credentials
+    from remote.view.tensorboard import _without_credentials
 
     assert _without_credentials("https://user:tok3n@mirror.example/simple") == "https://***@mirror.example/simple"
     assert _without_credentials("https://mirror.example/simple") == "https://mirror.example/simple"
@@ -181,3 +181,13 @@ def test_an_empty_job_reference_matches_no_job(tmp_path: Path) -> None:
     for ref in ("", " "):
         with pytest.raises(AgentError, match="no job given"):
             jobs.resolve(root, ref)
+
+
+def test_every_verb_has_its_handler_in_the_table() -> None:
+    """remote/__main__.py's table names a handler in remote/verbs/ for every verb its parser takes."""
+    from remote.__main__ import VERBS, build_parser, handler
+
+    sub = next(a for a in build_parser()._actions if a.choices and "serve" in a.choices)
+    assert set(sub.choices) == set(VERBS)
+    for verb in VERBS:
+        assert callable(handler(verb)), verb

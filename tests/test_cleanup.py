@@ -84,7 +84,7 @@ def test_gc_frees_a_job_that_moved_to_another_host(tmp_path: Path) -> None:
     import time
 
     from remote.core.layout import Root
-    from remote.jobs import cleanup
+    from remote.verbs import cleanup
 
     root = Root(str(tmp_path / "r"))
     job_id = "moved-0101-x0001"

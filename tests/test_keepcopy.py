@@ -131,7 +131,7 @@ def test_copy_and_skip_rules(tmp_path: Path) -> None:
     assert k.changed([]) == [] and keepcopy.saved_step(job.path / "kept" / "ckpt.pt") == 10
     # gpujob resume names what the attempt will start from; the restart puts the copy back; a whole file stays
     from remote.core.layout import JobDir
-    from remote.jobs.store import resume_point
+    from remote.jobs.resume import resume_point
 
     (job.path / "kept" / ".gpujob-tmp.ckpt.pt").write_bytes(b"PK")  # a copy the supervisor's end cut short
     assert resume_point(JobDir(job.path))["resume_from"].startswith("ckpt.pt (its last complete version, step 10, kept")

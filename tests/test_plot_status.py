@@ -85,7 +85,7 @@ def test_status_shows_rate_eta_eval_and_gpu(tmp_path: Path) -> None:
 
 def test_sparkline_and_rate_helpers() -> None:
     from gpujob.ui.jobs import sparkline
-    from remote.view.observe import _rate, downsample
+    from remote.view.watch import _rate, downsample
 
     assert sparkline([3, 2, 1]) == "█▄▁"
     assert sparkline([float("nan")]) == ""
@@ -98,7 +98,7 @@ def test_sparkline_and_rate_helpers() -> None:
 
 def test_gpu_average_weighs_compacted_lines(tmp_path: Path) -> None:
     """A compacted line (w: seconds it averages) weighs w; raw samples weigh the sampling interval."""
-    from remote.view.observe import gpu_summary
+    from remote.view.watch import gpu_summary
 
     recs = [{"t": 0, "w": 600, "gpus": [{"index": 0, "util": 10, "mem_used": None}]},
             {"t": 1000, "gpus": [{"index": 0, "util": 90, "mem_used": 100}]},

@@ -220,9 +220,9 @@ def test_rotation_never_deletes_the_parts_of_one_save(tmp_path: Path) -> None:
     st = wait_state("local", job_id, ("succeeded", "failed"), 60, root=jd.parent.parent)
     assert st["state"] == "succeeded", log_text(jd)[-2000:]
     ck = jd / "ckpt"  # the rotation after the attempt has run: it comes before the final state
-    assert sorted(p.name for p in (ck / "shards").iterdir()) == ["%04d.bin" % i for i in range(200)]
+    assert sorted(p.name for p in (ck / "shards").iterdir()) == [f"{i:04d}.bin" for i in range(200)]
     assert sorted(p.name for p in (ck / "final").iterdir()) == \
-        ["model-%05d-of-00004.safetensors" % i for i in range(1, 5)]
+        [f"model-{i:05d}-of-00004.safetensors" for i in range(1, 5)]
     assert sorted(p.name for p in ck.glob("ckpt_*.pt")) == ["ckpt_3.pt", "ckpt_4.pt", "ckpt_5.pt"]
     rotated = [e for e in map(json.loads, (jd / "events.jsonl").read_text().splitlines()) if e["event"] == "rotated"]
     assert [n for e in rotated for n in e["deleted"]] == ["ckpt_1.pt", "ckpt_2.pt"], rotated

@@ -228,7 +228,7 @@ for i in range(12):
 def test_offset_since_index_markers_and_mtime(tmp_path: Path) -> None:
     """The time → offset rule: the size index first, else attempt markers; a stale log gives its end."""
     from remote.core.layout import JobDir
-    from remote.view.observe import offset_since
+    from remote.jobs.logindex import offset_since
 
     job = JobDir(tmp_path / "j")
     job.path.mkdir()

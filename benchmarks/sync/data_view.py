@@ -1,5 +1,5 @@
 """What a job's data view costs at submit (remote/data/datastore.py), against the code snapshot every
-submit already takes (remote/jobs/store.py ``snapshot``: a hard-linked copy of the same tree).
+submit already takes (remote/jobs/submit.py ``snapshot``: a hard-linked copy of the same tree).
 
     python benchmarks/sync/data_view.py --files 5000 --rounds 3
 
@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from remote.data import datastore  # noqa: E402
 from remote.data.transfer import hash_cache  # noqa: E402
-from remote.jobs.store import snapshot  # noqa: E402
+from remote.jobs.submit import snapshot  # noqa: E402
 
 
 def main() -> None:

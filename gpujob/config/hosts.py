@@ -97,7 +97,7 @@ class Host:
     private_address: str | None = None  # the address other nodes reach this one at (multi-node)
     agent_python: str | None = None  # the interpreter the agent uses; None = search the usual places
     # network and caches (AutoDL's academic proxy, mirrors): sent to jobs as environment variables
-    # (settings_env below; the agent applies them in remote/view/observe.py job_env)
+    # (settings_env below; the agent applies them in remote/view/tensorboard.py job_env)
     network_turbo: bool | str | None = None  # true/"both", "setup" or "run": source /etc/network_turbo
     hf_endpoint: str | None = None  # e.g. https://hf-mirror.com
     pip_index_url: str | None = None

@@ -1,4 +1,6 @@
-"""``rm`` (one job's folder) and ``gc`` (what old jobs, environments, agents and projects hold).
+"""What ``rm`` (one job's folder) and ``gc`` (what old jobs, environments, agents and projects hold)
+may remove, what that frees, and the removal itself; the verbs (remote/verbs/cleanup.py) stop what
+still runs first (a job with ``rm --force``, its TensorBoard).
 
 A rented instance's data disk is small (AutoDL: about 50 GB). Nothing a queued or running job
 needs is ever removed: its folder, its environment, the agent version its supervisor runs, and
@@ -43,52 +45,11 @@ def freed_bytes(paths: List[Path]) -> int:
     return sum(size for count, links, size in seen.values() if count >= links or links <= 1)
 
 
-def _remove(path: Path) -> None:
+def remove_path(path: Path) -> None:
     if path.is_symlink() or path.is_file():
         path.unlink()
     elif path.exists():
         shutil.rmtree(str(path))
-
-
-def _stop_tensorboard(root: Root, job_id: str) -> None:
-    from remote.view import observe
-
-    try:
-        observe.stop_tensorboard(root, job_id, grace=2.0)
-    except Exception:
-        pass
-
-
-def remove(root: Root, ref: str, force: bool = False, wait: float = 120.0) -> Dict[str, Any]:
-    """Remove a job's folder; a queued or running one only with ``force`` (stopped first)."""
-    job_id = jobs.resolve(root, ref)
-    job = root.job(job_id)
-    st = jobs.live_status(root, job, procs.boot_id())
-    stopped = False
-    if still_live(root, job, st):
-        if not force:
-            raise jobs.AgentError("{} is {}: it would lose its work".format(job_id, _what(root, job, st)),
-                                  "stop it first (gpujob stop {0}), or gpujob rm {0} --force stops it, "
-                                  "then removes it".format(job_id), "running")
-        from remote.stopping import verb
-
-        st = verb.stop(root, job_id, wait, reason="stopped by gpujob rm --force")
-        if still_live(root, job, st):
-            raise jobs.AgentError("{} did not stop within {:.0f} s; nothing was removed".format(job_id, wait),
-                                  "retry gpujob rm {} --force".format(job_id), "not_stopped")
-        stopped = True
-    with locks.job_lock(job.path, removed_is_error=True):  # judged again under the lock: a resume may have just restarted it
-        st = jobs.live_status(root, job, procs.boot_id())
-        if still_live(root, job, st):
-            raise jobs.AgentError("{} was started again meanwhile ({}); nothing was removed".format(
-                job_id, _what(root, job, st)), "stop it first: gpujob stop {}".format(job_id), "running")
-        _stop_tensorboard(root, job_id)
-        size = freed_bytes([job.path])
-        _remove(job.path)
-        from remote.stopping import cgroup
-
-        cgroup.remove_for(str(job.path))  # the cgroup a killed supervisor left (empty by now)
-    return {"job_id": job_id, "removed": True, "stopped": stopped, "bytes": size, "path": str(job.path)}
 
 
 def _orphans(root: Root, job: JobDir, st: Dict[str, Any]) -> List[int]:
@@ -104,7 +65,7 @@ def still_live(root: Root, job: JobDir, st: Dict[str, Any]) -> bool:
     return st.get("state") not in TERMINAL or bool(_orphans(root, job, st))
 
 
-def _what(root: Root, job: JobDir, st: Dict[str, Any]) -> str:
+def what(root: Root, job: JobDir, st: Dict[str, Any]) -> str:
     left = _orphans(root, job, st)
     return "{} and {} process(es) of it still run".format(st.get("state"), len(left)) if left else str(st.get("state"))
 
@@ -132,7 +93,7 @@ def plan(root: Root, older_than: float, checkpoints_only: bool = False, now: Opt
     for job_id in jobs.all_job_ids(root):
         job = root.job(job_id)
         st = jobs.live_status(root, job, boot)
-        spec = job.spec_data()
+        spec = job.job_spec()
         env = read_json(job.path / jobenv.FILE, None)
         state = st.get("state")
         ended = float(st.get("ended_at") or st.get("submitted_at") or 0)
@@ -153,8 +114,8 @@ def plan(root: Root, older_than: float, checkpoints_only: bool = False, now: Opt
             used_envs.add(str(env.get("GPUJOB_ENV_HASH") or ""))
             if env.get("VIRTUAL_ENV"):
                 used_envs.add(Path(str(env["VIRTUAL_ENV"])).name[len("venv-"):])
-        used_projects.add(str(spec.get("project") or spec.get("name") or ""))
-        used_data.update(str(d).strip("/").split("/")[0] for d in spec.get("data") or [] if isinstance(d, str))
+        used_projects.add(str(spec.project or spec.name or ""))
+        used_data.update(d.strip("/").split("/")[0] for d in spec.data)
         job_refs = datastore.refs(job.path)
         if job_refs is None:
             blobs_unknown = True
@@ -206,32 +167,7 @@ def _mtime(p: Path) -> float:
         return 0.0
 
 
-def gc(root: Root, older_than: float, dry_run: bool = False, checkpoints_only: bool = False) -> Dict[str, Any]:
-    doc = plan(root, older_than, checkpoints_only)
-    doc["dry_run"] = dry_run
-    if dry_run:
-        return doc
-    for it in doc["items"]:
-        if it.get("job_id"):
-            job = root.job(it["job_id"])
-            with locks.job_lock(job.path):  # a job resumed since the plan is kept
-                if jobs.live_status(root, job, procs.boot_id()).get("state") not in SETTLED:
-                    it["skipped"] = "resumed"
-                    continue
-                _stop_tensorboard(root, it["job_id"])
-                _gc_item(it)
-        elif it["kind"] == "project":
-            _gc_project(root, it)
-        elif it.get("blob"):
-            datastore.remove_unused(root.root, it, lambda: _blobs_in_use(root))
-        elif it["kind"] == "env" and _provisioning(Path(it["path"])):
-            it["skipped"] = "being provisioned"
-        else:
-            _gc_item(it)
-    return doc
-
-
-def _blobs_in_use(root: Root) -> Set[str]:
+def blobs_in_use(root: Root) -> Set[str]:
     """Every blob a job folder still there names (gc's own removals are done by then); the
     names of any blob when a refs file is unreadable (nothing is then deleted)."""
     used = set()  # type: Set[str]
@@ -248,7 +184,7 @@ class _AllNames(set):  # type: ignore[type-arg]
         return True
 
 
-def _provisioning(p: Path) -> bool:
+def provisioning(p: Path) -> bool:
     """An environment whose lock a setup holds (its processes hold it even when their job's
     supervisor is gone): never deleted while something of ours writes into it."""
     digest = p.name[:-3] if p.name.endswith(".ok") else p.name[len("venv-"):]
@@ -259,7 +195,7 @@ def _provisioning(p: Path) -> bool:
         return not got
 
 
-def _gc_project(root: Root, it: Dict[str, Any]) -> None:
+def gc_project(root: Root, it: Dict[str, Any]) -> None:
     """Remove an unused project unless a submit is syncing into it now (its sync lease is live):
     removing the code under a receive, or under the snapshot a submit takes of it, would start a
     job on a partial tree. The project's lock keeps the snapshot out meanwhile."""
@@ -269,13 +205,13 @@ def _gc_project(root: Root, it: Dict[str, Any]) -> None:
         if isinstance(until, (int, float)) and until > time.time():
             it["skipped"] = "syncing"
             return
-        _gc_item(it)
+        gc_item(it)
 
 
-def _gc_item(it: Dict[str, Any]) -> None:
+def gc_item(it: Dict[str, Any]) -> None:
     path = Path(it["path"])
     if it["kind"] == "checkpoints":
         for child in list(path.iterdir()):
-            _remove(child)
+            remove_path(child)
     else:
-        _remove(path)
+        remove_path(path)

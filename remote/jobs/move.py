@@ -13,10 +13,12 @@ import time
 from typing import IO, Any, Dict, List
 
 from remote.core import locks, procs
+from remote.core.errors import AgentError
 from remote.core.layout import JobDir, Root, now
 from remote.core.protocol import TERMINAL
 from remote.jobs.inbox import incoming_dir
-from remote.jobs.store import AgentError, live_status, resolve, submit
+from remote.jobs.store import live_status, resolve
+from remote.jobs.submit import submit
 from remote.stream import CHUNK, read_items, tree
 
 

@@ -414,7 +414,7 @@ class Supervisor:
         to fix the job file once, since the next attempt gets no GPUJOB_RESUME from them."""
         if self.status.get("stray_noted") or latest_resume(self.ckpt_dir(), self.spec.get("checkpoint_pattern")):
             return
-        from remote.jobs.store import stray_checkpoints
+        from remote.jobs.saved import stray_checkpoints
 
         try:
             stray = stray_checkpoints(self.job, self.spec, self.status)

@@ -98,7 +98,8 @@ def _sup_state(job: JobDir, st: Dict[str, Any]) -> str:
 
 def stop(root: Root, job_id: str, wait: float, reason: str = "stopped by user",
          after_checkpoint: Optional[float] = None, job_mode: bool = False) -> Dict[str, Any]:
-    """Stop the job and verify it: the answer is its status plus ``survivors`` (pids still running).
+    """Stop the job and verify it: the answer is its record after the stop (the ``stop`` verb answers
+    it as status shows it, with ``survivors``: remote/verbs/jobs.py ``stopped``).
 
     ``after_checkpoint``: the most seconds to wait for a new complete checkpoint before stopping
     (remote/stopping/after.py; negative: twice the job's usual interval between them);
@@ -137,8 +138,8 @@ def stop(root: Root, job_id: str, wait: float, reason: str = "stopped by user",
 
 
 def verify(root: Root, job: JobDir) -> Dict[str, Any]:
-    """The job's status after a stop, with what of it still runs: a finished job's leftovers are
-    ended here (SIGKILL after 3 s); a job still stopping (its grace not over) is left to it."""
+    """The job's record after a stop: a finished job's leftovers are ended here (SIGKILL after 3 s);
+    a job still stopping (its grace not over) is left to it (``survivors`` names what still runs)."""
     st = job.status()
     if st.get("state") in TERMINAL:
         _, survivors = jobkill.end(_finder(job, st), 3.0, cgroup=st.get("cgroup"))
@@ -146,7 +147,9 @@ def verify(root: Root, job: JobDir) -> Dict[str, Any]:
             cg.remove(st.get("cgroup"))
         if survivors != (st.get("survivors") or []):
             _write(job, {"survivors": survivors})
-    out = jobs.describe(root, job.id)
-    if out.get("state") not in TERMINAL:
-        out["survivors"] = sorted(_finder(job, out)())
-    return out
+    return job.status()
+
+
+def survivors(job: JobDir, st: Dict[str, Any]) -> List[int]:
+    """The job's processes that still run, by every means (the stop verb's answer names them)."""
+    return sorted(_finder(job, st)())

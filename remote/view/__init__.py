@@ -1,1 +1,1 @@
-"""Documents a reader sees: a job's status, its cost, its log and TensorBoard."""
+"""Documents a reader sees: a job's status, the watch document, its cost, and its TensorBoard."""

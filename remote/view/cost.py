@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from remote.core.layout import tail_lines
+from remote.core.spec import CURRENCY, JobSpec, SpecLike
 from remote.metrics.metricsrc import run_hints, total_from_epochs
 
 
@@ -29,14 +30,14 @@ def _metrics_window(path: Path, since: float) -> List[Dict[str, Any]]:
     return out
 
 
-def max_steps(spec: Dict[str, Any], records: List[Dict[str, Any]]) -> Optional[int]:
+def max_steps(spec: SpecLike, records: List[Dict[str, Any]]) -> Optional[int]:
     for rec in reversed(records):
         if isinstance(rec.get("max_steps"), (int, float)) and rec["max_steps"] > 0:
             return int(rec["max_steps"])
-    return run_hints(spec).get("max_steps")
+    return run_hints(JobSpec.of(spec).to_dict()).get("max_steps")
 
 
-def estimate(status: Dict[str, Any], spec: Dict[str, Any], metrics: Path, now: float,
+def estimate(status: Dict[str, Any], spec: SpecLike, metrics: Path, now: float,
              progress: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """{elapsed_s, cost, price_per_hour, currency, max_steps, step, steps_per_s, eta_s, projected_cost}.
 
@@ -44,19 +45,20 @@ def estimate(status: Dict[str, Any], spec: Dict[str, Any], metrics: Path, now: f
     reads no metrics). ``metrics`` is the job's active metrics file; ``progress`` what the log's
     progress bar said (its total and rate stand in where the records carry none).
     """
+    spec = JobSpec.of(spec)
     start = status.get("started_at")
     end = status.get("ended_at") or now
     elapsed = max(0.0, float(end) - float(start)) if start else 0.0
-    price = spec.get("price_per_hour")
+    price = spec.price_per_hour
     doc: Dict[str, Any] = {"elapsed_s": round(elapsed, 1), "price_per_hour": price,
-                           "currency": spec.get("currency") or "CNY"}
+                           "currency": spec.currency or CURRENCY}
     doc["cost"] = round(float(price) * elapsed / 3600.0, 4) if price else None
     attempts = status.get("attempts") or []
     since = float(attempts[-1].get("started_at") or 0) if attempts else 0.0
     live = status.get("state") in ("running", "restarting")
     recs = _metrics_window(metrics, since) if live and os.path.exists(str(metrics)) else []
     prog = progress if live and progress and float(progress.get("t") or 0) >= since else {}
-    total = max_steps(spec, recs) or prog.get("total") or total_from_epochs(recs, run_hints(spec).get("epochs"))
+    total = max_steps(spec, recs) or prog.get("total") or total_from_epochs(recs, run_hints(spec.to_dict()).get("epochs"))
     doc["max_steps"] = total
     step = float(recs[-1]["step"]) if recs else prog.get("step")
     if step is None or not total:

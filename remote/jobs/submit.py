@@ -1,0 +1,173 @@
+"""``submit``: a job folder from a synced project (its code snapshot, its data view, its spec), and its
+supervisor started detached; ``start_supervisor`` is shared with ``resume``."""
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+from remote.core import layout, locks
+from remote.core.errors import AgentError
+from remote.core.layout import JobDir, Root, now, write_json
+from remote.core.spec import CURRENCY, JobSpec
+from remote.jobs import inbox
+from remote.jobs import index as jobindex
+from remote.jobs.store import new_job_id
+
+
+def snapshot(src: Path, dst: Path) -> None:
+    """Hard-linked copy of the synced code: the job keeps the files it was submitted with.
+
+    Safe because a sync never rewrites a file in place (new file + rename = new inode).
+    """
+    for dirpath, dirnames, filenames in os.walk(str(src)):
+        rel = os.path.relpath(dirpath, str(src))
+        target = dst / rel if rel != "." else dst
+        target.mkdir(parents=True, exist_ok=True)
+        for name in dirnames:
+            s = os.path.join(dirpath, name)
+            if os.path.islink(s):
+                os.symlink(os.readlink(s), str(target / name))
+        for name in filenames:
+            s = os.path.join(dirpath, name)
+            if os.path.islink(s):
+                os.symlink(os.readlink(s), str(target / name))
+            else:
+                try:
+                    os.link(s, str(target / name))
+                except OSError:
+                    shutil.copy2(s, str(target / name))
+
+
+def start_supervisor(root: Root, job: JobDir) -> int:
+    """Start ``run`` detached in a new session, so a dropped SSH link cannot take it down."""
+    log = open(str(job.supervisor_log), "ab")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(layout.AGENT_DIR)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "remote", "--root", str(root.root), "run", job.id],
+        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        close_fds=True, env=env, cwd=str(root.root),
+    )
+    log.close()
+    return p.pid
+
+
+def record_supervisor(job: JobDir, pid: int) -> None:
+    """Name the supervisor just started (under the job's lock, before it runs): a ``stop`` of the
+    queued job can then tell a dead supervisor from one still starting (it waited its whole
+    ``--wait`` for a supervisor killed during setup or a GPU wait). Not fatal on a full disk."""
+    try:
+        job.write_status(dict(job.status(), supervisor_pid=pid))
+    except OSError:
+        pass
+
+
+def submit(root: Root, request: Dict[str, Any]) -> Dict[str, Any]:
+    """Create the job folder from a synced project and start its supervisor."""
+    root.ensure()
+    spec = JobSpec.of(request["spec"])
+    project = request.get("project") or spec.name
+    code = root.project_code(project)
+    if not request.get("moved_from"):
+        _interpreter_or_refuse(root, project, spec, request)
+    # the client syncs right before this; an absent folder is an empty tree (a project whose only
+    # file is its job file, kept home for its secrets), which is a valid project
+    code.mkdir(parents=True, exist_ok=True)
+    job_id = request.get("job_id") or new_job_id(spec.name)
+    job = root.job(job_id)
+    carried = inbox.take_in(root, job, request) if request.get("moved_from") else {}  # a job moved here
+    job.path.mkdir(parents=True, exist_ok=bool(carried))
+    lease = request.get("lease")
+    if lease:  # the code is what this submit sent: no other submit wrote since its manifest
+        with locks.project_locked(root.root, project):
+            if not locks.renew_locked(root.root, project, lease):
+                shutil.rmtree(str(job.path), ignore_errors=True)
+                raise AgentError("another submit of project {} took over its code while this one was quiet for "
+                                 "longer than {:.0f} s".format(project, locks.lease_ttl()), "submit again", "lease_lost")
+            snapshot(code, job.code)
+            _data_view(root, project, spec, job, bool(carried))
+            locks.release(root.root, project, lease)
+    else:
+        with locks.project_locked(root.root, project):
+            snapshot(code, job.code)
+            _data_view(root, project, spec, job, bool(carried))
+    _same_code_or_refuse(job, request.get("expect_code_hash"))
+    doc = dict(spec.doc, project=project, host=request.get("host"), host_env=request.get("host_env") or {},
+               price_per_hour=request.get("price_per_hour"), currency=request.get("currency", CURRENCY),
+               shutdown_command=request.get("shutdown_command"), node=request.get("node"), job_id=job_id,
+               cpu_fallback=bool(request.get("cpu_fallback")))
+    write_json(job.spec, doc)
+    secrets = request.get("secrets") or {}
+    if secrets:
+        write_json(job.secrets, secrets, mode=0o600)
+    with locks.job_lock(job.path):
+        job.write_status({"job_id": job_id, "name": spec.name, "project": project, "state": "queued",
+                          "submitted_at": now(), "attempt": 0, "host": request.get("host"), **carried})
+        if carried:
+            job.event("moved", **{k: v for k, v in carried["moves"][-1].items() if k != "t"})
+        else:
+            job.event("submitted")
+        try:
+            jobindex.add(root, job_id, spec.name, job.status().get("submitted_at") or now())
+        except OSError:  # a full disk: the next read adds the folder from its status.json
+            pass
+        pid = start_supervisor(root, job)
+        record_supervisor(job, pid)
+    return {"job_id": job_id, "state": "queued", "job_dir": str(job.path), "supervisor_pid": pid}
+
+
+def _data_view(root: Root, project: str, spec: JobSpec, job: JobDir, carried: bool) -> None:
+    """The job's own view of its ``data:`` (remote/data/datastore.py): what this submit synced, for its whole life."""
+    from remote.data import datastore
+    from remote.data.transfer import hash_cache
+
+    try:
+        datastore.build_view(root.root, project, list(spec.data), job.path, hash_cache(root.root))
+    except OSError as e:
+        if not carried:  # a moved job's files stay for the next adopt
+            shutil.rmtree(str(job.path), ignore_errors=True)
+        raise AgentError("could not make the job's data view under {}: {}".format(job.path, e),
+                         "free space on the instance (gpujob doctor), then submit again", "data_view") from None
+
+
+def _same_code_or_refuse(job: JobDir, want: Any) -> None:
+    """``rerun``: the job's code must hash as the run it repeats (remote/data/codehash.py), or no job."""
+    if not isinstance(want, str) or not want:
+        return
+    from remote.data import codehash
+
+    got = codehash.tree_hash(str(job.code))
+    if got != want:
+        shutil.rmtree(str(job.path), ignore_errors=True)
+        raise AgentError("the code this host got hashes {}, not {} (the run it repeats): nothing was submitted"
+                         .format(got, want), "run gpujob rerun again; gpujob doctor HOST if it says so twice",
+                         "code_mismatch")
+
+
+def _interpreter_or_refuse(root: Root, project: str, spec: JobSpec, request: Dict[str, Any]) -> None:
+    """Refuse a job whose run: interpreter is not on the job PATH, giving the sync lease back."""
+    from remote.env import interpreter
+
+    try:
+        interpreter.check(root, spec.to_dict(), request.get("host_env") or {})
+    except AgentError:
+        lease = request.get("lease")
+        if lease:
+            with locks.project_locked(root.root, project):
+                locks.release(root.root, project, lease)
+        raise
+
+
+def wait_started(job: JobDir, timeout: float = 5.0) -> Optional[Dict[str, Any]]:
+    """The record once the supervisor took the job (started, or queued for GPUs), else None after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        st = job.status()
+        if st.get("state") != "queued" or st.get("waiting_for_gpus"):  # started, or in the GPU queue
+            return st
+        time.sleep(0.05)
+    return None

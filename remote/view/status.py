@@ -1,0 +1,173 @@
+"""A job's status as readers see it (``gpujob status`` and each row of ``ls``): the record, what a
+reader concludes from it (lost, a silent supervisor), the newest metrics of this attempt, GPU use,
+billing, a pending stop, and with ``detail`` the diagnosis, checkpoints, stray ones and artifacts."""
+
+import json
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+from remote.core import procs
+from remote.core.errors import AgentError
+from remote.core.layout import JobDir, Root, agent_log, now, read_json, screen_lines, tail_lines
+from remote.core.protocol import TERMINAL
+from remote.jobs import saved
+from remote.jobs import store as jobs
+
+
+def live_status(root: Root, job: JobDir, boot: str) -> Dict[str, Any]:
+    """The record as a reader concludes it (remote/jobs/store.py ``live_status``), and a note when its
+    supervisor lives but is silent: "running" alone would hide that nothing records the job's end."""
+    st = jobs.live_status(root, job, boot)
+    sup = st.get("supervisor_pid")
+    if st.get("state") not in TERMINAL and sup and jobs.heartbeat_age(st) > jobs.stale_after() \
+            and procs.belongs_to(sup, job.id):
+        st["supervisor_note"] = supervisor_silent(st, sup)
+    return st
+
+
+def supervisor_silent(st: Dict[str, Any], sup: Any) -> str:
+    """What status says of a supervisor that lives but has written no heartbeat for a while."""
+    from remote.stopping.find import frozen
+
+    how = frozen(sup)
+    how = "is " + how if how else "has written no heartbeat for {:.0f} s (a full disk, or stuck)".format(
+        jobs.heartbeat_age(st))
+    return "its supervisor (pid {}) {}: the job's end, restarts and autostop are not recorded until it goes on; " \
+           "gpujob stop ends the job (the stop command acts itself)".format(sup, how)
+
+
+def attempt_start(st: Dict[str, Any]) -> float:
+    """When the current attempt started, once there was an earlier one (0: every record counts)."""
+    attempts = st.get("attempts") or []
+    return float(attempts[-1].get("started_at") or 0) if len(attempts) > 1 else 0.0
+
+
+def this_attempt(st: Dict[str, Any], rec: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """``rec`` if the current attempt wrote it: a restarted job shows no metrics of a killed attempt."""
+    t = rec.get("t") if isinstance(rec, dict) else None
+    return None if isinstance(t, (int, float)) and t < attempt_start(st) else rec
+
+
+def recent_metrics(st: Dict[str, Any], path: Path, n: int = 20) -> Optional[Dict[str, Any]]:
+    """The newest value of each key over the last ``n`` records the current attempt wrote: one record
+    alone often lacks the loss (a bar's record, an eval or learning-rate line printed last)."""
+    out = None  # type: Optional[Dict[str, Any]]
+    for line in tail_lines(path, n, 16384):
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and this_attempt(st, rec) is not None:
+            out = dict(out or {})
+            out.update(rec)
+    return out
+
+
+def describe(root: Root, job_id: str, detail: bool = False) -> Dict[str, Any]:
+    """The job's status as readers show it. A record no writer of ours made (a hand edit, a
+    damaged file) is refused naming the job, not met as an "agent error" halfway through."""
+    try:
+        return _describe(root, job_id, detail)
+    except (ValueError, TypeError, KeyError, AttributeError, IndexError, OverflowError) as e:
+        import traceback
+
+        agent_log(root, "job {}: damaged record: {}\n{}".format(job_id, e, traceback.format_exc()))
+        raise AgentError("the record of job {} is damaged ({}: {})".format(job_id, type(e).__name__, e),
+                         "gpujob rm {} --force removes it (its files: {})".format(job_id, root.job(job_id).path),
+                         "damaged") from None
+
+
+def _describe(root: Root, job_id: str, detail: bool = False) -> Dict[str, Any]:
+    job = root.job(job_id)
+    st = live_status(root, job, procs.boot_id())
+    st["job_id"] = job_id  # the folder's name, whatever a damaged or hand-edited record says
+    try:
+        st["log_size"] = job.log.stat().st_size
+    except OSError:
+        st["log_size"] = 0
+    from remote.ckpt import disk
+
+    low = disk.report(root.root)
+    if low:
+        st["disk"] = low
+    from remote.metrics import metricsrc
+
+    spec = job.job_spec()
+    source, metrics = metricsrc.active(job)
+    st["last_metrics"] = recent_metrics(st, metrics)
+    if not detail and st.get("state") == "running" and source in (None, "log"):  # ls: the log's newest step, as
+        # status shows it, from a bounded tail (a metrics file or events are read whole, not lagging)
+        last, _, took = metricsrc.with_unread(job, spec.to_dict(), source, st["last_metrics"] or {}, metricsrc.LS_TAIL)
+        if took:
+            st["last_metrics"], source = last, source or "log"
+    st["metrics_source"] = source
+    st["last_line"] = (tail_lines(job.log, 1) or [""])[0][-200:]
+    if st.get("state") == "running":  # GPU use for every row of ls (the dashboard's table): the newest sample
+        from remote.host import gpus
+
+        sample = gpus.latest(job.gpu, max(attempt_start(st), float(st.get("started_at") or 0)))
+        if sample:
+            st["gpu_now"] = sample
+    mirror = read_json(job.path / "mirror.json")  # the supervisor's mirror thread (remote/mirror)
+    if isinstance(mirror, dict):
+        st["mirror"] = mirror
+    st["now"] = now()
+    if st.get("state") == "lost" and job.status().get("state") not in TERMINAL:
+        jobs.mark_lost(root, job, st)  # the record stops claiming to run
+    if st.get("state") == "queued" and st.get("waiting_for_gpus"):
+        from remote.host import gpus
+
+        st["queue_position"] = gpus.position(root, job_id)
+    from remote.view import cost
+
+    st["billing"] = cost.estimate(st, spec, metrics, st["now"], metricsrc.progress(job))
+    if st.get("state") not in TERMINAL:
+        from remote.stopping import after
+
+        pending = after.describe(job, job.ckpt, spec.checkpoint_pattern,
+                                 lambda: procs.job_pids(job.id, job_dir=str(job.path)))
+        if pending:
+            st["stop_after_checkpoint"] = pending
+    if detail:
+        st["spec"] = {k: v for k, v in spec.doc.items() if k not in ("host_env",)}
+        if "price_per_hour" in st["spec"]:  # the price billing used: a hand-edited "abc" shows as none, as billed
+            st["spec"]["price_per_hour"] = spec.price_per_hour
+        hp = hparams(job)
+        if hp:
+            st["hparams"] = hp
+        if st.get("state") in ("failed", "restarting"):
+            from remote.run import diagnose
+
+            if st.get("diagnosis"):  # the supervisor's, from the attempt's end (what the log says too)
+                pass
+            elif st.get("exit_code") is None and st.get("reason"):  # it never ran: the agent said why
+                st["diagnosis"] = {"cause": "not_started", "summary": st["reason"], "where": None, "line": None,
+                                   "remedy": st.get("remedy") or "see the agent's log: gpujob agent-log HOST",
+                                   "gpu": False}
+            else:
+                st["diagnosis"] = diagnose.diagnose(job.log, st.get("exit_code"), metrics=metrics)
+            st["log_tail"] = screen_lines(job.log, 20)
+        st["checkpoints"] = saved.checkpoint_list(job, spec, live=st.get("state") not in TERMINAL or st.get("state") == "lost")
+        stray = saved.stray_checkpoints(job, spec, st)
+        if stray:
+            st["stray_checkpoints"] = stray
+        found = saved.artifacts(job, st)
+        if found:
+            st["artifacts"] = found
+    return st
+
+
+HPARAMS = "hparams.json"  # beside GPUJOB_METRICS_FILE: a Trainer's arguments, written by the autohook
+
+
+def hparams(job: JobDir) -> Dict[str, Any]:
+    """The hyperparameters the training code reported (HF TrainingArguments, Lightning hparams):
+    passed through to the laptop's run ledger; scalars only, {} when none or damaged."""
+    try:
+        with open(str(job.path / HPARAMS)) as f:
+            doc = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(doc, dict):
+        return {}
+    return {str(k): v for k, v in doc.items() if isinstance(v, (int, float, str, bool)) or v is None}

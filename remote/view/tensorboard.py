@@ -1,0 +1,263 @@
+"""A job's TensorBoard: started on its log folder (with the job's interpreter, the host's, or gpujob's
+tools environment, where ``install`` puts one), found again when it already serves, and stopped
+(``tunnel``, ``rm`` and ``gc`` end it); ``port`` says whether something listens and AutoDL's URL."""
+
+import json
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Dict, Optional
+from urllib.parse import urlsplit, urlunsplit
+
+from remote.core.errors import AgentError
+from remote.core.layout import JobDir, Root, read_json, write_json
+from remote.env.jobenv import PATH_PREFIX
+from remote.jobs.store import resolve
+
+
+def listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def autodl_url(port: int) -> Optional[str]:
+    """The AutoDL custom-service URL for ``port`` (6006/6008), from our or PID 1's environment."""
+    key = "AutoDLService{}URL".format(port)
+    if os.environ.get(key):
+        return os.environ[key]
+    try:
+        with open("/proc/1/environ", "rb") as f:
+            for item in f.read().split(b"\0"):
+                if item.startswith(key.encode() + b"="):
+                    return item.split(b"=", 1)[1].decode("utf-8", "replace") or None
+    except OSError:
+        pass
+    return None
+
+
+def tb_dir(job: JobDir) -> str:
+    tb = job.job_spec().tensorboard_logdir
+    return str((job.code / tb).resolve()) if tb else str(job.tb)
+
+
+# which TensorBoard serves a job: the job's own interpreter (``python:`` and its PATH), then any
+# ``tensorboard`` that runs on the host's login PATH, then gpujob's tools environment
+TB_PICK = """
+py="${GPUJOB_PYTHON:-$(command -v python || command -v python3)}"
+if [ -n "$py" ] && "$py" -c 'import tensorboard' >/dev/null 2>&1; then
+  echo "gpujob-tb job $py"; exec "$py" -m tensorboard.main "$@"
+fi
+tb="$(command -v tensorboard)"
+if [ -n "$tb" ] && "$tb" --version >/dev/null 2>&1; then echo "gpujob-tb host $tb"; exec "$tb" "$@"; fi
+t="$GPUJOB_TB_TOOLS/bin/python"
+if [ -x "$t" ] && "$t" -c 'import tensorboard' >/dev/null 2>&1; then  # it may see the image's own copy
+  echo "gpujob-tb tools $t"; exec "$t" -m tensorboard.main "$@"
+fi
+echo "gpujob-tb none ${py:-no-python}"; exit 127
+"""
+# a venv (seeing the image's packages) that gpujob installs TensorBoard into on request; where
+# the image's python3 has it already, pip leaves the venv without it and the venv's python serves
+TB_INSTALL = """
+py="$(command -v python3 || command -v python)"
+[ -n "$py" ] || { echo "no python3 on the login shell's PATH"; exit 127; }
+[ -x "$GPUJOB_TB_TOOLS/bin/python" ] || "$py" -m venv --system-site-packages "$GPUJOB_TB_TOOLS" || exit $?
+exec "$GPUJOB_TB_TOOLS/bin/python" -m pip install --disable-pip-version-check tensorboard
+"""
+
+
+def tb_tools(root: Root) -> Path:
+    return root.root / "tools" / "tensorboard"
+
+
+def job_env(root: Root, job: JobDir) -> Dict[str, str]:
+    """What the job's run command saw (host env, job env, its interpreter's PATH), without gpujob's own."""
+    from remote.env import jobenv
+
+    spec = job.job_spec()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUJOB_") and k != "PYTHONPATH"}
+    env.update(spec.host_env)
+    env.update(spec.env)
+    env.update(jobenv.load(job))
+    env["GPUJOB_TB_TOOLS"] = str(tb_tools(root))
+    return env
+
+
+def install_tensorboard(root: Root, ref: str, timeout: float = 900.0) -> Dict[str, Any]:
+    """pip-install TensorBoard into ``<root>/tools/tensorboard`` with the host's pip and proxy settings."""
+    from remote.env import provision
+
+    job = root.job(resolve(root, ref))
+    env = job_env(root, job)
+    if provision.turbo_mode(env):
+        env.update(provision.turbo_env(env))
+    tools = tb_tools(root)
+    tools.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        res = subprocess.run(["bash", "-lc", PATH_PREFIX + TB_INSTALL], env=env, cwd=str(root.root),
+                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise AgentError("installing TensorBoard took over {:.0f} s".format(timeout),
+                              "check the host's network (gpujob doctor), then retry", "tb_install") from None
+    out = res.stdout.decode("utf-8", "replace")
+    if res.returncode != 0:
+        raise AgentError("pip could not install TensorBoard into {}: {}".format(tools, out.strip()[-600:]),
+                              "set a reachable index: gpujob host set HOST --pip-index-url URL "
+                              "(or --network-turbo true on AutoDL), then retry", "tb_install")
+    return {"installed": True, "path": str(tools), "pip_index_url": _without_credentials(env.get("PIP_INDEX_URL"))}
+
+
+def _without_credentials(url: Optional[str]) -> Optional[str]:
+    """An index URL as it may be shown: ``https://user:token@host/`` loses its ``user:token@``."""
+    if not url:
+        return url
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[1]))
+
+
+def tensorboard(root: Root, ref: str, port: int, wait: float = 60.0) -> Dict[str, Any]:
+    """Start TensorBoard on the job's tb folder on ``port`` unless something serves there.
+
+    Detached (own session), with the job's interpreter (its ``python:`` and PATH, in a login
+    shell), else the host's ``tensorboard``, else gpujob's tools environment. Returns what
+    serves the port (``via``) and the AutoDL URL if exposed.
+    """
+    job_id = resolve(root, ref)
+    job = root.job(job_id)
+    logdir = tb_dir(job)
+    info = read_json(job.path / "tensorboard.json", {}) or {}
+    busy = None  # type: Optional[Dict[str, Any]]
+    for p_ in ([int(info["port"])] if info.get("port") and info.get("port") != port else []) + [port]:
+        if not listening(p_):
+            continue
+        serves = serves_logdir(p_)
+        if serves is not None and _same_dir(serves, logdir):  # verified: this job's curves, not another's
+            return {"job_id": job_id, "port": p_, "started": False, "logdir": logdir, "pid": info.get("pid"),
+                    "via": info.get("via"), "autodl_url": autodl_url(p_), "verified": True}
+        if p_ == port:
+            busy = {"port": port, "serves": serves}
+    if busy is not None:  # another job's TensorBoard (or another server): this job's own on a free port
+        port = _free_port(port + 1)
+    url = autodl_url(port)
+    Path(logdir).mkdir(parents=True, exist_ok=True)
+    env = job_env(root, job)
+    bind = "0.0.0.0" if url else "127.0.0.1"
+    args = ["--logdir", logdir, "--port", str(int(port)), "--host", bind, "--reload_interval", "5"]
+    log_path = job.path / "tensorboard.log"
+    log = open(str(log_path), "ab")
+    start = log_path.stat().st_size
+    p = subprocess.Popen(["bash", "-lc", PATH_PREFIX + TB_PICK, "gpujob-tb"] + args, cwd=str(job.path), env=env,
+                         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                         close_fds=True)
+    log.close()
+    write_json(job.path / "tensorboard.json", {"pid": p.pid, "port": port, "logdir": logdir, "started_at": time.time()})
+
+    def output() -> str:
+        try:
+            with open(str(log_path), "rb") as f:
+                f.seek(start)
+                return f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    deadline = time.time() + wait
+    while time.time() < deadline:
+        if listening(port):
+            via = _tb_via(output())
+            write_json(job.path / "tensorboard.json", {"pid": p.pid, "port": port, "logdir": logdir,
+                                                       "started_at": time.time(), "via": via})
+            return {"job_id": job_id, "port": port, "started": True, "logdir": logdir, "pid": p.pid, "via": via,
+                    "autodl_url": url, "verified": True, "port_taken": busy}
+        if p.poll() is not None:
+            break
+        time.sleep(0.2)
+    out = output()
+    if p.poll() is None:
+        p.kill()
+    via = _tb_via(out)
+    if via and via["kind"] == "none":
+        raise AgentError(
+            "TensorBoard is not installed in the job's environment ({}) nor on this host's PATH".format(via["path"]),
+            "gpujob tunnel {} --install puts it into gpujob's tools environment on the host ({}; pip with the "
+            "host's pip_index_url and network_turbo settings: gpujob host set HOST --pip-index-url URL), "
+            "or `pip install tensorboard` with the job's python".format(job_id, tb_tools(root)), "tb_missing")
+    raise AgentError("TensorBoard did not start on port {}: {}".format(port, out.strip()[-600:] or "no output"),
+                          "see {}; another port: gpujob tunnel {} --remote-port N".format(log_path, job_id), "tb_failed")
+
+
+def serves_logdir(port: int) -> Optional[str]:
+    """The log folder the TensorBoard on ``port`` serves (its ``/data/environment``), or None when
+    what listens there is no TensorBoard."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:{}/data/environment".format(port), timeout=5) as r:
+            doc = json.loads(r.read().decode("utf-8", "replace"))
+    except (OSError, ValueError):
+        return None
+    return str(doc.get("data_location") or "") if isinstance(doc, dict) else None
+
+
+def _same_dir(a: str, b: str) -> bool:
+    return bool(a) and os.path.realpath(a) == os.path.realpath(b)
+
+
+def _free_port(start: int) -> int:
+    for p in range(start, min(65536, start + 200)):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", p))
+            except OSError:
+                continue
+            return p
+    raise AgentError("no free port in {}..{}".format(start, start + 199), "gpujob tunnel JOB --remote-port N", "tb_failed")
+
+
+def _tb_via(out: str) -> Optional[Dict[str, str]]:
+    """``{kind: job|host|tools|none, path}`` from the picker's first line."""
+    for line in out.splitlines():
+        if line.startswith("gpujob-tb "):
+            parts = line.split(" ", 2)
+            if len(parts) == 3:
+                return {"kind": parts[1], "path": parts[2]}
+    return None
+
+
+def stop_tensorboard(root: Root, ref: str, grace: float = 5.0) -> Dict[str, Any]:
+    """Stop the TensorBoard that ``tensorboard`` started for the job (its whole session)."""
+    import signal
+
+    job_id = resolve(root, ref)
+    job = root.job(job_id)
+    info = read_json(job.path / "tensorboard.json", {}) or {}
+    pid = info.get("pid")
+    try:
+        with open("/proc/{}/cmdline".format(int(pid)), "rb") as f:
+            ours = b"tensorboard" in f.read()
+    except (OSError, TypeError, ValueError):
+        ours = False
+    if not ours:  # gone already, or the pid now belongs to someone else
+        return {"job_id": job_id, "stopped": False, "pid": pid, "running": False}
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 2.0)):
+        try:
+            os.killpg(int(pid), sig)
+        except OSError:
+            break
+        deadline = time.time() + wait
+        while time.time() < deadline and os.path.exists("/proc/{}".format(pid)):
+            try:
+                os.waitpid(int(pid), os.WNOHANG)
+            except OSError:
+                pass
+            time.sleep(0.1)
+        if not os.path.exists("/proc/{}".format(pid)):
+            break
+    info["stopped_at"] = time.time()
+    write_json(job.path / "tensorboard.json", info)
+    return {"job_id": job_id, "stopped": True, "pid": pid, "running": False}
