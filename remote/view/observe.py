@@ -460,22 +460,3 @@ def stop_tensorboard(root: Root, ref: str, grace: float = 5.0) -> Dict[str, Any]
     write_json(job.path / "tensorboard.json", info)
     return {"job_id": job_id, "stopped": True, "pid": pid, "running": False}
 
-
-_indexed = {}  # type: Dict[str, int]
-
-
-def index_log_size(job: JobDir) -> None:
-    """Append ``T SIZE`` to ``output.log.idx`` when the log grew (the supervisor's heartbeat)."""
-    try:
-        size = job.log.stat().st_size
-    except OSError:
-        return
-    key = str(job.path)
-    if _indexed.get(key) == size:
-        return
-    _indexed[key] = size
-    try:
-        with open(str(job.path / "output.log.idx"), "a") as f:
-            f.write("{:.3f} {}\n".format(time.time(), size))
-    except OSError:
-        pass
