@@ -110,10 +110,11 @@ class Watch:
         self.job, self.ckpt_dir, self.pattern, self.ctx, self.next_at = job, ckpt_dir, pattern, ctx, 0.0
         self.landed = False  # the stop it asked for follows a complete checkpoint: a short grace (LANDED_GRACE)
 
-    def tick(self, now: float) -> Optional[str]:
-        if now < self.next_at:
+    def tick(self, clock: float) -> Optional[str]:
+        """``clock``: time.monotonic() of the supervisor's turn (the request's times are wall times: now())."""
+        if clock < self.next_at:
             return None
-        self.next_at = now + TICK
+        self.next_at = clock + TICK
         req = pending(self.job)
         if not req:
             return None
