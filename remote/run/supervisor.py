@@ -175,6 +175,8 @@ class Supervisor:
         try:
             self.spec = self.spec.with_values(host_env=dict(self.spec.host_env, **provision.ensure(
                 self.root, self.job, self.spec.to_dict(), tick=lambda: self.heartbeat() or self.stop_requested())))
+            if self.ctx.notifier is not None:  # its messages read the environment as the job has it
+                self.ctx.notifier.spec = self.spec
         except provision.SetupFailed as e:
             stop = self.stop_requested()
             return self.finish("stopped" if stop else "failed", reason=stop or "setup failed", exit_code=e.rc)
