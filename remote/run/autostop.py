@@ -18,16 +18,15 @@ A policy that fires makes the supervisor stop the job gracefully (stop file, gra
 checkpoint) with a reason starting ``autostop:``; the final state is ``autostopped``.
 """
 
-import json
 import math
 import os
 import re
-import shutil
-import subprocess
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from remote.core.protocol import parse_duration
+from remote.core.spec import JobSpec, SpecLike
+from remote.run.observed import Progress, active_metrics, nvidia_smi_sample, read_gpu_samples, utils_of
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?B)?\s*$", re.I)
 _SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
@@ -144,190 +143,73 @@ def loss_is_bad(metrics: Optional[Dict[str, Any]]) -> Optional[str]:
     return None
 
 
-def read_gpu_samples(path: str, since: float) -> List[Dict[str, Any]]:
-    """Samples of ``gpu.jsonl`` (``{"t":..,"gpus":[{"util":..}]}`` a line) taken at or after ``since``."""
-    out = []
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, 2)
-            size = f.tell()
-            f.seek(max(0, size - (1 << 20)))
-            data = f.read().decode("utf-8", "replace")
-    except OSError:
-        return out
-    for line in data.splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(rec, dict) and float(rec.get("t") or 0) >= since:
-            out.append(rec)
-    return out
-
-
-def utils_of(sample: Dict[str, Any]) -> List[float]:
-    """GPU utilisations of one sample: ``{"gpus":[{"util":..}]}`` or remote/host/gpus.py's ``{"g":[[i, util, ..]]}``."""
-    out = []  # type: List[float]
-    for g in sample.get("gpus") or []:
-        if isinstance(g, dict) and isinstance(g.get("util"), (int, float)):
-            out.append(float(g["util"]))
-    for row in sample.get("g") or []:
-        if isinstance(row, list) and len(row) > 1 and isinstance(row[1], (int, float)):
-            out.append(float(row[1]))
-    return out
-
-
-def nvidia_smi_sample(path_prefix: str = "") -> Optional[Dict[str, Any]]:
-    """One sample from ``nvidia-smi`` (``{"t":..,"gpus":[..]}``), or None without one."""
-    search = os.environ.get("PATH", "")
-    exe = shutil.which("nvidia-smi", path=(path_prefix + os.pathsep + search) if path_prefix else search)
-    if not exe:
-        return None
-    try:
-        out = subprocess.run(
-            [exe, "--query-gpu=index,utilization.gpu,memory.used,memory.total,power.draw,temperature.gpu",
-             "--format=csv,noheader,nounits"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=10,
-        ).stdout.decode("utf-8", "replace")
-    except (OSError, subprocess.SubprocessError):
-        return None
-    gpus = []
-    for line in out.splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) < 2:
-            continue
-
-        def f(i: int, parts: List[str] = parts) -> Optional[float]:
-            try:
-                return float(parts[i])
-            except (IndexError, ValueError):
-                return None
-        gpus.append({"index": int(f(0) or 0), "util": f(1), "mem_used": f(2), "mem_total": f(3), "power": f(4),
-                     "temp": f(5)})
-    return {"t": time.time(), "gpus": gpus} if gpus else None
-
-
-class _Files:
-    """What has changed in the job's output.log and metrics.jsonl, and when."""
-
-    def __init__(self, log: str, metrics: str, resolve: Optional[Callable[[], str]] = None) -> None:
-        self.log, self.metrics = log, metrics
-        self.resolve = resolve  # the job's active metrics file (the metrics file, TensorBoard's, the log's)
-        self.log_size = self._size(log)
-        self.metrics_size = self._size(metrics)
-        self.log_changed = self.metrics_changed = time.time()
-        self.step = None  # type: Any
-        self.step_changed = time.time()
-        self.records = []  # type: List[Dict[str, Any]]
-        self._offset = 0
-
-    @staticmethod
-    def _size(path: str) -> int:
-        try:
-            return os.path.getsize(path)
-        except OSError:
-            return 0
-
-    def poll(self, now: float) -> None:
-        path = self.resolve() if self.resolve is not None else self.metrics
-        if path != self.metrics:  # another source took precedence: read it from its start
-            self.metrics, self._offset, self.records, self.metrics_size = path, 0, [], 0
-        s = self._size(self.log)
-        if s != self.log_size:
-            self.log_size, self.log_changed = s, now
-        s = self._size(self.metrics)
-        if s != self.metrics_size:
-            self.metrics_size, self.metrics_changed = s, now
-        self._read_metrics(now)
-
-    def _read_metrics(self, now: float) -> None:
-        try:
-            with open(self.metrics, "rb") as f:
-                f.seek(self._offset)
-                data = f.read()
-        except OSError:
-            return
-        end = data.rfind(b"\n")
-        if end < 0:
-            return
-        self._offset += end + 1
-        for line in data[:end].decode("utf-8", "replace").splitlines():
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(rec, dict):
-                self.records.append(rec)
-                step = rec.get("step", rec.get("global_step"))
-                if step is not None and step != self.step:
-                    self.step, self.step_changed = step, now
-        del self.records[:-10000]
-
-
-def _active_metrics(job_path: str) -> str:
-    """The job's metrics file by precedence (imported here: the laptop loads this module by path alone)."""
-    from pathlib import Path
-
-    from remote.core.layout import JobDir
-    from remote.metrics import metricsrc
-
-    return str(metricsrc.active(JobDir(Path(job_path)))[1])
-
-
 class AutoStop:
-    """A supervisor watcher: ``tick(sup)`` returns ``"autostop: ..."`` when a policy fires."""
+    """A supervisor watcher: ``tick(now)`` returns ``"autostop: ..."`` when a policy fires.
 
-    def __init__(self, cfg: Dict[str, Any], job_path: str, spec: Dict[str, Any]) -> None:
-        self.cfg = cfg or {}
-        self.job_path = job_path
-        self.spec = spec
+    ``ctx`` (remote/run/watchers.py's JobContext) gives the job, its status and its spec as it is now."""
+
+    name = "auto-stop"
+
+    def __init__(self, ctx: Any) -> None:
+        self.ctx = ctx
+        self.cfg = ctx.spec.autostop
+        self.job_path = job_path = str(ctx.job.path)
         self.every = parse_duration(self.cfg.get("check_every", os.environ.get("GPUJOB_AUTOSTOP_EVERY", "5")))
         self.started = time.time()
-        self.files = _Files(os.path.join(job_path, "output.log"), os.path.join(job_path, "metrics.jsonl"),
-                            resolve=lambda: _active_metrics(job_path))
+        self.files = Progress(os.path.join(job_path, "output.log"), os.path.join(job_path, "metrics.jsonl"),
+                            resolve=lambda: active_metrics(job_path))
         self.next_check = self.started + self.every
         self.own_samples = []  # type: List[Dict[str, Any]]
         self.fired = None  # type: Optional[str]
 
     @property
+    def interval(self) -> float:
+        return self.every
+
+    @property
+    def spec(self) -> JobSpec:
+        return JobSpec.of(self.ctx.spec)
+
+    @property
     def active(self) -> bool:
         return any(k in self.cfg for k in KEYS[:7])
 
-    def runtime(self, sup: Any) -> float:
-        st = getattr(sup, "status", {}) or {}
+    def runtime(self) -> float:
+        st = self.ctx.status or {}
         return time.time() - float(st.get("started_at") or self.started)
 
-    def tick(self, sup: Any) -> Optional[str]:
-        now = time.time()
+    def tick(self, monotonic: float = 0.0) -> Optional[str]:
+        now = time.time()  # the policies count in wall time (the status's times)
         if self.fired or now < self.next_check or not self.active:
             return None
-        attempts = (getattr(sup, "status", {}) or {}).get("attempts") or [{}]
+        attempts = (self.ctx.status or {}).get("attempts") or [{}]
         if now - float(attempts[-1].get("started_at") or 0) < self.every:
             return None  # give a fresh attempt time to start (and to install its stop handling)
         self.next_check = now + self.every
         self.files.poll(now)
         try:
-            reason = self.check(sup, now)
+            reason = self.check(now)
         except Exception as e:  # a policy bug must never take the job down
             reason = None
             try:
-                sup.job.event("autostop_error", error=str(e))
+                self.ctx.job.event("autostop_error", error=str(e))
             except Exception:
                 pass
         if reason:
             self.fired = reason
         return reason
 
-    def check(self, sup: Any, now: float) -> Optional[str]:
+    def check(self, now: float) -> Optional[str]:
         c = self.cfg
-        rt = self.runtime(sup)
+        rt = self.runtime()
         if c.get("max_runtime") is not None and rt >= parse_duration(c["max_runtime"]):
             return "autostop: max_runtime {} reached".format(c["max_runtime"])
-        price = self.spec.get("price_per_hour")
+        price = self.spec.price_per_hour
         if c.get("budget") is not None and price:
             cost = rt / 3600.0 * float(price)
             if cost >= float(c["budget"]):
                 return "autostop: budget {} {} reached (cost {:.2f})".format(
-                    c["budget"], self.spec.get("currency") or "", cost)
+                    c["budget"], self.spec.currency or "", cost)
         if c.get("nan_loss") and self.files.records:
             bad = loss_is_bad(self.files.records[-1])
             if bad:
@@ -376,7 +258,7 @@ class AutoStop:
         samples = read_gpu_samples(os.path.join(self.job_path, "gpu.jsonl"), since)
         if samples and now - float(samples[-1].get("t") or 0) <= max(3 * self.every, 60):
             return samples
-        s = nvidia_smi_sample((self.spec.get("host_env") or {}).get("GPUJOB_PATH_PREFIX", ""))
+        s = nvidia_smi_sample(self.spec.path_prefix)
         if s:
             self.own_samples.append(s)
         self.own_samples = [x for x in self.own_samples if x["t"] >= since]
@@ -401,14 +283,14 @@ class AutoStop:
         return self.started
 
 
-def watcher(spec: Dict[str, Any], job_path: str) -> Optional[AutoStop]:
-    """The watcher for a spec, or None when it has no policy."""
-    w = AutoStop(spec.get("autostop") or {}, job_path, spec)
+def watcher(ctx: Any) -> Optional[AutoStop]:
+    """The watcher for a supervisor's job (``ctx``: its JobContext), or None when its spec has no policy."""
+    w = AutoStop(ctx)
     return w if w.active else None
 
 
-def shutdown_after(spec: Dict[str, Any]) -> bool:
-    return (spec.get("autostop") or {}).get("after") == "shutdown"
+def shutdown_after(spec: SpecLike) -> bool:
+    return JobSpec.of(spec).autostop.get("after") == "shutdown"
 
 
 def describe(cfg: Dict[str, Any]) -> List[Tuple[str, Any]]:

@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Optional
 
 from remote.core.layout import JobDir, Root, agent_log, now, screen_lines
 from remote.core.protocol import ENDINGS
+from remote.core.spec import JobSpec, SpecLike
 
 TB_ENV = ("AutoDLService6006URL", "AUTODL_SERVICE_6006_URL")
 
@@ -28,23 +29,25 @@ def _notify():
     return notify
 
 
-def tensorboard_url(spec: Dict[str, Any]) -> Optional[str]:
+def tensorboard_url(spec: SpecLike) -> Optional[str]:
     """AutoDL's custom-service URL for port 6006, when this instance has one."""
+    spec = JobSpec.of(spec)
     env = dict(os.environ)
-    env.update(spec.get("host_env") or {})
+    env.update(spec.host_env)
     for k in TB_ENV:
         if env.get(k):
             return env[k]
     return None
 
 
-def build_event(kind: str, job: JobDir, spec: Dict[str, Any], status: Dict[str, Any], **extra: Any) -> Dict[str, Any]:
+def build_event(kind: str, job: JobDir, spec: SpecLike, status: Dict[str, Any], **extra: Any) -> Dict[str, Any]:
     """The event dict ``notify.render`` turns into a message: job, host, duration, cost, metrics, TB URL."""
+    spec = JobSpec.of(spec)
     t = now()
     started = status.get("started_at") or status.get("submitted_at")
     ended = status.get("ended_at") or t
     duration = max(0.0, float(ended) - float(started)) if started else None
-    price = spec.get("price_per_hour")
+    price = spec.price_per_hour
     cost = round(duration / 3600.0 * float(price), 4) if duration is not None and price else None
     from remote.metrics import metricsrc
 
@@ -54,13 +57,13 @@ def build_event(kind: str, job: JobDir, spec: Dict[str, Any], status: Dict[str, 
     ev = {
         "event": kind,
         "job_id": job.id,
-        "name": spec.get("name") or status.get("name"),
-        "host": spec.get("host") or status.get("host"),
+        "name": spec.name or status.get("name"),
+        "host": spec.host or status.get("host"),
         "state": status.get("state"),
         "attempt": status.get("attempt"),
         "duration_s": round(duration, 1) if duration is not None else None,
         "cost": cost,
-        "currency": spec.get("currency") if cost is not None else None,
+        "currency": spec.currency if cost is not None else None,
         "metrics": metrics,
         "metrics_source": source,
         "tb_url": tensorboard_url(spec),
@@ -83,10 +86,10 @@ def build_event(kind: str, job: JobDir, spec: Dict[str, Any], status: Dict[str, 
 class Notifier:
     """Sends a job's events in order from one background thread; never raises."""
 
-    def __init__(self, root: Root, job: JobDir, spec: Dict[str, Any], retries: int = 3, backoff: float = 1.0,
+    def __init__(self, root: Root, job: JobDir, spec: SpecLike, retries: int = 3, backoff: float = 1.0,
                  timeout: float = 10.0) -> None:
-        self.root, self.job, self.spec = root, job, spec
-        self.cfg = spec.get("notify") or {}
+        self.root, self.job, self.spec = root, job, JobSpec.of(spec)
+        self.cfg = self.spec.notify
         self.retries, self.backoff, self.timeout = retries, backoff, timeout
         self.q = queue.Queue()  # type: queue.Queue
         self.thread = None  # type: Optional[threading.Thread]
@@ -166,64 +169,62 @@ def notify_lost(root: Root, job_id: str) -> Dict[str, Any]:
 
     job = root.job(job_id)
     st = jobs.live_status(root, job, procs.boot_id())
-    spec = job.spec_data()
+    spec = job.job_spec()
     n = Notifier(root, job, spec)
     ev = build_event("lost", job, spec, st, reason=st.get("lost_reason"))
     outcomes = n.send_now(ev)  # notify_event applies on:
     return {"job_id": job_id, "sent": len(outcomes), "ok": sum(1 for o in outcomes if o.get("ok"))}
 
 
-# ---- the supervisor's hooks (each never raises) ----------------------------------------------
+# ---- the supervisor's hooks (each never raises; ``ctx``: remote.run.watchers.JobContext) -------------
 
-def attach(sup: Any) -> None:
-    """Give a supervisor its notifier and, when the spec has policies, its auto-stop watcher."""
+def attach(ctx: Any, watchers: Any) -> None:
+    """Give a supervisor's job its notifier and, when the spec has policies, its auto-stop watcher (last)."""
     try:
-        sup.notifier = Notifier(sup.root, sup.job, sup.spec)
+        ctx.notifier = Notifier(ctx.root, ctx.job, ctx.spec)
     except Exception as e:
-        agent_log(sup.root, "notifier for {} not started: {}".format(sup.job.id, e))
+        agent_log(ctx.root, "notifier for {} not started: {}".format(ctx.job.id, e))
     try:
         from remote.run import autostop
 
-        w = autostop.watcher(sup.spec, str(sup.job.path))
-        if w is not None:
-            sup.watchers.append(w)
+        watchers.add(autostop.watcher(ctx))
     except Exception as e:
-        agent_log(sup.root, "auto-stop for {} not started: {}".format(sup.job.id, e))
+        agent_log(ctx.root, "auto-stop for {} not started: {}".format(ctx.job.id, e))
 
 
-def emit(sup: Any, kind: str, **extra: Any) -> None:
+def emit(ctx: Any, kind: str, **extra: Any) -> None:
     """Queue a notification of ``kind`` for the supervisor's job (background send)."""
-    n = getattr(sup, "notifier", None)
+    n = getattr(ctx, "notifier", None)
     if n is not None:
         try:
-            n.emit(kind, sup.status, **extra)
+            n.emit(kind, ctx.status, **extra)
         except Exception:
             pass
 
 
-def on_finish(sup: Any, state: str) -> None:
+def on_finish(ctx: Any, state: str) -> None:
     """The job ended: send the last notification, wait for it, then power off when asked."""
     kind = state if state in ENDINGS else None  # each way a run ends is announced under its own name
     if kind:
-        emit(sup, kind, reason=sup.status.get("reason") if kind != "succeeded" else None)
-    n = getattr(sup, "notifier", None)
+        emit(ctx, kind, reason=ctx.status.get("reason") if kind != "succeeded" else None)
+    n = getattr(ctx, "notifier", None)
     if n is not None:
         n.flush()
-    if getattr(sup, "mirror", None) is not None:  # the last checkpoint leaves before the power does
+    if getattr(ctx, "mirror", None) is not None:  # the last checkpoint leaves before the power does
         try:
-            sup.mirror.at_end()
+            ctx.mirror.at_end()
         except Exception as e:
-            agent_log(sup.root, "mirror at the end of {} failed: {}".format(sup.job.id, e))
+            agent_log(ctx.root, "mirror at the end of {} failed: {}".format(ctx.job.id, e))
     try:
         from remote.run import power
 
-        power.after_job(sup.root, sup.job, sup.spec, state, tick=sup.heartbeat)
+        power.after_job(ctx.root, ctx.job, ctx.spec, state, tick=ctx.heartbeat)
     except Exception as e:
-        agent_log(sup.root, "power-off after {} failed: {}".format(sup.job.id, e))
+        agent_log(ctx.root, "power-off after {} failed: {}".format(ctx.job.id, e))
 
 
-def started(sup: Any) -> None:
+def started(ctx: Any) -> None:
     """``started`` once per supervisor run (its first attempt); later attempts are ``restarted``."""
-    if not getattr(sup, "_announced_start", False):
-        sup._announced_start = True
-        emit(sup, "started")
+    if not getattr(ctx, "_announced_start", False):
+        ctx._announced_start = True
+        emit(ctx, "started")

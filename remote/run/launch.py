@@ -10,7 +10,9 @@ import re
 import shlex
 import shutil
 import subprocess
-from typing import Any, Dict, List
+from typing import Dict, List
+
+from remote.core.spec import JobSpec, SpecLike
 
 PY_RE = re.compile(r"^(\s*)(?:exec\s+)?(python3?(?:\.\d+)?|\S*/python3?(?:\.\d+)?)((?:\s+-[uBOs]+)*)\s+(.*)$")
 RDZV_PORT = 29400
@@ -30,20 +32,21 @@ def gpu_count() -> int:
     return len([ln for ln in out.splitlines() if ln.startswith("GPU ")])
 
 
-def procs_per_node(spec: Dict[str, Any]) -> int:
+def procs_per_node(spec: SpecLike) -> int:
     """``gpus: N`` → N processes; ``all`` → every GPU (1 on a CPU host)."""
-    gpus = spec.get("gpus")
+    spec = JobSpec.of(spec)
+    gpus = spec.gpus
     if isinstance(gpus, int) and gpus > 0:
         return gpus
-    allocated = spec.get("allocated")
+    allocated = spec.allocated
     if allocated:
         return len([d for d in str(allocated).split(",") if d.strip()])
     return max(1, gpu_count())
 
 
-def torchrun_args(spec: Dict[str, Any], attempt: int = 1) -> List[str]:
-    node = spec.get("node") or {}
-    retry = spec.get("retry") or {}
+def torchrun_args(spec: SpecLike, attempt: int = 1) -> List[str]:
+    spec = JobSpec.of(spec)
+    node = spec.node
     args = ["--nproc-per-node={}".format(procs_per_node(spec))]
     if int(node.get("num_nodes", 1)) <= 1:
         return ["--standalone"] + args
@@ -53,8 +56,8 @@ def torchrun_args(spec: Dict[str, Any], attempt: int = 1) -> List[str]:
         "--rdzv-endpoint={}:{}".format(node["master_addr"], node.get("port", RDZV_PORT)),
         # torchrun restarts its workers in place (--max-restarts); a node whose supervisor
         # restarts torchrun rejoins the same rendezvous, which runs on the first node
-        "--rdzv-id={}".format(node.get("rdzv_id") or spec.get("job_id") or spec["name"]),
-        "--max-restarts={}".format(int(retry.get("max_restarts", 0))),
+        "--rdzv-id={}".format(node.get("rdzv_id") or spec.job_id or spec.name),
+        "--max-restarts={}".format(spec.retry.max_restarts),
         # the first node hosts the rendezvous store: say so, rather than let torchrun guess
         # from host names (which a container's /etc/hosts often gets wrong)
         "--rdzv-conf=is_host={}".format(1 if int(node["rank"]) == 0 else 0),
@@ -64,10 +67,11 @@ def torchrun_args(spec: Dict[str, Any], attempt: int = 1) -> List[str]:
     )
 
 
-def command(spec: Dict[str, Any], attempt: int = 1) -> str:
+def command(spec: SpecLike, attempt: int = 1) -> str:
     """The shell command the supervisor runs for ``spec``."""
-    run = spec["run"]
-    if spec.get("launcher") != "torchrun":
+    spec = JobSpec.of(spec)
+    run = spec.run
+    if spec.launcher != "torchrun":
         return run
     lines = run.split("\n")
     for i in range(len(lines) - 1, -1, -1):
@@ -80,12 +84,13 @@ def command(spec: Dict[str, Any], attempt: int = 1) -> str:
     return run
 
 
-def node_env(spec: Dict[str, Any]) -> Dict[str, str]:
+def node_env(spec: SpecLike) -> Dict[str, str]:
     """GPUJOB_NODE_RANK, GPUJOB_NUM_NODES, GPUJOB_NODE_ADDRS, GPUJOB_GPUS_PER_NODE."""
-    node = spec.get("node") or {}
+    spec = JobSpec.of(spec)
+    node = spec.node
     return {
         "GPUJOB_NODE_RANK": str(node.get("rank", 0)),
         "GPUJOB_NUM_NODES": str(node.get("num_nodes", 1)),
         "GPUJOB_NODE_ADDRS": ",".join(node.get("addrs") or []),
-        "GPUJOB_GPUS_PER_NODE": str(procs_per_node(spec) if spec.get("launcher") == "torchrun" else gpu_count()),
+        "GPUJOB_GPUS_PER_NODE": str(procs_per_node(spec) if spec.launcher == "torchrun" else gpu_count()),
     }

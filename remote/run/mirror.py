@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from remote.core.layout import agent_log, write_json
+from remote.core.spec import JobSpec
 from remote.mirror import engine, store, version
 
 PASS_EVERY = float(os.environ.get("GPUJOB_MIRROR_EVERY", "2"))
@@ -72,11 +73,17 @@ class Target:
 
 
 class Mirror:
-    """A watcher (``tick``) that owns one background thread; ``drain`` waits for it at the end."""
+    """A watcher (``tick``) that owns one background thread; ``drain`` waits for it at the end.
 
-    def __init__(self, sup: Any, cfg: Dict[str, Any]) -> None:
-        self.sup, self.cfg = sup, cfg
-        self.targets = [Target(t, sup.job.id, cfg) for t in cfg.get("targets") or []]
+    ``ctx``: what it sees of the supervisor (remote/run/watchers.py's JobContext: job, root, spec,
+    ckpt_dir(), path_prefix(), heartbeat, notifier)."""
+
+    name = "checkpoint mirror"
+    interval = 0.0  # each tick only makes sure its thread runs (a pass every PASS_EVERY s)
+
+    def __init__(self, ctx: Any, cfg: Dict[str, Any]) -> None:
+        self.ctx, self.cfg = ctx, cfg
+        self.targets = [Target(t, ctx.job.id, cfg) for t in cfg.get("targets") or []]
         self.thread = None  # type: Optional[threading.Thread]
         self.wake = threading.Event()
         self.ending = False  # the job ended: nothing new will be written
@@ -86,17 +93,20 @@ class Mirror:
         self.install_failed: Optional[Tuple[float, str]] = None
 
     # ---- the watcher's side (the supervisor's loop) ---------------------------------------
-    def tick(self, sup: Any) -> Optional[str]:
+    def tick(self, now: float = 0.0) -> Optional[str]:
+        self.start()
+        return None
+
+    def start(self) -> None:
         if self.thread is None:
             self.thread = threading.Thread(target=self._loop, name="gpujob-mirror", daemon=True)
             self.thread.start()
-        return None
 
     def drain(self, timeout: float, tick: Optional[Callable[[], None]] = None) -> bool:
         """After the job: wait up to ``timeout`` s until every complete checkpoint is mirrored."""
         self.ending = True
         self.idle.clear()
-        self.tick(self.sup)
+        self.start()
         self.wake.set()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -109,27 +119,27 @@ class Mirror:
     def at_end(self) -> None:
         """The job ended: wait (``mirror.wait``) until its last checkpoint is mirrored; past that,
         say so (event, agent log, notification) and let the supervisor go on (power-off included)."""
-        sup = self.sup
+        ctx = self.ctx
         wait = float(self.cfg.get("wait", 1800))
-        sup.job.event("waiting_for_mirror", timeout_s=wait)
-        if self.drain(wait, tick=sup.heartbeat):
-            sup.job.event("mirror_done")
+        ctx.job.event("waiting_for_mirror", timeout_s=wait)
+        if self.drain(wait, tick=ctx.heartbeat):
+            ctx.job.event("mirror_done")
             return
         left = [t.state() for t in self.targets]
-        sup.job.event("mirror_wait_timeout", targets=left)
+        ctx.job.event("mirror_wait_timeout", targets=left)
         why = "; ".join("{}: {}".format(t["target"], t["error"] or "still uploading") for t in left)
-        agent_log(sup.root, "{}: mirror not done after {:.0f} s ({})".format(sup.job.id, wait, why))
+        agent_log(ctx.root, "{}: mirror not done after {:.0f} s ({})".format(ctx.job.id, wait, why))
         from remote.run import events
 
-        events.emit(sup, "mirror_failing", reason="the last checkpoint is not mirrored after {:.0f} s: {}".format(
+        events.emit(ctx, "mirror_failing", reason="the last checkpoint is not mirrored after {:.0f} s: {}".format(
             wait, why))
-        n = getattr(sup, "notifier", None)
+        n = getattr(ctx, "notifier", None)
         if n is not None:
             n.flush()
 
     def sending(self) -> List[str]:
         """The checkpoints being uploaded now (rotation keeps them until they are up)."""
-        base = self.sup.ckpt_dir()  # as rotation names them (a shared checkpoint.dir: its real folder)
+        base = self.ctx.ckpt_dir()  # as rotation names them (a shared checkpoint.dir: its real folder)
         now_sending = [t.uploading for t in self.targets]  # read once: the thread may clear one meanwhile
         return [str(base / u["name"]) for u in now_sending if u]
 
@@ -143,7 +153,7 @@ class Mirror:
             try:
                 more = self.one_pass()
             except Exception as e:  # never let the mirror take the job down
-                agent_log(self.sup.root, "{}: mirror pass failed: {}".format(self.sup.job.id, e))
+                agent_log(self.ctx.root, "{}: mirror pass failed: {}".format(self.ctx.job.id, e))
                 more = False
             failing = any(t.error for t in self.targets)
             if ending and not more and not failing:
@@ -156,9 +166,9 @@ class Mirror:
         from remote.ckpt import checkpoints
         from remote.core import procs
 
-        job = self.sup.job
+        job = self.ctx.job
         pids = [] if self.ending else (lambda: procs.job_pids(job.id, job_dir=str(job.path)))
-        found = checkpoints.find(job.ckpt, self.sup.spec.get("checkpoint_pattern"), pids)
+        found = checkpoints.find(job.ckpt, JobSpec.of(self.ctx.spec).checkpoint_pattern, pids)
         return [c for c in found if c.complete]
 
     def one_pass(self) -> bool:
@@ -168,7 +178,7 @@ class Mirror:
         more = False
         for t in self.targets:
             if self.ready(t):
-                todo = t.pending(complete, self.sup.job.ckpt)
+                todo = t.pending(complete, self.ctx.job.ckpt)
                 if not todo:  # reachable, and holding all it should: no longer failing
                     t.error, t.failing_since, t.alerted = None, None, False
                 elif self.upload(t, todo[0]):
@@ -193,7 +203,7 @@ class Mirror:
     def rclone(self) -> str:
         if self.binary is None:
             env = self.base_env()
-            found = engine.find(self.sup.root.root, env.get("PATH"))
+            found = engine.find(self.ctx.root.root, env.get("PATH"))
             if not found:  # once per host, with its pip settings (pip_index_url, network_turbo)
                 from remote.env import provision
 
@@ -202,7 +212,7 @@ class Mirror:
                 if self.install_failed and time.monotonic() - self.install_failed[0] < INSTALL_AGAIN:
                     raise engine.MirrorError(self.install_failed[1])  # not pip every pass
                 try:
-                    found = engine.install(self.sup.root.root, env)
+                    found = engine.install(self.ctx.root.root, env)
                 except engine.MirrorError as e:
                     self.install_failed = (time.monotonic(), str(e))
                     raise
@@ -211,14 +221,14 @@ class Mirror:
 
     def base_env(self) -> Dict[str, str]:
         env = dict(os.environ)
-        env.update(self.sup.spec.get("host_env") or {})
-        prefix = self.sup.path_prefix()
+        env.update(JobSpec.of(self.ctx.spec).host_env)
+        prefix = self.ctx.path_prefix()
         if prefix:
             env["PATH"] = prefix + os.pathsep + env.get("PATH", "")
         return env
 
     def env(self, target: str) -> Dict[str, str]:
-        return engine.env_for(target, self.cfg, self.sup.job.secrets_data(), self.base_env())
+        return engine.env_for(target, self.cfg, self.ctx.job.secrets_data(), self.base_env())
 
 
     @staticmethod
@@ -237,7 +247,7 @@ class Mirror:
         """One version of ``c`` to ``t``: hashed, copied to the slot its marker does not name, verified,
         then marked. False (nothing marked) when it failed or the job saved ``c`` again meanwhile."""
         assert t.rc is not None and t.mirrored is not None
-        base = self.sup.job.ckpt
+        base = self.ctx.job.ckpt
         name = c.rel(base)
         was = t.mirrored.get(name)
         t.uploading = {"name": name, "step": c.step, "percent": 0, "bytes": 0, "total": None, "since": time.time()}
@@ -266,7 +276,7 @@ class Mirror:
             t.rc.verify(str(c.path), dst, not c.is_dir, verified, engine.local_files(str(c.path), not c.is_dir))
             if self.saved_again(t, c, before):  # what went up is the version hashed only if not saved anew meanwhile
                 return False
-            doc = {"name": name, "step": c.step, "kind": c.kind, "is_dir": c.is_dir, "job_id": self.sup.job.id,
+            doc = {"name": name, "step": c.step, "kind": c.kind, "is_dir": c.is_dir, "job_id": self.ctx.job.id,
                    "path": slot, "files": files, "version": ver, "stamp": before}
             store.write_marker(t.rc, t.dest, doc)
         except engine.MirrorError as e:
@@ -276,13 +286,13 @@ class Mirror:
         doc["mirrored_at"] = time.time()
         t.mirrored[name] = doc
         t.uploading, t.error, t.failing_since, t.alerted = None, None, None, False
-        self.sup.job.event("mirrored", checkpoint=name, version=ver, target=display(t.target))
+        self.ctx.job.event("mirrored", checkpoint=name, version=ver, target=display(t.target))
         if was is not None and store.path_of(was) != slot:
             try:  # the earlier version of this name: no marker names it now
                 store.drop(t.rc, t.dest, store.path_of(was), c.is_dir)
             except engine.MirrorError as e:
-                agent_log(self.sup.root, "{}: mirror {}: the earlier {} stays: {}".format(
-                    self.sup.job.id, display(t.target), store.path_of(was), e))
+                agent_log(self.ctx.root, "{}: mirror {}: the earlier {} stays: {}".format(
+                    self.ctx.job.id, display(t.target), store.path_of(was), e))
         self.rotate(t)
         return True
 
@@ -294,8 +304,8 @@ class Mirror:
 
         if self.ending:  # the job's writes are over
             return True
-        job = self.sup.job
-        budget = diskbudget.Budget(self.sup.ckpt_dir(), self.sup.spec.get("checkpoint_pattern"))
+        job = self.ctx.job
+        budget = diskbudget.Budget(self.ctx.ckpt_dir(), JobSpec.of(self.ctx.spec).checkpoint_pattern)
         pids = lambda: procs.job_pids(job.id, job_dir=str(job.path))  # noqa: E731
         try:
             r = budget.reserve(Path(t.target), pids)
@@ -318,18 +328,18 @@ class Mirror:
                 store.remove(t.rc, t.dest, doc)
                 t.mirrored.pop(doc["name"], None)
             except engine.MirrorError as e:
-                agent_log(self.sup.root, "{}: mirror keep on {}: {}".format(self.sup.job.id, display(t.target), e))
+                agent_log(self.ctx.root, "{}: mirror keep on {}: {}".format(self.ctx.job.id, display(t.target), e))
 
     def failed(self, t: Target, why: str) -> None:
         t.error = why
         t.failing_since = t.failing_since or time.time()
-        agent_log(self.sup.root, "{}: mirror {}: {}".format(self.sup.job.id, display(t.target), why))
+        agent_log(self.ctx.root, "{}: mirror {}: {}".format(self.ctx.job.id, display(t.target), why))
         if not t.alerted and time.time() - t.failing_since >= float(self.cfg.get("alert_after", 600)):
             t.alerted = True
-            self.sup.job.event("mirror_failing", target=display(t.target), since=t.failing_since)
+            self.ctx.job.event("mirror_failing", target=display(t.target), since=t.failing_since)
             from remote.run import events
 
-            events.emit(self.sup, "mirror_failing", reason="checkpoints are only on the instance since {} ({}: {})".format(
+            events.emit(self.ctx, "mirror_failing", reason="checkpoints are only on the instance since {} ({}: {})".format(
                 time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t.failing_since)), display(t.target), why))
 
     def lag(self) -> Optional[float]:
@@ -338,7 +348,7 @@ class Mirror:
         c = self.latest_complete
         if c is None:
             return None
-        if all(t.holds(c, self.sup.job.ckpt) for t in self.targets):
+        if all(t.holds(c, self.ctx.job.ckpt) for t in self.targets):
             return 0.0
         return round(max(0.0, time.time() - c.mtime), 1)
 
@@ -346,7 +356,7 @@ class Mirror:
         doc = {"targets": [t.state() for t in self.targets], "lag_s": self.lag(), "updated_at": time.time(),
                "ending": self.ending}
         try:
-            write_json(self.sup.job.path / STATE, doc)
+            write_json(self.ctx.job.path / STATE, doc)
         except OSError:
             pass
 

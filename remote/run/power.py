@@ -21,6 +21,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from remote.core import layout
 from remote.core.layout import JobDir, Root, agent_log, now, read_json, write_json
+from remote.core.spec import JobSpec, SpecLike
 from remote.jobs import lost
 
 PULLED = "pulled"
@@ -86,12 +87,13 @@ def wait_pulled(job: JobDir, timeout: float, tick: Optional[Callable[[], None]] 
         time.sleep(0.5)
 
 
-def after_job(root: Root, job: JobDir, spec: Dict[str, Any], state: str,
+def after_job(root: Root, job: JobDir, spec: SpecLike, state: str,
               tick: Optional[Callable[[], None]] = None) -> Optional[Dict[str, Any]]:
     """Power off after a job when ``autostop.after`` is ``shutdown`` (not after a user's stop)."""
     from remote.run import autostop
 
-    cfg = spec.get("autostop") or {}
+    spec = JobSpec.of(spec)
+    cfg = spec.autostop
     if cfg.get("after") != "shutdown" or state == "stopped":
         return None
     wait = autostop.pull_wait(cfg)
@@ -105,7 +107,7 @@ def after_job(root: Root, job: JobDir, spec: Dict[str, Any], state: str,
         agent_log(root, "job {} ended ({}): shutdown skipped, another job runs".format(job.id, state))
         return {"ran": False, "error": "another job runs"}
     job.event("shutdown", state=state)
-    return run_shutdown(root, spec.get("shutdown_command"), "job {} {}".format(job.id, state))
+    return run_shutdown(root, spec.shutdown_command, "job {} {}".format(job.id, state))
 
 
 # ---- idle ------------------------------------------------------------------------------------

@@ -8,11 +8,11 @@ a plain stop would and says how much work since the last checkpoint is lost.
 
 import json
 import statistics
-import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from remote.core.layout import JobDir, now, with_reserve
+from remote.core.spec import JobSpec
 
 TICK = 1.0  # seconds between looks at the checkpoint folder
 DEFAULT_MAX_WAIT = 1200.0  # without a known interval between checkpoints
@@ -98,35 +98,43 @@ def _ago(s: float) -> str:
 
 
 class Watch:
-    """A supervisor watcher: the stop reason once a new complete checkpoint landed or max_wait ran out."""
+    """A supervisor watcher: the stop reason once a new complete checkpoint landed or max_wait ran out.
 
-    def __init__(self, job: JobDir, ckpt_dir: Path, pattern: Optional[str]) -> None:
-        self.job, self.ckpt_dir, self.pattern, self.next_at = job, ckpt_dir, pattern, 0.0
+    ``ctx`` gives what it needs of the supervisor (remote/run/watchers.py's JobContext): the job's
+    pids, its status, its spec and the log's markers."""
+
+    name = "stop after checkpoint"
+    interval = TICK
+
+    def __init__(self, job: JobDir, ckpt_dir: Path, pattern: Optional[str], ctx: Any) -> None:
+        self.job, self.ckpt_dir, self.pattern, self.ctx, self.next_at = job, ckpt_dir, pattern, ctx, 0.0
         self.landed = False  # the stop it asked for follows a complete checkpoint: a short grace (LANDED_GRACE)
 
-    def tick(self, sup: Any) -> Optional[str]:
-        if time.monotonic() < self.next_at:
+    def tick(self, clock: float) -> Optional[str]:
+        """``clock``: time.monotonic() of the supervisor's turn (the request's times are wall times: now())."""
+        if clock < self.next_at:
             return None
-        self.next_at = time.monotonic() + TICK
+        self.next_at = clock + TICK
         req = pending(self.job)
         if not req:
             return None
-        done = _complete(self.ckpt_dir, self.pattern, sup.job_pids)
+        ctx = self.ctx
+        done = _complete(self.ckpt_dir, self.pattern, ctx.job_pids)
         reason = str(req.get("reason") or "stopped by user")
         if done and done[-1].mtime > float(req["requested_at"]):
             clear(self.job)
             self.landed = True
-            sup.log_marker("stop: checkpoint {} is complete ({} after the request): stopping now; nothing is left "
+            ctx.log_marker("stop: checkpoint {} is complete ({} after the request): stopping now; nothing is left "
                            "to save, so what has not left within {:g} s gets SIGKILL".format(
                                done[-1].name, _ago(done[-1].mtime - float(req["requested_at"])),
-                               min(LANDED_GRACE, float(sup.spec.get("stop_grace", 120)))))
+                               min(LANDED_GRACE, JobSpec.of(ctx.spec).stop_grace)))
             return "{} (after checkpoint {})".format(reason, done[-1].name)
         if now() - float(req["requested_at"]) < float(req.get("max_wait") or 0):
             return None
         clear(self.job)
-        since = done[-1].mtime if done else float(sup.status.get("started_at") or now())
+        since = done[-1].mtime if done else float(ctx.status.get("started_at") or now())
         lost = "the work since the last checkpoint ({}, {} ago) is lost".format(done[-1].name, _ago(now() - since)) \
             if done else "no checkpoint was ever written: all {} of work is lost".format(_ago(now() - since))
-        sup.log_marker("stop: no new checkpoint within {}: stopping anyway; {}".format(
+        ctx.log_marker("stop: no new checkpoint within {}: stopping anyway; {}".format(
             _ago(float(req.get("max_wait") or 0)), lost))
         return "{} (no new checkpoint within {}: {})".format(reason, _ago(float(req.get("max_wait") or 0)), lost)

@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Optional
 from remote.core import locks, procs
 from remote.core.layout import JobDir, Root, now, with_reserve
 from remote.core.protocol import TERMINAL
+from remote.core.spec import STOP_WAIT
 from remote.jobs import store as jobs
 from remote.stopping import after, late
 from remote.stopping import cgroup as cg
@@ -33,7 +34,7 @@ def _finder(job: JobDir, st: Dict[str, Any]) -> jobkill.Finder:
     the job's (a pid the kernel gave to another process since must not lead us to its tree)."""
     sup, child = st.get("supervisor_pid"), st.get("child_pid")
     attempts = st.get("attempts") or [{}]
-    prefix = (job.spec_data().get("host_env") or {}).get("GPUJOB_PATH_PREFIX", "")
+    prefix = job.job_spec().path_prefix
     gpu_since = float(attempts[0].get("started_at") or 0) if st.get("cuda_visible_devices") else 0.0
 
     def find() -> set:
@@ -96,7 +97,7 @@ def _sup_state(job: JobDir, st: Dict[str, Any]) -> str:
     return ""
 
 
-def stop(root: Root, job_id: str, wait: float, reason: str = "stopped by user",
+def stop(root: Root, job_id: str, wait: float = STOP_WAIT, reason: str = "stopped by user",
          after_checkpoint: Optional[float] = None, job_mode: bool = False) -> Dict[str, Any]:
     """Stop the job and verify it: the answer is its record after the stop (the ``stop`` verb answers
     it as status shows it, with ``survivors``: remote/verbs/jobs.py ``stopped``).
@@ -106,16 +107,16 @@ def stop(root: Root, job_id: str, wait: float, reason: str = "stopped by user",
     ``job_mode``: as the job file's ``stop: {mode: ...}`` says (``move``)."""
     job = root.job(job_id)
     st = jobs.live_status(root, job, procs.boot_id())
-    spec = job.spec_data()
-    if job_mode and after_checkpoint is None and spec.get("stop_mode") == "checkpoint":
-        after_checkpoint = float(spec["stop_max_wait"]) if spec.get("stop_max_wait") else -1.0
+    spec = job.job_spec()
+    if job_mode and after_checkpoint is None and spec.stop_mode == "checkpoint":
+        after_checkpoint = spec.stop_max_wait if spec.stop_max_wait else -1.0
     start = time.monotonic()
     deadline = start + wait
     if st.get("state") not in TERMINAL:
         late.note_if_ended(job.stop_file, st.get("child_pid"), st.get("supervisor_pid"))
         if after_checkpoint is not None and st.get("state") == "running":
             after.request(job, after_checkpoint if after_checkpoint >= 0 else None, reason,
-                          pattern=spec.get("checkpoint_pattern"),
+                          pattern=spec.checkpoint_pattern,
                           pids=lambda: procs.job_pids(job.id, job_dir=str(job.path)))
         else:
             with_reserve(lambda: job.stop_file.write_text(reason + "\n"))
@@ -128,7 +129,7 @@ def stop(root: Root, job_id: str, wait: float, reason: str = "stopped by user",
                 st.get("supervisor_pid"), job_id) else ""
             if why:
                 st.setdefault("stopping", reason)
-                grace = min(float(job.spec_data().get("stop_grace", 120)), max(deadline - time.monotonic(), 5.0))
+                grace = min(job.job_spec().stop_grace, max(deadline - time.monotonic(), 5.0))
                 take_over(job, st, why, grace)
                 break
             time.sleep(0.2)

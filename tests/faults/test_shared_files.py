@@ -99,7 +99,7 @@ def test_twenty_writers_at_once_leave_every_change_in_place(sshd: Sshd, tmp_path
 WRITER = """
 import sys
 sys.path.insert(0, sys.argv[1])
-from remote import atomicfile
+from remote.core import atomicfile
 for k in range(int(sys.argv[4])):
     atomicfile.update_json(sys.argv[2], lambda doc: doc.update({"%s-%d" % (sys.argv[3], k): k}))
     atomicfile.append(sys.argv[2] + ".log", "%s-%d\\n" % (sys.argv[3], k))
