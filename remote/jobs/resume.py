@@ -94,7 +94,7 @@ def gpus_lacking(job: JobDir) -> str:
     from remote.host import gpus
 
     spec = job.job_spec()
-    n = gpus.wanted(spec.to_dict())
+    n = gpus.wanted(spec)
     if n is None:
         return ""
     prefix = spec.path_prefix or os.environ.get("GPUJOB_PATH_PREFIX", "")

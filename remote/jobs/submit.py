@@ -153,7 +153,7 @@ def _interpreter_or_refuse(root: Root, project: str, spec: JobSpec, request: Dic
     from remote.env import interpreter
 
     try:
-        interpreter.check(root, spec.to_dict(), request.get("host_env") or {})
+        interpreter.check(root, spec, request.get("host_env") or {})
     except AgentError:
         lease = request.get("lease")
         if lease:

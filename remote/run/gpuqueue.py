@@ -20,7 +20,7 @@ def take_gpus(root: Root, job: JobDir, spec: JobSpec, record: Record,
     """
     from remote.host import gpus
 
-    n = gpus.wanted(spec.to_dict())
+    n = gpus.wanted(spec)
     if n is None:
         if spec.gpus == "auto":  # said where the user looks (tail, --follow), on any host
             record.log_marker("no GPU on this host (no nvidia-smi): gpus: auto runs the job on its CPU")

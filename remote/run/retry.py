@@ -46,5 +46,5 @@ def gpus_gone(spec: JobSpec) -> str:
     came back without them), else ""."""
     from remote.host import gpus
 
-    n = gpus.wanted(spec.to_dict())
+    n = gpus.wanted(spec)
     return gpus.lacking(*gpus.probe(spec.path_prefix), n) if n is not None else ""

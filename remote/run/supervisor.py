@@ -158,7 +158,7 @@ class Supervisor:
         from remote.jobs.saved import stray_checkpoints
 
         try:
-            stray = stray_checkpoints(self.job, self.spec.to_dict(), self.status)
+            stray = stray_checkpoints(self.job, self.spec, self.status)
         except Exception as e:  # a hint must never take the job down
             agent_log(self.root, "{}: looking for checkpoints in the code failed: {}".format(self.job.id, e))
             return
@@ -174,7 +174,7 @@ class Supervisor:
 
         try:
             self.spec = self.spec.with_values(host_env=dict(self.spec.host_env, **provision.ensure(
-                self.root, self.job, self.spec.to_dict(), tick=lambda: self.heartbeat() or self.stop_requested())))
+                self.root, self.job, self.spec, tick=lambda: self.heartbeat() or self.stop_requested())))
             if self.ctx.notifier is not None:  # its messages read the environment as the job has it
                 self.ctx.notifier.spec = self.spec
         except provision.SetupFailed as e:
@@ -183,7 +183,7 @@ class Supervisor:
         try:  # tunnel, doctor and exec run what the job runs
             from remote.env import jobenv
 
-            jobenv.record(self.job, self.spec.to_dict())
+            jobenv.record(self.job, self.spec)
         except OSError as e:
             agent_log(self.root, "env.json of {} not written: {}".format(self.job.id, e))
         return None

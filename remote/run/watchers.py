@@ -121,7 +121,7 @@ class MetricsWatch:
     def __init__(self, ctx: JobContext, since: float) -> None:
         from remote.metrics import metricsrc
 
-        self.collector = metricsrc.Collector(ctx.job, ctx.spec.to_dict(), since)
+        self.collector = metricsrc.Collector(ctx.job, ctx.spec, since)
         self.interval = metricsrc.EVERY
 
     def tick(self, now: float) -> Optional[str]:

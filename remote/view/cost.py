@@ -34,7 +34,7 @@ def max_steps(spec: SpecLike, records: List[Dict[str, Any]]) -> Optional[int]:
     for rec in reversed(records):
         if isinstance(rec.get("max_steps"), (int, float)) and rec["max_steps"] > 0:
             return int(rec["max_steps"])
-    return run_hints(JobSpec.of(spec).to_dict()).get("max_steps")
+    return run_hints(spec).get("max_steps")
 
 
 def estimate(status: Dict[str, Any], spec: SpecLike, metrics: Path, now: float,
@@ -58,7 +58,7 @@ def estimate(status: Dict[str, Any], spec: SpecLike, metrics: Path, now: float,
     live = status.get("state") in ("running", "restarting")
     recs = _metrics_window(metrics, since) if live and os.path.exists(str(metrics)) else []
     prog = progress if live and progress and float(progress.get("t") or 0) >= since else {}
-    total = max_steps(spec, recs) or prog.get("total") or total_from_epochs(recs, run_hints(spec.to_dict()).get("epochs"))
+    total = max_steps(spec, recs) or prog.get("total") or total_from_epochs(recs, run_hints(spec).get("epochs"))
     doc["max_steps"] = total
     step = float(recs[-1]["step"]) if recs else prog.get("step")
     if step is None or not total:

@@ -97,7 +97,7 @@ def _describe(root: Root, job_id: str, detail: bool = False) -> Dict[str, Any]:
     st["last_metrics"] = recent_metrics(st, metrics)
     if not detail and st.get("state") == "running" and source in (None, "log"):  # ls: the log's newest step, as
         # status shows it, from a bounded tail (a metrics file or events are read whole, not lagging)
-        last, _, took = metricsrc.with_unread(job, spec.to_dict(), source, st["last_metrics"] or {}, metricsrc.LS_TAIL)
+        last, _, took = metricsrc.with_unread(job, spec, source, st["last_metrics"] or {}, metricsrc.LS_TAIL)
         if took:
             st["last_metrics"], source = last, source or "log"
     st["metrics_source"] = source
