@@ -97,8 +97,15 @@ def _as_postgres(argv: list[str], **kw: object) -> subprocess.CompletedProcess:
 
 
 def _clean_leftovers() -> None:
-    """Clusters of a killed earlier run: their server ended, their folder removed."""
+    """Clusters of a killed earlier run: their server ended, their folder removed. A cluster's folder
+    names the test process that made it (``gj-pg-<pid>-``): one whose maker lives belongs to a run
+    going on beside this one (another xdist worker) and is left alone."""
+    from remote.core.procs import pid_alive
+
     for base in glob.glob(os.path.join(tempfile.gettempdir(), PG_PREFIX + "*")):
+        maker = os.path.basename(base)[len(PG_PREFIX):].split("-", 1)[0]
+        if not maker.isdigit() or pid_alive(int(maker)):
+            continue
         pidfile = Path(base) / "data" / "postmaster.pid"
         try:
             pid = int(pidfile.read_text().split()[0])
@@ -115,7 +122,7 @@ def postgres() -> Iterator[Postgres]:
     if os.geteuid() != 0 or not initdb or not pg_ctl or not shutil.which("runuser"):
         pytest.skip("needs PostgreSQL's server (apt-get install postgresql) and root to start it as postgres")
     _clean_leftovers()
-    base = Path(tempfile.mkdtemp(prefix=PG_PREFIX))
+    base = Path(tempfile.mkdtemp(prefix=f"{PG_PREFIX}{os.getpid()}-"))
     base.chmod(0o755)
     data = base / "data"
     data.mkdir()
