@@ -52,7 +52,9 @@ def start_mlflow(folder: Path) -> tuple[subprocess.Popen, MlflowServer]:
     p = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri",
                           f"sqlite:///{folder / 'mlflow.db'}", "--default-artifact-root", f"file://{folder / 'artifacts'}",
                           "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True, stdin=subprocess.DEVNULL)
+                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True, stdin=subprocess.DEVNULL,
+                         # no job runner (8 huey consumers busy on 2 cores): the tests track runs, they run no server jobs
+                         env=dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false"))
     uri = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 240  # its first start migrates the database: a minute on 2 busy cores
     while True:
