@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.schedule import pytest_collection_modifyitems, pytest_configure  # noqa: F401 - the parallel run's order
+
 REPO = Path(__file__).resolve().parent.parent
 
 # A suite started in the background of a non-interactive shell (`cmd &`, nohup) inherits SIGINT

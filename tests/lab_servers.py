@@ -52,7 +52,9 @@ def start_mlflow(folder: Path) -> tuple[subprocess.Popen, MlflowServer]:
     p = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri",
                           f"sqlite:///{folder / 'mlflow.db'}", "--default-artifact-root", f"file://{folder / 'artifacts'}",
                           "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True, stdin=subprocess.DEVNULL)
+                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True, stdin=subprocess.DEVNULL,
+                         # no job runner (8 huey consumers busy on 2 cores): the tests track runs, they run no server jobs
+                         env=dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false"))
     uri = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 240  # its first start migrates the database: a minute on 2 busy cores
     while True:
@@ -97,8 +99,15 @@ def _as_postgres(argv: list[str], **kw: object) -> subprocess.CompletedProcess:
 
 
 def _clean_leftovers() -> None:
-    """Clusters of a killed earlier run: their server ended, their folder removed."""
+    """Clusters of a killed earlier run: their server ended, their folder removed. A cluster's folder
+    names the test process that made it (``gj-pg-<pid>-``): one whose maker lives belongs to a run
+    going on beside this one (another xdist worker) and is left alone."""
+    from remote.core.procs import pid_alive
+
     for base in glob.glob(os.path.join(tempfile.gettempdir(), PG_PREFIX + "*")):
+        maker = os.path.basename(base)[len(PG_PREFIX):].split("-", 1)[0]
+        if not maker.isdigit() or pid_alive(int(maker)):
+            continue
         pidfile = Path(base) / "data" / "postmaster.pid"
         try:
             pid = int(pidfile.read_text().split()[0])
@@ -115,7 +124,7 @@ def postgres() -> Iterator[Postgres]:
     if os.geteuid() != 0 or not initdb or not pg_ctl or not shutil.which("runuser"):
         pytest.skip("needs PostgreSQL's server (apt-get install postgresql) and root to start it as postgres")
     _clean_leftovers()
-    base = Path(tempfile.mkdtemp(prefix=PG_PREFIX))
+    base = Path(tempfile.mkdtemp(prefix=f"{PG_PREFIX}{os.getpid()}-"))
     base.chmod(0o755)
     data = base / "data"
     data.mkdir()

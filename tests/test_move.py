@@ -19,7 +19,8 @@ from tests.helpers import job_processes, needs, submit, wait_for, wait_state, wr
 from tests.test_events import Hook
 
 # plain torch, full-batch gradient descent: deterministic, so a resumed run logs exactly the
-# losses an unbroken one would; a checkpoint every 5 steps and on a stop request
+# losses an unbroken one would; a checkpoint every 5 steps and on a stop request; a first run holds
+# at step HOLD until it is stopped (or killed), a resumed one runs to the end
 TRAIN = """
     import json, os, pathlib, time, torch
     torch.manual_seed(0)
@@ -51,6 +52,8 @@ TRAIN = """
             f.write(json.dumps({"t": time.time(), "step": step, "loss": loss.item()}) + "\\n")
         if step % 5 == 0:
             save(step)
+        while not start and step >= int(os.environ["HOLD"]) and not os.path.exists(os.environ["GPUJOB_STOP_FILE"]):
+            time.sleep(0.05)  # the first run is mid-run until the test moves or kills it, however slow the machine
         if os.path.exists(os.environ["GPUJOB_STOP_FILE"]):
             save(step); print("stopped at", step, flush=True); raise SystemExit(0)
         time.sleep(0.0 if start else float(os.environ["STEP_S"]))  # a resumed run only has to finish
@@ -100,7 +103,7 @@ def metrics(path: Path) -> list[dict]:
 
 def submit_training(tmp_path: Path, to: str, steps: int, **extra: object) -> str:
     needs("torch")
-    job = write_job(tmp_path, "lin", TRAIN, "python main.py", env={"STEPS": str(steps), "STEP_S": "0.15"}, **extra)
+    job = write_job(tmp_path, "lin", TRAIN, "python main.py", env={"STEPS": str(steps), "STEP_S": "0.15", "HOLD": "12"}, **extra)
     return submit(to, job)["job_id"]
 
 

@@ -31,6 +31,7 @@ class TcpProxy:
         self.frozen: set[int] = set()
         self.lock = threading.Lock()
         self.listener: socket.socket | None = None
+        self.acceptor: threading.Thread | None = None
         self.generation = 0
         self.start()
 
@@ -42,7 +43,8 @@ class TcpProxy:
         s.settimeout(0.1)  # a close must not wait behind a blocked accept()
         self.listener = s
         self.generation += 1
-        threading.Thread(target=self._accept, args=(s, self.generation), daemon=True).start()
+        self.acceptor = threading.Thread(target=self._accept, args=(s, self.generation), daemon=True)
+        self.acceptor.start()
 
     def _accept(self, listener: socket.socket, gen: int) -> None:
         while self.listener is listener:
@@ -91,7 +93,8 @@ class TcpProxy:
     def _close_listener(self) -> None:
         listener, self.listener = self.listener, None
         if listener:
-            time.sleep(0.15)  # the accept loop notices and leaves
+            if self.acceptor is not None:  # the accept loop notices (within its 0.1 s timeout) and leaves
+                self.acceptor.join(10)
             listener.close()
 
     def kill(self) -> None:

@@ -31,8 +31,9 @@ OSC = [b"\x1b]", b"\x07", b"52;c;", b"title"]  # clipboard and title: stripped e
 FORBIDDEN = OSC + [b"\x1b[2J", "\x9b".encode(), b"\x1b[38;5;201m"]
 
 
-def on_a_pty(*args: str, timeout: float = 60) -> tuple[int, bytes]:
-    """``gpujob ARGS`` with a pty as its terminal (stdout and stderr): its exit code and every byte it wrote."""
+def on_a_pty(*args: str, timeout: float = 240) -> tuple[int, bytes]:
+    """``gpujob ARGS`` with a pty as its terminal (stdout and stderr): its exit code and every byte it wrote.
+    ``timeout`` only bounds a hung command: a 12 MB profile takes a minute to read on 2 busy cores."""
     master, slave = pty.openpty()
     env = dict(os.environ, PYTHONPATH=str(REPO), TERM="xterm-256color", COLUMNS="200", LINES="50")
     p = subprocess.Popen([sys.executable, "-m", "gpujob.cli", *args], stdin=subprocess.DEVNULL, stdout=slave,
