@@ -287,7 +287,7 @@ def rewrite_dotted(text: str, plan: Plan) -> str:
     return DOTTED_RE.sub(one, text)
 
 
-FILE_RE = re.compile(r"""Path\(__file__\)(\.resolve\(\))?((?:\.parent)+|\.parents\[(\d+)\])((?:\s*/\s*(["'])[\w.\-]+\5)*)""")
+FILE_RE = re.compile(r"""Path\(__file__\)(\.resolve\(\))?(\.parents\[(\d+)\]|(?:\.parent)+(?!s))((?:\s*/\s*(["'])[\w.\-]+\5)*)""")
 
 
 def rewrite_file_relative(text: str, old: str, new: str, plan: Plan, warn: list[str]) -> str:
@@ -365,7 +365,8 @@ def rewrite_imports(text: str, self_mod: str, plan: Plan, in_tests: bool, warn: 
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
             if node.level:
-                warn.append(f"{where}:{node.lineno}: a relative import; check it after the move")
+                if in_tests:
+                    warn.append(f"{where}:{node.lineno}: a relative import; check it after the move")
                 continue
             module = node.module or ""
             groups: dict[str, list[str]] = {}
