@@ -382,7 +382,7 @@ def rewrite_imports(text: str, self_mod: str, plan: Plan, in_tests: bool, warn: 
                 new = resolve(module) or module
                 if new != module:
                     changed = True
-                if new == self_mod:
+                if new == self_mod and in_tests:  # a merged file: the name is defined here now
                     changed = True
                     if a.asname and a.asname != a.name:
                         warn.append(f"{where}:{node.lineno}: '{a.name} as {a.asname}' from itself after the merge; "
@@ -636,7 +636,7 @@ def apply(plan: Plan, dry: bool) -> tuple[list[str], list[str]]:
         except UnicodeDecodeError:
             continue
         new = text
-        if p.suffix == ".py":
+        if p.suffix == ".py" and (rel.startswith("tests/") or re.search(r"\btests\b", text)):
             new = rewrite_imports(new, mod_of(rel), plan, rel.startswith("tests/"), warn, rel)
             new = rewrite_segments(new, plan)
         new = rewrite_dotted(new, plan)
