@@ -191,6 +191,18 @@ class Plan:
         self.pathmap.update(self._dir_moves(files))
         self.old_files = sorted(set(self.dest) | set(files))
         self.old_mods = {mod_of(f) for f in self.old_files if f.endswith(".py")}
+        # a file merged into another: a reference to it as a whole names its test when it had one
+        self.sole_test: dict[str, str] = {}
+        for srcs in self.groups.values():
+            for s in srcs[1:]:
+                try:
+                    tree = ast.parse((repo / s).read_text())
+                except (SyntaxError, UnicodeDecodeError):
+                    continue
+                tests = [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                         and n.name.startswith("test_")]
+                if len(tests) == 1:
+                    self.sole_test[s] = tests[0]
         # top-level names under tests/: a test could import them bare while pytest put tests/ on sys.path
         self.bare = {PurePosixPath(f).parts[1].removesuffix(".py") for f in self.old_files if f.count("/") >= 1}
 
@@ -228,6 +240,9 @@ def rewrite_paths(text: str, plan: Plan) -> str:
         tail = s[len(core):]
         if "*" in core:
             return expand_glob(core, plan, m.string, m.start(), m.end()) + tail
+        test = plan.sole_test.get(core)
+        if test and not tail and m.string[m.end():m.end() + 2] != "::":
+            return f"{map_path(core, plan.pathmap)}::{test}"
         return map_path(core, plan.pathmap) + tail
 
     return PATH_RE.sub(one, text)
