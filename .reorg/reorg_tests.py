@@ -58,9 +58,11 @@ The tests mirror the code: a feature's tests sit in the folder named like its pa
 | `tests/e2e/` | a user's whole path through the real CLI (first run, users' example scripts, the docs' recipes) |
 | `tests/faults/` | faults that cross packages, each in one file: a full disk, a cut or frozen link, concurrent clients, a client interrupted, damaged records, gc racing an upload, leftovers, the laptop's shared files |
 | `tests/security/` | attacks that cross packages: a hostile agent (`test_hostile_*`), secrets anywhere, terminal injection (docs/security.md names each) |
-| `tests/support/` | shared helpers (`helpers`, `hostile`, `netlab`, `loopfs`, `screen`, `linkproxy`, `lab_servers`, `mirror_lab`, `byo_helpers`, `train_helpers`, `sigint_at`) and `stand_ins/` (the `nvidia-smi` and power-switch stand-ins) |
 
-`tests/conftest.py` holds the fixtures every test may use (the real sshd, isolated folders).
+At the top of `tests/`, what every folder shares: `conftest.py` (the fixtures: the real sshd, isolated
+folders, `REPO`), the helper modules (`helpers`, `hostile`, `netlab`, `loopfs`, `screen`, `lab_servers`,
+`mirror_lab`, `byo_helpers`, `train_helpers`) and `stand_ins/` (the `nvidia-smi` and power-switch
+stand-ins). The fault tools sit with the faults (`tests/faults/linkproxy.py`, `tests/faults/sigint_at.py`).
 A test's own data sits beside it (`tests/remote/metrics/data/`, `tests/remote/run/ddp_job/`).
 
 ## A new test's home
@@ -73,9 +75,10 @@ A test's own data sits beside it (`tests/remote/metrics/data/`, `tests/remote/ru
 3. It plays an attacker: `tests/security/`.
 4. It walks a user's whole path across many commands: `tests/e2e/`.
 
-Import helpers as `from tests.support.helpers import ...` and fixtures from `tests.conftest`; every folder
+Import helpers as `from tests.helpers import ...` and fixtures from `tests.conftest`; every folder
 holding tests has an `__init__.py` (tests import as `tests.remote.ckpt.test_checkpoints`), so two files may
-share a basename. Find the repository from a test with `from tests.conftest import REPO`.
+share a basename. Find the repository from a test with `from tests.conftest import REPO`. A test module
+that moved still imports by its old name (`tests/__init__.py`: `MOVED`), for suites written before the move.
 """
 
 
@@ -130,8 +133,8 @@ def default_home(path: str, repo: Path) -> str | None:
     old_flat = len(p.parts) == 2 or (len(p.parts) == 3 and p.parts[1] == "faults")
     if not old_flat or p.suffix != ".py" or p.name in ("conftest.py", "__init__.py"):
         return None
-    if not p.name.startswith("test_"):
-        return f"tests/support/{p.name}"  # a helper module
+    if not p.name.startswith("test_") or p.parts[1] == "faults":
+        return None  # a helper stays at the top; a fault's test stays with the faults
     for prefix, folder in PREFIX_HOMES:
         if p.name.startswith(prefix):
             name = p.name
@@ -319,6 +322,8 @@ def rewrite_file_relative(text: str, old: str, new: str, plan: Plan, warn: list[
             warn.append(f"{new}: {m.group(0)} points above the repository; left as it was")
             return m.group(0)
         target = ups[level].joinpath(*segs)
+        if not segs and str(target).startswith("tests"):
+            warn.append(f"{new}: {m.group(0)} is {target}/, and what is joined to it later may have moved; check it")
         target_new = PurePosixPath(map_path(str(target), plan.pathmap)) if str(target) != "." else target
         here = PurePosixPath(new).parent
         common = here
@@ -576,20 +581,69 @@ def reference_files(repo: Path) -> list[Path]:
 def ensure_packages(repo: Path) -> list[str]:
     """An __init__.py in tests/ and in every folder holding tests (and the ones above it)."""
     made = []
-    need = {repo / "tests", repo / "tests" / "support"}
+    need = {repo / "tests"}
     for p in (repo / "tests").rglob("*.py"):
         if "__pycache__" in p.parts:
             continue
-        if p.name.startswith("test_") or p.name == "conftest.py" or p.parent.name == "support":
+        if p.name.startswith("test_") or p.name == "conftest.py":
             d = p.parent
             while d != repo:
                 need.add(d)
                 d = d.parent
     for d in sorted(need):
+        if d == repo / "tests":
+            continue  # written by old_names()
         if not (d / "__init__.py").exists() and d.is_dir():
             (d / "__init__.py").write_text("")
             made.append(str((d / "__init__.py").relative_to(repo)))
     return made
+
+
+INIT = '''"""The test suite: tests/README.md says where a test lives.
+
+A test module moved by issue 39's reorganisation still imports by its old name (a suite written before
+it: ``from tests.test_events import Hook``): a module of the same objects as the one under the new name."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import sys
+import types
+
+MOVED = {
+%s}
+
+
+class _OldName(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """``tests.test_x`` -> the names of ``tests.<package>.test_x``, asked for after every other finder."""
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> importlib.machinery.ModuleSpec | None:
+        return importlib.machinery.ModuleSpec(name, self) if name in MOVED else None
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> None:
+        return None
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        new = importlib.import_module(MOVED[module.__name__])
+        module.__dict__.update({k: v for k, v in vars(new).items() if not k.startswith("__")})
+
+
+sys.meta_path.append(_OldName())
+'''
+
+
+def old_names(plan: Plan) -> None:
+    """tests/__init__.py with every moved test module's old name (kept from an earlier run too)."""
+    init = plan.repo / "tests" / "__init__.py"
+    moved = {o: n for o, n in plan.modmap.items() if o.rpartition(".")[2].startswith("test_")}
+    if init.exists():
+        for node in ast.parse(init.read_text()).body:
+            if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["MOVED"]:
+                moved = {**ast.literal_eval(node.value), **moved}
+    moved = {o: n for o, n in moved.items() if o != n}
+    init.write_text(INIT % "".join(f"    {o!r}: {n!r},\n" for o, n in sorted(moved.items())).replace("'", '"'))
 
 
 def apply(plan: Plan, dry: bool) -> tuple[list[str], list[str]]:
@@ -663,6 +717,7 @@ def apply(plan: Plan, dry: bool) -> tuple[list[str], list[str]]:
             if p.suffix == ".py":
                 changed_py.append(rel)
     made = ensure_packages(repo)
+    old_names(plan)
     (repo / "tests" / "README.md").write_text(README)
     git("add", "-A", "tests", *[str(p.relative_to(repo)) for p in reference_files(repo)])
     if changed_py:
