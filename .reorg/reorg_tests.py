@@ -716,6 +716,12 @@ def apply(plan: Plan, dry: bool) -> tuple[list[str], list[str]]:
             p.write_text(new)
             if p.suffix == ".py":
                 changed_py.append(rel)
+    changed_py = sorted(set(changed_py) | {d for d in written if d.endswith(".py")})  # merged: imports to sort
+    for d in sorted((repo / "tests").rglob("*"), key=lambda p: -len(p.parts)):  # folders a move emptied
+        if d.is_dir() and d.name != "__pycache__" and all(c.name == "__pycache__" for c in d.iterdir()):
+            for c in d.iterdir():
+                subprocess.run(["rm", "-rf", str(c)], check=True)
+            d.rmdir()
     made = ensure_packages(repo)
     old_names(plan)
     (repo / "tests" / "README.md").write_text(README)
