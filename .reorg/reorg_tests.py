@@ -105,8 +105,8 @@ def read_mapping(path: Path) -> tuple[list[tuple[str, str]], list[tuple[str, str
         if not line.strip() or line.startswith("#"):
             continue
         cols = line.split("\t")
-        if cols[0] == "text" and len(cols) == 3:
-            texts.append((cols[1], cols[2]))
+        if cols[0] == "text" and len(cols) == 3:  # \n in OLD or NEW: a line break
+            texts.append((cols[1].replace("\\n", "\n"), cols[2].replace("\\n", "\n")))
         elif len(cols) == 2:
             moves.append((cols[0].strip(), cols[1].strip()))
         else:
@@ -696,6 +696,7 @@ def apply(plan: Plan, dry: bool) -> tuple[list[str], list[str]]:
         (repo / dst).write_text(text)
     # every python file under tests/ and every reference elsewhere, rewritten where it names a moved thing
     changed_py = []
+    texts_found: set[str] = set()
     targets = [p for p in (repo / "tests").rglob("*") if p.is_file() and "__pycache__" not in p.parts
                and p.suffix in TEXT_SUFFIXES and not any(part in ("logs", "logcorpus") for part in p.parts)]
     for p in targets + reference_files(repo):
@@ -711,11 +712,15 @@ def apply(plan: Plan, dry: bool) -> tuple[list[str], list[str]]:
         new = rewrite_dotted(new, plan)
         new = rewrite_paths(new, plan)
         for old, repl in plan.texts:
-            new = new.replace(old, repl)
+            if old in new:
+                texts_found.add(old)
+                if repl not in new:
+                    new = new.replace(old, repl)
         if new != text:
             p.write_text(new)
             if p.suffix == ".py":
                 changed_py.append(rel)
+    warn += [f"text not found anywhere (add it by hand): {old!r}" for old, _ in plan.texts if old not in texts_found]
     changed_py = sorted(set(changed_py) | {d for d in written if d.endswith(".py")})  # merged: imports to sort
     for d in sorted((repo / "tests").rglob("*"), key=lambda p: -len(p.parts)):  # folders a move emptied
         if d.is_dir() and d.name != "__pycache__" and all(c.name == "__pycache__" for c in d.iterdir()):
