@@ -89,6 +89,16 @@ def git(*args: str, check: bool = True) -> str:
     return r.stdout
 
 
+def move(src: str, dst: str) -> None:
+    """``git mv`` (history follows); a file git does not track yet is renamed and added."""
+    Path(dst).parent.mkdir(parents=True, exist_ok=True)
+    if subprocess.run(["git", "ls-files", "--error-unmatch", src], capture_output=True).returncode == 0:
+        git("mv", src, dst)
+    else:
+        os.rename(src, dst)
+        git("add", dst)
+
+
 def mod_of(path: str) -> str:
     p = PurePosixPath(path)
     parts = list(p.with_suffix("").parts)
@@ -670,8 +680,7 @@ def apply(plan: Plan, dry: bool) -> tuple[list[str], list[str]]:
                     plan.modmap[mod_of(s)] = mod_of(alt)
                     log.append(f"separate  {s} -> {alt} (merge refused)")
                     if not dry:
-                        (repo / alt).parent.mkdir(parents=True, exist_ok=True)
-                        git("mv", s, alt)
+                        move(s, alt)
                         written[alt] = rewrite_file_relative(originals[s].decode(), s, alt, plan, warn)
                 srcs = srcs[:1]
                 text = texts[0][1]
@@ -683,11 +692,10 @@ def apply(plan: Plan, dry: bool) -> tuple[list[str], list[str]]:
             log.append(f"move      {srcs[0]} -> {dst}")
         if dry:
             continue
-        (repo / dst).parent.mkdir(parents=True, exist_ok=True)
         if srcs[0] != dst:
-            git("mv", srcs[0], dst)
+            move(srcs[0], dst)
         for s in srcs[1:]:
-            git("rm", "-q", s)
+            git("rm", "-q", "-f", s)
         if text is not None:
             written[dst] = text
     if dry:
