@@ -694,8 +694,11 @@ def apply(plan: Plan, dry: bool) -> tuple[list[str], list[str]]:
             continue
         if srcs[0] != dst:
             move(srcs[0], dst)
-        for s in srcs[1:]:
-            git("rm", "-q", "-f", s)
+        for s in srcs[1:]:  # merged into dst
+            if subprocess.run(["git", "ls-files", "--error-unmatch", s], capture_output=True).returncode == 0:
+                git("rm", "-q", "-f", s)
+            else:
+                os.remove(s)
         if text is not None:
             written[dst] = text
     if dry:
