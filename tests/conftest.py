@@ -189,7 +189,7 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.setenv("GPUJOB_CONNECT_RETRIES", "1")
     monkeypatch.setenv("GPUJOB_NO_SSH_AGENT", "1")
     monkeypatch.setenv("GPUJOB_HEARTBEAT", "1")
-    monkeypatch.setenv("GPUJOB_PREFLIGHT", "0")  # a new host's first submit measures it; tests/test_preflight.py does
+    monkeypatch.setenv("GPUJOB_PREFLIGHT", "0")  # a new host's first submit measures it; tests/remote/host/test_preflight.py does
     # this image's login shells run `pyenv rehash`, which waits up to 60 s on a lock file
     # that a job killed mid-start can leave behind
     monkeypatch.setenv("PYENV_REHASH_TIMEOUT", "1")
@@ -289,8 +289,8 @@ def run_cli(*args: str, input: str | None = None, timeout: float = 120,
 
 @pytest.fixture
 def hook() -> Iterator[object]:
-    """A real HTTP server that records notification requests (tests.test_events.Hook)."""
-    from tests.test_events import Hook
+    """A real HTTP server that records notification requests (tests.remote.run.test_events.Hook)."""
+    from tests.remote.run.test_events import Hook
 
     h = Hook()
     yield h

@@ -4,7 +4,7 @@
 
 A real job on the ``local`` host (a temporary root and config) prints ``--lines`` lines a second,
 paced by the clock in 50 ms batches: ``mixed`` cycles the segments of the real captured logs in
-``tests/fixtures/logs`` (HF Trainer dicts and bar redraws, Lightning's tqdm and rich bars, a tqdm
+``tests/remote/metrics/data/logs`` (HF Trainer dicts and bar redraws, Lightning's tqdm and rich bars, a tqdm
 loop with prints), ``plain`` prints ``step N loss X lr Y`` lines, ``wide`` a line of nine fields
 (``epoch 3 | step N | train loss X | val loss ... | tokens/s ... | mem ...``) each. Once the job runs, the supervisor's
 CPU (utime+stime of every thread, ``/proc/<pid>/stat``) is read ``--seconds`` apart, and the lines

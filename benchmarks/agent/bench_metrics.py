@@ -1,7 +1,7 @@
 """What reading metrics from the log and TensorBoard costs the supervisor (issue 13: < 1 % of a core).
 
 Simulates SECONDS of a job that prints LINES lines a second (segments cut from the real captured
-logs in tests/fixtures/logs: HF Trainer dicts and bar redraws, Lightning and tqdm bars, prints)
+logs in tests/remote/metrics/data/logs: HF Trainer dicts and bar redraws, Lightning and tqdm bars, prints)
 and writes SCALARS TensorBoard scalars a second (torch's SummaryWriter), and runs the supervisor's
 ``Collector`` on them every 2 s as the supervisor does. Measured with ``time.process_time`` in
 the same process, against a yardstick in the same run: reading the same bytes in the same
@@ -30,7 +30,7 @@ from remote.metrics import metricsrc  # noqa: E402
 def segments() -> list[bytes]:
     """Every ``\\n``/``\\r``-terminated piece of the captured logs, terminator kept."""
     out = []
-    for f in sorted((REPO / "tests" / "fixtures" / "logs").glob("*.log")):
+    for f in sorted((REPO / "tests" / "remote" / "metrics" / "data" / "logs").glob("*.log")):
         data = f.read_bytes()
         start = 0
         for i, b in enumerate(data):

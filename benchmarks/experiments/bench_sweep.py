@@ -1,6 +1,6 @@
 """A sweep with a median pruner against the same full grid without one: trial steps spent, best metric.
 
-The task: ``templates``-style plain loop (``tests/test_experiments.py``'s LOOP: gradient descent on
+The task: ``templates``-style plain loop (``tests/gpujob/usecases/experiments/test_experiments.py``'s LOOP: gradient descent on
 a quadratic, one printed loss per step, Ctrl-C saves and leaves), 40 steps of 50 ms, a grid of 8
 learning rates, 2 trials at once on ``local``; gpujob's log reader gives the sweep its curves.
 Target: pruning spends ≥ 30 % fewer trial steps than the full grid and finds the same best.
@@ -23,7 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from tests.test_experiments import LOOP  # noqa: E402
+from tests.gpujob.usecases.experiments.test_experiments import LOOP  # noqa: E402
 
 GRID = [0.4, 0.3, 0.2, 0.1, 0.05, 0.02, 0.01, 0.005]
 

@@ -105,7 +105,7 @@ def append_jsonl(path: Path, record: Dict[str, Any]) -> None:
 
 
 # status.json fields every reader does arithmetic on: a damaged or hand-edited record ("abc", 1e400,
-# a list) must cost that field, not every ``status``/``ls`` of the host (tests/test_faults_state.py)
+# a list) must cost that field, not every ``status``/``ls`` of the host (tests/faults/test_damaged_state.py)
 _NUMBERS = ("heartbeat", "submitted_at", "started_at", "ended_at", "resumed_at", "next_attempt_at", "attempt",
             "supervisor_pid", "child_pid", "exit_code", "restart_base", "batch_divisor", "queue_position")
 _INTEGERS = ("attempt", "supervisor_pid", "child_pid", "exit_code", "restart_base", "batch_divisor", "queue_position")

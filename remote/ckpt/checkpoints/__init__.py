@@ -46,7 +46,7 @@ Order: within a series (names that differ only in their numbers) by the step in 
 names without a step (``last.ckpt``) by modification time.
 """
 
-# plain ``from . import``: this file's own imports read as the standard library's (tests/test_checkpoints.py)
+# plain ``from . import``: this file's own imports read as the standard library's (tests/remote/ckpt/test_checkpoints.py)
 from . import completeness, discovery, formats, kinds, openfiles, ranking, rotation, strays
 
 COMPLETE_MARKER = kinds.COMPLETE_MARKER
