@@ -15,6 +15,7 @@ import json
 import os
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
@@ -51,6 +52,17 @@ class NoTrialRan(GpujobError):
     """Every trial of the sweep failed to be submitted (a host that answers but refuses): exit 1."""
 
     exit_code = 1
+
+
+
+UNMARKED_GRACE_S = 300.0  # a trial asked for and never marked by its laptop this long: its driver died in between
+
+
+def _unmarked_too_long(ft: Any) -> bool:
+    """A running trial no laptop has marked as its own: another driver's, just asked for (its mark is
+    the next write), unless it has stayed unmarked so long that its driver must have gone."""
+    started = getattr(ft, "datetime_start", None)
+    return started is None or (datetime.now() - started).total_seconds() > UNMARKED_GRACE_S
 
 
 def _optuna() -> Any:
@@ -143,7 +155,10 @@ class Driver:
         """Trials left running by a driver that went away: followed again, or failed when never submitted."""
         TS = self.optuna.trial.TrialState
         for ft in self.study.get_trials(deepcopy=False, states=(TS.RUNNING,)):
-            if ft.user_attrs.get("laptop", self.laptop) != self.laptop:
+            owner = ft.user_attrs.get("laptop")
+            if owner is None and not _unmarked_too_long(ft):
+                continue  # just asked for by a driver that has not marked it yet (its own write comes next)
+            if (owner or self.laptop) != self.laptop:
                 continue  # another laptop's trial in a shared study: that laptop follows it
             job_id = ft.user_attrs.get("job_id")
             if not job_id:
@@ -264,6 +279,9 @@ class Driver:
     def tell(self, trial: Any, value: float | None = None, state: Any = None) -> None:
         try:
             self.study.tell(trial, value, state=state)
+        except self.optuna.exceptions.UpdateFinishedTrialError:  # another driver of a shared study ended it
+            number = trial if isinstance(trial, int) else trial.number
+            self.note(f"trial {number}: already ended by another driver; its result stands")
         except RuntimeError as e:  # the grid sampler calls study.stop() once the grid is done: the tell is stored
             if "Study.stop" not in str(e):
                 raise
