@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.bytecode import share_bytecode
 from tests.schedule import pytest_collection_modifyitems, pytest_configure  # noqa: F401 - the parallel run's order
 
 REPO = Path(__file__).resolve().parent.parent
@@ -24,6 +25,7 @@ REPO = Path(__file__).resolve().parent.parent
 # be interrupted. The tests' processes get the disposition a terminal user's have.
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+share_bytecode()  # before xdist starts its workers: they and every process they start share it
 SSHD = shutil.which("sshd") or ("/usr/sbin/sshd" if os.path.exists("/usr/sbin/sshd") else None)
 
 
