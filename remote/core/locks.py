@@ -2,6 +2,7 @@
 
 - ``job_lock``: every change of a job's state (submit, start, resume, stop, restart, the
   supervisor's own writes) happens under ``flock`` on ``<job>/job.lock``.
+- ``stop_turn``: the stops under way hold ``<job>/stop.lock`` shared, a resume waits for it alone.
 - ``supervisor_lock``: the supervisor holds ``<job>/supervisor.lock`` for its whole life; a
   second one (a racing ``resume``) finds it held and leaves. The kernel drops it when the
   process dies, so a reboot or a kill leaves no stale lock.
@@ -45,6 +46,33 @@ def flocked(path: Path, blocking: bool = True) -> Iterator[bool]:
             yield False
             return
         yield True
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def stop_turn(job_path: Path, shared: bool, wait: float) -> Iterator[bool]:
+    """``<job>/stop.lock``: each ``stop`` holds it shared while it asks and waits, a ``resume`` holds it
+    alone, so a resume asked while stops are under way starts once they have answered for the run they
+    stopped (never clearing their request halfway). Waits at most ``wait`` s; yields whether it got it
+    (False: the caller goes on as before; a removed job or a full disk has no file to line up on)."""
+    try:
+        fd = os.open(str(job_path / "stop.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        yield False
+        return
+    try:
+        deadline = time.monotonic() + wait
+        got = False
+        while not got:
+            try:
+                fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+                got = True
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(0.1)
+        yield got
     finally:
         os.close(fd)
 

@@ -14,11 +14,15 @@ from remote.jobs.saved import checkpoint_list
 from remote.jobs.store import live_status
 from remote.jobs.submit import record_supervisor, start_supervisor
 
+STOP_TURN = 60.0  # s a resume waits for the stops under way (a stop after the next checkpoint may take long)
+
 
 def resume(root: Root, job_id: str) -> Dict[str, Any]:
     """Restart a lost, stopped or failed job under the same id, from its newest complete checkpoint."""
     job = root.job(job_id)
-    with locks.job_lock(job.path, removed_is_error=True):  # a second resume waits here, then finds the job running
+    # the stops under way answer first (each for the run it stopped): at most STOP_TURN s, then as before
+    with locks.stop_turn(job.path, shared=False, wait=STOP_TURN), \
+            locks.job_lock(job.path, removed_is_error=True):  # a second resume waits here, then finds the job running
         st = live_status(root, job, procs.boot_id())
         if st.get("state") == "moved":
             raise AgentError("job {} moved to {}: it goes on there".format(job_id, st.get("moved_to")),

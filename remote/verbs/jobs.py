@@ -14,6 +14,8 @@ from remote.core.protocol import SETTLED, TERMINAL
 from remote.jobs.store import resolve
 from remote.view import status as view
 
+STOP_TURN = 30.0  # s a stop waits for a resume under way (then it stops the run that resume started)
+
 
 def status(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     if a.job:
@@ -67,10 +69,12 @@ def stopped(root: Root, job_id: str, wait: float, reason: str = "stopped by user
     ``survivors`` (the pids still running) while it has not ended."""
     from remote.stopping import verb
 
-    verb.stop(root, job_id, wait, reason, after_checkpoint, job_mode)
-    out = view.describe(root, job_id)
-    if out.get("state") not in TERMINAL:
-        out["survivors"] = verb.survivors(root.job(job_id), out)
+    # held until the answer is read: a resume asked meanwhile waits for it (remote/core/locks.py stop_turn)
+    with locks.stop_turn(root.job(job_id).path, shared=True, wait=STOP_TURN):
+        verb.stop(root, job_id, wait, reason, after_checkpoint, job_mode)
+        out = view.describe(root, job_id)
+        if out.get("state") not in TERMINAL:
+            out["survivors"] = verb.survivors(root.job(job_id), out)
     return out
 
 

@@ -145,6 +145,9 @@ class Driver:
         self.running: dict[int, tuple[Any, str, str]] = {}  # number -> (trial, job_id, host)
         self.stopping: dict[int, float] = {}  # number -> when the stop was asked
         self.stop_s = STOP_GUESS_S
+        self.read_at: dict[int, float] = {}  # number -> when its status (the cost the ledger holds) was read
+        self.checked: float | None = None  # when over() last looked
+        self.round_s = poll_s()  # seconds between two looks (a loaded laptop's rounds outlast the poll's sleep)
         self.ended: str | None = None
         self.caps: dict[int, float] = {}  # number -> the most that trial may spend (its agent stops it there)
         self.hour_caps: dict[int, float] = {}  # number -> the GPU-hours it may use
@@ -230,6 +233,7 @@ class Driver:
         trial.set_user_attr("job_id", job_id)
         trial.set_user_attr("host", host)
         self.running[trial.number] = (trial, job_id, host)
+        self.read_at[trial.number] = time.monotonic()
         self.note(f"trial {trial.number}: {job_id} on {host} with "
                   + ", ".join(f"{k}={v}" for k, v in values.items()))
         return True
@@ -242,6 +246,7 @@ class Driver:
         TS = self.optuna.trial.TrialState
         trial, job_id, host = self.running[number]
         st = self.client.status(job_id, host or None)
+        self.read_at[number] = time.monotonic()
         self.note_use(trial, st)
         key = self._metric(st)
         pts = [p for p in (st.get("series") or {}).get(key or "", []) if isinstance(p[1], (int, float))]
@@ -322,13 +327,19 @@ class Driver:
 
     def over(self, spent: dict[str, Any]) -> str | None:
         """Why the sweep must end now: the budget or the GPU-hours would be passed before a stop lands."""
-        ahead = (self.stop_s + poll_s()) / 3600.0  # what each running trial adds before it has stopped
-        live = [jid for _, jid, _ in self.running.values()]
+        now = time.monotonic()
+        if self.checked is not None:
+            self.round_s = max(poll_s(), now - self.checked)
+        self.checked = now
+        # hours each running trial adds before it has stopped: since its cost was read (a round ago at
+        # most), until the next look (a round on), then the stop itself
+        ahead = {jid: (now - self.read_at.get(n, now) + self.round_s + self.stop_s) / 3600.0
+                 for n, (_, jid, _) in self.running.items()}
         if self.spec.budget is not None and spent["cost"] is not None:
-            coming = sum((spent["price_per_hour"].get(j) or 0.0) * ahead for j in live)
+            coming = sum((spent["price_per_hour"].get(j) or 0.0) * h for j, h in ahead.items())
             if spent["cost"] + coming >= self.spec.budget:
                 return f"budget {self.spec.budget:g} {spent.get('currency') or ''} reached".replace("  ", " ")
-        if self.spec.max_gpu_hours is not None and spent["gpu_hours"] + len(live) * ahead >= self.spec.max_gpu_hours:
+        if self.spec.max_gpu_hours is not None and spent["gpu_hours"] + sum(ahead.values()) >= self.spec.max_gpu_hours:
             return f"max_gpu_hours {self.spec.max_gpu_hours:g} reached"
         return None
 

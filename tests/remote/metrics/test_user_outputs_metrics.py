@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from remote.metrics.logparse import LogParser
 from tests.conftest import run_cli
 from tests.helpers import needs, status, submit, wait_for, wait_state, write_job
@@ -81,7 +83,7 @@ def test_an_outer_epochs_bar_gives_the_inner_bar_its_total() -> None:
 
 
 EPOCH_LOOP = """
-    import argparse, logging, time
+    import argparse, logging, os, time
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     ap = argparse.ArgumentParser()
     ap.add_argument("--epochs", type=int)
@@ -90,11 +92,19 @@ EPOCH_LOOP = """
         time.sleep(0.7)
         print(f"Epoch {ep}: train loss: {1 / ep:.4f} - val loss: {2 / ep:.4f}", flush=True)  # the total only in run:
         logging.info("epoch=%d lr=%g", ep, 0.1 / ep)
+        end = time.time() + 120  # from epoch 3 on, it holds until the test has read the status (or 120 s):
+        while ep >= 3 and not os.path.exists(SEEN) and time.time() < end:  # a loaded machine's status call
+            time.sleep(0.05)  # may take longer than the run would
 """
 
 
-def test_an_epoch_loop_shows_epochs_eta_and_its_own_losses(tmp_path: Path) -> None:
-    job_id = submit("local", write_job(tmp_path, "epochs", EPOCH_LOOP, "python main.py --epochs 10"))["job_id"]
+def test_an_epoch_loop_shows_epochs_eta_and_its_own_losses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the agent reads each epoch's lines apart (every 0.2 s, not 2 s): the rate behind the ETA spans
+    # the epochs it holds at, not one read's batch
+    monkeypatch.setenv("GPUJOB_METRICS_EVERY", "0.2")
+    seen_file = tmp_path / "seen"
+    job_id = submit("local", write_job(tmp_path, "epochs", f"    SEEN = {str(seen_file)!r}\n" + EPOCH_LOOP,
+                                       "python main.py --epochs 10"))["job_id"]
     seen: dict = {}
 
     def running_with_eta() -> bool:
@@ -111,6 +121,7 @@ def test_an_epoch_loop_shows_epochs_eta_and_its_own_losses(tmp_path: Path) -> No
     # status reads the log's newest lines at each call: this second read may be an epoch (0.7 s) on
     assert any(f"epoch {e}/10" in text for e in (m["epoch"], m["epoch"] + 1)), text
     assert "epochs/s" in text and "train_loss" in text
+    seen_file.write_text("seen")  # the loop goes on
 
     done = wait_state("local", job_id, ("succeeded", "failed"))
     assert done["state"] == "succeeded" and done["latest_metrics"]["train_loss"] == 0.1

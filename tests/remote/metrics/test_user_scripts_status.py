@@ -44,8 +44,19 @@ def test_the_job_list_shows_a_loss_named_otherwise(isolated: Path, tmp_path: Pat
     assert float(row[header.index("LOSS")]) == float(f"{last['Loss/train']:.4g}"), r.stdout
 
 
+# mid-run (past one epoch) a loop holds until the test has read its status, or 120 s: a loaded
+# machine's status call may take longer than the whole run would (the rate and ETA come from the
+# records' times, which a hold does not change)
+HOLD = """
+    import os, time
+    def hold():
+        end = time.time() + 120
+        while not os.path.exists(SEEN) and time.time() < end:
+            time.sleep(0.05)
+"""
+
 # the tutorials' loop: the step count starts again each epoch
-TUTORIAL = """
+TUTORIAL = HOLD + """
     import time, torch
     model = torch.nn.Linear(4, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
@@ -58,10 +69,12 @@ TUTORIAL = """
             time.sleep(0.2)
             if (i + 1) % 2 == 0:
                 print(f"Epoch [{epoch + 1}/{num_epochs}], Step [{i + 1}/{total_step}], Loss: {loss.item():.4f}", flush=True)
+            if epoch * total_step + i + 1 == 12:
+                hold()
 """
 
 # one summary line per epoch, nothing per step
-EPOCHS_ONLY = """
+EPOCHS_ONLY = HOLD + """
     import time, torch
     model = torch.nn.Linear(4, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
@@ -72,6 +85,8 @@ EPOCHS_ONLY = """
         opt.zero_grad(); loss.backward(); opt.step()
         time.sleep(0.2)
         print(f"Epoch {epoch}/{EPOCHS} | train loss={loss.item():.4f} | lr=0.05", flush=True)
+        if epoch == 12:
+            hold()
 """
 
 
@@ -80,7 +95,8 @@ def test_progress_and_eta_of_loops_that_count_by_epoch(isolated: Path, tmp_path:
     """Mid-run, status counts the run's steps (not the epoch's) against the run's total, with a
     rate and an ETA."""
     needs("torch")
-    job = write_job(tmp_path, "byepoch", script, "python main.py", env=QUIET)
+    seen_file = tmp_path / "seen"
+    job = write_job(tmp_path, "byepoch", f"    SEEN = {str(seen_file)!r}\n" + script, "python main.py", env=QUIET)
     job_id = submit("local", job)["job_id"]
     seen: dict = {}
 
@@ -90,6 +106,7 @@ def test_progress_and_eta_of_loops_that_count_by_epoch(isolated: Path, tmp_path:
         return seen["state"] != "running" or (step is not None and step > 9 and seen["eta_s"] is not None)
 
     wait_for(past_one_epoch, 60, lambda: str({k: seen.get(k) for k in ("state", "latest_metrics", "last_line")}))
+    seen_file.write_text("seen")  # the loop goes on
     assert seen["state"] == "running", seen
     assert seen["max_steps"] == total and seen["eta_s"] is not None, seen
     assert 0 < seen["eta_s"] < 60 and seen["latest_metrics"]["step"] < total, seen

@@ -25,6 +25,8 @@ LOOP = """
     p.add_argument("--lr", type=float, default=0.1)
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--sleep", type=float, default=0.01)
+    p.add_argument("--hold-at", type=int, default=0)  # at this step, wait until stopped (or --hold-s)
+    p.add_argument("--hold-s", type=float, default=0.0)
     a = p.parse_args()
     stop = []
     signal.signal(signal.SIGINT, lambda *_: stop.append(1))
@@ -33,6 +35,9 @@ LOOP = """
         w -= a.lr * w
         print(f"step {step} loss {w * w + 0.01:.6f}", flush=True)
         time.sleep(a.sleep)
+        end = time.time() + (a.hold_s if step == a.hold_at else 0)
+        while not stop and time.time() < end:
+            time.sleep(0.05)
         if stop:
             break
     with open(os.path.join(os.environ["GPUJOB_CKPT_DIR"], f"ckpt_{step}.json"), "w") as f:
@@ -98,6 +103,10 @@ def test_ledger_holds_arguments_compare_shows_the_one_that_differs_rerun_runs_th
 
 STEPS = 25
 SWEEP_LOOP_RUN = f"python main.py --lr 0.1 --steps {STEPS} --sleep 0.1"
+# a trial past the pruner's warmup (3 steps) holds at step 5 until it is stopped, or 20 s: on a
+# loaded machine a round of the sweep's polls (an agent call per trial) may take longer than the
+# 2.5 s a whole trial runs, and the pruner only stops a trial it has seen running past its warmup
+PRUNABLE_LOOP_RUN = SWEEP_LOOP_RUN + " --hold-at 5 --hold-s 20"
 
 
 def _priced_local_host(tmp_path: Path, name: str, price: float) -> None:
@@ -118,7 +127,7 @@ def test_sweep_prunes_gracefully_resumes_and_ends_within_its_budget(tmp_path: Pa
     _priced_local_host(tmp_path, "priced", 360.0)  # 0.1 CNY a second
     sweep = {"method": "grid", "parallel": 2, "pruner": "median", "startup_trials": 2, "warmup_steps": 3, "seed": 10,
              "params": {"lr": [0.4, 0.3, 0.2, 0.1, 0.05, 0.02, 0.01, 0.005]}}
-    job = write_job(tmp_path, "sw", LOOP, SWEEP_LOOP_RUN, env=QUIET, checkpoint={"pattern": "ckpt_*.json"}, sweep=sweep,
+    job = write_job(tmp_path, "sw", LOOP, PRUNABLE_LOOP_RUN, env=QUIET, checkpoint={"pattern": "ckpt_*.json"}, sweep=sweep,
                     notify={"channels": [{"type": "webhook", "url": hook.url}]})
     # the driver is interrupted once two trials run (the laptop closing): they run on; resume goes on
     driver = subprocess.Popen([sys.executable, "-m", "gpujob.cli", "sweep", str(job), "--hosts", "priced", "--name",
