@@ -430,12 +430,16 @@ def test_total_from_epochs() -> None:
 def test_a_lightning_job_with_its_default_bar_and_logger(tmp_path: Path) -> None:
     """Lightning with rich installed draws nothing into a log until the end: TensorBoard carries it."""
     needs("torch", "lightning", "tensorboard")
+    go = tmp_path / "go"  # the job holds before its last epoch until the test has seen it mid-way (under load too)
     job = _job(tmp_path, "light", SCRIPTS / "lightning_tiny.py",
-               "python lightning_tiny.py --bar rich --max_epochs 6 --sleep 0.15",
+               f"python lightning_tiny.py --bar rich --max_epochs 6 --sleep 0.15 --hold_last_epoch_until {go}",
                runtime={"auto": False})  # the Trainer hook would write the metrics file (bring-your-own.md)
     job_id = submit("local", job)["job_id"]
-    st = _running_status("local", job_id, lambda s: s.get("metrics_source") == "tensorboard"
-                         and s.get("eta_s") is not None, timeout=120)
+    try:
+        st = _running_status("local", job_id, lambda s: s.get("metrics_source") == "tensorboard"
+                             and s.get("eta_s") is not None, timeout=120)
+    finally:
+        go.touch()
     assert st["loss_key"] == "train_loss" and st["max_steps"] == 48  # 6 epochs × 8 batches
     assert st["steps_per_s"] > 0 and st["eta_s"] > 0
     done = wait_state("local", job_id, ("succeeded", "failed"), timeout=120)

@@ -30,6 +30,10 @@ HF_DDP = HF_MODEL + """
     args = TrainingArguments(output_dir=a.output_dir, max_steps=500, save_steps=1000, logging_steps=1,
                              per_device_train_batch_size=4, report_to="none", use_cpu=True, ddp_backend="gloo")
     Trainer(model=model, args=args, train_dataset=Data()).train(resume_from_checkpoint=a.resume_from_checkpoint)
+    # as torch.distributed asks of every DDP script: without it gloo's threads can be torn down mid-exit
+    # ("terminate called without an active exception", SIGABRT) and torchrun exits 1
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 """
 
 
