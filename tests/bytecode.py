@@ -17,24 +17,18 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from gpujob.bundle import import_remote
+
+pid_alive = import_remote("core.procs").pid_alive  # the agent's own liveness check
+
 MARK = "GJ_TEST_PYCACHE"  # set by the run's first process; xdist workers inherit it and the folder
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _drop_dead_runs(tmp: Path) -> None:
     """Folders of earlier runs that were killed before they could remove their own."""
     for d in tmp.glob("gj-pycache-*"):
         m = re.match(r"gj-pycache-(\d+)-", d.name)
-        if m and not _alive(int(m.group(1))):
+        if m and not pid_alive(int(m.group(1))):
             shutil.rmtree(d, ignore_errors=True)
 
 
