@@ -11,9 +11,10 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Iterator
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-from gpujob.api.results import TunnelInfo
+if TYPE_CHECKING:
+    from gpujob.api.results import TunnelInfo
 
 Write = Callable[[bytes], None]
 _DONE = object()
@@ -136,6 +137,8 @@ class Tunnel:
 
     def __enter__(self) -> TunnelInfo:
         def ready(doc: dict[str, Any]) -> None:
+            from gpujob.api.results import TunnelInfo
+
             self.info = TunnelInfo.from_json(doc)
             self._ready.set()
 

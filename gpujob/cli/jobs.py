@@ -95,9 +95,14 @@ def _follow(job: Any, say: bool) -> int:
     return for_state(st.state)
 
 
+def _draw_status(st: Any) -> None:
+    from gpujob.ui.jobs import status  # the drawing's modules: a --json status never imports them
+
+    status(st)
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     from gpujob.exitcodes import for_state
-    from gpujob.ui.jobs import status
 
     if args.job is None:
         if args.exit_code:  # the list has no one outcome: exit 0 would read as "succeeded"
@@ -112,7 +117,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             live_status(job.status, args.interval)
             return 0
         st = job.status()
-        show(args, st, status)
+        show(args, st, _draw_status)
         return for_state(st.state) if args.exit_code else 0
 
 

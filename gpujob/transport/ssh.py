@@ -356,14 +356,55 @@ def open_tunnel(tr: paramiko.Transport, host: str, port: int, timeout: float) ->
 AEAD = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
 
 
+class _QuickAck:
+    """The connection's socket, acknowledging what it receives at once (Linux ``TCP_QUICKACK``).
+
+    OpenSSH's sshd leaves Nagle on for a session without a terminal, so a reply written in two
+    segments waits for our acknowledgement of the first, which Linux delays by up to 40 ms once the
+    exchange looks interactive: the first channel's open confirmation waited 42-50 ms behind the
+    host-key notice sshd sends after the login, every first command (BENCHMARKS.md, issue 38).
+    The kernel clears the flag when we send soon after a receive, so the first receive after a send
+    sets it again; receives in a row (a download) and sends in a row (an upload) cost no call."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._sent = True
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+    def send(self, data: bytes, *flags: int) -> int:
+        self._sent = True
+        return self._sock.send(data, *flags)
+
+    def sendall(self, data: bytes, *flags: int) -> None:
+        self._sent = True
+        self._sock.sendall(data, *flags)
+
+    def recv(self, n: int, *flags: int) -> bytes:
+        data = self._sock.recv(n, *flags)
+        if self._sent:
+            self._sent = False
+            try:
+                self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)
+            except OSError:
+                pass
+        return data
+
+
 def gcm_first(sock: Any, **kw: Any) -> paramiko.Transport:
     """paramiko's transport preferring AES-GCM (OpenSSH has it since 6.2): one AEAD call per
     32 KB packet instead of AES-CTR plus an HMAC-SHA256, which was most of the CPU a loopback
-    upload spent in paramiko (BENCHMARKS.md); and TCP_NODELAY, as OpenSSH sets it."""
+    upload spent in paramiko (BENCHMARKS.md); TCP_NODELAY, as OpenSSH sets it; and quick
+    acknowledgements (``_QuickAck``)."""
     try:  # paramiko writes each message at once: Nagle would hold a small request for the peer's delayed ACK
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     except (OSError, AttributeError):
         pass
+    if isinstance(sock, socket.socket) and sock.family in (socket.AF_INET, socket.AF_INET6) \
+            and hasattr(socket, "TCP_QUICKACK") \
+            and os.environ.get("GPUJOB_QUICKACK", "1") != "0":
+        sock = _QuickAck(sock)
     tr = paramiko.Transport(sock, **kw)
     opts = tr.get_security_options()
     if os.environ.get("GPUJOB_SSH_GCM", "1") != "0":
