@@ -96,7 +96,7 @@ def _follow(job: Any, say: bool) -> int:
 
 
 def _draw_status(st: Any) -> None:
-    from gpujob.ui.jobs import status  # the drawing's modules: a --json status never imports them
+    from gpujob.ui.jobs import status  # the drawing's modules: status --json never imports them
 
     status(st)
 
@@ -121,13 +121,17 @@ def cmd_status(args: argparse.Namespace) -> int:
         return for_state(st.state) if args.exit_code else 0
 
 
-def cmd_ls(args: argparse.Namespace) -> int:
-    from gpujob.ui.jobs import job_list
+def _draw_jobs(listed: Any) -> None:
+    from gpujob.ui.jobs import job_list  # the drawing's modules: ls --json never imports them
 
+    job_list(listed)
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
     if getattr(args, "watch", False) and not args.json:
         return _watch_ls(args)
     with client(args.host) as c:
-        return show(args, c.jobs(all=getattr(args, "all", False)), job_list)
+        return show(args, c.jobs(all=getattr(args, "all", False)), _draw_jobs)
 
 
 def _watch_ls(args: argparse.Namespace) -> int:

@@ -150,3 +150,25 @@ def test_status_over_ssh_never_loads_invoke(ssh_host: str) -> None:
         assert not {m for m in mods if m.startswith("invoke.")}
         assert "importlib.metadata" not in mods  # paramiko asks it only for its own version (paramiko_load)
         assert "yaml" not in mods  # the profiles came from their JSON copy (hosts.yaml unchanged since)
+
+
+def loaded_by(*args: str, rc: int = 0) -> set[str]:
+    """Every module in ``sys.modules`` after ``gpujob ARGS`` ran (``-X importtime`` misses what
+    ``importlib.import_module`` loads, as the lazy result classes are)."""
+    code = ("import json, sys\nfrom gpujob.cli import main\nrc = main(sys.argv[1:])\n"
+            "sys.stderr.write('\\nMODULES ' + json.dumps(sorted(sys.modules)) + '\\n')\nsys.exit(rc)")
+    r = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=60, stdin=subprocess.DEVNULL)
+    assert r.returncode == rc, r.stderr[-2000:]
+    return set(json.loads(r.stderr.rsplit("MODULES ", 1)[1]))
+
+
+def test_a_json_answer_loads_neither_the_drawing_nor_other_verbs_results() -> None:
+    """``ls --json`` (and ``status --json``, the same path) builds its document's result class alone and
+    draws nothing: the table's modules and the other verbs' result classes (each frozen dataclass ~1 ms
+    to make) stay unloaded, while the drawn ``ls`` does load its table."""
+    mods = loaded_by("ls", "--json")
+    assert "gpujob.api.results.jobs" in mods
+    assert not mods & {"gpujob.api.results.actions", "gpujob.api.results.costs", "gpujob.api.results.experiments",
+                       "gpujob.ui.jobs", "gpujob.ui.plaintable", "rich"}
+    assert {"gpujob.ui.jobs", "gpujob.ui.plaintable"} <= loaded_by("ls")
