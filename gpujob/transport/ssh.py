@@ -383,13 +383,21 @@ class _QuickAck:
 
     def recv(self, n: int, *flags: int) -> bytes:
         data = self._sock.recv(n, *flags)
+        self._rearm()
+        return data
+
+    def recv_into(self, buf: Any, n: int = 0, *flags: int) -> int:
+        got = self._sock.recv_into(buf, n, *flags)
+        self._rearm()
+        return got
+
+    def _rearm(self) -> None:
         if self._sent:
             self._sent = False
             try:
                 self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)
             except OSError:
                 pass
-        return data
 
 
 def gcm_first(sock: Any, **kw: Any) -> paramiko.Transport:

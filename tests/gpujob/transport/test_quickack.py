@@ -15,7 +15,7 @@ from gpujob.transport.ssh import _QuickAck
 pytestmark = pytest.mark.skipif(not hasattr(socket, "TCP_QUICKACK"), reason="TCP_QUICKACK is Linux's")
 
 
-def _exchanges(wrap: bool, rounds: int = 20) -> list[int]:
+def _exchanges(wrap: bool, rounds: int = 20, into: bool = False) -> list[int]:
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen(1)
@@ -30,7 +30,7 @@ def _exchanges(wrap: bool, rounds: int = 20) -> list[int]:
             ours.sendall(b"q" * 64)
             assert peer.recv(64)
             peer.sendall(b"r" * 64)
-            assert ours.recv(64)
+            assert ours.recv_into(bytearray(64), 64) if into else ours.recv(64)
             states.append(client.getsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK))
         return states
     finally:
@@ -40,6 +40,7 @@ def _exchanges(wrap: bool, rounds: int = 20) -> list[int]:
 
 def test_each_reply_is_acknowledged_at_once() -> None:
     assert _exchanges(wrap=True) == [1] * 20
+    assert _exchanges(wrap=True, into=True) == [1] * 20  # a reader that fills its own buffer, too
 
 
 def test_the_plain_socket_falls_back_to_delayed_acknowledgements() -> None:
