@@ -48,8 +48,9 @@ FILE_CALLS = {"stat": re.compile(r"^(newfstatat|fstat|stat|lstat|statx)$"), "ope
 
 
 def cli(repo: Path, *args: str, env: dict[str, str]) -> Any:
+    # cwd: a ``-m``/``-c`` process puts its working folder first on sys.path, before PYTHONPATH
     r = subprocess.run([sys.executable, "-m", "gpujob.cli", *args, "--json"], env=dict(env, PYTHONPATH=str(repo)),
-                       capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+                       capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL, cwd=str(repo))
     if r.returncode != 0:
         raise SystemExit(f"gpujob {' '.join(args)} failed: {r.stderr[-800:]}")
     return json.loads(r.stdout)
@@ -101,7 +102,7 @@ class Checkout:
                  "print(json.dumps([a.command(v, x) for v, x in json.loads(sys.argv[1])]))")
         verbs = list(zip(["status", "status", "status", "logs", "hello"], jobs))
         cmds = json.loads(subprocess.run([sys.executable, "-c", probe, json.dumps(verbs)], env=dict(self.env, PYTHONPATH=str(repo)),
-                                         capture_output=True, text=True, check=True, timeout=120).stdout)
+                                         capture_output=True, text=True, check=True, timeout=120, cwd=str(repo)).stdout)
         self.cases = dict(zip(["status --job RUNNING (first `gpujob status`)", "status --job FINISHED",
                                "status (first `gpujob ls`)", "logs --job RUNNING --lines 10 (first `gpujob tail`)",
                                "hello"], cmds))
@@ -185,6 +186,7 @@ def main() -> None:
                 cpu[k].append(c)
         load1 = os.getloadavg()[0]
         cat = statistics.median(wall[next(iter(yard))])
+        print("\n" + "; ".join(f"{c.name}: {c.repo} (agent {next((c.root / 'agent').iterdir()).name})" for c in outs))
         print(f"\n{args.runs} alternating runs each, {os.cpu_count()} CPUs, load {load0:.1f} -> {load1:.1f}; "
               f"{subprocess.run(['/bin/sh', '-c', py + ' -V'], capture_output=True, text=True).stdout.strip()}\n")
         head = "| on the instance | median | min | × cat | CPU ms (median) |"
