@@ -9,7 +9,8 @@ bare ``python -S -c pass``, in one run, alternating, each a fresh process; no SS
 the same for every case, and bench_status.py times it). The jobs are real ``local``-host jobs:
 one running (a line a tenth of a second, a checkpoint every 50 lines), five finished.
 
-``--counts`` adds what does not move with the machine's load: modules imported (``-X
+It also gives the CPU of one ``status`` answered by the kept agent (``serve``, the
+multiplexer's: ``main`` per request, in one process). ``--counts`` adds what does not move with the machine's load: modules imported (``-X
 importtime``), instructions (``valgrind --tool=callgrind``, where installed) and the file calls
 (``strace -f``: stats, opens, reads).  ``--against DIR`` times a second checkout's agent (e.g. a
 ``git archive`` of the base) in the same rounds, so before and after share the load.
@@ -154,6 +155,33 @@ def counts(cmd: str) -> dict[str, Any]:
     return out
 
 
+SERVED = """
+import io, statistics, sys, time
+import remote.__main__ as m
+def one():
+    real, sys.stdout = sys.stdout, io.StringIO()
+    try:
+        t = time.process_time()
+        m.main(sys.argv[1:])
+        return time.process_time() - t
+    finally:
+        sys.stdout = real
+one()
+print(statistics.median([one() for _ in range(int(RUNS))]))
+"""
+
+
+def served_cpu(c: Checkout, runs: int) -> float:
+    """CPU seconds of one ``status --job RUNNING`` answered by a kept agent (``serve`` calls ``main`` per
+    request in its process: no start, no imports), the median over ``runs`` requests."""
+    agent = next((c.root / "agent").iterdir())
+    py = (agent / "python").read_text().strip()
+    r = subprocess.run([py, "-S", "-c", SERVED.replace("RUNS", str(max(runs, 9) * 4)), "--root", str(c.root), "status",
+                        "--job", c.running], cwd=str(agent), env=dict(os.environ, PYTHONPATH=str(agent)),
+                       capture_output=True, text=True, check=True, timeout=300)
+    return float(r.stdout.split()[-1])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=11)
@@ -201,6 +229,9 @@ def main() -> None:
                 row += "".join(f" {n.get(e, '')} |" if e != "instructions" or e not in n else f" {n[e] / 1e6:.1f} M |"
                                for e in extra)
             print(row)
+        for c in outs:
+            print(f"\nkept agent (`serve`), one `status --job RUNNING` request{f' [{c.name}]' if args.against else ''}: "
+                  f"{served_cpu(c, args.runs) * 1000:.1f} ms CPU (median)")
     finally:
         for c in outs:
             c.stop()
