@@ -7,7 +7,7 @@ sends it (``Agent.command``: ``/bin/sh -c`` with the agent's own command line, t
 as the client installs it, bytecode included) against ``cat <root>/jobs/<id>/status.json`` and a
 bare ``python -S -c pass``, in one run, alternating, each a fresh process; no SSH (the login is
 the same for every case, and bench_status.py times it). The jobs are real ``local``-host jobs:
-one running (a line a tenth of a second, a checkpoint every 50 lines), five finished.
+one running (2,000 metric lines and 5 checkpoints at its start, then a line a second), five finished.
 
 It also gives the CPU of one ``status`` answered by the kept agent (``serve``, the
 multiplexer's: ``main`` per request, in one process). ``--counts`` adds what does not move with the machine's load: modules imported (``-X
@@ -34,15 +34,20 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
+# the running job reaches its steady state at once and stays there, so that each checkout's job (started
+# a minute apart) costs a status the same: 2,000 metric lines (more than the 64 KiB that the cost
+# estimate reads), 5 checkpoints, then a line a second
 RUNNING = ("import os, time\n"
            "ck = os.environ['GPUJOB_CKPT_DIR']\n"
-           "for i in range(100000):\n"
-           "    print('step', i, 'loss', round(1.0 / (i + 1), 6), flush=True)\n"
-           "    if i % 50 == 49:\n"
-           "        d = os.path.join(ck, 'checkpoint-%d' % (i + 1))\n"
-           "        os.makedirs(d, exist_ok=True)\n"
-           "        open(os.path.join(d, 'model.pt'), 'wb').write(os.urandom(4096))\n"
-           "    time.sleep(0.1)\n")
+           "for i in range(2000):\n"
+           "    print('step', i, 'loss', round(1.0 / (i + 1), 6))\n"
+           "for k in range(1, 6):\n"
+           "    os.makedirs(os.path.join(ck, 'checkpoint-%d' % (400 * k)))\n"
+           "    open(os.path.join(ck, 'checkpoint-%d' % (400 * k), 'model.pt'), 'wb').write(os.urandom(4096))\n"
+           "print('ready', flush=True)\n"
+           "for i in range(2000, 100000):\n"
+           "    time.sleep(1)\n"
+           "    print('step', i, 'loss', round(1.0 / (i + 1), 6), flush=True)\n")
 FINISHED = "import sys\nfor i in range(300):\n    print('step', i, 'loss', round(1.0 / (i + 1), 6))\n"
 FILE_CALLS = {"stat": re.compile(r"^(newfstatat|fstat|stat|lstat|statx)$"), "open": re.compile(r"^openat?$"),
               "read": re.compile(r"^(read|pread64)$"), "readdir": re.compile(r"^getdents64$")}
@@ -96,7 +101,10 @@ class Checkout:
         self.finished, self.running = ids[0], ids[-1]
         for j in ids[:-1]:
             wait_for(f"{j} to finish", lambda j=j: state(self.root, j).get("state") == "succeeded")
-        wait_for("a checkpoint of the running job", lambda: any((self.root / "jobs" / self.running / "ckpt").glob("*/model.pt")))
+        jd = self.root / "jobs" / self.running
+        wait_for("the running job's checkpoints", lambda: len(list((jd / "ckpt").glob("*/model.pt"))) == 5)
+        wait_for("the running job's metrics", lambda: (jd / "metrics.log.jsonl").exists()
+                 and (jd / "metrics.log.jsonl").stat().st_size > 65536)
         jobs = [["--job", self.running], ["--job", self.finished], [], ["--job", self.running, "--lines", "10"], []]
         probe = ("import json, sys; from gpujob.config.hosts import local_host; from gpujob.transport.agent import Agent; "
                  "from gpujob.transport import connect; a = Agent(connect(local_host())); a.install(); "
