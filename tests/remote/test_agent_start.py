@@ -16,8 +16,9 @@ from gpujob.transport import connect
 from gpujob.transport.agent import Agent
 from tests.helpers import remote_root, submit, wait_for, wait_state, write_job
 
-# what only other verbs need (a job's start, a stop's signals, nvidia-smi, removing, hashing a
-# checkpoint's median interval, a traceback for the log): each was imported by every verb's start
+# what only other verbs need (starting processes, a stop's signals, nvidia-smi, removing files, a torch
+# archive's check, the median interval of checkpoints, a new job id, an error's traceback for the log):
+# each was imported by every verb's start
 NOT_FOR_A_LOOK = {"subprocess", "threading", "signal", "shutil", "bz2", "lzma", "zipfile", "statistics",
                   "decimal", "fractions", "random", "traceback", "tokenize"}
 
