@@ -9,26 +9,24 @@ import argparse
 import importlib
 import os
 import sys
-from typing import Any, Callable, List
+from typing import Any, Callable, List, Optional
 
 from remote.core.layout import Root, agent_log
 from remote.core.spec import STOP_WAIT
 from remote.verbs.answer import handled, out
 
-# verb -> "module.handler" in remote/verbs/; each handler takes (root, parsed arguments)
+# verb -> "module.handler" in remote/verbs/; each handler takes (root, parsed arguments). In the
+# parser's order: a one-verb parser names them all in its usage, as the whole parser does.
 VERBS = {
-    "hello": "host.hello", "gpus": "host.gpus", "doctor": "host.doctor", "bench": "host.bench",
-    "authkeys": "host.authkeys", "idle_shutdown": "host.idle_shutdown", "idle_watch": "host.idle_watch",
-    "status": "jobs.status", "submit": "jobs.submit", "stop": "jobs.stop", "resume": "jobs.resume",
-    "run": "jobs.run", "adopt": "jobs.adopt", "moved": "jobs.moved", "pulled": "jobs.pulled",
-    "notify_lost": "jobs.notify_lost",
-    "rm": "cleanup.rm", "gc": "cleanup.gc_verb",
-    "sync": "files.sync", "manifest": "files.manifest", "unlease": "files.unlease", "receive": "files.receive",
-    "range": "files.range_channel", "range_serve": "files.range_serve", "reseal": "files.reseal",
-    "send": "files.send",
-    "logs": "observe.logs", "watch": "observe.watch", "tb": "observe.tb", "port": "observe.port",
-    "agentlog": "observe.agentlog",
-    "serve": "serve.serve",
+    "hello": "host.hello", "status": "jobs.status", "submit": "jobs.submit", "stop": "jobs.stop",
+    "resume": "jobs.resume", "sync": "files.sync", "manifest": "files.manifest", "receive": "files.receive",
+    "range": "files.range_channel", "range_serve": "files.range_serve", "unlease": "files.unlease",
+    "reseal": "files.reseal", "send": "files.send", "logs": "observe.logs", "watch": "observe.watch",
+    "tb": "observe.tb", "port": "observe.port", "agentlog": "observe.agentlog", "gpus": "host.gpus",
+    "serve": "serve.serve", "run": "jobs.run", "doctor": "host.doctor", "bench": "host.bench",
+    "notify_lost": "jobs.notify_lost", "adopt": "jobs.adopt", "moved": "jobs.moved", "pulled": "jobs.pulled",
+    "rm": "cleanup.rm", "gc": "cleanup.gc_verb", "authkeys": "host.authkeys",
+    "idle_shutdown": "host.idle_shutdown", "idle_watch": "host.idle_watch",
 }
 STREAMING = {"send", "logs", "serve", "range_serve"}  # range_serve: its stdout may be gone at the end
 
@@ -55,10 +53,73 @@ def load_agent_env(root: Root) -> None:
             os.environ.setdefault(k.strip(), v.strip())
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="gpujob-agent")
+class _Formatter(argparse.HelpFormatter):
+    """argparse's help formatter, its width found as ``shutil.get_terminal_size`` finds it but without
+    importing ``shutil`` (and its zlib, bz2 and lzma): argparse makes a formatter for every argument
+    it adds, so every verb's start paid that import for help it does not print."""
+
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
+                 width: Optional[int] = None) -> None:
+        if width is None:
+            width = _columns() - 2
+        super().__init__(prog, indent_increment, max_help_position, width)
+
+
+def _columns() -> int:
+    """The terminal's columns: $COLUMNS, else stdout's terminal, else 80 (``shutil.get_terminal_size``)."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
+
+
+class _Unbuilt:
+    """The parser of a verb this process does not run: every call on it is taken and dropped."""
+
+    def __getattr__(self, name: str) -> Callable[..., "_Unbuilt"]:
+        return lambda *a, **kw: self
+
+
+class _OnlyVerb:
+    """The verbs' subparsers, of which only ``only`` (every one when None) is built: argparse's
+    parser objects, each with its gettext look-ups of message catalogues (stats of .mo files),
+    were a third of a short verb's start (issue 38)."""
+
+    def __init__(self, real: Any, only: Optional[str]) -> None:
+        self.real, self.only = real, only
+
+    def add_parser(self, name: str, **kw: Any) -> Any:
+        if self.only is not None and name != self.only:
+            return _Unbuilt()
+        return self.real.add_parser(name, formatter_class=_Formatter, **kw)
+
+
+def verb_of(argv: List[str]) -> Optional[str]:
+    """The verb in an agent command line (``--root`` may come before it), None if there is none."""
+    words = iter(argv)
+    for w in words:
+        if w == "--root":
+            next(words, None)
+        elif not w.startswith("-"):
+            return w if w in VERBS else None
+        elif not w.startswith("--root="):
+            return None  # -h, or an option the top level does not take: the whole parser answers
+    return None
+
+
+def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
+    """The agent's command line; with ``only`` (the verb a process runs), that verb's parser alone,
+    its usage and help the same as the whole parser's."""
+    p = argparse.ArgumentParser(prog="gpujob-agent", formatter_class=_Formatter)
     p.add_argument("--root", default=os.environ.get("GPUJOB_ROOT", "~/.gpujob"))
-    sub = p.add_subparsers(dest="verb", required=True)
+    every = None if only is None else "{" + ",".join(VERBS) + "}"  # what the whole parser's usage names
+    sub = _OnlyVerb(p.add_subparsers(dest="verb", required=True, metavar=every), only)
     sub.add_parser("hello")
     s = sub.add_parser("status")
     s.add_argument("--job")
@@ -169,7 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: List[str]) -> int:
     # the root may come before or after the verb
-    args = build_parser().parse_args(argv)
+    args = build_parser(only=verb_of(argv)).parse_args(argv)
     root = Root(args.root)
     load_agent_env(root)
     call = handler(args.verb)

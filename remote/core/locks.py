@@ -19,7 +19,6 @@ import contextlib
 import fcntl
 import json
 import os
-import threading
 import time
 from pathlib import Path
 from typing import Any, Dict, Iterator, Optional
@@ -182,6 +181,8 @@ def lease_kept(root: Path, project: str, token: str) -> Iterator[bool]:
     if not renew(root, project, token):
         yield False
         return
+    import threading  # a long receive's alone: every verb's start imports this module
+
     done = threading.Event()
 
     def keep() -> None:

@@ -8,7 +8,6 @@ share one machine), else ``GPUJOB_JOB_ID``.
 """
 
 import os
-import signal
 import time
 from pathlib import Path
 from typing import Dict, List, Optional, Set
@@ -110,6 +109,8 @@ def kill_tree(job_id: str, root_pid: Optional[int], grace: float, poll=None, job
     ``poll`` is called while waiting (the supervisor reaps its child there). Returns the
     pids that had to be killed.
     """
+    import signal  # here and in stop_signal: every verb's start imports this module, few of them signal
+
     pids = job_pids(job_id, root_pid, job_dir)
     signal_pids(pids, signal.SIGTERM)
     deadline = time.time() + grace
@@ -175,6 +176,8 @@ def stop_signal(pid: int) -> int:
     blocks and ``except KeyboardInterrupt:`` savers run (SIGTERM would end it on the spot).
     torchrun gets SIGINT too: it forwards its signal to the workers. Anything else: SIGTERM.
     """
+    import signal
+
     if _forwards(_cmdline(pid)):
         return signal.SIGINT
     caught = _status_mask(pid, "SigCgt")

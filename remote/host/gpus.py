@@ -10,8 +10,6 @@ choice.
 import fcntl
 import json
 import os
-import shutil
-import subprocess
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
@@ -38,6 +36,8 @@ def _num(text: str) -> Optional[float]:
 
 def smi(path_prefix: str = "") -> Optional[str]:
     """The ``nvidia-smi`` a job would run (the host's PATH prefix first), or None on a CPU host."""
+    import shutil  # here and below: status imports this module for ``latest`` alone (a file's tail)
+
     search = os.environ.get("PATH", "")
     if path_prefix:
         search = path_prefix + os.pathsep + search
@@ -51,6 +51,8 @@ def probe(path_prefix: str = "", timeout: float = 10.0) -> Tuple[Optional[List[D
     exe = smi(path_prefix)
     if not exe:
         return None, ""
+    import subprocess
+
     try:
         out = subprocess.run([exe, "--query-gpu=" + QUERY, "--format=csv,noheader,nounits"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
@@ -144,6 +146,9 @@ HEALTH_EVERY_S = float(os.environ.get("GPUJOB_GPU_HEALTH_EVERY", "60"))
 
 def health_counters(path_prefix: str = "") -> Optional[Dict[str, Any]]:
     """{"ecc": {index: uncorrected volatile count}, "pending": [indexes], "xid": count of Xid lines or None}."""
+    import shutil
+    import subprocess
+
     exe = shutil.which("nvidia-smi", path=os.pathsep.join(p for p in (path_prefix, os.environ.get("PATH", "")) if p))
     if not exe:
         return None
@@ -222,6 +227,8 @@ class Sampler:
         self.next_at = t + self.interval
         gpus = query(self.prefix)
         if gpus is None:
+            import shutil
+
             if not shutil.which("nvidia-smi", path=self.prefix + os.pathsep + os.environ.get("PATH", "")):
                 self.cpu_host = True  # not an error: nothing to sample
             return None

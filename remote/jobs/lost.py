@@ -8,7 +8,6 @@ idle watcher runs this check without importing the notifier.
 """
 
 import os
-import subprocess
 import sys
 from typing import List
 
@@ -57,6 +56,8 @@ def spawn_lost_check(root: Root) -> None:
             os.close(fd)
         except OSError:
             continue
+        import subprocess  # here, for the rare lost job: this check runs at every verb's start
+
         env = dict(os.environ, PYTHONPATH=str(layout.AGENT_DIR))
         try:
             subprocess.Popen([sys.executable, "-m", "remote", "--root", str(root.root), "notify_lost", job_id],

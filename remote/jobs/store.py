@@ -6,8 +6,6 @@ reader sees (status, ls, watch) are built in remote/view/.
 """
 
 import os
-import random
-import string
 import time
 from typing import Any, Dict, List
 
@@ -29,6 +27,9 @@ def heartbeat_age(st: Dict[str, Any]) -> float:
 
 
 def new_job_id(name: str) -> str:
+    import random  # a submit's alone: every status imports this module
+    import string
+
     suffix = "".join(random.choice(string.ascii_lowercase + string.digits) for _ in range(5))
     return "{}-{}-{}".format(name[:40], time.strftime("%m%d%H%M"), suffix)
 

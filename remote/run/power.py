@@ -12,8 +12,6 @@ The command is the host profile's ``shutdown_command`` (spec.json, or the watche
 
 import json
 import os
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -35,6 +33,9 @@ def run_shutdown(root: Root, command: Optional[str], why: str) -> Dict[str, Any]
         return {"ran": False, "error": "no shutdown_command"}
     agent_log(root, "shutdown ({}): running the host's shutdown command".format(why))
     limit = float(os.environ.get("GPUJOB_SHUTDOWN_TIMEOUT", "120"))
+    import signal  # here and below: every verb's start imports this module (revive_idle_watch)
+    import subprocess
+
     try:  # its own session: a command that hangs is ended with every process it started
         p = subprocess.Popen(["bash", "-c", command], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, start_new_session=True)
@@ -162,6 +163,8 @@ def interactive_sessions() -> List[str]:
             continue
         if args.startswith("sshd:") and "@pts/" in args:
             found.append(args)
+    import subprocess
+
     try:
         out = subprocess.run(["who"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=5).stdout
         for line in out.decode("utf-8", "replace").splitlines():
@@ -212,6 +215,8 @@ def install_idle_watch(root: Root, minutes: Optional[float], command: Optional[s
             and not cur.get("fired_at"):
         return {"idle_shutdown": minutes, "pid": cur["pid"], "already": True}
     poll = os.environ.get("GPUJOB_IDLE_POLL", "30")
+    import subprocess
+
     env = dict(os.environ, PYTHONPATH=str(layout.AGENT_DIR))
     log = open(str(root.agent_log), "ab")
     p = subprocess.Popen(

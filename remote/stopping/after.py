@@ -7,7 +7,6 @@ a plain stop would and says how much work since the last checkpoint is lost.
 """
 
 import json
-import statistics
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -75,6 +74,8 @@ def interval(done: List[Any]) -> Optional[float]:
     """The usual time between two complete checkpoints (the median of the last few), or None."""
     times = sorted(c.mtime for c in done)[-6:]
     gaps = [b - a for a, b in zip(times, times[1:]) if b > a]
+    import statistics  # with fractions and decimal: a status shows a pending stop without it
+
     return statistics.median(gaps) if gaps else None
 
 

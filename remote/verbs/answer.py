@@ -4,7 +4,6 @@
 import errno
 import json
 import sys
-import traceback
 from typing import Any, Optional, Tuple
 
 from remote.core.errors import AgentError
@@ -41,6 +40,8 @@ def handled(root: Root, verb: str, call: Any, write: Any) -> Tuple[Optional[int]
 
 def failed(root: Root, verb: str, e: BaseException, write: Any) -> int:
     """An error nobody foresaw: logged with its traceback, answered as ``agent_error``."""
+    import traceback  # here: every verb's start would pay for it (and its linecache, tokenize)
+
     agent_log(root, "verb {} failed: {}\n{}".format(verb, e, traceback.format_exc()))
     write({"error": "agent error in {}: {}".format(verb, e), "remedy": "see {}".format(root.agent_log),
            "code": "agent_error"})

@@ -5,11 +5,13 @@ anything), a safetensors file as long as its header says; other formats when set
 import json
 import struct
 import time
-import zipfile
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from .kinds import SETTLE
+
+if TYPE_CHECKING:
+    import zipfile
 
 
 def _zip_whole(path: Path) -> Optional[bool]:
@@ -27,6 +29,8 @@ def _zip_whole(path: Path) -> Optional[bool]:
     key = (str(path), st.st_size, st.st_mtime_ns)
     if key in _ZIP_SEEN:
         return _ZIP_SEEN[key]
+    import zipfile  # here: a status of a job with no torch archive (yet) does without it
+
     try:
         with zipfile.ZipFile(str(path)) as z:
             whole = _torch_records_whole(z) is not False
@@ -64,7 +68,7 @@ class _Anything(object):
         pass
 
 
-def _torch_records_whole(z: zipfile.ZipFile) -> Optional[bool]:
+def _torch_records_whole(z: "zipfile.ZipFile") -> Optional[bool]:
     """Whether a torch.save archive holds ``data/<key>`` for every storage its ``data.pkl`` names (its
     records are written after data.pkl); None for a zip that is no torch archive or a pickle not read."""
     import pickle

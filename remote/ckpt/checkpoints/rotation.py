@@ -2,7 +2,6 @@
 one being resumed, the best ones or anything being written; stale half-written saves go too."""
 
 import re
-import shutil
 import time
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Set
@@ -45,6 +44,8 @@ def _protected(found: List[Checkpoint], protect: Iterable[PathLike]) -> Set[Path
 
 
 def _remove(p: Path) -> None:
+    import shutil  # here and in rotate: a status lists checkpoints through this package, removing none
+
     if p.is_dir() and not p.is_symlink():
         shutil.rmtree(str(p), ignore_errors=True)
     else:
@@ -103,6 +104,8 @@ def rotate(ckpt_dir: PathLike, keep: int, pattern: Optional[str] = None, pids: A
         m = re.match(r"^\.tmp-step-(\d+)$", tmp.name)
         if m and int(m.group(1)) < newest_step and \
                 now - _tree_mtime(tmp, tmp.stat().st_mtime) >= STALE and not _written_in(tmp, writing):
+            import shutil
+
             shutil.rmtree(str(tmp), ignore_errors=True)
             deleted.append(tmp)
     return sorted(deleted, key=lambda q: (step_of(q.name.replace(".tmp-", "", 1)) or 0, q.name))
