@@ -354,12 +354,43 @@ def serve(control_in: IO[bytes], control_out: IO[bytes],
                 threads.append(t)
             t.start()
 
+    def serve_dialed(conn: socket.socket) -> None:
+        try:
+            _serve_one(conn, "", handle, served, dialed=True)
+        finally:
+            with lock:
+                open_conns.discard(conn)
+            conn.close()
+
+    def dial(port: int, n: int) -> None:  # channels the laptop asked for: this end connects (see ``dial_request``)
+        dialed = []
+        for _ in range(n):
+            try:
+                conn = socket.create_connection(("127.0.0.1", port), HELLO_WAIT)
+            except OSError:
+                break
+            with lock:
+                open_conns.add(conn)
+            dialed.append(conn)
+        control_out.write((json.dumps({"dialled": [list(c.getsockname()[:2]) for c in dialed]}) + "\n").encode())
+        control_out.flush()
+        for conn in dialed:
+            t = threading.Thread(target=serve_dialed, args=(conn,), name="gpujob-range-dialed", daemon=True)
+            with lock:
+                threads.append(t)
+            t.start()
+
     threading.Thread(target=accept, name="gpujob-range-accept", daemon=True).start()
     control_out.write((json.dumps(dict(first, port=srv.getsockname()[1], token=token)) + "\n").encode())
     control_out.flush()
     try:
-        while control_in.read(4096):  # nothing is expected: EOF is the signal
-            pass
+        while True:  # EOF is the end; a line asks for channels dialled back
+            line = control_in.readline(4097)
+            if not line:
+                break
+            ask = dial_request(line)
+            if ask:
+                dial(*ask)
     except (OSError, ValueError):
         pass
     with contextlib.suppress(OSError):
@@ -376,15 +407,38 @@ def serve(control_in: IO[bytes], control_out: IO[bytes],
     return {"served": served[0]}
 
 
+DIAL_MAX = 64  # channels one line may ask to be dialled back
+
+
+def dial_request(line: bytes) -> Optional[List[int]]:
+    """``[port, n]`` from a control line ``{"dial": port, "n": n}``, else None: connect ``n``
+    times to ``port`` on 127.0.0.1 (the laptop's port forwarded by this host's sshd: SSH
+    ``tcpip-forward``), then say on stdout, as ``{"dialled": [[addr, port], ...]}``, where
+    each connection comes from. Each reaches the laptop as a channel already open, with that
+    origin: the laptop sends at once on the ones it was told of (its only proof of who dialled:
+    anyone here may connect to that port, but no other socket has these origins), a round trip
+    before a channel it opens to this server could carry anything."""
+    try:
+        doc = json.loads(line.decode())
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(doc, dict):
+        return None
+    port, n = doc.get("dial"), doc.get("n")
+    if not isinstance(port, int) or not 0 < port < 65536 or not isinstance(n, int) or not 0 < n <= DIAL_MAX:
+        return None
+    return [port, n]
+
+
 def _serve_one(conn: socket.socket, token: str, handle: Callable[[Dict[str, Any], IO[bytes], IO[bytes]], int],
-               served: List[int]) -> None:
+               served: List[int], dialed: bool = False) -> None:
     """One connection: the token, the header, the channel, the exit line. A wrong or missing
-    token (or none within ``HELLO_WAIT``) drops the connection unanswered."""
+    token (or none within ``HELLO_WAIT``) drops the connection unanswered; one this end
+    ``dialed`` starts at the header (the laptop knows it by its origin: ``dial_request``)."""
     conn.settimeout(HELLO_WAIT)
     rfile, wfile = conn.makefile("rb"), conn.makefile("wb")
     try:
-        presented = rfile.readline(256).strip()
-        if not hmac.compare_digest(presented, token.encode()):
+        if not dialed and not hmac.compare_digest(rfile.readline(256).strip(), token.encode()):
             return
         head = json.loads(rfile.readline(65536).decode())
         if not isinstance(head, dict):
