@@ -6,7 +6,7 @@ its first byte, and it can only be asked for once the process listening there ha
 sshd, beside that exec, to listen on a port of the host's loopback for it; the process, once
 started, connects there as many times as it is told, and each connection reaches the laptop as
 a ``forwarded-tcpip`` channel already open when it arrives, and the laptop writes its data at
-once (remote/stream/ranges.py ``serve``, ``dial_request``).
+once (remote/stream/rangeserve.py ``serve``, ``dial_request``).
 
 Anyone on the host may connect to that port: a channel counts only when its origin (the
 address and port sshd says it came from) is one the process named on its stdout, the

@@ -13,8 +13,10 @@ file fsynced and renamed into place.
 
 The channels are connections to one ``range_serve`` process per sync, opened as SSH
 ``direct-tcpip`` channels of the same connection (no login shell, no Python start per
-channel); where the host's sshd refuses those (``AllowTcpForwarding no``) each channel is a
-``range`` command of its own, as before.
+channel), or, for the files the sync knows of before its manifest, dialled back by the server
+to a port sshd forwards to the laptop (``gpujob/transport/dialback.py``: open as they arrive,
+a round trip sooner); where the host's sshd refuses TCP channels (``AllowTcpForwarding no``)
+each channel is a ``range`` command of its own, as before.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from gpujob.transport.base import Stream, Transport, Tunnel, TunnelRefused
 
 stream: Any = import_remote("stream")
 ranges: Any = importlib.import_module(stream.__name__ + ".ranges")
+rangeserve: Any = importlib.import_module(stream.__name__ + ".rangeserve")
 
 RANGE_MIN = 64 << 20
 SPAN = 4  # chunks per range: a cut loses at most this much of each channel's work
@@ -253,7 +256,7 @@ class _Server:
         if n < 1:
             return
         with lock:
-            box["line"] = (json.dumps(self.back.ask(min(n, ranges.DIAL_MAX))) + "\n").encode()
+            box["line"] = (json.dumps(self.back.ask(min(n, rangeserve.DIAL_MAX))) + "\n").encode()
             _tell(box.get("s"), box["line"])
 
     def connect(self, t: Transport, head: dict[str, Any]) -> Stream | None:

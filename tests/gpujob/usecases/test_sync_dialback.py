@@ -1,5 +1,5 @@
 """A large upload's first channels dialled back by the range server (gpujob/transport/dialback.py,
-remote/stream/ranges.py ``dial_request``), over the real sshd: the server connects to a port
+remote/stream/rangeserve.py ``dial_request``), over the real sshd: the server connects to a port
 sshd forwards to the laptop, each connection arrives as a channel already open, and the laptop
 sends only on the ones whose origin the server named on its stdout. A stranger on the host who
 connects to that port gets nothing and the upload still arrives whole. Small files: 4 MiB
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gpujob.usecases.ranges import Preopened, ranges, stream, upload_ranged
+from gpujob.usecases.ranges import Preopened, rangeserve, stream, upload_ranged
 from gpujob.usecases.syncrecord import Record
 from gpujob.usecases.synctree import scan
 from tests.gpujob.usecases.test_sync import agent_for
@@ -83,7 +83,7 @@ def test_a_stranger_on_the_forwarded_port_gets_nothing(ssh_host: str, tmp_path: 
 
 
 def test_a_dial_request_is_bounded() -> None:
-    ask = ranges.dial_request
+    ask = rangeserve.dial_request
     assert ask(b'{"dial": 40000, "n": 3}\n') == [40000, 3]
     for bad in (b'{"dial": 0, "n": 3}', b'{"dial": 70000, "n": 3}', b'{"dial": "22", "n": 3}',
                 b'{"dial": 40000, "n": 0}', b'{"dial": 40000, "n": 65}', b'[40000, 3]', b'not json', b'\xff'):
