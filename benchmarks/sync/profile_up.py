@@ -89,6 +89,16 @@ def main() -> None:
     Agent.stream_doc = timed("command opens", Agent.stream_doc)
     ranges._Server.connect = timed("served channel connects", ranges._Server.connect)
     ranges._first_doc = timed("served channel answers", ranges._first_doc)
+    from gpujob.transport import dialback
+
+    dialback.DialBack.open = timed("forward asked", dialback.DialBack.open)
+    taken = dialback.DialBack.take
+
+    def take(self, wait):  # noqa: ANN001, ANN202
+        got = taken(self, wait)
+        EVENTS.append((time.monotonic() - T0[0], f"dialled-back channel {'taken' if got else 'none'}"))
+        return got
+    dialback.DialBack.take = take
     ranges._Channel.run = profiled(ranges._Channel.run)
     sshd = start_sshd(work / "sshd")
     link = None

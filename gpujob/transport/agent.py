@@ -11,7 +11,7 @@ import hashlib
 import shlex
 import sys
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, Callable
 
 from gpujob.bundle import bundle_tar, bundle_version, import_remote
 from gpujob.errors import ConnectError, GpujobError, JobNotFound, RemoteError, link_cut
@@ -198,14 +198,19 @@ class Agent:
 
 
     def stream_doc(self, verb: str, args: list[str] | None = None,
-                   again: str = "run the command again (a transfer resumes)") -> tuple[Stream, dict[str, Any]]:
+                   again: str = "run the command again (a transfer resumes)",
+                   before: Callable[[Stream], None] | None = None) -> tuple[Stream, dict[str, Any]]:
         """Start a streaming verb whose first line is a JSON document (sync, send --manifest).
 
         Installs the agent once if it is missing; an error document becomes ``RemoteError``.
+        ``before(stream)`` runs once the command is started, before its first line is read
+        (what it writes to the command's stdin travels without waiting for that line).
         """
         most = replies.limit(verb)
         for attempt in (0, 1):
             s = self.t.stream(self.command(verb, args))
+            if before is not None:
+                before(s)
             line = s.stdout.readline(most + 1)
             if line:
                 if len(line) > most or not line.endswith(b"\n"):

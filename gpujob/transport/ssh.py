@@ -562,10 +562,24 @@ class SSHTransport(Transport):
             raise ConnectError(f"the connection to {self.endpoint.address} dropped", "check the network and run the command again")
         return tr
 
-    def _exec(self, cmd: str) -> paramiko.Channel:
+    def _exec(self, cmd: str, wait: bool = True) -> paramiko.Channel:
+        """A channel running ``cmd``; ``wait=False`` sends the request without waiting for its
+        answer (a round trip: the command starts as soon as it arrives, and what is written to
+        its stdin follows it). A refused request then closes the channel: its reader meets the
+        end with no exit status, as with a cut link."""
         try:
             chan = self._transport.open_session()
-            chan.exec_command(cmd)
+            if wait:
+                chan.exec_command(cmd)
+            else:
+                m = paramiko.Message()
+                m.add_byte(paramiko.common.cMSG_CHANNEL_REQUEST)
+                m.add_int(chan.remote_chanid)
+                m.add_string("exec")
+                m.add_boolean(True)  # an answer still comes: a refusal closes the channel (paramiko)
+                m.add_string(cmd)
+                chan._event_pending()
+                chan.transport._send_user_message(m)
         except (paramiko.SSHException, EOFError, OSError) as e:
             raise ConnectError(f"the connection to {self.endpoint.address} dropped ({e})", "run the command again") from None
         return chan
@@ -605,7 +619,7 @@ class SSHTransport(Transport):
         return Result(rc, bytes(out), bytes(err))
 
     def stream(self, cmd: str) -> Stream:
-        return _SSHStream(self._exec(cmd))
+        return _SSHStream(self._exec(cmd, wait=False))  # its first line answers: no round trip before
 
     def connect(self, port: int, host: str = "127.0.0.1") -> Tunnel:
         try:

@@ -13,8 +13,10 @@ file fsynced and renamed into place.
 
 The channels are connections to one ``range_serve`` process per sync, opened as SSH
 ``direct-tcpip`` channels of the same connection (no login shell, no Python start per
-channel); where the host's sshd refuses those (``AllowTcpForwarding no``) each channel is a
-``range`` command of its own, as before.
+channel), or, for the files the sync knows of before its manifest, dialled back by the server
+to a port sshd forwards to the laptop (``gpujob/transport/dialback.py``: open as they arrive,
+a round trip sooner); where the host's sshd refuses TCP channels (``AllowTcpForwarding no``)
+each channel is a ``range`` command of its own, as before.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from gpujob.transport.base import Stream, Transport, Tunnel, TunnelRefused
 
 stream: Any = import_remote("stream")
 ranges: Any = importlib.import_module(stream.__name__ + ".ranges")
+rangeserve: Any = importlib.import_module(stream.__name__ + ".rangeserve")
 
 RANGE_MIN = 64 << 20
 SPAN = 4  # chunks per range: a cut loses at most this much of each channel's work
@@ -45,6 +48,7 @@ RATE = 125e6  # bytes/s the channel count is sized to carry (1 Gbit)
 # bytes of a channel's answers (what it holds: ~70 per chunk of its ranges, 2 MB for 1 TB over 8 channels;
 # then a line or two): a hostile server's flood ends there
 ANSWERS_MAX = 4 << 20
+DIAL_WAIT = 10.0  # s a channel waits for one the server was asked to dial back, before opening one itself
 
 
 def _env_int(name: str, default: int) -> int:
@@ -188,16 +192,72 @@ class _Server:
         self.files: list[list[Any]] = []  # [name, size, span] of the files coming: the first line says what is held
         self.error: BaseException | None = None
         self.refused = os.environ.get("GPUJOB_RANGE_SERVE", "1") == "0"
+        self.back: Any = None  # the port forwarded back, once asked for (gpujob/transport/dialback.py)
+        self.asking = threading.Event()  # set once the forward was asked for (granted or not)
+        self.dialled = 0  # channels taken that the server dialled back
 
-    def start(self) -> None:
-        """Start the process (once); its failure is raised to the channels that connect."""
+    def start(self, dial: bool = False) -> None:
+        """Start the process (once); its failure is raised to the channels that connect.
+        ``dial``: ask sshd for a forwarded port beside the exec, and the server to dial back the
+        channels ``files`` will use (each open a round trip sooner than one opened from here)."""
         with self.lock:
             if self.s is None and not self.refused and self.error is None:
+                box: dict[str, Any] = {}  # the started command and the dial request, each once known
+                lock = threading.Lock()
+
+                def ready(s: Stream) -> None:  # the command is on its way: the dial request follows it
+                    with lock:
+                        box["s"] = s
+                        _tell(s, box.get("line"))
+
+                if dial and os.environ.get("GPUJOB_RANGE_DIAL", "1") != "0":
+                    threading.Thread(target=self._dial, args=(box, lock), name="gpujob-range-dial", daemon=True).start()
+                else:
+                    self.asking.set()
                 try:
                     files = ["--files", json.dumps(self.files[:50])] if self.files else []
-                    self.s, self.doc = self.agent.stream_doc("range_serve", files, again=AGAIN)
+                    self.s, self.doc = self.agent.stream_doc("range_serve", files, again=AGAIN, before=ready)
                 except BaseException as e:  # noqa: BLE001 - raised in each channel's thread
                     self.error = e
+                    return
+                threading.Thread(target=self._said, args=(self.s,), name="gpujob-range-said", daemon=True).start()
+
+    def _said(self, s: Stream) -> None:
+        """The server's lines after its first (where the channels it dialled come from), until
+        it ends or has said ``ANSWERS_MAX`` bytes."""
+        left = ANSWERS_MAX
+        try:
+            while left > 0:
+                line = s.stdout.readline(min(left, 1 << 16))
+                if not line:
+                    return
+                left -= len(line)
+                doc = replies.parse("range_serve dialled", self.agent.endpoint.name, line.decode("utf-8", "replace"))
+                if isinstance(doc, dict) and "dialled" in doc:
+                    self.asking.wait()
+                    if self.back is not None:
+                        self.back.dialled(doc["dialled"])
+        except (OSError, ValueError, EOFError, GpujobError):
+            return
+
+    def _dial(self, box: dict[str, Any], lock: threading.Lock) -> None:
+        """Ask for the forwarded port; then the server (once its command is started: again if
+        it is started again after an install) for the channels the files will use."""
+        from gpujob.transport.dialback import DialBack  # paramiko's: imported where a large upload needs it
+
+        try:
+            self.back = DialBack.open(self.agent.t)
+        finally:
+            self.asking.set()
+        if self.back is None:
+            return
+        rtt = measured_rtt(self.agent)
+        n = sum(c for c in (channels_for(rtt, ranges.layout(size, span)) for _, size, span in self.files) if c > 1)
+        if n < 1:
+            return
+        with lock:
+            box["line"] = (json.dumps(self.back.ask(min(n, rangeserve.DIAL_MAX))) + "\n").encode()
+            _tell(box.get("s"), box["line"])
 
     def connect(self, t: Transport, head: dict[str, Any]) -> Stream | None:
         self.start()
@@ -205,6 +265,13 @@ class _Server:
             raise self.error
         if self.refused:
             return None
+        back = self.back.take(DIAL_WAIT) if self.back is not None else None
+        if back is not None:  # dialled by the server (known by its origin): the header goes first
+            with self.lock:
+                self.dialled += 1
+            back.wfile.write(f"{json.dumps(head)}\n".encode())
+            back.wfile.flush()
+            return _Served(back, self.agent.endpoint.name)
         try:
             tunnel = t.connect(int(self.doc["port"]))
         except TunnelRefused:
@@ -215,17 +282,34 @@ class _Server:
         return _Served(tunnel, self.agent.endpoint.name)
 
     def close(self) -> None:
-        """End the process (its stdin's EOF); every channel is done by now."""
+        """End the process (its stdin's EOF); every channel is done by now, so its exit is
+        waited for in a thread (a round trip the sync need not wait: the commit answered)."""
         with self.lock:
             s, self.s = self.s, None
+        if self.back is not None:
+            self.back.close()
         if s is None:
             return
         s.close_stdin()
+        threading.Thread(target=_reap, args=(s,), name="gpujob-range-serve-end", daemon=True).start()
+
+
+def _tell(s: Stream | None, line: bytes | None) -> None:
+    """Write a control line to the range server's stdin (both known; a dead one is let be)."""
+    if s is not None and line is not None:
         try:
-            s.wait(30)
-        except TimeoutError:
+            s.stdin.write(line)
+            s.stdin.flush()
+        except (OSError, EOFError):
             pass
-        s.kill()
+
+
+def _reap(s: Stream) -> None:
+    try:
+        s.wait(30)
+    except TimeoutError:
+        pass
+    s.kill()
 
 
 class _Channel:
@@ -410,8 +494,10 @@ class Preopened:
                  if st[0] >= least and list(rec.files.get(rel, [])[:4]) != list(st[:4])]  # not as the host got it last
         self.server.files = [[it.arcname, it.size, span] for it in items]
         if any(channels_for(_login_rtt(agent), ranges.layout(it.size, span)) > 1 for it in items):
-            # started during the round trip measured next (at 150 ms its exec is the longest wait before the data)
-            threading.Thread(target=self.server.start, name="gpujob-range-serve", daemon=True).start()
+            # started during the round trip measured next (at 150 ms its exec is the longest wait before the
+            # data); that round trip is the forward's request, when the server dials its channels back
+            threading.Thread(target=self.server.start, args=(True,), name="gpujob-range-serve", daemon=True).start()
+            self.server.asking.wait(agent.endpoint.connect_timeout)  # one global request at a time (paramiko)
         for it in items:
             chans = _channels(agent, it, span, measured_rtt(agent), args, self.server)
             if len(chans) >= 2:

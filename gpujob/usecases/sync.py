@@ -208,6 +208,7 @@ def _callbacks(plan: Plan, progress: Callable[[int, int], None] | None
     """The stream writer's byte counter (drives ``progress``) and hash hook (fills the records
     the upload leaves once it succeeds)."""
     total, done = plan.bytes, [0]
+    lock = threading.Lock()  # the ranged files and the rest count from two threads
     owner = {}
     for tp in plan.trees:
         n = len(tp.local.prefix) + 1
@@ -216,14 +217,16 @@ def _callbacks(plan: Plan, progress: Callable[[int, int], None] | None
     now = time.time_ns()
 
     def on_bytes(n: int) -> None:
-        done[0] += n
-        if progress:
-            progress(done[0], total)
+        with lock:
+            done[0] += n
+            if progress:
+                progress(done[0], total)
 
     def on_hash(item: Any, h: str) -> None:
         tp, rel = owner.get(item.arcname, (None, ""))
         if tp is not None:
-            sent(tp, rel, item, h, now)
+            with lock:
+                sent(tp, rel, item, h, now)
 
     return on_bytes, on_hash
 
@@ -358,6 +361,7 @@ def sync_job(agent: Agent, spec: JobSpec, project: str, progress: Callable[[int,
         try:
             walked["trees"] = local_trees(spec, project, records)
             walked["pre"] = Preopened(agent, walked["trees"], records, leased)  # large files' channels
+            walked["secrets"] = declared_values(spec)  # its modules' import too is off the critical path
         except BaseException as e:  # noqa: BLE001 - raised below, in this thread
             walked["error"] = e
 
@@ -387,7 +391,8 @@ def sync_job(agent: Agent, spec: JobSpec, project: str, progress: Callable[[int,
             if s is not None:
                 s.kill()
             raise
-        return _sync_planned(agent, spec, project, remote, walked["trees"], records, s, leased, progress, walked["pre"])
+        return _sync_planned(agent, spec, project, remote, walked["trees"], records, s, leased, progress, walked["pre"],
+                             walked["secrets"])
     except GpujobError as e:
         # refused here (no room there, a file changing as it is read): the next submit of the project
         # need not wait for this one's lease to expire. A broken link or a failed receive is left
@@ -405,7 +410,7 @@ def sync_job(agent: Agent, spec: JobSpec, project: str, progress: Callable[[int,
 
 def _sync_planned(agent: Agent, spec: JobSpec, project: str, remote: dict, trees: list[Any], records: list[Record],
                   s: Any, leased: list[str], progress: Callable[[int, int], None] | None,
-                  pre: Preopened | None = None) -> SyncReport:
+                  pre: Preopened | None = None, secrets: dict[str, str] | None = None) -> SyncReport:
     try:
         replies.check_manifest(agent.endpoint.name, remote, [t.prefix for t in trees])
         plan = plan_from(remote, trees, records)
@@ -416,7 +421,7 @@ def _sync_planned(agent: Agent, spec: JobSpec, project: str, remote: dict, trees
         remote = _manifest_leased(agent, targets(spec, project) + leased)
         replies.check_manifest(agent.endpoint.name, remote, [t.prefix for t in trees])
         plan = plan_from(remote, trees, [Record.blank(r.path) for r in records])  # rebuilt from it
-    withhold(plan, declared_values(spec))  # keys and credentials, whatever the ignore files say
+    withhold(plan, declared_values(spec) if secrets is None else secrets)  # keys and credentials, whatever the ignore files say
     _check_space(agent, plan, remote, s)
     if not plan.send and not plan.delete:
         if s is not None:
@@ -430,13 +435,39 @@ def _sync_planned(agent: Agent, spec: JobSpec, project: str, remote: dict, trees
     big = ranged(agent, plan.send)
     ids = {id(e) for e in big}
     rest = Plan(plan.trees, [e for e in plan.send if id(e) not in ids], plan.delete, plan.unchanged, plan.resumed_bytes)
-    wire, codec = _upload_rest(agent, rest, s, leased, counters)  # first: it goes while the range channels open
     skipped = extra = 0
-    if big:  # the large files over several channels (gpujob/usecases/ranges.py)
-        skipped = upload_ranged(agent, big, leased, *counters, pre)
+    if big:  # the large files over several channels (gpujob/usecases/ranges.py), the rest beside them
+        wire, codec, skipped = _upload_both(agent, rest, s, leased, counters, big, pre)
         extra = sum(e.size for e in big) - skipped  # their bytes on the wire
+    else:
+        wire, codec = _upload_rest(agent, rest, s, leased, counters)
     _save_records(whole, remote)
     return _report(whole, 2, wire + extra, codec, skipped)
+
+
+def _upload_both(agent: Agent, rest: Plan, s: Any, leased: list[str],
+                 counters: tuple[Callable[[int], None], Callable[[Any, str], None]], big: list[Any],
+                 pre: Preopened | None) -> tuple[int, str, int]:
+    """The ranged files in this thread while the rest goes on the sync's own command in another:
+    the ranges' data starts as soon as their channels are open, not a round trip (the rest's
+    answer) later; (the rest's bytes on the wire, its codec, the ranged bytes not sent)."""
+    done: dict[str, Any] = {}
+
+    def send_rest() -> None:
+        try:
+            done["rest"] = _upload_rest(agent, rest, s, leased, counters)
+        except BaseException as e:  # noqa: BLE001 - raised below, in the caller's thread
+            done["error"] = e
+
+    t = threading.Thread(target=send_rest, name="gpujob-sync-rest", daemon=True)
+    t.start()
+    try:
+        skipped = upload_ranged(agent, big, leased, *counters, pre)
+    finally:
+        t.join()
+    if "error" in done:
+        raise done["error"]
+    return (*done["rest"], skipped)
 
 
 def _upload_rest(agent: Agent, plan: Plan, s: Any, leased: list[str],

@@ -18,31 +18,19 @@ command commits: the whole-file hash from the ranges' sidecars must equal ``h`` 
 hash of ``hashing``), then the part file is cut to size, fsynced and renamed into place. A cut
 transfer leaves the part file and its range sidecars, never a file under the final name.
 
-``serve``: one process per sync serving every channel, reached over SSH ``direct-tcpip``
-channels (no login shell and no Python start per channel: on a far link each ``range``
-command answered 0.9–2.3 s after it was opened). It listens on 127.0.0.1, writes one line
-``{"port", "token", "have"}`` on its stdout (``have``: what a channel's first line would say,
-for every range of the files named in ``--files``, so the channels send without waiting for it) (the encrypted exec channel: the token is in no argv, log
-or file) and serves each connection in a thread: the token line, a header line (what a
-``range`` command takes as arguments), then exactly a channel's stream as above, and last a
-line ``{"exit": N}`` (what the command's exit status said). Its stdin reaching EOF (the
-laptop done, killed or cut off) ends it.
+``serve`` (one process per sync serving every channel over TCP): ``rangeserve``.
 """
 
 import contextlib
 import fcntl
 import hashlib
-import hmac
 import json
 import os
-import secrets
 import shutil
 import signal
-import socket
-import threading
 import time
 from pathlib import Path
-from typing import IO, Any, Callable, ContextManager, Dict, Iterator, List, Optional, Set
+from typing import IO, Any, Callable, ContextManager, Dict, Iterator, List, Optional
 
 from .durable import CLOEXEC, NOFOLLOW, durable, replace
 from .format import CHUNK, REC, TransferError, raise_on_signals
@@ -314,89 +302,3 @@ def commit(base: Path, name: str, size: int, span: int, head: Dict[str, Any], ca
     if cache is not None:
         cache.put(Path(str(base) + "/" + name), whole)
         cache.save()
-
-
-HELLO_WAIT = float(os.environ.get("GPUJOB_RANGE_HELLO_WAIT", "10"))  # seconds to present the token and header
-
-
-def serve(control_in: IO[bytes], control_out: IO[bytes],
-          handle: Callable[[Dict[str, Any], IO[bytes], IO[bytes]], int], first: Dict[str, Any]) -> Dict[str, Any]:
-    """Serve range channels until ``control_in`` ends (see the module doc): ``handle(header,
-    rfile, wfile)`` speaks one channel and returns its exit status; ``first`` goes in the first
-    line too. At the end the listener and every open connection are shut (their receivers
-    record what arrived verified)."""
-    token = secrets.token_hex(24)
-    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(64)
-    open_conns: Set[socket.socket] = set()
-    threads: List[threading.Thread] = []
-    lock = threading.Lock()
-    served = [0]
-
-    def one(conn: socket.socket) -> None:
-        try:
-            _serve_one(conn, token, handle, served)
-        finally:
-            with lock:
-                open_conns.discard(conn)
-            conn.close()
-
-    def accept() -> None:
-        while True:
-            try:
-                conn, _ = srv.accept()
-            except OSError:  # shut at the end
-                return
-            with lock:
-                open_conns.add(conn)
-                t = threading.Thread(target=one, args=(conn,), name="gpujob-range-conn", daemon=True)
-                threads.append(t)
-            t.start()
-
-    threading.Thread(target=accept, name="gpujob-range-accept", daemon=True).start()
-    control_out.write((json.dumps(dict(first, port=srv.getsockname()[1], token=token)) + "\n").encode())
-    control_out.flush()
-    try:
-        while control_in.read(4096):  # nothing is expected: EOF is the signal
-            pass
-    except (OSError, ValueError):
-        pass
-    with contextlib.suppress(OSError):
-        srv.shutdown(socket.SHUT_RDWR)  # wakes the accept (a close alone would not)
-    srv.close()
-    with lock:
-        for conn in open_conns:  # their receivers meet the end of the stream, as a cut command's do
-            with contextlib.suppress(OSError):
-                conn.shutdown(socket.SHUT_RD)
-        waiting = list(threads)
-    deadline = time.monotonic() + 10
-    for t in waiting:
-        t.join(max(0.0, deadline - time.monotonic()))
-    return {"served": served[0]}
-
-
-def _serve_one(conn: socket.socket, token: str, handle: Callable[[Dict[str, Any], IO[bytes], IO[bytes]], int],
-               served: List[int]) -> None:
-    """One connection: the token, the header, the channel, the exit line. A wrong or missing
-    token (or none within ``HELLO_WAIT``) drops the connection unanswered."""
-    conn.settimeout(HELLO_WAIT)
-    rfile, wfile = conn.makefile("rb"), conn.makefile("wb")
-    try:
-        presented = rfile.readline(256).strip()
-        if not hmac.compare_digest(presented, token.encode()):
-            return
-        head = json.loads(rfile.readline(65536).decode())
-        if not isinstance(head, dict):
-            return
-        conn.settimeout(None)
-        served[0] += 1
-        rc = handle(head, rfile, wfile)
-        wfile.write((json.dumps({"exit": rc}) + "\n").encode())
-        wfile.flush()
-    except (OSError, ValueError):  # dropped, timed out, or not our client
-        pass
-    finally:
-        for f in (rfile, wfile):
-            with contextlib.suppress(OSError):
-                f.close()

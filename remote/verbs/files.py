@@ -113,9 +113,10 @@ RANGE_HEADER = {"name": str, "size": int, "span": int, "ranges": str, "project":
 
 def range_serve(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     """Every range channel of one sync in this one process, over TCP connections on 127.0.0.1
-    (remote/stream/ranges.py ``serve``): each speaks what a ``range`` command's stdin and stdout
+    (remote/stream/rangeserve.py ``serve``): each speaks what a ``range`` command's stdin and stdout
     do, with its arguments in a header; ends when this command's stdin does."""
-    from remote.stream.ranges import held_files, serve
+    from remote.stream.ranges import held_files
+    from remote.stream.rangeserve import serve
 
     root.ensure()
     try:
