@@ -18,6 +18,7 @@ from gpujob.transport.endpoint import Endpoint, Target, as_endpoint
 
 CHUNK = 65536
 STDERR_KEPT = 64 << 10  # the end of a command's stderr kept (it says why); a flood is not
+PUMP_READ = 1 << 20  # what one pump step takes at most: all a channel holds, in one write (not 64 KB steps)
 
 
 @dataclass
@@ -38,7 +39,7 @@ def pump(read: Callable[[int], bytes], fd: int, broken: Callable[[], None]) -> N
     The pipe's reader gone (or the source failing) calls ``broken`` (which closes the source)."""
     try:
         while True:
-            data = read(CHUNK)
+            data = read(PUMP_READ)
             if not data:
                 break
             view = memoryview(data)

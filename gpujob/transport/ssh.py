@@ -32,8 +32,8 @@ from gpujob.transport.base import (
     Transport,
     Tunnel,
     TunnelRefused,
-    pump,
 )
+from gpujob.transport.chanbuf import ChannelReader, open_session
 from gpujob.transport.endpoint import Endpoint, Target, as_endpoint, identity_problem
 
 # paramiko's transport thread logs the traceback of a failed handshake (no banner over a dead
@@ -229,14 +229,13 @@ class _File(_QuietFinal, paramiko.channel.ChannelFile):
 
 
 class _SSHStream(PumpedStream):
-    """A channel's stdout pumped into a pipe (so it reads like the other streams), its stderr
-    into the buffer; the exit status comes on the channel."""
+    """A channel's stdout read in the reading thread itself (``ChannelReader``: no pump thread, no
+    pipe: a download's every byte was copied through both), its stderr pumped into the buffer;
+    the exit status comes on the channel."""
 
     def __init__(self, chan: paramiko.Channel) -> None:
         self.chan = chan
-        out_r, out_w = os.pipe()
-        threading.Thread(target=pump, args=(chan.recv, out_w, chan.close), name="gpujob-stdout", daemon=True).start()
-        super().__init__(_Stdin(chan, "wb"), os.fdopen(out_r, "rb"), chan.recv_stderr)
+        super().__init__(_Stdin(chan, "wb"), ChannelReader(chan.recv), chan.recv_stderr)  # type: ignore[arg-type]
 
     def close_stdin(self) -> None:
         try:
@@ -259,10 +258,7 @@ class _SSHStream(PumpedStream):
             self.chan.close()
         except (EOFError, OSError, paramiko.SSHException):
             pass
-        try:
-            self.stdout.close()  # a pump still blocked on a full pipe ends too
-        except OSError:
-            pass
+        self.stdout.close()
 
 
 class _SSHForward(Forward):
@@ -515,7 +511,7 @@ class SSHTransport(Transport):
 
     def _exec(self, cmd: str) -> paramiko.Channel:
         try:
-            chan = self._transport.open_session()
+            chan = open_session(self._transport)
             chan.exec_command(cmd)
         except (paramiko.SSHException, EOFError, OSError) as e:
             raise ConnectError(f"the connection to {self.endpoint.address} dropped ({e})", "run the command again") from None

@@ -17,6 +17,7 @@ from .parts import PART, drop_part, part_chunks, part_path, range_sidecars, save
 from .writers import FSYNC_EACH, Sink, Writers
 
 OUT_MAX = 1 << 20  # bytes one decompression step may give (a 208-byte bz2 bomb is 256 MiB of zeros)
+RAW_READ = 1 << 20  # bytes one read of the stream takes at most: what has arrived, in one piece
 
 
 class _Source:
@@ -52,7 +53,7 @@ class _Source:
         if self.head:
             data, self.head = self.head, b""
             return data
-        return self.read1(1 << 16)
+        return self.read1(RAW_READ)
 
     def _more(self) -> bytes:
         """The stream's next bytes (b"" at its end): at most ``OUT_MAX`` decompressed ones."""
