@@ -44,6 +44,28 @@ def write_small(tmp: str, target: str, data: Any, mode: int, mtime: int, umask: 
     return st
 
 
+def write_parts(fd: int, parts: List[Any]) -> None:
+    """Write ``parts`` one after another at the descriptor's offset (``writev``, all of them)."""
+    writev = getattr(os, "writev", None)
+    if writev is None:  # not POSIX
+        for p in parts:
+            view = memoryview(p)
+            while len(view):
+                view = view[os.write(fd, view):]
+        return
+    todo = list(parts)
+    while todo:
+        n = writev(fd, todo[:IOV_MAX])
+        while todo and n >= len(todo[0]):
+            n -= len(todo[0])
+            todo.pop(0)
+        if n:
+            todo[0] = memoryview(todo[0])[n:]
+
+
+IOV_MAX = 1024  # pieces one writev takes (POSIX's least IOV_MAX on Linux)
+
+
 class Writers:
     """A few threads writing verified small files; ``drain`` waits for all given so far and
     raises the first error."""
@@ -147,30 +169,35 @@ class Sink:
         self.t = threading.Thread(target=self._run, daemon=True)
         self.t.start()
 
-    def put(self, data: bytes) -> None:
+    def put(self, parts: List[Any]) -> None:
+        """The file's next bytes, as the stream's pieces (written with one ``writev``, never joined)."""
         if self.error is not None:
             raise self.error
-        self.q.put(data)
+        self.q.put(parts)
 
     def _run(self) -> None:
         since = 0
         try:
+            self.fh.flush()  # its writes go to the descriptor from here on
+            fd = self.fh.fileno()
+        except BaseException as e:  # noqa: BLE001 - raised in the reading thread
+            self.error, fd = e, -1
+        try:
             while True:
-                data = self.q.get()
-                if data is None:
+                parts = self.q.get()
+                if parts is None:
                     return
                 if self.error is not None:
                     continue
                 try:
-                    self.fh.write(data)
-                    if self.h.update(data):
-                        since += 1
-                        if since >= SIDECAR_EVERY:
-                            self.fh.flush()  # in the file before the syncer's sync starts
-                            with self.synced:
-                                self.to_sync = list(self.h.chunks)  # a newer list replaces one not yet synced
-                                self.synced.notify()
-                            since = 0
+                    write_parts(fd, parts)
+                    since += sum(self.h.update(p) for p in parts)
+                    if since >= SIDECAR_EVERY:
+                        # written (no buffer between) before the syncer's sync starts
+                        with self.synced:
+                            self.to_sync = list(self.h.chunks)  # a newer list replaces one not yet synced
+                            self.synced.notify()
+                        since = 0
                 except BaseException as e:  # noqa: BLE001 - raised in the reading thread
                     self.error = e
         finally:
