@@ -35,6 +35,7 @@ from gpujob.transport.base import (
 )
 from gpujob.transport.chanbuf import ChannelReader, open_session
 from gpujob.transport.endpoint import Endpoint, Target, as_endpoint, identity_problem
+from gpujob.transport.readahead import ReadAheadPacketizer
 
 # paramiko's transport thread logs the traceback of a failed handshake (no banner over a dead
 # link); with no handler Python prints it on stderr. The error reaches the user as one message.
@@ -360,7 +361,7 @@ def gcm_first(sock: Any, **kw: Any) -> paramiko.Transport:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     except (OSError, AttributeError):
         pass
-    tr = paramiko.Transport(sock, **kw)
+    tr = paramiko.Transport(sock, packetizer_class=ReadAheadPacketizer, **kw)  # many packets a recv
     opts = tr.get_security_options()
     if os.environ.get("GPUJOB_SSH_GCM", "1") != "0":
         opts.ciphers = tuple(c for c in AEAD if c in opts.ciphers) + tuple(c for c in opts.ciphers if c not in AEAD)
