@@ -25,6 +25,10 @@ READ_MOST = 1 << 20  # bytes one read hands out at most (what a read of "everyth
 # own limit 256 KB): OpenSSH's sshd fills larger packets when its buffer holds more, fewer packets
 # cost paramiko's transport thread less (BENCHMARKS.md, issue 38's second round).
 MAX_PACKET = 1 << 18
+# A read of READ_MOST or more (a bulk one: a download's, the kept connection's pump) that finds
+# less than GATHER held waits up to GATHER_WAIT s for that much: one wake of the reading thread
+# for several packets instead of one each (each wake is a hand-over of the GIL in this process).
+GATHER, GATHER_WAIT = 1 << 18, 0.002
 
 
 class PacketPipe(BufferedPipe):
@@ -36,6 +40,7 @@ class PacketPipe(BufferedPipe):
         self._chunks: collections.deque[bytes] = collections.deque()
         self._held = 0  # bytes in _chunks, less _pos
         self._pos = 0  # how much of _chunks[0] was read already
+        self._least = 1  # what a waiting reader wants held before it is woken
 
     def set_event(self, event) -> None:  # noqa: ANN001 - paramiko's or-pipe event
         with self._lock:
@@ -52,7 +57,8 @@ class PacketPipe(BufferedPipe):
             if data:
                 self._chunks.append(bytes(data))
                 self._held += len(data)
-            self._cv.notify_all()
+            if self._held >= self._least or not data:
+                self._cv.notify_all()
 
     def read_ready(self) -> bool:
         with self._lock:
@@ -71,6 +77,10 @@ class PacketPipe(BufferedPipe):
                     timeout -= time.monotonic() - then
                     if timeout <= 0.0 and not self._held:
                         raise PipeTimeout()
+            if nbytes >= READ_MOST and self._held < GATHER and not self._closed:
+                self._least = GATHER
+                self._cv.wait(GATHER_WAIT)  # woken by the feed that makes GATHER, by close, or after the wait
+                self._least = 1
             out = self._take(nbytes)
             if not self._held and self._event is not None and not self._closed:
                 self._event.clear()
