@@ -17,9 +17,11 @@ import socket
 # isort: off
 import gpujob.transport.paramiko_load  # noqa: F401  (first: paramiko without invoke and importlib.metadata)
 from paramiko.packet import NeedRekeyException, Packetizer
+from paramiko.ssh_exception import SSHException
 # isort: on
 
 AHEAD = 1 << 18  # bytes one read of the socket may take
+MOST = 16 << 20  # the largest packet taken (OpenSSH sends at most 256 KB): a forged length is refused, not allocated
 
 
 class ReadAheadPacketizer(Packetizer):
@@ -31,6 +33,8 @@ class ReadAheadPacketizer(Packetizer):
         self._lo = self._hi = 0  # the unread bytes are _ahead[_lo:_hi]
 
     def read_all(self, n: int, check_rekey: bool = False) -> bytes:
+        if n > MOST:
+            raise SSHException(f"refusing a {n:,}-byte SSH packet (more than {MOST:,})")
         # paramiko keeps its state in name-mangled attributes: ``self.__x`` there is this
         rest = self._Packetizer__remainder  # what reading the banner line read past it
         if rest:
