@@ -1,8 +1,9 @@
 """The transport interface: run a command, open a streaming command, forward a port, close.
 
-Every stream reads the same way (``PumpedStream``): its stdout is a buffered reader over a pipe
-and a thread pumps its stderr into a buffer, whether the bytes come from a local process, the
-multiplexer's daemon or a paramiko channel (pumped into a pipe by ``pump``).
+Every stream reads the same way (``PumpedStream``): its stdout reads as a buffered reader
+(``read``, ``read1``, ``readline``) and a thread pumps its stderr into a buffer, whether the bytes
+come from a local process or the multiplexer's daemon (a pipe; the daemon fills it with ``pump``)
+or a paramiko channel read in the reading thread itself (``chanbuf.ChannelReader``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from gpujob.transport.endpoint import Endpoint, Target, as_endpoint
 
 CHUNK = 65536
 STDERR_KEPT = 64 << 10  # the end of a command's stderr kept (it says why); a flood is not
+PUMP_READ = 1 << 20  # what one pump step takes at most: all a channel holds, in one write (not 64 KB steps)
 
 
 @dataclass
@@ -38,7 +40,7 @@ def pump(read: Callable[[int], bytes], fd: int, broken: Callable[[], None]) -> N
     The pipe's reader gone (or the source failing) calls ``broken`` (which closes the source)."""
     try:
         while True:
-            data = read(CHUNK)
+            data = read(PUMP_READ)
             if not data:
                 break
             view = memoryview(data)
@@ -55,7 +57,7 @@ class Stream(abc.ABC):
     """A running command whose stdin and stdout are byte streams."""
 
     stdin: IO[bytes]
-    stdout: IO[bytes]  # a buffered reader over a pipe: read, readline, read1
+    stdout: IO[bytes]  # reads as a buffered reader: read, readline, read1
 
     def close_stdin(self) -> None:
         """Send EOF to the command (here: close its stdin pipe)."""

@@ -41,6 +41,7 @@ import paramiko
 
 from gpujob.transport import replies
 from gpujob.transport.base import TunnelRefused, pump
+from gpujob.transport.chanbuf import open_session
 from gpujob.transport.endpoint import Endpoint
 from gpujob.transport.mux import describe_error
 from gpujob.transport.ssh import link_answers, open_client, open_tunnel, probe_wait, received
@@ -252,7 +253,7 @@ class Daemon:
         """A new session channel; None when the link is dead. The server refusing one more
         channel (OpenSSH's MaxSessions, 10 by default) raises ``ChannelException``."""
         try:
-            return self.tr.open_session(timeout=self.endpoint.connect_timeout)
+            return open_session(self.tr, self.endpoint.connect_timeout)
         except paramiko.ChannelException:
             raise
         except (paramiko.SSHException, EOFError, OSError):

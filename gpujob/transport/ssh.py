@@ -32,9 +32,10 @@ from gpujob.transport.base import (
     Transport,
     Tunnel,
     TunnelRefused,
-    pump,
 )
+from gpujob.transport.chanbuf import ChannelReader, open_session
 from gpujob.transport.endpoint import Endpoint, Target, as_endpoint, identity_problem
+from gpujob.transport.readahead import ReadAheadPacketizer
 
 # paramiko's transport thread logs the traceback of a failed handshake (no banner over a dead
 # link); with no handler Python prints it on stderr. The error reaches the user as one message.
@@ -229,14 +230,13 @@ class _File(_QuietFinal, paramiko.channel.ChannelFile):
 
 
 class _SSHStream(PumpedStream):
-    """A channel's stdout pumped into a pipe (so it reads like the other streams), its stderr
-    into the buffer; the exit status comes on the channel."""
+    """A channel's stdout read in the reading thread itself (``ChannelReader``: no pump thread, no
+    pipe: a download's every byte was copied through both), its stderr pumped into the buffer;
+    the exit status comes on the channel."""
 
     def __init__(self, chan: paramiko.Channel) -> None:
         self.chan = chan
-        out_r, out_w = os.pipe()
-        threading.Thread(target=pump, args=(chan.recv, out_w, chan.close), name="gpujob-stdout", daemon=True).start()
-        super().__init__(_Stdin(chan, "wb"), os.fdopen(out_r, "rb"), chan.recv_stderr)
+        super().__init__(_Stdin(chan, "wb"), ChannelReader(chan.recv), chan.recv_stderr)  # type: ignore[arg-type]
 
     def close_stdin(self) -> None:
         try:
@@ -259,10 +259,7 @@ class _SSHStream(PumpedStream):
             self.chan.close()
         except (EOFError, OSError, paramiko.SSHException):
             pass
-        try:
-            self.stdout.close()  # a pump still blocked on a full pipe ends too
-        except OSError:
-            pass
+        self.stdout.close()
 
 
 class _SSHForward(Forward):
@@ -413,7 +410,7 @@ def gcm_first(sock: Any, **kw: Any) -> paramiko.Transport:
             and hasattr(socket, "TCP_QUICKACK") \
             and os.environ.get("GPUJOB_QUICKACK", "1") != "0":
         sock = _QuickAck(sock)
-    tr = paramiko.Transport(sock, **kw)
+    tr = paramiko.Transport(sock, packetizer_class=ReadAheadPacketizer, **kw)  # many packets a recv
     opts = tr.get_security_options()
     if os.environ.get("GPUJOB_SSH_GCM", "1") != "0":
         opts.ciphers = tuple(c for c in AEAD if c in opts.ciphers) + tuple(c for c in opts.ciphers if c not in AEAD)
@@ -568,7 +565,7 @@ class SSHTransport(Transport):
         its stdin follows it). A refused request then closes the channel: its reader meets the
         end with no exit status, as with a cut link."""
         try:
-            chan = self._transport.open_session()
+            chan = open_session(self._transport)
             if wait:
                 chan.exec_command(cmd)
             else:

@@ -7,7 +7,7 @@ import shutil
 import signal
 import zlib
 from pathlib import Path
-from typing import IO, Any, Callable, Dict, Iterable, Optional, Tuple
+from typing import IO, Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from .durable import NOFOLLOW, durable, remove, replace
 from .format import CHUNK, MAGIC, MAX_BATCH, MAX_HEAD, REC, TransferError, raise_on_signals
@@ -17,6 +17,7 @@ from .parts import PART, drop_part, part_chunks, part_path, range_sidecars, save
 from .writers import FSYNC_EACH, Sink, Writers
 
 OUT_MAX = 1 << 20  # bytes one decompression step may give (a 208-byte bz2 bomb is 256 MiB of zeros)
+RAW_READ = 1 << 20  # bytes one read of the stream takes at most: what has arrived, in one piece
 
 
 class _Source:
@@ -52,7 +53,7 @@ class _Source:
         if self.head:
             data, self.head = self.head, b""
             return data
-        return self.read1(1 << 16)
+        return self.read1(RAW_READ)
 
     def _more(self) -> bytes:
         """The stream's next bytes (b"" at its end): at most ``OUT_MAX`` decompressed ones."""
@@ -98,6 +99,29 @@ class _Source:
             pieces.append(data)
             got += len(data)
         return b"".join(pieces)
+
+    def read_parts(self, n: int) -> List[Any]:
+        """``n`` bytes as the pieces they arrived in (fewer only at the end of the stream): what
+        ``read`` gives, without joining them (a large file's pieces go to its writer as they are)."""
+        parts = []  # type: List[Any]
+        got = 0
+        if n <= 0:
+            return parts
+        if self.pos < len(self.buf):
+            data, start = self.buf, self.pos
+            self.buf, self.pos = b"", 0
+        else:
+            data, start = self._more(), 0
+        while data and got < n:
+            end = min(len(data), start + n - got)
+            parts.append(memoryview(data)[start:end] if start or end < len(data) else data)
+            got += end - start
+            if end < len(data):  # the rest is read next
+                self.buf, self.pos = data, end
+                break
+            if got < n:
+                data, start = self._more(), 0
+        return parts
 
     def record(self) -> Tuple[bytes, Any]:
         raw = self.read(REC.size)
@@ -311,14 +335,15 @@ def _large(src: _Source, head: Any, guard: Guard, made: set, base_s: str, cache:
         with fh:
             try:
                 while left > 0:
-                    data = src.read(min(1 << 20, left))
-                    if not data:
+                    parts = src.read_parts(min(1 << 20, left))
+                    got = sum(len(p) for p in parts)
+                    if not got:
                         raise TransferError("the stream ended early (a cut transfer) in {}".format(name))
-                    sink.put(data)
-                    left -= len(data)
-                    res["bytes"] += len(data)
+                    sink.put(parts)
+                    left -= got
+                    res["bytes"] += got
                     if on_bytes:
-                        on_bytes(len(data))
+                        on_bytes(got)
             finally:
                 sink.close()
             fh.flush()

@@ -67,6 +67,31 @@ def test_streams_read_alike(transport) -> None:
         assert s.stderr_text().endswith("bad\n")  # (after whatever the login shell prints)
 
 
+def test_stdout_reads_mixed_alike(transport, tmp_path: Path) -> None:
+    """readline (whole and cut at its limit), read1, read(n) and read() in turn give the command's
+    bytes exactly, past several receive windows (SSH reads its channel in the reading thread)."""
+    import random
+
+    rnd = random.Random(38)
+    data = b"first line\nsecond\n" + bytes(rnd.getrandbits(8) for _ in range(1 << 16)) * 80  # 5 MiB, newlines inside
+    src = tmp_path / "out.bin"
+    src.write_bytes(data)
+    s = transport.stream(f"cat {src}")
+    with s:
+        got = [s.stdout.readline(), s.stdout.readline(3), s.stdout.readline(1 << 20)]
+        assert got == [b"first line\n", b"sec", b"ond\n"]
+        got.append(s.stdout.read1(5))
+        assert 1 <= len(got[-1]) <= 5
+        got.append(s.stdout.read(100_000))
+        assert len(got[-1]) == 100_000
+        for _ in range(3):
+            got.append(s.stdout.readline(1 << 20))
+        got.append(s.stdout.read())
+        assert b"".join(got) == data
+        assert s.stdout.read() == b"" and s.stdout.read1(10) == b""
+        assert s.wait(30) == 0
+
+
 def test_kept_agent_call_only_on_the_kept_connection(transport, tmp_path: Path) -> None:
     from gpujob.transport.agent import Agent
 
