@@ -17,16 +17,17 @@ from gpujob.usecases.ranges import Preopened, rangeserve, stream, upload_ranged
 from gpujob.usecases.syncrecord import Record
 from gpujob.usecases.synctree import scan
 from tests.gpujob.usecases.test_sync import agent_for
+from tests.gpujob.usecases.test_sync_ranges import small_ranges  # noqa: F401  (the same small ranges)
 from tests.helpers import wait_for
 
 CHUNK = stream.CHUNK
 
 
+pytestmark = pytest.mark.usefixtures("small_ranges")
+
+
 @pytest.fixture(autouse=True)
-def small_ranges(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("GPUJOB_RANGE_MIN", str(6 << 20))
-    monkeypatch.setenv("GPUJOB_RANGE_SPAN", "1")
-    monkeypatch.setenv("GPUJOB_RANGE_CHANNELS", "3")
+def own_connection(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPUJOB_MUX", "0")  # paramiko's own connection: the multiplexer's daemon forwards nothing back
 
 
