@@ -303,7 +303,8 @@ class Client:
         """Run a command on a host in the environment its jobs get: a string (or a list of one) is a
         shell line, a list of several is quoted word by word.
 
-        Its output (stdout and stderr in order) goes to ``on_output`` as it comes, else into ``output``.
+        Its output (stdout and stderr in order) goes to ``on_output`` as it comes, else into ``output``;
+        what the host's login files printed is ``login_output``, never mixed into it.
         """
         from gpujob.usecases.shell import command_text, run_exec
 
@@ -312,9 +313,9 @@ class Client:
 
         h = self.hosts.get(host or self.host)
         chunks: list[bytes] = []
-        rc = run_exec(h, argv, on_output or chunks.append)
+        rc, login = run_exec(h, argv, on_output or chunks.append)
         return r.ExecResult.from_json({"host": h.name, "command": command_text(argv), "exit_code": rc,
-                                     "output": b"".join(chunks).decode("utf-8", "replace")})
+                                     "output": b"".join(chunks).decode("utf-8", "replace"), "login_output": login})
 
     def cost(self, host: str | None = None) -> r.CostReport:
         """What the jobs have cost (elapsed × price_per_hour), per job, per host and per currency."""

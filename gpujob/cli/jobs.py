@@ -280,6 +280,16 @@ def cmd_cost(args: argparse.Namespace) -> int:
         return show(args, c.cost(), lambda res: cost_report(res.to_json()))
 
 
+def _login_output_on_failure(rc: int, text: str, lines: int = 20) -> None:
+    """A failed command's context: what the host's login files printed (a missing conda, a profile
+    error), kept out of the command's output, shown on stderr (escapes stripped: host bytes)."""
+    from gpujob.ui.neutral import clean
+
+    tail = [clean(ln) for ln in text.splitlines() if ln.strip()][-lines:]
+    if rc != 0 and tail:
+        sys.stderr.write("(the host's login files printed, before the command ran:)\n" + "\n".join(tail) + "\n")
+
+
 def cmd_exec(args: argparse.Namespace) -> int:
     from gpujob.ui.neutral import TermFilter
     from gpujob.ui.output import print_json
@@ -291,10 +301,12 @@ def cmd_exec(args: argparse.Namespace) -> int:
             # host's (or a job's file's) bytes would drive it; a pipe gets the bytes as they are
             f = TermFilter(raw=True) if sys.stdout.isatty() else None
             try:
-                return c.exec(argv, on_output=lambda b: _copy([f.feed(b) if f else b])).exit_code
+                res = c.exec(argv, on_output=lambda b: _copy([f.feed(b) if f else b]))
             finally:
                 if f:
                     _copy([f.flush()])
+            _login_output_on_failure(res.exit_code, res.login_output)
+            return res.exit_code
         res = c.exec(argv)
         print_json(res.to_json())
         return res.exit_code

@@ -3,7 +3,10 @@
 ``exec`` runs one command over gpujob's own connection in the environment a job's run command
 gets from the host: the profile's env (pip index, HF endpoint), network_turbo when it applies
 to runs, the PATH prefix (the laptop's PATH on ``local``) and a login shell. Its output is
-streamed (stderr merged into stdout, in order) and gpujob exits with the command's code.
+streamed (stderr merged into stdout, in order) and gpujob exits with the command's code. What
+the host's login files print themselves (a platform's banner, a pyenv or conda warning) is kept
+apart from it, on the channel's stderr: ``nvidia-smi --query... --format=csv`` or ``--json``
+output stays the command's own.
 
 ``ssh`` hands the terminal to OpenSSH, through a ``Host gpujob-NAME`` entry that gpujob keeps
 in ``~/.ssh/config`` between marker lines, with gpujob's key and its known_hosts file (so a
@@ -46,7 +49,10 @@ def stdin_login(host: Host, command: str) -> tuple[str, bytes]:
     script = base64.b64encode(env_script(host).encode()).decode()  # ASCII: read -N counts characters
     line = (f'IFS= read -r -N {len(script)} __gj && eval "$(printf %s "$__gj" | base64 -d)" && unset __gj || exit 125\n'
             + command)
-    return f"cd ~ 2>/dev/null; exec bash -lc {shlex.quote(line)} 2>&1", script.encode()
+    # fd 3 carries stdout past the login files (which print to the channel's stderr); the
+    # command's own lines put it back, stderr merged so the two keep their order
+    line = "exec 1>&3 2>&1 3>&-\n" + line
+    return f"cd ~ 2>/dev/null; exec 3>&1; exec bash -lc {shlex.quote(line)} 1>&2", script.encode()
 
 
 def env_script(host: Host) -> str:
@@ -68,8 +74,9 @@ def command_text(argv: list[str]) -> str:
     return argv[0] if len(argv) == 1 else shlex.join(argv)
 
 
-def run_exec(host: Host, argv: list[str], write: Callable[[bytes], None]) -> int:
-    """Run ``argv`` on ``host`` as described above; the command's exit status."""
+def run_exec(host: Host, argv: list[str], write: Callable[[bytes], None]) -> tuple[int, str]:
+    """Run ``argv`` on ``host`` as described above; the command's exit status and what the
+    login files printed before it (the end of it)."""
     from gpujob.transport.agent import connect_agent
 
     agent = connect_agent(host)
@@ -91,6 +98,7 @@ def run_exec(host: Host, argv: list[str], write: Callable[[bytes], None]) -> int
                     break
                 write(chunk)
             rc = s.wait()
+            profile = s.stderr_text()
         finally:
             s.kill()
     finally:
@@ -98,7 +106,7 @@ def run_exec(host: Host, argv: list[str], write: Callable[[bytes], None]) -> int
     if rc < 0:
         raise ConnectError(f"the connection to {host.name} dropped before the command ended",
                            "check the network; the command may still be running there")
-    return rc
+    return rc, profile
 
 
 def _feed(s: Any) -> None:

@@ -115,9 +115,11 @@ class PlotResult(Result):
 
 @dataclass(frozen=True)
 class ExecResult(Result):
-    """``exec``: a command run on a host; ``output`` is stdout and stderr in order ("" when streamed)."""
+    """``exec``: a command run on a host; ``output`` is stdout and stderr in order ("" when streamed);
+    ``login_output`` what the host's login files printed before it, kept apart from ``output``."""
 
     host: str = ""
     command: str = ""
     exit_code: int = 0
     output: str = ""
+    login_output: str = ""

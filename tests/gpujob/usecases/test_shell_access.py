@@ -34,6 +34,20 @@ def test_exec_runs_where_jobs_run(any_host: str) -> None:
     assert r.returncode == 0 and doc["output"] == "PIPED IN\n" and doc["command"] == "tr a-z A-Z"
 
 
+def test_exec_keeps_what_the_login_files_print_apart(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()  # a platform's banner on stdout and a pyenv warning on stderr, as an instance's profile prints
+    (home / ".bash_profile").write_text('echo "+---- Welcome to the instance ----+"\necho "pyenv: cannot rehash: lock" >&2\n')
+    env = {"HOME": str(home)}
+    r = run_cli("exec", "local", "--", "echo out; echo err >&2", env_extra=env)
+    assert (r.returncode, r.stdout) == (0, "out\nerr\n") and "Welcome" not in r.stderr, r
+    doc = json.loads(run_cli("exec", "local", "--json", "--", "echo out", env_extra=env).stdout)
+    assert doc["output"] == "out\n", doc
+    assert "Welcome to the instance" in doc["login_output"] and "pyenv: cannot rehash" in doc["login_output"]
+    r = run_cli("exec", "local", "--", "echo partial; exit 4", env_extra=env)  # a failure shows them, as context
+    assert r.returncode == 4 and r.stdout == "partial\n" and "pyenv: cannot rehash" in r.stderr, r
+
+
 def test_exec_streams_output_as_it_comes() -> None:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     p = subprocess.Popen([sys.executable, "-m", "gpujob.cli", "exec", "local", "--", "echo first; read x; echo got $x"],
