@@ -35,6 +35,7 @@ from gpujob.transport.base import (
 )
 from gpujob.transport.chanbuf import ChannelReader, open_session
 from gpujob.transport.endpoint import Endpoint, Target, as_endpoint, identity_problem
+from gpujob.transport.pipelined_auth import PipelinedTransport
 from gpujob.transport.readahead import ReadAheadPacketizer
 
 # paramiko's transport thread logs the traceback of a failed handshake (no banner over a dead
@@ -401,7 +402,7 @@ def gcm_first(sock: Any, **kw: Any) -> paramiko.Transport:
     """paramiko's transport preferring AES-GCM (OpenSSH has it since 6.2): one AEAD call per
     32 KB packet instead of AES-CTR plus an HMAC-SHA256, which was most of the CPU a loopback
     upload spent in paramiko (BENCHMARKS.md); TCP_NODELAY, as OpenSSH sets it; and quick
-    acknowledgements (``_QuickAck``)."""
+    acknowledgements (``_QuickAck``); a key login one round trip shorter (``pipelined_auth``)."""
     try:  # paramiko writes each message at once: Nagle would hold a small request for the peer's delayed ACK
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     except (OSError, AttributeError):
@@ -410,7 +411,7 @@ def gcm_first(sock: Any, **kw: Any) -> paramiko.Transport:
             and hasattr(socket, "TCP_QUICKACK") \
             and os.environ.get("GPUJOB_QUICKACK", "1") != "0":
         sock = _QuickAck(sock)
-    tr = paramiko.Transport(sock, packetizer_class=ReadAheadPacketizer, **kw)  # many packets a recv
+    tr = PipelinedTransport(sock, packetizer_class=ReadAheadPacketizer, **kw)  # many packets a recv
     opts = tr.get_security_options()
     if os.environ.get("GPUJOB_SSH_GCM", "1") != "0":
         opts.ciphers = tuple(c for c in AEAD if c in opts.ciphers) + tuple(c for c in opts.ciphers if c not in AEAD)

@@ -52,7 +52,7 @@ def stdin_login(host: Host, command: str) -> tuple[str, bytes]:
     # fd 3 carries stdout past the login files (which print to the channel's stderr); the
     # command's own lines put it back, stderr merged so the two keep their order
     line = "exec 1>&3 2>&1 3>&-\n" + line
-    return f"cd ~ 2>/dev/null; exec 3>&1; exec bash -lc {shlex.quote(line)} 1>&2", script.encode()
+    return f"cd ~ 2>/dev/null; exec bash -lc {shlex.quote(line)} 3>&1 1>&2", script.encode()
 
 
 def env_script(host: Host) -> str:

@@ -4,6 +4,9 @@
 127.0.0.1:``target_port``. ``freeze()`` stops moving bytes both ways (connections stay open:
 a laptop that slept, a NAT that dropped its state); ``cut()`` closes every connection and
 refuses new ones (an instance that went away); ``resume()`` moves bytes again and accepts.
+``latency``: each chunk waits that long before it is passed on (a far link's delay, so the two
+ends' messages cross as they would there); ``chunks`` records each chunk's direction (True:
+toward the target) and size, in the order the proxy read them.
 """
 
 from __future__ import annotations
@@ -15,9 +18,12 @@ import time
 
 
 class LinkProxy:
-    def __init__(self, target_port: int, target_host: str = "127.0.0.1", rate: float = 0.0) -> None:
+    def __init__(self, target_port: int, target_host: str = "127.0.0.1", rate: float = 0.0,
+                 latency: float = 0.0) -> None:
         self.target = (target_host, target_port)
         self.rate = rate  # bytes per second each way per connection (0: as fast as it goes)
+        self.latency = latency
+        self.chunks: list[tuple[bool, int]] = []
         self.srv = socket.socket()
         self.srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.srv.bind(("127.0.0.1", 0))
@@ -63,6 +69,9 @@ class LinkProxy:
                     data = s.recv(65536)
                     if not data:
                         return
+                    self.chunks.append((s is a, len(data)))
+                    if self.latency:
+                        time.sleep(self.latency)
                     peer[s].sendall(data)
                     self.bytes += len(data)
                     if self.rate:  # a link of known speed: a cut lands where the test wants it
