@@ -36,9 +36,9 @@ with open(os.environ["GPUJOB_METRICS_FILE"], "a") as m:
         m.write(json.dumps({"step": step, "loss": 1.0 / step, "lr": float(sys.argv[3])}) + "\\n")
         m.flush()
         print(f"step {step}", flush=True)
-        if step == 5:  # one complete checkpoint, for the pull button
+        if step == 5:  # one complete checkpoint, for the pull button (a resumed run writes it again)
             ck = os.path.join(os.environ["GPUJOB_CKPT_DIR"], "step-5")
-            os.makedirs(ck)
+            os.makedirs(ck, exist_ok=True)
             open(os.path.join(ck, "weights.bin"), "w").write("w")
             open(os.path.join(ck, ".gpujob-complete"), "w").close()
         time.sleep(delay)
