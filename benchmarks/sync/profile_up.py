@@ -2,7 +2,10 @@
 channel, paramiko's transport thread), summed, over a real sshd on loopback or through the link
 emulator.
 
-    python benchmarks/sync/profile_up.py [--mb 256] [--rtt-ms 0] [--mbit 0] [--top 25]
+    python benchmarks/sync/profile_up.py [--mb 256] [--rtt-ms 0] [--mbit 0] [--top 25] [--kept]
+
+``--kept``: through the kept connection (the multiplexer's daemon, started and listening before
+timing), as a user's second command goes; else a connection of its own, connect included.
 
 ``GPUJOB_RANGE_CHANNELS`` / ``GPUJOB_RANGE_CONNECTIONS=own`` choose the channels as in a sync;
 ``GPUJOB_RANGE_SERVE=0`` makes them ``range`` commands instead of connections to one server.
@@ -64,11 +67,13 @@ def main() -> None:
     ap.add_argument("--rtt-ms", type=float, default=0.0)
     ap.add_argument("--mbit", type=float, default=0.0)
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--kept", action="store_true", help="through the kept connection (started before timing)")
     a = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="gpujob-prof-"))
     os.environ["GPUJOB_CONFIG_DIR"] = str(work / "config")
     os.environ["GPUJOB_NO_SSH_AGENT"] = "1"
-    os.environ["GPUJOB_MUX"] = "0"
+    os.environ["GPUJOB_MUX"] = "1" if a.kept else "0"
+    os.environ["GPUJOB_MUX_DIR"] = str(work / "mux")
     import paramiko
     from linkemu import LinkProcess
 
@@ -114,6 +119,10 @@ def main() -> None:
         host = Host(name="prof", hostname="127.0.0.1", port=port, user=os.environ.get("USER", "root"),
                     root=str(work / "root"), connect_timeout=10, agent_python=sys.executable)
         Agent(connect(host), host).call("hello")
+        if a.kept:
+            from gpujob.transport import mux
+
+            assert mux.start(host), "the kept connection did not start"
         spec = JobSpec(name="p", run="true", workdir=str(work / "empty"),
                        data=[DataEntry(str(work / "big" / "model.bin"), "prof/model.bin")])
         os.sync()
@@ -123,6 +132,7 @@ def main() -> None:
         main_prof.enable()
         agent = Agent(connect(host), host)
         t_conn = time.monotonic() - t
+        print(f"transport: {type(agent.t).__name__}")
         rep = sync_job(agent, spec, "p")
         main_prof.disable()
         wall = time.monotonic() - t
