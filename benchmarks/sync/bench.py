@@ -132,9 +132,12 @@ def _run(a, work, sshd, Link, Agent, Host, pull, JobSpec, sync_job, connect, key
     (job / "ckpt" / "step-1" / ".gpujob-complete").write_text("")
     print(f"tree: {a.small} small files, {nbytes / 1e6:.1f} MB; large file {a.large_mb} MB", flush=True)
 
-    def agent(port: int) -> Agent:
-        host = Host(name="bench", hostname="127.0.0.1", port=port, user=user, root=str(root), connect_timeout=10,
+    def bench_host(port: int) -> Host:
+        return Host(name="bench", hostname="127.0.0.1", port=port, user=user, root=str(root), connect_timeout=10,
                     agent_python=sys.executable)
+
+    def agent(port: int) -> Agent:
+        host = bench_host(port)
         return Agent(connect(host), host)
 
     agent(sshd.port).call("hello")  # install the agent once
@@ -182,6 +185,12 @@ def _run(a, work, sshd, Link, Agent, Host, pull, JobSpec, sync_job, connect, key
         rts = {}
         if a.kept:  # both tools' kept connections open before timing: gpujob's daemon, OpenSSH's master
             agent(port).call("hello")
+            from gpujob.transport import mux
+
+            # a first command starts the daemon only as its process exits (or 5 s into it): this
+            # process goes on, so it is started here and listening before the first timed sync
+            if not mux.start(bench_host(port)):
+                raise SystemExit("gpujob's kept connection did not start")
             run(ssh_e(port).split() + [f"{user}@127.0.0.1", "true"])
 
         def gp_sync() -> None:
