@@ -39,22 +39,18 @@ def pipelines(key: Any) -> bool:
 
 
 class PipelinedAuth(AuthHandler):
-    """paramiko's client AuthHandler that sends the publickey request with the service request."""
-
-    sent_early = False
+    """paramiko's client AuthHandler that sends the publickey request with the service request
+    (made by ``PipelinedTransport`` only for a key that ``pipelines``)."""
 
     def _request_auth(self) -> None:
         super()._request_auth()
-        if self.auth_method == "publickey" and pipelines(self.private_key):
-            accept = Message()
-            accept.add_string("ssh-userauth")
-            accept.rewind()
-            super()._parse_service_accept(accept)  # builds, signs and sends the request now
-            self.sent_early = True
+        accept = Message()
+        accept.add_string("ssh-userauth")
+        accept.rewind()
+        super()._parse_service_accept(accept)  # builds, signs and sends the request now
 
     def _parse_service_accept(self, m: Message) -> None:
-        if not self.sent_early:
-            super()._parse_service_accept(m)
+        """The accept of the request already sent: nothing is left to do."""
 
 
 class PipelinedTransport(paramiko.Transport):

@@ -47,11 +47,11 @@ def stdin_login(host: Host, command: str) -> tuple[str, bytes]:
     """The remote command line for ``command`` and the bytes to write first on its stdin: the
     profile's settings (a pip index URL may carry a token) travel there, never in ``ps``."""
     script = base64.b64encode(env_script(host).encode()).decode()  # ASCII: read -N counts characters
-    line = (f'IFS= read -r -N {len(script)} __gj && eval "$(printf %s "$__gj" | base64 -d)" && unset __gj || exit 125\n'
-            + command)
     # fd 3 carries stdout past the login files (which print to the channel's stderr); the
     # command's own lines put it back, stderr merged so the two keep their order
-    line = "exec 1>&3 2>&1 3>&-\n" + line
+    line = ("exec 1>&3 2>&1 3>&-\n"
+            f'IFS= read -r -N {len(script)} __gj && eval "$(printf %s "$__gj" | base64 -d)" && unset __gj || exit 125\n'
+            + command)
     return f"cd ~ 2>/dev/null; exec bash -lc {shlex.quote(line)} 3>&1 1>&2", script.encode()
 
 
