@@ -11,16 +11,25 @@ whatever another project or a later submit sends. Identical bytes are one blob h
 jobs and projects use them (a staged file whose bytes are stored already is replaced by a link
 to that blob). ``<job>/data.refs`` names the blobs a job uses; ``gc`` deletes the blobs that no
 kept job names (``unused``), under the store's lock that a job's view is built under.
+
+A blob is trusted by its name only while its fingerprint holds (remote/data/blobcheck.py): a
+job running as root can rewrite its view's files in place, which rewrites the blob. A blob
+found changed is hashed again; one whose bytes no longer match its name leaves the store and is
+stored again from the staged bytes, and a staged file that is such a blob is reported to the
+sync by its real hash (``recheck_staged``), so the laptop sends its bytes again.
 """
 
 import json
 import os
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
 from remote.core import locks
-from remote.stream.hashing import HashCache
+from remote.core.errors import AgentError
+from remote.data import blobcheck
+from remote.stream.hashing import HashCache, file_hash
 
 REFS = "data.refs"
 VIEW = "data"
@@ -60,7 +69,7 @@ def seed(root: Path, shapes: Dict[str, str], cache: HashCache) -> None:
             continue
         src = _seed_source(root, parts[1], "/".join(parts[3:]), want)
         if src is not None:
-            _seed_from(src, target, cache)
+            _seed_from(root, src, target, cache)
 
 
 def _seed_source(root: Path, project: str, dst: str, want: str) -> Optional[Path]:
@@ -81,20 +90,22 @@ def _seed_source(root: Path, project: str, dst: str, want: str) -> Optional[Path
     return None
 
 
-def _seed_from(src: Path, target: Path, cache: HashCache) -> None:
+def _seed_from(root: Path, src: Path, target: Path, cache: HashCache) -> None:
     tmp = target.with_name(".{}.{}.seed".format(target.name, os.getpid()))
-    links = []  # type: List[Any]  # (file under tmp, its path once renamed, its source)
+    links = []  # type: List[Any]  # (file under tmp, its path once renamed, its source, its stat before the link)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         if src.is_symlink():
             return
         if src.is_file():
+            before = os.lstat(str(src))
             os.link(str(src), str(tmp))
-            links.append((tmp, target, src))
+            links.append((tmp, target, src, before))
         else:
             for p, place, rel in _mirror_walk(str(src), str(tmp)):
+                before = os.lstat(p)
                 os.link(p, place)
-                links.append((place, target / rel, Path(p)))
+                links.append((place, target / rel, Path(p), before))
         os.rename(str(tmp), str(target))
     except OSError:  # no hard links here, or the source changed as it was read: the sync sends it all
         if tmp.is_dir() and not tmp.is_symlink():
@@ -102,7 +113,8 @@ def _seed_from(src: Path, target: Path, cache: HashCache) -> None:
         else:
             _unlink(tmp)
         return
-    for _, final, source in links:  # the same inodes: their hashes hold under the new names
+    pr = blobcheck.prints(root)
+    for _, final, source, before in links:  # the same inodes: their hashes hold under the new names
         try:
             st = os.lstat(str(final))
         except OSError:
@@ -110,6 +122,15 @@ def _seed_from(src: Path, target: Path, cache: HashCache) -> None:
         h = cache.get(source, st)
         if h is not None:
             cache.put(final, h, st)
+            _relinked(pr, str(blob_path(root, blob_name(h, st.st_mode))), h, before)
+    pr.save()
+
+
+def _relinked(pr: blobcheck.Prints, blob: str, h: str, before: os.stat_result) -> None:
+    """After a link to a file that may be ``blob``: its print follows the ctime the link moved,
+    where the print held before it (the file was that blob, unchanged)."""
+    if pr.get(blob, before) == h:  # type: ignore[arg-type]
+        blobcheck.relinked(pr, blob, h, before)
 
 
 def build_view(root: Path, project: str, dsts: List[str], job_path: Path, cache: HashCache) -> List[str]:
@@ -119,16 +140,20 @@ def build_view(root: Path, project: str, dsts: List[str], job_path: Path, cache:
     view.mkdir(parents=True, exist_ok=True)
     used = []  # type: List[str]
     src_top = staging(root, project)
-    with locks.flocked(_lock(root)):  # gc deletes no blob while a view links to it
-        for dst in dsts:
-            if dst.startswith("/") or ".." in Path(dst).parts:  # the laptop refuses these in the job file
-                continue
-            src = src_top / dst
-            if not os.path.lexists(str(src)):
-                continue
-            _view_of(root, src, view / dst, cache, used)
-        _write_refs(job_path, used)
-    cache.save()
+    pr = blobcheck.prints(root)
+    try:
+        with locks.flocked(_lock(root)):  # gc deletes no blob while a view links to it
+            for dst in dsts:
+                if dst.startswith("/") or ".." in Path(dst).parts:  # the laptop refuses these in the job file
+                    continue
+                src = src_top / dst
+                if not os.path.lexists(str(src)):
+                    continue
+                _view_of(root, src, view / dst, cache, pr, used)
+            _write_refs(job_path, used)
+    finally:  # what was checked stays checked, and a damaged file's hash stays dropped
+        cache.save()
+        pr.save()
     return used
 
 
@@ -138,7 +163,7 @@ def _lock(root: Path) -> Path:
     return d / ".lock"
 
 
-def _view_of(root: Path, src: Path, target: Path, cache: HashCache, used: List[str]) -> None:
+def _view_of(root: Path, src: Path, target: Path, cache: HashCache, pr: blobcheck.Prints, used: List[str]) -> None:
     """One staged entry (a file, a folder or a link) as blobs linked under ``target``."""
     target.parent.mkdir(parents=True, exist_ok=True)
     if src.is_symlink():
@@ -146,10 +171,10 @@ def _view_of(root: Path, src: Path, target: Path, cache: HashCache, used: List[s
         return
     store = str(store_dir(root))
     if src.is_file():
-        used.append(_place(store, str(src), str(target), cache))
+        used.append(_place(store, str(src), str(target), cache, pr))
         return
     for p, place, _ in _mirror_walk(str(src), str(target)):
-        used.append(_place(store, p, place, cache))
+        used.append(_place(store, p, place, cache, pr))
 
 
 def _mirror_walk(src: str, target: str) -> Iterator[Tuple[str, str, str]]:
@@ -172,26 +197,45 @@ def _mirror_walk(src: str, target: str) -> Iterator[Tuple[str, str, str]]:
                 yield p, os.path.join(here, name), name if rel == "." else rel + "/" + name
 
 
-def _place(store: str, src: str, target: str, cache: HashCache) -> str:
+def _place(store: str, src: str, target: str, cache: HashCache, pr: blobcheck.Prints) -> str:
     st = os.lstat(src)
     name = blob_name(cache.hash(src, st), st.st_mode)  # type: ignore[arg-type]
-    blob = _stored(store, src, st, name, cache)
-    try:
-        os.link(blob, target)
-    except OSError:  # no hard links here (another filesystem, a FUSE mount): a read-only link farm
-        os.symlink(blob, target)
-    return name
+    h = name.split(".")[0]
+    for _ in range(3):
+        blob, held = _stored(store, src, st, name, cache, pr)
+        try:
+            os.link(blob, target)
+        except OSError:  # no hard links here (another filesystem, a FUSE mount): a read-only link farm
+            os.symlink(blob, target)
+            return name
+        if blobcheck.relinked(pr, blob, h, held) is not None:
+            return name
+        os.unlink(target)  # written to as it was linked: checked again (and stored again if damaged)
+        st = os.lstat(src)
+    raise AgentError("data file {} kept changing on the host while this job's view was built".format(src),
+                     "stop the job that writes into its $GPUJOB_DATA_DIR, then submit again", "data_damaged")
 
 
-def _stored(store: str, src: str, st: os.stat_result, name: str, cache: HashCache) -> str:
-    """The blob of ``src``'s bytes: the staged file itself when they are new to the store, else the
-    blob already there (and the staged file becomes a link to it: one copy on disk)."""
+def _stored(store: str, src: str, st: os.stat_result, name: str, cache: HashCache,
+            pr: blobcheck.Prints) -> Tuple[str, os.stat_result]:
+    """The blob of ``src``'s bytes and its stat: the staged file itself when they are new to the
+    store, else the blob already there (and the staged file becomes a link to it: one copy on
+    disk). A blob there is used only while it is sound; a damaged one leaves the store first."""
     folder = os.path.join(store, name[:2])
     blob = os.path.join(folder, name)
     h = name.split(".")[0]
     try:
         held = os.stat(blob)  # type: Optional[os.stat_result]
     except FileNotFoundError:
+        held = None
+    if held is not None and not blobcheck.sound(pr, blob, h, held):
+        blobcheck.evict(pr, blob, held.st_ino)
+        if held.st_ino == st.st_ino:  # the staged file is that inode: no good copy of the bytes is left here
+            cache.drop(src)  # the next sync hashes it, and the laptop sends its bytes again
+            raise AgentError("data file {} was changed in place on the host (a job wrote into its "
+                             "$GPUJOB_DATA_DIR) after it was sent; the changed copy is out of the store "
+                             "and no job will be given it".format(src),
+                             "submit again: the sync sends the file again", "data_damaged")
         held = None
     if held is not None:
         if held.st_ino != st.st_ino:
@@ -202,17 +246,84 @@ def _stored(store: str, src: str, st: os.stat_result, name: str, cache: HashCach
                 cache.put(src, h)  # type: ignore[arg-type]
             except OSError:  # a copy stays staged: it costs space, not correctness
                 _unlink(tmp)
-        return blob
+            held = blobcheck.relinked(pr, blob, h, held) or held
+        return blob, held
     os.makedirs(folder, exist_ok=True)
     tmp = os.path.join(folder, ".{}.{}.tmp".format(name, os.getpid()))
     try:
         os.link(src, tmp)
     except OSError:
         shutil.copy2(src, tmp)
-    os.chmod(tmp, st.st_mode & 0o7555)  # write bits off: a job's own view is not for writing
+    os.chmod(tmp, st.st_mode & 0o7555)  # write bits off: a non-root job's view is not for writing
     os.replace(tmp, blob)
     cache.put(src, h)  # type: ignore[arg-type]  # the chmod moved nothing the cache keys on; a copied blob's source
-    return blob
+    new = os.stat(blob)
+    pr.put(blob, h, new)  # type: ignore[arg-type]
+    return blob, new
+
+
+def recheck_staged(root: Path, base: Path, t: Dict[str, Any], cache: HashCache) -> None:
+    """A staged ``data:`` tree's hashes as the sync reports them (``t``: its ``tree`` with hashes
+    and inodes): a file that is a blob's inode whose print moved is hashed again, and one whose
+    bytes changed is reported by its real hash (the laptop then sends its bytes again) and its
+    blob leaves the store. The hash cache alone keys on size, mtime and inode: a job's same-size
+    rewrite with the mtime put back would pass it."""
+    pr = blobcheck.prints(root)
+    inos = t.get("inos") or {}
+    top = str(base)
+    for rel, v in t["files"].items():
+        if v[3] is not None or v[4] is None:
+            continue
+        blob = str(blob_path(root, blob_name(v[4], v[2])))
+        rec = pr.data.get(blob)
+        if rec is not None and rec[2] != inos.get(rel):
+            continue  # another inode than the blob: the cache's word holds for it
+        full = top + "/" + rel if rel else top
+        try:
+            st = os.lstat(full)
+            if rec is None and os.stat(blob).st_ino != st.st_ino:  # no print: which inode the blob is
+                continue
+        except OSError:
+            continue
+        if pr.get(blob, st) == v[4]:  # type: ignore[arg-type]
+            continue
+        try:
+            got = file_hash(Path(full)).hexdigest()
+        except OSError:
+            continue
+        if got == v[4]:
+            pr.put(blob, got, st)  # type: ignore[arg-type]
+            continue
+        v[4] = got
+        cache.put(full, got, st)  # type: ignore[arg-type]
+        blobcheck.evict(pr, blob, st.st_ino)
+    pr.save()
+
+
+def is_staged(tree_rel: str) -> bool:
+    """Whether a synced tree (relative to the root) is a project's staged ``data:`` entry."""
+    parts = tree_rel.split("/")
+    return len(parts) >= 4 and parts[0] == "projects" and parts[2] == "data"
+
+
+@contextmanager
+def releasing(root: Path, job_path: Path) -> Iterator[None]:
+    """Around removing a job's folder: its view's unlinks move its blobs' ctime only, so the
+    blobs sound before keep their prints (no full hash at the next use)."""
+    pr = blobcheck.prints(root)
+    before = []  # type: List[Any]
+    for name in refs(job_path) or set():
+        blob = str(blob_path(root, name))
+        try:
+            st = os.stat(blob)
+        except OSError:
+            continue
+        if pr.get(blob, st) == name.split(".")[0]:  # type: ignore[arg-type]
+            before.append((blob, name.split(".")[0], st))
+    yield
+    for blob, h, st in before:
+        blobcheck.relinked(pr, blob, h, st)
+    pr.save()
 
 
 def _unlink(p: Any) -> None:
@@ -265,3 +376,6 @@ def remove_unused(root: Path, it: Dict[str, Any], still_kept: Any) -> None:
             it["skipped"] = "in use"
             return
         _unlink(Path(it["path"]))
+        pr = blobcheck.prints(root)
+        pr.drop(it["path"])
+        pr.save()

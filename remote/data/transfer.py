@@ -205,6 +205,11 @@ def manifest_doc(root: Path, dirs: List[str], hash_dirs: List[str], cache: Optio
         if digest is None or expect.get(d) != digest:  # the files go back: with their hashes
             cache = cache or hash_cache(root)
             fill_hashes(root / d, t, cache, True)
+            if d in hash_dirs and d.startswith("projects/"):  # a job may have rewritten a staged file's blob
+                from remote.data import datastore
+
+                if datastore.is_staged(d):
+                    datastore.recheck_staged(root, root / d, t, cache)
             digest = tree_digest(t["files"], t["dirs"])
             if stamp is not None and digest is not None:
                 seals[d] = [stamp, digest]

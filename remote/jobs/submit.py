@@ -127,6 +127,10 @@ def _data_view(root: Root, project: str, spec: JobSpec, job: JobDir, carried: bo
 
     try:
         datastore.build_view(root.root, project, list(spec.data), job.path, hash_cache(root.root))
+    except AgentError:  # a staged file damaged on the host: said as is, and no half-made job is left
+        if not carried:
+            shutil.rmtree(str(job.path), ignore_errors=True)
+        raise
     except OSError as e:
         if not carried:  # a moved job's files stay for the next adopt
             shutil.rmtree(str(job.path), ignore_errors=True)

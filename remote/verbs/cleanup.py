@@ -60,7 +60,8 @@ def remove(root: Root, ref: str, force: bool = False, wait: float = 120.0) -> Di
                 job_id, what(root, job, st)), "stop it first: gpujob stop {}".format(job_id), "running")
         _stop_tensorboard(root, job_id)
         size = freed_bytes([job.path])
-        remove_path(job.path)
+        with datastore.releasing(root.root, job.path):  # its view's unlinks leave the blobs' prints true
+            remove_path(job.path)
         from remote.stopping import cgroup
 
         cgroup.remove_for(str(job.path))  # the cgroup a killed supervisor left (empty by now)
@@ -80,7 +81,8 @@ def gc(root: Root, older_than: float, dry_run: bool = False, checkpoints_only: b
                     it["skipped"] = "resumed"
                     continue
                 _stop_tensorboard(root, it["job_id"])
-                gc_item(it)
+                with datastore.releasing(root.root, job.path):  # its view's unlinks leave the blobs' prints true
+                    gc_item(it)
         elif it["kind"] == "project":
             gc_project(root, it)
         elif it.get("blob"):
