@@ -31,6 +31,7 @@ the patterns are in ``logpatterns``, bars in ``progressbars``, the other printed
 import re
 from typing import Any, Dict, List, Optional
 
+from remote.metrics.lineshape import BLIND
 from remote.metrics.logpatterns import (
     ANSI,
     CONFIG_ECHO,
@@ -107,16 +108,22 @@ class LogParser(BarReader, LineReader):
             self.pending = b""
         out = []  # type: List[Dict[str, Any]]
         text = buf[:cut].decode("utf-8", "replace")
-        for line in text.split("\n"):
-            for seg in line.split("\r"):
-                if seg and len(seg) <= MAX_LINE:
-                    self._segment(seg, t, out)
+        # the same text with every digit 0, character for character: a printed line's shape (lineshape)
+        blind = buf[:cut].translate(BLIND).decode("utf-8", "replace").split("\n")
+        for i, line in enumerate(text.split("\n")):
+            if "\r" in line:
+                for seg, bseg in zip(line.split("\r"), blind[i].split("\r")):
+                    if seg and len(seg) <= MAX_LINE:
+                        self._segment(seg, t, out, bseg)
+            elif line and len(line) <= MAX_LINE:
+                self._segment(line, t, out, blind[i])
         self._flush_bar(out)
         return out
 
-    def _segment(self, seg: str, t: float, out: List[Dict[str, Any]]) -> None:
+    def _segment(self, seg: str, t: float, out: List[Dict[str, Any]], blind: Optional[str] = None) -> None:
         if "\x1b" in seg:
             seg = ANSI.sub("", seg)
+            blind = None if blind is None else ANSI.sub("", blind)  # the same spans: ANSI tells no digit apart
         s = seg.strip()
         if not s:
             return
@@ -136,7 +143,7 @@ class LogParser(BarReader, LineReader):
             end = self._bar(s, t) if "[" in s else -1
             if end >= 0:
                 if s[end:].strip():  # a print that followed the bar on the same line
-                    self._segment(s[end:], t, out)
+                    self._segment(s[end:], t, out)  # (its shape is its own: a rare line)
                 return
             if "•" in s and self._rich(s, t):
                 return
@@ -150,7 +157,7 @@ class LogParser(BarReader, LineReader):
             self.epoch_line = (int(hm.group(1)), int(hm.group(2)))
             return
         if "loss" in low or "step" in low or "iter" in low or "acc" in low or "lr" in low:
-            self._plain(s, low, t, out)
+            self._plain(s, low, t, out, None if blind is None else blind.strip())
 
     # ---- records ------------------------------------------------------------------------
     def _add(self, rec: Dict[str, Any], t: float, out: List[Dict[str, Any]]) -> None:

@@ -5,51 +5,15 @@ and the job file's ``metrics.patterns``. :class:`LineReader` is a part of
 """
 
 import json
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
+from remote.metrics.lineshape import metric_key, pair_name, shape_of
 from remote.metrics.logpatterns import (
-    BATCH,
-    BATCHES,
-    EPOCH,
-    EPOCH_BATCH,
-    EVAL_LINE,
     FRACTION,
     JSON_STEP,
-    MEMO_MAX,
-    METRIC_NAME,
-    PAIR,
     PROGRESS_GROUPS,
-    QUALIFIER,
-    QUALIFIER_ENDS,
-    QUALIFIER_LEN,
-    SKIP_KEYS,
-    SPACED,
-    STEP,
     as_number,
 )
-
-_metric_keys = {}  # type: Dict[str, bool]
-
-
-def is_metric(k: str) -> bool:
-    """``k`` names a metric (METRIC_NAME, not SKIP_KEYS): asked for every pair of every line, answered once a key."""
-    got = _metric_keys.get(k)
-    if got is None:
-        if len(_metric_keys) >= MEMO_MAX:
-            _metric_keys.clear()
-        got = _metric_keys[k] = METRIC_NAME.search(k) is not None and k not in SKIP_KEYS
-    return got
-
-
-def qualifier(s: str, end: int) -> Any:
-    """``train``/``val``/... right before ``s[end:]``, spaces or ``_`` between (``train loss 2.1``, ``val_loss``):
-    the word says whose the metric is. Looked for just before ``end``, not in all of the line before it."""
-    j = end
-    while j > 0 and (s[j - 1] == "_" or s[j - 1].isspace()):
-        j -= 1
-    if j == end or s[j - 1] not in QUALIFIER_ENDS:
-        return None
-    return QUALIFIER.search(s, max(0, j - QUALIFIER_LEN), j)  # \b sees the character before the window
 
 
 class LineReader:
@@ -77,53 +41,45 @@ class LineReader:
         self._add(rec, t, out)
         return True
 
-    def _plain(self, s: str, low: str, t: float, out: List[Dict[str, Any]]) -> None:
-        # Each pattern runs only where its literal part is in the line (``low``: the line in lower case):
-        # a log flood (20,000 lines a second) is parsed here line by line, and a search over the whole
-        # line for a pattern that cannot match was most of the supervisor's time.
+    def _plain(self, s: str, low: str, t: float, out: List[Dict[str, Any]], blind: Optional[str] = None) -> None:
+        # Where the patterns match comes from the line's shape (``blind``: the line with its digits as 0), found
+        # once for all lines alike; the names and numbers are read from the line itself. A log flood (20,000
+        # lines a second, one format) is parsed here line by line.
+        sh = shape_of(s if blind is None else blind)
+        if not sh.pairs and not sh.fractions:
+            return
         rec = {}  # type: Dict[str, Any]
-        em = EVAL_LINE.match(s)
-        whose = None if em is None else "eval" if em.group(1).lower() == "evaluation" else em.group(1).lower()
-        if "%" in s:
-            for m in FRACTION.finditer(s):
-                rec[self._key(m.group(1), whose)] = float(m.group(2))
-        s_rest = FRACTION.sub(" ", s) if rec else s
-        ib = EPOCH_BATCH.match(s) if whose is None and low.startswith("train") else None
-        sm = None if ib or ("step" not in low and "iter" not in low) else STEP.search(s)
-        bm = None if sm or ib or "batch" not in low else BATCH.search(s) or BATCHES.search(s)
-        pairs = PAIR.finditer(s_rest) if ":" in s_rest or "=" in s_rest else ()
-        for m in list(pairs) or list(SPACED.finditer(s_rest)):
-            k, v = m.group(1), m.group(2)
-            if is_metric(k):
-                x = as_number(v)
-                if x is not None:
-                    qm = qualifier(s_rest, m.start())
-                    if whose is not None:
-                        rec.setdefault(self._key(k, whose), x)  # "Loss: 0.7 (0.7)": the first is the value now
-                    elif ib is not None:
-                        rec.setdefault(k.lower(), x)
-                    else:
-                        rec[(qm.group(1) + "_" + k).lower() if qm else k] = x
+        for ka, kb, va, vb in sh.fractions:
+            rec[metric_key(s[ka:kb], sh.whose)] = float(s[va:vb])
+        s_rest = FRACTION.sub(" ", s) if sh.fractions else s  # where the pairs' spans are
+        for name, ka, kb, va, vb, qual in sh.pairs:
+            if name is None:  # a name with digits ("f1", "top5_acc"): the line's own
+                name = pair_name(s_rest[ka:kb], qual, sh)
+                if name is None:
+                    continue
+            x = as_number(s_rest[va:vb])
+            if x is not None:
+                if sh.first_wins:
+                    rec.setdefault(name, x)  # "Loss: 0.7 (0.7)": the first is the value now
+                else:
+                    rec[name] = x
         if not rec:
             return
-        if ib:
-            self._epoch_batch(int(ib.group(1)), int(ib.group(2)), int(ib.group(3)), rec, as_number(ib.group(4) or ""))
-        elif whose is not None:
+        ep = None if sh.epoch is None else (int(s[sh.epoch[0]:sh.epoch[1]]),
+                                            int(s[sh.epoch[2]:sh.epoch[3]]) if sh.epoch[2] >= 0 else None)
+        ib = sh.train_batch
+        if ib is not None:
+            self._epoch_batch(int(s[ib[0]:ib[1]]), int(s[ib[2]:ib[3]]), int(s[ib[4]:ib[5]]), rec,
+                              as_number(s[ib[6]:ib[7]]) if ib[6] >= 0 else None)
+        elif sh.whose is not None:
             pass  # an evaluation line is no step of training: it takes the current one (_add)
-        elif sm or bm:
-            m = sm or bm
-            self._printed_step(s, int(m.group(1)), int(m.group(2)) if m.group(2) else None, rec, bm is not None, low)
+        elif sh.count is not None:
+            a, b, c, d = sh.count
+            self._printed_step(int(s[a:b]), int(s[c:d]) if c >= 0 else None, rec, sh.count_is_batch, ep)
         else:
-            self._epoch_progress(s, rec)
+            self._epoch_progress(ep, rec)
         self._flush_bar(out)
         self._add(rec, t, out)
-
-    @staticmethod
-    def _key(k: str, whose: Optional[str]) -> str:
-        k = k.lower().replace("average ", "")
-        if whose is None or k.startswith(whose + "_"):
-            return k
-        return whose + "_" + k
 
     def _epoch_batch(self, epoch: int, n: int, of: int, rec: Dict[str, Any], pct: Optional[float] = None) -> None:
         """``Train: E [b/B (p%)]``: b of B in epoch E (counted from the first epoch the log shows, 0 or 1).
@@ -171,15 +127,14 @@ class LineReader:
             self._add(rec, t, out)
         return True
 
-    def _printed_step(self, s: str, n: int, of: Optional[int], rec: Dict[str, Any], batch: bool = False,
-                      low: str = "") -> None:
+    def _printed_step(self, n: int, of: Optional[int], rec: Dict[str, Any], batch: bool,
+                      ep: Optional[Tuple[int, Optional[int]]]) -> None:
         """``step N[/M]`` on a line; with an epoch beside it the count may start again each epoch
         (PyTorch's tutorial loop prints ``Epoch [2/10], Step [100/600]``): seen going back while the
         epoch went up, the step is counted on over the epochs before."""
         step, total = n, of
-        em = EPOCH.search(s) if "epoch" in (low or s.lower()) else None
-        if em:
-            epoch, epochs = int(em.group(1)), int(em.group(2)) if em.group(2) else None
+        if ep is not None:  # the epoch printed on the line
+            epoch, epochs = ep
             rec["epoch"] = epoch
             if batch:  # "| epoch 3 | 20/ 171 batches |": a later line without an epoch (a test) belongs to it
                 self.epoch_line = (epoch, epochs)
@@ -200,13 +155,11 @@ class LineReader:
         if total:
             rec["max_steps"] = total
 
-    def _epoch_progress(self, s: str, rec: Dict[str, Any]) -> None:
+    def _epoch_progress(self, ep: Optional[Tuple[int, Optional[int]]], rec: Dict[str, Any]) -> None:
         """A line that names its epoch (``Epoch 3/10 - loss: 0.5``, or after an ``Epoch 3/10`` header)
         records it; where the log never shows a step (no bar, no ``step N``), the epoch is the only
         count of progress there is, so it stands for the step and its total for the total."""
-        em = EPOCH.search(s)
-        epoch, epochs = (int(em.group(1)), int(em.group(2)) if em.group(2) else None) if em else \
-            (self.epoch_line or (None, None))
+        epoch, epochs = ep or self.epoch_line or (None, None)
         if epoch is None:
             return
         if self.main_total is not None and self.epoch_bar_total is None and not self.bars_done and not epochs:
@@ -214,7 +167,7 @@ class LineReader:
             # "epoch 0: perplexity ..." reports an epoch that ended; kept, it read as the epoch under way
             # ("Epoch 2/3 ...", with its total, says where the run is)
             return
-        if em:  # later lines without one (a logging line of the same epoch) belong to it
+        if ep:  # later lines without one (a logging line of the same epoch) belong to it
             self.epoch_line = (epoch, epochs or (self.epoch_line[1] if self.epoch_line else None))
         rec["epoch"] = epoch
         if self.epoch_base is None:
