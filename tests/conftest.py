@@ -65,8 +65,10 @@ class Sshd:
 
 
 def start_sshd(base: Path, host_key: Path | None = None, port: int | None = None, max_sessions: int = 50,
-               tcp_forwarding: bool = True) -> Sshd:
-    """Start sshd on 127.0.0.1 with its own host key and authorized_keys file."""
+               tcp_forwarding: bool = True, set_env: dict[str, str] | None = None, extra: str = "") -> Sshd:
+    """Start sshd on 127.0.0.1 with its own host key and authorized_keys file. ``set_env``: more
+    variables for the sessions (``HOME`` too: login files of the test's own); ``extra``: sshd_config
+    lines that come first (sshd keeps a keyword's first value), e.g. ``AuthenticationMethods ...``."""
     if SSHD is None:
         if os.environ.get("CI"):
             pytest.fail("sshd is not installed: CI must install openssh-server (see .ci/run)")
@@ -80,7 +82,9 @@ def start_sshd(base: Path, host_key: Path | None = None, port: int | None = None
     ak.chmod(0o600)
     port = port or free_port()
     cfg = base / "sshd_config"
+    env = " ".join(f"{k}={v}" for k, v in (set_env or {}).items())
     cfg.write_text(
+        (extra.strip() + "\n" if extra.strip() else "") +
         f"Port {port}\nListenAddress 127.0.0.1\nHostKey {host_key}\nAuthorizedKeysFile {ak}\n"
         f"PidFile {base / 'sshd.pid'}\nStrictModes no\nUsePAM no\nPasswordAuthentication no\n"
         "KbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\n"
@@ -89,7 +93,7 @@ def start_sshd(base: Path, host_key: Path | None = None, port: int | None = None
         # login shells of this image run `pyenv rehash`, which waits up to 60 s on a lock
         # when many sessions start at once
         # OMP_NUM_THREADS: as in `isolated`, for the jobs this host runs
-        "SetEnv PYENV_REHASH_TIMEOUT=1 OMP_NUM_THREADS=1\nLogLevel ERROR\n"
+        f"SetEnv PYENV_REHASH_TIMEOUT=1 OMP_NUM_THREADS=1 {env}\nLogLevel ERROR\n"
     )
     Path("/run/sshd").mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(cfg)], stderr=open(base / "sshd.log", "ab"))

@@ -26,6 +26,8 @@ from paramiko.auth_handler import AuthHandler
 from paramiko.message import Message
 # isort: on
 
+from gpujob.transport.login import SecondFactorAsked, check_full
+
 
 def pipelines(key: Any) -> bool:
     """Whether a login with ``key`` can go without waiting for the service's accept."""
@@ -54,14 +56,24 @@ class PipelinedAuth(AuthHandler):
 
 
 class PipelinedTransport(paramiko.Transport):
-    """paramiko's transport whose key logins use ``PipelinedAuth``; the rest is paramiko's."""
+    """paramiko's transport whose key logins use ``PipelinedAuth``; the rest is paramiko's. A partial
+    success (the server asks for a second factor) ends the login (``login.SecondFactorAsked``):
+    paramiko's client would prompt on the terminal and report the prompt's failure as a refused key."""
 
     def auth_publickey(self, username: str, key: paramiko.PKey, event: threading.Event | None = None) -> list[str]:
         if not pipelines(key):
-            return super().auth_publickey(username, key, event)
+            return check_full(super().auth_publickey(username, key, event))
         if not self.active or not self.initial_kex_done:  # as paramiko: never on an unsecured link
             raise paramiko.SSHException("No existing session")
         done = event or threading.Event()
         self.auth_handler = PipelinedAuth(self)
         self.auth_handler.auth_publickey(username, key, done)
-        return [] if event is not None else self.auth_handler.wait_for_response(done)
+        return [] if event is not None else check_full(self.auth_handler.wait_for_response(done))
+
+    def auth_password(self, username: str, password: str, event: threading.Event | None = None,
+                      fallback: bool = True) -> list[str]:
+        return check_full(super().auth_password(username, password, event, fallback))
+
+    def auth_interactive_dumb(self, username: str, handler: Any = None, submethods: str = "") -> list[str]:
+        """Never a prompt on gpujob's terminal (or in the kept connection's daemon)."""
+        raise SecondFactorAsked(["keyboard-interactive"])

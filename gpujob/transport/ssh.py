@@ -22,7 +22,7 @@ import paramiko
 from gpujob.backoff import backoff
 from gpujob.bundle import import_remote
 from gpujob.errors import ConnectError, HostError, HostKeyChanged
-from gpujob.transport import replies
+from gpujob.transport import login, replies
 from gpujob.transport.base import (
     STDERR_KEPT,
     Forward,
@@ -140,16 +140,20 @@ def open_client(target: Target, password: str | None = None, retries: int | None
     if why:  # a wrong path is no silent instance: say so before connecting
         raise HostError(f"{host.name}: {why}",
                         f"give the private key's path: gpujob host set {host.name} --identity ~/.ssh/KEY")
-    key_files = [os.path.expanduser(host.identity_file)] if host.identity_file else None
-    if not key_files:
-        pkey = _client_key(host)
+    # the profile's key loaded by its own type (paramiko's loop over key classes raised "Invalid key"
+    # over an RSA key's refusal); None: a passphrase protects it, an ssh-agent may hold it
+    pkey = login.load_identity(os.path.expanduser(host.identity_file)) if host.identity_file else _client_key(host)
+    locked = pkey is None
+    agent = password is None and not only_key and not os.environ.get("GPUJOB_NO_SSH_AGENT")
+    if locked and not agent:  # nothing could open this login: say so before connecting
+        raise login.locked_key(host)
     for attempt in range(1, retries + 1):
         try:
             client.connect(
                 host.hostname, port=host.port, username=host.user, password=password, pkey=pkey,
-                key_filename=key_files, timeout=host.connect_timeout, banner_timeout=host.connect_timeout,
+                timeout=host.connect_timeout, banner_timeout=host.connect_timeout,
                 auth_timeout=host.connect_timeout, look_for_keys=False, transport_factory=gcm_first,
-                allow_agent=password is None and not only_key and not os.environ.get("GPUJOB_NO_SSH_AGENT"),
+                allow_agent=agent,
             )
             tr = client.get_transport()
             assert tr is not None
@@ -166,28 +170,35 @@ def open_client(target: Target, password: str | None = None, retries: int | None
                 "This happens after an image change or a re-created instance — or an attack",
                 f"if you changed the instance, accept the new key with: gpujob host trust {host.name}",
             ) from None
+        except login.SecondFactorAsked as e:  # the host answered: its policy, no retry helps
+            client.close()
+            raise login.second_factor(host, e.methods, pkey, password is not None) from None
         except paramiko.AuthenticationException as e:
+            client.close()
             if "timeout" in str(e).lower():  # paramiko's "Authentication timeout.": the link froze, no refusal
                 if attempt < retries:
                     time.sleep(backoff(attempt, 1.0, 30.0))
                     continue
                 raise _no_answer(host, "did not answer during the login (it timed out)", retries) from None
-            if password is not None:
+            if password is not None and not isinstance(e, paramiko.BadAuthenticationType):
                 raise ConnectError(
                     f"{host.address} refused the password",
                     "copy the root password again from the console (it can change after a restart) and retry",
                 ) from None
-            raise ConnectError(
-                f"{host.address} refused gpujob's key ({host.identity_file or host.client_key})",
-                f"install the key with the instance's password: gpujob host add {host.name} --ssh \"ssh -p {host.port} "
-                f"{host.user}@{host.hostname}\" --force",
-            ) from None
+            raise login.refused(host, e, pkey, locked) from None
         except socket.gaierror:
-            raise ConnectError(
+            client.close()
+            raise login.NotReached(
                 f"cannot resolve the host name {host.hostname!r}",
                 f"check the name in the console's login line; update it with gpujob host set {host.name} --ssh \"...\"",
             ) from None
         except (ConnectionRefusedError, socket.timeout, TimeoutError, OSError, paramiko.SSHException) as e:
+            client.close()
+            policy = login.incompatible(host, e)
+            if policy is not None:  # no algorithm in common: the host answered, retrying changes nothing
+                raise policy from None
+            if locked and "No authentication methods available" in str(e):  # the agent held no key
+                raise login.locked_key(host) from None
             kind = (
                 "refused the connection"
                 if isinstance(e, (ConnectionRefusedError, paramiko.ssh_exception.NoValidConnectionsError))
@@ -203,7 +214,7 @@ def open_client(target: Target, password: str | None = None, retries: int | None
 
 
 def _no_answer(host: Endpoint, kind: str, retries: int) -> ConnectError:
-    return ConnectError(
+    return login.NotReached(
         f"{host.address} {kind} (after {retries} tries)",
         "is the instance powered on? Its port can change after a restart: copy the login line again and run "
         f"gpujob host set {host.name} --ssh \"ssh -p PORT root@HOST\"",

@@ -161,6 +161,7 @@ def add_host(
     if check:
         if identity:
             host.identity_file = _identity(identity, f"gpujob host add {name} --ssh \"...\" --identity ~/.ssh/KEY")
+        from gpujob.transport.login import KeyRefused, NotReached
         from gpujob.transport.ssh import open_client
 
         try:
@@ -168,7 +169,16 @@ def add_host(
         except HostKeyChanged:
             raise
         except ConnectError as e:
-            if "refused gpujob's key" not in e.cause:
+            if isinstance(e, KeyRefused) and identity:  # the user's key: a password installs gpujob's, not it
+                raise type(e)(f"{e.cause}; nothing was saved",
+                              f"check that {identity}.pub is in the instance's ~/.ssh/authorized_keys, or run gpujob "
+                              f"host add {name} --ssh \"...\" without --identity (gpujob installs its own key with the "
+                              "instance's password)") from None
+            if not isinstance(e, (KeyRefused, NotReached)):
+                # the host answered and its login policy asks for what gpujob does not do (a second
+                # factor, no key login, an algorithm): a key installed with the password cannot help
+                raise type(e)(f"{e.cause}; nothing was saved", e.remedy) from None
+            if not isinstance(e, KeyRefused):
                 # the transport's remedy names `host set`, for a profile that is not saved: say what is
                 again = f"gpujob host add {name} --ssh \"ssh -p PORT user@HOST\" again; --no-check saves it untried"
                 raise type(e)(f"{e.cause}; nothing was saved",

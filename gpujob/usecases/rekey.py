@@ -23,7 +23,7 @@ from typing import Any, NoReturn
 
 from gpujob.config import keys
 from gpujob.config.hosts import LOCAL, Host, HostStore
-from gpujob.errors import ConnectError, GpujobError, HostError, Interrupted
+from gpujob.errors import GpujobError, HostError, Interrupted
 from gpujob.usecases.deferint import Deferred, deferred
 
 STEPS = ("add", "login_new", "remove", "check_old", "adopt")  # in order: each a _step_ function below
@@ -58,15 +58,14 @@ def _agent(host: Host, key: Path | None = None) -> Any:
 
 def _opens(host: Host, key: Path) -> bool:
     """A login with ``key`` alone succeeds (False: refused)."""
+    from gpujob.transport.login import KeyRefused
     from gpujob.transport.ssh import open_client
 
     try:
         open_client(replace(host.endpoint(), client_key=str(key)), retries=1, only_key=True).close()
         return True
-    except ConnectError as e:
-        if "refused gpujob's key" in e.cause:
-            return False
-        raise
+    except KeyRefused:
+        return False
 
 
 def sharing(host: Host, store: HostStore) -> list[str]:
