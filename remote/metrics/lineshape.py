@@ -49,6 +49,18 @@ class Shape(NamedTuple):
 
 
 _shapes: Dict[str, Shape] = {}
+# a blind line (as split, unstripped) -> how LogParser read the last line of that shape, where the way did not
+# depend on its digits: its Shape (a plain print), or None (no record: a config echo, no metric word)
+routes: Dict[str, Optional[Shape]] = {}
+UNKNOWN = Shape(None, [], [], False, None, None, False, None)  # (a marker: not in routes)
+
+
+def remember(blind: Optional[str], how: Optional[Shape]) -> None:
+    """Keep how a line of this shape is read (``blind`` None: the way depended on more than its shape)."""
+    if blind is not None and len(blind) <= SHAPE_MAX_LINE:
+        if len(routes) >= MEMO_MAX:
+            routes.clear()
+        routes[blind] = how
 _metric_keys: Dict[str, bool] = {}
 
 

@@ -31,7 +31,7 @@ the patterns are in ``logpatterns``, bars in ``progressbars``, the other printed
 import re
 from typing import Any, Dict, List, Optional
 
-from remote.metrics.lineshape import BLIND
+from remote.metrics.lineshape import BLIND, UNKNOWN, remember, routes, shape_of
 from remote.metrics.logpatterns import (
     ANSI,
     CONFIG_ECHO,
@@ -114,16 +114,26 @@ class LogParser(BarReader, LineReader):
             if "\r" in line:
                 for seg, bseg in zip(line.split("\r"), blind[i].split("\r")):
                     if seg and len(seg) <= MAX_LINE:
-                        self._segment(seg, t, out, bseg)
+                        self._routed(seg, t, out, bseg)
             elif line and len(line) <= MAX_LINE:
-                self._segment(line, t, out, blind[i])
+                self._routed(line, t, out, blind[i])
         self._flush_bar(out)
         return out
 
+    def _routed(self, seg: str, t: float, out: List[Dict[str, Any]], blind: str) -> None:
+        """A line read the way the last line of its shape was, where that way did not depend on its digits
+        (``routes``: most lines of a flood skip every test _segment makes before the plain prints' patterns)."""
+        sh = routes.get(blind, UNKNOWN) if not self.patterns else UNKNOWN
+        if sh is UNKNOWN:
+            self._segment(seg, t, out, blind)
+        elif sh is not None:
+            self._plain(seg.strip(), t, out, sh)
+
     def _segment(self, seg: str, t: float, out: List[Dict[str, Any]], blind: Optional[str] = None) -> None:
+        key = blind  # the line's shape, as _routed looks it up
         if "\x1b" in seg:
             seg = ANSI.sub("", seg)
-            blind = None if blind is None else ANSI.sub("", blind)  # the same spans: ANSI tells no digit apart
+            blind = key = None if blind is None else ANSI.sub("", blind)  # the same spans: ANSI tells no digit apart
         s = seg.strip()
         if not s:
             return
@@ -140,6 +150,8 @@ class LogParser(BarReader, LineReader):
                 self._add(rec, t, out)
             return
         if "/s" in s or "s/" in s:
+            if "[" in s or "•" in s:
+                key = None  # a bar: its numbers say whether it is one
             end = self._bar(s, t) if "[" in s else -1
             if end >= 0:
                 if s[end:].strip():  # a print that followed the bar on the same line
@@ -149,15 +161,22 @@ class LogParser(BarReader, LineReader):
                 return
         if self.patterns and self._taught(s, t, out):
             return
+        if s[0] == "{" or self.patterns:
+            key = None  # JSON that did not parse may with other digits ("01"); a user's pattern may name digits
         low = s.lower()
         if "=" in s and CONFIG_ECHO.match(s) and not ECHO_METRIC.match(s.split("=")[0].strip()):
+            remember(key, None)
             return
         hm = EPOCH_HEADER.match(s)
         if hm:
             self.epoch_line = (int(hm.group(1)), int(hm.group(2)))
             return
         if "loss" in low or "step" in low or "iter" in low or "acc" in low or "lr" in low:
-            self._plain(s, low, t, out, None if blind is None else blind.strip())
+            sh = shape_of(s if blind is None else blind.strip())
+            remember(key, sh)
+            self._plain(s, t, out, sh)
+        else:
+            remember(key, None)
 
     # ---- records ------------------------------------------------------------------------
     def _add(self, rec: Dict[str, Any], t: float, out: List[Dict[str, Any]]) -> None:

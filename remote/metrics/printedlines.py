@@ -7,7 +7,7 @@ and the job file's ``metrics.patterns``. :class:`LineReader` is a part of
 import json
 from typing import Any, Dict, List, Optional, Tuple
 
-from remote.metrics.lineshape import metric_key, pair_name, shape_of
+from remote.metrics.lineshape import Shape, metric_key, pair_name
 from remote.metrics.logpatterns import (
     FRACTION,
     JSON_STEP,
@@ -41,11 +41,10 @@ class LineReader:
         self._add(rec, t, out)
         return True
 
-    def _plain(self, s: str, low: str, t: float, out: List[Dict[str, Any]], blind: Optional[str] = None) -> None:
-        # Where the patterns match comes from the line's shape (``blind``: the line with its digits as 0), found
-        # once for all lines alike; the names and numbers are read from the line itself. A log flood (20,000
+    def _plain(self, s: str, t: float, out: List[Dict[str, Any]], sh: Shape) -> None:
+        # Where the patterns match comes from the line's shape (lineshape: found once for all lines that differ
+        # in their digits only); the names and numbers are read from the line itself. A log flood (20,000
         # lines a second, one format) is parsed here line by line.
-        sh = shape_of(s if blind is None else blind)
         if not sh.pairs and not sh.fractions:
             return
         rec = {}  # type: Dict[str, Any]
@@ -57,12 +56,14 @@ class LineReader:
                 name = pair_name(s_rest[ka:kb], qual, sh)
                 if name is None:
                     continue
-            x = as_number(s_rest[va:vb])
-            if x is not None:
-                if sh.first_wins:
-                    rec.setdefault(name, x)  # "Loss: 0.7 (0.7)": the first is the value now
-                else:
-                    rec[name] = x
+            try:
+                x = float(s_rest[va:vb])
+            except ValueError:
+                continue
+            if sh.first_wins:
+                rec.setdefault(name, x)  # "Loss: 0.7 (0.7)": the first is the value now
+            else:
+                rec[name] = x
         if not rec:
             return
         ep = None if sh.epoch is None else (int(s[sh.epoch[0]:sh.epoch[1]]),
