@@ -6,7 +6,9 @@ to runs, the PATH prefix (the laptop's PATH on ``local``) and a login shell. Its
 streamed (stderr merged into stdout, in order) and gpujob exits with the command's code. What
 the host's login files print themselves (a platform's banner, a pyenv or conda warning) is kept
 apart from it, on the channel's stderr: ``nvidia-smi --query... --format=csv`` or ``--json``
-output stays the command's own.
+output stays the command's own. The command's shell prints a start mark first (cut from the
+output): a login file that ends the shell (a MOTD script's ``exit 0``) leaves none, and exec
+fails naming the login files instead of reporting the success of a command that never ran.
 
 ``ssh`` hands the terminal to OpenSSH, through a ``Host gpujob-NAME`` entry that gpujob keeps
 in ``~/.ssh/config`` between marker lines, with gpujob's key and its known_hosts file (so a
@@ -43,13 +45,15 @@ def login_script(host: Host, command: str) -> str:
     return env_script(host) + "\n" + command
 
 
-def stdin_login(host: Host, command: str) -> tuple[str, bytes]:
+def stdin_login(host: Host, command: str, mark: str) -> tuple[str, bytes]:
     """The remote command line for ``command`` and the bytes to write first on its stdin: the
-    profile's settings (a pip index URL may carry a token) travel there, never in ``ps``."""
+    profile's settings (a pip index URL may carry a token) travel there, never in ``ps``.
+    ``mark`` (ASCII, no quote) is printed first on the output once the login files are done:
+    a login file that ends with ``exit`` ends the shell before it, and the command never ran."""
     script = base64.b64encode(env_script(host).encode()).decode()  # ASCII: read -N counts characters
     # fd 3 carries stdout past the login files (which print to the channel's stderr); the
     # command's own lines put it back, stderr merged so the two keep their order
-    line = ("exec 1>&3 2>&1 3>&-\n"
+    line = (f"printf %s {mark} >&3; exec 1>&3 2>&1 3>&-\n"
             f'IFS= read -r -N {len(script)} __gj && eval "$(printf %s "$__gj" | base64 -d)" && unset __gj || exit 125\n'
             + command)
     return f"cd ~ 2>/dev/null; exec bash -lc {shlex.quote(line)} 3>&1 1>&2", script.encode()
@@ -74,17 +78,70 @@ def command_text(argv: list[str]) -> str:
     return argv[0] if len(argv) == 1 else shlex.join(argv)
 
 
+class StartMark:
+    """The command's output with the start mark cut from its head: passes on what follows the mark;
+    ``before``, what came ahead of it (a login file that wrote to fd 3: the login files' output)."""
+
+    HEAD_KEPT = 64 << 10  # a login file flooding fd 3 is not kept whole
+
+    def __init__(self, mark: bytes, write: Callable[[bytes], None]) -> None:
+        self.mark, self.write = mark, write
+        self.seen = False
+        self.head = bytearray()
+
+    def feed(self, chunk: bytes) -> None:
+        if self.seen:
+            self.write(chunk)
+            return
+        self.head += chunk
+        at = self.head.find(self.mark)
+        if at < 0:
+            del self.head[:-self.HEAD_KEPT]
+            return
+        rest = bytes(self.head[at + len(self.mark):])
+        del self.head[at:]
+        self.seen = True
+        if rest:
+            self.write(rest)
+
+    @property
+    def before(self) -> str:
+        return self.head.decode("utf-8", "replace")
+
+
+def did_not_run(host: Host, rc: int, printed: str) -> HostError:
+    """The login shell ended before the command: a login file ends with ``exit`` (a MOTD script's
+    ``exit 0``), ``logout`` or ``exec``. Never the command's success: it never ran."""
+    tail = [ln.strip() for ln in printed.splitlines() if ln.strip()][-5:]
+    said = f"; they printed: {' | '.join(tail)}" if tail else ""
+    where = ("they are this machine's: edit them here" if host.kind == LOCAL
+             else f"edit them over gpujob ssh {host.name}, or ask the image's maker")
+    return HostError(
+        f"the command did not run on {host.name}: the host's login files ended the login shell before it "
+        f"(exit status {rc}){said}",
+        "remove the exit (or logout, exec) that ends them: a login shell reads /etc/profile (and /etc/profile.d/*), "
+        f"then the first of ~/.bash_profile, ~/.bash_login, ~/.profile; {where}")
+
+
 def run_exec(host: Host, argv: list[str], write: Callable[[bytes], None]) -> tuple[int, str]:
     """Run ``argv`` on ``host`` as described above; the command's exit status and what the
-    login files printed before it (the end of it)."""
+    login files printed before it (the end of it). ``HostError`` when the login files ended the
+    shell before the command: no start mark came (it was exit 0 with no output)."""
+    import secrets
+
     from gpujob.transport.agent import connect_agent
 
     agent = connect_agent(host)
-    remote, settings = stdin_login(host, command_text(argv))
+    mark = f"gpujob-exec-starts-{secrets.token_hex(8)}."
+    out = StartMark(mark.encode(), write)
+    remote, settings = stdin_login(host, command_text(argv), mark)
     try:
         s = agent.t.stream(remote)
-        s.stdin.write(settings)
-        s.stdin.flush()
+        try:
+            s.stdin.write(settings)
+            s.stdin.flush()
+        except OSError:  # the shell is gone already (a login file's exit): the missing mark says so below
+            pass
         feeder = None
         if sys.stdin is not None and not sys.stdin.isatty():
             feeder = threading.Thread(target=_feed, args=(s,), daemon=True)
@@ -96,9 +153,9 @@ def run_exec(host: Host, argv: list[str], write: Callable[[bytes], None]) -> tup
                 chunk = s.read_some()
                 if not chunk:
                     break
-                write(chunk)
+                out.feed(chunk)
             rc = s.wait()
-            profile = s.stderr_text()
+            profile = s.stderr_text() + out.before
         finally:
             s.kill()
     finally:
@@ -106,6 +163,8 @@ def run_exec(host: Host, argv: list[str], write: Callable[[bytes], None]) -> tup
     if rc < 0:
         raise ConnectError(f"the connection to {host.name} dropped before the command ended",
                            "check the network; the command may still be running there")
+    if not out.seen:
+        raise did_not_run(host, rc, profile)
     return rc, profile
 
 

@@ -8,11 +8,12 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, Sshd, run_cli, start_sshd, stop_sshd
 
 
 def test_exec_runs_where_jobs_run(any_host: str) -> None:
@@ -46,6 +47,53 @@ def test_exec_keeps_what_the_login_files_print_apart(tmp_path: Path) -> None:
     assert "Welcome to the instance" in doc["login_output"] and "pyenv: cannot rehash" in doc["login_output"]
     r = run_cli("exec", "local", "--", "echo partial; exit 4", env_extra=env)  # a failure shows them, as context
     assert r.returncode == 4 and r.stdout == "partial\n" and "pyenv: cannot rehash" in r.stderr, r
+
+
+@pytest.fixture
+def home_sshd(tmp_path: Path) -> Iterator[Sshd]:
+    """An sshd whose sessions' HOME is the test's ``home``: its login files, never this account's."""
+    (tmp_path / "home").mkdir(exist_ok=True)
+    s = start_sshd(tmp_path / "sshd-home", set_env={"HOME": str(tmp_path / "home")})
+    yield s
+    stop_sshd(s)
+
+
+@pytest.mark.parametrize("where", ["local", "ssh"])
+def test_exec_fails_when_the_login_files_end_the_shell_before_the_command(tmp_path: Path, where: str,
+                                                                           request: pytest.FixtureRequest) -> None:
+    """A MOTD script that ends `exit 0` in the login files: the command never ran, and exec said
+    exit 0 with no output (issue 47). It now fails naming the login files; a command that runs
+    keeps its exact bytes, its own exit status and `login_output`."""
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    env = {"HOME": str(home)}
+    host = "local"
+    if where == "ssh":
+        from gpujob.config.hosts import Host, HostStore
+        from gpujob.config.keys import public_key_line
+
+        sshd = request.getfixturevalue("home_sshd")
+        sshd.authorize(public_key_line())
+        HostStore().save(Host(name="motd", hostname="127.0.0.1", port=sshd.port, user=os.environ.get("USER", "root"),
+                              root=str(tmp_path / "remote-root"), connect_timeout=5))
+        host = "motd"
+    (home / ".bash_profile").write_text('echo "+---- Welcome: GPU 0 is free ----+"\nexit 0\n')
+    for args in ([], ["--json"]):
+        r = run_cli("exec", host, *args, "--", "echo ran > ran.txt; echo ran", env_extra=env)
+        said = r.stderr + r.stdout
+        assert r.returncode == 2 and "the command did not run" in said and "~/.bash_profile" in said, (r.returncode, said)
+        assert "Welcome: GPU 0 is free" in said and "Traceback" not in said, said
+        assert "ran" not in r.stdout.replace("did not run", "")
+    assert not (home / "ran.txt").exists()
+
+    (home / ".bash_profile").write_text('echo "+---- Welcome: GPU 0 is free ----+"\n')  # the exit gone
+    cmd = "printf 'gpujob-exec-starts-x.\\000\\377end'; exit 3"  # bytes like the mark's, a NUL, not UTF-8
+    r = subprocess.run([sys.executable, "-m", "gpujob.cli", "exec", host, "--", cmd], capture_output=True,
+                       env=dict(os.environ, PYTHONPATH=str(REPO), **env), stdin=subprocess.DEVNULL, timeout=120)
+    assert r.returncode == 3 and r.stdout == b"gpujob-exec-starts-x.\x00\xffend", r
+    doc = json.loads(run_cli("exec", host, "--json", "--", "echo out", env_extra=env).stdout)
+    assert doc["output"] == "out\n" and doc["exit_code"] == 0 and "Welcome: GPU 0" in doc["login_output"], doc
+    assert "gpujob-exec-starts" not in doc["login_output"], doc
 
 
 def test_exec_streams_output_as_it_comes() -> None:
