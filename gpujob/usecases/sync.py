@@ -239,14 +239,15 @@ def fits_kept_agent(plan: Plan) -> bool:
 
 def upload_kept(agent: Agent, plan: Plan, progress: Callable[[int, int], None] | None = None,
                 codec: str | None = None, args: list[str] | None = None,
-                counters: tuple[Callable[[int], None], Callable[[Any, str], None]] | None = None) -> tuple[int, str]:
+                counters: tuple[Callable[[int], None], Callable[[Any, str], None]] | None = None,
+                keep: Callable[[Any, bytes], bool] | None = None) -> tuple[int, str]:
     """Send a small ``plan`` as one ``receive`` request to the kept agent; (bytes on the wire, codec)."""
     codec = codec or choose_codec(plan.send)
     on_bytes, on_hash = counters or _callbacks(plan, progress)
     buf = io.BytesIO()
     comp = stream.Compressed(buf, codec)
     try:
-        stream.write_items(comp, plan.send, plan.delete, on_bytes, on_hash)
+        stream.write_items(comp, plan.send, plan.delete, on_bytes, on_hash, keep=keep)
     except stream.TransferError as e:
         raise GpujobError(str(e), "run submit again once the file stopped changing") from None
     comp.finish()
@@ -255,11 +256,12 @@ def upload_kept(agent: Agent, plan: Plan, progress: Callable[[int, int], None] |
 
 
 def upload(s: Any, agent: Agent, plan: Plan, progress: Callable[[int, int], None] | None = None,
-           codec: str | None = None, counters: tuple[Callable[[int], None], Callable[[Any, str], None]] | None = None
-           ) -> tuple[int, str]:
+           codec: str | None = None, counters: tuple[Callable[[int], None], Callable[[Any, str], None]] | None = None,
+           keep: Callable[[Any, bytes], bool] | None = None) -> tuple[int, str]:
     """Send ``plan`` as one stream into the open session ``s``; returns (bytes on the wire, codec).
 
-    One thread reads, hashes, frames and compresses; this one sends what it hands over."""
+    One thread reads, hashes, frames and compresses; this one sends what it hands over. ``keep``:
+    the secrets check on each small file's bytes (usecases/secrecy ``InStream``)."""
     codec = codec or choose_codec(plan.send)
     on_bytes, on_hash = counters or _callbacks(plan, progress)
     pipe = _Pipe()
@@ -268,7 +270,7 @@ def upload(s: Any, agent: Agent, plan: Plan, progress: Callable[[int, int], None
 
     def produce() -> None:
         try:
-            stream.write_items(comp, plan.send, plan.delete, on_bytes, on_hash)
+            stream.write_items(comp, plan.send, plan.delete, on_bytes, on_hash, keep=keep)
             comp.finish()
             pipe.put(end)
         except BaseException as e:  # noqa: BLE001 - handed to the sending thread
@@ -421,7 +423,8 @@ def _sync_planned(agent: Agent, spec: JobSpec, project: str, remote: dict, trees
         remote = _manifest_leased(agent, targets(spec, project) + leased)
         replies.check_manifest(agent.endpoint.name, remote, [t.prefix for t in trees])
         plan = plan_from(remote, trees, [Record.blank(r.path) for r in records])  # rebuilt from it
-    withhold(plan, declared_values(spec) if secrets is None else secrets)  # keys and credentials, whatever the ignore files say
+    # keys and credentials, whatever the ignore files say (a large plan's contents: checked as the stream reads them)
+    check = withhold(plan, declared_values(spec) if secrets is None else secrets)
     _check_space(agent, plan, remote, s)
     if not plan.send and not plan.delete:
         if s is not None:
@@ -437,17 +440,19 @@ def _sync_planned(agent: Agent, spec: JobSpec, project: str, remote: dict, trees
     rest = Plan(plan.trees, [e for e in plan.send if id(e) not in ids], plan.delete, plan.unchanged, plan.resumed_bytes)
     skipped = extra = 0
     if big:  # the large files over several channels (gpujob/usecases/ranges.py), the rest beside them
-        wire, codec, skipped = _upload_both(agent, rest, s, leased, counters, big, pre)
+        wire, codec, skipped = _upload_both(agent, rest, s, leased, counters, big, pre, check)
         extra = sum(e.size for e in big) - skipped  # their bytes on the wire
     else:
-        wire, codec = _upload_rest(agent, rest, s, leased, counters)
+        wire, codec = _upload_rest(agent, rest, s, leased, counters, check)
+    if check is not None:
+        check.done(whole)
     _save_records(whole, remote)
     return _report(whole, 2, wire + extra, codec, skipped)
 
 
 def _upload_both(agent: Agent, rest: Plan, s: Any, leased: list[str],
                  counters: tuple[Callable[[int], None], Callable[[Any, str], None]], big: list[Any],
-                 pre: Preopened | None) -> tuple[int, str, int]:
+                 pre: Preopened | None, keep: Callable[[Any, bytes], bool] | None = None) -> tuple[int, str, int]:
     """The ranged files in this thread while the rest goes on the sync's own command in another:
     the ranges' data starts as soon as their channels are open, not a round trip (the rest's
     answer) later; (the rest's bytes on the wire, its codec, the ranged bytes not sent)."""
@@ -455,7 +460,7 @@ def _upload_both(agent: Agent, rest: Plan, s: Any, leased: list[str],
 
     def send_rest() -> None:
         try:
-            done["rest"] = _upload_rest(agent, rest, s, leased, counters)
+            done["rest"] = _upload_rest(agent, rest, s, leased, counters, keep)
         except BaseException as e:  # noqa: BLE001 - raised below, in the caller's thread
             done["error"] = e
 
@@ -471,16 +476,17 @@ def _upload_both(agent: Agent, rest: Plan, s: Any, leased: list[str],
 
 
 def _upload_rest(agent: Agent, plan: Plan, s: Any, leased: list[str],
-                 counters: tuple[Callable[[int], None], Callable[[Any, str], None]]) -> tuple[int, str]:
+                 counters: tuple[Callable[[int], None], Callable[[Any, str], None]],
+                 keep: Callable[[Any, bytes], bool] | None = None) -> tuple[int, str]:
     """Send ``plan`` (no ranged file in it) on the sync's own command ``s``, as a request to the
     kept agent, or on a ``receive`` command of its own; (bytes on the wire, codec)."""
     if s is None:
         if fits_kept_agent(plan):
-            return upload_kept(agent, plan, args=leased, counters=counters)
+            return upload_kept(agent, plan, args=leased, counters=counters, keep=keep)
         s = agent.stream("receive", leased)  # a large upload streams over a command of its own
     with s:
         try:
-            return upload(s, agent, plan, counters=counters)
+            return upload(s, agent, plan, counters=counters, keep=keep)
         except (EOFError, OSError) as e:  # the link dropped mid-stream (paramiko raises either)
             raise ConnectError(f"the connection to {agent.host.name} dropped during the upload ({e or type(e).__name__})",
                                "run submit again: finished files are kept and a cut file resumes") from None

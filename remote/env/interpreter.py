@@ -12,7 +12,7 @@ import re
 import shlex
 import subprocess
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 from remote.core import atomicfile
 from remote.core.errors import AgentError
@@ -39,14 +39,29 @@ def first_command(run: str) -> Optional[str]:
 
 def _lookup(cmd: str, prefix: str) -> Optional[str]:
     """Where the job's login shell finds ``cmd`` ("" when it does not; None when it cannot tell)."""
+    return _lookup_result(_start_lookup(cmd, prefix))
+
+
+def _start_lookup(cmd: str, prefix: str) -> Optional["subprocess.Popen[bytes]"]:
     env = dict(os.environ, GPUJOB_PATH_PREFIX=prefix)
     try:
-        res = subprocess.run(["bash", "-lc", PATH_PREFIX + "command -v " + shlex.quote(cmd)], stdin=subprocess.DEVNULL,
-                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
+        return subprocess.Popen(["bash", "-lc", PATH_PREFIX + "command -v " + shlex.quote(cmd)],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+    except OSError:
         return None
-    lines = res.stdout.decode("utf-8", "replace").strip().splitlines()
-    return lines[-1] if res.returncode == 0 and lines else ""
+
+
+def _lookup_result(proc: Optional["subprocess.Popen[bytes]"]) -> Optional[str]:
+    if proc is None:
+        return None
+    try:
+        out = proc.communicate(timeout=60)[0]
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        return None
+    lines = out.decode("utf-8", "replace").strip().splitlines()
+    return lines[-1] if proc.returncode == 0 and lines else ""
 
 
 def _missing(cmd: str, prefix: str, run: Any) -> AgentError:
@@ -60,28 +75,44 @@ def _missing(cmd: str, prefix: str, run: Any) -> AgentError:
 def check(root: Root, spec: SpecLike, host_env: Dict[str, str]) -> None:
     """``AgentError`` when ``run:`` starts with an interpreter or launcher (``python``, ``python3.11``,
     ``torchrun``...) that the job's PATH does not have."""
+    start_check(root, spec, host_env)()
+
+
+def start_check(root: Root, spec: SpecLike, host_env: Dict[str, str]) -> Callable[[], None]:
+    """``check`` in two halves: the login shell's lookup starts now (it can take a second) and the
+    returned function waits for it, raising ``AgentError`` when the interpreter is missing; the
+    submit makes the job's code snapshot meanwhile."""
     spec = JobSpec.of(spec)
     if spec.python or spec.setup:
-        return  # setup or python: decides the interpreter (and says so when it cannot)
+        return _nothing  # setup or python: decides the interpreter (and says so when it cannot)
     cmd = first_command(spec.run)
     if cmd is None or not CHECKED.match(cmd):
-        return
+        return _nothing
     prefix = host_env.get("GPUJOB_PATH_PREFIX", "")
     key = "{}\0{}".format(cmd, prefix)
     cache = root.root / "cache" / "interpreters.json"
     seen = read_doc(cache)
     if isinstance(seen.get(key), (int, float)) and time.time() - seen[key] < REMEMBER_S:
-        return
-    found = _lookup(cmd, prefix)
-    if found is None:
-        return  # cannot tell: the job's own run says
-    if found:
-        try:  # under the file's lock, over what other submits found meanwhile
-            atomicfile.update_json(cache, lambda doc: doc.update({key: time.time()}), durable=False)
-        except OSError:
-            pass
-        return
-    raise _missing(cmd, prefix, spec.run)
+        return _nothing
+    proc = _start_lookup(cmd, prefix)
+
+    def finish() -> None:
+        found = _lookup_result(proc)
+        if found is None:
+            return  # cannot tell: the job's own run says
+        if found:
+            try:  # under the file's lock, over what other submits found meanwhile
+                atomicfile.update_json(cache, lambda doc: doc.update({key: time.time()}), durable=False)
+            except OSError:
+                pass
+            return
+        raise _missing(cmd, prefix, spec.run)
+
+    return finish
+
+
+def _nothing() -> None:
+    return None
 
 
 def resolve(spec: SpecLike, prefix: str) -> Dict[str, Any]:

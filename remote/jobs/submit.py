@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 from remote.core import layout, locks
 from remote.core.errors import AgentError
@@ -21,25 +21,25 @@ from remote.jobs.store import new_job_id
 def snapshot(src: Path, dst: Path) -> None:
     """Hard-linked copy of the synced code: the job keeps the files it was submitted with.
 
-    Safe because a sync never rewrites a file in place (new file + rename = new inode).
-    """
-    for dirpath, dirnames, filenames in os.walk(str(src)):
-        rel = os.path.relpath(dirpath, str(src))
-        target = dst / rel if rel != "." else dst
-        target.mkdir(parents=True, exist_ok=True)
-        for name in dirnames:
-            s = os.path.join(dirpath, name)
-            if os.path.islink(s):
-                os.symlink(os.readlink(s), str(target / name))
-        for name in filenames:
-            s = os.path.join(dirpath, name)
-            if os.path.islink(s):
-                os.symlink(os.readlink(s), str(target / name))
-            else:
-                try:
-                    os.link(s, str(target / name))
-                except OSError:
-                    shutil.copy2(s, str(target / name))
+    Safe because a sync never rewrites a file in place (new file + rename = new inode). Plain
+    strings and ``scandir``'s types, not pathlib and a stat per name: this runs once per file of
+    every submit (3,000 files: 0.65 s with ``Path`` joins under load, the links themselves 0.15 s)."""
+    todo = [(str(src), str(dst))]
+    while todo:
+        here, there = todo.pop()
+        os.makedirs(there, exist_ok=True)
+        with os.scandir(here) as it:
+            for e in it:
+                target = os.path.join(there, e.name)
+                if e.is_symlink():  # the user's link, as it was synced (it may point anywhere)
+                    os.symlink(os.readlink(e.path), target)
+                elif e.is_dir():
+                    todo.append((e.path, target))
+                else:
+                    try:
+                        os.link(e.path, target)
+                    except OSError:
+                        shutil.copy2(e.path, target)
 
 
 def start_supervisor(root: Root, job: JobDir) -> int:
@@ -72,8 +72,11 @@ def submit(root: Root, request: Dict[str, Any]) -> Dict[str, Any]:
     spec = JobSpec.of(request["spec"])
     project = request.get("project") or spec.name
     code = root.project_code(project)
-    if not request.get("moved_from"):
-        _interpreter_or_refuse(root, project, spec, request)
+    from remote.env import interpreter
+
+    # the login shell's lookup of run:'s interpreter (up to a second) runs while the code is snapshot
+    checked = interpreter.start_check(root, spec, request.get("host_env") or {}) if not request.get("moved_from") \
+        else None
     # the client syncs right before this; an absent folder is an empty tree (a project whose only
     # file is its job file, kept home for its secrets), which is a valid project
     code.mkdir(parents=True, exist_ok=True)
@@ -95,6 +98,7 @@ def submit(root: Root, request: Dict[str, Any]) -> Dict[str, Any]:
         with locks.project_locked(root.root, project):
             snapshot(code, job.code)
             _data_view(root, project, spec, job, bool(carried))
+    _interpreter_or_refuse(job, checked)
     _same_code_or_refuse(job, request.get("expect_code_hash"))
     doc = dict(spec.doc, project=project, host=request.get("host"), host_env=request.get("host_env") or {},
                price_per_hour=request.get("price_per_hour"), currency=request.get("currency", CURRENCY),
@@ -152,17 +156,15 @@ def _same_code_or_refuse(job: JobDir, want: Any) -> None:
                          "code_mismatch")
 
 
-def _interpreter_or_refuse(root: Root, project: str, spec: JobSpec, request: Dict[str, Any]) -> None:
-    """Refuse a job whose run: interpreter is not on the job PATH, giving the sync lease back."""
-    from remote.env import interpreter
-
+def _interpreter_or_refuse(job: JobDir, checked: Optional[Callable[[], None]]) -> None:
+    """Refuse a job whose run: interpreter is not on the job PATH: its folder goes (the verb gives
+    the sync lease back, remote/core/locks.py ``lease_back_on_failure``)."""
+    if checked is None:
+        return
     try:
-        interpreter.check(root, spec, request.get("host_env") or {})
+        checked()
     except AgentError:
-        lease = request.get("lease")
-        if lease:
-            with locks.project_locked(root.root, project):
-                locks.release(root.root, project, lease)
+        shutil.rmtree(str(job.path), ignore_errors=True)
         raise
 
 

@@ -12,8 +12,10 @@ import os
 import stat
 import sys
 import tarfile
+import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 from gpujob import helpercmd
 from gpujob.config.ignore import walk
@@ -66,12 +68,13 @@ def tree_files(workdir: Path, exclude: list[str]) -> list[tuple[str, os.stat_res
 RACY_NS = 2 * 10**9  # a file changed this recently may change again within its mtime's tick: read it each time
 
 
-def _file_digest(path: Path, st: os.stat_result) -> str:
+def _digester() -> Callable[[str, os.stat_result], str]:
     """One file's part of the hash: the agent's own function, so the host's check of a rerun's code
-    (remote/data/codehash.py) and the laptop's hash cannot drift apart."""
+    (remote/data/codehash.py) and the laptop's hash cannot drift apart. Looked up once per tree:
+    each ``import_remote`` checks the agent package's place (about 0.4 ms, a second per 3,000 files)."""
     from gpujob.bundle import import_remote
 
-    return import_remote("data.codehash")._digest(str(path), st)
+    return import_remote("data.codehash")._digest
 
 
 def code_hash(workdir: Path, files: list[tuple[str, os.stat_result]]) -> str:
@@ -88,11 +91,13 @@ def code_hash(workdir: Path, files: list[tuple[str, os.stat_result]]) -> str:
         old = {}
     new: dict[str, list] = {}
     now = time.time_ns()
+    digest_of, top = _digester(), str(workdir)
     h = hashlib.sha256()
     for rel, st in files:
         key = [st.st_size, st.st_mtime_ns, st.st_ino]
         hit = old.get(rel) if isinstance(old, dict) else None
-        digest = hit[3] if isinstance(hit, list) and len(hit) == 4 and hit[:3] == key else _file_digest(workdir / rel, st)
+        digest = hit[3] if isinstance(hit, list) and len(hit) == 4 and hit[:3] == key else \
+            digest_of(os.path.join(top, rel), st)
         if now - st.st_mtime_ns > RACY_NS:
             new[rel] = key + [digest]
         h.update(f"{rel}\0{st.st_mode & 0o111 and 1}\0{digest}\0".encode())
@@ -108,18 +113,82 @@ def snapshot_path(digest: str) -> Path:
     return d / f"{digest}.tar.gz"
 
 
+class Snapshot:
+    """The tree kept as ``<hash>.tar.gz`` by a thread of its own, while the submit connects and
+    syncs (on a first submit of 3,000 files the tarball was a second or more in front of the
+    upload); ``kept()`` waits for it. A file whose stat moved since it was hashed leaves no
+    snapshot (the tarball would not be the code the hash names). Not a daemon: a process that
+    ends meanwhile finishes the file instead of leaving half of one."""
+
+    def __init__(self, workdir: Path, files: list[tuple[str, os.stat_result]], digest: str) -> None:
+        self.path = snapshot_path(digest)
+        self.result: bool | None = None
+        self.thread = threading.Thread(target=self._write, args=(workdir, files), name="gpujob-snapshot")
+        self.thread.start()
+
+    def _write(self, workdir: Path, files: list[tuple[str, os.stat_result]]) -> None:
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.{threading.get_ident()}")
+        try:
+            self.result = write_tar(tmp, str(workdir), files)
+            if self.result:
+                os.replace(tmp, self.path)
+        except OSError:
+            self.result = False
+        finally:
+            if not self.result:
+                tmp.unlink(missing_ok=True)
+
+    def kept(self) -> bool:
+        self.thread.join()
+        return bool(self.result)
+
+
+_pending: dict[str, Snapshot] = {}  # digest -> the snapshot being written (a sweep submits one tree often)
+_pending_lock = threading.Lock()
+
+
+def start_snapshot(workdir: Path, files: list[tuple[str, os.stat_result]], digest: str) -> Snapshot | bool:
+    """Start keeping the tree (once per hash): a ``Snapshot`` to ask ``kept()`` later, True when it
+    is kept already, False when it is too large to keep."""
+    with _pending_lock:
+        cur = _pending.get(digest)
+        if cur is not None and (cur.thread.is_alive() or cur.result):
+            return cur
+        if snapshot_path(digest).exists():
+            return True
+        if sum(st.st_size for _, st in files) > SNAPSHOT_MAX:
+            return False
+        _pending[digest] = snap = Snapshot(workdir, files, digest)
+        return snap
+
+
 def keep_snapshot(workdir: Path, files: list[tuple[str, os.stat_result]], digest: str) -> bool:
     """Keep the tree as ``<hash>.tar.gz`` (once per hash); False when it is too large to keep."""
-    path = snapshot_path(digest)
-    if path.exists():
-        return True
-    if sum(st.st_size for _, st in files) > SNAPSHOT_MAX:
-        return False
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    with tarfile.open(tmp, "w:gz", compresslevel=1) as tar:
-        for rel, _ in files:
-            tar.add(workdir / rel, arcname=rel, recursive=False)
-    os.replace(tmp, path)
+    snap = start_snapshot(workdir, files, digest)
+    return snap if isinstance(snap, bool) else snap.kept()
+
+
+def write_tar(dest: Path, top: str, files: list[tuple[str, os.stat_result]]) -> bool:
+    """``files`` (as hashed) into the gzip tarball ``dest``; False when one changed since. Headers
+    from the stats in hand, whole-second mtimes: no owner lookup and no extended header per file
+    (``tarfile.add`` spent two thirds of its time on those)."""
+    with tarfile.open(dest, "w:gz", compresslevel=1) as tar:
+        for rel, st in files:
+            path = os.path.join(top, rel)
+            now = os.lstat(path)
+            if (now.st_size, now.st_mtime_ns, now.st_ino, now.st_mode) != (st.st_size, st.st_mtime_ns, st.st_ino,
+                                                                            st.st_mode):
+                return False
+            info = tarfile.TarInfo(rel)
+            info.mode, info.mtime, info.uid, info.gid = stat.S_IMODE(st.st_mode), st.st_mtime_ns // 10**9, st.st_uid, \
+                st.st_gid
+            if stat.S_ISLNK(st.st_mode):
+                info.type, info.linkname = tarfile.SYMTYPE, os.readlink(path)
+                tar.addfile(info)
+                continue
+            info.size = st.st_size
+            with open(path, "rb") as f:
+                tar.addfile(info, f)
     return True
 
 

@@ -43,7 +43,7 @@ def env_hash(spec: JobSpec) -> str:
 
 def code_of(spec: JobSpec) -> dict[str, Any]:
     """The code about to be sent: git commit, diff hash (and the diff), tree hash; its snapshot kept."""
-    from gpujob.config.ledger.code import DIFF_MAX, code_hash, git_state, keep_snapshot, tree_files
+    from gpujob.config.ledger.code import DIFF_MAX, code_hash, git_state, start_snapshot, tree_files
     from gpujob.usecases.submit import keep_secret_job_file_home
 
     keep_secret_job_file_home(spec)  # a job file with literal secrets is neither sent nor kept
@@ -54,8 +54,9 @@ def code_of(spec: JobSpec) -> dict[str, Any]:
             diff = ""  # its hash still tells the runs apart; the snapshot (if small enough) keeps the code
         files = tree_files(wd, spec.exclude)
         digest = code_hash(wd, files)
-        # a commit and its diff rebuild the code: a tarball is kept only where they cannot
-        kept = keep_snapshot(wd, files, digest) if not (commit and (diff or not diff_hash)) else False
+        # a commit and its diff rebuild the code: a tarball is kept only where they cannot (written
+        # while the submit syncs; record_submit waits for it)
+        kept = start_snapshot(wd, files, digest) if not (commit and (diff or not diff_hash)) else False
     except OSError as e:  # a file that went away meanwhile: the submit goes on, the row has no code
         _warn(e)
         return {}
@@ -68,8 +69,10 @@ def record_submit(res: dict[str, Any], spec: JobSpec, code: dict[str, Any] | Non
     from gpujob.config.ledger.params import run_args
 
     try:
+        code = dict(code or {})
+        snap = code.pop("snapshot", False)
+        kept = snap if isinstance(snap, bool) else snap.kept()
         with open_ledger() as lg:
-            code = dict(code or {})
             diff = code.pop("diff", "")
             if diff and code.get("diff_hash"):
                 lg.keep_diff(code["diff_hash"], diff)
@@ -79,7 +82,7 @@ def record_submit(res: dict[str, Any], spec: JobSpec, code: dict[str, Any] | Non
                    submitted_at=time.time(), run_line=spec.run, params=run_args(spec.run), spec=remote,
                    job_file=job_file, overrides=overrides, env_hash=env_hash(spec),
                    gpus=spec.gpus if isinstance(spec.gpus, int) else None,
-                   extra={"snapshot": code.pop("snapshot", False), "workdir": spec.workdir,
+                   extra={"snapshot": kept, "workdir": spec.workdir,
                           **({"mlflow": spec.mlflow} if spec.mlflow else {})}, **code, **link)
     except (sqlite3.Error, OSError, LedgerDamaged) as e:
         _warn(e)

@@ -53,8 +53,17 @@ def _received(root: Path) -> set[str]:
     return {p.relative_to(code).as_posix() for p in code.rglob("*") if p.is_file() or p.is_symlink()}
 
 
-def test_no_key_or_credential_is_uploaded(tmp_path: Path) -> None:
+@pytest.mark.parametrize("filler", [0, 300])
+def test_no_key_or_credential_is_uploaded(tmp_path: Path, filler: int) -> None:
+    """``filler`` ordinary files more: past ``PREPASS_MAX`` the contents are checked by the stream as
+    it reads each file (a first sync reads a file once), with the same outcome."""
+    from gpujob.usecases.secrecy.never_sent import PREPASS_MAX
+
     d = _project(tmp_path)
+    for i in range(filler):
+        (d / "pkg" / f"m{i}.py").parent.mkdir(exist_ok=True)
+        (d / "pkg" / f"m{i}.py").write_text(f"x = {i}\n")
+    assert filler == 0 or filler > PREPASS_MAX
     cfg = d / "cfg"  # gpujob's own config folder inside the project: its key and secrets file
     (cfg / "secrets.env").write_text(f"HOOK_TOKEN={TOKEN}\n")
     (cfg / "secrets.env").chmod(0o600)
@@ -63,7 +72,8 @@ def test_no_key_or_credential_is_uploaded(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr + r.stdout
     assert "not uploaded, never sent to an instance" in r.stderr
     got = _received(tmp_path / "local-root")
-    assert set(KEPT) <= got, got
+    assert set(KEPT) | {f"pkg/m{i}.py" for i in range(filler)} <= got, got
+    assert json.loads(r.stdout)["sync"]["files_sent"] == len(got), r.stdout
     leaked = sorted(got & (set(SECRET_FILES) | {"cfg/secrets.env", "cfg/id_ed25519", "cfg/hosts.yaml"}))
     assert not leaked, leaked
     assert not any(p.startswith((".ssh", "cfg/")) for p in got), got
