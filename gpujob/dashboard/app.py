@@ -26,6 +26,7 @@ from starlette.staticfiles import StaticFiles
 from gpujob.dashboard.compare import compare
 from gpujob.dashboard.hub import Hub
 from gpujob.dashboard.logs import LogFollower
+from gpujob.dashboard.terminal import CONTROL, shown
 from gpujob.errors import GpujobError
 
 STATIC = Path(__file__).resolve().parent / "static"
@@ -97,11 +98,14 @@ class TokenGate:
 
 def strict(v: Any) -> Any:
     """``v`` with each non-finite float (a diverged loss) as the word the page shows: ``"nan"``,
-    ``"inf"``, ``"-inf"`` (strict JSON; the page draws a non-number as a gap, prints it as text)."""
+    ``"inf"``, ``"-inf"`` (strict JSON; the page draws a non-number as a gap, prints it as text); each
+    string and key as a terminal shows it, no control character (a job's name, error, metric names, log)."""
+    if isinstance(v, str):
+        return shown(v) if CONTROL.search(v) else v
     if isinstance(v, float) and not math.isfinite(v):
         return "nan" if v != v else ("inf" if v > 0 else "-inf")
     if isinstance(v, dict):
-        return {k: strict(x) for k, x in v.items()}
+        return {strict(k): strict(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
         return [strict(x) for x in v]
     return v

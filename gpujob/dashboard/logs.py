@@ -12,26 +12,15 @@ import threading
 import time
 from typing import Any, Callable
 
+from gpujob.dashboard.terminal import shown
 from gpujob.errors import GpujobError
 
 LOG_LINES = 200  # a job page opens at the log's last lines
-LINE_SHOWN = 8192  # characters of a line a page gets (its end), once its \r redraws are collapsed
+LINE_SHOWN = 8192  # characters of a line a page gets (its end), once replayed as a terminal shows it
 LIVE = ("queued", "running", "restarting")
 RESTART_GAP_S = 5.0  # a follow that fails while the job runs is tried again, not in a loop
 
 Event = tuple[str, dict[str, Any]]
-
-
-def as_terminal_shows(line: str) -> str:
-    """The line as a terminal leaves it: each carriage return (a tqdm or Lightning bar's redraw)
-    starts writing again at the first column, over what was there; a trailing one changes nothing."""
-    if "\r" not in line:
-        return line
-    shown = ""
-    for part in reversed(line.split("\r")):  # from the last write back: an earlier one shows only past its end
-        if len(part) > len(shown):  # (linear however many redraws: a hostile line cannot make it quadratic)
-            shown += part[len(shown):]
-    return shown
 
 
 class LogFollower:
@@ -92,7 +81,7 @@ class LogFollower:
                                                                      offset=offset, cancel=self.cancel):
                     for line in chunk.splitlines():
                         doc = json.loads(line)
-                        doc["line"] = as_terminal_shows(doc["line"])
+                        doc["line"] = shown(doc["line"])  # as a terminal leaves it: no control character
                         if len(doc["line"]) > LINE_SHOWN:  # the queue holds 1,000 lines: of 1 MiB each, a GB
                             doc["line"] = "…" + doc["line"][-LINE_SHOWN:]
                         self.offset = doc["offset"]  # a restart sends this line again; the page skips it

@@ -9,6 +9,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from gpujob.dashboard.terminal import shown
+
 SPARK_POINTS = 40  # loss values kept per job for the table's sparkline
 
 
@@ -59,5 +61,5 @@ def row(j: dict[str, Any], history: list[float], gpu: float | None = None) -> di
         "gpu": gpu, "cost": _num(billing.get("cost")), "currency": str(billing.get("currency") or ""),
         "elapsed_s": _num(billing.get("elapsed_s")), "submitted_at": _num(j.get("submitted_at")),
         "diagnosis": str(diag.get("summary") or diag.get("cause") or "") if isinstance(diag, dict) else str(diag),
-        "last_line": " ".join(str(j.get("last_line") or "").split())[:300],
+        "last_line": " ".join(shown(str(j.get("last_line") or "")).split())[:300],  # a bar's last redraw, not all
     }

@@ -325,7 +325,7 @@ def test_dashboard_in_a_browser(ssh_host: str, tmp_path: Path, ui_server: Callab
 def test_carriage_return_redraws_show_as_a_terminal_leaves_them() -> None:
     """A tqdm or Lightning bar redraws itself after a carriage return: the page shows the line as a
     terminal leaves it (the last redraw, over what was longer before it), never the redraws strung together."""
-    from gpujob.dashboard.logs import as_terminal_shows
+    from gpujob.dashboard.terminal import shown as as_terminal_shows
 
     bar = "".join(f"\r{p:3d}%|{'#' * (p // 10):<10}| {p}/100" for p in range(0, 101, 10))
     assert as_terminal_shows(bar) == "100%|##########| 100/100"
@@ -334,3 +334,78 @@ def test_carriage_return_redraws_show_as_a_terminal_leaves_them() -> None:
     assert as_terminal_shows("plain line") == "plain line"
     # a hostile line of a million returns after a long text is one pass, not a million copies of the text
     assert as_terminal_shows("x" * 500_000 + "\r" * 1_000_000) == "x" * 500_000
+
+
+# A job's output with what a terminal takes as commands: colours, a title (OSC), tqdm's redraws (\r, ESC[K) and
+# nested bar (ESC[A), other C0 and C1 controls; a metric named with an escape; an error holding one.
+CONTROLS = r'''
+import json, os, sys
+out = sys.stdout
+out.write("\x1b]0;a title\x07\x1b[1;32mgreen words\x1b[0m plain\n")
+for i in range(11):
+    out.write("\r\x1b[K" + f"{i * 10:3d}%|{chr(9608) * i:<10}| {i}/10 [\x1b[33mrunning\x1b[0m]")
+out.write("\n")
+out.write("outer 1/2\n inner 5/5\x1b[A\router 2/2\n")
+out.write("controls:\x00\x07\x0b\x0c\x0e\x1f\x7f\u0085\u009b31m c1 end back:abc\x08X\n")
+with open(os.environ["GPUJOB_METRICS_FILE"], "a") as m:
+    m.write(json.dumps({"step": 1, "loss\x1b[31m": 0.5, "acc\x07": 0.9}) + "\n")
+out.flush()
+raise RuntimeError("\x1b[31mboom\x1b[0m\x07 at the end")
+'''
+# what the page must never hold raw: C0 but \n and \t, DEL, C1 (ESC among them)
+RAW_CONTROL = r"/[\x00-\x08\x0b-\x1f\x7f-\x9f]/"
+
+
+@pytest.mark.slow
+def test_control_characters_never_reach_the_page(tmp_path: Path, ui_server: Callable[..., tuple]) -> None:
+    """A job printing escape sequences, ``\\r`` bars and other controls: the job page and the jobs page hold no
+    control character in their text; the bar shows its last redraw, the rest what a terminal shows or a picture."""
+    needs("playwright")
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"needs {CHROMIUM}: apt-get install chromium (.ci/run does)")
+    from playwright.sync_api import expect, sync_playwright
+
+    job = submit("local", write_job(tmp_path, "dash-ctl", CONTROLS, "python main.py"))["job_id"]
+    wait_state("local", job, ("failed",), root=tmp_path / "local-root")
+    _, info = ui_server("--host", "local", "--interval", "1")
+    base = f"http://127.0.0.1:{info['port']}"
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.goto(f"{base}/job?host=local&id={job}&token={info['url'].split('token=', 1)[1]}")
+            log = page.locator("#log")
+            expect(log).to_contain_text(" 10/10 [running]", timeout=30_000)  # the bar's last redraw
+            expect(page.locator("#diagnosis")).to_contain_text("boom", timeout=30_000)
+            expect(page.locator('.chart[data-metric="loss"]')).to_be_visible(timeout=30_000)
+            text = log.inner_text()
+            assert "100%|██████████| 10/10 [running]" in text, text
+            assert "0%|" not in text.replace("100%|", ""), text  # the earlier redraws are overwritten
+            assert "green words plain" in text and "outer 2/2\n inner 5/5" in text, text
+            assert "controls:␀␇␋␌␎␟␡\\x85 c1 end back:abX" in text, text  # pictures; a backspace steps back
+            body = page.evaluate("document.body.innerText")
+            assert not page.evaluate(f"{RAW_CONTROL}.test(document.body.innerText)"), repr(body)
+            page.goto(info["url"])  # the jobs page: its last line and diagnosis
+            expect(page.locator(f'tr[data-key="local/{job}"] td.state')).to_have_text("failed", timeout=20_000)
+            expect(page.locator(f'tr[data-key="local/{job}"] td.diag')).to_contain_text("boom")
+            body = page.evaluate("document.body.innerText")
+            assert not page.evaluate(f"{RAW_CONTROL}.test(document.body.innerText)"), repr(body)
+            title = page.locator(f'tr[data-key="local/{job}"] td.diag').get_attribute("title") or ""
+            assert not any(ord(c) < 32 and c not in "\n\t" or 0x7F <= ord(c) <= 0x9F for c in title), repr(title)
+        finally:
+            browser.close()
+
+
+def test_escape_sequences_show_as_a_terminal_leaves_them() -> None:
+    """Colours and titles dropped, erases and moves replayed on the line, a move up written on the row above,
+    what is left of controls as pictures; a hostile line of moves and erases is one pass."""
+    from gpujob.dashboard.terminal import CONTROL, shown
+
+    assert shown("\x1b[1;31mred\x1b[0m \x1b]8;;http://x\x1b\\link\x1b]8;;\x1b\\ \x1b[?25lok") == "red link ok"
+    assert shown("a long text\r\x1b[Kshort") == "short" and shown("abc\x1b[2Dx") == "axc"
+    assert shown("  5/5 inner\x1b[A\router 2/2") == "outer 2/2\n  5/5 inner"  # tqdm's nested bar
+    assert shown("\x1b[32m" + "\r\x1b[2K".join(f"{i}/9" for i in range(10))) == "9/9"
+    assert shown("bell\x07 nul\x00 del\x7f c1\x85 esc\x1b") == "bell␇ nul␀ del␡ c1\\x85 esc␛"
+    assert shown("name\tand\nlines") == "name\tand\nlines"  # tab and newline pass
+    for hostile in ("\x1b[65536Gx\r\x1b[K" * 20_000, "\x1b[65536Gx" + "\x1b[1K" * 50_000, "\x1b[A" * 50_000 + "y"):
+        assert not CONTROL.search(shown(hostile))
