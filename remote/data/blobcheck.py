@@ -22,7 +22,10 @@ PRINTS = "blobs.json"
 
 class Prints(HashCache):
     """Blob path -> [size, mtime_ns, inode, ctime_ns, hash]: the plain hash cache's key plus ctime,
-    which a write moves even when the writer puts the size and mtime back."""
+    which a write moves even when the writer puts the size and mtime back. Each view rewrites the
+    prints of every blob it links (the link moved their ctime): one object, no log to replay."""
+
+    appends = False
 
     @staticmethod
     def stat_key(st: os.stat_result) -> List[Any]:

@@ -83,6 +83,8 @@ class HashCache:
     appends one line instead of reading and rewriting the whole cache. ``save`` folds the log
     into the object once it has grown past a quarter of it."""
 
+    appends = True  # False: ``save`` always rewrites the object (for a cache whose every save changes most of it)
+
     def __init__(self, path: Optional[Path]) -> None:
         self.path = path
         self._data = None  # type: Optional[Dict[str, List[Any]]]
@@ -186,7 +188,7 @@ class HashCache:
             base_size = os.path.getsize(str(self.path))
         except OSError:
             base_size = 0
-        if log_size + 100 * len(ops) <= max(base_size // 4, 1 << 20):
+        if self.appends and log_size + 100 * len(ops) <= max(base_size // 4, 1 << 20):
             data = "".join(json.dumps(op, separators=(",", ":")) + "\n" for op in ops).encode("utf-8", "surrogateescape")
             atomicfile.append(log, data, lock=False)  # the caller holds the lock
             return
