@@ -36,7 +36,13 @@ def exported(res: Any) -> None:
     """``runs export --mlflow``: how many runs went, how many were there already."""
     doc = res.to_json()
     print(f"{doc['exported']} run(s) exported to MLflow at {doc['mlflow']} ({doc['points']} new point(s)); "
-          f"{doc['unchanged']} already there")
+          f"{doc['unchanged']} already there" + (f"; {doc['left']} left deleted there" if doc.get("left") else ""))
+    import sys
+
+    from gpujob.usecases.lab.follow import refusal_line
+
+    for r in doc.get("refused") or []:
+        print(f"gpujob: {refusal_line(r)}", file=sys.stderr)
 
 
 def runs_table(res: results.RunList | Any) -> None:

@@ -4,7 +4,12 @@ One MLflow run per job, found again by its ``gpujob.job_id`` tag (so a second la
 same job adds nothing): the ledger's parameters, tags (host, GPU, code hash, git commit and dirty
 flag, sweep and trial, parent of a rerun, gpujob version, mirrored checkpoints), each metric's
 points by step (those ``status`` reads: loss, eval, throughput, GPU use, cost), the state and end
-time. A metric's points are sent once: only those past the last step sent (``exportstate``)."""
+time. A metric's points are sent once: only those past the last step sent (``exportstate``); a
+diverged loss's nan and ±inf too, as MLflow keeps them (its SQL store: ±inf as ±the largest float).
+
+What the server refuses of one run is said once and passed by: the other runs go. A run someone
+deleted on the server stays deleted (nothing more sent to it, no new one made) until it is restored
+there. A URI holding a password is refused whichever path met it (nothing sent, nothing stored)."""
 
 from __future__ import annotations
 
@@ -12,12 +17,13 @@ import json
 import math
 import os
 import re
+import sys
 import time
 from collections.abc import Iterable
 from typing import Any, Callable
 
 from gpujob.config.ledger import open_ledger
-from gpujob.config.secreturl import shown
+from gpujob.config.secreturl import credential_in, shown
 from gpujob.errors import ConnectError, GpujobError
 from gpujob.usecases.lab.exportstate import ExportState
 from gpujob.usecases.lab.target import Target, of_row
@@ -28,6 +34,10 @@ NOT_METRICS = {"step", "epoch", "t", "max_steps", "total_flos"}
 PARAM_MAX, TAG_MAX = 6000, 5000  # MLflow's limits on a value's length
 BATCH = 900  # points per log_batch (the server takes 1000 entities a call)
 _KEY_BAD = re.compile(r"[^A-Za-z0-9_\-. /]")
+DELETED = "deleted"  # a run's lifecycle stage in MLflow, and its status in ``exportstate``: left so
+PASSWORD = "its URI holds a password"  # the server's error: nothing is sent with such a URI
+PASSWORD_NEXT = ("nothing is sent with it: give the URI without the password, and the password in "
+                 "MLFLOW_TRACKING_USERNAME/MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN)")
 
 
 def client_for(uri: str) -> Any:
@@ -50,6 +60,29 @@ def _key(k: str) -> str:
 
 def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def _value(v: Any) -> float | None:
+    """A metric's value: any number, nan and ±inf kept (a divergence is what the lab must see)."""
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return None
+    try:
+        return float(v)
+    except OverflowError:  # an integer past a float's range
+        return math.copysign(math.inf, v)
+
+
+def _as_kept(v: float) -> float:
+    """``v`` as MLflow's SQL store keeps it: ±inf as ±the largest float."""
+    return math.copysign(sys.float_info.max, v) if math.isinf(v) else v
+
+
+def _same(a: Any, b: Any) -> bool:
+    """The same value, nan equal to nan and inf to what the server keeps for it."""
+    if not isinstance(a, (int, float)) or not isinstance(b, (int, float)):
+        return a == b
+    a, b = _as_kept(float(a)), _as_kept(float(b))
+    return a == b or (math.isnan(a) and math.isnan(b))
 
 
 def _ms(t: Any) -> int:
@@ -95,17 +128,18 @@ def points_of(row: dict[str, Any]) -> dict[str, list[tuple[int, float, int]]]:
         if k in NOT_METRICS or not isinstance(pts, list):
             continue
         for i, p in enumerate(pts):
-            if not isinstance(p, list) or len(p) < 2 or _num(p[1]) is None:
+            value = _value(p[1]) if isinstance(p, list) and len(p) >= 2 else None
+            if value is None:
                 continue
             step = int(p[0]) if _num(p[0]) is not None else i
-            out.setdefault(_key(k), []).append((step, float(p[1]), _ms(p[2] if len(p) > 2 else None)))
+            out.setdefault(_key(k), []).append((step, value, _ms(p[2] if len(p) > 2 else None)))
             last_step = max(last_step, step)
     final = row.get("final") or {}
     if _num(final.get("step")) is not None:
         last_step = max(last_step, int(final["step"]))
     for k, v in final.items():  # an eval figure printed once has no curve: its newest value, at its step
-        if k not in NOT_METRICS and _key(k) not in out and _num(v) is not None:
-            out[_key(k)] = [(last_step, float(v), _ms(last_t))]
+        if k not in NOT_METRICS and _key(k) not in out and (value := _value(v)) is not None:
+            out[_key(k)] = [(last_step, value, _ms(last_t))]
     live = ((row.get("extra") or {}).get("live") or {}) if isinstance(row.get("extra"), dict) else {}
     for k, v in (("gpujob/cost", row.get("cost")), ("gpujob/gpu_hours", row.get("gpu_hours")),
                  ("gpujob/steps_per_s", live.get("steps_per_s")), ("gpujob/gpu_util", live.get("gpu_util"))):
@@ -119,8 +153,8 @@ def _new_points(points: dict[str, list[tuple[int, float, int]]], last: dict[str,
     fresh = []
     for k, pts in points.items():
         seen = last.get(k)
-        for step, value, ms in pts:
-            if seen is None or step > seen[0] or (step == seen[0] and value != seen[1] and pts[-1] == (step, value, ms)):
+        for i, (step, value, ms) in enumerate(pts):
+            if seen is None or step > seen[0] or (step == seen[0] and not _same(value, seen[1]) and i == len(pts) - 1):
                 fresh.append((k, step, value, ms))
                 seen = [step, value]
         if seen is not None:
@@ -129,12 +163,15 @@ def _new_points(points: dict[str, list[tuple[int, float, int]]], last: dict[str,
 
 
 class Exporter:
-    """One server: experiments by name, runs by job id."""
+    """One server: experiments by name, runs by job id; what it refused of single runs (``refused``)."""
 
     def __init__(self, uri: str) -> None:
         self.uri = uri
         self.client = client_for(uri)
         self.experiments: dict[str, str] = {}
+        self.gone: set[str] = set()  # experiments deleted on the server: their jobs are left out, as a deleted run
+        self.refused: list[dict[str, Any]] = []  # {uri, job_id, run_id, why, new}: new: not said before
+        self.left = 0  # runs left deleted
 
     def experiment(self, name: str) -> str:
         if name not in self.experiments:
@@ -148,11 +185,28 @@ class Exporter:
                         raise
             if exp is not None:
                 self.experiments[name] = exp.experiment_id
+                if exp.lifecycle_stage == DELETED:
+                    self.gone.add(exp.experiment_id)
         return self.experiments[name]
 
     def find(self, exp_id: str, job_id: str) -> Any:
-        found = self.client.search_runs([exp_id], filter_string=f"tags.`gpujob.job_id` = '{job_id}'", max_results=1)
-        return found[0] if found else None
+        """The job's run, a deleted one too (it stays deleted, not made again); an active one first."""
+        from mlflow.entities import ViewType
+
+        found = self.client.search_runs([exp_id], filter_string=f"tags.`gpujob.job_id` = '{job_id}'",
+                                        run_view_type=ViewType.ALL, max_results=10)
+        return min(found, key=lambda r: r.info.lifecycle_stage == DELETED, default=None)
+
+    def run(self, run_id: str) -> Any:
+        """The run as the server holds it; None: the server has no such run (any other answer is raised)."""
+        from mlflow.exceptions import RestException
+
+        try:
+            return self.client.get_run(run_id)
+        except RestException as e:
+            if e.error_code == "RESOURCE_DOES_NOT_EXIST":
+                return None
+            raise
 
     def sent_before(self, run: Any) -> tuple[dict[str, list[Any]], list[str]]:
         """What an MLflow run already holds (made by another laptop, or before this state file)."""
@@ -164,21 +218,75 @@ class Exporter:
                 last[k] = [top.step, top.value]
         return last, list(run.data.params)
 
+    def _leave(self, row: dict[str, Any], run_id: str, state: ExportState, known: bool, experiment: str = "") -> int:
+        """A run someone deleted on the server (``experiment``: the job's whole experiment, ``run_id`` ''):
+        nothing more sent to it, no new one made; said once."""
+        state.put(row["job_id"], self.uri, run_id, row.get("updated_at") or 0.0, {}, [], DELETED)
+        self.left += 1
+        if not known:
+            self.refused.append({"uri": shown(self.uri), "job_id": row["job_id"], "run_id": run_id, "why": DELETED,
+                                 "new": True, **({"experiment": experiment} if experiment else {})})
+        return 0
+
+    def export_or_note(self, row: dict[str, Any], target: Target, state: ExportState) -> int:
+        """``export``; the server's refusal of this one run noted (``refused``), not raised: the others go."""
+        try:
+            points = self.export(row, target, state)
+        except Exception as e:
+            why = _refusal(e)
+            if why is None:
+                raise
+            mine = state.get(row["job_id"], self.uri)
+            self.refused.append({"uri": shown(self.uri), "job_id": row["job_id"], "why": why,
+                                 "run_id": mine["run_id"] if mine else None,
+                                 "new": state.refused_anew(row["job_id"], self.uri, why)})
+            return 0
+        state.taken(row["job_id"], self.uri)
+        return points
+
     def export(self, row: dict[str, Any], target: Target, state: ExportState) -> int:
         """Bring the run of ``row`` up to date; how many points were sent."""
-        from mlflow.entities import Metric, Param, RunTag
-
         mine = state.get(row["job_id"], self.uri)
-        exp_id = self.experiment(target.experiment)
+        if mine is not None and mine["status"] == DELETED:
+            run = self.run(mine["run_id"]) if mine["run_id"] else None
+            if run is not None and run.info.lifecycle_stage != DELETED:
+                last, params = self.sent_before(run)  # restored on the server: it follows again, from what it holds
+                mine = {"run_id": run.info.run_id, "last": last, "params": params, "status": run.info.status}
+            elif mine["run_id"] or self.experiment(target.experiment) in self.gone:
+                return self._leave(row, mine["run_id"], state, known=True)
+            else:
+                mine = None  # its experiment restored: the run is made now
+        known = mine is not None
         if mine is None:
+            exp_id = self.experiment(target.experiment)
+            if exp_id in self.gone:
+                return self._leave(row, "", state, known=False, experiment=target.experiment)
             run = self.find(exp_id, row["job_id"])
             if run is None:
                 run = self.client.create_run(exp_id, start_time=_ms(row.get("started_at") or row.get("submitted_at")),
                                              tags={"gpujob.job_id": row["job_id"]}, run_name=row["job_id"])
                 mine = {"run_id": run.info.run_id, "last": {}, "params": [], "status": None}
+            elif run.info.lifecycle_stage == DELETED:
+                return self._leave(row, run.info.run_id, state, known=False)
             else:
                 last, params = self.sent_before(run)
                 mine = {"run_id": run.info.run_id, "last": last, "params": params, "status": run.info.status}
+        try:
+            return self._send(row, mine, state)
+        except Exception as e:
+            if _refusal(e) is None:
+                raise
+            run = self.run(mine["run_id"])
+            if run is not None and run.info.lifecycle_stage == DELETED:
+                return self._leave(row, mine["run_id"], state, known=False)
+            if run is None and known:  # the server no longer has it at all (a new database): made again
+                state.forget(row["job_id"], self.uri)
+                return self.export(row, target, state)
+            raise
+
+    def _send(self, row: dict[str, Any], mine: dict[str, Any], state: ExportState) -> int:
+        from mlflow.entities import Metric, Param, RunTag
+
         run_id = mine["run_id"]
         params = {k: v for k, v in params_of(row).items() if k not in set(mine["params"])}
         tags = tags_of(row)
@@ -204,16 +312,30 @@ class Exporter:
         return len(fresh)
 
 
+def _refusal(e: BaseException) -> str | None:
+    """The server's refusal of one run, in its words; None: the server as a whole did not take the runs
+    (it did not answer, or refused the credentials: every run would fail alike)."""
+    from mlflow.exceptions import RestException
+
+    if isinstance(e, RestException) and 400 <= e.get_http_status_code() < 500 \
+            and e.get_http_status_code() not in (401, 403, 429):
+        return " ".join(str(e).split())[:300]
+    return None
+
+
 def export(uri: str | None = None, job_ids: Iterable[str] | None = None,
-           progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+           progress: Callable[[int, int], None] | None = None, recheck: bool = False) -> dict[str, Any]:
     """Send every ledger row changed since its last export (``uri``: to that server, every run;
-    else each row to its own target). {exported, unchanged, points, servers: {uri: error|None}}."""
+    else each row to its own target; ``recheck``: a run left deleted is looked at again, restored or not).
+    {exported, unchanged, points, left, refused: [{uri, job_id, run_id, why, new}], pending,
+    servers: {uri as shown: error|None}}."""
     with open_ledger() as lg:
         heads = lg.db.execute("SELECT job_id, updated_at, extra, name FROM runs ORDER BY submitted_at").fetchall()
         state = ExportState()
         try:
             todo: dict[str, list[tuple[str, Target]]] = {}
             versions: dict[str, dict[str, float]] = {}
+            deleted: dict[str, set[str]] = {}
             wanted = set(job_ids) if job_ids is not None else None
             unchanged = 0
             for job_id, updated_at, extra, name in heads:
@@ -223,30 +345,42 @@ def export(uri: str | None = None, job_ids: Iterable[str] | None = None,
                 if target is None:
                     continue
                 seen = versions.setdefault(target.uri, state.versions(target.uri))
-                if seen.get(job_id, -1.0) >= (updated_at or 0.0):
+                again = recheck and job_id in deleted.setdefault(target.uri, state.deleted(target.uri))
+                if seen.get(job_id, -1.0) >= (updated_at or 0.0) and not again:
                     unchanged += 1
                     continue
                 todo.setdefault(target.uri, []).append((job_id, target))
             total = sum(len(v) for v in todo.values())
-            done = points = 0
+            done = points = left = 0
+            refused: list[dict[str, Any]] = []
             servers: dict[str, str | None] = {}
             for where, jobs in todo.items():
+                if credential_in(where):  # MLFLOW_TRACKING_URI read by the detached exporter: neither used nor kept
+                    servers[shown(where)] = PASSWORD
+                    continue
+                ex = None
                 try:
                     ex = Exporter(where)
                     for job_id, target in jobs:
                         row = lg.get(job_id)
                         if row is not None:
-                            points += ex.export(row, target, state)
+                            points += ex.export_or_note(row, target, state)
                         done += 1
                         if progress:
                             progress(done, total)
-                    servers[where] = None
+                    servers[shown(where)] = None
                 except GpujobError:
                     raise
                 except Exception as e:  # MLflow's client raises its own and requests' errors: the server's word
-                    servers[where] = _why(e)
-            return {"exported": done, "unchanged": unchanged, "points": points, "servers": servers,
-                    "pending": total - done}
+                    servers[shown(where)] = _why(e)
+                finally:
+                    if ex is not None:
+                        left += ex.left
+                        refused += ex.refused
+            failed = sum(r["why"] != DELETED for r in refused)
+            return {"exported": done - left - failed,
+                    "unchanged": unchanged, "points": points, "servers": servers, "pending": total - done,
+                    "left": left, "refused": refused}
         finally:
             state.close()
 
@@ -265,8 +399,9 @@ def _why(e: BaseException) -> str:
 
 
 def export_or_raise(uri: str | None, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
-    """``gpujob runs export --mlflow``: a server that did not take the runs is a connection error (exit 3)."""
-    doc = export(uri, progress=progress)
+    """``gpujob runs export --mlflow``: a server that did not take the runs, or refused one (other than
+    a run deleted there, which is left so), is a connection error (exit 3) once every other run went."""
+    doc = export(uri, progress=progress, recheck=True)
     bad = {u: e for u, e in doc["servers"].items() if e}
     if bad:
         u, e = next(iter(bad.items()))
@@ -274,4 +409,11 @@ def export_or_raise(uri: str | None, progress: Callable[[int, int], None] | None
                            f"{doc['exported'] + doc['pending']} exported",
                            "check the server (mlflow server) and run gpujob runs export --mlflow again: "
                            "what was sent is not sent twice")
+    failed = [r for r in doc["refused"] if r["why"] != DELETED]
+    if failed:
+        from gpujob.usecases.lab.follow import refusal_line
+
+        raise ConnectError("; ".join(refusal_line(r) for r in failed) + f"; the other {doc['exported']} run(s) went",
+                           "a run the server refuses is tried again at each export; delete it in MLflow to leave "
+                           "it out (a deleted run is not made again)")
     return doc

@@ -1,6 +1,7 @@
 """What this laptop has exported, per run and server (``<state>/mlflow-export.sqlite``): the MLflow run
 id, the ledger row's version sent, and the last point of each metric, so a look sends only what is
-new and a second export adds nothing."""
+new and a second export adds nothing; and which refusal of a run the server's last answer was, so it
+is said once. A server's URI here never holds a password (``export`` refuses such a URI)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,14 @@ import sqlite3
 from typing import Any
 
 from gpujob.config.paths import state_dir
+from gpujob.config.secreturl import credential_in
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS exported (
     job_id TEXT, uri TEXT, run_id TEXT, updated_at REAL, last TEXT, params TEXT, status TEXT,
     PRIMARY KEY (job_id, uri)
 );
+CREATE TABLE IF NOT EXISTS refused (job_id TEXT, uri TEXT, why TEXT, PRIMARY KEY (job_id, uri));
 """
 
 
@@ -25,6 +28,15 @@ class ExportState:
         self.db.execute("PRAGMA busy_timeout=30000")
         self.db.executescript(SCHEMA)
         path.chmod(0o600)
+        self._scrub()
+
+    def _scrub(self) -> None:
+        """Rows an older gpujob keyed by a URI holding a password: removed, their bytes overwritten."""
+        bad = [u for (u,) in self.db.execute("SELECT DISTINCT uri FROM exported") if credential_in(u or "")]
+        if bad:
+            self.db.execute("PRAGMA secure_delete=ON")
+            self.db.executemany("DELETE FROM exported WHERE uri=?", [(u,) for u in bad])
+            self.db.execute("VACUUM")
 
     def close(self) -> None:
         self.db.close()
@@ -45,3 +57,22 @@ class ExportState:
             status: str) -> None:
         self.db.execute("INSERT OR REPLACE INTO exported VALUES (?, ?, ?, ?, ?, ?, ?)",
                         (job_id, uri, run_id, updated_at, json.dumps(last), json.dumps(sorted(params)), status))
+
+    def forget(self, job_id: str, uri: str) -> None:
+        self.db.execute("DELETE FROM exported WHERE job_id=? AND uri=?", (job_id, uri))
+
+    def deleted(self, uri: str) -> set[str]:
+        """The jobs whose run someone deleted on ``uri`` (left so, docs/experiments.md)."""
+        return {j for (j,) in self.db.execute("SELECT job_id FROM exported WHERE uri=? AND status='deleted'", (uri,))}
+
+    def refused_anew(self, job_id: str, uri: str, why: str) -> bool:
+        """Note that ``uri`` refused the run of ``job_id`` for ``why``; False when that was its last word too."""
+        row = self.db.execute("SELECT why FROM refused WHERE job_id=? AND uri=?", (job_id, uri)).fetchone()
+        if row is not None and row[0] == why:
+            return False
+        self.db.execute("INSERT OR REPLACE INTO refused VALUES (?, ?, ?)", (job_id, uri, why))
+        return True
+
+    def taken(self, job_id: str, uri: str) -> None:
+        """The server took the run: a later refusal is said again."""
+        self.db.execute("DELETE FROM refused WHERE job_id=? AND uri=?", (job_id, uri))

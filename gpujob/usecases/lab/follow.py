@@ -4,8 +4,10 @@ After a command wrote the ledger (a submit, a look that learnt something), it st
 exporter unless one is running (``<state>/mlflow-export.lock``); the exporter sends what changed,
 then keeps watching the ledger for ``LINGER_S`` (a ``status -w`` or the dashboard writes every few
 seconds: one exporter serves them all) and leaves. A server that did not answer is said once, by
-the next command, and its runs are sent when it answers again. MLflow's client is imported only by
-the exporter: the command pays one stat and, at most, the start of a process."""
+the next command, and its runs are sent when it answers again; a run it refuses (one deleted there)
+is said once by the next command, and the other runs go. MLflow's client is imported only by the
+exporter: the command pays one stat and, at most, the start of a process. Nothing here holds a
+password: a URI holding one is written as ``secreturl.shown`` prints it."""
 
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ WANTED = "mlflow-wanted"  # some job of this laptop names a server in its job fi
 LOCK = "mlflow-export.lock"
 FAILED = "mlflow-export.failed"  # {uri, error, since}: the last export that a server refused
 SAID = "mlflow-export.said"  # which failure (uri and since) a command has told
+NOTES = "mlflow-export.notes"  # JSON lines {uri, job_id, run_id, why}: runs a server refused, until a command says them
 
 
 def wanted() -> bool:
@@ -33,9 +36,11 @@ def wanted() -> bool:
 
 
 def after_look() -> None:
-    """A look that wrote nothing: an export a server refused earlier is tried again."""
+    """A look that wrote nothing: an export a server refused earlier is tried again; refused runs said."""
     if (state_dir() / FAILED).exists():
         after_write(False)
+    else:
+        say_refused()
 
 
 def after_write(names_server: bool) -> None:
@@ -46,6 +51,7 @@ def after_write(names_server: bool) -> None:
         if not wanted():
             return
         say_failure_once()
+        say_refused()
         if _held(state_dir() / LOCK):  # a running exporter reads the ledger again before it leaves
             return
         subprocess.Popen([sys.executable, "-m", "gpujob.usecases.lab.follow"], stdin=subprocess.DEVNULL,
@@ -85,9 +91,57 @@ def say_failure_once() -> None:
             return
     except OSError:
         pass
-    print(f"gpujob: MLflow at {shown(str(doc.get('uri')))} did not take the runs ({doc.get('error')}); "
-          "they are sent when it answers (gpujob runs export --mlflow sends them now)", file=sys.stderr)
+    then = doc.get("next") or "they are sent when it answers (gpujob runs export --mlflow sends them now)"
+    print(f"gpujob: MLflow at {shown(str(doc.get('uri')))} did not take the runs ({doc.get('error')}); {then}",
+          file=sys.stderr)
     _write(said, mark)
+
+
+def refusal_line(r: dict) -> str:
+    """A run the server refused, said as what it is (``r``: one of ``export``'s ``refused``)."""
+    if r.get("why") == "deleted" and r.get("experiment"):
+        return (f"MLflow at {r.get('uri')}: the experiment {r.get('experiment')} of {r.get('job_id')} was deleted "
+                "there; gpujob leaves the job out (restored in MLflow, it follows again)")
+    if r.get("why") == "deleted":
+        return (f"MLflow at {r.get('uri')}: the run of {r.get('job_id')} ({r.get('run_id')}) was deleted there; "
+                "gpujob leaves it deleted and sends it nothing more (restored in MLflow, it follows again)")
+    return f"MLflow at {r.get('uri')} refused the run of {r.get('job_id')} ({r.get('why')})"
+
+
+def note_refused(refused: list[dict]) -> None:
+    """The exporter's side: runs to be said by the next command (appended under the file's lock)."""
+    if not refused:
+        return
+    fd = os.open(str(state_dir() / NOTES), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.write(fd, "".join(json.dumps(r) + "\n" for r in refused).encode())
+    finally:
+        os.close(fd)
+
+
+def say_refused() -> None:
+    """The command's side: each run noted is said once (read and emptied under the lock)."""
+    path = state_dir() / NOTES
+    try:
+        if path.stat().st_size == 0:
+            return
+        fd = os.open(str(path), os.O_RDWR)
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        text = os.read(fd, 1 << 20).decode(errors="replace")
+        os.ftruncate(fd, 0)
+    finally:
+        os.close(fd)
+    for line in text.splitlines():
+        try:
+            r = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(r, dict):
+            print(f"gpujob: {refusal_line(r)}", file=sys.stderr)
 
 
 def _write(path: Path, doc: dict | str) -> None:
@@ -105,11 +159,12 @@ def _ledger_version() -> float:
 
 def _export_once() -> bool:
     """One round; True when a server did not take the runs."""
-    from gpujob.usecases.lab.export import export
+    from gpujob.usecases.lab.export import PASSWORD, PASSWORD_NEXT, export
 
     doc = export()
+    note_refused([r for r in doc["refused"] if r["new"]])
     failed = state_dir() / FAILED
-    bad = {u: e for u, e in doc["servers"].items() if e}
+    bad = {u: e for u, e in doc["servers"].items() if e}  # each URI as shown: no password
     if bad:
         uri, err = next(iter(bad.items()))
         try:
@@ -117,7 +172,8 @@ def _export_once() -> bool:
         except (OSError, ValueError):
             old = {}
         same = old.get("uri") == uri and old.get("since")
-        _write(failed, {"uri": uri, "error": err, "since": old["since"] if same else time.time()})
+        _write(failed, {"uri": uri, "error": err, "since": old["since"] if same else time.time(),
+                        **({"next": PASSWORD_NEXT} if err == PASSWORD else {})})
         return True
     if doc["servers"]:
         failed.unlink(missing_ok=True)
@@ -163,7 +219,9 @@ if __name__ == "__main__":
         sys.exit(main())
     except Exception as e:  # detached: nobody reads its stderr; the next command says it
         try:
-            _write(state_dir() / FAILED, {"uri": os.environ.get("MLFLOW_TRACKING_URI"), "error": str(e)[:300],
-                                          "since": time.time()})
+            from gpujob.config.secreturl import shown
+
+            _write(state_dir() / FAILED, {"uri": shown(os.environ.get("MLFLOW_TRACKING_URI") or ""),
+                                          "error": str(e)[:300], "since": time.time()})
         finally:
             sys.exit(1)

@@ -176,3 +176,198 @@ def test_a_password_in_a_tracking_uri_is_refused_before_anything_is_sent(tmp_pat
     assert r.returncode == 2 and "MLFLOW_TRACKING_PASSWORD" in r.stderr and "hunter2" not in r.stderr + r.stdout
     assert not (tmp_path / "local-root" / "jobs").exists() or not any((tmp_path / "local-root" / "jobs").iterdir())
     shutil.rmtree(tmp_path / "pw")
+
+
+def _all_runs(uri: str, experiment: str) -> list[Any]:
+    """The experiment's runs, deleted ones too."""
+    from mlflow.entities import ViewType
+
+    c = _client(uri)
+    exp = c.get_experiment_by_name(experiment)
+    return list(c.search_runs([exp.experiment_id], run_view_type=ViewType.ALL)) if exp else []
+
+
+def _run_of(uri: str, experiment: str, jid: str) -> Any:
+    return next((r for r in _all_runs(uri, experiment) if r.data.tags.get("gpujob.job_id") == jid), None)
+
+
+FOLLOW = {"GPUJOB_MLFLOW_FOLLOW": "1"}  # a command that starts the exporter and says what it noted
+
+
+def _ended_here(tmp_path: Path, jid: str) -> bool:
+    """The job ended, read from its status.json on the local host (no command that would say the notes)."""
+    try:
+        return json.loads((tmp_path / "local-root" / "jobs" / jid / "status.json").read_text())["state"] in ENDED
+    except (OSError, ValueError, KeyError):
+        return False
+
+
+def _status_of(uri: str, experiment: str, jid: str) -> str | None:
+    run = _run_of(uri, experiment, jid)
+    return run.info.status if run else None
+
+
+def _exporter_left(state: Path) -> bool:
+    """The detached exporter has run and left (its lock is there and nobody holds it)."""
+    from gpujob.usecases.lab.follow import LOCK, _held
+
+    return (state / LOCK).exists() and not _held(state / LOCK)
+
+
+def test_a_run_deleted_on_the_server_is_left_deleted_said_once_and_blocks_no_other_run(
+        tmp_path: Path, mlflow_server: MlflowServer, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    uri = mlflow_server.uri
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("GPUJOB_MLFLOW_LINGER", "1")
+    monkeypatch.setenv("GPUJOB_MLFLOW_FOLLOW", "0")  # the exporter follows only the commands named FOLLOW
+    name = "tidy" + uuid.uuid4().hex[:6]
+    held = write_job(tmp_path, name, LOOP, "python main.py --steps 6 --sleep 0.05 --hold-at 3 --hold-s 600",
+                     env=QUIET, mlflow={"experiment": name})
+    a = json.loads(run_cli("submit", str(held), "--host", "local", "--json", env_extra=FOLLOW).stdout)["job_id"]
+    try:
+        wait_for(lambda: _run_of(uri, name, a), 120, "job A's run made by the exporter after submit")
+        run_a = _run_of(uri, name, a).info.run_id
+        _client(uri).delete_run(run_a)  # someone tidies up the lab's MLflow while A runs
+        assert run_cli("stop", a, "--host", "local").returncode == 0
+        wait_for(lambda: _ended_here(tmp_path, a), 120, "job A stopped")
+        assert status("local", a)["state"] in ENDED  # the ledger learns A's end: A's run has news to take
+        shutil.rmtree(tmp_path / name)
+        b = submit("local", _job(tmp_path, name, steps=8))["job_id"]
+        wait_for(lambda: _ended_here(tmp_path, b), 120, "job B ended")
+        look = run_cli("status", b, "--json", env_extra=FOLLOW)  # the first look at B's end starts the exporter
+        assert look.returncode == 0 and json.loads(look.stdout)["state"] == "succeeded", look.stderr
+
+        # B, submitted after, gets its run; A's run is not made again
+        wait_for(lambda: _status_of(uri, name, b) == "FINISHED", 120, "job B's run FINISHED in MLflow")
+        wait_for(lambda: _exporter_left(tmp_path / "state"), 60, "the exporter's round done")
+        assert [r.data.tags["gpujob.job_id"] for r in _runs(uri, name)] == [b]
+        assert "deleted" not in look.stderr
+        assert _client(uri).get_run(run_a).info.lifecycle_stage == "deleted"
+        assert _loss_steps(uri, _run_of(uri, name, b).info.run_id)[-1] == 8
+
+        # the next command names A's deleted run once; the one after says nothing
+        said = [run_cli("ls", env_extra=FOLLOW) for _ in range(2)]
+        assert [r.returncode for r in said] == [0, 0], said[0].stderr
+        told = [r.stderr.count("was deleted") for r in said]
+        assert told == [1, 0], [r.stderr for r in said]
+        assert a in said[0].stderr and "Traceback" not in said[0].stderr
+
+        # an export by hand goes past it: exit 0, nothing said anew, A left deleted, no new run
+        doc = _json("runs", "export", "--mlflow")
+        assert not doc["pending"] and doc["refused"] == [] and doc["left"] == 1, doc
+        assert [r.data.tags["gpujob.job_id"] for r in _runs(uri, name)] == [b]
+        assert _client(uri).get_run(run_a).info.lifecycle_stage == "deleted"
+
+        # restored in MLflow: the next export by hand brings A's run up to date (its end, its points)
+        _client(uri).restore_run(run_a)
+        doc = _json("runs", "export", "--mlflow")
+        assert doc["refused"] == [] and doc["left"] == 0, doc
+        assert {r.data.tags["gpujob.job_id"] for r in _runs(uri, name)} == {a, b}
+        from gpujob.usecases.lab.export import STATUS
+
+        assert _status_of(uri, name, a) == STATUS[status("local", a)["state"]]
+        assert _loss_steps(uri, run_a)[-1] == 3  # held at step 3, then stopped
+    finally:
+        _end_exporters(tmp_path / "state")
+
+
+def test_a_deleted_experiment_leaves_its_jobs_out_until_it_is_restored(
+        tmp_path: Path, mlflow_server: MlflowServer, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    uri = mlflow_server.uri
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("GPUJOB_MLFLOW_FOLLOW", "0")  # the exports by hand below are the only ones
+    name = "gone" + uuid.uuid4().hex[:6]
+    x = submit("local", _job(tmp_path, name, steps=3))["job_id"]
+    wait_state("local", x, ENDED, timeout=120)
+    assert _json("runs", "export", "--mlflow")["exported"] == 1
+    c = _client(uri)
+    exp_id = c.get_experiment_by_name(name).experiment_id
+    c.delete_experiment(exp_id)  # the lab tidies up a whole experiment
+    shutil.rmtree(tmp_path / name)
+    y = submit("local", _job(tmp_path, name, steps=3))["job_id"]
+    wait_state("local", y, ENDED, timeout=120)
+
+    first = run_cli("runs", "export", "--mlflow")
+    assert first.returncode == 0, first.stderr
+    assert first.stderr.count(f"the experiment {name} of {y} was deleted") == 1, first.stderr
+    again = _json("runs", "export", "--mlflow")
+    assert again["left"] == 1 and again["refused"] == [] and again["exported"] == 0, again
+    assert _run_of(uri, name, y) is None
+
+    c.restore_experiment(exp_id)
+    back = _json("runs", "export", "--mlflow")
+    assert back["left"] == 0 and back["exported"] == 1, back
+    assert _status_of(uri, name, y) == "FINISHED" and _loss_steps(uri, _run_of(uri, name, y).info.run_id)[-1] == 3
+
+
+def test_a_password_in_mlflow_tracking_uri_reaches_no_file_through_the_detached_exporter(
+        tmp_path: Path, mlflow_server: MlflowServer, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    secret = "mlfpw-" + uuid.uuid4().hex
+    with_pw = mlflow_server.uri.replace("http://", f"http://alice:{secret}@")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", with_pw)  # the server has no auth: it would take the runs
+    monkeypatch.setenv("GPUJOB_MLFLOW_LINGER", "1")
+    monkeypatch.setenv("GPUJOB_MLFLOW_FOLLOW", "0")  # the exporter follows only the commands named FOLLOW
+    name = "pwenv" + uuid.uuid4().hex[:6]
+    try:
+        sub = run_cli("submit", str(_job(tmp_path, name, steps=5)), "--host", "local", "--json", env_extra=FOLLOW)
+        assert sub.returncode == 0 and secret not in sub.stderr + sub.stdout, sub.stderr
+        jid = json.loads(sub.stdout)["job_id"]
+        wait_for(lambda: _exporter_left(tmp_path / "state"), 120, "the detached exporter's round after submit")
+        wait_state("local", jid, ENDED, timeout=120)
+        _no_secret_under(tmp_path, secret, name)
+        said = [run_cli("ls", env_extra=FOLLOW) for _ in range(2)]  # the next command says it, once
+        assert [r.returncode for r in said] == [0, 0], said[0].stderr
+        assert [r.stderr.count("holds a password") for r in said] == [1, 0], [r.stderr for r in said]
+        told = said[0].stderr
+        assert "alice:***@" in told and "MLFLOW_TRACKING_PASSWORD" in told and "Traceback" not in told
+        assert not [r for r in said if secret in r.stderr + r.stdout]
+        assert _runs(mlflow_server.uri, name) == []  # nothing sent with it
+    finally:
+        _end_exporters(tmp_path / "state")
+    _no_secret_under(tmp_path, secret, name)
+
+
+def _no_secret_under(tmp_path: Path, secret: str, project: str) -> None:
+    """No file of the test's gpujob folders (state, config, cache, the host's root) holds ``secret``."""
+    written = [p for p in tmp_path.rglob("*") if p.is_file() and project not in p.parts]
+    assert [p for p in written if "state" in p.parts]
+    assert not [p for p in written if secret.encode() in p.read_bytes()]
+
+
+NAN_LOOP = """
+    import time
+    for step, loss in enumerate(["2.5", "1.5", "nan", "inf", "-inf", "nan"], 1):
+        print(f"step {step} loss {loss}", flush=True)
+        time.sleep(0.05)
+"""
+
+
+def test_nan_and_inf_losses_reach_mlflow_as_it_shows_them_and_are_sent_once(
+        tmp_path: Path, mlflow_server: MlflowServer, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    import math
+
+    uri = mlflow_server.uri
+    monkeypatch.setenv("GPUJOB_MLFLOW_FOLLOW", "0")  # the export by hand below is the only one
+    name = "nan" + uuid.uuid4().hex[:6]
+    jid = submit("local", write_job(tmp_path, name, NAN_LOOP, "python main.py", env=QUIET,
+                                    mlflow={"tracking_uri": uri, "experiment": name}))["job_id"]
+    wait_state("local", jid, ENDED, timeout=120)
+    st = status("local", jid)
+    assert st["state"] in ENDED, st
+    doc = _json("runs", "export", "--mlflow", uri)
+    assert doc["exported"] == 1, doc
+    (run,) = _runs(uri, name)
+    hist = {m.step: m.value for m in _client(uri).get_metric_history(run.info.run_id, "loss")}
+    big = 1.7976931348623157e308  # MLflow's SQL store keeps ±inf as ±the largest float
+    assert hist[1] == 2.5 and hist[2] == 1.5 and math.isnan(hist[3]) and math.isnan(hist[6]), hist
+    assert hist[4] in (math.inf, big) and hist[5] in (-math.inf, -big), hist
+    assert len(_client(uri).get_metric_history(run.info.run_id, "loss")) == 6
+
+    # sent once: again from this laptop, and from a second one that reads what the server holds
+    again = _json("runs", "export", "--mlflow", uri)
+    assert again["points"] == 0, again
+    laptop2 = tmp_path / "laptop2"
+    _copy_ledger(tmp_path / "state" / "ledger.sqlite", laptop2)
+    other = _json("runs", "export", "--mlflow", uri, env={"GPUJOB_STATE_DIR": str(laptop2)})
+    assert other["exported"] == 1 and other["points"] == 0, other
+    assert len(_client(uri).get_metric_history(run.info.run_id, "loss")) == 6
