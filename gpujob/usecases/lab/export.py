@@ -69,7 +69,7 @@ def _value(v: Any) -> float | None:
     try:
         return float(v)
     except OverflowError:  # an integer past a float's range
-        return math.copysign(math.inf, v)
+        return math.inf if v > 0 else -math.inf
 
 
 def _as_kept(v: float) -> float:
@@ -313,13 +313,16 @@ class Exporter:
 
 
 def _refusal(e: BaseException) -> str | None:
-    """The server's refusal of one run, in its words; None: the server as a whole did not take the runs
-    (it did not answer, or refused the credentials: every run would fail alike)."""
+    """The refusal of one run, in the server's or MLflow's client's words (a value it cannot hold, such
+    as a step past 64 bits); None: the server as a whole did not take the runs (it did not answer, or
+    refused the credentials: every run would fail alike)."""
     from mlflow.exceptions import RestException
 
     if isinstance(e, RestException) and 400 <= e.get_http_status_code() < 500 \
             and e.get_http_status_code() not in (401, 403, 429):
         return " ".join(str(e).split())[:300]
+    if isinstance(e, (ValueError, TypeError, OverflowError)) and not isinstance(e, (GpujobError, OSError)):
+        return f"MLflow's client cannot send it: {' '.join(str(e).split())[:200]}"
     return None
 
 
@@ -414,6 +417,6 @@ def export_or_raise(uri: str | None, progress: Callable[[int, int], None] | None
         from gpujob.usecases.lab.follow import refusal_line
 
         raise ConnectError("; ".join(refusal_line(r) for r in failed) + f"; the other {doc['exported']} run(s) went",
-                           "a run the server refuses is tried again at each export; delete it in MLflow to leave "
+                           "a refused run is tried again at each export; delete its MLflow run to leave "
                            "it out (a deleted run is not made again)")
     return doc

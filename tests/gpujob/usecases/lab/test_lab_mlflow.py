@@ -300,6 +300,33 @@ def test_a_deleted_experiment_leaves_its_jobs_out_until_it_is_restored(
     assert _status_of(uri, name, y) == "FINISHED" and _loss_steps(uri, _run_of(uri, name, y).info.run_id)[-1] == 3
 
 
+ODD_STEP = """
+    print("step 1 loss 2.0", flush=True)
+    print("step 100000000000000000000 loss 1.0", flush=True)  # past MLflow's 64-bit steps
+"""
+
+
+def test_a_run_mlflow_cannot_take_is_named_and_the_runs_after_it_go(
+        tmp_path: Path, mlflow_server: MlflowServer, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    uri = mlflow_server.uri
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("GPUJOB_MLFLOW_FOLLOW", "0")  # the exports by hand below are the only ones
+    name = "odd" + uuid.uuid4().hex[:6]
+    odd = submit("local", write_job(tmp_path, name, ODD_STEP, "python main.py", env=QUIET,
+                                    mlflow={"experiment": name}))["job_id"]
+    wait_state("local", odd, ENDED, timeout=120)
+    shutil.rmtree(tmp_path / name)
+    good = submit("local", _job(tmp_path, name, steps=4))["job_id"]
+    wait_state("local", good, ENDED, timeout=120)
+
+    for _ in range(2):  # the refused run is tried again at each export, and said
+        r = run_cli("runs", "export", "--mlflow")
+        assert r.returncode == 3 and "Traceback" not in r.stderr, r.stderr
+        assert f"refused the run of {odd}" in r.stderr and "out of range" in r.stderr, r.stderr
+        assert _status_of(uri, name, good) == "FINISHED" and _loss_steps(uri, _run_of(uri, name, good).info.run_id) \
+            == [1, 2, 3, 4]
+
+
 def test_a_password_in_mlflow_tracking_uri_reaches_no_file_through_the_detached_exporter(
         tmp_path: Path, mlflow_server: MlflowServer, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
     secret = "mlfpw-" + uuid.uuid4().hex
