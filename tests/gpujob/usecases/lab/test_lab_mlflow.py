@@ -194,6 +194,15 @@ def _run_of(uri: str, experiment: str, jid: str) -> Any:
 FOLLOW = {"GPUJOB_MLFLOW_FOLLOW": "1"}  # a command that starts the exporter and says what it noted
 
 
+def _lab(monkeypatch: pytest.MonkeyPatch, uri: str, prefix: str) -> str:
+    """This laptop's runs go to ``uri``: by hand, or by the exporter after a command given FOLLOW (no
+    other command starts it or says its notes); a unique experiment name."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("GPUJOB_MLFLOW_LINGER", "1")
+    monkeypatch.setenv("GPUJOB_MLFLOW_FOLLOW", "0")
+    return prefix + uuid.uuid4().hex[:6]
+
+
 def _ended_here(tmp_path: Path, jid: str) -> bool:
     """The job ended, read from its status.json on the local host (no command that would say the notes)."""
     try:
@@ -217,10 +226,7 @@ def _exporter_left(state: Path) -> bool:
 def test_a_run_deleted_on_the_server_is_left_deleted_said_once_and_blocks_no_other_run(
         tmp_path: Path, mlflow_server: MlflowServer, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
     uri = mlflow_server.uri
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    monkeypatch.setenv("GPUJOB_MLFLOW_LINGER", "1")
-    monkeypatch.setenv("GPUJOB_MLFLOW_FOLLOW", "0")  # the exporter follows only the commands named FOLLOW
-    name = "tidy" + uuid.uuid4().hex[:6]
+    name = _lab(monkeypatch, uri, "tidy")
     held = write_job(tmp_path, name, LOOP, "python main.py --steps 6 --sleep 0.05 --hold-at 3 --hold-s 600",
                      env=QUIET, mlflow={"experiment": name})
     a = json.loads(run_cli("submit", str(held), "--host", "local", "--json", env_extra=FOLLOW).stdout)["job_id"]
@@ -274,9 +280,7 @@ def test_a_run_deleted_on_the_server_is_left_deleted_said_once_and_blocks_no_oth
 def test_a_deleted_experiment_leaves_its_jobs_out_until_it_is_restored(
         tmp_path: Path, mlflow_server: MlflowServer, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
     uri = mlflow_server.uri
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    monkeypatch.setenv("GPUJOB_MLFLOW_FOLLOW", "0")  # the exports by hand below are the only ones
-    name = "gone" + uuid.uuid4().hex[:6]
+    name = _lab(monkeypatch, uri, "gone")
     x = submit("local", _job(tmp_path, name, steps=3))["job_id"]
     wait_state("local", x, ENDED, timeout=120)
     assert _json("runs", "export", "--mlflow")["exported"] == 1
@@ -309,9 +313,7 @@ ODD_STEP = """
 def test_a_run_mlflow_cannot_take_is_named_and_the_runs_after_it_go(
         tmp_path: Path, mlflow_server: MlflowServer, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
     uri = mlflow_server.uri
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    monkeypatch.setenv("GPUJOB_MLFLOW_FOLLOW", "0")  # the exports by hand below are the only ones
-    name = "odd" + uuid.uuid4().hex[:6]
+    name = _lab(monkeypatch, uri, "odd")
     odd = submit("local", write_job(tmp_path, name, ODD_STEP, "python main.py", env=QUIET,
                                     mlflow={"experiment": name}))["job_id"]
     wait_state("local", odd, ENDED, timeout=120)
@@ -331,10 +333,7 @@ def test_a_password_in_mlflow_tracking_uri_reaches_no_file_through_the_detached_
         tmp_path: Path, mlflow_server: MlflowServer, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
     secret = "mlfpw-" + uuid.uuid4().hex
     with_pw = mlflow_server.uri.replace("http://", f"http://alice:{secret}@")
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", with_pw)  # the server has no auth: it would take the runs
-    monkeypatch.setenv("GPUJOB_MLFLOW_LINGER", "1")
-    monkeypatch.setenv("GPUJOB_MLFLOW_FOLLOW", "0")  # the exporter follows only the commands named FOLLOW
-    name = "pwenv" + uuid.uuid4().hex[:6]
+    name = _lab(monkeypatch, with_pw, "pwenv")  # the server has no auth: it would take the runs
     try:
         sub = run_cli("submit", str(_job(tmp_path, name, steps=5)), "--host", "local", "--json", env_extra=FOLLOW)
         assert sub.returncode == 0 and secret not in sub.stderr + sub.stdout, sub.stderr
