@@ -90,11 +90,21 @@ def submit(
     import secrets as _secrets
 
     lease = _secrets.token_hex(8)  # the project's code is this submit's from its manifest to its snapshot
+    from gpujob.usecases.earlysubmit import EarlySubmit
+
+    early = EarlySubmit(agent) if call is None else None  # the submit command starts while the upload runs
     try:
-        report = sync_job(agent, spec, spec.name, progress, lease=lease, force=force)
+        report = sync_job(agent, spec, spec.name, progress, lease=lease, force=force,
+                          on_stream=early.start if early else None)
     except KeyboardInterrupt:
+        if early:
+            early.cancel()
         raise Interrupted(f"interrupted during the upload to {host.name}: nothing was submitted",
                           "what arrived is kept: the next gpujob submit resumes the upload") from None
+    except BaseException:
+        if early:
+            early.cancel()
+        raise
     request = {
         "spec": spec.to_remote(),
         "project": spec.name,
@@ -113,7 +123,11 @@ def submit(
     import json
 
     try:
-        res = call(request) if call else agent.call("submit", input=json.dumps(request).encode())
+        if call:
+            res = call(request)
+        else:
+            data = json.dumps(request).encode()
+            res = (early.call(data) if early else None) or agent.call("submit", input=data)
     except KeyboardInterrupt:
         raise Interrupted(f"interrupted while {host.name} was creating the job: it may have been submitted",
                           f"gpujob ls --host {host.name} shows whether it was") from None

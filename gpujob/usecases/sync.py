@@ -344,7 +344,7 @@ def _manifest_leased(agent: Agent, args: list[str]) -> dict:
 
 
 def sync_job(agent: Agent, spec: JobSpec, project: str, progress: Callable[[int, int], None] | None = None,
-             lease: str | None = None, force: bool = False) -> SyncReport:
+             lease: str | None = None, force: bool = False, on_stream: Callable[[], None] | None = None) -> SyncReport:
     """Bring ``projects/<project>/code`` and every ``data:`` entry up to date on the host.
 
     Over a kept connection (the multiplexer) the manifest and a small upload are each one
@@ -352,7 +352,9 @@ def sync_job(agent: Agent, spec: JobSpec, project: str, progress: Callable[[int,
     into a ``receive`` command; otherwise one exec channel carries the manifest out and the
     stream in. With ``lease`` (a token of the submit's), the project's code is leased to this
     submit from the manifest until its job's snapshot (remote/core/locks.py). ``force``: send a
-    home-folder or huge workdir (never its secrets: usecases/secrecy)."""
+    home-folder or huge workdir (never its secrets: usecases/secrecy). ``on_stream`` is called as a
+    stream with no ranged file begins (usecases/earlysubmit.py: one more channel, never beside
+    the range channels)."""
     check_home(spec, force)
     key = host_key(agent)
     records = [Record.for_tree(key, n) for n in tree_names(spec, project)]
@@ -394,7 +396,7 @@ def sync_job(agent: Agent, spec: JobSpec, project: str, progress: Callable[[int,
                 s.kill()
             raise
         return _sync_planned(agent, spec, project, remote, walked["trees"], records, s, leased, progress, walked["pre"],
-                             walked["secrets"])
+                             walked["secrets"], on_stream)
     except GpujobError as e:
         # refused here (no room there, a file changing as it is read): the next submit of the project
         # need not wait for this one's lease to expire. A broken link or a failed receive is left
@@ -412,7 +414,8 @@ def sync_job(agent: Agent, spec: JobSpec, project: str, progress: Callable[[int,
 
 def _sync_planned(agent: Agent, spec: JobSpec, project: str, remote: dict, trees: list[Any], records: list[Record],
                   s: Any, leased: list[str], progress: Callable[[int, int], None] | None,
-                  pre: Preopened | None = None, secrets: dict[str, str] | None = None) -> SyncReport:
+                  pre: Preopened | None = None, secrets: dict[str, str] | None = None,
+                  on_stream: Callable[[], None] | None = None) -> SyncReport:
     try:
         replies.check_manifest(agent.endpoint.name, remote, [t.prefix for t in trees])
         plan = plan_from(remote, trees, records)
@@ -443,6 +446,8 @@ def _sync_planned(agent: Agent, spec: JobSpec, project: str, remote: dict, trees
         wire, codec, skipped = _upload_both(agent, rest, s, leased, counters, big, pre, check)
         extra = sum(e.size for e in big) - skipped  # their bytes on the wire
     else:
+        if on_stream is not None:
+            on_stream()
         wire, codec = _upload_rest(agent, rest, s, leased, counters, check)
     if check is not None:
         check.done(whole)

@@ -54,7 +54,10 @@ def _listed(root: Root, job_id: str) -> Dict[str, Any]:
 def submit(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     from remote.jobs import submit as jobsubmit
 
-    request = json.loads(sys.stdin.read())
+    raw = sys.stdin.read()
+    if not raw.strip():  # started while its sync ran (gpujob/usecases/earlysubmit.py), which then failed
+        return {"cancelled": True}
+    request = json.loads(raw)
     with locks.lease_back_on_failure(root.root, request):
         res = jobsubmit.submit(root, request)
     st = jobsubmit.wait_started(root.job(res["job_id"]), 3.0)
