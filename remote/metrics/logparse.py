@@ -110,13 +110,18 @@ class LogParser(BarReader, LineReader):
         text = buf[:cut].decode("utf-8", "replace")
         # the same text with every digit 0, character for character: a printed line's shape (lineshape)
         blind = buf[:cut].translate(BLIND).decode("utf-8", "replace").split("\n")
+        known = routes if not self.patterns else {}  # (a job's own patterns may name digits: no route)
         for i, line in enumerate(text.split("\n")):
             if "\r" in line:
                 for seg, bseg in zip(line.split("\r"), blind[i].split("\r")):
                     if seg and len(seg) <= MAX_LINE:
                         self._routed(seg, t, out, bseg)
-            elif line and len(line) <= MAX_LINE:
-                self._routed(line, t, out, blind[i])
+            elif line and len(line) <= MAX_LINE:  # (_routed, inline: a flood's every line comes here)
+                sh = known.get(blind[i], UNKNOWN)
+                if sh is UNKNOWN:
+                    self._segment(line, t, out, blind[i])
+                elif sh is not None:
+                    self._plain(line.strip(), t, out, sh)
         self._flush_bar(out)
         return out
 

@@ -25,11 +25,12 @@ import re
 import struct
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from remote.core import atomicfile
 from remote.core.layout import JobDir, read_json, tail_lines
 from remote.core.spec import JobSpec, SpecLike
+from remote.metrics.recordline import record_line
 
 # the readers (tfevents, logparse) are imported by the Collector only: every agent verb reads
 # sources through active()/progress(), and a verb's start should not pay for their tables and regexes
@@ -42,26 +43,8 @@ MAX_WALK = 3000  # folders a search visits at most
 WALK_DEPTH = 4
 SKIP_DIRS = {"__pycache__", "node_modules", "site-packages", "wandb", "data", "datasets", "ckpt", "checkpoints"}
 EVENTS = "events.out.tfevents."
-_RECORD = json.JSONEncoder(sort_keys=True)  # a record's line, as json.dumps(rec, sort_keys=True) writes it
 
 
-def _record_encoder() -> Callable[[Dict[str, Any]], str]:
-    """``_RECORD.encode`` without its Python layers: the C encoder it calls (records are flat: no cycle to
-    look for), where this interpreter has one that writes a probe alike; else ``_RECORD.encode`` itself.
-    A flood's 20,000 records a second: their encoding is a third of the collector's time."""
-    try:
-        from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
-
-        c = c_make_encoder(None, _RECORD.default, encode_basestring_ascii, None, ": ", ", ", True, False, True)
-        probe = {"b": 1.5, "a": float("nan"), "c": -0.0, "d": 10 ** 20, "\u00e9\n": float("-inf"), "e": 1e-7}
-        if "".join(c(probe, 0)) == _RECORD.encode(probe):
-            return lambda rec: "".join(c(rec, 0))
-    except Exception:  # noqa: BLE001 - no C encoder, another signature: the encoder's own way
-        pass
-    return _RECORD.encode
-
-
-_ENCODE = _record_encoder()
 READ_CHUNK = 4 << 20  # log bytes read and parsed at once
 READS_A_TICK = 2  # chunks a collect reads at most: 4 MiB/s, past a flood of wide lines (2.5 MB/s); a larger
 # backlog (a resumed supervisor's) is caught up over ticks, the supervisor's loop never held long
@@ -435,9 +418,8 @@ class Collector:
     @staticmethod
     def _append(path: Path, recs: List[Dict[str, Any]]) -> None:
         if recs:
-            enc = _ENCODE  # json.dumps(r, sort_keys=True) built a new encoder per record
-            with open(str(path), "a") as f:
-                f.write("".join([enc(r) + "\n" for r in recs]))
+            with open(str(path), "a") as f:  # each line as json.dumps(r, sort_keys=True) writes it
+                f.write("".join([record_line(r) + "\n" for r in recs]))
 
     def _save(self) -> None:
         doc = {"log_offset": self.log_offset, "progress": self.progress, "parser": self.parser.carry(),

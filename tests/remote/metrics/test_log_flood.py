@@ -69,3 +69,17 @@ def test_a_collect_reads_past_what_a_flood_writes_in_a_tick(tmp_path: Path) -> N
     with open(job.path / "metrics.log.jsonl") as f:
         steps = [json.loads(line)["step"] for line in f]
     assert steps == list(range(n))  # every line a record, in order
+
+
+def test_a_record_line_is_what_json_writes() -> None:
+    """``record_line`` (layouts and float texts kept) writes each record as ``json.dumps(rec, sort_keys=True)``:
+    non-finite floats, -0.0, large and small numbers, escaped names; anything else through ``json`` itself."""
+    from remote.metrics.recordline import record_line
+
+    rnd = random.Random(5)
+    keys = ["loss", "a}, {b", "é", '"q', "step", "t", "\n", "\x1b"]
+    vals = [1, 2.5, float("nan"), float("inf"), float("-inf"), -0.0, 0.0, 10**30, 1e-300, 0.1 + 0.2, 1e16, 3.0,
+            -3, True, None, "s", [1]]
+    for _ in range(20_000):
+        rec = {rnd.choice(keys): rnd.choice(vals) for _ in range(rnd.randint(0, 8))}
+        assert record_line(rec) == json.dumps(rec, sort_keys=True), rec
