@@ -39,7 +39,7 @@ def exported(res: Any) -> None:
           f"{doc['unchanged']} already there" + (f"; {doc['left']} left deleted there" if doc.get("left") else ""))
     import sys
 
-    from gpujob.usecases.lab.follow import refusal_line
+    from gpujob.usecases.lab.export import refusal_line
 
     for r in doc.get("refused") or []:
         print(f"gpujob: {refusal_line(r)}", file=sys.stderr)

@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional
 
 from remote.core.layout import tail_lines
 from remote.core.spec import CURRENCY, JobSpec, SpecLike
-from remote.metrics.metricsrc import run_hints, total_from_epochs
+from remote.metrics.totals import run_hints, total_from_epochs
 
 
 def _metrics_window(path: Path, since: float) -> List[Dict[str, Any]]:

@@ -80,7 +80,7 @@ def watch(root: Root, ref: str, points: int = 60) -> Dict[str, Any]:
     job_id = jobs.resolve(root, ref)
     job = root.job(job_id)
     detail = status.describe(root, job_id, detail=True)
-    from remote.metrics import metricsrc
+    from remote.metrics import metricsrc, totals
 
     source, path = metricsrc.active(job)
     rows = _read_jsonl(path, MAX_READ if points <= 0 else LIVE_READ)  # a refresh stays cheap
@@ -108,8 +108,8 @@ def watch(root: Root, ref: str, points: int = 60) -> Dict[str, Any]:
     if source is None and took:  # the log's first metrics, printed before the Collector's first read of them
         source = "log"
     if not prog.get("total"):
-        hints = metricsrc.run_hints(job.spec_data(), job.code)  # metrics.total, GPUJOB_MAX_*, run flags, its config
-        total = hints.get("max_steps") or metricsrc.total_from_epochs(rows, hints.get("epochs"))
+        hints = totals.run_hints(job.spec_data(), job.code)  # metrics.total, GPUJOB_MAX_*, run flags, its config
+        total = hints.get("max_steps") or totals.total_from_epochs(rows, hints.get("epochs"))
         if total and not hints.get("max_steps") and detail.get("state") == "succeeded":
             # an estimate from the epochs; the run went to its end, so its last step is the total
             total = max([int(r["step"]) for r in rows if isinstance(r.get("step"), (int, float))] or [total])

@@ -414,9 +414,18 @@ def export_or_raise(uri: str | None, progress: Callable[[int, int], None] | None
                            "what was sent is not sent twice")
     failed = [r for r in doc["refused"] if r["why"] != DELETED]
     if failed:
-        from gpujob.usecases.lab.follow import refusal_line
-
         raise ConnectError("; ".join(refusal_line(r) for r in failed) + f"; the other {doc['exported']} run(s) went",
                            "a refused run is tried again at each export; delete its MLflow run to leave "
                            "it out (a deleted run is not made again)")
     return doc
+
+
+def refusal_line(r: dict) -> str:
+    """A run the server refused, said as what it is (``r``: one of ``export``'s ``refused``)."""
+    if r.get("why") == "deleted" and r.get("experiment"):
+        return (f"MLflow at {r.get('uri')}: the experiment {r.get('experiment')} of {r.get('job_id')} was deleted "
+                "there; gpujob leaves the job out (restored in MLflow, it follows again)")
+    if r.get("why") == "deleted":
+        return (f"MLflow at {r.get('uri')}: the run of {r.get('job_id')} ({r.get('run_id')}) was deleted there; "
+                "gpujob leaves it deleted and sends it nothing more (restored in MLflow, it follows again)")
+    return f"MLflow at {r.get('uri')} refused the run of {r.get('job_id')} ({r.get('why')})"

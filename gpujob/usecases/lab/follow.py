@@ -97,17 +97,6 @@ def say_failure_once() -> None:
     _write(said, mark)
 
 
-def refusal_line(r: dict) -> str:
-    """A run the server refused, said as what it is (``r``: one of ``export``'s ``refused``)."""
-    if r.get("why") == "deleted" and r.get("experiment"):
-        return (f"MLflow at {r.get('uri')}: the experiment {r.get('experiment')} of {r.get('job_id')} was deleted "
-                "there; gpujob leaves the job out (restored in MLflow, it follows again)")
-    if r.get("why") == "deleted":
-        return (f"MLflow at {r.get('uri')}: the run of {r.get('job_id')} ({r.get('run_id')}) was deleted there; "
-                "gpujob leaves it deleted and sends it nothing more (restored in MLflow, it follows again)")
-    return f"MLflow at {r.get('uri')} refused the run of {r.get('job_id')} ({r.get('why')})"
-
-
 def note_refused(refused: list[dict]) -> None:
     """The exporter's side: runs to be said by the next command (appended under the file's lock)."""
     if not refused:
@@ -141,6 +130,8 @@ def say_refused() -> None:
         except ValueError:
             continue
         if isinstance(r, dict):
+            from gpujob.usecases.lab.export import refusal_line
+
             print(f"gpujob: {refusal_line(r)}", file=sys.stderr)
 
 

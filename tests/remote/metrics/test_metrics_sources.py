@@ -411,7 +411,7 @@ def test_plot_gives_single_values_no_panel_and_keeps_the_title_clear(tmp_path: P
 
 
 def test_total_from_epochs() -> None:
-    from remote.metrics.metricsrc import total_from_epochs
+    from remote.metrics.totals import total_from_epochs
 
     assert total_from_epochs([{"step": 10, "epoch": 0.25}], 3) == 120  # HF: a fractional epoch
     # Lightning (as its TensorBoardLogger wrote it: 8 batches an epoch, logged every 2nd step from 0)

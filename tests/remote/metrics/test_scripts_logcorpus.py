@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from remote.metrics.logparse import LogParser
-from remote.metrics.metricsrc import run_hints
+from remote.metrics.totals import run_hints
 from tests.conftest import run_cli
 from tests.helpers import submit, write_job
 from tests.remote.metrics.test_metrics_sources import _running_status as running_status

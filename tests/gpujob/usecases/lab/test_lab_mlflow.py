@@ -149,7 +149,9 @@ def test_a_server_that_is_down_is_said_once_and_the_runs_go_when_it_answers(
         monkeypatch.setenv("GPUJOB_MLFLOW_LINGER", "1")
         name = "down" + uuid.uuid4().hex[:6]
         jid = submit("local", _job(tmp_path, name, steps=10))["job_id"]
+        monkeypatch.setenv("GPUJOB_MLFLOW_FOLLOW", "0")  # the wait's own status must not be the look that says it
         wait_state("local", jid, ENDED, timeout=120)
+        monkeypatch.delenv("GPUJOB_MLFLOW_FOLLOW")
         failed = tmp_path / "state" / "mlflow-export.failed"
         wait_for(failed.exists, 120, "the exporter noting that the server did not answer")
         said = [run_cli("status", jid) for _ in range(2)]
