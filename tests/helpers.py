@@ -153,3 +153,17 @@ def job_processes(job_id: str) -> list[int]:
             except OSError:
                 pass
     return out
+
+
+def processes_with(*words: bytes) -> list[int]:
+    """Pids whose argv holds every one of ``words`` as a whole argument."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                argv = (d / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if all(w in argv for w in words):
+                out.append(int(d.name))
+    return out

@@ -25,7 +25,16 @@ import time
 from pathlib import Path
 
 from tests.conftest import REPO, run_cli
-from tests.helpers import job_processes, remote_root, status, submit, wait_for, wait_state, write_job
+from tests.helpers import (
+    job_processes,
+    processes_with,
+    remote_root,
+    status,
+    submit,
+    wait_for,
+    wait_state,
+    write_job,
+)
 
 
 def cli(*args: str) -> subprocess.Popen:
@@ -71,16 +80,7 @@ LONG_JOB = """
 
 
 def supervisors(job_id: str) -> list[int]:
-    out = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                cmd = (d / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if b"run" in cmd and job_id.encode() in cmd and b"remote" in cmd:
-                out.append(int(d.name))
-    return out
+    return processes_with(b"run", job_id.encode(), b"remote")
 
 
 def test_three_concurrent_resumes_start_one_supervisor(ssh_host: str, tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from gpujob.config.spec import JobSpec
 from gpujob.transport import connect
 from gpujob.transport.agent import Agent
 from gpujob.usecases.submit import submit
+from tests.helpers import processes_with
 
 
 def _tree(src: Path, n: int = 400) -> None:
@@ -25,17 +26,7 @@ def _tree(src: Path, n: int = 400) -> None:
 
 def _submit_commands(root: str) -> list[int]:
     """Pids of the agent's ``submit`` commands under ``root`` (the sshd runs on this machine)."""
-    found = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            argv = (d / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"remote" in argv and root.encode() in argv and b"submit" in argv:
-            found.append(int(d.name))
-    return found
+    return processes_with(b"remote", root.encode(), b"submit")
 
 
 def _wait_for(cond, timeout: float) -> bool:  # noqa: ANN001
