@@ -41,7 +41,9 @@ def test_a_key_login_takes_one_round_trip_less(sshd: Sshd, tmp_path, monkeypatch
                   root=str(tmp_path / "root"), client_key=str(config_dir() / "id_ed25519"),
                   known_hosts=str(known_hosts_path()), connect_timeout=10)
     open_client(ep, retries=1).close()  # the host key recorded first: both logins below see it known
-    pipelined = _login_turns(ep, sshd)
+    # the fewest of three each: on a loaded machine the version lines and the key exchange's first
+    # packets can cross at the proxy in another order, which only adds turns, to either login
+    pipelined = min(_login_turns(ep, sshd) for _ in range(3))
     monkeypatch.setenv("GPUJOB_SSH_PIPELINE_AUTH", "0")
-    plain = _login_turns(ep, sshd)
+    plain = min(_login_turns(ep, sshd) for _ in range(3))
     assert pipelined == plain - 1, (pipelined, plain)
