@@ -39,10 +39,11 @@ def exported(res: Any) -> None:
           f"{doc['unchanged']} already there" + (f"; {doc['left']} left deleted there" if doc.get("left") else ""))
     import sys
 
+    from gpujob.ui.neutral import clean
     from gpujob.usecases.lab.export import refusal_line
 
-    for r in doc.get("refused") or []:
-        print(f"gpujob: {refusal_line(r)}", file=sys.stderr)
+    for r in doc.get("refused") or []:  # the server's words: through the one sanitiser
+        print(f"gpujob: {clean(refusal_line(r))}", file=sys.stderr)
 
 
 def runs_table(res: results.RunList | Any) -> None:
