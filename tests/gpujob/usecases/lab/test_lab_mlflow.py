@@ -235,6 +235,9 @@ def test_a_run_deleted_on_the_server_is_left_deleted_said_once_and_blocks_no_oth
     try:
         wait_for(lambda: _run_of(uri, name, a), 120, "job A's run made by the exporter after submit")
         run_a = _run_of(uri, name, a).info.run_id
+        # submit's exporter gone first (a slow round under load would otherwise meet the deletion itself,
+        # and the look below, not the command after it, would say it)
+        wait_for(lambda: _exporter_left(tmp_path / "state"), 60, "submit's exporter done")
         _client(uri).delete_run(run_a)  # someone tidies up the lab's MLflow while A runs
         assert run_cli("stop", a, "--host", "local").returncode == 0
         wait_for(lambda: _ended_here(tmp_path, a), 120, "job A stopped")
