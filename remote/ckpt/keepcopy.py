@@ -331,7 +331,7 @@ def stand_ins(job_path: Path) -> Dict[str, Tuple[Path, Dict[str, Any]]]:
     """For ``pull --latest`` and ``move``: ``ckpt/<rel>`` -> (the kept copy, its record) of each in-place
     file that is cut short or gone now while its kept copy is whole."""
     spec = JobSpec(read_doc(job_path / "spec.json"))
-    if not spec.checkpoint_backup:
+    if not spec.checkpoint.backup:
         return {}
     return {"ckpt/" + rel: (kept_dir(job_path) / rel, rec)
-            for rel, rec in restorable(job_path, job_path / "ckpt", spec.checkpoint_pattern)}
+            for rel, rec in restorable(job_path, job_path / "ckpt", spec.checkpoint.pattern)}

@@ -1,6 +1,6 @@
 """What the laptop and the agent must agree on (standard library only, Python 3.8+).
 
-The job states, the verbs the agent's kept ``serve`` process answers, durations, and the retry
+The job states, the verbs the agent's kept ``serve`` process answers, durations and sizes, and the retry
 schedule. The agent imports this file as ``remote.core.protocol``, the laptop through
 ``gpujob.bundle.import_remote("core.protocol")``; so it imports nothing from ``remote/``. The state
 strings are what ``status.json`` and every ``--json`` output say: renaming one breaks scripts.
@@ -63,6 +63,26 @@ def parse_duration(value: Any) -> float:
     if not math.isfinite(seconds):
         raise ValueError("{!r} is not a finite duration: write 90s, 30m, 8h or 1d".format(str(value)[:40]))
     return seconds
+
+
+# ---- sizes ----------------------------------------------------------------------------------
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?B)?\s*$", re.I)
+_SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+MAX_SIZE = float(1 << 60)
+
+
+def parse_size(value: Any) -> int:
+    """Bytes of ``5GB``, ``500MB``, ``2G`` or a plain number of bytes (units are powers of 1024)."""
+    if isinstance(value, bool):
+        raise ValueError("expected a size like 5GB")
+    if isinstance(value, (int, float)) and -1e300 < value < 1e300:
+        return int(value)
+    m = _SIZE.match(str(value))
+    n = float(m.group(1)) * _SIZE_UNITS[m.group(2).upper()] if m else math.nan
+    if not math.isfinite(n) or n > MAX_SIZE:
+        raise ValueError("{!r} is not a size: write 5GB, 500MB".format(str(value)[:40]))
+    return int(n)
 
 
 def format_duration(seconds: Optional[float]) -> str:

@@ -9,6 +9,25 @@ older laptop) becomes the default here, at the door, instead of an exception dee
 
 from typing import Any, Dict, List, Mapping, Optional, Union
 
+from remote.core.sections import Autostop, Mirror, Notify
+from remote.core.specfields import (
+    BOOL,
+    CHOICE,
+    CHOICES,
+    DURATION,
+    INT,
+    TABLE,
+    TEXT,
+    TEXTS,
+    Field,
+    Section,
+    items,
+    number,
+    strings,
+    table,
+    text,
+)
+
 # Defaults, stated once for both sides.
 STOP_GRACE = 120.0  # s between SIGTERM and SIGKILL (stop, auto-stop, a move)
 STOP_WAIT = 600.0  # s a ``stop`` waits for the job's processes to be gone before it says so
@@ -19,32 +38,64 @@ LAUNCHER = "none"  # none | torchrun
 STOP_MODE = "now"  # now | checkpoint
 ON_OOM = "retry"  # retry | halve_batch
 CURRENCY = "CNY"  # AutoDL bills in yuan
+# What the job file may say (docs/job-spec.md says the same), in the order an error names them.
+RETRY_CAUSES = ("error", "oom", "nan", "nccl", "signal")
+ON_OOM_CHOICES = ("retry", "halve_batch")
+STOP_MODES = ("now", "checkpoint")
+LAUNCHERS = ("torchrun", "none")
+MAX_RESTARTS = 1000
+MAX_KEEP = 1000
+MAX_DURATION = 30 * 86400.0  # s: a duration of the job file (grace, backoff, a move's wait)
+
+# The sections of the job file whose keys are plain values, declared once: the agent reads spec.json
+# with them (below), the laptop checks a job file by walking them (gpujob/config/spec.py).
+RETRY = Section("retry", "{max_restarts, on, backoff, on_oom}", [
+    Field("move_after", "move_after", DURATION, None, high=MAX_DURATION,  # None: a lost job never moves by itself
+          zero="0s would move a job at its first silence: give a duration such as 20m (leave the key out for no "
+               "automatic move)"),
+    Field("move_to", "move_to", TEXTS),  # where a lost job moves (the laptop's default: the job's host: list)
+    Field("max_restarts", "max_restarts", INT, 0, "a number of restarts", 0, MAX_RESTARTS),
+    Field("on", "on", CHOICES, RETRY_ON, "cause", choices=RETRY_CAUSES),
+    Field("backoff", "backoff", DURATION, RETRY_BACKOFF, high=MAX_DURATION),
+    Field("on_oom", "on_oom", CHOICE, ON_OOM, choices=ON_OOM_CHOICES),
+])
+STOP = Section("stop", "{{grace: {:g}s}}".format(STOP_GRACE), [
+    Field("grace", "stop_grace", DURATION, STOP_GRACE, high=MAX_DURATION),
+    Field("mode", "stop_mode", CHOICE, STOP_MODE, choices=STOP_MODES),  # checkpoint: wait for the next one first
+    Field("max_wait", "stop_max_wait", DURATION, None, high=MAX_DURATION),  # None: twice the usual interval, else 20 min
+])
+CHECKPOINT = Section("checkpoint", "{keep: N}", [
+    Field("backup", "checkpoint_backup", BOOL, True, "true or false (a copy of a checkpoint file the script "
+          "overwrites in place, such as ckpt.pt, restored when a save is cut short)"),
+    Field("dir", "checkpoint_dir", TEXT, None, "a folder"),  # absolute: shared storage; relative: in the code
+    Field("pattern", "checkpoint_pattern", TEXT, None, "a glob such as '*.pt'"),  # under the checkpoint folder
+    # 0: gpujob deletes none (a script that rotates its own: timm's --checkpoint-hist, HF's save_total_limit)
+    Field("keep", "checkpoint_keep", INT, CHECKPOINT_KEEP, "a number of checkpoints (0: gpujob deletes none)",
+          0, MAX_KEEP),
+    Field("mirror", "checkpoint_mirror", TABLE),  # checked by remote/mirror/config.py
+])
+RUNTIME = Section("runtime", "{auto: false}", [  # auto: false takes gpujob's Trainer stop hook off PYTHONPATH
+    Field("auto", "runtime_auto", BOOL, True, "true or false"),
+])
+TENSORBOARD = Section("tensorboard", "{logdir: path}", [Field("logdir", "tensorboard_logdir", TEXT, None, "a path")])
+LAUNCHER_FIELD = Field("launcher", "launcher", CHOICE, LAUNCHER, choices=LAUNCHERS)
+SECTIONS = (CHECKPOINT, TENSORBOARD, RETRY, STOP, RUNTIME)  # in the order the laptop checks them
+
+# spec.json's keys, each written by one side: what the laptop sends (gpujob/config/spec.py
+# JobSpec.to_remote), then what ``submit`` adds (:func:`submitted`) and the supervisor (``allocated``).
+SENT = ("name", "run", "host", "exclude", "data", "setup", "requirements", "python", "env", "secrets", "gpus",
+        "retry", "notify", "autostop", "launcher", "nodes", "source", "hosts", "metrics") + tuple(
+    f.sent for s in SECTIONS if s is not RETRY for f in s.fields)
+ADDED = ("project", "host", "host_env", "price_per_hour", "currency", "shutdown_command", "node", "job_id",
+         "cpu_fallback")
 
 
-def _text(v: Any) -> Optional[str]:
-    return v if isinstance(v, str) else None
-
-
-def _number(v: Any) -> Optional[float]:
-    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
-        return None
-    try:
-        return float(v)
-    except ValueError:
-        return None
-
-
-def _table(v: Any) -> Dict[str, Any]:
-    return dict(v) if isinstance(v, Mapping) else {}
-
-
-def _strings(v: Any) -> Dict[str, str]:
-    """An environment: str keys, values as text (a number written in YAML is still a value)."""
-    return {str(k): str(x) for k, x in v.items() if x is not None} if isinstance(v, Mapping) else {}
-
-
-def _list(v: Any) -> List[Any]:
-    return list(v) if isinstance(v, (list, tuple)) else []
+def submitted(request: Mapping[str, Any], project: str, job_id: str) -> Dict[str, Any]:
+    """What ``submit`` adds to the laptop's spec (remote/jobs/submit.py): what only the instance side knows."""
+    return {"project": project, "host": request.get("host"), "host_env": request.get("host_env") or {},
+            "price_per_hour": request.get("price_per_hour"), "currency": request.get("currency", CURRENCY),
+            "shutdown_command": request.get("shutdown_command"), "node": request.get("node"), "job_id": job_id,
+            "cpu_fallback": bool(request.get("cpu_fallback"))}
 
 
 class Retry:
@@ -53,15 +104,39 @@ class Retry:
     __slots__ = ("max_restarts", "on", "backoff", "on_oom", "move_after", "move_to")
 
     def __init__(self, doc: Any = None) -> None:
-        d = _table(doc)
-        n = _number(d.get("max_restarts"))
-        self.max_restarts = int(n) if n is not None else 0
-        self.on = [str(x) for x in _list(d.get("on"))] or list(RETRY_ON)  # type: List[str]
-        b = _number(d.get("backoff"))
-        self.backoff = b if b is not None else RETRY_BACKOFF
-        self.on_oom = _text(d.get("on_oom")) or ON_OOM
-        self.move_after = _number(d.get("move_after"))  # None: a lost job never moves by itself
-        self.move_to = [str(x) for x in _list(d.get("move_to"))]  # type: List[str]
+        v = RETRY.read(table(doc))
+        self.max_restarts: int = v["max_restarts"]
+        self.on: List[str] = v["on"]
+        self.backoff: float = v["backoff"]
+        self.on_oom: str = v["on_oom"]
+        self.move_after: Optional[float] = v["move_after"]  # None: a lost job never moves by itself
+        self.move_to: List[str] = v["move_to"]
+
+
+class Stop:
+    """``stop:`` (spec.json's ``stop_grace``, ``stop_mode``, ``stop_max_wait``)."""
+
+    __slots__ = ("grace", "mode", "max_wait")
+
+    def __init__(self, doc: Mapping[str, Any]) -> None:
+        v = STOP.read(doc)
+        self.grace: float = v["grace"]
+        self.mode: str = v["mode"]
+        self.max_wait: Optional[float] = v["max_wait"]
+
+
+class Checkpoint:
+    """``checkpoint:`` (spec.json's ``checkpoint_*``): the folder, what counts, the rotation, the copies."""
+
+    __slots__ = ("keep", "dir", "pattern", "backup", "mirror")
+
+    def __init__(self, doc: Mapping[str, Any]) -> None:
+        v = CHECKPOINT.read(doc)
+        self.keep: int = v["keep"]
+        self.dir: Optional[str] = v["dir"]
+        self.pattern: Optional[str] = v["pattern"]
+        self.backup: bool = v["backup"]  # the mirror's own keep defaults to the folder's (with 0 there, the default keep)
+        self.mirror = Mirror(v["mirror"], self.keep if self.keep > 0 else CHECKPOINT_KEEP)
 
 
 class JobSpec:
@@ -69,46 +144,38 @@ class JobSpec:
 
     def __init__(self, doc: Optional[Mapping[str, Any]] = None) -> None:
         d = dict(doc) if isinstance(doc, Mapping) else {}
-        self.doc = d  # type: Dict[str, Any]
-        self.name = _text(d.get("name")) or ""
-        self.run = _text(d.get("run")) or ""
-        self.job_id = _text(d.get("job_id"))
-        self.project = _text(d.get("project"))
-        self.host = _text(d.get("host"))
+        self.doc: Dict[str, Any] = d
+        self.name = text(d.get("name")) or ""
+        self.run = text(d.get("run")) or ""
+        self.job_id = text(d.get("job_id"))
+        self.project = text(d.get("project"))
+        self.host = text(d.get("host"))
         # the environment: the host profile's settings, then the job's own env: (the job wins)
-        self.host_env = _strings(d.get("host_env"))
-        self.env = _strings(d.get("env"))
-        self.secrets = [str(x) for x in _list(d.get("secrets"))]  # type: List[str]
-        self.python = (_text(d.get("python")) or "").strip()  # "": the login shell's; venv; a path; x.y
-        self.setup = _text(d.get("setup"))
-        self.requirements = _text(d.get("requirements"))  # the file's name in the code folder
-        self.data = [x for x in _list(d.get("data")) if isinstance(x, str)]  # destinations under <root>/data
+        self.host_env = strings(d.get("host_env"))
+        self.env = strings(d.get("env"))
+        self.secrets: List[str] = [str(x) for x in items(d.get("secrets"))]
+        self.python = (text(d.get("python")) or "").strip()  # "": the login shell's; venv; a path; x.y
+        self.setup = text(d.get("setup"))
+        self.requirements = text(d.get("requirements"))  # the file's name in the code folder
+        self.data = [x for x in items(d.get("data")) if isinstance(x, str)]  # destinations under <root>/data
         gpus = d.get("gpus")
-        self.gpus = gpus if isinstance(gpus, (int, str)) and not isinstance(gpus, bool) else None  # type: Union[int, str, None]
-        self.allocated = _text(d.get("allocated"))  # CUDA_VISIBLE_DEVICES the supervisor chose
+        self.gpus: Union[int, str, None] = gpus if isinstance(gpus, (int, str)) and not isinstance(gpus, bool) else None
+        self.allocated = text(d.get("allocated"))  # CUDA_VISIBLE_DEVICES the supervisor chose
         self.cpu_fallback = bool(d.get("cpu_fallback"))
-        self.launcher = _text(d.get("launcher")) or LAUNCHER
-        self.node = _table(d.get("node"))  # {rank, count, master_addr, master_port, rdzv_id} of a multi-node job
-        self.nodes = [str(x) for x in _list(d.get("nodes"))]  # type: List[str]
+        self.launcher: str = LAUNCHER_FIELD.read(d)
+        self.node = table(d.get("node"))  # {rank, count, master_addr, master_port, rdzv_id} of a multi-node job
+        self.nodes: List[str] = [str(x) for x in items(d.get("nodes"))]
         self.retry = Retry(d.get("retry"))
-        grace = _number(d.get("stop_grace"))
-        self.stop_grace = grace if grace is not None else STOP_GRACE
-        self.stop_mode = _text(d.get("stop_mode")) or STOP_MODE
-        self.stop_max_wait = _number(d.get("stop_max_wait"))  # None: twice the usual interval, else 20 min
-        self.runtime_auto = d.get("runtime_auto") is not False
-        keep = _number(d.get("checkpoint_keep"))
-        self.checkpoint_keep = int(keep) if keep is not None else CHECKPOINT_KEEP
-        self.checkpoint_dir = _text(d.get("checkpoint_dir"))
-        self.checkpoint_pattern = _text(d.get("checkpoint_pattern"))
-        self.checkpoint_mirror = _table(d.get("checkpoint_mirror"))
-        self.checkpoint_backup = d.get("checkpoint_backup") is not False
-        self.tensorboard_logdir = _text(d.get("tensorboard_logdir"))
-        self.metrics = _table(d.get("metrics"))  # {patterns: [regex], total: {epochs|steps: N}}
-        self.notify = _table(d.get("notify"))
-        self.autostop = _table(d.get("autostop"))
-        self.price_per_hour = _number(d.get("price_per_hour"))
-        self.currency = _text(d.get("currency"))  # submit writes CURRENCY when the host names none
-        self.shutdown_command = _text(d.get("shutdown_command"))
+        self.stop = Stop(d)
+        self.runtime_auto: bool = RUNTIME.field("auto").read(d)
+        self.checkpoint = Checkpoint(d)
+        self.tensorboard_logdir: Optional[str] = TENSORBOARD.field("logdir").read(d)
+        self.metrics = table(d.get("metrics"))  # {patterns: [regex], total: {epochs|steps: N}}
+        self.notify = Notify(d.get("notify"))
+        self.autostop = Autostop(d.get("autostop"))
+        self.price_per_hour = number(d.get("price_per_hour"))
+        self.currency = text(d.get("currency"))  # submit writes CURRENCY when the host names none
+        self.shutdown_command = text(d.get("shutdown_command"))
 
     @classmethod
     def of(cls, spec: "SpecLike") -> "JobSpec":

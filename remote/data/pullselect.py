@@ -20,7 +20,7 @@ NOT_OUTPUTS = ("__pycache__", "node_modules", "site-packages", "wandb", "data", 
 
 def _pattern(job_path: Path) -> Optional[str]:
     """The job's ``checkpoint.pattern`` (spec.json, read through JobSpec)."""
-    return JobSpec(read_doc(job_path / "spec.json")).checkpoint_pattern
+    return JobSpec(read_doc(job_path / "spec.json")).checkpoint.pattern
 
 
 def _found(job_path: Path) -> List[Any]:

@@ -34,7 +34,7 @@ def lost_candidates(root: Root) -> List[str]:
         st = job.status()
         if st.get("state") in SETTLED:
             continue
-        if not job.job_spec().notify.get("channels"):
+        if not job.job_spec().notify.enabled:
             continue
         boot = boot or procs.boot_id()
         if jobs.live_status(root, job, boot).get("state") == "lost":

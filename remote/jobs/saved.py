@@ -24,7 +24,7 @@ def stray_checkpoints(job: JobDir, spec: SpecLike, st: Dict[str, Any]) -> Option
     try:
         from remote.ckpt import checkpoints
 
-        rel = checkpoints.stray_dir(job.code, _since(st), job.ckpt, spec.checkpoint_pattern)
+        rel = checkpoints.stray_dir(job.code, _since(st), job.ckpt, spec.checkpoint.pattern)
     except (ImportError, OSError):
         return None
     return {"dir": rel, "advice": checkpoints.stray_advice(rel)} if rel else None
@@ -36,7 +36,7 @@ def artifacts(job: JobDir, st: Dict[str, Any]) -> List[Dict[str, Any]]:
     try:
         from remote.ckpt import checkpoints
 
-        return checkpoints.artifacts(job.code, _since(st), job.ckpt, job.job_spec().checkpoint_pattern)
+        return checkpoints.artifacts(job.code, _since(st), job.ckpt, job.job_spec().checkpoint.pattern)
     except (ImportError, OSError):
         return []
 
@@ -50,6 +50,6 @@ def checkpoint_list(job: JobDir, spec: SpecLike, live: bool) -> List[Dict[str, A
         from remote.ckpt import checkpoints
 
         pids = (lambda: procs.job_pids(job.id, job_dir=str(job.path))) if live else []
-        return [c.as_dict(job.ckpt) for c in checkpoints.find(job.ckpt, spec.checkpoint_pattern, pids)]
+        return [c.as_dict(job.ckpt) for c in checkpoints.find(job.ckpt, spec.checkpoint.pattern, pids)]
     except (ImportError, OSError):
         return []

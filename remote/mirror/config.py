@@ -20,11 +20,10 @@ import re
 from typing import Any, Dict, List, Tuple
 
 from remote.core.protocol import parse_duration
-from remote.core.spec import CHECKPOINT_KEEP
+from remote.core.sections import MIRROR_ALERT, MIRROR_WAIT
+from remote.core.spec import CHECKPOINT_KEEP, MAX_KEEP
 
 KEYS = ["to", "endpoint", "provider", "region", "bwlimit", "keep", "wait", "alert_after"]
-DEFAULT_WAIT = 1800.0
-DEFAULT_ALERT = 600.0
 _REMOTE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\- ]*:")
 _BWLIMIT = re.compile(r"^\d+(\.\d+)?[BKMGTP]?(:\d+(\.\d+)?[BKMGTP]?)?$", re.I)
 
@@ -83,11 +82,11 @@ def validate(raw: Any, keep: int = CHECKPOINT_KEEP) -> Tuple[Dict[str, Any], Lis
         else:
             out["bwlimit"] = str(bw)
     k = raw.get("keep", keep)
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 1000:
-        errs.append("keep: expected a number of checkpoints from 1 to 1000, got {!r}".format(k))
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_KEEP:
+        errs.append("keep: expected a number of checkpoints from 1 to {}, got {!r}".format(MAX_KEEP, k))
     else:
         out["keep"] = k
-    for key, default in (("wait", DEFAULT_WAIT), ("alert_after", DEFAULT_ALERT)):
+    for key, default in (("wait", MIRROR_WAIT), ("alert_after", MIRROR_ALERT)):
         try:
             out[key] = parse_duration(raw[key]) if key in raw else default
             if not 0 <= out[key] <= 7 * 86400:

@@ -4,7 +4,8 @@ Credentials travel only as environment variables of the rclone process (``RCLONE
 never in its argv, a log or a file: an ``s3://`` target becomes the remote ``gjmirror:`` that
 those variables define, with the job's ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY`` secrets;
 a ``remote:path`` target reads the ``RCLONE_CONFIG_<REMOTE>_*`` secrets (or the host's own
-rclone.conf). Nothing here imports the rest of the agent: the laptop uses it as it is.
+rclone.conf). Nothing here imports the rest of the agent but the spec's typed section (core): the
+laptop uses it as it is.
 """
 
 import json
@@ -14,6 +15,9 @@ import shutil
 import subprocess
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Set
+
+from remote.core.sections import Mirror, MirrorLike
+from remote.core.spec import CHECKPOINT_KEEP
 
 S3_REMOTE = "gjmirror"
 # rclone's debug line after it compared a file's hash on both sides and found it equal (after a
@@ -73,18 +77,20 @@ def dest(target: str, job_id: str) -> str:
     return "{}/{}".format(target.rstrip("/"), job_id)
 
 
-def env_for(target: str, cfg: Dict[str, Any], secrets: Dict[str, str], base: Dict[str, str]) -> Dict[str, str]:
+def env_for(target: str, cfg: MirrorLike, secrets: Dict[str, str], base: Dict[str, str]) -> Dict[str, str]:
     """The rclone process's environment: ``base`` (the agent's, the host's env) with the secrets
-    rclone reads, and for an ``s3://`` target the ``gjmirror`` remote's definition."""
+    rclone reads, and for an ``s3://`` target the ``gjmirror`` remote's definition. ``cfg``: the
+    spec's ``checkpoint.mirror`` (the laptop passes the form it remembered)."""
+    m = Mirror.of(cfg, CHECKPOINT_KEEP)
     env = {k: v for k, v in base.items() if not k.startswith("GPUJOB_")}
     env.update({k: v for k, v in secrets.items() if k.startswith(PASSED)})
     if target.startswith("s3://"):
         pre = "RCLONE_CONFIG_{}_".format(S3_REMOTE.upper())
         env[pre + "TYPE"] = "s3"
-        env[pre + "PROVIDER"] = cfg.get("provider") or ("Other" if cfg.get("endpoint") else "AWS")
-        for key in ("endpoint", "region"):
-            if cfg.get(key):
-                env[pre + key.upper()] = cfg[key]
+        env[pre + "PROVIDER"] = m.provider or ("Other" if m.endpoint else "AWS")
+        for key, value in (("ENDPOINT", m.endpoint), ("REGION", m.region)):
+            if value:
+                env[pre + key] = value
         if env.get("AWS_ACCESS_KEY_ID"):
             env[pre + "ACCESS_KEY_ID"] = env["AWS_ACCESS_KEY_ID"]
             env[pre + "SECRET_ACCESS_KEY"] = env.get("AWS_SECRET_ACCESS_KEY", "")

@@ -2,7 +2,7 @@
 
 One call from the agent::
 
-    outcomes = notify.notify_event(spec.notify, event, secrets, state_dir, log=log)  # spec: a JobSpec
+    outcomes = notify.notify_event(spec.notify.doc, event, secrets, state_dir, log=log)  # spec: a JobSpec
 
 It never raises and never blocks longer than the retries of each channel. Channels: generic JSON
 ``webhook`` (HMAC-SHA256 signature when a secret is set), ``slack``, ``discord``, ``wecom``

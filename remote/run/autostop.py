@@ -20,46 +20,26 @@ checkpoint) with a reason starting ``autostop:``; the final state is ``autostopp
 
 import math
 import os
-import re
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
-from remote.core.protocol import parse_duration
-from remote.core.spec import JobSpec, SpecLike
+from remote.core.protocol import parse_duration, parse_size
+from remote.core.sections import (
+    AUTOSTOP_KEYS,
+    GPU_IDLE_BELOW,
+    GPU_IDLE_FOR,
+    PLATEAU_MIN_DELTA,
+    PLATEAU_MODE,
+    PLATEAU_PATIENCE,
+    GpuIdle,
+    Plateau,
+)
+from remote.core.spec import JobSpec
 from remote.run.observed import Progress, active_metrics, nvidia_smi_sample, read_gpu_samples, utils_of
 
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?B)?\s*$", re.I)
-_SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-
-KEYS = ["max_runtime", "budget", "gpu_idle", "stall", "nan_loss", "plateau", "disk_free_below", "after",
-        "pull_before_shutdown", "check_every"]
-DEFAULT_PULL_WAIT = 1800.0
+KEYS = AUTOSTOP_KEYS
 # Bounds of the policies' numbers (docs/autostop.md): far above any real value, refusing nan/inf.
 MAX_DURATION = 365 * 86400.0
-MAX_SIZE = float(1 << 60)
-
-
-def parse_size(value: Any) -> int:
-    """Bytes of ``5GB``, ``500MB``, ``2G`` or a plain number of bytes (units are powers of 1024)."""
-    if isinstance(value, bool):
-        raise ValueError("expected a size like 5GB")
-    if isinstance(value, (int, float)) and -1e300 < value < 1e300:
-        return int(value)
-    m = _SIZE.match(str(value))
-    n = float(m.group(1)) * _SIZE_UNITS[m.group(2).upper()] if m else math.nan
-    if not math.isfinite(n) or n > MAX_SIZE:
-        raise ValueError("{!r} is not a size: write 5GB, 500MB".format(str(value)[:40]))
-    return int(n)
-
-
-def pull_wait(cfg: Optional[Dict[str, Any]]) -> float:
-    """Seconds to wait for a pull before powering off (0: do not wait)."""
-    v = (cfg or {}).get("pull_before_shutdown")
-    if v is None or v is False:
-        return 0.0
-    if v is True:
-        return DEFAULT_PULL_WAIT
-    return parse_duration(v)
 
 
 def validate(cfg: Any) -> List[str]:
@@ -108,8 +88,8 @@ def validate(cfg: Any) -> List[str]:
             for k in gi:
                 if k not in ("below", "for"):
                     errs.append("gpu_idle: unknown key {!r} (known: below, for)".format(k))
-            num("gpu_idle.below", gi.get("below", 5), 100)
-            dur("gpu_idle.for", gi.get("for", "30m"))
+            num("gpu_idle.below", gi.get("below", GPU_IDLE_BELOW), 100)
+            dur("gpu_idle.for", gi.get("for", GPU_IDLE_FOR))
     pl = cfg.get("plateau")
     if pl is not None:
         if not isinstance(pl, dict):
@@ -120,12 +100,12 @@ def validate(cfg: Any) -> List[str]:
                     errs.append("plateau: unknown key {!r} (known: metric, mode, patience, min_delta)".format(k))
             if not isinstance(pl.get("metric"), str) or not pl.get("metric"):
                 errs.append("plateau.metric: name the metric to watch, e.g. eval_loss")
-            if pl.get("mode", "min") not in ("min", "max"):
+            if pl.get("mode", PLATEAU_MODE) not in ("min", "max"):
                 errs.append("plateau.mode: expected 'min' or 'max'")
-            p = pl.get("patience", 5)
+            p = pl.get("patience", PLATEAU_PATIENCE)
             if isinstance(p, bool) or not isinstance(p, int) or not 1 <= p <= 1000000:
                 errs.append("plateau.patience: expected a whole number of evaluations from 1 to 1000000")
-            num("plateau.min_delta", pl.get("min_delta", 0.0))
+            num("plateau.min_delta", pl.get("min_delta", PLATEAU_MIN_DELTA))
     return errs
 
 
@@ -152,9 +132,10 @@ class AutoStop:
 
     def __init__(self, ctx: Any) -> None:
         self.ctx = ctx
-        self.cfg = ctx.spec.autostop
+        self.cfg = JobSpec.of(ctx.spec).autostop
         self.job_path = job_path = str(ctx.job.path)
-        self.every = parse_duration(self.cfg.get("check_every", os.environ.get("GPUJOB_AUTOSTOP_EVERY", "5")))
+        every = self.cfg.check_every
+        self.every = every if every is not None else parse_duration(os.environ.get("GPUJOB_AUTOSTOP_EVERY", "5"))
         self.started = time.time()
         self.files = Progress(os.path.join(job_path, "output.log"), os.path.join(job_path, "metrics.jsonl"),
                             resolve=lambda: active_metrics(job_path))
@@ -172,7 +153,7 @@ class AutoStop:
 
     @property
     def active(self) -> bool:
-        return any(k in self.cfg for k in KEYS[:7])
+        return self.cfg.active
 
     def runtime(self) -> float:
         st = self.ctx.status or {}
@@ -200,47 +181,43 @@ class AutoStop:
         return reason
 
     def check(self, now: float) -> Optional[str]:
-        c = self.cfg
+        c, said = self.cfg, self.cfg.said  # said: the values as written, which the reasons quote
         rt = self.runtime()
-        if c.get("max_runtime") is not None and rt >= parse_duration(c["max_runtime"]):
-            return "autostop: max_runtime {} reached".format(c["max_runtime"])
+        if c.max_runtime is not None and rt >= c.max_runtime:
+            return "autostop: max_runtime {} reached".format(said["max_runtime"])
         price = self.spec.price_per_hour
-        if c.get("budget") is not None and price:
+        if c.budget is not None and price:
             cost = rt / 3600.0 * float(price)
-            if cost >= float(c["budget"]):
+            if cost >= c.budget:
                 return "autostop: budget {} {} reached (cost {:.2f})".format(
-                    c["budget"], self.spec.currency or "", cost)
-        if c.get("nan_loss") and self.files.records:
+                    said["budget"], self.spec.currency or "", cost)
+        if c.nan_loss and self.files.records:
             bad = loss_is_bad(self.files.records[-1])
             if bad:
                 return "autostop: nan_loss ({} is {})".format(bad, self.files.records[-1].get(bad))
-        if c.get("stall") is not None:
-            n = parse_duration(c["stall"])
+        if c.stall is not None:
             last = max(self.files.log_changed, self.files.metrics_changed)
-            if now - last >= n:
-                return "autostop: stall (no new log line or metric for {})".format(c["stall"])
-        pl = c.get("plateau")
-        if pl:
-            r = self.plateau(pl)
+            if now - last >= c.stall:
+                return "autostop: stall (no new log line or metric for {})".format(said["stall"])
+        if c.plateau:
+            r = self.plateau(c.plateau)
             if r:
                 return r
-        if c.get("disk_free_below") is not None:
+        if c.disk_free_below is not None:
             from remote.ckpt.diskbudget import given_back_on_demand
 
             st = os.statvfs(self.job_path)
             free = st.f_bavail * st.f_frsize + given_back_on_demand(self.job_path)  # the kept copy makes way
-            if free < parse_size(c["disk_free_below"]):
-                return "autostop: disk_free_below {} ({:.1f} GB free)".format(c["disk_free_below"], free / 2 ** 30)
-        gi = c.get("gpu_idle")
-        if gi:
-            r = self.gpu_idle(gi, now)
+            if free < c.disk_free_below:
+                return "autostop: disk_free_below {} ({:.1f} GB free)".format(said["disk_free_below"], free / 2 ** 30)
+        if c.gpu_idle:
+            r = self.gpu_idle(c.gpu_idle, now)
             if r:
                 return r
         return None
 
-    def plateau(self, pl: Dict[str, Any]) -> Optional[str]:
-        name, mode = pl["metric"], pl.get("mode", "min")
-        patience, delta = int(pl.get("patience", 5)), float(pl.get("min_delta", 0.0))
+    def plateau(self, pl: Plateau) -> Optional[str]:
+        name, mode, patience, delta = pl.metric, pl.mode, pl.patience, pl.min_delta
         vals = [r[name] for r in self.files.records if isinstance(r.get(name), (int, float)) and not _bad(r.get(name))]
         best, since = None, 0
         for v in vals:
@@ -264,8 +241,8 @@ class AutoStop:
         self.own_samples = [x for x in self.own_samples if x["t"] >= since]
         return self.own_samples
 
-    def gpu_idle(self, gi: Dict[str, Any], now: float) -> Optional[str]:
-        below, window = float(gi.get("below", 5)), parse_duration(gi.get("for", "30m"))
+    def gpu_idle(self, gi: GpuIdle, now: float) -> Optional[str]:
+        below, window = gi.below, gi.window
         if now - self.runtime_start() < window:
             return None
         samples = self.gpu_samples(now - window, now)
@@ -276,8 +253,7 @@ class AutoStop:
             return None
         if now - self.files.step_changed < window:
             return None  # steps still advance: utilisation alone lies (data loading, CPU-bound eval)
-        return "autostop: gpu_idle (GPU utilisation under {}% for {} with no step progress)".format(
-            gi.get("below", 5), gi.get("for", "30m"))
+        return "autostop: gpu_idle (GPU utilisation under {}% for {} with no step progress)".format(*gi.said)
 
     def runtime_start(self) -> float:
         return self.started
@@ -288,10 +264,3 @@ def watcher(ctx: Any) -> Optional[AutoStop]:
     w = AutoStop(ctx)
     return w if w.active else None
 
-
-def shutdown_after(spec: SpecLike) -> bool:
-    return JobSpec.of(spec).autostop.get("after") == "shutdown"
-
-
-def describe(cfg: Dict[str, Any]) -> List[Tuple[str, Any]]:
-    return [(k, cfg[k]) for k in KEYS if k in cfg]

@@ -49,7 +49,7 @@ def ckpt_dir(job: JobDir, spec: JobSpec) -> Path:
 
     A relative ``checkpoint.dir`` is a folder the script writes in its code: that folder
     becomes a link to ``<job>/ckpt`` (see link_code_dir)."""
-    shared = spec.checkpoint_dir
+    shared = spec.checkpoint.dir
     if not shared or not _shared(shared):
         return job.ckpt
     path = Path(os.path.expanduser(shared)) / job.id
@@ -61,7 +61,7 @@ def ckpt_dir(job: JobDir, spec: JobSpec) -> Path:
 
 def link_in_code(job: JobDir, spec: JobSpec) -> None:
     """Before an attempt: a relative ``checkpoint.dir`` links ``<job>/ckpt`` with the code."""
-    rel = spec.checkpoint_dir
+    rel = spec.checkpoint.dir
     if rel and not _shared(rel):
         if Path(rel).parts:
             link_code_dir(job, rel)

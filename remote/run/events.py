@@ -89,7 +89,7 @@ class Notifier:
     def __init__(self, root: Root, job: JobDir, spec: SpecLike, retries: int = 3, backoff: float = 1.0,
                  timeout: float = 10.0) -> None:
         self.root, self.job, self.spec = root, job, JobSpec.of(spec)
-        self.cfg = self.spec.notify
+        self.cfg = self.spec.notify.doc
         self.retries, self.backoff, self.timeout = retries, backoff, timeout
         self.q = queue.Queue()  # type: queue.Queue
         self.thread = None  # type: Optional[threading.Thread]
@@ -97,7 +97,7 @@ class Notifier:
 
     @property
     def enabled(self) -> bool:
-        return bool(self.cfg.get("channels"))
+        return self.spec.notify.enabled
 
     def _log(self, line: str) -> None:
         try:
@@ -112,7 +112,7 @@ class Notifier:
             return
         try:
             notify = _notify()
-            if not any(notify.wants(self.cfg, kind, c) for c in self.cfg.get("channels") or [] if isinstance(c, dict)):
+            if not any(notify.wants(self.cfg, kind, c) for c in self.spec.notify.channels):
                 return
             ev = build_event(kind, self.job, self.spec, dict(status), **extra)
         except Exception as e:
@@ -150,7 +150,7 @@ class Notifier:
     def flush(self, timeout: Optional[float] = None) -> bool:
         """Wait until every queued event is delivered or has spent its retries."""
         if timeout is None:
-            n = max(1, len((self.cfg or {}).get("channels") or []))
+            n = max(1, len(self.spec.notify.channels))
             timeout = n * (self.retries + 1) * (self.timeout + self.backoff * 2 ** self.retries) + 5
         deadline = time.time() + timeout
         while time.time() < deadline:

@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from remote.core.layout import agent_log, write_json
-from remote.core.spec import JobSpec
+from remote.core.sections import Mirror as MirrorSection
+from remote.core.sections import MirrorLike
+from remote.core.spec import CHECKPOINT_KEEP, JobSpec
 from remote.mirror import engine, store, version
 
 PASS_EVERY = float(os.environ.get("GPUJOB_MIRROR_EVERY", "2"))
@@ -38,8 +40,8 @@ def display(target: str) -> str:
 class Target:
     """One mirror target: what is on it, what is being sent, how it fails."""
 
-    def __init__(self, target: str, job_id: str, cfg: Dict[str, Any]) -> None:
-        self.target, self.dest, self.keep = target, engine.dest(target, job_id), int(cfg.get("keep") or 3)
+    def __init__(self, target: str, job_id: str, cfg: MirrorSection) -> None:
+        self.target, self.dest, self.keep = target, engine.dest(target, job_id), cfg.keep
         self.rc = None  # type: Optional[engine.Rclone]
         self.mirrored = None  # type: Optional[Dict[str, Dict[str, Any]]]  # name -> marker, read once
         self.uploading = None  # type: Optional[Dict[str, Any]]
@@ -81,9 +83,9 @@ class Mirror:
     name = "checkpoint mirror"
     interval = 0.0  # each tick only makes sure its thread runs (a pass every PASS_EVERY s)
 
-    def __init__(self, ctx: Any, cfg: Dict[str, Any]) -> None:
-        self.ctx, self.cfg = ctx, cfg
-        self.targets = [Target(t, ctx.job.id, cfg) for t in cfg.get("targets") or []]
+    def __init__(self, ctx: Any, cfg: MirrorLike) -> None:
+        self.ctx, self.cfg = ctx, MirrorSection.of(cfg, CHECKPOINT_KEEP)  # the spec's checkpoint.mirror
+        self.targets = [Target(t, ctx.job.id, self.cfg) for t in self.cfg.targets]
         self.thread = None  # type: Optional[threading.Thread]
         self.wake = threading.Event()
         self.ending = False  # the job ended: nothing new will be written
@@ -120,7 +122,7 @@ class Mirror:
         """The job ended: wait (``mirror.wait``) until its last checkpoint is mirrored; past that,
         say so (event, agent log, notification) and let the supervisor go on (power-off included)."""
         ctx = self.ctx
-        wait = float(self.cfg.get("wait", 1800))
+        wait = self.cfg.wait
         ctx.job.event("waiting_for_mirror", timeout_s=wait)
         if self.drain(wait, tick=ctx.heartbeat):
             ctx.job.event("mirror_done")
@@ -168,7 +170,7 @@ class Mirror:
 
         job = self.ctx.job
         pids = [] if self.ending else (lambda: procs.job_pids(job.id, job_dir=str(job.path)))
-        found = checkpoints.find(job.ckpt, JobSpec.of(self.ctx.spec).checkpoint_pattern, pids)
+        found = checkpoints.find(job.ckpt, JobSpec.of(self.ctx.spec).checkpoint.pattern, pids)
         return [c for c in found if c.complete]
 
     def one_pass(self) -> bool:
@@ -192,7 +194,7 @@ class Mirror:
         """The target's rclone and its listing (once); False, with the reason kept, when not."""
         try:
             if t.rc is None:
-                t.rc = engine.Rclone(self.rclone(), self.env(t.target), nice=True, bwlimit=self.cfg.get("bwlimit"))
+                t.rc = engine.Rclone(self.rclone(), self.env(t.target), nice=True, bwlimit=self.cfg.bwlimit)
             if t.mirrored is None:
                 t.mirrored = {d["name"]: d for d in store.listing(t.rc, t.dest)}
             return True
@@ -305,7 +307,7 @@ class Mirror:
         if self.ending:  # the job's writes are over
             return True
         job = self.ctx.job
-        budget = diskbudget.Budget(self.ctx.ckpt_dir(), JobSpec.of(self.ctx.spec).checkpoint_pattern)
+        budget = diskbudget.Budget(self.ctx.ckpt_dir(), JobSpec.of(self.ctx.spec).checkpoint.pattern)
         pids = lambda: procs.job_pids(job.id, job_dir=str(job.path))  # noqa: E731
         try:
             r = budget.reserve(Path(t.target), pids)
@@ -334,7 +336,7 @@ class Mirror:
         t.error = why
         t.failing_since = t.failing_since or time.time()
         agent_log(self.ctx.root, "{}: mirror {}: {}".format(self.ctx.job.id, display(t.target), why))
-        if not t.alerted and time.time() - t.failing_since >= float(self.cfg.get("alert_after", 600)):
+        if not t.alerted and time.time() - t.failing_since >= self.cfg.alert_after:
             t.alerted = True
             self.ctx.job.event("mirror_failing", target=display(t.target), since=t.failing_since)
             from remote.run import events

@@ -91,13 +91,10 @@ def wait_pulled(job: JobDir, timeout: float, tick: Optional[Callable[[], None]] 
 def after_job(root: Root, job: JobDir, spec: SpecLike, state: str,
               tick: Optional[Callable[[], None]] = None) -> Optional[Dict[str, Any]]:
     """Power off after a job when ``autostop.after`` is ``shutdown`` (not after a user's stop)."""
-    from remote.run import autostop
-
     spec = JobSpec.of(spec)
-    cfg = spec.autostop
-    if cfg.get("after") != "shutdown" or state == "stopped":
+    if not spec.autostop.shutdown or state == "stopped":
         return None
-    wait = autostop.pull_wait(cfg)
+    wait = spec.autostop.pull_wait
     if wait > 0:
         job.event("waiting_for_pull", timeout_s=wait)
         ended = job.status().get("ended_at") or now()

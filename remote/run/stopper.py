@@ -47,7 +47,7 @@ class Stopper:
         self.record.save(stopping=reason)
         if not self.job.stop_file.exists():
             with_reserve(lambda: self.job.stop_file.write_text(reason + "\n"))
-        grace = self.spec().stop_grace
+        grace = self.spec().stop.grace
         if saved:
             grace = min(grace, after.LANDED_GRACE)
         child = self.procs.child

@@ -48,25 +48,25 @@ class Supervisor:
 
     def add_own_watchers(self) -> None:
         """GPU sampling into gpu.jsonl and checkpoint rotation run beside every attempt."""
-        ctx, pattern = self.ctx, self.spec.checkpoint_pattern
+        ctx, pattern = self.ctx, self.spec.checkpoint.pattern
         # the host profile's env (spec host_env), then <root>/agent.env / the agent's environment
         interval = float(self.spec.host_env.get("GPUJOB_GPU_SAMPLE") or os.environ.get("GPUJOB_GPU_SAMPLE", "5"))
         # first: once its checkpoint landed, a stop asked for "after the next checkpoint" goes before any other
         self.watchers.add(after.Watch(self.job, self.ckpt_dir(), pattern, ctx), first=True)
         self.watchers.add(GpuWatch(ctx, interval, self.record.save, lambda kind, **kw: events.emit(ctx, kind, **kw)))
-        self.rotator = Rotator(ctx, self.ckpt_dir(), self.spec.checkpoint_keep, pattern,
+        self.rotator = Rotator(ctx, self.ckpt_dir(), self.spec.checkpoint.keep, pattern,
                                sending=lambda: ctx.mirror.sending() if ctx.mirror is not None else [])
         self.watchers.add(self.rotator)
         self.kept = None  # checkpoint.backup: a copy of each checkpoint file the script rewrites in place
-        if self.spec.checkpoint_backup:
+        if self.spec.checkpoint.backup:
             self.kept = KeptCopy(ctx, self.ckpt_dir(), pattern)
             self.watchers.add(self.kept)
         self.metrics = MetricsWatch(ctx, float(self.status.get("submitted_at") or now()))
         self.watchers.add(self.metrics)
-        if self.spec.checkpoint_mirror.get("targets"):  # uploads each complete checkpoint (remote/mirror)
+        if self.spec.checkpoint.mirror.targets:  # uploads each complete checkpoint (remote/mirror)
             from remote.run.mirror import Mirror
 
-            ctx.mirror = Mirror(ctx, self.spec.checkpoint_mirror)
+            ctx.mirror = Mirror(ctx, self.spec.checkpoint.mirror)
             self.watchers.add(ctx.mirror)
 
     def ckpt_dir(self) -> Path:
@@ -86,7 +86,7 @@ class Supervisor:
         ckptdir.link_in_code(self.job, self.spec)
         if self.kept is not None:
             self.kept.restore(attempt)
-        pattern = self.spec.checkpoint_pattern
+        pattern = self.spec.checkpoint.pattern
         resume = ckptdir.latest_resume(self.ckpt_dir(), pattern, self.procs.job_pids)
         self.record.new_attempt()
         for mark in (".watch", ".acted", ".ended"):  # each attempt acknowledges the stop file afresh (a Trainer hook: at its first step)
@@ -135,10 +135,10 @@ class Supervisor:
             if not reason:
                 reason, by = self.watchers.tick(time.monotonic())
             if reason and reason.startswith("autostop") and not isinstance(by, after.Watch) \
-                    and self.spec.stop_mode == "checkpoint":
+                    and self.spec.stop.mode == "checkpoint":
                 if not after.pending(self.job):  # stop: {mode: checkpoint}: the next checkpoint first
-                    req = after.request(self.job, self.spec.stop_max_wait, reason, self.ckpt_dir(),
-                                        self.spec.checkpoint_pattern, self.procs.job_pids)
+                    req = after.request(self.job, self.spec.stop.max_wait, reason, self.ckpt_dir(),
+                                        self.spec.checkpoint.pattern, self.procs.job_pids)
                     self.record.log_marker("{}: stopping after the next checkpoint (at most {:g} s)".format(
                         reason, req["max_wait"]))
                 reason = None
@@ -153,7 +153,7 @@ class Supervisor:
     def note_stray_checkpoints(self) -> None:
         """Checkpoints written where gpujob does not look (no checkpoint.dir): the log says how
         to fix the job file once, since the next attempt gets no GPUJOB_RESUME from them."""
-        if self.status.get("stray_noted") or ckptdir.latest_resume(self.ckpt_dir(), self.spec.checkpoint_pattern):
+        if self.status.get("stray_noted") or ckptdir.latest_resume(self.ckpt_dir(), self.spec.checkpoint.pattern):
             return
         from remote.jobs.saved import stray_checkpoints
 

@@ -128,7 +128,7 @@ class Watch:
             ctx.log_marker("stop: checkpoint {} is complete ({} after the request): stopping now; nothing is left "
                            "to save, so what has not left within {:g} s gets SIGKILL".format(
                                done[-1].name, _ago(done[-1].mtime - float(req["requested_at"])),
-                               min(LANDED_GRACE, JobSpec.of(ctx.spec).stop_grace)))
+                               min(LANDED_GRACE, JobSpec.of(ctx.spec).stop.grace)))
             return "{} (after checkpoint {})".format(reason, done[-1].name)
         if now() - float(req["requested_at"]) < float(req.get("max_wait") or 0):
             return None

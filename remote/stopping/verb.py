@@ -108,15 +108,15 @@ def stop(root: Root, job_id: str, wait: float = STOP_WAIT, reason: str = "stoppe
     job = root.job(job_id)
     st = jobs.live_status(root, job, procs.boot_id())
     spec = job.job_spec()
-    if job_mode and after_checkpoint is None and spec.stop_mode == "checkpoint":
-        after_checkpoint = spec.stop_max_wait if spec.stop_max_wait else -1.0
+    if job_mode and after_checkpoint is None and spec.stop.mode == "checkpoint":
+        after_checkpoint = spec.stop.max_wait if spec.stop.max_wait else -1.0
     start = time.monotonic()
     deadline = start + wait
     if st.get("state") not in TERMINAL:
         late.note_if_ended(job.stop_file, st.get("child_pid"), st.get("supervisor_pid"))
         if after_checkpoint is not None and st.get("state") == "running":
             after.request(job, after_checkpoint if after_checkpoint >= 0 else None, reason,
-                          pattern=spec.checkpoint_pattern,
+                          pattern=spec.checkpoint.pattern,
                           pids=lambda: procs.job_pids(job.id, job_dir=str(job.path)))
         else:
             with_reserve(lambda: job.stop_file.write_text(reason + "\n"))
@@ -129,7 +129,7 @@ def stop(root: Root, job_id: str, wait: float = STOP_WAIT, reason: str = "stoppe
                 st.get("supervisor_pid"), job_id) else ""
             if why:
                 st.setdefault("stopping", reason)
-                grace = min(job.job_spec().stop_grace, max(deadline - time.monotonic(), 5.0))
+                grace = min(job.job_spec().stop.grace, max(deadline - time.monotonic(), 5.0))
                 take_over(job, st, why, grace)
                 break
             time.sleep(0.2)

@@ -124,7 +124,7 @@ def _describe(root: Root, job_id: str, detail: bool = False) -> Dict[str, Any]:
     if st.get("state") not in TERMINAL:
         from remote.stopping import after
 
-        pending = after.describe(job, job.ckpt, spec.checkpoint_pattern,
+        pending = after.describe(job, job.ckpt, spec.checkpoint.pattern,
                                  lambda: procs.job_pids(job.id, job_dir=str(job.path)))
         if pending:
             st["stop_after_checkpoint"] = pending
