@@ -23,12 +23,14 @@ RESERVED_ENV = ("GPUJOB_JOB_ID", "GPUJOB_JOB_DIR", "GPUJOB_STOP_FILE", "GPUJOB_A
 MAX_LISTED = 20  # problems listed in one error
 # Bounds of the numbers (docs/job-spec.md says the same).
 MAX_GPUS = 64
-MAX_RESTARTS = 1000
-MAX_KEEP = 1000
-MAX_DURATION = 30 * 86400.0
 # The defaults the agent reads a spec with (remote/core/spec.py: a few constants, standard library only):
-# a key the job file leaves out means the same on both sides.
+# a key the job file leaves out means the same on both sides. Its sections' declarations (retry:, stop:,
+# checkpoint: ...) are what validate() walks: their types, bounds, defaults and wording are stated there.
 DEFAULTS = import_remote("core.spec")
+FIELDS = import_remote("core.specfields")  # the kinds of a declared field
+MAX_RESTARTS = DEFAULTS.MAX_RESTARTS
+MAX_KEEP = DEFAULTS.MAX_KEEP
+MAX_DURATION = DEFAULTS.MAX_DURATION
 
 
 @dataclass
@@ -167,14 +169,14 @@ def _str_list(ctx: _Ctx, path: tuple, value: Any) -> list[str]:
     return out
 
 
-def _duration(ctx: _Ctx, path: tuple, value: Any, default: float) -> float:
-    """A duration from 0 to ``MAX_DURATION`` (30 days), else an error and ``default``."""
+def _duration(ctx: _Ctx, path: tuple, value: Any, default: float | None, top: float) -> float | None:
+    """A duration from 0 to ``top`` (30 days), else an error and ``default``."""
     try:
         seconds = import_remote("core.protocol").parse_duration(value)
     except ValueError as e:
         ctx.err(path, str(e))
         return default
-    if not 0 <= seconds <= MAX_DURATION:
+    if not 0 <= seconds <= top:
         ctx.err(path, f"{_short(value)} is out of range: expected 0s to 30d")
         return default
     return seconds
@@ -202,7 +204,7 @@ TOP_KEYS = [
     "env", "secrets", "gpus", "checkpoint", "tensorboard", "retry", "stop", "notify", "autostop",
     "launcher", "nodes", "runtime", "metrics", "sweep", "mlflow",
 ]
-RETRY_ON = ["error", "oom", "nan", "nccl", "signal"]
+RETRY_ON = list(DEFAULTS.RETRY_CAUSES)
 # Validators of sections that other modules own (notifications, auto-stop): name -> fn(dict) -> errors.
 SECTION_VALIDATORS: dict[str, Callable[[Any], list[str]]] = {}
 
@@ -229,6 +231,45 @@ def notify_secrets(notify: dict[str, Any]) -> tuple[dict[str, Any], dict[str, st
     return import_remote("notify").externalize_secrets(notify)
 
 
+def _field(ctx: _Ctx, path: tuple, f: Any, value: Any) -> Any:
+    """``value`` of the declared field ``f`` (remote/core/specfields.py's Field), checked; its default when wrong."""
+    kind = f.kind
+    if kind == FIELDS.INT:
+        return value if _int_in(ctx, path, value, int(f.low), int(f.high), f.what) else f.default
+    if kind == FIELDS.DURATION:
+        seconds = _duration(ctx, path, value, f.default, f.high)
+        if f.zero and seconds == 0:
+            ctx.err(path, f.zero)
+            return f.default
+        return seconds
+    if kind == FIELDS.CHOICE:
+        if value not in f.choices:
+            ctx.err(path, f"expected {' or '.join(map(repr, f.choices))}, got {_short(value)}")
+        return value
+    if kind in (FIELDS.TEXTS, FIELDS.CHOICES):
+        out = _str_list(ctx, path, value)
+        for i, o in enumerate(out if kind == FIELDS.CHOICES else []):
+            if o not in f.choices:
+                ctx.err(path + (i,), f"unknown {f.what} {_short(o)}{_suggest(o, list(f.choices))}")
+        return out
+    if kind in (FIELDS.BOOL, FIELDS.TEXT):
+        return value if _want(ctx, path, value, bool if kind == FIELDS.BOOL else str, f.what) else f.default
+    return value  # a TABLE: its own module checks it
+
+
+def _section(ctx: _Ctx, raw: dict, sec: Any) -> dict[str, Any]:
+    """{key: value} of the declared section ``sec`` (remote/core/spec.py): each key the job file gives,
+    checked with its position; the agent's default for one it leaves out (or leaves empty, where the
+    default is none)."""
+    d = raw.get(sec.key, {}) or {}
+    if _want(ctx, (sec.key,), d, dict, sec.what):
+        _check_keys(ctx, (sec.key,), d, sec.keys)
+    else:
+        d = {}
+    return {f.key: f.read({}) if d.get(f.key) is None and (f.key not in d or f.default is None)
+            else _field(ctx, (sec.key, f.key), f, d[f.key]) for f in sec.fields}
+
+
 def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) -> JobSpec:
     """Check every key and type; raise one ``SpecError`` listing every problem found."""
     ctx = _Ctx(marks)
@@ -236,6 +277,58 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
         raise SpecError(f"{source}: a job file is a mapping of keys (name:, run:, ...), not a {type(raw).__name__}",
                         "see docs/job-spec.md, or write one with gpujob init")
     _check_keys(ctx, (), raw, TOP_KEYS)
+    run, wd, name, host, hosts = _command_and_place(ctx, raw, base_dir)
+    exclude = _str_list(ctx, ("exclude",), raw.get("exclude", []))
+    data = _data_section(ctx, raw.get("data") or [], base_dir)
+    setup, req, python = _preparation(ctx, raw, wd)
+    env, secrets = _environment(ctx, raw)
+    gpus = raw.get("gpus")
+    if gpus is not None and gpus not in ("all", "auto"):
+        _int_in(ctx, ("gpus",), gpus, 0, MAX_GPUS, "a number of GPUs, 'all', or 'auto' (the CPU on a CPU host)")
+    declared = {sec.key: _section(ctx, raw, sec) for sec in DEFAULTS.SECTIONS}
+    ck = declared["checkpoint"]
+    _checkpoint_paths(ctx, ck["dir"], ck["pattern"])
+    # the mirror's own keep defaults to the checkpoint folder's (with 0 there, the default keep)
+    keep = ck["keep"]
+    mirror, errs = _mirror_config().validate(ck["mirror"], keep if isinstance(keep, int) and keep > 0
+                                             else DEFAULTS.CHECKPOINT_KEEP)
+    for msg in errs:
+        ctx.err(("checkpoint", "mirror"), msg)
+    metrics = _metrics_section(ctx, raw.get("metrics", {}) or {})
+    launcher = _field(ctx, ("launcher",), DEFAULTS.LAUNCHER_FIELD, raw.get("launcher", DEFAULTS.LAUNCHER))
+    nodes = _str_list(ctx, ("nodes",), raw.get("nodes", []))
+    if nodes and launcher != "torchrun":
+        ctx.err(("nodes",), "several nodes need launcher: torchrun")
+    if len(set(nodes)) != len(nodes):
+        ctx.err(("nodes",), "a host appears twice")
+    if nodes and raw.get("host"):
+        ctx.err(("host",), "give either host: or nodes:, not both")
+    sections = _agent_sections(ctx, raw)
+    sweep = raw.get("sweep") or {}
+    _want(ctx, ("sweep",), sweep, dict, "a mapping (params:, metric:, method:, trials: ...; docs/experiments.md)")
+    mlflow = _mlflow_section(ctx, raw.get("mlflow"))
+
+    if ctx.errors:
+        shown = ctx.errors[:MAX_LISTED] + ([f"... and {len(ctx.errors) - MAX_LISTED} more"] if len(ctx.errors) > MAX_LISTED else [])
+        raise SpecError(
+            f"{len(ctx.errors)} problem(s) in {source}:\n  " + "\n  ".join(shown),
+            "fix the job file (see docs/job-spec.md); nothing was sent",
+        )
+    # the declared sections' keys under their spec.json names (checkpoint_keep, stop_grace, runtime_auto ...)
+    sent = {f.sent: declared[sec.key][f.key] for sec in DEFAULTS.SECTIONS if sec is not DEFAULTS.RETRY
+            for f in sec.fields}
+    sent.update(checkpoint_mirror=mirror, runtime_auto=sent["runtime_auto"] is not False)
+    return JobSpec(
+        name=name, run=run, workdir=str(wd), host=host, exclude=exclude, data=data, setup=setup,
+        requirements=req, python=python, env=env, secrets=secrets, gpus=gpus, retry=Retry(**declared["retry"]),
+        notify=sections.get("notify", {}), autostop=sections.get("autostop", {}), launcher=launcher, nodes=nodes,
+        source=source, hosts=hosts, metrics=metrics, sweep=sweep if isinstance(sweep, dict) else {}, mlflow=mlflow,
+        **sent,
+    )
+
+
+def _command_and_place(ctx: _Ctx, raw: dict, base_dir: Path) -> tuple[str, Path, Any, Any, list[str]]:
+    """(run, the code folder, name, host, hosts): what runs, and from where."""
     run = raw.get("run")
     if run is None:
         ctx.err((), "missing required key 'run' (the command that trains, e.g. run: python train.py)")
@@ -262,10 +355,12 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
         host = hosts[0] if hosts else None
     elif host is not None:
         _want(ctx, ("host",), host, str, "a host profile name or a list of them")
-    exclude = _str_list(ctx, ("exclude",), raw.get("exclude", []))
+    return run, wd, name, host, hosts
 
+
+def _data_section(ctx: _Ctx, items: Any, base_dir: Path) -> list[DataEntry]:
+    """``data:``: local paths, each synced to a relative destination under the data folder."""
     data: list[DataEntry] = []
-    items = raw.get("data") or []
     if isinstance(items, (str, dict)):  # `data: ./corpus` and `data: {src: ..., dst: ...}` stand for one entry
         items = [items]
     elif not isinstance(items, list):
@@ -292,7 +387,11 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
         if dst.startswith("/") or ".." in Path(dst).parts or not Path(dst).parts:
             ctx.err(p + ("dst",), f"{_short(dst)} must be a relative path under the data folder")
         data.append(DataEntry(src=str(srcp), dst=dst))
+    return data
 
+
+def _preparation(ctx: _Ctx, raw: dict, wd: Path) -> tuple[Any, Any, Any]:
+    """(setup, requirements, python): what prepares the job's environment."""
     setup = raw.get("setup")
     if isinstance(setup, list):
         setup = "\n".join(_str_list(ctx, ("setup",), setup))
@@ -307,7 +406,11 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
     python = raw.get("python")
     if python is not None:
         _want(ctx, ("python",), python, str, "an interpreter: a path, 'conda:NAME' or 'venv'")
+    return setup, req, python
 
+
+def _environment(ctx: _Ctx, raw: dict) -> tuple[dict[str, str], list[str]]:
+    """(env, secrets): the job's variables, and the names of those the laptop sends from its own."""
     env: dict[str, str] = {}
     if _want(ctx, ("env",), raw.get("env") or {}, dict, "a mapping NAME: value"):
         for k, v in (raw.get("env") or {}).items():
@@ -327,109 +430,27 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
             ctx.err(("secrets", i), f"{_short(s)} is not a valid variable name")
         elif s in RESERVED_ENV:
             ctx.err(("secrets", i), f"{s} is set by gpujob for every job: use another name")
+    return env, secrets
 
-    gpus = raw.get("gpus")
-    if gpus is not None and gpus not in ("all", "auto"):
-        _int_in(ctx, ("gpus",), gpus, 0, MAX_GPUS, "a number of GPUs, 'all', or 'auto' (the CPU on a CPU host)")
 
-    keep = DEFAULTS.CHECKPOINT_KEEP
-    backup = True
-    mirror: dict[str, Any] = {}
-    ck = raw.get("checkpoint", {}) or {}
-    if _want(ctx, ("checkpoint",), ck, dict, "{keep: N}"):
-        _check_keys(ctx, ("checkpoint",), ck, ["keep", "dir", "pattern", "mirror", "backup"])
-        backup = ck.get("backup", True)
-        _want(ctx, ("checkpoint", "backup"), backup, bool, "true or false (a copy of a checkpoint file the script "
-              "overwrites in place, such as ckpt.pt, restored when a save is cut short)")
-        ckdir = ck.get("dir")
-        if ckdir is not None and _want(ctx, ("checkpoint", "dir"), ckdir, str, "a folder"):
-            rel = Path(ckdir)
-            if not (ckdir.startswith("/") or ckdir.startswith("~")) and ".." in rel.parts:
-                ctx.err(("checkpoint", "dir"), "a relative folder must lie inside the code (no '..'), e.g. outputs; "
-                        "for storage every node sees give an absolute path such as /root/autodl-fs/ckpt")
-            elif not rel.parts and not ck.get("pattern"):  # the script saves into its working folder
-                ctx.err(("checkpoint", "dir"), "'.' (the code folder itself) needs a pattern naming the checkpoint "
-                        "files, so that no other file of the code counts (or is rotated away): "
-                        "checkpoint: {dir: ., pattern: 'ckpt_*.pt'}")
-        pat = ck.get("pattern")
-        if pat is not None and _want(ctx, ("checkpoint", "pattern"), pat, str, "a glob such as '*.pt'"):
-            if pat.startswith("/") or ".." in Path(pat).parts:
-                ctx.err(("checkpoint", "pattern"), "a glob relative to the checkpoint folder, e.g. '*.pt' or "
-                        "'version_*/checkpoints/*.ckpt'")
-        keep = ck.get("keep", DEFAULTS.CHECKPOINT_KEEP)
-        # 0: gpujob deletes none (a script that rotates its own: timm's --checkpoint-hist, HF's save_total_limit)
-        _int_in(ctx, ("checkpoint", "keep"), keep, 0, MAX_KEEP, "a number of checkpoints (0: gpujob deletes none)")
-        # the mirror's own keep defaults to the checkpoint folder's (with 0 there, the default keep)
-        mirror, errs = _mirror_config().validate(ck.get("mirror"), keep if isinstance(keep, int) and keep > 0
-                                                 else DEFAULTS.CHECKPOINT_KEEP)
-        for msg in errs:
-            ctx.err(("checkpoint", "mirror"), msg)
-    metrics = _metrics_section(ctx, raw.get("metrics", {}) or {})
-    tb = raw.get("tensorboard", {}) or {}
-    logdir = None
-    if _want(ctx, ("tensorboard",), tb, dict, "{logdir: path}"):
-        _check_keys(ctx, ("tensorboard",), tb, ["logdir"])
-        logdir = tb.get("logdir")
-        if logdir is not None:
-            _want(ctx, ("tensorboard", "logdir"), logdir, str, "a path")
+def _checkpoint_paths(ctx: _Ctx, ckdir: str | None, pat: str | None) -> None:
+    """``checkpoint.dir`` and ``.pattern`` beyond their types: where they may point."""
+    if ckdir is not None:
+        rel = Path(ckdir)
+        if not (ckdir.startswith("/") or ckdir.startswith("~")) and ".." in rel.parts:
+            ctx.err(("checkpoint", "dir"), "a relative folder must lie inside the code (no '..'), e.g. outputs; "
+                    "for storage every node sees give an absolute path such as /root/autodl-fs/ckpt")
+        elif not rel.parts and not pat:  # the script saves into its working folder
+            ctx.err(("checkpoint", "dir"), "'.' (the code folder itself) needs a pattern naming the checkpoint "
+                    "files, so that no other file of the code counts (or is rotated away): "
+                    "checkpoint: {dir: ., pattern: 'ckpt_*.pt'}")
+    if pat is not None and (pat.startswith("/") or ".." in Path(pat).parts):
+        ctx.err(("checkpoint", "pattern"), "a glob relative to the checkpoint folder, e.g. '*.pt' or "
+                "'version_*/checkpoints/*.ckpt'")
 
-    retry = Retry()
-    rr = raw.get("retry", {}) or {}
-    if _want(ctx, ("retry",), rr, dict, "{max_restarts, on, backoff, on_oom}"):
-        _check_keys(ctx, ("retry",), rr, ["max_restarts", "on", "backoff", "on_oom", "move_after", "move_to"])
-        if rr.get("move_after") is not None:
-            after = _duration(ctx, ("retry", "move_after"), rr["move_after"], -1.0)
-            if after == 0:
-                ctx.err(("retry", "move_after"), "0s would move a job at its first silence: give a duration "
-                        "such as 20m (leave the key out for no automatic move)")
-            elif after > 0:
-                retry.move_after = after
-        retry.move_to = _str_list(ctx, ("retry", "move_to"), rr.get("move_to") or [])
-        mr = rr.get("max_restarts", 0)
-        if _int_in(ctx, ("retry", "max_restarts"), mr, 0, MAX_RESTARTS, "a number of restarts"):
-            retry.max_restarts = mr
-        if "on" in rr:
-            retry.on = _str_list(ctx, ("retry", "on"), rr["on"])
-            for i, o in enumerate(retry.on):
-                if o not in RETRY_ON:
-                    ctx.err(("retry", "on", i), f"unknown cause {_short(o)}{_suggest(o, RETRY_ON)}")
-        if "backoff" in rr:
-            retry.backoff = _duration(ctx, ("retry", "backoff"), rr["backoff"], retry.backoff)
-        oo = rr.get("on_oom", DEFAULTS.ON_OOM)
-        if oo not in ("retry", "halve_batch"):
-            ctx.err(("retry", "on_oom"), f"expected 'retry' or 'halve_batch', got {_short(oo)}")
-        retry.on_oom = oo
-    grace, stop_mode = DEFAULTS.STOP_GRACE, DEFAULTS.STOP_MODE
-    max_wait: float | None = None
-    st = raw.get("stop", {}) or {}
-    if _want(ctx, ("stop",), st, dict, f"{{grace: {grace:g}s}}"):
-        _check_keys(ctx, ("stop",), st, ["grace", "mode", "max_wait"])
-        if "grace" in st:
-            grace = _duration(ctx, ("stop", "grace"), st["grace"], grace)
-        stop_mode = st.get("mode", DEFAULTS.STOP_MODE)
-        if stop_mode not in ("now", "checkpoint"):
-            ctx.err(("stop", "mode"), f"expected 'now' or 'checkpoint', got {_short(stop_mode)}")
-        if "max_wait" in st:
-            max_wait = _duration(ctx, ("stop", "max_wait"), st["max_wait"], 1200.0)
 
-    auto = True
-    rt = raw.get("runtime", {}) or {}
-    if _want(ctx, ("runtime",), rt, dict, "{auto: false}"):
-        _check_keys(ctx, ("runtime",), rt, ["auto"])
-        auto = rt.get("auto", True)
-        _want(ctx, ("runtime", "auto"), auto, bool, "true or false")
-
-    launcher = raw.get("launcher", DEFAULTS.LAUNCHER)
-    if launcher not in ("none", "torchrun"):
-        ctx.err(("launcher",), f"expected 'torchrun' or 'none', got {_short(launcher)}")
-    nodes = _str_list(ctx, ("nodes",), raw.get("nodes", []))
-    if nodes and launcher != "torchrun":
-        ctx.err(("nodes",), "several nodes need launcher: torchrun")
-    if len(set(nodes)) != len(nodes):
-        ctx.err(("nodes",), "a host appears twice")
-    if nodes and raw.get("host"):
-        ctx.err(("host",), "give either host: or nodes:, not both")
-
+def _agent_sections(ctx: _Ctx, raw: dict) -> dict[str, dict]:
+    """``notify:`` and ``autostop:``, checked by the agent's own modules."""
     sections: dict[str, dict] = {}
     _register_remote_validators()
     for sec in ("notify", "autostop"):
@@ -441,29 +462,7 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
             validator = SECTION_VALIDATORS.get(sec)
             for msg in validator(val) if validator else []:
                 ctx.err((sec,), msg)
-
-    sweep = raw.get("sweep") or {}
-    _want(ctx, ("sweep",), sweep, dict, "a mapping (params:, metric:, method:, trials: ...; docs/experiments.md)")
-    mlflow = _mlflow_section(ctx, raw.get("mlflow"))
-
-    if ctx.errors:
-        shown = ctx.errors[:MAX_LISTED] + ([f"... and {len(ctx.errors) - MAX_LISTED} more"] if len(ctx.errors) > MAX_LISTED else [])
-        raise SpecError(
-            f"{len(ctx.errors)} problem(s) in {source}:\n  " + "\n  ".join(shown),
-            "fix the job file (see docs/job-spec.md); nothing was sent",
-        )
-    return JobSpec(
-        name=name, run=run, workdir=str(wd), host=host, exclude=exclude, data=data, setup=setup,
-        requirements=req, python=python, env=env, secrets=secrets, gpus=gpus, checkpoint_keep=keep,
-        tensorboard_logdir=logdir, retry=retry, stop_grace=grace, stop_mode=stop_mode, stop_max_wait=max_wait, notify=sections.get("notify", {}),
-        autostop=sections.get("autostop", {}), launcher=launcher, nodes=nodes,
-        runtime_auto=auto is not False,
-        checkpoint_dir=(ck.get("dir") if isinstance(ck, dict) else None),
-        checkpoint_pattern=(ck.get("pattern") if isinstance(ck, dict) else None), source=source, hosts=hosts,
-        metrics=metrics,
-        sweep=sweep if isinstance(sweep, dict) else {}, mlflow=mlflow,
-        checkpoint_mirror=mirror, checkpoint_backup=backup is not False,
-    )
+    return sections
 
 
 def _mlflow_section(ctx: _Ctx, m: Any) -> dict[str, Any]:

@@ -81,13 +81,15 @@ TENSORBOARD = Section("tensorboard", "{logdir: path}", [Field("logdir", "tensorb
 LAUNCHER_FIELD = Field("launcher", "launcher", CHOICE, LAUNCHER, choices=LAUNCHERS)
 SECTIONS = (CHECKPOINT, TENSORBOARD, RETRY, STOP, RUNTIME)  # in the order the laptop checks them
 
-# spec.json's keys, each written by one side: what the laptop sends (gpujob/config/spec.py
-# JobSpec.to_remote), then what ``submit`` adds (:func:`submitted`) and the supervisor (``allocated``).
+# spec.json's keys: what the laptop sends (gpujob/config/spec.py JobSpec.to_remote: the declared
+# sections' keys under their ``sent`` names, ``retry`` whole), then what ``submit`` adds (:func:`submitted`;
+# ``host`` again: the host it ran on) and the supervisor (``allocated``). UNREAD: sent for the record only.
 SENT = ("name", "run", "host", "exclude", "data", "setup", "requirements", "python", "env", "secrets", "gpus",
         "retry", "notify", "autostop", "launcher", "nodes", "source", "hosts", "metrics") + tuple(
     f.sent for s in SECTIONS if s is not RETRY for f in s.fields)
 ADDED = ("project", "host", "host_env", "price_per_hour", "currency", "shutdown_command", "node", "job_id",
          "cpu_fallback")
+UNREAD = ("exclude", "source", "hosts")
 
 
 def submitted(request: Mapping[str, Any], project: str, job_id: str) -> Dict[str, Any]:

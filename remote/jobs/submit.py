@@ -12,7 +12,7 @@ from typing import Any, Callable, Dict, Optional
 from remote.core import layout, locks
 from remote.core.errors import AgentError
 from remote.core.layout import JobDir, Root, now, write_json
-from remote.core.spec import CURRENCY, JobSpec
+from remote.core.spec import JobSpec, submitted
 from remote.jobs import inbox
 from remote.jobs import index as jobindex
 from remote.jobs.store import new_job_id
@@ -100,11 +100,7 @@ def submit(root: Root, request: Dict[str, Any]) -> Dict[str, Any]:
             _data_view(root, project, spec, job, bool(carried))
     _interpreter_or_refuse(job, checked)
     _same_code_or_refuse(job, request.get("expect_code_hash"))
-    doc = dict(spec.doc, project=project, host=request.get("host"), host_env=request.get("host_env") or {},
-               price_per_hour=request.get("price_per_hour"), currency=request.get("currency", CURRENCY),
-               shutdown_command=request.get("shutdown_command"), node=request.get("node"), job_id=job_id,
-               cpu_fallback=bool(request.get("cpu_fallback")))
-    write_json(job.spec, doc)
+    write_json(job.spec, dict(spec.doc, **submitted(request, project, job_id)))
     secrets = request.get("secrets") or {}
     if secrets:
         write_json(job.secrets, secrets, mode=0o600)

@@ -19,10 +19,11 @@ spec = import_remote("core.spec")
 def test_an_empty_or_unreadable_spec_reads_as_the_defaults() -> None:
     for doc in (None, {}, [], "spec"):
         s = spec.JobSpec.of(doc)
-        assert (s.name, s.run, s.python, s.launcher, s.stop_mode) == ("", "", "", spec.LAUNCHER, spec.STOP_MODE)
-        assert s.stop_grace == spec.STOP_GRACE and s.checkpoint_keep == spec.CHECKPOINT_KEEP
+        assert (s.name, s.run, s.python, s.launcher, s.stop.mode) == ("", "", "", spec.LAUNCHER, spec.STOP_MODE)
+        assert s.stop.grace == spec.STOP_GRACE and s.checkpoint.keep == spec.CHECKPOINT_KEEP
         assert s.retry.max_restarts == 0 and s.retry.on == list(spec.RETRY_ON) and s.retry.backoff == spec.RETRY_BACKOFF
-        assert s.checkpoint_backup and s.runtime_auto and s.host_env == {} and s.env == {} and s.data == []
+        assert s.checkpoint.backup and s.runtime_auto and s.host_env == {} and s.env == {} and s.data == []
+        assert not s.autostop.active and not s.notify.enabled and s.checkpoint.mirror.targets == []
 
 
 def test_a_value_of_the_wrong_shape_becomes_the_default_at_the_door() -> None:
@@ -30,9 +31,9 @@ def test_a_value_of_the_wrong_shape_becomes_the_default_at_the_door() -> None:
                       "stop_grace": "soon", "checkpoint_keep": True, "gpus": True, "data": ["a", 3, None],
                       "autostop": "yes", "checkpoint_backup": 0, "runtime_auto": None})
     assert s.name == "" and s.host_env == {} and s.env == {"N": "3"} and s.retry.max_restarts == 0
-    assert s.stop_grace == spec.STOP_GRACE and s.checkpoint_keep == spec.CHECKPOINT_KEEP and s.gpus is None
-    assert s.data == ["a"] and s.autostop == {}
-    assert s.checkpoint_backup and s.runtime_auto  # only an explicit false turns either off
+    assert s.stop.grace == spec.STOP_GRACE and s.checkpoint.keep == spec.CHECKPOINT_KEEP and s.gpus is None
+    assert s.data == ["a"] and s.autostop.said == {} and not s.autostop.active
+    assert s.checkpoint.backup and s.runtime_auto  # only an explicit false turns either off
 
 
 def test_what_the_laptop_writes_reads_back_whole() -> None:
@@ -42,10 +43,10 @@ def test_what_the_laptop_writes_reads_back_whole() -> None:
            "host_env": {"GPUJOB_PATH_PREFIX": "/opt/bin"}, "checkpoint_backup": False, "runtime_auto": False}
     s = spec.JobSpec.of(doc)
     assert spec.JobSpec.of(s) is s
-    assert (s.python, s.gpus, s.stop_grace, s.stop_mode, s.stop_max_wait) == ("venv", "0,1", 30.0, "checkpoint", 600.0)
+    assert (s.python, s.gpus, s.stop.grace, s.stop.mode, s.stop.max_wait) == ("venv", "0,1", 30.0, "checkpoint", 600.0)
     assert (s.retry.max_restarts, s.retry.on, s.retry.backoff, s.retry.on_oom, s.retry.move_after) == (
         2, ["error"], 1.0, "halve_batch", 60.0)
-    assert s.checkpoint_keep == 0 and s.path_prefix == "/opt/bin" and not s.checkpoint_backup and not s.runtime_auto
+    assert s.checkpoint.keep == 0 and s.path_prefix == "/opt/bin" and not s.checkpoint.backup and not s.runtime_auto
     assert s.to_dict() == doc and s.with_values(allocated="1").allocated == "1" and s.allocated is None
 
 
@@ -62,12 +63,13 @@ def test_a_job_file_without_them_gets_the_agents_defaults_on_the_laptop(tmp_path
     agent = spec.JobSpec({})
     written = laptop.JobSpec(name="plain", run="python train.py", workdir=str(tmp_path))
     for job in (written, laptop.load_spec(tmp_path / "job.yaml")):
-        for key in SHARED:
-            assert getattr(job, key) == getattr(agent, key), key
-        for key in RETRY_SHARED:
-            assert getattr(job.retry, key) == getattr(agent.retry, key), key
-        sent = spec.JobSpec(job.to_remote())
-        assert [getattr(sent, k) for k in SHARED] == [getattr(agent, k) for k in SHARED]
+        sent = job.to_remote()
+        for sec in spec.SECTIONS:  # the laptop's value, and what the agent reads of what it sends: the default
+            on_laptop, doc = (job.retry, sent["retry"]) if sec is spec.RETRY else (job, sent)
+            for f in sec.fields:
+                name = f.key if sec is spec.RETRY else f.sent
+                assert getattr(on_laptop, name) == f.read({}) == f.read(doc), name
+        assert job.launcher == agent.launcher == spec.JobSpec(sent).launcher
     waits = [inspect.signature(jobs.stop).parameters["wait"].default,
              inspect.signature(move.move).parameters["stop_wait"].default,
              inspect.signature(Job.stop).parameters["wait"].default, inspect.signature(Job.move).parameters["wait"].default,
@@ -76,8 +78,29 @@ def test_a_job_file_without_them_gets_the_agents_defaults_on_the_laptop(tmp_path
     assert waits == [spec.STOP_WAIT] * len(waits)
 
 
-SHARED = ("stop_grace", "stop_mode", "stop_max_wait", "launcher", "checkpoint_keep", "checkpoint_backup", "runtime_auto")
-RETRY_SHARED = ("max_restarts", "on", "backoff", "on_oom", "move_after", "move_to")
+def test_the_fields_are_declared_once_for_the_laptop_the_agent_and_submit(tmp_path: Path) -> None:
+    """remote/core/spec.py's declarations are the one list: the laptop's JobSpec holds each declared key
+    under its spec.json name and sends exactly SENT; submit adds exactly ADDED; the agent reads every key
+    of both (a declared section's through its Field, the rest by name in JobSpec) but UNREAD."""
+    import ast
+    import dataclasses
+
+    from gpujob.config import spec as laptop
+
+    declared = {f.sent for sec in spec.SECTIONS if sec is not spec.RETRY for f in sec.fields}
+    fields = {f.name for f in dataclasses.fields(laptop.JobSpec)}
+    assert declared <= fields and set(spec.SENT) == fields - {"workdir", "sweep", "mlflow"}  # those stay home
+    assert {f.name for f in dataclasses.fields(laptop.Retry)} == set(spec.RETRY.keys)
+    (tmp_path / "job.yaml").write_text("run: python train.py\nstop: {grace: 5s}\nretry: {max_restarts: 2}\n")
+    sent = laptop.load_spec(tmp_path / "job.yaml").to_remote()
+    assert set(sent) == set(spec.SENT) and set(sent["retry"]) == set(spec.RETRY.keys)
+    assert sent["stop_grace"] == 5.0 and spec.JobSpec(sent).stop.grace == 5.0 and spec.JobSpec(sent).retry.max_restarts == 2
+    assert set(spec.submitted({}, "p", "j-1")) == set(spec.ADDED)
+    init = next(n for n in ast.walk(ast.parse(inspect.getsource(spec.JobSpec))) if isinstance(n, ast.FunctionDef))
+    by_name = {n.args[0].value for n in ast.walk(init) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+               and n.func.attr == "get" and n.args and isinstance(n.args[0], ast.Constant)}
+    reads = by_name | declared | {spec.LAUNCHER_FIELD.sent}
+    assert reads == (set(spec.SENT) | set(spec.ADDED) | {"allocated"}) - set(spec.UNREAD)
 
 
 def test_each_default_is_stated_once_in_remote_core(tmp_path: Path) -> None:
