@@ -14,6 +14,7 @@ from gpujob.usecases.cost import accrued_cost, elapsed_s
 from gpujob.usecases.watch import loss_key
 
 format_duration = import_remote("core.protocol").format_duration
+AUTOSTOP = import_remote("core.sections")  # autostop:'s defaults, as the agent reads them
 TERMINAL = import_remote("core.protocol").TERMINAL
 
 if TYPE_CHECKING:
@@ -89,9 +90,9 @@ def autostop_summary(cfg: dict[str, Any]) -> str:
         if key in ("after", "check_every", "pull_before_shutdown") or val in (None, False):
             continue
         if key == "gpu_idle" and isinstance(val, dict):
-            parts.append(f"gpu_idle <{val.get('below', 5)}% for {val.get('for', '?')}")
+            parts.append(f"gpu_idle <{val.get('below', AUTOSTOP.GPU_IDLE_BELOW)}% for {val.get('for', '?')}")
         elif key == "plateau" and isinstance(val, dict):
-            parts.append(f"plateau {val.get('metric', '?')} ({val.get('mode', 'min')}, patience {val.get('patience', '?')})")
+            parts.append(f"plateau {val.get('metric', '?')} ({val.get('mode', AUTOSTOP.PLATEAU_MODE)}, patience {val.get('patience', '?')})")
         else:
             parts.append(key if val is True else f"{key} {val}")
     if parts and cfg.get("after") == "shutdown":

@@ -103,6 +103,24 @@ def test_the_fields_are_declared_once_for_the_laptop_the_agent_and_submit(tmp_pa
     assert reads == (set(spec.SENT) | set(spec.ADDED) | {"allocated"}) - set(spec.UNREAD)
 
 
+def test_no_reader_takes_a_typed_section_as_a_dict() -> None:
+    """autostop:, checkpoint.mirror, notify:, stop: and checkpoint: are read through their classes
+    (remote/core/sections.py, remote/core/spec.py): durations parsed and defaults filled once, at the door."""
+    pat = re.compile(r"""\.(autostop|notify|stop|checkpoint|mirror|cfg)\s*(\.get\(|\[["'])""")
+    found = [f"{p.relative_to(REPO)}:{i}" for p in sorted((REPO / "remote").rglob("*.py"))
+             for i, line in enumerate(p.read_text().splitlines(), 1) if pat.search(line)]
+    assert not found, found
+    a = spec.JobSpec({"autostop": {"max_runtime": "8h", "gpu_idle": {"below": 3}, "disk_free_below": "5GB",
+                                   "plateau": {"metric": "eval_loss"}, "after": "shutdown", "pull_before_shutdown": True},
+                      "checkpoint_mirror": {"targets": ["s3://b/p"], "wait": 60}, "checkpoint_keep": 0,
+                      "notify": {"channels": [{"type": "slack"}]}}).autostop
+    assert (a.max_runtime, a.gpu_idle and a.gpu_idle.window, a.disk_free_below, a.pull_wait) == (
+        8 * 3600.0, 1800.0, 5 << 30, 1800.0)
+    assert a.active and a.shutdown and a.plateau and (a.plateau.mode, a.plateau.patience) == ("min", 5)
+    m = spec.JobSpec({"checkpoint_mirror": {"targets": ["s3://b/p"], "wait": 60}, "checkpoint_keep": 0}).checkpoint.mirror
+    assert (m.targets, m.wait, m.alert_after, m.keep) == (["s3://b/p"], 60.0, 600.0, spec.CHECKPOINT_KEEP)
+
+
 def test_each_default_is_stated_once_in_remote_core(tmp_path: Path) -> None:
     """Other values in remote/core/spec.py and protocol.py (a copy of the code) are what the laptop then
     uses: its job file defaults, its stop and move waits, the help that states them, the sync lease's wait."""
