@@ -5,13 +5,22 @@ Nothing is sent anywhere until a spec has passed here.
 
 from __future__ import annotations
 
-import difflib
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Union
 
 from gpujob.bundle import import_remote
+from gpujob.config.speccheck import (
+    Collector,
+    check_field,
+    check_keys,
+    check_section,
+    int_in,
+    short,
+    str_list,
+    want,
+)
 from gpujob.config.yamlsafe import Mark, load_yaml, read_job_file, read_value
 from gpujob.errors import SpecError
 
@@ -27,7 +36,6 @@ MAX_GPUS = 64
 # a key the job file leaves out means the same on both sides. Its sections' declarations (retry:, stop:,
 # checkpoint: ...) are what validate() walks: their types, bounds, defaults and wording are stated there.
 DEFAULTS = import_remote("core.spec")
-FIELDS = import_remote("core.specfields")  # the kinds of a declared field
 MAX_RESTARTS = DEFAULTS.MAX_RESTARTS
 MAX_KEEP = DEFAULTS.MAX_KEEP
 MAX_DURATION = DEFAULTS.MAX_DURATION
@@ -101,93 +109,12 @@ class JobSpec:
         return d
 
 
-class _Ctx:
-    """Collects errors with their positions."""
-
-    def __init__(self, marks: dict[tuple, Mark]) -> None:
-        self.marks = marks
-        self.errors: list[str] = []
-
-    def err(self, path: tuple, msg: str) -> None:
-        where = self.marks.get(path)
-        while where is None and path:
-            path = path[:-1]
-            where = self.marks.get(path)
-        key = ".".join(str(p) for p in path)
-        self.errors.append(f"{where or '?'}: {key + ': ' if key else ''}{msg}")
-
-
-def _suggest(key: str, known: list[str]) -> str:
-    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else f" (known keys: {', '.join(sorted(known))})"
-
-
-def _check_keys(ctx: _Ctx, path: tuple, d: dict, known: list[str]) -> None:
-    for k in d:
-        if k not in known:
-            ctx.err(path + (k,), f"unknown key {_short(k)}{_suggest(str(k), known)}")
-
-
-def _short(value: Any) -> str:
-    """``repr`` cut to one line's worth: an error message names a value, it does not reprint it."""
-    r = repr(value)
-    return r if len(r) <= 60 else r[:57] + "..."
-
-
-def _want(ctx: _Ctx, path: tuple, value: Any, kind: type | tuple, what: str) -> bool:
-    if isinstance(value, bool) and kind in (int, float, (int, float)):
-        ok = False
-    else:
-        ok = isinstance(value, kind)
-    if not ok:
-        ctx.err(path, f"expected {what}, got {type(value).__name__} {_short(value)}")
-    elif isinstance(value, str) and "\0" in value:
-        ctx.err(path, "holds a NUL character (\\0), which no command, path or variable can carry")
-        ok = False
-    return ok
-
-
-def _int_in(ctx: _Ctx, path: tuple, value: Any, lo: int, hi: int, what: str) -> bool:
-    """``value`` is a whole number from ``lo`` to ``hi``."""
-    if not _want(ctx, path, value, int, what):
-        return False
-    if not lo <= value <= hi:
-        ctx.err(path, f"{_short(value)} is out of range: expected {what} from {lo} to {hi}")
-        return False
-    return True
-
-
-def _str_list(ctx: _Ctx, path: tuple, value: Any) -> list[str]:
-    if isinstance(value, str):
-        return [value]
-    if not _want(ctx, path, value, list, "a list of strings"):
-        return []
-    out = []
-    for i, v in enumerate(value):
-        if _want(ctx, path + (i,), v, (str, int, float), "a string"):
-            out.append(str(v))
-    return out
-
-
-def _duration(ctx: _Ctx, path: tuple, value: Any, default: float | None, top: float) -> float | None:
-    """A duration from 0 to ``top`` (30 days), else an error and ``default``."""
-    try:
-        seconds = import_remote("core.protocol").parse_duration(value)
-    except ValueError as e:
-        ctx.err(path, str(e))
-        return default
-    if not 0 <= seconds <= top:
-        ctx.err(path, f"{_short(value)} is out of range: expected 0s to 30d")
-        return default
-    return seconds
-
-
-def _local_path(ctx: _Ctx, path: tuple, base: Path, value: str) -> Path | None:
+def _local_path(ctx: Collector, path: tuple, base: Path, value: str) -> Path | None:
     """``value`` resolved against ``base`` on this machine; None (with an error) when it cannot be."""
     try:
         return (base / Path(value).expanduser()).resolve()
     except (OSError, RuntimeError, ValueError) as e:  # ~nosuchuser, a name too long, a loop of links
-        ctx.err(path, f"{_short(value)} is not a usable path here: {e}")
+        ctx.err(path, f"{short(value)} is not a usable path here: {e}")
         return None
 
 
@@ -231,61 +158,22 @@ def notify_secrets(notify: dict[str, Any]) -> tuple[dict[str, Any], dict[str, st
     return import_remote("notify").externalize_secrets(notify)
 
 
-def _field(ctx: _Ctx, path: tuple, f: Any, value: Any) -> Any:
-    """``value`` of the declared field ``f`` (remote/core/specfields.py's Field), checked; its default when wrong."""
-    kind = f.kind
-    if kind == FIELDS.INT:
-        return value if _int_in(ctx, path, value, int(f.low), int(f.high), f.what) else f.default
-    if kind == FIELDS.DURATION:
-        seconds = _duration(ctx, path, value, f.default, f.high)
-        if f.zero and seconds == 0:
-            ctx.err(path, f.zero)
-            return f.default
-        return seconds
-    if kind == FIELDS.CHOICE:
-        if value not in f.choices:
-            ctx.err(path, f"expected {' or '.join(map(repr, f.choices))}, got {_short(value)}")
-        return value
-    if kind in (FIELDS.TEXTS, FIELDS.CHOICES):
-        out = _str_list(ctx, path, value)
-        for i, o in enumerate(out if kind == FIELDS.CHOICES else []):
-            if o not in f.choices:
-                ctx.err(path + (i,), f"unknown {f.what} {_short(o)}{_suggest(o, list(f.choices))}")
-        return out
-    if kind in (FIELDS.BOOL, FIELDS.TEXT):
-        return value if _want(ctx, path, value, bool if kind == FIELDS.BOOL else str, f.what) else f.default
-    return value  # a TABLE: its own module checks it
-
-
-def _section(ctx: _Ctx, raw: dict, sec: Any) -> dict[str, Any]:
-    """{key: value} of the declared section ``sec`` (remote/core/spec.py): each key the job file gives,
-    checked with its position; the agent's default for one it leaves out (or leaves empty, where the
-    default is none)."""
-    d = raw.get(sec.key, {}) or {}
-    if _want(ctx, (sec.key,), d, dict, sec.what):
-        _check_keys(ctx, (sec.key,), d, sec.keys)
-    else:
-        d = {}
-    return {f.key: f.read({}) if d.get(f.key) is None and (f.key not in d or f.default is None)
-            else _field(ctx, (sec.key, f.key), f, d[f.key]) for f in sec.fields}
-
-
 def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) -> JobSpec:
     """Check every key and type; raise one ``SpecError`` listing every problem found."""
-    ctx = _Ctx(marks)
+    ctx = Collector(marks)
     if not isinstance(raw, dict):
         raise SpecError(f"{source}: a job file is a mapping of keys (name:, run:, ...), not a {type(raw).__name__}",
                         "see docs/job-spec.md, or write one with gpujob init")
-    _check_keys(ctx, (), raw, TOP_KEYS)
+    check_keys(ctx, (), raw, TOP_KEYS)
     run, wd, name, host, hosts = _command_and_place(ctx, raw, base_dir)
-    exclude = _str_list(ctx, ("exclude",), raw.get("exclude", []))
+    exclude = str_list(ctx, ("exclude",), raw.get("exclude", []))
     data = _data_section(ctx, raw.get("data") or [], base_dir)
     setup, req, python = _preparation(ctx, raw, wd)
     env, secrets = _environment(ctx, raw)
     gpus = raw.get("gpus")
     if gpus is not None and gpus not in ("all", "auto"):
-        _int_in(ctx, ("gpus",), gpus, 0, MAX_GPUS, "a number of GPUs, 'all', or 'auto' (the CPU on a CPU host)")
-    declared = {sec.key: _section(ctx, raw, sec) for sec in DEFAULTS.SECTIONS}
+        int_in(ctx, ("gpus",), gpus, 0, MAX_GPUS, "a number of GPUs, 'all', or 'auto' (the CPU on a CPU host)")
+    declared = {sec.key: check_section(ctx, raw, sec) for sec in DEFAULTS.SECTIONS}
     ck = declared["checkpoint"]
     _checkpoint_paths(ctx, ck["dir"], ck["pattern"])
     # the mirror's own keep defaults to the checkpoint folder's (with 0 there, the default keep)
@@ -295,8 +183,8 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
     for msg in errs:
         ctx.err(("checkpoint", "mirror"), msg)
     metrics = _metrics_section(ctx, raw.get("metrics", {}) or {})
-    launcher = _field(ctx, ("launcher",), DEFAULTS.LAUNCHER_FIELD, raw.get("launcher", DEFAULTS.LAUNCHER))
-    nodes = _str_list(ctx, ("nodes",), raw.get("nodes", []))
+    launcher = check_field(ctx, ("launcher",), DEFAULTS.LAUNCHER_FIELD, raw.get("launcher", DEFAULTS.LAUNCHER))
+    nodes = str_list(ctx, ("nodes",), raw.get("nodes", []))
     if nodes and launcher != "torchrun":
         ctx.err(("nodes",), "several nodes need launcher: torchrun")
     if len(set(nodes)) != len(nodes):
@@ -305,7 +193,7 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
         ctx.err(("host",), "give either host: or nodes:, not both")
     sections = _agent_sections(ctx, raw)
     sweep = raw.get("sweep") or {}
-    _want(ctx, ("sweep",), sweep, dict, "a mapping (params:, metric:, method:, trials: ...; docs/experiments.md)")
+    want(ctx, ("sweep",), sweep, dict, "a mapping (params:, metric:, method:, trials: ...; docs/experiments.md)")
     mlflow = _mlflow_section(ctx, raw.get("mlflow"))
 
     if ctx.errors:
@@ -327,54 +215,54 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
     )
 
 
-def _command_and_place(ctx: _Ctx, raw: dict, base_dir: Path) -> tuple[str, Path, Any, Any, list[str]]:
+def _command_and_place(ctx: Collector, raw: dict, base_dir: Path) -> tuple[str, Path, Any, Any, list[str]]:
     """(run, the code folder, name, host, hosts): what runs, and from where."""
     run = raw.get("run")
     if run is None:
         ctx.err((), "missing required key 'run' (the command that trains, e.g. run: python train.py)")
         run = ""
-    elif _want(ctx, ("run",), run, str, "a shell command as one string (several lines: run: |)"):
+    elif want(ctx, ("run",), run, str, "a shell command as one string (several lines: run: |)"):
         run = run.strip()
         if not run:
             ctx.err(("run",), "is empty: give the command that trains, e.g. run: python train.py")
     workdir = raw.get("workdir", ".")
-    if not _want(ctx, ("workdir",), workdir, str, "a folder path"):
+    if not want(ctx, ("workdir",), workdir, str, "a folder path"):
         workdir = "."
     wd = _local_path(ctx, ("workdir",), base_dir, workdir) or base_dir.resolve()
     if not _exists(wd, "dir"):
         ctx.err(("workdir",), f"folder {wd} does not exist")
     name = raw.get("name", wd.name)
-    if _want(ctx, ("name",), name, str, "a name") and not _NAME_RE.fullmatch(name):
-        ctx.err(("name",), f"{_short(name)}: use letters, digits, '.', '_' and '-' (at most 63)")
+    if want(ctx, ("name",), name, str, "a name") and not _NAME_RE.fullmatch(name):
+        ctx.err(("name",), f"{short(name)}: use letters, digits, '.', '_' and '-' (at most 63)")
     host = raw.get("host")
     hosts: list[str] = []
     if isinstance(host, list):
-        hosts = _str_list(ctx, ("host",), host)
+        hosts = str_list(ctx, ("host",), host)
         if not hosts or len(set(hosts)) != len(hosts):
             ctx.err(("host",), "list each host profile once (at least one)")
         host = hosts[0] if hosts else None
     elif host is not None:
-        _want(ctx, ("host",), host, str, "a host profile name or a list of them")
+        want(ctx, ("host",), host, str, "a host profile name or a list of them")
     return run, wd, name, host, hosts
 
 
-def _data_section(ctx: _Ctx, items: Any, base_dir: Path) -> list[DataEntry]:
+def _data_section(ctx: Collector, items: Any, base_dir: Path) -> list[DataEntry]:
     """``data:``: local paths, each synced to a relative destination under the data folder."""
     data: list[DataEntry] = []
     if isinstance(items, (str, dict)):  # `data: ./corpus` and `data: {src: ..., dst: ...}` stand for one entry
         items = [items]
     elif not isinstance(items, list):
-        ctx.err(("data",), f"expected a path or a list of {{src, dst}}, got {_short(items)}")
+        ctx.err(("data",), f"expected a path or a list of {{src, dst}}, got {short(items)}")
         items = []
     for i, item in enumerate(items):
         p = ("data", i)
         if isinstance(item, str):
             item = {"src": item}
-        if not _want(ctx, p, item, dict, "{src: local path, dst: path on the instance}"):
+        if not want(ctx, p, item, dict, "{src: local path, dst: path on the instance}"):
             continue
-        _check_keys(ctx, p, item, ["src", "dst"])
+        check_keys(ctx, p, item, ["src", "dst"])
         src = item.get("src")
-        if not _want(ctx, p + ("src",), src, str, "a local path"):
+        if not want(ctx, p + ("src",), src, str, "a local path"):
             continue
         srcp = _local_path(ctx, p + ("src",), base_dir, src)
         if srcp is None:
@@ -382,40 +270,40 @@ def _data_section(ctx: _Ctx, items: Any, base_dir: Path) -> list[DataEntry]:
         if not _exists(srcp, "any"):
             ctx.err(p + ("src",), f"{srcp} does not exist")
         dst = item.get("dst") or srcp.name
-        if not _want(ctx, p + ("dst",), dst, str, "a path under the data folder"):
+        if not want(ctx, p + ("dst",), dst, str, "a path under the data folder"):
             continue
         if dst.startswith("/") or ".." in Path(dst).parts or not Path(dst).parts:
-            ctx.err(p + ("dst",), f"{_short(dst)} must be a relative path under the data folder")
+            ctx.err(p + ("dst",), f"{short(dst)} must be a relative path under the data folder")
         data.append(DataEntry(src=str(srcp), dst=dst))
     return data
 
 
-def _preparation(ctx: _Ctx, raw: dict, wd: Path) -> tuple[Any, Any, Any]:
+def _preparation(ctx: Collector, raw: dict, wd: Path) -> tuple[Any, Any, Any]:
     """(setup, requirements, python): what prepares the job's environment."""
     setup = raw.get("setup")
     if isinstance(setup, list):
-        setup = "\n".join(_str_list(ctx, ("setup",), setup))
-    elif setup is not None and not _want(ctx, ("setup",), setup, str, "shell commands"):
+        setup = "\n".join(str_list(ctx, ("setup",), setup))
+    elif setup is not None and not want(ctx, ("setup",), setup, str, "shell commands"):
         setup = None
     req = raw.get("requirements")
-    if req is not None and _want(ctx, ("requirements",), req, str, "a file path"):
+    if req is not None and want(ctx, ("requirements",), req, str, "a file path"):
         rp = _local_path(ctx, ("requirements",), wd, req)
         if rp is not None and not _exists(rp, "file"):
             ctx.err(("requirements",), f"{rp} does not exist")
         req = str(rp)
     python = raw.get("python")
     if python is not None:
-        _want(ctx, ("python",), python, str, "an interpreter: a path, 'conda:NAME' or 'venv'")
+        want(ctx, ("python",), python, str, "an interpreter: a path, 'conda:NAME' or 'venv'")
     return setup, req, python
 
 
-def _environment(ctx: _Ctx, raw: dict) -> tuple[dict[str, str], list[str]]:
+def _environment(ctx: Collector, raw: dict) -> tuple[dict[str, str], list[str]]:
     """(env, secrets): the job's variables, and the names of those the laptop sends from its own."""
     env: dict[str, str] = {}
-    if _want(ctx, ("env",), raw.get("env") or {}, dict, "a mapping NAME: value"):
+    if want(ctx, ("env",), raw.get("env") or {}, dict, "a mapping NAME: value"):
         for k, v in (raw.get("env") or {}).items():
             if not _ENV_RE.fullmatch(str(k)):
-                ctx.err(("env", k), f"{_short(k)} is not a valid variable name")
+                ctx.err(("env", k), f"{short(k)} is not a valid variable name")
             elif k in RESERVED_ENV:
                 ctx.err(("env", k), f"{k} is set by gpujob for every job: use another name")
             elif isinstance(v, (dict, list)):
@@ -424,16 +312,16 @@ def _environment(ctx: _Ctx, raw: dict) -> tuple[dict[str, str], list[str]]:
                 ctx.err(("env", k), "holds a NUL character, which no variable can carry")
             else:
                 env[str(k)] = "" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
-    secrets = _str_list(ctx, ("secrets",), raw.get("secrets", []))
+    secrets = str_list(ctx, ("secrets",), raw.get("secrets", []))
     for i, s in enumerate(secrets):
         if not _ENV_RE.fullmatch(s):
-            ctx.err(("secrets", i), f"{_short(s)} is not a valid variable name")
+            ctx.err(("secrets", i), f"{short(s)} is not a valid variable name")
         elif s in RESERVED_ENV:
             ctx.err(("secrets", i), f"{s} is set by gpujob for every job: use another name")
     return env, secrets
 
 
-def _checkpoint_paths(ctx: _Ctx, ckdir: str | None, pat: str | None) -> None:
+def _checkpoint_paths(ctx: Collector, ckdir: str | None, pat: str | None) -> None:
     """``checkpoint.dir`` and ``.pattern`` beyond their types: where they may point."""
     if ckdir is not None:
         rel = Path(ckdir)
@@ -449,7 +337,7 @@ def _checkpoint_paths(ctx: _Ctx, ckdir: str | None, pat: str | None) -> None:
                 "'version_*/checkpoints/*.ckpt'")
 
 
-def _agent_sections(ctx: _Ctx, raw: dict) -> dict[str, dict]:
+def _agent_sections(ctx: Collector, raw: dict) -> dict[str, dict]:
     """``notify:`` and ``autostop:``, checked by the agent's own modules."""
     sections: dict[str, dict] = {}
     _register_remote_validators()
@@ -457,7 +345,7 @@ def _agent_sections(ctx: _Ctx, raw: dict) -> dict[str, dict]:
         val = raw.get(sec) or {}
         if sec == "notify" and isinstance(val, list):  # a bare list of channels means the channels
             val = {"channels": val}
-        if _want(ctx, (sec,), val, dict, "a mapping" + (" (did you mean notify: {channels: [...]}?)" if sec == "notify" else "")):
+        if want(ctx, (sec,), val, dict, "a mapping" + (" (did you mean notify: {channels: [...]}?)" if sec == "notify" else "")):
             sections[sec] = val
             validator = SECTION_VALIDATORS.get(sec)
             for msg in validator(val) if validator else []:
@@ -465,22 +353,22 @@ def _agent_sections(ctx: _Ctx, raw: dict) -> dict[str, dict]:
     return sections
 
 
-def _mlflow_section(ctx: _Ctx, m: Any) -> dict[str, Any]:
+def _mlflow_section(ctx: Collector, m: Any) -> dict[str, Any]:
     """``mlflow: URI`` or ``{tracking_uri: URI, experiment: NAME}`` (docs/experiments.md, the lab's MLflow)."""
     if m is None:
         return {}
     if isinstance(m, str):
         m = {"tracking_uri": m}
-    if not _want(ctx, ("mlflow",), m, dict, "a tracking URI, or {tracking_uri: URI, experiment: NAME}"):
+    if not want(ctx, ("mlflow",), m, dict, "a tracking URI, or {tracking_uri: URI, experiment: NAME}"):
         return {}
-    _check_keys(ctx, ("mlflow",), m, ["tracking_uri", "experiment"])
+    check_keys(ctx, ("mlflow",), m, ["tracking_uri", "experiment"])
     out: dict[str, Any] = {}
     for key in ("tracking_uri", "experiment"):
         v = m.get(key)
         if v is None:
             continue
         if not isinstance(v, str) or not v.strip() or len(v) > 1000:
-            ctx.err(("mlflow", key), f"expected a text, got {_short(v)}")
+            ctx.err(("mlflow", key), f"expected a text, got {short(v)}")
             continue
         out[key] = v.strip()
     from gpujob.config.secreturl import credential_in
@@ -491,14 +379,14 @@ def _mlflow_section(ctx: _Ctx, m: Any) -> dict[str, Any]:
     return out
 
 
-def _metrics_section(ctx: _Ctx, m: Any) -> dict[str, Any]:
+def _metrics_section(ctx: Collector, m: Any) -> dict[str, Any]:
     """``metrics: {patterns: [regex with named groups], total: {epochs: N} | {steps: N}}``: how the log
     reader reads a format it does not know (docs/agent.md)."""
-    if not _want(ctx, ("metrics",), m, dict, "{patterns: [...], total: {epochs: N}}"):
+    if not want(ctx, ("metrics",), m, dict, "{patterns: [...], total: {epochs: N}}"):
         return {}
-    _check_keys(ctx, ("metrics",), m, ["patterns", "total"])
+    check_keys(ctx, ("metrics",), m, ["patterns", "total"])
     out: dict[str, Any] = {}
-    pats = _str_list(ctx, ("metrics", "patterns"), m.get("patterns", []))
+    pats = str_list(ctx, ("metrics", "patterns"), m.get("patterns", []))
     for i, rx in enumerate(pats):
         try:
             groups = re.compile(rx).groupindex
@@ -511,10 +399,10 @@ def _metrics_section(ctx: _Ctx, m: Any) -> dict[str, Any]:
     if pats:
         out["patterns"] = pats
     total = m.get("total")
-    if total is not None and _want(ctx, ("metrics", "total"), total, dict, "{epochs: N} or {steps: N}"):
-        _check_keys(ctx, ("metrics", "total"), total, ["epochs", "steps"])
+    if total is not None and want(ctx, ("metrics", "total"), total, dict, "{epochs: N} or {steps: N}"):
+        check_keys(ctx, ("metrics", "total"), total, ["epochs", "steps"])
         for k in ("epochs", "steps"):
-            if k in total and _int_in(ctx, ("metrics", "total", k), total[k], 1, 10**12, f"a number of {k}"):
+            if k in total and int_in(ctx, ("metrics", "total", k), total[k], 1, 10**12, f"a number of {k}"):
                 out.setdefault("total", {})[k] = total[k]
     return out
 
