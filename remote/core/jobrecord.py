@@ -10,7 +10,7 @@ its default at the attribute, so one damaged field costs that field, not every `
 record in one place: remote/core/liveness.py.
 """
 
-from typing import Any, Callable, Dict, Generic, List, Mapping, Optional, TypeVar
+from typing import Any, Callable, Dict, Generic, List, Mapping, Optional, TypeVar, Union
 
 T = TypeVar("T")
 
@@ -168,6 +168,11 @@ class JobRecord:
     def __init__(self, doc: Optional[Mapping[str, Any]] = None) -> None:
         self.doc = clean(dict(doc) if isinstance(doc, Mapping) else {})  # type: Dict[str, Any]
 
+    @classmethod
+    def of(cls, record: "RecordLike") -> "JobRecord":
+        """A JobRecord from a status document (or the JobRecord itself)."""
+        return record if isinstance(record, JobRecord) else cls(record)
+
     def update(self, **changes: Any) -> "JobRecord":
         """Set several keys at once (the writers' ``save(state=..., ended_at=...)``)."""
         self.doc.update(changes)
@@ -191,3 +196,6 @@ class JobRecord:
 
     def to_dict(self) -> Dict[str, Any]:
         return dict(self.doc)
+
+
+RecordLike = Union[JobRecord, Mapping[str, Any], None]

@@ -16,7 +16,7 @@ import threading
 import time
 from typing import Any, Dict, List, Optional
 
-from remote.core.jobrecord import JobRecord
+from remote.core.jobrecord import JobRecord, RecordLike
 from remote.core.layout import JobDir, Root, agent_log, now, screen_lines
 from remote.core.protocol import ENDINGS
 from remote.core.spec import JobSpec, SpecLike
@@ -41,9 +41,10 @@ def tensorboard_url(spec: SpecLike) -> Optional[str]:
     return None
 
 
-def build_event(kind: str, job: JobDir, spec: SpecLike, status: JobRecord, **extra: Any) -> Dict[str, Any]:
+def build_event(kind: str, job: JobDir, spec: SpecLike, status: RecordLike, **extra: Any) -> Dict[str, Any]:
     """The event dict ``notify.render`` turns into a message: job, host, duration, cost, metrics, TB URL."""
     spec = JobSpec.of(spec)
+    status = JobRecord.of(status)
     t = now()
     started = status.started_at or status.submitted_at
     ended = status.ended_at or t

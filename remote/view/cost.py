@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from remote.core.jobrecord import JobRecord
+from remote.core.jobrecord import JobRecord, RecordLike
 from remote.core.layout import tail_lines
 from remote.core.spec import CURRENCY, JobSpec, SpecLike
 from remote.metrics.totals import run_hints, total_from_epochs
@@ -38,7 +38,7 @@ def max_steps(spec: SpecLike, records: List[Dict[str, Any]]) -> Optional[int]:
     return run_hints(spec).get("max_steps")
 
 
-def estimate(status: JobRecord, spec: SpecLike, metrics: Path, now: float,
+def estimate(status: RecordLike, spec: SpecLike, metrics: Path, now: float,
              progress: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """{elapsed_s, cost, price_per_hour, currency, max_steps, step, steps_per_s, eta_s, projected_cost}.
 
@@ -47,6 +47,7 @@ def estimate(status: JobRecord, spec: SpecLike, metrics: Path, now: float,
     progress bar said (its total and rate stand in where the records carry none).
     """
     spec = JobSpec.of(spec)
+    status = JobRecord.of(status)
     start = status.started_at
     end = status.ended_at or now
     elapsed = max(0.0, float(end) - float(start)) if start else 0.0
