@@ -74,7 +74,7 @@ def take_over(job: JobDir, st: JobRecord, why: str, grace: float) -> List[int]:
             why, ", ".join(str(p) for p in sorted(asked)) or "none found", time.strftime("%Y-%m-%d %H:%M:%S")))
     killed, survivors = jobkill.end(find, grace, term=False, cgroup=st.cgroup)
     sup = st.supervisor_pid
-    if sup and procs.belongs_to(sup, job.id):  # frozen or silent: it would hold the job's locks (resume refused) forever
+    if sup and liveness(job, st, procs.boot_id()).runs:  # frozen or silent: it would hold the job's locks (resume refused) forever
         procs.signal_pids({sup}, signal.SIGKILL)
     changes = {"state": "stopped", "reason": st.stopping or "stopped by user", "ended_at": now(),
                "killed": killed, "survivors": survivors, "child_pid": None,
