@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from remote.core import atomicfile
+from remote.core.jobrecord import JobRecord
 from remote.core.spec import JobSpec
 
 
@@ -104,38 +105,6 @@ def append_jsonl(path: Path, record: Dict[str, Any]) -> None:
         f.write(json.dumps(record, sort_keys=True) + "\n")
 
 
-# status.json fields every reader does arithmetic on: a damaged or hand-edited record ("abc", 1e400,
-# a list) must cost that field, not every ``status``/``ls`` of the host (tests/faults/test_damaged_state.py)
-_NUMBERS = ("heartbeat", "submitted_at", "started_at", "ended_at", "resumed_at", "next_attempt_at", "attempt",
-            "supervisor_pid", "child_pid", "exit_code", "restart_base", "batch_divisor", "queue_position")
-_INTEGERS = ("attempt", "supervisor_pid", "child_pid", "exit_code", "restart_base", "batch_divisor", "queue_position")
-
-
-def _number_ok(v: Any, integer: bool) -> bool:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return False
-    if integer:
-        return isinstance(v, int) and abs(v) < 1 << 62
-    return v == v and abs(v) < 1e15  # finite, and a time (epoch seconds) or a count
-
-
-def clean_status(st: Dict[str, Any]) -> Dict[str, Any]:
-    """``st`` without the fields whose type no writer of ours produces."""
-    for k in _NUMBERS:
-        if k in st and st[k] is not None and not _number_ok(st[k], k in _INTEGERS):
-            del st[k]
-    for k in ("state", "name", "project", "reason", "lost_reason", "stopping"):
-        if k in st and st[k] is not None and not isinstance(st[k], str):
-            del st[k]
-    if "attempts" in st:
-        got = st["attempts"]
-        st["attempts"] = [a for a in got if isinstance(a, dict)] if isinstance(got, list) else []
-    for k in ("diagnosis", "moves"):
-        if k in st and not isinstance(st[k], (dict if k == "diagnosis" else list)):
-            del st[k]
-    return st
-
-
 class Root:
     """Paths under gpujob's root on this machine."""
 
@@ -211,11 +180,14 @@ class JobDir:
             return self.path / files[name]
         raise AttributeError(name)
 
-    def status(self) -> Dict[str, Any]:
-        return clean_status(read_doc(self.status_file))
+    def record(self) -> JobRecord:
+        """status.json, typed (remote/core/jobrecord.py): the one door in; a missing or unreadable
+        file reads as an empty record."""
+        return JobRecord(read_doc(self.status_file))
 
-    def write_status(self, status: Dict[str, Any]) -> None:
-        write_json(self.status_file, status)
+    def write_record(self, record: JobRecord) -> None:
+        """The one door out: written atomically, with the root's reserve on a full disk."""
+        write_json(self.status_file, record.doc)
 
     def event(self, kind: str, **fields: Any) -> None:
         rec = {"t": round(now(), 3), "event": kind}

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from remote.ckpt import checkpoints
-from remote.core.layout import read_doc, read_json
+from remote.core.layout import JobDir, read_doc, read_json
 from remote.core.spec import JobSpec
 from remote.stream import tree
 
@@ -75,7 +75,7 @@ def stray_checkpoints(job_path: Path, limit: int = 20) -> List[str]:
     pull names them with the next step. Only files newer than the job's first start count (the synced
     code keeps its own times); see ``checkpoints.stray_paths``."""
     code = job_path / "code"
-    attempts = (read_json(job_path / "status.json", {}) or {}).get("attempts") or [{}]
+    attempts = JobDir(job_path).record().attempts or [{}]
     since = float(attempts[0].get("started_at") or 0)
     if not since or not code.is_dir() or code.is_symlink():
         return []
@@ -138,7 +138,7 @@ def select(job_path: Path, what: str = "all", metric: Optional[str] = None,
             chosen = "ckpt/" + p.relative_to(job_path / "ckpt").as_posix()
             roots.append("ckpt")
             skip = _other_checkpoints(job_path, found, p)
-            state = (read_json(job_path / "status.json", {}) or {}).get("state")
+            state = JobDir(job_path).record().state
             if state in ("stopped", "autostopped"):  # an HF example writes its "final" model on the way out
                 note = ("the job was {} before its end: a final model or results file beside the checkpoint "
                         "is its state at the stop, not a finished training's").format(state)
@@ -201,8 +201,8 @@ def _kept_instead(job_path: Path, chosen: Optional[Path], note: Optional[str]) -
 def final_artifacts(job_path: Path) -> List[Dict[str, Any]]:
     """The model files the job saved in its working folder that are no checkpoint (see
     ``checkpoints.artifacts``), newest first."""
-    st = read_json(job_path / "status.json", {}) or {}
-    since = float(st.get("started_at") or st.get("submitted_at") or 0)
+    st = JobDir(job_path).record()
+    since = float(st.started_at or st.submitted_at or 0)
     if not since or not (job_path / "code").is_dir():
         return []
     return checkpoints.artifacts(job_path / "code", since, job_path / "ckpt", _pattern(job_path))

@@ -12,11 +12,11 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from remote.core import atomicfile
+from remote.core.jobrecord import JobRecord
 from remote.core.layout import Root, last_json_line
-from remote.core.protocol import TERMINAL
 from remote.core.spec import JobSpec, SpecLike
 
 QUERY = "index,utilization.gpu,memory.used,memory.total,power.draw,temperature.gpu"
@@ -302,37 +302,35 @@ def wanted(spec: SpecLike) -> Optional[int]:
     return int(g)
 
 
-def _live(root: Root, job_id: str, st: Dict[str, Any]) -> bool:
+def _held(root: Root, want: Callable[[str, JobRecord], bool]) -> Iterator[Tuple[str, JobRecord]]:
+    """(job id, record) of each job of this root that ``want``s and whose supervisor runs
+    (remote/core/liveness.py): only those hold GPUs or wait for them."""
     from remote.core import procs
+    from remote.core.liveness import liveness
 
-    return st.get("state") not in TERMINAL and procs.belongs_to(st.get("supervisor_pid"), job_id)
+    if not root.jobs.is_dir():
+        return
+    boot = procs.boot_id()
+    for d in root.jobs.iterdir():
+        job = root.job(d.name)
+        st = job.record()
+        if want(d.name, st) and liveness(job, st, boot).holds_gpus:
+            yield d.name, st
 
 
 def taken(root: Root, me: str) -> Dict[str, str]:
     """GPU index → job id, for GPUs held by other live jobs of this root."""
     out: Dict[str, str] = {}
-    if not root.jobs.is_dir():
-        return out
-    for d in root.jobs.iterdir():
-        if d.name == me:
-            continue
-        st = root.job(d.name).status()
-        cvd = st.get("cuda_visible_devices")
-        if cvd and st.get("gpus_held") and _live(root, d.name, st):
-            for i in str(cvd).split(","):
-                out[i.strip()] = d.name
+    for job_id, st in _held(root, lambda i, st: i != me and bool(st.cuda_visible_devices and st.gpus_held)):
+        for i in str(st.cuda_visible_devices).split(","):
+            out[i.strip()] = job_id
     return out
 
 
 def queue(root: Root) -> List[str]:
     """Jobs waiting for GPUs, first in line first."""
-    waiting = []
-    if not root.jobs.is_dir():
-        return []
-    for d in root.jobs.iterdir():
-        st = root.job(d.name).status()
-        if st.get("state") == "queued" and st.get("waiting_for_gpus") and _live(root, d.name, st):
-            waiting.append((float(st.get("submitted_at") or 0), d.name))
+    waiting = [(float(st.submitted_at or 0), job_id)
+               for job_id, st in _held(root, lambda i, st: st.state == "queued" and st.waiting_for_gpus)]
     return [j for _, j in sorted(waiting)]
 
 

@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Set
 
 from remote.core import layout, locks, procs
-from remote.core.layout import JobDir, Root, read_doc, read_json
-from remote.core.protocol import SETTLED, TERMINAL  # gc takes settled jobs only: a lost one may be resumed
+from remote.core.layout import Root, read_doc, read_json
+from remote.core.liveness import Verdict
+from remote.core.protocol import SETTLED  # gc takes settled jobs only: a lost one may be resumed
 from remote.data import datastore
 from remote.jobs import store as jobs
 
@@ -52,22 +53,10 @@ def remove_path(path: Path) -> None:
         shutil.rmtree(str(path))
 
 
-def _orphans(root: Root, job: JobDir, st: Dict[str, Any]) -> List[int]:
-    """The processes of a ``lost`` job that still run (its supervisor died, its trainer goes on)."""
-    if st.get("state") != "lost" or st.get("boot_id") not in (None, procs.boot_id()):
-        return []
-    return sorted(procs.job_pids(job.id, job_dir=str(job.path)))
-
-
-def still_live(root: Root, job: JobDir, st: Dict[str, Any]) -> bool:
-    """Whether removing the job's folder (or powering the host off) would cut work: it runs or waits,
-    or it is lost and its processes still run (they write into the folder; a stop finds them by it)."""
-    return st.get("state") not in TERMINAL or bool(_orphans(root, job, st))
-
-
-def what(root: Root, job: JobDir, st: Dict[str, Any]) -> str:
-    left = _orphans(root, job, st)
-    return "{} and {} process(es) of it still run".format(st.get("state"), len(left)) if left else str(st.get("state"))
+def what(verdict: Verdict) -> str:
+    """The job's state, and the processes of a lost one that still run."""
+    left = verdict.left()
+    return "{} and {} process(es) of it still run".format(verdict.state, len(left)) if left else str(verdict.state)
 
 
 def _agent_version() -> str:
@@ -92,16 +81,16 @@ def plan(root: Root, older_than: float, checkpoints_only: bool = False, now: Opt
     busy = []  # type: List[str]
     for job_id in jobs.all_job_ids(root):
         job = root.job(job_id)
-        st = jobs.live_status(root, job, boot)
+        st, verdict = jobs.judged(root, job, boot)
         spec = job.job_spec()
         env = read_json(job.path / jobenv.FILE, None)
-        state = st.get("state")
-        ended = float(st.get("ended_at") or st.get("submitted_at") or 0)
+        state = st.state
+        ended = float(st.ended_at or st.submitted_at or 0)
         old = state in SETTLED and ended < cutoff
-        if state not in TERMINAL:
+        if verdict.lives:
             busy.append(job_id)
-            if st.get("agent"):
-                live_agents.add(str(st["agent"]))
+            if st.agent:
+                live_agents.add(st.agent)
             if not isinstance(env, dict):
                 env_unknown = True
         if old and checkpoints_only:

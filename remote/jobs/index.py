@@ -77,10 +77,10 @@ def read(root: Root) -> Tuple[List[str], Dict[str, str], Set[str]]:
     if missing:  # folders from before the index, or a submit that died before its line
         new = []  # type: List[Dict[str, object]]
         for i in missing:
-            st = root.job(i).status()
-            times[i], names[i] = float(st.get("submitted_at") or 0), str(st.get("name") or "")
+            st = root.job(i).record()
+            times[i], names[i] = float(st.submitted_at or 0), str(st.name or "")
             new.append({"id": i, "t": times[i], "name": names[i]})
-            if st.get("state") in SETTLED:
+            if st.state in SETTLED:
                 done.add(i)
                 new.append({"id": i, "done": True})
         try:

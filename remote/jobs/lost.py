@@ -31,13 +31,12 @@ def lost_candidates(root: Root) -> List[str]:
         if (p / LOST_MARK).exists() or not (p / "spec.json").exists():
             continue
         job = root.job(p.name)
-        st = job.status()
-        if st.get("state") in SETTLED:
+        if job.record().state in SETTLED:
             continue
         if not job.job_spec().notify.enabled:
             continue
         boot = boot or procs.boot_id()
-        if jobs.live_status(root, job, boot).get("state") == "lost":
+        if jobs.judged(root, job, boot)[1].lost:
             out.append(p.name)
     return out
 

@@ -15,9 +15,8 @@ from typing import IO, Any, Dict, List
 from remote.core import locks, procs
 from remote.core.errors import AgentError
 from remote.core.layout import JobDir, Root, now
-from remote.core.protocol import TERMINAL
 from remote.jobs.inbox import incoming_dir
-from remote.jobs.store import live_status, resolve
+from remote.jobs.store import judged, live_status, resolve
 from remote.jobs.submit import submit
 from remote.stream import CHUNK, read_items, tree
 
@@ -62,8 +61,8 @@ def _adopt(root: Root, request: Dict[str, Any], stdin: IO[bytes], stdout: IO[byt
     here = root.job(job_id)
     if here.path.exists():
         st = live_status(root, here, procs.boot_id())
-        if st.get("state") != "moved":
-            raise AgentError("job {} already exists on this host ({})".format(job_id, st.get("state")),
+        if st.state != "moved":
+            raise AgentError("job {} already exists on this host ({})".format(job_id, st.state),
                              "gpujob resume {} --host THIS_HOST continues it here".format(job_id), "exists")
     inbox.path.mkdir(parents=True, exist_ok=True)
     # shared storage (an absolute checkpoint.dir) is already there; a relative one is the job's own ckpt/
@@ -81,12 +80,12 @@ def mark_moved(root: Root, ref: str, to: str) -> Dict[str, Any]:
     """The job left for host ``to``: a final state here, so it cannot be resumed on this host."""
     job = root.job(resolve(root, ref))
     with locks.job_lock(job.path, removed_is_error=True):  # judged under the lock: a resume may be restarting it
-        st = live_status(root, job, procs.boot_id())
-        if st.get("state") not in TERMINAL:
-            raise AgentError("job {} is still {} here".format(job.id, st.get("state")),
+        st, verdict = judged(root, job, procs.boot_id())
+        if verdict.lives:
+            raise AgentError("job {} is still {} here".format(job.id, st.state),
                              "stop it first: gpujob stop {}".format(job.id), "bad_state")
-        fresh = job.status()
-        fresh.update(state="moved", moved_to=to, ended_at=fresh.get("ended_at") or now(), reason="moved to " + to)
-        job.write_status(fresh)
+        fresh = job.record()
+        fresh.update(state="moved", moved_to=to, ended_at=fresh.ended_at or now(), reason="moved to " + to)
+        job.write_record(fresh)
         job.event("state", state="moved", reason="moved to " + to)
     return {"job_id": job.id, "state": "moved", "moved_to": to, "t": time.time()}

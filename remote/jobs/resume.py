@@ -8,10 +8,9 @@ from typing import Any, Dict
 from remote.core import locks, procs
 from remote.core.errors import AgentError
 from remote.core.layout import JobDir, Root, agent_log, now, read_json
-from remote.core.protocol import TERMINAL
 from remote.jobs import index as jobindex
 from remote.jobs.saved import checkpoint_list
-from remote.jobs.store import live_status
+from remote.jobs.store import judged
 from remote.jobs.submit import record_supervisor, start_supervisor
 
 STOP_TURN = 60.0  # s a resume waits for the stops under way (a stop after the next checkpoint may take long)
@@ -23,20 +22,20 @@ def resume(root: Root, job_id: str) -> Dict[str, Any]:
     # the stops under way answer first (each for the run it stopped): at most STOP_TURN s, then as before
     with locks.stop_turn(job.path, shared=False, wait=STOP_TURN), \
             locks.job_lock(job.path, removed_is_error=True):  # a second resume waits here, then finds the job running
-        st = live_status(root, job, procs.boot_id())
-        if st.get("state") == "moved":
-            raise AgentError("job {} moved to {}: it goes on there".format(job_id, st.get("moved_to")),
+        st, verdict = judged(root, job, procs.boot_id())
+        if st.state == "moved":
+            raise AgentError("job {} moved to {}: it goes on there".format(job_id, st.moved_to),
                              "gpujob resume {} (the laptop knows its new host)".format(job_id), "moved")
-        if locks.supervisor_alive(job.path) and st.get("state") in TERMINAL and \
+        if verdict.locked and not verdict.lives and \
                 (read_json(job.path / "mirror.json") or {}).get("ending"):
             raise AgentError("job {} ended ({}) and its supervisor is still sending the last checkpoint to the "
-                             "mirror".format(job_id, st.get("state")),
+                             "mirror".format(job_id, st.state),
                              "gpujob status {} shows the upload; resume once it is mirrored (checkpoint.mirror.wait "
                              "bounds the wait)".format(job_id), "already_running")
-        if locks.supervisor_alive(job.path) or st.get("state") not in TERMINAL:
+        if verdict.locked or verdict.lives:
             raise AgentError("job {} is already running ({}): its supervisor is alive".format(
-                job_id, st.get("state")), "follow it with: gpujob tail -f {}".format(job_id), "already_running")
-        if st.get("state") == "succeeded":
+                job_id, st.state), "follow it with: gpujob tail -f {}".format(job_id), "already_running")
+        if st.state == "succeeded":
             raise AgentError("job {} has succeeded: only a lost, stopped or failed job can be resumed".format(job_id),
                              "see gpujob status {}".format(job_id), "bad_state")
         no_gpus = gpus_lacking(job)
@@ -51,20 +50,19 @@ def resume(root: Root, job_id: str) -> Dict[str, Any]:
                 p.unlink()
             except OSError:
                 pass
-        fresh = job.status()
+        fresh = job.record()
         # the ended run's, not this one's (its supervisor too: until the new one is named, the
         # heartbeat's age decides)
-        for k in ("lost_reason", "diagnosis", "remedy", "killed", "stopping", "supervisor_pid"):
-            fresh.pop(k, None)
+        fresh.drop("lost_reason", "diagnosis", "remedy", "killed", "stopping", "supervisor_pid")
         fresh.update(state="queued", resumed_at=now(), ended_at=None, exit_code=None, reason=None,
-                     restart_base=int(fresh.get("attempt") or 0), heartbeat=now(), boot_id=procs.boot_id())
+                     restart_base=int(fresh.attempt or 0), heartbeat=now(), boot_id=procs.boot_id())
         jobindex.mark(root, [job_id], False)  # first: a full disk refusing it leaves the job as it was
-        job.write_status(fresh)
-        job.event("resumed", previous=st.get("state"))
+        job.write_record(fresh)
+        job.event("resumed", previous=st.state)
         pid = start_supervisor(root, job)
         record_supervisor(job, pid)
     agent_log(root, "resumed {} (supervisor {})".format(job_id, pid))
-    doc = {"job_id": job_id, "state": "queued", "supervisor_pid": pid, "previous": st.get("state")}
+    doc = {"job_id": job_id, "state": "queued", "supervisor_pid": pid, "previous": st.state}
     doc.update(resume_point(job))
     return doc
 

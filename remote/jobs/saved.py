@@ -8,15 +8,16 @@ Read by ``resume`` (where to start again), the supervisor (its note on stray che
 from typing import Any, Dict, List, Optional
 
 from remote.core import procs
+from remote.core.jobrecord import JobRecord
 from remote.core.layout import JobDir
 from remote.core.spec import JobSpec, SpecLike
 
 
-def _since(st: Dict[str, Any]) -> float:
-    return float(st.get("started_at") or st.get("submitted_at") or 0)
+def _since(st: JobRecord) -> float:
+    return float(st.started_at or st.submitted_at or 0)
 
 
-def stray_checkpoints(job: JobDir, spec: SpecLike, st: Dict[str, Any]) -> Optional[Dict[str, str]]:
+def stray_checkpoints(job: JobDir, spec: SpecLike, st: JobRecord) -> Optional[Dict[str, str]]:
     """{dir, advice} when the job wrote checkpoints where gpujob does not look (in its code outside
     ``checkpoint.dir``: an HF ``output_dir="out"``; deeper below the checkpoint folder than discovery
     looks), else None."""
@@ -30,7 +31,7 @@ def stray_checkpoints(job: JobDir, spec: SpecLike, st: Dict[str, Any]) -> Option
     return {"dir": rel, "advice": checkpoints.stray_advice(rel)} if rel else None
 
 
-def artifacts(job: JobDir, st: Dict[str, Any]) -> List[Dict[str, Any]]:
+def artifacts(job: JobDir, st: JobRecord) -> List[Dict[str, Any]]:
     """Model files the job wrote in its code folder that are no checkpoint (``mnist_cnn.pt`` saved at
     the end): ``pull --latest`` brings them when the job has no complete checkpoint."""
     try:

@@ -1,29 +1,20 @@
 """Job records on the instance: new ids, finding a job by id, prefix or name, the list, and what a
-record means now (``live_status``: a job whose supervisor is gone is ``lost``; ``mark_lost`` keeps it).
+record means now (``live_status``: the rule of remote/core/liveness.py applied; ``mark_lost`` keeps a ``lost``).
 
 Submitting and resuming are in remote/jobs/submit.py and remote/jobs/resume.py; the documents a
 reader sees (status, ls, watch) are built in remote/view/.
 """
 
-import os
 import time
-from typing import Any, Dict, List
+from typing import List, Tuple
 
 from remote.core import locks, procs
 from remote.core.errors import AgentError
+from remote.core.jobrecord import JobRecord
 from remote.core.layout import JobDir, Root, agent_log, now
-from remote.core.protocol import TERMINAL
+from remote.core.liveness import Verdict, liveness
+from remote.core.protocol import LOST, TERMINAL
 from remote.jobs import index as jobindex
-
-
-def stale_after() -> float:
-    """Seconds without a heartbeat after which a record is stale (read at each look: ``agent.env`` may set it)."""
-    return float(os.environ.get("GPUJOB_STALE_AFTER", "30"))
-
-
-def heartbeat_age(st: Dict[str, Any]) -> float:
-    """Seconds since the supervisor last wrote the record (since the submit, before its first beat)."""
-    return now() - float(st.get("heartbeat") or st.get("submitted_at") or 0)
 
 
 def new_job_id(name: str) -> str:
@@ -60,34 +51,29 @@ def resolve(root: Root, ref: str) -> str:
                      "give more of the id", "ambiguous")
 
 
-def live_status(root: Root, job: JobDir, boot: str) -> Dict[str, Any]:
+def judged(root: Root, job: JobDir, boot: str) -> Tuple[JobRecord, Verdict]:
+    """The job's record as a reader concludes it (``lost`` when nothing runs it: remote/core/liveness.py)
+    and the verdict it was concluded by."""
+    rec = job.record()
+    verdict = liveness(job, rec, boot)
+    if verdict.lost:
+        rec.update(state=LOST, lost_reason=verdict.lost_reason)
+    return rec, verdict
+
+
+def live_status(root: Root, job: JobDir, boot: str) -> JobRecord:
     """status.json plus what a reader concludes: ``lost`` when the supervisor is gone."""
-    st = job.status()
-    state = st.get("state")
-    if state not in TERMINAL:
-        sup = st.get("supervisor_pid")
-        stale = heartbeat_age(st) > stale_after()
-        rebooted = bool(st.get("boot_id")) and st.get("boot_id") != boot
-        # a named supervisor (submit and resume name the one they start) that is gone and holds
-        # no lock is proof (a kill -9): no need to wait for the heartbeat to age
-        if rebooted or ((stale or bool(sup)) and not procs.belongs_to(sup, job.id) and not locks.supervisor_alive(job.path)):
-            st["state"] = "lost"
-            st["lost_reason"] = "the instance rebooted" if rebooted else "the agent is gone (stale heartbeat)"
-            left = [] if rebooted else sorted(procs.job_pids(job.id, job_dir=str(job.path)))
-            if left:
-                st["lost_reason"] += "; {} process(es) of the job still run: stop ends them, resume restarts " \
-                                     "from the newest checkpoint".format(len(left))
-    return st
+    return judged(root, job, boot)[0]
 
 
-def mark_lost(root: Root, job: JobDir, st: Dict[str, Any]) -> None:
+def mark_lost(root: Root, job: JobDir, st: JobRecord) -> None:
     """Persist a ``lost`` conclusion (so the record stops claiming to run)."""
     try:
         with locks.job_lock(job.path):
-            fresh = job.status()  # judged again under the lock: a resume may have just restarted it
-            if fresh.get("state") not in TERMINAL and live_status(root, job, procs.boot_id()).get("state") == "lost":
-                fresh.update(state="lost", lost_reason=st.get("lost_reason"), ended_at=now())
-                job.write_status(fresh)
-                job.event("state", state="lost", reason=st.get("lost_reason"))
+            fresh = job.record()  # judged again under the lock: a resume may have just restarted it
+            if fresh.state not in TERMINAL and liveness(job, fresh, procs.boot_id()).lost:
+                fresh.update(state=LOST, lost_reason=st.lost_reason, ended_at=now())
+                job.write_record(fresh)
+                job.event("state", state=LOST, reason=st.lost_reason)
     except OSError as e:  # a full disk: the reader still gets its answer, the record waits
         agent_log(root, "could not record {} as lost: {}".format(job.id, e))

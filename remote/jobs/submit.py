@@ -11,6 +11,7 @@ from typing import Any, Callable, Dict, Optional
 
 from remote.core import layout, locks
 from remote.core.errors import AgentError
+from remote.core.jobrecord import JobRecord
 from remote.core.layout import JobDir, Root, now, write_json
 from remote.core.spec import JobSpec, submitted
 from remote.jobs import inbox
@@ -61,7 +62,9 @@ def record_supervisor(job: JobDir, pid: int) -> None:
     queued job can then tell a dead supervisor from one still starting (it waited its whole
     ``--wait`` for a supervisor killed during setup or a GPU wait). Not fatal on a full disk."""
     try:
-        job.write_status(dict(job.status(), supervisor_pid=pid))
+        rec = job.record()
+        rec.supervisor_pid = pid
+        job.write_record(rec)
     except OSError:
         pass
 
@@ -105,14 +108,14 @@ def submit(root: Root, request: Dict[str, Any]) -> Dict[str, Any]:
     if secrets:
         write_json(job.secrets, secrets, mode=0o600)
     with locks.job_lock(job.path):
-        job.write_status({"job_id": job_id, "name": spec.name, "project": project, "state": "queued",
-                          "submitted_at": now(), "attempt": 0, "host": request.get("host"), **carried})
+        job.write_record(JobRecord({"job_id": job_id, "name": spec.name, "project": project, "state": "queued",
+                                    "submitted_at": now(), "attempt": 0, "host": request.get("host"), **carried}))
         if carried:
             job.event("moved", **{k: v for k, v in carried["moves"][-1].items() if k != "t"})
         else:
             job.event("submitted")
         try:
-            jobindex.add(root, job_id, spec.name, job.status().get("submitted_at") or now())
+            jobindex.add(root, job_id, spec.name, job.record().submitted_at or now())
         except OSError:  # a full disk: the next read adds the folder from its status.json
             pass
         pid = start_supervisor(root, job)
@@ -164,12 +167,12 @@ def _interpreter_or_refuse(job: JobDir, checked: Optional[Callable[[], None]]) -
         raise
 
 
-def wait_started(job: JobDir, timeout: float = 5.0) -> Optional[Dict[str, Any]]:
+def wait_started(job: JobDir, timeout: float = 5.0) -> Optional[JobRecord]:
     """The record once the supervisor took the job (started, or queued for GPUs), else None after ``timeout``."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        st = job.status()
-        if st.get("state") != "queued" or st.get("waiting_for_gpus"):  # started, or in the GPU queue
+        st = job.record()
+        if st.state != "queued" or st.waiting_for_gpus:  # started, or in the GPU queue
             return st
         time.sleep(0.05)
     return None

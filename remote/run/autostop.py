@@ -156,14 +156,13 @@ class AutoStop:
         return self.cfg.active
 
     def runtime(self) -> float:
-        st = self.ctx.status or {}
-        return time.time() - float(st.get("started_at") or self.started)
+        return time.time() - float(self.ctx.status.started_at or self.started)
 
     def tick(self, monotonic: float = 0.0) -> Optional[str]:
         now = time.time()  # the policies count in wall time (the status's times)
         if self.fired or now < self.next_check or not self.active:
             return None
-        attempts = (self.ctx.status or {}).get("attempts") or [{}]
+        attempts = self.ctx.status.attempts or [{}]
         if now - float(attempts[-1].get("started_at") or 0) < self.every:
             return None  # give a fresh attempt time to start (and to install its stop handling)
         self.next_check = now + self.every

@@ -3,17 +3,18 @@ job's env, its secrets) and the launch spec (the spec plus the GPUs the job was 
 
 import os
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Dict, List
 
 from remote.core import layout
+from remote.core.jobrecord import JobRecord
 from remote.core.layout import JobDir, Root
 from remote.core.spec import JobSpec
 from remote.run import launch
 
 
-def launch_spec(spec: JobSpec, status: Dict[str, Any]) -> JobSpec:
+def launch_spec(spec: JobSpec, status: JobRecord) -> JobSpec:
     """The spec plus the GPUs this job was given (``gpus: all`` counts those)."""
-    return spec.with_values(allocated=status.get("cuda_visible_devices"))
+    return spec.with_values(allocated=status.cuda_visible_devices)
 
 
 def data_dir(root: Root, job: JobDir) -> Path:
@@ -31,7 +32,7 @@ def runtime_path(spec: JobSpec) -> List[str]:
     return hook + [str(runtime)]
 
 
-def environment(root: Root, job: JobDir, spec: JobSpec, status: Dict[str, Any], ckpt: Path, attempt: int,
+def environment(root: Root, job: JobDir, spec: JobSpec, status: JobRecord, ckpt: Path, attempt: int,
                 resume: str) -> Dict[str, str]:
     """The run command's environment for ``attempt``, resuming from ``resume`` ('' for none)."""
     env = dict(os.environ)
@@ -51,14 +52,14 @@ def environment(root: Root, job: JobDir, spec: JobSpec, status: Dict[str, Any], 
         "GPUJOB_METRICS_FILE": str(job.metrics),
         "GPUJOB_STOP_FILE": str(job.stop_file),
         "GPUJOB_KEEP": str(spec.checkpoint.keep),
-        "GPUJOB_BATCH_DIVISOR": str(status.get("batch_divisor", 1)),
+        "GPUJOB_BATCH_DIVISOR": str(status.batch_divisor),
         "GPUJOB_DATA_DIR": str(data_dir(root, job)),
         "PYTHONPATH": os.pathsep.join(runtime_path(spec) + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])),
         "PYTHONUNBUFFERED": "1",
     })
     env.setdefault("HF_HOME", str(root.root / "cache" / "huggingface"))
-    if status.get("cuda_visible_devices") is not None:
-        env["CUDA_VISIBLE_DEVICES"] = status["cuda_visible_devices"]
+    if status.cuda_visible_devices is not None:
+        env["CUDA_VISIBLE_DEVICES"] = status.cuda_visible_devices
     env.update(launch.node_env(launch_spec(spec, status)))
     env.update(spec.host_env)
     env.update(spec.env)

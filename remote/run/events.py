@@ -16,6 +16,7 @@ import threading
 import time
 from typing import Any, Dict, List, Optional
 
+from remote.core.jobrecord import JobRecord, RecordLike
 from remote.core.layout import JobDir, Root, agent_log, now, screen_lines
 from remote.core.protocol import ENDINGS
 from remote.core.spec import JobSpec, SpecLike
@@ -40,12 +41,13 @@ def tensorboard_url(spec: SpecLike) -> Optional[str]:
     return None
 
 
-def build_event(kind: str, job: JobDir, spec: SpecLike, status: Dict[str, Any], **extra: Any) -> Dict[str, Any]:
+def build_event(kind: str, job: JobDir, spec: SpecLike, status: RecordLike, **extra: Any) -> Dict[str, Any]:
     """The event dict ``notify.render`` turns into a message: job, host, duration, cost, metrics, TB URL."""
     spec = JobSpec.of(spec)
+    status = JobRecord.of(status)
     t = now()
-    started = status.get("started_at") or status.get("submitted_at")
-    ended = status.get("ended_at") or t
+    started = status.started_at or status.submitted_at
+    ended = status.ended_at or t
     duration = max(0.0, float(ended) - float(started)) if started else None
     price = spec.price_per_hour
     cost = round(duration / 3600.0 * float(price), 4) if duration is not None and price else None
@@ -57,10 +59,10 @@ def build_event(kind: str, job: JobDir, spec: SpecLike, status: Dict[str, Any], 
     ev = {
         "event": kind,
         "job_id": job.id,
-        "name": spec.name or status.get("name"),
-        "host": spec.host or status.get("host"),
-        "state": status.get("state"),
-        "attempt": status.get("attempt"),
+        "name": spec.name or status.name,
+        "host": spec.host or status.host,
+        "state": status.state,
+        "attempt": status.attempt,
         "duration_s": round(duration, 1) if duration is not None else None,
         "cost": cost,
         "currency": spec.currency if cost is not None else None,
@@ -73,7 +75,7 @@ def build_event(kind: str, job: JobDir, spec: SpecLike, status: Dict[str, Any], 
         try:
             from remote.run import diagnose
 
-            d = diagnose.diagnose(job.log, status.get("exit_code"))
+            d = diagnose.diagnose(job.log, status.exit_code)
             ev["diagnosis"] = d.get("summary") or d.get("cause")
             ev["remedy"] = d.get("remedy")
         except Exception:
@@ -106,7 +108,7 @@ class Notifier:
         except OSError:
             pass
 
-    def emit(self, kind: str, status: Dict[str, Any], **extra: Any) -> None:
+    def emit(self, kind: str, status: JobRecord, **extra: Any) -> None:
         """Queue ``kind`` (its dict is built now, from the job's current files)."""
         if not self.enabled:
             return
@@ -114,7 +116,7 @@ class Notifier:
             notify = _notify()
             if not any(notify.wants(self.cfg, kind, c) for c in self.spec.notify.channels):
                 return
-            ev = build_event(kind, self.job, self.spec, dict(status), **extra)
+            ev = build_event(kind, self.job, self.spec, status.copy(), **extra)
         except Exception as e:
             self._log("notify {}: could not build the event: {}".format(kind, type(e).__name__))
             return
@@ -171,7 +173,7 @@ def notify_lost(root: Root, job_id: str) -> Dict[str, Any]:
     st = jobs.live_status(root, job, procs.boot_id())
     spec = job.job_spec()
     n = Notifier(root, job, spec)
-    ev = build_event("lost", job, spec, st, reason=st.get("lost_reason"))
+    ev = build_event("lost", job, spec, st, reason=st.lost_reason)
     outcomes = n.send_now(ev)  # notify_event applies on:
     return {"job_id": job_id, "sent": len(outcomes), "ok": sum(1 for o in outcomes if o.get("ok"))}
 
@@ -206,7 +208,7 @@ def on_finish(ctx: Any, state: str) -> None:
     """The job ended: send the last notification, wait for it, then power off when asked."""
     kind = state if state in ENDINGS else None  # each way a run ends is announced under its own name
     if kind:
-        emit(ctx, kind, reason=ctx.status.get("reason") if kind != "succeeded" else None)
+        emit(ctx, kind, reason=ctx.status.reason if kind != "succeeded" else None)
     n = getattr(ctx, "notifier", None)
     if n is not None:
         n.flush()

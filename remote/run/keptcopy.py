@@ -28,7 +28,7 @@ class KeptCopy:
 
     def given_up(self, text: str) -> None:
         """The kept copy made way for the job's own writes: status shows it from the next beat on."""
-        self.ctx.status["kept_copy"] = text
+        self.ctx.status.kept_copy = text
         self.ctx.job.event("kept_copy_given_up", reason=text)
 
     def restore(self, attempt: int) -> None:
@@ -46,5 +46,5 @@ class KeptCopy:
             said = "{} restored from the copy kept of its last complete version{} (the save in place was cut " \
                    "short or the file is gone)".format(rel, " (step {})".format(step) if step is not None else "")
             self.ctx.log_marker(said)
-            self.ctx.status["restored"] = "before attempt {}: {}".format(attempt, said)
+            self.ctx.status.restored = "before attempt {}: {}".format(attempt, said)
             self.ctx.job.event("restored", name=rel, step=step)

@@ -97,7 +97,7 @@ def after_job(root: Root, job: JobDir, spec: SpecLike, state: str,
     wait = spec.autostop.pull_wait
     if wait > 0:
         job.event("waiting_for_pull", timeout_s=wait)
-        ended = job.status().get("ended_at") or now()
+        ended = job.record().ended_at or now()
         got = wait_pulled(job, wait, tick, after=float(ended))
         job.event("pull_wait_done", pulled=got)
     if busy(root, exclude=job.id):
@@ -124,22 +124,17 @@ def syncing(root: Root) -> bool:
 def busy(root: Root, exclude: Optional[str] = None) -> bool:
     """Whether any job (other than ``exclude``) runs or waits (queued, restarting), or a submit is on its way."""
     from remote.core import procs
-    from remote.core.protocol import TERMINAL
     from remote.jobs import store as jobs
 
     if syncing(root):
         return True
     if not root.jobs.is_dir():
         return False
-    from remote.jobs.cleanup import still_live
-
     boot = procs.boot_id()
     for p in root.jobs.iterdir():
         if p.name == exclude or not (p / "status.json").exists():
             continue
-        job = root.job(p.name)
-        st = jobs.live_status(root, job, boot)
-        if st.get("state") not in TERMINAL or still_live(root, job, st):  # a lost job whose trainer goes on too
+        if jobs.judged(root, root.job(p.name), boot)[1].working:  # a lost job whose trainer goes on too
             return True
     return False
 

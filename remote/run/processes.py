@@ -50,8 +50,8 @@ class Processes:
     def all_pids(self) -> List[int]:
         """Every process of the job, by every means (remote/stopping/find.py): what a stop must end."""
         status = self.record.status
-        attempts = status.get("attempts") or [{}]
-        gpu_since = float(attempts[0].get("started_at") or 0) if status.get("cuda_visible_devices") else 0.0
+        attempts = status.attempts or [{}]
+        gpu_since = float(attempts[0].get("started_at") or 0) if status.cuda_visible_devices else 0.0
         return sorted(jobfind.find(self.job.id, str(self.job.path), self.child.pid if self.child else None,
                                    reaper=os.getpid(), cgroup=self.cgroup, path_prefix=self.path_prefix(),
                                    since=gpu_since))
@@ -68,11 +68,11 @@ class Processes:
         if killed:
             self.job.event("killed", pids=killed)
         if survivors:
-            self.record.status["survivors"] = survivors
+            self.record.status.survivors = survivors
             self.record.log_marker("stop: process(es) {} still run after SIGKILL (another user's, or stuck in the "
                                    "kernel)".format(", ".join(map(str, survivors))))
         else:
-            self.record.status.pop("survivors", None)
+            self.record.status.drop("survivors")
         return killed
 
     def tick_wait(self) -> None:

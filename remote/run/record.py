@@ -3,9 +3,10 @@ changes in ``events.jsonl`` and the ``==> gpujob:`` markers in ``output.log``.""
 
 import os
 import time
-from typing import Any, Dict
+from typing import Any
 
 from remote.core import locks
+from remote.core.jobrecord import JobRecord
 from remote.core.layout import JobDir, Root, agent_log, now
 from remote.jobs.logindex import index_log_size
 
@@ -20,19 +21,19 @@ class Record:
 
     def __init__(self, root: Root, job: JobDir) -> None:
         self.root, self.job = root, job
-        self.status: Dict[str, Any] = job.status()
+        self.status: JobRecord = job.record()
         self.last_beat = 0.0
 
     def save(self, **changes: Any) -> None:
-        self.status.update(changes)
-        self.status["heartbeat"] = now()
+        self.status.update(**changes)
+        self.status.heartbeat = now()
         with locks.job_lock(self.job.path):
-            self.job.write_status(self.status)
+            self.job.write_record(self.status)
         self.last_beat = time.monotonic()
         index_log_size(self.job)  # T SIZE of output.log, for tail --since
 
     def set_state(self, state: str, **changes: Any) -> None:
-        old = self.status.get("state")
+        old = self.status.state
         self.save(state=state, **changes)
         if old != state:
             self.job.event("state", state=state, **{k: v for k, v in changes.items() if k in ("reason", "exit_code", "attempt")})
@@ -54,5 +55,4 @@ class Record:
 
     def new_attempt(self) -> None:
         """The previous attempt's end is history (attempts, events)."""
-        for k in ATTEMPT_END_FIELDS:
-            self.status.pop(k, None)
+        self.status.drop(*ATTEMPT_END_FIELDS)

@@ -3,6 +3,7 @@ restarts, backoff, halving the batch after a CUDA OOM) and GPUs gone from the ho
 
 from typing import Any, Dict
 
+from remote.core.jobrecord import JobRecord
 from remote.core.layout import JobDir
 from remote.core.protocol import backoff
 from remote.core.spec import JobSpec
@@ -35,10 +36,10 @@ def halves_batch(spec: JobSpec, diag: Dict[str, Any]) -> bool:
     return diag["cause"] == "oom" and bool(diag.get("gpu")) and spec.retry.on_oom == "halve_batch"
 
 
-def wait_before(spec: JobSpec, attempt: int, status: Dict[str, Any]) -> float:
+def wait_before(spec: JobSpec, attempt: int, status: JobRecord) -> float:
     """Seconds before the attempt after ``attempt``: attempts before a resume or a move do not count,
     the wait starts again from retry.backoff."""
-    return backoff(attempt - int(status.get("restart_base", 0)), spec.retry.backoff, MAX_WAIT)
+    return backoff(attempt - int(status.restart_base or 0), spec.retry.backoff, MAX_WAIT)
 
 
 def gpus_gone(spec: JobSpec) -> str:

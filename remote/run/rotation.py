@@ -40,7 +40,7 @@ class Rotator:
     def rotate(self) -> None:
         if self.keep <= 0 or not self.ckpt_dir.is_dir():
             return
-        attempts = self.ctx.status.get("attempts") or []
+        attempts = self.ctx.status.attempts
         resume = attempts[-1].get("resume") if attempts else None
         # what the mirror is sending stays until it is up (a slow upload would lose its source)
         sending = self.sending()

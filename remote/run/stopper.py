@@ -67,7 +67,7 @@ class Stopper:
                 rc, " (it caught the stop and finished on its own: the job is stopped, not succeeded)" if rc == 0 else ""))
         killed = self.procs.end(grace, term=term)
         if killed:
-            self.record.status["killed"] = killed
+            self.record.status.killed = killed
         if rc is None:
             child.wait()
             self.record.log_marker("stop: {} (exit status {})".format(

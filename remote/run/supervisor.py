@@ -61,7 +61,7 @@ class Supervisor:
         if self.spec.checkpoint.backup:
             self.kept = KeptCopy(ctx, self.ckpt_dir(), pattern)
             self.watchers.add(self.kept)
-        self.metrics = MetricsWatch(ctx, float(self.status.get("submitted_at") or now()))
+        self.metrics = MetricsWatch(ctx, float(self.status.submitted_at or now()))
         self.watchers.add(self.metrics)
         if self.spec.checkpoint.mirror.targets:  # uploads each complete checkpoint (remote/mirror)
             from remote.run.mirror import Mirror
@@ -97,8 +97,8 @@ class Supervisor:
         how = " (resume from {})".format(resume) if resume else ckptdir.why_from_start(self.ckpt_dir(), pattern)
         self.record.log_marker("attempt {} started{}".format(attempt, how))
         self.procs.cgroup, why = cg.create(str(self.job.path))
-        if why and not self.status.get("cgroup_note"):
-            self.status["cgroup_note"] = "no per-job cgroup ({}): a stop finds the job's processes by tree, " \
+        if why and not self.status.cgroup_note:
+            self.status.cgroup_note = "no per-job cgroup ({}): a stop finds the job's processes by tree, " \
                 "session, environment, open files and GPU use".format(why)
         log = open(str(self.job.log), "ab")
         try:
@@ -111,11 +111,10 @@ class Supervisor:
         finally:
             log.close()
         self.procs.started(child)
-        attempts = self.status.setdefault("attempts", [])
-        attempts.append({"n": attempt, "started_at": now(), "resume": resume, "pid": child.pid,
-                         "batch_divisor": int(self.status.get("batch_divisor", 1))})
+        self.status.add_attempt({"n": attempt, "started_at": now(), "resume": resume, "pid": child.pid,
+                                 "batch_divisor": self.status.batch_divisor})
         self.record.set_state("running", attempt=attempt, child_pid=child.pid,
-                              started_at=self.status.get("started_at") or now(), cgroup=self.procs.cgroup)
+                              started_at=self.status.started_at or now(), cgroup=self.procs.cgroup)
         events.started(self.ctx)
 
     def wait_attempt(self) -> int:
@@ -153,7 +152,7 @@ class Supervisor:
     def note_stray_checkpoints(self) -> None:
         """Checkpoints written where gpujob does not look (no checkpoint.dir): the log says how
         to fix the job file once, since the next attempt gets no GPUJOB_RESUME from them."""
-        if self.status.get("stray_noted") or ckptdir.latest_resume(self.ckpt_dir(), self.spec.checkpoint.pattern):
+        if self.status.stray_noted or ckptdir.latest_resume(self.ckpt_dir(), self.spec.checkpoint.pattern):
             return
         from remote.jobs.saved import stray_checkpoints
 
@@ -163,7 +162,7 @@ class Supervisor:
             agent_log(self.root, "{}: looking for checkpoints in the code failed: {}".format(self.job.id, e))
             return
         if stray:
-            self.status["stray_noted"] = True
+            self.status.stray_noted = True
             self.record.log_marker(stray["advice"])
 
     # ---- the job ------------------------------------------------------------------------
@@ -190,7 +189,7 @@ class Supervisor:
 
     def run(self) -> str:
         self.record.save(supervisor_pid=os.getpid(), boot_id=procs.boot_id(), agent=str(layout.AGENT_DIR.name))
-        attempt = int(self.status.get("attempt") or 0)
+        attempt = int(self.status.attempt or 0)
         cannot = take_gpus(self.root, self.job, self.spec, self.record, self.stop_requested)
         if cannot:
             if self.stop_requested():
@@ -219,7 +218,7 @@ class Supervisor:
 
     def after_attempt(self, attempt: int, rc: int) -> Optional[str]:
         """The attempt ended with ``rc``: the job's final state, or None once the next attempt may start."""
-        record = self.status["attempts"][-1]
+        record = self.status.attempts[-1]
         record.update(ended_at=now(), exit_code=rc)
         self.record.log_marker("attempt {} ended with exit code {}".format(attempt, rc))
         self.note_stray_checkpoints()
@@ -240,14 +239,14 @@ class Supervisor:
         diag = retry.classify(self.job, rc, self.procs.oom)
         cause = diag["cause"]
         record.update(reason=cause, summary=diag.get("summary"))
-        self.status["diagnosis"] = diag  # status shows what the log says, not a second opinion
+        self.status.diagnosis = diag  # status shows what the log says, not a second opinion
         if not retry.should_retry(self.spec, attempt, cause):
             self.record.log_marker("attempt {} failed: {}; no restart".format(attempt, diag.get("summary")))
             return self.finish("failed", reason=cause, exit_code=rc)
         if retry.halves_batch(self.spec, diag):
-            self.status["batch_divisor"] = int(self.status.get("batch_divisor", 1)) * 2
+            self.status.batch_divisor *= 2
             self.record.log_marker("CUDA out of memory: restarting with GPUJOB_BATCH_DIVISOR={}".format(
-                self.status["batch_divisor"]))
+                self.status.batch_divisor))
         else:
             self.record.log_marker("attempt {} failed: {}; restarting".format(attempt, diag.get("summary")))
         wait = retry.wait_before(self.spec, attempt, self.status)

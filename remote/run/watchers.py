@@ -11,8 +11,9 @@ its processes), never the whole supervisor.
 """
 
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple
+from typing import Any, Callable, List, Optional, Protocol, Tuple
 
+from remote.core.jobrecord import JobRecord
 from remote.core.layout import JobDir, Root, agent_log
 from remote.core.spec import JobSpec
 
@@ -32,7 +33,7 @@ class JobContext:
     """What the watchers, notifications and the mirror see of the supervisor: the job, its spec as it is
     now (``provision`` adds the environment it set up), its status, the log, its processes."""
 
-    def __init__(self, root: Root, job: JobDir, spec: Callable[[], JobSpec], status: Callable[[], Dict[str, Any]],
+    def __init__(self, root: Root, job: JobDir, spec: Callable[[], JobSpec], status: Callable[[], JobRecord],
                  ckpt_dir: Callable[[], Path], job_pids: Callable[[], List[int]], log_marker: Callable[[str], None],
                  heartbeat: Callable[[], None]) -> None:
         self.root, self.job = root, job
@@ -46,7 +47,7 @@ class JobContext:
         return self._spec()
 
     @property
-    def status(self) -> Dict[str, Any]:
+    def status(self) -> JobRecord:
         return self._status()
 
     def ckpt_dir(self) -> Path:

@@ -133,7 +133,7 @@ class Watch:
         if now() - float(req["requested_at"]) < float(req.get("max_wait") or 0):
             return None
         clear(self.job)
-        since = done[-1].mtime if done else float(ctx.status.get("started_at") or now())
+        since = done[-1].mtime if done else float(ctx.status.started_at or now())
         lost = "the work since the last checkpoint ({}, {} ago) is lost".format(done[-1].name, _ago(now() - since)) \
             if done else "no checkpoint was ever written: all {} of work is lost".format(_ago(now() - since))
         ctx.log_marker("stop: no new checkpoint within {}: stopping anyway; {}".format(

@@ -9,13 +9,16 @@ for the job's processes once more, by every means (remote/stopping/find.py), end
 and names in the answer (``survivors``) and in status.json whatever still runs.
 """
 
+import functools
 import os
 import signal
 import time
 from typing import Any, Dict, List, Optional
 
 from remote.core import locks, procs
+from remote.core.jobrecord import JobRecord
 from remote.core.layout import JobDir, Root, now, with_reserve
+from remote.core.liveness import Verdict, liveness
 from remote.core.protocol import TERMINAL
 from remote.core.spec import STOP_WAIT
 from remote.jobs import store as jobs
@@ -29,17 +32,17 @@ ACT_WITHIN = float(os.environ.get("GPUJOB_STOP_ACT_WITHIN", "5"))  # s the super
 QUIET_AFTER = float(os.environ.get("GPUJOB_STOP_QUIET_AFTER", "60"))
 
 
-def _finder(job: JobDir, st: Dict[str, Any]) -> jobkill.Finder:
+def _finder(job: JobDir, st: JobRecord) -> jobkill.Finder:
     """The job's processes as status.json names them; a recorded pid counts only while it is still
     the job's (a pid the kernel gave to another process since must not lead us to its tree)."""
-    sup, child = st.get("supervisor_pid"), st.get("child_pid")
-    attempts = st.get("attempts") or [{}]
+    sup, child, cgroup = st.supervisor_pid, st.child_pid, st.cgroup
+    attempts = st.attempts or [{}]
     prefix = job.job_spec().path_prefix
-    gpu_since = float(attempts[0].get("started_at") or 0) if st.get("cuda_visible_devices") else 0.0
+    gpu_since = float(attempts[0].get("started_at") or 0) if st.cuda_visible_devices else 0.0
 
     def find() -> set:
         return jobfind.find(job.id, str(job.path), child if procs.belongs_to(child, job.id) else None,
-                            reaper=sup if procs.belongs_to(sup, job.id) else None, cgroup=st.get("cgroup"),
+                            reaper=sup if procs.belongs_to(sup, job.id) else None, cgroup=cgroup,
                             since=gpu_since, path_prefix=prefix)
     return find
 
@@ -51,9 +54,8 @@ def _write(job: JobDir, changes: Dict[str, Any], event: Optional[Dict[str, Any]]
     while time.monotonic() < deadline:
         with locks.flocked(job.path / "job.lock", blocking=False) as got:
             if got:
-                st = job.status()
-                st.update(changes)
-                with_reserve(lambda st=st: job.write_status(st))
+                st = job.record().update(**changes)
+                with_reserve(functools.partial(job.write_record, st))
                 if event:
                     job.event("state", **event)
                 return True
@@ -61,7 +63,7 @@ def _write(job: JobDir, changes: Dict[str, Any], event: Optional[Dict[str, Any]]
     return False
 
 
-def take_over(job: JobDir, st: Dict[str, Any], why: str, grace: float) -> List[int]:
+def take_over(job: JobDir, st: JobRecord, why: str, grace: float) -> List[int]:
     """Stop the job's processes here (the supervisor did not): their stop signals, up to ``grace``
     s, then SIGKILL; the survivors."""
     find = _finder(job, st)
@@ -70,30 +72,28 @@ def take_over(job: JobDir, st: Dict[str, Any], why: str, grace: float) -> List[i
     with open(str(job.log), "a") as f:
         f.write("==> gpujob: stop: {}; the stop command signals the job's processes itself: {} [{}]\n".format(
             why, ", ".join(str(p) for p in sorted(asked)) or "none found", time.strftime("%Y-%m-%d %H:%M:%S")))
-    killed, survivors = jobkill.end(find, grace, term=False, cgroup=st.get("cgroup"))
-    sup = st.get("supervisor_pid")
-    if procs.belongs_to(sup, job.id):  # frozen or silent: it would hold the job's locks (resume refused) forever
+    killed, survivors = jobkill.end(find, grace, term=False, cgroup=st.cgroup)
+    sup = st.supervisor_pid
+    if sup and liveness(job, st, procs.boot_id()).runs:  # frozen or silent: it would hold the job's locks (resume refused) forever
         procs.signal_pids({sup}, signal.SIGKILL)
-    changes = {"state": "stopped", "reason": st.get("stopping") or "stopped by user", "ended_at": now(),
+    changes = {"state": "stopped", "reason": st.stopping or "stopped by user", "ended_at": now(),
                "killed": killed, "survivors": survivors, "child_pid": None,
                "supervisor_unresponsive": why}
     _write(job, changes, {"state": "stopped", "reason": changes["reason"]})
     return survivors
 
 
-def _sup_state(job: JobDir, st: Dict[str, Any]) -> str:
+def _sup_state(verdict: Verdict) -> str:
     """Why the supervisor cannot be waited for ('' while it works): gone, frozen, or silent."""
-    sup = st.get("supervisor_pid")
-    if not procs.belongs_to(sup, job.id):
-        if locks.supervisor_alive(job.path) or (st.get("state") == "queued" and not sup):
-            return ""  # one is starting (a queued job's supervisor may not be named yet)
-        return "the supervisor is gone"
+    sup = verdict.sup
+    if not sup or not verdict.runs:
+        return "" if verdict.starting else "the supervisor is gone"  # a queued job's may not be named yet
     frozen = jobfind.frozen(sup)
     if frozen:
         return "the supervisor (pid {}) is {}".format(sup, frozen)
-    if now() - float(st.get("heartbeat") or 0) > QUIET_AFTER:
-        return "the supervisor (pid {}) has not written its heartbeat for {:.0f} s".format(
-            sup, now() - float(st.get("heartbeat") or 0))
+    quiet = now() - float(verdict.record.heartbeat or 0)
+    if quiet > QUIET_AFTER:
+        return "the supervisor (pid {}) has not written its heartbeat for {:.0f} s".format(sup, quiet)
     return ""
 
 
@@ -106,15 +106,16 @@ def stop(root: Root, job_id: str, wait: float = STOP_WAIT, reason: str = "stoppe
     (remote/stopping/after.py; negative: twice the job's usual interval between them);
     ``job_mode``: as the job file's ``stop: {mode: ...}`` says (``move``)."""
     job = root.job(job_id)
-    st = jobs.live_status(root, job, procs.boot_id())
+    boot = procs.boot_id()
+    st = jobs.live_status(root, job, boot)
     spec = job.job_spec()
     if job_mode and after_checkpoint is None and spec.stop.mode == "checkpoint":
         after_checkpoint = spec.stop.max_wait if spec.stop.max_wait else -1.0
     start = time.monotonic()
     deadline = start + wait
-    if st.get("state") not in TERMINAL:
-        late.note_if_ended(job.stop_file, st.get("child_pid"), st.get("supervisor_pid"))
-        if after_checkpoint is not None and st.get("state") == "running":
+    if st.state not in TERMINAL:
+        late.note_if_ended(job.stop_file, st.child_pid, st.supervisor_pid)
+        if after_checkpoint is not None and st.state == "running":
             after.request(job, after_checkpoint if after_checkpoint >= 0 else None, reason,
                           pattern=spec.checkpoint.pattern,
                           pids=lambda: procs.job_pids(job.id, job_dir=str(job.path)))
@@ -122,18 +123,19 @@ def stop(root: Root, job_id: str, wait: float = STOP_WAIT, reason: str = "stoppe
             with_reserve(lambda: job.stop_file.write_text(reason + "\n"))
             job.event("stop_requested", reason=reason)
         while time.monotonic() < deadline:
-            st = job.status()
-            if st.get("state") in TERMINAL:
+            st = job.record()
+            if st.state in TERMINAL:
                 break
-            why = _sup_state(job, st) if time.monotonic() - start >= ACT_WITHIN or not procs.belongs_to(
-                st.get("supervisor_pid"), job_id) else ""
+            verdict = liveness(job, st, boot)
+            why = _sup_state(verdict) if time.monotonic() - start >= ACT_WITHIN or not verdict.runs else ""
             if why:
-                st.setdefault("stopping", reason)
+                if not st.has("stopping"):
+                    st.stopping = reason
                 grace = min(job.job_spec().stop.grace, max(deadline - time.monotonic(), 5.0))
                 take_over(job, st, why, grace)
                 break
             time.sleep(0.2)
-    elif st.get("state") == "lost":
+    elif st.state == "lost":
         jobs.mark_lost(root, job, st)
     return verify(root, job)
 
@@ -141,16 +143,16 @@ def stop(root: Root, job_id: str, wait: float = STOP_WAIT, reason: str = "stoppe
 def verify(root: Root, job: JobDir) -> Dict[str, Any]:
     """The job's record after a stop: a finished job's leftovers are ended here (SIGKILL after 3 s);
     a job still stopping (its grace not over) is left to it (``survivors`` names what still runs)."""
-    st = job.status()
-    if st.get("state") in TERMINAL:
-        _, survivors = jobkill.end(_finder(job, st), 3.0, cgroup=st.get("cgroup"))
+    st = job.record()
+    if st.state in TERMINAL:
+        _, survivors = jobkill.end(_finder(job, st), 3.0, cgroup=st.cgroup)
         if not survivors:
-            cg.remove(st.get("cgroup"))
-        if survivors != (st.get("survivors") or []):
+            cg.remove(st.cgroup)
+        if survivors != st.survivors:
             _write(job, {"survivors": survivors})
-    return job.status()
+    return job.record().to_dict()
 
 
-def survivors(job: JobDir, st: Dict[str, Any]) -> List[int]:
+def survivors(job: JobDir) -> List[int]:
     """The job's processes that still run, by every means (the stop verb's answer names them)."""
-    return sorted(_finder(job, st)())
+    return sorted(_finder(job, job.record())())

@@ -19,7 +19,6 @@ from remote.jobs.cleanup import (
     plan,
     provisioning,
     remove_path,
-    still_live,
     what,
 )
 
@@ -39,25 +38,25 @@ def remove(root: Root, ref: str, force: bool = False, wait: float = 120.0) -> Di
     """Remove a job's folder; a queued or running one only with ``force`` (stopped first)."""
     job_id = jobs.resolve(root, ref)
     job = root.job(job_id)
-    st = jobs.live_status(root, job, procs.boot_id())
+    verdict = jobs.judged(root, job, procs.boot_id())[1]
     stopped = False
-    if still_live(root, job, st):
+    if verdict.working:
         if not force:
-            raise AgentError("{} is {}: it would lose its work".format(job_id, what(root, job, st)),
+            raise AgentError("{} is {}: it would lose its work".format(job_id, what(verdict)),
                              "stop it first (gpujob stop {0}), or gpujob rm {0} --force stops it, "
                              "then removes it".format(job_id), "running")
         from remote.verbs.jobs import stopped as stop_job
 
-        st = stop_job(root, job_id, wait, reason="stopped by gpujob rm --force")
-        if still_live(root, job, st):
+        stop_job(root, job_id, wait, reason="stopped by gpujob rm --force")
+        if jobs.judged(root, job, procs.boot_id())[1].working:
             raise AgentError("{} did not stop within {:.0f} s; nothing was removed".format(job_id, wait),
                              "retry gpujob rm {} --force".format(job_id), "not_stopped")
         stopped = True
     with locks.job_lock(job.path, removed_is_error=True):  # judged again under the lock: a resume may have just restarted it
-        st = jobs.live_status(root, job, procs.boot_id())
-        if still_live(root, job, st):
+        verdict = jobs.judged(root, job, procs.boot_id())[1]
+        if verdict.working:
             raise AgentError("{} was started again meanwhile ({}); nothing was removed".format(
-                job_id, what(root, job, st)), "stop it first: gpujob stop {}".format(job_id), "running")
+                job_id, what(verdict)), "stop it first: gpujob stop {}".format(job_id), "running")
         _stop_tensorboard(root, job_id)
         size = freed_bytes([job.path])
         with datastore.releasing(root.root, job.path):  # its view's unlinks leave the blobs' prints true
@@ -77,7 +76,7 @@ def gc(root: Root, older_than: float, dry_run: bool = False, checkpoints_only: b
         if it.get("job_id"):
             job = root.job(it["job_id"])
             with locks.job_lock(job.path):  # a job resumed since the plan is kept
-                if jobs.live_status(root, job, procs.boot_id()).get("state") not in SETTLED:
+                if jobs.live_status(root, job, procs.boot_id()).state not in SETTLED:
                     it["skipped"] = "resumed"
                     continue
                 _stop_tensorboard(root, it["job_id"])

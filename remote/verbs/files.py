@@ -154,7 +154,7 @@ def send(root: Root, a: argparse.Namespace) -> None:
         if "error" in doc:
             from remote.jobs.saved import stray_checkpoints
 
-            stray = stray_checkpoints(job, job.job_spec(), job.status())
+            stray = stray_checkpoints(job, job.job_spec(), job.record())
             raise AgentError(doc["error"] + " in job " + job.id + ("; " + stray["advice"] if stray else ""),
                              transfer.stray_hint(doc["stray"]) if doc.get("stray")
                              else "gpujob pull {} without --{} brings every file of the job; or pick another "

@@ -34,7 +34,7 @@ def status(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     for i in finished:  # the next listing skips them without reading their folders
         try:
             with locks.job_lock(root.job(i).path):  # judged again: a resume in between keeps it listed
-                if root.job(i).status().get("state") in SETTLED:
+                if root.job(i).record().state in SETTLED:
                     jobindex.mark(root, [i], True)
         except OSError:  # a full or read-only disk: the listing still answers
             pass
@@ -46,8 +46,8 @@ def _listed(root: Root, job_id: str) -> Dict[str, Any]:
     try:
         return view.describe(root, job_id)
     except AgentError as e:
-        st = root.job(job_id).status()
-        return {"job_id": job_id, "name": st.get("name"), "state": st.get("state") or "unknown",
+        st = root.job(job_id).record()
+        return {"job_id": job_id, "name": st.name, "state": st.state or "unknown",
                 "error": e.message, "remedy": e.remedy, "last_line": e.message[:200]}
 
 
@@ -62,7 +62,7 @@ def submit(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
         res = jobsubmit.submit(root, request)
     st = jobsubmit.wait_started(root.job(res["job_id"]), 3.0)
     if st:
-        res["state"] = st.get("state")
+        res["state"] = st.state
     return res
 
 
@@ -77,7 +77,7 @@ def stopped(root: Root, job_id: str, wait: float, reason: str = "stopped by user
         verb.stop(root, job_id, wait, reason, after_checkpoint, job_mode)
         out = view.describe(root, job_id)
         if out.get("state") not in TERMINAL:
-            out["survivors"] = verb.survivors(root.job(job_id), out)
+            out["survivors"] = verb.survivors(root.job(job_id))
     return out
 
 

@@ -10,8 +10,7 @@ from typing import Any, Dict
 
 from remote.core import procs
 from remote.core.layout import Root
-from remote.core.protocol import TERMINAL
-from remote.jobs.store import live_status, resolve
+from remote.jobs.store import judged, resolve
 
 
 def _offset_of_last_lines(path: Path, n: int) -> int:
@@ -68,8 +67,7 @@ def logs(root: Root, a: argparse.Namespace) -> None:
             continue
         if not a.follow:
             return
-        st = live_status(root, job, procs.boot_id())
-        if st.get("state") in TERMINAL and time.time() - idle_since > 0.5:
+        if not judged(root, job, procs.boot_id())[1].lives and time.time() - idle_since > 0.5:
             return
         time.sleep(0.25)
 

@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from remote.core.jobrecord import JobRecord, RecordLike
 from remote.core.layout import tail_lines
 from remote.core.spec import CURRENCY, JobSpec, SpecLike
 from remote.metrics.totals import run_hints, total_from_epochs
@@ -37,7 +38,7 @@ def max_steps(spec: SpecLike, records: List[Dict[str, Any]]) -> Optional[int]:
     return run_hints(spec).get("max_steps")
 
 
-def estimate(status: Dict[str, Any], spec: SpecLike, metrics: Path, now: float,
+def estimate(status: RecordLike, spec: SpecLike, metrics: Path, now: float,
              progress: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """{elapsed_s, cost, price_per_hour, currency, max_steps, step, steps_per_s, eta_s, projected_cost}.
 
@@ -46,16 +47,17 @@ def estimate(status: Dict[str, Any], spec: SpecLike, metrics: Path, now: float,
     progress bar said (its total and rate stand in where the records carry none).
     """
     spec = JobSpec.of(spec)
-    start = status.get("started_at")
-    end = status.get("ended_at") or now
+    status = JobRecord.of(status)
+    start = status.started_at
+    end = status.ended_at or now
     elapsed = max(0.0, float(end) - float(start)) if start else 0.0
     price = spec.price_per_hour
     doc: Dict[str, Any] = {"elapsed_s": round(elapsed, 1), "price_per_hour": price,
                            "currency": spec.currency or CURRENCY}
     doc["cost"] = round(float(price) * elapsed / 3600.0, 4) if price else None
-    attempts = status.get("attempts") or []
+    attempts = status.attempts
     since = float(attempts[-1].get("started_at") or 0) if attempts else 0.0
-    live = status.get("state") in ("running", "restarting")
+    live = status.state in ("running", "restarting")
     recs = _metrics_window(metrics, since) if live and os.path.exists(str(metrics)) else []
     prog = progress if live and progress and float(progress.get("t") or 0) >= since else {}
     total = max_steps(spec, recs) or prog.get("total") or total_from_epochs(recs, run_hints(spec).get("epochs"))

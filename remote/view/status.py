@@ -8,47 +8,47 @@ from typing import Any, Dict, Optional
 
 from remote.core import procs
 from remote.core.errors import AgentError
+from remote.core.jobrecord import JobRecord
 from remote.core.layout import JobDir, Root, agent_log, now, read_json, screen_lines, tail_lines
+from remote.core.liveness import heartbeat_age
 from remote.core.protocol import TERMINAL
 from remote.jobs import saved
 from remote.jobs import store as jobs
 
 
-def live_status(root: Root, job: JobDir, boot: str) -> Dict[str, Any]:
-    """The record as a reader concludes it (remote/jobs/store.py ``live_status``), and a note when its
-    supervisor lives but is silent: "running" alone would hide that nothing records the job's end."""
-    st = jobs.live_status(root, job, boot)
-    sup = st.get("supervisor_pid")
-    if st.get("state") not in TERMINAL and sup and jobs.heartbeat_age(st) > jobs.stale_after() \
-            and procs.belongs_to(sup, job.id):
-        st["supervisor_note"] = supervisor_silent(st, sup)
+def live_status(root: Root, job: JobDir, boot: str) -> JobRecord:
+    """The record as a reader concludes it (remote/core/liveness.py), and a note when its supervisor
+    lives but is silent: "running" alone would hide that nothing records the job's end."""
+    st, verdict = jobs.judged(root, job, boot)
+    if verdict.silent and st.supervisor_pid:
+        st.doc["supervisor_note"] = supervisor_silent(st, st.supervisor_pid)
     return st
 
 
-def supervisor_silent(st: Dict[str, Any], sup: Any) -> str:
+def supervisor_silent(st: JobRecord, sup: int) -> str:
     """What status says of a supervisor that lives but has written no heartbeat for a while."""
     from remote.stopping.find import frozen
 
     how = frozen(sup)
     how = "is " + how if how else "has written no heartbeat for {:.0f} s (a full disk, or stuck)".format(
-        jobs.heartbeat_age(st))
+        heartbeat_age(st))
     return "its supervisor (pid {}) {}: the job's end, restarts and autostop are not recorded until it goes on; " \
            "gpujob stop ends the job (the stop command acts itself)".format(sup, how)
 
 
-def attempt_start(st: Dict[str, Any]) -> float:
+def attempt_start(st: JobRecord) -> float:
     """When the current attempt started, once there was an earlier one (0: every record counts)."""
-    attempts = st.get("attempts") or []
+    attempts = st.attempts
     return float(attempts[-1].get("started_at") or 0) if len(attempts) > 1 else 0.0
 
 
-def this_attempt(st: Dict[str, Any], rec: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+def this_attempt(st: JobRecord, rec: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
     """``rec`` if the current attempt wrote it: a restarted job shows no metrics of a killed attempt."""
     t = rec.get("t") if isinstance(rec, dict) else None
     return None if isinstance(t, (int, float)) and t < attempt_start(st) else rec
 
 
-def recent_metrics(st: Dict[str, Any], path: Path, n: int = 20) -> Optional[Dict[str, Any]]:
+def recent_metrics(st: JobRecord, path: Path, n: int = 20) -> Optional[Dict[str, Any]]:
     """The newest value of each key over the last ``n`` records the current attempt wrote: one record
     alone often lacks the loss (a bar's record, an eval or learning-rate line printed last)."""
     out = None  # type: Optional[Dict[str, Any]]
@@ -79,7 +79,8 @@ def describe(root: Root, job_id: str, detail: bool = False) -> Dict[str, Any]:
 
 def _describe(root: Root, job_id: str, detail: bool = False) -> Dict[str, Any]:
     job = root.job(job_id)
-    st = live_status(root, job, procs.boot_id())
+    rec = live_status(root, job, procs.boot_id())
+    st = rec.doc  # the reader's document: the record, and what this look adds (read through ``rec``)
     st["job_id"] = job_id  # the folder's name, whatever a damaged or hand-edited record says
     try:
         st["log_size"] = job.log.stat().st_size
@@ -94,34 +95,34 @@ def _describe(root: Root, job_id: str, detail: bool = False) -> Dict[str, Any]:
 
     spec = job.job_spec()
     source, metrics = metricsrc.active(job)
-    st["last_metrics"] = recent_metrics(st, metrics)
-    if not detail and st.get("state") == "running" and source in (None, "log"):  # ls: the log's newest step, as
+    st["last_metrics"] = recent = recent_metrics(rec, metrics)
+    if not detail and rec.state == "running" and source in (None, "log"):  # ls: the log's newest step, as
         # status shows it, from a bounded tail (a metrics file or events are read whole, not lagging)
-        last, _, took = metricsrc.with_unread(job, spec, source, st["last_metrics"] or {}, metricsrc.LS_TAIL)
+        last, _, took = metricsrc.with_unread(job, spec, source, recent or {}, metricsrc.LS_TAIL)
         if took:
             st["last_metrics"], source = last, source or "log"
     st["metrics_source"] = source
     st["last_line"] = (tail_lines(job.log, 1) or [""])[0][-200:]
-    if st.get("state") == "running":  # GPU use for every row of ls (the dashboard's table): the newest sample
+    if rec.state == "running":  # GPU use for every row of ls (the dashboard's table): the newest sample
         from remote.host import gpus
 
-        sample = gpus.latest(job.gpu, max(attempt_start(st), float(st.get("started_at") or 0)))
+        sample = gpus.latest(job.gpu, max(attempt_start(rec), float(rec.started_at or 0)))
         if sample:
             st["gpu_now"] = sample
     mirror = read_json(job.path / "mirror.json")  # the supervisor's mirror thread (remote/mirror)
     if isinstance(mirror, dict):
         st["mirror"] = mirror
-    st["now"] = now()
-    if st.get("state") == "lost" and job.status().get("state") not in TERMINAL:
-        jobs.mark_lost(root, job, st)  # the record stops claiming to run
-    if st.get("state") == "queued" and st.get("waiting_for_gpus"):
+    st["now"] = t = now()
+    if rec.state == "lost" and job.record().state not in TERMINAL:
+        jobs.mark_lost(root, job, rec)  # the record stops claiming to run
+    if rec.state == "queued" and rec.waiting_for_gpus:
         from remote.host import gpus
 
         st["queue_position"] = gpus.position(root, job_id)
     from remote.view import cost
 
-    st["billing"] = cost.estimate(st, spec, metrics, st["now"], metricsrc.progress(job))
-    if st.get("state") not in TERMINAL:
+    st["billing"] = cost.estimate(rec, spec, metrics, t, metricsrc.progress(job))
+    if rec.state not in TERMINAL:
         from remote.stopping import after
 
         pending = after.describe(job, job.ckpt, spec.checkpoint.pattern,
@@ -129,29 +130,29 @@ def _describe(root: Root, job_id: str, detail: bool = False) -> Dict[str, Any]:
         if pending:
             st["stop_after_checkpoint"] = pending
     if detail:
-        st["spec"] = {k: v for k, v in spec.doc.items() if k not in ("host_env",)}
-        if "price_per_hour" in st["spec"]:  # the price billing used: a hand-edited "abc" shows as none, as billed
-            st["spec"]["price_per_hour"] = spec.price_per_hour
+        st["spec"] = shown = {k: v for k, v in spec.doc.items() if k not in ("host_env",)}
+        if "price_per_hour" in shown:  # the price billing used: a hand-edited "abc" shows as none, as billed
+            shown["price_per_hour"] = spec.price_per_hour
         hp = hparams(job)
         if hp:
             st["hparams"] = hp
-        if st.get("state") in ("failed", "restarting"):
+        if rec.state in ("failed", "restarting"):
             from remote.run import diagnose
 
-            if st.get("diagnosis"):  # the supervisor's, from the attempt's end (what the log says too)
+            if rec.diagnosis:  # the supervisor's, from the attempt's end (what the log says too)
                 pass
-            elif st.get("exit_code") is None and st.get("reason"):  # it never ran: the agent said why
-                st["diagnosis"] = {"cause": "not_started", "summary": st["reason"], "where": None, "line": None,
-                                   "remedy": st.get("remedy") or "see the agent's log: gpujob agent-log HOST",
+            elif rec.exit_code is None and rec.reason:  # it never ran: the agent said why
+                st["diagnosis"] = {"cause": "not_started", "summary": rec.reason, "where": None, "line": None,
+                                   "remedy": rec.remedy or "see the agent's log: gpujob agent-log HOST",
                                    "gpu": False}
             else:
-                st["diagnosis"] = diagnose.diagnose(job.log, st.get("exit_code"), metrics=metrics)
+                st["diagnosis"] = diagnose.diagnose(job.log, rec.exit_code, metrics=metrics)
             st["log_tail"] = screen_lines(job.log, 20)
-        st["checkpoints"] = saved.checkpoint_list(job, spec, live=st.get("state") not in TERMINAL or st.get("state") == "lost")
-        stray = saved.stray_checkpoints(job, spec, st)
+        st["checkpoints"] = saved.checkpoint_list(job, spec, live=rec.state not in TERMINAL or rec.state == "lost")
+        stray = saved.stray_checkpoints(job, spec, rec)
         if stray:
             st["stray_checkpoints"] = stray
-        found = saved.artifacts(job, st)
+        found = saved.artifacts(job, rec)
         if found:
             st["artifacts"] = found
     return st

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+from remote.core.jobrecord import JobRecord
 from remote.core.layout import JobDir, Root, read_tail
 from remote.jobs import store as jobs
 from remote.view import status
@@ -80,6 +81,7 @@ def watch(root: Root, ref: str, points: int = 60) -> Dict[str, Any]:
     job_id = jobs.resolve(root, ref)
     job = root.job(job_id)
     detail = status.describe(root, job_id, detail=True)
+    rec = JobRecord(detail)  # the record's fields of it, typed
     from remote.metrics import metricsrc, totals
 
     source, path = metricsrc.active(job)
@@ -96,12 +98,12 @@ def watch(root: Root, ref: str, points: int = 60) -> Dict[str, Any]:
         series[k] = downsample(pts, points)
     last = {}  # type: Dict[str, Any]
     for r in rows:  # the newest value of every key (eval metrics come on their own lines), this attempt's
-        if status.this_attempt(detail, r) is not None:
+        if status.this_attempt(rec, r) is not None:
             last.update(r)
     timed = [(float(r["t"]), float(r["step"])) for r in rows
              if isinstance(r.get("t"), (int, float)) and isinstance(r.get("step"), (int, float))]
     prog = metricsrc.progress(job)
-    attempts = detail.get("attempts") or [{}]
+    attempts = rec.attempts or [{}]
     if float(prog.get("t") or 0) < float(attempts[-1].get("started_at") or 0):
         prog = {}  # an earlier attempt's bar
     prog, last, took = _with_unread(job, source, prog, last)
@@ -110,7 +112,7 @@ def watch(root: Root, ref: str, points: int = 60) -> Dict[str, Any]:
     if not prog.get("total"):
         hints = totals.run_hints(job.spec_data(), job.code)  # metrics.total, GPUJOB_MAX_*, run flags, its config
         total = hints.get("max_steps") or totals.total_from_epochs(rows, hints.get("epochs"))
-        if total and not hints.get("max_steps") and detail.get("state") == "succeeded":
+        if total and not hints.get("max_steps") and rec.state == "succeeded":
             # an estimate from the epochs; the run went to its end, so its last step is the total
             total = max([int(r["step"]) for r in rows if isinstance(r.get("step"), (int, float))] or [total])
         prog = dict(prog, total=total) if total else prog

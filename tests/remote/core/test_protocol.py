@@ -59,7 +59,8 @@ def test_every_way_a_job_ends_can_be_notified() -> None:
 
 def test_every_job_state_the_agent_writes_is_a_protocol_state() -> None:
     """State literals in remote/: ``set_state("x")``, ``finish("x")``, ``state="x"``, ``{"state": "x"}``,
-    ``st["state"] = "x"``, ``state = "x"`` and comparisons with ``.get("state")``."""
+    ``st["state"] = "x"``, ``st.state = "x"``, ``state = "x"`` and comparisons with ``.get("state")`` or a
+    record's ``.state`` (remote/core/jobrecord.py)."""
     found: dict[str, set[str]] = {}
 
     def strings(node: ast.AST) -> list[str]:
@@ -76,6 +77,8 @@ def test_every_job_state_the_agent_writes_is_a_protocol_state() -> None:
             return node.value == "state"
         if isinstance(node, ast.Subscript):
             return is_state_key(node.slice)
+        if isinstance(node, ast.Attribute):
+            return node.attr == "state"
         return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
                 and bool(node.args) and is_state_key(node.args[0]))
 

@@ -138,6 +138,7 @@ def test_gpus_verb_with_a_stand_in(tmp_path: Path) -> None:
 
 
 def test_a_restarted_job_shows_only_the_current_attempts_metrics(tmp_path: Path) -> None:
+    from remote.core.jobrecord import JobRecord
     from remote.core.layout import Root
     from remote.view import status as jobs
     from remote.view import watch as observe
@@ -145,8 +146,8 @@ def test_a_restarted_job_shows_only_the_current_attempts_metrics(tmp_path: Path)
     root = Root(str(tmp_path / "root"))
     job = root.job("j-1")
     job.path.mkdir(parents=True)
-    job.write_status({"job_id": "j-1", "state": "running", "attempt": 2, "heartbeat": 1e12,
-                      "attempts": [{"n": 1, "started_at": 100.0}, {"n": 2, "started_at": 200.0}]})
+    job.write_record(JobRecord({"job_id": "j-1", "state": "running", "attempt": 2, "heartbeat": 1e12,
+                                "attempts": [{"n": 1, "started_at": 100.0}, {"n": 2, "started_at": 200.0}]}))
     job.metrics.write_text(json.dumps({"t": 150, "step": 50, "loss": 9.0, "eval_loss": 8.0}) + "\n")
     assert jobs.describe(root, "j-1")["last_metrics"] is None          # the killed attempt's: not shown
     assert observe.watch(root, "j-1")["latest"] == {}
