@@ -194,7 +194,7 @@ def write_tar(dest: Path, top: str, files: list[tuple[str, os.stat_result]]) -> 
 
 def restored_dir() -> Path:
     """Where ``rerun`` rebuilds a run's code (``<cache>/rerun/<hash>``): the user's code, sent as such
-    (gpujob's other folders never are: usecases/secrecy/never_sent.py)."""
+    (gpujob's other folders never are: usecases/secrets/never_sent.py)."""
     from gpujob.config.paths import cache_dir
 
     return cache_dir() / "rerun"

@@ -545,7 +545,7 @@ def notify_end(doc: dict[str, Any], job_file: str, sets: list[str]) -> None:
         return
     if not (spec.notify or {}).get("channels"):
         return
-    from gpujob.usecases.notifycheck import notify, secrets_from_env, send_from_laptop
+    from gpujob.usecases.notify.send import notify, secrets_from_env, send_from_laptop
 
     best = doc.get("best") or {}
     event = {"event": "succeeded", "job_id": doc["sweep"], "name": f"sweep {doc['sweep']}", "host": None,

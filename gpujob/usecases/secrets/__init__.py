@@ -4,7 +4,7 @@
 every upload; ``workdir``: a home folder, or a tree far larger than a project, is refused
 before it is walked or sent."""
 
-from gpujob.usecases.secrecy.never_sent import declared_values, withhold
-from gpujob.usecases.secrecy.workdir import check_home, check_size
+from gpujob.usecases.secrets.never_sent import declared_values, withhold
+from gpujob.usecases.secrets.workdir import check_home, check_size
 
 __all__ = ["check_home", "check_size", "declared_values", "withhold"]
