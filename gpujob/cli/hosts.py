@@ -59,7 +59,7 @@ def cmd_notify_test(args: argparse.Namespace) -> int:
     outcomes = notify_test_job(args.job_file)
     show(outcomes, args.json, notify_outcomes)
     if not args.json and any("is not set (environment or secrets file)" in str(o.get("error")) for o in outcomes):
-        from gpujob.usecases.notify.send import default_secrets_file
+        from gpujob.usecases.secrets.file import default_secrets_file
 
         print(f"  → export each such NAME in this shell, or put NAME=value lines in {default_secrets_file()} (chmod 600)",
               file=sys.stderr)

@@ -70,8 +70,8 @@ def _notify(spec: Any, job_id: str, old: str, res: dict[str, Any], why: str) -> 
     if not spec.notify:
         return []
     from gpujob.config.spec import notify_secrets
-    from gpujob.usecases.launch.submit import collect_secrets, secret_refs
     from gpujob.usecases.notify.send import send_from_laptop
+    from gpujob.usecases.secrets.job import collect_secrets, secret_refs
 
     ck = res.get("checkpoint") or ("the shared checkpoint" if res["source"] == "shared" else "scratch")
     event = {"event": "lost", "job_id": job_id, "name": spec.name, "host": old, "duration_s": None, "cost": None,

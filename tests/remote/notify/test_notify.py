@@ -600,7 +600,7 @@ def test_notify_test_retries_and_failures_via_httpx(srv):
 
 
 def test_secrets_from_env(tmp_path, monkeypatch):
-    from gpujob.usecases.notify import send as nt
+    from gpujob.usecases.secrets import file as nt
 
     f = tmp_path / "secrets.env"
     f.write_text('# comment\nexport A_KEY="quoted value"\nB_KEY=plain # trailing\nC_KEY=\'single\'\nbad line\n')
