@@ -74,7 +74,7 @@ def _digester() -> Callable[[str, os.stat_result], str]:
     each ``import_remote`` checks the agent package's place (about 0.4 ms, a second per 3,000 files)."""
     from gpujob.bundle import import_remote
 
-    return import_remote("data.codehash")._digest
+    return import_remote("data.codehash").file_digest
 
 
 def code_hash(workdir: Path, files: list[tuple[str, os.stat_result]]) -> str:
