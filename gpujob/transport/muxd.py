@@ -173,7 +173,7 @@ class Daemon:
                 if not ok:
                     self.stop()  # the client starts a fresh daemon
                 _send(conn, {"ok": ok, "pid": os.getpid()})
-            elif op == "rtt":  # a large upload sizes its channels (gpujob/usecases/ranges.py)
+            elif op == "rtt":  # a large upload sizes its channels (gpujob/usecases/sync/ranges.py)
                 from gpujob.transport.ssh import probe_rtt
 
                 probe_rtt(self.tr)

@@ -444,7 +444,7 @@ def size_window(tr: paramiko.Transport) -> None:
 
 def probe_rtt(tr: paramiko.Transport, timeout: float = 5.0) -> float | None:
     """One round trip (an SSH global request), or None without an answer within ``timeout``;
-    the least one measured on ``tr`` is kept as ``tr.gpujob_rtt`` (gpujob/usecases/ranges.py sizes a
+    the least one measured on ``tr`` is kept as ``tr.gpujob_rtt`` (gpujob/usecases/sync/ranges.py sizes a
     large upload's channels from it: the first, right after the login, can wait for a delayed ACK)
     and sizes the channels' receive window (``size_window``).
 

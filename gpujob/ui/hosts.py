@@ -133,7 +133,7 @@ def trusted(doc: dict[str, Any]) -> None:
 
 def ssh_plan(plan: dict[str, Any]) -> None:
     """``ssh --print``: the entry gpujob keeps in the ssh config, then the command it would run."""
-    from gpujob.usecases.shell import join
+    from gpujob.usecases.hosts.shell import join
 
     if plan["block"]:
         print(f"# in {plan['ssh_config']}:\n{plan['block']}")

@@ -44,7 +44,7 @@ def env_hash(spec: JobSpec) -> str:
 def code_of(spec: JobSpec) -> dict[str, Any]:
     """The code about to be sent: git commit, diff hash (and the diff), tree hash; its snapshot kept."""
     from gpujob.config.ledger.code import DIFF_MAX, code_hash, git_state, start_snapshot, tree_files
-    from gpujob.usecases.submit import keep_secret_job_file_home
+    from gpujob.usecases.secrets.job import keep_secret_job_file_home
 
     keep_secret_job_file_home(spec)  # a job file with literal secrets is neither sent nor kept
     wd = Path(spec.workdir)

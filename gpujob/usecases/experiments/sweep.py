@@ -545,7 +545,8 @@ def notify_end(doc: dict[str, Any], job_file: str, sets: list[str]) -> None:
         return
     if not (spec.notify or {}).get("channels"):
         return
-    from gpujob.usecases.notifycheck import notify, secrets_from_env, send_from_laptop
+    from gpujob.usecases.notify.send import notify, send_from_laptop
+    from gpujob.usecases.secrets.file import secrets_from_env
 
     best = doc.get("best") or {}
     event = {"event": "succeeded", "job_id": doc["sweep"], "name": f"sweep {doc['sweep']}", "host": None,

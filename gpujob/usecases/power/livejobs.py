@@ -63,7 +63,7 @@ def live_on(host: Host) -> list[dict[str, Any]]:
     """The jobs running, restarting or queued on ``host`` (its agent asked), each as ``at_stake``;
     ConnectError when it cannot be asked."""
     from gpujob.transport.agent import connect_agent
-    from gpujob.usecases import jobs
+    from gpujob.usecases.jobs import ops as jobs
 
     agent = connect_agent(host)
     try:

@@ -36,7 +36,7 @@ def node_info(hosts: list[Host], rank: int, job_id: str) -> dict[str, Any]:
 
 def submit_nodes(spec: JobSpec, hosts: list[Host], progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Sync and start the job on every node at once; if one node fails, stop the others."""
-    from gpujob.usecases.submit import submit
+    from gpujob.usecases.launch.submit import submit
 
     job_id = new_job_id(spec.name)
     results: dict[int, Any] = {}
