@@ -9,6 +9,7 @@ for the job's processes once more, by every means (remote/stopping/find.py), end
 and names in the answer (``survivors``) and in status.json whatever still runs.
 """
 
+import functools
 import os
 import signal
 import time
@@ -53,7 +54,7 @@ def _write(job: JobDir, changes: Dict[str, Any], event: Optional[Dict[str, Any]]
             if got:
                 st = job.status()
                 st.update(changes)
-                with_reserve(lambda st=st: job.write_status(st))
+                with_reserve(functools.partial(job.write_status, st))
                 if event:
                     job.event("state", **event)
                 return True
@@ -72,7 +73,7 @@ def take_over(job: JobDir, st: Dict[str, Any], why: str, grace: float) -> List[i
             why, ", ".join(str(p) for p in sorted(asked)) or "none found", time.strftime("%Y-%m-%d %H:%M:%S")))
     killed, survivors = jobkill.end(find, grace, term=False, cgroup=st.get("cgroup"))
     sup = st.get("supervisor_pid")
-    if procs.belongs_to(sup, job.id):  # frozen or silent: it would hold the job's locks (resume refused) forever
+    if sup is not None and procs.belongs_to(sup, job.id):  # frozen or silent: it would hold the job's locks (resume refused) forever
         procs.signal_pids({sup}, signal.SIGKILL)
     changes = {"state": "stopped", "reason": st.get("stopping") or "stopped by user", "ended_at": now(),
                "killed": killed, "survivors": survivors, "child_pid": None,
