@@ -19,8 +19,9 @@ def collect_secrets(spec: JobSpec, extra_names: list[str] | None = None) -> dict
     try:
         from gpujob.usecases.notifycheck import secrets_from_env  # the secrets file lives with notifications
     except ImportError:  # pragma: no cover
-        secrets_from_env = None
-    values = secrets_from_env(names) if secrets_from_env else {n: os.environ[n] for n in names if n in os.environ}
+        values = {n: os.environ[n] for n in names if n in os.environ}
+    else:
+        values = secrets_from_env(names)
     missing = [n for n in names if n not in values]
     if missing:
         raise SpecError(
