@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -182,7 +182,7 @@ class Client:
         if spec.nodes and not host:
             return self._submit_nodes(spec, on_host)
         code = code_of(spec)  # what is about to be sent, before an edit during the upload can change it
-        names = host.split(",") if host else (spec.hosts or [spec.host])
+        names: Sequence[str | None] = host.split(",") if host else (spec.hosts or [spec.host])  # None: this machine
         if len(names) > 1 or wait_gpus is not None:  # placement: the first host with the GPUs free
             from gpujob.usecases.launch.placement import place
 
@@ -207,7 +207,7 @@ class Client:
         if warnings:
             res["host_warnings"] = warnings
         src = Path(spec.source)  # what ``move`` needs to send the job again: its job file and overrides
-        again = {"job_file": str(src.resolve()), "set": overrides} if src.is_file() else {}
+        again: dict[str, Any] = {"job_file": str(src.resolve()), "set": overrides} if src.is_file() else {}
         if spec.checkpoint_mirror:  # pull --from mirror and move read it with the host gone (no secret in it)
             again["mirror"] = spec.checkpoint_mirror
         index.record(res["job_id"], target.name, spec.name, **again)

@@ -50,7 +50,8 @@ def same_instance(change: Any) -> None:
 
 
 def changed(change: Any) -> None:
-    said = {True: " (reached)", False: " (saved without trying it: --no-check)"}.get(getattr(change, "tried", None), "")
+    saids: dict[bool | None, str] = {True: " (reached)", False: " (saved without trying it: --no-check)"}
+    said = saids.get(getattr(change, "tried", None), "")
     print(f"host {change.host.name} = {change.host.address}{said}")
     _idle(change.idle)
 

@@ -192,8 +192,8 @@ class Driver:
         the study has its trials already (a shared study: other laptops asked for them)."""
         cap = self.share(self.spec.budget, "cost", self.caps)
         hours = self.share(self.spec.max_gpu_hours, "gpu_hours", self.hour_caps)
-        if (cap is not None and cap <= self.spec.budget * 0.01) or (
-                hours is not None and hours <= self.spec.max_gpu_hours * 0.01):
+        if (cap is not None and self.spec.budget is not None and cap <= self.spec.budget * 0.01) or (
+                hours is not None and self.spec.max_gpu_hours is not None and hours <= self.spec.max_gpu_hours * 0.01):
             return False
         trial = self.study.ask()
         trial.set_user_attr("laptop", self.laptop)

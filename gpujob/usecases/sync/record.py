@@ -344,6 +344,8 @@ class Record:
         lstamp = self._save_listing()
         p = self.parent
         if p is not None and p._head and p.digest is not None:
+            base: bytes | None
+            log: bytes | None
             try:
                 base, log = p._bytes()
             except StaleRecord:

@@ -165,8 +165,8 @@ def delta(t: LocalTree, old: bytes, new: bytes) -> tuple[dict[str, tuple[str, tu
     added = []
     for line in news - olds:
         if line:
-            c, m, kind, mode, size, ino, rel = line.split(b" ", 6)
-            added.append((os.fsdecode(rel), kind.decode(), (int(size), stream.find_ns(m), int(ino), stream.find_ns(c),
+            c, m, bkind, mode, size, ino, brel = line.split(b" ", 6)
+            added.append((os.fsdecode(brel), bkind.decode(), (int(size), stream.find_ns(m), int(ino), stream.find_ns(c),
                                                               int(mode, 8))))
     if t.use_ignore_files and any(r.rpartition("/")[2] in IGNORE_FILES for r in removed | {a[0] for a in added}):
         return None
