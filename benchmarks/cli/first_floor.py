@@ -67,14 +67,14 @@ def main() -> None:
                  "k = time.perf_counter(); c.exec_command('true')[1].read(); e = time.perf_counter(); "
                  "print(i - t, k - i, e - k)")
         t: dict[str, list[float]] = {k: [] for k in (
-            "python -c pass (interpreter start)", "gpujob CLI modules (import gpujob.cli, usecases.jobs)",
+            "python -c pass (interpreter start)", "gpujob CLI modules (import gpujob.cli, usecases.jobs.ops)",
             "paramiko + gpujob.transport.ssh import", "key exchange + login in Python (open_client)",
             "one command on the open connection (exec `true`)", "agent `status --job` on the instance (timed there)",
             "`cat status.json` on the instance (timed there)", "ssh host cat status.json (OpenSSH, whole)")}
         names = list(t)
         for _ in range(args.runs):
             t[names[0]].append(wall([py, "-c", "pass"], env))
-            t[names[1]].append(wall([py, "-c", "import gpujob.cli, gpujob.usecases.jobs"], env) - t[names[0]][-1])
+            t[names[1]].append(wall([py, "-c", "import gpujob.cli, gpujob.usecases.jobs.ops"], env) - t[names[0]][-1])
             imp, kex, one = map(float, subprocess.run([py, "-c", probe], env=env, check=True, capture_output=True,
                                                       text=True).stdout.split())
             t[names[2]].append(imp)

@@ -39,7 +39,7 @@ def main() -> None:
     from gpujob.config.spec import load_spec
     from gpujob.transport import connect
     from gpujob.transport.agent import Agent
-    from gpujob.usecases.sync import sync_job
+    from gpujob.usecases.sync.upload import sync_job
     from tests.conftest import start_sshd, stop_sshd
 
     sshd = start_sshd(work / "sshd")

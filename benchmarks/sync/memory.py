@@ -23,7 +23,7 @@ def main() -> None:
     from gpujob.config.spec import JobSpec
     from gpujob.transport import connect
     from gpujob.transport.agent import Agent
-    from gpujob.usecases.sync import sync_job
+    from gpujob.usecases.sync.upload import sync_job
 
     host = Host(name="local", hostname="localhost", kind="local", root=work + "/root")
     spec = JobSpec(name="p", run="true", workdir=src)

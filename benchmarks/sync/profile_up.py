@@ -82,8 +82,9 @@ def main() -> None:
     from gpujob.config.spec import DataEntry, JobSpec
     from gpujob.transport import connect
     from gpujob.transport.agent import Agent
-    from gpujob.usecases import ranges, sync
-    from gpujob.usecases.sync import sync_job
+    from gpujob.usecases.sync import ranges
+    from gpujob.usecases.sync import upload as sync
+    from gpujob.usecases.sync.upload import sync_job
     from tests.conftest import start_sshd, stop_sshd
 
     paramiko.Transport.run = profiled(paramiko.Transport.run)

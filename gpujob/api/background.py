@@ -77,7 +77,7 @@ class LogPump:
             except queue.Full:
                 continue
 
-    def run(self, produce: Callable[[Any, Callable[[], Any]], None]) -> Iterator[bytes]:
+    def run(self, produce: Callable[[Any, Callable[[], Any]], object]) -> Iterator[bytes]:  # (what it returns: unused)
         """Yield the chunks ``produce(source, reconnect)`` writes for every source; its first error is raised."""
 
         def one(source: Any) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -124,8 +124,8 @@ class Client:
 
         Over several hosts, one that cannot be reached is listed in ``errors``; alone, its error is raised.
         """
-        from gpujob.usecases import jobs
         from gpujob.usecases.experiments.record import observe
+        from gpujob.usecases.jobs import ops as jobs
 
         names = self._host_names(host)
         out: list[dict[str, Any]] = []
@@ -172,8 +172,8 @@ class Client:
         from gpujob.config import index
         from gpujob.config.spec import JobSpec, load_spec
         from gpujob.usecases.experiments.record import code_of, record_submit
-        from gpujob.usecases.secrecy import check_home
-        from gpujob.usecases.submit import submit
+        from gpujob.usecases.launch.submit import submit
+        from gpujob.usecases.secrets import check_home
 
         overrides = list(set)
         spec = job if isinstance(job, JobSpec) else load_spec(job, overrides)
@@ -182,9 +182,9 @@ class Client:
         if spec.nodes and not host:
             return self._submit_nodes(spec, on_host)
         code = code_of(spec)  # what is about to be sent, before an edit during the upload can change it
-        names = host.split(",") if host else (spec.hosts or [spec.host])
+        names: Sequence[str | None] = host.split(",") if host else (spec.hosts or [spec.host])  # None: this machine
         if len(names) > 1 or wait_gpus is not None:  # placement: the first host with the GPUs free
-            from gpujob.usecases.placement import place
+            from gpujob.usecases.launch.placement import place
 
             try:
                 target, agent, skipped = place(names, spec.gpus, wait=wait_gpus, note=note or (lambda s: None))
@@ -192,12 +192,12 @@ class Client:
                 raise PlacementInterrupted() from None
             self._keep(agent)
         else:
-            from gpujob.usecases.placement import check_capacity, wanted
+            from gpujob.usecases.launch.placement import check_capacity, wanted
 
             target, skipped = self._wake(self.hosts.get(names[0]), wait_gpus, note), []
             agent = self.agent(target.name)
             check_capacity(target, agent, wanted(spec.gpus), cpu_ok=spec.launcher == "torchrun")
-        from gpujob.usecases.preflight import before_submit
+        from gpujob.usecases.hosts.preflight import before_submit
 
         warnings = before_submit(agent, target, note)
         if on_host:
@@ -207,7 +207,7 @@ class Client:
         if warnings:
             res["host_warnings"] = warnings
         src = Path(spec.source)  # what ``move`` needs to send the job again: its job file and overrides
-        again = {"job_file": str(src.resolve()), "set": overrides} if src.is_file() else {}
+        again: dict[str, Any] = {"job_file": str(src.resolve()), "set": overrides} if src.is_file() else {}
         if spec.checkpoint_mirror:  # pull --from mirror and move read it with the host gone (no secret in it)
             again["mirror"] = spec.checkpoint_mirror
         index.record(res["job_id"], target.name, spec.name, **again)
@@ -216,7 +216,7 @@ class Client:
 
     def _submit_nodes(self, spec: JobSpec, on_host: Note | None) -> Job:
         from gpujob.config import index
-        from gpujob.usecases.nodes import submit_nodes
+        from gpujob.usecases.launch.nodes import submit_nodes
 
         hosts = [self.hosts.get(n) for n in spec.nodes]
         if on_host:
@@ -306,7 +306,7 @@ class Client:
         Its output (stdout and stderr in order) goes to ``on_output`` as it comes, else into ``output``;
         what the host's login files printed is ``login_output``, never mixed into it.
         """
-        from gpujob.usecases.shell import command_text, run_exec
+        from gpujob.usecases.hosts.shell import command_text, run_exec
 
         if isinstance(argv, str):  # a string is one shell line, never a list of its letters
             argv = [argv]
@@ -319,7 +319,7 @@ class Client:
 
     def cost(self, host: str | None = None) -> r.CostReport:
         """What the jobs have cost (elapsed × price_per_hour), per job, per host and per currency."""
-        from gpujob.usecases.cost import summarize
+        from gpujob.usecases.jobs.cost import summarize
 
         host = host or self.host
         if host:
@@ -329,7 +329,7 @@ class Client:
     def tunnel(self, remote_port: int, local_port: int | None = None, host: str | None = None,
                on_event: Note | None = None) -> Tunnel:
         """Any port of a host on a local port: ``with client.tunnel(8888) as info: info.url``."""
-        from gpujob.usecases.tunnel import run_tunnel
+        from gpujob.usecases.jobs.tunnel import run_tunnel
 
         h = self.hosts.get(host or self.host)
         return Tunnel(lambda ready, stop: run_tunnel(h, remote_port, local_port, None, ready, on_event, stop=stop))
@@ -337,7 +337,7 @@ class Client:
     def guard(self, refs: list[str], interval: float = 30.0, once: bool = False, note: Note | None = None
               ) -> r.GuardReport:
         """Watch jobs; move one whose host stays away longer than its ``retry.move_after`` (docs/move.md)."""
-        from gpujob.usecases.guard import guard
+        from gpujob.usecases.relocate.guard import guard
 
         return r.GuardReport.from_json({"outcomes": guard(refs, interval, once, note or (lambda s: None))})
 
@@ -413,13 +413,14 @@ class Job:
         return self.client.agent(self.host)
 
     def _on_nodes(self, nodes: list[Host], fn: Callable[[Agent], dict[str, Any]]) -> dict[str, Any]:
-        from gpujob.usecases.nodes import aggregate, on_nodes
+        from gpujob.usecases.launch.nodes import aggregate, on_nodes
 
         return aggregate(self.ref, nodes, on_nodes(nodes, fn))
 
     def status(self) -> r.JobStatus:
         """State, metrics and their history, GPU use, rate, ETA, cost (``status JOB --json``)."""
-        from gpujob.usecases import jobs, watch
+        from gpujob.usecases.jobs import ops as jobs
+        from gpujob.usecases.jobs import watch
 
         nodes = self.nodes
         if nodes:
@@ -428,7 +429,7 @@ class Job:
 
     def record(self) -> r.JobStatus:
         """The job record alone (one light call: state, attempt, last metrics), as ``ls`` shows it."""
-        from gpujob.usecases import jobs
+        from gpujob.usecases.jobs import ops as jobs
 
         nodes = self.nodes
         if nodes:
@@ -478,11 +479,11 @@ class Job:
         reconnect's resume point, as ``tail --json`` reports it); ``cancel``: an event that, set from
         any thread, ends the iterator within half a second (its streams are killed).
         """
-        from gpujob.usecases import jobs
+        from gpujob.usecases.jobs import ops as jobs
 
         nodes = self.nodes
         if nodes and node is None:
-            from gpujob.usecases.nodes import PrefixWriter
+            from gpujob.usecases.launch.nodes import PrefixWriter
 
             pump = LogPump(lambda rank: _connect(nodes[rank]), list(range(len(nodes))))
             pw = PrefixWriter(pump.write)
@@ -512,7 +513,7 @@ class Job:
         ``after_checkpoint``: first wait up to that many seconds for its next complete checkpoint
         (True: twice its usual interval between checkpoints, else 20 min).
         ``stopped_for_certain`` on the result says whether it ended with no process of it left."""
-        from gpujob.usecases import jobs
+        from gpujob.usecases.jobs import ops as jobs
 
         nodes = self.nodes
         if nodes:
@@ -539,11 +540,11 @@ class Job:
     def resume(self, progress: Progress | None = None, note: Note | None = None) -> r.ResumeResult | r.MoveResult:
         """Restart a lost, stopped or failed job from its newest complete checkpoint; on another
         host than its own (see ``resume_moves``) the job moves there."""
-        from gpujob.usecases import jobs
+        from gpujob.usecases.jobs import ops as jobs
 
         if self.resume_moves:
             return self.move(self._host or "", progress=progress, note=note)
-        from gpujob.usecases.preflight import before_submit
+        from gpujob.usecases.hosts.preflight import before_submit
 
         host = self.client._wake(self.client.hosts.get(self.host), None, note)
         agent = self._agent()
@@ -563,7 +564,7 @@ class Job:
              note: Note | None = None) -> r.MoveResult:
         """Continue the job on host ``to`` (``a,b``: the first with its GPUs free) from its newest
         complete checkpoint, same id and history (docs/move.md)."""
-        from gpujob.usecases.move import move
+        from gpujob.usecases.relocate.move import move
 
         return r.MoveResult.from_json(move(self.ref, to, job_file=job_file, stop_wait=wait, progress=progress,
                                          note=note or (lambda s: None)))
@@ -584,11 +585,11 @@ class Job:
 
         if source == "mirror":
             from gpujob.config import remembered
-            from gpujob.usecases.mirror import fetch
+            from gpujob.usecases.sync.mirror import fetch
 
             entry = remembered.entry_of(self.ref)  # the run ledger remembers a job rm removed
             return r.PullResult.from_json(fetch(entry["job_id"] if entry else self.ref, Path(dest), progress))
-        from gpujob.usecases.pull import WRITE_WAIT, pull, tell_pulled
+        from gpujob.usecases.sync.pull import WRITE_WAIT, pull, tell_pulled
 
         nodes = self.nodes
         agent = self.client.agent(nodes[0].name) if nodes else self._agent()
@@ -603,7 +604,7 @@ class Job:
                note: Note | None = None) -> r.PullResult:
         """Pull each new complete checkpoint until the job ends (``pull --follow``); a dropped link is
         waited out, and a second call into the same ``dest`` resumes."""
-        from gpujob.usecases.follow import follow
+        from gpujob.usecases.jobs.follow import follow
 
         def reconnect() -> None:
             self.client.drop(self.nodes[0].name if self.nodes else self.host)
@@ -615,7 +616,7 @@ class Job:
     def tunnel(self, remote_port: int = 6006, local_port: int | None = None, install: bool = False,
                on_event: Note | None = None) -> Tunnel:
         """The job's TensorBoard on a local port (started on the host if none serves): ``with job.tunnel() as info``."""
-        from gpujob.usecases.tunnel import run_tunnel
+        from gpujob.usecases.jobs.tunnel import run_tunnel
 
         h = self.client.hosts.get(self.host)
         return Tunnel(lambda ready, stop: run_tunnel(h, remote_port, local_port, self.ref, ready, on_event,
@@ -623,7 +624,7 @@ class Job:
 
     def stop_tensorboard(self) -> r.TensorBoardStop:
         """Stop the TensorBoard a tunnel started for the job (it outlives tunnels otherwise)."""
-        from gpujob.usecases.tunnel import stop_tensorboard
+        from gpujob.usecases.jobs.tunnel import stop_tensorboard
 
         return r.TensorBoardStop.from_json(stop_tensorboard(self._agent(), self.ref))
 
@@ -631,7 +632,7 @@ class Job:
         """Draw the loss and metric curves to ``output`` (default ``<ref>.png``) with ``draw``
         (the CLI's is ``gpujob.ui.plot.plot_series``, which needs matplotlib): the api decides what
         is shown, the drawing stays in the ui."""
-        from gpujob.usecases.plot import plot_job
+        from gpujob.usecases.jobs.plot import plot_job
 
         return r.PlotResult.from_json(plot_job(self._agent(), self.ref, Path(output or f"{self.ref}.png"), draw))
 

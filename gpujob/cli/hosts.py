@@ -13,7 +13,7 @@ from gpujob.cli.common import agent_for, command_after, host_store
 def cmd_agent_log(args: argparse.Namespace) -> int:
     from gpujob.ui import hosts as ui
     from gpujob.ui.output import show
-    from gpujob.usecases.doctor import agent_log
+    from gpujob.usecases.hosts.doctor import agent_log
 
     show(agent_log(agent_for(args.host), args.lines), args.json, ui.agent_log)
     return 0
@@ -21,7 +21,7 @@ def cmd_agent_log(args: argparse.Namespace) -> int:
 
 # ---- hosts -------------------------------------------------------------------------------
 def _settings(args: argparse.Namespace) -> dict[str, Any]:
-    from gpujob.usecases.hostsetup import SETTINGS
+    from gpujob.usecases.hosts.add import SETTINGS
 
     return {k: getattr(args, k, None) for k in SETTINGS}
 
@@ -29,7 +29,7 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
 def cmd_host_add(args: argparse.Namespace) -> int:
     from gpujob.ui import hosts as ui
     from gpujob.ui.output import show
-    from gpujob.usecases.hostsetup import add_host, profile
+    from gpujob.usecases.hosts.add import add_host, profile
 
     password = sys.stdin.readline().rstrip("\n") if args.password_stdin else None
     change = add_host(args.name, args.ssh, password=password, root=args.root, preset=args.preset, price=args.price,
@@ -43,7 +43,7 @@ def cmd_host_add(args: argparse.Namespace) -> int:
 def cmd_host_set(args: argparse.Namespace) -> int:
     from gpujob.ui import hosts as ui
     from gpujob.ui.output import show
-    from gpujob.usecases.hostsetup import profile, update_host
+    from gpujob.usecases.hosts.add import profile, update_host
 
     change = update_host(args.name, ssh_line=args.ssh, root=args.root, preset=args.preset, identity=args.identity,
                          price=args.price, settings=_settings(args), check=not args.no_check)
@@ -54,12 +54,12 @@ def cmd_host_set(args: argparse.Namespace) -> int:
 def cmd_notify_test(args: argparse.Namespace) -> int:
     from gpujob.ui.output import show
     from gpujob.ui.report import notify_outcomes
-    from gpujob.usecases.notifycheck import notify_test_job
+    from gpujob.usecases.notify.send import notify_test_job
 
     outcomes = notify_test_job(args.job_file)
     show(outcomes, args.json, notify_outcomes)
     if not args.json and any("is not set (environment or secrets file)" in str(o.get("error")) for o in outcomes):
-        from gpujob.usecases.notifycheck import default_secrets_file
+        from gpujob.usecases.secrets.file import default_secrets_file
 
         print(f"  → export each such NAME in this shell, or put NAME=value lines in {default_secrets_file()} (chmod 600)",
               file=sys.stderr)
@@ -69,8 +69,8 @@ def cmd_notify_test(args: argparse.Namespace) -> int:
 def cmd_host_ls(args: argparse.Namespace) -> int:
     from gpujob.ui import hosts as ui
     from gpujob.ui.output import show
-    from gpujob.usecases.hostsetup import profile
-    from gpujob.usecases.rekey import on_shared_key
+    from gpujob.usecases.hosts.add import profile
+    from gpujob.usecases.hosts.rekey import on_shared_key
 
     store = host_store()
     hosts, shared = store.all(), on_shared_key(store)
@@ -87,7 +87,7 @@ def cmd_host_rekey(args: argparse.Namespace) -> int:
     from gpujob.errors import GpujobError, Interrupted
     from gpujob.ui import hosts as ui
     from gpujob.ui.output import show
-    from gpujob.usecases.rekey import rekey_all, rekey_host
+    from gpujob.usecases.hosts.rekey import rekey_all, rekey_host
 
     if bool(args.name) == bool(args.all):
         raise GpujobError("name one host or pass --all", "gpujob host rekey NAME, or gpujob host rekey --all")
@@ -109,7 +109,7 @@ def cmd_host_rekey(args: argparse.Namespace) -> int:
 def cmd_host_rm(args: argparse.Namespace) -> int:
     from gpujob.ui import hosts as ui
     from gpujob.ui.output import show
-    from gpujob.usecases.hostconn import remove_host
+    from gpujob.usecases.hosts.connection import remove_host
 
     show(remove_host(args.name), args.json, ui.removed)
     return 0
@@ -118,7 +118,7 @@ def cmd_host_rm(args: argparse.Namespace) -> int:
 def cmd_host_disconnect(args: argparse.Namespace) -> int:
     from gpujob.ui import hosts as ui
     from gpujob.ui.output import show
-    from gpujob.usecases.hostconn import disconnect_host
+    from gpujob.usecases.hosts.connection import disconnect_host
 
     show(disconnect_host(args.name), args.json, ui.disconnected)
     return 0
@@ -127,7 +127,7 @@ def cmd_host_disconnect(args: argparse.Namespace) -> int:
 def cmd_host_trust(args: argparse.Namespace) -> int:
     from gpujob.ui import hosts as ui
     from gpujob.ui.output import show
-    from gpujob.usecases.hostconn import trust_host
+    from gpujob.usecases.hosts.connection import trust_host
 
     show(trust_host(args.name), args.json, ui.trusted)
     return 0
@@ -136,10 +136,10 @@ def cmd_host_trust(args: argparse.Namespace) -> int:
 def cmd_doctor(args: argparse.Namespace) -> int:
     from gpujob.ui.doctor import bench_report, doctor_report
     from gpujob.ui.output import show
-    from gpujob.usecases.doctor import doctor_host
+    from gpujob.usecases.hosts.doctor import doctor_host
 
     if args.bench:
-        from gpujob.usecases.preflight import bench_host
+        from gpujob.usecases.hosts.preflight import bench_host
 
         host, rep = bench_host(args.host)
         show(rep, args.json, lambda r: bench_report(host, r))
@@ -150,7 +150,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_ssh(args: argparse.Namespace) -> int:
-    from gpujob.usecases import shell
+    from gpujob.usecases.hosts import shell
 
     host = host_store().get(args.host)
     command = command_after(args, ("--json", "--print"), ("--ssh-config",))

@@ -16,11 +16,7 @@ from gpujob.bundle import import_remote
 from gpujob.cli.common import client, command_after, show
 from gpujob.errors import GpujobError, HostError
 from gpujob.exitcodes import INTERRUPTED, USAGE
-
-STOP_WAIT: float = import_remote("core.spec").STOP_WAIT  # s a stop (and a move's stop) waits for the job to end
-# --after-checkpoint without --max-wait: the agent waits twice the job's usual interval between checkpoints;
-# the command waits this long for that, then STOP_WAIT for the end
-AFTER_CHECKPOINT_WAIT = 3600.0
+from gpujob.usecases.jobs.stoppolicy import STOP_WAIT, stop_policy
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -190,11 +186,8 @@ def cmd_plot(args: argparse.Namespace) -> int:
 def cmd_stop(args: argparse.Namespace) -> int:
     from gpujob.ui.jobs import stopped
 
-    after: float | bool | None = None
-    if args.after_checkpoint:  # without --max-wait: twice the job's usual interval between checkpoints
-        after = _duration("--max-wait", args.max_wait, "e.g. --max-wait 20m") if args.max_wait else True
-    wait = args.wait if args.wait is not None else STOP_WAIT if after is None else \
-        (after if after is not True else AFTER_CHECKPOINT_WAIT) + STOP_WAIT
+    max_wait = _duration("--max-wait", args.max_wait, "e.g. --max-wait 20m") if args.after_checkpoint else None
+    wait, after = stop_policy(args.wait, args.after_checkpoint, max_wait)
     with client(args.host) as c:
         try:
             st = c.job(args.job).stop(wait=wait, after_checkpoint=after)

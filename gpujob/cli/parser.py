@@ -27,7 +27,6 @@ from gpujob.cli.hosts import (
     cmd_ssh,
 )
 from gpujob.cli.jobs import (
-    AFTER_CHECKPOINT_WAIT,
     STOP_WAIT,
     cmd_cost,
     cmd_exec,
@@ -45,6 +44,7 @@ from gpujob.cli.jobs import (
 )
 from gpujob.cli.tools import cmd_data_check, cmd_gc, cmd_init, cmd_rm
 from gpujob.errors import GpujobError
+from gpujob.usecases.jobs.stoppolicy import AFTER_CHECKPOINT_WAIT
 from gpujob.version import __version__
 
 

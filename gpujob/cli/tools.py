@@ -37,7 +37,7 @@ def cmd_data_check(args: argparse.Namespace) -> int:
 def cmd_rm(args: argparse.Namespace) -> int:
     from gpujob.ui import report as ui
     from gpujob.ui.output import show
-    from gpujob.usecases.cleanup import remove_jobs
+    from gpujob.usecases.jobs.cleanup import remove_jobs
 
     show({"removed": remove_jobs(args.jobs, agent_for, args.host, args.force)}, args.json, ui.removed)
     return 0
@@ -49,7 +49,7 @@ def cmd_gc(args: argparse.Namespace) -> int:
     parse_duration = import_remote("core.protocol").parse_duration
     from gpujob.ui import report as ui
     from gpujob.ui.output import show
-    from gpujob.usecases.cleanup import collect
+    from gpujob.usecases.jobs.cleanup import collect
 
     try:
         older = parse_duration(args.older_than)

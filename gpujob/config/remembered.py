@@ -39,7 +39,7 @@ def from_ledger(ref: str) -> dict[str, Any] | None:
         return None
     if not row or not row.get("host"):
         return None
-    spec = row.get("spec") if isinstance(row.get("spec"), dict) else {}
+    spec = s if isinstance(s := row.get("spec"), dict) else {}
     out: dict[str, Any] = {"job_id": row["job_id"], "host": row["host"], "name": row.get("name") or "",
                            "set": row.get("overrides") or [], "source": "ledger"}
     if row.get("job_file"):

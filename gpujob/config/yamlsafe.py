@@ -120,13 +120,15 @@ def _check_shape(text: str, source: str) -> None:
     for n, ev in enumerate(yaml.parse(text, Loader=_LOADER)):
         if n > MAX_EVENTS:
             m = ev.start_mark
-            raise SpecError(f"{source}:{m.line + 1}: more than {MAX_VALUES} values: not a job file",
+            at = f"{source}:{m.line + 1}" if m else source  # (a parsed event has its mark)
+            raise SpecError(f"{at}: more than {MAX_VALUES} values: not a job file",
                             "a job file needs a few dozen values: is this the right file?")
         if isinstance(ev, yaml.CollectionStartEvent):
             depth += 1
             if depth > MAX_DEPTH:
                 m = ev.start_mark
-                raise SpecError(f"{source}:{m.line + 1}:{m.column + 1}: nested more than {MAX_DEPTH} levels deep",
+                at = f"{source}:{m.line + 1}:{m.column + 1}" if m else source
+                raise SpecError(f"{at}: nested more than {MAX_DEPTH} levels deep",
                                 "a job file needs a few levels: is this the right file?")
         elif isinstance(ev, yaml.CollectionEndEvent):
             depth -= 1

@@ -226,6 +226,7 @@ class JobWatcher:
     def _run(self) -> None:
         conn = self.hub.conn(self.host)
         finished_once = False
+        doc: dict[str, Any] | None  # (the last one, where a look failed)
         while not self.hub.stopped.is_set() and time.monotonic() - self.touched < self.hub.linger:
             try:
                 st = conn.call(lambda c: c.job(self.job_id, host=self.host).status())

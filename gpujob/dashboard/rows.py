@@ -30,8 +30,8 @@ def loss_key(metrics: dict[str, Any]) -> str | None:
 def gpu_use(gpu: dict[str, Any] | None) -> float | None:
     """Mean utilisation (%) over the job's GPUs now, from a ``status`` document's ``gpu``."""
     now = (gpu or {}).get("now") or []
-    vals = [_num(g.get("util")) for g in now if isinstance(g, dict)]
-    vals = [v for v in vals if v is not None]
+    utils = [_num(g.get("util")) for g in now if isinstance(g, dict)]
+    vals = [v for v in utils if v is not None]
     return round(sum(vals) / len(vals), 1) if vals else None
 
 

@@ -44,8 +44,9 @@ class Agent:
     def __init__(self, transport: Transport, host: Any = None) -> None:
         self.t = transport
         self.endpoint = transport.endpoint
-        # what the caller named the host by (its profile, read by the layers above), else the endpoint
-        self.host = host if host is not None else self.endpoint
+        # what the caller named the host by (its profile, read by the layers above), else the endpoint;
+        # as typed as ``host`` is (the profile's class, config.hosts.Host, is a layer above this one)
+        self.host: Any = host if host is not None else self.endpoint
         self.version = bundle_version()
         self.root = self.endpoint.root
 

@@ -192,6 +192,7 @@ class Transport(abc.ABC):
     """One connection to a host. Everything above speaks only to this."""
 
     keeps_agent = False  # whether ``serve_call`` can answer (a kept ``serve`` process on the host)
+    gpujob_rtt: float | None  # a kept connection's round trip, set once asked (usecases/ranges.measured_rtt)
 
     def __init__(self, target: Target) -> None:
         self.endpoint: Endpoint = as_endpoint(target)

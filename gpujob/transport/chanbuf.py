@@ -11,6 +11,7 @@ in the reading thread itself, with no pump thread and OS pipe between the channe
 from __future__ import annotations
 
 import collections
+import threading
 import time
 from collections.abc import Callable
 
@@ -34,6 +35,11 @@ GATHER, GATHER_WAIT = 1 << 18, 0.002
 class PacketPipe(BufferedPipe):
     """paramiko's ``BufferedPipe`` (locking, close, timeouts, the event behind ``fileno``) over a
     queue of the received packets instead of one array."""
+
+    # BufferedPipe's own state, which paramiko's stub leaves out (paramiko/buffered_pipe.py, 3.4 to 5.x)
+    _lock: threading.Lock
+    _cv: threading.Condition
+    _closed: bool
 
     def __init__(self) -> None:
         super().__init__()

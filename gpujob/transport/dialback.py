@@ -121,7 +121,7 @@ class DialBack:
     def close(self) -> None:
         """Stop the forward (no answer awaited) and close the channels nobody took."""
         try:
-            self.tr._tcp_handler = None
+            self.tr._tcp_handler = None  # type: ignore[attr-defined]  # private: not in paramiko's stub (pyproject pins the paramiko tested)
             if self.port is not None and self.tr.is_active():
                 self.tr.global_request("cancel-tcpip-forward", ("127.0.0.1", self.port), wait=False)
         except (paramiko.SSHException, EOFError, OSError):

@@ -53,6 +53,9 @@ class Reachable(Protocol):
 
     name: str
 
+    @property
+    def address(self) -> str: ...  # where it is, for messages
+
     def endpoint(self) -> Endpoint: ...
 
 

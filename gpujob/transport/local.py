@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import socket
 import subprocess
 
@@ -14,7 +15,7 @@ class _LocalStream(PumpedStream):
         self.proc = subprocess.Popen(
             ["/bin/sh", "-c", cmd], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
         )
-        assert self.proc.stdin and self.proc.stdout and self.proc.stderr
+        assert self.proc.stdin and self.proc.stdout and isinstance(self.proc.stderr, io.BufferedReader)  # (PIPE: buffered)
         super().__init__(self.proc.stdin, self.proc.stdout, self.proc.stderr.read1)
 
     def _exit_status(self, timeout: float | None) -> int:

@@ -53,7 +53,8 @@ PROBE_QUIET = float(os.environ.get("GPUJOB_MUX_PROBE_QUIET", "2"))
 
 
 def _recv_request(conn: socket.socket) -> tuple[dict[str, Any], list[int]]:
-    buf, fds = bytearray(), []
+    buf = bytearray()
+    fds: list[int] = []
     while not buf.endswith(b"\n"):
         msg, anc, _flags, _addr = conn.recvmsg(65536, socket.CMSG_SPACE(8 * 4))
         for level, kind, data in anc:
@@ -173,7 +174,7 @@ class Daemon:
                 if not ok:
                     self.stop()  # the client starts a fresh daemon
                 _send(conn, {"ok": ok, "pid": os.getpid()})
-            elif op == "rtt":  # a large upload sizes its channels (gpujob/usecases/ranges.py)
+            elif op == "rtt":  # a large upload sizes its channels (gpujob/usecases/sync/ranges.py)
                 from gpujob.transport.ssh import probe_rtt
 
                 probe_rtt(self.tr)
@@ -354,7 +355,7 @@ class Daemon:
                                  "kind": "ConnectError"})
                     return
                 except (OSError, EOFError, paramiko.SSHException):
-                    answer = b""
+                    answer = bytearray()
                 if answer:
                     s.answered = True
                     conn.sendall(answer)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 # isort: off
 import gpujob.transport.paramiko_load  # noqa: F401  (first: paramiko without invoke and importlib.metadata)
@@ -40,7 +40,18 @@ def pipelines(key: Any) -> bool:
     return "rsa" not in name and not name.endswith("-cert-v01@openssh.com")
 
 
-class PipelinedAuth(AuthHandler):
+if TYPE_CHECKING:
+    class _AuthHandler(AuthHandler):
+        """AuthHandler with the private steps paramiko's stub leaves out (paramiko/auth_handler.py, 3.4 to 5.x)."""
+
+        def _request_auth(self) -> None: ...
+
+        def _parse_service_accept(self, m: Message) -> None: ...
+else:
+    _AuthHandler = AuthHandler
+
+
+class PipelinedAuth(_AuthHandler):
     """paramiko's client AuthHandler that sends the publickey request with the service request
     (made by ``PipelinedTransport`` only for a key that ``pipelines``)."""
 
@@ -59,6 +70,8 @@ class PipelinedTransport(paramiko.Transport):
     """paramiko's transport whose key logins use ``PipelinedAuth``; the rest is paramiko's. A partial
     success (the server asks for a second factor) ends the login (``login.SecondFactorAsked``):
     paramiko's client would prompt on the terminal and report the prompt's failure as a refused key."""
+
+    active: bool  # paramiko's own (not in its stub): the transport's thread runs
 
     def auth_publickey(self, username: str, key: paramiko.PKey, event: threading.Event | None = None) -> list[str]:
         if not pipelines(key):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import socket
+from typing import TYPE_CHECKING
 
 # isort: off
 import gpujob.transport.paramiko_load  # noqa: F401  (first: paramiko without invoke and importlib.metadata)
@@ -26,6 +27,14 @@ MOST = 16 << 20  # the largest packet taken (OpenSSH sends at most 256 KB): a fo
 
 class ReadAheadPacketizer(Packetizer):
     """``Packetizer`` with ``read_all`` served from a buffer the socket is read into."""
+
+    # Packetizer's private state and keepalive, which paramiko's stub leaves out (paramiko/packet.py, 3.4 to 5.x)
+    _Packetizer__remainder: bytes
+    _Packetizer__socket: socket.socket
+    _Packetizer__closed: bool
+    _Packetizer__need_rekey: bool
+    if TYPE_CHECKING:
+        def _check_keepalive(self) -> None: ...
 
     def __init__(self, sock: socket.socket) -> None:
         super().__init__(sock)

@@ -88,7 +88,8 @@ class _TrustOnFirstUse(paramiko.MissingHostKeyPolicy):
 
     def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
         def record(keys: paramiko.HostKeys) -> None:
-            had = (keys.lookup(hostname) or {}).get(key.get_name())
+            known = keys.lookup(hostname)
+            had = known.get(key.get_name()) if known is not None else None
             if had is not None and had != key:  # another process recorded a different key meanwhile
                 raise paramiko.BadHostKeyException(hostname, key, had)
             keys.add(hostname, key.get_name(), key)
@@ -301,7 +302,8 @@ class _SSHForward(Forward):
             return
         try:
             while not self._closed:
-                r, _, _ = select.select([conn, chan], [], [], 1.0)
+                ends: list[socket.socket | paramiko.Channel] = [conn, chan]
+                r, _, _ = select.select(ends, [], [], 1.0)
                 if conn in r:
                     data = conn.recv(65536)
                     if not data:
@@ -328,7 +330,8 @@ class _ChannelTunnel(Tunnel):
 
     def __init__(self, chan: paramiko.Channel) -> None:
         self.chan = chan
-        self.rfile, self.wfile = _File(chan, "rb"), _File(chan, "wb")
+        # (a ChannelFile is a file, read, readline, write, flush, that paramiko's stub does not declare an IO)
+        self.rfile, self.wfile = _File(chan, "rb"), _File(chan, "wb")  # type: ignore[assignment]
 
     def close_write(self) -> None:
         try:
@@ -444,7 +447,7 @@ def size_window(tr: paramiko.Transport) -> None:
 
 def probe_rtt(tr: paramiko.Transport, timeout: float = 5.0) -> float | None:
     """One round trip (an SSH global request), or None without an answer within ``timeout``;
-    the least one measured on ``tr`` is kept as ``tr.gpujob_rtt`` (gpujob/usecases/ranges.py sizes a
+    the least one measured on ``tr`` is kept as ``tr.gpujob_rtt`` (gpujob/usecases/sync/ranges.py sizes a
     large upload's channels from it: the first, right after the login, can wait for a delayed ACK)
     and sizes the channels' receive window (``size_window``).
 
@@ -477,7 +480,7 @@ def grow_windows(tr: paramiko.Transport, size: int, timeout: float) -> None:
     """Grant the channels opened before the round trip was known (a first command that is a
     download: its channel opens at once) the rest of ``size`` with one window adjust each, as
     paramiko grants what was read; one still opening gets it once its open is confirmed."""
-    for chan in tr._channels.values():
+    for chan in tr._channels.values():  # type: ignore[attr-defined]  # private: not in paramiko's stub (pyproject pins the paramiko tested)
         if not chan.active:
             chan.event.wait(timeout)
         with chan.lock:
@@ -490,7 +493,7 @@ def grow_windows(tr: paramiko.Transport, size: int, timeout: float) -> None:
         m.add_int(chan.remote_chanid)
         m.add_int(extra)
         try:
-            tr._send_user_message(m)
+            tr._send_user_message(m)  # type: ignore[attr-defined]  # private: not in paramiko's stub (pyproject pins the paramiko tested)
         except (OSError, EOFError, paramiko.SSHException):
             return
 
@@ -551,7 +554,7 @@ class SSHTransport(Transport):
         seen, since = received(tr), time.monotonic()
         while not self._closing.wait(1.0) and tr.is_active():
             now_seen = received(tr)
-            busy = any(not c.closed for c in list(tr._channels.values()))
+            busy = any(not c.closed for c in list(tr._channels.values()))  # type: ignore[attr-defined]  # private: not in paramiko's stub (pyproject pins the paramiko tested)
             if not busy or now_seen != seen:
                 seen, since = now_seen, time.monotonic()
                 continue
@@ -577,7 +580,8 @@ class SSHTransport(Transport):
         its stdin follows it). A refused request then closes the channel: its reader meets the
         end with no exit status, as with a cut link."""
         try:
-            chan = open_session(self._transport)
+            tr = self._transport
+            chan = open_session(tr)
             if wait:
                 chan.exec_command(cmd)
             else:
@@ -587,8 +591,8 @@ class SSHTransport(Transport):
                 m.add_string("exec")
                 m.add_boolean(True)  # an answer still comes: a refusal closes the channel (paramiko)
                 m.add_string(cmd)
-                chan._event_pending()
-                chan.transport._send_user_message(m)
+                chan._event_pending()  # type: ignore[attr-defined]  # private: not in paramiko's stub (pyproject pins the paramiko tested)
+                tr._send_user_message(m)  # type: ignore[attr-defined]  # private: not in paramiko's stub (pyproject pins the paramiko tested)
         except (paramiko.SSHException, EOFError, OSError) as e:
             raise ConnectError(f"the connection to {self.endpoint.address} dropped ({e})", "run the command again") from None
         return chan

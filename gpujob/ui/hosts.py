@@ -50,7 +50,8 @@ def same_instance(change: Any) -> None:
 
 
 def changed(change: Any) -> None:
-    said = {True: " (reached)", False: " (saved without trying it: --no-check)"}.get(getattr(change, "tried", None), "")
+    saids: dict[bool | None, str] = {True: " (reached)", False: " (saved without trying it: --no-check)"}
+    said = saids.get(getattr(change, "tried", None), "")
     print(f"host {change.host.name} = {change.host.address}{said}")
     _idle(change.idle)
 
@@ -133,7 +134,7 @@ def trusted(doc: dict[str, Any]) -> None:
 
 def ssh_plan(plan: dict[str, Any]) -> None:
     """``ssh --print``: the entry gpujob keeps in the ssh config, then the command it would run."""
-    from gpujob.usecases.shell import join
+    from gpujob.usecases.hosts.shell import join
 
     if plan["block"]:
         print(f"# in {plan['ssh_config']}:\n{plan['block']}")

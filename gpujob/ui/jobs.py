@@ -10,8 +10,8 @@ from gpujob.bundle import import_remote
 from gpujob.ui.neutral import clean, clean_doc
 from gpujob.ui.output import STATE_STYLE, console  # noqa: F401  (STATE_STYLE: ui.jobs's users)
 from gpujob.ui.plaintable import SPARK, sparkline  # noqa: F401  (here for ui.jobs's users)
-from gpujob.usecases.cost import accrued_cost, elapsed_s
-from gpujob.usecases.watch import loss_key
+from gpujob.usecases.jobs.cost import accrued_cost, elapsed_s
+from gpujob.usecases.jobs.watch import loss_key
 
 format_duration = import_remote("core.protocol").format_duration
 AUTOSTOP = import_remote("core.sections")  # autostop:'s defaults, as the agent reads them

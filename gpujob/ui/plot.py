@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from gpujob.errors import GpujobError
-from gpujob.usecases.plot import Series, layout
+from gpujob.usecases.jobs.plot import Series, layout
 
 
 def _pyplot() -> Any:
@@ -31,7 +31,7 @@ def plot_series(series: Series, out: Path, title: str = "") -> list[str]:
 
 
 def figure(series: Series, title: str = "") -> tuple[Any, list[str]]:
-    """Each metric against its step, in the panels of ``usecases.plot.layout``; single values as a note below."""
+    """Each metric against its step, in the panels of ``usecases.jobs.plot.layout``; single values as a note below."""
     lay = layout(series, title)
     plt = _pyplot()
     note = "   ".join(f"{k} = {_fmt(series[k][0][1])}" for k in lay.singles[:6])

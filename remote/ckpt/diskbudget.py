@@ -14,7 +14,7 @@ written; what no longer fits is given up (deleted) by its owner. Standard librar
 
 import os
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Union
 
 from remote.ckpt import checkpoints as ck
 from remote.ckpt import disk as diskfiles
@@ -97,7 +97,7 @@ class Budget:
         return r["free"] < r["need"]
 
 
-def given_back_on_demand(job_path: Path) -> int:
+def given_back_on_demand(job_path: Union[str, Path]) -> int:
     """Bytes the job's helpers hold under its folder and give up the moment the job needs the room (the
     kept copies): a measure of the job's free space (``autostop: disk_free_below``) counts them as free,
     so a copy never stops a job that would run on without it."""

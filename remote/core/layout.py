@@ -141,7 +141,7 @@ class Root:
         path = self.root / "instance.id"
 
         def valid(raw: Optional[bytes]) -> bool:
-            return bool(raw) and len(raw.strip()) == 32 and all(c in b"0123456789abcdef" for c in raw.strip())
+            return raw is not None and len(raw.strip()) == 32 and all(c in b"0123456789abcdef" for c in raw.strip())
 
         try:
             with open(str(path), "rb") as f:

@@ -56,7 +56,7 @@ def _cmdline(pid: int) -> bytes:
 
 def belongs_to(pid: Optional[int], job_id: str) -> bool:
     """True if ``pid`` is alive and is this job's (job id in its environment or command line)."""
-    if not pid_alive(pid):
+    if pid is None or not pid_alive(pid):
         return False
     token = job_id.encode()
     return (b"GPUJOB_JOB_ID=" + token + b"\0") in _environ(pid) or token in _cmdline(pid)
@@ -120,7 +120,7 @@ def kill_tree(job_id: str, root_pid: Optional[int], grace: float, poll=None, job
         if not job_pids(job_id, root_pid, job_dir):
             return []
         time.sleep(0.2)
-    killed = []
+    killed = []  # type: List[int]
     for _ in range(20):
         left = job_pids(job_id, root_pid, job_dir)
         if not left:

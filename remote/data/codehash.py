@@ -9,7 +9,7 @@ import stat
 from typing import List
 
 
-def _digest(path: str, st: os.stat_result) -> str:
+def file_digest(path: str, st: os.stat_result) -> str:
     """A file's content hash, a link's target (the laptop's ledger uses this one too)."""
     if stat.S_ISLNK(st.st_mode):
         return "link:" + os.readlink(path)
@@ -33,5 +33,5 @@ def tree_hash(top: str) -> str:
             if e.is_dir(follow_symlinks=False):
                 stack.append(rel)
             elif stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
-                h.update("{}\0{}\0{}\0".format(rel, 1 if st.st_mode & 0o111 else 0, _digest(e.path, st)).encode())
+                h.update("{}\0{}\0{}\0".format(rel, 1 if st.st_mode & 0o111 else 0, file_digest(e.path, st)).encode())
     return h.hexdigest()[:16]

@@ -142,7 +142,7 @@ def select(job_path: Path, what: str = "all", metric: Optional[str] = None,
             if state in ("stopped", "autostopped"):  # an HF example writes its "final" model on the way out
                 note = ("the job was {} before its end: a final model or results file beside the checkpoint "
                         "is its state at the stop, not a finished training's").format(state)
-    files = {}  # type: Dict[str, List[Any]]
+    files = {}  # type: Dict[str, Optional[List[Any]]]  # (None: a kept copy gone, its name not listed)
     dirs = []  # type: List[str]
     real = ckpt_target(job_path)
     for r in roots:
@@ -154,9 +154,9 @@ def select(job_path: Path, what: str = "all", metric: Optional[str] = None,
             name = r + ("/" + rel if rel else "")
             if skip and r == "ckpt" and _under(rel, skip) or only is not None and not _under(rel, only):
                 continue
-            files[name] = v[:4]
+            files[name] = entry = v[:4]
             if v[3] is not None:  # as send_list will send it
-                files[name][3] = portable_link(job_path, job_path / name, v[3])
+                entry[3] = portable_link(job_path, job_path / name, v[3])
         dirs += [r + "/" + d for d in t["dirs"] if not (skip and r == "ckpt" and _under(d, skip))
                  and (only is None or any(x.startswith(d + "/") for x in only))]
         if (job_path / r).is_dir() and (not (job_path / r).is_symlink() or r == "ckpt"):

@@ -27,6 +27,7 @@ from remote.stream import (
     tree_digest,
     write_items,
 )
+from remote.stream.receive import Readable
 
 
 def hash_cache(root: Path) -> HashCache:
@@ -38,7 +39,7 @@ def manifest(base: Path, cache: Optional[HashCache] = None, hash_all: bool = Fal
     return tree(base, cache, hash_all)
 
 
-def receive(base: Path, stream: IO[bytes], cache: Optional[HashCache] = None) -> Dict[str, Any]:
+def receive(base: Path, stream: Readable, cache: Optional[HashCache] = None) -> Dict[str, Any]:
     """Apply an upload stream under ``base`` (symlinks may point anywhere: they are the user's);
     then a detached ``reseal`` brings the changed trees' seals up to date, so the next no-op's
     manifest is the fast one."""

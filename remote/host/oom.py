@@ -47,7 +47,7 @@ def _kmsg_records() -> Optional[List[str]]:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError:
         return None
-    out = []
+    out = []  # type: List[str]
     try:
         while len(out) < 100000:
             try:

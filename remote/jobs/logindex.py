@@ -43,11 +43,11 @@ def offset_since(job: JobDir, since: float) -> int:
     if not best:  # no index: the newest marker before since
         pos = 0
         with open(str(log), "rb") as f:
-            for line in f:
-                m = MARKER.match(line.rstrip(b"\n"))
+            for raw in f:
+                m = MARKER.match(raw.rstrip(b"\n"))
                 if m and _parse_marker_time(m.group(1)) <= since:
                     best = pos
-                pos += len(line)
+                pos += len(raw)
     return _line_start(log, min(best, st.st_size))
 
 

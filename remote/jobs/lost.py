@@ -22,7 +22,7 @@ LOST_MARK = "lost_notified"
 
 def lost_candidates(root: Root) -> List[str]:
     """Jobs that are lost now and whose ``lost`` has not been sent yet (cheap: a folder scan)."""
-    out = []
+    out = []  # type: List[str]
     if not root.jobs.is_dir():
         return out
     boot = None

@@ -5,7 +5,7 @@ Read by ``resume`` (where to start again), the supervisor (its note on stray che
 (pull's refusal) and the status documents (remote/view/status.py).
 """
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Set, Union
 
 from remote.core import procs
 from remote.core.jobrecord import JobRecord
@@ -50,7 +50,7 @@ def checkpoint_list(job: JobDir, spec: SpecLike, live: bool) -> List[Dict[str, A
     try:
         from remote.ckpt import checkpoints
 
-        pids = (lambda: procs.job_pids(job.id, job_dir=str(job.path))) if live else []
+        pids: Union[List[int], Callable[[], Set[int]]] = (lambda: procs.job_pids(job.id, job_dir=str(job.path))) if live else []
         return [c.as_dict(job.ckpt) for c in checkpoints.find(job.ckpt, spec.checkpoint.pattern, pids)]
     except (ImportError, OSError):
         return []

@@ -9,7 +9,7 @@ itself at those spans (so a key such as ``f1`` or ``top5_acc`` is read as printe
 a whole chunk of log bytes at once (a digit is one byte in UTF-8, never part of a longer character).
 """
 
-from typing import Any, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, Dict, List, Match, NamedTuple, Optional, Tuple
 
 from remote.metrics.logpatterns import (
     BATCH,
@@ -43,7 +43,7 @@ class Shape(NamedTuple):
     pairs: List[Tuple[Optional[str], int, int, int, int, Optional[str]]]
     first_wins: bool  # an evaluation line or "Train: E [b/B]": "Loss: 0.7 (0.7)" is the value now and its mean
     train_batch: Optional[Tuple[int, ...]]  # "Train: 3 [ 4/10 ( 50%)]": epoch, batch, batches, percentage (-1: none)
-    count: Optional[Span4]  # "step 120/1000" or "batch 30/100": the count, its total (-1: none)
+    counted: Optional[Span4]  # (not count: a tuple's method) "step 120/1000" or "batch 30/100": the count, its total (-1: none)
     count_is_batch: bool
     epoch: Optional[Span4]  # "Epoch 3/10": the epoch, its total (-1: none)
 
@@ -104,8 +104,12 @@ def qualifier(s: str, end: int) -> Any:
     return QUALIFIER.search(s, max(0, j - QUALIFIER_LEN), j)  # \b sees the character before the window
 
 
-def _span(m, *groups: int) -> Tuple[int, ...]:  # type: ignore[no-untyped-def]
+def _span(m: "Match[str]", *groups: int) -> Tuple[int, ...]:
     return tuple(i for g in groups for i in m.span(g))
+
+
+def _span4(m: "Match[str]", name: int, number: int) -> Span4:
+    return m.span(name) + m.span(number)
 
 
 def shape_of(blind: str) -> Shape:
@@ -125,7 +129,7 @@ def _find(s: str) -> Shape:
     low = s.lower()
     em = EVAL_LINE.match(s)
     whose = None if em is None else "eval" if em.group(1).lower() == "evaluation" else em.group(1).lower()
-    fractions = [_span(m, 1, 2) for m in FRACTION.finditer(s)] if "%" in s else []
+    fractions = [_span4(m, 1, 2) for m in FRACTION.finditer(s)] if "%" in s else []
     s_rest = FRACTION.sub(" ", s) if fractions else s
     ib = EPOCH_BATCH.match(s) if whose is None and low.startswith("train") else None
     sm = None if ib or ("step" not in low and "iter" not in low) else STEP.search(s)
@@ -138,7 +142,7 @@ def _find(s: str) -> Shape:
     cm = sm or bm
     ep = EPOCH.search(s) if "epoch" in low else None
     sh = Shape(whose, fractions, [], whose is not None or ib is not None, _span(ib, 1, 2, 3, 4) if ib else None,
-               _span(cm, 1, 2) if cm else None, bm is not None, _span(ep, 1, 2) if ep else None)  # type: ignore[arg-type]
+               _span4(cm, 1, 2) if cm else None, bm is not None, _span4(ep, 1, 2) if ep else None)
     for k, ka, kb, va, vb, qual in spans:
         if "0" in k:  # a name with digits is read from each line (f1, top5_acc: not the same metric)
             sh.pairs.append((None, ka, kb, va, vb, qual))

@@ -29,7 +29,7 @@ the patterns are in ``logpatterns``, bars in ``progressbars``, the other printed
 """
 
 import re
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple  # noqa: F401 (Tuple: in type comments)
 
 from remote.metrics.lineshape import BLIND, UNKNOWN, remember, routes, shape_of
 from remote.metrics.logpatterns import (
@@ -43,8 +43,9 @@ from remote.metrics.logpatterns import (
     MAX_PENDING,
     as_number,
 )
+from remote.metrics.logstate import Pending  # noqa: F401 (in a type comment)
 from remote.metrics.printedlines import LineReader
-from remote.metrics.progressbars import BarReader, Pending  # noqa: F401 (Pending: in a type comment)
+from remote.metrics.progressbars import BarReader
 
 
 class LogParser(BarReader, LineReader):

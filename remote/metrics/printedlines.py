@@ -14,9 +14,10 @@ from remote.metrics.logpatterns import (
     PROGRESS_GROUPS,
     as_number,
 )
+from remote.metrics.logstate import LogState
 
 
-class LineReader:
+class LineReader(LogState):
     """Records from printed lines; the step they carry, or the one the last bar or line gave."""
 
     def _json(self, s: str, t: float, out: List[Dict[str, Any]]) -> bool:
@@ -32,7 +33,7 @@ class LineReader:
             if isinstance(v, str):
                 v = as_number(v)  # "0.53" as transformers 5 formats it
             if isinstance(v, (int, float)) and not isinstance(v, bool) and len(k) <= 80:
-                rec[JSON_STEP.get(k, k)] = v
+                rec[JSON_STEP.get(k) or k] = v  # (mypy reads .get(k, k) of an Any key as str | None)
         if "step" in rec and isinstance(rec["step"], (int, float)):
             rec["step"] = self.step = int(rec["step"])
         if not any(k not in ("step", "epoch", "max_steps") for k in rec):
@@ -74,8 +75,8 @@ class LineReader:
                               as_number(s[ib[6]:ib[7]]) if ib[6] >= 0 else None)
         elif sh.whose is not None:
             pass  # an evaluation line is no step of training: it takes the current one (_add)
-        elif sh.count is not None:
-            a, b, c, d = sh.count
+        elif sh.counted is not None:
+            a, b, c, d = sh.counted
             self._printed_step(int(s[a:b]), int(s[c:d]) if c >= 0 else None, rec, sh.count_is_batch, ep)
         else:
             self._epoch_progress(ep, rec)

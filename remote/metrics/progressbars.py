@@ -22,8 +22,8 @@ from remote.metrics.logpatterns import (
     STEP_UNITS,
     as_number,
 )
+from remote.metrics.logstate import LogState
 
-Pending = Tuple[float, int, Optional[int], str, str, str]  # a bar not read in full yet: t, step, total, rate, unit, postfix
 _bar_descs = {}  # type: Dict[str, Tuple[bool, Any, bool]]
 
 
@@ -72,7 +72,7 @@ def bar_desc(desc: str) -> Tuple[bool, Any, bool]:
     return got
 
 
-class BarReader:
+class BarReader(LogState):
     """The bars of a log: where each is, what it says of the run's progress, and the record it becomes."""
 
     def _bar(self, s: str, t: float) -> int:

@@ -14,7 +14,7 @@ trustworthy); a length that fails its CRC leaves the rest of the file unread (``
 """
 
 import struct
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple, Union
 
 # ---- CRC-32C (Castagnoli, reflected polynomial 0x82F63B78); zlib.crc32 is a different CRC ----
 _POLY = 0x82F63B78
@@ -60,9 +60,10 @@ def _varint(buf: bytes, pos: int) -> Tuple[int, int]:
             raise ValueError("varint too long")
 
 
-def fields(buf: bytes) -> Iterator[Tuple[int, int, object]]:
-    """(field number, wire type, value) of each field: ints for varint/fixed, bytes for length-delimited."""
+def fields(buf: bytes) -> Iterator[Tuple[int, int, Union[int, bytes]]]:
+    """(field number, wire type, value) of each field: an int for a varint (wire 0), bytes for the others."""
     pos, end = 0, len(buf)
+    val: Union[int, bytes]
     while pos < end:
         key, pos = _varint(buf, pos)
         num, wire = key >> 3, key & 7
@@ -93,8 +94,8 @@ def _signed(v: int, bits: int = 64) -> int:
 def _one_element(shape: bytes) -> bool:
     """A TensorShapeProto (``dim=2`` → ``Dim{size=1}``) of no dims, or only dims of size 1."""
     for num, wire, dim in fields(shape):
-        if num == 2 and wire == 2:
-            size = [v for n, w, v in fields(dim) if n == 1 and w == 0]  # type: ignore[arg-type]
+        if num == 2 and wire == 2 and isinstance(dim, bytes):
+            size = [v for n, w, v in fields(dim) if n == 1 and w == 0]
             if size != [1]:
                 return False
     return True
@@ -104,23 +105,23 @@ def _tensor_scalar(buf: bytes) -> Optional[float]:
     """The value of a one-element numeric TensorProto, else None (histograms, text, images)."""
     dtype, content, values = 0, None, []  # type: int, Optional[bytes], List[float]
     for num, wire, val in fields(buf):
-        if num == 1 and wire == 0:
-            dtype = int(val)  # type: ignore[arg-type]
-        elif num == 2 and wire == 2 and not _one_element(val):  # type: ignore[arg-type]
+        if num == 1 and isinstance(val, int):
+            dtype = val
+        elif num == 2 and wire == 2 and isinstance(val, bytes) and not _one_element(val):
             return None
-        elif num == 4 and wire == 2:
-            content = val  # type: ignore[assignment]
-        elif num in (5, 6) and wire in (1, 2, 5):
+        elif num == 4 and wire == 2 and isinstance(val, bytes):
+            content = val
+        elif num in (5, 6) and isinstance(val, bytes):  # wire 1, 2 or 5
             code, size = ("f", 4) if num == 5 else ("d", 8)
-            raw = val  # type: bytes  # type: ignore[assignment]
+            raw = val
             values.extend(struct.unpack("<{}{}".format(len(raw) // size, code), raw[:len(raw) // size * size]))
         elif num in (7, 10, 13):
-            if wire == 0:
-                ints = [int(val)]  # type: ignore[arg-type]
+            if isinstance(val, int):
+                ints = [val]
             elif wire == 2:
                 ints, p = [], 0
-                while p < len(val):  # type: ignore[arg-type]
-                    v, p = _varint(val, p)  # type: ignore[arg-type]
+                while p < len(val):
+                    v, p = _varint(val, p)
                     ints.append(v)
             else:
                 continue
@@ -141,10 +142,10 @@ def _tensor_scalar(buf: bytes) -> Optional[float]:
 def _plugin(buf: bytes) -> str:
     """SummaryMetadata.plugin_data(1).plugin_name(1)."""
     for num, wire, val in fields(buf):
-        if num == 1 and wire == 2:
-            for n2, w2, v2 in fields(val):  # type: ignore[arg-type]
-                if n2 == 1 and w2 == 2:
-                    return v2.decode("utf-8", "replace")  # type: ignore[union-attr]
+        if num == 1 and wire == 2 and isinstance(val, bytes):
+            for n2, w2, v2 in fields(val):
+                if n2 == 1 and w2 == 2 and isinstance(v2, bytes):
+                    return v2.decode("utf-8", "replace")
     return ""
 
 
@@ -153,14 +154,14 @@ def parse_event(data: bytes) -> Tuple[Optional[float], Optional[int], List[Tuple
     # proto3 leaves a zero out: an Event without a step field is at step 0
     wall, step, out = None, 0, []  # type: Optional[float], Optional[int], List[Tuple[str, float]]
     for num, wire, val in fields(data):
-        if num == 1 and wire == 1:
-            wall = struct.unpack("<d", val)[0]  # type: ignore[arg-type]
-        elif num == 2 and wire == 0:
-            step = _signed(int(val))  # type: ignore[arg-type]
-        elif num == 5 and wire == 2:
-            for n2, w2, v2 in fields(val):  # type: ignore[arg-type]
-                if n2 == 1 and w2 == 2:
-                    item = _value(v2)  # type: ignore[arg-type]
+        if num == 1 and wire == 1 and isinstance(val, bytes):
+            wall = struct.unpack("<d", val)[0]
+        elif num == 2 and isinstance(val, int):
+            step = _signed(val)
+        elif num == 5 and wire == 2 and isinstance(val, bytes):
+            for n2, w2, v2 in fields(val):
+                if n2 == 1 and w2 == 2 and isinstance(v2, bytes):
+                    item = _value(v2)
                     if item is not None:
                         out.append(item)
     return wall, step, out
@@ -169,14 +170,16 @@ def parse_event(data: bytes) -> Tuple[Optional[float], Optional[int], List[Tuple
 def _value(buf: bytes) -> Optional[Tuple[str, float]]:
     tag, simple, tensor, plugin = "", None, None, ""  # type: str, Optional[float], Optional[bytes], str
     for num, wire, val in fields(buf):
+        if not isinstance(val, bytes):
+            continue  # a varint: no field of a Value
         if num == 1 and wire == 2:
-            tag = val.decode("utf-8", "replace")  # type: ignore[union-attr]
+            tag = val.decode("utf-8", "replace")
         elif num == 2 and wire == 5:
-            simple = struct.unpack("<f", val)[0]  # type: ignore[arg-type]
+            simple = struct.unpack("<f", val)[0]
         elif num == 8 and wire == 2:
-            tensor = val  # type: ignore[assignment]
+            tensor = val
         elif num == 9 and wire == 2:
-            plugin = _plugin(val)  # type: ignore[arg-type]
+            plugin = _plugin(val)
     if not tag:
         return None
     if simple is not None:

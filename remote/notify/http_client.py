@@ -8,10 +8,13 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, Type, TypeVar
 
 from .base import CHANNELS, Channel, ChannelError, Request, Transport, canonical, channel_type
 from .redaction import resolve_channel
+
+if TYPE_CHECKING:
+    import http.client
 
 
 def json_headers() -> Dict[str, str]:
@@ -151,7 +154,10 @@ def within(fn: Callable[[], Any], limit: float, on_expire: Callable[[], None] = 
     return out["value"]
 
 
-def _tracked(base: type, socks: List[Any]) -> type:
+_Conn = TypeVar("_Conn", bound="http.client.HTTPConnection")
+
+
+def _tracked(base: Type[_Conn], socks: List[Any]) -> Type[_Conn]:
     """``base`` (HTTPConnection or HTTPSConnection) that keeps its socket in ``socks`` (to be shut down)."""
 
     class Tracked(base):  # type: ignore[valid-type,misc]
@@ -172,7 +178,8 @@ def _opener(socks: List[Any]) -> Any:
 
     class Https(urllib.request.HTTPSHandler):
         def https_open(self, req: Any) -> Any:
-            return self.do_open(_tracked(http.client.HTTPSConnection, socks), req, context=self._context)
+            # (typeshed leaves out _context, which HTTPSHandler.__init__ sets)
+            return self.do_open(_tracked(http.client.HTTPSConnection, socks), req, context=self._context)  # type: ignore[attr-defined]
 
     return urllib.request.build_opener(_NoRedirect, Http, Https)
 

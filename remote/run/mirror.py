@@ -16,7 +16,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple, Union
 
 from remote.core.layout import agent_log, write_json
 from remote.core.sections import Mirror as MirrorSection
@@ -169,7 +169,7 @@ class Mirror:
         from remote.core import procs
 
         job = self.ctx.job
-        pids = [] if self.ending else (lambda: procs.job_pids(job.id, job_dir=str(job.path)))
+        pids: Union[List[int], Callable[[], Set[int]]] = [] if self.ending else (lambda: procs.job_pids(job.id, job_dir=str(job.path)))
         found = checkpoints.find(job.ckpt, JobSpec.of(self.ctx.spec).checkpoint.pattern, pids)
         return [c for c in found if c.complete]
 

@@ -11,7 +11,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 def read_gpu_samples(path: str, since: float) -> List[Dict[str, Any]]:
     """Samples of ``gpu.jsonl`` (``{"t":..,"gpus":[{"util":..}]}`` a line) taken at or after ``since``."""
-    out = []
+    out = []  # type: List[Dict[str, Any]]
     try:
         with open(path, "rb") as f:
             f.seek(0, 2)

@@ -5,7 +5,7 @@ import os
 import signal
 import time
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Dict, Optional
 
 from remote.core import procs
 from remote.core.layout import JobDir, with_reserve
@@ -105,7 +105,7 @@ class Stopper:
         assert child is not None
         asked = procs.ask_to_stop(self.job.id, child.pid, job_dir=str(self.job.path), pids=set(self.procs.all_pids()))
         self.procs.signalled = self.procs.signalled or bool(asked)
-        names = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM"}
+        names: Dict[int, str] = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM"}
         shown = round(grace, 1) if grace < 10 else round(grace)  # what is left of it: 59.996 s reads 60 s
         self.record.log_marker("stop: {} (grace {:g}s, then SIGKILL)".format(
             ", ".join("pid {} {}".format(p, names.get(s, s)) for p, s in sorted(asked.items())) or "no process to ask",

@@ -171,9 +171,13 @@ class Supervisor:
         for tunnel, doctor and exec; the final state if it could not be made."""
         from remote.env import provision
 
+        def tick() -> Optional[str]:  # while the environment is made: a heartbeat; the stop asked for, if one is
+            self.heartbeat()
+            return self.stop_requested()
+
         try:
             self.spec = self.spec.with_values(host_env=dict(self.spec.host_env, **provision.ensure(
-                self.root, self.job, self.spec, tick=lambda: self.heartbeat() or self.stop_requested())))
+                self.root, self.job, self.spec, tick=tick)))
             if self.ctx.notifier is not None:  # its messages read the environment as the job has it
                 self.ctx.notifier.spec = self.spec
         except provision.SetupFailed as e:

@@ -30,7 +30,7 @@ Modules, lowest first: ``format`` (constants, framing, ``Item``, ``Compressed``)
 (where names may land), ``durable`` (fsync, replace, remove), ``send`` (``write_items``),
 ``writers`` (the receiver's writing threads), ``receive`` (``read_items``, ``delete_paths``),
 ``tree`` (listing, stamps, digests); ``ranges`` (a large file's byte ranges over several
-channels into one part file; imported on its own, by the ``range`` verb and gpujob/usecases/ranges.py) and
+channels into one part file; imported on its own, by the ``range`` verb and gpujob/usecases/sync/ranges.py) and
 ``rangeserve`` (one process serving every channel of a sync over TCP).
 """
 

@@ -7,7 +7,7 @@ import shutil
 import signal
 import zlib
 from pathlib import Path
-from typing import IO, Any, Callable, Dict, Iterable, List, Optional, Tuple
+from typing import IO, Any, Callable, Dict, Iterable, List, Optional, Protocol, Tuple
 
 from .durable import NOFOLLOW, durable, remove, replace
 from .format import CHUNK, MAGIC, MAX_BATCH, MAX_HEAD, REC, TransferError, raise_on_signals
@@ -18,6 +18,12 @@ from .writers import FSYNC_EACH, Sink, Writers
 
 OUT_MAX = 1 << 20  # bytes one decompression step may give (a 208-byte bz2 bomb is 256 MiB of zeros)
 RAW_READ = 1 << 20  # bytes one read of the stream takes at most: what has arrived, in one piece
+
+
+class Readable(Protocol):
+    """What a stream is read from: a file, a pipe, or one with bytes put back (its ``read1`` used where it has one)."""
+
+    def read(self, __n: int = -1) -> bytes: ...
 
 
 class _Source:
@@ -168,7 +174,7 @@ def _ints(*vals: Any) -> bool:
     return all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in vals)
 
 
-def read_items(base: Path, stream: IO[bytes], links_out: bool = True, cache: Optional[HashCache] = None,
+def read_items(base: Path, stream: Readable, links_out: bool = True, cache: Optional[HashCache] = None,
                on_bytes: Optional[Callable[[int], None]] = None, sync: bool = True,
                modes: int = 0o7777, plain: bool = False) -> Dict[str, Any]:
     """Apply a stream written by ``write_items`` under ``base``.
@@ -181,7 +187,7 @@ def read_items(base: Path, stream: IO[bytes], links_out: bool = True, cache: Opt
     ``plain``: a name with a control character is refused (a pull's: the names land on the user's machine).
     """
     base.mkdir(parents=True, exist_ok=True)
-    res = {"written": 0, "deleted": 0, "bytes": 0}
+    res = {"written": 0, "deleted": 0, "bytes": 0}  # type: Dict[str, Any]  # (read_items' answer)
     guard = Guard(base, links_out, plain)
     writers = Writers(cache, on_bytes)
     made = set()  # type: set
@@ -320,7 +326,7 @@ def _large(src: _Source, head: Any, guard: Guard, made: set, base_s: str, cache:
         if os.stat(tmp).st_nlink > 1:  # never write into a hard-linked inode
             shutil.copyfile(tmp, tmp + ".x")
             os.replace(tmp + ".x", tmp)
-        fh = os.fdopen(os.open(tmp, os.O_RDWR | NOFOLLOW), "r+b")  # never through a link
+        fh: IO[bytes] = os.fdopen(os.open(tmp, os.O_RDWR | NOFOLLOW), "r+b")  # never through a link
         fh.truncate(off)
         fh.seek(off)
     else:
@@ -360,14 +366,14 @@ def _large(src: _Source, head: Any, guard: Guard, made: set, base_s: str, cache:
         remove(tmp)
         res.setdefault("held", []).append(name)
         return
-    got = h.hexdigest()
-    if doc.get("h") != got:
+    digest = h.hexdigest()
+    if doc.get("h") != digest:
         drop_part(target)
-        raise TransferError("{}: content hash mismatch (sent {}, received {})".format(name, str(doc.get("h"))[:12], got[:12]))
+        raise TransferError("{}: content hash mismatch (sent {}, received {})".format(name, str(doc.get("h"))[:12], digest[:12]))
     os.chmod(tmp, mode & modes)
     os.utime(tmp, ns=(mtime, mtime))
     replace(tmp, str(target))
     drop_part(target)
     if cache is not None:
-        cache.put(Path(base_s + "/" + name), got)
+        cache.put(Path(base_s + "/" + name), digest)
     res["written"] += 1

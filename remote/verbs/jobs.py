@@ -55,7 +55,7 @@ def submit(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     from remote.jobs import submit as jobsubmit
 
     raw = sys.stdin.read()
-    if not raw.strip():  # started while its sync ran (gpujob/usecases/earlysubmit.py), which then failed
+    if not raw.strip():  # started while its sync ran (gpujob/usecases/launch/early.py), which then failed
         return {"cancelled": True}
     request = json.loads(raw)
     with locks.lease_back_on_failure(root.root, request):

@@ -8,7 +8,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Union
 from urllib.parse import urlsplit, urlunsplit
 
 from remote.core.errors import AgentError
@@ -229,6 +229,15 @@ def _tb_via(out: str) -> Optional[Dict[str, str]]:
     return None
 
 
+def _runs_tensorboard(pid: Union[int, str]) -> bool:
+    """Whether process ``pid`` (as tensorboard.json has it) is a TensorBoard."""
+    try:
+        with open("/proc/{}/cmdline".format(int(pid)), "rb") as f:
+            return b"tensorboard" in f.read()
+    except (OSError, TypeError, ValueError):
+        return False
+
+
 def stop_tensorboard(root: Root, ref: str, grace: float = 5.0) -> Dict[str, Any]:
     """Stop the TensorBoard that ``tensorboard`` started for the job (its whole session)."""
     import signal
@@ -237,12 +246,7 @@ def stop_tensorboard(root: Root, ref: str, grace: float = 5.0) -> Dict[str, Any]
     job = root.job(job_id)
     info = read_json(job.path / "tensorboard.json", {}) or {}
     pid = info.get("pid")
-    try:
-        with open("/proc/{}/cmdline".format(int(pid)), "rb") as f:
-            ours = b"tensorboard" in f.read()
-    except (OSError, TypeError, ValueError):
-        ours = False
-    if not ours:  # gone already, or the pid now belongs to someone else
+    if pid is None or not _runs_tensorboard(pid):  # gone already, or the pid now belongs to someone else
         return {"job_id": job_id, "stopped": False, "pid": pid, "running": False}
     for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 2.0)):
         try:

@@ -285,6 +285,7 @@ def test_wheel_carries_the_agent(tmp_path: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     assert "gpujob/_remote/run/supervisor.py" in names and "gpujob/_templates/runtime/gpujob_runtime.py" in names
     assert {f"gpujob/dashboard/static/{f}" for f in ("index.html", "app.js", "uPlot.iife.min.js", "uPlot.LICENSE")} <= set(names)
+    assert "gpujob/py.typed" in names  # PEP 561: a project that imports gpujob type-checks against its hints
     # the agent modules the laptop shares (GPU placement, a move's transfer) import each other as
     # ``remote.x``: from the wheel, with this checkout off sys.path, they still load
     probe = (f"import sys; sys.path = [p for p in sys.path if not p.startswith({str(REPO)!r})]\n"

@@ -118,5 +118,5 @@ def test_the_instance_side_imports_nothing_of_the_laptop() -> None:
 def test_the_check_sees_an_import_inside_a_function(tmp_path: Path) -> None:
     src = tmp_path / "gpujob" / "transport" / "x.py"
     src.parent.mkdir(parents=True)
-    src.write_text("def f():\n    from gpujob.config.hosts import Host\n    import gpujob.usecases.jobs\n")
-    assert imported(src, "gpujob.transport.x") == {"gpujob.config.hosts", "gpujob.usecases.jobs"}
+    src.write_text("def f():\n    from gpujob.config.hosts import Host\n    import gpujob.usecases.jobs.ops\n")
+    assert imported(src, "gpujob.transport.x") == {"gpujob.config.hosts", "gpujob.usecases.jobs.ops"}

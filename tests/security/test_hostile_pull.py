@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from gpujob.usecases.pull import extract, wire
+from gpujob.usecases.sync.pull import extract, wire
 from tests.conftest import REPO
 from tests.helpers import submit, wait_state, write_job
 from tests.hostile import install_hostile

@@ -64,7 +64,7 @@ def test_no_secret_anywhere(ssh_host: str, tmp_path: Path, hook: Hook, isolated:
     d = tmp_path / "proj"
     d.mkdir()
     (d / "main.py").write_text(JOB)
-    # what a project folder may hold by accident: none of it may leave (gpujob/usecases/secrecy)
+    # what a project folder may hold by accident: none of it may leave (gpujob/usecases/secrets)
     (d / ".env").write_text(f"HOOK_TOKEN={HOOK_TOKEN}\nMY_API_KEY={API_KEY}\n")
     (d / "deploy_key").write_bytes((isolated / "id_ed25519").read_bytes())
     (d / "notes.txt").write_text(f"the signing key is {SIGN_KEY}\n")

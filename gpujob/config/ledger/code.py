@@ -74,7 +74,7 @@ def _digester() -> Callable[[str, os.stat_result], str]:
     each ``import_remote`` checks the agent package's place (about 0.4 ms, a second per 3,000 files)."""
     from gpujob.bundle import import_remote
 
-    return import_remote("data.codehash")._digest
+    return import_remote("data.codehash").file_digest
 
 
 def code_hash(workdir: Path, files: list[tuple[str, os.stat_result]]) -> str:
@@ -194,7 +194,7 @@ def write_tar(dest: Path, top: str, files: list[tuple[str, os.stat_result]]) -> 
 
 def restored_dir() -> Path:
     """Where ``rerun`` rebuilds a run's code (``<cache>/rerun/<hash>``): the user's code, sent as such
-    (gpujob's other folders never are: usecases/secrecy/never_sent.py)."""
+    (gpujob's other folders never are: usecases/secrets/never_sent.py)."""
     from gpujob.config.paths import cache_dir
 
     return cache_dir() / "rerun"

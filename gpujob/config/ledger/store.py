@@ -198,7 +198,8 @@ class Ledger:
                 args += eargs + [want]
         sql_where = " WHERE " + " AND ".join(conds) if conds else ""
         total = self.db.execute("SELECT COUNT(*) FROM runs" + sql_where, args).fetchone()[0]
-        order, oargs = "submitted_at DESC", []
+        order = "submitted_at DESC"
+        oargs: list[str] = []
         if sort:
             expr, oargs = value_sql(sort[0])
             order = f"({expr}) IS NULL, typeof({expr}) NOT IN ('integer', 'real'), {expr} {'DESC' if sort[1] else 'ASC'}"

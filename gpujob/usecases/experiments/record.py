@@ -44,7 +44,7 @@ def env_hash(spec: JobSpec) -> str:
 def code_of(spec: JobSpec) -> dict[str, Any]:
     """The code about to be sent: git commit, diff hash (and the diff), tree hash; its snapshot kept."""
     from gpujob.config.ledger.code import DIFF_MAX, code_hash, git_state, start_snapshot, tree_files
-    from gpujob.usecases.submit import keep_secret_job_file_home
+    from gpujob.usecases.secrets.job import keep_secret_job_file_home
 
     keep_secret_job_file_home(spec)  # a job file with literal secrets is neither sent nor kept
     wd = Path(spec.workdir)
@@ -165,8 +165,8 @@ def _live(job: dict[str, Any]) -> dict[str, Any]:
     if isinstance(sps, (int, float)) and not isinstance(sps, bool):
         out["steps_per_s"] = sps
     avg = (job.get("gpu") or {}).get("avg") if isinstance(job.get("gpu"), dict) else None
-    utils = [g.get("util") for g in avg if isinstance(g, dict)] if isinstance(avg, list) else []
-    utils = [u for u in utils if isinstance(u, (int, float)) and not isinstance(u, bool)]
+    given = [g.get("util") for g in avg if isinstance(g, dict)] if isinstance(avg, list) else []
+    utils = [u for u in given if isinstance(u, (int, float)) and not isinstance(u, bool)]
     if utils:
         out["gpu_util"] = round(sum(utils) / len(utils), 2)
     targets = (job.get("mirror") or {}).get("targets") if isinstance(job.get("mirror"), dict) else None
@@ -201,7 +201,7 @@ def _fingerprint(job: dict[str, Any], host: str | None) -> str:
     if COST_EVERY_S and f.get("state") not in FINAL_STATES:
         secs = (job.get("billing") or {}).get("elapsed_s") or job.get("elapsed_s") or 0
         f["cost"] = f["gpu_hours"] = int(float(secs) // COST_EVERY_S)
-    series = job.get("series") if isinstance(job.get("series"), dict) else {}
+    series = s if isinstance(s := job.get("series"), dict) else {}
     f["series"] = {k: [len(v), v[-1] if v else None] for k, v in series.items() if isinstance(v, list)}
     return json.dumps(f, sort_keys=True, default=str)
 

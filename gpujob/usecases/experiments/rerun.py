@@ -140,7 +140,7 @@ def plan(ref: str, sets: list[str]) -> dict[str, Any]:
 
 def _sent_hash(folder: Path, spec: Any) -> str:
     """The hash the host's copy of ``folder`` must have: its files a sync sends (never_sent's left out)."""
-    from gpujob.usecases.secrecy.never_sent import declared_values, sendable
+    from gpujob.usecases.secrets.never_sent import declared_values, sendable
 
     return code_hash(folder, sendable(folder, tree_files(folder, spec.exclude), declared_values(spec)))
 

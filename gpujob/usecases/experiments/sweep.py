@@ -192,8 +192,8 @@ class Driver:
         the study has its trials already (a shared study: other laptops asked for them)."""
         cap = self.share(self.spec.budget, "cost", self.caps)
         hours = self.share(self.spec.max_gpu_hours, "gpu_hours", self.hour_caps)
-        if (cap is not None and cap <= self.spec.budget * 0.01) or (
-                hours is not None and hours <= self.spec.max_gpu_hours * 0.01):
+        if (cap is not None and self.spec.budget is not None and cap <= self.spec.budget * 0.01) or (
+                hours is not None and self.spec.max_gpu_hours is not None and hours <= self.spec.max_gpu_hours * 0.01):
             return False
         trial = self.study.ask()
         trial.set_user_attr("laptop", self.laptop)
@@ -545,7 +545,8 @@ def notify_end(doc: dict[str, Any], job_file: str, sets: list[str]) -> None:
         return
     if not (spec.notify or {}).get("channels"):
         return
-    from gpujob.usecases.notifycheck import notify, secrets_from_env, send_from_laptop
+    from gpujob.usecases.notify.send import notify, send_from_laptop
+    from gpujob.usecases.secrets.file import secrets_from_env
 
     best = doc.get("best") or {}
     event = {"event": "succeeded", "job_id": doc["sweep"], "name": f"sweep {doc['sweep']}", "host": None,

@@ -92,7 +92,7 @@ def _ms(t: Any) -> int:
 def tags_of(row: dict[str, Any]) -> dict[str, str]:
     from gpujob.version import __version__
 
-    extra = row.get("extra") if isinstance(row.get("extra"), dict) else {}
+    extra = e if isinstance(e := row.get("extra"), dict) else {}
     t = {"gpujob.job_id": row["job_id"], "mlflow.runName": row["job_id"], "gpujob.name": row.get("name"),
          "gpujob.host": row.get("host"), "gpujob.gpu": row.get("gpu"), "gpujob.gpus": row.get("gpus"),
          "gpujob.code_hash": row.get("code_hash"), "mlflow.source.git.commit": row.get("git_commit"),
@@ -143,8 +143,8 @@ def points_of(row: dict[str, Any]) -> dict[str, list[tuple[int, float, int]]]:
     live = ((row.get("extra") or {}).get("live") or {}) if isinstance(row.get("extra"), dict) else {}
     for k, v in (("gpujob/cost", row.get("cost")), ("gpujob/gpu_hours", row.get("gpu_hours")),
                  ("gpujob/steps_per_s", live.get("steps_per_s")), ("gpujob/gpu_util", live.get("gpu_util"))):
-        if _num(v) is not None:
-            out[k] = [(last_step, float(v), _ms(last_t))]
+        if (x := _num(v)) is not None:
+            out[k] = [(last_step, x, _ms(last_t))]
     return out
 
 

@@ -60,7 +60,7 @@ class Answer:
 
 
 def _secrets() -> dict[str, str]:
-    from gpujob.usecases.notifycheck import default_secrets_file, read_secrets_file
+    from gpujob.usecases.secrets.file import default_secrets_file, read_secrets_file
 
     path = default_secrets_file()
     return read_secrets_file(path) if path.is_file() else {}

@@ -31,7 +31,7 @@ def _num(v: object) -> float | None:
 
 def at_stake(st: dict[str, Any]) -> dict[str, Any]:
     """One live job (its ``status`` record): its step, its newest complete checkpoint, the steps since."""
-    metrics = st.get("last_metrics") if isinstance(st.get("last_metrics"), dict) else {}
+    metrics = m if isinstance(m := st.get("last_metrics"), dict) else {}
     step = _num(metrics.get("step"))
     ckpts = [c for c in st.get("checkpoints") or [] if isinstance(c, dict) and c.get("complete")]
     last = ckpts[-1] if ckpts else None
@@ -63,7 +63,7 @@ def live_on(host: Host) -> list[dict[str, Any]]:
     """The jobs running, restarting or queued on ``host`` (its agent asked), each as ``at_stake``;
     ConnectError when it cannot be asked."""
     from gpujob.transport.agent import connect_agent
-    from gpujob.usecases import jobs
+    from gpujob.usecases.jobs import ops as jobs
 
     agent = connect_agent(host)
     try:

@@ -71,9 +71,9 @@ def test_a_command_builds_its_own_parser_alone() -> None:
 
 
 def test_the_secrets_file_reader_leaves_http_unloaded() -> None:
-    """Every submit and sync reads the secrets file through notifycheck: httpx (a tenth of a
+    """Every submit and sync reads the secrets file (usecases/secrets/file.py): httpx (a tenth of a
     second) loads only when the laptop itself sends a notification."""
-    code = ("import sys, gpujob.usecases.notifycheck, gpujob.usecases.submit, gpujob.usecases.secrecy.never_sent; "
+    code = ("import sys, gpujob.usecases.notify.send, gpujob.usecases.launch.submit, gpujob.usecases.secrets.never_sent; "
             "assert 'httpx' not in sys.modules")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                        env=dict(os.environ, PYTHONPATH=str(REPO)))

@@ -22,7 +22,7 @@ def test_each_profile_gets_its_own_key(tmp_path: Path, monkeypatch: pytest.Monke
     from gpujob.config.hosts import HostStore
     from gpujob.errors import ConnectError
     from gpujob.transport.ssh import open_client
-    from gpujob.usecases import hostsetup
+    from gpujob.usecases.hosts import add as hostsetup
 
     a, b = start_sshd(tmp_path / "sshd-a"), start_sshd(tmp_path / "sshd-b")
     by_port: dict[int, Sshd] = {a.port: a, b.port: b}

@@ -33,7 +33,7 @@ def test_old_index_and_hash_cache_move_once(xdg: dict[str, Path]) -> None:
     assert (xdg["state"] / "jobs.jsonl").read_text() == line
     assert not (xdg["config"] / "jobs.jsonl").exists()
     # the old hash cache is not read any more (the sync records replaced it); they live in the cache folder
-    from gpujob.usecases.synctree import Record
+    from gpujob.usecases.sync.tree import Record
 
     rec = Record.for_tree("127.0.0.1:22", "projects/p/code")
     assert rec.path is not None and rec.path.is_relative_to(xdg["cache"])

@@ -33,7 +33,7 @@ OTHER = 'from="10.0.0.1",no-pty ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOtherOtherO
 def _opens(name: str, key: Path) -> bool:
 
     from gpujob.config.hosts import HostStore
-    from gpujob.usecases.rekey import _opens as opens
+    from gpujob.usecases.hosts.rekey import _opens as opens
 
     return opens(HostStore().get(name), key) if key.exists() else False
 
@@ -79,7 +79,7 @@ def test_rekey_moves_an_old_profile_off_the_shared_key(ssh_host: str, sshd: Sshd
     # a second profile of the same login: the shared line stays until it too has its own key
     HostStore().save(Host(name="box2", hostname="127.0.0.1", port=sshd.port, user=HostStore().get("box").user,
                           root=HostStore().get("box").root, connect_timeout=5))
-    from gpujob.usecases.shell import BEGIN, END
+    from gpujob.usecases.hosts.shell import BEGIN, END
 
     home = tmp_path / "home"  # the user's ~/.ssh/config with gpujob's block (`gpujob ssh` wrote it)
     (home / ".ssh").mkdir(parents=True)
@@ -161,9 +161,9 @@ def _interruptions() -> list[tuple[str, str]]:
     """Every point of a rekey where a Ctrl-C can land: before it, entering and leaving each step, and in
     the two steps that edit the host's file: while the host edits it (the request sent) and once its
     answer is back (the issue's case: the old line gone, the laptop not yet told)."""
-    from gpujob.usecases import rekey
+    from gpujob.usecases.hosts import rekey
 
-    mod = "gpujob.usecases.rekey"
+    mod = "gpujob.usecases.hosts.rekey"
     points = [("call", f"{mod}:rekey_host")]
     for step in rekey.STEPS:
         points += [("call", f"{mod}:_step_{step}"), ("return", f"{mod}:_step_{step}")]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpujob.errors import GpujobError
-from gpujob.usecases.pull import extract, wire
+from gpujob.usecases.sync.pull import extract, wire
 from tests.conftest import run_cli
 from tests.helpers import submit, wait_state, write_job
 

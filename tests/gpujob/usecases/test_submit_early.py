@@ -1,4 +1,4 @@
-"""The host's ``submit`` command starts while the upload runs (gpujob/usecases/earlysubmit.py), over
+"""The host's ``submit`` command starts while the upload runs (gpujob/usecases/launch/early.py), over
 a real sshd: its login shell and Python start are off a first submit's critical path, and an
 upload that fails leaves neither a job nor a waiting command behind (issue 47)."""
 
@@ -13,7 +13,7 @@ from gpujob.config.hosts import HostStore
 from gpujob.config.spec import JobSpec
 from gpujob.transport import connect
 from gpujob.transport.agent import Agent
-from gpujob.usecases.submit import submit
+from gpujob.usecases.launch.submit import submit
 from tests.helpers import processes_with
 
 

@@ -18,8 +18,8 @@ from gpujob.config.spec import DataEntry, JobSpec
 from gpujob.errors import GpujobError
 from gpujob.transport import connect
 from gpujob.transport.agent import Agent
-from gpujob.usecases.pull import wire
-from gpujob.usecases.sync import sync_job
+from gpujob.usecases.sync.pull import wire
+from gpujob.usecases.sync.upload import sync_job
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from gpujob.errors import GpujobError
-from gpujob.usecases.pull import extract
-from gpujob.usecases.sync import stream, sync_job
+from gpujob.usecases.sync.pull import extract
+from gpujob.usecases.sync.upload import stream, sync_job
 from tests.gpujob.usecases.test_sync import agent_for, diff, spec_for
 
 T0 = 1_700_000_000 * 10**9  # a whole second, long ago

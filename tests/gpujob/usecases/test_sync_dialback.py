@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from gpujob.usecases.ranges import Preopened, rangeserve, stream, upload_ranged
-from gpujob.usecases.syncrecord import Record
-from gpujob.usecases.synctree import scan
+from gpujob.usecases.sync.ranges import Preopened, rangeserve, stream, upload_ranged
+from gpujob.usecases.sync.record import Record
+from gpujob.usecases.sync.tree import scan
 from tests.gpujob.usecases.test_sync import agent_for
 from tests.gpujob.usecases.test_sync_ranges import small_ranges  # noqa: F401  (the same small ranges)
 from tests.helpers import wait_for

@@ -1,4 +1,4 @@
-"""A large file up over several channels at once (gpujob/usecases/ranges.py, remote/stream/ranges.py),
+"""A large file up over several channels at once (gpujob/usecases/sync/ranges.py, remote/stream/ranges.py),
 over the real sshd: byte-identical whatever order the ranges arrive in, a cut upload resumes
 sending only the missing chunks, a corrupt chunk is refused, a killed laptop leaves no file
 under the final name. Small files: 4 MiB chunks, one per range, a 6 MiB threshold."""
@@ -18,8 +18,8 @@ import pytest
 
 from gpujob.config.spec import DataEntry
 from gpujob.errors import GpujobError
-from gpujob.usecases.ranges import ranges, stream
-from gpujob.usecases.sync import sync_job
+from gpujob.usecases.sync.ranges import ranges, stream
+from gpujob.usecases.sync.upload import sync_job
 from tests.gpujob.usecases.test_sync import REPO, agent_for, linkemu, spec_for
 
 CHUNK = stream.CHUNK
@@ -162,7 +162,7 @@ from dataclasses import replace
 from gpujob.transport.agent import Agent
 from gpujob.config.hosts import HostStore
 from gpujob.config.spec import JobSpec
-from gpujob.usecases.sync import sync_job
+from gpujob.usecases.sync.upload import sync_job
 from gpujob.transport import connect
 host = replace(HostStore().get(sys.argv[1]), port=int(sys.argv[2]))
 sync_job(Agent(connect(host), host), JobSpec(name="proj", run="true", workdir=sys.argv[3]), "proj")
@@ -206,7 +206,7 @@ def test_a_data_entry_goes_in_ranges_too(ssh_host: str, tmp_path: Path) -> None:
 
 
 def test_channels_are_sized_from_the_round_trip(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpujob.usecases.ranges import MAX_CHANNELS, channels_for
+    from gpujob.usecases.sync.ranges import MAX_CHANNELS, channels_for
 
     monkeypatch.delenv("GPUJOB_RANGE_CHANNELS")
     assert channels_for(0.0002, 40) == 1  # loopback: one channel carries it

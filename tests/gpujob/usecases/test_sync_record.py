@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from gpujob.config.paths import cache_dir
-from gpujob.usecases.sync import sync_job
-from gpujob.usecases.syncrecord import Record
+from gpujob.usecases.sync.record import Record
+from gpujob.usecases.sync.upload import sync_job
 from tests.gpujob.usecases.test_sync import agent_for, diff, spec_for
 from tests.gpujob.usecases.test_sync_scale import settle, tree
 
@@ -171,7 +171,7 @@ def test_racy_lines_are_dropped_exactly() -> None:
     import random
     import time
 
-    from gpujob.usecases.synctree import drop_racy, stream
+    from gpujob.usecases.sync.tree import drop_racy, stream
 
     now = time.time_ns()
     sec = now // 10 ** 9

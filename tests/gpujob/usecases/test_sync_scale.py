@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gpujob.config.paths import cache_dir
-from gpujob.usecases.sync import sync_job
+from gpujob.usecases.sync.upload import sync_job
 from tests.gpujob.usecases.test_sync import agent_for, diff, linkemu, spec_for
 
 
@@ -96,7 +96,7 @@ def test_changes_on_the_host_are_seen_despite_the_record(find_or_not: str, tmp_p
 
 
 def test_hash_cache_appends_changes_and_folds_them_in(tmp_path: Path) -> None:
-    from gpujob.usecases.sync import stream
+    from gpujob.usecases.sync.upload import stream
 
     path = tmp_path / "cache" / "hashes.json"
     files = []
@@ -138,7 +138,7 @@ def settle(top: Path) -> None:
     trust their stamps (what happens between edits and a submit at human pace)."""
     import time
 
-    from gpujob.usecases.sync import stream
+    from gpujob.usecases.sync.upload import stream
 
     newest = max(p.lstat().st_ctime_ns for p in [top, *top.rglob("*")])
     deadline = time.time() + 10

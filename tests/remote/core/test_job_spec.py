@@ -57,7 +57,8 @@ def test_a_job_file_without_them_gets_the_agents_defaults_on_the_laptop(tmp_path
     from gpujob.api.client import Job
     from gpujob.cli.parser import build_parser
     from gpujob.config import spec as laptop
-    from gpujob.usecases import jobs, move
+    from gpujob.usecases.jobs import ops as jobs
+    from gpujob.usecases.relocate import move
 
     (tmp_path / "job.yaml").write_text("name: plain\nrun: python train.py\n")
     agent = spec.JobSpec({})
@@ -140,7 +141,8 @@ def test_each_default_is_stated_once_in_remote_core(tmp_path: Path) -> None:
         import inspect
         from gpujob.cli.parser import build_parser
         from gpujob.config.spec import JobSpec
-        from gpujob.usecases import jobs, sync
+        from gpujob.usecases.jobs import ops as jobs
+        from gpujob.usecases.sync import upload as sync
         j = JobSpec(name="a", run="b", workdir=".")
         print(j.stop_grace, j.stop_mode, j.launcher, j.checkpoint_keep, j.retry.backoff, j.retry.on_oom, j.retry.on)
         print(inspect.signature(jobs.stop).parameters["wait"].default, build_parser("move").parse_args(

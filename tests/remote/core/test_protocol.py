@@ -40,7 +40,8 @@ def test_json_state_strings_did_not_change() -> None:
 def test_the_laptop_uses_the_protocols_states_and_verbs() -> None:
     from gpujob.transport import agent
     from gpujob.ui.jobs import STATE_STYLE
-    from gpujob.usecases import jobs, nodes
+    from gpujob.usecases.jobs import ops as jobs
+    from gpujob.usecases.launch import nodes
 
     assert laptop.__file__ == protocol.__file__ == str(remote_dir() / "core" / "protocol.py")
     assert agent.SERVED == protocol.SERVED

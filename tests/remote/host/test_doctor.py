@@ -139,7 +139,7 @@ def test_doctor_detects_autodl_and_gpu_stand_in(sshd, tmp_path: Path) -> None:
 def test_checks_torch_cannot_use_gpu() -> None:
     """The judging is a plain function over the report: torch without CUDA beside a GPU is red."""
     from gpujob.config.hosts import Host
-    from gpujob.usecases.doctor import checks
+    from gpujob.usecases.hosts.doctor import checks
 
     rep = {"login_python": "/root/miniconda3/bin/python", "pythons": [],
            "torch": {"python": "/root/miniconda3/bin/python", "version": "2.1.0+cpu", "cuda": None,

@@ -138,7 +138,7 @@ def test_a_folder_saved_again_goes_to_the_other_slot_and_the_earlier_stays_whole
     the marked one, the marker switches, the earlier slot goes, and a fetch holds exactly the new files."""
     from types import SimpleNamespace
 
-    from gpujob.usecases import mirror as laptop
+    from gpujob.usecases.sync import mirror as laptop
     from remote.mirror import engine, store, version
     from remote.run.mirror import Mirror
 

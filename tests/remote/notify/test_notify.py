@@ -565,7 +565,7 @@ def test_email_server_down_is_retried_and_given_up():
 
 def test_notify_test_via_httpx(srv, secrets, tmp_path, smtpd):
     from gpujob.ui.report import format_outcomes
-    from gpujob.usecases import notifycheck as nt
+    from gpujob.usecases.notify import send as nt
 
     _script_ok(srv)
     cfg = {"on": ["failed"], "channels": _all_channels(srv) + [
@@ -587,7 +587,7 @@ def test_notify_test_via_httpx(srv, secrets, tmp_path, smtpd):
 
 
 def test_notify_test_retries_and_failures_via_httpx(srv):
-    from gpujob.usecases import notifycheck as nt
+    from gpujob.usecases.notify import send as nt
 
     srv.on("/flaky", (500, b"x"), (200, b"ok"))
     srv.on("/slow", (200, b"ok", {"sleep": 1.5}))
@@ -600,7 +600,7 @@ def test_notify_test_retries_and_failures_via_httpx(srv):
 
 
 def test_secrets_from_env(tmp_path, monkeypatch):
-    from gpujob.usecases import notifycheck as nt
+    from gpujob.usecases.secrets import file as nt
 
     f = tmp_path / "secrets.env"
     f.write_text('# comment\nexport A_KEY="quoted value"\nB_KEY=plain # trailing\nC_KEY=\'single\'\nbad line\n')

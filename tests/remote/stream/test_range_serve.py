@@ -1,5 +1,5 @@
 """One ``range_serve`` process per sync serving every range channel over SSH ``direct-tcpip``
-channels (remote/stream/ranges.py ``serve``, gpujob/usecases/ranges.py): the file arrives
+channels (remote/stream/ranges.py ``serve``, gpujob/usecases/sync/ranges.py): the file arrives
 verified and resumes after a cut, a connection without the token is dropped, the process ends
 with its stdin (the laptop done, killed or cut off), and where sshd forbids TCP forwarding the
 channels are ``range`` commands again. Small files: 4 MiB chunks, one per range."""
@@ -19,7 +19,7 @@ import pytest
 from gpujob.config.hosts import HostStore
 from gpujob.errors import GpujobError
 from gpujob.transport import connect
-from gpujob.usecases.ranges import Preopened, ranges, stream, upload_ranged
+from gpujob.usecases.sync.ranges import Preopened, ranges, stream, upload_ranged
 from tests.conftest import job_processes_under
 from tests.gpujob.usecases.test_sync import REPO, agent_for, linkemu
 from tests.helpers import wait_for

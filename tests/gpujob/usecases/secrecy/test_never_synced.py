@@ -57,7 +57,7 @@ def _received(root: Path) -> set[str]:
 def test_no_key_or_credential_is_uploaded(tmp_path: Path, filler: int) -> None:
     """``filler`` ordinary files more: past ``PREPASS_MAX`` the contents are checked by the stream as
     it reads each file (a first sync reads a file once), with the same outcome."""
-    from gpujob.usecases.secrecy.never_sent import PREPASS_MAX
+    from gpujob.usecases.secrets.never_sent import PREPASS_MAX
 
     d = _project(tmp_path)
     for i in range(filler):
@@ -119,7 +119,7 @@ def test_home_folder_and_huge_workdirs_are_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize("rel,content", [(r, c) for r, c in SECRET_FILES.items() if not r.startswith("cfg/")])
 def test_each_kind_is_known_by_its_name_or_content(tmp_path: Path, rel: str, content: str) -> None:
     """One row per kind: what the exclusion layer says about it, alone."""
-    from gpujob.usecases.secrecy.never_sent import why_secret_content, why_secret_name
+    from gpujob.usecases.secrets.never_sent import why_secret_content, why_secret_name
 
     f = tmp_path / "f"
     f.write_text(content)
@@ -129,7 +129,7 @@ def test_each_kind_is_known_by_its_name_or_content(tmp_path: Path, rel: str, con
 
 @pytest.mark.parametrize("rel", list(KEPT) + ["keys.py", "src/id_generator.py", "tokenizer.json", "docs/ssh.md"])
 def test_ordinary_files_are_sent(tmp_path: Path, rel: str) -> None:
-    from gpujob.usecases.secrecy.never_sent import why_secret_content, why_secret_name
+    from gpujob.usecases.secrets.never_sent import why_secret_content, why_secret_name
 
     f = tmp_path / "f"
     f.write_text("def main():\n    return 'BEGIN'\n")

@@ -347,7 +347,7 @@ class _Channel:
                 self.agent.root = self.root
                 self.opened = self.agent
             served = self.server.connect(self.agent.t, self.head) if self.server is not None else None
-            known = self.server.doc.get("have", {}).get(self.item.arcname) if served is not None else None
+            known = self.server.doc.get("have", {}).get(self.item.arcname) if served is not None and self.server is not None else None
             if served is not None and known is not None:  # the server's first line said: no round trip to ask
                 self.s, self.unread = served, True
                 doc = {"have": {str(k): known.get(str(k), []) for k in self.ks}}

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpujob.transport.agent import Agent
-from gpujob.usecases.cost import accrued_cost, elapsed_s, fill_host_price
+from gpujob.usecases.jobs.cost import accrued_cost, elapsed_s, fill_host_price
 
 EVAL_PREFIXES = ("eval", "val", "test")
 

@@ -1,6 +1,6 @@
 """What a sync sends: the local tree's scan, the laptop's record of what the host holds, the plan.
 
-The record (``syncrecord.py``: one per host profile, root and remote tree) lists every file
+The record (``record.py``: one per host profile, root and remote tree) lists every file
 the host holds as ``[size, mtime_ns, inode, ctime_ns, mode, hash]``: the local stat the hash
 was taken from, the mode and content hash there; links and folders too; and the digest of
 that tree (``stream.tree_digest``), with the local tree's stamps and the GNU find listing the
@@ -26,7 +26,7 @@ from typing import Any
 
 from gpujob.bundle import import_remote
 from gpujob.config.ignore import ALWAYS, IGNORE_FILES, IgnoreRules, walk
-from gpujob.usecases.syncrecord import Record, StaleRecord, listing_stamp
+from gpujob.usecases.sync.record import Record, StaleRecord, listing_stamp
 
 __all__ = ["LocalTree", "Record", "StaleRecord", "TreePlan", "plan_tree", "scan", "sent"]
 
@@ -165,8 +165,8 @@ def delta(t: LocalTree, old: bytes, new: bytes) -> tuple[dict[str, tuple[str, tu
     added = []
     for line in news - olds:
         if line:
-            c, m, kind, mode, size, ino, rel = line.split(b" ", 6)
-            added.append((os.fsdecode(rel), kind.decode(), (int(size), stream.find_ns(m), int(ino), stream.find_ns(c),
+            c, m, bkind, mode, size, ino, brel = line.split(b" ", 6)
+            added.append((os.fsdecode(brel), bkind.decode(), (int(size), stream.find_ns(m), int(ino), stream.find_ns(c),
                                                               int(mode, 8))))
     if t.use_ignore_files and any(r.rpartition("/")[2] in IGNORE_FILES for r in removed | {a[0] for a in added}):
         return None

@@ -2,7 +2,7 @@
 
 Only the laptop sees both hosts, so the laptop runs it: a loop (or one pass with ``--once``,
 for cron) that asks each guarded job's host how the job is. A host that does not answer for
-``retry.move_after`` gets its job moved (gpujob.usecases.move) to the next host of ``retry.move_to``
+``retry.move_after`` gets its job moved (gpujob.usecases.relocate.move) to the next host of ``retry.move_to``
 (default: the job's ``host:`` list, after the current one, wrapping round), with a ``lost``
 notification on the job's channels saying where it went. When the time the host went away was
 first seen is kept in ``guard.json`` beside the job index, so passes of ``--once`` add up.
@@ -18,7 +18,7 @@ from typing import Any, Callable
 from gpujob.config import index
 from gpujob.config.paths import atomicfile, state_dir
 from gpujob.errors import GpujobError
-from gpujob.usecases.jobs import FINAL
+from gpujob.usecases.jobs.ops import FINAL
 
 Note = Callable[[str], None]
 
@@ -53,7 +53,7 @@ def _job_state(host: str, job_id: str) -> dict[str, Any] | None:
     """The job's record as its host says, or None when the host does not answer."""
     from gpujob.config.hosts import HostStore
     from gpujob.transport.agent import connect_agent
-    from gpujob.usecases import jobs
+    from gpujob.usecases.jobs import ops as jobs
 
     try:
         agent = connect_agent(HostStore().get(host))
@@ -70,8 +70,8 @@ def _notify(spec: Any, job_id: str, old: str, res: dict[str, Any], why: str) -> 
     if not spec.notify:
         return []
     from gpujob.config.spec import notify_secrets
-    from gpujob.usecases.notifycheck import send_from_laptop
-    from gpujob.usecases.submit import collect_secrets, secret_refs
+    from gpujob.usecases.notify.send import send_from_laptop
+    from gpujob.usecases.secrets.job import collect_secrets, secret_refs
 
     ck = res.get("checkpoint") or ("the shared checkpoint" if res["source"] == "shared" else "scratch")
     event = {"event": "lost", "job_id": job_id, "name": spec.name, "host": old, "duration_s": None, "cost": None,
@@ -83,7 +83,7 @@ def _notify(spec: Any, job_id: str, old: str, res: dict[str, Any], why: str) -> 
 def check(job_id: str, now: float, note: Note) -> dict[str, Any] | None:
     """One look at one job: None while it needs watching, else what became of it."""
     from gpujob.config.spec import load_spec
-    from gpujob.usecases.move import move, settle_old
+    from gpujob.usecases.relocate.move import move, settle_old
 
     settle_old(job_id, note)  # a host it left earlier answers again: it must not run the job too
     entry = index.entry_of(job_id)

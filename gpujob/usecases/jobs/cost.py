@@ -97,7 +97,7 @@ def summarize(hosts: list[str], agent_for: Callable[[str], Agent], every_host: b
     hosts not in ``hosts``): the cost history survives ``rm``, ``gc`` and a host given back.
     """
     from gpujob.errors import GpujobError
-    from gpujob.usecases.jobs import once_each, with_instance
+    from gpujob.usecases.jobs.ops import once_each, with_instance
 
     out: list[dict[str, Any]] = []
     per_host: dict[str, dict[str, Any]] = {}

@@ -15,7 +15,7 @@ Files, for a record named ``N`` (``<cache>/sync/N.json`` is its name; see ``for_
   before the next append; a log shorter than that or with other bytes, a base that is missing
   or has another id makes the record stale (``StaleRecord``: the host's manifest decides, and
   the record is rebuilt from it).
-- ``N.find``: the GNU find listing the local stamp was taken from (``synctree.scan``).
+- ``N.find``: the GNU find listing the local stamp was taken from (``tree.scan``).
 
 The digest is ``stream.tree_digest``: a sum of one hash per entry, so a few changed entries
 move it by their own terms (the digest of the old ones out, of the new ones in). A record in
@@ -107,7 +107,7 @@ class Record:
         self.digest: str | None = None
         self.stamp: str | None = None
         self.count = 0  # files, for the report of a no-op that reads no entries
-        self.listing: bytes | None = None  # to save beside it (see ``synctree.scan``)
+        self.listing: bytes | None = None  # to save beside it (see ``tree.scan``)
         self.lstamp: str | None = None  # the saved listing's stamp
         self.exclude: list[str] | None = None  # the rules the listing's stamp is taken with
         self.use_ignore_files = True
@@ -344,6 +344,8 @@ class Record:
         lstamp = self._save_listing()
         p = self.parent
         if p is not None and p._head and p.digest is not None:
+            base: bytes | None
+            log: bytes | None
             try:
                 base, log = p._bytes()
             except StaleRecord:

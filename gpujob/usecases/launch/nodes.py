@@ -36,7 +36,7 @@ def node_info(hosts: list[Host], rank: int, job_id: str) -> dict[str, Any]:
 
 def submit_nodes(spec: JobSpec, hosts: list[Host], progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Sync and start the job on every node at once; if one node fails, stop the others."""
-    from gpujob.usecases.submit import submit
+    from gpujob.usecases.launch.submit import submit
 
     job_id = new_job_id(spec.name)
     results: dict[int, Any] = {}
@@ -63,9 +63,9 @@ def submit_nodes(spec: JobSpec, hosts: list[Host], progress: Callable[[int, int]
                 agent.call("stop", ["--job", job_id, "--wait", "60"])
             except GpujobError:
                 pass
-        rank, e = errors[0]
-        raise GpujobError(f"node {rank} ({hosts[rank].name}) could not start the job: {e.cause}",
-                          e.remedy or "fix that node and submit again; the other nodes were stopped")
+        rank, err = errors[0]
+        raise GpujobError(f"node {rank} ({hosts[rank].name}) could not start the job: {err.cause}",
+                          err.remedy or "fix that node and submit again; the other nodes were stopped")
     return {"job_id": job_id, "host": ",".join(h.name for h in hosts), "state": results[0]["state"],
             "nodes": [{"rank": r, "host": hosts[r].name, **results[r]} for r in sorted(results)],
             "sync": results[0]["sync"]}

@@ -210,6 +210,6 @@ def _pull(agent: Agent, args: list[str], dest: Path, progress: Callable[[int, in
     sel = doc.get("selected")
     return {"job_id": job_id, "dest": str(target), "selected": sel, "unchanged": same,
             # a file of the selected checkpoint travelled: a new one, or a new version under its name
-            "selected_fetched": bool(sel) and any(a == sel or a.startswith(sel + "/") for a in asked),
+            "selected_fetched": isinstance(sel, str) and bool(sel) and any(a == sel or a.startswith(sel + "/") for a in asked),
             "stray": doc.get("stray") or [], "stray_hint": doc.get("stray_hint"), "note": doc.get("note"),
             "refused": sorted(refused), "refused_why": refused, **res}

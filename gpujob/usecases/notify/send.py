@@ -1,4 +1,5 @@
-"""Laptop side of notifications: ``gpujob notify test`` and the secrets the channels need.
+"""Laptop side of notifications: ``gpujob notify test`` and a send from the laptop (the secrets the
+channels need come from gpujob.usecases.secrets.file).
 
 The bodies, signatures, retries, rate limits and redaction are those of ``remote/notify/``
 (the agent's package); only the HTTP client differs (httpx here, urllib on the instance).
@@ -6,91 +7,18 @@ The bodies, signatures, retries, rate limits and redaction are those of ``remote
 
 from __future__ import annotations
 
-import os
 import socket
-import stat
-import warnings
-from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from gpujob.bundle import import_remote
 from gpujob.config.paths import config_dir
+from gpujob.usecases.secrets.file import secrets_from_env
 
 if TYPE_CHECKING:
     import httpx
 
 notify = import_remote("notify")
-
-SECRETS_FILE_NAME = "secrets.env"
-
-
-class InsecureSecretsFileWarning(UserWarning):
-    """The secrets file can be read by the group or by others."""
-
-
-def default_secrets_file() -> Path:
-    """``secrets.env`` in the config folder (``$GPUJOB_CONFIG_DIR``, else ``~/.config/gpujob``)."""
-    return config_dir() / SECRETS_FILE_NAME
-
-
-def parse_dotenv(text: str) -> dict[str, str]:
-    """``NAME=value`` lines (``export`` prefix, quotes, ``#`` comments and blank lines allowed)."""
-    out: dict[str, str] = {}
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        if line.startswith("export "):
-            line = line[len("export ") :].lstrip()
-        name, sep, value = line.partition("=")
-        name = name.strip()
-        if not sep or not name.isidentifier():
-            continue
-        value = value.strip()
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            q, value = value[0], value[1:-1]
-            if q == '"':
-                value = value.replace("\\n", "\n").replace('\\"', '"').replace("\\\\", "\\")
-        else:
-            hash_at = value.find(" #")
-            if hash_at >= 0:
-                value = value[:hash_at].rstrip()
-        out[name] = value
-    return out
-
-
-def read_secrets_file(path: Path) -> dict[str, str]:
-    """All entries of a dotenv-style secrets file; warns when group or others may read it."""
-    st = path.stat()
-    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-        warnings.warn(
-            f"{path} is readable by group or others (mode {stat.S_IMODE(st.st_mode):o}); run: chmod 600 {path}",
-            InsecureSecretsFileWarning,
-            stacklevel=3,
-        )
-    return parse_dotenv(path.read_text(encoding="utf-8"))
-
-
-def secrets_from_env(names: Iterable[str] | None, secrets_file: str | Path | None = None) -> dict[str, str]:
-    """The values of ``names`` (all of the file's entries when None) from the environment, else the
-    secrets file (``secrets_file`` or :func:`default_secrets_file` when it exists). Names found in
-    neither are left out: ``notify.validate_channels(cfg, secrets)`` reports them."""
-    path = Path(secrets_file).expanduser() if secrets_file else default_secrets_file()
-    from_file: dict[str, str] = {}
-    if path.is_file():
-        from_file = read_secrets_file(path)
-    elif secrets_file:
-        raise FileNotFoundError(f"secrets file {path} does not exist")
-    wanted = list(from_file) if names is None else list(dict.fromkeys(names))
-    out: dict[str, str] = {}
-    for n in wanted:
-        if os.environ.get(n):
-            out[n] = os.environ[n]
-        elif n in from_file:
-            out[n] = from_file[n]
-    return out
-
 
 def httpx_transport(client: httpx.Client) -> Callable[[Any, float], tuple[int, dict[str, str], bytes]]:
     """A transport for ``remote/notify/`` that POSTs with ``client``."""
@@ -141,13 +69,13 @@ def send_from_laptop(
     Channels are filtered by ``on:`` unless ``all_channels``; returns the redacted outcomes.
     """
     every = list((notify_cfg or {}).get("channels") or [])
-    chans = [dict(c, name=n) for c, n in zip(every, notify._channel_names(every)) if isinstance(c, dict)]
+    chans = [dict(c, name=n) for c, n in zip(every, notify.channel_names(every)) if isinstance(c, dict)]
     if not all_channels:
         chans = [c for c in chans if notify.wants(notify_cfg, str(event.get("event")), c)]
     if not chans:
         return []
     sdir = str(state_dir) if state_dir is not None else str(config_dir())
-    import httpx  # here, not at the top: every submit and sync reads the secrets file through this module
+    import httpx  # here, not at the top: a tenth of a second, paid only when the laptop itself sends
 
     with httpx.Client(follow_redirects=False, headers={"User-Agent": "gpujob"}) as client:
         return notify.send_all(
@@ -173,7 +101,7 @@ def notify_test(
     error (redacted), elapsed_s.
     """
     chans = list((notify_cfg or {}).get("channels") or [])
-    names = notify._channel_names(chans)
+    names = notify.channel_names(chans)
     sensitive = notify.all_sensitive(chans, secrets)
     errs = notify.validate_channels(notify_cfg, secrets)
     bad: dict[int, str] = {}

@@ -11,7 +11,7 @@ The laptop walks its trees while the manifest is on its way, and reads, hashes a
 the stream in one thread while another sends it (the link and the two CPUs work at once).
 
 The cost follows what changed, not the tree's size: the laptop keeps a record of what it left
-on the host (``gpujob/usecases/synctree.py``) and sends the digest of that tree with its request; the
+on the host (``gpujob/usecases/sync/tree.py``) and sends the digest of that tree with its request; the
 agent computes its tree's digest from its hash cache (keyed by size, mtime_ns and inode) and,
 when they are equal, answers ``same`` instead of a manifest. A file travels when it is missing
 there, its size, exec bit or link differs, or its content hash differs; a local file is read
@@ -19,7 +19,7 @@ to tell only when its size, mtime_ns, inode or ctime moved since it was recorded
 changed while it is read is read again (small) or refused with a clear message (large), never
 sent torn. Large files go in verified 4 MiB chunks; a cut transfer
 resumes at the first chunk the part file does not have. A file of 64 MiB or more goes first,
-over several channels at once where the round trip calls for it (``gpujob/usecases/ranges.py``). Deletions are mirrored in the
+over several channels at once where the round trip calls for it (``gpujob/usecases/sync/ranges.py``). Deletions are mirrored in the
 project's ``code/`` only; its ``data/`` (the staging of ``data:``, which each job sees through its own
 view: remote/data/datastore.py) is never pruned. The stream is
 gzip-compressed when a sample of the payload compresses well (``GPUJOB_SYNC_CODEC`` forces
@@ -45,9 +45,9 @@ from gpujob.config.spec import JobSpec
 from gpujob.errors import ConnectError, GpujobError, RemoteError, link_cut
 from gpujob.transport import replies
 from gpujob.transport.agent import Agent
-from gpujob.usecases.ranges import Preopened, ranged, upload_ranged
-from gpujob.usecases.secrecy import check_home, check_size, declared_values, withhold
-from gpujob.usecases.synctree import LocalTree, Record, StaleRecord, TreePlan, plan_tree, scan, sent
+from gpujob.usecases.secrets import check_home, check_size, declared_values, withhold
+from gpujob.usecases.sync.ranges import Preopened, ranged, upload_ranged
+from gpujob.usecases.sync.tree import LocalTree, Record, StaleRecord, TreePlan, plan_tree, scan, sent
 
 stream: Any = import_remote("stream")
 FREE_MARGIN = 256 << 20
@@ -261,7 +261,7 @@ def upload(s: Any, agent: Agent, plan: Plan, progress: Callable[[int, int], None
     """Send ``plan`` as one stream into the open session ``s``; returns (bytes on the wire, codec).
 
     One thread reads, hashes, frames and compresses; this one sends what it hands over. ``keep``:
-    the secrets check on each small file's bytes (usecases/secrecy ``InStream``)."""
+    the secrets check on each small file's bytes (usecases/secrets ``InStream``)."""
     codec = codec or choose_codec(plan.send)
     on_bytes, on_hash = counters or _callbacks(plan, progress)
     pipe = _Pipe()
@@ -352,8 +352,8 @@ def sync_job(agent: Agent, spec: JobSpec, project: str, progress: Callable[[int,
     into a ``receive`` command; otherwise one exec channel carries the manifest out and the
     stream in. With ``lease`` (a token of the submit's), the project's code is leased to this
     submit from the manifest until its job's snapshot (remote/core/locks.py). ``force``: send a
-    home-folder or huge workdir (never its secrets: usecases/secrecy). ``on_stream`` is called as a
-    stream with no ranged file begins (usecases/earlysubmit.py: one more channel, never beside
+    home-folder or huge workdir (never its secrets: usecases/secrets). ``on_stream`` is called as a
+    stream with no ranged file begins (usecases/launch/early.py: one more channel, never beside
     the range channels)."""
     check_home(spec, force)
     key = host_key(agent)
@@ -442,7 +442,7 @@ def _sync_planned(agent: Agent, spec: JobSpec, project: str, remote: dict, trees
     ids = {id(e) for e in big}
     rest = Plan(plan.trees, [e for e in plan.send if id(e) not in ids], plan.delete, plan.unchanged, plan.resumed_bytes)
     skipped = extra = 0
-    if big:  # the large files over several channels (gpujob/usecases/ranges.py), the rest beside them
+    if big:  # the large files over several channels (gpujob/usecases/sync/ranges.py), the rest beside them
         wire, codec, skipped = _upload_both(agent, rest, s, leased, counters, big, pre, check)
         extra = sum(e.size for e in big) - skipped  # their bytes on the wire
     else:

@@ -14,7 +14,7 @@ import time
 from typing import Any, Callable
 
 from gpujob.errors import ConnectError, GpujobError, JobNotFound, RemoteError
-from gpujob.usecases.jobs import FINAL
+from gpujob.usecases.jobs.ops import FINAL
 
 Note = Callable[[str], None]
 MAX_PAUSE = 120.0

@@ -130,7 +130,7 @@ def declared_values(spec: Any) -> dict[str, str]:
     """Every secret the user declared: the secrets file's entries, the job's ``secrets:`` from the
     environment, and literal keys under ``notify:``."""
     from gpujob.config.spec import notify_secrets
-    from gpujob.usecases.notifycheck import default_secrets_file, parse_dotenv
+    from gpujob.usecases.secrets.file import default_secrets_file, parse_dotenv
 
     out: dict[str, str] = {}
     path = default_secrets_file()

@@ -1,4 +1,4 @@
-"""Client use cases over a job that exists: status, ls, stop, resume, tail (``follow_logs``); pull is in pull.py."""
+"""Client use cases over a job that exists: status, ls, stop, resume, tail (``follow_logs``); pull is in sync/pull.py."""
 
 from __future__ import annotations
 

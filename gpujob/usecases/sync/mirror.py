@@ -104,7 +104,7 @@ def fetch(job_id: str, dest: Path, progress: Callable[[int, int], None] | None =
         raise GpujobError(f"no complete checkpoint of {job_id} is on its mirror yet",
                           f"gpujob status {job_id} shows what the mirror holds")
     target, rc, doc = found
-    engine, store, version = (import_remote(m) for m in ("mirror.engine", "mirror.store", "mirror.version"))
+    engine, store, version = import_remote("mirror.engine"), import_remote("mirror.store"), import_remote("mirror.version")
     name = doc["name"]
     ckpt = dest / job_id / "ckpt"
     final = ckpt / name

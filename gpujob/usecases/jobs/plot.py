@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 from gpujob.errors import GpujobError
 from gpujob.transport.agent import Agent
-from gpujob.usecases.watch import EVAL_PREFIXES, loss_key
+from gpujob.usecases.jobs.watch import EVAL_PREFIXES, loss_key
 
 Series = dict[str, list[list[Any]]]  # metric key → [[step, value, t], ...]
 

@@ -19,7 +19,7 @@ from gpujob.backoff import backoff
 from gpujob.config.hosts import LOCAL, Host
 from gpujob.errors import ConnectError, GpujobError
 from gpujob.transport.agent import Agent, connect_agent
-from gpujob.usecases.jobs import alive, link_probe
+from gpujob.usecases.jobs.ops import alive, link_probe
 
 
 def free_local_port(start: int, tries: int = 200) -> int:

@@ -27,7 +27,7 @@ from gpujob.config import index, remembered
 from gpujob.errors import GpujobError, Interrupted, JobNotFound, RemoteError
 from gpujob.transport import Result
 from gpujob.transport.agent import Agent, connect_agent
-from gpujob.usecases.jobs import FINAL, STOP_WAIT
+from gpujob.usecases.jobs.ops import FINAL, STOP_WAIT
 
 Note = Callable[[str], None]
 
@@ -118,7 +118,7 @@ def _pulled_source(job_id: str) -> Source | None:
 def _mirror_source(job_id: str, cfg: dict[str, Any], note: Note) -> Source | None:
     """The newest mirrored complete checkpoint (checkpoint.mirror), fetched into the laptop's cache."""
     from gpujob.config.paths import cache_dir
-    from gpujob.usecases import mirror
+    from gpujob.usecases.sync import mirror
 
     if not cfg.get("targets"):
         return None
@@ -161,7 +161,7 @@ def _reach_old(host_name: str, job_id: str, stop_wait: float, note: Note) -> tup
     """(agent, '', job status) when the old host answers, else (None, why, {}). A job still
     running there is stopped first (its code may write a checkpoint on the stop request)."""
     from gpujob.config.hosts import HostStore
-    from gpujob.usecases import jobs
+    from gpujob.usecases.jobs import ops as jobs
 
     try:
         agent = connect_agent(HostStore().get(host_name))
@@ -191,7 +191,7 @@ def _still_there(host_name: str, job_id: str) -> bool:
     """Whether ``host_name`` still has the job (a move onto its own host is a re-creation from its
     checkpoints elsewhere: for a job removed there, or an instance re-imaged under the same profile)."""
     from gpujob.config.hosts import HostStore
-    from gpujob.usecases import jobs
+    from gpujob.usecases.jobs import ops as jobs
 
     try:
         jobs.status(connect_agent(HostStore().get(host_name)), job_id)
@@ -207,7 +207,7 @@ def move(ref: str, to: str, *, job_file: str | None = None, stop_wait: float = S
     """Move job ``ref`` to host ``to``; returns what happened (docs/json.md: move)."""
     from gpujob.config.hosts import HostStore
     from gpujob.config.spec import load_spec
-    from gpujob.usecases.submit import submit
+    from gpujob.usecases.launch.submit import submit
 
     entry = remembered.entry_of(ref)  # the job index, else the run ledger (a job rm removed)
     if entry is None:
@@ -225,7 +225,7 @@ def move(ref: str, to: str, *, job_file: str | None = None, stop_wait: float = S
                           "settings are sent from it", f"gpujob move {job_id} --to {to} --job-file PATH/job.yaml")
     spec = load_spec(path, entry.get("set") or [])
     if "," in to:  # a list: the first (other than the old host) with the job's GPUs free now
-        from gpujob.usecases.placement import place
+        from gpujob.usecases.launch.placement import place
 
         new_host, new, _ = place([h for h in to.split(",") if h and h != old_name], spec.gpus, note=note)
         to = new_host.name
@@ -234,7 +234,7 @@ def move(ref: str, to: str, *, job_file: str | None = None, stop_wait: float = S
 
         new_host = ensure_on(HostStore().get(to), note=note)  # a powered-off target is switched on first
         new = connect_agent(new_host)  # before touching the old host: a wrong target changes nothing
-    from gpujob.usecases.preflight import before_submit
+    from gpujob.usecases.hosts.preflight import before_submit
 
     warnings = before_submit(new, new_host, note)  # a new or just powered-on target, as at submit
     try:
@@ -317,7 +317,7 @@ def settle_old(job_id: str, note: Note = lambda s: None) -> bool:
     """After a move whose old host did not answer: once it answers, stop the job there if it
     runs (a host that was only cut off kept training) and mark it moved. True once done."""
     from gpujob.config.hosts import HostStore
-    from gpujob.usecases import jobs
+    from gpujob.usecases.jobs import ops as jobs
 
     e = index.entry_of(job_id)
     if not e or e.get("old_marked", True) or not e.get("moved_from"):

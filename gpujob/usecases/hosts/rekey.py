@@ -24,7 +24,7 @@ from typing import Any, NoReturn
 from gpujob.config import keys
 from gpujob.config.hosts import LOCAL, Host, HostStore
 from gpujob.errors import GpujobError, HostError, Interrupted
-from gpujob.usecases.deferint import Deferred, deferred
+from gpujob.usecases.hosts.deferint import Deferred, deferred
 
 STEPS = ("add", "login_new", "remove", "check_old", "adopt")  # in order: each a _step_ function below
 
@@ -164,7 +164,7 @@ def _rekey(host: Host, store: HostStore, intr: Deferred) -> dict[str, Any]:
         if not (was == "shared" and others) and not intr.pending:
             still = _step_check_old(host, old)
     _step_adopt(name, pending)
-    from gpujob.usecases.shell import refresh_ssh_config
+    from gpujob.usecases.hosts.shell import refresh_ssh_config
 
     try:
         ssh_config = refresh_ssh_config()  # `ssh gpujob-NAME` offers the new key

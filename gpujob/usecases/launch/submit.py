@@ -8,65 +8,10 @@ from typing import Any, Callable
 
 from gpujob.config.hosts import Host
 from gpujob.config.spec import JobSpec
-from gpujob.errors import Interrupted, SpecError
+from gpujob.errors import Interrupted
 from gpujob.transport.agent import Agent
-from gpujob.usecases.sync import sync_job
-
-
-def collect_secrets(spec: JobSpec, extra_names: list[str] | None = None) -> dict[str, str]:
-    """Values of the job's ``secrets:`` (and ``${NAME}`` references) from the laptop's environment."""
-    names = list(dict.fromkeys(spec.secrets + (extra_names or [])))
-    try:
-        from gpujob.usecases.notifycheck import secrets_from_env  # the secrets file lives with notifications
-    except ImportError:  # pragma: no cover
-        secrets_from_env = None
-    values = secrets_from_env(names) if secrets_from_env else {n: os.environ[n] for n in names if n in os.environ}
-    missing = [n for n in names if n not in values]
-    if missing:
-        raise SpecError(
-            f"secret(s) {', '.join(missing)} not set on this machine",
-            "export them in your shell (or put NAME=value lines in the gpujob secrets file); nothing was sent",
-        )
-    from gpujob.config.spec import notify_secrets
-
-    values.update(notify_secrets(spec.notify)[1])  # literal keys written in notify: travel here, not in spec.json
-    return values
-
-
-def keep_secret_job_file_home(spec: JobSpec) -> None:
-    """A job file with literal secrets in ``notify:`` is not uploaded (its values go in the secrets file)."""
-    from pathlib import Path
-
-    from gpujob.config.spec import notify_secrets
-
-    if not notify_secrets(spec.notify)[1]:
-        return
-    try:
-        rel = Path(spec.source).resolve().relative_to(Path(spec.workdir))
-    except ValueError:
-        return
-    if "/" + rel.as_posix() not in spec.exclude:  # the run ledger's record asks first (usecases/experiments)
-        spec.exclude.append("/" + rel.as_posix())
-
-
-def secret_refs(spec: JobSpec) -> list[str]:
-    """Names written as ``${NAME}`` anywhere in ``notify:`` (channel URLs, tokens, passwords)."""
-    import re
-
-    found: list[str] = []
-
-    def visit(v: Any) -> None:
-        if isinstance(v, str):
-            found.extend(re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", v))
-        elif isinstance(v, dict):
-            for x in v.values():
-                visit(x)
-        elif isinstance(v, list):
-            for x in v:
-                visit(x)
-
-    visit(spec.notify)
-    return found
+from gpujob.usecases.secrets.job import collect_secrets, keep_secret_job_file_home, secret_refs
+from gpujob.usecases.sync.upload import sync_job
 
 
 def submit(
@@ -77,12 +22,12 @@ def submit(
 ) -> dict[str, Any]:
     """Sync the code and data, then create and start the job. Returns the agent's answer.
 
-    ``job_id`` and ``node`` are given for a job over several nodes (see gpujob.usecases.nodes);
-    ``call`` sends the request another way (gpujob.usecases.move: with the job's files);
-    ``force`` sends a home-folder or huge workdir (usecases/secrecy/workdir.py); ``expect_code``: the
+    ``job_id`` and ``node`` are given for a job over several nodes (see gpujob.usecases.launch.nodes);
+    ``call`` sends the request another way (gpujob.usecases.relocate.move: with the job's files);
+    ``force`` sends a home-folder or huge workdir (usecases/secrets/workdir.py); ``expect_code``: the
     hash the host's copy of the code must have (``rerun``: the run it repeats), else no job.
     """
-    from gpujob.usecases.runcheck import check_script
+    from gpujob.usecases.launch.runcheck import check_script
 
     check_script(spec.run, spec.workdir, spec.source)  # before a byte is sent
     secrets = collect_secrets(spec, secret_refs(spec))
@@ -90,7 +35,7 @@ def submit(
     import secrets as _secrets
 
     lease = _secrets.token_hex(8)  # the project's code is this submit's from its manifest to its snapshot
-    from gpujob.usecases.earlysubmit import EarlySubmit
+    from gpujob.usecases.launch.early import EarlySubmit
 
     early = EarlySubmit(agent) if call is None else None  # the submit command starts while the upload runs
     try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -121,7 +122,7 @@ def healthy(host: Host) -> bool:
     return not (host.bench or {}).get("warnings")
 
 
-def place(names: list[str], gpus: Any, *, wait: float | None = None, note: Note = lambda s: None
+def place(names: Sequence[str | None], gpus: Any, *, wait: float | None = None, note: Note = lambda s: None
           ) -> tuple[Host, Agent, list[Skip]]:
     """The first of ``names`` that answers with the GPUs free; with ``wait`` seconds, poll
     them all (backoff from GPUJOB_PLACE_POLL, default 10 s, to 5 min) until one fits."""
