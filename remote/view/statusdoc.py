@@ -6,7 +6,7 @@ their fields from here (``gpujob.bundle.import_remote("view.statusdoc")``). Stan
 
 Every field may be absent or null: a record of an older agent, a job that has not got that far."""
 
-from typing import Any, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, Dict, List, NamedTuple, Tuple
 
 # a field's kind, and the JSON values of it (a bool is a flag, never a number)
 TEXT, INTEGER, NUMBER, FLAG, OBJECT, LIST = "text", "integer", "number", "flag", "object", "list"
@@ -165,7 +165,7 @@ def undeclared(doc: Dict[str, Any], fields: Tuple[Field, ...] = FIELDS) -> List[
     known = {f.name: f for f in fields}
     wrong = []  # type: List[str]
     for key, value in doc.items():
-        f = known.get(key)  # type: Optional[Field]
+        f = known.get(key)
         if f is None:
             wrong.append("{!r} is not declared".format(key))
         elif value is not None and not of_kind(value, f.kind):
