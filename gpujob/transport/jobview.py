@@ -110,6 +110,7 @@ class JobView:
     nodes = Field(list)
     price_per_hour = Field(float)
     projected_cost = Field(float)
+    instance = Field(str)
 
 
 def views(docs: list[Any]) -> list[JobView]:
