@@ -111,6 +111,7 @@ class JobView:
     price_per_hour = Field(float)
     projected_cost = Field(float)
     instance = Field(str)
+    currency = Field(str)
 
 
 def views(docs: list[Any]) -> list[JobView]:

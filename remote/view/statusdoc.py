@@ -103,6 +103,7 @@ FIELDS = (
     _f("price_per_hour", NUMBER, LS, "the host's price, filled in by the laptop for a job submitted without one"),
     _f("projected_cost", NUMBER, LS, "an older agent's projected cost (now under billing)"),
     _f("instance", TEXT, LS, "the instance's id (its root's), which the laptop adds to each ls row it lists"),
+    _f("currency", TEXT, LS, "an older agent's currency (now under billing)"),
 )
 
 BY_NAME = {f.name: f for f in FIELDS}  # type: Dict[str, Field]
