@@ -44,9 +44,9 @@ def row(doc: dict[str, Any], history: list[float], gpu: float | None = None) -> 
         gpu = gpu_use(j.gpu_now)
     m = j.last_metrics or {}
     lk = loss_key(m)
-    billing = j.billing or {}
-    step, total = _num(m.get("step")), _num(billing.get("max_steps"))
-    eta = _num(billing.get("eta_s"))  # the agent's, from the rate of the recent metric lines
+    billing = j.billed
+    step, total = _num(m.get("step")), _num(billing.max_steps)
+    eta = _num(billing.eta_s)  # the agent's, from the rate of the recent metric lines
     started = _num(j.started_at)
     if eta is None and j.state == "running" and step and total and started:  # else: the mean rate so far
         rate = step / max(1e-6, (_num(j.now) or time.time()) - started)
@@ -58,10 +58,10 @@ def row(doc: dict[str, Any], history: list[float], gpu: float | None = None) -> 
         "job_id": str(job_id), "name": str(j.name or ""), "host": str(j.host or "local"),
         "state": str(j.state or ""), "reason": str(j.reason or ""),
         "attempt": j.attempt, "step": step, "total": total, "eta_s": eta,
-        "steps_per_s": _num(billing.get("steps_per_s")),
+        "steps_per_s": _num(billing.steps_per_s),
         "loss_key": lk, "loss": _num(m.get(lk)) if lk else None, "spark": history[-SPARK_POINTS:],
-        "gpu": gpu, "cost": _num(billing.get("cost")), "currency": str(billing.get("currency") or ""),
-        "elapsed_s": _num(billing.get("elapsed_s")), "submitted_at": _num(j.submitted_at),
+        "gpu": gpu, "cost": _num(billing.cost), "currency": str(billing.currency or ""),
+        "elapsed_s": _num(billing.elapsed_s), "submitted_at": _num(j.submitted_at),
         "diagnosis": str(diag.get("summary") or diag.get("cause") or "") if isinstance(diag, dict) else str(diag),
         "last_line": " ".join(shown(str(j.last_line or "")).split())[:300],  # a bar's last redraw, not all
     }

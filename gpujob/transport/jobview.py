@@ -23,12 +23,12 @@ class Field(Generic[T]):
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
 
-    def __get__(self, view: JobView, owner: type | None = None) -> T | None:
+    def __get__(self, view: View, owner: type | None = None) -> T | None:
         return view.doc.get(self.name)
 
 
-class JobView:
-    """The status document ``doc`` (kept as it is) read by declared field."""
+class View:
+    """A document ``doc`` (kept as it is) read by declared field."""
 
     __slots__ = ("doc",)
 
@@ -38,6 +38,33 @@ class JobView:
     def __contains__(self, name: str) -> bool:
         """Whether the document holds ``name`` at all (null included): an absent field may read otherwise."""
         return name in self.doc
+
+
+class BillingView(View):
+    """A status document's ``billing`` (the agent's estimate), read by field of ``DECLARED.BILLING``."""
+
+    __slots__ = ()
+
+    currency = Field(str)
+    cost = Field(float)
+    projected_cost = Field(float)
+    elapsed_s = Field(float)
+    eta_s = Field(float)
+    price_per_hour = Field(float)
+    max_steps = Field(float)
+    steps_per_s = Field(float)
+    progress = Field(float)
+
+
+class JobView(View):
+    """A status document read by field of ``DECLARED.FIELDS``."""
+
+    __slots__ = ()
+
+    @property
+    def billed(self) -> BillingView:
+        """``billing`` read by field (empty when there is none)."""
+        return BillingView(self.billing or {})
 
     job_id = Field(str)
     name = Field(str)

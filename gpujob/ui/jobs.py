@@ -168,11 +168,11 @@ def _panel(j: JobView) -> Any:
     c = accrued_cost(j.doc)
     t.add_row("elapsed", format_duration(elapsed_s(j.doc))
               + (f"   cost {c:.2f} {(j.spec or {}).get('currency', '')}" if c is not None else ""))
-    est = j.billing or {}
-    if est.get("projected_cost") is not None:
+    est = j.billed
+    if est.projected_cost is not None:
         # one ETA per frame (the progress line's, from the newest step); this one only when that is missing
-        when = f", done in {format_duration(est.get('eta_s'))}" if j.eta_s is None and est.get("eta_s") else ""
-        t.add_row("projection", f"{est['projected_cost']:.2f} {est.get('currency') or ''} in all{when}")
+        when = f", done in {format_duration(est.eta_s)}" if j.eta_s is None and est.eta_s else ""
+        t.add_row("projection", f"{est.projected_cost:.2f} {est.currency or ''} in all{when}")
     policies = autostop_summary((j.spec or {}).get("autostop") or {})
     if policies:
         t.add_row("autostop", policies)

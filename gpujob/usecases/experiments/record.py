@@ -138,14 +138,14 @@ def fields_of(doc: dict[str, Any], host: str | None) -> dict[str, Any]:
     if isinstance(series, dict) and series:
         f["series"] = {k: _downsample(v) for k, v in series.items() if isinstance(v, list)}
         f["best"] = best_of(series)
-    bill = job.billing or {}
-    cost = bill.get("cost") if bill.get("cost") is not None else job.cost
+    bill = job.billed
+    cost = bill.cost if bill.cost is not None else job.cost
     if cost is not None:
         f["cost"] = cost
-        f["currency"] = bill.get("currency") or job.currency
-    if bill.get("price_per_hour") is not None:
-        f["price_per_hour"] = bill["price_per_hour"]
-    secs = bill.get("elapsed_s") if bill.get("elapsed_s") is not None else job.elapsed_s
+        f["currency"] = bill.currency or job.currency
+    if bill.price_per_hour is not None:
+        f["price_per_hour"] = bill.price_per_hour
+    secs = bill.elapsed_s if bill.elapsed_s is not None else job.elapsed_s
     if secs is not None:
         gpus = (job.spec or {}).get("gpus")
         f["gpu_hours"] = round(float(secs) / 3600.0 * (gpus if isinstance(gpus, int) and gpus > 0 else 1), 6)
@@ -203,7 +203,7 @@ def _fingerprint(job: dict[str, Any], host: str | None) -> str:
     f.pop("extra_live", None)  # throughput and GPU use move at every look: written with what else changed
     view = JobView(job)
     if COST_EVERY_S and f.get("state") not in FINAL_STATES:
-        secs = (view.billing or {}).get("elapsed_s") or view.elapsed_s or 0
+        secs = view.billed.elapsed_s or view.elapsed_s or 0
         f["cost"] = f["gpu_hours"] = int(float(secs) // COST_EVERY_S)
     series = view.series if isinstance(view.series, dict) else {}
     f["series"] = {k: [len(v), v[-1] if v else None] for k, v in series.items() if isinstance(v, list)}

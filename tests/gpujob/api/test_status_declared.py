@@ -8,7 +8,7 @@ import dataclasses
 from typing import Any
 
 from gpujob.api.results.jobs import JobStatus, JobSummary
-from gpujob.transport.jobview import DECLARED, Field, JobView
+from gpujob.transport.jobview import DECLARED, BillingView, Field, JobView
 
 KIND_OF = {"str": "text", "int": "integer", "float": "number", "bool": "flag", "dict": "object", "list": "list"}
 
@@ -30,11 +30,13 @@ def test_the_result_classes_hold_declared_fields_of_their_kind() -> None:
             assert cls is JobStatus or declared.ls, f"JobSummary.{f.name}: ls rows do not carry it"
 
 
-def test_the_view_reads_every_declared_field_as_its_kind() -> None:
-    fields = {k: v for k, v in vars(JobView).items() if isinstance(v, Field)}
-    assert list(fields) == [f.name for f in DECLARED.FIELDS]
-    for name, f in fields.items():
-        assert _kind(f.kind) == DECLARED.BY_NAME[name].kind, f"JobView.{name}: {f.kind} where {DECLARED.BY_NAME[name].kind}"
+def test_the_views_read_every_declared_field_as_its_kind() -> None:
+    for view, declared in ((JobView, DECLARED.FIELDS), (BillingView, DECLARED.BILLING)):
+        fields = {k: v for k, v in vars(view).items() if isinstance(v, Field)}
+        assert list(fields) == [f.name for f in declared]
+        kinds = {f.name: f.kind for f in declared}
+        for name, f in fields.items():
+            assert _kind(f.kind) == kinds[name], f"{view.__name__}.{name}: {f.kind} where {kinds[name]}"
     v = JobView({"state": "running", "attempt": 2, "exit_code": None})
     assert (v.state, v.attempt, v.exit_code, v.reason) == ("running", 2, None, None)
     assert "exit_code" in v and "reason" not in v
