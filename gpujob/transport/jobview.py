@@ -141,6 +141,43 @@ class JobView(View):
     currency = Field(str)
 
 
+class ProgressView(View):
+    """``watch``'s ``progress`` (the progress bar's newest reading), by field of ``DECLARED.PROGRESS``."""
+
+    __slots__ = ()
+
+    step = Field(float)
+    total = Field(float)
+    rate = Field(float)
+    t = Field(float)
+
+
+class WatchView(View):
+    """``watch``'s document (``status JOB``'s detail and the figures beside it), by field of ``DECLARED.WATCH``."""
+
+    __slots__ = ()
+
+    job = Field(dict)
+    series = Field(dict)
+    latest = Field(dict)
+    rows = Field(int)
+    source = Field(str)
+    progress = Field(dict)
+    rate = Field(float)
+    gpu = Field(dict)
+    now = Field(float)
+
+    @property
+    def record(self) -> JobView:
+        """``job`` read by field (empty when there is none)."""
+        return JobView(self.job or {})
+
+    @property
+    def bar(self) -> ProgressView:
+        """``progress`` read by field (empty when there is none)."""
+        return ProgressView(self.progress or {})
+
+
 def views(docs: list[Any]) -> list[JobView]:
     """``ls``'s rows, each read by field."""
     return [JobView(d) for d in docs]

@@ -8,7 +8,7 @@ import dataclasses
 from typing import Any
 
 from gpujob.api.results.jobs import JobStatus, JobSummary
-from gpujob.transport.jobview import DECLARED, BillingView, Field, JobView
+from gpujob.transport.jobview import DECLARED, BillingView, Field, JobView, ProgressView, WatchView
 
 KIND_OF = {"str": "text", "int": "integer", "float": "number", "bool": "flag", "dict": "object", "list": "list"}
 
@@ -31,7 +31,8 @@ def test_the_result_classes_hold_declared_fields_of_their_kind() -> None:
 
 
 def test_the_views_read_every_declared_field_as_its_kind() -> None:
-    for view, declared in ((JobView, DECLARED.FIELDS), (BillingView, DECLARED.BILLING)):
+    for view, declared in ((JobView, DECLARED.FIELDS), (BillingView, DECLARED.BILLING), (WatchView, DECLARED.WATCH),
+                           (ProgressView, DECLARED.PROGRESS)):
         fields = {k: v for k, v in vars(view).items() if isinstance(v, Field)}
         assert list(fields) == [f.name for f in declared]
         kinds = {f.name: f.kind for f in declared}
