@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 from gpujob.config.ledger import Ledger, LedgerDamaged, open_ledger
 from gpujob.config.ledger.store import read_looks
-from gpujob.transport.jobview import JobView
 
 if TYPE_CHECKING:  # ls and status import this module: the spec's YAML and the tree walk only where used
     from gpujob.config.spec import JobSpec
+    from gpujob.transport.jobview import JobView  # runs imports this module and no transport
 
 SERIES_POINTS = 200  # a curve kept in the ledger: at most this many points per metric
 NOT_METRICS = {"step", "epoch", "t", "lr", "learning_rate", "grad_norm", "max_steps", "total_flos"}
@@ -115,6 +115,13 @@ def best_of(series: dict[str, list[list[Any]]]) -> dict[str, Any]:
     return out
 
 
+def _view(doc: dict[str, Any]) -> JobView:
+    """The status document read by field (imported here: ``runs`` loads this module and no transport)."""
+    from gpujob.transport.jobview import JobView
+
+    return JobView(doc)
+
+
 def _gpu_name(job: JobView) -> str | None:
     g = job.gpu
     if isinstance(g, dict):
@@ -126,7 +133,7 @@ def _gpu_name(job: JobView) -> str | None:
 
 def fields_of(doc: dict[str, Any], host: str | None) -> dict[str, Any]:
     """The ledger's view of a job record from ``status`` or ``ls``."""
-    job = JobView(doc)
+    job = _view(doc)
     f: dict[str, Any] = {"state": job.state, "host": job.host or host}
     kept = {"name": job.name, "submitted_at": job.submitted_at, "started_at": job.started_at,
             "ended_at": job.ended_at, "loss_key": job.loss_key}
@@ -201,7 +208,7 @@ def _fingerprint(job: dict[str, Any], host: str | None) -> str:
     ``COST_EVERY_S`` (it grows with every second a job runs)."""
     f = fields_of({k: v for k, v in job.items() if k != "series"}, host)
     f.pop("extra_live", None)  # throughput and GPU use move at every look: written with what else changed
-    view = JobView(job)
+    view = _view(job)
     if COST_EVERY_S and f.get("state") not in FINAL_STATES:
         secs = view.billed.elapsed_s or view.elapsed_s or 0
         f["cost"] = f["gpu_hours"] = int(float(secs) // COST_EVERY_S)
@@ -215,7 +222,7 @@ def observe(jobs: list[dict[str, Any]], host: str | None = None) -> None:
     a job whose state and metrics this process has already written is left alone."""
     todo = []
     for j in jobs:
-        v = JobView(j)
+        v = _view(j)
         job_id = v.job_id
         if job_id:
             key = (job_id, "series" in v or "hparams" in v)
@@ -252,7 +259,7 @@ def observe(jobs: list[dict[str, Any]], host: str | None = None) -> None:
 
 
 def _put_observed(lg: Ledger, job: dict[str, Any], host: str | None) -> None:
-    job_id = str(JobView(job).job_id)  # observe's: never empty
+    job_id = str(_view(job).job_id)  # observe's: never empty
     f = fields_of(job, host)
     hp = f.pop("extra_hparams", None)
     live = f.pop("extra_live", None)
