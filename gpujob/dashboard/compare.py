@@ -12,6 +12,7 @@ import time
 from typing import Any, Callable
 
 from gpujob.errors import GpujobError
+from gpujob.transport.jobview import JobView
 
 MAX_RUNS = 12
 
@@ -39,11 +40,11 @@ def from_jobs(hub: Any, keys: list[str], wait: float = 30.0) -> list[dict[str, A
         hub.wait_change(hub.version, 0.5)
     runs = []
     for w in watchers:
-        doc = w.doc or {}
-        params = {"host": w.host, **flatten(doc.get("spec") or {})}
+        doc = JobView(w.doc or {})
+        params = {"host": w.host, **flatten(doc.spec or {})}
         params.pop("job_id", None)  # the column's title names it
-        runs.append({"key": f"{w.host}/{w.job_id}", "job_id": w.job_id, "host": w.host, "state": doc.get("state"),
-                     "error": w.error, "params": params, "series": doc.get("series") or {}})
+        runs.append({"key": f"{w.host}/{w.job_id}", "job_id": w.job_id, "host": w.host, "state": doc.state,
+                     "error": w.error, "params": params, "series": doc.series or {}})
     return runs
 
 

@@ -22,6 +22,7 @@ from typing import Any, Callable, Protocol
 from gpujob.config.ledger import open_ledger
 from gpujob.config.spec import load_spec
 from gpujob.errors import ConnectError, GpujobError, JobNotFound, SpecError
+from gpujob.transport.jobview import JobView
 from gpujob.usecases.experiments.rerun import split_sets
 from gpujob.usecases.experiments.sweepspec import SweepSpec, parse
 from gpujob.usecases.lab.storage import laptop_id, local_url, open_storage, remember, shared, storage_of
@@ -192,8 +193,9 @@ class Driver:
         the study has its trials already (a shared study: other laptops asked for them)."""
         cap = self.share(self.spec.budget, "cost", self.caps)
         hours = self.share(self.spec.max_gpu_hours, "gpu_hours", self.hour_caps)
-        if (cap is not None and self.spec.budget is not None and cap <= self.spec.budget * 0.01) or (
-                hours is not None and self.spec.max_gpu_hours is not None and hours <= self.spec.max_gpu_hours * 0.01):
+        budget, max_hours = self.spec.budget, self.spec.max_gpu_hours  # a share is None without its limit
+        if (cap is not None and budget is not None and cap <= budget * 0.01) or (
+                hours is not None and max_hours is not None and hours <= max_hours * 0.01):
             return False
         trial = self.study.ask()
         trial.set_user_attr("laptop", self.laptop)
@@ -238,8 +240,8 @@ class Driver:
                   + ", ".join(f"{k}={v}" for k, v in values.items()))
         return True
 
-    def _metric(self, st: dict[str, Any]) -> str | None:
-        return self.spec.metric or st.get("loss_key")
+    def _metric(self, st: JobView) -> str | None:
+        return self.spec.metric or st.loss_key
 
     def poll(self, number: int) -> None:
         """Report the trial's new points; prune or finish it."""
@@ -248,8 +250,9 @@ class Driver:
         st = self.client.status(job_id, host or None)
         self.read_at[number] = time.monotonic()
         self.note_use(trial, st)
-        key = self._metric(st)
-        pts = [p for p in (st.get("series") or {}).get(key or "", []) if isinstance(p[1], (int, float))]
+        view = JobView(st)
+        key = self._metric(view)
+        pts = [p for p in (view.series or {}).get(key or "", []) if isinstance(p[1], (int, float))]
         attrs = trial.user_attrs
         last = int(attrs.get("steps", -1))
         for i, p in enumerate(pts):
@@ -259,7 +262,7 @@ class Driver:
                 last = step
         if last >= 0:
             trial.set_user_attr("steps", last)
-        state = st.get("state")
+        state = view.state
         if state in FINAL:
             self.running.pop(number)
             asked = self.stopping.pop(number, None)

@@ -6,6 +6,8 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
+from gpujob.transport.jobview import JobView
+
 if TYPE_CHECKING:
     from gpujob.transport.agent import Agent
 
@@ -18,18 +20,19 @@ def fill_host_price(job: dict[str, Any] | None, price: float | None, currency: s
     """
     if not job or not price:
         return job
-    spec = job.get("spec")
-    b = job.get("billing")
-    if (spec or {}).get("price_per_hour") or (b or {}).get("price_per_hour"):
+    view = JobView(job)
+    spec, b, bill = view.spec, view.billing, view.billed
+    if (spec or {}).get("price_per_hour") or bill.price_per_hour:
         return job
     if isinstance(spec, dict):
         spec.update(price_per_hour=price, currency=spec.get("currency") or currency)
     if isinstance(b, dict):
-        b.update(price_per_hour=price, price_source="host", currency=b.get("currency") or currency)
-        if b.get("elapsed_s") is not None:
-            b["cost"] = round(float(price) * float(b["elapsed_s"]) / 3600.0, 4)
-            if b.get("eta_s") is not None:
-                b["projected_cost"] = round(float(price) * (float(b["elapsed_s"]) + float(b["eta_s"])) / 3600.0, 4)
+        b.update(price_per_hour=price, price_source="host", currency=bill.currency or currency)
+        secs, eta = bill.elapsed_s, bill.eta_s
+        if secs is not None:
+            b["cost"] = round(float(price) * float(secs) / 3600.0, 4)
+            if eta is not None:
+                b["projected_cost"] = round(float(price) * (float(secs) + float(eta)) / 3600.0, 4)
     else:
         job["price_per_hour"] = price
     return job
@@ -37,16 +40,18 @@ def fill_host_price(job: dict[str, Any] | None, price: float | None, currency: s
 
 def elapsed_s(job: dict[str, Any]) -> float | None:
     """Seconds since the job's first attempt started, to its end (or the host's ``now``, else ours)."""
-    start = job.get("started_at")
+    view = JobView(job)
+    start = view.started_at
     if not start:
         return None
-    end = job.get("ended_at") or job.get("now") or time.time()
+    end = view.ended_at or view.now or time.time()
     return max(0.0, float(end) - float(start))
 
 
 def accrued_cost(job: dict[str, Any]) -> float | None:
     """``elapsed_s × price_per_hour`` to the cent (what ``status --json`` calls ``cost``); None without a price."""
-    price = (job.get("spec") or {}).get("price_per_hour") or job.get("price_per_hour")
+    view = JobView(job)
+    price = (view.spec or {}).get("price_per_hour") or view.price_per_hour
     secs = elapsed_s(job)
     if not price or secs is None:
         return None
@@ -55,11 +60,12 @@ def accrued_cost(job: dict[str, Any]) -> float | None:
 
 def job_cost(job: dict[str, Any]) -> dict[str, Any]:
     """One job's line: the agent's estimate (``billing`` in its status record) plus identity."""
-    c = job.get("billing") or {}
+    view = JobView(job)
+    c = view.billed
     return {
-        "job_id": job.get("job_id"), "host": job.get("host"), "state": job.get("state"),
-        "elapsed_s": c.get("elapsed_s"), "cost": c.get("cost"), "currency": c.get("currency"),
-        "price_per_hour": c.get("price_per_hour"), "projected_cost": c.get("projected_cost"), "eta_s": c.get("eta_s"),
+        "job_id": view.job_id, "host": view.host, "state": view.state,
+        "elapsed_s": c.elapsed_s, "cost": c.cost, "currency": c.currency,
+        "price_per_hour": c.price_per_hour, "projected_cost": c.projected_cost, "eta_s": c.eta_s,
     }
 
 
@@ -111,11 +117,11 @@ def summarize(hosts: list[str], agent_for: Callable[[str], Agent], every_host: b
             errors[name] = str(e)
             continue
         for j in listed:
-            j["host"] = j.get("host") or name
+            j["host"] = JobView(j).host or name
         listed = once_each(listed, seen)  # another profile of the same instance listed them
         for j in listed:
             fill_host_price(j, agent.host.price_per_hour, agent.host.currency)
-            out.append(job_cost({**j, "host": j.get("host") or name}))
+            out.append(job_cost({**j, "host": JobView(j).host or name}))
         from gpujob.usecases.experiments.record import observe
 
         observe(listed, name)

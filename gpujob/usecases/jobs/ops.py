@@ -16,6 +16,7 @@ from gpujob.config.hosts import LOCAL
 from gpujob.errors import ConnectError, GpujobError, HostKeyChanged
 from gpujob.transport import Result, replies
 from gpujob.transport.agent import Agent
+from gpujob.transport.jobview import JobView
 
 FINAL: tuple[str, ...] = import_remote("core.protocol").TERMINAL
 STOP_WAIT: float = import_remote("core.spec").STOP_WAIT  # s a stop waits for the job's processes to be gone
@@ -52,7 +53,8 @@ def once_each(jobs: list[dict[str, Any]], seen: set[tuple[str, str]]) -> list[di
     instance (the same root's id) list its jobs once, under the first profile listed."""
     out = []
     for j in jobs:
-        key = (str(j.get("instance") or f"host:{j.get('host')}"), str(j.get("job_id")))
+        v = JobView(j)
+        key = (str(v.instance or f"host:{v.host}"), str(v.job_id))
         if key not in seen:
             seen.add(key)
             out.append(j)

@@ -18,6 +18,7 @@ from typing import Any, Callable
 from gpujob.config import index
 from gpujob.config.paths import atomicfile, state_dir
 from gpujob.errors import GpujobError
+from gpujob.transport.jobview import JobView
 from gpujob.usecases.jobs.ops import FINAL
 
 Note = Callable[[str], None]
@@ -95,7 +96,8 @@ def check(job_id: str, now: float, note: Note) -> dict[str, Any] | None:
     host = entry["host"]
     record = _job_state(host, entry["job_id"])
     if record is not None:
-        state, reason = str(record.get("state")), str(record.get("reason") or "")
+        view = JobView(record)
+        state, reason = str(view.state), str(view.reason or "")
         _answered(entry["job_id"])
         if not (state == "stopped" and reason.startswith("gpu_error")):  # the agent stopped it to be moved
             return {"job_id": entry["job_id"], "action": "done", "state": state} if state in FINAL else None
