@@ -25,6 +25,7 @@ LOADED = {
     "notify",  # the channels' bodies, signatures, redaction
     "run.autostop",  # the autostop section's check
     "stream",  # the sync's wire format and tree digests
+    "view.statusdoc",  # the status document's fields, declared once (reply check, typed views)
 }
 
 
