@@ -28,7 +28,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     from gpujob.ui.jobs import submitted
     from gpujob.ui.progress import transfer_bar
 
-    wait = _duration("--wait-gpus", args.wait_gpus, "e.g. --wait-gpus 2h; nothing was submitted")
+    wait = duration_flag("--wait-gpus", args.wait_gpus, "e.g. --wait-gpus 2h; nothing was submitted")
     with client(None) as c:
         # the bar ends (and leaves the screen) with the upload: left live under the log that
         # follows, it was drawn again around every line
@@ -44,7 +44,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         return _follow(job, say=not job.submitted.nodes) if args.follow else 0
 
 
-def _duration(flag: str, value: str | None, remedy: str) -> float | None:
+def duration_flag(flag: str, value: str | None, remedy: str) -> float | None:
     parse_duration = import_remote("core.protocol").parse_duration
 
     try:
@@ -192,7 +192,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
     after: float | bool | None = None
     if args.after_checkpoint:  # without --max-wait: twice the job's usual interval between checkpoints
-        after = _duration("--max-wait", args.max_wait, "e.g. --max-wait 20m") if args.max_wait else True
+        after = duration_flag("--max-wait", args.max_wait, "e.g. --max-wait 20m") if args.max_wait else True
     wait = args.wait if args.wait is not None else STOP_WAIT if after is None else \
         (after if after is not True else AFTER_CHECKPOINT_WAIT) + STOP_WAIT
     with client(args.host) as c:

@@ -141,7 +141,7 @@ def send_from_laptop(
     Channels are filtered by ``on:`` unless ``all_channels``; returns the redacted outcomes.
     """
     every = list((notify_cfg or {}).get("channels") or [])
-    chans = [dict(c, name=n) for c, n in zip(every, notify._channel_names(every)) if isinstance(c, dict)]
+    chans = [dict(c, name=n) for c, n in zip(every, notify.channel_names(every)) if isinstance(c, dict)]
     if not all_channels:
         chans = [c for c in chans if notify.wants(notify_cfg, str(event.get("event")), c)]
     if not chans:
@@ -173,7 +173,7 @@ def notify_test(
     error (redacted), elapsed_s.
     """
     chans = list((notify_cfg or {}).get("channels") or [])
-    names = notify._channel_names(chans)
+    names = notify.channel_names(chans)
     sensitive = notify.all_sensitive(chans, secrets)
     errs = notify.validate_channels(notify_cfg, secrets)
     bad: dict[int, str] = {}

@@ -39,7 +39,7 @@ from .redaction import (
 )
 from .render import render
 from .section import DEFAULT_ON, EVENTS, validate_channels, wants
-from .send import _channel_names, format_outcome, notify_event, send_all, send_channel
+from .send import channel_names, format_outcome, notify_event, send_all, send_channel
 from .serverchan import serverchan_url
 from .smtp import send_email
 from .webhook import webhook_signature
@@ -47,7 +47,7 @@ from .webhook import webhook_signature
 __all__ = [
     "AUTODL_PER_DAY", "AUTODL_PER_MINUTE", "AUTODL_URL", "CHANNELS", "Channel", "ChannelError", "DEFAULT_ON",
     "WHOLE_ANSWER", "within",
-    "EVENTS", "MIN_SECRET_LEN", "REDACTED", "Request", "Transport", "_channel_names", "all_sensitive",
+    "EVENTS", "MIN_SECRET_LEN", "REDACTED", "Request", "Transport", "channel_names", "all_sensitive",
     "build_request", "channel_type", "check_response", "dingtalk_sign", "externalize_secrets", "feishu_sign",
     "format_outcome", "notify_event", "redact", "register", "render", "resolve_channel", "secret_names",
     "send_all", "send_channel", "send_email", "serverchan_url", "urllib_transport", "validate_channels",

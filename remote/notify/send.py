@@ -13,7 +13,7 @@ from .render import render
 from .section import wants
 
 
-def _channel_names(channels: List[Dict[str, Any]]) -> List[str]:
+def channel_names(channels: List[Dict[str, Any]]) -> List[str]:
     types = [channel_type(c) if isinstance(c, dict) else "?" for c in channels]
     out = []
     for i, c in enumerate(channels):
@@ -94,7 +94,7 @@ def send_all(channels: List[Dict[str, Any]], event: Dict[str, Any], secrets: Opt
         title, text = render(event)
         title, text = redact(title, sensitive), redact(text, sensitive)
         safe_event = redact_obj(dict(event), sensitive)
-        names = _channel_names(channels)
+        names = channel_names(channels)
     except Exception as e:
         return [{"channel": "*", "type": "*", "ok": False, "skipped": False, "attempts": 0, "status": None,
                  "error": "internal error: %s" % type(e).__name__, "elapsed_s": 0.0}]
@@ -136,7 +136,7 @@ def notify_event(cfg: Optional[Dict[str, Any]], event: Dict[str, Any], secrets: 
     Returns the outcomes (empty when nothing wants the event). Never raises."""
     try:
         every = list((cfg or {}).get("channels") or [])
-        names = _channel_names(every)  # named over the whole list, so a channel's name is stable
+        names = channel_names(every)  # named over the whole list, so a channel's name is stable
         chans = [dict(c, name=n) for c, n in zip(every, names)
                  if isinstance(c, dict) and wants(cfg, str(event.get("event")), c)]
     except Exception:
