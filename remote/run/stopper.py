@@ -52,7 +52,7 @@ class Stopper:
             grace = min(grace, after.LANDED_GRACE)
         child = self.procs.child
         assert child is not None
-        watching = Path(str(self.job.stop_file) + ".watch").exists()
+        watching = self.job.stop_watch.exists()
         if watching:  # the runtime helper (or the Trainer hook) polls the stop file: give it the grace to save
             deadline = time.monotonic() + grace
             while time.monotonic() < deadline and child.poll() is None:
