@@ -15,7 +15,6 @@ that an earlier hash provisioned: the half-built venv is removed and no marker i
 network settings); it raises ``SetupFailed`` when setup fails.
 """
 
-import fcntl
 import hashlib
 import json
 import os
@@ -26,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
+from remote.core import filelock
 from remote.core.layout import JobDir, Root, tail_lines
 from remote.core.spec import JobSpec, SpecLike
 
@@ -243,17 +243,13 @@ def ensure(root: Root, job: JobDir, spec: SpecLike, tick: Optional[Callable[[], 
     lock_fd = os.open(str(root.envs / (digest + ".lock")), os.O_RDWR | os.O_CREAT, 0o644)
     try:
         waited = False
-        while True:
-            try:
-                fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError:
-                if not waited:
-                    marker(job, "waiting: another job is provisioning environment {}".format(digest))
-                    waited = True
-                if tick and tick():
-                    raise SetupFailed("stopped while waiting for setup") from None
-                time.sleep(0.25)
+        while not filelock.lock(lock_fd, blocking=False):
+            if not waited:
+                marker(job, "waiting: another job is provisioning environment {}".format(digest))
+                waited = True
+            if tick and tick():
+                raise SetupFailed("stopped while waiting for setup")
+            time.sleep(0.25)
         if ready():
             marker(job, "skipped: environment {} was provisioned by another job".format(digest))
             job.event("setup", result="skipped", hash=digest)
