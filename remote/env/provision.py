@@ -19,13 +19,12 @@ import hashlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
-from remote.core import filelock
+from remote.core import filelock, procs
 from remote.core.layout import JobDir, Root, tail_lines
 from remote.core.spec import JobSpec, SpecLike
 
@@ -325,16 +324,7 @@ def _provision(job: JobDir, spec: JobSpec, env: Dict[str, str], prefix: str, bas
 
 
 def _kill_group(p: subprocess.Popen) -> None:
-    for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(p.pid, sig)
-        except OSError:
-            return
-        try:
-            p.wait(wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+    procs.end(lambda sig: procs.signal_group(p.pid, sig), lambda: p.poll() is None, 10.0, 5.0, tick=0.1)
 
 
 def _q(s: str) -> str:

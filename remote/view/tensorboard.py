@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 from urllib.parse import urlsplit, urlunsplit
 
+from remote.core import procs
 from remote.core.errors import AgentError
 from remote.core.layout import JobDir, Root, read_json, write_json
 from remote.env.jobenv import PATH_PREFIX
@@ -231,8 +232,6 @@ def _tb_via(out: str) -> Optional[Dict[str, str]]:
 
 def stop_tensorboard(root: Root, ref: str, grace: float = 5.0) -> Dict[str, Any]:
     """Stop the TensorBoard that ``tensorboard`` started for the job (its whole session)."""
-    import signal
-
     job_id = resolve(root, ref)
     job = root.job(job_id)
     info = read_json(job.path / "tensorboard.json", {}) or {}
@@ -244,20 +243,15 @@ def stop_tensorboard(root: Root, ref: str, grace: float = 5.0) -> Dict[str, Any]
         ours = False
     if not ours:  # gone already, or the pid now belongs to someone else
         return {"job_id": job_id, "stopped": False, "pid": pid, "running": False}
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 2.0)):
+
+    def reap() -> None:
         try:
-            os.killpg(int(pid), sig)
+            os.waitpid(int(pid), os.WNOHANG)
         except OSError:
-            break
-        deadline = time.time() + wait
-        while time.time() < deadline and os.path.exists("/proc/{}".format(pid)):
-            try:
-                os.waitpid(int(pid), os.WNOHANG)
-            except OSError:
-                pass
-            time.sleep(0.1)
-        if not os.path.exists("/proc/{}".format(pid)):
-            break
+            pass
+
+    procs.end(lambda sig: procs.signal_group(int(pid), sig), lambda: os.path.exists("/proc/{}".format(pid)),
+              grace, 2.0, reap, tick=0.1)
     info["stopped_at"] = time.time()
     write_json(job.path / "tensorboard.json", info)
     return {"job_id": job_id, "stopped": True, "pid": pid, "running": False}
