@@ -15,17 +15,16 @@ that an earlier hash provisioned: the half-built venv is removed and no marker i
 network settings); it raises ``SetupFailed`` when setup fails.
 """
 
-import fcntl
 import hashlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
+from remote.core import filelock, procs
 from remote.core.layout import JobDir, Root, tail_lines
 from remote.core.spec import JobSpec, SpecLike
 
@@ -243,17 +242,13 @@ def ensure(root: Root, job: JobDir, spec: SpecLike, tick: Optional[Callable[[], 
     lock_fd = os.open(str(root.envs / (digest + ".lock")), os.O_RDWR | os.O_CREAT, 0o644)
     try:
         waited = False
-        while True:
-            try:
-                fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError:
-                if not waited:
-                    marker(job, "waiting: another job is provisioning environment {}".format(digest))
-                    waited = True
-                if tick and tick():
-                    raise SetupFailed("stopped while waiting for setup") from None
-                time.sleep(0.25)
+        while not filelock.lock(lock_fd, blocking=False):
+            if not waited:
+                marker(job, "waiting: another job is provisioning environment {}".format(digest))
+                waited = True
+            if tick and tick():
+                raise SetupFailed("stopped while waiting for setup")
+            time.sleep(0.25)
         if ready():
             marker(job, "skipped: environment {} was provisioned by another job".format(digest))
             job.event("setup", result="skipped", hash=digest)
@@ -329,16 +324,7 @@ def _provision(job: JobDir, spec: JobSpec, env: Dict[str, str], prefix: str, bas
 
 
 def _kill_group(p: subprocess.Popen) -> None:
-    for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(p.pid, sig)
-        except OSError:
-            return
-        try:
-            p.wait(wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+    procs.end(lambda sig: procs.signal_group(p.pid, sig), lambda: p.poll() is None, 10.0, 5.0, tick=0.1)
 
 
 def _q(s: str) -> str:

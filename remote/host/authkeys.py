@@ -11,7 +11,6 @@ it, fsynced, renamed over it, its mode and owner kept, the folder fsynced), unde
 folder (two edits at once cannot undo each other), with SIGINT/SIGTERM/SIGHUP held off."""
 
 import contextlib
-import fcntl
 import glob
 import os
 import pwd
@@ -20,6 +19,7 @@ import tempfile
 import threading
 from typing import Any, Dict, Iterator, List, Optional
 
+from remote.core import filelock
 from remote.core.errors import AgentError
 
 DEFAULT_FILES = ".ssh/authorized_keys .ssh/authorized_keys2"
@@ -179,7 +179,7 @@ def _guarded(files: List[str]) -> Iterator[None]:
         folder = os.path.dirname(os.path.realpath(files[0])) if files else ""
         if folder and os.path.isdir(folder):
             fd = os.open(folder, os.O_RDONLY)
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            filelock.lock(fd)
         yield
     finally:
         if fd >= 0:

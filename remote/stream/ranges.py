@@ -22,7 +22,6 @@ transfer leaves the part file and its range sidecars, never a file under the fin
 """
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -31,6 +30,8 @@ import signal
 import time
 from pathlib import Path
 from typing import IO, Any, Callable, ContextManager, Dict, Iterator, List, Optional
+
+from remote.core import filelock
 
 from .durable import CLOEXEC, NOFOLLOW, durable, replace
 from .format import CHUNK, REC, TransferError, raise_on_signals
@@ -135,7 +136,7 @@ def _open_part(tmp: str, parent: str) -> int:
     is copied first, under a lock on the folder so only one channel does it."""
     dfd = os.open(parent, os.O_RDONLY | CLOEXEC)
     try:
-        fcntl.flock(dfd, fcntl.LOCK_EX)
+        filelock.lock(dfd)
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | NOFOLLOW | CLOEXEC, 0o600)
         if os.fstat(fd).st_nlink > 1:
             os.close(fd)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from gpujob.usecases.experiments.sweep import _load, _optuna
+from gpujob.usecases.experiments.sweep import import_optuna, load_study
 from gpujob.usecases.lab.storage import storage_of
 
 
@@ -26,8 +26,8 @@ def _axis(dist: Any) -> dict[str, Any]:
 def sweep_insight(name: str) -> dict[str, Any]:
     """{sweep, metric, direction, history: [{number, value, best}], axes: {param: axis},
     trials: [{number, job_id, value, params}], importances: {param: share} | None, why_no_importances}"""
-    optuna = _optuna()
-    study = _load(optuna, name, storage_of(name, None))  # a shared sweep: the storage this laptop used
+    optuna = import_optuna()
+    study = load_study(optuna, name, storage_of(name, None))  # a shared sweep: the storage this laptop used
     TS = optuna.trial.TrialState
     done = sorted((t for t in study.get_trials(deepcopy=False, states=(TS.COMPLETE,))
                    if t.value is not None and math.isfinite(t.value)), key=lambda t: t.number)

@@ -66,7 +66,7 @@ def _unmarked_too_long(ft: Any) -> bool:
     return started is None or (datetime.now() - started).total_seconds() > UNMARKED_GRACE_S
 
 
-def _optuna() -> Any:
+def import_optuna() -> Any:
     try:
         import optuna
     except ImportError:
@@ -117,7 +117,7 @@ def _suggest(trial: Any, space: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _load(optuna: Any, name: str, url: str | None = None) -> Any:
+def load_study(optuna: Any, name: str, url: str | None = None) -> Any:
     try:
         return optuna.load_study(study_name=name, storage=_storage(optuna, url))
     except KeyError:
@@ -134,7 +134,7 @@ class Driver:
         from gpujob.usecases.experiments.record import exact_cost
 
         self.client, self.study, self.note = client, study, note
-        self.optuna = _optuna()
+        self.optuna = import_optuna()
         exact_cost()  # the budget is counted from the ledger: every poll writes the trials' cost
         a = {**study.user_attrs, **(mine or {})}
         self.name: str = study.study_name
@@ -425,7 +425,7 @@ def start_sweep(client: Runner, job_file: str, sets: list[str], hosts: str | Non
                 note: Note | None, limits: dict[str, Any]) -> dict[str, Any]:
     """Create the study from the job file's ``sweep:`` (``limits``: budget, max_gpu_hours, trials, parallel) and drive it.
     With ``sweep.storage`` (shared by the lab) a study of that name that exists is joined: this laptop adds trials."""
-    optuna = _optuna()
+    optuna = import_optuna()
     spec0 = load_spec(job_file, sets)
     if not spec0.sweep:
         raise GpujobError(f"{job_file} has no sweep: section", "add sweep: {params: {lr: [1e-4, 1e-3]}, trials: 4} "
@@ -460,9 +460,9 @@ def start_sweep(client: Runner, job_file: str, sets: list[str], hosts: str | Non
 
 
 def resume_sweep(client: Runner, name: str, note: Note | None, storage: str | None = None) -> dict[str, Any]:
-    optuna = _optuna()
+    optuna = import_optuna()
     url = storage_of(name, storage)
-    study = _load(optuna, name, url)
+    study = load_study(optuna, name, url)
     a = study.user_attrs
     s = parse(a["sweep"], a["job_file"])
     # samplers and pruners are not stored by Optuna: the study is loaded with the ones it began with
@@ -472,8 +472,8 @@ def resume_sweep(client: Runner, name: str, note: Note | None, storage: str | No
 
 
 def sweep_status(name: str, storage: str | None = None) -> dict[str, Any]:
-    optuna = _optuna()
-    return report(_load(optuna, name, storage_of(name, storage)), optuna)
+    optuna = import_optuna()
+    return report(load_study(optuna, name, storage_of(name, storage)), optuna)
 
 
 def uses(study: Any, name: str) -> dict[str, dict[str, Any]]:
