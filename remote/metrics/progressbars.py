@@ -22,6 +22,7 @@ from remote.metrics.logpatterns import (
     STEP_UNITS,
     as_number,
 )
+from remote.metrics.metricrecord import MetricRecord
 
 Pending = Tuple[float, int, Optional[int], str, str, str]  # a bar not read in full yet: t, step, total, rate, unit, postfix
 _bar_descs = {}  # type: Dict[str, Tuple[bool, Any, bool]]
@@ -152,7 +153,7 @@ class BarReader:
         # most redraws are overwritten by the next one before anyone looks
         self.bar_pending = (t, step, grand) + rate
 
-    def _flush_bar(self, out: List[Dict[str, Any]]) -> None:
+    def _flush_bar(self, out: List[MetricRecord]) -> None:
         """The newest bar becomes a record (before any record printed after it: the file stays in order)."""
         if self.bar_pending is None:
             return
@@ -164,7 +165,7 @@ class BarReader:
         self.progress = {"step": step, "total": grand, "rate": rate, "t": t}
         if grand and rate:
             self.progress["eta_s"] = round(max(0.0, grand - step) / rate, 1)
-        rec = {"t": t, "step": step}  # type: Dict[str, Any]
+        rec: MetricRecord = {"t": t, "step": step}
         if grand:
             rec["max_steps"] = grand
         for k, v in PAIR.findall(post):
