@@ -194,7 +194,8 @@ def build_app(hub: Hub, token: str, port_of: Callable[[], int], pull_dir: str = 
                         yield _sse("job", await run_in_threadpool(watcher.snapshot))
                     events = log.take()
                     for kind, doc in events:
-                        yield _sse(kind, doc, doc.get("offset") if kind == "line" else None)
+                        offset = doc.get("offset")  # a line's, an int (logs.py)
+                        yield _sse(kind, doc, offset if kind == "line" and isinstance(offset, int) else None)
                     quiet = 0.0 if events else quiet + 0.25
                     if quiet >= KEEPALIVE_S:
                         quiet = 0.0

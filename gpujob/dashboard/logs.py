@@ -14,13 +14,14 @@ from typing import Any, Callable
 
 from gpujob.dashboard.terminal import shown
 from gpujob.errors import GpujobError
+from gpujob.jsontypes import JSONObject
 
 LOG_LINES = 200  # a job page opens at the log's last lines
 LINE_SHOWN = 8192  # characters of a line a page gets (its end), once replayed as a terminal shows it
 LIVE = ("queued", "running", "restarting")
 RESTART_GAP_S = 5.0  # a follow that fails while the job runs is tried again, not in a loop
 
-Event = tuple[str, dict[str, Any]]
+Event = tuple[str, JSONObject]
 
 
 class LogFollower:
@@ -38,7 +39,7 @@ class LogFollower:
                                        name=f"log-{self.host}/{self.job_id}")
         self.thread.start()
 
-    def revive(self, doc: dict[str, Any]) -> None:
+    def revive(self, doc: JSONObject) -> None:
         """Follow again if the log had ended but the job ran again since (resumed): it runs now, or
         its attempt number grew (an attempt that ended before the page looked still wrote lines)."""
         state, attempt = doc.get("state"), doc.get("attempt")

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from gpujob.errors import GpujobError
+from gpujob.jsontypes import JSONObject
 from gpujob.transport.agent import Agent
 from gpujob.usecases.watch import EVAL_PREFIXES, loss_key
 
@@ -44,7 +45,7 @@ def layout(series: Series, title: str = "") -> Layout:
     return Layout(curves, ([loss_keys] if loss_keys else []) + [[k] for k in others[:8]], singles)
 
 
-def plot_job(agent: Agent, job: str, out: Path, draw: Callable[[Series, Path, str], list[str]]) -> dict[str, Any]:
+def plot_job(agent: Agent, job: str, out: Path, draw: Callable[[Series, Path, str], list[str]]) -> JSONObject:
     """Fetch every metric point (one remote command) and ``draw`` them to ``out`` (``gpujob.ui.plot.plot_series``)."""
     doc = agent.call("watch", ["--job", job, "--points", "0"])
     job_id = (doc.get("job") or {}).get("job_id", job)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
 from gpujob.bundle import import_remote
+from gpujob.jsontypes import JSONObject
 
 # the job states a job does not leave by itself
 TERMINAL = import_remote("core.protocol").TERMINAL
@@ -27,15 +28,15 @@ def _key(f: Any) -> str:
 class Result:
     """A use case's document with typed fields over it."""
 
-    doc: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    doc: JSONObject = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
-    def from_json(cls: type[R], doc: dict[str, Any]) -> R:
+    def from_json(cls: type[R], doc: JSONObject) -> R:
         """The result over ``doc`` (which it keeps as is); a field whose key is absent keeps its default."""
         values = {f.name: _convert(f.name, doc[_key(f)], cls) for f in fields(cls) if f.name != "doc" and _key(f) in doc}
         return cls(doc=doc, **values)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         """The ``--json`` document of the command (a copy: changing it changes nothing here)."""
         return copy.deepcopy(self.doc)
 
