@@ -29,7 +29,7 @@ the patterns are in ``logpatterns``, bars in ``progressbars``, the other printed
 """
 
 import re
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional  # noqa: F401 (Dict: in a type comment)
 
 from remote.core.jsontypes import JSONObject
 from remote.metrics.lineshape import BLIND, UNKNOWN, remember, routes, shape_of

@@ -5,7 +5,7 @@ and the job file's ``metrics.patterns``. :class:`LineReader` is a part of
 """
 
 import json
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple  # noqa: F401 (Dict: in a type comment)
 
 from remote.metrics.lineshape import Shape, metric_key, pair_name
 from remote.metrics.logpatterns import (

@@ -6,7 +6,7 @@ record, the newest (``_flush_bar``). :class:`BarReader` is a part of :class:`~re
 whose ``_reset`` states the state it keeps.
 """
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple  # noqa: F401 (Dict: in a type comment)
 
 from remote.metrics.logpatterns import (
     BAR,
