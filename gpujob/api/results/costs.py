@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from gpujob.api.results.base import Result
 from gpujob.jsontypes import JSONObject
+from gpujob.usecases.cost import HostCost
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,7 @@ class CostReport(Result):
     """``cost``: per job, per host ({cost, currency, jobs, unpriced}), totals per currency."""
 
     jobs: list[JobCost] = field(default_factory=list)
-    hosts: dict[str, JSONObject] = field(default_factory=dict)
+    hosts: dict[str, HostCost] = field(default_factory=dict)
     total: dict[str, float] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
 
