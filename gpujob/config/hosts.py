@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from gpujob.config.paths import atomicfile, config_dir, state_dir, write_private
 from gpujob.errors import HostError
@@ -128,7 +128,7 @@ class Host:
         return self.tensorboard_port or int(self.preset_values.get("tensorboard_port") or 6006)
 
     @property
-    def preset_values(self) -> dict[str, Any]:
+    def preset_values(self) -> Preset:
         return PRESETS.get(self.preset, PRESETS["generic"])
 
     def settings_env(self) -> dict[str, str]:
@@ -176,7 +176,17 @@ class Host:
 # Platform defaults (from each platform's own documentation of its instances' disks). Caches (HF_HOME,
 # PIP_CACHE_DIR) live under the root, so on AutoDL they land on the data disk /root/autodl-tmp rather
 # than the 30 GB system disk.
-PRESETS: dict[str, dict[str, Any]] = {
+class Preset(TypedDict):
+    """A platform's defaults: the agent's root, how the instance shuts itself down, its data disk."""
+
+    root: str
+    shutdown_command: str | None
+    data_disk: str | None
+    tensorboard_port: int
+    network_turbo: str | None
+
+
+PRESETS: dict[str, Preset] = {
     "generic": {"root": "~/.gpujob", "shutdown_command": None, "data_disk": None, "tensorboard_port": 6006,
                 "network_turbo": None},
     "autodl": {"root": "/root/autodl-tmp/gpujob", "shutdown_command": "/usr/bin/shutdown",
