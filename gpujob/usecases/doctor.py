@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpujob.bundle import import_remote
 from gpujob.config.hosts import LOCAL, Host, HostStore
+from gpujob.jsontypes import JSONObject
 from gpujob.transport.agent import Agent
 
 if TYPE_CHECKING:
@@ -76,7 +77,7 @@ def doctor_host(name: str | None, torch_timeout: float = 60.0, job: str | None =
     return host, rep
 
 
-def agent_log(agent: Agent, lines: int) -> dict[str, Any]:
+def agent_log(agent: Agent, lines: int) -> JSONObject:
     """{path, lines}: the last ``lines`` lines of the agent's log on the host."""
     return agent.call("agentlog", ["--lines", str(lines)])
 
