@@ -22,8 +22,9 @@ from typing import Any, Callable, Protocol
 from gpujob.config.ledger import open_ledger
 from gpujob.config.spec import load_spec
 from gpujob.errors import ConnectError, GpujobError, JobNotFound, SpecError
+from gpujob.jsontypes import JSONObject
 from gpujob.usecases.experiments.rerun import split_sets
-from gpujob.usecases.experiments.sweepspec import SweepSpec, parse
+from gpujob.usecases.experiments.sweepspec import Space, SweepSpec, parse
 from gpujob.usecases.lab.storage import laptop_id, local_url, open_storage, remember, shared, storage_of
 
 
@@ -103,7 +104,7 @@ def _pruner(optuna: Any, s: SweepSpec) -> Any:
     return optuna.pruners.NopPruner()
 
 
-def _suggest(trial: Any, space: dict[str, Any]) -> dict[str, Any]:
+def _suggest(trial: Any, space: Space) -> JSONObject:
     out = {}
     for k, v in space.items():
         if isinstance(v, list):
