@@ -17,7 +17,7 @@ import sys
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Protocol, TypedDict
 
 from gpujob.config.ledger import open_ledger
 from gpujob.config.spec import load_spec
@@ -26,6 +26,16 @@ from gpujob.jsontypes import JSONObject
 from gpujob.usecases.experiments.rerun import split_sets
 from gpujob.usecases.experiments.sweepspec import Space, SweepSpec, parse
 from gpujob.usecases.lab.storage import laptop_id, local_url, open_storage, remember, shared, storage_of
+
+
+class Spent(TypedDict):
+    """What a sweep's trials have used so far (every laptop's, of a shared study): the budget's measure."""
+
+    cost: float | None  # None: no trial priced yet
+    currency: str | None
+    gpu_hours: float
+    steps: int
+    price_per_hour: dict[str, float | None]  # job id -> its host's price
 
 
 class Runner(Protocol):
@@ -315,7 +325,7 @@ class Driver:
         laptop's from its ledger, another laptop's from what it noted in the study."""
         return uses(self.study, self.name)
 
-    def spent(self) -> dict[str, Any]:
+    def spent(self) -> Spent:
         rows = self.uses()
         costs = [r["cost"] for r in rows.values() if r.get("cost") is not None]
         TS = self.optuna.trial.TrialState
@@ -326,7 +336,7 @@ class Driver:
                 "gpu_hours": round(sum(r.get("gpu_hours") or 0.0 for r in rows.values()), 6), "steps": steps,
                 "price_per_hour": {j: r.get("price_per_hour") for j, r in rows.items()}}
 
-    def over(self, spent: dict[str, Any]) -> str | None:
+    def over(self, spent: Spent) -> str | None:
         """Why the sweep must end now: the budget or the GPU-hours would be passed before a stop lands."""
         now = time.monotonic()
         if self.checked is not None:
