@@ -14,6 +14,7 @@ import subprocess
 import time
 from typing import Any, Dict, List, Optional, TypedDict
 
+from remote.core.jsontypes import JSONObject
 from remote.core.layout import Root
 from remote.host import doctor, rated
 
@@ -250,7 +251,7 @@ def judge(doc: Dict[str, Any]) -> List[str]:
     return out
 
 
-def run(root: Root, data_disk: Optional[str] = None, path_prefix: str = "", budget: float = 40.0) -> Dict[str, Any]:
+def run(root: Root, data_disk: Optional[str] = None, path_prefix: str = "", budget: float = 40.0) -> JSONObject:
     """The preflight document; GPU steps skipped (and said so) on a host without nvidia-smi."""
     from remote.env import jobenv
 
