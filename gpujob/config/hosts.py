@@ -203,7 +203,16 @@ def local_host() -> Host:
     return Host(name=LOCAL, kind=LOCAL, hostname="localhost", root=os.environ.get("GPUJOB_LOCAL_ROOT") or str(Path.home() / ".gpujob"))
 
 
-def parse_ssh_target(line: str) -> dict[str, Any]:
+class SshTarget(TypedDict, total=False):
+    """What a login line says of a profile (the rest keeps its defaults)."""
+
+    hostname: str
+    port: int
+    user: str
+    identity_file: str
+
+
+def parse_ssh_target(line: str) -> SshTarget:
     """Read ``ssh -p 41234 root@host``, ``user@host:port``, ``host:port`` or an ~/.ssh/config alias.
 
     Strict: anything that is not an ssh option, a user, a host name or address and a port is refused,
@@ -216,7 +225,7 @@ def parse_ssh_target(line: str) -> dict[str, Any]:
         words = shlex.split(line)
     except ValueError as e:
         raise HostError(f"cannot read {line[:80]!r}: {e}", "quote it as the console shows it") from None
-    out: dict[str, Any] = {}
+    out: SshTarget = {}
     target = None
     if words and words[0] in ("ssh", "/usr/bin/ssh"):
         words = words[1:]
@@ -268,7 +277,7 @@ def parse_ssh_target(line: str) -> dict[str, Any]:
     return out
 
 
-def _ssh_option(out: dict[str, Any], opt: str, val: str) -> None:
+def _ssh_option(out: SshTarget, opt: str, val: str) -> None:
     """Record the ssh options a profile keeps (-p, -i, -l, -o Port/User); others are checked and skipped."""
     if opt == "p":
         out["port"] = _port(val)

@@ -12,9 +12,8 @@ import re
 from dataclasses import dataclass
 
 from gpujob import helpercmd
-from gpujob.config.hosts import LOCAL, Host, parse_ssh_target
+from gpujob.config.hosts import LOCAL, Host, SshTarget, parse_ssh_target
 from gpujob.errors import GpujobError, HostError
-from gpujob.jsontypes import JSONObject
 from gpujob.transport import replies
 
 VERBS = ("on", "off", "state", "address")
@@ -139,7 +138,7 @@ def switch(host: Host, verb: str) -> Answer:
     return a
 
 
-def address(host: Host) -> JSONObject:
+def address(host: Host) -> SshTarget:
     """The fields of the profile that the ``address`` command's last line gives: an ssh login line,
     ``user@host:port``, ``host:port`` or a bare port."""
     a = run(host, "address")
