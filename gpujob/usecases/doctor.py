@@ -35,7 +35,7 @@ def gib(n: int | None) -> str:
     return "?" if n is None else f"{n / 1024**3:.1f} GiB"
 
 
-def run_doctor(agent: Agent, host: Host, torch_timeout: float = 60.0, job: JobSpec | None = None) -> dict[str, Any]:
+def run_doctor(agent: Agent, host: Host, torch_timeout: float = 60.0, job: JobSpec | None = None) -> JSONObject:
     """The instance's report plus ``checks`` (a list of dicts) and the host profile's name.
     ``job``: that job's interpreter is resolved there as its submit would (``--job``)."""
     args = ["--torch-timeout", str(torch_timeout)]
