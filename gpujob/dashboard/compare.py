@@ -12,16 +12,17 @@ import time
 from typing import Any, Callable
 
 from gpujob.errors import GpujobError
+from gpujob.jsontypes import JSONObject
 from gpujob.transport.jobview import JobView
 
 MAX_RUNS = 12
 
 
-def flatten(d: Any, prefix: str = "") -> dict[str, Any]:
+def flatten(d: Any, prefix: str = "") -> JSONObject:
     """``{"env": {"LR": 3}}`` → ``{"env.LR": 3}``; lists stay values (shown as JSON)."""
     if not isinstance(d, dict):
         return {prefix: d} if prefix else {}
-    out: dict[str, Any] = {}
+    out: JSONObject = {}
     for k, v in d.items():
         out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
     return out

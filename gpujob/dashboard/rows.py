@@ -7,6 +7,7 @@ host sent is ever parsed as HTML.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from gpujob.dashboard.terminal import shown
@@ -19,7 +20,7 @@ def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v else None
 
 
-def loss_key(metrics: dict[str, Any]) -> str | None:
+def loss_key(metrics: Mapping[str, object]) -> str | None:
     """The training loss among metric keys (as ``ls`` picks it): ``loss``, ``train_loss``, else the first ``*loss``."""
     names = [k for k in metrics if k not in ("step", "t", "epoch")]
     for k in ("loss", "train_loss", "train/loss"):

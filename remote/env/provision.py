@@ -22,9 +22,10 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from remote.core import filelock, procs
+from remote.core.jsontypes import JSONObject
 from remote.core.layout import JobDir, Root, tail_lines
 from remote.core.spec import JobSpec, SpecLike
 
@@ -126,7 +127,7 @@ def login_python(env: Dict[str, str], prefix: str) -> Optional[str]:
     return lines[-1] if res.returncode == 0 and lines else None
 
 
-def probe(python: str, env: Dict[str, str]) -> Dict[str, Any]:
+def probe(python: str, env: Dict[str, str]) -> JSONObject:
     """Interpreter path and version, torch and CUDA versions, without importing torch."""
     try:
         res = subprocess.run([python, "-c", PROBE], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -158,7 +159,7 @@ def _join(*parts: Optional[str]) -> str:
     return ":".join(p for p in parts if p)
 
 
-def content_hash(spec: SpecLike, req_text: Optional[bytes], py: Dict[str, Any]) -> str:
+def content_hash(spec: SpecLike, req_text: Optional[bytes], py: Mapping[str, object]) -> str:
     spec = JobSpec.of(spec)
     h = hashlib.sha256()
     doc = {"setup": spec.setup or "", "python": spec.python,

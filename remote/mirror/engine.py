@@ -15,6 +15,8 @@ import subprocess
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Set
 
+from remote.core.jsontypes import JSONObject
+
 S3_REMOTE = "gjmirror"
 # rclone's debug line after it compared a file's hash on both sides and found it equal (after a
 # transfer, or before skipping one already there); "size = N OK" is no hash and does not count
@@ -141,7 +143,7 @@ class Rclone:
         text = " / ".join((lines or err.splitlines() or ["exit status {}".format(rc)])[-2:])
         return scrub(text, self.env)[-400:]
 
-    def copy(self, src: str, dst: str, single: bool, on_stats: Callable[[Dict[str, Any]], None],
+    def copy(self, src: str, dst: str, single: bool, on_stats: Callable[[JSONObject], None],
              timeout: float = 6 * 3600.0) -> Set[str]:
         """Copy ``src`` (a folder, or one file when ``single``) to ``dst``, compared by hash (a file
         already there with the same hash is not sent again); ``on_stats`` gets rclone's stats each

@@ -17,15 +17,26 @@ import sys
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Protocol, TypedDict
 
 from gpujob.config.ledger import open_ledger
 from gpujob.config.spec import load_spec
 from gpujob.errors import ConnectError, GpujobError, JobNotFound, SpecError
+from gpujob.jsontypes import JSONObject
 from gpujob.transport.jobview import JobView
 from gpujob.usecases.experiments.rerun import split_sets
-from gpujob.usecases.experiments.sweepspec import SweepSpec, parse
+from gpujob.usecases.experiments.sweepspec import Space, SweepSpec, parse
 from gpujob.usecases.lab.storage import laptop_id, local_url, open_storage, remember, shared, storage_of
+
+
+class Spent(TypedDict):
+    """What a sweep's trials have used so far (every laptop's, of a shared study): the budget's measure."""
+
+    cost: float | None  # None: no trial priced yet
+    currency: str | None
+    gpu_hours: float
+    steps: int
+    price_per_hour: dict[str, float | None]  # job id -> its host's price
 
 
 class Runner(Protocol):
@@ -104,7 +115,7 @@ def _pruner(optuna: Any, s: SweepSpec) -> Any:
     return optuna.pruners.NopPruner()
 
 
-def _suggest(trial: Any, space: dict[str, Any]) -> dict[str, Any]:
+def _suggest(trial: Any, space: Space) -> JSONObject:
     out = {}
     for k, v in space.items():
         if isinstance(v, list):
@@ -317,7 +328,7 @@ class Driver:
         laptop's from its ledger, another laptop's from what it noted in the study."""
         return uses(self.study, self.name)
 
-    def spent(self) -> dict[str, Any]:
+    def spent(self) -> Spent:
         rows = self.uses()
         costs = [r["cost"] for r in rows.values() if r.get("cost") is not None]
         TS = self.optuna.trial.TrialState
@@ -328,7 +339,7 @@ class Driver:
                 "gpu_hours": round(sum(r.get("gpu_hours") or 0.0 for r in rows.values()), 6), "steps": steps,
                 "price_per_hour": {j: r.get("price_per_hour") for j, r in rows.items()}}
 
-    def over(self, spent: dict[str, Any]) -> str | None:
+    def over(self, spent: Spent) -> str | None:
         """Why the sweep must end now: the budget or the GPU-hours would be passed before a stop lands."""
         now = time.monotonic()
         if self.checked is not None:

@@ -4,12 +4,49 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, TypedDict
 
 from gpujob.transport.jobview import JobView
 
 if TYPE_CHECKING:
     from gpujob.transport.agent import Agent
+
+
+class _Line(TypedDict):
+    job_id: str | None  # (a damaged status document may lack it)
+    host: str | None
+    state: str | None
+    elapsed_s: float | None
+    cost: float | None
+    currency: str | None
+    price_per_hour: float | None
+    projected_cost: float | None
+    eta_s: float | None
+
+
+class CostLine(_Line, total=False):
+    """One job's line of ``gpujob cost``: the agent's estimate (its ``billing``), or the ledger's."""
+
+    source: str  # "ledger": a job the hosts no longer list
+
+
+class HostCost(TypedDict):
+    """What one host's jobs cost: the sum of the priced ones, and how many were not priced."""
+
+    cost: float
+    currency: str | None
+    jobs: int
+    unpriced: int
+
+
+class CostSummary(TypedDict):
+    """``gpujob cost``'s document: every job's line, each host's sum, the total per currency, and why
+    a host did not answer."""
+
+    jobs: list[CostLine]
+    hosts: dict[str, HostCost]
+    total: dict[str, float]
+    errors: dict[str, str]
 
 
 def fill_host_price(job: dict[str, Any] | None, price: float | None, currency: str | None) -> dict[str, Any] | None:
@@ -58,7 +95,7 @@ def accrued_cost(job: dict[str, Any]) -> float | None:
     return round(price * secs / 3600, 2)
 
 
-def job_cost(job: dict[str, Any]) -> dict[str, Any]:
+def job_cost(job: dict[str, Any]) -> CostLine:
     """One job's line: the agent's estimate (``billing`` in its status record) plus identity."""
     view = JobView(job)
     c = view.billed
@@ -69,7 +106,7 @@ def job_cost(job: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def from_ledger(listed: set[str], hosts: list[str] | None) -> list[dict[str, Any]]:
+def from_ledger(listed: set[str | None], hosts: list[str] | None) -> list[CostLine]:
     """Lines of the jobs the hosts did not list (``rm``, ``gc``, a host given back or away) as the run
     ledger last saw them, ``source: ledger``; ``hosts`` None: of every host."""
     import sqlite3
@@ -96,7 +133,7 @@ def _span(row: dict[str, Any]) -> float | None:
     return None
 
 
-def summarize(hosts: list[str], agent_for: Callable[[str], Agent], every_host: bool = True) -> dict[str, Any]:
+def summarize(hosts: list[str], agent_for: Callable[[str], Agent], every_host: bool = True) -> CostSummary:
     """{jobs: [...], hosts: {name: {cost, currency, jobs, unpriced}}, total: {currency: sum}, errors}.
 
     Jobs the hosts no longer list are there too, from the run ledger (``every_host``: also of
@@ -105,8 +142,8 @@ def summarize(hosts: list[str], agent_for: Callable[[str], Agent], every_host: b
     from gpujob.errors import GpujobError
     from gpujob.usecases.jobs.ops import once_each, with_instance
 
-    out: list[dict[str, Any]] = []
-    per_host: dict[str, dict[str, Any]] = {}
+    out: list[CostLine] = []
+    per_host: dict[str, HostCost] = {}
     errors: dict[str, str] = {}
     seen: set[tuple[str, str]] = set()
     for name in hosts:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpujob.jsontypes import JSONObject
 from gpujob.transport.agent import Agent
 from gpujob.transport.jobview import JobView, WatchView
 from gpujob.usecases.jobs.cost import accrued_cost, elapsed_s, fill_host_price
@@ -44,7 +45,7 @@ def max_steps_of(doc: dict[str, Any]) -> int | None:
     return None
 
 
-def status_doc(doc: dict[str, Any]) -> dict[str, Any]:
+def status_doc(doc: dict[str, Any]) -> JSONObject:
     """The job record with the figures status shows: series, GPU, throughput, ETA, cost."""
     w = WatchView(doc)
     job = dict(w.job or {})
@@ -77,7 +78,7 @@ def status_doc(doc: dict[str, Any]) -> dict[str, Any]:
     return job
 
 
-def fetch(agent: Agent, job: str, points: int = 60) -> dict[str, Any]:
+def fetch(agent: Agent, job: str, points: int = 60) -> JSONObject:
     """One remote command: the agent's ``watch`` verb."""
     doc = agent.call("watch", ["--job", job, "--points", str(points)])
     fill_host_price(doc.get("job"), agent.host.price_per_hour, agent.host.currency)  # a price set after submit

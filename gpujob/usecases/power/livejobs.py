@@ -15,6 +15,7 @@ from typing import Any
 from gpujob.bundle import import_remote
 from gpujob.config.hosts import Host
 from gpujob.errors import ConnectError, GpujobError
+from gpujob.jsontypes import JSONObject
 from gpujob.transport.jobview import JobView
 from gpujob.usecases.power import commands
 from gpujob.usecases.power.commands import PowerError
@@ -30,7 +31,7 @@ def _num(v: object) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def at_stake(doc: dict[str, Any]) -> dict[str, Any]:
+def at_stake(doc: dict[str, Any]) -> JSONObject:
     """One live job (its ``status`` record): its step, its newest complete checkpoint, the steps since."""
     st = JobView(doc)
     metrics = st.last_metrics if isinstance(st.last_metrics, dict) else {}
