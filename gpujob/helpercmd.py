@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import os
 import selectors
-import signal
 import subprocess
 import threading
 import time
 from dataclasses import dataclass
 
+from gpujob.bundle import import_remote
 from gpujob.errors import GpujobError
 
 GRACE_S = 1.0  # SIGTERM → SIGKILL for a command given up on
@@ -44,16 +44,6 @@ class TimedOut(GpujobError):
         self.survivors: list[int] = survivors or []
 
 
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # a member runs as another user: it exists
-        return True
-
-
 def _group_members(pgid: int) -> list[int] | None:
     """The live (not zombie) pids of the process group ``pgid``, from /proc; None where there is none."""
     found: list[int] = []
@@ -76,40 +66,28 @@ def _group_members(pgid: int) -> list[int] | None:
 
 def end_group(proc: subprocess.Popen, grace: float = GRACE_S) -> list[int]:
     """End ``proc`` (a session leader) and every process of its group: SIGTERM, ``grace``, SIGKILL;
-    ``proc`` reaped. The pids of the group still there after that (stuck in the kernel)."""
+    ``proc`` reaped. The pids of the group still there after that (stuck in the kernel). The loop is
+    the agent's (remote/core/procs.py), one for both sides."""
+    procs = import_remote("core.procs")
     pgid = proc.pid
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(pgid, sig)
-        except ProcessLookupError:
-            break
-        except PermissionError:
-            pass
-        if _gone(proc, pgid, wait):
-            break
+    procs.end(lambda sig: procs.signal_group(pgid, sig), lambda: not _gone(proc, pgid), grace, 5.0, tick=0.02)
     try:
         proc.wait(timeout=1)
     except subprocess.TimeoutExpired:
         pass
     left = _group_members(pgid)
     if left is None:  # no /proc: the group as the kernel answers for it
-        return [pgid] if _group_alive(pgid) else []
+        return [pgid] if procs.group_alive(pgid) else []
     return left
 
 
-def _gone(proc: subprocess.Popen, pgid: int, wait: float) -> bool:
-    """Whether the group ``pgid`` is gone within ``wait`` s (its leader reaped on the way: a zombie still counts)."""
-    deadline = time.monotonic() + wait
-    while True:
-        proc.poll()
-        if not _group_alive(pgid):
-            return True
-        # its leader reaped and only zombies left (a PID 1 that reaps no orphans, in a container)
-        if proc.returncode is not None and _group_members(pgid) == []:
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.02)
+def _gone(proc: subprocess.Popen, pgid: int) -> bool:
+    """Whether the group ``pgid`` is gone (its leader reaped on the way: a zombie still counts)."""
+    proc.poll()
+    if not import_remote("core.procs").group_alive(pgid):
+        return True
+    # its leader reaped and only zombies left (a PID 1 that reaps no orphans, in a container)
+    return proc.returncode is not None and _group_members(pgid) == []
 
 
 def run(argv: list[str], timeout: float, what: str, *, env: dict[str, str] | None = None, cwd: str | None = None,

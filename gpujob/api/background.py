@@ -13,6 +13,8 @@ import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Callable
 
+from gpujob.jsontypes import JSONObject
+
 if TYPE_CHECKING:
     from gpujob.api.results import TunnelInfo
 
@@ -127,7 +129,7 @@ class Tunnel:
     if it gave up (the host stayed away).
     """
 
-    def __init__(self, serve: Callable[[Callable[[dict[str, Any]], None], threading.Event], None]) -> None:
+    def __init__(self, serve: Callable[[Callable[[JSONObject], None], threading.Event], None]) -> None:
         self._serve = serve
         self._stop = threading.Event()
         self._ready = threading.Event()
@@ -136,7 +138,7 @@ class Tunnel:
         self._thread: threading.Thread | None = None
 
     def __enter__(self) -> TunnelInfo:
-        def ready(doc: dict[str, Any]) -> None:
+        def ready(doc: JSONObject) -> None:
             from gpujob.api.results import TunnelInfo
 
             self.info = TunnelInfo.from_json(doc)

@@ -20,6 +20,7 @@ from gpujob.api import results as r
 from gpujob.api.background import LogPump, Tunnel, close_agent
 from gpujob.bundle import import_remote
 from gpujob.errors import ConnectError, GpujobError, JobNotFound
+from gpujob.jsontypes import JSONObject
 
 if TYPE_CHECKING:
     from gpujob.config.hosts import Host, HostStore
@@ -128,7 +129,7 @@ class Client:
         from gpujob.usecases.jobs import ops as jobs
 
         names = self._host_names(host)
-        out: list[dict[str, Any]] = []
+        out: list[JSONObject] = []
         errors: dict[str, str] = {}
         older: list[int] = []
         seen: set[tuple[str, str]] = set()
@@ -290,7 +291,7 @@ class Client:
 
         return r.SweepReport.from_json(sweep_status(name, storage))
 
-    def sweep_insight(self, name: str) -> dict[str, Any]:
+    def sweep_insight(self, name: str) -> JSONObject:
         """The sweep's study as the dashboard draws it: Optuna's optimisation history, each completed
         trial's parameters (parallel coordinates) and ``optuna.importance.get_param_importances``."""
         from gpujob.usecases.experiments.insight import sweep_insight
@@ -412,7 +413,7 @@ class Job:
     def _agent(self) -> Agent:
         return self.client.agent(self.host)
 
-    def _on_nodes(self, nodes: list[Host], fn: Callable[[Agent], dict[str, Any]]) -> dict[str, Any]:
+    def _on_nodes(self, nodes: list[Host], fn: Callable[[Agent], JSONObject]) -> dict[str, Any]:
         from gpujob.usecases.launch.nodes import aggregate, on_nodes
 
         return aggregate(self.ref, nodes, on_nodes(nodes, fn))
@@ -637,7 +638,7 @@ class Job:
         return r.PlotResult.from_json(plot_job(self._agent(), self.ref, Path(output or f"{self.ref}.png"), draw))
 
 
-def _observed(job: dict[str, Any], host: str | None) -> dict[str, Any]:
+def _observed(job: JSONObject, host: str | None) -> JSONObject:
     """``job``, its ledger row brought up to date on the way (the ledger outlives the host's record)."""
     from gpujob.usecases.experiments.record import observe
 

@@ -170,12 +170,12 @@ def _power_note(args: argparse.Namespace) -> Any:
 
 
 def cmd_host_on(args: argparse.Namespace) -> int:
-    from gpujob.cli.jobs import _duration
+    from gpujob.cli.jobs import duration_flag
     from gpujob.ui import hosts as ui
     from gpujob.ui.output import show
     from gpujob.usecases.power.manual import host_on
 
-    wait = _duration("--wait", args.wait, "e.g. --wait 30m")
+    wait = duration_flag("--wait", args.wait, "e.g. --wait 30m")
     show(host_on(args.name, wait, _power_note(args)), args.json, ui.power_answer)
     return 0
 

@@ -24,7 +24,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     from gpujob.ui.jobs import submitted
     from gpujob.ui.progress import transfer_bar
 
-    wait = _duration("--wait-gpus", args.wait_gpus, "e.g. --wait-gpus 2h; nothing was submitted")
+    wait = duration_flag("--wait-gpus", args.wait_gpus, "e.g. --wait-gpus 2h; nothing was submitted")
     with client(None) as c:
         # the bar ends (and leaves the screen) with the upload: left live under the log that
         # follows, it was drawn again around every line
@@ -40,7 +40,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         return _follow(job, say=not job.submitted.nodes) if args.follow else 0
 
 
-def _duration(flag: str, value: str | None, remedy: str) -> float | None:
+def duration_flag(flag: str, value: str | None, remedy: str) -> float | None:
     parse_duration = import_remote("core.protocol").parse_duration
 
     try:
@@ -186,7 +186,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 def cmd_stop(args: argparse.Namespace) -> int:
     from gpujob.ui.jobs import stopped
 
-    max_wait = _duration("--max-wait", args.max_wait, "e.g. --max-wait 20m") if args.after_checkpoint else None
+    max_wait = duration_flag("--max-wait", args.max_wait, "e.g. --max-wait 20m") if args.after_checkpoint else None
     wait, after = stop_policy(args.wait, args.after_checkpoint, max_wait)
     with client(args.host) as c:
         try:

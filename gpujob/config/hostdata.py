@@ -12,12 +12,13 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from gpujob.jsontypes import JSONObject
 from gpujob.transport import replies
 
 KEPT = {"bench": "bench"}  # profile field → the agent verb whose answer it holds
 
 
-def admit(field: str, host: str, value: dict[str, Any]) -> dict[str, Any]:
+def admit(field: str, host: str, value: dict[str, Any]) -> JSONObject:
     """``value`` (a fresh answer of ``host``) as it may be kept in its profile's ``field``;
     ``UnreadableReply`` when the host answered what no agent of ours writes."""
     wrong = replies.stored_ok(KEPT[field], value)

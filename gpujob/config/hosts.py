@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from gpujob.config.paths import atomicfile, config_dir, state_dir, write_private
 from gpujob.errors import HostError
@@ -128,7 +128,7 @@ class Host:
         return self.tensorboard_port or int(self.preset_values.get("tensorboard_port") or 6006)
 
     @property
-    def preset_values(self) -> dict[str, Any]:
+    def preset_values(self) -> Preset:
         return PRESETS.get(self.preset, PRESETS["generic"])
 
     def settings_env(self) -> dict[str, str]:
@@ -176,7 +176,17 @@ class Host:
 # Platform defaults (from each platform's own documentation of its instances' disks). Caches (HF_HOME,
 # PIP_CACHE_DIR) live under the root, so on AutoDL they land on the data disk /root/autodl-tmp rather
 # than the 30 GB system disk.
-PRESETS: dict[str, dict[str, Any]] = {
+class Preset(TypedDict):
+    """A platform's defaults: the agent's root, how the instance shuts itself down, its data disk."""
+
+    root: str
+    shutdown_command: str | None
+    data_disk: str | None
+    tensorboard_port: int
+    network_turbo: str | None
+
+
+PRESETS: dict[str, Preset] = {
     "generic": {"root": "~/.gpujob", "shutdown_command": None, "data_disk": None, "tensorboard_port": 6006,
                 "network_turbo": None},
     "autodl": {"root": "/root/autodl-tmp/gpujob", "shutdown_command": "/usr/bin/shutdown",
@@ -193,7 +203,16 @@ def local_host() -> Host:
     return Host(name=LOCAL, kind=LOCAL, hostname="localhost", root=os.environ.get("GPUJOB_LOCAL_ROOT") or str(Path.home() / ".gpujob"))
 
 
-def parse_ssh_target(line: str) -> dict[str, Any]:
+class SshTarget(TypedDict, total=False):
+    """What a login line says of a profile (the rest keeps its defaults)."""
+
+    hostname: str
+    port: int
+    user: str
+    identity_file: str
+
+
+def parse_ssh_target(line: str) -> SshTarget:
     """Read ``ssh -p 41234 root@host``, ``user@host:port``, ``host:port`` or an ~/.ssh/config alias.
 
     Strict: anything that is not an ssh option, a user, a host name or address and a port is refused,
@@ -206,7 +225,7 @@ def parse_ssh_target(line: str) -> dict[str, Any]:
         words = shlex.split(line)
     except ValueError as e:
         raise HostError(f"cannot read {line[:80]!r}: {e}", "quote it as the console shows it") from None
-    out: dict[str, Any] = {}
+    out: SshTarget = {}
     target = None
     if words and words[0] in ("ssh", "/usr/bin/ssh"):
         words = words[1:]
@@ -258,7 +277,7 @@ def parse_ssh_target(line: str) -> dict[str, Any]:
     return out
 
 
-def _ssh_option(out: dict[str, Any], opt: str, val: str) -> None:
+def _ssh_option(out: SshTarget, opt: str, val: str) -> None:
     """Record the ssh options a profile keeps (-p, -i, -l, -o Port/User); others are checked and skipped."""
     if opt == "p":
         out["port"] = _port(val)

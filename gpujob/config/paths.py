@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from types import ModuleType
 
-from gpujob.userdirs import _private, cache_dir, config_dir, state_dir  # noqa: F401  (re-exported)
+from gpujob.userdirs import cache_dir, config_dir, state_dir  # noqa: F401  (re-exported)
 
 
 def moved_from_config(new: Path) -> Path:

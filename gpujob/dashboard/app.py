@@ -22,12 +22,14 @@ from starlette.responses import HTMLResponse, PlainTextResponse, Response, Strea
 from starlette.responses import JSONResponse as StarletteJSON
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import Message, Scope
 
 from gpujob.dashboard.compare import compare
 from gpujob.dashboard.hub import Hub
 from gpujob.dashboard.logs import LogFollower
 from gpujob.dashboard.terminal import CONTROL, shown
 from gpujob.errors import GpujobError
+from gpujob.jsontypes import JSONObject
 
 STATIC = Path(__file__).resolve().parent / "static"
 COOKIE = "gpujob_ui"
@@ -68,18 +70,18 @@ class TokenGate:
                 pass
         return True
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
 
-        async def guarded(message: dict[str, Any]) -> None:  # every answer, a 403 too, gets HEADERS
+        async def guarded(message: Message) -> None:  # every answer, a 403 too, gets HEADERS
             if message["type"] == "http.response.start":
                 message = {**message, "headers": [*message.get("headers", []), *HEADERS]}
             await send(message)
 
         await self._gate(scope, receive, guarded)
 
-    async def _gate(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def _gate(self, scope: Scope, receive: Any, send: Any) -> None:
         req = Request(scope)
         host = req.headers.get("host", "")
         allowed = {f"127.0.0.1:{self.port_of()}", f"localhost:{self.port_of()}"}
@@ -194,7 +196,8 @@ def build_app(hub: Hub, token: str, port_of: Callable[[], int], pull_dir: str = 
                         yield _sse("job", await run_in_threadpool(watcher.snapshot))
                     events = log.take()
                     for kind, doc in events:
-                        yield _sse(kind, doc, doc.get("offset") if kind == "line" else None)
+                        offset = doc.get("offset")  # a line's, an int (logs.py)
+                        yield _sse(kind, doc, offset if kind == "line" and isinstance(offset, int) else None)
                     quiet = 0.0 if events else quiet + 0.25
                     if quiet >= KEEPALIVE_S:
                         quiet = 0.0
@@ -211,7 +214,7 @@ def build_app(hub: Hub, token: str, port_of: Callable[[], int], pull_dir: str = 
             host, job_id = _ref(req)
             hub.conn(host)
 
-            def act() -> dict[str, Any]:
+            def act() -> JSONObject:
                 try:
                     with client_for() as c:
                         j = c.job(job_id, host=host)
@@ -242,7 +245,7 @@ def build_app(hub: Hub, token: str, port_of: Callable[[], int], pull_dir: str = 
         if not limit.isdigit():
             raise GpujobError(f"limit {limit!r} is not a number", "a count of runs, 0 for all")
 
-        def listed() -> dict[str, Any]:
+        def listed() -> JSONObject:
             with client_for() as c:
                 return c.runs(name=q.get("name") or None, where=[w for w in q.getlist("where") if w.strip()],
                               sort=q.get("sort") or None, limit=int(limit)).to_json()
@@ -255,7 +258,7 @@ def build_app(hub: Hub, token: str, port_of: Callable[[], int], pull_dir: str = 
         if not name:
             raise GpujobError("sweep: no name given", "open a sweep from the runs page (its Sweep column)")
 
-        def insight() -> dict[str, Any]:
+        def insight() -> JSONObject:
             with client_for() as c:
                 return c.sweep_insight(name)
 

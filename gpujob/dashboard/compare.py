@@ -12,15 +12,17 @@ import time
 from typing import Any, Callable
 
 from gpujob.errors import GpujobError
+from gpujob.jsontypes import JSONObject
+from gpujob.transport.jobview import JobView
 
 MAX_RUNS = 12
 
 
-def flatten(d: Any, prefix: str = "") -> dict[str, Any]:
+def flatten(d: Any, prefix: str = "") -> JSONObject:
     """``{"env": {"LR": 3}}`` → ``{"env.LR": 3}``; lists stay values (shown as JSON)."""
     if not isinstance(d, dict):
         return {prefix: d} if prefix else {}
-    out: dict[str, Any] = {}
+    out: JSONObject = {}
     for k, v in d.items():
         out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
     return out
@@ -39,11 +41,11 @@ def from_jobs(hub: Any, keys: list[str], wait: float = 30.0) -> list[dict[str, A
         hub.wait_change(hub.version, 0.5)
     runs = []
     for w in watchers:
-        doc = w.doc or {}
-        params = {"host": w.host, **flatten(doc.get("spec") or {})}
+        doc = JobView(w.doc or {})
+        params = {"host": w.host, **flatten(doc.spec or {})}
         params.pop("job_id", None)  # the column's title names it
-        runs.append({"key": f"{w.host}/{w.job_id}", "job_id": w.job_id, "host": w.host, "state": doc.get("state"),
-                     "error": w.error, "params": params, "series": doc.get("series") or {}})
+        runs.append({"key": f"{w.host}/{w.job_id}", "job_id": w.job_id, "host": w.host, "state": doc.state,
+                     "error": w.error, "params": params, "series": doc.series or {}})
     return runs
 
 

@@ -17,6 +17,7 @@ from typing import Any, Callable
 from gpujob.backoff import backoff
 from gpujob.dashboard.rows import SPARK_POINTS, gpu_use, loss_key, row
 from gpujob.errors import ConnectError, GpujobError
+from gpujob.transport.jobview import JobView, views
 from gpujob.ui.mirror import mark_mirror
 
 
@@ -133,10 +134,11 @@ class Hub:
     def _take(self, host: str, jobs: list[dict[str, Any]], err: str | None) -> None:
         with self._lock:
             for j in jobs:
-                j["host"] = j.get("host") or host
-                m = j.get("last_metrics") or {}
+                v = JobView(j)
+                j["host"] = v.host or host
+                m = v.last_metrics or {}
                 lk = loss_key(m)
-                key = f"{j['host']}/{j.get('job_id')}"
+                key = f"{v.host}/{v.job_id}"
                 hist = self.history.setdefault(key, deque(maxlen=SPARK_POINTS))
                 stamp = (m.get("step"), m.get("t"))  # a new metric line, not the same one seen again
                 if lk and isinstance(m.get(lk), (int, float)) and self._stamps.get(key) != stamp:
@@ -155,19 +157,19 @@ class Hub:
         """Every job of every host as table rows, and the hosts that did not answer."""
         with self._lock:
             # each job once: two host profiles of one instance (its root's id) both list it
-            listed: dict[tuple[Any, Any], dict[str, Any]] = {}
+            listed: dict[tuple[Any, Any], JobView] = {}
             for host in self.jobs:
-                for j in self.jobs[host]:
-                    listed.setdefault((j.get("instance") or f"host:{j['host']}", j.get("job_id")), j)
-            out = [row(j, list(self.history.get(f"{j['host']}/{j.get('job_id')}", [])),
-                       self.gpu.get(f"{j['host']}/{j.get('job_id')}")) for j in listed.values()]
+                for v in views(self.jobs[host]):
+                    listed.setdefault((v.instance or f"host:{v.host}", v.job_id), v)
+            out = [row(v.doc, list(self.history.get(f"{v.host}/{v.job_id}", [])), self.gpu.get(f"{v.host}/{v.job_id}"))
+                   for v in listed.values()]
             return {"jobs": out, "errors": dict(self.errors), "hosts": list(self.conns), "version": self.version}
 
     def row_of(self, host: str, job_id: str) -> dict[str, Any] | None:
         """The job's row in the latest listing (its ETA and cost from the agent's estimate)."""
         with self._lock:
             for j in self.jobs.get(host, []):
-                if j.get("job_id") == job_id:
+                if JobView(j).job_id == job_id:
                     return row(j, list(self.history.get(f"{host}/{job_id}", [])), self.gpu.get(f"{host}/{job_id}"))
         return None
 
@@ -199,9 +201,10 @@ def mark_pulled(doc: dict[str, Any]) -> dict[str, Any]:
 
     from gpujob.config import index
 
-    dests = index.pulls_of(str(doc.get("job_id") or ""))
-    for ck in doc.get("checkpoints") or []:
-        here = [Path(d) / doc["job_id"] / "ckpt" / str(ck.get("name")) for d in dests]
+    v = JobView(doc)
+    dests = index.pulls_of(str(v.job_id or ""))
+    for ck in v.checkpoints or []:
+        here = [Path(d) / str(v.job_id) / "ckpt" / str(ck.get("name")) for d in dests]
         ck["pulled"] = next((str(p) for p in here if p.is_dir()), None)
     return doc
 
@@ -226,7 +229,7 @@ class JobWatcher:
     def _run(self) -> None:
         conn = self.hub.conn(self.host)
         finished_once = False
-        doc: dict[str, Any] | None  # (the last one, where a look failed)
+        doc: dict[str, Any] | None
         while not self.hub.stopped.is_set() and time.monotonic() - self.touched < self.hub.linger:
             try:
                 st = conn.call(lambda c: c.job(self.job_id, host=self.host).status())
@@ -238,7 +241,7 @@ class JobWatcher:
                 doc, err = self.doc, f"{type(e).__name__}: {e}"
             if doc != self.doc or err != self.error:
                 self.doc, self.error = doc, err
-                g = gpu_use((doc or {}).get("gpu"))
+                g = gpu_use(JobView(doc or {}).gpu)
                 if g is not None:
                     self.hub.gpu[f"{self.host}/{self.job_id}"] = g
                 self.hub.bump()
@@ -247,6 +250,6 @@ class JobWatcher:
             self.wake.clear()
 
     def snapshot(self) -> dict[str, Any]:
-        resolved = (self.doc or {}).get("job_id") or self.job_id
+        resolved = JobView(self.doc or {}).job_id or self.job_id
         return {"job": self.doc, "row": self.hub.row_of(self.host, resolved), "error": self.error,
                 "version": self.hub.version}

@@ -14,13 +14,15 @@ from typing import Any, Callable
 
 from gpujob.dashboard.terminal import shown
 from gpujob.errors import GpujobError
+from gpujob.jsontypes import JSONObject
+from gpujob.transport.jobview import JobView
 
 LOG_LINES = 200  # a job page opens at the log's last lines
 LINE_SHOWN = 8192  # characters of a line a page gets (its end), once replayed as a terminal shows it
 LIVE = ("queued", "running", "restarting")
 RESTART_GAP_S = 5.0  # a follow that fails while the job runs is tried again, not in a loop
 
-Event = tuple[str, dict[str, Any]]
+Event = tuple[str, JSONObject]
 
 
 class LogFollower:
@@ -38,10 +40,11 @@ class LogFollower:
                                        name=f"log-{self.host}/{self.job_id}")
         self.thread.start()
 
-    def revive(self, doc: dict[str, Any]) -> None:
+    def revive(self, doc: JSONObject) -> None:
         """Follow again if the log had ended but the job ran again since (resumed): it runs now, or
         its attempt number grew (an attempt that ended before the page looked still wrote lines)."""
-        state, attempt = doc.get("state"), doc.get("attempt")
+        v = JobView(doc)
+        state, attempt = v.state, v.attempt
         if self.attempt is None and isinstance(attempt, int):
             # the attempt this follow began on, however fast that follow ended (a stopped job's last
             # lines): else a resumed attempt that ended before the page saw it run was never followed

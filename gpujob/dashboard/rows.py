@@ -7,9 +7,11 @@ host sent is ever parsed as HTML.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from gpujob.dashboard.terminal import shown
+from gpujob.transport.jobview import JobView
 
 SPARK_POINTS = 40  # loss values kept per job for the table's sparkline
 
@@ -18,7 +20,7 @@ def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v else None
 
 
-def loss_key(metrics: dict[str, Any]) -> str | None:
+def loss_key(metrics: Mapping[str, object]) -> str | None:
     """The training loss among metric keys (as ``ls`` picks it): ``loss``, ``train_loss``, else the first ``*loss``."""
     names = [k for k in metrics if k not in ("step", "t", "epoch")]
     for k in ("loss", "train_loss", "train/loss"):
@@ -30,36 +32,37 @@ def loss_key(metrics: dict[str, Any]) -> str | None:
 def gpu_use(gpu: dict[str, Any] | None) -> float | None:
     """Mean utilisation (%) over the job's GPUs now, from a ``status`` document's ``gpu``."""
     now = (gpu or {}).get("now") or []
-    utils = [_num(g.get("util")) for g in now if isinstance(g, dict)]
-    vals = [v for v in utils if v is not None]
+    vals = [v for v in (_num(g.get("util")) for g in now if isinstance(g, dict)) if v is not None]
     return round(sum(vals) / len(vals), 1) if vals else None
 
 
-def row(j: dict[str, Any], history: list[float], gpu: float | None = None) -> dict[str, Any]:
+def row(doc: dict[str, Any], history: list[float], gpu: float | None = None) -> dict[str, Any]:
     """One table row: the fields the page sorts and filters on, each a plain value or None.
     GPU use: the agent's newest sample in the ``ls`` record (``gpu_now``, a running job's), else
     ``gpu`` (from an open job page's ``status``: an older agent) while the job runs."""
-    if j.get("gpu_now") is not None or j.get("state") != "running":
-        gpu = gpu_use(j.get("gpu_now"))
-    m = j.get("last_metrics") or {}
+    j = JobView(doc)
+    if j.gpu_now is not None or j.state != "running":
+        gpu = gpu_use(j.gpu_now)
+    m = j.last_metrics or {}
     lk = loss_key(m)
-    billing = j.get("billing") or {}
-    step, total = _num(m.get("step")), _num(billing.get("max_steps"))
-    eta = _num(billing.get("eta_s"))  # the agent's, from the rate of the recent metric lines
-    started = _num(j.get("started_at"))
-    if eta is None and j.get("state") == "running" and step and total and started:  # else: the mean rate so far
-        rate = step / max(1e-6, (_num(j.get("now")) or time.time()) - started)
+    billing = j.billed
+    step, total = _num(m.get("step")), _num(billing.max_steps)
+    eta = _num(billing.eta_s)  # the agent's, from the rate of the recent metric lines
+    started = _num(j.started_at)
+    if eta is None and j.state == "running" and step and total and started:  # else: the mean rate so far
+        rate = step / max(1e-6, (_num(j.now) or time.time()) - started)
         eta = max(0.0, (total - step) / rate)
-    diag = j.get("diagnosis") or {}
+    diag = j.diagnosis or {}
+    job_id = j.job_id if "job_id" in j else ""  # a null id is shown as such
     return {
-        "key": f"{j.get('host') or 'local'}/{j.get('job_id', '')}",
-        "job_id": str(j.get("job_id", "")), "name": str(j.get("name") or ""), "host": str(j.get("host") or "local"),
-        "state": str(j.get("state") or ""), "reason": str(j.get("reason") or ""),
-        "attempt": j.get("attempt"), "step": step, "total": total, "eta_s": eta,
-        "steps_per_s": _num(billing.get("steps_per_s")),
+        "key": f"{j.host or 'local'}/{job_id}",
+        "job_id": str(job_id), "name": str(j.name or ""), "host": str(j.host or "local"),
+        "state": str(j.state or ""), "reason": str(j.reason or ""),
+        "attempt": j.attempt, "step": step, "total": total, "eta_s": eta,
+        "steps_per_s": _num(billing.steps_per_s),
         "loss_key": lk, "loss": _num(m.get(lk)) if lk else None, "spark": history[-SPARK_POINTS:],
-        "gpu": gpu, "cost": _num(billing.get("cost")), "currency": str(billing.get("currency") or ""),
-        "elapsed_s": _num(billing.get("elapsed_s")), "submitted_at": _num(j.get("submitted_at")),
+        "gpu": gpu, "cost": _num(billing.cost), "currency": str(billing.currency or ""),
+        "elapsed_s": _num(billing.elapsed_s), "submitted_at": _num(j.submitted_at),
         "diagnosis": str(diag.get("summary") or diag.get("cause") or "") if isinstance(diag, dict) else str(diag),
-        "last_line": " ".join(shown(str(j.get("last_line") or "")).split())[:300],  # a bar's last redraw, not all
+        "last_line": " ".join(shown(str(j.last_line or "")).split())[:300],  # a bar's last redraw, not all
     }

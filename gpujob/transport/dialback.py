@@ -26,7 +26,7 @@ from typing import Any
 import paramiko
 
 from gpujob.transport.base import Tunnel
-from gpujob.transport.ssh import _ChannelTunnel
+from gpujob.transport.ssh import ChannelTunnel
 
 ARRIVED_MAX = 64  # channels kept waiting to be taken; a flood past this is closed
 
@@ -115,7 +115,7 @@ class DialBack:
                 ours = origin in self.theirs
                 self.theirs.discard(origin)
             if ours:
-                return _ChannelTunnel(chan)
+                return ChannelTunnel(chan)
             chan.close()  # not our server's: another process on the host found the port
 
     def close(self) -> None:

@@ -33,6 +33,7 @@ import weakref
 from pathlib import Path
 from typing import Any
 
+from gpujob.bundle import import_remote
 from gpujob.errors import ConnectError, GpujobError, HostKeyChanged
 from gpujob.transport import replies
 from gpujob.transport.base import (
@@ -172,10 +173,9 @@ class _Daemon:
         """A live daemon answers on the socket (started now if needed). False: fall back to direct."""
         if self.ping():
             return True
-        import fcntl
-
+        filelock = import_remote("core.filelock")
         with open(self.lock, "a") as lk:
-            fcntl.flock(lk, fcntl.LOCK_EX)  # one starter at a time; the others find its socket
+            filelock.lock(lk.fileno())  # one starter at a time; the others find its socket
             if self.ping():
                 return True
             try:
@@ -189,15 +189,13 @@ class _Daemon:
         or another command is starting one: the lock goes to the new daemon, which lets go of it
         once it listens (or has failed), so ``ensure`` waits for it and a second starter does not
         start another. A daemon that cannot start only leaves its reason in the log."""
-        import fcntl
-
+        filelock = import_remote("core.filelock")
         try:
             lk = os.open(self.lock, os.O_WRONLY | os.O_CREAT, 0o600)
         except OSError:
             return
         try:
-            fcntl.flock(lk, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            if self.ping():
+            if not filelock.lock(lk, blocking=False) or self.ping():
                 return
             try:
                 self.path.unlink()
@@ -212,7 +210,7 @@ class _Daemon:
             doc = dict(self.endpoint.to_json(), warm_serve=self.warm)
             with proc.stdin:
                 proc.stdin.write(json.dumps(doc).encode())  # on stdin: no host detail in ps
-        except OSError:  # the lock is taken (another starter), no fork, or the daemon died at once
+        except OSError:  # no fork, or the daemon died at once
             pass
         finally:
             os.close(lk)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable
 
+from gpujob.bundle import import_remote
 from gpujob.errors import ConnectError
 
 MiB = 1 << 20
@@ -80,13 +81,22 @@ def depth_ok(text: str, max_depth: int = MAX_DEPTH) -> bool:
     return not b
 
 
-_OBJECTS = ("last_metrics", "latest_metrics", "series", "diagnosis", "spec", "eval_metrics", "gpu", "billing", "disk",
-            "mirror", "hparams")
-_STRINGS = ("job_id", "state", "host", "last_line", "reason", "name", "loss_key", "metrics_source")
+# the fields the drawings index into, of the status document declared once (remote/view/statusdoc.py)
+_DOC = import_remote("view.statusdoc")
+
+
+def _kinds(fields: tuple[Any, ...]) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """``fields``' (objects, strings, numbers): an integer is a number here too (checked, bounded)."""
+    numbers = tuple(f.name for f in fields if f.kind in (_DOC.INTEGER, _DOC.NUMBER))
+    return _DOC.named(_DOC.OBJECT, fields), _DOC.named(_DOC.TEXT, fields), numbers
+
+
 # times and counts the drawings do arithmetic on: a NaN, an Infinity or a 4,000-digit integer
 # in one was an internal error in ls and cost (int(inf), SQLite's 64-bit column)
-_NUMBERS = ("elapsed_s", "started_at", "ended_at", "heartbeat", "eta_s", "steps_per_s", "attempt", "queue_position",
-            "max_steps", "exit_code", "price_per_hour", "now", "submitted_at", "cost", "projected_cost")
+_OBJECTS, _STRINGS, _NUMBERS = _kinds(_DOC.FIELDS)
+_BILLING = _kinds(_DOC.BILLING)
+_WATCH = _kinds(_DOC.WATCH)
+_PROGRESS = _kinds(_DOC.PROGRESS)
 BOUND = 1e15  # past any epoch second, count or price a host honestly reports (and within a float's exact integers)
 
 
@@ -133,8 +143,7 @@ def _job(doc: dict) -> str | None:
     if wrong:
         return wrong
     bill = doc.get("billing") or {}
-    wrong = _fields(bill, (), ("currency",), ("cost", "projected_cost", "elapsed_s", "eta_s", "price_per_hour",
-                                              "max_steps", "steps_per_s", "progress"), "billing.")
+    wrong = _fields(bill, *_BILLING, "billing.")
     if wrong:
         return wrong
     if doc.get("checkpoints") is not None and not (isinstance(doc["checkpoints"], list)
@@ -151,8 +160,7 @@ def _watch(doc: dict) -> str | None:
         wrong = _job(doc["job"])
         if wrong:
             return wrong
-    wrong = (_fields(doc, ("series", "latest", "progress", "gpu"), ("source",), ("now", "rows", "rate"))
-             or _fields(doc.get("progress") or {}, (), (), ("step", "total", "rate", "t"), "progress."))
+    wrong = _fields(doc, *_WATCH) or _fields(doc.get("progress") or {}, *_PROGRESS, "progress.")
     if wrong:
         return wrong
     _step_of(doc.get("latest"))

@@ -325,7 +325,7 @@ class _SSHForward(Forward):
         self.sock.close()
 
 
-class _ChannelTunnel(Tunnel):
+class ChannelTunnel(Tunnel):
     """A ``direct-tcpip`` channel read and written as files (no copy through a pipe)."""
 
     def __init__(self, chan: paramiko.Channel) -> None:
@@ -636,7 +636,7 @@ class SSHTransport(Transport):
 
     def connect(self, port: int, host: str = "127.0.0.1") -> Tunnel:
         try:
-            return _ChannelTunnel(open_tunnel(self._transport, host, port, self.endpoint.connect_timeout))
+            return ChannelTunnel(open_tunnel(self._transport, host, port, self.endpoint.connect_timeout))
         except TunnelRefused:
             raise
         except (paramiko.SSHException, EOFError, OSError) as e:

@@ -135,9 +135,9 @@ def comparison(res: results.Comparison) -> None:
 
 def compare_plot(doc: dict[str, Any], out: Path) -> list[str]:
     """The runs' curves overlaid, one panel per metric, to the PNG ``out``."""
-    from gpujob.ui.plot import _pyplot
+    from gpujob.ui.plot import pyplot
 
-    plt = _pyplot()
+    plt = pyplot()
     keys = [k for k, per in doc["series"].items() if any(len(p) > 1 for p in per)][:4] or list(doc["series"])[:1]
     fig, axes = plt.subplots(max(1, len(keys)), 1, figsize=(8, 2.6 * max(1, len(keys)) + 0.6), squeeze=False)
     for ax, k in zip(axes[:, 0], keys):

@@ -7,6 +7,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from gpujob.bundle import import_remote
+from gpujob.transport.jobview import JobView
 from gpujob.ui.neutral import clean, clean_doc
 from gpujob.ui.output import STATE_STYLE, console  # noqa: F401  (STATE_STYLE: ui.jobs's users)
 from gpujob.ui.plaintable import SPARK, sparkline  # noqa: F401  (here for ui.jobs's users)
@@ -31,15 +32,15 @@ LS_IMPORTANCE = ("JOB", "STATE", "HOST", "STEP", "LOSS", "ELAPSED", "ATTEMPT", "
 LAST_LINE_MAX = 60
 
 
-def _ls_cells(j: dict[str, Any]) -> dict[str, str]:
-    m = j.get("last_metrics") or {}
-    lk = j.get("loss_key") or loss_key(m)  # HF's train_loss, Lightning's train_loss, TensorBoard's Loss/train...
+def _ls_cells(j: JobView) -> dict[str, str]:
+    m = j.last_metrics or {}
+    lk = j.loss_key or loss_key(m)  # HF's train_loss, Lightning's train_loss, TensorBoard's Loss/train...
     return {
-        "JOB": j.get("job_id") or "?", "HOST": j.get("host") or "-", "STATE": j.get("state") or "?",
-        "QUEUE": f"#{j['queue_position']}" if j.get("queue_position") else "-",
-        "ATTEMPT": str(j.get("attempt") or "-"), "ELAPSED": format_duration(elapsed_s(j)),
+        "JOB": j.job_id or "?", "HOST": j.host or "-", "STATE": j.state or "?",
+        "QUEUE": f"#{j.queue_position}" if j.queue_position else "-",
+        "ATTEMPT": str(j.attempt or "-"), "ELAPSED": format_duration(elapsed_s(j.doc)),
         "STEP": str(m.get("step", "-")), "LOSS": _fmt(m.get(lk)) if lk else "-",
-        "LAST LINE": " ".join((j.get("last_line") or "").split()),  # its start: a line is read from the left
+        "LAST LINE": " ".join((j.last_line or "").split()),  # its start: a line is read from the left
     }
 
 
@@ -57,7 +58,7 @@ def jobs_table(jobs: list[dict[str, Any]], title: str | None = None, width: int 
 
     from gpujob.ui.plaintable import table
 
-    rows = [_ls_cells(j) for j in clean_doc(jobs)]  # host-supplied: no escape sequence reaches the terminal
+    rows = [_ls_cells(JobView(j)) for j in clean_doc(jobs)]  # host-supplied: no escape sequence reaches the terminal
     cells = [[r[c] for c in LS_COLUMNS] for r in rows]
     styles = [["", "", STATE_STYLE.get(r["STATE"], "white")] for r in rows]
     return Text.from_ansi(table(ls_cols(), cells, styles, width=width or console().width, title=title or "").rstrip("\n"),
@@ -100,14 +101,14 @@ def autostop_summary(cfg: dict[str, Any]) -> str:
     return " · ".join(parts)
 
 
-def after_checkpoint_line(j: dict[str, Any]) -> str | None:
+def after_checkpoint_line(j: JobView) -> str | None:
     """"stopping after the next checkpoint (last one 7 min ago, every ~10 min)" for a pending request."""
     import time
 
-    p = j.get("stop_after_checkpoint")
-    if not isinstance(p, dict) or j.get("state") in TERMINAL:
+    p = j.stop_after_checkpoint
+    if not isinstance(p, dict) or j.state in TERMINAL:
         return None
-    now = float(j.get("now") or time.time())
+    now = float(j.now or time.time())
     last = f"last one {format_duration(max(now - float(p['last_at']), 0))} ago" if p.get("last_at") else "none yet"
     every = f", every ~{format_duration(float(p['every_s']))}" if p.get("every_s") else ""
     left = float(p.get("requested_at") or now) + float(p.get("max_wait") or 0) - now
@@ -115,74 +116,78 @@ def after_checkpoint_line(j: dict[str, Any]) -> str | None:
     return f"stopping after the next checkpoint ({last}{every}); at the latest in {format_duration(max(left, 0))}{why}"
 
 
-def job_panel(j: dict[str, Any]) -> Any:
+def job_panel(doc: dict[str, Any]) -> Any:
     """The detail view of ``gpujob status JOB`` (a plain record, or one from ``watch.status_doc``)."""
+    return _panel(JobView(clean_doc(doc, markup=True)))  # every string came from the host: no escape sequence, no markup
+
+
+def _panel(j: JobView) -> Any:
     from rich.table import Table
 
-    j = clean_doc(j, markup=True)  # every string came from the host: no escape sequence, no markup
-    state = j.get("state", "?")
+    state = j.state if "state" in j else "?"  # a null state is shown as such
     t = Table.grid(padding=(0, 2))
     t.add_column(style="bold")
     t.add_column()
-    t.add_row("job", j.get("job_id", "?") + (f"  on {j['host']}" if j.get("host") else ""))
-    t.add_row("state", f"[{STATE_STYLE.get(state, 'white')}]{state}[/]" + (f"  ({j['reason']})" if j.get("reason") else "")
-              + (f"  ({j['lost_reason']})" if j.get("lost_reason") else "")
-              + f"   attempt {j.get('attempt') or 0}")
+    t.add_row("job", f"{j.job_id if 'job_id' in j else '?'}" + (f"  on {j.host}" if j.host else ""))
+    t.add_row("state", f"[{STATE_STYLE.get(state or '', 'white')}]{state}[/]" + (f"  ({j.reason})" if j.reason else "")
+              + (f"  ({j.lost_reason})" if j.lost_reason else "")
+              + f"   attempt {j.attempt or 0}")
     pending = after_checkpoint_line(j)
     if pending:
         t.add_row("stop", f"[yellow]{pending}[/]")
-    if j.get("survivors"):
+    if j.survivors:
         t.add_row("left", "[red]process(es) {} of the job still run after its end[/]".format(
-            ", ".join(str(p) for p in j["survivors"])))
-    if j.get("supervisor_note"):  # alive but silent (frozen, a full disk): its end would not be recorded
-        t.add_row("agent", f"[yellow]{j['supervisor_note']}[/]")
-    m = j.get("latest_metrics") or j.get("last_metrics") or {}
+            ", ".join(str(p) for p in j.survivors)))
+    if j.supervisor_note:  # alive but silent (frozen, a full disk): its end would not be recorded
+        t.add_row("agent", f"[yellow]{j.supervisor_note}[/]")
+    m = j.latest_metrics or j.last_metrics or {}
     if m.get("step") is not None or m.get("epoch") is not None:
         unit = "epoch" if m.get("step") is not None and m.get("step") == m.get("epoch") else "step"  # an epoch loop
-        prog = f"{unit} {_fmt(m.get('step'))}" + (f"/{j['max_steps']}" if j.get("max_steps") else "")
+        prog = f"{unit} {_fmt(m.get('step'))}" + (f"/{j.max_steps}" if j.max_steps else "")
         if m.get("epoch") is not None and unit == "step":
             prog += f"   epoch {_fmt(m.get('epoch'))}"
-        if j.get("steps_per_s"):
-            prog += f"   {j['steps_per_s']:.3g} {unit}s/s"
-        if j.get("eta_s") is not None:
-            prog += f"   ETA {format_duration(j['eta_s'])}"
+        rate, eta = j.steps_per_s, j.eta_s
+        if rate:
+            prog += f"   {rate:.3g} {unit}s/s"
+        if eta is not None:
+            prog += f"   ETA {format_duration(eta)}"
         t.add_row("progress", prog)
-    lk = j.get("loss_key") or ("loss" if "loss" in m else None)
+    lk = j.loss_key or ("loss" if "loss" in m else None)
     if lk and m.get(lk) is not None:
-        hist = [p[1] for p in (j.get("series") or {}).get(lk) or []]
-        src = {"tensorboard": "TensorBoard events", "log": "the log"}.get(j.get("metrics_source") or "")
+        hist = [p[1] for p in (j.series or {}).get(lk) or []]
+        src = {"tensorboard": "TensorBoard events", "log": "the log"}.get(j.metrics_source or "")
         t.add_row(lk, f"{_fmt(m.get(lk))}  [cyan]{sparkline(hist, 40)}[/]" + (f"  [dim](from {src})[/]" if src else ""))
-    ev = j.get("eval_metrics") or {}
+    ev = j.eval_metrics or {}
     if ev:
         t.add_row("eval", "  ".join(f"{k}={_fmt(v)}" for k, v in ev.items()))
     others = {k: v for k, v in m.items() if k not in ("t", "step", "epoch", lk, "max_steps") and k not in ev}
     if others:
         t.add_row("metrics", "  ".join(f"{k}={_fmt(v)}" for k, v in others.items()))
-    g = _gpu_line(j.get("gpu"))
+    g = _gpu_line(j.gpu)
     if g:
         t.add_row("gpu", g)
-    c = accrued_cost(j)
-    t.add_row("elapsed", format_duration(elapsed_s(j))
-              + (f"   cost {c:.2f} {(j.get('spec') or {}).get('currency', '')}" if c is not None else ""))
-    est = j.get("billing") or {}
-    if est.get("projected_cost") is not None:
+    c = accrued_cost(j.doc)
+    t.add_row("elapsed", format_duration(elapsed_s(j.doc))
+              + (f"   cost {c:.2f} {(j.spec or {}).get('currency', '')}" if c is not None else ""))
+    est = j.billed
+    if est.projected_cost is not None:
         # one ETA per frame (the progress line's, from the newest step); this one only when that is missing
-        when = f", done in {format_duration(est.get('eta_s'))}" if j.get("eta_s") is None and est.get("eta_s") else ""
-        t.add_row("projection", f"{est['projected_cost']:.2f} {est.get('currency') or ''} in all{when}")
-    policies = autostop_summary((j.get("spec") or {}).get("autostop") or {})
+        when = f", done in {format_duration(est.eta_s)}" if j.eta_s is None and est.eta_s else ""
+        t.add_row("projection", f"{est.projected_cost:.2f} {est.currency or ''} in all{when}")
+    policies = autostop_summary((j.spec or {}).get("autostop") or {})
     if policies:
         t.add_row("autostop", policies)
-    if j.get("queue_position"):
-        t.add_row("queue", f"#{j['queue_position']} for GPUs" + (f"  ({j['queue_reason']})" if j.get("queue_reason") else ""))
-    if j.get("exit_code") is not None:
-        t.add_row("exit code", str(j["exit_code"]))
-    if j.get("gpu_error"):  # a new ECC/Xid error during the run (remote/host/gpus.py Health)
-        t.add_row("GPU error", f"[red]{j['gpu_error']}[/]  (docs/power.md: retry.move_after moves the job)")
-    d = j.get("diagnosis")
+    if j.queue_position:
+        t.add_row("queue", f"#{j.queue_position} for GPUs" + (f"  ({j.queue_reason})" if j.queue_reason else ""))
+    if j.exit_code is not None:
+        t.add_row("exit code", str(j.exit_code))
+    if j.gpu_error:  # a new ECC/Xid error during the run (remote/host/gpus.py Health)
+        t.add_row("GPU error", f"[red]{j.gpu_error}[/]  (docs/power.md: retry.move_after moves the job)")
+    d = j.diagnosis
     if d:
         t.add_row("cause", f"[red]{d.get('summary')}[/]" + (f"  at {d['where']}" if d.get("where") else ""))
         t.add_row("remedy", d.get("remedy") or "")
-    ck = j.get("checkpoints") or []
+    ck = j.checkpoints or []
     if ck:
         done = [c for c in ck if c.get("complete")]
         what = "-"
@@ -195,27 +200,29 @@ def job_panel(j: dict[str, Any]) -> Any:
         t.add_row("checkpoints", f"{len(done)} complete, newest {what}")
         # one never judged complete (older than the newest complete one, or the job is over) says why
         last_done = ck.index(done[-1]) if done else len(ck)
-        for c in [c for i, c in enumerate(ck) if not c.get("complete") and (i < last_done or j.get("ended_at"))][-3:]:
+        for c in [c for i, c in enumerate(ck) if not c.get("complete") and (i < last_done or j.ended_at)][-3:]:
             t.add_row("", f"[yellow]incomplete {c['name']}: {c.get('incomplete_reason') or '?'}[/]")
-    if isinstance(j.get("restored"), str):  # a save in place cut short: its kept copy was put back
-        t.add_row("restored", f"[yellow]{j['restored']}[/]")
-    if isinstance(j.get("kept_copy"), str):  # the kept copy made way for the job's own writes
-        t.add_row("kept copy", f"[yellow]{j['kept_copy']}[/]")
-    if j.get("stray_checkpoints"):
+    if isinstance(j.restored, str):  # a save in place cut short: its kept copy was put back
+        t.add_row("restored", f"[yellow]{j.restored}[/]")
+    if isinstance(j.kept_copy, str):  # the kept copy made way for the job's own writes
+        t.add_row("kept copy", f"[yellow]{j.kept_copy}[/]")
+    stray = j.stray_checkpoints
+    if stray:
         t.add_row("checkpoints" if not ck else "", f"[yellow]{'none where gpujob looks: ' if not ck else ''}"
-                  f"{j['stray_checkpoints']['advice']}[/]")
-    arts = j.get("artifacts") or []
+                  f"{stray['advice']}[/]")
+    arts = j.artifacts or []
     if arts:
         t.add_row("artifacts", (", ".join(f"{a['name']} ({a['bytes'] / 2**20:.1f} MiB)" for a in arts[:3]))
                   + (f" and {len(arts) - 3} more" if len(arts) > 3 else "")
                   + ("" if done_any(ck) else "  (pull --latest brings them: no checkpoint)"))
-    if j.get("mirror"):
+    mirror = j.mirror
+    if mirror:
         from gpujob.ui.mirror import mirror_lines
 
-        for i, line in enumerate(mirror_lines(j["mirror"], j.get("now"))):
+        for i, line in enumerate(mirror_lines(mirror, j.now)):
             t.add_row("mirror" if i == 0 else "", line)
-    if j.get("last_line"):
-        t.add_row("last line", j["last_line"])
+    if j.last_line:
+        t.add_row("last line", j.last_line)
     return t
 
 
@@ -281,7 +288,7 @@ def disk_warnings(jobs: list[dict[str, Any]]) -> None:
     """A full or nearly full disk on the instance: how much is free and what to delete (stderr)."""
     import sys
 
-    for advice in dict.fromkeys((j.get("disk") or {}).get("advice") for j in jobs):
+    for advice in dict.fromkeys((JobView(j).disk or {}).get("advice") for j in jobs):
         if advice:
             print(f"warning: {clean(str(advice))}", file=sys.stderr)
 
@@ -332,22 +339,23 @@ def stopped(st: results.JobStatus) -> None:
     """The line of ``stop``: the state, and what it could not end (then the command exits non-zero)."""
     import sys
 
-    took = st.doc.get("supervisor_unresponsive")
+    v = JobView(st.doc)
+    took = v.supervisor_unresponsive
     note = f" (ended by the stop command itself: {took})" if took and st.finished else ""
     console().print(_t(f"{st.job_id}: {st.state or None}{note}"))
     pids = clean(", ".join(str(p) for p in st.survivors))
     job = clean(str(st.job_id))
-    pending = after_checkpoint_line(st.doc)
+    pending = after_checkpoint_line(v)
     if pending:
         print(f"note: {job} is {clean(pending)}; follow it with gpujob status {job} -w", file=sys.stderr)
     elif not st.finished:
         print(f"error: {job} has not stopped yet ({clean(str(st.state))}; still running: {pids or 'its supervisor'}); "
               f"its grace may not be over: wait longer with gpujob stop {job} --wait SECONDS", file=sys.stderr)
-    elif st.doc.get("cgroup_note") and not st.survivors:  # no cgroup here: what "stopped" rests on
-        print(f"note: {clean(str(st.doc['cgroup_note']))}", file=sys.stderr)
+    elif v.cgroup_note and not st.survivors:  # no cgroup here: what "stopped" rests on
+        print(f"note: {clean(str(v.cgroup_note))}", file=sys.stderr)
     if st.finished and st.survivors:
         print(f"error: process(es) {pids} of {job} still run after SIGKILL (stuck in the kernel, or another "
-              f"user's); see them with: gpujob exec {clean(str(st.doc.get('host') or 'HOST'))} -- "
+              f"user's); see them with: gpujob exec {clean(str(v.host or 'HOST'))} -- "
               f"ps -o pid,stat,user,cmd -p {pids}", file=sys.stderr)
 
 

@@ -6,6 +6,7 @@ import time
 from typing import Any
 
 from gpujob.bundle import import_remote
+from gpujob.transport.jobview import JobView
 
 format_duration = import_remote("core.protocol").format_duration
 
@@ -41,7 +42,8 @@ def mirror_lines(m: dict[str, Any], now: float | None = None) -> list[str]:
 def mark_mirror(doc: dict[str, Any]) -> dict[str, Any]:
     """For the dashboard's job page: each checkpoint's mirror cell (``✓ mirrored``, ``uploading 43 %``)
     and ``mirror_lines``, the lines ``status`` shows, as plain text (the page sets them as text)."""
-    m = doc.get("mirror")
+    view = JobView(doc)
+    m = view.mirror
     if not isinstance(m, dict):
         return doc
     from rich.text import Text
@@ -49,7 +51,7 @@ def mark_mirror(doc: dict[str, Any]) -> dict[str, Any]:
     from gpujob.ui.neutral import clean_doc
 
     targets = [t for t in m.get("targets") or [] if isinstance(t, dict)]
-    for ck in doc.get("checkpoints") or []:
+    for ck in view.checkpoints or []:
         cells = []
         for t in targets:
             up = t.get("uploading") or {}
@@ -59,6 +61,6 @@ def mark_mirror(doc: dict[str, Any]) -> dict[str, Any]:
                 cells.append("✓ mirrored")
         if cells:
             ck["mirror"] = " · ".join(dict.fromkeys(cells))  # one target or several saying the same: once
-    lines = mirror_lines(clean_doc(m, markup=True), doc.get("now"))
+    lines = mirror_lines(clean_doc(m, markup=True), view.now)
     doc["mirror_lines"] = [Text.from_markup(line).plain for line in lines]
     return doc

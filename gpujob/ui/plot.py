@@ -9,7 +9,7 @@ from gpujob.errors import GpujobError
 from gpujob.usecases.jobs.plot import Series, layout
 
 
-def _pyplot() -> Any:
+def pyplot() -> Any:
     try:
         import matplotlib
     except ImportError:
@@ -26,14 +26,14 @@ def plot_series(series: Series, out: Path, title: str = "") -> list[str]:
     fig, curves = figure(series, title)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(str(out), dpi=110)
-    _pyplot().close(fig)
+    pyplot().close(fig)
     return curves
 
 
 def figure(series: Series, title: str = "") -> tuple[Any, list[str]]:
     """Each metric against its step, in the panels of ``usecases.jobs.plot.layout``; single values as a note below."""
     lay = layout(series, title)
-    plt = _pyplot()
+    plt = pyplot()
     note = "   ".join(f"{k} = {_fmt(series[k][0][1])}" for k in lay.singles[:6])
     fig, axes = plt.subplots(len(lay.panels), 1, figsize=(8, 2.6 * len(lay.panels) + 0.9), squeeze=False)
     for ax, group in zip(axes[:, 0], lay.panels):

@@ -3,7 +3,9 @@
 import os
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple  # noqa: F401 (Dict: in a type comment)
+
+from remote.core.jsontypes import JSONObject
 
 LOW_BYTES = int(os.environ.get("GPUJOB_DISK_LOW", str(256 << 20)))
 
@@ -44,10 +46,10 @@ def biggest_checkpoints(jobs: Path, n: int = 3) -> List[Tuple[int, str]]:
     return sorted(found, reverse=True)[:n]
 
 
-_cache = {}  # type: Dict[str, Tuple[float, Optional[Dict[str, Any]]]]
+_cache = {}  # type: Dict[str, Tuple[float, Optional[JSONObject]]]
 
 
-def report(root: Path) -> Optional[Dict[str, Any]]:
+def report(root: Path) -> Optional[JSONObject]:
     """``_report``, once per second per root (``ls`` asks for every job; the kept agent lives on)."""
     key = str(root)
     hit = _cache.get(key)
@@ -58,7 +60,7 @@ def report(root: Path) -> Optional[Dict[str, Any]]:
     return doc
 
 
-def _report(root: Path) -> Optional[Dict[str, Any]]:
+def _report(root: Path) -> Optional[JSONObject]:
     """None while the root's disk has room; else its free bytes and what to delete."""
     try:
         st = os.statvfs(str(root))

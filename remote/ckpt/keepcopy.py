@@ -48,7 +48,7 @@ def in_place(found: List[Any]) -> List[Any]:
     return [c for c in found if not c.is_dir and c.step is None and not c.path.is_symlink()]
 
 
-def _low_io_priority() -> None:
+def low_io_priority() -> None:
     """Idle I/O class for this thread (ioprio_set); nothing where the call is unknown or refused."""
     nr = {"x86_64": 251, "aarch64": 30}.get(platform.machine())
     get_id = getattr(threading, "get_native_id", None)
@@ -226,11 +226,11 @@ class Keeper:
             if was.get("size") != st.st_size or was.get("mtime_ns") != st.st_mtime_ns:
                 out.append((c, st))
         if out:
-            completeness._check([c for c, _ in out], completeness._writers([c for c, _ in out], self.ckpt_dir, pids))
+            completeness.judge([c for c, _ in out], completeness.open_writers([c for c, _ in out], self.ckpt_dir, pids))
         return [(c.rel(self.ckpt_dir), c.path, st) for c, st in out if c.complete]
 
     def copy_all(self, todo: List[Tuple[str, Path, os.stat_result]]) -> None:
-        _low_io_priority()
+        low_io_priority()
         for rel, src, st in todo:
             try:
                 self.copy_one(rel, src, st)

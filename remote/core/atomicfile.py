@@ -14,11 +14,12 @@ locks of two opens of a file exclude each other, even within one process).
 """
 
 import contextlib
-import fcntl
 import json
 import os
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, Optional, Union
+
+from remote.core import filelock
 
 PathLike = Union[str, Path]
 
@@ -32,12 +33,8 @@ def lock_path(path: PathLike) -> Path:
 @contextlib.contextmanager
 def locked(path: PathLike, mode: int = 0o600) -> Iterator[None]:
     """Hold the exclusive lock of ``path`` (its folder must exist)."""
-    fd = os.open(str(lock_path(path)), os.O_RDWR | os.O_CREAT, mode)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with filelock.locked(lock_path(path), mode=mode):  # closing the last descriptor lets the lock go
         yield
-    finally:
-        os.close(fd)  # closing the last descriptor lets the lock go
 
 
 def temp_name(path: PathLike) -> Path:

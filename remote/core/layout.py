@@ -175,6 +175,11 @@ class JobDir:
             "log": "output.log", "metrics": "metrics.jsonl", "gpu": "gpu.jsonl", "ckpt": "ckpt",
             "tb": "tb", "code": "code", "secrets": "secrets.json", "stop_file": "STOP",
             "supervisor_log": "agent.log",
+            # the stop protocol's side files (remote/stopping): the runtime helper's or hook's mark that it
+            # watches STOP, its mark that it told the code to stop, the stop verb's note that the run command
+            # had ended before the stop was asked, a stop-after-the-next-checkpoint request
+            "stop_watch": "STOP.watch", "stop_acted": "STOP.acted", "stop_ended": "STOP.ended",
+            "stop_after": "stop.after",
         }
         if name in files:
             return self.path / files[name]

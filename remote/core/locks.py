@@ -16,14 +16,13 @@
 """
 
 import contextlib
-import fcntl
 import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, ContextManager, Dict, Iterator, Optional
 
-from remote.core import atomicfile
+from remote.core import atomicfile, filelock
 from remote.core.errors import AgentError
 from remote.core.layout import read_doc
 
@@ -33,20 +32,10 @@ def lease_ttl() -> float:
     return float(os.environ.get("GPUJOB_SYNC_LEASE_TTL", "60"))
 
 
-@contextlib.contextmanager
-def flocked(path: Path, blocking: bool = True) -> Iterator[bool]:
+def flocked(path: Path, blocking: bool = True) -> ContextManager[bool]:
     """Hold ``flock`` on ``path`` (created if missing); yields False when ``blocking`` is off
     and someone else holds it."""
-    fd = os.open(str(path), os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
-        except BlockingIOError:
-            yield False
-            return
-        yield True
-    finally:
-        os.close(fd)
+    return filelock.locked(path, blocking=blocking)
 
 
 @contextlib.contextmanager
@@ -62,15 +51,10 @@ def stop_turn(job_path: Path, shared: bool, wait: float) -> Iterator[bool]:
         return
     try:
         deadline = time.monotonic() + wait
-        got = False
-        while not got:
-            try:
-                fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
-                got = True
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    break
-                time.sleep(0.1)
+        got = filelock.lock(fd, shared, blocking=False)
+        while not got and time.monotonic() < deadline:
+            time.sleep(0.1)
+            got = filelock.lock(fd, shared, blocking=False)
         yield got
     finally:
         os.close(fd)
@@ -98,9 +82,7 @@ def hold_supervisor(job_path: Path) -> Optional[int]:
     """Take the job's supervisor lock for this process's life: its fd, or None when another
     supervisor holds it."""
     fd = os.open(str(job_path / "supervisor.lock"), os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    if not filelock.lock(fd, blocking=False):
         os.close(fd)
         return None
     return fd
@@ -109,16 +91,9 @@ def hold_supervisor(job_path: Path) -> Optional[int]:
 def supervisor_alive(job_path: Path) -> bool:
     """Whether a supervisor holds the job's lock now (read-only: works on a full disk)."""
     try:
-        fd = os.open(str(job_path / "supervisor.lock"), os.O_RDONLY)
+        return filelock.held(job_path / "supervisor.lock")
     except OSError:
         return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
 
 
 # ---- the project's sync lease -------------------------------------------------------------

@@ -1,5 +1,9 @@
 """Processes: liveness that guards against pid reuse, and stopping a whole job's tree.
 
+``end`` is the one SIGTERM → wait → SIGKILL loop of gpujob (the agent's stops, a tool's process
+group, the laptop's helper commands through ``import_remote``): each caller says how its targets
+are signalled (pids found again each time, a process group, a cgroup) and how it knows they are gone.
+
 A job's processes are found two ways, so none escapes: by parent links from the run
 command's pid, and by a variable in their environment (torchrun workers and anything that
 calls ``setsid`` leave the process group, but keep the environment): ``GPUJOB_JOB_DIR``
@@ -10,7 +14,7 @@ share one machine), else ``GPUJOB_JOB_ID``.
 import os
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Set
+from typing import Callable, Dict, List, Optional, Set
 
 PROC = Path("/proc")
 
@@ -103,34 +107,89 @@ def signal_pids(pids: Set[int], sig: int) -> None:
             pass
 
 
-def kill_tree(job_id: str, root_pid: Optional[int], grace: float, poll=None, job_dir: Optional[str] = None) -> List[int]:
-    """SIGTERM every process of the job, wait up to ``grace`` s, then SIGKILL what is left.
+def signal_group(pgid: int, sig: int) -> bool:
+    """Signal the process group ``pgid``; False when it is gone (no process of it is left)."""
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # a member runs as another user: the group is there
+        pass
+    return True
 
-    ``poll`` is called while waiting (the supervisor reaps its child there). Returns the
-    pids that had to be killed.
+
+def group_alive(pgid: int) -> bool:
+    return signal_group(pgid, 0)
+
+
+Poll = Optional[Callable[[], object]]
+
+
+def wait_gone(alive: Callable[[], bool], timeout: float, poll: Poll = None, tick: float = 0.2) -> bool:
+    """Wait up to ``timeout`` s for ``alive()`` to turn False, calling ``poll`` between looks (a
+    caller reaps its child there); whether it did."""
+    deadline = time.monotonic() + timeout
+    while alive():
+        if time.monotonic() >= deadline:
+            return False
+        if poll:
+            poll()
+        time.sleep(tick)
+    return True
+
+
+def end(send: Callable[[int], bool], alive: Callable[[], bool], grace: float, kill_wait: float, poll: Poll = None,
+        term: bool = True, tick: float = 0.2, kill_tick: float = 0.1, kill_again: bool = False) -> bool:
+    """SIGTERM, up to ``grace`` s, SIGKILL, up to ``kill_wait`` s: whether the targets are gone.
+
+    ``send(sig)`` signals the targets (False: none is left to signal, nothing more to do);
+    ``alive()`` says whether any is left; ``poll`` runs between looks. ``term`` off: they were asked
+    to stop already (the stop signal of each, remote/run/stopper.py): the wait and SIGKILL only.
+    ``kill_again``: SIGKILL at every look, not once (pids found anew each time: a fork since).
     """
     import signal  # here and in stop_signal: every verb's start imports this module, few of them signal
 
-    pids = job_pids(job_id, root_pid, job_dir)
-    signal_pids(pids, signal.SIGTERM)
-    deadline = time.time() + grace
-    while time.time() < deadline:
+    if term and not send(signal.SIGTERM):
+        return True
+    if wait_gone(alive, grace, poll, tick):
+        return True
+    deadline, sent = time.monotonic() + kill_wait, False
+    while alive():
+        if kill_again or not sent:
+            if not send(signal.SIGKILL):
+                return True
+            sent = True
         if poll:
             poll()
-        if not job_pids(job_id, root_pid, job_dir):
-            return []
-        time.sleep(0.2)
-    killed = []  # type: List[int]
-    for _ in range(20):
-        left = job_pids(job_id, root_pid, job_dir)
-        if not left:
-            break
-        killed.extend(left)
-        signal_pids(left, signal.SIGKILL)
-        if poll:
-            poll()
-        time.sleep(0.1)
-    return sorted(set(killed))
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(kill_tick)
+    return True
+
+
+def kill_tree(job_id: str, root_pid: Optional[int], grace: float, poll: Poll = None,
+              job_dir: Optional[str] = None) -> List[int]:
+    """SIGTERM every process of the job, wait up to ``grace`` s, then SIGKILL what is left (found
+    again at each look). ``poll`` is called while waiting. Returns the pids that had to be killed."""
+    import signal
+
+    left: Set[int] = set()
+    killed: Set[int] = set()
+
+    def alive() -> bool:
+        left.clear()
+        left.update(job_pids(job_id, root_pid, job_dir))
+        return bool(left)
+
+    def send(sig: int) -> bool:
+        pids = job_pids(job_id, root_pid, job_dir) if sig == signal.SIGTERM else left
+        if sig == signal.SIGKILL:
+            killed.update(pids)
+        signal_pids(pids, sig)
+        return True
+
+    end(send, alive, grace, 2.0, poll, kill_again=True)
+    return sorted(killed)
 
 
 # --- asking a job that does not watch the stop file to stop -------------------------------

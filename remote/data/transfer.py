@@ -9,9 +9,10 @@ import json
 import os
 import stat
 from pathlib import Path, PurePosixPath
-from typing import IO, Any, Dict, List, Optional
+from typing import IO, Any, Dict, Iterable, List, Optional
 
 from remote.core import atomicfile, layout
+from remote.core.jsontypes import JSONObject
 from remote.core.layout import read_doc
 from remote.data.pullselect import LOGS, ckpt_target, portable_link, select, stray_hint  # noqa: F401 (the pull verbs use select, stray_hint from here)
 from remote.stream import (
@@ -39,7 +40,7 @@ def manifest(base: Path, cache: Optional[HashCache] = None, hash_all: bool = Fal
     return tree(base, cache, hash_all)
 
 
-def receive(base: Path, stream: Readable, cache: Optional[HashCache] = None) -> Dict[str, Any]:
+def receive(base: Path, stream: Readable, cache: Optional[HashCache] = None) -> JSONObject:
     """Apply an upload stream under ``base`` (symlinks may point anywhere: they are the user's);
     then a detached ``reseal`` brings the changed trees' seals up to date, so the next no-op's
     manifest is the fast one."""
@@ -63,7 +64,7 @@ def spawn_reseal(root: Path) -> None:
         pass  # only speed is lost: the next manifest computes the digest itself
 
 
-def reseal(root: Path) -> Dict[str, Any]:
+def reseal(root: Path) -> Dict[str, List[str]]:
     """Recompute the seal (stamp and digest) of every known tree whose stamp moved (the
     ``reseal`` verb, started detached after a receive). A tree still racily new is waited for."""
     import time
@@ -123,7 +124,7 @@ def send_list(base: Path, wanted: List[Any], out: IO[bytes], write_wait: Optiona
         if inside not in full.parent.resolve().parents and full.parent.resolve() != inside:
             continue
         places.append((rel, prefix, full))
-    held = {}  # type: Dict[str, Any]
+    held = {}  # type: Dict[str, List[int]]  # path -> the pids still writing it
     if write_wait is not None:  # before the files are looked at: what a writer finishes is sent whole
         from remote.ckpt import writing
 
@@ -153,7 +154,7 @@ def send_list(base: Path, wanted: List[Any], out: IO[bytes], write_wait: Optiona
         write_items(out, items, end={"held": sorted(held_rel(base, held))}, changed=[])
 
 
-def held_rel(base: Path, held: Dict[str, Any]) -> List[str]:
+def held_rel(base: Path, held: Iterable[str]) -> List[str]:
     """The paths of ``held`` (files under ``base``) relative to it, as the pull names them."""
     return [Path(p).relative_to(base).as_posix() for p in held]
 

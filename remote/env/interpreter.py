@@ -16,6 +16,7 @@ from typing import Any, Callable, Dict, Optional
 
 from remote.core import atomicfile
 from remote.core.errors import AgentError
+from remote.core.jsontypes import JSONObject
 from remote.core.layout import Root, read_doc
 from remote.core.spec import JobSpec, SpecLike
 from remote.env.jobenv import PATH_PREFIX
@@ -115,7 +116,7 @@ def _nothing() -> None:
     return None
 
 
-def resolve(spec: SpecLike, prefix: str) -> Dict[str, Any]:
+def resolve(spec: SpecLike, prefix: str) -> JSONObject:
     """``doctor --job``: the interpreter this job's ``python:`` and ``run:`` get here, found as a
     submit and its setup find it (nothing cached): {python, command, path, error, remedy}."""
     from remote.env import provision
@@ -123,7 +124,7 @@ def resolve(spec: SpecLike, prefix: str) -> Dict[str, Any]:
     spec = JobSpec.of(spec)
     choice = spec.python
     cmd = first_command(spec.run)
-    out = {"python": choice or None, "command": cmd, "path": None, "error": None, "remedy": None}  # type: Dict[str, Any]
+    out = {"python": choice or None, "command": cmd, "path": None, "error": None, "remedy": None}  # type: JSONObject
     if choice.startswith("conda:"):
         env = provision.conda_prefix(choice[6:].strip(), dict(os.environ))
         if env is None:

@@ -15,17 +15,17 @@ that an earlier hash provisioned: the half-built venv is removed and no marker i
 network settings); it raises ``SetupFailed`` when setup fails.
 """
 
-import fcntl
 import hashlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional
 
+from remote.core import filelock, procs
+from remote.core.jsontypes import JSONObject
 from remote.core.layout import JobDir, Root, tail_lines
 from remote.core.spec import JobSpec, SpecLike
 
@@ -127,7 +127,7 @@ def login_python(env: Dict[str, str], prefix: str) -> Optional[str]:
     return lines[-1] if res.returncode == 0 and lines else None
 
 
-def probe(python: str, env: Dict[str, str]) -> Dict[str, Any]:
+def probe(python: str, env: Dict[str, str]) -> JSONObject:
     """Interpreter path and version, torch and CUDA versions, without importing torch."""
     try:
         res = subprocess.run([python, "-c", PROBE], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -159,7 +159,7 @@ def _join(*parts: Optional[str]) -> str:
     return ":".join(p for p in parts if p)
 
 
-def content_hash(spec: SpecLike, req_text: Optional[bytes], py: Dict[str, Any]) -> str:
+def content_hash(spec: SpecLike, req_text: Optional[bytes], py: Mapping[str, object]) -> str:
     spec = JobSpec.of(spec)
     h = hashlib.sha256()
     doc = {"setup": spec.setup or "", "python": spec.python,
@@ -243,17 +243,13 @@ def ensure(root: Root, job: JobDir, spec: SpecLike, tick: Optional[Callable[[], 
     lock_fd = os.open(str(root.envs / (digest + ".lock")), os.O_RDWR | os.O_CREAT, 0o644)
     try:
         waited = False
-        while True:
-            try:
-                fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError:
-                if not waited:
-                    marker(job, "waiting: another job is provisioning environment {}".format(digest))
-                    waited = True
-                if tick and tick():
-                    raise SetupFailed("stopped while waiting for setup") from None
-                time.sleep(0.25)
+        while not filelock.lock(lock_fd, blocking=False):
+            if not waited:
+                marker(job, "waiting: another job is provisioning environment {}".format(digest))
+                waited = True
+            if tick and tick():
+                raise SetupFailed("stopped while waiting for setup")
+            time.sleep(0.25)
         if ready():
             marker(job, "skipped: environment {} was provisioned by another job".format(digest))
             job.event("setup", result="skipped", hash=digest)
@@ -329,16 +325,7 @@ def _provision(job: JobDir, spec: JobSpec, env: Dict[str, str], prefix: str, bas
 
 
 def _kill_group(p: subprocess.Popen) -> None:
-    for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(p.pid, sig)
-        except OSError:
-            return
-        try:
-            p.wait(wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+    procs.end(lambda sig: procs.signal_group(p.pid, sig), lambda: p.poll() is None, 10.0, 5.0, tick=0.1)
 
 
 def _q(s: str) -> str:

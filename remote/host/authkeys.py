@@ -11,15 +11,15 @@ it, fsynced, renamed over it, its mode and owner kept, the folder fsynced), unde
 folder (two edits at once cannot undo each other), with SIGINT/SIGTERM/SIGHUP held off."""
 
 import contextlib
-import fcntl
 import glob
 import os
 import pwd
 import signal
 import tempfile
 import threading
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, TypedDict
 
+from remote.core import filelock
 from remote.core.errors import AgentError
 
 DEFAULT_FILES = ".ssh/authorized_keys .ssh/authorized_keys2"
@@ -179,7 +179,7 @@ def _guarded(files: List[str]) -> Iterator[None]:
         folder = os.path.dirname(os.path.realpath(files[0])) if files else ""
         if folder and os.path.isdir(folder):
             fd = os.open(folder, os.O_RDONLY)
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            filelock.lock(fd)
         yield
     finally:
         if fd >= 0:
@@ -188,7 +188,7 @@ def _guarded(files: List[str]) -> Iterator[None]:
             signal.signal(s, h)
 
 
-def change(req: Dict[str, Any], config: Optional[str] = None) -> Dict[str, Any]:
+def change(req: Dict[str, Any], config: Optional[str] = None) -> "KeysChanged":
     """``add`` (a key line: put where a ``near`` key's line is, else in the first file), then drop every
     line of the ``remove`` blobs unless that would leave no line of ``keep`` (refused), or ``while_held``
     has no line (nothing removed, ``held_back``). What was done, per file."""
@@ -197,13 +197,25 @@ def change(req: Dict[str, Any], config: Optional[str] = None) -> Dict[str, Any]:
         return _change(req, files)
 
 
-def _change(req: Dict[str, Any], files: List[str]) -> Dict[str, Any]:
+class _Changed(TypedDict):
+    files: List[str]  # the authorized_keys files sshd reads
+    added: Optional[str]  # the file the new line went to
+    removed: Dict[str, int]  # file -> lines taken out
+
+
+class KeysChanged(_Changed, total=False):
+    """What an ``authkeys`` change did (the laptop's rekey reads it)."""
+
+    held_back: bool  # nothing removed: ``while_held`` had no line left
+
+
+def _change(req: Dict[str, Any], files: List[str]) -> KeysChanged:
     near = [b for b in req.get("near") or [] if isinstance(b, str)]
     remove = [b for b in req.get("remove") or [] if isinstance(b, str)]
     keep = req.get("keep") if isinstance(req.get("keep"), str) else ""
     while_held = req.get("while_held") if isinstance(req.get("while_held"), str) else ""
     held = {p: _read(p) for p in files}
-    done: Dict[str, Any] = {"files": files, "added": None, "removed": {}}
+    done: KeysChanged = {"files": files, "added": None, "removed": {}}
     add = req.get("add") if isinstance(req.get("add"), str) else ""
     if add:
         new = blob(add)

@@ -12,8 +12,9 @@ import re
 import shutil
 import subprocess
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, TypedDict
 
+from remote.core.jsontypes import JSONObject
 from remote.core.layout import Root
 from remote.host import doctor, rated
 
@@ -90,13 +91,35 @@ def _run(argv: List[str], timeout: float) -> Optional[str]:
     return res.stdout.decode("utf-8", "replace") if res.returncode == 0 else None
 
 
-def disk(path: str) -> Dict[str, Any]:
+class DiskBench(TypedDict, total=False):
+    """The disk's speed (MB/s) and room, or why it could not be measured."""
+
+    path: str
+    write_mbs: float
+    read_mbs: float
+    error: str
+    free_inodes: int
+    inodes: int
+    free_bytes: int
+
+
+class Xid(TypedDict):
+    bus: str
+    xid: int
+
+
+class XidEvents(TypedDict):
+    readable: bool  # False in a container that hides the kernel log
+    events: List[Xid]
+
+
+def disk(path: str) -> DiskBench:
     """Write ``DISK_MIB`` MiB (fsync'd), read them back past the page cache, count free inodes."""
     os.makedirs(path, exist_ok=True)
     f = os.path.join(path, ".gpujob-bench.tmp")
     block = os.urandom(4 * 1024 * 1024)
     n = max(1, DISK_MIB // 4)
-    out = {"path": path}  # type: Dict[str, Any]
+    out = {"path": path}  # type: DiskBench
     try:
         t0 = time.monotonic()
         fd = os.open(f, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -177,12 +200,13 @@ def smi_health(text: str) -> List[Dict[str, Any]]:
     return gpus
 
 
-def xid_events() -> Dict[str, Any]:
+def xid_events() -> XidEvents:
     """Xid lines of the kernel log (NVIDIA's driver errors), or ``readable: False`` in a container that hides it."""
     text = _run(["dmesg"], 10)
     if text is None:
         return {"readable": False, "events": []}
-    return {"readable": True, "events": [{"bus": m.group(1), "xid": int(m.group(2))} for m in XID_RE.finditer(text)][-20:]}
+    events = [{"bus": m.group(1), "xid": int(m.group(2))} for m in XID_RE.finditer(text)]  # type: List[Xid]
+    return {"readable": True, "events": events[-20:]}
 
 
 def _version(text: Optional[str]) -> tuple:
@@ -227,7 +251,7 @@ def judge(doc: Dict[str, Any]) -> List[str]:
     return out
 
 
-def run(root: Root, data_disk: Optional[str] = None, path_prefix: str = "", budget: float = 40.0) -> Dict[str, Any]:
+def run(root: Root, data_disk: Optional[str] = None, path_prefix: str = "", budget: float = 40.0) -> JSONObject:
     """The preflight document; GPU steps skipped (and said so) on a host without nvidia-smi."""
     from remote.env import jobenv
 
@@ -248,13 +272,14 @@ def run(root: Root, data_disk: Optional[str] = None, path_prefix: str = "", budg
     else:
         smi = shutil.which("nvidia-smi", path=os.pathsep.join(p for p in (path_prefix, os.environ.get("PATH", "")) if p))
         health = smi_health(_run([smi or "nvidia-smi", "-q"], 30) or "")
-        per = max(2.0, budget / max(1, len(nv["gpus"])))
+        listed = nv["gpus"] or []  # (not empty: a host without GPUs took the first branch)
+        per = max(2.0, budget / max(1, len(listed)))
         probe = _probe(python, per, timeout=budget + 60)
         versions.update(torch=probe.get("torch"), torch_cuda=probe.get("torch_cuda"))
         if probe.get("skipped") or probe.get("error"):
             doc["skipped"].append("GPU steps: " + (probe.get("skipped") or probe.get("error") or ""))
         measured = {g["index"]: g for g in probe.get("gpus") or []}
-        for i, g in enumerate(nv["gpus"]):
+        for i, g in enumerate(listed):
             row = dict(measured.get(i) or {"index": g["index"], "name": g["name"]})
             row["rated"] = rated.rated(g["name"])
             row["health"] = health[i] if i < len(health) else None

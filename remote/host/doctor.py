@@ -13,7 +13,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, TypedDict
 
 from remote import AGENT_PROTOCOL
 from remote.core import layout
@@ -48,12 +48,52 @@ def _run(argv: List[str], timeout: float, env: Optional[Dict[str, str]] = None) 
     return res.stdout.decode("utf-8", "replace") if res.returncode == 0 else None
 
 
+class OsInfo(TypedDict):
+    name: str
+    kernel: str
+    arch: str
+    hostname: str
+
+
+class FoundPython(TypedDict):
+    path: str
+    source: str  # "login shell", "system", "conda base", "conda env NAME"
+    version: Optional[str]
+
+
+class SmiGpu(TypedDict):
+    """One GPU as ``nvidia-smi --query-gpu`` lists it (MiB, percent; None where it printed no number)."""
+
+    index: int
+    name: str
+    memory_total_mib: Optional[float]
+    memory_used_mib: Optional[float]
+    utilization: Optional[float]
+
+
+class NvidiaInfo(TypedDict):
+    """The driver's view: nvidia-smi's path, the driver and CUDA versions, the GPUs, or why not."""
+
+    nvidia_smi: Optional[str]
+    driver: Optional[str]
+    cuda: Optional[str]
+    gpus: Optional[List[SmiGpu]]
+    error: Optional[str]
+
+
+class DiskInfo(TypedDict):
+    path: Optional[str]
+    exists: bool
+    free_bytes: Optional[int]
+    total_bytes: Optional[int]
+
+
 def _python_version(path: str) -> Optional[str]:
     out = _run([path, "-c", "import sys; print(sys.version.split()[0])"], 15)
     return out.strip() if out else None
 
 
-def os_info() -> Dict[str, Any]:
+def os_info() -> OsInfo:
     name = None
     try:
         with open("/etc/os-release") as f:
@@ -66,9 +106,9 @@ def os_info() -> Dict[str, Any]:
             "hostname": socket.gethostname()}
 
 
-def pythons(login: Optional[str]) -> List[Dict[str, Any]]:
+def pythons(login: Optional[str]) -> List[FoundPython]:
     """System, conda (base and envs) and the login shell's python, each with its version."""
-    found = []  # type: List[Dict[str, Any]]
+    found = []  # type: List[FoundPython]
     seen = set()
 
     def add(path: str, source: str) -> None:
@@ -125,10 +165,10 @@ def torch_info(python: Optional[str], timeout: float) -> Dict[str, Any]:
         return dict(empty, error="probe failed: {}".format(e))
 
 
-def nvidia(prefix: str) -> Dict[str, Any]:
+def nvidia(prefix: str) -> NvidiaInfo:
     path = os.pathsep.join(p for p in (prefix, os.environ.get("PATH", "")) if p)
     exe = shutil.which("nvidia-smi", path=path)
-    doc = {"nvidia_smi": exe, "driver": None, "cuda": None, "gpus": None, "error": None}  # type: Dict[str, Any]
+    doc = {"nvidia_smi": exe, "driver": None, "cuda": None, "gpus": None, "error": None}  # type: NvidiaInfo
     if not exe:
         doc["error"] = "nvidia-smi not found"
         return doc
@@ -137,7 +177,7 @@ def nvidia(prefix: str) -> Dict[str, Any]:
     if out is None:
         doc["error"] = "nvidia-smi failed or timed out"
         return doc
-    gpus = []
+    gpus = []  # type: List[SmiGpu]
     for line in out.strip().splitlines():
         parts = [x.strip() for x in line.split(",")]
         if len(parts) < 6:
@@ -159,7 +199,7 @@ def nvidia(prefix: str) -> Dict[str, Any]:
     return doc
 
 
-def disk(path: Optional[str]) -> Dict[str, Any]:
+def disk(path: Optional[str]) -> DiskInfo:
     if not path:
         return {"path": None, "exists": False, "free_bytes": None, "total_bytes": None}
     p = Path(os.path.expanduser(path))

@@ -7,14 +7,13 @@ Jobs wait in a FIFO queue ordered by ``submitted_at``; ``<root>/gpus.lock`` seri
 choice.
 """
 
-import fcntl
 import json
 import os
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-from remote.core import atomicfile
+from remote.core import atomicfile, filelock
 from remote.core.jobrecord import JobRecord
 from remote.core.layout import Root, last_json_line
 from remote.core.spec import JobSpec, SpecLike
@@ -342,11 +341,11 @@ class Lock:
 
     def __enter__(self) -> "Lock":
         self.f = open(str(self.path), "a")
-        fcntl.flock(self.f.fileno(), fcntl.LOCK_EX)
+        filelock.lock(self.f.fileno())
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        fcntl.flock(self.f.fileno(), fcntl.LOCK_UN)
+        filelock.unlock(self.f.fileno())
         self.f.close()
 
 

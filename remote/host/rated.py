@@ -18,7 +18,9 @@ A measured figure below ``SLOW`` of these is worth a warning: a healthy card rea
 dense rate on a large square matmul.
 """
 
-from typing import Any, Dict, Optional
+from typing import Optional
+
+from remote.core.jsontypes import JSONObject
 
 SLOW = 0.70
 # (substring of nvidia-smi's name, lower case; first match wins) -> bf16, fp16 TFLOP/s, memory GB/s
@@ -40,7 +42,7 @@ RATED = [
 ]
 
 
-def rated(name: str) -> Optional[Dict[str, Any]]:
+def rated(name: str) -> Optional[JSONObject]:
     """The card's rated figures by its name (``NVIDIA H100 80GB HBM3``), or None for one not in the table."""
     low = (name or "").lower()
     for key, bf16, fp16, mem in RATED:

@@ -2,7 +2,6 @@
 checkpoint (``resume_point``), once nothing of it runs and this host has the GPUs it asks for."""
 
 import os
-from pathlib import Path
 from typing import Any, Dict
 
 from remote.core import locks, procs
@@ -44,8 +43,7 @@ def resume(root: Root, job_id: str) -> Dict[str, Any]:
                              "power the instance on with its GPUs (gpujob doctor shows them), then resume again; "
                              "or continue it on another host: gpujob move {} --to HOST".format(job_id), "no_gpus")
         procs.kill_tree(job_id, None, 5.0, job_dir=str(job.path))
-        for p in (job.stop_file, Path(str(job.stop_file) + ".watch"), Path(str(job.stop_file) + ".acted"),
-                  Path(str(job.stop_file) + ".ended"), job.path / "stop.after"):
+        for p in (job.stop_file, job.stop_watch, job.stop_acted, job.stop_ended, job.stop_after):
             try:
                 p.unlink()
             except OSError:

@@ -29,8 +29,9 @@ the patterns are in ``logpatterns``, bars in ``progressbars``, the other printed
 """
 
 import re
-from typing import Any, Dict, List, Optional, Tuple  # noqa: F401 (Tuple: in type comments)
+from typing import Any, Dict, List, Optional, Tuple  # noqa: F401 (in type comments)
 
+from remote.core.jsontypes import JSONObject
 from remote.metrics.lineshape import BLIND, UNKNOWN, remember, routes, shape_of
 from remote.metrics.logpatterns import (
     ANSI,
@@ -44,6 +45,7 @@ from remote.metrics.logpatterns import (
     as_number,
 )
 from remote.metrics.logstate import Pending  # noqa: F401 (in a type comment)
+from remote.metrics.metricrecord import MetricRecord, Progress
 from remote.metrics.printedlines import LineReader
 from remote.metrics.progressbars import BarReader
 
@@ -60,7 +62,7 @@ class LogParser(BarReader, LineReader):
                 self.patterns.append(re.compile(rx))
             except re.error:
                 continue  # the laptop checked them; an agent's older Python may still refuse one
-        self.progress = {}  # type: Dict[str, Any]
+        self.progress: Progress = {}
         # whether the script counts epochs from 0 or 1, from the first epoch the log shows: the script's
         # habit, so it outlives an attempt (a resumed run's first line, "Train: 7 [...]", tells nothing)
         self.epoch_base = None  # type: Optional[int]
@@ -79,7 +81,7 @@ class LogParser(BarReader, LineReader):
         self.per_epoch = None  # type: Optional[bool]  # the printed step starts again each epoch ("Epoch [2/10], Step [100/600]")
 
     # ---- context kept between readers -------------------------------------------------------
-    def carry(self) -> Dict[str, Any]:
+    def carry(self) -> JSONObject:
         """What a later reader of the same log needs of this one (the Collector's state keeps it; status
         parses the lines the Collector has not read yet with it): the epoch base, where bars were first seen."""
         return {"epoch_base": self.epoch_base, "bars": [[k, n, s] for k, (n, s) in self.bar_seen.items()]}
@@ -98,7 +100,7 @@ class LogParser(BarReader, LineReader):
                 self.bar_seen[b[0]] = (b[1], float(b[2]))
 
     # ---- input ---------------------------------------------------------------------------
-    def feed(self, data: bytes, t: float) -> List[Dict[str, Any]]:
+    def feed(self, data: bytes, t: float) -> List[MetricRecord]:
         buf = self.pending + data
         cut = max(buf.rfind(b"\n"), buf.rfind(b"\r"))
         if cut < 0:
@@ -107,7 +109,7 @@ class LogParser(BarReader, LineReader):
         self.pending = buf[cut + 1:]
         if len(self.pending) > MAX_PENDING:
             self.pending = b""
-        out = []  # type: List[Dict[str, Any]]
+        out = []  # type: List[MetricRecord]
         text = buf[:cut].decode("utf-8", "replace")
         # the same text with every digit 0, character for character: a printed line's shape (lineshape)
         blind = buf[:cut].translate(BLIND).decode("utf-8", "replace").split("\n")
@@ -126,7 +128,7 @@ class LogParser(BarReader, LineReader):
         self._flush_bar(out)
         return out
 
-    def _routed(self, seg: str, t: float, out: List[Dict[str, Any]], blind: str) -> None:
+    def _routed(self, seg: str, t: float, out: List[MetricRecord], blind: str) -> None:
         """A line read the way the last line of its shape was, where that way did not depend on its digits
         (``routes``: most lines of a flood skip every test _segment makes before the plain prints' patterns)."""
         sh = routes.get(blind, UNKNOWN) if not self.patterns else UNKNOWN
@@ -135,7 +137,7 @@ class LogParser(BarReader, LineReader):
         elif sh is not None:
             self._plain(seg.strip(), t, out, sh)
 
-    def _segment(self, seg: str, t: float, out: List[Dict[str, Any]], blind: Optional[str] = None) -> None:
+    def _segment(self, seg: str, t: float, out: List[MetricRecord], blind: Optional[str] = None) -> None:
         key = blind  # the line's shape, as _routed looks it up
         if "\x1b" in seg:
             seg = ANSI.sub("", seg)
@@ -185,7 +187,7 @@ class LogParser(BarReader, LineReader):
             remember(key, None)
 
     # ---- records ------------------------------------------------------------------------
-    def _add(self, rec: Dict[str, Any], t: float, out: List[Dict[str, Any]]) -> None:
+    def _add(self, rec: MetricRecord, t: float, out: List[MetricRecord]) -> None:
         if "step" not in rec and self.step is not None:
             rec["step"] = self.step  # the bar's count when the line was printed
         rec["t"] = t

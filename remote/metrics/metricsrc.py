@@ -23,11 +23,13 @@ import os
 import struct
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 from remote.core import atomicfile
+from remote.core.jsontypes import JSONObject
 from remote.core.layout import JobDir, read_json, tail_lines
 from remote.core.spec import JobSpec, SpecLike
+from remote.metrics.metricrecord import MetricRecord, Progress
 from remote.metrics.recordline import record_line
 from remote.metrics.totals import run_hints
 
@@ -65,12 +67,12 @@ def active(job: JobDir) -> Tuple[Optional[str], Path]:
     return None, job.metrics
 
 
-def progress(job: JobDir) -> Dict[str, Any]:
+def progress(job: JobDir) -> Progress:
     """The log's newest progress: {step, total, rate (steps/s), eta_s, t} (empty when none)."""
     return (read_json(job.path / STATE, {}) or {}).get("progress") or {}
 
 
-def unread(job: JobDir, spec: SpecLike, limit: int = 1 << 18) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
+def unread(job: JobDir, spec: SpecLike, limit: int = 1 << 18) -> Tuple[List[MetricRecord], Progress]:
     """(records, progress) of what the log printed since the Collector's last read, parsed now.
 
     The Collector reads every EVERY seconds; status reads the rest itself so that its step
@@ -106,8 +108,8 @@ def step_value(v: Any) -> float:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else float("-inf")
 
 
-def with_unread(job: JobDir, spec: SpecLike, source: Optional[str], last: Dict[str, Any],
-                limit: int = 1 << 18) -> Tuple[Dict[str, Any], Dict[str, Any], bool]:
+def with_unread(job: JobDir, spec: SpecLike, source: Optional[str], last: JSONObject,
+                limit: int = 1 << 18) -> Tuple[JSONObject, Progress, bool]:
     """(last, progress, took): ``last`` (the newest value of each metric) with the records the log
     printed since the Collector's last read, when the log is the metrics source (a metrics file or
     events the script writes are read whole, not lagging), and the progress that tail shows.
@@ -126,9 +128,9 @@ def with_unread(job: JobDir, spec: SpecLike, source: Optional[str], last: Dict[s
     return last, fresh, True
 
 
-def latest(path: Path, lines: int = 200) -> Dict[str, Any]:
+def latest(path: Path, lines: int = 200) -> JSONObject:
     """The newest value of each key over the last ``lines`` records (eval metrics come on lines of their own)."""
-    out = {}  # type: Dict[str, Any]
+    out: JSONObject = {}
     for line in tail_lines(path, lines, 1 << 18):
         try:
             rec = json.loads(line)
@@ -299,10 +301,10 @@ class Collector:
             self.next_scan = time.time() + SCAN_EVERY[bool(self.tb)]
             for p in find_event_files(tb_roots(self.job, self.spec), self.since):
                 self.tb.setdefault(p, self.tfevents.FileState())
-        recs = []  # type: List[Dict[str, Any]]
+        recs: List[MetricRecord] = []
         before = {p: s.offset for p, s in self.tb.items()}
         for p, state in self.tb.items():
-            rec = None  # type: Optional[Dict[str, Any]]
+            rec: Optional[MetricRecord] = None
             for wall, step, values in self.tfevents.read_new(p, state):
                 vals = {tb_key(tag): _f32(v) for tag, v in values if tag != "hp_metric"}
                 if not vals:
@@ -320,7 +322,7 @@ class Collector:
         return bool(recs) or before != {p: s.offset for p, s in self.tb.items()}
 
     @staticmethod
-    def _append(path: Path, recs: List[Dict[str, Any]]) -> None:
+    def _append(path: Path, recs: List[MetricRecord]) -> None:
         if recs:
             with open(str(path), "a") as f:  # each line as json.dumps(r, sort_keys=True) writes it
                 f.write("".join([record_line(r) + "\n" for r in recs]))

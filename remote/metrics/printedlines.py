@@ -5,7 +5,7 @@ and the job file's ``metrics.patterns``. :class:`LineReader` is a part of
 """
 
 import json
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple  # noqa: F401 (Dict: in a type comment)
 
 from remote.metrics.lineshape import Shape, metric_key, pair_name
 from remote.metrics.logpatterns import (
@@ -15,12 +15,13 @@ from remote.metrics.logpatterns import (
     as_number,
 )
 from remote.metrics.logstate import LogState
+from remote.metrics.metricrecord import MetricRecord
 
 
 class LineReader(LogState):
     """Records from printed lines; the step they carry, or the one the last bar or line gave."""
 
-    def _json(self, s: str, t: float, out: List[Dict[str, Any]]) -> bool:
+    def _json(self, s: str, t: float, out: List[MetricRecord]) -> bool:
         """A JSON object printed on a line (``print(json.dumps({"step": 10, "loss": 0.53}))``)."""
         try:
             doc = json.loads(s)
@@ -28,7 +29,7 @@ class LineReader(LogState):
             return False
         if not isinstance(doc, dict):
             return False
-        rec = {}  # type: Dict[str, Any]
+        rec: MetricRecord = {}
         for k, v in doc.items():
             if isinstance(v, str):
                 v = as_number(v)  # "0.53" as transformers 5 formats it
@@ -42,13 +43,13 @@ class LineReader(LogState):
         self._add(rec, t, out)
         return True
 
-    def _plain(self, s: str, t: float, out: List[Dict[str, Any]], sh: Shape) -> None:
+    def _plain(self, s: str, t: float, out: List[MetricRecord], sh: Shape) -> None:
         # Where the patterns match comes from the line's shape (lineshape: found once for all lines that differ
         # in their digits only); the names and numbers are read from the line itself. A log flood (20,000
         # lines a second, one format) is parsed here line by line.
         if not sh.pairs and not sh.fractions:
             return
-        rec = {}  # type: Dict[str, Any]
+        rec: MetricRecord = {}
         for ka, kb, va, vb in sh.fractions:
             rec[metric_key(s[ka:kb], sh.whose)] = float(s[va:vb])
         s_rest = FRACTION.sub(" ", s) if sh.fractions else s  # where the pairs' spans are
@@ -83,7 +84,7 @@ class LineReader(LogState):
         self._flush_bar(out)
         self._add(rec, t, out)
 
-    def _epoch_batch(self, epoch: int, n: int, of: int, rec: Dict[str, Any], pct: Optional[float] = None) -> None:
+    def _epoch_batch(self, epoch: int, n: int, of: int, rec: MetricRecord, pct: Optional[float] = None) -> None:
         """``Train: E [b/B (p%)]``: b of B in epoch E (counted from the first epoch the log shows, 0 or 1).
         The image trainer prints the batch's 0-based index with the share done after it ((b+1)/B: its
         last line is ``[19/20 (100%)]``), MNIST the samples before it (b/B): the percentage says which."""
@@ -96,7 +97,7 @@ class LineReader(LogState):
         if self.epochs_hint and of:
             rec["max_steps"] = self.epochs_hint * of
 
-    def _taught(self, s: str, t: float, out: List[Dict[str, Any]]) -> bool:
+    def _taught(self, s: str, t: float, out: List[MetricRecord]) -> bool:
         """The job file's ``metrics.patterns`` (named groups): a line one of them matches is read by them
         alone. ``step``, or ``epoch`` with ``batch``/``batches``, say where the run is; other groups are metrics."""
         got = {}  # type: Dict[str, str]
@@ -106,7 +107,7 @@ class LineReader(LogState):
                 got.update({k: v for k, v in m.groupdict().items() if v is not None})
         if not got:
             return False
-        rec = {}  # type: Dict[str, Any]
+        rec: MetricRecord = {}
         for k, v in got.items():
             x = as_number(v)
             if x is not None and k not in PROGRESS_GROUPS:
@@ -129,7 +130,7 @@ class LineReader(LogState):
             self._add(rec, t, out)
         return True
 
-    def _printed_step(self, n: int, of: Optional[int], rec: Dict[str, Any], batch: bool,
+    def _printed_step(self, n: int, of: Optional[int], rec: MetricRecord, batch: bool,
                       ep: Optional[Tuple[int, Optional[int]]]) -> None:
         """``step N[/M]`` on a line; with an epoch beside it the count may start again each epoch
         (PyTorch's tutorial loop prints ``Epoch [2/10], Step [100/600]``): seen going back while the
@@ -157,7 +158,7 @@ class LineReader(LogState):
         if total:
             rec["max_steps"] = total
 
-    def _epoch_progress(self, ep: Optional[Tuple[int, Optional[int]]], rec: Dict[str, Any]) -> None:
+    def _epoch_progress(self, ep: Optional[Tuple[int, Optional[int]]], rec: MetricRecord) -> None:
         """A line that names its epoch (``Epoch 3/10 - loss: 0.5``, or after an ``Epoch 3/10`` header)
         records it; where the log never shows a step (no bar, no ``step N``), the epoch is the only
         count of progress there is, so it stands for the step and its total for the total."""

@@ -6,7 +6,7 @@ record, the newest (``_flush_bar``). :class:`BarReader` is a part of :class:`~re
 whose ``_reset`` states the state it keeps.
 """
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple  # noqa: F401 (Dict: in a type comment)
 
 from remote.metrics.logpatterns import (
     BAR,
@@ -23,6 +23,7 @@ from remote.metrics.logpatterns import (
     as_number,
 )
 from remote.metrics.logstate import LogState
+from remote.metrics.metricrecord import MetricRecord
 
 _bar_descs = {}  # type: Dict[str, Tuple[bool, Any, bool]]
 
@@ -152,7 +153,7 @@ class BarReader(LogState):
         # most redraws are overwritten by the next one before anyone looks
         self.bar_pending = (t, step, grand) + rate
 
-    def _flush_bar(self, out: List[Dict[str, Any]]) -> None:
+    def _flush_bar(self, out: List[MetricRecord]) -> None:
         """The newest bar becomes a record (before any record printed after it: the file stays in order)."""
         if self.bar_pending is None:
             return
@@ -164,7 +165,7 @@ class BarReader(LogState):
         self.progress = {"step": step, "total": grand, "rate": rate, "t": t}
         if grand and rate:
             self.progress["eta_s"] = round(max(0.0, grand - step) / rate, 1)
-        rec = {"t": t, "step": step}  # type: Dict[str, Any]
+        rec: MetricRecord = {"t": t, "step": step}
         if grand:
             rec["max_steps"] = grand
         for k, v in PAIR.findall(post):

@@ -13,6 +13,7 @@ from json.encoder import encode_basestring_ascii
 from typing import Any, Dict, Optional, Tuple
 
 from remote.metrics.logpatterns import MEMO_MAX
+from remote.metrics.metricrecord import MetricRecord
 
 _JSON = json.JSONEncoder(sort_keys=True)
 _layouts: Dict[Tuple[Any, ...], Optional[Tuple[Tuple[str, str], ...]]] = {}
@@ -26,7 +27,7 @@ def _layout(keys: Tuple[Any, ...]) -> Optional[Tuple[Tuple[str, str], ...]]:
     return tuple((k, encode_basestring_ascii(k) + ": ") for k in sorted(keys))
 
 
-def record_line(rec: Dict[str, Any]) -> str:
+def record_line(rec: MetricRecord) -> str:
     keys = tuple(rec)
     lay = _layouts.get(keys, ())
     if lay == ():

@@ -5,7 +5,7 @@ from epochs and the steps the records show per epoch (status's progress and ETA,
 import math
 import re
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Dict, Mapping, Optional, Sequence
 
 from remote.core.spec import JobSpec, SpecLike
 
@@ -66,7 +66,7 @@ def run_hints(spec: SpecLike, code: Optional[Path] = None) -> Dict[str, int]:
     return hints
 
 
-def total_from_epochs(rows: List[Dict[str, Any]], epochs: Optional[int]) -> Optional[int]:
+def total_from_epochs(rows: Sequence[Mapping[str, object]], epochs: Optional[int]) -> Optional[int]:
     """``epochs`` × steps per epoch, the latter read from the ``epoch`` the records carry.
 
     HF logs a fractional epoch (step 30 at epoch 0.75: 40 an epoch); Lightning and plain loops
@@ -96,7 +96,7 @@ def total_from_epochs(rows: List[Dict[str, Any]], epochs: Optional[int]) -> Opti
     # records logged every g steps (Lightning's log_every_n_steps, a loop's print every 10): an epoch
     # is most likely a whole number of them; the middle of those the bounds allow (7.5..9 by 2: 8, not 8.25)
     g = 0
-    steps = sorted({int(r["step"]) for r in rows if isinstance(r.get("step"), (int, float))})
+    steps = sorted({int(s) for s in (r.get("step") for r in rows) if isinstance(s, (int, float))})
     for a, b in zip(steps, steps[1:]):
         g = math.gcd(g, b - a)
     if g > 1:

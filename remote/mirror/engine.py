@@ -16,6 +16,7 @@ import subprocess
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Set
 
+from remote.core.jsontypes import JSONObject
 from remote.core.sections import Mirror, MirrorLike
 from remote.core.spec import CHECKPOINT_KEEP
 
@@ -147,7 +148,7 @@ class Rclone:
         text = " / ".join((lines or err.splitlines() or ["exit status {}".format(rc)])[-2:])
         return scrub(text, self.env)[-400:]
 
-    def copy(self, src: str, dst: str, single: bool, on_stats: Callable[[Dict[str, Any]], None],
+    def copy(self, src: str, dst: str, single: bool, on_stats: Callable[[JSONObject], None],
              timeout: float = 6 * 3600.0) -> Set[str]:
         """Copy ``src`` (a folder, or one file when ``single``) to ``dst``, compared by hash (a file
         already there with the same hash is not sent again); ``on_stats`` gets rclone's stats each

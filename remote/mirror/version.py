@@ -13,9 +13,16 @@ about which save it holds. Two measures do:
 import hashlib
 import os
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, TypedDict
 
 CHUNK = 1 << 20
+
+
+class FileDigest(TypedDict):
+    """One file of a checkpoint version: its size and its SHA-256 (hex)."""
+
+    size: int
+    sha256: str
 
 
 def _files(path: Path, is_dir: bool) -> List[str]:
@@ -53,16 +60,16 @@ def sha256(path: Path) -> str:
             h.update(block)
 
 
-def digest(path: Path, is_dir: bool) -> Dict[str, Dict[str, Any]]:
+def digest(path: Path, is_dir: bool) -> Dict[str, FileDigest]:
     """``{rel: {size, sha256}}`` of every file of the checkpoint."""
-    out = {}  # type: Dict[str, Dict[str, Any]]
+    out = {}  # type: Dict[str, FileDigest]
     for rel in _files(path, is_dir):
         f = _file(path, is_dir, rel)
         out[rel] = {"size": f.stat().st_size, "sha256": sha256(f)}
     return out
 
 
-def version(files: Dict[str, Dict[str, Any]]) -> str:
+def version(files: Dict[str, FileDigest]) -> str:
     """One hash over the files' names, sizes and hashes: equal versions hold equal bytes."""
     h = hashlib.sha256()
     for rel in sorted(files):
@@ -70,7 +77,7 @@ def version(files: Dict[str, Dict[str, Any]]) -> str:
     return h.hexdigest()[:24]
 
 
-def mismatch(path: Path, is_dir: bool, files: Dict[str, Dict[str, Any]]) -> str:
+def mismatch(path: Path, is_dir: bool, files: Dict[str, FileDigest]) -> str:
     """Why the checkpoint at ``path`` is not the version ``files`` describes ('' when it is)."""
     if not path.exists() or path.is_dir() != is_dir:
         return "not there"

@@ -2,10 +2,18 @@
 registry of channel kinds (``type:`` value -> the :class:`Channel` a module registered)."""
 
 from collections import namedtuple
-from typing import Any, Callable, Dict, List, Optional, Tuple, Type
+from typing import Callable, Dict, List, Mapping, Optional, Tuple, Type, TypedDict, Union
 
 Request = namedtuple("Request", "url headers body")
 Transport = Callable[[Request, float], Tuple[int, Dict[str, str], bytes]]
+# One channel of ``notify.channels``, ``${NAME}`` resolved and checked (Channel.validate): every
+# kind's keys, strings but for each kind's ``non_string_keys``.
+ChannelConfig = TypedDict("ChannelConfig", {
+    "type": str, "name": str, "on": Union[str, List[str]], "url": str, "secret": str, "msgtype": str,
+    "access_token": str, "key": str, "keyword": str, "token": str, "sendkey": str, "username": str,
+    "headers": Dict[str, str], "host": str, "port": int, "user": str, "password": str,
+    "starttls": Union[bool, str], "ssl": bool, "from": str, "to": Union[str, List[str]], "timeout": float,
+}, total=False)
 
 
 class ChannelError(Exception):
@@ -33,16 +41,16 @@ class Channel:
     secret_keys: Tuple[str, ...] = ()  # values kept out of spec.json and of every text
     non_string_keys: Tuple[str, ...] = ()  # keys whose values need not be strings
 
-    def validate(self, ch: Dict[str, Any], where: str) -> List[str]:
+    def validate(self, ch: Mapping[str, object], where: str) -> List[str]:
         """Problems of this kind's own keys (the common ones are checked for every kind)."""
         return []
 
-    def skip_reason(self, resolved: Dict[str, Any], state_dir: Optional[str]) -> Optional[str]:
+    def skip_reason(self, resolved: ChannelConfig, state_dir: Optional[str]) -> Optional[str]:
         """Why this message is not to be sent at all (a rate limit), or None."""
         return None
 
-    def deliver(self, channel: Dict[str, Any], resolved: Dict[str, Any], title: str, text: str,
-                event: Dict[str, Any], secrets: Optional[Dict[str, str]], timeout: float,
+    def deliver(self, channel: Mapping[str, object], resolved: ChannelConfig, title: str, text: str,
+                event: Mapping[str, object], secrets: Optional[Dict[str, str]], timeout: float,
                 transport: Transport) -> Optional[int]:
         """Send one message: the HTTP status (None when not HTTP); :class:`ChannelError` when not delivered."""
         raise NotImplementedError
@@ -65,11 +73,11 @@ def canonical(type_name: str) -> str:
     return ALIASES.get(type_name, type_name)
 
 
-def channel_type(ch: Dict[str, Any]) -> str:
+def channel_type(ch: Mapping[str, object]) -> str:
     """The canonical type of a channel config (aliases such as ``lark`` resolved)."""
     return canonical(str(ch.get("type", "")).strip().lower())
 
 
-def kind_of(ch: Dict[str, Any]) -> Optional[Channel]:
+def kind_of(ch: Mapping[str, object]) -> Optional[Channel]:
     """The registered channel for a config, None for an unknown type."""
     return CHANNELS.get(channel_type(ch))

@@ -5,9 +5,9 @@ import base64
 import hashlib
 import hmac
 import urllib.parse
-from typing import Any, Dict
+from typing import Mapping
 
-from .base import Request, register
+from .base import ChannelConfig, Request, register
 from .http_client import RobotChannel, json_body, json_headers
 from .render import defanged, fit
 
@@ -28,7 +28,7 @@ class DingTalk(RobotChannel):
     default_url = "https://oapi.dingtalk.com/robot/send"
     token_key = "access_token"
 
-    def request(self, ch: Dict[str, Any], title: str, text: str, event: Dict[str, Any], now: float) -> Request:
+    def request(self, ch: ChannelConfig, title: str, text: str, event: Mapping[str, object], now: float) -> Request:
         url = self.url(ch)
         if ch.get("secret"):
             ts = int(now * 1000)

@@ -3,9 +3,11 @@
 import base64
 import hashlib
 import hmac
-from typing import Any, Dict, Tuple
+from typing import Mapping, Tuple
 
-from .base import Request, register
+from remote.core.jsontypes import JSON, JSONObject
+
+from .base import ChannelConfig, Request, register
 from .http_client import HttpChannel, json_body, json_headers
 from .render import fit
 
@@ -25,12 +27,12 @@ class Feishu(HttpChannel):
     secret_keys = ("url", "secret")
     answers_json = True
 
-    def request(self, ch: Dict[str, Any], title: str, text: str, event: Dict[str, Any], now: float) -> Request:
-        body = {"msg_type": "text", "content": {"text": fit("%s\n%s" % (title, text), 18000, True)}}  # type: Dict[str, Any]
+    def request(self, ch: ChannelConfig, title: str, text: str, event: Mapping[str, object], now: float) -> Request:
+        body: JSONObject = {"msg_type": "text", "content": {"text": fit("%s\n%s" % (title, text), 18000, True)}}
         if ch.get("secret"):
             ts = int(now)
             body = {"timestamp": str(ts), "sign": feishu_sign(ch["secret"], ts), **body}
         return Request(ch["url"], json_headers(), json_body(body))
 
-    def answer(self, data: Dict[str, Any]) -> Tuple[Any, Any]:
+    def answer(self, data: JSONObject) -> Tuple[JSON, JSON]:
         return data.get("code", data.get("StatusCode", 0)), data.get("msg", data.get("StatusMessage"))

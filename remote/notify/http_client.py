@@ -8,9 +8,11 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, Type, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Tuple, Type, TypeVar
 
-from .base import CHANNELS, Channel, ChannelError, Request, Transport, canonical, channel_type
+from remote.core.jsontypes import JSON, JSONObject
+
+from .base import CHANNELS, Channel, ChannelConfig, ChannelError, Request, Transport, canonical, channel_type
 from .redaction import resolve_channel
 
 if TYPE_CHECKING:
@@ -34,16 +36,16 @@ class HttpChannel(Channel):
 
     answers_json = False  # the platform answers {code, msg}: an HTTP 200 may still be a refusal
 
-    def request(self, ch: Dict[str, Any], title: str, text: str, event: Dict[str, Any], now: float) -> Request:
+    def request(self, ch: ChannelConfig, title: str, text: str, event: Mapping[str, object], now: float) -> Request:
         """The request for one message (``ch`` resolved)."""
         raise NotImplementedError
 
-    def answer(self, data: Dict[str, Any]) -> Tuple[Any, Any]:
+    def answer(self, data: JSONObject) -> Tuple[JSON, JSON]:
         """(code, message) of the platform's JSON answer; code 0 means delivered."""
         return 0, None
 
-    def deliver(self, channel: Dict[str, Any], resolved: Dict[str, Any], title: str, text: str,
-                event: Dict[str, Any], secrets: Optional[Dict[str, str]], timeout: float,
+    def deliver(self, channel: Mapping[str, object], resolved: ChannelConfig, title: str, text: str,
+                event: Mapping[str, object], secrets: Optional[Dict[str, str]], timeout: float,
                 transport: Transport) -> Optional[int]:
         req = build_request(channel, title, text, event, secrets)
         try:
@@ -62,23 +64,24 @@ class RobotChannel(HttpChannel):
     token_key = ""  # the query parameter that carries the robot's token
     answers_json = True
 
-    def validate(self, ch: Dict[str, Any], where: str) -> List[str]:
+    def validate(self, ch: Mapping[str, object], where: str) -> List[str]:
         if ch.get("msgtype") not in (None, "markdown", "text"):
             return ["%s.msgtype: must be 'markdown' or 'text'" % where]
         return []
 
-    def url(self, ch: Dict[str, Any]) -> str:
+    def url(self, ch: ChannelConfig) -> str:
         """``url`` (else the platform's), with the token added unless the URL carries it already."""
         url = ch.get("url") or self.default_url
-        if ch.get(self.token_key) and self.token_key + "=" not in url:
-            url = add_query(url, {self.token_key: ch[self.token_key]})
+        keys: Mapping[str, object] = ch  # token_key names one of ChannelConfig's strings
+        if keys.get(self.token_key) and self.token_key + "=" not in url:
+            url = add_query(url, {self.token_key: str(keys[self.token_key])})
         return url
 
-    def answer(self, data: Dict[str, Any]) -> Tuple[Any, Any]:
+    def answer(self, data: JSONObject) -> Tuple[JSON, JSON]:
         return data.get("errcode", 0), data.get("errmsg")
 
 
-def build_request(channel: Dict[str, Any], title: str, text: str, event: Dict[str, Any],
+def build_request(channel: Mapping[str, object], title: str, text: str, event: Mapping[str, object],
                   secrets: Optional[Dict[str, str]] = None, now: Optional[float] = None) -> Request:
     """The HTTP request for one channel (``${NAME}`` resolved from ``secrets``); POST always."""
     ch, _, missing = resolve_channel(channel, secrets)
@@ -134,13 +137,14 @@ def within(fn: Callable[[], Any], limit: float, on_expire: Callable[[], None] = 
     """``fn()``, run in a thread and given up on after ``limit`` s: ``on_expire`` (which should end what
     ``fn`` waits on), then ``socket.timeout``. A server that answers a byte every few seconds never
     trips a socket's per-read timeout; this bounds the whole exchange."""
-    out = {}  # type: Dict[str, Any]
+    value = []  # type: List[Any]  # fn's answer, once it came
+    error = []  # type: List[BaseException]
 
     def work() -> None:
         try:
-            out["value"] = fn()
+            value.append(fn())
         except BaseException as e:  # handed to the caller
-            out["error"] = e
+            error.append(e)
 
     t = threading.Thread(target=work, name="gpujob-notify-post", daemon=True)
     t.start()
@@ -149,9 +153,9 @@ def within(fn: Callable[[], Any], limit: float, on_expire: Callable[[], None] = 
         on_expire()
         t.join(5.0)
         raise socket.timeout("no whole answer within {:.0f} s".format(limit))
-    if "error" in out:
-        raise out["error"]
-    return out["value"]
+    if error:
+        raise error[0]
+    return value[0]
 
 
 _Conn = TypeVar("_Conn", bound="http.client.HTTPConnection")

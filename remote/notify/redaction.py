@@ -3,9 +3,9 @@ and :func:`redact`, which every error text, outcome, log line and message goes t
 
 import re
 import urllib.parse
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, cast
 
-from .base import kind_of
+from .base import ChannelConfig, kind_of
 
 REDACTED = "***"
 MIN_SECRET_LEN = 4  # shorter values are not searched for in text (they would match everywhere)
@@ -13,7 +13,7 @@ MIN_SECRET_LEN = 4  # shorter values are not searched for in text (they would ma
 _REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
-def secret_names(cfg: Optional[Dict[str, Any]]) -> List[str]:
+def secret_names(cfg: Optional[Mapping[str, object]]) -> List[str]:
     """Every ``${NAME}`` the notify config refers to (what the laptop must put in the secrets file)."""
     names = []  # type: List[str]
 
@@ -49,7 +49,7 @@ def _subst(value: Any, secrets: Dict[str, str], missing: List[str]) -> Any:
     return value
 
 
-def resolve_channel(ch: Dict[str, Any], secrets: Optional[Dict[str, str]]) -> Tuple[Dict[str, Any], List[str], List[str]]:
+def resolve_channel(ch: Mapping[str, object], secrets: Optional[Dict[str, str]]) -> Tuple[ChannelConfig, List[str], List[str]]:
     """(channel with ``${NAME}`` substituted, its sensitive values, names of missing secrets)."""
     secrets = secrets or {}
     missing = []  # type: List[str]
@@ -68,7 +68,7 @@ def resolve_channel(ch: Dict[str, Any], secrets: Optional[Dict[str, str]]) -> Tu
     return resolved, sensitive, missing
 
 
-def externalize_secrets(cfg: Optional[Dict[str, Any]], prefix: str = "GPUJOB_NOTIFY") -> Tuple[Dict[str, Any], Dict[str, str]]:
+def externalize_secrets(cfg: Optional[Mapping[str, object]], prefix: str = "GPUJOB_NOTIFY") -> Tuple[Dict[str, object], Dict[str, str]]:
     """Move literal values at secret keys out of a notify config.
 
     Returns (config with each literal replaced by ``${PREFIX_<i>_<KEY>}``, {name: value}), so
@@ -79,7 +79,7 @@ def externalize_secrets(cfg: Optional[Dict[str, Any]], prefix: str = "GPUJOB_NOT
     out = dict(cfg)
     found = {}  # type: Dict[str, str]
     chans = []
-    for i, ch in enumerate(cfg.get("channels") or []):
+    for i, ch in enumerate(cast(Iterable[object], cfg.get("channels") or [])):  # a list once validated
         if not isinstance(ch, dict):
             chans.append(ch)
             continue

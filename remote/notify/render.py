@@ -1,7 +1,7 @@
 """An event as a message: a title and plain text (the log tail last, inside a ``` fence), and
 :func:`fit`, which cuts a text to a platform's limit."""
 
-from typing import Any, Dict, Tuple
+from typing import Any, Mapping, Sequence, Tuple, cast
 
 _VERB = {
     "started": ("\u25b6\ufe0f", "started"),
@@ -39,7 +39,7 @@ def _fmt_num(v: Any) -> str:
     return "%.4g" % v
 
 
-def render(event: Dict[str, Any]) -> Tuple[str, str]:
+def render(event: Mapping[str, object]) -> Tuple[str, str]:
     """(title, text) of an event: plain text, the log tail last inside a ``` fence."""
     kind = str(event.get("event", "test"))
     icon, verb = _VERB.get(kind, ("", kind))
@@ -57,8 +57,9 @@ def render(event: Dict[str, Any]) -> Tuple[str, str]:
     if event.get("duration_s") is not None:
         lines.append("Duration: %s" % _fmt_duration(event["duration_s"]))
     if event.get("cost") is not None:
-        try:
-            cost = "%.2f" % float(event["cost"])
+        c = event["cost"]
+        try:  # a number, or text that reads as one; anything else is shown as it is
+            cost = "%.2f" % float(c if isinstance(c, (int, float, str)) else str(c))
         except (TypeError, ValueError):
             cost = str(event["cost"])
         lines.append("Cost: %s %s" % (cost, event.get("currency") or ""))
@@ -73,7 +74,7 @@ def render(event: Dict[str, Any]) -> Tuple[str, str]:
         lines.append("TensorBoard: %s" % event["tb_url"])
     if kind == "test":
         lines.append("This is a test message from gpujob: the channel works.")
-    tail = event.get("log_tail") or []
+    tail = cast(Sequence[object], event.get("log_tail") or [])  # its lines (remote/run/events.py)
     if tail:
         lines.append("Last %d log lines:" % len(tail))
         lines.append("```")

@@ -1,6 +1,6 @@
 """The ``notify:`` section of a job file: its checks, and which events go to which channel."""
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Container, Dict, List, Mapping, Optional, cast
 
 from .base import CHANNELS, channel_type
 from .redaction import secret_names
@@ -88,7 +88,7 @@ def _check_on(where: str, on: Any) -> List[str]:
     return ["%s: %r is not one of %s" % (where, e, ", ".join(EVENTS)) for e in on if e not in EVENTS]
 
 
-def wants(cfg: Optional[Dict[str, Any]], event_name: str, channel: Optional[Dict[str, Any]] = None) -> bool:
+def wants(cfg: Optional[Mapping[str, object]], event_name: str, channel: Optional[Mapping[str, object]] = None) -> bool:
     """Whether ``event_name`` is to be sent (``test`` always is); a channel's own ``on`` wins."""
     if event_name == "test":
         return True
@@ -101,5 +101,5 @@ def wants(cfg: Optional[Dict[str, Any]], event_name: str, channel: Optional[Dict
         on = DEFAULT_ON
     if isinstance(on, str):
         on = [on]
-    return event_name in on
+    return event_name in cast(Container[object], on)  # a list once validated (_check_on)
 

@@ -2,7 +2,7 @@
 (:func:`send_all`), and the agent's one call (:func:`notify_event`). None of them raises."""
 
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, TypedDict, cast
 
 from remote.core import protocol
 
@@ -13,7 +13,20 @@ from .render import render
 from .section import wants
 
 
-def channel_names(channels: List[Dict[str, Any]]) -> List[str]:
+class Outcome(TypedDict):
+    """One channel's send, as :func:`send_all` describes it."""
+
+    channel: str
+    type: str
+    ok: bool
+    skipped: bool
+    attempts: int
+    status: Optional[int]
+    error: Optional[str]
+    elapsed_s: float
+
+
+def channel_names(channels: Sequence[object]) -> List[str]:
     types = [channel_type(c) if isinstance(c, dict) else "?" for c in channels]
     out = []
     for i, c in enumerate(channels):
@@ -26,14 +39,14 @@ def channel_names(channels: List[Dict[str, Any]]) -> List[str]:
     return out
 
 
-def send_channel(channel: Dict[str, Any], title: str, text: str, event: Dict[str, Any],
+def send_channel(channel: Mapping[str, object], title: str, text: str, event: Mapping[str, object],
                  secrets: Optional[Dict[str, str]], state_dir: Optional[str] = None, retries: int = 3,
                  backoff: float = 1.0, timeout: float = 10.0, transport: Optional[Transport] = None,
-                 sleep: Callable[[float], None] = time.sleep) -> Dict[str, Any]:
+                 sleep: Callable[[float], None] = time.sleep) -> Outcome:
     """Send to one channel with retries; the (unredacted) outcome dict. Never raises."""
     t = channel_type(channel)
     out = {"channel": t, "type": t, "ok": False, "skipped": False, "attempts": 0,
-           "status": None, "error": None}  # type: Dict[str, Any]
+           "status": None, "error": None, "elapsed_s": 0.0}  # type: Outcome
     start = time.monotonic()
     transport = transport or urllib_transport
     attempt = 0
@@ -77,9 +90,9 @@ def send_channel(channel: Dict[str, Any], title: str, text: str, event: Dict[str
     return out
 
 
-def send_all(channels: List[Dict[str, Any]], event: Dict[str, Any], secrets: Optional[Dict[str, str]] = None,
+def send_all(channels: Sequence[object], event: Mapping[str, object], secrets: Optional[Dict[str, str]] = None,
              state_dir: Optional[str] = None, retries: int = 3, backoff: float = 1.0, timeout: float = 10.0,
-             transport: Optional[Transport] = None, log: Optional[Callable[[str], None]] = None) -> List[Dict[str, Any]]:
+             transport: Optional[Transport] = None, log: Optional[Callable[[str], None]] = None) -> List[Outcome]:
     """Send ``event`` to every channel in turn; one outcome dict per channel. Never raises.
 
     Outcome: ``channel`` (name), ``type``, ``ok``, ``skipped`` (rate-limited), ``attempts``,
@@ -87,7 +100,7 @@ def send_all(channels: List[Dict[str, Any]], event: Dict[str, Any], secrets: Opt
     ``retries`` is the number of retries after the first attempt (exponential backoff from
     ``backoff`` seconds) on network errors, timeouts, 5xx and 429; other 4xx are final.
     """
-    outcomes = []  # type: List[Dict[str, Any]]
+    outcomes = []  # type: List[Outcome]
     try:
         channels = list(channels or [])
         sensitive = all_sensitive(channels, secrets)
@@ -101,7 +114,7 @@ def send_all(channels: List[Dict[str, Any]], event: Dict[str, Any], secrets: Opt
     for name, ch in zip(names, channels):
         if not isinstance(ch, dict):
             out = {"channel": name, "type": "?", "ok": False, "skipped": False, "attempts": 0,
-                   "status": None, "error": "channel is not a mapping", "elapsed_s": 0.0}
+                   "status": None, "error": "channel is not a mapping", "elapsed_s": 0.0}  # type: Outcome
         else:
             out = send_channel(ch, title, text, safe_event, secrets, state_dir, retries, backoff, timeout, transport)
         out["channel"] = name
@@ -116,7 +129,7 @@ def send_all(channels: List[Dict[str, Any]], event: Dict[str, Any], secrets: Opt
     return outcomes
 
 
-def format_outcome(out: Dict[str, Any], event_name: Any = None) -> str:
+def format_outcome(out: Outcome, event_name: object = None) -> str:
     """One log line for an outcome (already redacted by send_all)."""
     head = "notify %s%s" % (out.get("channel"), (" (%s)" % event_name) if event_name else "")
     if out.get("ok"):
@@ -127,15 +140,15 @@ def format_outcome(out: Dict[str, Any], event_name: Any = None) -> str:
                                                   "" if out.get("attempts") == 1 else "s", out.get("error"))
 
 
-def notify_event(cfg: Optional[Dict[str, Any]], event: Dict[str, Any], secrets: Optional[Dict[str, str]] = None,
+def notify_event(cfg: Optional[Mapping[str, object]], event: Mapping[str, object], secrets: Optional[Dict[str, str]] = None,
                  state_dir: Optional[str] = None, log: Optional[Callable[[str], None]] = None, retries: int = 3,
                  backoff: float = 1.0, timeout: float = 10.0,
-                 transport: Optional[Transport] = None) -> List[Dict[str, Any]]:
+                 transport: Optional[Transport] = None) -> List[Outcome]:
     """The agent's one call: send ``event`` to the channels of ``cfg`` (the spec's ``notify``)
     that want it (``on:`` of the channel, else of the section, else :data:`DEFAULT_ON`).
     Returns the outcomes (empty when nothing wants the event). Never raises."""
     try:
-        every = list((cfg or {}).get("channels") or [])
+        every = list(cast(Iterable[object], (cfg or {}).get("channels") or []))  # a non-list: nothing sent
         names = channel_names(every)  # named over the whole list, so a channel's name is stable
         chans = [dict(c, name=n) for c, n in zip(every, names)
                  if isinstance(c, dict) and wants(cfg, str(event.get("event")), c)]

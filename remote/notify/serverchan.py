@@ -2,9 +2,11 @@
 
 import re
 import urllib.parse
-from typing import Any, Dict, Tuple
+from typing import Mapping, Tuple
 
-from .base import Request, register
+from remote.core.jsontypes import JSON, JSONObject
+
+from .base import ChannelConfig, Request, register
 from .http_client import HttpChannel
 from .render import fit
 
@@ -25,10 +27,10 @@ class ServerChan(HttpChannel):
     secret_keys = ("sendkey",)
     answers_json = True
 
-    def request(self, ch: Dict[str, Any], title: str, text: str, event: Dict[str, Any], now: float) -> Request:
+    def request(self, ch: ChannelConfig, title: str, text: str, event: Mapping[str, object], now: float) -> Request:
         url = ch.get("url") or serverchan_url(ch["sendkey"])
         form = urllib.parse.urlencode({"title": fit(title, 32), "desp": fit(text, 30000)}).encode("ascii")
         return Request(url, {"Content-Type": "application/x-www-form-urlencoded; charset=utf-8"}, form)
 
-    def answer(self, data: Dict[str, Any]) -> Tuple[Any, Any]:
+    def answer(self, data: JSONObject) -> Tuple[JSON, JSON]:
         return data.get("code", 0), data.get("message")

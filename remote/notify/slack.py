@@ -1,8 +1,8 @@
 """``slack``: an incoming-webhook URL; the title in bold, 39,000 characters at most."""
 
-from typing import Any, Dict
+from typing import Mapping
 
-from .base import Request, register
+from .base import ChannelConfig, Request, register
 from .http_client import HttpChannel, json_body, json_headers
 from .render import fit, slack_text
 
@@ -13,6 +13,6 @@ class Slack(HttpChannel):
     required = (("url",),)
     secret_keys = ("url",)
 
-    def request(self, ch: Dict[str, Any], title: str, text: str, event: Dict[str, Any], now: float) -> Request:
+    def request(self, ch: ChannelConfig, title: str, text: str, event: Mapping[str, object], now: float) -> Request:
         body = {"text": fit("*%s*\n%s" % (slack_text(title), slack_text(text)), 39000)}
         return Request(ch["url"], json_headers(), json_body(body))

@@ -5,9 +5,9 @@ import socket
 import ssl
 from email.message import EmailMessage
 from email.utils import formatdate, make_msgid
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
-from .base import Channel, ChannelError, Transport, register
+from .base import Channel, ChannelConfig, ChannelError, Transport, register
 
 
 @register
@@ -19,7 +19,7 @@ class Email(Channel):
     secret_keys = ("password",)
     non_string_keys = ("to", "port", "starttls", "ssl", "timeout")
 
-    def validate(self, ch: Dict[str, Any], where: str) -> List[str]:
+    def validate(self, ch: Mapping[str, object], where: str) -> List[str]:
         errs = []  # type: List[str]
         to = ch.get("to")
         if isinstance(to, str):
@@ -42,14 +42,14 @@ class Email(Channel):
             errs.append("%s.timeout: must be a number of seconds from 0 to 3600" % where)
         return errs
 
-    def deliver(self, channel: Dict[str, Any], resolved: Dict[str, Any], title: str, text: str,
-                event: Dict[str, Any], secrets: Optional[Dict[str, str]], timeout: float,
+    def deliver(self, channel: Mapping[str, object], resolved: ChannelConfig, title: str, text: str,
+                event: Mapping[str, object], secrets: Optional[Dict[str, str]], timeout: float,
                 transport: Transport) -> Optional[int]:
         send_email(resolved, title, text, timeout)
         return None
 
 
-def send_email(channel: Dict[str, Any], title: str, text: str, timeout: float = 10.0) -> None:
+def send_email(channel: ChannelConfig, title: str, text: str, timeout: float = 10.0) -> None:
     """Send one mail (``channel`` already resolved). SSL on port 465 or ``ssl: true``; STARTTLS
     when ``starttls: true`` or, with ``auto`` (the default), when the server offers it; a
     password is never sent in clear unless ``starttls: false`` says so."""

@@ -2,9 +2,9 @@
 
 import hashlib
 import hmac
-from typing import Any, Dict, List
+from typing import List, Mapping
 
-from .base import Request, register
+from .base import ChannelConfig, Request, register
 from .http_client import HttpChannel, json_body, json_headers
 
 
@@ -22,13 +22,13 @@ class Webhook(HttpChannel):
     secret_keys = ("url", "secret", "headers")
     non_string_keys = ("headers",)
 
-    def validate(self, ch: Dict[str, Any], where: str) -> List[str]:
+    def validate(self, ch: Mapping[str, object], where: str) -> List[str]:
         h = ch.get("headers")
         if h is not None and (not isinstance(h, dict) or not all(isinstance(v, str) for v in h.values())):
             return ["%s.headers: must be a mapping of strings" % where]
         return []
 
-    def request(self, ch: Dict[str, Any], title: str, text: str, event: Dict[str, Any], now: float) -> Request:
+    def request(self, ch: ChannelConfig, title: str, text: str, event: Mapping[str, object], now: float) -> Request:
         ts = int(now)
         payload = dict(event)
         payload.update({"title": title, "text": text, "timestamp": ts, "source": "gpujob"})

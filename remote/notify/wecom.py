@@ -1,8 +1,8 @@
 """``wecom``: a WeCom (企业微信) group robot, by URL or ``key``; markdown (4,096 bytes) or text (2,048)."""
 
-from typing import Any, Dict
+from typing import Mapping
 
-from .base import Request, register
+from .base import ChannelConfig, Request, register
 from .http_client import RobotChannel, json_body, json_headers
 from .render import defanged, fit
 
@@ -16,7 +16,7 @@ class WeCom(RobotChannel):
     default_url = "https://qyapi.weixin.qq.com/cgi-bin/webhook/send"
     token_key = "key"
 
-    def request(self, ch: Dict[str, Any], title: str, text: str, event: Dict[str, Any], now: float) -> Request:
+    def request(self, ch: ChannelConfig, title: str, text: str, event: Mapping[str, object], now: float) -> Request:
         url = self.url(ch)
         if ch.get("msgtype") == "text":
             body = {"msgtype": "text", "text": {"content": fit("%s\n%s" % (title, text), 2048, True)}}

@@ -147,9 +147,9 @@ class Mirror:
 
     # ---- the thread ---------------------------------------------------------------------
     def _loop(self) -> None:
-        from remote.ckpt.keepcopy import _low_io_priority
+        from remote.ckpt.keepcopy import low_io_priority
 
-        _low_io_priority()  # this thread reads each new version whole to hash it: the training's reads come first
+        low_io_priority()  # this thread reads each new version whole to hash it: the training's reads come first
         while True:
             ending = self.ending  # only a pass begun after the job ended can find the last one
             try:

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
-from remote.core import layout
+from remote.core import layout, procs
 from remote.core.layout import JobDir, Root, agent_log, now, read_json, write_json
 from remote.core.spec import JobSpec, SpecLike
 from remote.jobs import lost
@@ -33,8 +33,7 @@ def run_shutdown(root: Root, command: Optional[str], why: str) -> Dict[str, Any]
         return {"ran": False, "error": "no shutdown_command"}
     agent_log(root, "shutdown ({}): running the host's shutdown command".format(why))
     limit = float(os.environ.get("GPUJOB_SHUTDOWN_TIMEOUT", "120"))
-    import signal  # here and below: every verb's start imports this module (revive_idle_watch)
-    import subprocess
+    import subprocess  # here and below: every verb's start imports this module (revive_idle_watch)
 
     try:  # its own session: a command that hangs is ended with every process it started
         p = subprocess.Popen(["bash", "-c", command], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -45,12 +44,7 @@ def run_shutdown(root: Root, command: Optional[str], why: str) -> Dict[str, Any]
     try:
         out_b, _ = p.communicate(timeout=limit)
     except subprocess.TimeoutExpired:
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(p.pid, sig)
-            except OSError:
-                break
-            time.sleep(1.0)
+        procs.end(lambda sig: procs.signal_group(p.pid, sig), lambda: procs.group_alive(p.pid), 1.0, 1.0, p.poll)
         p.wait()
         agent_log(root, "shutdown command gave no answer in {:.0f} s: ended with its processes".format(limit))
         return {"ran": False, "error": "no answer in {:.0f} s".format(limit)}

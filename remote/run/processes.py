@@ -34,8 +34,7 @@ class Processes:
     def ended_before_stop(self, rc: int) -> bool:
         """The run command had ended on its own (exit 0) before the stop reached it (remote/stopping/late.py)."""
         clock = self.exit_clock
-        return late.ended_on_its_own(rc, clock.at if clock is not None else None, self.job.stop_file, self.job.path / "stop.after",
-                                     self.signalled)
+        return late.ended_on_its_own(rc, clock.at if clock is not None else None, self.job, self.signalled)
 
     def running(self) -> bool:
         return self.child is not None and self.child.poll() is None

@@ -52,12 +52,9 @@ class Stopper:
             grace = min(grace, after.LANDED_GRACE)
         child = self.procs.child
         assert child is not None
-        watching = Path(str(self.job.stop_file) + ".watch").exists()
+        watching = self.job.stop_watch.exists()
         if watching:  # the runtime helper (or the Trainer hook) polls the stop file: give it the grace to save
-            deadline = time.monotonic() + grace
-            while time.monotonic() < deadline and child.poll() is None:
-                self.procs.tick_wait()
-                time.sleep(TICK)
+            procs.wait_gone(lambda: child.poll() is None, grace, self.procs.tick_wait, TICK)
             grace, term = (grace if saved else 10.0), True
         else:
             grace, term = self.ask_to_stop(self.wait_for_saves(grace)), False
@@ -111,8 +108,6 @@ class Stopper:
             ", ".join("pid {} {}".format(p, names.get(s, s)) for p, s in sorted(asked.items())) or "no process to ask",
             shown))
         self.job.event("stop_signals", signals={str(p): names.get(s, s) for p, s in asked.items()})
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and any(procs.pid_alive(p) for p in asked):
-            self.procs.tick_wait()  # reap the run command's shell
-            time.sleep(TICK)
-        return 0.0 if time.monotonic() >= deadline else 5.0
+        # tick_wait reaps the run command's shell
+        gone = procs.wait_gone(lambda: any(procs.pid_alive(p) for p in asked), grace, self.procs.tick_wait, TICK)
+        return 5.0 if gone else 0.0

@@ -89,9 +89,9 @@ class Supervisor:
         pattern = self.spec.checkpoint.pattern
         resume = ckptdir.latest_resume(self.ckpt_dir(), pattern, self.procs.job_pids)
         self.record.new_attempt()
-        for mark in (".watch", ".acted", ".ended"):  # each attempt acknowledges the stop file afresh (a Trainer hook: at its first step)
+        for mark in (self.job.stop_watch, self.job.stop_acted, self.job.stop_ended):  # each attempt acknowledges the stop file afresh (a Trainer hook: at its first step)
             try:
-                os.unlink(str(self.job.stop_file) + mark)
+                os.unlink(str(mark))
             except OSError:
                 pass
         how = " (resume from {})".format(resume) if resume else ckptdir.why_from_start(self.ckpt_dir(), pattern)

@@ -21,10 +21,6 @@ DEFAULT_MAX_WAIT = 1200.0  # without a known interval between checkpoints
 LANDED_GRACE = 3.0
 
 
-def _path(job: JobDir) -> Path:
-    return job.path / "stop.after"
-
-
 def auto_max_wait(ckpt_dir: Path, pattern: Optional[str], pids: Any) -> float:
     """How long to wait when nobody said: twice the usual time between the job's checkpoints (at
     least a minute), else 20 min."""
@@ -41,14 +37,14 @@ def request(job: JobDir, max_wait: Optional[float], reason: str, ckpt_dir: Optio
         doc = {"requested_at": now(), "reason": reason, "max_wait_auto": max_wait is None,
                "max_wait": float(max_wait) if max_wait is not None else
                auto_max_wait(ckpt_dir or job.ckpt, pattern, pids)}
-    with_reserve(lambda: _path(job).write_text(json.dumps(doc)))
+    with_reserve(lambda: job.stop_after.write_text(json.dumps(doc)))
     job.event("stop_after_checkpoint", max_wait=doc["max_wait"], reason=reason)
     return doc
 
 
 def pending(job: JobDir) -> Optional[Dict[str, Any]]:
     try:
-        doc = json.loads(_path(job).read_text())
+        doc = json.loads(job.stop_after.read_text())
     except (OSError, ValueError):
         return None
     return doc if isinstance(doc, dict) and isinstance(doc.get("requested_at"), (int, float)) else None
@@ -56,7 +52,7 @@ def pending(job: JobDir) -> Optional[Dict[str, Any]]:
 
 def clear(job: JobDir) -> None:
     try:
-        _path(job).unlink()
+        job.stop_after.unlink()
     except OSError:
         pass
 

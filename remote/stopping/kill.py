@@ -1,13 +1,13 @@
 """Ending a set of processes found by a finder, and proving it: what is left after SIGKILL is named."""
 
 import signal
-import time
 from typing import Callable, List, Optional, Set, Tuple
 
 from remote.core import procs
 from remote.stopping import cgroup as cg
 
 Finder = Callable[[], Set[int]]
+KILL_WAIT = 2.5  # s of SIGKILL, sent again at each look, before the thorough finder looks once more
 
 
 def end(finder: Finder, grace: float, poll: Optional[Callable[[], None]] = None, cgroup: Optional[str] = None,
@@ -18,38 +18,30 @@ def end(finder: Finder, grace: float, poll: Optional[Callable[[], None]] = None,
     thorough one reads every process's open files); ``poll``: called while waiting (the supervisor
     reaps its child and beats there)."""
     seen = finder()
-    cheap = cheap or finder
+    find = cheap or finder
+    now: Set[int] = set()
+    killed: Set[int] = set()
 
-    def left() -> Set[int]:
-        return {p for p in seen if procs.pid_alive(p)} | cheap()
+    def left() -> bool:
+        now.clear()
+        now.update({p for p in seen if procs.pid_alive(p)} | find())
+        return bool(now)
 
-    if term:
-        procs.signal_pids(seen, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and left():
-        if poll:
-            poll()
-        time.sleep(0.2)
-    killed = set()  # type: Set[int]
-    for _ in range(25):
-        now = left()
-        if not now:
-            break
-        killed |= now
-        seen |= now
-        cg.kill(cgroup)
-        procs.signal_pids(now, signal.SIGKILL)
-        if poll:
-            poll()
-        time.sleep(0.1)
+    def send(sig: int) -> bool:
+        if sig == signal.SIGKILL:  # what is left now: the cgroup too, and what was found since
+            killed.update(now)
+            seen.update(now)
+            cg.kill(cgroup)
+            procs.signal_pids(now, sig)
+        else:
+            procs.signal_pids(seen, sig)
+        return True
+
+    procs.end(send, left, grace, KILL_WAIT, poll, term=term, kill_again=True)
     late = finder()  # looked for again the thorough way: what the quick one missed
     if late:
         killed |= late
         procs.signal_pids(late, signal.SIGKILL)
-        deadline = time.monotonic() + 2.0
-        while time.monotonic() < deadline and any(procs.pid_alive(p) for p in late):
-            if poll:
-                poll()
-            time.sleep(0.1)
+        procs.wait_gone(lambda: any(procs.pid_alive(p) for p in late), 2.0, poll, 0.1)
     survivors = sorted(p for p in seen | late if procs.pid_alive(p))
     return sorted(killed), survivors

@@ -20,15 +20,12 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from remote.core.layout import JobDir
+
 HELPER_MARK = "gpujob_runtime"  # what the runtime helper writes into STOP.watch
-ENDED = ".ended"  # beside the stop file: the run command had already ended when the stop was asked
 
 
-def ended_path(stop_file: Path) -> Path:
-    return Path(str(stop_file) + ENDED)
-
-
-def note_if_ended(stop_file: Path, child_pid: object, supervisor_pid: object) -> None:
+def note_if_ended(job: JobDir, child_pid: object, supervisor_pid: object) -> None:
     """Called by whoever asks for the stop, before asking: a run command that is already a zombie of
     its supervisor (it exited; the supervisor, frozen or busy, has not reaped it yet) had ended on
     its own. Its own clock cannot say so: the supervisor's waiting thread is as frozen as it is."""
@@ -41,7 +38,7 @@ def note_if_ended(stop_file: Path, child_pid: object, supervisor_pid: object) ->
         return
     if len(fields) > 1 and fields[0] == "Z" and fields[1] == str(supervisor_pid):
         try:
-            ended_path(stop_file).write_text("{}\n".format(time.time()))
+            job.stop_ended.write_text("{}\n".format(time.time()))
         except OSError:
             pass
 
@@ -68,26 +65,24 @@ def _mtime(path: Path) -> Optional[float]:
         return None
 
 
-def asked_at(stop_file: Path, after_file: Path) -> Optional[float]:
+def asked_at(job: JobDir) -> Optional[float]:
     """When the stop was first asked (the stop file or a stop-after-checkpoint request), if known."""
-    times = [t for t in (_mtime(stop_file), _mtime(after_file)) if t is not None]
+    times = [t for t in (_mtime(job.stop_file), _mtime(job.stop_after)) if t is not None]
     return min(times) if times else None
 
 
-def ended_on_its_own(rc: Optional[int], ended_at: Optional[float], stop_file: Path, after_file: Path,
-                     signalled: bool) -> bool:
+def ended_on_its_own(rc: Optional[int], ended_at: Optional[float], job: JobDir, signalled: bool) -> bool:
     if rc != 0:
         return False
-    if ended_path(stop_file).exists():  # seen a zombie when the stop was asked (note_if_ended)
+    if job.stop_ended.exists():  # seen a zombie when the stop was asked (note_if_ended)
         return True
-    asked = asked_at(stop_file, after_file)
+    asked = asked_at(job)
     if ended_at is not None and asked is not None and ended_at < asked:
         return True
     if signalled:
         return False
-    watch = Path(str(stop_file) + ".watch")
     try:
-        mark = watch.read_text()
+        mark = job.stop_watch.read_text()
     except OSError:  # no helper said how it watches: code that polls the stop file itself left
         return False  # on it before any signal (a stop), as far as anyone can tell
-    return mark.startswith(HELPER_MARK) and not Path(str(stop_file) + ".acted").exists()
+    return mark.startswith(HELPER_MARK) and not job.stop_acted.exists()

@@ -114,7 +114,7 @@ def stop(root: Root, job_id: str, wait: float = STOP_WAIT, reason: str = "stoppe
     start = time.monotonic()
     deadline = start + wait
     if st.state not in TERMINAL:
-        late.note_if_ended(job.stop_file, st.child_pid, st.supervisor_pid)
+        late.note_if_ended(job, st.child_pid, st.supervisor_pid)
         if after_checkpoint is not None and st.state == "running":
             after.request(job, after_checkpoint if after_checkpoint >= 0 else None, reason,
                           pattern=spec.checkpoint.pattern,

@@ -22,7 +22,6 @@ transfer leaves the part file and its range sidecars, never a file under the fin
 """
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -31,6 +30,9 @@ import signal
 import time
 from pathlib import Path
 from typing import IO, Any, Callable, ContextManager, Dict, Iterator, List, Optional
+
+from remote.core import filelock
+from remote.core.jsontypes import JSONObject
 
 from .durable import CLOEXEC, NOFOLLOW, durable, replace
 from .format import CHUNK, REC, TransferError, raise_on_signals
@@ -135,7 +137,7 @@ def _open_part(tmp: str, parent: str) -> int:
     is copied first, under a lock on the folder so only one channel does it."""
     dfd = os.open(parent, os.O_RDONLY | CLOEXEC)
     try:
-        fcntl.flock(dfd, fcntl.LOCK_EX)
+        filelock.lock(dfd)
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | NOFOLLOW | CLOEXEC, 0o600)
         if os.fstat(fd).st_nlink > 1:
             os.close(fd)
@@ -149,7 +151,7 @@ def _open_part(tmp: str, parent: str) -> int:
 
 def receive_ranges(base: Path, name: str, size: int, span: int, ks: List[int], stdin: IO[bytes],
                    stdout: IO[bytes], cache: Optional[HashCache] = None,
-                   hold: Optional[Callable[[], ContextManager[Any]]] = None) -> Dict[str, Any]:
+                   hold: Optional[Callable[[], ContextManager[Any]]] = None) -> JSONObject:
     """One channel of a ranged upload of ``name`` under ``base`` (see the module doc). The
     channel may be opened before the laptop knows it needs it (an empty stream then ends it);
     ``hold`` (the project's sync lease) is taken once its stream starts."""
@@ -180,7 +182,7 @@ def _nothing() -> Iterator[None]:
 
 
 def _receive(src: _Exact, base: Path, name: str, size: int, span: int, target: str, parent: str,
-             have: Dict[int, List[str]], stdout: IO[bytes], cache: Optional[HashCache]) -> Dict[str, Any]:
+             have: Dict[int, List[str]], stdout: IO[bytes], cache: Optional[HashCache]) -> JSONObject:
     try:  # a single stream's sidecar would vouch for bytes the ranges now write over
         os.unlink(sidecar_path(target))
     except OSError:
@@ -274,7 +276,7 @@ def _complete(name: str, target: str, size: int, span: int, wait: Any) -> List[s
         time.sleep(0.02)
 
 
-def commit(base: Path, name: str, size: int, span: int, head: Dict[str, Any], cache: Optional[HashCache]) -> None:
+def commit(base: Path, name: str, size: int, span: int, head: JSONObject, cache: Optional[HashCache]) -> None:
     """Check the whole file against ``head["h"]`` from every range's sidecar, then cut the part
     file to size, set its mode and mtime, fsync it and rename it into place."""
     mode, mtime, want = head.get("mode"), head.get("mtime"), head.get("h")

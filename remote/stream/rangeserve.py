@@ -22,13 +22,15 @@ import secrets
 import socket
 import threading
 import time
-from typing import IO, Any, Callable, Dict, List, Optional, Set
+from typing import IO, Callable, List, Mapping, Optional, Set
+
+from remote.core.jsontypes import JSONObject
 
 HELLO_WAIT = float(os.environ.get("GPUJOB_RANGE_HELLO_WAIT", "10"))  # seconds to present the token and header
 
 
 def serve(control_in: IO[bytes], control_out: IO[bytes],
-          handle: Callable[[Dict[str, Any], IO[bytes], IO[bytes]], int], first: Dict[str, Any]) -> Dict[str, Any]:
+          handle: Callable[[JSONObject, IO[bytes], IO[bytes]], int], first: Mapping[str, object]) -> JSONObject:
     """Serve range channels until ``control_in`` ends (see the module doc): ``handle(header,
     rfile, wfile)`` speaks one channel and returns its exit status; ``first`` goes in the first
     line too. At the end the listener and every open connection are shut (their receivers
@@ -138,7 +140,7 @@ def dial_request(line: bytes) -> Optional[List[int]]:
     return [port, n]
 
 
-def _serve_one(conn: socket.socket, token: str, handle: Callable[[Dict[str, Any], IO[bytes], IO[bytes]], int],
+def _serve_one(conn: socket.socket, token: str, handle: Callable[[JSONObject, IO[bytes], IO[bytes]], int],
                served: List[int], dialed: bool = False) -> None:
     """One connection: the token, the header, the channel, the exit line. A wrong or missing
     token (or none within ``HELLO_WAIT``) drops the connection unanswered; one this end

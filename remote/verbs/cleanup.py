@@ -3,7 +3,7 @@ TensorBoard), then the files go; remote/jobs/cleanup.py says what may go and wha
 
 import argparse
 from pathlib import Path
-from typing import Any, Dict
+from typing import Mapping
 
 from remote.core import locks, procs
 from remote.core.errors import AgentError
@@ -34,7 +34,7 @@ def _stop_tensorboard(root: Root, job_id: str) -> None:
         pass
 
 
-def remove(root: Root, ref: str, force: bool = False, wait: float = 120.0) -> Dict[str, Any]:
+def remove(root: Root, ref: str, force: bool = False, wait: float = 120.0) -> Mapping[str, object]:
     """Remove a job's folder; a queued or running one only with ``force`` (stopped first)."""
     job_id = jobs.resolve(root, ref)
     job = root.job(job_id)
@@ -67,7 +67,7 @@ def remove(root: Root, ref: str, force: bool = False, wait: float = 120.0) -> Di
     return {"job_id": job_id, "removed": True, "stopped": stopped, "bytes": size, "path": str(job.path)}
 
 
-def gc(root: Root, older_than: float, dry_run: bool = False, checkpoints_only: bool = False) -> Dict[str, Any]:
+def gc(root: Root, older_than: float, dry_run: bool = False, checkpoints_only: bool = False) -> Mapping[str, object]:
     doc = plan(root, older_than, checkpoints_only)
     doc["dry_run"] = dry_run
     if dry_run:
@@ -93,9 +93,9 @@ def gc(root: Root, older_than: float, dry_run: bool = False, checkpoints_only: b
     return doc
 
 
-def rm(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+def rm(root: Root, a: argparse.Namespace) -> Mapping[str, object]:
     return remove(root, a.job, a.force, a.wait)
 
 
-def gc_verb(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+def gc_verb(root: Root, a: argparse.Namespace) -> Mapping[str, object]:
     return gc(root, a.older_than, a.dry_run, a.checkpoints_only)

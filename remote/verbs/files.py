@@ -6,10 +6,11 @@ import argparse
 import contextlib
 import json
 import sys
-from typing import Any, Dict, Iterator
+from typing import Any, Iterator, Mapping
 
 from remote.core import locks
 from remote.core.errors import AgentError
+from remote.core.jsontypes import JSONObject
 from remote.core.layout import Root
 from remote.core.protocol import LEASE_WAIT
 from remote.jobs.store import resolve
@@ -41,7 +42,7 @@ def _lease_lost(a: argparse.Namespace) -> AgentError:
                       "{:.0f} s".format(a.project, locks.lease_ttl()), "submit again", "lease_lost")
 
 
-def sync(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+def sync(root: Root, a: argparse.Namespace) -> Mapping[str, object]:
     """Manifest, then receive, on one channel (see transfer.session); with ``--lease``, under
     the project's sync lease (waited for here: this command has a process of its own)."""
     root.ensure()
@@ -54,7 +55,7 @@ def sync(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     return transfer.session(root.root, a.dir, a.hash_dir, sys.stdin.buffer, sys.stdout.buffer, a.known, a.shape)
 
 
-def manifest(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+def manifest(root: Root, a: argparse.Namespace) -> Mapping[str, object]:
     """The first half of ``sync`` on its own (the kept ``serve`` process answers it). With
     ``--lease``, a project's lease held by another submit answers ``{"busy": seconds}`` at
     once: the kept process serves other clients too, so the client waits, not this one."""
@@ -66,13 +67,13 @@ def manifest(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     return transfer.manifest_doc(root.root, a.dir, a.hash_dir, known=a.known, shapes=a.shape)
 
 
-def unlease(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+def unlease(root: Root, a: argparse.Namespace) -> Mapping[str, object]:
     """Give a submit's sync lease back (its client stopped before the upload or the snapshot)."""
     locks.give_back(root.root, a.project, a.lease)
     return {"released": True}
 
 
-def receive(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+def receive(root: Root, a: argparse.Namespace) -> Mapping[str, object]:
     """The second half of ``sync``: apply the upload stream on stdin (a small one, in ``serve``)."""
     root.ensure()
     if a.lease:
@@ -83,12 +84,12 @@ def receive(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     return transfer.receive(root.root, sys.stdin.buffer, transfer.hash_cache(root.root))
 
 
-def range_channel(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+def range_channel(root: Root, a: argparse.Namespace) -> Mapping[str, object]:
     """One channel of a large file's ranged upload (remote/stream/ranges.py)."""
     return _range(root, a, sys.stdin.buffer, sys.stdout.buffer)
 
 
-def _range(root: Root, a: argparse.Namespace, stdin: Any, stdout: Any) -> Dict[str, Any]:
+def _range(root: Root, a: argparse.Namespace, stdin: Any, stdout: Any) -> Mapping[str, object]:
     from remote.stream.ranges import receive_ranges
 
     root.ensure()
@@ -111,7 +112,7 @@ def _range(root: Root, a: argparse.Namespace, stdin: Any, stdout: Any) -> Dict[s
 RANGE_HEADER = {"name": str, "size": int, "span": int, "ranges": str, "project": str, "lease": str}
 
 
-def range_serve(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+def range_serve(root: Root, a: argparse.Namespace) -> Mapping[str, object]:
     """Every range channel of one sync in this one process, over TCP connections on 127.0.0.1
     (remote/stream/rangeserve.py ``serve``): each speaks what a ``range`` command's stdin and stdout
     do, with its arguments in a header; ends when this command's stdin does."""
@@ -124,7 +125,7 @@ def range_serve(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     except ValueError:
         files = []
 
-    def handle(head: Dict[str, Any], rfile: Any, wfile: Any) -> int:
+    def handle(head: JSONObject, rfile: Any, wfile: Any) -> int:
         def answer(doc: Any) -> None:
             wfile.write((json.dumps(doc, sort_keys=True) + "\n").encode())
             wfile.flush()
@@ -142,7 +143,7 @@ def range_serve(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     return serve(sys.stdin.buffer, sys.stdout.buffer, handle, {"have": held_files(root.root, files)})
 
 
-def reseal(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+def reseal(root: Root, a: argparse.Namespace) -> Mapping[str, object]:
     """Bring the synced trees' seals up to date (started detached after a receive)."""
     return transfer.reseal(root.root)
 

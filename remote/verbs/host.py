@@ -5,19 +5,19 @@ import argparse
 import json
 import os
 import sys
-from typing import Any, Dict
+from typing import Mapping
 
 from remote import AGENT_PROTOCOL
 from remote.core import layout, procs
 from remote.core.layout import Root
 
 
-def hello(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+def hello(root: Root, a: argparse.Namespace) -> Mapping[str, object]:
     return {"protocol": AGENT_PROTOCOL, "python": sys.version.split()[0], "executable": sys.executable,
             "root": str(root.root), "boot_id": procs.boot_id(), "agent": layout.AGENT_DIR.name}
 
 
-def gpus(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+def gpus(root: Root, a: argparse.Namespace) -> Mapping[str, object]:
     """A fresh nvidia-smi sample (None on a CPU host; ``smi_error`` says why when an nvidia-smi is
     there and fails), who holds which GPU, and the queue."""
     from remote.host import gpus as host_gpus
@@ -27,7 +27,7 @@ def gpus(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     return {"gpus": found, "smi_error": error or None, "held": host_gpus.taken(root, ""), "queue": host_gpus.queue(root)}
 
 
-def idle_shutdown(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+def idle_shutdown(root: Root, a: argparse.Namespace) -> Mapping[str, object]:
     """Install (minutes > 0) or remove (0) the idle watcher; stdin: {"command": shutdown command}."""
     from remote.run import power
 
@@ -35,21 +35,21 @@ def idle_shutdown(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     return power.install_idle_watch(root, a.minutes, req.get("command"))
 
 
-def authkeys(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+def authkeys(root: Root, a: argparse.Namespace) -> Mapping[str, object]:
     """Add or remove a public key where this host's sshd reads them (``host rekey``); stdin: the request."""
     from remote.host import authkeys as host_authkeys
 
     return host_authkeys.change(json.loads(sys.stdin.read() or "{}"))
 
 
-def idle_watch(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+def idle_watch(root: Root, a: argparse.Namespace) -> Mapping[str, object]:
     from remote.run import power
 
     req = json.loads(sys.stdin.read() or "{}")
     return {"exit": power.idle_watch(root, a.minutes, req.get("command"), a.poll)}
 
 
-def doctor(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+def doctor(root: Root, a: argparse.Namespace) -> Mapping[str, object]:
     from remote.host import doctor as host_doctor
 
     job = None
@@ -58,7 +58,7 @@ def doctor(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     return host_doctor.report(root, a.data_disk, a.turbo_file, a.path_prefix, a.torch_timeout, job)
 
 
-def bench(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+def bench(root: Root, a: argparse.Namespace) -> Mapping[str, object]:
     from remote.host import bench as host_bench
 
     return host_bench.run(root, a.data_disk, a.path_prefix, a.budget)

@@ -5,7 +5,7 @@ import argparse
 import json
 import sys
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Mapping, Optional
 
 from remote.core import locks
 from remote.core.errors import AgentError
@@ -17,7 +17,7 @@ from remote.view import status as view
 STOP_TURN = 30.0  # s a stop waits for a resume under way (then it stops the run that resume started)
 
 
-def status(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+def status(root: Root, a: argparse.Namespace) -> Mapping[str, object]:
     if a.job:
         job_id = resolve(root, a.job)
         return {"jobs": [view.describe(root, job_id, detail=True)], "now": time.time()}
@@ -51,7 +51,7 @@ def _listed(root: Root, job_id: str) -> Dict[str, Any]:
                 "error": e.message, "remedy": e.remedy, "last_line": e.message[:200]}
 
 
-def submit(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+def submit(root: Root, a: argparse.Namespace) -> Mapping[str, object]:
     from remote.jobs import submit as jobsubmit
 
     raw = sys.stdin.read()
@@ -81,12 +81,12 @@ def stopped(root: Root, job_id: str, wait: float, reason: str = "stopped by user
     return out
 
 
-def stop(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+def stop(root: Root, a: argparse.Namespace) -> Mapping[str, object]:
     after = None if a.after_checkpoint is None else -1.0 if a.after_checkpoint == "auto" else float(a.after_checkpoint)
     return stopped(root, resolve(root, a.job), a.wait, after_checkpoint=after, job_mode=a.job_mode)
 
 
-def resume(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+def resume(root: Root, a: argparse.Namespace) -> Mapping[str, object]:
     from remote.jobs import resume as jobresume
 
     return jobresume.resume(root, resolve(root, a.job))
@@ -98,26 +98,26 @@ def run(root: Root, a: argparse.Namespace) -> int:
     return supervisor.main(root, a.job_id)
 
 
-def adopt(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+def adopt(root: Root, a: argparse.Namespace) -> Mapping[str, object]:
     """A job moving here: request line in, wish list out, its files in, the job started."""
     from remote.jobs import move
 
     return move.adopt(root, sys.stdin.buffer, sys.stdout.buffer)
 
 
-def moved(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+def moved(root: Root, a: argparse.Namespace) -> Mapping[str, object]:
     from remote.jobs import move
 
     return move.mark_moved(root, a.job, a.to)
 
 
-def pulled(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+def pulled(root: Root, a: argparse.Namespace) -> Mapping[str, object]:
     from remote.run import power
 
     return power.mark_pulled(root.job(resolve(root, a.job)))
 
 
-def notify_lost(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+def notify_lost(root: Root, a: argparse.Namespace) -> Mapping[str, object]:
     from remote.run import events
 
     return events.notify_lost(root, a.job_id)

@@ -6,7 +6,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict
+from typing import Mapping
 
 from remote.core import procs
 from remote.core.layout import Root
@@ -72,13 +72,13 @@ def logs(root: Root, a: argparse.Namespace) -> None:
         time.sleep(0.25)
 
 
-def watch(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+def watch(root: Root, a: argparse.Namespace) -> Mapping[str, object]:
     from remote.view import watch as view
 
     return view.watch(root, a.job, a.points)
 
 
-def tb(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+def tb(root: Root, a: argparse.Namespace) -> Mapping[str, object]:
     from remote.view import tensorboard
 
     if a.stop:
@@ -88,14 +88,14 @@ def tb(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
     return tensorboard.tensorboard(root, a.job, a.port, a.wait)
 
 
-def port(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+def port(root: Root, a: argparse.Namespace) -> Mapping[str, object]:
     """Whether something listens on 127.0.0.1:PORT here, and AutoDL's URL for it if exposed."""
     from remote.view import tensorboard
 
     return {"port": a.port, "listening": tensorboard.listening(a.port), "autodl_url": tensorboard.autodl_url(a.port)}
 
 
-def agentlog(root: Root, a: argparse.Namespace) -> Dict[str, Any]:
+def agentlog(root: Root, a: argparse.Namespace) -> Mapping[str, object]:
     """The last N lines of ``<root>/agent.log`` (the agent's own errors)."""
     from remote.core.layout import tail_lines
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Dict, Optional, Union
 from urllib.parse import urlsplit, urlunsplit
 
+from remote.core import procs
 from remote.core.errors import AgentError
 from remote.core.layout import JobDir, Root, read_json, write_json
 from remote.env.jobenv import PATH_PREFIX
@@ -240,28 +241,21 @@ def _runs_tensorboard(pid: Union[int, str]) -> bool:
 
 def stop_tensorboard(root: Root, ref: str, grace: float = 5.0) -> Dict[str, Any]:
     """Stop the TensorBoard that ``tensorboard`` started for the job (its whole session)."""
-    import signal
-
     job_id = resolve(root, ref)
     job = root.job(job_id)
     info = read_json(job.path / "tensorboard.json", {}) or {}
     pid = info.get("pid")
     if pid is None or not _runs_tensorboard(pid):  # gone already, or the pid now belongs to someone else
         return {"job_id": job_id, "stopped": False, "pid": pid, "running": False}
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 2.0)):
+
+    def reap() -> None:
         try:
-            os.killpg(int(pid), sig)
+            os.waitpid(int(pid), os.WNOHANG)
         except OSError:
-            break
-        deadline = time.time() + wait
-        while time.time() < deadline and os.path.exists("/proc/{}".format(pid)):
-            try:
-                os.waitpid(int(pid), os.WNOHANG)
-            except OSError:
-                pass
-            time.sleep(0.1)
-        if not os.path.exists("/proc/{}".format(pid)):
-            break
+            pass
+
+    procs.end(lambda sig: procs.signal_group(int(pid), sig), lambda: os.path.exists("/proc/{}".format(pid)),
+              grace, 2.0, reap, tick=0.1)
     info["stopped_at"] = time.time()
     write_json(job.path / "tensorboard.json", info)
     return {"job_id": job_id, "stopped": True, "pid": pid, "running": False}

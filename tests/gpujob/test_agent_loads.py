@@ -13,7 +13,9 @@ from tests.gpujob.test_layers import PKG
 REMOTE = PKG.parent / "remote"
 # The agent modules the laptop may load: pure helpers and constants it shares with the agent.
 LOADED = {
-    "core.atomicfile",  # atomic writes and file locks
+    "core.atomicfile",  # atomic writes
+    "core.filelock",  # the one file lock (mux's starter, pull's folder, the MLflow exporter)
+    "core.procs",  # the one TERM, wait, KILL loop (a timed-out helper command's group)
     "core.protocol",  # durations, job states, verbs served
     "core.spec",  # the job spec's defaults
     "data.codehash",  # one file's part of the code hash
@@ -25,6 +27,7 @@ LOADED = {
     "notify",  # the channels' bodies, signatures, redaction
     "run.autostop",  # the autostop section's check
     "stream",  # the sync's wire format and tree digests
+    "view.statusdoc",  # the status document's fields, declared once (reply check, typed views)
 }
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 PKG = Path(__file__).resolve().parents[2] / "gpujob"
 # lower number = lower layer; a module may import its own layer or lower ones
 RANK = {"foundation": 0, "transport": 1, "config": 2, "usecases": 3, "api": 4, "ui": 5, "dashboard": 5, "cli": 6}
-FOUNDATION = {"errors", "exitcodes", "bundle", "backoff", "version", "helpercmd", "userdirs"}
+FOUNDATION = {"errors", "exitcodes", "bundle", "backoff", "version", "helpercmd", "userdirs", "jsontypes"}
 
 # Upward imports allowed for now: none. A refactor that cannot finish in one step lists its
 # (importer, imported) pairs here; the second test fails once one is gone, so it cannot go stale.

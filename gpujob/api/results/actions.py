@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from gpujob.api.results.base import Result
+from gpujob.jsontypes import JSONObject
 
 
 @dataclass(frozen=True)
@@ -17,9 +17,9 @@ class SubmitResult(Result):
     host: str = ""
     job_dir: str | None = None
     supervisor_pid: int | None = None
-    sync: dict[str, Any] = field(default_factory=dict)
+    sync: JSONObject = field(default_factory=dict)
     skipped: list[dict[str, str]] = field(default_factory=list)
-    nodes: list[dict[str, Any]] | None = None
+    nodes: list[JSONObject] | None = None
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ class MoveResult(Result):
     bytes: int = 0
     old_marked: bool = False
     old_unreachable: str | None = None
-    sync: dict[str, Any] = field(default_factory=dict)
+    sync: JSONObject = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -86,9 +86,9 @@ class TunnelInfo(Result):
     url: str = ""
     note: str | None = None
     job_id: str | None = None
-    tensorboard: dict[str, Any] | None = None
+    tensorboard: JSONObject | None = None
     autodl_url: str | None = None
-    installed: dict[str, Any] | None = None
+    installed: JSONObject | None = None
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,7 @@ class PlotResult(Result):
     path: str = ""
     keys: list[str] = field(default_factory=list)
     points: dict[str, int] = field(default_factory=dict)
-    values: dict[str, Any] = field(default_factory=dict)
+    values: JSONObject = field(default_factory=dict)
     metrics_source: str | None = None
 
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import copy
 import importlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from gpujob.bundle import import_remote
+from gpujob.jsontypes import JSONObject
 
 # the job states a job does not leave by itself
 TERMINAL = import_remote("core.protocol").TERMINAL
@@ -27,17 +29,17 @@ def _key(f: Any) -> str:
 class Result:
     """A use case's document with typed fields over it."""
 
-    doc: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    doc: Mapping[str, object] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
-    def from_json(cls: type[R], doc: dict[str, Any]) -> R:
+    def from_json(cls: type[R], doc: Mapping[str, object]) -> R:
         """The result over ``doc`` (which it keeps as is); a field whose key is absent keeps its default."""
         values = {f.name: _convert(f.name, doc[_key(f)], cls) for f in fields(cls) if f.name != "doc" and _key(f) in doc}
         return cls(doc=doc, **values)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         """The ``--json`` document of the command (a copy: changing it changes nothing here)."""
-        return copy.deepcopy(self.doc)
+        return cast(JSONObject, copy.deepcopy(self.doc))  # a use case's document: JSON all through
 
 
 def _convert(name: str, value: Any, cls: type) -> Any:

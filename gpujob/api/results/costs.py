@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from gpujob.api.results.base import Result
+from gpujob.jsontypes import JSONObject
+from gpujob.usecases.jobs.cost import HostCost
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,7 @@ class CostReport(Result):
     """``cost``: per job, per host ({cost, currency, jobs, unpriced}), totals per currency."""
 
     jobs: list[JobCost] = field(default_factory=list)
-    hosts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    hosts: dict[str, HostCost] = field(default_factory=dict)
     total: dict[str, float] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
 
@@ -37,4 +38,4 @@ class CostReport(Result):
 class GuardReport(Result):
     """``guard``: what happened to each guarded job ({job_id, action, move/notified, state, why})."""
 
-    outcomes: list[dict[str, Any]] = field(default_factory=list)
+    outcomes: list[JSONObject] = field(default_factory=list)

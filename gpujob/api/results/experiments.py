@@ -7,13 +7,14 @@ from typing import Any
 
 from gpujob.api.results.actions import SubmitResult
 from gpujob.api.results.base import Result
+from gpujob.jsontypes import JSONObject
 
 
 @dataclass(frozen=True)
 class RunList(Result):
     """``runs``: the ledger's runs ({job_id, name, host, state, params, final, best, cost, ...}), best or newest first."""
 
-    runs: list[dict[str, Any]] = field(default_factory=list)
+    runs: list[JSONObject] = field(default_factory=list)
     total: int = 0
     shown: int = 0
 
@@ -22,9 +23,9 @@ class RunList(Result):
 class Comparison(Result):
     """``compare``: what differs between runs (params, code, env), their metrics and curves side by side."""
 
-    runs: list[dict[str, Any]] = field(default_factory=list)
+    runs: list[JSONObject] = field(default_factory=list)
     params: dict[str, list[Any]] = field(default_factory=dict)
-    same_params: dict[str, Any] = field(default_factory=dict)
+    same_params: JSONObject = field(default_factory=dict)
     code: dict[str, list[Any]] = field(default_factory=dict)
     env: dict[str, list[Any]] = field(default_factory=dict)
     final: dict[str, list[Any]] = field(default_factory=dict)
@@ -48,7 +49,7 @@ class SweepReport(Result):
 
     sweep: str = ""
     state: str = ""
-    trials: list[dict[str, Any]] = field(default_factory=list)
-    best: dict[str, Any] | None = None
-    spent: dict[str, Any] = field(default_factory=dict)
+    trials: list[JSONObject] = field(default_factory=list)
+    best: JSONObject | None = None
+    spent: JSONObject = field(default_factory=dict)
     ended: str | None = None

@@ -12,6 +12,7 @@ import shlex
 from typing import Any
 
 from gpujob.errors import GpujobError
+from gpujob.jsontypes import JSONObject
 
 
 def value_of(text: str) -> Any:
@@ -54,9 +55,9 @@ def command_of(run: str) -> str:
     return " ".join(out)
 
 
-def run_args(run: str) -> dict[str, Any]:
+def run_args(run: str) -> JSONObject:
     """The ``--key value`` / ``--key=value`` / ``--flag`` arguments of a run line (``-`` and ``_`` alike in keys)."""
-    out: dict[str, Any] = {}
+    out: JSONObject = {}
     words = _words(run)
     i = 0
     while i < len(words):

@@ -10,11 +10,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from gpujob.usecases.experiments.sweep import _load, _optuna
+from gpujob.jsontypes import JSONObject
+from gpujob.usecases.experiments.sweep import import_optuna, load_study
 from gpujob.usecases.lab.storage import storage_of
 
 
-def _axis(dist: Any) -> dict[str, Any]:
+def _axis(dist: Any) -> JSONObject:
     """One parameter's axis from its Optuna distribution: categorical (its choices) or a range."""
     choices = getattr(dist, "choices", None)
     if choices is not None:
@@ -23,11 +24,11 @@ def _axis(dist: Any) -> dict[str, Any]:
     return {"kind": "log" if getattr(dist, "log", False) else "linear", "low": dist.low, "high": dist.high}
 
 
-def sweep_insight(name: str) -> dict[str, Any]:
+def sweep_insight(name: str) -> JSONObject:
     """{sweep, metric, direction, history: [{number, value, best}], axes: {param: axis},
     trials: [{number, job_id, value, params}], importances: {param: share} | None, why_no_importances}"""
-    optuna = _optuna()
-    study = _load(optuna, name, storage_of(name, None))  # a shared sweep: the storage this laptop used
+    optuna = import_optuna()
+    study = load_study(optuna, name, storage_of(name, None))  # a shared sweep: the storage this laptop used
     TS = optuna.trial.TrialState
     done = sorted((t for t in study.get_trials(deepcopy=False, states=(TS.COMPLETE,))
                    if t.value is not None and math.isfinite(t.value)), key=lambda t: t.number)
@@ -36,7 +37,7 @@ def sweep_insight(name: str) -> dict[str, Any]:
     for t in done:  # what plot_optimization_history draws: each trial's value and the best so far
         best = t.value if best is None else (max if maximize else min)(best, t.value)
         history.append({"number": t.number, "value": t.value, "best": best})
-    axes: dict[str, Any] = {}
+    axes: JSONObject = {}
     for t in done:
         for p, dist in t.distributions.items():
             axes.setdefault(p, _axis(dist))

@@ -20,6 +20,7 @@ from gpujob.config.ledger.store import read_looks
 
 if TYPE_CHECKING:  # ls and status import this module: the spec's YAML and the tree walk only where used
     from gpujob.config.spec import JobSpec
+    from gpujob.transport.jobview import JobView  # runs imports this module and no transport
 
 SERIES_POINTS = 200  # a curve kept in the ledger: at most this many points per metric
 NOT_METRICS = {"step", "epoch", "t", "lr", "learning_rate", "grad_norm", "max_steps", "total_flos"}
@@ -114,8 +115,15 @@ def best_of(series: dict[str, list[list[Any]]]) -> dict[str, Any]:
     return out
 
 
-def _gpu_name(job: dict[str, Any]) -> str | None:
-    g = job.get("gpu")
+def _view(doc: dict[str, Any]) -> JobView:
+    """The status document read by field (imported here: ``runs`` loads this module and no transport)."""
+    from gpujob.transport.jobview import JobView
+
+    return JobView(doc)
+
+
+def _gpu_name(job: JobView) -> str | None:
+    g = job.gpu
     if isinstance(g, dict):
         return g.get("name") or None
     if isinstance(g, list) and g and isinstance(g[0], dict):
@@ -123,53 +131,55 @@ def _gpu_name(job: dict[str, Any]) -> str | None:
     return None
 
 
-def fields_of(job: dict[str, Any], host: str | None) -> dict[str, Any]:
+def fields_of(doc: dict[str, Any], host: str | None) -> dict[str, Any]:
     """The ledger's view of a job record from ``status`` or ``ls``."""
-    f: dict[str, Any] = {"state": job.get("state"), "host": job.get("host") or host}
-    for k in ("name", "submitted_at", "started_at", "ended_at", "loss_key"):
-        if job.get(k) is not None:
-            f[k] = job[k]
-    final = job.get("latest_metrics") or {k: v for k, v in (job.get("last_metrics") or {}).items() if k != "t"}
+    job = _view(doc)
+    f: dict[str, Any] = {"state": job.state, "host": job.host or host}
+    kept = {"name": job.name, "submitted_at": job.submitted_at, "started_at": job.started_at,
+            "ended_at": job.ended_at, "loss_key": job.loss_key}
+    f.update((k, v) for k, v in kept.items() if v is not None)
+    final = job.latest_metrics or {k: v for k, v in (job.last_metrics or {}).items() if k != "t"}
     if final:
         f["final"] = final
-    series = job.get("series")
+    series = job.series
     if isinstance(series, dict) and series:
         f["series"] = {k: _downsample(v) for k, v in series.items() if isinstance(v, list)}
         f["best"] = best_of(series)
-    bill = job.get("billing") or {}
-    cost = bill.get("cost") if bill.get("cost") is not None else job.get("cost")
+    bill = job.billed
+    cost = bill.cost if bill.cost is not None else job.cost
     if cost is not None:
         f["cost"] = cost
-        f["currency"] = bill.get("currency") or job.get("currency")
-    if bill.get("price_per_hour") is not None:
-        f["price_per_hour"] = bill["price_per_hour"]
-    secs = bill.get("elapsed_s") if bill.get("elapsed_s") is not None else job.get("elapsed_s")
+        f["currency"] = bill.currency or job.currency
+    if bill.price_per_hour is not None:
+        f["price_per_hour"] = bill.price_per_hour
+    secs = bill.elapsed_s if bill.elapsed_s is not None else job.elapsed_s
     if secs is not None:
-        gpus = (job.get("spec") or {}).get("gpus")
+        gpus = (job.spec or {}).get("gpus")
         f["gpu_hours"] = round(float(secs) / 3600.0 * (gpus if isinstance(gpus, int) and gpus > 0 else 1), 6)
     if _gpu_name(job):
         f["gpu"] = _gpu_name(job)
-    if isinstance(job.get("hparams"), dict) and job["hparams"]:
-        f["extra_hparams"] = job["hparams"]
+    hparams = job.hparams
+    if isinstance(hparams, dict) and hparams:
+        f["extra_hparams"] = hparams
     live = _live(job)
     if live:
         f["extra_live"] = live
     return f
 
 
-def _live(job: dict[str, Any]) -> dict[str, Any]:
+def _live(job: JobView) -> dict[str, Any]:
     """Throughput, GPU use and the mirrored checkpoints as the newest look saw them (what an export
     of the run shows beside its curves)."""
     out: dict[str, Any] = {}
-    sps = job.get("steps_per_s")
+    sps = job.steps_per_s
     if isinstance(sps, (int, float)) and not isinstance(sps, bool):
         out["steps_per_s"] = sps
-    avg = (job.get("gpu") or {}).get("avg") if isinstance(job.get("gpu"), dict) else None
+    avg = (job.gpu or {}).get("avg") if isinstance(job.gpu, dict) else None
     given = [g.get("util") for g in avg if isinstance(g, dict)] if isinstance(avg, list) else []
     utils = [u for u in given if isinstance(u, (int, float)) and not isinstance(u, bool)]
     if utils:
         out["gpu_util"] = round(sum(utils) / len(utils), 2)
-    targets = (job.get("mirror") or {}).get("targets") if isinstance(job.get("mirror"), dict) else None
+    targets = (job.mirror or {}).get("targets") if isinstance(job.mirror, dict) else None
     marked = [{"target": t.get("target"), "name": t.get("mirrored"), "step": t.get("mirrored_step")}
               for t in targets or [] if isinstance(t, dict) and isinstance(t.get("target"), str)
               and isinstance(t.get("mirrored"), str)]
@@ -198,10 +208,11 @@ def _fingerprint(job: dict[str, Any], host: str | None) -> str:
     ``COST_EVERY_S`` (it grows with every second a job runs)."""
     f = fields_of({k: v for k, v in job.items() if k != "series"}, host)
     f.pop("extra_live", None)  # throughput and GPU use move at every look: written with what else changed
+    view = _view(job)
     if COST_EVERY_S and f.get("state") not in FINAL_STATES:
-        secs = (job.get("billing") or {}).get("elapsed_s") or job.get("elapsed_s") or 0
+        secs = view.billed.elapsed_s or view.elapsed_s or 0
         f["cost"] = f["gpu_hours"] = int(float(secs) // COST_EVERY_S)
-    series = s if isinstance(s := job.get("series"), dict) else {}
+    series = view.series if isinstance(view.series, dict) else {}
     f["series"] = {k: [len(v), v[-1] if v else None] for k, v in series.items() if isinstance(v, list)}
     return json.dumps(f, sort_keys=True, default=str)
 
@@ -211,8 +222,10 @@ def observe(jobs: list[dict[str, Any]], host: str | None = None) -> None:
     a job whose state and metrics this process has already written is left alone."""
     todo = []
     for j in jobs:
-        if j.get("job_id"):
-            key = (j["job_id"], "series" in j or "hparams" in j)
+        v = _view(j)
+        job_id = v.job_id
+        if job_id:
+            key = (job_id, "series" in v or "hparams" in v)
             fp = _fingerprint(j, host)
             if _WRITTEN.get(key) != fp:
                 todo.append((j, key, fp))
@@ -246,13 +259,14 @@ def observe(jobs: list[dict[str, Any]], host: str | None = None) -> None:
 
 
 def _put_observed(lg: Ledger, job: dict[str, Any], host: str | None) -> None:
+    job_id = str(_view(job).job_id)  # observe's: never empty
     f = fields_of(job, host)
     hp = f.pop("extra_hparams", None)
     live = f.pop("extra_live", None)
     if hp is not None or live is not None:
-        row = lg.get(job["job_id"]) or {}
+        row = lg.get(job_id) or {}
         if hp is not None:  # the Trainer's own arguments (the autohook's ``hparams`` record) join the run line's
             f["params"] = {**hp, **(row.get("params") or {})}
         if live is not None:  # the row's other extras (snapshot, workdir, mlflow) stay
             f["extra"] = {**(row.get("extra") or {}), "live": live}
-    lg.put(job["job_id"], **f)
+    lg.put(job_id, **f)

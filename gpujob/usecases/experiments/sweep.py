@@ -17,14 +17,26 @@ import sys
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Protocol, TypedDict
 
 from gpujob.config.ledger import open_ledger
 from gpujob.config.spec import load_spec
 from gpujob.errors import ConnectError, GpujobError, JobNotFound, SpecError
+from gpujob.jsontypes import JSONObject
+from gpujob.transport.jobview import JobView
 from gpujob.usecases.experiments.rerun import split_sets
-from gpujob.usecases.experiments.sweepspec import SweepSpec, parse
+from gpujob.usecases.experiments.sweepspec import Space, SweepSpec, parse
 from gpujob.usecases.lab.storage import laptop_id, local_url, open_storage, remember, shared, storage_of
+
+
+class Spent(TypedDict):
+    """What a sweep's trials have used so far (every laptop's, of a shared study): the budget's measure."""
+
+    cost: float | None  # None: no trial priced yet
+    currency: str | None
+    gpu_hours: float
+    steps: int
+    price_per_hour: dict[str, float | None]  # job id -> its host's price
 
 
 class Runner(Protocol):
@@ -65,7 +77,7 @@ def _unmarked_too_long(ft: Any) -> bool:
     return started is None or (datetime.now() - started).total_seconds() > UNMARKED_GRACE_S
 
 
-def _optuna() -> Any:
+def import_optuna() -> Any:
     try:
         import optuna
     except ImportError:
@@ -103,7 +115,7 @@ def _pruner(optuna: Any, s: SweepSpec) -> Any:
     return optuna.pruners.NopPruner()
 
 
-def _suggest(trial: Any, space: dict[str, Any]) -> dict[str, Any]:
+def _suggest(trial: Any, space: Space) -> JSONObject:
     out = {}
     for k, v in space.items():
         if isinstance(v, list):
@@ -116,7 +128,7 @@ def _suggest(trial: Any, space: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _load(optuna: Any, name: str, url: str | None = None) -> Any:
+def load_study(optuna: Any, name: str, url: str | None = None) -> Any:
     try:
         return optuna.load_study(study_name=name, storage=_storage(optuna, url))
     except KeyError:
@@ -133,7 +145,7 @@ class Driver:
         from gpujob.usecases.experiments.record import exact_cost
 
         self.client, self.study, self.note = client, study, note
-        self.optuna = _optuna()
+        self.optuna = import_optuna()
         exact_cost()  # the budget is counted from the ledger: every poll writes the trials' cost
         a = {**study.user_attrs, **(mine or {})}
         self.name: str = study.study_name
@@ -192,8 +204,9 @@ class Driver:
         the study has its trials already (a shared study: other laptops asked for them)."""
         cap = self.share(self.spec.budget, "cost", self.caps)
         hours = self.share(self.spec.max_gpu_hours, "gpu_hours", self.hour_caps)
-        if (cap is not None and self.spec.budget is not None and cap <= self.spec.budget * 0.01) or (
-                hours is not None and self.spec.max_gpu_hours is not None and hours <= self.spec.max_gpu_hours * 0.01):
+        budget, max_hours = self.spec.budget, self.spec.max_gpu_hours  # a share is None without its limit
+        if (cap is not None and budget is not None and cap <= budget * 0.01) or (
+                hours is not None and max_hours is not None and hours <= max_hours * 0.01):
             return False
         trial = self.study.ask()
         trial.set_user_attr("laptop", self.laptop)
@@ -238,8 +251,8 @@ class Driver:
                   + ", ".join(f"{k}={v}" for k, v in values.items()))
         return True
 
-    def _metric(self, st: dict[str, Any]) -> str | None:
-        return self.spec.metric or st.get("loss_key")
+    def _metric(self, st: JobView) -> str | None:
+        return self.spec.metric or st.loss_key
 
     def poll(self, number: int) -> None:
         """Report the trial's new points; prune or finish it."""
@@ -248,8 +261,9 @@ class Driver:
         st = self.client.status(job_id, host or None)
         self.read_at[number] = time.monotonic()
         self.note_use(trial, st)
-        key = self._metric(st)
-        pts = [p for p in (st.get("series") or {}).get(key or "", []) if isinstance(p[1], (int, float))]
+        view = JobView(st)
+        key = self._metric(view)
+        pts = [p for p in (view.series or {}).get(key or "", []) if isinstance(p[1], (int, float))]
         attrs = trial.user_attrs
         last = int(attrs.get("steps", -1))
         for i, p in enumerate(pts):
@@ -259,7 +273,7 @@ class Driver:
                 last = step
         if last >= 0:
             trial.set_user_attr("steps", last)
-        state = st.get("state")
+        state = view.state
         if state in FINAL:
             self.running.pop(number)
             asked = self.stopping.pop(number, None)
@@ -314,7 +328,7 @@ class Driver:
         laptop's from its ledger, another laptop's from what it noted in the study."""
         return uses(self.study, self.name)
 
-    def spent(self) -> dict[str, Any]:
+    def spent(self) -> Spent:
         rows = self.uses()
         costs = [r["cost"] for r in rows.values() if r.get("cost") is not None]
         TS = self.optuna.trial.TrialState
@@ -325,7 +339,7 @@ class Driver:
                 "gpu_hours": round(sum(r.get("gpu_hours") or 0.0 for r in rows.values()), 6), "steps": steps,
                 "price_per_hour": {j: r.get("price_per_hour") for j, r in rows.items()}}
 
-    def over(self, spent: dict[str, Any]) -> str | None:
+    def over(self, spent: Spent) -> str | None:
         """Why the sweep must end now: the budget or the GPU-hours would be passed before a stop lands."""
         now = time.monotonic()
         if self.checked is not None:
@@ -422,7 +436,7 @@ def start_sweep(client: Runner, job_file: str, sets: list[str], hosts: str | Non
                 note: Note | None, limits: dict[str, Any]) -> dict[str, Any]:
     """Create the study from the job file's ``sweep:`` (``limits``: budget, max_gpu_hours, trials, parallel) and drive it.
     With ``sweep.storage`` (shared by the lab) a study of that name that exists is joined: this laptop adds trials."""
-    optuna = _optuna()
+    optuna = import_optuna()
     spec0 = load_spec(job_file, sets)
     if not spec0.sweep:
         raise GpujobError(f"{job_file} has no sweep: section", "add sweep: {params: {lr: [1e-4, 1e-3]}, trials: 4} "
@@ -457,9 +471,9 @@ def start_sweep(client: Runner, job_file: str, sets: list[str], hosts: str | Non
 
 
 def resume_sweep(client: Runner, name: str, note: Note | None, storage: str | None = None) -> dict[str, Any]:
-    optuna = _optuna()
+    optuna = import_optuna()
     url = storage_of(name, storage)
-    study = _load(optuna, name, url)
+    study = load_study(optuna, name, url)
     a = study.user_attrs
     s = parse(a["sweep"], a["job_file"])
     # samplers and pruners are not stored by Optuna: the study is loaded with the ones it began with
@@ -469,8 +483,8 @@ def resume_sweep(client: Runner, name: str, note: Note | None, storage: str | No
 
 
 def sweep_status(name: str, storage: str | None = None) -> dict[str, Any]:
-    optuna = _optuna()
-    return report(_load(optuna, name, storage_of(name, storage)), optuna)
+    optuna = import_optuna()
+    return report(load_study(optuna, name, storage_of(name, storage)), optuna)
 
 
 def uses(study: Any, name: str) -> dict[str, dict[str, Any]]:

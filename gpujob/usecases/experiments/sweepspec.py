@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict, Union, cast
 
 from gpujob.errors import SpecError
+from gpujob.jsontypes import JSON
 
 METHODS = ("grid", "random", "tpe")
 PRUNERS = ("median", "asha", "none")
@@ -32,9 +33,22 @@ KEYS = ("metric", "direction", "method", "trials", "parallel", "pruner", "warmup
         "budget", "max_gpu_hours", "params", "seed", "storage")
 
 
+class Range(TypedDict, total=False):
+    """A parameter searched between ``low`` and ``high`` (checked: both there, low below high)."""
+
+    low: float
+    high: float
+    log: bool
+    int: bool
+    step: float
+
+
+Space = dict[str, Union[list[JSON], Range]]  # each parameter: the values to try, or a range
+
+
 @dataclass
 class SweepSpec:
-    params: dict[str, Any]
+    params: Space
     metric: str | None = None
     direction: str = "minimize"
     method: str = "tpe"
@@ -87,11 +101,11 @@ def _range_problem(v: dict[str, Any]) -> str | None:
     return None
 
 
-def _space(errors: list[str], params: Any) -> dict[str, Any]:
+def _space(errors: list[str], params: Any) -> Space:
     if not isinstance(params, dict) or not params:
         errors.append("sweep.params: expected a mapping of parameters, e.g. params: {lr: [1e-4, 1e-3]}")
         return {}
-    out: dict[str, Any] = {}
+    out: Space = {}
     for k, v in params.items():
         if isinstance(v, list) and v:
             out[str(k)] = v
@@ -100,7 +114,7 @@ def _space(errors: list[str], params: Any) -> dict[str, Any]:
             if problem:
                 errors.append(f"sweep.params.{k}: {problem}")
             else:
-                out[str(k)] = v
+                out[str(k)] = cast(Range, v)  # _range_problem found none
         else:
             errors.append(f"sweep.params.{k}: expected a list of values or {{low: A, high: B}} (log: true, int: true)")
     return out

@@ -21,6 +21,7 @@ from gpujob.config.hosts import (
     parse_ssh_target,
 )
 from gpujob.errors import ConnectError, GpujobError, HostError, HostKeyChanged
+from gpujob.jsontypes import JSONObject
 
 # the settings ``host add`` and ``host set`` both take; None leaves one as it is, "" clears it
 SETTINGS = ("shutdown_command", "private_address", "network_turbo", "hf_endpoint", "pip_index_url", "data_disk",
@@ -49,7 +50,7 @@ class HostChange:
     same_as: list[str] = field(default_factory=list)  # host add: other profiles that reach this instance
 
 
-def profile(host: Host) -> dict[str, Any]:
+def profile(host: Host) -> JSONObject:
     """A profile as ``host add/set/ls --json`` print it."""
     return {"name": host.name, **host.to_dict()}
 

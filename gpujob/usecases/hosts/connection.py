@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from gpujob.config.hosts import LOCAL, HostStore
 from gpujob.errors import HostError
+from gpujob.jsontypes import JSONObject
 
 
-def remove_host(name: str, store: HostStore | None = None) -> dict[str, Any]:
+def remove_host(name: str, store: HostStore | None = None) -> JSONObject:
     """Forget the profile; a kept connection to it closes too."""
     from gpujob.transport import mux
 
@@ -23,7 +22,7 @@ def remove_host(name: str, store: HostStore | None = None) -> dict[str, Any]:
     return {"removed": name}
 
 
-def disconnect_host(name: str, store: HostStore | None = None) -> dict[str, Any]:
+def disconnect_host(name: str, store: HostStore | None = None) -> JSONObject:
     """Close the connection kept open to the host between commands; ``closed``: there was one."""
     from gpujob.transport import mux
 
@@ -31,7 +30,7 @@ def disconnect_host(name: str, store: HostStore | None = None) -> dict[str, Any]
     return {"host": host.name, "closed": host.kind != LOCAL and mux.disconnect(host)}
 
 
-def trust_host(name: str, store: HostStore | None = None) -> dict[str, Any]:
+def trust_host(name: str, store: HostStore | None = None) -> JSONObject:
     """Forget the host's recorded key and record the one it offers now (after an image change)."""
     from gpujob.transport import mux
     from gpujob.transport.ssh import forget_host_key, open_client

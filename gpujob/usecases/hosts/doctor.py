@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpujob.bundle import import_remote
 from gpujob.config.hosts import LOCAL, Host, HostStore
+from gpujob.jsontypes import JSONObject
 from gpujob.transport.agent import Agent
 
 if TYPE_CHECKING:
@@ -34,7 +35,7 @@ def gib(n: int | None) -> str:
     return "?" if n is None else f"{n / 1024**3:.1f} GiB"
 
 
-def run_doctor(agent: Agent, host: Host, torch_timeout: float = 60.0, job: JobSpec | None = None) -> dict[str, Any]:
+def run_doctor(agent: Agent, host: Host, torch_timeout: float = 60.0, job: JobSpec | None = None) -> JSONObject:
     """The instance's report plus ``checks`` (a list of dicts) and the host profile's name.
     ``job``: that job's interpreter is resolved there as its submit would (``--job``)."""
     args = ["--torch-timeout", str(torch_timeout)]
@@ -76,7 +77,7 @@ def doctor_host(name: str | None, torch_timeout: float = 60.0, job: str | None =
     return host, rep
 
 
-def agent_log(agent: Agent, lines: int) -> dict[str, Any]:
+def agent_log(agent: Agent, lines: int) -> JSONObject:
     """{path, lines}: the last ``lines`` lines of the agent's log on the host."""
     return agent.call("agentlog", ["--lines", str(lines)])
 

@@ -19,12 +19,15 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from gpujob.config import keys
 from gpujob.config.hosts import LOCAL, Host, HostStore
 from gpujob.errors import GpujobError, HostError, Interrupted
 from gpujob.usecases.hosts.deferint import Deferred, deferred
+
+if TYPE_CHECKING:
+    from remote.host.authkeys import KeysChanged  # the agent's answer, declared where it is made
 
 STEPS = ("add", "login_new", "remove", "check_old", "adopt")  # in order: each a _step_ function below
 
@@ -176,7 +179,7 @@ def _rekey(host: Host, store: HostStore, intr: Deferred) -> dict[str, Any]:
             "kept_for": others if was == "shared" else [], "ssh_config": ssh_config}
 
 
-def _step_add(current: Any, new_line: str, old_blob: str) -> dict[str, Any]:
+def _step_add(current: Any, new_line: str, old_blob: str) -> KeysChanged:
     """Over the current login: the new key's line where the old key's is."""
     return current.call("authkeys", input=json.dumps({"add": new_line, "near": [old_blob]}).encode())
 
@@ -192,7 +195,7 @@ def _step_login_new(host: Host, pending: Path) -> Any:
     return fresh
 
 
-def _step_remove(fresh: Any, remove: list[str], new_blob: str) -> dict[str, Any]:
+def _step_remove(fresh: Any, remove: list[str], new_blob: str) -> KeysChanged:
     """Over the new key's login: the old lines off, refused by the host if no line of the new key would stay."""
     return fresh.call("authkeys", input=json.dumps({"remove": remove, "keep": new_blob}).encode())
 

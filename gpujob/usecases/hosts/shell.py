@@ -23,7 +23,7 @@ import shlex
 import sys
 import threading
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypedDict
 
 from gpujob.config.hosts import LOCAL, Host, HostStore, check_profile
 from gpujob.errors import ConnectError, GpujobError, HostError
@@ -273,7 +273,21 @@ def local_shell_argv(host: Host, command: list[str]) -> list[str]:
     return ["bash", "-lc", login_script(host, command_text(command) if command else "exec bash -i")]
 
 
-def ssh_plan(host: Host, hosts: list[Host], command: list[str], ssh_config: str | None = None) -> dict[str, Any]:
+class SshPlan(TypedDict):
+    """What ``gpujob ssh`` runs (``argv``), and the entry it keeps (``block``, in ``ssh_config``; none for ``local``)."""
+
+    argv: list[str]
+    ssh_config: str | None
+    block: str
+
+
+class HostSshPlan(SshPlan):
+    """``ssh --print --json``: the plan and the host's name."""
+
+    host: str
+
+
+def ssh_plan(host: Host, hosts: list[Host], command: list[str], ssh_config: str | None = None) -> SshPlan:
     """{argv, ssh_config, block}: what ``gpujob ssh`` runs and the entry it keeps (none for ``local``)."""
     if host.kind == LOCAL:
         return {"argv": local_shell_argv(host, command), "ssh_config": None, "block": ""}
@@ -285,12 +299,12 @@ def ssh_plan(host: Host, hosts: list[Host], command: list[str], ssh_config: str 
             "block": config_block(hosts)}
 
 
-def ssh_plan_for(host: Host, command: list[str], ssh_config: str | None = None) -> dict[str, Any]:
+def ssh_plan_for(host: Host, command: list[str], ssh_config: str | None = None) -> HostSshPlan:
     """``ssh_plan`` with every saved profile's entry, and the host's name (what ``ssh --print --json`` prints)."""
     return {"host": host.name, **ssh_plan(host, HostStore().all(), command, ssh_config)}
 
 
-def hand_over(plan: dict[str, Any]) -> None:
+def hand_over(plan: SshPlan) -> None:
     """Write the entry, then become OpenSSH (or the local shell)."""
     import shutil
 

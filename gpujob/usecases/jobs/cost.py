@@ -4,10 +4,49 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, TypedDict
+
+from gpujob.transport.jobview import JobView
 
 if TYPE_CHECKING:
     from gpujob.transport.agent import Agent
+
+
+class _Line(TypedDict):
+    job_id: str | None  # (a damaged status document may lack it)
+    host: str | None
+    state: str | None
+    elapsed_s: float | None
+    cost: float | None
+    currency: str | None
+    price_per_hour: float | None
+    projected_cost: float | None
+    eta_s: float | None
+
+
+class CostLine(_Line, total=False):
+    """One job's line of ``gpujob cost``: the agent's estimate (its ``billing``), or the ledger's."""
+
+    source: str  # "ledger": a job the hosts no longer list
+
+
+class HostCost(TypedDict):
+    """What one host's jobs cost: the sum of the priced ones, and how many were not priced."""
+
+    cost: float
+    currency: str | None
+    jobs: int
+    unpriced: int
+
+
+class CostSummary(TypedDict):
+    """``gpujob cost``'s document: every job's line, each host's sum, the total per currency, and why
+    a host did not answer."""
+
+    jobs: list[CostLine]
+    hosts: dict[str, HostCost]
+    total: dict[str, float]
+    errors: dict[str, str]
 
 
 def fill_host_price(job: dict[str, Any] | None, price: float | None, currency: str | None) -> dict[str, Any] | None:
@@ -18,18 +57,19 @@ def fill_host_price(job: dict[str, Any] | None, price: float | None, currency: s
     """
     if not job or not price:
         return job
-    spec = job.get("spec")
-    b = job.get("billing")
-    if (spec or {}).get("price_per_hour") or (b or {}).get("price_per_hour"):
+    view = JobView(job)
+    spec, b, bill = view.spec, view.billing, view.billed
+    if (spec or {}).get("price_per_hour") or bill.price_per_hour:
         return job
     if isinstance(spec, dict):
         spec.update(price_per_hour=price, currency=spec.get("currency") or currency)
     if isinstance(b, dict):
-        b.update(price_per_hour=price, price_source="host", currency=b.get("currency") or currency)
-        if b.get("elapsed_s") is not None:
-            b["cost"] = round(float(price) * float(b["elapsed_s"]) / 3600.0, 4)
-            if b.get("eta_s") is not None:
-                b["projected_cost"] = round(float(price) * (float(b["elapsed_s"]) + float(b["eta_s"])) / 3600.0, 4)
+        b.update(price_per_hour=price, price_source="host", currency=bill.currency or currency)
+        secs, eta = bill.elapsed_s, bill.eta_s
+        if secs is not None:
+            b["cost"] = round(float(price) * float(secs) / 3600.0, 4)
+            if eta is not None:
+                b["projected_cost"] = round(float(price) * (float(secs) + float(eta)) / 3600.0, 4)
     else:
         job["price_per_hour"] = price
     return job
@@ -37,33 +77,36 @@ def fill_host_price(job: dict[str, Any] | None, price: float | None, currency: s
 
 def elapsed_s(job: dict[str, Any]) -> float | None:
     """Seconds since the job's first attempt started, to its end (or the host's ``now``, else ours)."""
-    start = job.get("started_at")
+    view = JobView(job)
+    start = view.started_at
     if not start:
         return None
-    end = job.get("ended_at") or job.get("now") or time.time()
+    end = view.ended_at or view.now or time.time()
     return max(0.0, float(end) - float(start))
 
 
 def accrued_cost(job: dict[str, Any]) -> float | None:
     """``elapsed_s × price_per_hour`` to the cent (what ``status --json`` calls ``cost``); None without a price."""
-    price = (job.get("spec") or {}).get("price_per_hour") or job.get("price_per_hour")
+    view = JobView(job)
+    price = (view.spec or {}).get("price_per_hour") or view.price_per_hour
     secs = elapsed_s(job)
     if not price or secs is None:
         return None
     return round(price * secs / 3600, 2)
 
 
-def job_cost(job: dict[str, Any]) -> dict[str, Any]:
+def job_cost(job: dict[str, Any]) -> CostLine:
     """One job's line: the agent's estimate (``billing`` in its status record) plus identity."""
-    c = job.get("billing") or {}
+    view = JobView(job)
+    c = view.billed
     return {
-        "job_id": job.get("job_id"), "host": job.get("host"), "state": job.get("state"),
-        "elapsed_s": c.get("elapsed_s"), "cost": c.get("cost"), "currency": c.get("currency"),
-        "price_per_hour": c.get("price_per_hour"), "projected_cost": c.get("projected_cost"), "eta_s": c.get("eta_s"),
+        "job_id": view.job_id, "host": view.host, "state": view.state,
+        "elapsed_s": c.elapsed_s, "cost": c.cost, "currency": c.currency,
+        "price_per_hour": c.price_per_hour, "projected_cost": c.projected_cost, "eta_s": c.eta_s,
     }
 
 
-def from_ledger(listed: set[str], hosts: list[str] | None) -> list[dict[str, Any]]:
+def from_ledger(listed: set[str | None], hosts: list[str] | None) -> list[CostLine]:
     """Lines of the jobs the hosts did not list (``rm``, ``gc``, a host given back or away) as the run
     ledger last saw them, ``source: ledger``; ``hosts`` None: of every host."""
     import sqlite3
@@ -90,7 +133,7 @@ def _span(row: dict[str, Any]) -> float | None:
     return None
 
 
-def summarize(hosts: list[str], agent_for: Callable[[str], Agent], every_host: bool = True) -> dict[str, Any]:
+def summarize(hosts: list[str], agent_for: Callable[[str], Agent], every_host: bool = True) -> CostSummary:
     """{jobs: [...], hosts: {name: {cost, currency, jobs, unpriced}}, total: {currency: sum}, errors}.
 
     Jobs the hosts no longer list are there too, from the run ledger (``every_host``: also of
@@ -99,8 +142,8 @@ def summarize(hosts: list[str], agent_for: Callable[[str], Agent], every_host: b
     from gpujob.errors import GpujobError
     from gpujob.usecases.jobs.ops import once_each, with_instance
 
-    out: list[dict[str, Any]] = []
-    per_host: dict[str, dict[str, Any]] = {}
+    out: list[CostLine] = []
+    per_host: dict[str, HostCost] = {}
     errors: dict[str, str] = {}
     seen: set[tuple[str, str]] = set()
     for name in hosts:
@@ -111,11 +154,11 @@ def summarize(hosts: list[str], agent_for: Callable[[str], Agent], every_host: b
             errors[name] = str(e)
             continue
         for j in listed:
-            j["host"] = j.get("host") or name
+            j["host"] = JobView(j).host or name
         listed = once_each(listed, seen)  # another profile of the same instance listed them
         for j in listed:
             fill_host_price(j, agent.host.price_per_hour, agent.host.currency)
-            out.append(job_cost({**j, "host": j.get("host") or name}))
+            out.append(job_cost({**j, "host": JobView(j).host or name}))
         from gpujob.usecases.experiments.record import observe
 
         observe(listed, name)

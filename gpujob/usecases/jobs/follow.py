@@ -14,6 +14,7 @@ import time
 from typing import Any, Callable
 
 from gpujob.errors import ConnectError, GpujobError, JobNotFound, RemoteError
+from gpujob.jsontypes import JSONObject
 from gpujob.usecases.jobs.ops import FINAL
 
 Note = Callable[[str], None]
@@ -22,7 +23,7 @@ MAX_PAUSE = 120.0
 
 def follow(pull_once: Callable[[], dict[str, Any]], state: Callable[[], str], reconnect: Callable[[], None],
            interval: float = 30.0, note: Note = lambda s: None, sleep: Callable[[float], None] = time.sleep
-           ) -> dict[str, Any]:
+           ) -> JSONObject:
     """Pull until the job ends; returns {job_id, dest, pulled: [checkpoints in the order they came], state}."""
     pulled: list[str] = []
     last: dict[str, Any] = {}

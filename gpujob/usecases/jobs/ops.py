@@ -8,26 +8,28 @@ import re
 import sys
 import threading
 import time
-from typing import Any, Callable
+from typing import Callable, cast
 
 from gpujob.backoff import backoff
 from gpujob.bundle import import_remote
 from gpujob.config.hosts import LOCAL
 from gpujob.errors import ConnectError, GpujobError, HostKeyChanged
+from gpujob.jsontypes import JSONObject
 from gpujob.transport import Result, replies
 from gpujob.transport.agent import Agent
+from gpujob.transport.jobview import JobView
 
 FINAL: tuple[str, ...] = import_remote("core.protocol").TERMINAL
 STOP_WAIT: float = import_remote("core.spec").STOP_WAIT  # s a stop waits for the job's processes to be gone
 HEADER_MAX = 4096  # the log stream's first line (``gpujob-log JOB OFFSET``)
 
 
-def status(agent: Agent, job: str) -> dict[str, Any]:
+def status(agent: Agent, job: str) -> JSONObject:
     """One job in detail (one remote command)."""
     return agent.call("status", ["--job", job])["jobs"][0]
 
 
-def ls(agent: Agent, limit: int = 0, everything: bool = False, older: list[int] | None = None) -> list[dict[str, Any]]:
+def ls(agent: Agent, limit: int = 0, everything: bool = False, older: list[int] | None = None) -> list[JSONObject]:
     """The host's running and queued jobs and its newest finished ones (``everything``: every
     job), oldest first, in one remote command; ``older`` gets the count of jobs left out."""
     args = ["--limit", str(limit)] if limit else ["--all"] if everything else []
@@ -37,22 +39,24 @@ def ls(agent: Agent, limit: int = 0, everything: bool = False, older: list[int] 
     return with_instance(doc)
 
 
-def with_instance(doc: dict[str, Any]) -> list[dict[str, Any]]:
+def with_instance(doc: JSONObject) -> list[JSONObject]:
     """A listing's jobs, each marked with the instance the agent says it runs in (its root's id)."""
     inst = doc.get("instance")
+    jobs = cast("list[JSONObject]", doc["jobs"])  # a list of documents: the reply's check (replies.py) saw to it
     if isinstance(inst, str) and re.fullmatch(r"[0-9a-f]{32}", inst):  # what remote/core/layout.py makes, nothing else
-        for j in doc["jobs"]:
+        for j in jobs:
             if isinstance(j, dict):
                 j["instance"] = inst
-    return doc["jobs"]
+    return jobs
 
 
-def once_each(jobs: list[dict[str, Any]], seen: set[tuple[str, str]]) -> list[dict[str, Any]]:
+def once_each(jobs: list[JSONObject], seen: set[tuple[str, str]]) -> list[JSONObject]:
     """``jobs`` less those already in ``seen`` (which gets the rest): two host profiles that reach one
     instance (the same root's id) list its jobs once, under the first profile listed."""
     out = []
     for j in jobs:
-        key = (str(j.get("instance") or f"host:{j.get('host')}"), str(j.get("job_id")))
+        v = JobView(j)
+        key = (str(v.instance or f"host:{v.host}"), str(v.job_id))
         if key not in seen:
             seen.add(key)
             out.append(j)
@@ -60,7 +64,7 @@ def once_each(jobs: list[dict[str, Any]], seen: set[tuple[str, str]]) -> list[di
 
 
 def stop(agent: Agent, job: str, wait: float = STOP_WAIT, after_checkpoint: float | bool | None = None,
-         job_mode: bool = False) -> dict[str, Any]:
+         job_mode: bool = False) -> JSONObject:
     """Stop a job (checkpoint first when its code polls the stop file) and wait for the end;
     ``after_checkpoint``: the next complete checkpoint first (at most that many s; True: twice the
     job's usual interval between checkpoints, else 20 min); ``job_mode``:
@@ -72,7 +76,7 @@ def stop(agent: Agent, job: str, wait: float = STOP_WAIT, after_checkpoint: floa
                       timeout=wait + 60)
 
 
-def resume(agent: Agent, job: str) -> dict[str, Any]:
+def resume(agent: Agent, job: str) -> JSONObject:
     """Restart a lost, stopped or failed job from its newest complete checkpoint."""
     return agent.call("resume", ["--job", job])
 

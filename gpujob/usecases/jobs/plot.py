@@ -7,7 +7,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from gpujob.errors import GpujobError
+from gpujob.jsontypes import JSON, JSONObject
 from gpujob.transport.agent import Agent
+from gpujob.transport.jobview import WatchView
 from gpujob.usecases.jobs.watch import EVAL_PREFIXES, loss_key
 
 Series = dict[str, list[list[Any]]]  # metric key → [[step, value, t], ...]
@@ -44,12 +46,15 @@ def layout(series: Series, title: str = "") -> Layout:
     return Layout(curves, ([loss_keys] if loss_keys else []) + [[k] for k in others[:8]], singles)
 
 
-def plot_job(agent: Agent, job: str, out: Path, draw: Callable[[Series, Path, str], list[str]]) -> dict[str, Any]:
+def plot_job(agent: Agent, job: str, out: Path, draw: Callable[[Series, Path, str], list[str]]) -> JSONObject:
     """Fetch every metric point (one remote command) and ``draw`` them to ``out`` (``gpujob.ui.plot.plot_series``)."""
     doc = agent.call("watch", ["--job", job, "--points", "0"])
-    job_id = (doc.get("job") or {}).get("job_id", job)
-    series = doc.get("series") or {}
+    w = WatchView(doc)
+    given = w.record.job_id
+    job_id = given if isinstance(given, str) else job  # the reply check let no other id through
+    series = w.series or {}
     keys = draw(series, out, job_id)
-    return {"job_id": job_id, "path": str(out), "keys": keys, "points": {k: len(series[k]) for k in keys},
+    listed: list[JSON] = [*keys]
+    return {"job_id": job_id, "path": str(out), "keys": listed, "points": {k: len(series[k]) for k in keys},
             "values": {k: pts[0][1] for k, pts in series.items() if len(pts) == 1 and k != "max_steps"},
-            "metrics_source": doc.get("source")}
+            "metrics_source": w.source}

@@ -18,6 +18,7 @@ from typing import Any, Callable
 from gpujob.backoff import backoff
 from gpujob.config.hosts import LOCAL, Host
 from gpujob.errors import ConnectError, GpujobError
+from gpujob.jsontypes import JSONObject
 from gpujob.transport.agent import Agent, connect_agent
 from gpujob.usecases.jobs.ops import alive, link_probe
 
@@ -39,12 +40,12 @@ def ensure_tensorboard(agent: Agent, job: str, port: int) -> dict[str, Any]:
     return agent.call("tb", ["--job", job, "--port", str(port)], timeout=120)
 
 
-def install_tensorboard(agent: Agent, job: str) -> dict[str, Any]:
+def install_tensorboard(agent: Agent, job: str) -> JSONObject:
     """pip-install TensorBoard into gpujob's tools environment on the host (``<root>/tools/tensorboard``)."""
     return agent.call("tb", ["--job", job, "--install"], timeout=1200)
 
 
-def stop_tensorboard(agent: Agent, job: str) -> dict[str, Any]:
+def stop_tensorboard(agent: Agent, job: str) -> JSONObject:
     """Stop the TensorBoard a tunnel started for ``job`` (it outlives the tunnel otherwise)."""
     return agent.call("tb", ["--job", job, "--stop"])
 

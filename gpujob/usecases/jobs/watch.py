@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpujob.jsontypes import JSONObject
 from gpujob.transport.agent import Agent
+from gpujob.transport.jobview import JobView, WatchView
 from gpujob.usecases.jobs.cost import accrued_cost, elapsed_s, fill_host_price
 
 EVAL_PREFIXES = ("eval", "val", "test")
@@ -27,13 +29,14 @@ def loss_key(keys: list[str] | dict[str, Any]) -> str | None:
 def max_steps_of(doc: dict[str, Any]) -> int | None:
     """Total steps: the metric key ``max_steps``, else the log's progress bar total, else env
     GPUJOB_MAX_STEPS / MAX_STEPS of the job."""
-    latest = doc.get("latest") or {}
+    w = WatchView(doc)
+    latest = w.latest or {}
     if isinstance(latest.get("max_steps"), (int, float)):
         return int(latest["max_steps"])
-    total = (doc.get("progress") or {}).get("total")
+    total = w.bar.total
     if isinstance(total, (int, float)) and total > 0:
         return int(total)
-    env = ((doc.get("job") or {}).get("spec") or {}).get("env") or {}
+    env = (w.record.spec or {}).get("env") or {}
     for k in ("GPUJOB_MAX_STEPS", "MAX_STEPS"):
         try:
             return int(env[k])
@@ -42,19 +45,21 @@ def max_steps_of(doc: dict[str, Any]) -> int | None:
     return None
 
 
-def status_doc(doc: dict[str, Any]) -> dict[str, Any]:
+def status_doc(doc: dict[str, Any]) -> JSONObject:
     """The job record with the figures status shows: series, GPU, throughput, ETA, cost."""
-    job = dict(doc.get("job") or {})
-    latest = {k: v for k, v in (doc.get("latest") or {}).items() if k != "t"}
-    series = doc.get("series") or {}
-    rate = doc.get("rate")
+    w = WatchView(doc)
+    job = dict(w.job or {})
+    record = JobView(job)
+    latest = {k: v for k, v in (w.latest or {}).items() if k != "t"}
+    series = w.series or {}
+    rate = w.rate
     step = latest.get("step")
-    prog = doc.get("progress") or {}
-    if isinstance(prog.get("step"), (int, float)) and (not isinstance(step, (int, float)) or prog["step"] > step):
-        step = latest["step"] = prog["step"]  # the bar moves between two metric lines
+    bar = w.bar.step
+    if isinstance(bar, (int, float)) and (not isinstance(step, (int, float)) or bar > step):
+        step = latest["step"] = bar  # the bar moves between two metric lines
     total = max_steps_of(doc)
     eta = None
-    if rate and total and isinstance(step, (int, float)) and job.get("state") == "running":
+    if rate and total and isinstance(step, (int, float)) and record.state == "running":
         eta = max(0.0, (total - step) / rate)
     lk = loss_key(series) or loss_key(latest)  # the log's first lines are read at status time, before any series
     job.update(
@@ -62,18 +67,18 @@ def status_doc(doc: dict[str, Any]) -> dict[str, Any]:
         series=series,
         loss_key=lk,
         eval_metrics={k: v for k, v in latest.items() if k.startswith(EVAL_PREFIXES)},
-        gpu=doc.get("gpu"),
+        gpu=w.gpu,
         steps_per_s=rate,
         max_steps=total,
         eta_s=eta,
-        metrics_source=doc.get("source", job.get("metrics_source")),
+        metrics_source=w.source if "source" in w else record.metrics_source,
         elapsed_s=elapsed_s(job),
         cost=accrued_cost(job),
     )
     return job
 
 
-def fetch(agent: Agent, job: str, points: int = 60) -> dict[str, Any]:
+def fetch(agent: Agent, job: str, points: int = 60) -> JSONObject:
     """One remote command: the agent's ``watch`` verb."""
     doc = agent.call("watch", ["--job", job, "--points", str(points)])
     fill_host_price(doc.get("job"), agent.host.price_per_hour, agent.host.currency)  # a price set after submit

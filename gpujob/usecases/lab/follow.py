@@ -11,7 +11,6 @@ password: a URI holding one is written as ``secreturl.shown`` prints it."""
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import subprocess
@@ -19,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+from gpujob.bundle import import_remote
 from gpujob.config.paths import state_dir
 
 LINGER_S = float(os.environ.get("GPUJOB_MLFLOW_LINGER", "30"))
@@ -52,27 +52,13 @@ def after_write(names_server: bool) -> None:
             return
         say_failure_once()
         say_refused()
-        if _held(state_dir() / LOCK):  # a running exporter reads the ledger again before it leaves
+        if import_remote("core.filelock").held(state_dir() / LOCK):  # a running exporter reads the ledger again before it leaves
             return
         subprocess.Popen([sys.executable, "-m", "gpujob.usecases.lab.follow"], stdin=subprocess.DEVNULL,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
                          close_fds=True, cwd="/")
     except OSError as e:
         print(f"gpujob: runs were not sent to MLflow ({e}); gpujob runs export --mlflow sends them", file=sys.stderr)
-
-
-def _held(path: Path) -> bool:
-    try:
-        fd = os.open(str(path), os.O_RDONLY)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        return False
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
 
 
 def say_failure_once() -> None:
@@ -103,7 +89,7 @@ def note_refused(refused: list[dict]) -> None:
         return
     fd = os.open(str(state_dir() / NOTES), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        import_remote("core.filelock").lock(fd)
         os.write(fd, "".join(json.dumps(r) + "\n" for r in refused).encode())
     finally:
         os.close(fd)
@@ -119,7 +105,7 @@ def say_refused() -> None:
     except OSError:
         return
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        import_remote("core.filelock").lock(fd)
         text = os.read(fd, 1 << 20).decode(errors="replace")
         os.ftruncate(fd, 0)
     finally:
@@ -177,10 +163,9 @@ RETRY_S = 10.0  # a server that did not answer is tried again this often while t
 def main() -> int:
     """The detached exporter: one per laptop (the lock), while the ledger keeps changing."""
     lock = state_dir() / LOCK
+    filelock = import_remote("core.filelock")
     fd = os.open(str(lock), os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    if not filelock.lock(fd, blocking=False):
         os.close(fd)
         return 0
     os.ftruncate(fd, 0)
@@ -198,7 +183,7 @@ def main() -> int:
                 break
             time.sleep(1.0)
     finally:
-        fcntl.flock(fd, fcntl.LOCK_UN)
+        filelock.unlock(fd)
         os.close(fd)
     if _ledger_version() != seen:  # written between the last look and the unlock: one more round
         return main()

@@ -19,6 +19,7 @@ from typing import Any
 from gpujob.config.paths import state_dir
 from gpujob.config.secreturl import credential_in, shown
 from gpujob.errors import GpujobError, SpecError
+from gpujob.jsontypes import JSONObject
 
 RDB = ("sqlite://", "postgresql://", "postgresql+psycopg2://", "postgres://", "mysql://", "mysql+pymysql://")
 RECORD = "sweep-storages.json"  # sweep name -> the storage it is in (no password: refused above)
@@ -54,7 +55,7 @@ def open_storage(optuna: Any, url: str | None) -> Any:
         from optuna.storages.journal import JournalFileBackend
 
         return optuna.storages.JournalStorage(JournalFileBackend(path))
-    kwargs: dict[str, Any] = {"connect_args": {"timeout": 30}} if url.startswith("sqlite") else {"pool_pre_ping": True}
+    kwargs: JSONObject = {"connect_args": {"timeout": 30}} if url.startswith("sqlite") else {"pool_pre_ping": True}
     for attempt in range(5):
         try:
             return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)

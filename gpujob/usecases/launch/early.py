@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from gpujob.jsontypes import JSONObject
 from gpujob.transport import replies
 from gpujob.transport.agent import NEED_AGENT, Agent
 from gpujob.transport.base import Result
@@ -45,7 +46,7 @@ class EarlySubmit:
         s, self.s, self.opening = self.s, None, None
         return s
 
-    def call(self, request: bytes) -> dict[str, Any] | None:
+    def call(self, request: bytes) -> JSONObject | None:
         """The agent's answer to ``request``; None when there is no started command to ask."""
         s = self._taken()
         if s is None:

@@ -8,11 +8,13 @@ The bodies, signatures, retries, rate limits and redaction are those of ``remote
 from __future__ import annotations
 
 import socket
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 from gpujob.bundle import import_remote
 from gpujob.config.paths import config_dir
+from gpujob.jsontypes import JSONObject
 from gpujob.usecases.secrets.file import secrets_from_env
 
 if TYPE_CHECKING:
@@ -39,7 +41,7 @@ def httpx_transport(client: httpx.Client) -> Callable[[Any, float], tuple[int, d
     return post
 
 
-def make_test_event(job_id: str = "notify-test", name: str | None = None) -> dict[str, Any]:
+def make_test_event(job_id: str = "notify-test", name: str | None = None) -> JSONObject:
     """The event ``gpujob notify test`` sends."""
     return {
         "event": "test",
@@ -54,8 +56,8 @@ def make_test_event(job_id: str = "notify-test", name: str | None = None) -> dic
 
 
 def send_from_laptop(
-    notify_cfg: dict[str, Any] | None,
-    event: dict[str, Any],
+    notify_cfg: Mapping[str, object] | None,
+    event: Mapping[str, object],
     secrets: dict[str, str],
     *,
     all_channels: bool = False,
@@ -63,12 +65,12 @@ def send_from_laptop(
     backoff: float = 0.5,
     timeout: float = 10.0,
     state_dir: str | Path | None = None,
-) -> list[dict[str, Any]]:
+) -> list[JSONObject]:
     """Send ``event`` from the laptop (e.g. ``lost``, which the dead agent cannot send).
 
     Channels are filtered by ``on:`` unless ``all_channels``; returns the redacted outcomes.
     """
-    every = list((notify_cfg or {}).get("channels") or [])
+    every = list(cast(Iterable[object], (notify_cfg or {}).get("channels") or []))  # a list once validated
     chans = [dict(c, name=n) for c, n in zip(every, notify.channel_names(every)) if isinstance(c, dict)]
     if not all_channels:
         chans = [c for c in chans if notify.wants(notify_cfg, str(event.get("event")), c)]
@@ -85,7 +87,7 @@ def send_from_laptop(
 
 
 def notify_test(
-    notify_cfg: dict[str, Any] | None,
+    notify_cfg: Mapping[str, object] | None,
     secrets: dict[str, str],
     *,
     job_name: str | None = None,
@@ -93,14 +95,14 @@ def notify_test(
     backoff: float = 0.5,
     timeout: float = 10.0,
     state_dir: str | Path | None = None,
-) -> list[dict[str, Any]]:
+) -> list[JSONObject]:
     """Send a ``test`` event to every channel of ``notify_cfg``; one outcome dict per channel.
 
     A config error of a channel (bad key, missing secret) comes back as that channel's failed
     outcome without sending. Outcome keys: channel, type, ok, skipped, attempts, status,
     error (redacted), elapsed_s.
     """
-    chans = list((notify_cfg or {}).get("channels") or [])
+    chans = list(cast(Iterable[object], (notify_cfg or {}).get("channels") or []))  # a list once validated
     names = notify.channel_names(chans)
     sensitive = notify.all_sensitive(chans, secrets)
     errs = notify.validate_channels(notify_cfg, secrets)
@@ -109,7 +111,8 @@ def notify_test(
         for i in range(len(chans)):
             if e.startswith(f"notify.channels[{i}]"):
                 bad.setdefault(i, e)
-    good = [dict(c, name=names[i]) for i, c in enumerate(chans) if i not in bad]
+    good = [dict(cast(Mapping[str, object], c), name=names[i])  # a channel not in bad is a mapping (validated)
+            for i, c in enumerate(chans) if i not in bad]
     sent = iter(
         send_from_laptop(
             {"channels": good}, make_test_event(name=job_name), secrets, all_channels=True, retries=retries,
@@ -118,7 +121,7 @@ def notify_test(
         if good
         else []
     )
-    out: list[dict[str, Any]] = []
+    out: list[JSONObject] = []
     for i, ch in enumerate(chans):
         if i in bad:
             out.append({
@@ -131,7 +134,7 @@ def notify_test(
     return out
 
 
-def notify_test_job(job_file: str | None) -> list[dict[str, Any]]:
+def notify_test_job(job_file: str | None) -> list[JSONObject]:
     """``gpujob notify test``: a ``test`` event to every channel of the job file, with the secrets it names."""
     from gpujob.config.spec import load_spec
     from gpujob.errors import GpujobError

@@ -15,6 +15,8 @@ import os
 import sys
 from typing import Any
 
+from gpujob.jsontypes import JSONObject
+
 API = "https://api.autodl.com/api/v1/dev/instance/pro/"
 
 
@@ -29,7 +31,7 @@ def call(verb: str, uuid: str) -> Any:
     headers = {"Authorization": token}  # AutoDL takes the raw token, no "Bearer"
     with httpx.Client(timeout=30) as c:
         if verb in ("on", "off"):
-            body: dict[str, Any] = {"instance_uuid": uuid}
+            body: JSONObject = {"instance_uuid": uuid}
             if verb == "on":
                 body["payload"] = "gpu"
             r = c.post(base + ("power_on" if verb == "on" else "power_off"), json=body, headers=headers)

@@ -10,10 +10,9 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from typing import Any
 
 from gpujob import helpercmd
-from gpujob.config.hosts import LOCAL, Host, parse_ssh_target
+from gpujob.config.hosts import LOCAL, Host, SshTarget, parse_ssh_target
 from gpujob.errors import GpujobError, HostError
 from gpujob.transport import replies
 
@@ -139,7 +138,7 @@ def switch(host: Host, verb: str) -> Answer:
     return a
 
 
-def address(host: Host) -> dict[str, Any]:
+def address(host: Host) -> SshTarget:
     """The fields of the profile that the ``address`` command's last line gives: an ssh login line,
     ``user@host:port``, ``host:port`` or a bare port."""
     a = run(host, "address")

@@ -15,6 +15,8 @@ from typing import Any
 from gpujob.bundle import import_remote
 from gpujob.config.hosts import Host
 from gpujob.errors import ConnectError, GpujobError
+from gpujob.jsontypes import JSONObject
+from gpujob.transport.jobview import JobView
 from gpujob.usecases.power import commands
 from gpujob.usecases.power.commands import PowerError
 
@@ -29,15 +31,16 @@ def _num(v: object) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def at_stake(st: dict[str, Any]) -> dict[str, Any]:
+def at_stake(doc: dict[str, Any]) -> JSONObject:
     """One live job (its ``status`` record): its step, its newest complete checkpoint, the steps since."""
-    metrics = m if isinstance(m := st.get("last_metrics"), dict) else {}
+    st = JobView(doc)
+    metrics = st.last_metrics if isinstance(st.last_metrics, dict) else {}
     step = _num(metrics.get("step"))
-    ckpts = [c for c in st.get("checkpoints") or [] if isinstance(c, dict) and c.get("complete")]
+    ckpts = [c for c in st.checkpoints or [] if isinstance(c, dict) and c.get("complete")]
     last = ckpts[-1] if ckpts else None
     ck_step = _num(last.get("step")) if last else None
     lost = int(step - ck_step) if step is not None and ck_step is not None and step >= ck_step else None
-    return {"job_id": str(st.get("job_id") or "?"), "state": str(st.get("state") or "?"),
+    return {"job_id": str(st.job_id or "?"), "state": str(st.state or "?"),
             "step": int(step) if step is not None else None,
             "checkpoint": str(last.get("name")) if last else None,
             "checkpoint_step": int(ck_step) if ck_step is not None else None,
@@ -69,12 +72,12 @@ def live_on(host: Host) -> list[dict[str, Any]]:
     try:
         out = []
         for j in jobs.ls(agent):
-            if j.get("state") in ACTIVE:
+            if JobView(j).state in ACTIVE:
                 try:
-                    j = jobs.status(agent, str(j["job_id"]))
+                    j = jobs.status(agent, str(JobView(j).job_id))
                 except GpujobError:
                     pass  # ended or removed meanwhile: the list's record says enough
-                if j.get("state") in ACTIVE:
+                if JobView(j).state in ACTIVE:
                     out.append(at_stake(j))
         return out
     finally:

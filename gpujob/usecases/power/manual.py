@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import Callable
 
 from gpujob.config.hosts import Host, HostStore
 from gpujob.errors import ConnectError
+from gpujob.jsontypes import JSONObject
 from gpujob.usecases.power import commands
 from gpujob.usecases.power.commands import PowerError
 from gpujob.usecases.power.wake import ensure_on, power_off
 
 
-def host_on(name: str, wait: float | None = None, note: Callable[[str], None] | None = None) -> dict[str, Any]:
+def host_on(name: str, wait: float | None = None, note: Callable[[str], None] | None = None) -> JSONObject:
     store = HostStore()
     host = store.get(name)
     commands.command(host, "on")  # no power.on: say so, rather than "already on"
@@ -21,7 +22,7 @@ def host_on(name: str, wait: float | None = None, note: Callable[[str], None] | 
     return {"host": host.name, "state": "on", "address": host.address, "seconds": round(time.monotonic() - t0, 1)}
 
 
-def host_off(name: str, note: Callable[[str], None] | None = None, force: bool = False) -> dict[str, Any]:
+def host_off(name: str, note: Callable[[str], None] | None = None, force: bool = False) -> JSONObject:
     """``host off``: refused while a job runs or waits there (``force``: powered off anyway, saying what
     each job loses: ``cut`` in the answer)."""
     from gpujob.usecases.power.livejobs import guard_off
@@ -37,7 +38,7 @@ def host_off(name: str, note: Callable[[str], None] | None = None, force: bool =
     return doc
 
 
-def host_state(name: str) -> dict[str, Any]:
+def host_state(name: str) -> JSONObject:
     store = HostStore()
     host = store.get(name)
     state = commands.state(host)

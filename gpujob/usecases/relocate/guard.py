@@ -18,6 +18,8 @@ from typing import Any, Callable
 from gpujob.config import index
 from gpujob.config.paths import atomicfile, state_dir
 from gpujob.errors import GpujobError
+from gpujob.jsontypes import JSONObject
+from gpujob.transport.jobview import JobView
 from gpujob.usecases.jobs.ops import FINAL
 
 Note = Callable[[str], None]
@@ -26,7 +28,7 @@ Note = Callable[[str], None]
 def _away_since(job_id: str, now: float) -> float:
     """When a guard first found ``job_id``'s host away (``now`` if this is the first time), kept in
     ``guard.json`` under its lock: two guards at once keep each other's jobs."""
-    def first(doc: dict[str, Any]) -> bool:
+    def first(doc: JSONObject) -> bool:
         if isinstance(doc.get(job_id), (int, float)):
             return False  # seen away before: nothing to write
         doc[job_id] = now
@@ -49,7 +51,7 @@ def candidates(spec: Any, current: str) -> list[str]:
     return [h for h in hosts if h != current]
 
 
-def _job_state(host: str, job_id: str) -> dict[str, Any] | None:
+def _job_state(host: str, job_id: str) -> JSONObject | None:
     """The job's record as its host says, or None when the host does not answer."""
     from gpujob.config.hosts import HostStore
     from gpujob.transport.agent import connect_agent
@@ -65,7 +67,7 @@ def _job_state(host: str, job_id: str) -> dict[str, Any] | None:
         return None
 
 
-def _notify(spec: Any, job_id: str, old: str, res: dict[str, Any], why: str) -> list[dict[str, Any]]:
+def _notify(spec: Any, job_id: str, old: str, res: JSONObject, why: str) -> list[JSONObject]:
     """The job's channels hear it from the laptop (its old host cannot speak)."""
     if not spec.notify:
         return []
@@ -80,7 +82,7 @@ def _notify(spec: Any, job_id: str, old: str, res: dict[str, Any], why: str) -> 
     return send_from_laptop(notify_secrets(spec.notify)[0], event, collect_secrets(spec, secret_refs(spec)))
 
 
-def check(job_id: str, now: float, note: Note) -> dict[str, Any] | None:
+def check(job_id: str, now: float, note: Note) -> JSONObject | None:
     """One look at one job: None while it needs watching, else what became of it."""
     from gpujob.config.spec import load_spec
     from gpujob.usecases.relocate.move import move, settle_old
@@ -95,7 +97,8 @@ def check(job_id: str, now: float, note: Note) -> dict[str, Any] | None:
     host = entry["host"]
     record = _job_state(host, entry["job_id"])
     if record is not None:
-        state, reason = str(record.get("state")), str(record.get("reason") or "")
+        view = JobView(record)
+        state, reason = str(view.state), str(view.reason or "")
         _answered(entry["job_id"])
         if not (state == "stopped" and reason.startswith("gpu_error")):  # the agent stopped it to be moved
             return {"job_id": entry["job_id"], "action": "done", "state": state} if state in FINAL else None

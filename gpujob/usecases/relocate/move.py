@@ -27,6 +27,7 @@ from gpujob.config import index, remembered
 from gpujob.errors import GpujobError, Interrupted, JobNotFound, RemoteError
 from gpujob.transport import Result
 from gpujob.transport.agent import Agent, connect_agent
+from gpujob.transport.jobview import JobView
 from gpujob.usecases.jobs.ops import FINAL, STOP_WAIT
 
 Note = Callable[[str], None]
@@ -172,13 +173,14 @@ def _reach_old(host_name: str, job_id: str, stop_wait: float, note: Note) -> tup
         return None, f"{host_name} answers but its agent failed ({str(e).splitlines()[0]})", {}
     except GpujobError as e:
         return None, f"{host_name} does not answer ({str(e).splitlines()[0]})", {}
-    if st.get("state") == "moved":
-        raise GpujobError(f"{job_id} already moved from {host_name} to {st.get('moved_to')}",
+    view = JobView(st)
+    if view.state == "moved":
+        raise GpujobError(f"{job_id} already moved from {host_name} to {view.moved_to}",
                           f"gpujob status {job_id} shows it there")
-    if st.get("state") == "succeeded":
+    if view.state == "succeeded":
         raise GpujobError(f"{job_id} succeeded on {host_name}: there is nothing to continue",
                           f"gpujob pull {job_id} fetches its results; submit again to train anew")
-    if st.get("state") not in FINAL:
+    if view.state not in FINAL:
         note(f"stopping {job_id} on {host_name} (it may checkpoint first)")
         st = jobs.stop(agent, job_id, wait=stop_wait, job_mode=True)  # stop: {mode: checkpoint} waits for one
     return agent, "", st
@@ -324,7 +326,7 @@ def settle_old(job_id: str, note: Note = lambda s: None) -> bool:
         return False
     try:
         agent = connect_agent(HostStore().get(e["moved_from"]))
-        if jobs.status(agent, e["job_id"]).get("state") not in FINAL:
+        if JobView(jobs.status(agent, e["job_id"])).state not in FINAL:
             note(f"{e['job_id']} still runs on {e['moved_from']}, which it left: stopping it there")
             jobs.stop(agent, e["job_id"], wait=120)
         agent.call("moved", ["--job", e["job_id"], "--to", e["host"]])

@@ -53,17 +53,15 @@ def dest_locked(dest: Path, on_wait: Callable[[str], None] | None = None) -> Ite
     one waits, saying so."""
     dest.mkdir(parents=True, exist_ok=True)
     try:
-        import fcntl
-    except ImportError:  # not POSIX: no lock
+        filelock = import_remote("core.filelock")
+    except ImportError:  # not POSIX (no fcntl): no lock
         yield
         return
     fd = os.open(dest, os.O_RDONLY)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if not filelock.lock(fd, blocking=False):
             (on_wait or _say)(f"another pull into {dest} is running; waiting for it to finish")
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            filelock.lock(fd)
         yield
     finally:
         os.close(fd)

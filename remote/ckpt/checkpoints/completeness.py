@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Set
 
-from .formats import _zip_whole, file_whole
+from .formats import file_whole, zip_whole
 from .kinds import (
     COMPLETE_MARKER,
     HF_INCOMPLETE,
@@ -14,13 +14,13 @@ from .kinds import (
     SETTLE,
     WRITE_WINDOW,
     Checkpoint,
-    _series,
+    series_key,
     step_of,
 )
-from .openfiles import _written_in, open_for_writing
+from .openfiles import open_for_writing, written_in
 
 
-def _writers(found: List[Checkpoint], base: Path, pids: Any) -> Set[str]:
+def open_writers(found: List[Checkpoint], base: Path, pids: Any) -> Set[str]:
     """Files open for writing under ``base``, looked up only when a kind needs it and something
     of that kind changed within ``WRITE_WINDOW`` s (every tick would read every process's fds)."""
     recent = time.time() - WRITE_WINDOW
@@ -29,19 +29,19 @@ def _writers(found: List[Checkpoint], base: Path, pids: Any) -> Set[str]:
     return open_for_writing(pids, [str(base.resolve())])
 
 
-def _check(found: List[Checkpoint], writing: Set[str]) -> None:
+def judge(found: List[Checkpoint], writing: Set[str]) -> None:
     now = time.time()
     for c in found:
-        c.complete = _complete(c, writing, now)
+        c.complete = judged_complete(c, writing, now)
         c.reason = None if c.complete else incomplete_reason(c, writing, now)
     before: Dict[str, Checkpoint] = {}
     for c in found:  # oldest first: each script folder against the one before it in its series
         if c.kind != "folder":
             continue
-        prev = before.get(_series(c))
-        before[_series(c)] = c
+        prev = before.get(series_key(c))
+        before[series_key(c)] = c
         if c.complete and prev is not None:
-            c.reason = _lacks(c.path, prev.path)
+            c.reason = lacks(c.path, prev.path)
             c.complete = not c.reason
 
 
@@ -54,7 +54,7 @@ def _files(p: Path) -> Dict[str, str]:
         return {}
 
 
-def _lacks(p: Path, prev: Path) -> Optional[str]:
+def lacks(p: Path, prev: Path) -> Optional[str]:
     """A script's own folder saved file by file, cut short between two files (a full disk, a
     reboot, a kill) holds only whole files, so "settled" alone judged it complete: it must hold
     every file the one before it in its series holds."""
@@ -77,7 +77,7 @@ def incomplete_reason(c: Checkpoint, writing: Set[str], now: float) -> str:
         if not (p / HF_STATE).is_file():
             return "no {} (the Trainer writes it last)".format(HF_STATE)
         return "rng_state*.pth files missing (ranks 0..N)"
-    if _written_in(p, writing):
+    if written_in(p, writing):
         return "a process of the job is writing it"
     if c.kind == "accelerate":
         return "random_states_<rank>.pkl missing or cut short (accelerate writes them last)"
@@ -91,7 +91,7 @@ def incomplete_reason(c: Checkpoint, writing: Set[str], now: float) -> str:
         return "gone"
     if size == 0:
         return "empty file"
-    if _zip_whole(p) is False or p.name.endswith(".safetensors"):
+    if zip_whole(p) is False or p.name.endswith(".safetensors"):
         return "cut short (its format is not whole: a write was killed or interrupted?)"
     return "changed within the last {:g} s".format(SETTLE)
 
@@ -122,7 +122,7 @@ def _accelerate_complete(p: Path) -> bool:
             ranks[int(m.group(1))] = f
     if not ranks or set(ranks) != set(range(max(ranks) + 1)):
         return False
-    return all(_zip_whole(f) is not False for f in ranks.values())
+    return all(zip_whole(f) is not False for f in ranks.values())
 
 
 def _deepspeed_complete(p: Path) -> bool:
@@ -144,7 +144,7 @@ def _settled_folder(p: Path, now: float) -> bool:
     return bool(files) and all(file_whole(f, now) for f in files)
 
 
-def _complete(c: Checkpoint, writing: Set[str], now: float, world_size: Optional[int] = None) -> bool:
+def judged_complete(c: Checkpoint, writing: Set[str], now: float, world_size: Optional[int] = None) -> bool:
     p = c.path
     if c.kind == "gpujob":
         return (p / COMPLETE_MARKER).is_file()
@@ -152,7 +152,7 @@ def _complete(c: Checkpoint, writing: Set[str], now: float, world_size: Optional
         if not (p / HF_STATE).is_file() or (p / HF_INCOMPLETE).exists():
             return False
         return _rng_complete(p, world_size)
-    if _written_in(p, writing):
+    if written_in(p, writing):
         return False
     if c.kind == "accelerate":
         return _accelerate_complete(p)

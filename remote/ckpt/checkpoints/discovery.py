@@ -7,8 +7,8 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Set
 
-from .completeness import _check, _complete, _lacks, _writers
-from .kinds import _HF_NAME, Checkpoint, PathLike, _classify, _folder_kind, _series, _stem
+from .completeness import judge, judged_complete, lacks, open_writers
+from .kinds import HF_NAME, Checkpoint, PathLike, classify, folder_kind, name_stem, series_key
 from .openfiles import open_for_writing
 
 FIND_DEPTH, FIND_ENTRIES = 3, 5000  # how far below the checkpoint folder discovery looks
@@ -37,7 +37,7 @@ def _walk(base: Path, depth: int, follow: bool = True) -> List[Path]:
             p = folder / n
             found.append(p)
             if level < depth and not n.startswith(".") and n not in WALK_SKIP and p.is_dir() and \
-                    (follow or not p.is_symlink()) and _folder_kind(p) is None and not _HF_NAME.match(n):
+                    (follow or not p.is_symlink()) and folder_kind(p) is None and not HF_NAME.match(n):
                 todo.append((p, level + 1))
     return found
 
@@ -58,7 +58,7 @@ def find(ckpt_dir: PathLike, pattern: Optional[str] = None, pids: Any = None,
         if p in seen:
             continue
         seen.add(p)
-        c = _classify(p, bool(pattern))
+        c = classify(p, bool(pattern))
         if c is not None:
             found.append(c)
     # loose files beside checkpoint folders (a final model.safetensors, training_args.bin) are not
@@ -69,7 +69,7 @@ def find(ckpt_dir: PathLike, pattern: Optional[str] = None, pids: Any = None,
         found = _in_checkpoint_folders(found, base)
     found = _ordered(found)
     if check and found:
-        _check(found, _writers(found, base, pids))
+        judge(found, open_writers(found, base, pids))
     return found
 
 
@@ -85,7 +85,7 @@ def _in_checkpoint_folders(found: List[Checkpoint], base: Path) -> List[Checkpoi
     for c in found:
         parent = c.path.parent
         if not c.is_dir and parent not in home and parent.name != "checkpoints":
-            ok[parent] = ok.get(parent, False) or c.step is not None or bool(_CKPT_WORD.search(_stem(c.name)))
+            ok[parent] = ok.get(parent, False) or c.step is not None or bool(_CKPT_WORD.search(name_stem(c.name)))
     return [c for c in found if c.is_dir or ok.get(c.path.parent, True)]
 
 
@@ -98,7 +98,7 @@ def _ordered(found: List[Checkpoint]) -> List[Checkpoint]:
     series: Dict[str, List[Checkpoint]] = {}
     for c in found:
         if c.step is not None:
-            series.setdefault(_series(c), []).append(c)
+            series.setdefault(series_key(c), []).append(c)
     for group in series.values():
         t = float("-inf")
         for c in sorted(group, key=lambda c: (c.step, c.mtime, c.name)):
@@ -114,16 +114,16 @@ def is_complete(path: PathLike, world_size: Optional[int] = None, pids: Any = No
     exact: every ``rng_state_<rank>.pth`` must be there. ``pids``: see ``find``.
     """
     p = Path(path)
-    c = _classify(p, by_pattern=True)
+    c = classify(p, by_pattern=True)
     if c is None:
         return False
     writing = set() if c.kind in ("gpujob", "hf") else open_for_writing(pids, [str(p.parent.resolve())])
-    if c.kind == "folder" and _complete(c, writing, time.time(), world_size):
-        earlier = [(q.step, q.path) for q in (_classify(x, True) for x in p.parent.iterdir() if x.is_dir() and x != p)
-                   if q is not None and q.kind == "folder" and _series(q) == _series(c)
+    if c.kind == "folder" and judged_complete(c, writing, time.time(), world_size):
+        earlier = [(q.step, q.path) for q in (classify(x, True) for x in p.parent.iterdir() if x.is_dir() and x != p)
+                   if q is not None and q.kind == "folder" and series_key(q) == series_key(c)
                    and q.step is not None and c.step is not None and q.step < c.step]
-        return not earlier or _lacks(p, max(earlier)[1]) is None
-    return _complete(c, writing, time.time(), world_size)
+        return not earlier or lacks(p, max(earlier)[1]) is None
+    return judged_complete(c, writing, time.time(), world_size)
 
 
 def list_checkpoints(ckpt_dir: PathLike, pattern: Optional[str] = None) -> List[Path]:

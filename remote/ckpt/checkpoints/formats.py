@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     import zipfile
 
 
-def _zip_whole(path: Path) -> Optional[bool]:
+def zip_whole(path: Path) -> Optional[bool]:
     """True/False for a zip archive (torch.save's format) with/without all it needs; None when the file
     is no zip archive at all. A torch archive must also hold every tensor its ``data.pkl`` names:
     torch.save interrupted by an exception (KeyboardInterrupt from a stop's SIGINT, a full disk) still
@@ -126,7 +126,7 @@ def file_whole(path: Path, now: Optional[float] = None) -> bool:
         return False
     if st.st_size == 0:
         return False
-    z = _zip_whole(path)
+    z = zip_whole(path)
     if z is not None:
         return z
     if path.name.endswith(".safetensors"):

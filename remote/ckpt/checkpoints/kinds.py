@@ -19,7 +19,7 @@ FOLDER_KINDS = ("hf", "gpujob", "accelerate", "deepspeed", "folder")
 SIDE_FILES = re.compile(r"^(training_args\.bin|rng_state(_\d+)?\.pth|optimizer\.(pt|bin)|scheduler\.(pt|bin)|"
                         r"scaler\.pt|random_states_\d+\.pkl)$")
 _TEMP = re.compile(r"(^\.|\.tmp$|\.part$|\.partial$|\.gpujob-part|~$|\.tmp\.|^tmp\.)")  # ^tmp.: timm's tmp.pth.tar
-_HF_NAME = re.compile(r"^checkpoint-(\d+)$")
+HF_NAME = re.compile(r"^checkpoint-(\d+)$")
 HF_SIGNS = {"config.json", "adapter_config.json", "training_args.bin", "trainer_state.json"}
 _OWN_NAME = re.compile(r"^step-(\d+)$")
 _ACC_NAME = re.compile(r"^checkpoint_(\d+)$")
@@ -68,7 +68,7 @@ class Checkpoint(object):
         return "Checkpoint({}, {}, step={}, complete={})".format(self.path, self.kind, self.step, self.complete)
 
 
-def _stem(name: str) -> str:
+def name_stem(name: str) -> str:
     """The name without its checkpoint extensions, all of them (``checkpoint-14.pth.tar``)."""
     cut = True
     while cut:
@@ -83,11 +83,11 @@ def _stem(name: str) -> str:
 def step_of(path: PathLike) -> Optional[int]:
     """The step number in a checkpoint's name, or None if the name carries none."""
     name = Path(path).name
-    for rx in (_HF_NAME, _OWN_NAME, _ACC_NAME, _DS_NAME):
+    for rx in (HF_NAME, _OWN_NAME, _ACC_NAME, _DS_NAME):
         m = rx.match(name)
         if m:
             return int(m.group(1))
-    stem = _stem(name)
+    stem = name_stem(name)
     if stem.startswith("last"):
         return None
     m = _STEP_IN_NAME.search(stem)
@@ -102,7 +102,7 @@ def step_of(path: PathLike) -> Optional[int]:
 def name_metrics(name: str) -> Dict[str, float]:
     """Monitored values written in a Lightning name (``epoch=2-val_loss=0.02.ckpt``)."""
     out: Dict[str, float] = {}
-    for k, v in _NAME_METRIC.findall(_stem(name)):
+    for k, v in _NAME_METRIC.findall(name_stem(name)):
         if k not in ("epoch", "step"):
             try:
                 out[k] = float(v)
@@ -111,12 +111,12 @@ def name_metrics(name: str) -> Dict[str, float]:
     return out
 
 
-def _series(c: Checkpoint) -> str:
+def series_key(c: Checkpoint) -> str:
     """Checkpoints of one series differ only in their numbers (rotation counts per series)."""
     return "{}|{}|{}".format(c.path.parent, c.kind, re.sub(r"\d+(\.\d+)?([eE][-+]?\d+)?", "#", c.name))
 
 
-def _folder_kind(p: Path) -> Optional[str]:
+def folder_kind(p: Path) -> Optional[str]:
     name = p.name
     if _OWN_NAME.match(name):
         return "gpujob"
@@ -128,7 +128,7 @@ def _folder_kind(p: Path) -> Optional[str]:
         return None
     hf = HF_STATE in names or any(n.startswith("rng_state") and n.endswith(".pth") for n in names)
     acc = any(re.match(r"^random_states_\d+\.pkl$", n) for n in names)
-    if _HF_NAME.match(name):
+    if HF_NAME.match(name):
         if acc and not hf:
             return "accelerate"
         # a Trainer's folder, even half written, holds its model's config (or training_args.bin) first;
@@ -141,7 +141,7 @@ def _folder_kind(p: Path) -> Optional[str]:
     return None
 
 
-def _classify(p: Path, by_pattern: bool) -> Optional[Checkpoint]:
+def classify(p: Path, by_pattern: bool) -> Optional[Checkpoint]:
     name = p.name
     if _TEMP.search(name):
         return None
@@ -150,10 +150,10 @@ def _classify(p: Path, by_pattern: bool) -> Optional[Checkpoint]:
     except OSError:
         return None
     if p.is_dir():
-        kind = _folder_kind(p) or ("folder" if by_pattern else None)
+        kind = folder_kind(p) or ("folder" if by_pattern else None)
         if kind is None:
             return None
-        return Checkpoint(p, kind, step_of(p), _tree_mtime(p, st.st_mtime), {})
+        return Checkpoint(p, kind, step_of(p), tree_mtime(p, st.st_mtime), {})
     if not p.is_file() or SIDE_FILES.match(name):
         return None
     if name.endswith(".ckpt"):
@@ -165,7 +165,7 @@ def _classify(p: Path, by_pattern: bool) -> Optional[Checkpoint]:
     return Checkpoint(p, kind, step_of(p), st.st_mtime, name_metrics(name))
 
 
-def _tree_mtime(p: Path, own: float) -> float:
+def tree_mtime(p: Path, own: float) -> float:
     """A folder's time: its own mtime or its newest direct entry's (files rewritten in place)."""
     newest = own
     try:

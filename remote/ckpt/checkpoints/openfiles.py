@@ -75,7 +75,7 @@ def being_saved(ckpt_dir: PathLike, pids: Any) -> List[str]:
     return out
 
 
-def _written_in(path: Path, writing: Set[str]) -> bool:
+def written_in(path: Path, writing: Set[str]) -> bool:
     if not writing:
         return False
     real = str(path.resolve())

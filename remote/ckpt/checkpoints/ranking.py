@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Dict, List, Optional, Set
 
-from .kinds import HF_STATE, Checkpoint, _stem
+from .kinds import HF_STATE, Checkpoint, name_stem
 
 BEST_NAME = re.compile(r"^(model[_-])?best([_-](model|checkpoint|ckpt))?$", re.I)  # a best kept by the script
 
@@ -17,7 +17,7 @@ def metric_mode(metric: str) -> str:
     return "min" if re.search(r"loss|perplexity|ppl|error|wer|cer|mse|mae|rmse", metric) else "max"
 
 
-def _hf_best(complete: List[Checkpoint]) -> Optional[Checkpoint]:
+def hf_best(complete: List[Checkpoint]) -> Optional[Checkpoint]:
     for c in reversed(complete):
         if c.kind != "hf":
             continue
@@ -34,7 +34,7 @@ def _hf_best(complete: List[Checkpoint]) -> Optional[Checkpoint]:
     return None
 
 
-def _by_name_metric(complete: List[Checkpoint], metric: str) -> Optional[Checkpoint]:
+def by_name_metric(complete: List[Checkpoint], metric: str) -> Optional[Checkpoint]:
     scored = [c for c in complete if metric in c.metrics]
     if not scored:
         return None
@@ -85,17 +85,17 @@ def best(found: List[Checkpoint], metric: Optional[str] = None, job_path: Option
         return None
     guessed = not metric
     if not metric:
-        hf = _hf_best(complete)
+        hf = hf_best(complete)
         if hf is not None:
             return hf
-        kept = [c for c in complete if BEST_NAME.match(_stem(c.name))]
+        kept = [c for c in complete if BEST_NAME.match(name_stem(c.name))]
         if kept:  # the script keeps its best itself (an image trainer's model_best.pth.tar, best.pt)
             return kept[-1]
         keys: Set[str] = set()
         for c in complete:
             keys.update(c.metrics)
         metric = sorted(keys)[0] if len(keys) == 1 else "eval_loss"
-    named = _by_name_metric(complete, metric)
+    named = by_name_metric(complete, metric)
     if named is not None:
         return named
     scores = metric_history(job_path, complete, metric)

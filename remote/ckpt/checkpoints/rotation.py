@@ -6,11 +6,11 @@ import time
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Set
 
-from .completeness import _check, _writers
+from .completeness import judge, open_writers
 from .discovery import find
-from .kinds import STALE, Checkpoint, PathLike, _series, _tree_mtime, step_of
-from .openfiles import _written_in
-from .ranking import _by_name_metric, _hf_best
+from .kinds import STALE, Checkpoint, PathLike, series_key, step_of, tree_mtime
+from .openfiles import written_in
+from .ranking import by_name_metric, hf_best
 
 
 def _protected(found: List[Checkpoint], protect: Iterable[PathLike]) -> Set[Path]:
@@ -28,16 +28,16 @@ def _protected(found: List[Checkpoint], protect: Iterable[PathLike]) -> Set[Path
             keep.add(c.path)
             if c.path.is_symlink():
                 keep.add(c.path.resolve())
-    hf = _hf_best(complete)
+    hf = hf_best(complete)
     if hf is not None:
         keep.add(hf.path)
     by_series: Dict[str, List[Checkpoint]] = {}
     for c in complete:
         if c.metrics:
-            by_series.setdefault(_series(c), []).append(c)
+            by_series.setdefault(series_key(c), []).append(c)
     for group in by_series.values():
         for m in set(k for c in group for k in c.metrics):
-            b = _by_name_metric(group, m)
+            b = by_name_metric(group, m)
             if b is not None:
                 keep.add(b.path)
     return keep
@@ -73,8 +73,8 @@ def rotate(ckpt_dir: PathLike, keep: int, pattern: Optional[str] = None, pids: A
     if not base.is_dir():
         return []
     found = find(base, pattern, check=False)
-    writing = _writers(found, base, pids) if found else set()
-    _check(found, writing)
+    writing = open_writers(found, base, pids) if found else set()
+    judge(found, writing)
     complete = [c for c in found if c.complete]
     if not complete:
         return []
@@ -85,7 +85,7 @@ def rotate(ckpt_dir: PathLike, keep: int, pattern: Optional[str] = None, pids: A
     series: Dict[str, List[Checkpoint]] = {}
     for c in complete:
         if c.step is not None:
-            series.setdefault(_series(c), []).append(c)
+            series.setdefault(series_key(c), []).append(c)
     for group in series.values():
         doomed += group[:-keep]
     newest = complete[-1]
@@ -95,7 +95,7 @@ def rotate(ckpt_dir: PathLike, keep: int, pattern: Optional[str] = None, pids: A
             doomed.append(c)
     deleted: List[Path] = []
     for c in doomed:
-        if c.path in safe or c.path.resolve() in safe or _written_in(c.path, writing):
+        if c.path in safe or c.path.resolve() in safe or written_in(c.path, writing):
             continue
         _remove(c.path)
         deleted.append(c.path)
@@ -103,7 +103,7 @@ def rotate(ckpt_dir: PathLike, keep: int, pattern: Optional[str] = None, pids: A
     for tmp in base.glob(".tmp-step-*"):
         m = re.match(r"^\.tmp-step-(\d+)$", tmp.name)
         if m and int(m.group(1)) < newest_step and \
-                now - _tree_mtime(tmp, tmp.stat().st_mtime) >= STALE and not _written_in(tmp, writing):
+                now - tree_mtime(tmp, tmp.stat().st_mtime) >= STALE and not written_in(tmp, writing):
             import shutil
 
             shutil.rmtree(str(tmp), ignore_errors=True)

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Set
 
 from .discovery import FIND_DEPTH, find
-from .kinds import Checkpoint, PathLike, _classify
+from .kinds import Checkpoint, PathLike, classify
 
 STRAY_SKIP = {"__pycache__", "node_modules", "site-packages", "wandb", "mlruns", "venv", "env", "data", "datasets"}
 STRAY_DEPTH, STRAY_ENTRIES = 4, 5000
@@ -36,7 +36,7 @@ def _walk_classified(base: Path, depth: int, since: float) -> Iterable[Any]:
         for name in sorted(dirs) + sorted(files):
             if os.path.islink(os.path.join(top, name)):
                 continue  # checkpoint.dir's link, a last.ckpt link: what they lead to is looked at where it is
-            c = _classify(Path(top) / name, by_pattern=False)
+            c = classify(Path(top) / name, by_pattern=False)
             if c is not None:
                 if c.is_dir:
                     inside.append(name)

@@ -220,9 +220,10 @@ def _status_of(uri: str, experiment: str, jid: str) -> str | None:
 
 def _exporter_left(state: Path) -> bool:
     """The detached exporter has run and left (its lock is there and nobody holds it)."""
-    from gpujob.usecases.lab.follow import LOCK, _held
+    from gpujob.usecases.lab.follow import LOCK
+    from remote.core.filelock import held
 
-    return (state / LOCK).exists() and not _held(state / LOCK)
+    return (state / LOCK).exists() and not held(state / LOCK)
 
 
 def test_a_run_deleted_on_the_server_is_left_deleted_said_once_and_blocks_no_other_run(
