@@ -18,6 +18,8 @@ LOADED = {
     "core.procs",  # the one TERM, wait, KILL loop (a timed-out helper command's group)
     "core.protocol",  # durations, job states, verbs served
     "core.spec",  # the job spec's defaults
+    "core.sections",  # the spec's typed sections (autostop, mirror, notify): their defaults, stated once
+    "core.specfields",  # what a spec field is (kind, default, bounds): the laptop's validator walks them
     "data.codehash",  # one file's part of the code hash
     "data.datashape",  # a dataset's shape
     "data.transfer",  # a checkpoint's file list, sent from a local copy
