@@ -31,6 +31,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Callable
 
@@ -68,7 +69,7 @@ def _recv_request(conn: socket.socket) -> tuple[dict[str, Any], list[int]]:
     return (json.loads(bytes(buf).partition(b"\n")[0]) if buf else {}), fds
 
 
-def _send(conn: socket.socket, doc: dict[str, Any]) -> None:
+def _send(conn: socket.socket, doc: Mapping[str, object]) -> None:
     try:
         conn.sendall(json.dumps(doc).encode() + b"\n")
     except OSError:
