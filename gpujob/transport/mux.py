@@ -32,6 +32,7 @@ import time
 import weakref
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TypedDict
 
 from gpujob.bundle import import_remote
 from gpujob.errors import ConnectError, GpujobError, HostKeyChanged
@@ -81,13 +82,28 @@ def socket_key(ep: Endpoint) -> str:
     return hashlib.sha256(json.dumps(ident).encode()).hexdigest()[:20]
 
 
+class Request(TypedDict, total=False):
+    """One request line to the daemon (muxd.py serves it): ``op`` and what that op takes."""
+
+    op: str  # ping, exit, exec (cmd), tcp (host, port), call (the rest)
+    cmd: str
+    host: str
+    port: int
+    serve: str  # the kept agent's ``serve`` command
+    argv: list[str]
+    timeout: float | None
+    input: str  # base64
+    max: int  # the longest answer line read
+    reply_max: int
+
+
 def _raise_doc(doc: JSONObject) -> None:
     kind, error, remedy = doc.get("kind", ""), doc.get("error", "the connection failed"), doc.get("remedy", "")
     cls = ERRORS.get(kind, ConnectError) if isinstance(kind, str) else ConnectError  # describe_error's text
     raise cls(error if isinstance(error, str) else "the connection failed", remedy if isinstance(remedy, str) else "")
 
 
-def _request(path: Path, req: Mapping[str, object], fds: list[int] | None = None, timeout: float | None = None) -> socket.socket:
+def _request(path: Path, req: Request, fds: list[int] | None = None, timeout: float | None = None) -> socket.socket:
     """Connect to the daemon and send one request line (with ``fds`` attached)."""
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -473,7 +489,7 @@ class MuxTransport(Transport):
         server refused one more session, the link was found dead). The daemon reads at most
         ``line_limit(limit)`` bytes of the answer line, and so does this process."""
         most = line_limit(limit)
-        req: dict[str, object] = {"op": "call", "serve": serve_cmd, "argv": argv, "timeout": timeout, "max": most,
+        req: Request = {"op": "call", "serve": serve_cmd, "argv": argv, "timeout": timeout, "max": most,
                                "reply_max": limit or replies.DEFAULT_LIMIT}
         if input:
             req["input"] = base64.b64encode(input).decode()

@@ -44,7 +44,7 @@ from gpujob.transport import replies
 from gpujob.transport.base import TunnelRefused, pump
 from gpujob.transport.chanbuf import open_session
 from gpujob.transport.endpoint import Endpoint
-from gpujob.transport.mux import describe_error
+from gpujob.transport.mux import Request, describe_error
 from gpujob.transport.ssh import link_answers, open_client, open_tunnel, probe_wait, received
 
 PROBE_AFTER = float(os.environ.get("GPUJOB_MUX_PROBE_AFTER", "20"))  # quiet seconds before a ping checks the link
@@ -53,7 +53,7 @@ PROBE_AFTER = float(os.environ.get("GPUJOB_MUX_PROBE_AFTER", "20"))  # quiet sec
 PROBE_QUIET = float(os.environ.get("GPUJOB_MUX_PROBE_QUIET", "2"))
 
 
-def _recv_request(conn: socket.socket) -> tuple[dict[str, Any], list[int]]:
+def _recv_request(conn: socket.socket) -> tuple[Request, list[int]]:
     buf = bytearray()
     fds: list[int] = []
     while not buf.endswith(b"\n"):

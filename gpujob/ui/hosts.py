@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpujob.jsontypes import JSONObject
 from gpujob.ui.output import console
+
+if TYPE_CHECKING:
+    from gpujob.usecases.hosts.shell import SshPlan
 
 
 def host_list(hosts: list[Any]) -> None:
@@ -137,7 +140,7 @@ def trusted(doc: Mapping[str, object]) -> None:
     print(f"trusted the current host key of {doc['trusted']} ({doc['address']})")
 
 
-def ssh_plan(plan: dict[str, Any]) -> None:
+def ssh_plan(plan: SshPlan) -> None:
     """``ssh --print``: the entry gpujob keeps in the ssh config, then the command it would run."""
     from gpujob.usecases.hosts.shell import join
 
