@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, TypedDict
 
 from gpujob.api import results as r
 from gpujob.api.background import LogPump, Tunnel, close_agent
@@ -30,6 +30,14 @@ if TYPE_CHECKING:
 Note = Callable[[str], None]
 Progress = Callable[[int, int], None]
 STOP_WAIT: float = import_remote("core.spec").STOP_WAIT  # s a stop (and a move's stop) waits for the job to end
+
+
+class Resubmit(TypedDict, total=False):
+    """What ``move`` needs to send a job again, kept in the job index: its job file, overrides and mirror."""
+
+    job_file: str
+    set: list[str]
+    mirror: Mapping[str, object]
 
 
 class PlacementInterrupted(KeyboardInterrupt):
@@ -156,7 +164,7 @@ class Client:
 
     def submit(self, job: str | Path | JobSpec | None = None, set: Iterable[str] = (), host: str | None = None,
                wait_gpus: float | None = None, progress: Progress | None = None, note: Note | None = None,
-               on_host: Note | None = None, force: bool = False, link: dict[str, Any] | None = None,
+               on_host: Note | None = None, force: bool = False, link: Mapping[str, object] | None = None,
                expect_code: str | None = None) -> Job:
         """Sync the code and data of a job file (or a loaded ``JobSpec``) and start it under the host's agent.
 
@@ -208,7 +216,7 @@ class Client:
         if warnings:
             res["host_warnings"] = warnings
         src = Path(spec.source)  # what ``move`` needs to send the job again: its job file and overrides
-        again: dict[str, Any] = {"job_file": str(src.resolve()), "set": overrides} if src.is_file() else {}
+        again: Resubmit = {"job_file": str(src.resolve()), "set": overrides} if src.is_file() else {}
         if spec.checkpoint_mirror:  # pull --from mirror and move read it with the host gone (no secret in it)
             again["mirror"] = spec.checkpoint_mirror
         index.record(res["job_id"], target.name, spec.name, **again)
@@ -349,11 +357,11 @@ class _SweepRunner:
     def __init__(self, client: Client) -> None:
         self.client = client
 
-    def submit(self, job_file: str, sets: list[str], hosts: str | None, link: dict[str, Any]) -> tuple[str, str]:
+    def submit(self, job_file: str, sets: list[str], hosts: str | None, link: Mapping[str, object]) -> tuple[str, str]:
         job = self.client.submit(job_file, set=sets, host=hosts, link=link)
         return job.ref, job.host or ""
 
-    def status(self, job_id: str, host: str | None) -> dict[str, Any]:
+    def status(self, job_id: str, host: str | None) -> JSONObject:
         return self.client.job(job_id, host).status().to_json()
 
     def stop(self, job_id: str, host: str | None) -> None:

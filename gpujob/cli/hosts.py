@@ -20,7 +20,7 @@ def cmd_agent_log(args: argparse.Namespace) -> int:
 
 
 # ---- hosts -------------------------------------------------------------------------------
-def _settings(args: argparse.Namespace) -> dict[str, Any]:
+def _settings(args: argparse.Namespace) -> dict[str, object]:
     from gpujob.usecases.hosts.add import SETTINGS
 
     return {k: getattr(args, k, None) for k in SETTINGS}

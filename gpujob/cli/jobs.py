@@ -267,10 +267,13 @@ def cmd_guard(args: argparse.Namespace) -> int:
 
 
 def cmd_cost(args: argparse.Namespace) -> int:
-    from gpujob.ui.cost import cost_report
+    from typing import cast
 
-    with client(args.host) as c:
-        return show(args, c.cost(), lambda res: cost_report(res.to_json()))
+    from gpujob.ui.cost import cost_report
+    from gpujob.usecases.jobs.cost import CostSummary
+
+    with client(args.host) as c:  # the cost use case's document (a copy of it): a CostSummary as built
+        return show(args, c.cost(), lambda res: cost_report(cast(CostSummary, res.to_json())))
 
 
 def _login_output_on_failure(rc: int, text: str, lines: int = 20) -> None:

@@ -10,7 +10,7 @@ measure again, never fatal to a command. Text in it is drawn through ``ui/neutra
 from __future__ import annotations
 
 import sys
-from typing import Any
+from collections.abc import Mapping
 
 from gpujob.jsontypes import JSONObject
 from gpujob.transport import replies
@@ -18,7 +18,7 @@ from gpujob.transport import replies
 KEPT = {"bench": "bench"}  # profile field → the agent verb whose answer it holds
 
 
-def admit(field: str, host: str, value: dict[str, Any]) -> JSONObject:
+def admit(field: str, host: str, value: JSONObject) -> JSONObject:
     """``value`` (a fresh answer of ``host``) as it may be kept in its profile's ``field``;
     ``UnreadableReply`` when the host answered what no agent of ours writes."""
     wrong = replies.stored_ok(KEPT[field], value)
@@ -27,7 +27,7 @@ def admit(field: str, host: str, value: dict[str, Any]) -> JSONObject:
     return value
 
 
-def bad_kept(profile: dict[str, Any]) -> dict[str, str]:
+def bad_kept(profile: Mapping[str, object]) -> dict[str, str]:
     """The kept answers of a profile (as read from hosts.yaml) that fail the gate: field → what is wrong."""
     out = {}
     for field, verb in KEPT.items():

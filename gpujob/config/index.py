@@ -5,8 +5,24 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any, TypedDict
 
 from gpujob.config.paths import atomicfile, moved_from_config, state_dir
+
+
+class Entry(TypedDict, total=False):
+    """A line of ``jobs.jsonl`` (``record``'s), or the run ledger's row in its shape (config/remembered.py)."""
+
+    job_id: str
+    host: str
+    name: str
+    t: float
+    job_file: str  # what ``move`` submits again: the job file, its overrides
+    set: list[str]
+    mirror: dict[str, Any]  # the spec's checkpoint_mirror (remote/mirror/config.py's normalised form)
+    source: str  # "ledger": made from the run ledger's row
+    moved_from: str  # a moved job: the host it left, and whether the copy there was marked moved
+    old_marked: bool
 
 
 def _path() -> Path:
@@ -18,11 +34,11 @@ def record(job_id: str, host: str, name: str, **extra: object) -> None:
     atomicfile().append(_path(), json.dumps({"job_id": job_id, "host": host, "name": name, "t": time.time(), **extra}) + "\n")
 
 
-def entries() -> list[dict]:
+def entries() -> list[Entry]:
     p = _path()
     if not p.exists():
         return []
-    out = []
+    out: list[Entry] = []
     for line in p.read_text().splitlines():
         try:
             out.append(json.loads(line))
@@ -41,7 +57,7 @@ def _matches(ref: str, jid: str, name: object) -> bool:
     return ref in (jid, name) or jid.startswith(ref) or jid.rsplit("-", 1)[-1].startswith(ref)
 
 
-def entry_of(ref: str) -> dict | None:
+def entry_of(ref: str) -> Entry | None:
     """The newest record of the job ``ref`` (id, id prefix or name), with fields that only
     older records of the same job hold (the job file of a job since moved) filled in.
 
@@ -60,11 +76,11 @@ def entry_of(ref: str) -> dict | None:
         listed = ", ".join(f"{jid} on {host}" for jid, host in list(where.items())[-6:])
         raise JobAmbiguous(f"{ref!r} matches jobs on several hosts: {listed}",
                            "pick one with --host HOST, or give more of the id")
-    found: dict | None = None
+    found: Entry | None = None
     for e in reversed(es):
         jid = e.get("job_id", "")
         if found is None and jid in where:
-            found = dict(e)
+            found = e.copy()
         elif found is not None and jid == found["job_id"]:
             found = {**e, **found}
     return found

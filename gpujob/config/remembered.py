@@ -11,12 +11,11 @@ more than its host goes through ``entry_of``.
 from __future__ import annotations
 
 import sqlite3
-from typing import Any
 
 from gpujob.config import index
 
 
-def entry_of(ref: str) -> dict[str, Any] | None:
+def entry_of(ref: str) -> index.Entry | None:
     """The index's entry for ``ref`` (id, id prefix or name), else one made from the ledger's newest
     matching row (``"source": "ledger"``); None when neither knows it. ``JobAmbiguous`` as in the index."""
     found = index.entry_of(ref)
@@ -25,7 +24,7 @@ def entry_of(ref: str) -> dict[str, Any] | None:
     return from_ledger(ref)
 
 
-def from_ledger(ref: str) -> dict[str, Any] | None:
+def from_ledger(ref: str) -> index.Entry | None:
     """The ledger's row for ``ref`` in the index's shape; None when the ledger has none (or cannot be
     read: it is kept aside and said by the commands that read it)."""
     from gpujob.config.ledger import LedgerDamaged, ledger_path, open_ledger
@@ -40,7 +39,7 @@ def from_ledger(ref: str) -> dict[str, Any] | None:
     if not row or not row.get("host"):
         return None
     spec = s if isinstance(s := row.get("spec"), dict) else {}
-    out: dict[str, Any] = {"job_id": row["job_id"], "host": row["host"], "name": row.get("name") or "",
+    out: index.Entry = {"job_id": row["job_id"], "host": row["host"], "name": row.get("name") or "",
                            "set": row.get("overrides") or [], "source": "ledger"}
     if row.get("job_file"):
         out["job_file"] = row["job_file"]

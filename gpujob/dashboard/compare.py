@@ -9,13 +9,31 @@ host holds any more too, with the curves the ledger kept).
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Mapping
+from typing import Any, Callable, TypedDict
 
 from gpujob.errors import GpujobError
-from gpujob.jsontypes import JSONObject
+from gpujob.jsontypes import JSON, JSONObject
 from gpujob.transport.jobview import JobView
 
 MAX_RUNS = 12
+
+
+class _Run(TypedDict):
+    key: str  # HOST/JOB
+    job_id: JSON
+    host: JSON
+    state: JSON
+    error: str | None  # why the job's status could not be had
+    params: JSONObject  # flattened: ``env.LR``
+    series: JSON  # metric → [[step, value, wall time], ...]
+
+
+class Run(_Run, total=False):
+    """One run of the compare page, as a source gives it."""
+
+    sweep: JSON  # the ledger's: the study and trial the run belongs to
+    trial: JSON
 
 
 def flatten(d: Any, prefix: str = "") -> JSONObject:
@@ -28,7 +46,7 @@ def flatten(d: Any, prefix: str = "") -> JSONObject:
     return out
 
 
-def from_jobs(hub: Any, keys: list[str], wait: float = 30.0) -> list[dict[str, Any]]:
+def from_jobs(hub: Any, keys: list[str], wait: float = 30.0) -> list[Run]:
     """Runs from the jobs' ``status`` (the hub's watchers: a job already open in a tab costs no call)."""
     watchers = []
     for key in keys:
@@ -39,17 +57,17 @@ def from_jobs(hub: Any, keys: list[str], wait: float = 30.0) -> list[dict[str, A
     deadline = time.monotonic() + wait
     while any(w.doc is None and w.error is None for w in watchers) and time.monotonic() < deadline:
         hub.wait_change(hub.version, 0.5)
-    runs = []
+    runs: list[Run] = []
     for w in watchers:
         doc = JobView(w.doc or {})
-        params = {"host": w.host, **flatten(doc.spec or {})}
+        params: JSONObject = {"host": w.host, **flatten(doc.spec or {})}
         params.pop("job_id", None)  # the column's title names it
         runs.append({"key": f"{w.host}/{w.job_id}", "job_id": w.job_id, "host": w.host, "state": doc.state,
                      "error": w.error, "params": params, "series": doc.series or {}})
     return runs
 
 
-def from_ledger(hub: Any, keys: list[str], make_client: Callable[[], Any] | None = None) -> list[dict[str, Any]]:
+def from_ledger(hub: Any, keys: list[str], make_client: Callable[[], Any] | None = None) -> list[Run]:
     """Runs from the ledger (``Client.compare``: it asks a host only for a run it has no curve of yet).
     A key is a run's id (``HOST/ID`` as the jobs page writes it works too)."""
     if make_client is None:
@@ -65,7 +83,7 @@ def from_ledger(hub: Any, keys: list[str], make_client: Callable[[], Any] | None
     # what differs in code and environment counts as a parameter here ("host", "code.code_hash", ...)
     varying = {**(doc.get("params") or {}), **{f"code.{k}": v for k, v in (doc.get("code") or {}).items()},
                **{k if k == "host" else f"env.{k}": v for k, v in (doc.get("env") or {}).items()}}
-    runs = []
+    runs: list[Run] = []
     for i, run in enumerate(doc.get("runs") or []):
         params = {**same, **{k: vals[i] for k, vals in varying.items()}}
         params.setdefault("host", run.get("host"))
@@ -76,16 +94,16 @@ def from_ledger(hub: Any, keys: list[str], make_client: Callable[[], Any] | None
     return runs
 
 
-SOURCES: dict[str, Callable[..., list[dict[str, Any]]]] = {"jobs": from_jobs, "ledger": from_ledger}
+SOURCES: dict[str, Callable[..., list[Run]]] = {"jobs": from_jobs, "ledger": from_ledger}
 
 
-def differing(runs: list[dict[str, Any]]) -> list[str]:
+def differing(runs: list[Run]) -> list[str]:
     """The parameter names whose values are not the same in every run (absent counts as a value)."""
     names = sorted({k for r in runs for k in r["params"]})
     return [k for k in names if len({repr(r["params"].get(k)) for r in runs}) > 1]
 
 
-def compare(hub: Any, keys: list[str], source: str = "jobs") -> dict[str, Any]:
+def compare(hub: Any, keys: list[str], source: str = "jobs") -> Mapping[str, object]:
     if not keys:
         raise GpujobError("compare: no runs selected", "tick two or more jobs on the jobs page, then Compare")
     if len(keys) > MAX_RUNS:

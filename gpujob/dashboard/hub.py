@@ -12,11 +12,12 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from typing import Any, Callable
+from typing import Any, Callable, TypedDict
 
 from gpujob.backoff import backoff
-from gpujob.dashboard.rows import SPARK_POINTS, gpu_use, loss_key, row
+from gpujob.dashboard.rows import SPARK_POINTS, Row, gpu_use, loss_key, row
 from gpujob.errors import ConnectError, GpujobError
+from gpujob.jsontypes import JSONObject
 from gpujob.transport.jobview import JobView, views
 from gpujob.ui.mirror import mark_mirror
 
@@ -25,7 +26,25 @@ def _said(e: GpujobError) -> str:
     return f"{e.cause} ({e.remedy})" if e.remedy else e.cause
 
 
-def _steady(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+class Listing(TypedDict):
+    """``Hub.rows``: the jobs page's table, the hosts that did not answer, the version it is of."""
+
+    jobs: list[Row]
+    errors: dict[str, str]
+    hosts: list[str]
+    version: int
+
+
+class Snapshot(TypedDict):
+    """``JobWatcher.snapshot``: a job page's status document, its table row, the watcher's error."""
+
+    job: JSONObject | None
+    row: Row | None
+    error: str | None
+    version: int
+
+
+def _steady(jobs: list[JSONObject]) -> list[JSONObject]:
     """The records less what changes on every look (the agent's clock, a running job's heartbeat)."""
     return [{k: v for k, v in j.items() if k not in ("now", "heartbeat")} for j in jobs]
 
@@ -62,7 +81,7 @@ class Hub:
         self.conns = {h: HostConn(h, make_client) for h in hosts}
         self.version = 0
         self.changed = threading.Condition()
-        self.jobs: dict[str, list[dict[str, Any]]] = {h: [] for h in hosts}
+        self.jobs: dict[str, list[JSONObject]] = {h: [] for h in hosts}
         self.errors: dict[str, str] = {}
         self.history: dict[str, deque[float]] = {}
         self.gpu: dict[str, float] = {}
@@ -131,7 +150,7 @@ class Hub:
         if w is not None:
             w.wake.set()
 
-    def _take(self, host: str, jobs: list[dict[str, Any]], err: str | None) -> None:
+    def _take(self, host: str, jobs: list[JSONObject], err: str | None) -> None:
         with self._lock:
             for j in jobs:
                 v = JobView(j)
@@ -153,7 +172,7 @@ class Hub:
         if changed:
             self.bump()
 
-    def rows(self) -> dict[str, Any]:
+    def rows(self) -> Listing:
         """Every job of every host as table rows, and the hosts that did not answer."""
         with self._lock:
             # each job once: two host profiles of one instance (its root's id) both list it
@@ -165,7 +184,7 @@ class Hub:
                    for v in listed.values()]
             return {"jobs": out, "errors": dict(self.errors), "hosts": list(self.conns), "version": self.version}
 
-    def row_of(self, host: str, job_id: str) -> dict[str, Any] | None:
+    def row_of(self, host: str, job_id: str) -> Row | None:
         """The job's row in the latest listing (its ETA and cost from the agent's estimate)."""
         with self._lock:
             for j in self.jobs.get(host, []):
@@ -195,7 +214,7 @@ class Hub:
         return self.conns[host]
 
 
-def mark_pulled(doc: dict[str, Any]) -> dict[str, Any]:
+def mark_pulled(doc: JSONObject) -> JSONObject:
     """Each checkpoint's copy on this laptop (``gpujob pull`` or the page's button put it there), if any."""
     from pathlib import Path
 
@@ -214,7 +233,7 @@ class JobWatcher:
 
     def __init__(self, hub: Hub, host: str, job_id: str) -> None:
         self.hub, self.host, self.job_id = hub, host, job_id
-        self.doc: dict[str, Any] | None = None
+        self.doc: JSONObject | None = None
         self.error: str | None = None
         self.touched = time.monotonic()
         self.wake = threading.Event()
@@ -229,7 +248,7 @@ class JobWatcher:
     def _run(self) -> None:
         conn = self.hub.conn(self.host)
         finished_once = False
-        doc: dict[str, Any] | None
+        doc: JSONObject | None
         while not self.hub.stopped.is_set() and time.monotonic() - self.touched < self.hub.linger:
             try:
                 st = conn.call(lambda c: c.job(self.job_id, host=self.host).status())
@@ -249,7 +268,7 @@ class JobWatcher:
             self.wake.wait(self.hub.interval * (5 if finished_once else 1))
             self.wake.clear()
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> Snapshot:
         resolved = JobView(self.doc or {}).job_id or self.job_id
         return {"job": self.doc, "row": self.hub.row_of(self.host, resolved), "error": self.error,
                 "version": self.hub.version}

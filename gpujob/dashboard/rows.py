@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypedDict
 
 from gpujob.dashboard.terminal import shown
+from gpujob.jsontypes import JSONObject
 from gpujob.transport.jobview import JobView
 
 SPARK_POINTS = 40  # loss values kept per job for the table's sparkline
@@ -29,14 +30,41 @@ def loss_key(metrics: Mapping[str, object]) -> str | None:
     return next((k for k in names if "loss" in k.lower() and not k.lower().startswith(("eval", "val", "test"))), None)
 
 
-def gpu_use(gpu: dict[str, Any] | None) -> float | None:
+def gpu_use(gpu: Mapping[str, object] | None) -> float | None:
     """Mean utilisation (%) over the job's GPUs now, from a ``status`` document's ``gpu``."""
-    now = (gpu or {}).get("now") or []
-    vals = [v for v in (_num(g.get("util")) for g in now if isinstance(g, dict)) if v is not None]
+    now = (gpu or {}).get("now")
+    vals = [v for v in (_num(g.get("util")) for g in (now if isinstance(now, list) else []) if isinstance(g, dict))
+            if v is not None]
     return round(sum(vals) / len(vals), 1) if vals else None
 
 
-def row(doc: dict[str, Any], history: list[float], gpu: float | None = None) -> dict[str, Any]:
+class Row(TypedDict):
+    """One row of the jobs table, as the browser gets it."""
+
+    key: str
+    job_id: str
+    name: str
+    host: str
+    state: str
+    reason: str
+    attempt: int | None
+    step: float | None
+    total: float | None
+    eta_s: float | None
+    steps_per_s: float | None
+    loss_key: str | None
+    loss: float | None
+    spark: list[float]
+    gpu: float | None
+    cost: float | None
+    currency: str
+    elapsed_s: float | None
+    submitted_at: float | None
+    diagnosis: str
+    last_line: str
+
+
+def row(doc: JSONObject, history: list[float], gpu: float | None = None) -> Row:
     """One table row: the fields the page sorts and filters on, each a plain value or None.
     GPU use: the agent's newest sample in the ``ls`` record (``gpu_now``, a running job's), else
     ``gpu`` (from an open job page's ``status``: an older agent) while the job runs."""

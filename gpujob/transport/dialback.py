@@ -80,7 +80,7 @@ class DialBack:
             return
         self.arrived.put((chan, (str(origin[0]), int(origin[1]))))
 
-    def ask(self, n: int) -> dict[str, Any]:
+    def ask(self, n: int) -> dict[str, int | None]:
         """The control line asking the server for ``n`` channels (what it reads on its stdin)."""
         with self.told:
             self.asked += n

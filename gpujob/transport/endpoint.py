@@ -11,6 +11,8 @@ import os
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Protocol, Union
 
+from gpujob.jsontypes import JSONObject
+
 LOCAL = "local"  # the kind of the host that is this machine
 SSH = "ssh"
 
@@ -39,7 +41,7 @@ class Endpoint:
     def address(self) -> str:
         return "this machine" if self.is_local else f"{self.user}@{self.hostname}:{self.port}"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return asdict(self)
 
     @classmethod

@@ -5,9 +5,10 @@ name fields, not keys. The reply check (replies.py) has already vouched for each
 
 from __future__ import annotations
 
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from gpujob.bundle import import_remote
+from gpujob.jsontypes import JSONObject
 
 DECLARED = import_remote("view.statusdoc")
 T = TypeVar("T")
@@ -24,7 +25,7 @@ class Field(Generic[T]):
         self.name = name
 
     def __get__(self, view: View, owner: type | None = None) -> T | None:
-        return view.doc.get(self.name)
+        return cast("T | None", view.doc.get(self.name))  # the reply check vouched for its kind
 
 
 class View:
@@ -32,7 +33,7 @@ class View:
 
     __slots__ = ("doc",)
 
-    def __init__(self, doc: dict[str, Any]) -> None:
+    def __init__(self, doc: JSONObject) -> None:
         self.doc = doc
 
     def __contains__(self, name: str) -> bool:

@@ -30,11 +30,13 @@ import tempfile
 import threading
 import time
 import weakref
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from gpujob.bundle import import_remote
 from gpujob.errors import ConnectError, GpujobError, HostKeyChanged
+from gpujob.jsontypes import JSONObject
 from gpujob.transport import replies
 from gpujob.transport.base import (
     Forward,
@@ -80,12 +82,28 @@ def socket_key(ep: Endpoint) -> str:
     return hashlib.sha256(json.dumps(ident).encode()).hexdigest()[:20]
 
 
-def _raise_doc(doc: dict[str, Any]) -> None:
-    cls = ERRORS.get(doc.get("kind", ""), ConnectError)
-    raise cls(doc.get("error", "the connection failed"), doc.get("remedy", ""))
+class Request(TypedDict, total=False):
+    """One request line to the daemon (muxd.py serves it): ``op`` and what that op takes."""
+
+    op: str  # ping, exit, exec (cmd), tcp (host, port), call (the rest)
+    cmd: str
+    host: str
+    port: int
+    serve: str  # the kept agent's ``serve`` command
+    argv: list[str]
+    timeout: float | None
+    input: str  # base64
+    max: int  # the longest answer line read
+    reply_max: int
 
 
-def _request(path: Path, req: dict[str, Any], fds: list[int] | None = None, timeout: float | None = None) -> socket.socket:
+def _raise_doc(doc: JSONObject) -> None:
+    kind, error, remedy = doc.get("kind", ""), doc.get("error", "the connection failed"), doc.get("remedy", "")
+    cls = ERRORS.get(kind, ConnectError) if isinstance(kind, str) else ConnectError  # describe_error's text
+    raise cls(error if isinstance(error, str) else "the connection failed", remedy if isinstance(remedy, str) else "")
+
+
+def _request(path: Path, req: Request, fds: list[int] | None = None, timeout: float | None = None) -> socket.socket:
     """Connect to the daemon and send one request line (with ``fds`` attached)."""
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -112,7 +130,7 @@ def line_limit(limit: int | None) -> int:
     return (limit or replies.DEFAULT_LIMIT) * replies.SERVE_OVERHEAD + (1 << 20)
 
 
-def _read_line(s: socket.socket, buf: bytearray | None = None, most: int | None = None) -> dict[str, Any] | None:
+def _read_line(s: socket.socket, buf: bytearray | None = None, most: int | None = None) -> JSONObject | None:
     """One JSON line from the daemon; None when it closed first; ``_TooLong`` past ``most`` bytes."""
     buf = buf if buf is not None else bytearray()
     end = buf.find(b"\n")
@@ -152,7 +170,7 @@ class _Daemon:
         self.path = directory / f"{key}.sock"
         self.lock = directory / f"{key}.lock"
 
-    def _ask(self, op: str) -> dict[str, Any] | None:
+    def _ask(self, op: str) -> JSONObject | None:
         """One small request; None when no daemon answers."""
         try:
             s = _request(self.path, {"op": op}, timeout=5)
@@ -346,7 +364,8 @@ class _MuxStream(PumpedStream):
                 raise TimeoutError("remote command did not finish") from None
             except (OSError, ValueError):
                 doc = None
-            self._rc = int(doc["rc"]) if doc and "rc" in doc else -1
+            rc = doc.get("rc") if doc else None  # the daemon's exit code: an int
+            self._rc = int(rc) if isinstance(rc, (int, float, str)) else -1
         return self._rc
 
     def kill(self) -> None:
@@ -470,7 +489,7 @@ class MuxTransport(Transport):
         server refused one more session, the link was found dead). The daemon reads at most
         ``line_limit(limit)`` bytes of the answer line, and so does this process."""
         most = line_limit(limit)
-        req: dict[str, Any] = {"op": "call", "serve": serve_cmd, "argv": argv, "timeout": timeout, "max": most,
+        req: Request = {"op": "call", "serve": serve_cmd, "argv": argv, "timeout": timeout, "max": most,
                                "reply_max": limit or replies.DEFAULT_LIMIT}
         if input:
             req["input"] = base64.b64encode(input).decode()
@@ -490,9 +509,10 @@ class MuxTransport(Transport):
             return None
         if "error" in doc:
             _raise_doc(doc)
-        if not (isinstance(doc.get("rc"), int) and isinstance(doc.get("out", ""), str) and isinstance(doc.get("err", ""), str)):
+        rc, out, err = doc.get("rc"), doc.get("out", ""), doc.get("err", "")
+        if not (isinstance(rc, int) and isinstance(out, str) and isinstance(err, str)):
             raise replies.unreadable(self.endpoint.name, "a kept agent's answer without its exit code and output")
-        return Result(doc["rc"], doc.get("out", "").encode(), doc.get("err", "").encode())
+        return Result(rc, out.encode(), err.encode())
 
     def connect(self, port: int, host: str = "127.0.0.1") -> Tunnel:
         """A ``direct-tcpip`` channel on the daemon's connection, pumped into one end of a
@@ -555,7 +575,7 @@ def warm_serve(target: Target, serve_cmd: str) -> None:
             pending.warm = serve_cmd
 
 
-def describe_error(e: BaseException) -> dict[str, Any]:
+def describe_error(e: BaseException) -> Mapping[str, object]:
     """How the daemon reports an error to the client (message, remedy and class name)."""
     if isinstance(e, GpujobError):
         return e.to_json()

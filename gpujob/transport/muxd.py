@@ -31,6 +31,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Callable
 
@@ -43,7 +44,7 @@ from gpujob.transport import replies
 from gpujob.transport.base import TunnelRefused, pump
 from gpujob.transport.chanbuf import open_session
 from gpujob.transport.endpoint import Endpoint
-from gpujob.transport.mux import describe_error
+from gpujob.transport.mux import Request, describe_error
 from gpujob.transport.ssh import link_answers, open_client, open_tunnel, probe_wait, received
 
 PROBE_AFTER = float(os.environ.get("GPUJOB_MUX_PROBE_AFTER", "20"))  # quiet seconds before a ping checks the link
@@ -52,7 +53,7 @@ PROBE_AFTER = float(os.environ.get("GPUJOB_MUX_PROBE_AFTER", "20"))  # quiet sec
 PROBE_QUIET = float(os.environ.get("GPUJOB_MUX_PROBE_QUIET", "2"))
 
 
-def _recv_request(conn: socket.socket) -> tuple[dict[str, Any], list[int]]:
+def _recv_request(conn: socket.socket) -> tuple[Request, list[int]]:
     buf = bytearray()
     fds: list[int] = []
     while not buf.endswith(b"\n"):
@@ -68,7 +69,7 @@ def _recv_request(conn: socket.socket) -> tuple[dict[str, Any], list[int]]:
     return (json.loads(bytes(buf).partition(b"\n")[0]) if buf else {}), fds
 
 
-def _send(conn: socket.socket, doc: dict[str, Any]) -> None:
+def _send(conn: socket.socket, doc: Mapping[str, object]) -> None:
     try:
         conn.sendall(json.dumps(doc).encode() + b"\n")
     except OSError:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from gpujob.bundle import import_remote
+from gpujob.usecases.jobs.cost import CostSummary
 
 format_duration = import_remote("core.protocol").format_duration
 
 
-def cost_table(doc: dict[str, Any]) -> str:
+def cost_table(doc: CostSummary) -> str:
     """The ``cost --json`` document as a table (plaintable's rule: the job and the money stay)."""
     from gpujob.ui.plaintable import Col, table
 
@@ -30,7 +29,7 @@ def cost_table(doc: dict[str, Any]) -> str:
     return table(cols, cells, styles)
 
 
-def cost_report(doc: dict[str, Any]) -> None:
+def cost_report(doc: CostSummary) -> None:
     """The table (or "no jobs yet"), then the hosts that could not be asked."""
     from rich.markup import escape
 

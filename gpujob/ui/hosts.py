@@ -4,9 +4,14 @@ the kept connection and key, ``ssh --print``, the agent's log."""
 from __future__ import annotations
 
 import sys
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
+from gpujob.jsontypes import JSONObject
 from gpujob.ui.output import console
+
+if TYPE_CHECKING:
+    from gpujob.usecases.hosts.shell import SshPlan
 
 
 def host_list(hosts: list[Any]) -> None:
@@ -21,14 +26,17 @@ def host_list(hosts: list[Any]) -> None:
     sys.stdout.write(table(cols, rows))
 
 
-def preflight_cell(bench: dict[str, Any] | None) -> str:
+def preflight_cell(bench: JSONObject | None) -> str:
     """The last preflight in a few words: its warnings counted, else the first GPU's bf16 share of its rating."""
     if not bench:
         return "-"
-    if bench.get("warnings"):  # plain text: the table is plaintable's, which draws no markup
-        return f"{len(bench['warnings'])} warning(s)"
-    g = (bench.get("gpus") or [{}])[0]  # its shape checked when kept and when read back (config/hostdata.py)
-    return f"ok, bf16 {float(g['bf16_pct']):g} %" if g.get("bf16_pct") is not None else "ok"
+    # its shape (a list of warnings, a list of GPU objects) checked when kept and when read back (config/hostdata.py)
+    warnings, gpus = bench.get("warnings"), bench.get("gpus")
+    if isinstance(warnings, list) and warnings:  # plain text: the table is plaintable's, which draws no markup
+        return f"{len(warnings)} warning(s)"
+    g = gpus[0] if isinstance(gpus, list) and gpus and isinstance(gpus[0], dict) else {}
+    pct = g.get("bf16_pct")
+    return f"ok, bf16 {float(pct):g} %" if isinstance(pct, (int, float, str)) else "ok"
 
 
 def added(change: Any) -> None:
@@ -82,11 +90,11 @@ def detected(host: Any, found: dict[str, str]) -> None:
           + f"; change with gpujob host set {host.name} --preset ...", file=sys.stderr)
 
 
-def removed(doc: dict[str, Any]) -> None:
+def removed(doc: Mapping[str, object]) -> None:
     print(f"removed host {doc['removed']}")
 
 
-def disconnected(doc: dict[str, Any]) -> None:
+def disconnected(doc: Mapping[str, object]) -> None:
     name = doc["host"]
     print(f"closed the kept connection to {name}" if doc["closed"] else f"no connection to {name} was kept open")
 
@@ -128,11 +136,11 @@ def shared_key_note(names: list[str]) -> None:
               "(one provider could log into the others): gpujob host rekey --all", file=sys.stderr)
 
 
-def trusted(doc: dict[str, Any]) -> None:
+def trusted(doc: Mapping[str, object]) -> None:
     print(f"trusted the current host key of {doc['trusted']} ({doc['address']})")
 
 
-def ssh_plan(plan: dict[str, Any]) -> None:
+def ssh_plan(plan: SshPlan) -> None:
     """``ssh --print``: the entry gpujob keeps in the ssh config, then the command it would run."""
     from gpujob.usecases.hosts.shell import join
 
@@ -141,13 +149,15 @@ def ssh_plan(plan: dict[str, Any]) -> None:
     print(join(plan["argv"]))
 
 
-def agent_log(doc: dict[str, Any]) -> None:
+def agent_log(doc: JSONObject) -> None:
     from gpujob.ui.neutral import clean
 
-    sys.stdout.write(clean("".join(line + "\n" for line in doc["lines"]) or f"(nothing in {doc['path']})\n"))
+    lines = doc["lines"]  # a list of text (replies.py checked the answer's shape)
+    sys.stdout.write(clean("".join(f"{line}\n" for line in (lines if isinstance(lines, list) else []))
+                           or f"(nothing in {doc['path']})\n"))
 
 
-def power_answer(doc: dict[str, Any]) -> None:
+def power_answer(doc: Mapping[str, object]) -> None:
     """``host on|off|state``: the state, the address, and when the meter stopped."""
     import time
 
@@ -156,6 +166,7 @@ def power_answer(doc: dict[str, Any]) -> None:
         line += f" ({doc['address']})"
     if doc.get("seconds") is not None:
         line += f" after {doc['seconds']:.0f} s"
-    if doc.get("meter_off_at"):
-        line += f"; meter off at {time.strftime('%H:%M:%S', time.localtime(doc['meter_off_at']))}"
+    off = doc.get("meter_off_at")
+    if isinstance(off, (int, float)) and off:
+        line += f"; meter off at {time.strftime('%H:%M:%S', time.localtime(off))}"
     print(line)

@@ -4,9 +4,11 @@ what each job command prints when it is done (from the API's results)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from gpujob.bundle import import_remote
+from gpujob.jsontypes import JSONObject
 from gpujob.transport.jobview import JobView
 from gpujob.ui.neutral import clean, clean_doc
 from gpujob.ui.output import STATE_STYLE, console  # noqa: F401  (STATE_STYLE: ui.jobs's users)
@@ -52,7 +54,7 @@ def ls_cols() -> list[Any]:
                 LAST_LINE_MAX if c == "LAST LINE" else 0, c not in ("JOB", "HOST", "STATE")) for c in LS_COLUMNS]
 
 
-def jobs_table(jobs: list[dict[str, Any]], title: str | None = None, width: int | None = None) -> Any:
+def jobs_table(jobs: list[JSONObject], title: str | None = None, width: int | None = None) -> Any:
     """``ls``'s table (rich text: ``ls -w`` redraws it in place)."""
     from rich.text import Text
 
@@ -84,7 +86,7 @@ def _gpu_line(gpu: dict[str, Any] | None) -> str | None:
     return "   ".join(parts) or None
 
 
-def autostop_summary(cfg: dict[str, Any]) -> str:
+def autostop_summary(cfg: Mapping[str, object]) -> str:
     """``max_runtime 8h · gpu_idle <5% for 30m · then shutdown`` from a job's ``autostop:``."""
     parts = []
     for key, val in cfg.items():
@@ -116,7 +118,7 @@ def after_checkpoint_line(j: JobView) -> str | None:
     return f"stopping after the next checkpoint ({last}{every}); at the latest in {format_duration(max(left, 0))}{why}"
 
 
-def job_panel(doc: dict[str, Any]) -> Any:
+def job_panel(doc: JSONObject) -> Any:
     """The detail view of ``gpujob status JOB`` (a plain record, or one from ``watch.status_doc``)."""
     return _panel(JobView(clean_doc(doc, markup=True)))  # every string came from the host: no escape sequence, no markup
 
@@ -226,7 +228,7 @@ def _panel(j: JobView) -> Any:
     return t
 
 
-def _counts(c: dict[str, Any]) -> str:
+def _counts(c: Mapping[str, object]) -> str:
     """What the number in a checkpoint's name counts: accelerate's automatic names number saves
     (checkpoint_0, _1, ...), ``epoch_3`` (accelerate's --checkpointing_steps epoch) epochs, the rest steps."""
     base = str(c.get("name")).rsplit("/", 1)[-1]
@@ -235,7 +237,7 @@ def _counts(c: dict[str, Any]) -> str:
     return "epoch" if re.match(r"^epoch[_=-]?\d+", base) and "step" not in base else "step"
 
 
-def done_any(ck: list[dict[str, Any]]) -> bool:
+def done_any(ck: list[JSONObject]) -> bool:
     return any(c.get("complete") for c in ck)
 
 
@@ -284,7 +286,7 @@ def large_code_warnings(names: list[str]) -> None:
               f"shared by jobs) or add it to exclude: in the job file", file=sys.stderr)
 
 
-def disk_warnings(jobs: list[dict[str, Any]]) -> None:
+def disk_warnings(jobs: list[JSONObject]) -> None:
     """A full or nearly full disk on the instance: how much is free and what to delete (stderr)."""
     import sys
 
@@ -300,14 +302,14 @@ def status(st: results.JobStatus) -> None:
 
 
 def job_list(listed: results.JobList) -> None:
-    doc = listed.to_json()
+    jobs = [j.to_json() for j in listed.jobs]  # each row's document, as listed.to_json()["jobs"] holds it
     c = console()
-    c.print(jobs_table(doc["jobs"]) if doc["jobs"] else "no jobs yet: gpujob submit job.yaml")
+    c.print(jobs_table(jobs) if jobs else "no jobs yet: gpujob submit job.yaml")
     if listed.older:
         c.print(f"[dim]{listed.older} older finished job(s) not shown: gpujob ls --all[/]")
     for name, e in listed.errors.items():
         c.print(f"[yellow]{_esc(clean(name))}[/]: {_esc(clean(e))}")
-    disk_warnings(doc["jobs"])
+    disk_warnings(jobs)
 
 
 _TB_VIA = {"job": "the job's python", "host": "the host's PATH", "tools": "gpujob's tools environment"}

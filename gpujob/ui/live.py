@@ -32,7 +32,7 @@ def live_table(fetch_all: Callable[[], results.JobList], interval: float = 2.0) 
     # a column short of the width: a line that fills it leaves the cursor past its end, where the
     # terminal's echo of ^C starts a row the redraw does not count (the header was drawn twice)
     def draw() -> Any:
-        return jobs_table(fetch_all().to_json()["jobs"], width=console().width - 1)
+        return jobs_table([j.to_json() for j in fetch_all().jobs], width=console().width - 1)
 
     with Live(draw(), console=console(), auto_refresh=False) as lv:
         while True:

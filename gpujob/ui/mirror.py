@@ -6,6 +6,7 @@ import time
 from typing import Any
 
 from gpujob.bundle import import_remote
+from gpujob.jsontypes import JSONObject
 from gpujob.transport.jobview import JobView
 
 format_duration = import_remote("core.protocol").format_duration
@@ -39,7 +40,7 @@ def mirror_lines(m: dict[str, Any], now: float | None = None) -> list[str]:
     return lines
 
 
-def mark_mirror(doc: dict[str, Any]) -> dict[str, Any]:
+def mark_mirror(doc: JSONObject) -> JSONObject:
     """For the dashboard's job page: each checkpoint's mirror cell (``✓ mirrored``, ``uploading 43 %``)
     and ``mirror_lines``, the lines ``status`` shows, as plain text (the page sets them as text)."""
     view = JobView(doc)

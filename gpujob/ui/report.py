@@ -3,6 +3,7 @@ outcomes, the summaries of rm and gc."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -99,7 +100,7 @@ def format_report(rep: DataReport) -> str:
 
 
 # ---- notify test -------------------------------------------------------------------------
-def format_outcomes(outcomes: list[dict[str, Any]]) -> list[str]:
+def format_outcomes(outcomes: Sequence[Mapping[str, object]]) -> list[str]:
     """One line per channel's outcome, worded as the agent words a delivery."""
     from gpujob.bundle import import_remote
 
@@ -107,7 +108,7 @@ def format_outcomes(outcomes: list[dict[str, Any]]) -> list[str]:
     return [notify.format_outcome(o, "test") for o in outcomes]
 
 
-def notify_outcomes(outcomes: list[dict[str, Any]]) -> None:
+def notify_outcomes(outcomes: Sequence[Mapping[str, object]]) -> None:
     from gpujob.ui.neutral import clean
 
     for line in format_outcomes(outcomes):
@@ -115,11 +116,10 @@ def notify_outcomes(outcomes: list[dict[str, Any]]) -> None:
 
 
 # ---- rm and gc ---------------------------------------------------------------------------
-def removed(doc: dict[str, Any]) -> None:
+def removed(doc: Mapping[str, object]) -> None:
     from gpujob.ui.neutral import clean_doc
 
-    doc = clean_doc(doc)  # names and paths the instance sent
-    for r in doc["removed"]:
+    for r in clean_doc(doc)["removed"]:  # names and paths the instance sent
         how = "stopped and removed" if r["stopped"] else "removed"
         print(f"{r['job_id']}: {how} on {r['host']} ({human_bytes(r['bytes'])} freed)")
         if r.get("mirror_left"):

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpujob.api.results.base import TERMINAL, Result
+from gpujob.jsontypes import JSONObject
 
 
 @dataclass(frozen=True)
@@ -19,7 +20,7 @@ class JobSummary(Result):
     attempt: int = 0
     exit_code: int | None = None
     last_line: str = ""
-    last_metrics: dict[str, Any] | None = None
+    last_metrics: JSONObject | None = None
     queue_position: int | None = None
     submitted_at: float | None = None
     started_at: float | None = None
@@ -35,19 +36,19 @@ class JobSummary(Result):
 class JobStatus(JobSummary):
     """One job in detail: ``status JOB`` (the record plus series, GPU, rate, ETA, cost), ``stop``, ``wait``."""
 
-    latest_metrics: dict[str, Any] = field(default_factory=dict)
+    latest_metrics: JSONObject = field(default_factory=dict)
     series: dict[str, list[list[Any]]] = field(default_factory=dict)
     loss_key: str | None = None
-    eval_metrics: dict[str, Any] = field(default_factory=dict)
-    gpu: dict[str, Any] | None = None
+    eval_metrics: JSONObject = field(default_factory=dict)
+    gpu: JSONObject | None = None
     steps_per_s: float | None = None
     max_steps: int | None = None
     eta_s: float | None = None
     elapsed_s: float | None = None
     cost: float | None = None
-    checkpoints: list[dict[str, Any]] = field(default_factory=list)
-    diagnosis: dict[str, Any] | None = None
-    nodes: list[dict[str, Any]] | None = None
+    checkpoints: list[JSONObject] = field(default_factory=list)
+    diagnosis: JSONObject | None = None
+    nodes: list[JSONObject] | None = None
     survivors: list[int] = field(default_factory=list)  # processes of the job still running after a stop
 
     @property
@@ -56,7 +57,7 @@ class JobStatus(JobSummary):
         return self.finished and not self.survivors
 
     @property
-    def metrics(self) -> dict[str, Any]:
+    def metrics(self) -> JSONObject:
         """The newest value of each metric (``latest_metrics``, else the record's ``last_metrics``)."""
         return dict(self.latest_metrics or self.last_metrics or {})
 
@@ -64,7 +65,8 @@ class JobStatus(JobSummary):
     def latest_checkpoint(self) -> str | None:
         """The newest complete checkpoint's name under ``ckpt/``, or None."""
         done = [c for c in self.checkpoints if c.get("complete")]
-        return done[-1]["name"] if done else None
+        name = done[-1].get("name") if done else None
+        return name if isinstance(name, str) else None  # the agent names each checkpoint by its folder
 
 
 @dataclass(frozen=True)

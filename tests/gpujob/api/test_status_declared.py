@@ -10,7 +10,8 @@ from typing import Any
 from gpujob.api.results.jobs import JobStatus, JobSummary
 from gpujob.transport.jobview import DECLARED, BillingView, Field, JobView, ProgressView, WatchView
 
-KIND_OF = {"str": "text", "int": "integer", "float": "number", "bool": "flag", "dict": "object", "list": "list"}
+KIND_OF = {"str": "text", "int": "integer", "float": "number", "bool": "flag", "dict": "object", "JSONObject": "object",
+           "list": "list"}
 
 
 def _kind(annotation: Any) -> str:
