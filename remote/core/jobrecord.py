@@ -12,6 +12,8 @@ record in one place: remote/core/liveness.py.
 
 from typing import Any, Callable, Dict, Generic, List, Mapping, Optional, TypedDict, TypeVar, Union
 
+from remote.core.jsontypes import is_object
+
 T = TypeVar("T")
 Row = TypeVar("Row")
 
@@ -80,14 +82,10 @@ def _table(v: Any) -> Optional[Dict[str, object]]:
     return v if isinstance(v, dict) else None
 
 
-def _is_object(v: object) -> bool:
-    return isinstance(v, dict)
-
-
 def _rows(v: Any) -> Optional[List[Row]]:  # the Key names its rows' kind
     if not isinstance(v, list):
         return None
-    return v if all(isinstance(a, dict) for a in v) else list(filter(_is_object, v))  # the record's own list
+    return v if all(isinstance(a, dict) for a in v) else list(filter(is_object, v))  # the record's own list
 
 
 def _pids(v: Any) -> Optional[List[int]]:
