@@ -10,8 +10,8 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, TypedDict, TypeVar
 from remote.core.jobrecord import JobRecord
 from remote.core.jsontypes import JSONObject, is_object
 from remote.core.layout import JobDir, Root, read_tail
-from remote.jobs import store as jobs
 from remote.host.gpus import GpuSample
+from remote.jobs import store as jobs
 from remote.metrics.metricrecord import MetricRecord, Progress
 from remote.view import status
 
