@@ -24,7 +24,7 @@ import os
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Set, Tuple, TypedDict
 
 from remote.core import locks
 from remote.core.errors import AgentError
@@ -353,12 +353,23 @@ def refs(job_path: Path) -> Optional[Set[str]]:
     return {str(x) for x in doc} if isinstance(doc, list) else None
 
 
-def unused(root: Path, kept: Set[str]) -> List[Dict[str, Any]]:
+class GcItem(TypedDict, total=False):
+    """One thing ``gc`` would remove (remote/jobs/cleanup.py ``plan``): ``blob`` for a store blob,
+    ``job_id`` for a job or its checkpoints; ``bytes`` once measured, ``skipped`` when gc kept it."""
+    kind: str
+    path: str
+    blob: str
+    job_id: str
+    bytes: int
+    skipped: str
+
+
+def unused(root: Path, kept: Set[str]) -> List[GcItem]:
     """gc's items: blobs that no kept job names (``kept``: every name the kept jobs' refs hold)."""
     top = store_dir(root)
     if not top.is_dir():
         return []
-    out = []
+    out: List[GcItem] = []
     for sub in sorted(top.iterdir()):
         if not sub.is_dir():
             continue
@@ -368,7 +379,7 @@ def unused(root: Path, kept: Set[str]) -> List[Dict[str, Any]]:
     return out
 
 
-def remove_unused(root: Path, it: Dict[str, Any], still_kept: Any) -> None:
+def remove_unused(root: Path, it: GcItem, still_kept: Any) -> None:
     """Delete one blob of gc's plan unless a job made since the plan uses it (``still_kept()``:
     the names kept jobs use now, read under the store's lock)."""
     with locks.flocked(_lock(root)):
