@@ -174,7 +174,7 @@ def send(base: Path, members: List[str], out: IO[bytes]) -> None:
 
 
 def manifest_doc(root: Path, dirs: List[str], hash_dirs: List[str], cache: Optional[HashCache] = None,
-                 known: Optional[List[str]] = None, shapes: Optional[List[str]] = None) -> Dict[str, Any]:
+                 known: Optional[List[str]] = None, shapes: Optional[List[str]] = None) -> Dict[str, object]:
     """What is under each of ``dirs`` and ``hash_dirs`` (with content hashes, from the cache, and
     the tree's digest), and the free bytes. ``known`` (``DIR=DIGEST``: what the client's record
     says it left there): a tree whose digest is that one answers ``same`` without its files.
@@ -193,7 +193,7 @@ def manifest_doc(root: Path, dirs: List[str], hash_dirs: List[str], cache: Optio
     seals_path = root / "cache" / "trees.json"
     seals = read_doc(seals_path)
     changed = False
-    doc = {}  # type: Dict[str, Any]
+    doc = {}  # type: Dict[str, object]
     for d in dirs + hash_dirs:
         fast = find_stamp(root / d)
         seal = seals.get(d)
@@ -236,7 +236,7 @@ def manifest_doc(root: Path, dirs: List[str], hash_dirs: List[str], cache: Optio
 
 
 def session(root: Path, dirs: List[str], hash_dirs: List[str], stdin: IO[bytes], stdout: IO[bytes],
-            known: Optional[List[str]] = None, shapes: Optional[List[str]] = None) -> Dict[str, Any]:
+            known: Optional[List[str]] = None, shapes: Optional[List[str]] = None) -> JSONObject:
     """Manifest and receive over one exec channel: write the manifest as one JSON line, then
     apply the stream that follows on stdin (none = nothing to do). Returns the receive result."""
     doc = manifest_doc(root, dirs, hash_dirs, None, known, shapes)
