@@ -12,7 +12,6 @@ from pathlib import Path, PurePosixPath
 from typing import IO, Any, Dict, Iterable, List, Optional
 
 from remote.core import atomicfile, layout
-from remote.core.jsontypes import JSONObject
 from remote.core.layout import read_doc
 from remote.data.pullselect import LOGS, ckpt_target, portable_link, select, stray_hint  # noqa: F401 (the pull verbs use select, stray_hint from here)
 from remote.stream import (
@@ -28,7 +27,7 @@ from remote.stream import (
     tree_digest,
     write_items,
 )
-from remote.stream.receive import Readable
+from remote.stream.receive import Readable, Received
 
 
 def hash_cache(root: Path) -> HashCache:
@@ -40,7 +39,7 @@ def manifest(base: Path, cache: Optional[HashCache] = None, hash_all: bool = Fal
     return tree(base, cache, hash_all)
 
 
-def receive(base: Path, stream: Readable, cache: Optional[HashCache] = None) -> JSONObject:
+def receive(base: Path, stream: Readable, cache: Optional[HashCache] = None) -> Received:
     """Apply an upload stream under ``base`` (symlinks may point anywhere: they are the user's);
     then a detached ``reseal`` brings the changed trees' seals up to date, so the next no-op's
     manifest is the fast one."""
@@ -236,7 +235,7 @@ def manifest_doc(root: Path, dirs: List[str], hash_dirs: List[str], cache: Optio
 
 
 def session(root: Path, dirs: List[str], hash_dirs: List[str], stdin: IO[bytes], stdout: IO[bytes],
-            known: Optional[List[str]] = None, shapes: Optional[List[str]] = None) -> JSONObject:
+            known: Optional[List[str]] = None, shapes: Optional[List[str]] = None) -> Received:
     """Manifest and receive over one exec channel: write the manifest as one JSON line, then
     apply the stream that follows on stdin (none = nothing to do). Returns the receive result."""
     doc = manifest_doc(root, dirs, hash_dirs, None, known, shapes)
