@@ -7,7 +7,7 @@ one cut short; and the job's checkpoint link, followed, with links into the job 
 import fnmatch
 import os
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 from remote.ckpt import checkpoints
 from remote.core.layout import JobDir, read_doc, read_json
@@ -104,7 +104,7 @@ def stray_hint(stray: List[str]) -> str:
 
 
 def select(job_path: Path, what: str = "all", metric: Optional[str] = None,
-           include: Optional[List[str]] = None) -> Dict[str, Any]:
+           include: Optional[List[str]] = None) -> Mapping[str, object]:
     """The pull manifest of a job: ``what`` is all, latest or best; ``include`` globs filter it
     (a glob under ``code/`` reaches into the job's code folder, for what the script wrote there)."""
     roots = [n for n in LOGS]
