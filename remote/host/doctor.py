@@ -13,7 +13,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, TypedDict
+from typing import Dict, List, Mapping, Optional, TypedDict
 
 from remote import AGENT_PROTOCOL
 from remote.core import layout
@@ -215,7 +215,7 @@ def disk(path: Optional[str]) -> DiskInfo:
 
 
 def report(root: Root, data_disk: Optional[str] = None, turbo_file: Optional[str] = None, path_prefix: str = "",
-           torch_timeout: float = 60.0, job: Optional[Dict[str, Any]] = None) -> Mapping[str, object]:
+           torch_timeout: float = 60.0, job: Optional[Mapping[str, object]] = None) -> Mapping[str, object]:
     """Every field, null when unknown.
 
     Python and torch are those of the newest job's interpreter (its ``python:`` and PATH, kept

@@ -13,7 +13,7 @@ import functools
 import os
 import signal
 import time
-from typing import Any, Dict, List, Mapping, Optional
+from typing import List, Mapping, Optional
 
 from remote.core import locks, procs
 from remote.core.jobrecord import JobRecord
@@ -47,7 +47,7 @@ def _finder(job: JobDir, st: JobRecord) -> jobkill.Finder:
     return find
 
 
-def _write(job: JobDir, changes: Dict[str, Any], event: Optional[Dict[str, Any]] = None) -> bool:
+def _write(job: JobDir, changes: Mapping[str, object], event: Optional[Mapping[str, object]] = None) -> bool:
     """Update status.json under the job's lock; a frozen supervisor may hold that lock: then after
     a few seconds the write is left out (False) rather than the verb hanging with it."""
     deadline = time.monotonic() + 5.0
