@@ -6,7 +6,7 @@ their fields from here (``gpujob.bundle.import_remote("view.statusdoc")``). Stan
 
 Every field may be absent or null: a record of an older agent, a job that has not got that far."""
 
-from typing import Any, List, Mapping, NamedTuple, Tuple
+from typing import Any, Dict, List, Mapping, NamedTuple, Tuple
 
 # a field's kind, and the JSON values of it (a bool is a flag, never a number)
 TEXT, INTEGER, NUMBER, FLAG, OBJECT, LIST = "text", "integer", "number", "flag", "object", "list"
@@ -106,7 +106,7 @@ FIELDS = (
     _f("currency", TEXT, LS, "an older agent's currency (now under billing)"),
 )
 
-BY_NAME = {f.name: f for f in FIELDS}  # type: Dict[str, Field]
+BY_NAME: Dict[str, Field] = {f.name: f for f in FIELDS}
 
 # ``watch`` (``status JOB``, the dashboard's job page): the detail above as ``job``, and the figures beside it
 WATCH = (
