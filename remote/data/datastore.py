@@ -30,6 +30,7 @@ from remote.core import locks
 from remote.core.errors import AgentError
 from remote.data import blobcheck
 from remote.stream.hashing import HashCache, file_hash
+from remote.stream.tree import Tree
 
 REFS = "data.refs"
 VIEW = "data"
@@ -262,7 +263,7 @@ def _stored(store: str, src: str, st: os.stat_result, name: str, cache: HashCach
     return blob, new
 
 
-def recheck_staged(root: Path, base: Path, t: Dict[str, Any], cache: HashCache) -> None:
+def recheck_staged(root: Path, base: Path, t: Tree, cache: HashCache) -> None:
     """A staged ``data:`` tree's hashes as the sync reports them (``t``: its ``tree`` with hashes
     and inodes): a file that is a blob's inode whose print moved is hashed again, and one whose
     bytes changed is reported by its real hash (the laptop then sends its bytes again) and its

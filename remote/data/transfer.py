@@ -28,13 +28,14 @@ from remote.stream import (
     write_items,
 )
 from remote.stream.receive import Readable, Received
+from remote.stream.tree import Tree
 
 
 def hash_cache(root: Path) -> HashCache:
     return HashCache(root / "cache" / "hashes.json")
 
 
-def manifest(base: Path, cache: Optional[HashCache] = None, hash_all: bool = False) -> Dict[str, Any]:
+def manifest(base: Path, cache: Optional[HashCache] = None, hash_all: bool = False) -> Tree:
     """{"files": {rel: [size, mtime_ns, mode, link, hash]}, "dirs": [...], "parts": {rel: chunks}}."""
     return tree(base, cache, hash_all)
 

@@ -19,6 +19,7 @@ from remote.jobs.inbox import incoming_dir
 from remote.jobs.store import judged, live_status, resolve
 from remote.jobs.submit import submit
 from remote.stream import CHUNK, read_items, tree
+from remote.stream.tree import Tree
 
 
 def incoming(root: Root, job_id: str) -> JobDir:
@@ -27,7 +28,7 @@ def incoming(root: Root, job_id: str) -> JobDir:
     return incoming_dir(root, job_id)
 
 
-def wanted(have: Dict[str, Any], offered: Dict[str, Any], skip_ckpt: bool) -> List[Any]:
+def wanted(have: Tree, offered: Dict[str, Any], skip_ckpt: bool) -> List[Any]:
     """What to ask the sender for: entries of ``offered`` (a send manifest) missing from or
     different in ``have`` (a ``tree`` of the incoming folder), a cut file as
     ``[rel, chunks already here]``. status.json stays behind: the new host writes its own."""
