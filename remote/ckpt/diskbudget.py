@@ -79,7 +79,7 @@ class Budget:
         except OSError:
             return True
 
-    def reserve(self, path: Path, pids: Any = None) -> Dict[str, Any]:
+    def reserve(self, path: Path, pids: Any = None) -> Dict[str, int]:
         """{free, need}: the free bytes of the disk holding ``path`` and what must stay free there: the
         job's next save (on the job's disk) and the margin."""
         d = disk(path)

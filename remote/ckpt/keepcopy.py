@@ -24,11 +24,12 @@ import threading
 import time
 import zipfile
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, TypedDict
 
 from remote.ckpt import checkpoints as ck
 from remote.ckpt import diskbudget
 from remote.ckpt.checkpoints import completeness, formats
+from remote.core.jsontypes import is_object
 from remote.core.layout import read_doc, write_json_once
 from remote.core.spec import JobSpec
 
@@ -36,6 +37,16 @@ KEPT = "kept"  # under the job folder
 INDEX = ".kept.json"  # rel -> {size, mtime_ns, step} of the source when it was copied
 KEEP_EVERY = 2.0  # seconds between looks (a save is copied within this of its end)
 CHUNK = 64 << 20  # a copy under way asks the budget again after each chunk
+
+
+class KeptRecord(TypedDict, total=False):
+    """A kept copy's entry in INDEX: its source's size and mtime when copied, the step saved, when."""
+    size: int
+    mtime_ns: int
+    step: Optional[int]
+    at: float
+
+
 STEP_KEYS = ("iter_num", "global_step", "step", "epoch")  # what a script's own dict calls its progress
 
 
@@ -288,17 +299,17 @@ class Keeper:
             self.note(text)
 
 
-def restorable(job_path: Path, ckpt_dir: Path, pattern: Optional[str] = None) -> List[Tuple[str, Dict[str, Any]]]:
+def restorable(job_path: Path, ckpt_dir: Path, pattern: Optional[str] = None) -> List[Tuple[str, KeptRecord]]:
     """(rel, record) of each kept copy that is whole while its file in the checkpoint folder is missing or
     cut short (no process of the job runs now)."""
     index = read_doc(kept_dir(job_path) / INDEX)
     if not index:
         return []
     found = {c.rel(ckpt_dir): c for c in ck.find(ckpt_dir, pattern, pids=[])} if ckpt_dir.is_dir() else {}
-    out = []
+    out: List[Tuple[str, KeptRecord]] = []  # the index's records: Keeper.keep wrote them
     for rel, rec in sorted(index.items()):
         c = found.get(rel)
-        if c is not None and c.complete or not isinstance(rec, dict) or ".." in Path(rel).parts:
+        if c is not None and c.complete or not is_object(rec) or ".." in Path(rel).parts:
             continue
         target = ckpt_dir / rel
         if c is None and os.path.lexists(str(target)):
@@ -327,7 +338,7 @@ def restore(job_path: Path, ckpt_dir: Path, pattern: Optional[str] = None) -> Li
     return done
 
 
-def stand_ins(job_path: Path) -> Dict[str, Tuple[Path, Dict[str, Any]]]:
+def stand_ins(job_path: Path) -> Dict[str, Tuple[Path, KeptRecord]]:
     """For ``pull --latest`` and ``move``: ``ckpt/<rel>`` -> (the kept copy, its record) of each in-place
     file that is cut short or gone now while its kept copy is whole."""
     spec = JobSpec(read_doc(job_path / "spec.json"))

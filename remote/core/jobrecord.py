@@ -10,9 +10,26 @@ its default at the attribute, so one damaged field costs that field, not every `
 record in one place: remote/core/liveness.py.
 """
 
-from typing import Any, Callable, Dict, Generic, List, Mapping, Optional, TypeVar, Union
+from typing import Any, Callable, Dict, Generic, List, Mapping, Optional, TypedDict, TypeVar, Union
+
+from remote.core.jsontypes import is_object
 
 T = TypeVar("T")
+Row = TypeVar("Row")
+
+
+class Attempt(TypedDict, total=False):
+    """One entry of ``attempts``, as the supervisor writes it (remote/run/supervisor.py)."""
+    n: int
+    started_at: float
+    resume: Optional[str]  # the checkpoint it resumed from
+    pid: int
+    batch_divisor: int
+    ended_at: float
+    exit_code: int
+    reason: str
+    summary: Optional[str]
+    stop_came_late: str
 
 # fields every reader does arithmetic on: a damaged one ("abc", 1e400, a list) is dropped at the door
 _NUMBERS = ("heartbeat", "submitted_at", "started_at", "ended_at", "resumed_at", "next_attempt_at", "attempt",
@@ -28,7 +45,7 @@ def _number_ok(v: Any, integer: bool) -> bool:
     return v == v and abs(v) < 1e15  # finite, and a time (epoch seconds) or a count
 
 
-def clean(st: Dict[str, Any]) -> Dict[str, Any]:
+def clean(st: Dict[str, object]) -> Dict[str, object]:
     """``st`` without the fields whose type no writer of ours produces."""
     for k in _NUMBERS:
         if k in st and st[k] is not None and not _number_ok(st[k], k in _INTEGERS):
@@ -61,14 +78,14 @@ def _flag(v: Any) -> Optional[bool]:
     return v if isinstance(v, bool) else None
 
 
-def _table(v: Any) -> Optional[Dict[str, Any]]:
+def _table(v: Any) -> Optional[Dict[str, object]]:
     return v if isinstance(v, dict) else None
 
 
-def _rows(v: Any) -> Optional[List[Dict[str, Any]]]:
+def _rows(v: Any) -> Optional[List[Row]]:  # the Key names its rows' kind
     if not isinstance(v, list):
         return None
-    return v if all(isinstance(a, dict) for a in v) else [a for a in v if isinstance(a, dict)]  # the record's own list
+    return v if all(isinstance(a, dict) for a in v) else list(filter(is_object, v))  # the record's own list
 
 
 def _pids(v: Any) -> Optional[List[int]]:
@@ -125,8 +142,8 @@ class JobRecord:
     attempt = integer()  # the attempt now (1 first); restart_base: the attempt a resume started from
     restart_base = integer()
     # {attempt, started_at, ended_at, ...}: the record's own list (append to it once it is assigned)
-    attempts = Key(_rows, list)  # type: Key[List[Dict[str, Any]]]
-    moves = Key(_rows, list)  # type: Key[List[Dict[str, Any]]]  # {from, to, t, source} of each move here
+    attempts = Key(_rows, list)  # type: Key[List[Attempt]]
+    moves = Key(_rows, list)  # type: Key[List[Dict[str, object]]]  # {from, to, t, source} of each move here
     moved_to = text()
     # times (epoch seconds)
     submitted_at = when()
@@ -154,7 +171,7 @@ class JobRecord:
     reason = text()
     exit_code = integer()
     lost_reason = text()
-    diagnosis = Key(_table, _none)  # type: Key[Optional[Dict[str, Any]]]
+    diagnosis = Key(_table, _none)  # type: Key[Optional[Mapping[str, object]]]
     remedy = text()
     stopping = text()  # a stop is under way: its reason
     killed = Key(_pids, list)  # type: Key[List[int]]
@@ -166,7 +183,7 @@ class JobRecord:
     restored = text()
 
     def __init__(self, doc: Optional[Mapping[str, Any]] = None) -> None:
-        self.doc = clean(dict(doc) if isinstance(doc, Mapping) else {})  # type: Dict[str, Any]
+        self.doc = clean(dict(doc) if isinstance(doc, Mapping) else {})  # type: Dict[str, object]
 
     @classmethod
     def of(cls, record: "RecordLike") -> "JobRecord":
@@ -183,7 +200,7 @@ class JobRecord:
         for k in keys:
             self.doc.pop(k, None)
 
-    def add_attempt(self, attempt: Dict[str, Any]) -> Dict[str, Any]:
+    def add_attempt(self, attempt: Attempt) -> Attempt:
         """Append an attempt's entry (its own dict, updated as the attempt ends)."""
         self.attempts = self.attempts + [attempt]
         return attempt
@@ -194,7 +211,7 @@ class JobRecord:
     def copy(self) -> "JobRecord":
         return JobRecord(self.doc)
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> Dict[str, object]:
         return dict(self.doc)
 
 

@@ -5,7 +5,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 from remote.core import atomicfile
 from remote.core.jobrecord import JobRecord
@@ -100,7 +100,7 @@ def read_doc(path: Path) -> Dict[str, Any]:
     return doc if isinstance(doc, dict) else {}
 
 
-def append_jsonl(path: Path, record: Dict[str, Any]) -> None:
+def append_jsonl(path: Path, record: Mapping[str, object]) -> None:
     with open(str(path), "a") as f:
         f.write(json.dumps(record, sort_keys=True) + "\n")
 

@@ -24,12 +24,13 @@ import os
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Set, Tuple, TypedDict
 
 from remote.core import locks
 from remote.core.errors import AgentError
 from remote.data import blobcheck
 from remote.stream.hashing import HashCache, file_hash
+from remote.stream.tree import Tree
 
 REFS = "data.refs"
 VIEW = "data"
@@ -262,7 +263,7 @@ def _stored(store: str, src: str, st: os.stat_result, name: str, cache: HashCach
     return blob, new
 
 
-def recheck_staged(root: Path, base: Path, t: Dict[str, Any], cache: HashCache) -> None:
+def recheck_staged(root: Path, base: Path, t: Tree, cache: HashCache) -> None:
     """A staged ``data:`` tree's hashes as the sync reports them (``t``: its ``tree`` with hashes
     and inodes): a file that is a blob's inode whose print moved is hashed again, and one whose
     bytes changed is reported by its real hash (the laptop then sends its bytes again) and its
@@ -353,12 +354,23 @@ def refs(job_path: Path) -> Optional[Set[str]]:
     return {str(x) for x in doc} if isinstance(doc, list) else None
 
 
-def unused(root: Path, kept: Set[str]) -> List[Dict[str, Any]]:
+class GcItem(TypedDict, total=False):
+    """One thing ``gc`` would remove (remote/jobs/cleanup.py ``plan``): ``blob`` for a store blob,
+    ``job_id`` for a job or its checkpoints; ``bytes`` once measured, ``skipped`` when gc kept it."""
+    kind: str
+    path: str
+    blob: str
+    job_id: str
+    bytes: int
+    skipped: str
+
+
+def unused(root: Path, kept: Set[str]) -> List[GcItem]:
     """gc's items: blobs that no kept job names (``kept``: every name the kept jobs' refs hold)."""
     top = store_dir(root)
     if not top.is_dir():
         return []
-    out = []
+    out: List[GcItem] = []
     for sub in sorted(top.iterdir()):
         if not sub.is_dir():
             continue
@@ -368,7 +380,7 @@ def unused(root: Path, kept: Set[str]) -> List[Dict[str, Any]]:
     return out
 
 
-def remove_unused(root: Path, it: Dict[str, Any], still_kept: Any) -> None:
+def remove_unused(root: Path, it: GcItem, still_kept: Any) -> None:
     """Delete one blob of gc's plan unless a job made since the plan uses it (``still_kept()``:
     the names kept jobs use now, read under the store's lock)."""
     with locks.flocked(_lock(root)):

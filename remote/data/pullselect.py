@@ -7,9 +7,10 @@ one cut short; and the job's checkpoint link, followed, with links into the job 
 import fnmatch
 import os
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 from remote.ckpt import checkpoints
+from remote.ckpt.checkpoints.strays import Artifact
 from remote.core.layout import JobDir, read_doc, read_json
 from remote.core.spec import JobSpec
 from remote.stream import tree
@@ -104,7 +105,7 @@ def stray_hint(stray: List[str]) -> str:
 
 
 def select(job_path: Path, what: str = "all", metric: Optional[str] = None,
-           include: Optional[List[str]] = None) -> Dict[str, Any]:
+           include: Optional[List[str]] = None) -> Mapping[str, object]:
     """The pull manifest of a job: ``what`` is all, latest or best; ``include`` globs filter it
     (a glob under ``code/`` reaches into the job's code folder, for what the script wrote there)."""
     roots = [n for n in LOGS]
@@ -114,7 +115,7 @@ def select(job_path: Path, what: str = "all", metric: Optional[str] = None,
     chosen = note = None  # type: Optional[str]
     skip = []  # type: List[str]  # under ckpt/: the checkpoints not chosen
     found = []  # type: List[Any]
-    sources = {}  # type: Dict[str, Path]  # ckpt/<rel> -> the kept copy sent under that name
+    sources: Dict[str, Path] = {}  # ckpt/<rel> -> the kept copy sent under that name
     if what == "all":
         roots.append("ckpt")
     else:
@@ -198,7 +199,7 @@ def _kept_instead(job_path: Path, chosen: Optional[Path], note: Optional[str]) -
     return job_path / name, (note + "; " + said) if note else said, {name: kept}
 
 
-def final_artifacts(job_path: Path) -> List[Dict[str, Any]]:
+def final_artifacts(job_path: Path) -> List[Artifact]:
     """The model files the job saved in its working folder that are no checkpoint (see
     ``checkpoints.artifacts``), newest first."""
     st = JobDir(job_path).record()

@@ -12,7 +12,6 @@ from pathlib import Path, PurePosixPath
 from typing import IO, Any, Dict, Iterable, List, Optional
 
 from remote.core import atomicfile, layout
-from remote.core.jsontypes import JSONObject
 from remote.core.layout import read_doc
 from remote.data.pullselect import LOGS, ckpt_target, portable_link, select, stray_hint  # noqa: F401 (the pull verbs use select, stray_hint from here)
 from remote.stream import (
@@ -28,19 +27,20 @@ from remote.stream import (
     tree_digest,
     write_items,
 )
-from remote.stream.receive import Readable
+from remote.stream.receive import Readable, Received
+from remote.stream.tree import Tree
 
 
 def hash_cache(root: Path) -> HashCache:
     return HashCache(root / "cache" / "hashes.json")
 
 
-def manifest(base: Path, cache: Optional[HashCache] = None, hash_all: bool = False) -> Dict[str, Any]:
+def manifest(base: Path, cache: Optional[HashCache] = None, hash_all: bool = False) -> Tree:
     """{"files": {rel: [size, mtime_ns, mode, link, hash]}, "dirs": [...], "parts": {rel: chunks}}."""
     return tree(base, cache, hash_all)
 
 
-def receive(base: Path, stream: Readable, cache: Optional[HashCache] = None) -> JSONObject:
+def receive(base: Path, stream: Readable, cache: Optional[HashCache] = None) -> Received:
     """Apply an upload stream under ``base`` (symlinks may point anywhere: they are the user's);
     then a detached ``reseal`` brings the changed trees' seals up to date, so the next no-op's
     manifest is the fast one."""
@@ -174,7 +174,7 @@ def send(base: Path, members: List[str], out: IO[bytes]) -> None:
 
 
 def manifest_doc(root: Path, dirs: List[str], hash_dirs: List[str], cache: Optional[HashCache] = None,
-                 known: Optional[List[str]] = None, shapes: Optional[List[str]] = None) -> Dict[str, Any]:
+                 known: Optional[List[str]] = None, shapes: Optional[List[str]] = None) -> Dict[str, object]:
     """What is under each of ``dirs`` and ``hash_dirs`` (with content hashes, from the cache, and
     the tree's digest), and the free bytes. ``known`` (``DIR=DIGEST``: what the client's record
     says it left there): a tree whose digest is that one answers ``same`` without its files.
@@ -193,7 +193,7 @@ def manifest_doc(root: Path, dirs: List[str], hash_dirs: List[str], cache: Optio
     seals_path = root / "cache" / "trees.json"
     seals = read_doc(seals_path)
     changed = False
-    doc = {}  # type: Dict[str, Any]
+    doc = {}  # type: Dict[str, object]
     for d in dirs + hash_dirs:
         fast = find_stamp(root / d)
         seal = seals.get(d)
@@ -236,7 +236,7 @@ def manifest_doc(root: Path, dirs: List[str], hash_dirs: List[str], cache: Optio
 
 
 def session(root: Path, dirs: List[str], hash_dirs: List[str], stdin: IO[bytes], stdout: IO[bytes],
-            known: Optional[List[str]] = None, shapes: Optional[List[str]] = None) -> Dict[str, Any]:
+            known: Optional[List[str]] = None, shapes: Optional[List[str]] = None) -> Received:
     """Manifest and receive over one exec channel: write the manifest as one JSON line, then
     apply the stream that follows on stdin (none = nothing to do). Returns the receive result."""
     doc = manifest_doc(root, dirs, hash_dirs, None, known, shapes)

@@ -13,7 +13,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Optional, TypedDict
+from typing import Dict, List, Mapping, Optional, TypedDict
 
 from remote import AGENT_PROTOCOL
 from remote.core import layout
@@ -151,7 +151,7 @@ def pid1_env() -> Dict[str, str]:
     return out
 
 
-def torch_info(python: Optional[str], timeout: float) -> Dict[str, Any]:
+def torch_info(python: Optional[str], timeout: float) -> Mapping[str, object]:
     empty = {"python": python, "version": None, "cuda": None, "cuda_available": None, "devices": None, "error": None}
     if not python:
         return dict(empty, error="no python on the login shell's PATH")
@@ -215,7 +215,7 @@ def disk(path: Optional[str]) -> DiskInfo:
 
 
 def report(root: Root, data_disk: Optional[str] = None, turbo_file: Optional[str] = None, path_prefix: str = "",
-           torch_timeout: float = 60.0, job: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+           torch_timeout: float = 60.0, job: Optional[Mapping[str, object]] = None) -> Mapping[str, object]:
     """Every field, null when unknown.
 
     Python and torch are those of the newest job's interpreter (its ``python:`` and PATH, kept

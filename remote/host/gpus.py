@@ -11,7 +11,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, TypedDict
 
 from remote.core import atomicfile, filelock
 from remote.core.jobrecord import JobRecord
@@ -23,6 +23,35 @@ FIELDS = ["index", "util", "mem_used", "mem_total", "power", "temp"]
 FREE_MEM_MIB = float(os.environ.get("GPUJOB_GPU_FREE_MIB", "1024"))  # below this a GPU counts as idle
 FULL_RES_S = 3600.0  # samples younger than this keep full resolution
 COMPACT_EVERY = 720  # rewrite gpu.jsonl after this many appended samples
+
+GpuRow = Dict[str, Optional[float]]  # one GPU in a sample: {index, util, mem_used, mem_total, power, temp}
+
+
+class GpuSample(TypedDict, total=False):
+    """One line of gpu.jsonl: ``w`` (the bucket's width in s) only on a mean of older samples."""
+    t: float
+    w: int
+    gpus: List[GpuRow]
+
+
+class GpuNow(TypedDict):
+    """``latest``: the newest sample, cut to what ``ls`` shows."""
+    t: object
+    now: List[Dict[str, object]]
+
+
+class HealthCounters(TypedDict):
+    ecc: Dict[str, int]  # GPU index -> uncorrected volatile ECC errors
+    pending: List[str]  # indexes with a page retirement pending
+    xid: Optional[int]  # Xid lines in the kernel log (None: dmesg unreadable)
+
+
+class Allocation(TypedDict, total=False):
+    """``try_allocate``'s answer: ``devices`` when ``ok``, else ``why`` and ``fatal``."""
+    ok: bool
+    devices: str
+    why: str
+    fatal: bool
 
 
 def _num(text: str) -> Optional[float]:
@@ -43,7 +72,7 @@ def smi(path_prefix: str = "") -> Optional[str]:
     return shutil.which("nvidia-smi", path=search)
 
 
-def probe(path_prefix: str = "", timeout: float = 10.0) -> Tuple[Optional[List[Dict[str, Any]]], str]:
+def probe(path_prefix: str = "", timeout: float = 10.0) -> Tuple[Optional[List[GpuRow]], str]:
     """(one sample per GPU, "") ; (None, "") on a CPU host (no nvidia-smi); (None, why) when an
     nvidia-smi is there and fails: the driver is gone (an instance started without its GPUs), which
     is no CPU host, and a job asking for GPUs must not fall back to the CPU there."""
@@ -77,12 +106,12 @@ def on_cpu(path_prefix: str = "") -> bool:
     return not smi(path_prefix)
 
 
-def query(path_prefix: str = "", timeout: float = 10.0) -> Optional[List[Dict[str, Any]]]:
+def query(path_prefix: str = "", timeout: float = 10.0) -> Optional[List[GpuRow]]:
     """One sample per GPU, or None on a CPU host (no nvidia-smi) or when it fails."""
     return probe(path_prefix, timeout)[0]
 
 
-def lacking(gpus: Optional[List[Dict[str, Any]]], error: str, n: int) -> str:
+def lacking(gpus: Optional[List[GpuRow]], error: str, n: int) -> str:
     """Why a host answering ``probe`` with (gpus, error) can never give a job ``n`` GPUs (-1: all),
     else "" (busy GPUs are no reason: the job queues)."""
     if gpus is None:
@@ -98,30 +127,30 @@ def lacking(gpus: Optional[List[Dict[str, Any]]], error: str, n: int) -> str:
 
 
 # ---- gpu.jsonl: one line a sample, {"t": .., "gpus": [{index, util, mem_used, ..}]} -------
-def _mean_rows(samples: List[List[Dict[str, Any]]]) -> List[Dict[str, Any]]:
+def _mean_rows(samples: List[List[GpuRow]]) -> List[GpuRow]:
     """Average per GPU (by index) over several samples."""
-    by: Dict[Any, List[Dict[str, Any]]] = {}
+    by: Dict[Optional[float], List[GpuRow]] = {}
     for sample in samples:
         for g in sample:
             by.setdefault(g.get("index"), []).append(g)
     out = []
     for idx in sorted(by, key=lambda x: (x is None, x)):
         gs = by[idx]
-        row: Dict[str, Any] = {"index": idx}
+        row: GpuRow = {"index": idx}
         for k in FIELDS[1:]:
-            vals = [g[k] for g in gs if isinstance(g.get(k), (int, float))]
+            vals = [v for v in (g.get(k) for g in gs) if isinstance(v, (int, float))]
             row[k] = round(sum(vals) / len(vals), 1) if vals else None
         out.append(row)
     return out
 
 
-def downsample(records: List[Dict[str, Any]], now: float) -> List[Dict[str, Any]]:
+def downsample(records: List[GpuSample], now: float) -> List[GpuSample]:
     """Full resolution for the last hour, 1-minute means for the last day, 10-minute before.
 
     A week of 5-second samples becomes about 720 + 1380 + 864 lines.
     """
-    out: List[Dict[str, Any]] = []
-    buckets: Dict[tuple, List[Dict[str, Any]]] = {}
+    out: List[GpuSample] = []
+    buckets: Dict[Tuple[int, int], List[GpuSample]] = {}
     for rec in records:
         age = now - float(rec.get("t", 0))
         if age < FULL_RES_S:
@@ -129,7 +158,7 @@ def downsample(records: List[Dict[str, Any]], now: float) -> List[Dict[str, Any]
             continue
         width = 60 if age < 86400 else 600
         buckets.setdefault((width, int(rec["t"]) // width), []).append(rec)
-    merged = []
+    merged: List[GpuSample] = []
     for (width, b), recs in buckets.items():
         if len(recs) == 1 and recs[0].get("w") == width:
             merged.append(recs[0])
@@ -143,7 +172,7 @@ HEALTH_QUERY = "index,ecc.errors.uncorrected.volatile.total,retired_pages.pendin
 HEALTH_EVERY_S = float(os.environ.get("GPUJOB_GPU_HEALTH_EVERY", "60"))
 
 
-def health_counters(path_prefix: str = "") -> Optional[Dict[str, Any]]:
+def health_counters(path_prefix: str = "") -> Optional[HealthCounters]:
     """{"ecc": {index: uncorrected volatile count}, "pending": [indexes], "xid": count of Xid lines or None}."""
     import shutil
     import subprocess
@@ -151,7 +180,7 @@ def health_counters(path_prefix: str = "") -> Optional[Dict[str, Any]]:
     exe = shutil.which("nvidia-smi", path=os.pathsep.join(p for p in (path_prefix, os.environ.get("PATH", "")) if p))
     if not exe:
         return None
-    out = {"ecc": {}, "pending": [], "xid": None}  # type: Dict[str, Any]
+    out = {"ecc": {}, "pending": [], "xid": None}  # type: HealthCounters
     try:
         res = subprocess.run([exe, "--query-gpu=" + HEALTH_QUERY, "--format=csv,noheader,nounits"],
                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=10, check=True)
@@ -179,7 +208,7 @@ class Health:
 
     def __init__(self, path_prefix: str = "") -> None:
         self.prefix = path_prefix
-        self.base = None  # type: Optional[Dict[str, Any]]
+        self.base = None  # type: Optional[HealthCounters]
         self.next_at = 0.0
 
     def check(self) -> Optional[str]:
@@ -216,7 +245,7 @@ class Sampler:
         self.next_at = 0.0
         self.appended = 0
         self.cpu_host = False
-        self.last: Optional[List[Dict[str, Any]]] = None
+        self.last: Optional[List[GpuRow]] = None
         self.health = Health(path_prefix)
 
     def tick(self, sup: Any = None) -> Optional[str]:
@@ -244,8 +273,8 @@ class Sampler:
         return None
 
 
-def read_samples(path: Path) -> List[Dict[str, Any]]:
-    out = []
+def read_samples(path: Path) -> List[GpuSample]:
+    out: List[GpuSample] = []  # gpu.jsonl holds what the Sampler wrote
     try:
         with open(str(path)) as f:
             for line in f:
@@ -258,7 +287,7 @@ def read_samples(path: Path) -> List[Dict[str, Any]]:
     return out
 
 
-def latest(path: Path, since: float = 0.0) -> Optional[Dict[str, Any]]:
+def latest(path: Path, since: float = 0.0) -> Optional[GpuNow]:
     """The sampler's newest sample, ``{"t", "now": [{index, util, mem_used}]}``, if taken at or after
     ``since``: what ``ls`` shows per running job, from the file's tail (no nvidia-smi call). A sample's
     ``t`` is whole seconds (the sampler floors it): one taken in the second ``since`` falls in counts
@@ -349,7 +378,7 @@ class Lock:
         self.f.close()
 
 
-def try_allocate(root: Root, job_id: str, n: int, path_prefix: str = "") -> Dict[str, Any]:
+def try_allocate(root: Root, job_id: str, n: int, path_prefix: str = "") -> Allocation:
     """{"ok": True, "devices": "0,1"} | {"ok": False, "why": ..., "fatal": bool}.
 
     Called under the lock by the job that is first in the queue.

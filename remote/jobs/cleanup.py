@@ -13,19 +13,20 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Set
+from typing import Dict, List, Optional, Set, TypedDict
 
 from remote.core import layout, locks, procs
 from remote.core.layout import Root, read_doc, read_json
 from remote.core.liveness import Verdict
 from remote.core.protocol import SETTLED  # gc takes settled jobs only: a lost one may be resumed
 from remote.data import datastore
+from remote.data.datastore import GcItem
 from remote.jobs import store as jobs
 
 
 def freed_bytes(paths: List[Path]) -> int:
     """Bytes that removing ``paths`` gives back (a file's blocks only once all its links go)."""
-    seen = {}  # type: Dict[tuple, List[int]]
+    seen: Dict[tuple, List[int]] = {}
     for top in paths:
         try:
             tst = top.lstat()
@@ -59,18 +60,28 @@ def what(verdict: Verdict) -> str:
     return "{} and {} process(es) of it still run".format(verdict.state, len(left)) if left else str(verdict.state)
 
 
+class GcPlan(TypedDict, total=False):
+    """``plan``: what gc would remove, and ``dry_run`` once gc answers with it."""
+    items: List[GcItem]
+    bytes: int
+    busy: List[str]
+    agent: str
+    older_than_s: float
+    dry_run: bool
+
+
 def _agent_version() -> str:
     return layout.AGENT_DIR.name
 
 
-def plan(root: Root, older_than: float, checkpoints_only: bool = False, now: Optional[float] = None) -> Dict[str, Any]:
+def plan(root: Root, older_than: float, checkpoints_only: bool = False, now: Optional[float] = None) -> GcPlan:
     """What ``gc`` would remove: [{kind, path, bytes, job_id?}] and what it kept busy."""
     from remote.env import jobenv
 
     t = now if now is not None else time.time()
     cutoff = t - older_than
     boot = procs.boot_id()
-    items = []  # type: List[Dict[str, Any]]
+    items = []  # type: List[GcItem]
     live_agents = {_agent_version()}
     used_envs = set()  # env hashes (and venv names) that kept jobs use
     used_projects = set()  # projects of kept jobs
@@ -134,7 +145,7 @@ def plan(root: Root, older_than: float, checkpoints_only: bool = False, now: Opt
             "agent": _agent_version(), "older_than_s": older_than}
 
 
-def _unused_data(root: Root, used: set, cutoff: float) -> List[Dict[str, Any]]:
+def _unused_data(root: Root, used: set, cutoff: float) -> List[GcItem]:
     """``<root>/data`` entries no kept job's ``data:`` names, untouched since ``cutoff``. None while a
     submit syncs (a live sync lease): the data it is sending has no job yet."""
     data = root.root / "data"
@@ -184,7 +195,7 @@ def provisioning(p: Path) -> bool:
         return not got
 
 
-def gc_project(root: Root, it: Dict[str, Any]) -> None:
+def gc_project(root: Root, it: GcItem) -> None:
     """Remove an unused project unless a submit is syncing into it now (its sync lease is live):
     removing the code under a receive, or under the snapshot a submit takes of it, would start a
     job on a partial tree. The project's lock keeps the snapshot out meanwhile."""
@@ -197,7 +208,7 @@ def gc_project(root: Root, it: Dict[str, Any]) -> None:
         gc_item(it)
 
 
-def gc_item(it: Dict[str, Any]) -> None:
+def gc_item(it: GcItem) -> None:
     path = Path(it["path"])
     if it["kind"] == "checkpoints":
         for child in list(path.iterdir()):

@@ -10,7 +10,7 @@ complete checkpoint, with its events, metrics and log continuing.
 
 import json
 import time
-from typing import IO, Any, Dict, List
+from typing import IO, Any, Dict, List, Mapping
 
 from remote.core import locks, procs
 from remote.core.errors import AgentError
@@ -19,6 +19,7 @@ from remote.jobs.inbox import incoming_dir
 from remote.jobs.store import judged, live_status, resolve
 from remote.jobs.submit import submit
 from remote.stream import CHUNK, read_items, tree
+from remote.stream.tree import Tree
 
 
 def incoming(root: Root, job_id: str) -> JobDir:
@@ -27,7 +28,7 @@ def incoming(root: Root, job_id: str) -> JobDir:
     return incoming_dir(root, job_id)
 
 
-def wanted(have: Dict[str, Any], offered: Dict[str, Any], skip_ckpt: bool) -> List[Any]:
+def wanted(have: Tree, offered: Dict[str, Any], skip_ckpt: bool) -> List[Any]:
     """What to ask the sender for: entries of ``offered`` (a send manifest) missing from or
     different in ``have`` (a ``tree`` of the incoming folder), a cut file as
     ``[rel, chunks already here]``. status.json stays behind: the new host writes its own."""
@@ -46,7 +47,7 @@ def wanted(have: Dict[str, Any], offered: Dict[str, Any], skip_ckpt: bool) -> Li
     return want
 
 
-def adopt(root: Root, stdin: IO[bytes], stdout: IO[bytes]) -> Dict[str, Any]:
+def adopt(root: Root, stdin: IO[bytes], stdout: IO[bytes]) -> Mapping[str, object]:
     """Line 1 of stdin: the submit request plus ``moved_from``, ``previous`` (the old status)
     and ``offered`` (the sender's manifest). Answers the wish list as one line, applies the
     stream that follows, then creates and starts the job (``jobs.submit``)."""
@@ -55,7 +56,7 @@ def adopt(root: Root, stdin: IO[bytes], stdout: IO[bytes]) -> Dict[str, Any]:
         return _adopt(root, request, stdin, stdout)
 
 
-def _adopt(root: Root, request: Dict[str, Any], stdin: IO[bytes], stdout: IO[bytes]) -> Dict[str, Any]:
+def _adopt(root: Root, request: Dict[str, Any], stdin: IO[bytes], stdout: IO[bytes]) -> Mapping[str, object]:
     job_id = request.get("job_id") or ""
     inbox = incoming(root, job_id)
     here = root.job(job_id)
@@ -76,7 +77,7 @@ def _adopt(root: Root, request: Dict[str, Any], stdin: IO[bytes], stdout: IO[byt
     return res
 
 
-def mark_moved(root: Root, ref: str, to: str) -> Dict[str, Any]:
+def mark_moved(root: Root, ref: str, to: str) -> Mapping[str, object]:
     """The job left for host ``to``: a final state here, so it cannot be resumed on this host."""
     job = root.job(resolve(root, ref))
     with locks.job_lock(job.path, removed_is_error=True):  # judged under the lock: a resume may be restarting it

@@ -2,7 +2,7 @@
 checkpoint (``resume_point``), once nothing of it runs and this host has the GPUs it asks for."""
 
 import os
-from typing import Any, Dict
+from typing import Mapping
 
 from remote.core import locks, procs
 from remote.core.errors import AgentError
@@ -15,7 +15,7 @@ from remote.jobs.submit import record_supervisor, start_supervisor
 STOP_TURN = 60.0  # s a resume waits for the stops under way (a stop after the next checkpoint may take long)
 
 
-def resume(root: Root, job_id: str) -> Dict[str, Any]:
+def resume(root: Root, job_id: str) -> Mapping[str, object]:
     """Restart a lost, stopped or failed job under the same id, from its newest complete checkpoint."""
     job = root.job(job_id)
     # the stops under way answer first (each for the run it stopped): at most STOP_TURN s, then as before
@@ -65,7 +65,7 @@ def resume(root: Root, job_id: str) -> Dict[str, Any]:
     return doc
 
 
-def resume_point(job: JobDir) -> Dict[str, Any]:
+def resume_point(job: JobDir) -> Mapping[str, object]:
     """What a restart hands the run command as GPUJOB_RESUME: {resume_from: the newest complete checkpoint
     (under ckpt/) or None, incomplete: why the newest others are not (only when none is complete)}."""
     from remote.ckpt import keepcopy

@@ -5,12 +5,16 @@ Read by ``resume`` (where to start again), the supervisor (its note on stray che
 (pull's refusal) and the status documents (remote/view/status.py).
 """
 
-from typing import Any, Callable, Dict, List, Optional, Set, Union
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Set, Union
 
 from remote.core import procs
 from remote.core.jobrecord import JobRecord
 from remote.core.layout import JobDir
 from remote.core.spec import JobSpec, SpecLike
+
+if TYPE_CHECKING:  # (the checkpoints package is imported where used: a verb may not need it)
+    from remote.ckpt.checkpoints.kinds import CheckpointDoc
+    from remote.ckpt.checkpoints.strays import Artifact
 
 
 def _since(st: JobRecord) -> float:
@@ -31,7 +35,7 @@ def stray_checkpoints(job: JobDir, spec: SpecLike, st: JobRecord) -> Optional[Di
     return {"dir": rel, "advice": checkpoints.stray_advice(rel)} if rel else None
 
 
-def artifacts(job: JobDir, st: JobRecord) -> List[Dict[str, Any]]:
+def artifacts(job: JobDir, st: JobRecord) -> "List[Artifact]":
     """Model files the job wrote in its code folder that are no checkpoint (``mnist_cnn.pt`` saved at
     the end): ``pull --latest`` brings them when the job has no complete checkpoint."""
     try:
@@ -42,7 +46,7 @@ def artifacts(job: JobDir, st: JobRecord) -> List[Dict[str, Any]]:
         return []
 
 
-def checkpoint_list(job: JobDir, spec: SpecLike, live: bool) -> List[Dict[str, Any]]:
+def checkpoint_list(job: JobDir, spec: SpecLike, live: bool) -> "List[CheckpointDoc]":
     """The job's checkpoints of every kind, oldest first: {name (under ckpt/), kind, step, complete, ...}.
 
     Only a job that may still run has processes whose open files count as "being written"."""

@@ -3,7 +3,9 @@
 reads what the others set. ``LogParser.__init__`` and ``_reset`` give the values; this names their types."""
 
 import re  # noqa: F401 (in an annotation)
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
+
+from remote.metrics.metricrecord import MetricRecord, Progress
 
 Pending = Tuple[float, int, Optional[int], str, str, str]  # a bar not read in full yet: t, step, total, rate, unit, postfix
 
@@ -11,7 +13,7 @@ Pending = Tuple[float, int, Optional[int], str, str, str]  # a bar not read in f
 class LogState:
     epochs_hint: Optional[int]  # total epochs from the job, if known
     patterns: "List[re.Pattern[str]]"  # the job file's metrics.patterns, compiled
-    progress: Dict[str, Any]
+    progress: Progress
     epoch_base: Optional[int]  # the script counts epochs from 0 or 1
     main_total: Optional[int]
     main_n: int
@@ -25,6 +27,6 @@ class LogState:
     per_epoch: Optional[bool]
 
     if TYPE_CHECKING:  # one part's records, written by another (BarReader, LogParser)
-        def _flush_bar(self, out: List[Dict[str, Any]]) -> None: ...
+        def _flush_bar(self, out: List[MetricRecord]) -> None: ...
 
-        def _add(self, rec: Dict[str, Any], t: float, out: List[Dict[str, Any]]) -> None: ...
+        def _add(self, rec: MetricRecord, t: float, out: List[MetricRecord]) -> None: ...

@@ -11,7 +11,7 @@ only then is the earlier slot deleted. A marker written before versions has no `
 
 import json
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Mapping, Optional
 from urllib.parse import quote, unquote
 
 from remote.mirror.engine import MirrorError, Rclone
@@ -58,17 +58,18 @@ def read_markers(rc: Rclone, dest: str, names: List[str]) -> List[Dict[str, Any]
     return docs
 
 
-def path_of(doc: Dict[str, Any]) -> str:
+def path_of(doc: Mapping[str, object]) -> str:
     """Where a marker's checkpoint lies, relative to the job's folder on the mirror."""
     path = doc.get("path")
-    return path if isinstance(path, str) and path in slots(doc["name"]) else doc["name"]
+    name = str(doc["name"])  # a marker's name is text (write_marker's callers)
+    return path if isinstance(path, str) and path in slots(name) else name
 
 
 def slots(name: str) -> List[str]:
     return [name, "{}/{}".format(VERSIONS, name)]
 
 
-def slot_for(name: str, was: Optional[Dict[str, Any]], version: str) -> str:
+def slot_for(name: str, was: Optional[Mapping[str, object]], version: str) -> str:
     """Where a version of ``name`` is uploaded: where it already lies when the marker names this
     very version (or none: a marker from before versions, whose files a hash-compared copy mostly
     keeps); else the slot the marker does not name (never over the verified one)."""
@@ -79,16 +80,17 @@ def slot_for(name: str, was: Optional[Dict[str, Any]], version: str) -> str:
     return [s for s in slots(name) if s != path_of(was)][0]
 
 
-def write_marker(rc: Rclone, dest: str, doc: Dict[str, Any]) -> None:
+def write_marker(rc: Rclone, dest: str, doc: Mapping[str, object]) -> None:
     data = (json.dumps(dict(doc, mirrored_at=time.time()), sort_keys=True) + "\n").encode()
-    rc.run(["rcat", marker_path(dest, doc["name"])], data=data, timeout=120)
+    rc.run(["rcat", marker_path(dest, str(doc["name"]))], data=data, timeout=120)
 
 
-def remove(rc: Rclone, dest: str, doc: Dict[str, Any]) -> None:
+def remove(rc: Rclone, dest: str, doc: Mapping[str, object]) -> None:
     """The marker first (the checkpoint stops counting), then its files in both slots."""
-    rc.run(["deletefile", marker_path(dest, doc["name"])], timeout=120)
-    for slot in slots(doc["name"]):
-        drop(rc, dest, slot, doc.get("is_dir", True))
+    name = str(doc["name"])  # text, and ``is_dir`` a flag, as write_marker's callers give them
+    rc.run(["deletefile", marker_path(dest, name)], timeout=120)
+    for slot in slots(name):
+        drop(rc, dest, slot, bool(doc.get("is_dir", True)))
 
 
 def drop(rc: Rclone, dest: str, slot: str, is_dir: bool) -> None:

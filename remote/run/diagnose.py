@@ -4,7 +4,7 @@ import math
 import re
 import signal
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Dict, List, Optional
 
 from remote.core.layout import last_json_line, tail_lines
 
@@ -89,7 +89,7 @@ def _bad_loss(metrics: Optional[Path]) -> Optional[str]:
     return None
 
 
-def _signal(sig: int, oom_killed: Optional[bool], lines: List[str]) -> Dict[str, Any]:
+def _signal(sig: int, oom_killed: Optional[bool], lines: List[str]) -> Dict[str, object]:
     """A signal gpujob did not send (its own stops are not diagnosed). The OOM killer is named
     only on evidence (see remote/host/oom.py)."""
     try:
@@ -111,7 +111,7 @@ TORCHRUN_ROOT = re.compile(r"Root Cause \(first observed failure\):.*?rank\s*:\s
 RANK_PREFIX = re.compile(r"^\[(?:default)?rank\d+\]:\s*")
 
 
-def _torchrun_root(text: str, oom_killed: Optional[bool], lines: List[str]) -> Optional[Dict[str, Any]]:
+def _torchrun_root(text: str, oom_killed: Optional[bool], lines: List[str]) -> Optional[Dict[str, object]]:
     """A worker torchrun saw die by a signal (kill -9 of one rank, the OOM killer): the cause is that
     signal, not torchrun's own ChildFailedError (which would count as an error for ``retry.on``)."""
     m = TORCHRUN_ROOT.search(text)
@@ -123,7 +123,7 @@ def _torchrun_root(text: str, oom_killed: Optional[bool], lines: List[str]) -> O
 
 
 def diagnose(log: Path, rc: Optional[int], metrics: Optional[Path] = None,
-             oom_killed: Optional[bool] = None) -> Dict[str, Any]:
+             oom_killed: Optional[bool] = None) -> Dict[str, object]:
     """{cause, summary, remedy, where, line, gpu}: cause is a retry key (error, oom, nan, nccl, signal, ...).
 
     ``oom_killed``: whether the OOM killer is known to have struck during the attempt (the

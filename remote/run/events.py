@@ -14,12 +14,15 @@ import os
 import queue
 import threading
 import time
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional
 
 from remote.core.jobrecord import JobRecord, RecordLike
 from remote.core.layout import JobDir, Root, agent_log, now, screen_lines
 from remote.core.protocol import ENDINGS
 from remote.core.spec import JobSpec, SpecLike
+
+if TYPE_CHECKING:
+    from remote.notify.send import Outcome
 
 TB_ENV = ("AutoDLService6006URL", "AUTODL_SERVICE_6006_URL")
 
@@ -41,7 +44,7 @@ def tensorboard_url(spec: SpecLike) -> Optional[str]:
     return None
 
 
-def build_event(kind: str, job: JobDir, spec: SpecLike, status: RecordLike, **extra: Any) -> Dict[str, Any]:
+def build_event(kind: str, job: JobDir, spec: SpecLike, status: RecordLike, **extra: Any) -> Dict[str, object]:
     """The event dict ``notify.render`` turns into a message: job, host, duration, cost, metrics, TB URL."""
     spec = JobSpec.of(spec)
     status = JobRecord.of(status)
@@ -70,7 +73,7 @@ def build_event(kind: str, job: JobDir, spec: SpecLike, status: RecordLike, **ex
         "metrics_source": source,
         "tb_url": tensorboard_url(spec),
         "time": t,
-    }  # type: Dict[str, Any]
+    }  # type: Dict[str, object]
     if kind == "failed":
         try:
             from remote.run import diagnose
@@ -95,7 +98,7 @@ class Notifier:
         self.retries, self.backoff, self.timeout = retries, backoff, timeout
         self.q = queue.Queue()  # type: queue.Queue
         self.thread = None  # type: Optional[threading.Thread]
-        self.sent = []  # type: List[Dict[str, Any]]
+        self.sent = []  # type: List[Mapping[str, object]]
 
     @property
     def enabled(self) -> bool:
@@ -138,7 +141,7 @@ class Notifier:
             finally:
                 self.q.task_done()
 
-    def send_now(self, ev: Dict[str, Any]) -> List[Dict[str, Any]]:
+    def send_now(self, ev: Mapping[str, object]) -> "List[Outcome]":
         outcomes = _notify().notify_event(self.cfg, ev, self.job.secrets_data(), str(self.root.root), log=self._log,
                                           retries=self.retries, backoff=self.backoff, timeout=self.timeout)
         summary = [{k: o.get(k) for k in ("channel", "ok", "skipped", "attempts", "status", "error")} for o in outcomes]
@@ -164,7 +167,7 @@ class Notifier:
 
 # ---- lost jobs (found by remote/jobs/lost.py) ----------------------------------------------------
 
-def notify_lost(root: Root, job_id: str) -> Dict[str, Any]:
+def notify_lost(root: Root, job_id: str) -> Mapping[str, object]:
     """Send ``lost`` for one job (the ``notify-lost`` verb)."""
     from remote.core import procs
     from remote.jobs import store as jobs

@@ -8,6 +8,8 @@ import subprocess
 import time
 from typing import Any, Callable, Dict, List, Optional
 
+from remote.core.jsontypes import JSON, JSONObject
+
 
 def read_gpu_samples(path: str, since: float) -> List[Dict[str, Any]]:
     """Samples of ``gpu.jsonl`` (``{"t":..,"gpus":[{"util":..}]}`` a line) taken at or after ``since``."""
@@ -30,19 +32,22 @@ def read_gpu_samples(path: str, since: float) -> List[Dict[str, Any]]:
     return out
 
 
-def utils_of(sample: Dict[str, Any]) -> List[float]:
+def utils_of(sample: JSONObject) -> List[float]:
     """GPU utilisations of one sample: ``{"gpus":[{"util":..}]}`` or remote/host/gpus.py's ``{"g":[[i, util, ..]]}``."""
     out = []  # type: List[float]
-    for g in sample.get("gpus") or []:
-        if isinstance(g, dict) and isinstance(g.get("util"), (int, float)):
-            out.append(float(g["util"]))
-    for row in sample.get("g") or []:
-        if isinstance(row, list) and len(row) > 1 and isinstance(row[1], (int, float)):
-            out.append(float(row[1]))
+    gpus, rows = sample.get("gpus"), sample.get("g")
+    for g in gpus if isinstance(gpus, list) else []:  # (anything else holds no GPU either)
+        util = g.get("util") if isinstance(g, dict) else None
+        if isinstance(util, (int, float)):
+            out.append(float(util))
+    for row in rows if isinstance(rows, list) else []:
+        util = row[1] if isinstance(row, list) and len(row) > 1 else None
+        if isinstance(util, (int, float)):
+            out.append(float(util))
     return out
 
 
-def nvidia_smi_sample(path_prefix: str = "") -> Optional[Dict[str, Any]]:
+def nvidia_smi_sample(path_prefix: str = "") -> Optional[JSONObject]:
     """One sample from ``nvidia-smi`` (``{"t":..,"gpus":[..]}``), or None without one."""
     search = os.environ.get("PATH", "")
     exe = shutil.which("nvidia-smi", path=(path_prefix + os.pathsep + search) if path_prefix else search)
@@ -55,7 +60,7 @@ def nvidia_smi_sample(path_prefix: str = "") -> Optional[Dict[str, Any]]:
         ).stdout.decode("utf-8", "replace")
     except (OSError, subprocess.SubprocessError):
         return None
-    gpus = []
+    gpus: List[JSON] = []
     for line in out.splitlines():
         parts = [p.strip() for p in line.split(",")]
         if len(parts) < 2:

@@ -15,7 +15,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, List, Mapping, Optional
 
 from remote.core import layout, procs
 from remote.core.layout import JobDir, Root, agent_log, now, read_json, write_json
@@ -26,7 +26,7 @@ PULLED = "pulled"
 IDLE_FILE = "idle-watch.json"
 
 
-def run_shutdown(root: Root, command: Optional[str], why: str) -> Dict[str, Any]:
+def run_shutdown(root: Root, command: Optional[str], why: str) -> Mapping[str, object]:
     """Run the shutdown command now; logs it to the agent log. Never raises."""
     if not command:
         agent_log(root, "shutdown wanted ({}) but the host has no shutdown_command".format(why))
@@ -54,7 +54,7 @@ def run_shutdown(root: Root, command: Optional[str], why: str) -> Dict[str, Any]
     return {"ran": True, "rc": p.returncode}
 
 
-def mark_pulled(job: JobDir) -> Dict[str, Any]:
+def mark_pulled(job: JobDir) -> Mapping[str, object]:
     """The ``pulled`` verb: ``gpujob pull`` says it has the job's files."""
     try:
         (job.path / PULLED).write_text(str(now()))
@@ -83,7 +83,7 @@ def wait_pulled(job: JobDir, timeout: float, tick: Optional[Callable[[], None]] 
 
 
 def after_job(root: Root, job: JobDir, spec: SpecLike, state: str,
-              tick: Optional[Callable[[], None]] = None) -> Optional[Dict[str, Any]]:
+              tick: Optional[Callable[[], None]] = None) -> Optional[Mapping[str, object]]:
     """Power off after a job when ``autostop.after`` is ``shutdown`` (not after a user's stop)."""
     spec = JobSpec.of(spec)
     if not spec.autostop.shutdown or state == "stopped":
@@ -188,7 +188,7 @@ def idle_watch(root: Root, minutes: float, command: Optional[str], poll: float =
         time.sleep(poll)
 
 
-def install_idle_watch(root: Root, minutes: Optional[float], command: Optional[str]) -> Dict[str, Any]:
+def install_idle_watch(root: Root, minutes: Optional[float], command: Optional[str]) -> Mapping[str, object]:
     """Start (or replace, or with ``minutes`` None/0 remove) the detached idle watcher."""
     root.ensure()
     path = root.root / IDLE_FILE
@@ -223,7 +223,7 @@ def install_idle_watch(root: Root, minutes: Optional[float], command: Optional[s
     return {"idle_shutdown": minutes, "pid": p.pid}
 
 
-def revive_idle_watch(root: Root) -> Optional[Dict[str, Any]]:
+def revive_idle_watch(root: Root) -> Optional[Mapping[str, object]]:
     """Restart the idle watcher after a reboot (or a crash): the setting outlives its process.
 
     Called before every agent verb; costs one small file read when nothing is to be done.

@@ -223,7 +223,7 @@ class Supervisor:
     def after_attempt(self, attempt: int, rc: int) -> Optional[str]:
         """The attempt ended with ``rc``: the job's final state, or None once the next attempt may start."""
         record = self.status.attempts[-1]
-        record.update(ended_at=now(), exit_code=rc)
+        record.update({"ended_at": now(), "exit_code": rc})
         self.record.log_marker("attempt {} ended with exit code {}".format(attempt, rc))
         self.note_stray_checkpoints()
         self.rotator.rotate()
@@ -242,7 +242,7 @@ class Supervisor:
             return self.finish("succeeded", exit_code=0)
         diag = retry.classify(self.job, rc, self.procs.oom)
         cause = diag["cause"]
-        record.update(reason=cause, summary=diag.get("summary"))
+        record.update({"reason": cause, "summary": diag.get("summary")})
         self.status.diagnosis = diag  # status shows what the log says, not a second opinion
         if not retry.should_retry(self.spec, attempt, cause):
             self.record.log_marker("attempt {} failed: {}; no restart".format(attempt, diag.get("summary")))

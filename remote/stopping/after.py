@@ -8,8 +8,9 @@ a plain stop would and says how much work since the last checkpoint is lost.
 
 import json
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, List, Mapping, Optional, TypedDict
 
+from remote.core.jsontypes import is_object
 from remote.core.layout import JobDir, now, with_reserve
 from remote.core.spec import JobSpec
 
@@ -28,8 +29,16 @@ def auto_max_wait(ckpt_dir: Path, pattern: Optional[str], pids: Any) -> float:
     return max(2 * every, 60.0) if every else DEFAULT_MAX_WAIT
 
 
+class StopRequest(TypedDict, total=False):
+    """``<job>/stop_after.json``: a stop waiting for the next complete checkpoint."""
+    requested_at: float
+    reason: str
+    max_wait_auto: bool  # max_wait is auto_max_wait's, nobody gave one
+    max_wait: float
+
+
 def request(job: JobDir, max_wait: Optional[float], reason: str, ckpt_dir: Optional[Path] = None,
-            pattern: Optional[str] = None, pids: Any = None) -> Dict[str, Any]:
+            pattern: Optional[str] = None, pids: Any = None) -> "StopRequest":
     """Ask for a stop at the next complete checkpoint (a second request keeps the first's time);
     ``max_wait`` None: :func:`auto_max_wait`."""
     doc = pending(job)
@@ -42,12 +51,12 @@ def request(job: JobDir, max_wait: Optional[float], reason: str, ckpt_dir: Optio
     return doc
 
 
-def pending(job: JobDir) -> Optional[Dict[str, Any]]:
+def pending(job: JobDir) -> Optional["StopRequest"]:
     try:
         doc = json.loads(job.stop_after.read_text())
     except (OSError, ValueError):
         return None
-    return doc if isinstance(doc, dict) and isinstance(doc.get("requested_at"), (int, float)) else None
+    return doc if is_object(doc) and isinstance(doc.get("requested_at"), (int, float)) else None  # ours (request)
 
 
 def clear(job: JobDir) -> None:
@@ -75,7 +84,7 @@ def interval(done: List[Any]) -> Optional[float]:
     return statistics.median(gaps) if gaps else None
 
 
-def describe(job: JobDir, ckpt_dir: Path, pattern: Optional[str], pids: Any) -> Optional[Dict[str, Any]]:
+def describe(job: JobDir, ckpt_dir: Path, pattern: Optional[str], pids: Any) -> Optional[Mapping[str, object]]:
     """What ``status`` shows of a pending request: {requested_at, max_wait, last, last_at, every_s}."""
     req = pending(job)
     if not req:

@@ -13,7 +13,7 @@ import functools
 import os
 import signal
 import time
-from typing import Any, Dict, List, Optional
+from typing import List, Mapping, Optional
 
 from remote.core import locks, procs
 from remote.core.jobrecord import JobRecord
@@ -47,7 +47,7 @@ def _finder(job: JobDir, st: JobRecord) -> jobkill.Finder:
     return find
 
 
-def _write(job: JobDir, changes: Dict[str, Any], event: Optional[Dict[str, Any]] = None) -> bool:
+def _write(job: JobDir, changes: Mapping[str, object], event: Optional[Mapping[str, object]] = None) -> bool:
     """Update status.json under the job's lock; a frozen supervisor may hold that lock: then after
     a few seconds the write is left out (False) rather than the verb hanging with it."""
     deadline = time.monotonic() + 5.0
@@ -98,7 +98,7 @@ def _sup_state(verdict: Verdict) -> str:
 
 
 def stop(root: Root, job_id: str, wait: float = STOP_WAIT, reason: str = "stopped by user",
-         after_checkpoint: Optional[float] = None, job_mode: bool = False) -> Dict[str, Any]:
+         after_checkpoint: Optional[float] = None, job_mode: bool = False) -> Mapping[str, object]:
     """Stop the job and verify it: the answer is its record after the stop (the ``stop`` verb answers
     it as status shows it, with ``survivors``: remote/verbs/jobs.py ``stopped``).
 
@@ -140,7 +140,7 @@ def stop(root: Root, job_id: str, wait: float = STOP_WAIT, reason: str = "stoppe
     return verify(root, job)
 
 
-def verify(root: Root, job: JobDir) -> Dict[str, Any]:
+def verify(root: Root, job: JobDir) -> Mapping[str, object]:
     """The job's record after a stop: a finished job's leftovers are ended here (SIGKILL after 3 s);
     a job still stopping (its grace not over) is left to it (``survivors`` names what still runs)."""
     st = job.record()

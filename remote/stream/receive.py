@@ -7,7 +7,7 @@ import shutil
 import signal
 import zlib
 from pathlib import Path
-from typing import IO, Any, Callable, Dict, Iterable, List, Optional, Protocol, Tuple
+from typing import IO, Any, Callable, Iterable, List, Optional, Protocol, Tuple, TypedDict
 
 from .durable import NOFOLLOW, durable, remove, replace
 from .format import CHUNK, MAGIC, MAX_BATCH, MAX_HEAD, REC, TransferError, raise_on_signals
@@ -174,9 +174,19 @@ def _ints(*vals: Any) -> bool:
     return all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in vals)
 
 
+class Received(TypedDict, total=False):
+    """``read_items``' answer: files written, paths deleted, file bytes received; links not kept
+    (``skipped``: "name -> target") and files a running job held (``held``), where any."""
+    written: int
+    deleted: int
+    bytes: int
+    skipped: List[str]
+    held: List[str]
+
+
 def read_items(base: Path, stream: Readable, links_out: bool = True, cache: Optional[HashCache] = None,
                on_bytes: Optional[Callable[[int], None]] = None, sync: bool = True,
-               modes: int = 0o7777, plain: bool = False) -> Dict[str, Any]:
+               modes: int = 0o7777, plain: bool = False) -> "Received":
     """Apply a stream written by ``write_items`` under ``base``.
 
     Returns ``{"written", "deleted", "bytes"}`` (bytes = file bytes received). Everything that
@@ -187,7 +197,7 @@ def read_items(base: Path, stream: Readable, links_out: bool = True, cache: Opti
     ``plain``: a name with a control character is refused (a pull's: the names land on the user's machine).
     """
     base.mkdir(parents=True, exist_ok=True)
-    res = {"written": 0, "deleted": 0, "bytes": 0}  # type: Dict[str, Any]  # (read_items' answer)
+    res = {"written": 0, "deleted": 0, "bytes": 0}  # type: Received
     guard = Guard(base, links_out, plain)
     writers = Writers(cache, on_bytes)
     made = set()  # type: set
@@ -240,7 +250,7 @@ def _mkparent(parent: str, made: set) -> None:
 
 
 def _batch(src: _Source, ents: Any, guard: Guard, writers: Writers, made: set, base_s: str,
-           res: Dict[str, Any], modes: int = 0o7777) -> None:
+           res: "Received", modes: int = 0o7777) -> None:
     if not isinstance(ents, list):
         raise TransferError("corrupt stream: a bad batch record")
     total = 0
@@ -304,7 +314,7 @@ def _batch(src: _Source, ents: Any, guard: Guard, writers: Writers, made: set, b
 
 
 def _large(src: _Source, head: Any, guard: Guard, made: set, base_s: str, cache: Optional[HashCache],
-           on_bytes: Optional[Callable[[int], None]], res: Dict[str, Any], modes: int = 0o7777) -> None:
+           on_bytes: Optional[Callable[[int], None]], res: "Received", modes: int = 0o7777) -> None:
     try:
         name, mode, mtime, size, off = head["n"], head["mode"], head["mtime"], head["size"], head["off"]
     except (KeyError, TypeError):

@@ -7,7 +7,7 @@ import os
 import stat
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple, TypedDict
 
 from .hashing import HashCache
 from .parts import SIDECAR, TMP_PREFIX, is_tmp_name, part_chunks
@@ -81,6 +81,18 @@ def find_stamp(base: Path, prune: Iterable[str] = (), now_ns: Optional[int] = No
     return None if out is None else "find:" + hashlib.sha256(out).hexdigest()
 
 
+class Tree(TypedDict, total=False):
+    """``tree``'s answer (see there); a manifest adds ``digest``, or stands in ``same`` with the digest alone."""
+    files: Dict[str, List[Any]]  # rel -> [size, mtime_ns, mode, link, hash]
+    dirs: List[str]
+    parts: Dict[str, List[str]]
+    exists: bool
+    stamp: Optional[str]
+    inos: Dict[str, int]
+    digest: Optional[str]
+    same: bool
+
+
 def tree_digest(files: Dict[str, List[Any]], dirs: Iterable[str]) -> Optional[str]:
     """One digest of a tree's names, modes, content hashes and link targets (not its mtimes):
     equal digests on both ends mean nothing to send. None when a file's hash is unknown.
@@ -100,7 +112,7 @@ def tree_digest(files: Dict[str, List[Any]], dirs: Iterable[str]) -> Optional[st
     return "{:064x}".format(total % (1 << 256))
 
 
-def tree(base: Path, cache: Optional[HashCache] = None, hash_all: bool = False) -> Dict[str, Any]:
+def tree(base: Path, cache: Optional[HashCache] = None, hash_all: bool = False) -> "Tree":
     """``{"files": {rel: [size, mtime_ns, mode, link, hash]}, "dirs": [...], "parts": {rel: chunks},
     "exists", "stamp"}``.
 
@@ -117,7 +129,7 @@ def tree(base: Path, cache: Optional[HashCache] = None, hash_all: bool = False) 
     lines = []  # type: List[str]
     inos = {}  # type: Dict[str, int]
     newest = 0
-    out = {"files": files, "dirs": dirs, "parts": parts, "exists": True}  # type: Dict[str, Any]
+    out = {"files": files, "dirs": dirs, "parts": parts, "exists": True}  # type: Tree
     if base.is_symlink() or base.is_file():
         st = os.lstat(str(base))
         if stat.S_ISLNK(st.st_mode):
@@ -177,7 +189,7 @@ def tree(base: Path, cache: Optional[HashCache] = None, hash_all: bool = False) 
     return out
 
 
-def fill_hashes(base: Path, t: Dict[str, Any], cache: HashCache, hash_all: bool = False) -> None:
+def fill_hashes(base: Path, t: "Tree", cache: HashCache, hash_all: bool = False) -> None:
     """Content hashes into a ``tree`` from ``cache`` (read on a miss when ``hash_all``); the cache
     drops the entries of files that are gone."""
     top = str(base)

@@ -5,7 +5,7 @@ import argparse
 import json
 import sys
 import time
-from typing import Any, Dict, Mapping, Optional
+from typing import Dict, Mapping, Optional
 
 from remote.core import locks
 from remote.core.errors import AgentError
@@ -41,7 +41,7 @@ def status(root: Root, a: argparse.Namespace) -> Mapping[str, object]:
     return {"jobs": described, "now": time.time(), "older": older, "instance": root.instance_id()}
 
 
-def _listed(root: Root, job_id: str) -> Dict[str, Any]:
+def _listed(root: Root, job_id: str) -> Dict[str, object]:
     """A job's line in a listing; a damaged record costs its own line only."""
     try:
         return view.describe(root, job_id)
@@ -67,7 +67,7 @@ def submit(root: Root, a: argparse.Namespace) -> Mapping[str, object]:
 
 
 def stopped(root: Root, job_id: str, wait: float, reason: str = "stopped by user",
-            after_checkpoint: Optional[float] = None, job_mode: bool = False) -> Dict[str, Any]:
+            after_checkpoint: Optional[float] = None, job_mode: bool = False) -> Mapping[str, object]:
     """Stop the job (remote/stopping/verb.py), then its status as ``status`` shows it, with
     ``survivors`` (the pids still running) while it has not ended."""
     from remote.stopping import verb

@@ -10,15 +10,16 @@ its ``GPUJOB_MAX_STEPS`` environment variable.
 import json
 import os
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Dict, List, Optional
 
 from remote.core.jobrecord import JobRecord, RecordLike
 from remote.core.layout import tail_lines
 from remote.core.spec import CURRENCY, JobSpec, SpecLike
+from remote.metrics.metricrecord import MetricRecord, Progress
 from remote.metrics.totals import run_hints, total_from_epochs
 
 
-def _metrics_window(path: Path, since: float) -> List[Dict[str, Any]]:
+def _metrics_window(path: Path, since: float) -> List[MetricRecord]:
     """Metrics records (from the last 64 KiB) written at or after ``since`` that carry a step."""
     out = []
     for line in tail_lines(path, 100000, 65536):
@@ -31,7 +32,7 @@ def _metrics_window(path: Path, since: float) -> List[Dict[str, Any]]:
     return out
 
 
-def max_steps(spec: SpecLike, records: List[Dict[str, Any]]) -> Optional[int]:
+def max_steps(spec: SpecLike, records: List[MetricRecord]) -> Optional[int]:
     for rec in reversed(records):
         if isinstance(rec.get("max_steps"), (int, float)) and rec["max_steps"] > 0:
             return int(rec["max_steps"])
@@ -39,7 +40,7 @@ def max_steps(spec: SpecLike, records: List[Dict[str, Any]]) -> Optional[int]:
 
 
 def estimate(status: RecordLike, spec: SpecLike, metrics: Path, now: float,
-             progress: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+             progress: Optional[Progress] = None) -> Dict[str, object]:
     """{elapsed_s, cost, price_per_hour, currency, max_steps, step, steps_per_s, eta_s, projected_cost}.
 
     Step progress and the projection only while the job runs (a listing of many ended jobs
@@ -52,7 +53,7 @@ def estimate(status: RecordLike, spec: SpecLike, metrics: Path, now: float,
     end = status.ended_at or now
     elapsed = max(0.0, float(end) - float(start)) if start else 0.0
     price = spec.price_per_hour
-    doc: Dict[str, Any] = {"elapsed_s": round(elapsed, 1), "price_per_hour": price,
+    doc: Dict[str, object] = {"elapsed_s": round(elapsed, 1), "price_per_hour": price,
                            "currency": spec.currency or CURRENCY}
     doc["cost"] = round(float(price) * elapsed / 3600.0, 4) if price else None
     attempts = status.attempts

@@ -4,16 +4,19 @@ billing, a pending stop, and with ``detail`` the diagnosis, checkpoints, stray o
 
 import json
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Dict, Mapping, Optional, TypeVar
 
 from remote.core import procs
 from remote.core.errors import AgentError
 from remote.core.jobrecord import JobRecord
+from remote.core.jsontypes import JSONObject
 from remote.core.layout import JobDir, Root, agent_log, now, read_json, screen_lines, tail_lines
 from remote.core.liveness import heartbeat_age
 from remote.core.protocol import TERMINAL
 from remote.jobs import saved
 from remote.jobs import store as jobs
+
+Line = TypeVar("Line", bound=Mapping[str, object])  # a metrics line, as its reader types it
 
 
 def live_status(root: Root, job: JobDir, boot: str) -> JobRecord:
@@ -42,16 +45,16 @@ def attempt_start(st: JobRecord) -> float:
     return float(attempts[-1].get("started_at") or 0) if len(attempts) > 1 else 0.0
 
 
-def this_attempt(st: JobRecord, rec: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+def this_attempt(st: JobRecord, rec: Optional[Line]) -> Optional[Line]:
     """``rec`` if the current attempt wrote it: a restarted job shows no metrics of a killed attempt."""
     t = rec.get("t") if isinstance(rec, dict) else None
     return None if isinstance(t, (int, float)) and t < attempt_start(st) else rec
 
 
-def recent_metrics(st: JobRecord, path: Path, n: int = 20) -> Optional[Dict[str, Any]]:
+def recent_metrics(st: JobRecord, path: Path, n: int = 20) -> Optional[JSONObject]:
     """The newest value of each key over the last ``n`` records the current attempt wrote: one record
     alone often lacks the loss (a bar's record, an eval or learning-rate line printed last)."""
-    out = None  # type: Optional[Dict[str, Any]]
+    out = None  # type: Optional[JSONObject]
     for line in tail_lines(path, n, 16384):
         try:
             rec = json.loads(line)
@@ -63,7 +66,7 @@ def recent_metrics(st: JobRecord, path: Path, n: int = 20) -> Optional[Dict[str,
     return out
 
 
-def describe(root: Root, job_id: str, detail: bool = False) -> Dict[str, Any]:
+def describe(root: Root, job_id: str, detail: bool = False) -> Dict[str, object]:
     """The job's status as readers show it. A record no writer of ours made (a hand edit, a
     damaged file) is refused naming the job, not met as an "agent error" halfway through."""
     try:
@@ -77,7 +80,7 @@ def describe(root: Root, job_id: str, detail: bool = False) -> Dict[str, Any]:
                          "damaged") from None
 
 
-def _describe(root: Root, job_id: str, detail: bool = False) -> Dict[str, Any]:
+def _describe(root: Root, job_id: str, detail: bool = False) -> Dict[str, object]:
     job = root.job(job_id)
     rec = live_status(root, job, procs.boot_id())
     st = rec.doc  # the reader's document: the record, and what this look adds (read through ``rec``)
@@ -161,7 +164,7 @@ def _describe(root: Root, job_id: str, detail: bool = False) -> Dict[str, Any]:
 HPARAMS = "hparams.json"  # beside GPUJOB_METRICS_FILE: a Trainer's arguments, written by the autohook
 
 
-def hparams(job: JobDir) -> Dict[str, Any]:
+def hparams(job: JobDir) -> JSONObject:
     """The hyperparameters the training code reported (HF TrainingArguments, Lightning hparams):
     passed through to the laptop's run ledger; scalars only, {} when none or damaged."""
     try:

@@ -6,7 +6,7 @@ their fields from here (``gpujob.bundle.import_remote("view.statusdoc")``). Stan
 
 Every field may be absent or null: a record of an older agent, a job that has not got that far."""
 
-from typing import Any, Dict, List, NamedTuple, Tuple
+from typing import Any, Dict, List, Mapping, NamedTuple, Tuple
 
 # a field's kind, and the JSON values of it (a bool is a flag, never a number)
 TEXT, INTEGER, NUMBER, FLAG, OBJECT, LIST = "text", "integer", "number", "flag", "object", "list"
@@ -106,7 +106,7 @@ FIELDS = (
     _f("currency", TEXT, LS, "an older agent's currency (now under billing)"),
 )
 
-BY_NAME = {f.name: f for f in FIELDS}  # type: Dict[str, Field]
+BY_NAME: Dict[str, Field] = {f.name: f for f in FIELDS}
 
 # ``watch`` (``status JOB``, the dashboard's job page): the detail above as ``job``, and the figures beside it
 WATCH = (
@@ -162,7 +162,7 @@ def named(kind: str, fields: Tuple[Field, ...] = FIELDS) -> Tuple[str, ...]:
     return tuple(f.name for f in fields if f.kind == kind)
 
 
-def undeclared(doc: Dict[str, Any], fields: Tuple[Field, ...] = FIELDS) -> List[str]:
+def undeclared(doc: Mapping[str, object], fields: Tuple[Field, ...] = FIELDS) -> List[str]:
     """What in ``doc`` is not as declared: a key not declared, a value not of its kind (null is every kind's)."""
     known = {f.name: f for f in fields}
     wrong = []  # type: List[str]

@@ -8,7 +8,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
-from typing import Any, Dict, Optional, Union
+from typing import Dict, Mapping, Optional, Union
 from urllib.parse import urlsplit, urlunsplit
 
 from remote.core import procs
@@ -88,7 +88,7 @@ def job_env(root: Root, job: JobDir) -> Dict[str, str]:
     return env
 
 
-def install_tensorboard(root: Root, ref: str, timeout: float = 900.0) -> Dict[str, Any]:
+def install_tensorboard(root: Root, ref: str, timeout: float = 900.0) -> Mapping[str, object]:
     """pip-install TensorBoard into ``<root>/tools/tensorboard`` with the host's pip and proxy settings."""
     from remote.env import provision
 
@@ -122,7 +122,7 @@ def _without_credentials(url: Optional[str]) -> Optional[str]:
     return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[1]))
 
 
-def tensorboard(root: Root, ref: str, port: int, wait: float = 60.0) -> Dict[str, Any]:
+def tensorboard(root: Root, ref: str, port: int, wait: float = 60.0) -> Mapping[str, object]:
     """Start TensorBoard on the job's tb folder on ``port`` unless something serves there.
 
     Detached (own session), with the job's interpreter (its ``python:`` and PATH, in a login
@@ -133,7 +133,7 @@ def tensorboard(root: Root, ref: str, port: int, wait: float = 60.0) -> Dict[str
     job = root.job(job_id)
     logdir = tb_dir(job)
     info = read_json(job.path / "tensorboard.json", {}) or {}
-    busy = None  # type: Optional[Dict[str, Any]]
+    busy: Optional[Dict[str, object]] = None
     for p_ in ([int(info["port"])] if info.get("port") and info.get("port") != port else []) + [port]:
         if not listening(p_):
             continue
@@ -239,7 +239,7 @@ def _runs_tensorboard(pid: Union[int, str]) -> bool:
         return False
 
 
-def stop_tensorboard(root: Root, ref: str, grace: float = 5.0) -> Dict[str, Any]:
+def stop_tensorboard(root: Root, ref: str, grace: float = 5.0) -> Mapping[str, object]:
     """Stop the TensorBoard that ``tensorboard`` started for the job (its whole session)."""
     job_id = resolve(root, ref)
     job = root.job(job_id)

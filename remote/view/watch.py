@@ -5,18 +5,30 @@ progress and derived rates."""
 import json
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple, TypedDict, TypeVar
 
 from remote.core.jobrecord import JobRecord
+from remote.core.jsontypes import JSONObject, is_object
 from remote.core.layout import JobDir, Root, read_tail
+from remote.host.gpus import GpuSample
 from remote.jobs import store as jobs
+from remote.metrics.metricrecord import MetricRecord, Progress
 from remote.view import status
 
+Row = TypeVar("Row")
 MAX_READ = 32 << 20  # at most this much of a .jsonl file's end is read (plot: every point)
 LIVE_READ = 4 << 20  # status: the newest ~50k metric lines
 
 
-def _read_jsonl(path: Path, max_bytes: int = MAX_READ) -> List[Dict[str, Any]]:
+class GpuSummary(TypedDict):
+    """``gpu_summary``: the newest sample's GPUs, per-GPU averages and how many samples."""
+    now: List[Dict[str, Optional[float]]]
+    t: Optional[float]
+    avg: List[Dict[str, Optional[float]]]
+    samples: int
+
+
+def _read_jsonl(path: Path, max_bytes: int = MAX_READ) -> List[Row]:  # the caller names the lines' kind
     data, size = read_tail(path, max_bytes)
     lines = data.split(b"\n")
     if size > max_bytes:
@@ -29,7 +41,7 @@ def _read_jsonl(path: Path, max_bytes: int = MAX_READ) -> List[Dict[str, Any]]:
             rec = json.loads(line.decode("utf-8", "replace"))
         except ValueError:
             continue
-        if isinstance(rec, dict):
+        if is_object(rec):
             out.append(rec)
     return out
 
@@ -44,13 +56,14 @@ def downsample(rows: List[Any], points: int) -> List[Any]:
     return [rows[int(round(i * step))] for i in range(points)]
 
 
-def gpu_summary(path: Path) -> Optional[Dict[str, Any]]:
+def gpu_summary(path: Path) -> Optional[GpuSummary]:
     """The newest sample and per-GPU time-weighted averages over ``gpu.jsonl``; None when there is none.
 
     A compacted line (``w``: the seconds it averages) weighs ``w``; a raw sample weighs the
     sampling interval (the median gap between raw samples).
     """
-    samples = [s for s in _read_jsonl(path, 8 << 20) if isinstance(s.get("gpus"), list)]
+    lines: List[GpuSample] = _read_jsonl(path, 8 << 20)  # what the Sampler wrote (remote/host/gpus.py)
+    samples = [s for s in lines if isinstance(s.get("gpus"), list)]
     if not samples:
         return None
     raw_t = sorted(float(s["t"]) for s in samples if not s.get("w") and isinstance(s.get("t"), (int, float)))
@@ -69,14 +82,14 @@ def gpu_summary(path: Path) -> Optional[Dict[str, Any]]:
                     acc[k][1] += weight
     avg = []
     for i, a in sorted(sums.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
-        row = {"index": i}  # type: Dict[str, Any]
+        row = {"index": i}  # type: Dict[str, Optional[float]]
         for k in keys:
             row[k] = round(a[k][0] / a[k][1], 1) if a[k][1] else None
         avg.append(row)
     return {"now": samples[-1]["gpus"], "t": samples[-1].get("t"), "avg": avg, "samples": len(samples)}
 
 
-def watch(root: Root, ref: str, points: int = 60) -> Dict[str, Any]:
+def watch(root: Root, ref: str, points: int = 60) -> Mapping[str, object]:
     """The job's detail, its metric series and GPU summary, in one document."""
     job_id = jobs.resolve(root, ref)
     job = root.job(job_id)
@@ -85,7 +98,7 @@ def watch(root: Root, ref: str, points: int = 60) -> Dict[str, Any]:
     from remote.metrics import metricsrc, totals
 
     source, path = metricsrc.active(job)
-    rows = _read_jsonl(path, MAX_READ if points <= 0 else LIVE_READ)  # a refresh stays cheap
+    rows: List[MetricRecord] = _read_jsonl(path, MAX_READ if points <= 0 else LIVE_READ)  # a refresh stays cheap
     keys = []  # type: List[str]
     for r in rows:
         for k, v in r.items():
@@ -96,7 +109,7 @@ def watch(root: Root, ref: str, points: int = 60) -> Dict[str, Any]:
     for k in keys:
         pts = [[r.get("step"), r[k], r.get("t")] for r in rows if isinstance(r.get(k), (int, float))]
         series[k] = downsample(pts, points)
-    last = {}  # type: Dict[str, Any]
+    last = {}  # type: JSONObject
     for r in rows:  # the newest value of every key (eval metrics come on their own lines), this attempt's
         if status.this_attempt(rec, r) is not None:
             last.update(r)
@@ -120,8 +133,8 @@ def watch(root: Root, ref: str, points: int = 60) -> Dict[str, Any]:
             "progress": prog, "rate": prog.get("rate") or _rate(timed), "gpu": gpu_summary(job.gpu), "now": time.time()}
 
 
-def _with_unread(job: JobDir, source: Optional[str], prog: Dict[str, Any],
-                 last: Dict[str, Any]) -> Tuple[Dict[str, Any], Dict[str, Any], bool]:
+def _with_unread(job: JobDir, source: Optional[str], prog: Progress,
+                 last: JSONObject) -> Tuple[Progress, JSONObject, bool]:
     """``prog`` and ``last`` with what the log printed since the Collector last read it: the
     step status shows is the log's newest, not one up to a collect interval old. A step is
     taken only when newer (the tail is parsed without the earlier lines' context). The third

@@ -5,7 +5,7 @@ kind's completeness rule)."""
 import os
 import re
 from pathlib import Path
-from typing import Any, Dict, Optional, Union
+from typing import Dict, Optional, TypedDict, Union
 
 COMPLETE_MARKER = ".gpujob-complete"
 HF_INCOMPLETE = "checkpoint-is-incomplete.txt"
@@ -33,6 +33,17 @@ _NAME_METRIC = re.compile(r"(?:^|[-_])([A-Za-z][\w/.]*?)=(-?\d+(?:\.\d+)?(?:[eE]
 PathLike = Union[str, Path]
 
 
+class CheckpointDoc(TypedDict, total=False):
+    """A checkpoint as status and ``resume_point`` show it (``Checkpoint.as_dict``)."""
+    name: str  # under the base given (ckpt/)
+    kind: str
+    step: Optional[int]
+    complete: bool
+    mtime: float
+    metrics: Dict[str, float]
+    incomplete_reason: str
+
+
 class Checkpoint(object):
     """One checkpoint: a folder (folder kinds) or a file (``lightning``, ``file``)."""
 
@@ -57,8 +68,8 @@ class Checkpoint(object):
         except ValueError:
             return str(self.path)
 
-    def as_dict(self, base: PathLike) -> Dict[str, Any]:
-        d: Dict[str, Any] = {"name": self.rel(base), "kind": self.kind, "step": self.step,
+    def as_dict(self, base: PathLike) -> CheckpointDoc:
+        d: CheckpointDoc = {"name": self.rel(base), "kind": self.kind, "step": self.step,
                              "complete": self.complete, "mtime": round(self.mtime, 3), "metrics": self.metrics}
         if not self.complete and self.reason:
             d["incomplete_reason"] = self.reason

@@ -4,7 +4,7 @@ line to add to the job file), and the model files a script saved at its end (art
 import os
 import re
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Set
+from typing import Any, Iterable, List, Optional, Set, TypedDict
 
 from .discovery import FIND_DEPTH, find
 from .kinds import Checkpoint, PathLike, classify
@@ -107,12 +107,19 @@ def stray_advice(rel: str) -> str:
             ).format(rel, how)
 
 
+class Artifact(TypedDict):
+    """A model file the job saved in its code folder that is no checkpoint (``artifacts``)."""
+    name: str  # relative to the code folder
+    bytes: int
+    mtime: float
+
+
 def artifacts(code: PathLike, since: float, ckpt: Optional[PathLike] = None, pattern: Optional[str] = None,
-              limit: int = 20) -> List[Dict[str, Any]]:
+              limit: int = 20) -> List["Artifact"]:
     """Model files (``*.pt``, ``*.pth``, ``*.safetensors``, ``*.bin`` of 1 MiB or more) the job wrote
     in its code folder since ``since`` that are no periodic checkpoint (``mnist_cnn.pt`` saved at the
     end): {name (relative to ``code``), bytes, mtime}, newest first. Links are not followed."""
-    out: List[Dict[str, Any]] = []
+    out: List[Artifact] = []
     known = {os.path.realpath(str(c.path)) for c in find(ckpt, pattern, check=False)} if ckpt is not None else set()
     for rel, c in _walk_classified(Path(code), STRAY_DEPTH, since):
         if c.is_dir or not c.name.endswith(ARTIFACT_EXTS) or c.step is not None or \
