@@ -17,9 +17,10 @@ import sys
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, Protocol, TypedDict
+from typing import Any, Callable, Literal, Protocol, TypedDict
 
 from gpujob.config.ledger import open_ledger
+from gpujob.config.ledger.store import LedgerRow
 from gpujob.config.spec import load_spec
 from gpujob.errors import ConnectError, GpujobError, JobNotFound, SpecError
 from gpujob.jsontypes import JSONObject
@@ -188,7 +189,7 @@ class Driver:
             if ft.user_attrs.get("stop"):
                 self.stopping[ft.number] = time.monotonic()
 
-    def share(self, limit: float | None, column: str, caps: dict[int, float]) -> float | None:
+    def share(self, limit: float | None, column: Literal["cost", "gpu_hours"], caps: dict[int, float]) -> float | None:
         """The most a new trial may use of ``limit`` (``column``: cost or gpu_hours): what is left after
         the ended trials' use and the running trials' shares, split among the places free. Each
         trial's agent holds it to its share (``autostop``), so the limit holds while no laptop drives."""
@@ -323,14 +324,14 @@ class Driver:
             if f.get(k) is not None and trial.user_attrs.get(k) != f[k]:
                 trial.set_user_attr(k, f[k])
 
-    def uses(self) -> dict[str, dict[str, Any]]:
+    def uses(self) -> dict[str, LedgerRow]:
         """job id -> {cost, gpu_hours, price_per_hour, currency} of every trial of the study: this
         laptop's from its ledger, another laptop's from what it noted in the study."""
         return uses(self.study, self.name)
 
     def spent(self) -> Spent:
         rows = self.uses()
-        costs = [r["cost"] for r in rows.values() if r.get("cost") is not None]
+        costs = [c for r in rows.values() if (c := r.get("cost")) is not None]
         TS = self.optuna.trial.TrialState
         steps = sum(max(0, int(t.user_attrs.get("steps", 0))) for t in self.study.get_trials(deepcopy=False)
                     if t.state != TS.WAITING)
@@ -487,17 +488,18 @@ def sweep_status(name: str, storage: str | None = None) -> dict[str, Any]:
     return report(load_study(optuna, name, storage_of(name, storage)), optuna)
 
 
-def uses(study: Any, name: str) -> dict[str, dict[str, Any]]:
+def uses(study: Any, name: str) -> dict[str, LedgerRow]:
     """job id -> {cost, gpu_hours, price_per_hour, currency, state} of every trial that was submitted:
     from this laptop's ledger where it has the run, else from what the trial's laptop noted in the study."""
     with open_ledger() as lg:
         rows = {r["job_id"]: r for r in lg.all(sweep=name)}
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, LedgerRow] = {}
     for t in study.get_trials(deepcopy=False):
-        jid = t.user_attrs.get("job_id")
+        jid, noted = t.user_attrs.get("job_id"), t.user_attrs
         if jid:
-            out[jid] = rows.get(jid) or {k: t.user_attrs.get(k)
-                                         for k in ("cost", "gpu_hours", "price_per_hour", "currency", "state")}
+            out[jid] = rows.get(jid) or LedgerRow(cost=noted.get("cost"), gpu_hours=noted.get("gpu_hours"),
+                                                  price_per_hour=noted.get("price_per_hour"),
+                                                  currency=noted.get("currency"), state=noted.get("state"))
     for jid, r in rows.items():  # a run of this sweep the study does not name (never reported back)
         out.setdefault(jid, r)
     return out
@@ -520,7 +522,7 @@ def report(study: Any, optuna: Any) -> dict[str, Any]:
     done = [tr for tr in trials if tr["state"] == "complete" and tr["value"] is not None]
     done.sort(key=lambda tr: tr["value"], reverse=direction == "maximize")
     rest = [tr for tr in trials if tr not in done]
-    costs = [r["cost"] for r in rows.values() if r.get("cost") is not None]
+    costs = [c for r in rows.values() if (c := r.get("cost")) is not None]
     spent = {"cost": round(sum(costs), 4) if costs else None,
              "currency": next((r.get("currency") for r in rows.values() if r.get("currency")), None),
              "gpu_hours": round(sum(r.get("gpu_hours") or 0.0 for r in rows.values()), 6),

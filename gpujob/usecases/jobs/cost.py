@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable, TypedDict
 from gpujob.transport.jobview import JobView
 
 if TYPE_CHECKING:
+    from gpujob.config.ledger.store import LedgerRow
     from gpujob.transport.agent import Agent
 
 
@@ -127,9 +128,10 @@ def from_ledger(listed: set[str | None], hosts: list[str] | None) -> list[CostLi
             for r in rows if r["job_id"] not in listed and (hosts is None or r.get("host") in hosts)]
 
 
-def _span(row: dict[str, Any]) -> float | None:
-    if row.get("started_at") and row.get("ended_at"):
-        return max(0.0, float(row["ended_at"]) - float(row["started_at"]))
+def _span(row: LedgerRow) -> float | None:
+    start, end = row.get("started_at"), row.get("ended_at")
+    if start and end:
+        return max(0.0, float(end) - float(start))
     return None
 
 

@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from typing import Any, Callable
 
 from gpujob.config.ledger import open_ledger
+from gpujob.config.ledger.store import LedgerRow
 from gpujob.config.secreturl import credential_in, shown
 from gpujob.errors import ConnectError, GpujobError
 from gpujob.usecases.lab.exportstate import ExportState
@@ -89,7 +90,7 @@ def _ms(t: Any) -> int:
     return int(float(t) * 1000) if _num(t) is not None else int(time.time() * 1000)
 
 
-def tags_of(row: dict[str, Any]) -> dict[str, str]:
+def tags_of(row: LedgerRow) -> dict[str, str]:
     from gpujob.version import __version__
 
     extra = e if isinstance(e := row.get("extra"), dict) else {}
@@ -106,21 +107,23 @@ def tags_of(row: dict[str, Any]) -> dict[str, str]:
     for i, m in enumerate((extra.get("live") or {}).get("mirrored") or []):
         step = f" (step {m['step']})" if m.get("step") is not None else ""
         t[f"gpujob.checkpoint.{i}"] = f"{m['target'].rstrip('/')}/{row['job_id']}/{m['name']}{step}"
-    for i, target in enumerate(((row.get("spec") or {}).get("checkpoint_mirror") or {}).get("targets") or []):
+    mirror = (row.get("spec") or {}).get("checkpoint_mirror")
+    targets = mirror.get("targets") if isinstance(mirror, dict) else None  # the spec as sent: a list or none
+    for i, target in enumerate(targets if isinstance(targets, list) else []):
         if isinstance(target, str):
             t[f"gpujob.mirror.{i}"] = dest(target, row["job_id"]) if not target.startswith("s3://") \
                 else f"{target.rstrip('/')}/{row['job_id']}"
     return {k: str(v)[:TAG_MAX] for k, v in t.items() if v is not None}
 
 
-def params_of(row: dict[str, Any]) -> dict[str, str]:
+def params_of(row: LedgerRow) -> dict[str, str]:
     out = {}
     for k, v in (row.get("params") or {}).items():
         out[_key(k)] = (v if isinstance(v, str) else json.dumps(v, default=str))[:PARAM_MAX]
     return out
 
 
-def points_of(row: dict[str, Any]) -> dict[str, list[tuple[int, float, int]]]:
+def points_of(row: LedgerRow) -> dict[str, list[tuple[int, float, int]]]:
     """key -> [(step, value, ms)], oldest first: the curves, then the run-wide figures at the newest step."""
     out: dict[str, list[tuple[int, float, int]]] = {}
     last_step, last_t = 0, row.get("updated_at")
@@ -131,12 +134,12 @@ def points_of(row: dict[str, Any]) -> dict[str, list[tuple[int, float, int]]]:
             value = _value(p[1]) if isinstance(p, list) and len(p) >= 2 else None
             if value is None:
                 continue
-            step = int(p[0]) if _num(p[0]) is not None else i
+            step = int(p[0]) if isinstance(p[0], (int, float)) and _num(p[0]) is not None else i
             out.setdefault(_key(k), []).append((step, value, _ms(p[2] if len(p) > 2 else None)))
             last_step = max(last_step, step)
     final = row.get("final") or {}
-    if _num(final.get("step")) is not None:
-        last_step = max(last_step, int(final["step"]))
+    if isinstance(at := final.get("step"), (int, float)) and _num(at) is not None:
+        last_step = max(last_step, int(at))
     for k, v in final.items():  # an eval figure printed once has no curve: its newest value, at its step
         if k not in NOT_METRICS and _key(k) not in out and (value := _value(v)) is not None:
             out[_key(k)] = [(last_step, value, _ms(last_t))]
@@ -218,7 +221,7 @@ class Exporter:
                 last[k] = [top.step, top.value]
         return last, list(run.data.params)
 
-    def _leave(self, row: dict[str, Any], run_id: str, state: ExportState, known: bool, experiment: str = "") -> int:
+    def _leave(self, row: LedgerRow, run_id: str, state: ExportState, known: bool, experiment: str = "") -> int:
         """A run someone deleted on the server (``experiment``: the job's whole experiment, ``run_id`` ''):
         nothing more sent to it, no new one made; said once."""
         state.put(row["job_id"], self.uri, run_id, row.get("updated_at") or 0.0, {}, [], DELETED)
@@ -228,7 +231,7 @@ class Exporter:
                                  "new": True, **({"experiment": experiment} if experiment else {})})
         return 0
 
-    def export_or_note(self, row: dict[str, Any], target: Target, state: ExportState) -> int:
+    def export_or_note(self, row: LedgerRow, target: Target, state: ExportState) -> int:
         """``export``; the server's refusal of this one run noted (``refused``), not raised: the others go."""
         try:
             points = self.export(row, target, state)
@@ -244,7 +247,7 @@ class Exporter:
         state.taken(row["job_id"], self.uri)
         return points
 
-    def export(self, row: dict[str, Any], target: Target, state: ExportState) -> int:
+    def export(self, row: LedgerRow, target: Target, state: ExportState) -> int:
         """Bring the run of ``row`` up to date; how many points were sent."""
         mine = state.get(row["job_id"], self.uri)
         if mine is not None and mine["status"] == DELETED:
@@ -284,7 +287,7 @@ class Exporter:
                 return self.export(row, target, state)
             raise
 
-    def _send(self, row: dict[str, Any], mine: dict[str, Any], state: ExportState) -> int:
+    def _send(self, row: LedgerRow, mine: dict[str, Any], state: ExportState) -> int:
         from mlflow.entities import Metric, Param, RunTag
 
         run_id = mine["run_id"]
