@@ -21,6 +21,7 @@ A parameter that is a job-file key (``gpus``, ``env.X``) overrides it; any other
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypedDict, Union, cast
 
@@ -120,7 +121,7 @@ def _space(errors: list[str], params: Any) -> Space:
     return out
 
 
-def parse(raw: dict[str, Any], source: str, overrides: dict[str, Any] | None = None) -> SweepSpec:
+def parse(raw: dict[str, Any], source: str, overrides: Mapping[str, object] | None = None) -> SweepSpec:
     """The checked ``sweep:`` of ``source``, with ``overrides`` (command-line flags) on top; one error lists every problem."""
     d = {**raw, **{k: v for k, v in (overrides or {}).items() if v is not None}}
     errors = [f"sweep.{k}: unknown key (known: {', '.join(KEYS)})" for k in d if k not in KEYS]
