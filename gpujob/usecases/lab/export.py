@@ -19,14 +19,14 @@ import os
 import re
 import sys
 import time
-from collections.abc import Iterable
-from typing import Any, Callable
+from collections.abc import Iterable, Mapping
+from typing import Any, Callable, TypedDict
 
 from gpujob.config.ledger import open_ledger
 from gpujob.config.ledger.store import LedgerRow
 from gpujob.config.secreturl import credential_in, shown
 from gpujob.errors import ConnectError, GpujobError
-from gpujob.usecases.lab.exportstate import ExportState
+from gpujob.usecases.lab.exportstate import ExportState, Sent
 from gpujob.usecases.lab.target import Target, of_row
 
 STATUS = {"succeeded": "FINISHED", "failed": "FAILED", "lost": "FAILED", "stopped": "KILLED",
@@ -151,7 +151,7 @@ def points_of(row: LedgerRow) -> dict[str, list[tuple[int, float, int]]]:
     return out
 
 
-def _new_points(points: dict[str, list[tuple[int, float, int]]], last: dict[str, list[Any]]) -> list[tuple[str, int, float, int]]:
+def _new_points(points: dict[str, list[tuple[int, float, int]]], last: dict[str, list[float]]) -> list[tuple[str, int, float, int]]:
     """The points past what was sent: a later step, or at the last step a changed value (cost grows)."""
     fresh = []
     for k, pts in points.items():
@@ -165,6 +165,29 @@ def _new_points(points: dict[str, list[tuple[int, float, int]]], last: dict[str,
     return fresh
 
 
+class Refusal(TypedDict, total=False):
+    """A run a server refused, or left deleted (``export``'s ``refused``; ``refusal_line`` says it)."""
+
+    uri: str  # as shown: no password
+    job_id: str
+    run_id: str | None
+    why: str  # the server's words, or DELETED
+    new: bool  # not said before
+    experiment: str  # the job's experiment was deleted (no run)
+
+
+class ExportDoc(TypedDict):
+    """``export``: {exported, unchanged, points, left, refused, pending, servers: {uri as shown: error|None}}."""
+
+    exported: int
+    unchanged: int
+    points: int
+    servers: dict[str, str | None]
+    pending: int
+    left: int
+    refused: list[Refusal]
+
+
 class Exporter:
     """One server: experiments by name, runs by job id; what it refused of single runs (``refused``)."""
 
@@ -173,7 +196,7 @@ class Exporter:
         self.client = client_for(uri)
         self.experiments: dict[str, str] = {}
         self.gone: set[str] = set()  # experiments deleted on the server: their jobs are left out, as a deleted run
-        self.refused: list[dict[str, Any]] = []  # {uri, job_id, run_id, why, new}: new: not said before
+        self.refused: list[Refusal] = []
         self.left = 0  # runs left deleted
 
     def experiment(self, name: str) -> str:
@@ -211,9 +234,9 @@ class Exporter:
                 return None
             raise
 
-    def sent_before(self, run: Any) -> tuple[dict[str, list[Any]], list[str]]:
+    def sent_before(self, run: Any) -> tuple[dict[str, list[float]], list[str]]:
         """What an MLflow run already holds (made by another laptop, or before this state file)."""
-        last: dict[str, list[Any]] = {}
+        last: dict[str, list[float]] = {}
         for k in run.data.metrics:
             hist = self.client.get_metric_history(run.info.run_id, k)
             if hist:
@@ -249,7 +272,7 @@ class Exporter:
 
     def export(self, row: LedgerRow, target: Target, state: ExportState) -> int:
         """Bring the run of ``row`` up to date; how many points were sent."""
-        mine = state.get(row["job_id"], self.uri)
+        mine: Sent | None = state.get(row["job_id"], self.uri)
         if mine is not None and mine["status"] == DELETED:
             run = self.run(mine["run_id"]) if mine["run_id"] else None
             if run is not None and run.info.lifecycle_stage != DELETED:
@@ -287,7 +310,7 @@ class Exporter:
                 return self.export(row, target, state)
             raise
 
-    def _send(self, row: LedgerRow, mine: dict[str, Any], state: ExportState) -> int:
+    def _send(self, row: LedgerRow, mine: Sent, state: ExportState) -> int:
         from mlflow.entities import Metric, Param, RunTag
 
         run_id = mine["run_id"]
@@ -330,7 +353,7 @@ def _refusal(e: BaseException) -> str | None:
 
 
 def export(uri: str | None = None, job_ids: Iterable[str] | None = None,
-           progress: Callable[[int, int], None] | None = None, recheck: bool = False) -> dict[str, Any]:
+           progress: Callable[[int, int], None] | None = None, recheck: bool = False) -> ExportDoc:
     """Send every ledger row changed since its last export (``uri``: to that server, every run;
     else each row to its own target; ``recheck``: a run left deleted is looked at again, restored or not).
     {exported, unchanged, points, left, refused: [{uri, job_id, run_id, why, new}], pending,
@@ -358,7 +381,7 @@ def export(uri: str | None = None, job_ids: Iterable[str] | None = None,
                 todo.setdefault(target.uri, []).append((job_id, target))
             total = sum(len(v) for v in todo.values())
             done = points = left = 0
-            refused: list[dict[str, Any]] = []
+            refused: list[Refusal] = []
             servers: dict[str, str | None] = {}
             for where, jobs in todo.items():
                 if credential_in(where):  # MLFLOW_TRACKING_URI read by the detached exporter: neither used nor kept
@@ -404,7 +427,7 @@ def _why(e: BaseException) -> str:
     return text[:200] or type(e).__name__
 
 
-def export_or_raise(uri: str | None, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+def export_or_raise(uri: str | None, progress: Callable[[int, int], None] | None = None) -> ExportDoc:
     """``gpujob runs export --mlflow``: a server that did not take the runs, or refused one (other than
     a run deleted there, which is left so), is a connection error (exit 3) once every other run went."""
     doc = export(uri, progress=progress, recheck=True)
@@ -423,7 +446,7 @@ def export_or_raise(uri: str | None, progress: Callable[[int, int], None] | None
     return doc
 
 
-def refusal_line(r: dict) -> str:
+def refusal_line(r: Mapping[str, object]) -> str:
     """A run the server refused, said as what it is (``r``: one of ``export``'s ``refused``)."""
     if r.get("why") == "deleted" and r.get("experiment"):
         return (f"MLflow at {r.get('uri')}: the experiment {r.get('experiment')} of {r.get('job_id')} was deleted "
