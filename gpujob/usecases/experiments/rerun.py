@@ -14,7 +14,7 @@ import json
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from gpujob.config.ledger import open_ledger
 from gpujob.config.ledger.code import code_hash, restore_snapshot, restored_dir, tree_files
@@ -110,7 +110,19 @@ def _q(s: str) -> str:
     return shlex.quote(s)
 
 
-def plan(ref: str, sets: list[str]) -> dict[str, Any]:
+class RerunPlan(TypedDict):
+    """What ``rerun`` submits (``plan``)."""
+
+    parent: str
+    host: str | None
+    job_file: str
+    set: list[str]
+    code_hash: str | None
+    restored: bool
+    expect_code: str
+
+
+def plan(ref: str, sets: list[str]) -> RerunPlan:
     """What ``rerun`` submits: {parent, job_file, set} (the job file inside A's code folder when restored)."""
     with open_ledger() as lg:
         row = lg.find(ref)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from gpujob.config.ledger import open_ledger
 from gpujob.config.ledger.params import command_of, parse_where
 from gpujob.config.ledger.store import LedgerRow
 from gpujob.errors import GpujobError
+from gpujob.jsontypes import JSON
 from gpujob.usecases.experiments.record import higher_is_better
 
 if TYPE_CHECKING:  # the lab's client is imported only where a command asks for the lab's runs
@@ -19,8 +20,34 @@ ROW_KEYS = ("job_id", "name", "host", "state", "submitted_at", "started_at", "en
             "sweep", "trial", "loss_key")
 
 
+class RunsPage(TypedDict):
+    """``runs``: the rows shown, how many match, the order asked for."""
+
+    runs: list[LedgerRow] | list[ShownRow]
+    total: int
+    shown: int
+    sort: str | None
+
+
+class ComparedRuns(TypedDict, total=False):
+    """``compare``: per key, each run's value (in the order asked), what differs apart from what is the same."""
+
+    runs: list[dict[str, object]]
+    params: dict[str, list[Any]]
+    same_params: dict[str, object]
+    code: dict[str, list[object]]
+    env: dict[str, list[object]]
+    final: dict[str, list[Any]]
+    best: dict[str, list[Any]]
+    cost: list[float | None]
+    gpu_hours: list[float | None]
+    loss_key: str | None
+    series: dict[str, list[list[list[JSON]]]]  # metric -> each run's curve
+    plot: str  # the client's: where the curves were drawn
+
+
 def runs(name: str | None = None, where: list[str] | tuple[str, ...] = (), sort: str | None = None,
-         limit: int = 50, sweep: str | None = None, mlflow: str | None = None) -> dict[str, Any]:
+         limit: int = 50, sweep: str | None = None, mlflow: str | None = None) -> RunsPage:
     """{runs: [...], total, shown}: runs matching every ``where`` (``lr<1e-3``), best ``sort`` first
     (lowest for a loss, highest for an accuracy; ``-KEY`` the other way), else newest first.
     ``mlflow``: the lab's runs on that server too ("": ``MLFLOW_TRACKING_URI``), each with its ``source``."""
@@ -113,7 +140,7 @@ def _lab_run(ref: str) -> ShownRow | None:
     return lab_run(None, ref)
 
 
-def compare(refs: list[str]) -> dict[str, Any]:
+def compare(refs: list[str]) -> ComparedRuns:
     """The runs ``refs`` side by side: the parameters, code and environment that differ (and the
     ones they share), final and best metrics, and their curves."""
     if len(refs) < 2:
@@ -131,7 +158,7 @@ def compare(refs: list[str]) -> dict[str, Any]:
     code["command"] = [command_of(r.get("run_line") or "") for r in found]  # the arguments are in params
     env = {k: [r.get(k) for r in found] for k in ("env_hash", "host", "gpu")}
     loss = next((r.get("loss_key") for r in found if r.get("loss_key")), None)
-    series: dict[str, list[list[list[Any]]]] = {}
+    series: dict[str, list[list[list[JSON]]]] = {}
     for r in found:
         for k in (r.get("series") or {}):
             series.setdefault(k, [])
