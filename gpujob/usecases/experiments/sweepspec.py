@@ -68,7 +68,7 @@ class SweepSpec:
         return {k: getattr(self, k) for k in KEYS}
 
 
-def _num(errors: list[str], d: dict[str, Any], key: str, kind: type, low: float, default: Any) -> Any:
+def _num(errors: list[str], d: Mapping[str, object], key: str, kind: type, low: float, default: Any) -> Any:
     v = d.get(key, default)
     if v is None:
         return None
