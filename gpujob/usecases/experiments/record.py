@@ -12,6 +12,7 @@ import json
 import sqlite3
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
@@ -83,7 +84,7 @@ def code_of(spec: JobSpec) -> CodeState:
     return {"git_commit": commit, "diff_hash": diff_hash, "diff": diff, "code_hash": digest, "snapshot": kept}
 
 
-def record_submit(res: dict[str, Any], spec: JobSpec, code: CodeState | None, job_file: str | None,
+def record_submit(res: Mapping[str, object], spec: JobSpec, code: CodeState | None, job_file: str | None,
                   overrides: list[str], **link: Any) -> None:
     """The new run's row. ``link``: parent, sweep, trial."""
     from gpujob.config.ledger.params import run_args
@@ -98,7 +99,7 @@ def record_submit(res: dict[str, Any], spec: JobSpec, code: CodeState | None, jo
                 lg.keep_diff(digest, diff)
             remote = spec.to_remote()
             remote.pop("host_env", None)
-            lg.put(res["job_id"], name=spec.name, host=res.get("host"), state=res.get("state"),
+            lg.put(str(res["job_id"]), name=spec.name, host=res.get("host"), state=res.get("state"),
                    submitted_at=time.time(), run_line=spec.run, params=run_args(spec.run), spec=remote,
                    job_file=job_file, overrides=overrides, env_hash=env_hash(spec),
                    gpus=spec.gpus if isinstance(spec.gpus, int) else None,

@@ -64,7 +64,7 @@ class SweepSpec:
     storage: str | None = None  # an Optuna storage the lab shares (usecases/lab/storage.py); None: this laptop's
     errors: list[str] = field(default_factory=list, repr=False)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {k: getattr(self, k) for k in KEYS}
 
 
