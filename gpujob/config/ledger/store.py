@@ -11,10 +11,11 @@ import json
 import sqlite3
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from gpujob.config.paths import state_dir
 from gpujob.errors import GpujobError
+from gpujob.jsontypes import JSON, JSONObject
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -37,6 +38,75 @@ COLS = ("job_id", "name", "host", "state", "submitted_at", "started_at", "ended_
         "params", "spec", "job_file", "overrides", "git_commit", "diff_hash", "code_hash", "env_hash", "gpu", "gpus",
         "final", "best", "series", "loss_key", "gpu_hours", "cost", "currency", "price_per_hour", "parent",
         "sweep", "trial", "extra")
+
+
+class Mirrored(TypedDict):
+    """A checkpoint the job's mirror holds (record.py's ``_live``)."""
+
+    target: str
+    name: str
+    step: int | None
+
+
+class LiveFigures(TypedDict, total=False):
+    """Throughput, GPU use and the mirrored checkpoints as the newest look saw them (record.py's ``_live``)."""
+
+    steps_per_s: float
+    gpu_util: float
+    mirrored: list[Mirrored]
+
+
+class MlflowTarget(TypedDict, total=False):
+    """The job file's ``mlflow:`` section (where the laptop exports the run)."""
+
+    tracking_uri: str
+    experiment: str
+
+
+class RunExtra(TypedDict, total=False):
+    """The ``extra`` column: what record_submit and each look keep beside the columns."""
+
+    snapshot: bool  # a tarball of the code was kept (rerun's)
+    workdir: str
+    mlflow: MlflowTarget
+    live: LiveFigures
+
+
+class LedgerRow(TypedDict, total=False):
+    """One run as the ledger gives it back: the columns read (every one unless a query named fewer), a
+    value never written None; the JSON columns decoded, holding what record.py wrote in them."""
+
+    job_id: str
+    name: str | None
+    host: str | None
+    state: str | None
+    submitted_at: float | None
+    started_at: float | None
+    ended_at: float | None
+    updated_at: float | None
+    run_line: str | None
+    params: JSONObject | None  # the run line's arguments and the Trainer's hparams: the user's values
+    spec: JSONObject | None  # the job file as sent to the agent
+    job_file: str | None
+    overrides: list[str] | None  # the ``--set`` items that changed the job file
+    git_commit: str | None
+    diff_hash: str | None
+    code_hash: str | None
+    env_hash: str | None
+    gpu: str | None
+    gpus: int | None
+    final: JSONObject | None  # the newest metrics as the status document gave them
+    best: dict[str, float] | None  # each metric's best value (best_of)
+    series: dict[str, list[list[JSON]]] | None  # each metric's curve: [step, value, wall time] points
+    loss_key: str | None
+    gpu_hours: float | None
+    cost: float | None
+    currency: str | None
+    price_per_hour: float | None
+    parent: str | None
+    sweep: str | None
+    trial: int | None
+    extra: RunExtra | None
 
 
 def ledger_path() -> Path:
@@ -128,7 +198,7 @@ class Ledger:
         if e is not None and is_damage(e):  # a page read inside the block found the damage
             raise set_aside(self.path, e) from None
 
-    def put(self, job_id: str, **fields: Any) -> None:
+    def put(self, job_id: str, /, **fields: Any) -> None:
         """Insert the run or update the fields given (others keep their values); one transaction."""
         fields = {k: v for k, v in fields.items() if k in COLS and k != "job_id"}
         fields["updated_at"] = time.time()
@@ -150,11 +220,11 @@ class Ledger:
         row = self.db.execute("SELECT text FROM diffs WHERE hash=?", (digest,)).fetchone()
         return row[0] if row else None
 
-    def get(self, job_id: str) -> dict[str, Any] | None:
+    def get(self, job_id: str) -> LedgerRow | None:
         row = self.db.execute(f"SELECT {', '.join(COLS)} FROM runs WHERE job_id=?", (job_id,)).fetchone()
         return _row(row) if row else None
 
-    def find(self, ref: str) -> dict[str, Any] | None:
+    def find(self, ref: str) -> LedgerRow | None:
         """The newest run whose id, id prefix, id suffix or name is ``ref``."""
         exact = self.get(ref)  # a whole id (what compare and rerun mostly get): its key, not a scan of every id
         if exact is not None:
@@ -165,7 +235,7 @@ class Ledger:
             (ref, ref, _like(ref) + "%", "%-" + _like(ref) + "%", ref)).fetchone()
         return _row(row) if row else None
 
-    def all(self, name: str | None = None, sweep: str | None = None, with_series: bool = False) -> list[dict[str, Any]]:
+    def all(self, name: str | None = None, sweep: str | None = None, with_series: bool = False) -> list[LedgerRow]:
         """Every run (of ``name`` / ``sweep``), oldest first; the curves only when asked for (they are big)."""
         cols = [c for c in COLS if with_series or c not in ("series", "spec")]
         where, args = [], []
@@ -180,7 +250,7 @@ class Ledger:
 
     def query(self, where: list[tuple[str, str, Any]], sort: tuple[str, bool] | None, limit: int,
               name: str | None = None, sweep: str | None = None, cols: tuple[str, ...] = COLS
-              ) -> tuple[list[dict[str, Any]], int]:
+              ) -> tuple[list[LedgerRow], int]:
         """(rows, how many match): the filters and the order run in SQLite, so only the rows shown are
         decoded. A key is a column, else a parameter, else a best then a final metric (``value_sql``)."""
         conds, args = [], []
@@ -226,11 +296,9 @@ def _like(s: str) -> str:
     return s.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
-def _row(row: tuple, cols: tuple[str, ...] | list[str] = COLS) -> dict[str, Any]:
-    out = {}
-    for k, v in zip(cols, row):
-        out[k] = json.loads(v) if k in JSON_COLS and v is not None else v
-    return out
+def _row(row: tuple, cols: tuple[str, ...] | list[str] = COLS) -> LedgerRow:
+    out = {k: json.loads(v) if k in JSON_COLS and v is not None else v for k, v in zip(cols, row)}
+    return cast(LedgerRow, out)  # the columns of SCHEMA, each as ``put`` wrote it
 
 
 def read_looks(job_ids: list[str]) -> dict[tuple[str, bool], str]:

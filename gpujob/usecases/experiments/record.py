@@ -12,13 +12,16 @@ import json
 import sqlite3
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from gpujob.config.ledger import Ledger, LedgerDamaged, open_ledger
-from gpujob.config.ledger.store import read_looks
+from gpujob.config.ledger.store import LedgerRow, LiveFigures, Mirrored, read_looks
+from gpujob.jsontypes import JSONObject
 
 if TYPE_CHECKING:  # ls and status import this module: the spec's YAML and the tree walk only where used
+    from gpujob.config.ledger.code import Snapshot
     from gpujob.config.spec import JobSpec
     from gpujob.transport.jobview import JobView  # runs imports this module and no transport
 
@@ -42,7 +45,24 @@ def env_hash(spec: JobSpec) -> str:
     return hashlib.sha256(doc.encode()).hexdigest()[:16]
 
 
-def code_of(spec: JobSpec) -> dict[str, Any]:
+class CodeState(TypedDict, total=False):
+    """The code about to be sent (``code_of``): its row's columns, the diff and the snapshot being kept."""
+
+    git_commit: str | None
+    diff_hash: str | None
+    diff: str
+    code_hash: str
+    snapshot: Snapshot | bool
+
+
+class Observed(LedgerRow, total=False):
+    """``fields_of``: a row's columns learnt from a status document, and what joins its params and extra."""
+
+    extra_hparams: JSONObject
+    extra_live: LiveFigures
+
+
+def code_of(spec: JobSpec) -> CodeState:
     """The code about to be sent: git commit, diff hash (and the diff), tree hash; its snapshot kept."""
     from gpujob.config.ledger.code import DIFF_MAX, code_hash, git_state, start_snapshot, tree_files
     from gpujob.usecases.secrets.job import keep_secret_job_file_home
@@ -64,22 +84,22 @@ def code_of(spec: JobSpec) -> dict[str, Any]:
     return {"git_commit": commit, "diff_hash": diff_hash, "diff": diff, "code_hash": digest, "snapshot": kept}
 
 
-def record_submit(res: dict[str, Any], spec: JobSpec, code: dict[str, Any] | None, job_file: str | None,
+def record_submit(res: Mapping[str, object], spec: JobSpec, code: CodeState | None, job_file: str | None,
                   overrides: list[str], **link: Any) -> None:
     """The new run's row. ``link``: parent, sweep, trial."""
     from gpujob.config.ledger.params import run_args
 
     try:
-        code = dict(code or {})
+        code = code.copy() if code else CodeState()
         snap = code.pop("snapshot", False)
         kept = snap if isinstance(snap, bool) else snap.kept()
         with open_ledger() as lg:
             diff = code.pop("diff", "")
-            if diff and code.get("diff_hash"):
-                lg.keep_diff(code["diff_hash"], diff)
+            if diff and (digest := code.get("diff_hash")):
+                lg.keep_diff(digest, diff)
             remote = spec.to_remote()
             remote.pop("host_env", None)
-            lg.put(res["job_id"], name=spec.name, host=res.get("host"), state=res.get("state"),
+            lg.put(str(res["job_id"]), name=spec.name, host=res.get("host"), state=res.get("state"),
                    submitted_at=time.time(), run_line=spec.run, params=run_args(spec.run), spec=remote,
                    job_file=job_file, overrides=overrides, env_hash=env_hash(spec),
                    gpus=spec.gpus if isinstance(spec.gpus, int) else None,
@@ -106,8 +126,8 @@ def higher_is_better(key: str) -> bool:
     return any(w in key.lower() for w in HIGHER_BETTER) and "loss" not in key.lower()
 
 
-def best_of(series: dict[str, list[list[Any]]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def best_of(series: dict[str, list[list[Any]]]) -> dict[str, float]:
+    out: dict[str, float] = {}
     for k, pts in series.items():
         vals = [p[1] for p in pts if len(p) > 1 and isinstance(p[1], (int, float))]
         if vals and k not in NOT_METRICS:
@@ -115,7 +135,7 @@ def best_of(series: dict[str, list[list[Any]]]) -> dict[str, Any]:
     return out
 
 
-def _view(doc: dict[str, Any]) -> JobView:
+def _view(doc: JSONObject) -> JobView:
     """The status document read by field (imported here: ``runs`` loads this module and no transport)."""
     from gpujob.transport.jobview import JobView
 
@@ -131,13 +151,20 @@ def _gpu_name(job: JobView) -> str | None:
     return None
 
 
-def fields_of(doc: dict[str, Any], host: str | None) -> dict[str, Any]:
+def fields_of(doc: JSONObject, host: str | None) -> Observed:
     """The ledger's view of a job record from ``status`` or ``ls``."""
     job = _view(doc)
-    f: dict[str, Any] = {"state": job.state, "host": job.host or host}
-    kept = {"name": job.name, "submitted_at": job.submitted_at, "started_at": job.started_at,
-            "ended_at": job.ended_at, "loss_key": job.loss_key}
-    f.update((k, v) for k, v in kept.items() if v is not None)
+    f: Observed = {"state": job.state, "host": job.host or host}
+    if job.name is not None:  # a field the document lacks keeps the row's value
+        f["name"] = job.name
+    if job.submitted_at is not None:
+        f["submitted_at"] = job.submitted_at
+    if job.started_at is not None:
+        f["started_at"] = job.started_at
+    if job.ended_at is not None:
+        f["ended_at"] = job.ended_at
+    if job.loss_key is not None:
+        f["loss_key"] = job.loss_key
     final = job.latest_metrics or {k: v for k, v in (job.last_metrics or {}).items() if k != "t"}
     if final:
         f["final"] = final
@@ -167,10 +194,10 @@ def fields_of(doc: dict[str, Any], host: str | None) -> dict[str, Any]:
     return f
 
 
-def _live(job: JobView) -> dict[str, Any]:
+def _live(job: JobView) -> LiveFigures:
     """Throughput, GPU use and the mirrored checkpoints as the newest look saw them (what an export
     of the run shows beside its curves)."""
-    out: dict[str, Any] = {}
+    out: LiveFigures = {}
     sps = job.steps_per_s
     if isinstance(sps, (int, float)) and not isinstance(sps, bool):
         out["steps_per_s"] = sps
@@ -180,7 +207,7 @@ def _live(job: JobView) -> dict[str, Any]:
     if utils:
         out["gpu_util"] = round(sum(utils) / len(utils), 2)
     targets = (job.mirror or {}).get("targets") if isinstance(job.mirror, dict) else None
-    marked = [{"target": t.get("target"), "name": t.get("mirrored"), "step": t.get("mirrored_step")}
+    marked: list[Mirrored] = [{"target": t["target"], "name": t["mirrored"], "step": t.get("mirrored_step")}
               for t in targets or [] if isinstance(t, dict) and isinstance(t.get("target"), str)
               and isinstance(t.get("mirrored"), str)]
     if marked:
@@ -203,7 +230,7 @@ def exact_cost() -> None:
     COST_EVERY_S = 0.0
 
 
-def _fingerprint(job: dict[str, Any], host: str | None) -> str:
+def _fingerprint(job: JSONObject, host: str | None) -> str:
     """The job's state and metrics as far as the ledger keeps them, and its cost at most every
     ``COST_EVERY_S`` (it grows with every second a job runs)."""
     f = fields_of({k: v for k, v in job.items() if k != "series"}, host)
@@ -213,11 +240,12 @@ def _fingerprint(job: dict[str, Any], host: str | None) -> str:
         secs = view.billed.elapsed_s or view.elapsed_s or 0
         f["cost"] = f["gpu_hours"] = int(float(secs) // COST_EVERY_S)
     series = view.series if isinstance(view.series, dict) else {}
-    f["series"] = {k: [len(v), v[-1] if v else None] for k, v in series.items() if isinstance(v, list)}
-    return json.dumps(f, sort_keys=True, default=str)
+    seen: dict[str, object] = {**f, "series": {k: [len(v), v[-1] if v else None] for k, v in series.items()
+                                               if isinstance(v, list)}}
+    return json.dumps(seen, sort_keys=True, default=str)
 
 
-def observe(jobs: list[dict[str, Any]], host: str | None = None) -> None:
+def observe(jobs: list[JSONObject], host: str | None = None) -> None:
     """Bring the ledger's rows of these job records up to date (a row is made for a job it lacks);
     a job whose state and metrics this process has already written is left alone."""
     todo = []
@@ -258,7 +286,7 @@ def observe(jobs: list[dict[str, Any]], host: str | None = None) -> None:
     after_write(False)
 
 
-def _put_observed(lg: Ledger, job: dict[str, Any], host: str | None) -> None:
+def _put_observed(lg: Ledger, job: JSONObject, host: str | None) -> None:
     job_id = str(_view(job).job_id)  # observe's: never empty
     f = fields_of(job, host)
     hp = f.pop("extra_hparams", None)

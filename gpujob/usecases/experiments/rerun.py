@@ -14,11 +14,12 @@ import json
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from gpujob.config.ledger import open_ledger
 from gpujob.config.ledger.code import code_hash, restore_snapshot, restored_dir, tree_files
 from gpujob.config.ledger.params import set_arg, value_of
+from gpujob.config.ledger.store import LedgerRow
 from gpujob.config.spec import TOP_KEYS, load_spec
 from gpujob.errors import GpujobError
 
@@ -38,7 +39,7 @@ def split_sets(run_line: str, sets: list[str]) -> tuple[str, list[str]]:
     return run_line, overrides
 
 
-def _code_folder(row: dict[str, Any], workdir: Path, exclude: list[str]) -> Path | None:
+def _code_folder(row: LedgerRow, workdir: Path, exclude: list[str]) -> Path | None:
     """A folder holding the run's code, hashing exactly as it did: None when the job file's own folder
     still does; refused (nothing submitted) when it can be rebuilt from neither snapshot nor git."""
     want = row.get("code_hash")
@@ -67,13 +68,13 @@ def _code_folder(row: dict[str, Any], workdir: Path, exclude: list[str]) -> Path
                       "with the current code: gpujob submit " + (row.get("job_file") or "job.yaml"))
 
 
-def _from_git(row: dict[str, Any], workdir: Path, dest: Path) -> str | None:
+def _from_git(row: LedgerRow, workdir: Path, dest: Path) -> str | None:
     """Rebuild the run's code from its commit and kept diff into ``dest``; None, else why not."""
     commit = row.get("git_commit")
     if not commit:
         return "it changed since, was not in git and was too large to keep a copy of"
     with open_ledger() as lg:
-        diff = lg.diff(row["diff_hash"]) if row.get("diff_hash") else None
+        diff = lg.diff(digest) if (digest := row.get("diff_hash")) else None
     if row.get("diff_hash") and not diff:  # larger than DIFF_MAX (data left untracked): not kept
         return "its uncommitted change was too large to keep, and so was the tree"
     top = subprocess.run(["git", "-C", str(workdir), "rev-parse", "--show-toplevel", "--show-prefix"],
@@ -109,7 +110,19 @@ def _q(s: str) -> str:
     return shlex.quote(s)
 
 
-def plan(ref: str, sets: list[str]) -> dict[str, Any]:
+class RerunPlan(TypedDict):
+    """What ``rerun`` submits (``plan``)."""
+
+    parent: str
+    host: str | None
+    job_file: str
+    set: list[str]
+    code_hash: str | None
+    restored: bool
+    expect_code: str
+
+
+def plan(ref: str, sets: list[str]) -> RerunPlan:
     """What ``rerun`` submits: {parent, job_file, set} (the job file inside A's code folder when restored)."""
     with open_ledger() as lg:
         row = lg.find(ref)

@@ -2,20 +2,52 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from gpujob.config.ledger import open_ledger
 from gpujob.config.ledger.params import command_of, parse_where
+from gpujob.config.ledger.store import LedgerRow
 from gpujob.errors import GpujobError
+from gpujob.jsontypes import JSON
 from gpujob.usecases.experiments.record import higher_is_better
+
+if TYPE_CHECKING:  # the lab's client is imported only where a command asks for the lab's runs
+    from gpujob.usecases.lab.labruns import ShownRow
 
 ROW_KEYS = ("job_id", "name", "host", "state", "submitted_at", "started_at", "ended_at", "params", "final", "best",
             "gpu_hours", "cost", "currency", "gpu", "git_commit", "diff_hash", "code_hash", "env_hash", "parent",
             "sweep", "trial", "loss_key")
 
 
+class RunsPage(TypedDict):
+    """``runs``: the rows shown, how many match, the order asked for."""
+
+    runs: list[LedgerRow] | list[ShownRow]
+    total: int
+    shown: int
+    sort: str | None
+
+
+class ComparedRuns(TypedDict, total=False):
+    """``compare``: per key, each run's value (in the order asked), what differs apart from what is the same."""
+
+    runs: list[dict[str, object]]
+    params: dict[str, list[Any]]
+    same_params: dict[str, object]
+    code: dict[str, list[object]]
+    env: dict[str, list[object]]
+    final: dict[str, list[Any]]
+    best: dict[str, list[Any]]
+    cost: list[float | None]
+    gpu_hours: list[float | None]
+    loss_key: str | None
+    series: dict[str, list[list[list[JSON]]]]  # metric -> each run's curve
+    plot: str  # the client's: where the curves were drawn
+
+
 def runs(name: str | None = None, where: list[str] | tuple[str, ...] = (), sort: str | None = None,
-         limit: int = 50, sweep: str | None = None, mlflow: str | None = None) -> dict[str, Any]:
+         limit: int = 50, sweep: str | None = None, mlflow: str | None = None) -> RunsPage:
     """{runs: [...], total, shown}: runs matching every ``where`` (``lr<1e-3``), best ``sort`` first
     (lowest for a loss, highest for an accuracy; ``-KEY`` the other way), else newest first.
     ``mlflow``: the lab's runs on that server too ("": ``MLFLOW_TRACKING_URI``), each with its ``source``."""
@@ -25,30 +57,33 @@ def runs(name: str | None = None, where: list[str] | tuple[str, ...] = (), sort:
         key = sort.lstrip("-")
         order = (key, higher_is_better(key) != sort.startswith("-"))
     with open_ledger() as lg:
-        rows, total = lg.query(conds, order, 0 if mlflow is not None else limit, name=name, sweep=sweep, cols=ROW_KEYS)
+        found, total = lg.query(conds, order, 0 if mlflow is not None else limit, name=name, sweep=sweep, cols=ROW_KEYS)
+    rows: list[LedgerRow] | list[ShownRow] = found
     if mlflow is not None:  # the lab's runs beside this laptop's (a run both have is shown once, as the ledger has it)
         from gpujob.usecases.lab.labruns import lab_rows
 
-        mine = {r["job_id"] for r in rows}
+        mine = {r["job_id"] for r in found}
         lab = [r for r in lab_rows(mlflow or None, name, sweep) if r["job_id"] not in mine and _matches(r, conds)]
-        rows = _ordered([{**r, "source": "ledger"} for r in rows] + lab, order)
+        ledger: list[ShownRow] = [{**r, "source": "ledger"} for r in found]
+        rows = _ordered(ledger + lab, order)
         total = len(rows)
         rows = rows[:limit] if limit else rows
     return {"runs": rows, "total": total, "shown": len(rows), "sort": sort}
 
 
-def _value_of(row: dict[str, Any], key: str) -> Any:
+def _value_of(row: Mapping[str, object], key: str) -> Any:
     """A row's value of ``key`` as the ledger's query reads it: a column, a parameter, a best, a final metric."""
     if key in row and key not in ("params", "best", "final"):
         return row[key]
     for part in ("params", "best", "final"):
+        values = row.get(part)
         for k in (key, key.replace("-", "_")):
-            if k in (row.get(part) or {}):
-                return row[part][k]
+            if isinstance(values, dict) and k in values:  # a JSON column: a dict or None
+                return values[k]
     return None
 
 
-def _matches(row: dict[str, Any], conds: list[tuple[str, str, Any]]) -> bool:
+def _matches(row: LedgerRow, conds: list[tuple[str, str, Any]]) -> bool:
     import operator
 
     ops = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "=": operator.eq,
@@ -67,7 +102,7 @@ def _matches(row: dict[str, Any], conds: list[tuple[str, str, Any]]) -> bool:
     return True
 
 
-def _ordered(rows: list[dict[str, Any]], order: tuple[str, bool] | None) -> list[dict[str, Any]]:
+def _ordered(rows: list[ShownRow], order: tuple[str, bool] | None) -> list[ShownRow]:
     if order is None:
         return sorted(rows, key=lambda r: r.get("submitted_at") or 0.0, reverse=True)
     key, desc = order
@@ -76,7 +111,7 @@ def _ordered(rows: list[dict[str, Any]], order: tuple[str, bool] | None) -> list
     return sorted(nums, key=lambda r: _value_of(r, key), reverse=desc) + rest
 
 
-def _values(runs_: list[dict[str, Any]], part: str) -> dict[str, list[Any]]:
+def _values(runs_: list[LedgerRow], part: Literal["params", "final", "best"]) -> dict[str, list[Any]]:
     keys: dict[str, None] = {}
     for r in runs_:
         keys.update(dict.fromkeys(r.get(part) or {}))
@@ -94,7 +129,7 @@ def unseen(refs: list[str]) -> list[tuple[str, str | None]]:
     return [(r["job_id"], r.get("host")) for r in rows if r and not r.get("series")]
 
 
-def _lab_run(ref: str) -> dict[str, Any] | None:
+def _lab_run(ref: str) -> ShownRow | None:
     """A colleague's run, from the lab's MLflow (``MLFLOW_TRACKING_URI``), when this ledger lacks it."""
     from gpujob.usecases.lab.target import env_uri
 
@@ -105,7 +140,7 @@ def _lab_run(ref: str) -> dict[str, Any] | None:
     return lab_run(None, ref)
 
 
-def compare(refs: list[str]) -> dict[str, Any]:
+def compare(refs: list[str]) -> ComparedRuns:
     """The runs ``refs`` side by side: the parameters, code and environment that differ (and the
     ones they share), final and best metrics, and their curves."""
     if len(refs) < 2:
@@ -123,7 +158,7 @@ def compare(refs: list[str]) -> dict[str, Any]:
     code["command"] = [command_of(r.get("run_line") or "") for r in found]  # the arguments are in params
     env = {k: [r.get(k) for r in found] for k in ("env_hash", "host", "gpu")}
     loss = next((r.get("loss_key") for r in found if r.get("loss_key")), None)
-    series: dict[str, list[list[list[Any]]]] = {}
+    series: dict[str, list[list[list[JSON]]]] = {}
     for r in found:
         for k in (r.get("series") or {}):
             series.setdefault(k, [])

@@ -15,11 +15,13 @@ import json
 import os
 import sys
 import time
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, Protocol, TypedDict
+from typing import Any, Callable, Literal, Protocol, TypedDict, cast
 
 from gpujob.config.ledger import open_ledger
+from gpujob.config.ledger.store import LedgerRow
 from gpujob.config.spec import load_spec
 from gpujob.errors import ConnectError, GpujobError, JobNotFound, SpecError
 from gpujob.jsontypes import JSONObject
@@ -29,14 +31,59 @@ from gpujob.usecases.experiments.sweepspec import Space, SweepSpec, parse
 from gpujob.usecases.lab.storage import laptop_id, local_url, open_storage, remember, shared, storage_of
 
 
-class Spent(TypedDict):
+class Used(TypedDict):
     """What a sweep's trials have used so far (every laptop's, of a shared study): the budget's measure."""
 
     cost: float | None  # None: no trial priced yet
     currency: str | None
     gpu_hours: float
     steps: int
+
+
+class Spent(Used):
+    """``Used``, and each trial's price (what the shares of the budget are reckoned from)."""
+
     price_per_hour: dict[str, float | None]  # job id -> its host's price
+
+
+class Trial(TypedDict):
+    """One trial as the sweep's report lists it."""
+
+    number: int
+    job_id: str | None
+    host: str | None
+    state: str  # _trial_state's word
+    job_state: str | None
+    value: float | None
+    params: JSONObject
+    steps: int | None
+    stop: str | None
+    cost: float | None
+
+
+class SweepDoc(TypedDict, total=False):
+    """``sweep`` / ``sweep status``: the study and the ledger, as ``report`` reads them (``shutdown``: the
+    driver's, after the sweep)."""
+
+    sweep: str
+    state: str
+    metric: str | None
+    direction: str
+    trials: list[Trial]
+    best: Trial | None
+    spent: Used
+    ended: str | None
+    budget: float | None
+    max_gpu_hours: float | None
+    shutdown: dict[str, str]  # after: shutdown: host -> what its shutdown did
+
+
+class Joining(TypedDict):
+    """This laptop's part of a study another laptop began (``Driver``'s ``mine``)."""
+
+    job_file: str
+    set: list[str]
+    hosts: str | None
 
 
 class Runner(Protocol):
@@ -45,7 +92,7 @@ class Runner(Protocol):
     def submit(self, job_file: str, sets: list[str], hosts: str | None, link: dict[str, Any]) -> tuple[str, str]:
         """Submit; (job id, host)."""
 
-    def status(self, job_id: str, host: str | None) -> dict[str, Any]:
+    def status(self, job_id: str, host: str | None) -> JSONObject:
         """``status --json`` of the job (the ledger updated on the way)."""
 
     def stop(self, job_id: str, host: str | None) -> None:
@@ -140,7 +187,7 @@ def load_study(optuna: Any, name: str, url: str | None = None) -> Any:
 class Driver:
     """One sweep being driven: its study, its spec, the trials running and what they reported."""
 
-    def __init__(self, client: Runner, study: Any, note: Note, mine: dict[str, Any] | None = None) -> None:
+    def __init__(self, client: Runner, study: Any, note: Note, mine: Joining | None = None) -> None:
         """``mine``: this laptop's job_file, set and hosts when it joins a study another laptop began."""
         from gpujob.usecases.experiments.record import exact_cost
 
@@ -188,7 +235,7 @@ class Driver:
             if ft.user_attrs.get("stop"):
                 self.stopping[ft.number] = time.monotonic()
 
-    def share(self, limit: float | None, column: str, caps: dict[int, float]) -> float | None:
+    def share(self, limit: float | None, column: Literal["cost", "gpu_hours"], caps: dict[int, float]) -> float | None:
         """The most a new trial may use of ``limit`` (``column``: cost or gpu_hours): what is left after
         the ended trials' use and the running trials' shares, split among the places free. Each
         trial's agent holds it to its share (``autostop``), so the limit holds while no laptop drives."""
@@ -314,7 +361,7 @@ class Driver:
         self.note(f"trial {number}: {job_id} stopping ({why})")
 
     # ---- limits ------------------------------------------------------------------------------
-    def note_use(self, trial: Any, st: dict[str, Any]) -> None:
+    def note_use(self, trial: Any, st: JSONObject) -> None:
         """The trial's cost and GPU-hours in the study too: a shared sweep's budget counts every laptop's."""
         from gpujob.usecases.experiments.record import fields_of
 
@@ -323,14 +370,14 @@ class Driver:
             if f.get(k) is not None and trial.user_attrs.get(k) != f[k]:
                 trial.set_user_attr(k, f[k])
 
-    def uses(self) -> dict[str, dict[str, Any]]:
+    def uses(self) -> dict[str, LedgerRow]:
         """job id -> {cost, gpu_hours, price_per_hour, currency} of every trial of the study: this
         laptop's from its ledger, another laptop's from what it noted in the study."""
         return uses(self.study, self.name)
 
     def spent(self) -> Spent:
         rows = self.uses()
-        costs = [r["cost"] for r in rows.values() if r.get("cost") is not None]
+        costs = [c for r in rows.values() if (c := r.get("cost")) is not None]
         TS = self.optuna.trial.TrialState
         steps = sum(max(0, int(t.user_attrs.get("steps", 0))) for t in self.study.get_trials(deepcopy=False)
                     if t.state != TS.WAITING)
@@ -358,7 +405,7 @@ class Driver:
         return None
 
     # ---- the loop ----------------------------------------------------------------------------
-    def drive(self) -> dict[str, Any]:
+    def drive(self) -> SweepDoc:
         self.reattach()
         self.note(f"sweep {self.name}: {self.spec.trials} trial(s), {self.spec.parallel} at once"
                   + (f", {len(self.running)} running" if self.running else ""))
@@ -406,7 +453,7 @@ class Driver:
         self.study.set_user_attr("ended", f"{self.ended}; {told}" if self.ended and self.unsent else self.ended or told)
         doc = report(self.study, self.optuna)
         if (load_spec(self.job_file, self.sets).autostop or {}).get("after") == "shutdown":
-            hosts = sorted({t["host"] for t in doc["trials"] if t.get("host")})
+            hosts = sorted({h for t in doc["trials"] if (h := t.get("host"))})
             doc["shutdown"] = {h: self.client.shutdown(h) for h in hosts}
             for h, what in doc["shutdown"].items():
                 self.note(f"after: shutdown: {h}: {what}")
@@ -433,7 +480,7 @@ def poll_s() -> float:
 
 
 def start_sweep(client: Runner, job_file: str, sets: list[str], hosts: str | None, name: str | None,
-                note: Note | None, limits: dict[str, Any]) -> dict[str, Any]:
+                note: Note | None, limits: Mapping[str, object]) -> SweepDoc:
     """Create the study from the job file's ``sweep:`` (``limits``: budget, max_gpu_hours, trials, parallel) and drive it.
     With ``sweep.storage`` (shared by the lab) a study of that name that exists is joined: this laptop adds trials."""
     optuna = import_optuna()
@@ -444,7 +491,7 @@ def start_sweep(client: Runner, job_file: str, sets: list[str], hosts: str | Non
     s = parse(spec0.sweep, spec0.source, limits)
     # laptops sharing a storage meet on one name: the job's, unless --name says otherwise
     name = name or (f"{spec0.name}-sweep" if s.storage else f"{spec0.name}-sweep-{time.strftime('%m%d%H%M%S')}")
-    mine = {"job_file": str(Path(job_file).resolve()), "set": sets, "hosts": hosts}
+    mine: Joining = {"job_file": str(Path(job_file).resolve()), "set": sets, "hosts": hosts}
     try:
         study = optuna.create_study(study_name=name, storage=_storage(optuna, s.storage), direction=s.direction,
                                     sampler=_sampler(optuna, s), pruner=_pruner(optuna, s))
@@ -470,7 +517,7 @@ def start_sweep(client: Runner, job_file: str, sets: list[str], hosts: str | Non
     return Driver(client, study, note or (lambda s: None)).drive()
 
 
-def resume_sweep(client: Runner, name: str, note: Note | None, storage: str | None = None) -> dict[str, Any]:
+def resume_sweep(client: Runner, name: str, note: Note | None, storage: str | None = None) -> SweepDoc:
     optuna = import_optuna()
     url = storage_of(name, storage)
     study = load_study(optuna, name, url)
@@ -482,32 +529,33 @@ def resume_sweep(client: Runner, name: str, note: Note | None, storage: str | No
     return Driver(client, study, note or (lambda s: None)).drive()
 
 
-def sweep_status(name: str, storage: str | None = None) -> dict[str, Any]:
+def sweep_status(name: str, storage: str | None = None) -> SweepDoc:
     optuna = import_optuna()
     return report(load_study(optuna, name, storage_of(name, storage)), optuna)
 
 
-def uses(study: Any, name: str) -> dict[str, dict[str, Any]]:
+def uses(study: Any, name: str) -> dict[str, LedgerRow]:
     """job id -> {cost, gpu_hours, price_per_hour, currency, state} of every trial that was submitted:
     from this laptop's ledger where it has the run, else from what the trial's laptop noted in the study."""
     with open_ledger() as lg:
         rows = {r["job_id"]: r for r in lg.all(sweep=name)}
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, LedgerRow] = {}
     for t in study.get_trials(deepcopy=False):
-        jid = t.user_attrs.get("job_id")
+        jid, noted = t.user_attrs.get("job_id"), t.user_attrs
         if jid:
-            out[jid] = rows.get(jid) or {k: t.user_attrs.get(k)
-                                         for k in ("cost", "gpu_hours", "price_per_hour", "currency", "state")}
+            out[jid] = rows.get(jid) or LedgerRow(cost=noted.get("cost"), gpu_hours=noted.get("gpu_hours"),
+                                                  price_per_hour=noted.get("price_per_hour"),
+                                                  currency=noted.get("currency"), state=noted.get("state"))
     for jid, r in rows.items():  # a run of this sweep the study does not name (never reported back)
         out.setdefault(jid, r)
     return out
 
 
-def report(study: Any, optuna: Any) -> dict[str, Any]:
+def report(study: Any, optuna: Any) -> SweepDoc:
     """{sweep, state, metric, direction, trials: [...], best, spent, ended} from the study and the ledger."""
     rows = uses(study, study.study_name)
     a = study.user_attrs
-    trials = []
+    trials: list[Trial] = []
     for t in study.get_trials(deepcopy=False):
         if t.user_attrs.get("surplus"):
             continue  # asked for by a laptop after the study had its trials: never submitted
@@ -518,10 +566,10 @@ def report(study: Any, optuna: Any) -> dict[str, Any]:
                        "params": t.params, "steps": t.user_attrs.get("steps"), "stop": stop, "cost": row.get("cost")})
     direction = study.direction.name.lower()
     done = [tr for tr in trials if tr["state"] == "complete" and tr["value"] is not None]
-    done.sort(key=lambda tr: tr["value"], reverse=direction == "maximize")
+    done.sort(key=lambda tr: cast(float, tr["value"]), reverse=direction == "maximize")  # done: each has a value
     rest = [tr for tr in trials if tr not in done]
-    costs = [r["cost"] for r in rows.values() if r.get("cost") is not None]
-    spent = {"cost": round(sum(costs), 4) if costs else None,
+    costs = [c for r in rows.values() if (c := r.get("cost")) is not None]
+    spent: Used = {"cost": round(sum(costs), 4) if costs else None,
              "currency": next((r.get("currency") for r in rows.values() if r.get("currency")), None),
              "gpu_hours": round(sum(r.get("gpu_hours") or 0.0 for r in rows.values()), 6),
              "steps": sum(max(0, tr["steps"] or 0) for tr in trials)}  # the last step each reported
@@ -543,7 +591,7 @@ def _trial_state(optuna_state: str, stop: str | None) -> str:
     return {"COMPLETE": "complete", "FAIL": "failed"}.get(optuna_state, optuna_state.lower())
 
 
-def leaderboard(doc: dict[str, Any], n: int = 10) -> list[str]:
+def leaderboard(doc: SweepDoc, n: int = 10) -> list[str]:
     lines = []
     for tr in [t for t in doc["trials"] if t["value"] is not None][:n]:
         params = ", ".join(f"{k}={v}" for k, v in (tr.get("params") or {}).items())
@@ -551,7 +599,7 @@ def leaderboard(doc: dict[str, Any], n: int = 10) -> list[str]:
     return lines
 
 
-def notify_end(doc: dict[str, Any], job_file: str, sets: list[str]) -> None:
+def notify_end(doc: SweepDoc, job_file: str, sets: list[str]) -> None:
     """One notification for the whole sweep (the job file's channels): its leaderboard."""
     try:
         spec = load_spec(job_file, sets)
@@ -562,7 +610,7 @@ def notify_end(doc: dict[str, Any], job_file: str, sets: list[str]) -> None:
     from gpujob.usecases.notify.send import notify, send_from_laptop
     from gpujob.usecases.secrets.file import secrets_from_env
 
-    best = doc.get("best") or {}
+    best: Trial | dict[str, None] = doc.get("best") or {}
     event = {"event": "succeeded", "job_id": doc["sweep"], "name": f"sweep {doc['sweep']}", "host": None,
              "duration_s": None, "cost": doc["spent"].get("cost"), "currency": doc["spent"].get("currency"),
              "reason": doc.get("ended"), "metrics": {**(best.get("params") or {}),

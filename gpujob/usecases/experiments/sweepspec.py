@@ -21,6 +21,7 @@ A parameter that is a job-file key (``gpus``, ``env.X``) overrides it; any other
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypedDict, Union, cast
 
@@ -63,11 +64,11 @@ class SweepSpec:
     storage: str | None = None  # an Optuna storage the lab shares (usecases/lab/storage.py); None: this laptop's
     errors: list[str] = field(default_factory=list, repr=False)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {k: getattr(self, k) for k in KEYS}
 
 
-def _num(errors: list[str], d: dict[str, Any], key: str, kind: type, low: float, default: Any) -> Any:
+def _num(errors: list[str], d: Mapping[str, object], key: str, kind: type, low: float, default: Any) -> Any:
     v = d.get(key, default)
     if v is None:
         return None
@@ -120,7 +121,7 @@ def _space(errors: list[str], params: Any) -> Space:
     return out
 
 
-def parse(raw: dict[str, Any], source: str, overrides: dict[str, Any] | None = None) -> SweepSpec:
+def parse(raw: dict[str, Any], source: str, overrides: Mapping[str, object] | None = None) -> SweepSpec:
     """The checked ``sweep:`` of ``source``, with ``overrides`` (command-line flags) on top; one error lists every problem."""
     d = {**raw, **{k: v for k, v in (overrides or {}).items() if v is not None}}
     errors = [f"sweep.{k}: unknown key (known: {', '.join(KEYS)})" for k in d if k not in KEYS]

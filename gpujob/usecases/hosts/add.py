@@ -7,9 +7,10 @@ import getpass
 import json
 import shlex
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from gpujob.config.hosts import (
     PRESETS,
@@ -137,7 +138,7 @@ def _identity(path: str, retry: str) -> str:
 def add_host(
     name: str, ssh_line: str, *, password: str | None = None, root: str | None = None, preset: str | None = None,
     price: float | None = None, identity: str | None = None, check: bool = True, force: bool = False,
-    store: HostStore | None = None, settings: dict[str, Any] | None = None,
+    store: HostStore | None = None, settings: Mapping[str, str | None] | None = None,
     on_detect: Callable[[Host, dict[str, str]], None] | None = None,
 ) -> HostChange:
     """Create (or with ``force`` replace) a host profile; the password is used once, never stored.
@@ -230,7 +231,7 @@ def same_instance(host: Host, store: HostStore) -> list[str]:
 
 def update_host(
     name: str, *, ssh_line: str | None = None, root: str | None = None, preset: str | None = None,
-    identity: str | None = None, price: float | None = None, settings: dict[str, Any] | None = None,
+    identity: str | None = None, price: float | None = None, settings: Mapping[str, str | None] | None = None,
     store: HostStore | None = None, check: bool = True,
 ) -> HostChange:
     """``host set``: change what is given (None: unchanged) and save the profile. A new ``ssh_line``
@@ -273,8 +274,9 @@ def update_host(
     return change
 
 
-def apply_settings(host: Host, settings: dict[str, Any], store: HostStore) -> IdleShutdown | None:
-    """Apply ``settings`` to ``host`` (not saved); the idle watcher, when ``idle_shutdown`` is among them."""
+def apply_settings(host: Host, settings: Mapping[str, str | None], store: HostStore) -> IdleShutdown | None:
+    """Apply ``settings`` (the command line's texts: None not given, "" clears) to ``host`` (not saved);
+    the idle watcher, when ``idle_shutdown`` is among them."""
     if settings.get("private_address") is not None:
         host.private_address = settings["private_address"] or None
     if settings.get("shutdown_command") is not None:
@@ -284,9 +286,9 @@ def apply_settings(host: Host, settings: dict[str, Any], store: HostStore) -> Id
         if val is not None:
             setattr(host, attr, {"true": True, "false": None}.get(val, val) if attr == "network_turbo" else (val or None))
     for key in SETTINGS:
-        if key.startswith("power_") and settings.get(key) is not None:  # "" clears one
-            check_power_setting(key, settings[key])
-            host.power = {k: v for k, v in {**host.power, key[6:]: settings[key]}.items() if v}
+        if key.startswith("power_") and (value := settings.get(key)) is not None:  # "" clears one
+            check_power_setting(key, value)
+            host.power = {k: v for k, v in {**host.power, key[6:]: value}.items() if v}
     text = settings.get("idle_shutdown")
     if text is None:
         return None

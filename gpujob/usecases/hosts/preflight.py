@@ -8,12 +8,13 @@ import os
 from typing import Any, Callable
 
 from gpujob.config.hosts import LOCAL, Host, HostStore
+from gpujob.jsontypes import JSONObject
 from gpujob.transport.agent import Agent
 
 BUDGET_S = 40.0  # the GPU steps' share of the minute a preflight may take
 
 
-def run_bench(agent: Agent, host: Host, store: HostStore | None = None, budget: float = BUDGET_S) -> dict[str, Any]:
+def run_bench(agent: Agent, host: Host, store: HostStore | None = None, budget: float = BUDGET_S) -> JSONObject:
     """The agent's ``bench`` document, kept in the profile (not for ``local``, which has none)."""
     args = ["--budget", str(budget)]
     if host.data_disk_path:

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 from gpujob.errors import GpujobError
+from gpujob.jsontypes import JSONObject
 from gpujob.transport.agent import Agent
 
 
 def remove_jobs(refs: list[str], agent_for: Callable[[str], Agent], host: str | None = None,
-                force: bool = False) -> list[dict[str, Any]]:
+                force: bool = False) -> list[JSONObject]:
     """Remove each job's folder on ``host`` (None: where the index says it ran), then its entry in the
     index. A job that cannot be removed does not stop the others: the error, raised after all were
     tried, names both."""
@@ -52,7 +53,7 @@ def _mirror_left(job_id: str) -> list[str]:
     return [f"{str(t).rstrip('/')}/{job_id}" for t in mirror.get("targets") or []]
 
 
-def collect(agent: Agent, older_than_s: float, dry_run: bool, checkpoints_only: bool = False) -> dict[str, Any]:
+def collect(agent: Agent, older_than_s: float, dry_run: bool, checkpoints_only: bool = False) -> JSONObject:
     args = ["--older-than", repr(float(older_than_s))] + (["--dry-run"] if dry_run else [])
     doc = agent.call("gc", args + (["--checkpoints-only"] if checkpoints_only else []), timeout=1800)
     doc["host"] = agent.host.name

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Callable, TypedDict
+from typing import TYPE_CHECKING, Callable, TypedDict
 
+from gpujob.jsontypes import JSONObject
 from gpujob.transport.jobview import JobView
 
 if TYPE_CHECKING:
+    from gpujob.config.ledger.store import LedgerRow
     from gpujob.transport.agent import Agent
 
 
@@ -49,7 +51,7 @@ class CostSummary(TypedDict):
     errors: dict[str, str]
 
 
-def fill_host_price(job: dict[str, Any] | None, price: float | None, currency: str | None) -> dict[str, Any] | None:
+def fill_host_price(job: JSONObject | None, price: float | None, currency: str | None) -> JSONObject | None:
     """A job record submitted without a price gets the host's current one (``host set --price``).
 
     The price is captured in spec.json at submit; a price set later reaches the job here, on the
@@ -75,7 +77,7 @@ def fill_host_price(job: dict[str, Any] | None, price: float | None, currency: s
     return job
 
 
-def elapsed_s(job: dict[str, Any]) -> float | None:
+def elapsed_s(job: JSONObject) -> float | None:
     """Seconds since the job's first attempt started, to its end (or the host's ``now``, else ours)."""
     view = JobView(job)
     start = view.started_at
@@ -85,7 +87,7 @@ def elapsed_s(job: dict[str, Any]) -> float | None:
     return max(0.0, float(end) - float(start))
 
 
-def accrued_cost(job: dict[str, Any]) -> float | None:
+def accrued_cost(job: JSONObject) -> float | None:
     """``elapsed_s × price_per_hour`` to the cent (what ``status --json`` calls ``cost``); None without a price."""
     view = JobView(job)
     price = (view.spec or {}).get("price_per_hour") or view.price_per_hour
@@ -95,7 +97,7 @@ def accrued_cost(job: dict[str, Any]) -> float | None:
     return round(price * secs / 3600, 2)
 
 
-def job_cost(job: dict[str, Any]) -> CostLine:
+def job_cost(job: JSONObject) -> CostLine:
     """One job's line: the agent's estimate (``billing`` in its status record) plus identity."""
     view = JobView(job)
     c = view.billed
@@ -127,9 +129,10 @@ def from_ledger(listed: set[str | None], hosts: list[str] | None) -> list[CostLi
             for r in rows if r["job_id"] not in listed and (hosts is None or r.get("host") in hosts)]
 
 
-def _span(row: dict[str, Any]) -> float | None:
-    if row.get("started_at") and row.get("ended_at"):
-        return max(0.0, float(row["ended_at"]) - float(row["started_at"]))
+def _span(row: LedgerRow) -> float | None:
+    start, end = row.get("started_at"), row.get("ended_at")
+    if start and end:
+        return max(0.0, float(end) - float(start))
     return None
 
 

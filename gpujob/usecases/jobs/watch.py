@@ -6,7 +6,7 @@ record plus derived figures). Data only: gpujob.ui.live redraws it in place.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
 
 from gpujob.jsontypes import JSONObject
 from gpujob.transport.agent import Agent
@@ -16,7 +16,7 @@ from gpujob.usecases.jobs.cost import accrued_cost, elapsed_s, fill_host_price
 EVAL_PREFIXES = ("eval", "val", "test")
 
 
-def loss_key(keys: list[str] | dict[str, Any]) -> str | None:
+def loss_key(keys: Iterable[str]) -> str | None:
     """The training loss among metric keys: ``loss``, ``train_loss``, else the first ``*loss``."""
     names = list(keys)
     for k in ("loss", "train_loss", "train/loss"):
@@ -26,7 +26,7 @@ def loss_key(keys: list[str] | dict[str, Any]) -> str | None:
                  and not k.lower().endswith(("/val", "/eval", "/test", "_val"))), None)
 
 
-def max_steps_of(doc: dict[str, Any]) -> int | None:
+def max_steps_of(doc: JSONObject) -> int | None:
     """Total steps: the metric key ``max_steps``, else the log's progress bar total, else env
     GPUJOB_MAX_STEPS / MAX_STEPS of the job."""
     w = WatchView(doc)
@@ -45,7 +45,7 @@ def max_steps_of(doc: dict[str, Any]) -> int | None:
     return None
 
 
-def status_doc(doc: dict[str, Any]) -> JSONObject:
+def status_doc(doc: JSONObject) -> JSONObject:
     """The job record with the figures status shows: series, GPU, throughput, ETA, cost."""
     w = WatchView(doc)
     job = dict(w.job or {})

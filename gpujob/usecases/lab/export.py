@@ -19,13 +19,14 @@ import os
 import re
 import sys
 import time
-from collections.abc import Iterable
-from typing import Any, Callable
+from collections.abc import Iterable, Mapping
+from typing import Any, Callable, TypedDict
 
 from gpujob.config.ledger import open_ledger
+from gpujob.config.ledger.store import LedgerRow
 from gpujob.config.secreturl import credential_in, shown
 from gpujob.errors import ConnectError, GpujobError
-from gpujob.usecases.lab.exportstate import ExportState
+from gpujob.usecases.lab.exportstate import ExportState, Sent
 from gpujob.usecases.lab.target import Target, of_row
 
 STATUS = {"succeeded": "FINISHED", "failed": "FAILED", "lost": "FAILED", "stopped": "KILLED",
@@ -89,7 +90,7 @@ def _ms(t: Any) -> int:
     return int(float(t) * 1000) if _num(t) is not None else int(time.time() * 1000)
 
 
-def tags_of(row: dict[str, Any]) -> dict[str, str]:
+def tags_of(row: LedgerRow) -> dict[str, str]:
     from gpujob.version import __version__
 
     extra = e if isinstance(e := row.get("extra"), dict) else {}
@@ -106,21 +107,23 @@ def tags_of(row: dict[str, Any]) -> dict[str, str]:
     for i, m in enumerate((extra.get("live") or {}).get("mirrored") or []):
         step = f" (step {m['step']})" if m.get("step") is not None else ""
         t[f"gpujob.checkpoint.{i}"] = f"{m['target'].rstrip('/')}/{row['job_id']}/{m['name']}{step}"
-    for i, target in enumerate(((row.get("spec") or {}).get("checkpoint_mirror") or {}).get("targets") or []):
+    mirror = (row.get("spec") or {}).get("checkpoint_mirror")
+    targets = mirror.get("targets") if isinstance(mirror, dict) else None  # the spec as sent: a list or none
+    for i, target in enumerate(targets if isinstance(targets, list) else []):
         if isinstance(target, str):
             t[f"gpujob.mirror.{i}"] = dest(target, row["job_id"]) if not target.startswith("s3://") \
                 else f"{target.rstrip('/')}/{row['job_id']}"
     return {k: str(v)[:TAG_MAX] for k, v in t.items() if v is not None}
 
 
-def params_of(row: dict[str, Any]) -> dict[str, str]:
+def params_of(row: LedgerRow) -> dict[str, str]:
     out = {}
     for k, v in (row.get("params") or {}).items():
         out[_key(k)] = (v if isinstance(v, str) else json.dumps(v, default=str))[:PARAM_MAX]
     return out
 
 
-def points_of(row: dict[str, Any]) -> dict[str, list[tuple[int, float, int]]]:
+def points_of(row: LedgerRow) -> dict[str, list[tuple[int, float, int]]]:
     """key -> [(step, value, ms)], oldest first: the curves, then the run-wide figures at the newest step."""
     out: dict[str, list[tuple[int, float, int]]] = {}
     last_step, last_t = 0, row.get("updated_at")
@@ -131,12 +134,12 @@ def points_of(row: dict[str, Any]) -> dict[str, list[tuple[int, float, int]]]:
             value = _value(p[1]) if isinstance(p, list) and len(p) >= 2 else None
             if value is None:
                 continue
-            step = int(p[0]) if _num(p[0]) is not None else i
+            step = int(p[0]) if isinstance(p[0], (int, float)) and _num(p[0]) is not None else i
             out.setdefault(_key(k), []).append((step, value, _ms(p[2] if len(p) > 2 else None)))
             last_step = max(last_step, step)
     final = row.get("final") or {}
-    if _num(final.get("step")) is not None:
-        last_step = max(last_step, int(final["step"]))
+    if isinstance(at := final.get("step"), (int, float)) and _num(at) is not None:
+        last_step = max(last_step, int(at))
     for k, v in final.items():  # an eval figure printed once has no curve: its newest value, at its step
         if k not in NOT_METRICS and _key(k) not in out and (value := _value(v)) is not None:
             out[_key(k)] = [(last_step, value, _ms(last_t))]
@@ -148,7 +151,7 @@ def points_of(row: dict[str, Any]) -> dict[str, list[tuple[int, float, int]]]:
     return out
 
 
-def _new_points(points: dict[str, list[tuple[int, float, int]]], last: dict[str, list[Any]]) -> list[tuple[str, int, float, int]]:
+def _new_points(points: dict[str, list[tuple[int, float, int]]], last: dict[str, list[float]]) -> list[tuple[str, int, float, int]]:
     """The points past what was sent: a later step, or at the last step a changed value (cost grows)."""
     fresh = []
     for k, pts in points.items():
@@ -162,6 +165,29 @@ def _new_points(points: dict[str, list[tuple[int, float, int]]], last: dict[str,
     return fresh
 
 
+class Refusal(TypedDict, total=False):
+    """A run a server refused, or left deleted (``export``'s ``refused``; ``refusal_line`` says it)."""
+
+    uri: str  # as shown: no password
+    job_id: str
+    run_id: str | None
+    why: str  # the server's words, or DELETED
+    new: bool  # not said before
+    experiment: str  # the job's experiment was deleted (no run)
+
+
+class ExportDoc(TypedDict):
+    """``export``: {exported, unchanged, points, left, refused, pending, servers: {uri as shown: error|None}}."""
+
+    exported: int
+    unchanged: int
+    points: int
+    servers: dict[str, str | None]
+    pending: int
+    left: int
+    refused: list[Refusal]
+
+
 class Exporter:
     """One server: experiments by name, runs by job id; what it refused of single runs (``refused``)."""
 
@@ -170,7 +196,7 @@ class Exporter:
         self.client = client_for(uri)
         self.experiments: dict[str, str] = {}
         self.gone: set[str] = set()  # experiments deleted on the server: their jobs are left out, as a deleted run
-        self.refused: list[dict[str, Any]] = []  # {uri, job_id, run_id, why, new}: new: not said before
+        self.refused: list[Refusal] = []
         self.left = 0  # runs left deleted
 
     def experiment(self, name: str) -> str:
@@ -208,9 +234,9 @@ class Exporter:
                 return None
             raise
 
-    def sent_before(self, run: Any) -> tuple[dict[str, list[Any]], list[str]]:
+    def sent_before(self, run: Any) -> tuple[dict[str, list[float]], list[str]]:
         """What an MLflow run already holds (made by another laptop, or before this state file)."""
-        last: dict[str, list[Any]] = {}
+        last: dict[str, list[float]] = {}
         for k in run.data.metrics:
             hist = self.client.get_metric_history(run.info.run_id, k)
             if hist:
@@ -218,7 +244,7 @@ class Exporter:
                 last[k] = [top.step, top.value]
         return last, list(run.data.params)
 
-    def _leave(self, row: dict[str, Any], run_id: str, state: ExportState, known: bool, experiment: str = "") -> int:
+    def _leave(self, row: LedgerRow, run_id: str, state: ExportState, known: bool, experiment: str = "") -> int:
         """A run someone deleted on the server (``experiment``: the job's whole experiment, ``run_id`` ''):
         nothing more sent to it, no new one made; said once."""
         state.put(row["job_id"], self.uri, run_id, row.get("updated_at") or 0.0, {}, [], DELETED)
@@ -228,7 +254,7 @@ class Exporter:
                                  "new": True, **({"experiment": experiment} if experiment else {})})
         return 0
 
-    def export_or_note(self, row: dict[str, Any], target: Target, state: ExportState) -> int:
+    def export_or_note(self, row: LedgerRow, target: Target, state: ExportState) -> int:
         """``export``; the server's refusal of this one run noted (``refused``), not raised: the others go."""
         try:
             points = self.export(row, target, state)
@@ -244,9 +270,9 @@ class Exporter:
         state.taken(row["job_id"], self.uri)
         return points
 
-    def export(self, row: dict[str, Any], target: Target, state: ExportState) -> int:
+    def export(self, row: LedgerRow, target: Target, state: ExportState) -> int:
         """Bring the run of ``row`` up to date; how many points were sent."""
-        mine = state.get(row["job_id"], self.uri)
+        mine: Sent | None = state.get(row["job_id"], self.uri)
         if mine is not None and mine["status"] == DELETED:
             run = self.run(mine["run_id"]) if mine["run_id"] else None
             if run is not None and run.info.lifecycle_stage != DELETED:
@@ -284,7 +310,7 @@ class Exporter:
                 return self.export(row, target, state)
             raise
 
-    def _send(self, row: dict[str, Any], mine: dict[str, Any], state: ExportState) -> int:
+    def _send(self, row: LedgerRow, mine: Sent, state: ExportState) -> int:
         from mlflow.entities import Metric, Param, RunTag
 
         run_id = mine["run_id"]
@@ -327,7 +353,7 @@ def _refusal(e: BaseException) -> str | None:
 
 
 def export(uri: str | None = None, job_ids: Iterable[str] | None = None,
-           progress: Callable[[int, int], None] | None = None, recheck: bool = False) -> dict[str, Any]:
+           progress: Callable[[int, int], None] | None = None, recheck: bool = False) -> ExportDoc:
     """Send every ledger row changed since its last export (``uri``: to that server, every run;
     else each row to its own target; ``recheck``: a run left deleted is looked at again, restored or not).
     {exported, unchanged, points, left, refused: [{uri, job_id, run_id, why, new}], pending,
@@ -355,7 +381,7 @@ def export(uri: str | None = None, job_ids: Iterable[str] | None = None,
                 todo.setdefault(target.uri, []).append((job_id, target))
             total = sum(len(v) for v in todo.values())
             done = points = left = 0
-            refused: list[dict[str, Any]] = []
+            refused: list[Refusal] = []
             servers: dict[str, str | None] = {}
             for where, jobs in todo.items():
                 if credential_in(where):  # MLFLOW_TRACKING_URI read by the detached exporter: neither used nor kept
@@ -401,7 +427,7 @@ def _why(e: BaseException) -> str:
     return text[:200] or type(e).__name__
 
 
-def export_or_raise(uri: str | None, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+def export_or_raise(uri: str | None, progress: Callable[[int, int], None] | None = None) -> ExportDoc:
     """``gpujob runs export --mlflow``: a server that did not take the runs, or refused one (other than
     a run deleted there, which is left so), is a connection error (exit 3) once every other run went."""
     doc = export(uri, progress=progress, recheck=True)
@@ -420,7 +446,7 @@ def export_or_raise(uri: str | None, progress: Callable[[int, int], None] | None
     return doc
 
 
-def refusal_line(r: dict) -> str:
+def refusal_line(r: Mapping[str, object]) -> str:
     """A run the server refused, said as what it is (``r``: one of ``export``'s ``refused``)."""
     if r.get("why") == "deleted" and r.get("experiment"):
         return (f"MLflow at {r.get('uri')}: the experiment {r.get('experiment')} of {r.get('job_id')} was deleted "

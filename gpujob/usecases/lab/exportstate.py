@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from typing import Any
+from typing import TypedDict
 
 from gpujob.config.paths import state_dir
 from gpujob.config.secreturl import credential_in
@@ -19,6 +19,21 @@ CREATE TABLE IF NOT EXISTS exported (
 );
 CREATE TABLE IF NOT EXISTS refused (job_id TEXT, uri TEXT, why TEXT, PRIMARY KEY (job_id, uri));
 """
+
+
+class Sent(TypedDict):
+    """What a run on a server holds of a ledger row: its id, each metric's last [step, value], its params."""
+
+    run_id: str
+    last: dict[str, list[float]]
+    params: list[str]
+    status: str | None  # MLflow's word (RUNNING, FINISHED ...), or "deleted"
+
+
+class Exported(Sent):
+    """``Sent`` as this state file keeps it, with the row's ``updated_at`` then."""
+
+    updated_at: float | None
 
 
 class ExportState:
@@ -45,7 +60,7 @@ class ExportState:
         """job id -> the ledger row's ``updated_at`` last sent to ``uri``."""
         return {j: u or 0.0 for j, u in self.db.execute("SELECT job_id, updated_at FROM exported WHERE uri=?", (uri,))}
 
-    def get(self, job_id: str, uri: str) -> dict[str, Any] | None:
+    def get(self, job_id: str, uri: str) -> Exported | None:
         row = self.db.execute("SELECT run_id, updated_at, last, params, status FROM exported WHERE job_id=? AND uri=?",
                               (job_id, uri)).fetchone()
         if row is None:
@@ -53,7 +68,7 @@ class ExportState:
         return {"run_id": row[0], "updated_at": row[1], "last": json.loads(row[2] or "{}"),
                 "params": json.loads(row[3] or "[]"), "status": row[4]}
 
-    def put(self, job_id: str, uri: str, run_id: str, updated_at: float, last: dict[str, Any], params: list[str],
+    def put(self, job_id: str, uri: str, run_id: str, updated_at: float, last: dict[str, list[float]], params: list[str],
             status: str) -> None:
         self.db.execute("INSERT OR REPLACE INTO exported VALUES (?, ?, ?, ?, ?, ?, ?)",
                         (job_id, uri, run_id, updated_at, json.dumps(last), json.dumps(sorted(params)), status))

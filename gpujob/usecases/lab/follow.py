@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from gpujob.bundle import import_remote
@@ -83,7 +84,7 @@ def say_failure_once() -> None:
     _write(said, mark)
 
 
-def note_refused(refused: list[dict]) -> None:
+def note_refused(refused: Sequence[Mapping[str, object]]) -> None:
     """The exporter's side: runs to be said by the next command (appended under the file's lock)."""
     if not refused:
         return

@@ -6,12 +6,21 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from gpujob.config.ledger.store import LedgerRow
 from gpujob.errors import ConnectError, GpujobError
 from gpujob.usecases.lab.export import STATUS, client_for
 from gpujob.usecases.lab.target import check_uri, env_uri
 
 STATE_OF = {"RUNNING": "running", "SCHEDULED": "queued"}  # else the gpujob.state tag, else MLflow's word
 MAX_RUNS = 5000
+
+
+class ShownRow(LedgerRow, total=False):
+    """A run as ``runs --from mlflow`` and ``compare`` show it: the ledger's columns, and where it came from."""
+
+    source: str  # "ledger" or "mlflow"
+    user: str | None  # mlflow's: who exported it
+    mlflow_run_id: str
 
 
 def server(uri: str | None) -> str:
@@ -28,7 +37,7 @@ def _value(text: str) -> Any:
         return text
 
 
-def _row(run: Any) -> dict[str, Any]:
+def _row(run: Any) -> ShownRow:
     tags, info, data = run.data.tags, run.info, run.data
     metrics = {k: v for k, v in data.metrics.items() if not k.startswith("gpujob/")}
     state = tags.get("gpujob.state") or STATE_OF.get(info.status) or \
@@ -66,7 +75,7 @@ def _search(uri: str, filters: list[str]) -> list[Any]:
                            "check the server, or leave out --from mlflow") from None
 
 
-def lab_rows(uri: str | None, name: str | None = None, sweep: str | None = None) -> list[dict[str, Any]]:
+def lab_rows(uri: str | None, name: str | None = None, sweep: str | None = None) -> list[ShownRow]:
     """Every gpujob run on the server (``name``/``sweep``: only those), newest first."""
     filters = ["tags.`gpujob.job_id` LIKE '%'"]
     for tag, val in (("gpujob.name", name), ("gpujob.sweep", sweep)):
@@ -75,7 +84,7 @@ def lab_rows(uri: str | None, name: str | None = None, sweep: str | None = None)
     return [_row(r) for r in _search(server(uri), filters)]
 
 
-def lab_run(uri: str | None, ref: str) -> dict[str, Any] | None:
+def lab_run(uri: str | None, ref: str) -> ShownRow | None:
     """The run ``ref`` (a job id, or its unique end) on the server, with its curves; None: not there."""
     where = server(uri)
     safe = ref.replace("'", "")
@@ -87,5 +96,5 @@ def lab_run(uri: str | None, ref: str) -> dict[str, Any] | None:
     row = _row(pick[0])
     c = client_for(where)
     row["series"] = {k: [[m.step, m.value, m.timestamp / 1000] for m in c.get_metric_history(row["mlflow_run_id"], k)]
-                     for k in row["final"]}
+                     for k in row.get("final") or {}}
     return row

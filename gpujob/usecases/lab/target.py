@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
 
+from gpujob.config.ledger.store import LedgerRow, MlflowTarget
 from gpujob.config.secreturl import credential_in, shown
 from gpujob.errors import GpujobError
 
@@ -21,9 +21,9 @@ def env_uri() -> str | None:
     return os.environ.get("MLFLOW_TRACKING_URI") or None
 
 
-def of_row(row: dict[str, Any], uri: str | None = None) -> Target | None:
+def of_row(row: LedgerRow, uri: str | None = None) -> Target | None:
     """The row's export target (``uri`` given: that server, the row's experiment); None: not exported."""
-    mine = ((row.get("extra") or {}).get("mlflow") or {}) if isinstance(row.get("extra"), dict) else {}
+    mine = ((row.get("extra") or {}).get("mlflow") or {}) if isinstance(row.get("extra"), dict) else MlflowTarget()
     where = uri or mine.get("tracking_uri") or env_uri()
     if not where:
         return None

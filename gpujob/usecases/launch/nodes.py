@@ -12,7 +12,7 @@ import string
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any, Callable, TypedDict
 
 from gpujob.bundle import import_remote
 from gpujob.config.hosts import Host
@@ -28,7 +28,19 @@ def new_job_id(name: str) -> str:
     return f"{name[:40]}-{time.strftime('%m%d%H%M')}-{suffix}"
 
 
-def node_info(hosts: list[Host], rank: int, job_id: str) -> dict[str, Any]:
+class NodeInfo(TypedDict):
+    """One node's part of a job over several (the submit request's ``node``: torchrun's rendezvous)."""
+
+    rank: int
+    num_nodes: int
+    addrs: list[str]
+    master_addr: str
+    port: int
+    rdzv_id: str  # the job id
+    hosts: list[str]
+
+
+def node_info(hosts: list[Host], rank: int, job_id: str) -> NodeInfo:
     addrs = [h.private_address or h.hostname for h in hosts]
     return {"rank": rank, "num_nodes": len(hosts), "addrs": addrs, "master_addr": addrs[0], "port": 29400,
             "rdzv_id": job_id, "hosts": [h.name for h in hosts]}

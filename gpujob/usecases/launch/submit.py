@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from gpujob.config.hosts import Host
 from gpujob.config.spec import JobSpec
@@ -13,10 +13,13 @@ from gpujob.transport.agent import Agent
 from gpujob.usecases.secrets.job import collect_secrets, keep_secret_job_file_home, secret_refs
 from gpujob.usecases.sync.upload import sync_job
 
+if TYPE_CHECKING:  # nodes imports this module
+    from gpujob.usecases.launch.nodes import NodeInfo
+
 
 def submit(
     agent: Agent, spec: JobSpec, host: Host, progress: Callable[[int, int], None] | None = None, *,
-    job_id: str | None = None, node: dict[str, Any] | None = None,
+    job_id: str | None = None, node: NodeInfo | None = None,
     call: Callable[[dict[str, Any]], dict[str, Any]] | None = None, force: bool = False,
     expect_code: str | None = None,
 ) -> dict[str, Any]:

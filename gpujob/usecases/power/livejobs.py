@@ -31,7 +31,7 @@ def _num(v: object) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def at_stake(doc: dict[str, Any]) -> JSONObject:
+def at_stake(doc: JSONObject) -> JSONObject:
     """One live job (its ``status`` record): its step, its newest complete checkpoint, the steps since."""
     st = JobView(doc)
     metrics = st.last_metrics if isinstance(st.last_metrics, dict) else {}
@@ -47,7 +47,7 @@ def at_stake(doc: dict[str, Any]) -> JSONObject:
             "checkpoint_at": _num(last.get("mtime")) if last else None, "steps_lost": lost}
 
 
-def loses(j: dict[str, Any], now: float | None = None) -> str:
+def loses(j: JSONObject, now: float | None = None) -> str:
     """``J (running, step 150): loses the steps since checkpoint-120, saved 7 min ago (30 so far)``."""
     where = f"{j['job_id']} ({j['state']}" + (f", step {j['step']}" if j.get("step") is not None else "") + ")"
     if j["state"] == "queued":
@@ -55,14 +55,14 @@ def loses(j: dict[str, Any], now: float | None = None) -> str:
     if not j.get("checkpoint"):
         return f"{where}: has no complete checkpoint: everything it did is lost"
     ago = ""
-    if j.get("checkpoint_at"):
-        mins = max(0, int(((now or time.time()) - j["checkpoint_at"]) // 60))
+    if isinstance(at := j.get("checkpoint_at"), (int, float)) and at:  # at_stake's: a float or None
+        mins = max(0, int(((now or time.time()) - at) // 60))
         ago = f", saved {mins} min ago" if mins else ", saved under a minute ago"
     n = j.get("steps_lost")
     return f"{where}: loses the steps since {j['checkpoint']}{ago}" + (f" ({n} so far)" if n is not None else "")
 
 
-def live_on(host: Host) -> list[dict[str, Any]]:
+def live_on(host: Host) -> list[JSONObject]:
     """The jobs running, restarting or queued on ``host`` (its agent asked), each as ``at_stake``;
     ConnectError when it cannot be asked."""
     from gpujob.transport.agent import connect_agent
@@ -93,7 +93,7 @@ def _already_off(host: Host) -> bool:
         return False
 
 
-def guard_off(host: Host, force: bool, note: Any = None) -> list[dict[str, Any]]:
+def guard_off(host: Host, force: bool, note: Any = None) -> list[JSONObject]:
     """Before ``host off``: the live jobs a forced off cuts (each told through ``note``); refuses
     (``JobsWouldBeCut``, ``ConnectError``) without ``force`` when there are some or it cannot tell."""
     say = note or (lambda s: None)

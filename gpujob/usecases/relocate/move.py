@@ -25,6 +25,7 @@ from typing import Any, Callable
 from gpujob.bundle import import_remote
 from gpujob.config import index, remembered
 from gpujob.errors import GpujobError, Interrupted, JobNotFound, RemoteError
+from gpujob.jsontypes import JSONObject
 from gpujob.transport import Result
 from gpujob.transport.agent import Agent, connect_agent
 from gpujob.transport.jobview import JobView
@@ -41,7 +42,7 @@ class Source:
     kind: str
     where: str
     manifest: dict[str, Any] = field(default_factory=dict)
-    previous: dict[str, Any] = field(default_factory=dict)
+    previous: JSONObject = field(default_factory=dict)  # the job's status.json where it was
     agent: Agent | None = None
     stream: Any = None
     path: Path | None = None

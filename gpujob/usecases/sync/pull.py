@@ -18,10 +18,11 @@ import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
-from typing import Any, Callable
+from typing import Any, Callable, TypedDict
 
 from gpujob.bundle import import_remote
 from gpujob.errors import ConnectError, GpujobError, Interrupted, RemoteError, link_cut
+from gpujob.jsontypes import JSON
 from gpujob.transport.agent import Agent
 
 wire: Any = import_remote("stream")  # not "stream": extract() takes one
@@ -30,7 +31,31 @@ AGAIN = "run pull again: finished files are kept and a large file resumes at its
 _CUT_SIGNS = ("ended early", "ended before", "or an empty one")
 
 
-def extract(stream: Any, dest: Path, on_bytes: Callable[[int], None] | None = None) -> dict[str, Any]:
+class Extracted(TypedDict):
+    """What ``extract`` wrote: files and bytes, links left out (``skipped``), files the job still wrote (``held``)."""
+
+    files: int
+    bytes: int
+    skipped: list[str]
+    held: list[str]
+
+
+class Pulled(Extracted):
+    """``pull``'s answer (docs/json.md: pull)."""
+
+    job_id: str
+    dest: str
+    selected: JSON  # the manifest's: the checkpoint chosen, or None
+    unchanged: int  # files already here
+    selected_fetched: bool  # a file of it travelled: a new checkpoint, or a new version under its name
+    stray: JSON
+    stray_hint: JSON
+    note: JSON
+    refused: list[str]
+    refused_why: dict[str, str]
+
+
+def extract(stream: Any, dest: Path, on_bytes: Callable[[int], None] | None = None) -> Extracted:
     """Unpack a verified stream under ``dest`` (temporary name, hash check, rename). Links that
     resolve outside ``dest`` are not kept: they are listed under ``skipped``."""
     try:
@@ -123,7 +148,7 @@ WRITE_WAIT = 30.0  # seconds a pull waits for a file the job is still writing, b
 
 def pull(agent: Agent, job: str, dest: Path, what: str = "all", metric: str | None = None,
          include: list[str] | None = None, progress: Callable[[int, int], None] | None = None,
-         write_wait: float = WRITE_WAIT, note: Callable[[str], None] | None = None) -> dict[str, Any]:
+         write_wait: float = WRITE_WAIT, note: Callable[[str], None] | None = None) -> Pulled:
     """Copy the job's logs and checkpoints (``what``: all, latest, best) into ``dest/<job_id>/``.
 
     A file a process holds open for writing is waited for up to ``write_wait`` seconds (``note``
@@ -155,7 +180,7 @@ def _disk_full(target: Path, need: int) -> GpujobError:
 
 
 def _pull(agent: Agent, args: list[str], dest: Path, progress: Callable[[int, int], None] | None,
-          note: Callable[[str], None], write_wait: float) -> dict[str, Any]:
+          note: Callable[[str], None], write_wait: float) -> Pulled:
     s, doc = agent.stream_doc("send", args)
     with s:
         job_id = doc["job_id"]

@@ -28,7 +28,8 @@ import math
 import os
 import socket
 import threading
-from typing import IO, Any, Callable
+from collections.abc import Mapping
+from typing import IO, Any, Callable, TypedDict
 
 from gpujob.bundle import import_remote
 from gpujob.errors import ConnectError, GpujobError, RemoteError, link_cut
@@ -179,6 +180,13 @@ class _Served(Stream):
         self.tunnel.close()
 
 
+class _Box(TypedDict, total=False):
+    """The started command and the dial request, each once known (``_Server.start``)."""
+
+    s: Stream
+    line: bytes
+
+
 class _Server:
     """The sync's one ``range_serve`` process, started on first use; ``connect`` gives a
     channel to it, or None once the host refused a TCP channel (the caller runs a ``range``
@@ -202,7 +210,7 @@ class _Server:
         channels ``files`` will use (each open a round trip sooner than one opened from here)."""
         with self.lock:
             if self.s is None and not self.refused and self.error is None:
-                box: dict[str, Any] = {}  # the started command and the dial request, each once known
+                box: _Box = {}
                 lock = threading.Lock()
 
                 def ready(s: Stream) -> None:  # the command is on its way: the dial request follows it
@@ -240,7 +248,7 @@ class _Server:
         except (OSError, ValueError, EOFError, GpujobError):
             return
 
-    def _dial(self, box: dict[str, Any], lock: threading.Lock) -> None:
+    def _dial(self, box: _Box, lock: threading.Lock) -> None:
         """Ask for the forwarded port; then the server (once its command is started: again if
         it is started again after an install) for the channels the files will use."""
         from gpujob.transport.dialback import DialBack  # paramiko's: imported where a large upload needs it
@@ -259,7 +267,7 @@ class _Server:
             box["line"] = (json.dumps(self.back.ask(min(n, rangeserve.DIAL_MAX))) + "\n").encode()
             _tell(box.get("s"), box["line"])
 
-    def connect(self, t: Transport, head: dict[str, Any]) -> Stream | None:
+    def connect(self, t: Transport, head: Mapping[str, object]) -> Stream | None:
         self.start()
         if self.error is not None:
             raise self.error

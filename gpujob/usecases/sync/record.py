@@ -30,7 +30,7 @@ import json
 import os
 import secrets
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from gpujob.bundle import import_remote
 from gpujob.config.paths import cache_dir
@@ -95,6 +95,19 @@ def listing_stamp(listing: bytes, exclude: list[str] | None, use_ignore_files: b
                                                 use_ignore_files]).encode()).hexdigest()
 
 
+class RecordHead(TypedDict, total=False):
+    """A record's ``.head`` file: the digest of what the host holds, and the base and log it is kept in."""
+
+    v: int  # FORMAT (an older head has none: ``_read_previous``)
+    base: str  # the base file's id
+    log: int  # the log's length in bytes past the base
+    logsum: str  # the log's SHA-256
+    digest: str | None
+    stamp: str | None
+    lstamp: str | None  # the saved listing's stamp
+    count: int
+
+
 class Record:
     """What the laptop last left on the host under one remote tree (see the module doc).
 
@@ -113,7 +126,7 @@ class Record:
         self.use_ignore_files = True
         self.parent: Record | None = None  # set by ``derive``: this record is the parent plus ``changes``
         self.changes: dict[str, Entry | None] = {}
-        self._head: dict[str, Any] = {}
+        self._head: RecordHead = {}
         self._log: bytes | None = None
         self._base: bytes | None = None
         self._seen: dict[str, Entry | None] = {}  # what ``lookup`` found
@@ -245,7 +258,7 @@ class Record:
         if len(dirset) != len(dirs):
             dirs[:] = [d for d in dirs if d in dirset]
 
-    def _read_previous(self, head: dict[str, Any]) -> None:
+    def _read_previous(self, head: RecordHead) -> None:
         """A record of the previous format: its entries (checked against its head, as then) with
         the new digest, rewritten in this format; dropped when it cannot be read."""
         try:
@@ -356,7 +369,7 @@ class Record:
                     with open(self._side(".log"), "ab") as f:
                         f.truncate(len(log))  # bytes of a killed append, never committed
                         f.write(add)
-                    self._commit(dict(p._head, log=len(log) + len(add), logsum=hashlib.sha256(log + add).hexdigest()),
+                    self._commit({**p._head, "log": len(log) + len(add), "logsum": hashlib.sha256(log + add).hexdigest()},
                                  lstamp)
                     return
         try:
@@ -393,9 +406,9 @@ class Record:
                 except OSError:
                     pass
 
-    def _commit(self, head: dict[str, Any], lstamp: str | None) -> None:
+    def _commit(self, head: RecordHead, lstamp: str | None) -> None:
         self.lstamp = lstamp
-        head.update(digest=self.digest, stamp=self.stamp, lstamp=lstamp, count=self.count)
+        head.update({"digest": self.digest, "stamp": self.stamp, "lstamp": lstamp, "count": self.count})
         _write(self._side(".head"), json.dumps(head).encode())
         self._head = head
 

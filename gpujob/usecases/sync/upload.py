@@ -36,9 +36,10 @@ import sys
 import threading
 import time
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypedDict
 
 from gpujob.bundle import import_remote
 from gpujob.config.spec import JobSpec
@@ -315,6 +316,22 @@ def upload(s: Any, agent: Agent, plan: Plan, progress: Callable[[int, int], None
     return comp.wire_bytes, codec
 
 
+class _Walked(TypedDict, total=False):
+    """What ``sync_job``'s walk of the local trees found, while the manifest was on its way."""
+
+    trees: list[LocalTree]
+    pre: Preopened  # the large files' channels
+    secrets: dict[str, str]
+    error: BaseException
+
+
+class _Rest(TypedDict, total=False):
+    """The rest's upload in its thread: (bytes on the wire, codec), or what it raised."""
+
+    rest: tuple[int, str]
+    error: BaseException
+
+
 def _disk_full(out: bytes) -> dict[str, Any] | None:
     """The receiver's answer when the disk there filled up (``code: disk_full``), else None."""
     try:
@@ -359,7 +376,7 @@ def sync_job(agent: Agent, spec: JobSpec, project: str, progress: Callable[[int,
     key = host_key(agent)
     records = [Record.for_tree(key, n) for n in tree_names(spec, project)]
     leased = ["--project", project, "--lease", lease] if lease else []
-    walked: dict[str, Any] = {}
+    walked: _Walked = {}
 
     def walk_local() -> None:  # while the manifest is on its way
         try:
@@ -461,7 +478,7 @@ def _upload_both(agent: Agent, rest: Plan, s: Any, leased: list[str],
     """The ranged files in this thread while the rest goes on the sync's own command in another:
     the ranges' data starts as soon as their channels are open, not a round trip (the rest's
     answer) later; (the rest's bytes on the wire, its codec, the ranged bytes not sent)."""
-    done: dict[str, Any] = {}
+    done: _Rest = {}
 
     def send_rest() -> None:
         try:
@@ -497,7 +514,7 @@ def _upload_rest(agent: Agent, plan: Plan, s: Any, leased: list[str],
                                "run submit again: finished files are kept and a cut file resumes") from None
 
 
-def _save_records(plan: Plan, remote: dict[str, Any]) -> None:
+def _save_records(plan: Plan, remote: Mapping[str, object]) -> None:
     """After a successful sync each record is what the host now holds (a no-op keeps a record
     that still matches, unless files had to be read to tell)."""
     for tp in plan.trees:
