@@ -20,9 +20,10 @@ def cmd_agent_log(args: argparse.Namespace) -> int:
 
 
 # ---- hosts -------------------------------------------------------------------------------
-def _settings(args: argparse.Namespace) -> dict[str, object]:
+def _settings(args: argparse.Namespace) -> dict[str, str | None]:
     from gpujob.usecases.hosts.add import SETTINGS
 
+    # argparse gives these as the texts typed (or None: not given); host add/set parse them
     return {k: getattr(args, k, None) for k in SETTINGS}
 
 

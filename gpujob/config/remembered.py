@@ -36,13 +36,14 @@ def from_ledger(ref: str) -> index.Entry | None:
             row = lg.find(ref)
     except (sqlite3.Error, OSError, LedgerDamaged):
         return None
-    if not row or not row.get("host"):
+    host = row.get("host") if row else None
+    if not row or not host:
         return None
     spec = s if isinstance(s := row.get("spec"), dict) else {}
-    out: index.Entry = {"job_id": row["job_id"], "host": row["host"], "name": row.get("name") or "",
-                           "set": row.get("overrides") or [], "source": "ledger"}
-    if row.get("job_file"):
-        out["job_file"] = row["job_file"]
+    out: index.Entry = {"job_id": row["job_id"], "host": host, "name": row.get("name") or "",
+                        "set": row.get("overrides") or [], "source": "ledger"}
+    if job_file := row.get("job_file"):
+        out["job_file"] = job_file
     mirror = spec.get("checkpoint_mirror")
     if isinstance(mirror, dict) and mirror.get("targets"):
         out["mirror"] = mirror
