@@ -110,6 +110,24 @@ class Host:
     powered_on_at: float | None = None  # when gpujob last powered it on (a preflight is due after)
     powered_off_at: float | None = None  # when this laptop first found it off since (the meter stopped)
     bench: dict[str, Any] | None = None  # the last preflight's figures (gpujob doctor HOST --bench)
+    # a Slurm cluster's login node (docs/slurm.md): jobs go to Slurm with sbatch; these are its defaults
+    # for every job (a job file's slurm: section overrides them)
+    scheduler: str | None = None  # "slurm", or None: the host runs its jobs itself
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+
+    @property
+    def slurm(self) -> bool:
+        """Whether jobs on this host go to its Slurm cluster."""
+        return self.scheduler == "slurm"
+
+    def scheduler_doc(self) -> dict[str, str] | None:
+        """What a submit tells the agent of the cluster (spec.json's ``scheduler``); None: no scheduler."""
+        if not self.slurm:
+            return None
+        given = {"partition": self.partition, "account": self.account, "qos": self.qos}
+        return {"kind": "slurm", **{k: v for k, v in given.items() if v}}
 
     @property
     def remote_root(self) -> str:

@@ -86,6 +86,15 @@ class JobSpec:
     autostop: dict[str, Any] = field(default_factory=dict)
     launcher: str = DEFAULTS.LAUNCHER  # none | torchrun
     nodes: list[str] = field(default_factory=list)
+    node_count: int = 1  # nodes: N on a Slurm host (its nodes, one agent each); nodes: [a, b] lists hosts instead
+    slurm_time: float | None = None  # slurm: the job's own sbatch options (remote/core/spec.py SLURM)
+    slurm_partition: str | None = None
+    slurm_account: str | None = None
+    slurm_qos: str | None = None
+    slurm_constraint: str | None = None
+    slurm_cpus: int | None = None
+    slurm_mem: str | None = None
+    slurm_sbatch: list[str] = field(default_factory=list)
     checkpoint_dir: str | None = None  # absolute: shared storage (multi-node); relative: a folder the code writes
     checkpoint_pattern: str | None = None  # glob (under the checkpoint folder) of what the script writes
     checkpoint_mirror: dict[str, Any] = field(default_factory=dict)  # remote/mirror/config.py's normalised form
@@ -129,7 +138,7 @@ def _exists(p: Path, kind: str) -> bool:
 TOP_KEYS = [
     "name", "host", "workdir", "exclude", "data", "setup", "requirements", "python", "run",
     "env", "secrets", "gpus", "checkpoint", "tensorboard", "retry", "stop", "notify", "autostop",
-    "launcher", "nodes", "runtime", "metrics", "sweep", "mlflow",
+    "launcher", "nodes", "runtime", "metrics", "sweep", "mlflow", "slurm",
 ]
 RETRY_ON = list(DEFAULTS.RETRY_CAUSES)
 # Validators of sections that other modules own (notifications, auto-stop): name -> fn(dict) -> errors.
@@ -184,8 +193,14 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
         ctx.err(("checkpoint", "mirror"), msg)
     metrics = _metrics_section(ctx, raw.get("metrics", {}) or {})
     launcher = check_field(ctx, ("launcher",), DEFAULTS.LAUNCHER_FIELD, raw.get("launcher", DEFAULTS.LAUNCHER))
-    nodes = str_list(ctx, ("nodes",), raw.get("nodes", []))
-    if nodes and launcher != "torchrun":
+    node_count, raw_nodes = 1, raw.get("nodes", [])
+    if isinstance(raw_nodes, int) and not isinstance(raw_nodes, bool):  # nodes: N, a Slurm host's
+        if int_in(ctx, ("nodes",), raw_nodes, 1, DEFAULTS.MAX_NODES, "a number of nodes (a Slurm host), or a list "
+                  "of hosts"):
+            node_count = raw_nodes
+        raw_nodes = []
+    nodes = str_list(ctx, ("nodes",), raw_nodes)
+    if (nodes or node_count > 1) and launcher != "torchrun":
         ctx.err(("nodes",), "several nodes need launcher: torchrun")
     if len(set(nodes)) != len(nodes):
         ctx.err(("nodes",), "a host appears twice")
@@ -210,7 +225,7 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
         name=name, run=run, workdir=str(wd), host=host, exclude=exclude, data=data, setup=setup,
         requirements=req, python=python, env=env, secrets=secrets, gpus=gpus, retry=Retry(**declared["retry"]),
         notify=sections.get("notify", {}), autostop=sections.get("autostop", {}), launcher=launcher, nodes=nodes,
-        source=source, hosts=hosts, metrics=metrics, sweep=sweep if isinstance(sweep, dict) else {}, mlflow=mlflow,
+        node_count=node_count, source=source, hosts=hosts, metrics=metrics, sweep=sweep if isinstance(sweep, dict) else {}, mlflow=mlflow,
         **sent,
     )
 

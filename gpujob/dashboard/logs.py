@@ -19,7 +19,7 @@ from gpujob.transport.jobview import JobView
 
 LOG_LINES = 200  # a job page opens at the log's last lines
 LINE_SHOWN = 8192  # characters of a line a page gets (its end), once replayed as a terminal shows it
-LIVE = ("queued", "running", "restarting")
+LIVE = ("queued", "pending", "running", "restarting", "requeued")  # core.protocol ACTIVE
 RESTART_GAP_S = 5.0  # a follow that fails while the job runs is tried again, not in a loop
 
 Event = tuple[str, JSONObject]

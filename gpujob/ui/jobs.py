@@ -4,6 +4,7 @@ what each job command prints when it is done (from the API's results)."""
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -39,11 +40,38 @@ def _ls_cells(j: JobView) -> dict[str, str]:
     lk = j.loss_key or loss_key(m)  # HF's train_loss, Lightning's train_loss, TensorBoard's Loss/train...
     return {
         "JOB": j.job_id or "?", "HOST": j.host or "-", "STATE": j.state or "?",
-        "QUEUE": f"#{j.queue_position}" if j.queue_position else "-",
+        "QUEUE": f"#{j.queue_position}" if j.queue_position else slurm_queue(j),
         "ATTEMPT": str(j.attempt or "-"), "ELAPSED": format_duration(elapsed_s(j.doc)),
         "STEP": str(m.get("step", "-")), "LOSS": _fmt(m.get(lk)) if lk else "-",
         "LAST LINE": " ".join((j.last_line or "").split()),  # its start: a line is read from the left
     }
+
+
+def slurm_queue(j: JobView) -> str:
+    """``ls``'s QUEUE of a job Slurm holds: why it waits (Resources, Priority, QOSMaxGRESPerUser ...)."""
+    said = j.slurm or {}
+    reason = said.get("reason") if j.state == "pending" else None
+    return str(reason) if reason else "-"
+
+
+def slurm_line(j: JobView) -> str:
+    """``status``'s line on what Slurm says of the job: its id and state, why it waits and when it may start."""
+    said = j.slurm or {}
+    parts = [f"job {j.slurm_job}"]
+    if said.get("error"):
+        return f"job {j.slurm_job}: [yellow]{said['error']}[/] (the state shown is the last recorded)"
+    if said.get("state"):
+        parts.append(str(said["state"]))
+    if said.get("reason"):
+        parts.append(f"reason {said['reason']}")
+    start = said.get("expected_start")
+    if j.state == "pending" and isinstance(start, (int, float)) and start > time.time():
+        parts.append(f"expected start in {format_duration(start - time.time())}")
+    if said.get("nodes") or j.slurm_nodes:
+        parts.append(f"on {said.get('nodes') or j.slurm_nodes}")
+    if j.requeues:
+        parts.append(f"requeued {j.requeues}x")
+    return ", ".join(parts)
 
 
 def ls_cols() -> list[Any]:
@@ -181,6 +209,8 @@ def _panel(j: JobView) -> Any:
         t.add_row("autostop", policies)
     if j.queue_position:
         t.add_row("queue", f"#{j.queue_position} for GPUs" + (f"  ({j.queue_reason})" if j.queue_reason else ""))
+    if j.slurm_job:
+        t.add_row("slurm", slurm_line(j))
     if j.exit_code is not None:
         t.add_row("exit code", str(j.exit_code))
     if j.gpu_error:  # a new ECC/Xid error during the run (remote/host/gpus.py Health)

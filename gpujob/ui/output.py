@@ -8,7 +8,7 @@ import sys
 from typing import Any, Callable
 
 STATE_STYLE = {
-    "queued": "cyan", "running": "green", "restarting": "yellow", "succeeded": "bold green",
+    "queued": "cyan", "pending": "cyan", "requeued": "yellow", "running": "green", "restarting": "yellow", "succeeded": "bold green",
     "failed": "bold red", "stopped": "magenta", "autostopped": "magenta", "lost": "bold red",
     "moved": "blue",
 }

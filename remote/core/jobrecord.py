@@ -33,8 +33,9 @@ class Attempt(TypedDict, total=False):
 
 # fields every reader does arithmetic on: a damaged one ("abc", 1e400, a list) is dropped at the door
 _NUMBERS = ("heartbeat", "submitted_at", "started_at", "ended_at", "resumed_at", "next_attempt_at", "attempt",
-            "supervisor_pid", "child_pid", "exit_code", "restart_base", "batch_divisor", "queue_position")
-_INTEGERS = ("attempt", "supervisor_pid", "child_pid", "exit_code", "restart_base", "batch_divisor", "queue_position")
+            "supervisor_pid", "child_pid", "exit_code", "restart_base", "batch_divisor", "queue_position", "requeues")
+_INTEGERS = ("attempt", "supervisor_pid", "child_pid", "exit_code", "restart_base", "batch_divisor", "queue_position",
+             "requeues")
 
 
 def _number_ok(v: Any, integer: bool) -> bool:
@@ -177,6 +178,11 @@ class JobRecord:
     killed = Key(_pids, list)  # type: Key[List[int]]
     survivors = Key(_pids, list)  # type: Key[List[int]]
     supervisor_unresponsive = text()
+    # a job on a Slurm host: its Slurm job id (sbatch's answer; the same id through requeues), the node(s)
+    # the supervisor last ran on, and how many times Slurm started it again (remote/core/slurmq.py)
+    slurm_job = text()
+    slurm_nodes = text()
+    requeues = integer()
     # notes the supervisor keeps
     stray_noted = flag()
     kept_copy = text()

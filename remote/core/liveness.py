@@ -5,12 +5,12 @@ the lost notice) calls :func:`liveness` and reads its :class:`Verdict`; nothing 
 """
 
 import os
-from typing import List, Optional
+from typing import Dict, List, Optional
 
-from remote.core import locks, procs
+from remote.core import locks, procs, slurmq
 from remote.core.jobrecord import JobRecord
 from remote.core.layout import JobDir, now
-from remote.core.protocol import LOST, TERMINAL
+from remote.core.protocol import LOST, PENDING, TERMINAL
 
 
 def stale_after() -> float:
@@ -117,11 +117,76 @@ class Verdict:
         return why
 
 
+class SlurmVerdict(Verdict):
+    """A job Slurm runs (its record names a Slurm job): Slurm says whether it waits, runs or is gone,
+    the heartbeat whether its supervisor still writes. This machine (a login node) never judges it by
+    its own boot id, process table or locks: the supervisor runs on a compute node."""
+
+    def __init__(self, job: JobDir, record: JobRecord, boot: str) -> None:
+        super().__init__(job, record, boot)
+        self.rebooted = False
+        self.slurm_id = record.slurm_job or ""
+        self.slurm_error = None  # type: Optional[str]
+        try:
+            self.slurm = slurmq.job(self.slurm_id)  # type: Optional[slurmq.SlurmJob]
+        except slurmq.SlurmError as e:  # the controller is away: the record's word stands, said as such
+            self.slurm, self.slurm_error = None, e.message
+        self._runs, self._locked, self._left = self.slurm is not None and self.slurm.running, False, []
+
+    @property
+    def lost(self) -> bool:
+        return self.state == LOST
+
+    @property
+    def state(self) -> Optional[str]:
+        if self.recorded in TERMINAL or self.slurm_error:
+            return self.recorded
+        if self.slurm is not None and self.slurm.waiting:
+            return PENDING
+        if self.slurm is not None and self.slurm.running:
+            return self.recorded
+        ended = slurmq.ENDED_AS.get(self.slurm.state) if self.slurm is not None else None
+        return ended[0] if ended else LOST
+
+    @property
+    def starting(self) -> bool:
+        return self.slurm is not None and (self.slurm.waiting or (self.slurm.running and self.recorded == "queued"))
+
+    @property
+    def silent(self) -> bool:
+        return self.slurm is not None and self.slurm.running and self.stale
+
+    @property
+    def holds_gpus(self) -> bool:  # Slurm places the work: this host's GPU queue steps aside
+        return False
+
+    @property
+    def lost_reason(self) -> Optional[str]:
+        if self.recorded in TERMINAL or self.slurm_error or (self.slurm is not None and self.slurm.alive):
+            return self.record.lost_reason
+        if self.slurm is None:
+            return "Slurm no longer knows job {} and its agent wrote no end".format(self.slurm_id)
+        ended = slurmq.ENDED_AS.get(self.slurm.state)
+        return ended[1] if ended else "Slurm job {} ended ({}) before its agent wrote the end".format(
+            self.slurm_id, self.slurm.state)
+
+
+    def said(self) -> Dict[str, object]:
+        """What Slurm says now, for a reader (the status document's ``slurm``)."""
+        if self.slurm_error:
+            return {"job": self.slurm_id, "error": self.slurm_error}
+        if self.slurm is None:
+            return {"job": self.slurm_id, "state": "UNKNOWN"}
+        return self.slurm.to_json()
+
+
 def liveness(job: JobDir, record: JobRecord, boot: str) -> Verdict:
     """Whether ``job`` lives, judged on its ``record`` in this boot (``procs.boot_id()``).
 
-    Today the answer comes from this host: the boot the record was written in, the supervisor's
-    pid in the process table (as this job's), its lock, and the heartbeat's age. This is where a
-    scheduler's answer plugs in (issue 45: Slurm decides liveness): a job run by one would be
-    judged by asking it, and every caller keeps reading the same :class:`Verdict`."""
+    On an instance the answer comes from this host: the boot the record was written in, the
+    supervisor's pid in the process table (as this job's), its lock, and the heartbeat's age. A job
+    Slurm runs (issue 45) is judged by asking Slurm (:class:`SlurmVerdict`); every caller reads the
+    same :class:`Verdict` either way."""
+    if record.slurm_job:
+        return SlurmVerdict(job, record, boot)
     return Verdict(job, record, boot)

@@ -21,15 +21,19 @@ STOPPED = "stopped"
 AUTOSTOPPED = "autostopped"
 LOST = "lost"  # concluded, not written by a supervisor: stale heartbeat and its pid gone
 MOVED = "moved"  # the job went on on another host (``gpujob move``)
+# a job on a Slurm host (remote/core/slurmq.py): waiting in Slurm's queue (its reason beside it), or ended by
+# Slurm to be started again (a preemption, a requeue, the time limit): both live, Slurm decides when they run
+PENDING = "pending"
+REQUEUED = "requeued"
 
-ACTIVE = (QUEUED, RUNNING, RESTARTING)  # a supervisor owns the job
+ACTIVE = (QUEUED, PENDING, RUNNING, RESTARTING, REQUEUED)  # a supervisor owns the job, or Slurm will start one
 ENDINGS = (SUCCEEDED, FAILED, STOPPED, AUTOSTOPPED)  # how a supervisor's run ends (each one announced)
 TERMINAL = ENDINGS + (LOST, MOVED)  # no supervisor runs the job
 # Terminal and staying so: a lost job is still to be announced, and ``gpujob resume`` may revive it.
 SETTLED = tuple(s for s in TERMINAL if s != LOST)
 STATES = ACTIVE + TERMINAL
 # The one state a multi-node job shows: its worst node's.
-WORST_FIRST = (FAILED, LOST, RESTARTING, RUNNING, QUEUED, STOPPED, AUTOSTOPPED, SUCCEEDED)
+WORST_FIRST = (FAILED, LOST, RESTARTING, REQUEUED, RUNNING, QUEUED, PENDING, STOPPED, AUTOSTOPPED, SUCCEEDED)
 
 # ---- verbs ----------------------------------------------------------------------------------
 

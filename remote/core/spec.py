@@ -78,17 +78,32 @@ RUNTIME = Section("runtime", "{auto: false}", [  # auto: false takes gpujob's Tr
     Field("auto", "runtime_auto", BOOL, True, "true or false"),
 ])
 TENSORBOARD = Section("tensorboard", "{logdir: path}", [Field("logdir", "tensorboard_logdir", TEXT, None, "a path")])
+# slurm: a job's own sbatch options on a Slurm host (docs/slurm.md); the host profile gives partition,
+# account and qos for every job (spec.json's ``scheduler``), these win over them
+MAX_SLURM_CPUS = 1024
+SLURM = Section("slurm", "{time: 4h, partition: gpu}", [
+    Field("time", "slurm_time", DURATION, None, high=365 * 86400.0,
+          zero="0s is no time limit to give: leave the key out for the partition's default"),
+    Field("partition", "slurm_partition", TEXT, None, "a partition's name"),
+    Field("account", "slurm_account", TEXT, None, "an account's name"),
+    Field("qos", "slurm_qos", TEXT, None, "a QOS's name"),
+    Field("constraint", "slurm_constraint", TEXT, None, "a node feature expression, such as a100"),
+    Field("cpus", "slurm_cpus", INT, None, "a number of CPUs per node", 1, MAX_SLURM_CPUS),
+    Field("mem", "slurm_mem", TEXT, None, "a memory size per node as sbatch takes it, such as 64G"),
+    Field("sbatch", "slurm_sbatch", TEXTS, (), "sbatch options, one per item, such as --exclusive"),
+])
 LAUNCHER_FIELD = Field("launcher", "launcher", CHOICE, LAUNCHER, choices=LAUNCHERS)
-SECTIONS = (CHECKPOINT, TENSORBOARD, RETRY, STOP, RUNTIME)  # in the order the laptop checks them
+SECTIONS = (CHECKPOINT, TENSORBOARD, RETRY, STOP, RUNTIME, SLURM)  # in the order the laptop checks them
+MAX_NODES = 64  # nodes: N (a Slurm host's nodes)
 
 # spec.json's keys: what the laptop sends (gpujob/config/spec.py JobSpec.to_remote: the declared
 # sections' keys under their ``sent`` names, ``retry`` whole), then what ``submit`` adds (:func:`submitted`;
 # ``host`` again: the host it ran on) and the supervisor (``allocated``). UNREAD: sent for the record only.
 SENT = ("name", "run", "host", "exclude", "data", "setup", "requirements", "python", "env", "secrets", "gpus",
-        "retry", "notify", "autostop", "launcher", "nodes", "source", "hosts", "metrics") + tuple(
+        "retry", "notify", "autostop", "launcher", "nodes", "node_count", "source", "hosts", "metrics") + tuple(
     f.sent for s in SECTIONS if s is not RETRY for f in s.fields)
 ADDED = ("project", "host", "host_env", "price_per_hour", "currency", "shutdown_command", "node", "job_id",
-         "cpu_fallback")
+         "cpu_fallback", "scheduler")
 UNREAD = ("exclude", "source", "hosts")
 
 
@@ -97,7 +112,7 @@ def submitted(request: Mapping[str, Any], project: str, job_id: str) -> Dict[str
     return {"project": project, "host": request.get("host"), "host_env": request.get("host_env") or {},
             "price_per_hour": request.get("price_per_hour"), "currency": request.get("currency", CURRENCY),
             "shutdown_command": request.get("shutdown_command"), "node": request.get("node"), "job_id": job_id,
-            "cpu_fallback": bool(request.get("cpu_fallback"))}
+            "cpu_fallback": bool(request.get("cpu_fallback")), "scheduler": request.get("scheduler")}
 
 
 class Retry:
@@ -141,6 +156,28 @@ class Checkpoint:
         self.mirror = Mirror(v["mirror"], self.keep if self.keep > 0 else CHECKPOINT_KEEP)
 
 
+class Slurm:
+    """How the job goes to Slurm: ``on`` for a Slurm host (spec.json's ``scheduler``, the profile's
+    defaults), the job's own ``slurm:`` options over the profile's; ``nodes`` from ``nodes: N``."""
+
+    __slots__ = ("on", "time", "partition", "account", "qos", "constraint", "cpus", "mem", "sbatch", "nodes")
+
+    def __init__(self, doc: Mapping[str, Any]) -> None:
+        profile = table(doc.get("scheduler"))
+        v = SLURM.read(doc)
+        self.on = profile.get("kind") == "slurm"
+        self.time: Optional[float] = v["time"]
+        self.partition: Optional[str] = v["partition"] or text(profile.get("partition"))
+        self.account: Optional[str] = v["account"] or text(profile.get("account"))
+        self.qos: Optional[str] = v["qos"] or text(profile.get("qos"))
+        self.constraint: Optional[str] = v["constraint"]
+        self.cpus: Optional[int] = v["cpus"]
+        self.mem: Optional[str] = v["mem"]
+        self.sbatch: List[str] = v["sbatch"]
+        n = number(doc.get("node_count"))
+        self.nodes = max(1, int(n)) if n is not None else 1
+
+
 class JobSpec:
     """One job's spec, read once. ``doc`` keeps the document as written (what is saved back)."""
 
@@ -167,6 +204,7 @@ class JobSpec:
         self.launcher: str = LAUNCHER_FIELD.read(d)
         self.node = table(d.get("node"))  # {rank, count, master_addr, master_port, rdzv_id} of a multi-node job
         self.nodes: List[str] = [str(x) for x in items(d.get("nodes"))]
+        self.slurm = Slurm(d)
         self.retry = Retry(d.get("retry"))
         self.stop = Stop(d)
         self.runtime_auto: bool = RUNTIME.field("auto").read(d)

@@ -2,7 +2,7 @@
 checkpoint (``resume_point``), once nothing of it runs and this host has the GPUs it asks for."""
 
 import os
-from typing import Mapping
+from typing import Dict, Mapping
 
 from remote.core import locks, procs
 from remote.core.errors import AgentError
@@ -37,7 +37,8 @@ def resume(root: Root, job_id: str) -> Mapping[str, object]:
         if st.state == "succeeded":
             raise AgentError("job {} has succeeded: only a lost, stopped or failed job can be resumed".format(job_id),
                              "see gpujob status {}".format(job_id), "bad_state")
-        no_gpus = gpus_lacking(job)
+        on_slurm = job.job_spec().slurm.on
+        no_gpus = "" if on_slurm else gpus_lacking(job)  # Slurm places it: the login node has no GPUs to judge
         if no_gpus:  # refused before anything changes: the job stays as it was, resumable later
             raise AgentError("job {} was not resumed: {}".format(job_id, no_gpus),
                              "power the instance on with its GPUs (gpujob doctor shows them), then resume again; "
@@ -55,12 +56,28 @@ def resume(root: Root, job_id: str) -> Mapping[str, object]:
         fresh.update(state="queued", resumed_at=now(), ended_at=None, exit_code=None, reason=None,
                      restart_base=int(fresh.attempt or 0), heartbeat=now(), boot_id=procs.boot_id())
         jobindex.mark(root, [job_id], False)  # first: a full disk refusing it leaves the job as it was
+        if on_slurm:  # a new Slurm job: its supervisor must find the record resumed (refused: as it was)
+            from remote.slurm import submit as slurm
+
+            slurm.check(job.job_spec())
+            before = job.record()
+            fresh.drop("slurm_job")  # the ended Slurm job's word must not judge the resumed record
+            job.write_record(fresh.update(requeues=0))
+            try:
+                fresh.update(slurm_job=slurm.queue(root, job, job.job_spec()))
+            except AgentError:
+                job.write_record(before)
+                raise
+            fresh = job.record().update(slurm_job=fresh.slurm_job)
         job.write_record(fresh)
         job.event("resumed", previous=st.state)
-        pid = start_supervisor(root, job)
-        record_supervisor(job, pid)
-    agent_log(root, "resumed {} (supervisor {})".format(job_id, pid))
-    doc = {"job_id": job_id, "state": "queued", "supervisor_pid": pid, "previous": st.state}
+        pid = 0 if on_slurm else start_supervisor(root, job)
+        if pid:
+            record_supervisor(job, pid)
+    agent_log(root, "resumed {} ({})".format(job_id, "Slurm job {}".format(fresh.slurm_job) if on_slurm
+                                            else "supervisor {}".format(pid)))
+    doc: Dict[str, object] = {"job_id": job_id, "state": "queued", "previous": st.state}
+    doc.update({"slurm_job": fresh.slurm_job} if on_slurm else {"supervisor_pid": pid})
     doc.update(resume_point(job))
     return doc
 

@@ -12,7 +12,7 @@ from remote.core import locks, procs
 from remote.core.errors import AgentError
 from remote.core.jobrecord import JobRecord
 from remote.core.layout import JobDir, Root, agent_log, now
-from remote.core.liveness import Verdict, liveness
+from remote.core.liveness import SlurmVerdict, Verdict, liveness
 from remote.core.protocol import LOST, TERMINAL
 from remote.jobs import index as jobindex
 
@@ -56,8 +56,15 @@ def judged(root: Root, job: JobDir, boot: str) -> Tuple[JobRecord, Verdict]:
     and the verdict it was concluded by."""
     rec = job.record()
     verdict = liveness(job, rec, boot)
-    if verdict.lost:
-        rec.update(state=LOST, lost_reason=verdict.lost_reason)
+    state = verdict.state
+    if state != rec.state:  # concluded, not recorded: lost, or Slurm's word (pending, cancelled there)
+        rec.update(state=state)
+        if state == LOST:
+            rec.update(lost_reason=verdict.lost_reason)
+        elif state in TERMINAL:
+            rec.update(reason=rec.reason or verdict.lost_reason)
+    if isinstance(verdict, SlurmVerdict):
+        rec.doc["slurm"] = verdict.said()
     return rec, verdict
 
 
@@ -67,13 +74,18 @@ def live_status(root: Root, job: JobDir, boot: str) -> JobRecord:
 
 
 def mark_lost(root: Root, job: JobDir, st: JobRecord) -> None:
-    """Persist a ``lost`` conclusion (so the record stops claiming to run)."""
+    """Persist an end concluded rather than recorded (``lost``; a job Slurm ended without its agent:
+    cancelled there, its time limit), so the record stops claiming to run."""
     try:
         with locks.job_lock(job.path):
             fresh = job.record()  # judged again under the lock: a resume may have just restarted it
-            if fresh.state not in TERMINAL and liveness(job, fresh, procs.boot_id()).lost:
+            ended = liveness(job, fresh, procs.boot_id()).state if fresh.state not in TERMINAL else None
+            if ended == LOST:
                 fresh.update(state=LOST, lost_reason=st.lost_reason, ended_at=now())
+            elif ended in TERMINAL:
+                fresh.update(state=ended, reason=st.reason, ended_at=now())
+            if ended in TERMINAL:
                 job.write_record(fresh)
-                job.event("state", state=LOST, reason=st.lost_reason)
+                job.event("state", state=ended, reason=st.lost_reason or st.reason)
     except OSError as e:  # a full disk: the reader still gets its answer, the record waits
         agent_log(root, "could not record {} as lost: {}".format(job.id, e))

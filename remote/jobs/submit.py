@@ -72,7 +72,11 @@ def record_supervisor(job: JobDir, pid: int) -> None:
 def submit(root: Root, request: Dict[str, Any]) -> Dict[str, Any]:
     """Create the job folder from a synced project and start its supervisor."""
     root.ensure()
-    spec = JobSpec.of(request["spec"])
+    spec = JobSpec(dict(JobSpec.of(request["spec"]).doc, scheduler=request.get("scheduler")))
+    if spec.slurm.on:  # what the cluster cannot give is refused before anything is made
+        from remote.slurm import submit as slurm
+
+        slurm.check(spec)
     project = request.get("project") or spec.name
     code = root.project_code(project)
     from remote.env import interpreter
@@ -114,10 +118,20 @@ def submit(root: Root, request: Dict[str, Any]) -> Dict[str, Any]:
             job.event("moved", **{k: v for k, v in carried["moves"][-1].items() if k != "t"})
         else:
             job.event("submitted")
+        if spec.slurm.on:  # Slurm starts the supervisor where it places the job; refused: no job is left
+            try:
+                slurm_id = slurm.queue(root, job, job.job_spec())
+            except AgentError:
+                shutil.rmtree(str(job.path), ignore_errors=True)
+                raise
+            job.write_record(job.record().update(slurm_job=slurm_id))
+            job.event("slurm_queued", slurm_job=slurm_id)
         try:
             jobindex.add(root, job_id, spec.name, job.record().submitted_at or now())
         except OSError:  # a full disk: the next read adds the folder from its status.json
             pass
+        if spec.slurm.on:
+            return {"job_id": job_id, "state": "queued", "job_dir": str(job.path), "slurm_job": slurm_id}
         pid = start_supervisor(root, job)
         record_supervisor(job, pid)
     return {"job_id": job_id, "state": "queued", "job_dir": str(job.path), "supervisor_pid": pid}

@@ -50,6 +50,12 @@ def torchrun_args(spec: SpecLike, attempt: int = 1) -> List[str]:
     args = ["--nproc-per-node={}".format(procs_per_node(spec))]
     if int(node.get("num_nodes", 1)) <= 1:
         return ["--standalone"] + args
+    if node.get("slurm"):  # one torchrun per node under srun: the node's rank comes from the rendezvous
+        return args + [
+            "--nnodes={}".format(node["num_nodes"]), "--rdzv-backend=c10d",
+            "--rdzv-endpoint={}:{}".format(node["master_addr"], node.get("port", RDZV_PORT)),
+            "--rdzv-id={}".format(node.get("rdzv_id") or spec.job_id or spec.name),
+            "--max-restarts={}".format(spec.retry.max_restarts)]
     return args + [
         "--nnodes={}".format(node["num_nodes"]),
         "--rdzv-backend=c10d",
@@ -78,10 +84,22 @@ def command(spec: SpecLike, attempt: int = 1) -> str:
         m = PY_RE.match(lines[i])
         if m and not m.group(4).startswith("-c "):
             indent, py, _flags, rest = m.groups()
-            lines[i] = "{}{} -m torch.distributed.run {} {}".format(
-                indent, py, " ".join(shlex.quote(a) for a in torchrun_args(spec, attempt)), rest)
+            args = " ".join(shlex.quote(a) for a in torchrun_args(spec, attempt))
+            line = "{} -m torch.distributed.run {} {}".format(py, args, rest)
+            if spec.node.get("slurm"):
+                line = on_slurm_nodes(int(spec.node["num_nodes"]), line)
+            lines[i] = indent + line
             return "\n".join(lines)
     return run
+
+
+def on_slurm_nodes(nodes: int, torchrun: str) -> str:
+    """``torchrun`` once on each node of the Slurm allocation (srun, one task per node); the first
+    node hosts the rendezvous store (each node's own SLURM_NODEID says which it is)."""
+    head, sep, tail = torchrun.partition(" -m torch.distributed.run ")
+    inner = "exec {}{}--rdzv-conf=is_host=$([ \"$SLURM_NODEID\" = 0 ] && echo 1 || echo 0) {}".format(head, sep, tail)
+    return "srun --nodes={0} --ntasks={0} --ntasks-per-node=1 --kill-on-bad-exit=1 sh -c {1}".format(
+        nodes, shlex.quote(inner))
 
 
 def node_env(spec: SpecLike) -> Dict[str, str]:

@@ -88,6 +88,9 @@ def after_job(root: Root, job: JobDir, spec: SpecLike, state: str,
     spec = JobSpec.of(spec)
     if not spec.autostop.shutdown or state == "stopped":
         return None
+    if spec.slurm.on:  # a compute node is the cluster's: the allocation ends with the job, nothing to power off
+        job.event("power_off_skipped", why="a Slurm job's node is released by Slurm when the job ends")
+        return None
     wait = spec.autostop.pull_wait
     if wait > 0:
         job.event("waiting_for_pull", timeout_s=wait)

@@ -25,6 +25,7 @@ class Stopper:
         self.job, self.record, self.procs, self.spec, self.ckpt_dir = job, record, processes, spec, ckpt_dir
         self.reason: Optional[str] = None
         self.terminated = False  # the supervisor got SIGTERM/SIGINT
+        self.ended_by: Optional[str] = None  # the scheduler ends the allocation (remote/run/slurmjob.py): why
 
     def requested(self) -> Optional[str]:
         if self.terminated:
@@ -32,6 +33,8 @@ class Stopper:
         try:
             text = self.job.stop_file.read_text().strip()
         except OSError:
+            if self.ended_by:  # no stop file: the scheduler's own end (a requeue), not a user's stop
+                return self.ended_by
             # a stop after the next checkpoint, with no attempt running to write one: now
             req = after.pending(self.job) if not self.procs.running() else None
             return str(req.get("reason") or "stop requested") if req else None

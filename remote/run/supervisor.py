@@ -18,12 +18,13 @@ from typing import Any, List, Optional
 from remote.core import layout, locks, procs
 from remote.core.layout import JobDir, Root, agent_log, now
 from remote.env.jobenv import PATH_PREFIX
-from remote.run import childenv, ckptdir, events, launch, retry
+from remote.run import childenv, ckptdir, events, launch, retry, slurmjob
 from remote.run.gpuqueue import take_gpus
 from remote.run.keptcopy import KeptCopy
 from remote.run.processes import Processes
 from remote.run.record import Record
 from remote.run.rotation import Rotator
+from remote.run.slurmjob import Allocation
 from remote.run.stopper import TICK, Stopper
 from remote.run.watchers import GpuWatch, JobContext, MetricsWatch, Watchers
 from remote.stopping import after, reaper
@@ -43,6 +44,7 @@ class Supervisor:
         self.ctx = JobContext(root, job, lambda: self.spec, lambda: self.status, self.ckpt_dir, self.procs.job_pids,
                               self.record.log_marker, self.record.heartbeat)
         self.watchers = Watchers(root, job.id)
+        self.slurm = Allocation.of(self.spec)  # under a Slurm allocation: its signals and requeue
         self.add_own_watchers()
         events.attach(self.ctx, self.watchers)  # notifications and auto-stop policies
 
@@ -100,6 +102,8 @@ class Supervisor:
         if why and not self.status.cgroup_note:
             self.status.cgroup_note = "no per-job cgroup ({}): a stop finds the job's processes by tree, " \
                 "session, environment, open files and GPU use".format(why)
+        if self.slurm is not None and self.spec.slurm.nodes > 1 and self.spec.launcher == "torchrun":
+            self.spec = self.spec.with_values(node=self.slurm.rendezvous(self.job.id, attempt, self.spec.slurm.nodes))
         log = open(str(self.job.log), "ab")
         try:
             command = launch.command(childenv.launch_spec(self.spec, self.status), attempt)
@@ -130,9 +134,13 @@ class Supervisor:
                 # request: the attempt still ended because of it (stopped, not succeeded or retried)
                 self.stopper.reason = self.stopper.reason or self.stop_requested()
                 return rc
+            if self.slurm is not None:  # the time limit's signal: a stop after the next checkpoint
+                self.slurm.tick(self.job, self.spec, self.ckpt_dir(), self.procs.job_pids, self.record.log_marker)
             reason, by = self.stop_requested(), None
             if not reason:
                 reason, by = self.watchers.tick(time.monotonic())
+            if reason and self.slurm is not None and self.slurm.is_requeue(reason):  # said before Slurm's SIGKILL
+                self.record.set_state("requeued", reason=reason)
             if reason and reason.startswith("autostop") and not isinstance(by, after.Watch) \
                     and self.spec.stop.mode == "checkpoint":
                 if not after.pending(self.job):  # stop: {mode: checkpoint}: the next checkpoint first
@@ -192,9 +200,13 @@ class Supervisor:
         return None
 
     def run(self) -> str:
+        if self.slurm is not None and not self.slurm.arrived(self.job, self.record):
+            return str(self.status.state)
         self.record.save(supervisor_pid=os.getpid(), boot_id=procs.boot_id(), agent=str(layout.AGENT_DIR.name))
         attempt = int(self.status.attempt or 0)
-        cannot = take_gpus(self.root, self.job, self.spec, self.record, self.stop_requested)
+        # Slurm placed the job and gave it its GPUs (CUDA_VISIBLE_DEVICES): the host's GPU queue steps aside
+        cannot = None if self.spec.slurm.on else \
+            take_gpus(self.root, self.job, self.spec, self.record, self.stop_requested)
         if cannot:
             if self.stop_requested():
                 return self.finish("stopped", reason=cannot, exit_code=None)
@@ -229,6 +241,9 @@ class Supervisor:
         self.rotator.rotate()
         self.metrics.final()  # the attempt's last lines and events, before any notification
         stop_reason = self.stopper.reason
+        if self.slurm is not None and self.slurm.is_requeue(stop_reason):
+            record["reason"] = str(stop_reason)
+            return self.slurm.requeue(self.job, self.record, str(stop_reason))
         if stop_reason and self.procs.ended_before_stop(rc):
             record["stop_came_late"] = stop_reason  # e.g. a sweep's budget stop after its last step
             self.record.log_marker("the run command had ended on its own (exit 0) when the stop ({}) reached it: "
@@ -270,6 +285,8 @@ class Supervisor:
         return None
 
     def finish(self, state: str, **changes: Any) -> str:
+        if self.slurm is not None and state == "stopped" and self.slurm.is_requeue(changes.get("reason")):
+            return self.slurm.requeue(self.job, self.record, str(changes["reason"]))  # before its first attempt
         after.clear(self.job)  # a stop after a checkpoint still waited for is moot now
         if self.kept is not None:  # a copy under way lands rather than leaving its temporary file behind
             self.kept.wait(30.0)
@@ -296,6 +313,17 @@ def main(root: Root, job_id: str) -> int:
         sup.stopper.terminated = True
 
     signal.signal(signal.SIGTERM, on_term)
+    if sup.slurm is not None:
+        allocation = sup.slurm
+
+        def on_slurm_end(signum: int, frame: Any) -> None:  # gpujob stop's scancel comes after its stop file
+            sup.stopper.ended_by = slurmjob.ENDED
+
+        def on_time_limit(signum: int, frame: Any) -> None:
+            allocation.warned = True
+
+        signal.signal(signal.SIGTERM, on_slurm_end)
+        signal.signal(signal.SIGUSR1, on_time_limit)
     # caught, not ignored: an ignored SIGINT (a background start) would be inherited by the
     # run command, and Python then installs no KeyboardInterrupt for a stop to raise
     signal.signal(signal.SIGINT, on_term)

@@ -18,11 +18,11 @@ from typing import List, Mapping, Optional
 from remote.core import locks, procs
 from remote.core.jobrecord import JobRecord
 from remote.core.layout import JobDir, Root, now, with_reserve
-from remote.core.liveness import Verdict, liveness
+from remote.core.liveness import SlurmVerdict, Verdict, liveness
 from remote.core.protocol import TERMINAL
 from remote.core.spec import STOP_WAIT
 from remote.jobs import store as jobs
-from remote.stopping import after, late
+from remote.stopping import after, late, slurmstop
 from remote.stopping import cgroup as cg
 from remote.stopping import find as jobfind
 from remote.stopping import kill as jobkill
@@ -107,10 +107,13 @@ def stop(root: Root, job_id: str, wait: float = STOP_WAIT, reason: str = "stoppe
     ``job_mode``: as the job file's ``stop: {mode: ...}`` says (``move``)."""
     job = root.job(job_id)
     boot = procs.boot_id()
-    st = jobs.live_status(root, job, boot)
+    st, verdict = jobs.judged(root, job, boot)
     spec = job.job_spec()
     if job_mode and after_checkpoint is None and spec.stop.mode == "checkpoint":
         after_checkpoint = spec.stop.max_wait if spec.stop.max_wait else -1.0
+    if isinstance(verdict, SlurmVerdict):  # its processes are on a compute node: its supervisor and Slurm end them
+        slurmstop.stop(job, verdict, wait, reason, after_checkpoint, _write)
+        return job.record().to_dict()
     start = time.monotonic()
     deadline = start + wait
     if st.state not in TERMINAL:

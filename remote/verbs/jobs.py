@@ -60,6 +60,12 @@ def submit(root: Root, a: argparse.Namespace) -> Mapping[str, object]:
     request = json.loads(raw)
     with locks.lease_back_on_failure(root.root, request):
         res = jobsubmit.submit(root, request)
+    if res.get("slurm_job"):  # Slurm's word at once: pending (and why), or starting on a node
+        from remote.core import procs
+        from remote.jobs import store as jobstore
+
+        rec = jobstore.live_status(root, root.job(res["job_id"]), procs.boot_id())
+        return dict(res, state=rec.state, slurm=rec.doc.get("slurm"))
     st = jobsubmit.wait_started(root.job(res["job_id"]), 3.0)
     if st:
         res["state"] = st.state

@@ -116,7 +116,7 @@ def _describe(root: Root, job_id: str, detail: bool = False) -> Dict[str, object
     if isinstance(mirror, dict):
         st["mirror"] = mirror
     st["now"] = t = now()
-    if rec.state == "lost" and job.record().state not in TERMINAL:
+    if rec.state in TERMINAL and job.record().state not in TERMINAL:
         jobs.mark_lost(root, job, rec)  # the record stops claiming to run
     if rec.state == "queued" and rec.waiting_for_gpus:
         from remote.host import gpus

@@ -32,7 +32,8 @@ FIELDS = (
     _f("name", TEXT, LS, "the job file's name:"),
     _f("project", TEXT, LS, "the project folder the job's code came from"),
     _f("host", TEXT, LS, "the host it runs on, as the laptop names it"),
-    _f("state", TEXT, LS, "queued, starting, running, restarting or an end (core/protocol.py TERMINAL)"),
+    _f("state", TEXT, LS, "queued, pending (Slurm's queue), running, restarting, requeued or an end "
+       "(core/protocol.py TERMINAL)"),
     _f("reason", TEXT, LS, "why it is in its state (a failure, a stop, an autostop)"),
     _f("remedy", TEXT, LS, "what to do about a job that never started"),
     _f("lost_reason", TEXT, LS, "why the agent judged the job lost"),
@@ -70,6 +71,10 @@ FIELDS = (
     _f("diagnosis", OBJECT, LS, "the failure's cause, where and remedy"),
     # what describe adds for every reader
     _f("supervisor_note", TEXT, LS, "its supervisor lives but is silent"),
+    _f("slurm_job", TEXT, LS, "a Slurm host's job: its Slurm job id (the same through requeues)"),
+    _f("slurm_nodes", TEXT, LS, "the node(s) its supervisor last ran on (Slurm's names)"),
+    _f("requeues", INTEGER, LS, "how many times Slurm started it again (preemption, requeue, time limit)"),
+    _f("slurm", OBJECT, LS, "what Slurm says now: {job, state, reason, expected_start, nodes} or {job, error}"),
     _f("log_size", INTEGER, LS, "bytes of output.log"),
     _f("disk", OBJECT, LS, "the instance's disk is (nearly) full: free space and advice"),
     _f("last_metrics", OBJECT, LS, "the newest value of each metric of this attempt"),

@@ -17,8 +17,8 @@ REMOTE = Path(__file__).resolve().parents[2] / "remote"
 # The rooms of remote/, lowest first (docs/DESIGN.md draws the same picture). A module imports its
 # own room and lower ranks only; rooms of one rank are side by side and never import each other.
 RANK = {
-    "core": 0,  # protocol, errors, layout, locks, procs, atomic files, the job spec
-    "stream": 1, "notify": 1, "mirror": 1, "ckpt": 1, "metrics": 1, "env": 1,  # leaves
+    "core": 0,  # protocol, errors, layout, locks, procs, atomic files, the job spec, what Slurm says (slurmq)
+    "stream": 1, "notify": 1, "mirror": 1, "ckpt": 1, "metrics": 1, "env": 1, "slurm": 1,  # leaves
     "host": 2, "data": 2,  # this instance; a job's files
     "jobs": 3,  # records: store, index, lost, move, cleanup
     "stopping": 4,

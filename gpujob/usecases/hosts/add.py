@@ -26,8 +26,9 @@ from gpujob.jsontypes import JSONObject
 
 # the settings ``host add`` and ``host set`` both take; None leaves one as it is, "" clears it
 SETTINGS = ("shutdown_command", "private_address", "network_turbo", "hf_endpoint", "pip_index_url", "data_disk",
-            "tensorboard_port", "idle_shutdown") + tuple("power_" + k for k in (
+            "tensorboard_port", "idle_shutdown", "slurm", "partition", "account", "qos") + tuple("power_" + k for k in (
                 "on", "off", "state", "address", "stock_out", "wait", "boot_timeout"))
+SLURM_SETTINGS = ("partition", "account", "qos")
 _OFF = ("0", "off", "none", "")
 
 
@@ -285,10 +286,22 @@ def apply_settings(host: Host, settings: Mapping[str, str | None], store: HostSt
         val = settings.get(attr)
         if val is not None:
             setattr(host, attr, {"true": True, "false": None}.get(val, val) if attr == "network_turbo" else (val or None))
+    if (slurm := settings.get("slurm")) is not None:
+        host.scheduler = "slurm" if slurm == "true" else None
+    for attr in SLURM_SETTINGS:  # "" clears
+        if (val := settings.get(attr)) is not None:
+            setattr(host, attr, val or None)
+    if any(getattr(host, a) for a in SLURM_SETTINGS) and not host.slurm:
+        raise GpujobError(f"--partition, --account and --qos are Slurm's: {host.name} is not a Slurm host",
+                          f"add --slurm (jobs on {host.name} then go to Slurm with sbatch; docs/slurm.md)")
     for key in SETTINGS:
         if key.startswith("power_") and (value := settings.get(key)) is not None:  # "" clears one
             check_power_setting(key, value)
             host.power = {k: v for k, v in {**host.power, key[6:]: value}.items() if v}
+    if host.slurm and (host.shutdown_command or host.power or settings.get("idle_shutdown") not in (None, *_OFF)):
+        raise GpujobError(f"{host.name} is a Slurm cluster's login node: gpujob never powers it or a compute "
+                          "node off (--shutdown-command, --power-*, --idle-shutdown)",
+                          "leave those out; Slurm releases a job's nodes when it ends")
     text = settings.get("idle_shutdown")
     if text is None:
         return None

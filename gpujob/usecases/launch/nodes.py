@@ -12,13 +12,14 @@ import string
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, TypedDict
+from typing import Any, Callable
 
 from gpujob.bundle import import_remote
 from gpujob.config.hosts import Host
 from gpujob.config.spec import JobSpec
 from gpujob.errors import GpujobError
 from gpujob.transport.agent import Agent, connect_agent
+from gpujob.usecases.launch.nodeinfo import NodeInfo
 
 ORDER: tuple[str, ...] = import_remote("core.protocol").WORST_FIRST  # a multi-node job shows its worst node's state
 
@@ -26,18 +27,6 @@ ORDER: tuple[str, ...] = import_remote("core.protocol").WORST_FIRST  # a multi-n
 def new_job_id(name: str) -> str:
     suffix = "".join(random.choice(string.ascii_lowercase + string.digits) for _ in range(5))
     return f"{name[:40]}-{time.strftime('%m%d%H%M')}-{suffix}"
-
-
-class NodeInfo(TypedDict):
-    """One node's part of a job over several (the submit request's ``node``: torchrun's rendezvous)."""
-
-    rank: int
-    num_nodes: int
-    addrs: list[str]
-    master_addr: str
-    port: int
-    rdzv_id: str  # the job id
-    hosts: list[str]
 
 
 def node_info(hosts: list[Host], rank: int, job_id: str) -> NodeInfo:

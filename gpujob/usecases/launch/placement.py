@@ -75,8 +75,9 @@ def why_not(doc: dict[str, Any], need: int) -> str:
 def check_capacity(host: Host, agent: Agent, need: int, cpu_ok: bool = False) -> None:
     """Refuse, before anything is sent, a job asking for more GPUs than ``host`` has at all (a
     busy host is fine: the job queues). One rule on every host, the laptop's ``local`` too:
-    ``gpus: auto`` is what runs on a CPU host, and ``cpu_ok`` (``launcher: torchrun``: N CPU processes there)."""
-    if need == 0:
+    ``gpus: auto`` is what runs on a CPU host, and ``cpu_ok`` (``launcher: torchrun``: N CPU processes there).
+    A Slurm host's login node has no GPUs of its own: the agent checks the partition's (remote/slurm/submit.py)."""
+    if need == 0 or host.slurm:
         return
     doc = agent.call("gpus", _prefix_args(host), timeout=60)
     if cpu_ok and doc.get("gpus") is None and not doc.get("smi_error"):
@@ -107,10 +108,10 @@ def probe(host: Host, need: int, note: Note = lambda s: None) -> tuple[Agent | N
         return None, e.cause
     try:
         agent = connect_agent(host)
-        doc = agent.call("gpus", _prefix_args(host), timeout=60) if need else {}
+        doc = agent.call("gpus", _prefix_args(host), timeout=60) if need and not host.slurm else {}
     except GpujobError as e:
         return None, f"does not answer ({str(e).splitlines()[0]})"
-    why = why_not(doc, need)
+    why = why_not(doc, need) if not host.slurm else ""  # Slurm places the job: it waits in Slurm's queue
     if why:
         agent.close()
         return None, why

@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from gpujob.config.hosts import Host
 from gpujob.config.spec import JobSpec
-from gpujob.errors import Interrupted
+from gpujob.errors import GpujobError, Interrupted
 from gpujob.transport.agent import Agent
+from gpujob.usecases.launch.nodeinfo import NodeInfo
 from gpujob.usecases.secrets.job import collect_secrets, keep_secret_job_file_home, secret_refs
 from gpujob.usecases.sync.upload import sync_job
-
-if TYPE_CHECKING:  # nodes imports this module
-    from gpujob.usecases.launch.nodes import NodeInfo
 
 
 def submit(
@@ -33,6 +31,11 @@ def submit(
     from gpujob.usecases.launch.runcheck import check_script
 
     check_script(spec.run, spec.workdir, spec.source)  # before a byte is sent
+    if spec.node_count > 1 and not host.slurm:
+        raise GpujobError(f"nodes: {spec.node_count} asks for nodes of a Slurm cluster, and {host.name} is not a "
+                          "Slurm host: nothing was sent",
+                          "list the hosts instead (nodes: [a, b]), or submit to a Slurm host "
+                          "(gpujob host add NAME --ssh LOGIN --slurm)")
     secrets = collect_secrets(spec, secret_refs(spec))
     keep_secret_job_file_home(spec)
     import secrets as _secrets
@@ -60,7 +63,8 @@ def submit(
         "host_env": {**host.env, **({"GPUJOB_PATH_PREFIX": os.environ.get("PATH", "")} if host.kind == "local" else {})},
         "price_per_hour": host.price_per_hour,
         "currency": host.currency,
-        "shutdown_command": host.shutdown_command,
+        "shutdown_command": None if host.slurm else host.shutdown_command,  # a compute node is never powered off
+        "scheduler": host.scheduler_doc(),
         "secrets": secrets,
         "job_id": job_id,
         "node": node,

@@ -1,0 +1,68 @@
+"""The batch script ``sbatch`` gets for a job on a Slurm host: its ``#SBATCH`` lines from the job file
+and the host profile, its body the agent's supervisor (the same one an instance runs)."""
+
+import math
+import shlex
+import sys
+from typing import List
+
+from remote.core import layout
+from remote.core.layout import JobDir, Root
+from remote.core.spec import JobSpec
+
+# the signal before the time limit: the supervisor asks the script for a checkpoint, then requeues the job
+WARN_SIGNAL = "USR1"
+WARN_MIN, WARN_MAX = 30, 900  # s: the stop grace, within these
+NAME_PREFIX = "gpujob:"  # squeue's NAME column: gpujob's job id after it
+
+
+def gres_gpus(spec: JobSpec) -> int:
+    """The GPUs per node the job asks Slurm for (``gpus: N``; ``all``/``auto``/none: none asked)."""
+    g = spec.gpus
+    if isinstance(g, int):
+        return g
+    if isinstance(g, str) and g.isdigit():
+        return int(g)
+    return 0
+
+
+def warn_seconds(spec: JobSpec) -> int:
+    """How long before the time limit Slurm signals the supervisor: the job's stop grace, bounded."""
+    return int(min(max(spec.stop.grace, WARN_MIN), WARN_MAX))
+
+
+def time_limit(seconds: float) -> str:
+    """Slurm's ``--time`` as minutes (rounded up: a limit is never shorter than asked)."""
+    return str(max(1, int(math.ceil(seconds / 60.0))))
+
+
+def directives(job: JobDir, spec: JobSpec) -> List[str]:
+    """The job's sbatch options, one per line, in the order a reader checks them."""
+    sl = spec.slurm
+    out = ["--job-name={}{}".format(NAME_PREFIX, job.id),
+           "--output={}".format(job.supervisor_log), "--open-mode=append",
+           "--requeue",  # a preemption or a node failure queues it again (the supervisor resumes it)
+           "--signal=B:{}@{}".format(WARN_SIGNAL, warn_seconds(spec)),
+           "--nodes={}".format(sl.nodes), "--ntasks-per-node=1"]
+    gpus = gres_gpus(spec)
+    if gpus:
+        out.append("--gres=gpu:{}".format(gpus))
+    for flag, value in (("partition", sl.partition), ("account", sl.account), ("qos", sl.qos),
+                        ("constraint", sl.constraint), ("cpus-per-task", sl.cpus), ("mem", sl.mem)):
+        if value:
+            out.append("--{}={}".format(flag, value))
+    if sl.time:
+        out.append("--time={}".format(time_limit(sl.time)))
+    return out + list(sl.sbatch)
+
+
+def script(root: Root, job: JobDir, spec: JobSpec) -> str:
+    """The batch script: directives, then the supervisor in place of the shell (``exec``), so Slurm's
+    signals (the time-limit warning to the batch shell, a requeue's SIGTERM) reach it."""
+    lines = ["#!/bin/sh", "# gpujob: job {} (written at submit; Slurm runs it again after a requeue)".format(job.id)]
+    lines += ["#SBATCH {}".format(d) for d in directives(job, spec)]
+    lines += ["export PYTHONPATH={}".format(shlex.quote(str(layout.AGENT_DIR))),
+              "cd {} || exit 1".format(shlex.quote(str(root.root))),
+              "exec {} -m remote --root {} run {}".format(shlex.quote(sys.executable), shlex.quote(str(root.root)),
+                                                         shlex.quote(job.id))]
+    return "\n".join(lines) + "\n"
