@@ -126,12 +126,33 @@ class SlurmVerdict(Verdict):
         super().__init__(job, record, boot)
         self.rebooted = False
         self.slurm_id = record.slurm_job or ""
-        self.slurm_error = None  # type: Optional[str]
-        try:
-            self.slurm = slurmq.job(self.slurm_id)  # type: Optional[slurmq.SlurmJob]
-        except slurmq.SlurmError as e:  # the controller is away: the record's word stands, said as such
-            self.slurm, self.slurm_error = None, e.message
-        self._runs, self._locked, self._left = self.slurm is not None and self.slurm.running, False, []
+        self._asked = False
+        self._slurm = None  # type: Optional[slurmq.SlurmJob]
+        self._error = None  # type: Optional[str]
+        self._locked, self._left = False, []
+
+    def _ask(self) -> None:
+        """Slurm's word, asked once and only when a question needs it (an ended record's does not)."""
+        if not self._asked:
+            self._asked = True
+            try:
+                self._slurm = slurmq.job(self.slurm_id)
+            except slurmq.SlurmError as e:  # the controller is away: the record's word stands, said as such
+                self._error = e.message
+
+    @property
+    def slurm(self) -> Optional[slurmq.SlurmJob]:
+        self._ask()
+        return self._slurm
+
+    @property
+    def slurm_error(self) -> Optional[str]:
+        self._ask()
+        return self._error
+
+    @property
+    def runs(self) -> bool:
+        return self.slurm is not None and self.slurm.running
 
     @property
     def lost(self) -> bool:

@@ -63,7 +63,7 @@ def judged(root: Root, job: JobDir, boot: str) -> Tuple[JobRecord, Verdict]:
             rec.update(lost_reason=verdict.lost_reason)
         elif state in TERMINAL:
             rec.update(reason=rec.reason or verdict.lost_reason)
-    if isinstance(verdict, SlurmVerdict):
+    if isinstance(verdict, SlurmVerdict) and verdict.recorded not in TERMINAL:
         rec.doc["slurm"] = verdict.said()
     return rec, verdict
 

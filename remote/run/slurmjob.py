@@ -85,7 +85,8 @@ class Allocation:
 
     @staticmethod
     def is_requeue(reason: Optional[str]) -> bool:
-        return reason in (ENDED, WARNED)
+        """A stop for Slurm's end, not a user's (a stop after a checkpoint says which one it waited for after it)."""
+        return bool(reason) and str(reason).startswith((ENDED, WARNED))
 
     def requeue(self, job: JobDir, record: Record, reason: str) -> str:
         """The attempt ended for Slurm: the stop protocol's files go (the next start must not stop at
@@ -98,7 +99,7 @@ class Allocation:
         after.clear(job)
         record.set_state(REQUEUED, reason=reason, child_pid=None, stopping=None)
         job.event("requeued", reason=reason, slurm_job=self.id)
-        if reason == WARNED:
+        if reason.startswith(WARNED):
             done = slurmq.command("scontrol", "requeue", self.id, check=False)
             if done.returncode != 0:
                 record.log_marker("scontrol requeue {} failed: {}; resume it with gpujob resume {}".format(

@@ -136,9 +136,13 @@ class Cluster:
         revocation ("Job credential revoked", the job then ends FAILED). So: wait for PENDING and
         for the next second, then start it."""
         r = self.run("scontrol", "requeue", job_id)
-        revoked = time.time()  # slurmctld's stamp of the revocation is at most this (whole seconds)
         if r.returncode != 0:
             raise RuntimeError(f"scontrol requeue {job_id}: {r.stderr.strip()}")
+        self.release(job_id, time.time(), timeout)
+
+    def release(self, job_id: str, revoked: float, timeout: float = 30) -> None:
+        """Start a requeued job at once instead of after Slurm's two-minute hold (see ``requeue``);
+        ``revoked``: a time at or after the requeue (the credential's revocation, whole seconds)."""
         self.wait_state(job_id, {"PENDING"}, timeout)
         time.sleep(max(0.0, int(revoked) + 1.05 - time.time()))
         r = self.run("scontrol", "update", f"JobId={job_id}", "StartTime=now")

@@ -6,6 +6,9 @@ checkpoint and is never shown ``lost`` or ``failed``."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -213,3 +216,52 @@ def test_a_two_node_job_trains_with_torchrun_across_both_nodes_and_resumes_after
     assert len(starts) == 2 and starts[0] == 0 and starts[1] >= 5, log[-3000:]
     assert st["requeues"] == 1 and "step 30/30" in log
     assert not _alive_in_slurm(c) and not job_processes(job_id)
+
+
+def test_at_the_time_limit_the_job_checkpoints_requeues_itself_and_resumes(slurm_login: SlurmLogin,
+                                                                              tmp_path: Path) -> None:
+    """``slurm: {time: 1m}`` with ``stop: {grace: 30s}``: Slurm's USR1 30 s before the limit makes the
+    supervisor stop after the next checkpoint and requeue the job; it resumes from that checkpoint."""
+    needs("torch")
+    c = slurm_login.cluster
+    res = submit(slurm_login.host, _job(tmp_path, "limited", steps=100_000, slurm={"time": "1m"},
+                                        stop={"grace": "30s"}))
+    job_id, sid = res["job_id"], res["slurm_job"]
+    seen: set = set()
+
+    def requeued() -> bool:
+        seen.add(status(slurm_login.host, job_id)["state"])
+        return "Slurm's time limit is near" in _log(slurm_login, job_id) and \
+            c.job_field(sid, "JobState") == "PENDING"
+
+    wait_for(requeued, 150, lambda: f"{seen}\n{_log(slurm_login, job_id)[-3000:]}", interval=1.0)
+    c.release(sid, time.time())  # Slurm holds a requeued job two minutes: the test does not wait them
+    wait_for(lambda: _log(slurm_login, job_id).count("start at step") == 2, 60,
+             lambda: _log(slurm_login, job_id)[-3000:])
+    log = _log(slurm_login, job_id)
+    steps = [int(ln.split()[1].split("/")[0]) for ln in log.splitlines() if ln.startswith("step ")]
+    resumed = int([ln for ln in log.splitlines() if ln.startswith("start at step")][1].split()[3])
+    first_run = steps[:steps.index(1, 1)] if steps.count(1) > 1 else steps
+    before = max(s for s in steps[:len(steps) - (len(steps) - len(first_run))] if s) if first_run else 0
+    assert resumed > 0 and resumed % 5 == 0 and before - resumed < 5, log[-3000:]  # at most the steps since it
+    assert not seen & {"lost", "failed", "stopped"}, seen
+    r = run_cli("stop", job_id, "--host", slurm_login.host, "--json", timeout=180)
+    assert r.returncode == 0 and json.loads(r.stdout)["state"] == "stopped", r.stderr + r.stdout
+    assert not _alive_in_slurm(c) and not job_processes(job_id)
+
+
+def test_with_slurms_controller_down_submit_is_refused_and_status_keeps_the_records_word(
+        slurm_login: SlurmLogin, tmp_path: Path) -> None:
+    needs("torch")
+    c = slurm_login.cluster
+    res = submit(slurm_login.host, _job(tmp_path, "before", steps=100_000))
+    wait_for(lambda: "step 3/" in _log(slurm_login, res["job_id"]), 90, lambda: _log(slurm_login, res["job_id"]))
+    os.kill(c.daemon_pids()["slurmctld"], signal.SIGKILL)
+    r = run_cli("submit", str(_job(tmp_path, "during")), "--host", slurm_login.host, timeout=180)
+    said = r.stderr + r.stdout
+    assert r.returncode != 0 and "controller does not answer" in said and "Traceback" not in said, said
+    assert not list((slurm_login.shared / "jobs").glob("during-*"))
+    st = status(slurm_login.host, res["job_id"])  # the record's word, and why Slurm's is missing
+    assert st["state"] == "running" and "controller does not answer" in st["slurm"]["error"], st
+    shown = run_cli("status", res["job_id"], "--host", slurm_login.host, timeout=120)
+    assert shown.returncode == 0 and "controller does not answer" in shown.stdout, shown.stdout + shown.stderr
