@@ -17,8 +17,6 @@ from tests.conftest import run_cli
 from tests.helpers import job_processes, needs, status, submit, wait_for, write_job
 from tests.slurm.cluster import Cluster, SlurmLogin
 
-pytestmark = pytest.mark.xdist_group("slurm")
-
 # a tiny torch model trained by a plain loop that saves every 5 steps (renamed into place) and loads
 # GPUJOB_RESUME when gpujob hands it one; nothing of gpujob imported
 TRAIN = """
@@ -51,11 +49,9 @@ TRAIN = """
         time.sleep(float(os.environ.get("SLOW", "0.2")))
 """
 
-
 def _job(tmp_path: Path, name: str, steps: int = 40, slow: float = 0.2, **extra: object) -> Path:
     return write_job(tmp_path, name, TRAIN, "python main.py", env={"STEPS": str(steps), "SLOW": str(slow)},
                      checkpoint={"pattern": "step*.pt"}, **extra)
-
 
 def _log(login: SlurmLogin, job_id: str) -> str:
     try:
@@ -63,12 +59,10 @@ def _log(login: SlurmLogin, job_id: str) -> str:
     except OSError:
         return ""
 
-
 def _alive_in_slurm(c: Cluster) -> list[str]:
     """Job ids Slurm still runs or holds (squeue lists ended ones too for a while with --states=all)."""
     r = c.run("squeue", "-h", "-o", "%i %T")
     return [ln.split()[0] for ln in r.stdout.splitlines() if ln.split()[1:] and ln.split()[1] not in ("COMPLETED", "CANCELLED")]
-
 
 def test_a_job_runs_in_slurm_under_its_id_and_a_requeue_resumes_it_from_its_checkpoint(
         slurm_login: SlurmLogin, tmp_path: Path) -> None:
@@ -104,7 +98,17 @@ def test_a_job_runs_in_slurm_under_its_id_and_a_requeue_resumes_it_from_its_chec
     cost = run_cli("cost", "--json")
     assert cost.returncode == 0 and slurm_login.host in cost.stdout, cost.stderr + cost.stdout
     assert not job_processes(job_id) and sid not in _alive_in_slurm(c)
+    # its files through the login node, as on an instance: tail, pull (the newest checkpoint loads), rm
+    tail = run_cli("tail", job_id, "--host", slurm_login.host, "-n", "3")
+    assert tail.returncode == 0 and "step 40/40" in tail.stdout, tail.stderr
+    pulled = run_cli("pull", job_id, str(tmp_path / "pulls"), "--host", slurm_login.host, "--latest")
+    assert pulled.returncode == 0, pulled.stderr
+    import torch
 
+    newest = sorted((tmp_path / "pulls" / job_id).rglob("step*.pt"))[-1]
+    assert torch.load(newest)["step"] == 40
+    gone = run_cli("rm", job_id, "--host", slurm_login.host)
+    assert gone.returncode == 0 and not (slurm_login.shared / "jobs" / job_id).exists(), gone.stderr
 
 @pytest.mark.parametrize("slurm_cluster", [{"kill_wait": 5}], indirect=True)
 def test_a_job_waiting_for_the_node_is_pending_with_slurms_reason_and_stop_leaves_nothing(
@@ -145,7 +149,6 @@ def test_a_job_waiting_for_the_node_is_pending_with_slurms_reason_and_stop_leave
     assert not _alive_in_slurm(c), c.run("squeue", "-h").stdout
     assert not job_processes(first["job_id"]) and not job_processes(second["job_id"])
 
-
 def test_an_unknown_partition_is_refused_at_submit_naming_it_with_nothing_queued(
         slurm_login: SlurmLogin, tmp_path: Path) -> None:
     r = run_cli("host", "set", slurm_login.host, "--partition", "nosuch", "--no-check")
@@ -157,7 +160,6 @@ def test_an_unknown_partition_is_refused_at_submit_naming_it_with_nothing_queued
     assert "Traceback" not in said
     assert not slurm_login.cluster.run("squeue", "-h").stdout.strip()
     assert not list((slurm_login.shared / "jobs").glob("nopart-*")) if (slurm_login.shared / "jobs").exists() else True
-
 
 DDP = """
     import os, time
@@ -193,7 +195,6 @@ DDP = """
     dist.destroy_process_group()
 """
 
-
 def test_a_two_node_job_trains_with_torchrun_across_both_nodes_and_resumes_after_a_requeue(
         slurm_login2: SlurmLogin, tmp_path: Path) -> None:
     needs("torch")
@@ -216,7 +217,6 @@ def test_a_two_node_job_trains_with_torchrun_across_both_nodes_and_resumes_after
     assert len(starts) == 2 and starts[0] == 0 and starts[1] >= 5, log[-3000:]
     assert st["requeues"] == 1 and "step 30/30" in log
     assert not _alive_in_slurm(c) and not job_processes(job_id)
-
 
 def test_at_the_time_limit_the_job_checkpoints_requeues_itself_and_resumes(slurm_login: SlurmLogin,
                                                                               tmp_path: Path) -> None:
@@ -249,7 +249,6 @@ def test_at_the_time_limit_the_job_checkpoints_requeues_itself_and_resumes(slurm
     assert r.returncode == 0 and json.loads(r.stdout)["state"] == "stopped", r.stderr + r.stdout
     assert not _alive_in_slurm(c) and not job_processes(job_id)
 
-
 def test_with_slurms_controller_down_submit_is_refused_and_status_keeps_the_records_word(
         slurm_login: SlurmLogin, tmp_path: Path) -> None:
     needs("torch")
@@ -265,3 +264,18 @@ def test_with_slurms_controller_down_submit_is_refused_and_status_keeps_the_reco
     assert st["state"] == "running" and "controller does not answer" in st["slurm"]["error"], st
     shown = run_cli("status", res["job_id"], "--host", slurm_login.host, timeout=120)
     assert shown.returncode == 0 and "controller does not answer" in shown.stdout, shown.stdout + shown.stderr
+
+def test_a_sweep_on_a_slurm_host_runs_each_trial_as_a_slurm_job(slurm_login: SlurmLogin, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    needs("optuna")
+    from tests.gpujob.usecases.experiments.test_experiments import LOOP
+
+    monkeypatch.setenv("GPUJOB_SWEEP_POLL", "0.5")
+    job = write_job(tmp_path, "swslurm", LOOP, "python main.py --lr 0.1 --steps 6 --sleep 0.1",
+                    sweep={"method": "grid", "params": {"lr": [0.1, 0.3]}, "metric": "loss", "direction": "minimize"})
+    r = run_cli("sweep", str(job), "--hosts", slurm_login.host, "--name", "sw-slurm", "--json", timeout=240)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    doc = json.loads(r.stdout)
+    assert [t["state"] for t in doc["trials"]] == ["complete", "complete"], doc["trials"]
+    names = slurm_login.cluster.run("squeue", "-h", "--states=all", "-o", "%j").stdout.split()
+    assert sorted(names) == sorted(f"gpujob:{t['job_id']}" for t in doc["trials"])  # one Slurm job per trial

@@ -40,8 +40,9 @@ def bench_host(name: str | None) -> tuple[Host, dict[str, Any]]:
 
 
 def due(host: Host) -> bool:
-    """A host never measured, or powered on since its last measure (``GPUJOB_PREFLIGHT=0``: never)."""
-    if host.kind == LOCAL or os.environ.get("GPUJOB_PREFLIGHT", "1") == "0":
+    """A host never measured, or powered on since its last measure (``GPUJOB_PREFLIGHT=0``: never). A Slurm
+    host's login node is not where jobs run: its figures would mislead (doctor checks the cluster instead)."""
+    if host.kind == LOCAL or host.slurm or os.environ.get("GPUJOB_PREFLIGHT", "1") == "0":
         return False
     return host.bench is None or (host.powered_on_at or 0) > float(host.bench.get("at") or 0)
 
