@@ -61,8 +61,8 @@ def judged(root: Root, job: JobDir, boot: str) -> Tuple[JobRecord, Verdict]:
         rec.update(state=state)
         if state == LOST:
             rec.update(lost_reason=verdict.lost_reason)
-        elif state in TERMINAL:
-            rec.update(reason=rec.reason or verdict.lost_reason)
+        elif state in TERMINAL:  # Slurm's end: its words, not the supervisor's last (a requeue it expected)
+            rec.update(reason=verdict.lost_reason or rec.reason)
     if isinstance(verdict, SlurmVerdict) and verdict.recorded not in TERMINAL:
         rec.doc["slurm"] = verdict.said()
     return rec, verdict

@@ -279,3 +279,31 @@ def test_a_sweep_on_a_slurm_host_runs_each_trial_as_a_slurm_job(slurm_login: Slu
     assert [t["state"] for t in doc["trials"]] == ["complete", "complete"], doc["trials"]
     names = slurm_login.cluster.run("squeue", "-h", "--states=all", "-o", "%j").stdout.split()
     assert sorted(names) == sorted(f"gpujob:{t['job_id']}" for t in doc["trials"])  # one Slurm job per trial
+
+
+@pytest.mark.parametrize("slurm_cluster", [{"partitions": ["PartitionName=small Nodes=n1 MaxTime=5 MaxNodes=1"]}],
+                         indirect=True)
+def test_what_the_partition_cannot_give_is_refused_naming_the_limit(slurm_login: SlurmLogin, tmp_path: Path) -> None:
+    for name, extra, said in (("long", {"slurm": {"partition": "small", "time": "2h"}}, "allows at most"),
+                              ("wide", {"slurm": {"partition": "small"}, "nodes": 2, "launcher": "torchrun"},
+                               "gives at most 1"),
+                              ("gpu", {"gpus": 1}, "has no GPUs")):
+        r = run_cli("submit", str(_job(tmp_path, name, **extra)), "--host", slurm_login.host)
+        out = r.stderr + r.stdout
+        assert r.returncode != 0 and said in out and "nothing was queued" in out and "Traceback" not in out, out
+    assert not slurm_login.cluster.run("squeue", "-h").stdout.strip()
+    assert not list(slurm_login.shared.glob("jobs/*-*"))
+
+
+def test_a_job_cancelled_in_slurm_outside_gpujob_reads_stopped_saying_so(slurm_login: SlurmLogin,
+                                                                        tmp_path: Path) -> None:
+    needs("torch")
+    res = submit(slurm_login.host, _job(tmp_path, "cancelled", steps=100_000))
+    wait_for(lambda: "step 3/" in _log(slurm_login, res["job_id"]), 90, lambda: _log(slurm_login, res["job_id"]))
+    slurm_login.cluster.run("scancel", res["slurm_job"])
+    wait_for(lambda: status(slurm_login.host, res["job_id"])["state"] not in ("running", "requeued"), 60,
+             "the cancel to be seen")
+    st = status(slurm_login.host, res["job_id"])
+    assert st["state"] == "stopped" and "scancel" in st["reason"], st
+    assert json.loads((slurm_login.shared / "jobs" / res["job_id"] / "status.json").read_text())["state"] == "stopped"
+    assert not job_processes(res["job_id"])
