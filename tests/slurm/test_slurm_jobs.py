@@ -133,6 +133,7 @@ def test_a_job_waiting_for_the_node_is_pending_with_slurms_reason_and_stop_leave
     assert "pending" in shown.stdout and st["slurm"]["reason"] in shown.stdout, shown.stdout
     ls = json.loads(run_cli("ls", "--host", slurm_login.host, "--json").stdout)
     assert {j["job_id"]: j["state"] for j in ls["jobs"]} == {first["job_id"]: "running", second["job_id"]: "pending"}
+    _dashboard_lists(tmp_path, {first["job_id"]: "running", second["job_id"]: "pending"})
 
     stopped = run_cli("stop", first["job_id"], "--host", slurm_login.host, "--json", timeout=180)
     assert stopped.returncode == 0, stopped.stderr
@@ -148,6 +149,29 @@ def test_a_job_waiting_for_the_node_is_pending_with_slurms_reason_and_stop_leave
         assert r.returncode == 0 and json.loads(r.stdout)["state"] == "stopped", r.stderr + r.stdout
     assert not _alive_in_slurm(c), c.run("squeue", "-h").stdout
     assert not job_processes(first["job_id"]) and not job_processes(second["job_id"])
+
+def _dashboard_lists(tmp_path: Path, want: dict[str, str]) -> None:
+    """The dashboard's job list (``gpujob ui``, its JSON API) shows the Slurm host's jobs as any host's."""
+    needs("starlette", "uvicorn")
+    import urllib.request
+
+    from tests.gpujob.dashboard.test_dashboard import start_ui
+
+    p, info = start_ui(tmp_path, "--interval", "1")
+    try:
+        token = info["url"].split("token=", 1)[1]
+        got: dict = {}
+
+        def listed() -> bool:
+            with urllib.request.urlopen(f"http://127.0.0.1:{info['port']}/api/jobs?token={token}", timeout=30) as r:
+                got.update(json.load(r))
+            return {j.get("job_id"): j.get("state") for j in got.get("jobs", []) if j.get("host") == "cluster"} == want
+
+        wait_for(listed, 60, lambda: str(got)[:2000])
+    finally:
+        p.terminate()
+        p.wait(timeout=10)
+
 
 def test_an_unknown_partition_is_refused_at_submit_naming_it_with_nothing_queued(
         slurm_login: SlurmLogin, tmp_path: Path) -> None:
