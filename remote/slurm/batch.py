@@ -7,6 +7,7 @@ import sys
 from typing import List
 
 from remote.core import layout
+from remote.core.errors import AgentError
 from remote.core.layout import JobDir, Root
 from remote.core.spec import JobSpec
 
@@ -53,7 +54,17 @@ def directives(job: JobDir, spec: JobSpec) -> List[str]:
             out.append("--{}={}".format(flag, value))
     if sl.time:
         out.append("--time={}".format(time_limit(sl.time)))
-    return out + list(sl.sbatch)
+    for extra in sl.sbatch:
+        if not extra.startswith("-"):
+            raise AgentError("slurm: sbatch: {!r} is not an sbatch option: nothing was queued".format(extra[:80]),
+                             "give options as sbatch takes them, one per item, such as --exclusive", "slurm_option")
+    lines = out + list(sl.sbatch)
+    for line in lines:  # one directive per line: a line break or a control character would start a command
+        if any(ord(ch) < 32 or ord(ch) == 127 for ch in line):
+            raise AgentError("a Slurm option holds a line break or a control character ({!r}): nothing was "
+                             "queued".format(line[:80]), "fix the job file's slurm: section or the host profile's "
+                             "partition, account or qos", "slurm_option")
+    return lines
 
 
 def script(root: Root, job: JobDir, spec: JobSpec) -> str:

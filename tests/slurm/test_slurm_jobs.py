@@ -311,12 +311,14 @@ def test_what_the_partition_cannot_give_is_refused_naming_the_limit(slurm_login:
     for name, extra, said in (("long", {"slurm": {"partition": "small", "time": "2h"}}, "allows at most"),
                               ("wide", {"slurm": {"partition": "small"}, "nodes": 2, "launcher": "torchrun"},
                                "gives at most 1"),
-                              ("gpu", {"gpus": 1}, "has no GPUs")):
+                              ("gpu", {"gpus": 1}, "has no GPUs"),
+                              # an option never becomes a command of the batch script
+                              ("inject", {"slurm": {"sbatch": ["--exclusive\ntouch /tmp/gj-injected"]}}, "line break")):
         r = run_cli("submit", str(_job(tmp_path, name, **extra)), "--host", slurm_login.host)
         out = r.stderr + r.stdout
         assert r.returncode != 0 and said in out and "nothing was queued" in out and "Traceback" not in out, out
     assert not slurm_login.cluster.run("squeue", "-h").stdout.strip()
-    assert not list(slurm_login.shared.glob("jobs/*-*"))
+    assert not list(slurm_login.shared.glob("jobs/*-*")) and not Path("/tmp/gj-injected").exists()
 
 
 def test_a_job_cancelled_in_slurm_outside_gpujob_reads_stopped_saying_so(slurm_login: SlurmLogin,
