@@ -12,12 +12,15 @@ from remote.core.liveness import SlurmVerdict
 from remote.core.protocol import TERMINAL
 from remote.stopping import after
 
+ACT_MARGIN = 30.0  # s past the job's stop grace a supervisor gets to write its end before scancel
 CANCEL_WAIT = 60.0  # s for Slurm to end what is left once scancel'd (its KillWait, 30 s by default, and more)
 
 
 def stop(job: JobDir, verdict: SlurmVerdict, wait: float, reason: str, after_checkpoint: Optional[float],
          write: Callable[[JobDir, Mapping[str, object], Optional[Mapping[str, object]]], bool]) -> None:
     """Stop ``job`` (its record judged as ``verdict``), waiting up to ``wait`` s for its supervisor."""
+    if after_checkpoint is None:  # its supervisor needs the grace; past it (a frozen one), scancel ends it
+        wait = min(wait, job.job_spec().stop.grace + ACT_MARGIN)
     deadline = time.monotonic() + wait
     st = verdict.record
     running = verdict.slurm is not None and verdict.slurm.running and st.state not in TERMINAL
