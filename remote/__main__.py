@@ -26,9 +26,10 @@ VERBS = {
     "serve": "serve.serve", "run": "jobs.run", "doctor": "host.doctor", "bench": "host.bench",
     "notify_lost": "jobs.notify_lost", "adopt": "jobs.adopt", "moved": "jobs.moved", "pulled": "jobs.pulled",
     "rm": "cleanup.rm", "gc": "cleanup.gc_verb", "authkeys": "host.authkeys",
-    "idle_shutdown": "host.idle_shutdown", "idle_watch": "host.idle_watch",
+    "idle_shutdown": "host.idle_shutdown", "idle_watch": "host.idle_watch", "exec": "execute.exec_job",
 }
-STREAMING = {"send", "logs", "serve", "range_serve"}  # range_serve: its stdout may be gone at the end
+# range_serve: its stdout may be gone at the end; exec: its handler writes its first line, then becomes the command
+STREAMING = {"send", "logs", "serve", "range_serve", "exec"}
 
 
 def handler(verb: str) -> Callable[[Root, argparse.Namespace], Any]:
@@ -199,6 +200,11 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
     s.add_argument("--job-run", help="the program a job's run: starts (doctor --job)")
     s.add_argument("--job-python", help="the job's python:")
     s.add_argument("--job-setup", action="store_true", help="the job has setup: (it may install the interpreter)")
+    s.add_argument("--slurm", action="store_true", help="the login node of a Slurm cluster: check the cluster too")
+    s.add_argument("--partition", help="Slurm: the profile's partition (default: the cluster's)")
+    s.add_argument("--account")
+    s.add_argument("--qos")
+    s.add_argument("--slurm-wait", type=float, default=60.0, help="s a test job may wait to start (then: busy)")
     s = sub.add_parser("bench", help="the preflight: GPU, memory and disk rates, ECC/Xid, versions (remote/host/bench.py)")
     s.add_argument("--data-disk")
     s.add_argument("--path-prefix", default="")
@@ -225,6 +231,11 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
     s = sub.add_parser("idle_watch")
     s.add_argument("--minutes", type=float, required=True)
     s.add_argument("--poll", type=float, default=30.0)
+    s = sub.add_parser("exec", help="a command (or a shell) where a job runs, in its folder and environment")
+    s.add_argument("--job", required=True)
+    s.add_argument("--command", help="a shell line")
+    s.add_argument("--shell", action="store_true", help="an interactive shell instead (a terminal's)")
+    s.add_argument("--check", action="store_true", help="say where it would run; run nothing")
     return p
 
 

@@ -12,9 +12,9 @@ import shlex
 
 # positional arguments by what they name; a command not listed takes files
 JOB_COMMANDS = {"status", "tail", "stop", "resume", "move", "guard", "pull", "plot", "rm", "compare", "rerun"}
-HOST_COMMANDS = {"doctor", "agent-log", "exec", "ssh", "gc", "host set", "host rm", "host trust", "host disconnect",
+HOST_COMMANDS = {"doctor", "agent-log", "ssh", "gc", "host set", "host rm", "host trust", "host disconnect",
                  "host rekey", "host on", "host off", "host state"}
-JOB_OR_HOST = {"tunnel"}
+JOB_OR_HOST = {"tunnel", "exec"}
 NO_POSITIONAL = {"ls", "cost", "host ls", "completion"}
 WORDS_AND_FILES = {"sweep": "status resume"}  # a job file, or one of these verbs
 VALUE_KINDS = {"--host": "hosts", "--to": "hosts"}  # options whose value is a host

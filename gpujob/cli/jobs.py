@@ -276,33 +276,75 @@ def cmd_cost(args: argparse.Namespace) -> int:
         return show(args, c.cost(), lambda res: cost_report(cast(CostSummary, res.to_json())))
 
 
-def _login_output_on_failure(rc: int, text: str, lines: int = 20) -> None:
+def _login_output_on_failure(rc: int, text: str, heading: str = "(the host's login files printed, before the "
+                             "command ran:)", lines: int = 20) -> None:
     """A failed command's context: what the host's login files printed (a missing conda, a profile
     error), kept out of the command's output, shown on stderr (escapes stripped: host bytes)."""
     from gpujob.ui.neutral import clean
 
     tail = [clean(ln) for ln in text.splitlines() if ln.strip()][-lines:]
     if rc != 0 and tail:
-        sys.stderr.write("(the host's login files printed, before the command ran:)\n" + "\n".join(tail) + "\n")
+        sys.stderr.write(heading + "\n" + "\n".join(tail) + "\n")
 
 
 def cmd_exec(args: argparse.Namespace) -> int:
+    argv = command_after(args, ("--json",), ("--host",))
+    with client(args.host) as c:
+        if not args.host and args.target in {h.name for h in c.hosts.all()} | {"local"}:  # a host, as before
+            return _exec_on_host(c, args, argv)
+        return _exec_in_job(c, args, argv)
+
+
+def _terminal_copy() -> tuple[Any, Any]:
+    """(write, flush) of a command's output: on a terminal colours pass, OSC/DCS strings (clipboard,
+    title) never do, since a host's (or a job's file's) bytes would drive it; a pipe gets them as they are."""
     from gpujob.ui.neutral import TermFilter
+
+    f = TermFilter(raw=True) if sys.stdout.isatty() else None
+    return (lambda b: _copy([f.feed(b) if f else b])), (lambda: _copy([f.flush()]) if f else None)
+
+
+def _exec_on_host(c: Any, args: argparse.Namespace, argv: list[str]) -> int:
     from gpujob.ui.output import print_json
 
-    argv = command_after(args, ("--json",))
-    with client(args.host) as c:
-        if not args.json:
-            # on a terminal: colours pass, OSC/DCS strings (clipboard, title) never do, since a
-            # host's (or a job's file's) bytes would drive it; a pipe gets the bytes as they are
-            f = TermFilter(raw=True) if sys.stdout.isatty() else None
-            try:
-                res = c.exec(argv, on_output=lambda b: _copy([f.feed(b) if f else b]))
-            finally:
-                if f:
-                    _copy([f.flush()])
-            _login_output_on_failure(res.exit_code, res.login_output)
-            return res.exit_code
-        res = c.exec(argv)
-        print_json(res.to_json())
+    if not args.json:
+        write, flush = _terminal_copy()
+        try:
+            res = c.exec(argv, host=args.target, on_output=write)
+        finally:
+            flush()
+        _login_output_on_failure(res.exit_code, res.login_output)
         return res.exit_code
+    res = c.exec(argv, host=args.target)
+    print_json(res.to_json())
+    return res.exit_code
+
+
+def _exec_in_job(c: Any, args: argparse.Namespace, argv: list[str]) -> int:
+    """``exec JOB``: where the job runs (its node on a Slurm host), in its folder and environment."""
+    from gpujob.ui.output import print_json
+    from gpujob.usecases.jobs import execjob
+
+    name = execjob.job_host(args.target, args.host, None if args.host else c.job(args.target).host)
+    agent = c.agent(name)
+    if not argv:
+        if args.json:
+            raise GpujobError("exec JOB --json runs a command: an interactive shell has no JSON",
+                              f"gpujob exec {args.target} --json -- CMD")
+        from gpujob.usecases.hosts.shell import hand_over
+
+        plan, _ = execjob.shell_plan(agent, c.hosts.get(name), args.target)
+        c.close()  # the terminal goes to OpenSSH: gpujob's own connection is not needed
+        hand_over(plan)  # not returning: ssh -t (or the local shell) replaces this process
+    if args.json:
+        res = execjob.run_in_job(agent, args.target, argv)
+        print_json(res)
+        return res["exit_code"]
+    write, flush = _terminal_copy()
+    try:
+        res = execjob.run_in_job(agent, args.target, argv, write)
+    finally:
+        flush()
+    _login_output_on_failure(res["exit_code"], res["login_output"], "(the host printed on stderr, apart from "
+                             "the command's output:)")
+    return res["exit_code"]

@@ -76,9 +76,9 @@ def _did_you_mean(message: str) -> str:
 COMMAND_GROUPS = (
     ("start a job", ("init", "data", "submit")),
     ("watch it", ("ls", "status", "tail", "plot", "tunnel", "ui", "cost")),
-    ("act on it", ("stop", "resume", "move", "guard", "pull", "rm")),
+    ("act on it", ("stop", "resume", "move", "guard", "pull", "exec", "rm")),
     ("compare and search (the run ledger)", ("runs", "compare", "rerun", "sweep")),
-    ("hosts", ("host", "doctor", "exec", "ssh", "gc", "agent-log")),
+    ("hosts", ("host", "doctor", "ssh", "gc", "agent-log")),
     ("setup", ("notify", "completion")),
 )
 
@@ -302,9 +302,13 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                    "card's rated figure, memory and host-to-device bandwidth, disk MB/s and inodes, ECC/Xid, "
                    "CUDA/driver/torch; kept in the profile; exit 1 on a warning")
 
-    s = add("exec", cmd_exec, "run one command on a host in the environment jobs get there; exits with its code")
-    s.add_argument("host", metavar="HOST")
-    s.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD", help="the command (one argument: a shell line)")
+    s = add("exec", cmd_exec, "run a command where a job runs (its node, folder and environment; no command: a "
+            "shell there), or on a host as its jobs get it; exits with its code")
+    s.add_argument("target", metavar="JOB|HOST", type=job_ref,
+                   help="a job (where it runs: a Slurm job's node), or a host profile (a command on the host itself)")
+    s.add_argument("--host", help="the job's host (default: where it was submitted)")
+    s.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD",
+                   help="the command (one argument: a shell line); none with a JOB: an interactive shell there")
     s = add("ssh", cmd_ssh, "an interactive shell on a host (OpenSSH with gpujob's key; a Host gpujob-NAME entry "
             "in ~/.ssh/config)")
     s.add_argument("host", metavar="HOST")

@@ -5,12 +5,15 @@ the lost notice) calls :func:`liveness` and reads its :class:`Verdict`; nothing 
 """
 
 import os
-from typing import Dict, List, Optional
+from typing import TYPE_CHECKING, Dict, List, Optional
 
-from remote.core import locks, procs, slurmq
+from remote.core import locks, procs
 from remote.core.jobrecord import JobRecord
 from remote.core.layout import JobDir, now
 from remote.core.protocol import LOST, PENDING, TERMINAL
+
+if TYPE_CHECKING:  # the Slurm client (subprocess, shutil) loads only when a Slurm job is judged
+    from remote.core.slurmq import SlurmJob
 
 
 def stale_after() -> float:
@@ -127,7 +130,7 @@ class SlurmVerdict(Verdict):
         self.rebooted = False
         self.slurm_id = record.slurm_job or ""
         self._asked = False
-        self._slurm = None  # type: Optional[slurmq.SlurmJob]
+        self._slurm = None  # type: Optional[SlurmJob]
         self._error = None  # type: Optional[str]
         self._locked, self._left = False, []
 
@@ -135,13 +138,15 @@ class SlurmVerdict(Verdict):
         """Slurm's word, asked once and only when a question needs it (an ended record's does not)."""
         if not self._asked:
             self._asked = True
+            from remote.core import slurmq
+
             try:
                 self._slurm = slurmq.job(self.slurm_id)
             except slurmq.SlurmError as e:  # the controller is away: the record's word stands, said as such
                 self._error = e.message
 
     @property
-    def slurm(self) -> Optional[slurmq.SlurmJob]:
+    def slurm(self) -> "Optional[SlurmJob]":
         self._ask()
         return self._slurm
 
@@ -166,7 +171,9 @@ class SlurmVerdict(Verdict):
             return PENDING
         if self.slurm is not None and self.slurm.running:
             return self.recorded
-        ended = slurmq.ENDED_AS.get(self.slurm.state) if self.slurm is not None else None
+        from remote.core.slurmq import ENDED_AS
+
+        ended = ENDED_AS.get(self.slurm.state) if self.slurm is not None else None
         return ended[0] if ended else LOST
 
     @property
@@ -187,7 +194,9 @@ class SlurmVerdict(Verdict):
             return self.record.lost_reason
         if self.slurm is None:
             return "Slurm no longer knows job {} and its agent wrote no end".format(self.slurm_id)
-        ended = slurmq.ENDED_AS.get(self.slurm.state)
+        from remote.core.slurmq import ENDED_AS
+
+        ended = ENDED_AS.get(self.slurm.state)
         return ended[1] if ended else "Slurm job {} ended ({}) before its agent wrote the end".format(
             self.slurm_id, self.slurm.state)
 

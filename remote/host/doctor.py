@@ -18,6 +18,7 @@ from typing import Dict, List, Mapping, Optional, TypedDict
 from remote import AGENT_PROTOCOL
 from remote.core import layout
 from remote.core.layout import Root, tail_lines
+from remote.slurm import doctor as slurm_doctor
 
 TORCH_PROBE = r"""
 import json, sys
@@ -215,12 +216,15 @@ def disk(path: Optional[str]) -> DiskInfo:
 
 
 def report(root: Root, data_disk: Optional[str] = None, turbo_file: Optional[str] = None, path_prefix: str = "",
-           torch_timeout: float = 60.0, job: Optional[Mapping[str, object]] = None) -> Mapping[str, object]:
+           torch_timeout: float = 60.0, job: Optional[Mapping[str, object]] = None,
+           slurm: Optional[Mapping[str, Optional[str]]] = None, slurm_wait: float = 60.0) -> Mapping[str, object]:
     """Every field, null when unknown.
 
     Python and torch are those of the newest job's interpreter (its ``python:`` and PATH, kept
     in env.json) when a job has run here: what jobs actually run, not the bare login shell's.
     ``job`` ({run, python, setup}): that job's interpreter, resolved as its submit would.
+    ``slurm`` ({partition, account, qos}): this is a Slurm cluster's login node; its ``slurm`` part
+    (remote/slurm/doctor.py) checks the cluster, a test job waiting at most ``slurm_wait`` s to start.
     """
     from remote.env import jobenv
 
@@ -270,4 +274,6 @@ def report(root: Root, data_disk: Optional[str] = None, turbo_file: Optional[str
         "root": str(root.root),
         "envs": sorted(p.name[:-3] for p in root.envs.glob("*.ok")) if root.envs.is_dir() else [],
         "agent_log_tail": tail_lines(root.agent_log, 10),
+        "slurm": None if slurm is None else slurm_doctor.report(root, slurm.get("partition"), slurm.get("account"),
+                                                              slurm.get("qos"), slurm_wait),
     }

@@ -55,7 +55,8 @@ def doctor(root: Root, a: argparse.Namespace) -> Mapping[str, object]:
     job = None
     if a.job_run is not None or a.job_python is not None:
         job = {"run": a.job_run or "", "python": a.job_python or "", "setup": a.job_setup}
-    return host_doctor.report(root, a.data_disk, a.turbo_file, a.path_prefix, a.torch_timeout, job)
+    slurm = {"partition": a.partition, "account": a.account, "qos": a.qos} if a.slurm else None
+    return host_doctor.report(root, a.data_disk, a.turbo_file, a.path_prefix, a.torch_timeout, job, slurm, a.slurm_wait)
 
 
 def bench(root: Root, a: argparse.Namespace) -> Mapping[str, object]:

@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from gpujob.config.spec import JobSpec
 
 LOW_DISK = 5 * 1024**3  # below this free, a checkpoint or a pip install may not fit
+SLURM_WAIT = 60.0  # s the shared-root test job may wait for a node; longer: "the partition is busy"
+SLURM_CLIENTS = ("sbatch", "squeue", "scontrol", "srun", "sinfo", "scancel")  # what gpujob runs on the login node
 LEVELS = ("ok", "warn", "error")
 
 
@@ -29,6 +31,14 @@ class Check:
     level: str  # ok | warn | error
     message: str
     remedy: str = ""
+
+
+def slurm_wait() -> float:
+    """Seconds the shared-root test job may wait for a node: ``GPUJOB_DOCTOR_SLURM_WAIT``, else SLURM_WAIT."""
+    try:
+        return min(max(float(os.environ.get("GPUJOB_DOCTOR_SLURM_WAIT") or SLURM_WAIT), 1.0), 3600.0)
+    except ValueError:
+        return SLURM_WAIT
 
 
 def gib(n: int | None) -> str:
@@ -50,7 +60,14 @@ def run_doctor(agent: Agent, host: Host, torch_timeout: float = 60.0, job: JobSp
     prefix = host.env.get("GPUJOB_PATH_PREFIX") or (os.environ.get("PATH", "") if host.kind == LOCAL else "")
     if prefix:  # on local, jobs get this PATH (submit sends it), so the venv gpujob runs from is theirs
         args += ["--path-prefix", prefix]
-    rep = agent.call("doctor", args, timeout=torch_timeout + 120)
+    timeout = torch_timeout + 120
+    if host.slurm:  # the cluster too: its test job may wait for a node (GPUJOB_DOCTOR_SLURM_WAIT s)
+        wait = slurm_wait()
+        args += ["--slurm", "--slurm-wait", f"{wait:g}"]
+        for flag, value in (("--partition", host.partition), ("--account", host.account), ("--qos", host.qos)):
+            args += [flag, value] if value else []
+        timeout += wait + 60
+    rep = agent.call("doctor", args, timeout=timeout)
     rep["host"] = host.name
     rep["preset"] = host.preset
     try:
@@ -125,7 +142,10 @@ def checks(r: dict[str, Any], host: Host) -> list[Check]:
     gpus = nv.get("gpus") or []
     if t.get("version"):
         devs = ", ".join(t.get("devices") or []) or "none"
-        if t.get("cuda_available"):
+        if host.slurm and not t.get("cuda_available"):  # a login node: the GPUs are the compute nodes'
+            out.append(Check("torch", "ok", f"torch {t['version']} (CUDA {t.get('cuda')}) on the login node; "
+                             "the GPUs are the compute nodes' (node gpus below)"))
+        elif t.get("cuda_available"):
             out.append(Check("torch", "ok", f"torch {t['version']} (CUDA {t.get('cuda')}), cuda available: {devs}"))
         elif gpus:
             out.append(Check("torch", "error", f"torch {t['version']} (CUDA {t.get('cuda')}) cannot use the GPU "
@@ -138,7 +158,10 @@ def checks(r: dict[str, Any], host: Host) -> list[Check]:
     else:
         out.append(Check("torch", "warn", f"torch not importable with {t.get('python')}: {t.get('error') or 'not installed'}",
                          "pick an image with PyTorch, or add torch to requirements: (python: venv reuses the image's)"))
-    if gpus:
+    if host.slurm:
+        out.append(Check("gpu", "ok", f"skipped: {host.name} is a Slurm login node; jobs get the compute nodes' "
+                         "GPUs (node gpus below)"))
+    elif gpus:
         names = ", ".join(f"{g['index']}: {g['name']} {gib(int((g.get('memory_total_mib') or 0) * 1024**2))}" for g in gpus)
         out.append(Check("gpu", "ok", f"driver {nv.get('driver')} (CUDA {nv.get('cuda')}); {names}"))
     else:
@@ -151,6 +174,10 @@ def checks(r: dict[str, Any], host: Host) -> list[Check]:
     disks = r.get("disks") or {}
     for key, label in (("system", "system disk /"), ("data", "data disk"), ("root", "gpujob root")):
         d = disks.get(key) or {}
+        if key == "data" and host.slurm:
+            out.append(Check("disk:data", "ok", "skipped: a login node has no instance data disk; jobs write "
+                             "under gpujob's root, which the compute nodes share (shared root below)"))
+            continue
         if key == "data" and not d.get("path"):
             level = "warn" if host.preset in ("autodl", "vast", "runpod") else "ok"
             out.append(Check("disk:data", level, "no data disk found",
@@ -164,7 +191,7 @@ def checks(r: dict[str, Any], host: Host) -> list[Check]:
         else:
             out.append(Check(f"disk:{key}", "ok", msg))
     sysd, rootd = disks.get("system") or {}, disks.get("data") or {}
-    if rootd.get("path") and r.get("root") and not str(r["root"]).startswith(str(rootd["path"])):
+    if not host.slurm and rootd.get("path") and r.get("root") and not str(r["root"]).startswith(str(rootd["path"])):
         out.append(Check("root", "warn", f"gpujob's root {r['root']} is not on the data disk {rootd['path']}",
                          f"move it: gpujob host set {host.name} --root {rootd['path']}/gpujob"))
     del sysd
@@ -188,6 +215,9 @@ def checks(r: dict[str, Any], host: Host) -> list[Check]:
             out.append(Check("platform", "ok", msg))
     else:
         out.append(Check("platform", "ok", f"{pl.get('name')} (profile preset {host.preset})"))
+    if host.slurm:
+        out.append(Check("power", "ok", "skipped: gpujob never powers a Slurm login node on or off (no idle watcher)"))
+        out += slurm_checks(r.get("slurm"), host)
     tail = r.get("agent_log_tail") or []
     errors = [line for line in tail if "crashed" in line or "failed" in line or "Traceback" in line]
     if errors:
@@ -195,4 +225,105 @@ def checks(r: dict[str, Any], host: Host) -> list[Check]:
                          f"read {r.get('root')}/agent.log on the instance"))
     else:
         out.append(Check("agent log", "ok", f"{len(tail)} recent line(s), no errors"))
+    return out
+
+
+def slurm_checks(s: dict[str, Any] | None, host: Host) -> list[Check]:
+    """The cluster as its login node sees it (the report's ``slurm``, remote/slurm/doctor.py)."""
+    if not s:
+        return [Check("slurm", "error", "the agent did not check the cluster", f"gpujob doctor {host.name} again")]
+    clients = s.get("clients") or {}
+    missing = [c for c in SLURM_CLIENTS if not clients.get(c)]
+    if missing:
+        out = [Check("slurm", "error", f"Slurm's client is not on the login node's PATH: {', '.join(missing)} missing",
+                     "install it on the login node (Debian: apt install slurm-client), or put its folder on the PATH "
+                     "there (~/.bashrc: gpujob's commands run in a non-interactive ssh session)")]
+    else:
+        out = [Check("slurm", "ok", f"Slurm's client: {', '.join(SLURM_CLIENTS)} ({clients.get('sbatch')})")]
+    ctl = s.get("controller")
+    if ctl is None:
+        return out + [Check("slurm ctld", "error", "not checked: scontrol is missing", "install Slurm's client first")]
+    if not ctl.get("up"):
+        return out + [Check("slurm ctld", "error", f"Slurm's controller does not answer (scontrol ping: "
+                            f"{ctl.get('said') or 'no answer'})", "nothing can be queued until it does: try again "
+                            "later; ask the cluster's admins if it stays down")]
+    out.append(Check("slurm ctld", "ok", f"scontrol ping: {ctl.get('said')}"))
+    part = s.get("partition") or {}
+    known = ", ".join(part.get("partitions") or []) or "none"
+    fix = f"name one of them: gpujob host set {host.name} --partition NAME"
+    if not part.get("found"):
+        if part.get("error"):
+            return out + [Check("partition", "error", f"the partitions could not be listed: {part['error']}",
+                                f"gpujob doctor {host.name} again")]
+        if part.get("asked"):
+            return out + [Check("partition", "error", f"Slurm has no partition {part['asked']!r} (its partitions: "
+                                f"{known}): every submit would be refused", fix)]
+        return out + [Check("partition", "error", f"the profile names no partition and the cluster has no default "
+                            f"one (its partitions: {known})", fix)]
+    name, state = part.get("name"), part.get("state") or "?"
+    which = "" if part.get("asked") else " (the cluster's default)"
+    nodes = part.get("nodes") or []
+    msg = f"{name}{which}: {state}, {len(nodes)} node(s); partitions: {known}"
+    out.append(Check("partition", "ok", msg) if state == "UP" else Check(
+        "partition", "warn", msg, f"jobs wait while it is {state}: ask the cluster's admins, or {fix}"))
+    with_gpus = [n for n in nodes if n.get("gpus")]
+    if with_gpus:
+        shown = ", ".join(f"{n.get('node')} {n.get('gres')}" for n in with_gpus[:8])
+        more = f" and {len(with_gpus) - 8} more" if len(with_gpus) > 8 else ""
+        out.append(Check("node gpus", "ok", f"{len(with_gpus)} of {len(nodes)} node(s) with GPUs (gres): {shown}{more}"))
+    else:
+        out.append(Check("node gpus", "warn", f"no GPUs (gres gpu) on partition {name}'s nodes: a job asking for "
+                         "gpus: N is refused at submit", f"for GPU jobs pick a partition with GPUs (sinfo -o '%P %G'): "
+                         f"gpujob host set {host.name} --partition NAME"))
+    default = part.get("default_time") or ""
+    said = f" (default {default})" if default and default not in ("NONE", "n/a") else ""
+    out.append(Check("time limit", "ok", f"at most {part.get('max_time') or '?'} per job on {name}{said}; a job "
+                     "requeues itself at its slurm: time and resumes from its checkpoint"))
+    for kind in ("account", "qos"):
+        a = s.get(kind)
+        if not a:
+            continue
+        label = "QOS" if kind == "qos" else kind
+        if not a.get("checked"):
+            out.append(Check(kind, "warn", f"{label} {a.get('name')}: not checked ({a.get('why')})",
+                             "a wrong one is refused by sbatch at submit, naming it"))
+        elif a.get("found"):
+            out.append(Check(kind, "ok", f"{label} {a.get('name')} is among this user's associations"))
+        else:
+            theirs = ", ".join(a.get("known") or []) or "none"
+            out.append(Check(kind, "error", f"Slurm's accounting has no {label} {a.get('name')!r} for this user "
+                             f"(theirs: {theirs}): every submit would be refused",
+                             f"gpujob host set {host.name} --{kind} NAME (one of theirs; '' clears it)"))
+    out += _shared_checks(s.get("shared"), host, str(name))
+    return out
+
+
+def _shared_checks(sh: dict[str, Any] | None, host: Host, partition: str) -> list[Check]:
+    """gpujob's root seen from a compute node (a test job read a file written here), and the agent's Python there."""
+    if not sh:
+        return [Check("shared root", "warn", "not checked: srun is missing on the login node", "install Slurm's client")]
+    outcome = sh.get("outcome")
+    if outcome == "busy":
+        return [Check("shared root", "warn", f"not checked: the partition is busy (a one-minute test job found no "
+                      f"node within {sh.get('wait') or slurm_wait():g} s)",
+                      f"gpujob doctor {host.name} again when {partition} has a node free (sinfo -p {partition})")]
+    if outcome == "refused":
+        return [Check("shared root", "error", f"srun refused a one-minute test job on {partition}: {sh.get('said')}",
+                      f"fix what Slurm names (gpujob host set {host.name} --partition/--account/--qos): a job is "
+                      "refused the same way")]
+    node = sh.get("node") or "?"
+    if outcome != "ok":
+        return [Check("shared root", "error", f"compute node {node} cannot read gpujob's root {sh.get('root')} "
+                      f"({sh.get('said')}): a job there would find neither its code nor its checkpoints",
+                      f"put the root on the file system the nodes share (home, /scratch): gpujob host set "
+                      f"{host.name} --root /SHARED/PATH/gpujob")]
+    out = [Check("shared root", "ok", f"{sh.get('root')} is the same on compute node {node} (a test job read a "
+                 "file written here)")]
+    if sh.get("python_ok"):
+        out.append(Check("node python", "ok", f"the agent's {sh.get('python')} starts on {node}"))
+    else:
+        out.append(Check("node python", "error", f"the agent's {sh.get('python')} does not start on compute node "
+                         f"{node}: the batch script runs the agent with it there",
+                         "install the same Python on the nodes, or set agent_python in the host profile to one "
+                         "on the shared file system"))
     return out
