@@ -85,14 +85,15 @@ def str_list(ctx: Collector, path: tuple, value: Any) -> list[str]:
 
 
 def duration(ctx: Collector, path: tuple, value: Any, default: float | None, top: float) -> float | None:
-    """A duration from 0 to ``top`` (30 days), else an error and ``default``."""
+    """A duration from 0 to ``top`` (seconds: 30 days for most), else an error and ``default``."""
     try:
         seconds = import_remote("core.protocol").parse_duration(value)
     except ValueError as e:
         ctx.err(path, str(e))
         return default
     if not 0 <= seconds <= top:
-        ctx.err(path, f"{short(value)} is out of range: expected 0s to 30d")
+        ctx.err(path, f"{short(value)} is out of range: expected 0s to "
+                      f"{f'{top / 86400:g}d' if top >= 86400 else f'{top:g}s'}")
         return default
     return seconds
 

@@ -18,7 +18,8 @@ NAME_PREFIX = "gpujob:"  # squeue's NAME column: gpujob's job id after it
 
 
 def gres_gpus(spec: JobSpec) -> int:
-    """The GPUs per node the job asks Slurm for (``gpus: N``; ``all``/``auto``/none: none asked)."""
+    """The GPUs per node ``gpus: N`` asks for (0: none, or ``all``/``auto``, which the partition resolves:
+    remote/slurm/submit.py ``check``)."""
     g = spec.gpus
     if isinstance(g, int):
         return g
@@ -37,15 +38,14 @@ def time_limit(seconds: float) -> str:
     return str(max(1, int(math.ceil(seconds / 60.0))))
 
 
-def directives(job: JobDir, spec: JobSpec) -> List[str]:
-    """The job's sbatch options, one per line, in the order a reader checks them."""
+def directives(job: JobDir, spec: JobSpec, gpus: int) -> List[str]:
+    """The job's sbatch options, one per line, in the order a reader checks them; ``gpus`` per node."""
     sl = spec.slurm
     out = ["--job-name={}{}".format(NAME_PREFIX, job.id),
            "--output={}".format(job.supervisor_log), "--open-mode=append",
            "--requeue",  # a preemption or a node failure queues it again (the supervisor resumes it)
            "--signal=B:{}@{}".format(WARN_SIGNAL, warn_seconds(spec)),
            "--nodes={}".format(sl.nodes), "--ntasks-per-node=1"]
-    gpus = gres_gpus(spec)
     if gpus:
         out.append("--gres=gpu:{}".format(gpus))
     for flag, value in (("partition", sl.partition), ("account", sl.account), ("qos", sl.qos),
@@ -67,11 +67,11 @@ def directives(job: JobDir, spec: JobSpec) -> List[str]:
     return lines
 
 
-def script(root: Root, job: JobDir, spec: JobSpec) -> str:
+def script(root: Root, job: JobDir, spec: JobSpec, gpus: int) -> str:
     """The batch script: directives, then the supervisor in place of the shell (``exec``), so Slurm's
     signals (the time-limit warning to the batch shell, a requeue's SIGTERM) reach it."""
     lines = ["#!/bin/sh", "# gpujob: job {} (written at submit; Slurm runs it again after a requeue)".format(job.id)]
-    lines += ["#SBATCH {}".format(d) for d in directives(job, spec)]
+    lines += ["#SBATCH {}".format(d) for d in directives(job, spec, gpus)]
     lines += ["export PYTHONPATH={}".format(shlex.quote(str(layout.AGENT_DIR))),
               "cd {} || exit 1".format(shlex.quote(str(root.root))),
               "exec {} -m remote --root {} run {}".format(shlex.quote(sys.executable), shlex.quote(str(root.root)),

@@ -3,7 +3,7 @@ cannot be met), then one ``sbatch --parsable`` of the job's batch script (remote
 
 import os
 import re
-from typing import Dict, List, Optional
+from typing import List, Optional
 
 from remote.core import slurmq
 from remote.core.errors import AgentError
@@ -45,10 +45,11 @@ def _node_gpus(partition: str) -> List[int]:
     return out
 
 
-def check(spec: JobSpec) -> Dict[str, str]:
+def check(spec: JobSpec) -> int:
     """Refuse what the cluster cannot give, before anything is made: an unknown partition, more nodes,
     GPUs or time than it has. Slurm's controller away or no Slurm client: refused too (SlurmError).
-    Returns the partition's fields."""
+    Returns the GPUs per node to ask for: ``gpus: N``; ``all`` a node's every GPU; ``auto`` the same,
+    or none on a partition without GPUs (the CPU, as ``auto`` means on an instance)."""
     sl = spec.slurm
     part = slurmq.partition(sl.partition)
     if part is None:
@@ -72,14 +73,20 @@ def check(spec: JobSpec) -> Dict[str, str]:
             _said(sl.time), name, part.get("MaxTime")), "lower slurm: time: in the job file (the job "
             "requeues itself at the limit and resumes from its checkpoint), or pick another partition", "slurm_time")
     gpus = batch.gres_gpus(spec)
-    if gpus:
+    if spec.gpus in ("all", "auto"):
+        gpus = max(_node_gpus(name) or [0])
+        if not gpus and spec.gpus == "all":
+            raise AgentError("gpus: all, and partition {} has no GPUs (no gres gpu on its nodes): nothing was "
+                             "queued".format(name), "pick a partition with GPUs (sinfo -o '%P %G'), or gpus: auto "
+                             "to run on the CPU where there are none", "slurm_gpus")
+    elif gpus:
         have = _node_gpus(name)
         if max(have or [0]) < gpus:
             raise AgentError("the job asks for {} GPU(s) per node; partition {} {}: nothing was queued".format(
                 gpus, name, "has no GPUs (no gres gpu on its nodes)" if not any(have) else
                 "has at most {} per node".format(max(have))),
                 "lower gpus: in the job file, or pick a partition with GPUs (sinfo -o '%P %G')", "slurm_gpus")
-    return part
+    return gpus
 
 
 def _said(seconds: float) -> str:
@@ -87,11 +94,11 @@ def _said(seconds: float) -> str:
     return "{}h{:02d}m".format(h, m) if h else "{}m".format(m)
 
 
-def queue(root: Root, job: JobDir, spec: JobSpec) -> str:
-    """Write the job's batch script and ``sbatch`` it; Slurm's job id. A refusal (an unknown account or
+def queue(root: Root, job: JobDir, spec: JobSpec, gpus: int) -> str:
+    """Write the job's batch script (``gpus`` per node: :func:`check`'s) and ``sbatch`` it; Slurm's job id. A refusal (an unknown account or
     QOS, a limit) is a SlurmError with sbatch's own words: nothing was queued."""
     path = job.path / SCRIPT
-    path.write_text(batch.script(root, job, spec))
+    path.write_text(batch.script(root, job, spec, gpus))
     os.chmod(str(path), 0o755)
     p = slurmq.command("sbatch", "--parsable", str(path), check=False)
     if p.returncode != 0:

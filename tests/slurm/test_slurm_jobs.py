@@ -312,6 +312,7 @@ def test_what_the_partition_cannot_give_is_refused_naming_the_limit(slurm_login:
                               ("wide", {"slurm": {"partition": "small"}, "nodes": 2, "launcher": "torchrun"},
                                "gives at most 1"),
                               ("gpu", {"gpus": 1}, "has no GPUs"),
+                              ("allgpus", {"gpus": "all"}, "has no GPUs"),
                               # an option never becomes a command of the batch script
                               ("inject", {"slurm": {"sbatch": ["--exclusive\ntouch /tmp/gj-injected"]}}, "line break")):
         r = run_cli("submit", str(_job(tmp_path, name, **extra)), "--host", slurm_login.host)

@@ -3,6 +3,7 @@ platform; apply the settings both take (the idle-shutdown watcher is installed o
 
 from __future__ import annotations
 
+import dataclasses
 import getpass
 import json
 import shlex
@@ -155,6 +156,7 @@ def add_host(
         raise HostError(f"host {name!r} exists", f"change it with gpujob host set {name} --ssh \"...\", or add --force")
     fields = parse_ssh_target(ssh_line)
     host = Host(name=name, **fields)
+    settle(dataclasses.replace(host), settings or {})  # a refused combination saves nothing
     if identity:
         host.identity_file = identity
     host.preset = preset or detect_preset(host.hostname)
@@ -203,7 +205,7 @@ def add_host(
             host.region = region or None  # the instance said it: nothing in it may reach a file or a terminal
             if on_detect:
                 on_detect(host, found)
-    if host.shutdown_command is None:
+    if host.shutdown_command is None and (settings or {}).get("slurm") != "true":  # a login node is never powered off
         host.shutdown_command = PRESETS[host.preset]["shutdown_command"]
     store.save(host, new=not force)  # another `host add` of this name may have saved it meanwhile
     change = HostChange(host, same_as=same_instance(host, store))
@@ -278,6 +280,18 @@ def update_host(
 def apply_settings(host: Host, settings: Mapping[str, str | None], store: HostStore) -> IdleShutdown | None:
     """Apply ``settings`` (the command line's texts: None not given, "" clears) to ``host`` (not saved);
     the idle watcher, when ``idle_shutdown`` is among them."""
+    settle(host, settings)
+    text = settings.get("idle_shutdown")
+    if text is None:
+        return None
+    idle = set_idle_shutdown(host, text, store)
+    host.idle_shutdown = None if text.strip().lower() in _OFF else text  # the instance revives its watcher after a reboot
+    return idle
+
+
+def settle(host: Host, settings: Mapping[str, str | None]) -> None:
+    """Every setting but the idle watcher applied to ``host``; a combination that cannot hold is refused
+    here, before anything is saved or connected (``host add`` checks on a copy first)."""
     if settings.get("private_address") is not None:
         host.private_address = settings["private_address"] or None
     if settings.get("shutdown_command") is not None:
@@ -288,6 +302,8 @@ def apply_settings(host: Host, settings: Mapping[str, str | None], store: HostSt
             setattr(host, attr, {"true": True, "false": None}.get(val, val) if attr == "network_turbo" else (val or None))
     if (slurm := settings.get("slurm")) is not None:
         host.scheduler = "slurm" if slurm == "true" else None
+        if slurm != "true":  # off: its partition, account and QOS go with it
+            host.partition = host.account = host.qos = None
     for attr in SLURM_SETTINGS:  # "" clears
         if (val := settings.get(attr)) is not None:
             setattr(host, attr, val or None)
@@ -302,12 +318,6 @@ def apply_settings(host: Host, settings: Mapping[str, str | None], store: HostSt
         raise GpujobError(f"{host.name} is a Slurm cluster's login node: gpujob never powers it or a compute "
                           "node off (--shutdown-command, --power-*, --idle-shutdown)",
                           "leave those out; Slurm releases a job's nodes when it ends")
-    text = settings.get("idle_shutdown")
-    if text is None:
-        return None
-    idle = set_idle_shutdown(host, text, store)
-    host.idle_shutdown = None if text.strip().lower() in _OFF else text  # the instance revives its watcher after a reboot
-    return idle
 
 
 def check_power_setting(key: str, value: str) -> None:
