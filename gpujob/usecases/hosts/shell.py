@@ -144,7 +144,7 @@ def run_exec(host: Host, argv: list[str], write: Callable[[bytes], None]) -> tup
             pass
         feeder = None
         if sys.stdin is not None and not sys.stdin.isatty():
-            feeder = threading.Thread(target=_feed, args=(s,), daemon=True)
+            feeder = threading.Thread(target=feed_stdin, args=(s,), daemon=True)
             feeder.start()
         else:
             s.close_stdin()
@@ -168,11 +168,13 @@ def run_exec(host: Host, argv: list[str], write: Callable[[bytes], None]) -> tup
     return rc, profile
 
 
-def _feed(s: Any) -> None:
-    """Our stdin (a pipe or file) to the command's, then EOF."""
+def feed_stdin(s: Any) -> None:
+    """Our stdin (a pipe or file) to the command's, then EOF (``exec HOST`` and ``exec JOB``)."""
+    buf = sys.stdin.buffer
+    read = buf.read1 if hasattr(buf, "read1") else buf.read  # a pipe's bytes as they come
     try:
         while True:
-            data = sys.stdin.buffer.read1(65536) if hasattr(sys.stdin.buffer, "read1") else sys.stdin.buffer.read(65536)
+            data = read(65536)
             if not data:
                 break
             s.stdin.write(data)

@@ -20,7 +20,7 @@ from typing import Any, Callable, TypedDict
 from gpujob.config.hosts import LOCAL, Host, HostStore
 from gpujob.errors import ConnectError, GpujobError
 from gpujob.transport.agent import Agent
-from gpujob.usecases.hosts.shell import SshPlan, command_text, ssh_plan
+from gpujob.usecases.hosts.shell import SshPlan, command_text, feed_stdin, ssh_plan
 
 # srun repeats a failed task's exit status in words; the status itself is passed through
 _SRUN_EXIT = re.compile(r"^srun: error: \S+: task \d+: Exited with exit code \d+$")
@@ -50,7 +50,7 @@ def run_in_job(agent: Agent, ref: str, argv: list[str], write: Callable[[bytes],
                               again="run it again: whether the command ran before the cut is unknown")
     try:
         if sys.stdin is not None and not sys.stdin.isatty():
-            threading.Thread(target=_feed, args=(s,), daemon=True).start()
+            threading.Thread(target=feed_stdin, args=(s,), daemon=True).start()
         else:
             s.close_stdin()
         while True:
@@ -69,22 +69,6 @@ def run_in_job(agent: Agent, ref: str, argv: list[str], write: Callable[[bytes],
     return {"job_id": str(doc.get("job_id") or ref), "host": agent.endpoint.name, "node": doc.get("node"),
             "slurm_job": doc.get("slurm_job"), "cwd": str(doc.get("cwd") or ""), "command": text, "exit_code": rc,
             "output": b"".join(chunks).decode("utf-8", "replace"), "login_output": said}
-
-
-def _feed(s: Any) -> None:
-    """Our stdin (a pipe or file) to the command's, then EOF."""
-    buf = sys.stdin.buffer
-    read = buf.read1 if hasattr(buf, "read1") else buf.read  # a pipe's bytes as they come
-    try:
-        while True:
-            data = read(65536)
-            if not data:
-                break
-            s.stdin.write(data)
-            s.stdin.flush()
-    except (OSError, ValueError):
-        pass
-    s.close_stdin()
 
 
 def shell_plan(agent: Agent, host: Host, ref: str) -> tuple[SshPlan, dict[str, Any]]:
