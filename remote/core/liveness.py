@@ -206,7 +206,9 @@ class SlurmVerdict(Verdict):
         if self.slurm_error:
             return {"job": self.slurm_id, "error": self.slurm_error}
         if self.slurm is None:
-            return {"job": self.slurm_id, "state": "UNKNOWN"}
+            from remote.core.slurmq import UNKNOWN
+
+            return {"job": self.slurm_id, "state": UNKNOWN}
         return self.slurm.to_json()
 
 

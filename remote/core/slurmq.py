@@ -19,6 +19,9 @@ from remote.core.errors import AgentError
 
 TIMEOUT = 20.0  # s for one client command (a busy slurmctld answers in well under a second)
 KEEP = 1.0  # s a look is reused
+# Slurm's own state words (never one of gpujob's job states: remote/core/protocol.py)
+ON_A_NODE = "RUNNING"  # its processes run on its nodes now
+UNKNOWN = "UNKNOWN"  # Slurm no longer knows the job
 # Slurm's states in which the job is still Slurm's to run: waiting, starting, running, ending, requeued
 WAITING = ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SPECIAL_EXIT")
 RUNNING = ("RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED")
@@ -31,7 +34,7 @@ ENDED_AS = {
     "FAILED": ("failed", "Slurm ended it: its batch script failed"),
     "PREEMPTED": ("stopped", "preempted by Slurm and not requeued"),
 }
-_MISSING = "the Slurm command {} is not on the login node's PATH"
+MISSING = "the Slurm command {} is not on the login node's PATH"
 
 
 class SlurmError(AgentError):
@@ -50,7 +53,7 @@ class SlurmJob:
     def __init__(self, job_id: str, state: str, reason: str = "", start: Optional[float] = None,
                  nodes: str = "", source: str = "squeue") -> None:
         self.id, self.state, self.reason, self.start, self.nodes, self.source = \
-            job_id, state.split()[0].rstrip("+") if state else "UNKNOWN", reason, start, nodes, source
+            job_id, state.split()[0].rstrip("+") if state else UNKNOWN, reason, start, nodes, source
 
     @property
     def waiting(self) -> bool:
@@ -79,7 +82,7 @@ class SlurmJob:
 def command(*args: str, timeout: float = TIMEOUT, check: bool = True) -> "subprocess.CompletedProcess[str]":
     """Run a Slurm client command; a missing command or a silent controller is a :class:`SlurmError`."""
     if shutil.which(args[0]) is None:
-        raise SlurmError(_MISSING.format(args[0]),
+        raise SlurmError(MISSING.format(args[0]),
                          "install Slurm's client on the login node (Debian: apt install slurm-client), or fix "
                          "the PATH its login shell gets", "slurm_missing")
     try:

@@ -162,8 +162,8 @@ class Slurm:
 
     __slots__ = ("on", "time", "partition", "account", "qos", "constraint", "cpus", "mem", "sbatch", "nodes")
 
-    def __init__(self, doc: Mapping[str, Any]) -> None:
-        profile = table(doc.get("scheduler"))
+    def __init__(self, scheduler: Any, node_count: Any, doc: Mapping[str, Any]) -> None:
+        profile = table(scheduler)
         v = SLURM.read(doc)
         self.on = profile.get("kind") == "slurm"
         self.time: Optional[float] = v["time"]
@@ -174,7 +174,7 @@ class Slurm:
         self.cpus: Optional[int] = v["cpus"]
         self.mem: Optional[str] = v["mem"]
         self.sbatch: List[str] = v["sbatch"]
-        n = number(doc.get("node_count"))
+        n = number(node_count)
         self.nodes = max(1, int(n)) if n is not None else 1
 
 
@@ -204,7 +204,7 @@ class JobSpec:
         self.launcher: str = LAUNCHER_FIELD.read(d)
         self.node = table(d.get("node"))  # {rank, count, master_addr, master_port, rdzv_id} of a multi-node job
         self.nodes: List[str] = [str(x) for x in items(d.get("nodes"))]
-        self.slurm = Slurm(d)
+        self.slurm = Slurm(d.get("scheduler"), d.get("node_count"), d)
         self.retry = Retry(d.get("retry"))
         self.stop = Stop(d)
         self.runtime_auto: bool = RUNTIME.field("auto").read(d)

@@ -59,12 +59,12 @@ def resume(root: Root, job_id: str) -> Mapping[str, object]:
         if on_slurm:  # a new Slurm job: its supervisor must find the record resumed (refused: as it was)
             from remote.slurm import submit as slurm
 
-            gpus = slurm.check(job.job_spec())
+            allotted = slurm.check(job.job_spec())
             before = job.record()
             fresh.drop("slurm_job")  # the ended Slurm job's word must not judge the resumed record
             job.write_record(fresh.update(requeues=0))
             try:
-                fresh.update(slurm_job=slurm.queue(root, job, job.job_spec(), gpus))
+                fresh.update(slurm_job=slurm.queue(root, job, job.job_spec(), allotted))
             except AgentError:
                 job.write_record(before)
                 raise

@@ -76,7 +76,7 @@ def submit(root: Root, request: Dict[str, Any]) -> Dict[str, Any]:
     if spec.slurm.on:  # what the cluster cannot give is refused before anything is made
         from remote.slurm import submit as slurm
 
-        slurm_gpus = slurm.check(spec)
+        allotted = slurm.check(spec)
     project = request.get("project") or spec.name
     code = root.project_code(project)
     from remote.env import interpreter
@@ -120,7 +120,7 @@ def submit(root: Root, request: Dict[str, Any]) -> Dict[str, Any]:
             job.event("submitted")
         if spec.slurm.on:  # Slurm starts the supervisor where it places the job; refused: no job is left
             try:
-                slurm_id = slurm.queue(root, job, job.job_spec(), slurm_gpus)
+                slurm_id = slurm.queue(root, job, job.job_spec(), allotted)
             except AgentError:
                 shutil.rmtree(str(job.path), ignore_errors=True)
                 raise

@@ -107,7 +107,7 @@ def running_in_slurm(job: JobDir, rec: JobRecord) -> Tuple[str, str]:
         raise AgentError("job {} is not running in Slurm (Slurm job {}: {}; gpujob state {})".format(
             job.id, sid, said, rec.state or "unknown"), "its files stay on the cluster: gpujob tail {0} shows its "
             "output, gpujob resume {0} starts it again".format(job.id), NOT_RUNNING)
-    node = step.first_node(now.nodes) if now.state == "RUNNING" else ""
+    node = step.first_node(now.nodes) if now.state == slurmq.ON_A_NODE else ""
     if not node:
         raise AgentError("job {} is {} in Slurm (Slurm job {}), not yet running on a node".format(
             job.id, now.state, sid), "try again in a moment (gpujob status {} says when it runs)".format(job.id),

@@ -65,7 +65,11 @@ class Allocation:
         if not self.warned or self.asked:
             return
         self.asked = True
-        wait = 0.75 * batch.warn_seconds(spec)
+        try:  # the warning's seconds as the batch script asked for them (a job limit shortens it)
+            warned = float(os.environ.get(batch.WARN_ENV) or batch.warn_seconds(spec))
+        except ValueError:
+            warned = float(batch.warn_seconds(spec))
+        wait = 0.75 * warned
         after.request(job, wait, WARNED, ckpt_dir, spec.checkpoint.pattern, pids)
         log_marker("Slurm's time limit is near (job {}): stopping after the next checkpoint (at most {:g} s), "
                    "then requeued".format(self.id, wait))

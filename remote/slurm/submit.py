@@ -3,6 +3,7 @@ cannot be met), then one ``sbatch --parsable`` of the job's batch script (remote
 
 import os
 import re
+import shutil
 from typing import List, Optional
 
 from remote.core import slurmq
@@ -45,12 +46,15 @@ def _node_gpus(partition: str) -> List[int]:
     return out
 
 
-def check(spec: JobSpec) -> int:
+def check(spec: JobSpec) -> batch.Allotted:
     """Refuse what the cluster cannot give, before anything is made: an unknown partition, more nodes,
     GPUs or time than it has. Slurm's controller away or no Slurm client: refused too (SlurmError).
-    Returns the GPUs per node to ask for: ``gpus: N``; ``all`` a node's every GPU; ``auto`` the same,
-    or none on a partition without GPUs (the CPU, as ``auto`` means on an instance)."""
+    Returns the GPUs per node to ask for (``gpus: N``; ``all`` a node's every GPU; ``auto`` the same,
+    or none on a partition without GPUs: the CPU, as ``auto`` means on an instance) and the time limit."""
     sl = spec.slurm
+    if shutil.which("sbatch") is None:
+        raise slurmq.SlurmError(slurmq.MISSING.format("sbatch"), "install Slurm's client on the login node (Debian: "
+                                "apt install slurm-client), or fix the PATH its login shell gets", "slurm_missing")
     part = slurmq.partition(sl.partition)
     if part is None:
         if sl.partition:
@@ -86,7 +90,7 @@ def check(spec: JobSpec) -> int:
                 gpus, name, "has no GPUs (no gres gpu on its nodes)" if not any(have) else
                 "has at most {} per node".format(max(have))),
                 "lower gpus: in the job file, or pick a partition with GPUs (sinfo -o '%P %G')", "slurm_gpus")
-    return gpus
+    return batch.Allotted(gpus, sl.time or _limit_seconds(part.get("DefaultTime", "")) or limit)
 
 
 def _said(seconds: float) -> str:
@@ -94,11 +98,11 @@ def _said(seconds: float) -> str:
     return "{}h{:02d}m".format(h, m) if h else "{}m".format(m)
 
 
-def queue(root: Root, job: JobDir, spec: JobSpec, gpus: int) -> str:
-    """Write the job's batch script (``gpus`` per node: :func:`check`'s) and ``sbatch`` it; Slurm's job id. A refusal (an unknown account or
+def queue(root: Root, job: JobDir, spec: JobSpec, allotted: batch.Allotted) -> str:
+    """Write the job's batch script (what :func:`check` found the partition gives) and ``sbatch`` it; Slurm's job id. A refusal (an unknown account or
     QOS, a limit) is a SlurmError with sbatch's own words: nothing was queued."""
     path = job.path / SCRIPT
-    path.write_text(batch.script(root, job, spec, gpus))
+    path.write_text(batch.script(root, job, spec, allotted.gpus, allotted.limit))
     os.chmod(str(path), 0o755)
     p = slurmq.command("sbatch", "--parsable", str(path), check=False)
     if p.returncode != 0:

@@ -26,13 +26,14 @@ laptop = import_remote("core.protocol")  # what the laptop loads: the same file,
 
 
 def test_json_state_strings_did_not_change() -> None:
-    assert protocol.STATES == ("queued", "running", "restarting", "succeeded", "failed", "stopped", "autostopped",
-                               "lost", "moved")
+    # issue 45 added pending and requeued (a Slurm host's): the others keep their spelling
+    assert protocol.STATES == ("queued", "pending", "running", "restarting", "requeued", "succeeded", "failed",
+                               "stopped", "autostopped", "lost", "moved")
     assert protocol.TERMINAL == ("succeeded", "failed", "stopped", "autostopped", "lost", "moved")
     assert protocol.SETTLED == ("succeeded", "failed", "stopped", "autostopped", "moved")
     assert protocol.ENDINGS == ("succeeded", "failed", "stopped", "autostopped")
-    assert protocol.WORST_FIRST == ("failed", "lost", "restarting", "running", "queued", "stopped", "autostopped",
-                                    "succeeded")
+    assert protocol.WORST_FIRST == ("failed", "lost", "restarting", "requeued", "running", "queued", "pending",
+                                    "stopped", "autostopped", "succeeded")
     assert set(protocol.ACTIVE) | set(protocol.TERMINAL) == set(protocol.STATES)
     assert not set(protocol.ACTIVE) & set(protocol.TERMINAL)
 
