@@ -6,7 +6,7 @@ On a Slurm host Slurm decides whether a job waits, runs, was requeued or is gone
 never shares with the compute nodes. The order is ``squeue`` (``--states=all`` also lists the jobs
 that ended while slurmctld remembers them, ``MinJobAge``), then ``scontrol show job``, then ``sacct``
 only where accounting is on; never ``squeue --only-job-state`` (Slurm 22.05 rejects it). A look is
-kept for a second: ``ls`` asks for every job, and one ``squeue`` answers for all of them.
+kept for a second and covers every job of this user: ``ls`` asks for each job, one ``squeue`` answers.
 """
 
 import os
@@ -132,7 +132,11 @@ def jobs(ids: Iterable[str], fresh: bool = False) -> Dict[str, Optional[SlurmJob
         else:
             ask.append(i)
     if ask:
-        found = _squeue(ask)
+        # a fresh look asks for these ids; any other, for every job of this user at once: ``ls`` judges
+        # each of its jobs in turn, and the first look answers for the rest
+        found = _squeue(["-j", ",".join(ask)] if fresh else ["--me"])
+        for i, j in found.items():
+            _LOOKS[i] = (t, j)
         for i in ask:
             job = found.get(i) or _scontrol(i) or _sacct(i)
             out[i] = job
@@ -149,8 +153,9 @@ def forget(job_id: str) -> None:
     _LOOKS.pop(str(job_id), None)
 
 
-def _squeue(ids: Sequence[str]) -> Dict[str, SlurmJob]:
-    p = command("squeue", "-h", "--states=all", "-j", ",".join(ids), "-o", "%i|%T|%r|%S|%N", check=False)
+def _squeue(which: Sequence[str]) -> Dict[str, SlurmJob]:
+    """squeue's rows for ``which`` (``-j IDS`` or ``--me``), ended jobs slurmctld remembers included."""
+    p = command("squeue", "-h", "--states=all", *which, "-o", "%i|%T|%r|%S|%N", check=False)
     if p.returncode != 0:
         if "Invalid job id" in p.stderr:  # every id unknown (a single one, or Slurm forgot them all)
             return {}

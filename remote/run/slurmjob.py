@@ -20,7 +20,7 @@ from remote.core.layout import JobDir
 from remote.core.protocol import TERMINAL
 from remote.core.spec import JobSpec
 from remote.run.record import Record
-from remote.slurm import batch
+from remote.slurm import batch, step
 from remote.stopping import after
 
 ENDED = "requeued by Slurm (a preemption or scontrol requeue): resumes from the newest checkpoint"
@@ -77,9 +77,7 @@ class Allocation:
     def rendezvous(self, job_id: str, attempt: int, nodes: int) -> Dict[str, object]:
         """torchrun's rendezvous over the allocation's nodes (remote/run/launch.py ``on_slurm_nodes``): the
         first node (this one: the batch script runs there) hosts it, on a port free here, per attempt."""
-        first = os.environ.get("SLURMD_NODENAME") or ""
-        listed = slurmq.command("scontrol", "show", "hostnames", os.environ.get("SLURM_JOB_NODELIST", ""), check=False)
-        first = (listed.stdout.split() or [first])[0]
+        first = step.first_node(os.environ.get("SLURM_JOB_NODELIST", "")) or os.environ.get("SLURMD_NODENAME", "")
         shown = slurmq.fields(slurmq.command("scontrol", "show", "node", "-o", first, check=False).stdout)
         with socket.socket() as s:  # the store listens here; the other nodes reach it at the node's address
             s.bind(("", 0))

@@ -5,7 +5,7 @@ import argparse
 import json
 import sys
 import time
-from typing import Dict, List, Mapping, Optional
+from typing import Dict, Mapping, Optional
 
 from remote.core import locks
 from remote.core.errors import AgentError
@@ -26,7 +26,6 @@ def status(root: Root, a: argparse.Namespace) -> Mapping[str, object]:
     ids, older, done = jobindex.listing(root, everything=a.all or bool(a.limit))
     if a.limit:
         ids = ids[-a.limit:]
-    _ask_slurm_once(root, ids)
     described = [_listed(root, i) for i in ids]
     for i, d in zip(ids, described):
         d.setdefault("job_id", i)  # a damaged status.json still names its job
@@ -40,19 +39,6 @@ def status(root: Root, a: argparse.Namespace) -> Mapping[str, object]:
         except OSError:  # a full or read-only disk: the listing still answers
             pass
     return {"jobs": described, "now": time.time(), "older": older, "instance": root.instance_id()}
-
-
-def _ask_slurm_once(root: Root, ids: List[str]) -> None:
-    """On a Slurm host one squeue answers for every job of the listing (each judge then reads its look)."""
-    records = [root.job(i).record() for i in ids]
-    slurm_ids = [r.slurm_job for r in records if r.slurm_job and r.state not in TERMINAL]
-    if slurm_ids:
-        from remote.core import slurmq
-
-        try:
-            slurmq.jobs(slurm_ids)
-        except slurmq.SlurmError:  # the controller away: each job says so in its own line
-            pass
 
 
 def _listed(root: Root, job_id: str) -> Dict[str, object]:

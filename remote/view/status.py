@@ -11,7 +11,7 @@ from remote.core.errors import AgentError
 from remote.core.jobrecord import JobRecord
 from remote.core.jsontypes import JSONObject
 from remote.core.layout import JobDir, Root, agent_log, now, read_json, screen_lines, tail_lines
-from remote.core.liveness import heartbeat_age
+from remote.core.liveness import SlurmVerdict, heartbeat_age
 from remote.core.protocol import TERMINAL
 from remote.jobs import saved
 from remote.jobs import store as jobs
@@ -24,15 +24,17 @@ def live_status(root: Root, job: JobDir, boot: str) -> JobRecord:
     lives but is silent: "running" alone would hide that nothing records the job's end."""
     st, verdict = jobs.judged(root, job, boot)
     if verdict.silent and st.supervisor_pid:
-        st.doc["supervisor_note"] = supervisor_silent(st, st.supervisor_pid)
+        # a Slurm job's supervisor runs on a compute node: this machine's /proc cannot tell if it is frozen
+        st.doc["supervisor_note"] = supervisor_silent(st, st.supervisor_pid, here=not isinstance(verdict, SlurmVerdict))
     return st
 
 
-def supervisor_silent(st: JobRecord, sup: int) -> str:
-    """What status says of a supervisor that lives but has written no heartbeat for a while."""
+def supervisor_silent(st: JobRecord, sup: int, here: bool = True) -> str:
+    """What status says of a supervisor that lives but has written no heartbeat for a while (``here``:
+    it runs on this machine, whose process table may say it is stopped)."""
     from remote.stopping.find import frozen
 
-    how = frozen(sup)
+    how = frozen(sup) if here else ""
     how = "is " + how if how else "has written no heartbeat for {:.0f} s (a full disk, or stuck)".format(
         heartbeat_age(st))
     return "its supervisor (pid {}) {}: the job's end, restarts and autostop are not recorded until it goes on; " \
