@@ -102,8 +102,12 @@ def queue(root: Root, job: JobDir, spec: JobSpec, allotted: batch.Allotted) -> s
     """Write the job's batch script (what :func:`check` found the partition gives) and ``sbatch`` it; Slurm's job id. A refusal (an unknown account or
     QOS, a limit) is a SlurmError with sbatch's own words: nothing was queued."""
     path = job.path / SCRIPT
-    path.write_text(batch.script(root, job, spec, allotted.gpus, allotted.limit))
-    os.chmod(str(path), 0o755)
+    try:
+        path.write_text(batch.script(root, job, spec, allotted.gpus, allotted.limit))
+        os.chmod(str(path), 0o755)
+    except OSError as e:  # a full disk: no job, and nothing queued
+        raise AgentError("could not write the job's batch script {}: {}: nothing was queued".format(path, e),
+                         "free space under the root (gpujob doctor HOST), then submit again", "slurm_script") from None
     p = slurmq.command("sbatch", "--parsable", str(path), check=False)
     if p.returncode != 0:
         err = slurmq.error_of("sbatch", p.stderr or p.stdout)

@@ -35,11 +35,14 @@ def stop(job: JobDir, verdict: SlurmVerdict, wait: float, reason: str, after_che
             if not _still_runs(verdict.slurm_id):
                 break
             time.sleep(0.5)
+    gone = True
     if verdict.slurm_id:
         gone = slurmq.cancel(verdict.slurm_id, min(CANCEL_WAIT, max(deadline - time.monotonic(), 10.0)))
         job.event("slurm_cancelled", slurm_job=verdict.slurm_id, gone=gone)
     fresh = job.record()
-    if fresh.state not in TERMINAL:  # cancelled while it waited, or its supervisor could not write the end
+    if not gone and fresh.state not in TERMINAL:  # Slurm still ends it: not said stopped (the answer says so)
+        write(job, {"stopping": fresh.stopping or reason}, None)
+    elif fresh.state not in TERMINAL:  # cancelled while it waited, or its supervisor could not write the end
         write(job, {"state": "stopped", "reason": fresh.stopping or reason, "ended_at": now(), "child_pid": None},
               {"state": "stopped", "reason": reason})
 
