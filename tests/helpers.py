@@ -74,12 +74,16 @@ def wait_for(pred: Callable[[], object], timeout: float = 60, what: str | Callab
     (a callable is asked then: e.g. a log's text)."""
     deadline = time.monotonic() + timeout
     while True:
+        asked = time.monotonic()
         if pred():
             return True
-        if time.monotonic() >= deadline:
+        now = time.monotonic()
+        if now >= deadline:
             said = what() if callable(what) else what
             raise AssertionError(f"timed out after {timeout:g} s waiting for {said or getattr(pred, '__name__', pred)}")
-        time.sleep(interval)
+        # a question that starts a process (a CLI call: a third of a second of CPU) is asked at most
+        # half the time: polled back to back it would take a core the job under test needs
+        time.sleep(max(interval, min(now - asked, 2.0)))
 
 
 def _log_tail(host: str, job_id: str, n: int = 20) -> str:

@@ -91,10 +91,14 @@ EPOCHS_ONLY = HOLD + """
 
 
 @pytest.mark.parametrize(("script", "total"), [(TUTORIAL, 24), (EPOCHS_ONLY, 24)], ids=["tutorial", "epochs"])
-def test_progress_and_eta_of_loops_that_count_by_epoch(isolated: Path, tmp_path: Path, script: str, total: int) -> None:
+def test_progress_and_eta_of_loops_that_count_by_epoch(isolated: Path, tmp_path: Path, script: str, total: int,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """Mid-run, status counts the run's steps (not the epoch's) against the run's total, with a
     rate and an ETA."""
     needs("torch")
+    # the agent reads the log every 0.2 s (not 2 s): on a loaded machine one read could otherwise take
+    # every line up to the hold at once, all with one time, and a rate needs two times
+    monkeypatch.setenv("GPUJOB_METRICS_EVERY", "0.2")
     seen_file = tmp_path / "seen"
     job = write_job(tmp_path, "byepoch", f"    SEEN = {str(seen_file)!r}\n" + script, "python main.py", env=QUIET)
     job_id = submit("local", job)["job_id"]
