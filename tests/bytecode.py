@@ -6,6 +6,11 @@ of a command's CPU (0.34 s against 0.22 s for a status's imports) — on CI's tw
 install has its bytecode (pip compiles it), so the tests should too. ``PYTHONPYCACHEPREFIX`` puts it in
 one folder per run, keyed by source path, so no ``__pycache__`` appears in a job's code, a synced
 project or the checkout: what a test lists, syncs or pulls is unchanged.
+
+A prefix hides the bytecode the interpreter's install and pip already wrote (``__pycache__`` beside the
+sources): torch, transformers, Lightning and MLflow would be compiled again in every run, by each of the
+first workers that imports them at once (15 s of CPU a set). The folder starts with hard links to those
+files (Python checks each against its source's size and time, and replaces, never rewrites, a stale one).
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ import atexit
 import os
 import re
 import shutil
+import sys
+import sysconfig
 import tempfile
 from pathlib import Path
 
@@ -32,6 +39,24 @@ def _drop_dead_runs(tmp: Path) -> None:
             shutil.rmtree(d, ignore_errors=True)
 
 
+def _link_installed(prefix: str) -> None:
+    """Hard links in ``prefix``'s layout to the standard library's and site-packages' bytecode."""
+    tag = f".{sys.implementation.cache_tag}.pyc"
+    roots = {sysconfig.get_paths()[k] for k in ("stdlib", "purelib", "platlib")}
+    for root in sorted(roots):
+        for folder, _dirs, files in os.walk(root):
+            if os.path.basename(folder) != "__pycache__":
+                continue
+            into = prefix + os.path.dirname(folder)  # the prefix keeps the source's folder, without __pycache__
+            os.makedirs(into, exist_ok=True)
+            for name in files:
+                if name.endswith(tag):  # not the -O variants
+                    try:
+                        os.link(os.path.join(folder, name), os.path.join(into, name))
+                    except OSError:
+                        return  # another file system, or links refused: compiling as before is correct
+
+
 def share_bytecode() -> None:
     if os.environ.get(MARK) or os.environ.get("PYTHONPYCACHEPREFIX"):
         return  # a worker of this run, or a prefix the developer chose
@@ -39,6 +64,7 @@ def share_bytecode() -> None:
     _drop_dead_runs(tmp)
     owner = os.getpid()
     d = tempfile.mkdtemp(prefix=f"gj-pycache-{owner}-")
+    _link_installed(d)
     os.environ[MARK] = os.environ["PYTHONPYCACHEPREFIX"] = d
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     atexit.register(lambda: os.getpid() == owner and shutil.rmtree(d, ignore_errors=True))
