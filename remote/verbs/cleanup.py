@@ -29,7 +29,7 @@ def _stop_tensorboard(root: Root, job_id: str) -> None:
     from remote.view import tensorboard
 
     try:
-        tensorboard.stop_tensorboard(root, job_id, grace=2.0)
+        tensorboard.stop_tensorboard(root, job_id, grace=2.0, forget=True)
     except Exception:
         pass
 
@@ -79,7 +79,8 @@ def gc(root: Root, older_than: float, dry_run: bool = False, checkpoints_only: b
                 if jobs.live_status(root, job, procs.boot_id()).state not in SETTLED:
                     it["skipped"] = "resumed"
                     continue
-                _stop_tensorboard(root, it["job_id"])
+                if it["kind"] != "checkpoints":  # the job stays, and its TensorBoard with it
+                    _stop_tensorboard(root, it["job_id"])
                 with datastore.releasing(root.root, job.path):  # its view's unlinks leave the blobs' prints true
                     gc_item(it)
         elif it["kind"] == "project":
@@ -90,6 +91,9 @@ def gc(root: Root, older_than: float, dry_run: bool = False, checkpoints_only: b
             it["skipped"] = "being provisioned"
         else:
             gc_item(it)
+    from remote.view import tensorboard
+
+    doc["tensorboards_stopped"] = tensorboard.stop_orphans(root)  # those whose job went another way
     return doc
 
 

@@ -20,7 +20,7 @@ import pytest
 
 from tests.conftest import REPO, free_port, run_cli
 from tests.gpujob.usecases.test_tail import _proxied_host
-from tests.helpers import needs, submit, wait_state, write_job
+from tests.helpers import needs, remote_root, submit, wait_for, wait_state, write_job
 
 
 def _tunnel(*args: str) -> tuple[subprocess.Popen, dict]:
@@ -303,3 +303,78 @@ def test_a_port_serving_another_jobs_tensorboard_is_not_shown_as_this_jobs(tmp_p
         for pid in pids:
             with contextlib.suppress(OSError):
                 os.killpg(pid, signal.SIGKILL)
+
+
+HF_LIKE = """
+import os, pathlib, time
+hold, write = pathlib.Path(os.environ["HOLD"]), pathlib.Path(os.environ["WRITE"])
+runs = pathlib.Path(os.environ["GPUJOB_CKPT_DIR"]) / "runs"
+if not runs.exists():  # the first attempt (a resumed one finds its events there)
+    from torch.utils.tensorboard import SummaryWriter
+    while not write.exists():  # the tunnel starts before any event file is written
+        time.sleep(0.1)
+    # where an HF Trainer with output_dir=$GPUJOB_CKPT_DIR writes: output_dir/runs/<date>_<host>
+    w = SummaryWriter(str(runs / "Dec07_10-00-00_box"))
+    for step in range(1, 4):
+        w.add_scalar("train/loss", 1.0 / step, step)
+    w.close()
+while hold.exists():
+    time.sleep(0.1)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_tensorboard_is_the_users_and_serves_hf_events(tmp_path: Path) -> None:
+    """An HF-Trainer-like job writes under ckpt/runs/ (no job-file setting): its scalars are served under
+    their own tag; the tunnel's TensorBoard outlives a stop and the job's normal end, until
+    `tunnel --stop`; `gc` ends the one of a job it removes."""
+    needs("tensorboard", "torch")
+    hold, write = tmp_path / "hold", tmp_path / "write"
+    hold.touch()
+    job = write_job(tmp_path, "hflike", HF_LIKE, "python main.py", env={"HOLD": str(hold), "WRITE": str(write)})
+    job_id = submit("local", job)["job_id"]
+    wait_state("local", job_id, ("running",))
+    p, info = _tunnel(job_id, "--remote-port", str(free_port()))
+    tb_pid = info["tensorboard"]["pid"]
+    try:
+        assert "no event files of" in info["note"] and "looked in tb, code (4 levels), ckpt/runs" in info["note"]
+        assert "ckpt/runs" in info["tensorboard"]["served"]
+        write.touch()  # written after TensorBoard started: it finds them on its next reload, no restart
+        tags = json.loads(_get(info["url"] + "data/plugin/scalars/tags", want="train/loss"))
+        assert list(tags) == ["ckpt/runs/Dec07_10-00-00_box"] and "train/loss" in tags["ckpt/runs/Dec07_10-00-00_box"]
+        r = run_cli("stop", job_id, "--json")
+        assert r.returncode == 0, r.stderr
+        wait_state("local", job_id, ("stopped",))
+        assert _alive(tb_pid) and "train/loss" in _get(info["url"] + "data/plugin/scalars/tags")
+        assert _stop(p) == 130
+        r = run_cli("resume", job_id, "--json")
+        assert r.returncode == 0, r.stderr
+        wait_state("local", job_id, ("running",))
+        hold.unlink()  # this attempt ends on its own
+        wait_state("local", job_id, ("succeeded",))
+        p, again = _tunnel(job_id, "--remote-port", str(info["remote_port"]))
+        assert again["tensorboard"]["started"] is False and again["tensorboard"]["pid"] == tb_pid
+        assert _alive(tb_pid) and "train/loss" in _get(again["url"] + "data/plugin/scalars/tags")
+        assert _stop(p) == 130
+        r = run_cli("tunnel", job_id, "--stop")
+        assert r.returncode == 0 and f"stopped TensorBoard of {job_id} (pid {tb_pid})" in r.stdout, r.stdout + r.stderr
+        wait_for(lambda: not _alive(tb_pid), 10, "TensorBoard to end")
+        p, info = _tunnel(job_id, "--remote-port", str(free_port()))
+        tb_pid = info["tensorboard"]["pid"]
+        assert info["tensorboard"]["started"] is True and "note" not in info
+        assert _stop(p) == 130
+        r = run_cli("gc", "--older-than", "0s", "--json")
+        assert r.returncode == 0, r.stderr
+        assert not (remote_root(tmp_path, "local") / "jobs" / job_id).exists()
+        assert not _alive(tb_pid) and not list((remote_root(tmp_path, "local") / "tensorboard").iterdir())
+    finally:
+        if p.poll() is None:
+            p.kill()
+        with contextlib.suppress(OSError):
+            os.killpg(tb_pid, signal.SIGKILL)
