@@ -99,6 +99,7 @@ def test_tensorboard_through_tunnel_survives_a_drop(ssh_host: str, sshd, tmp_pat
     job = write_job(tmp_path, "tbjob", "print('hi')\n", "python main.py")
     job_id = submit(ssh_host, job)["job_id"]
     jdir = tmp_path / "remote-root" / "jobs" / job_id
+    record = tmp_path / "remote-root" / "tensorboard" / f"{job_id}.json"  # not under the job's folder: not the job's
     _write_events(jdir / "tb" / "run1")
     proxy = _proxied_host(sshd.port, tmp_path)
     remote_port = free_port()
@@ -111,18 +112,18 @@ def test_tensorboard_through_tunnel_survives_a_drop(ssh_host: str, sshd, tmp_pat
         assert info["job_id"] == job_id and info["tensorboard"]["started"] is True
         assert info["local_port"] != busy and "taken" in info["note"]
         runs = json.loads(_get(info["url"] + "data/runs", want="run1"))
-        assert "run1" in runs
+        assert "tb/run1" in runs  # the run named by where it lies under the job
         proxy.kill()  # the link drops; the tunnel notices and listens again on the same port
         time.sleep(1.5)
         proxy.start()
-        assert "run1" in json.loads(_get(info["url"] + "data/runs", timeout=60, want="run1"))
+        assert "tb/run1" in json.loads(_get(info["url"] + "data/runs", timeout=60, want="run1"))
         assert _stop(p) == 130
         # a second tunnel finds TensorBoard serving and does not start another
         p, info2 = _tunnel(job_id, "--host", ssh_host, "--remote-port", str(remote_port))
         assert info2["tensorboard"]["started"] is False
         assert _stop(p) == 130
         # TensorBoard outlives the tunnel (AutoDL's service URL) until told to stop
-        pid = json.loads((jdir / "tensorboard.json").read_text())["pid"]
+        pid = json.loads(record.read_text())["pid"]
         assert Path(f"/proc/{pid}").exists()
         r = run_cli("tunnel", job_id, "--host", ssh_host, "--stop", "--json")
         assert r.returncode == 0, r.stderr
@@ -135,7 +136,7 @@ def test_tensorboard_through_tunnel_survives_a_drop(ssh_host: str, sshd, tmp_pat
             p.kill()
         proxy.kill()
         taken.close()
-        tb = json.loads((jdir / "tensorboard.json").read_text())
+        tb = json.loads(record.read_text())
         try:
             os.killpg(tb["pid"], signal.SIGKILL)
         except OSError:
@@ -203,7 +204,7 @@ def test_tensorboard_runs_with_the_jobs_venv_python(ssh_host: str, tmp_path: Pat
     _write_events(jdir / "tb" / "run1")
     with _tensorboard_tunnel(job_id, "--host", ssh_host, "--remote-port", str(free_port())) as info:
         assert info["tensorboard"]["via"] == {"kind": "job", "path": str(venv / "bin" / "python")}
-        assert "run1" in json.loads(_get(info["url"] + "data/runs", want="run1"))
+        assert "tb/run1" in json.loads(_get(info["url"] + "data/runs", want="run1"))
         argv = Path(f"/proc/{info['tensorboard']['pid']}/cmdline").read_bytes().split(b"\0")
         assert argv[0].decode() == str(venv / "bin" / "python") and b"tensorboard.main" in argv
 
@@ -267,7 +268,7 @@ def test_install_puts_tensorboard_in_the_tools_environment(ssh_host: str, tmp_pa
         with _tensorboard_tunnel(job_id, "--host", ssh_host, "--remote-port", str(free_port()), "--install") as info:
             assert info.get("installed", {}).get("path") == str(tools), info
             assert info["tensorboard"]["via"] == {"kind": "tools", "path": str(tools / "bin" / "python")}
-            assert "run1" in json.loads(_get(info["url"] + "data/runs", want="run1"))
+            assert "tb/run1" in json.loads(_get(info["url"] + "data/runs", want="run1"))
         pip_put = list((tools / "lib").glob("python3*/site-packages/tensorboard/main.py"))
         assert bool(pip_put) == (name == "tbpip")
 
@@ -292,7 +293,7 @@ def test_a_port_serving_another_jobs_tensorboard_is_not_shown_as_this_jobs(tmp_p
         assert info_b["tensorboard"]["started"] is True and info_b["remote_port"] != port
         assert f"port {port} on local serves another log folder" in info_b["note"] and a in info_b["note"]
         env = json.loads(_get(info_b["url"] + "data/environment"))
-        assert env["data_location"].endswith(f"/jobs/{b}/tb"), env
+        assert f"tb:{remote_root(tmp_path, 'local')}/jobs/{b}/tb," in env["data_location"], env
         assert _stop(p) == 130
         p, again = _tunnel(b, "--remote-port", str(port))  # B's own is found again, verified, not A's
         assert again["tensorboard"]["started"] is False and again["remote_port"] == info_b["remote_port"]
