@@ -353,15 +353,22 @@ def test_tensorboard_is_the_users_and_serves_hf_events(tmp_path: Path) -> None:
         assert r.returncode == 0, r.stderr
         wait_state("local", job_id, ("stopped",))
         assert _alive(tb_pid) and "train/loss" in _get(info["url"] + "data/plugin/scalars/tags")
-        assert _stop(p) == 130
         r = run_cli("resume", job_id, "--json")
         assert r.returncode == 0, r.stderr
         wait_state("local", job_id, ("running",))
         hold.unlink()  # this attempt ends on its own
         wait_state("local", job_id, ("succeeded",))
+        assert _alive(tb_pid) and "train/loss" in _get(info["url"] + "data/plugin/scalars/tags")
+        assert _stop(p) == 130
+        # a run in a folder of its own, written after TensorBoard started: the next tunnel starts the job's
+        # TensorBoard again on its port, reading that folder too
+        _write_events(remote_root(tmp_path, "local") / "jobs" / job_id / "code" / "results" / "runs" / "extra")
         p, again = _tunnel(job_id, "--remote-port", str(info["remote_port"]))
-        assert again["tensorboard"]["started"] is False and again["tensorboard"]["pid"] == tb_pid
-        assert _alive(tb_pid) and "train/loss" in _get(again["url"] + "data/plugin/scalars/tags")
+        assert again["tensorboard"]["started"] is True and again["remote_port"] == info["remote_port"]
+        assert not _alive(tb_pid) and "code/results/runs" in again["tensorboard"]["served"]
+        tb_pid = again["tensorboard"]["pid"]
+        tags = json.loads(_get(again["url"] + "data/plugin/scalars/tags", want="results"))
+        assert tags["code/results/runs/extra"] and "train/loss" in tags["ckpt/runs/Dec07_10-00-00_box"]
         assert _stop(p) == 130
         r = run_cli("tunnel", job_id, "--stop")
         assert r.returncode == 0 and f"stopped TensorBoard of {job_id} (pid {tb_pid})" in r.stdout, r.stdout + r.stderr
@@ -371,7 +378,7 @@ def test_tensorboard_is_the_users_and_serves_hf_events(tmp_path: Path) -> None:
         assert info["tensorboard"]["started"] is True and "note" not in info
         assert _stop(p) == 130
         r = run_cli("gc", "--older-than", "0s", "--json")
-        assert r.returncode == 0, r.stderr
+        assert r.returncode == 0 and json.loads(r.stdout)["tensorboards_stopped"] == [job_id], r.stdout + r.stderr
         assert not (remote_root(tmp_path, "local") / "jobs" / job_id).exists()
         assert not _alive(tb_pid) and not list((remote_root(tmp_path, "local") / "tensorboard").iterdir())
     finally:
