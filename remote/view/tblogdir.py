@@ -59,8 +59,8 @@ def arguments(job: JobDir) -> Tuple[List[str], List[str], Optional[str]]:
         folders, names = folders[:1], names[:1]
     args = ["--logdir", str(folders[0])] if len(folders) == 1 else \
         ["--logdir_spec", ",".join("{}:{}".format(n, f) for n, f in zip(names, folders))]
-    note = None if holding else "no event files of {} yet (looked in {}); TensorBoard shows the runs written " \
-        "later under {}".format(job.id, looked(job), ", ".join(names))
+    note = None if holding else "no event files of {} yet (looked in {}); TensorBoard shows runs as they are " \
+        "written to the folders it reads".format(job.id, looked(job))
     return args, names, note
 
 

@@ -192,7 +192,7 @@ def test_tensorboard_serves_every_folder_holding_the_jobs_events(tmp_path: Path)
 
     args, names, note = tblogdir.arguments(job)
     assert names == ["tb", "ckpt/runs", "code/runs", "code/lightning_logs"] and args[0] == "--logdir_spec"
-    assert note is not None and "looked in tb, code (4 levels), ckpt/runs" in note and "code/lightning_logs" in note
+    assert note is not None and "looked in tb, code (4 levels), ckpt/runs" in note
     events("code/old_runs/x", now - 86400)  # the laptop's, synced with the code
     events("ckpt/runs/Dec07_box")
     events("code/lightning_logs/version_0")
