@@ -243,9 +243,12 @@ def _tb(doc: dict) -> str | None:
     if doc.get("port") is not None and not (isinstance(doc["port"], int) and not isinstance(doc["port"], bool)
                                             and 0 < doc["port"] < 65536):
         return "'port' is not a port"
-    for key in ("job_id", "autodl_url"):
+    for key in ("job_id", "autodl_url", "note"):
         if doc.get(key) is not None and not isinstance(doc[key], str):
             return f"{key!r} is not a string"
+    if doc.get("served") is not None and not (isinstance(doc["served"], list)
+                                              and all(isinstance(n, str) for n in doc["served"])):
+        return "'served' is not a list of folder names"
     for key in ("port_taken", "via"):
         if doc.get(key) is not None and not isinstance(doc[key], dict):
             return f"{key!r} is not an object"

@@ -354,6 +354,9 @@ def tunnel_ready(info: results.TunnelInfo) -> None:
     via = (info.tensorboard or {}).get("via")
     if via:
         c.print(f"[dim]served by {_t(via['path'])} ({_t(_TB_VIA.get(via['kind'], via['kind']))})[/]")
+    served = (info.tensorboard or {}).get("served")
+    if served:  # where under the job it reads (run names start with these)
+        c.print(f"[dim]reads the job's {_t(', '.join(map(str, served)))} (and what appears there later)[/]")
     if info.autodl_url:
         c.print(f"AutoDL custom service: {_t(info.autodl_url)}")
 

@@ -140,3 +140,5 @@ def collected(doc: dict[str, Any]) -> None:
     print(f"{doc['host']}: {verb} {human_bytes(doc['bytes'])} in {len(doc['items'])} item(s); "
           f"{len(doc['busy'])} queued/running job(s) and agent {doc['agent']} kept"
           + ("   (run without --dry-run to remove)" if dry_run and doc["items"] else ""))
+    if doc.get("tensorboards_stopped"):
+        print(f"stopped the TensorBoard of removed job(s) {', '.join(doc['tensorboards_stopped'])}")

@@ -68,6 +68,7 @@ class GcPlan(TypedDict, total=False):
     agent: str
     older_than_s: float
     dry_run: bool
+    tensorboards_stopped: List[str]  # job ids whose folder was gone while their TensorBoard served
 
 
 def _agent_version() -> str:

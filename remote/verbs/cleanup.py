@@ -25,13 +25,14 @@ from remote.jobs.cleanup import (
 __all__ = ["gc", "gc_verb", "plan", "remove", "rm"]  # plan: what gc would remove (remote/jobs/cleanup.py)
 
 
-def _stop_tensorboard(root: Root, job_id: str) -> None:
+def _stop_tensorboard(root: Root, job_id: str) -> bool:
+    """End the job's TensorBoard (a tunnel's, which outlives the job) as its folder goes; whether one ran."""
     from remote.view import tensorboard
 
     try:
-        tensorboard.stop_tensorboard(root, job_id, grace=2.0)
+        return bool(tensorboard.stop_tensorboard(root, job_id, grace=2.0, forget=True)["stopped"])
     except Exception:
-        pass
+        return False
 
 
 def remove(root: Root, ref: str, force: bool = False, wait: float = 120.0) -> Mapping[str, object]:
@@ -72,6 +73,7 @@ def gc(root: Root, older_than: float, dry_run: bool = False, checkpoints_only: b
     doc["dry_run"] = dry_run
     if dry_run:
         return doc
+    tensorboards = []  # the removed jobs' TensorBoards that were serving
     for it in doc["items"]:
         if it.get("job_id"):
             job = root.job(it["job_id"])
@@ -79,7 +81,8 @@ def gc(root: Root, older_than: float, dry_run: bool = False, checkpoints_only: b
                 if jobs.live_status(root, job, procs.boot_id()).state not in SETTLED:
                     it["skipped"] = "resumed"
                     continue
-                _stop_tensorboard(root, it["job_id"])
+                if it["kind"] != "checkpoints" and _stop_tensorboard(root, it["job_id"]):  # else the job stays
+                    tensorboards.append(it["job_id"])
                 with datastore.releasing(root.root, job.path):  # its view's unlinks leave the blobs' prints true
                     gc_item(it)
         elif it["kind"] == "project":
@@ -90,6 +93,9 @@ def gc(root: Root, older_than: float, dry_run: bool = False, checkpoints_only: b
             it["skipped"] = "being provisioned"
         else:
             gc_item(it)
+    from remote.view import tensorboard
+
+    doc["tensorboards_stopped"] = tensorboards + tensorboard.stop_orphans(root)  # orphans: their job went otherwise
     return doc
 
 

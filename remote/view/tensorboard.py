@@ -1,6 +1,11 @@
-"""A job's TensorBoard: started on its log folder (with the job's interpreter, the host's, or gpujob's
-tools environment, where ``install`` puts one), found again when it already serves, and stopped
-(``tunnel``, ``rm`` and ``gc`` end it); ``port`` says whether something listens and AutoDL's URL."""
+"""A job's TensorBoard: started on the folders holding its event files (remote/view/tblogdir.py; with
+the job's interpreter, the host's, or gpujob's tools environment, where ``install`` puts one), found
+again when it already serves, and stopped (``tunnel --stop``, ``rm`` and ``gc`` end it); ``port``
+says whether something listens and AutoDL's URL.
+
+It is the user's, not the job's: its record and log lie in ``<root>/tensorboard/`` (not under the
+job's folder, where a process holding a file open for writing is the job's: remote/stopping/find.py),
+in a session of its own, so a stop or the job's end leaves it serving."""
 
 import json
 import os
@@ -8,7 +13,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
-from typing import Dict, Mapping, Optional, Union
+from typing import Dict, List, Mapping, Optional
 from urllib.parse import urlsplit, urlunsplit
 
 from remote.core import procs
@@ -44,6 +49,19 @@ def autodl_url(port: int) -> Optional[str]:
 def tb_dir(job: JobDir) -> str:
     tb = job.job_spec().tensorboard_logdir
     return str((job.code / tb).resolve()) if tb else str(job.tb)
+
+
+def _files(root: Root, job_id: str) -> Path:
+    """``<root>/tensorboard/<job>``: its ``.json`` record (pid, port, what it serves) and ``.log``."""
+    return root.root / "tensorboard" / job_id
+
+
+def _record(root: Root, job: JobDir) -> Dict[str, object]:
+    """The record of the job's TensorBoard (an older agent kept it in ``<job>/tensorboard.json``)."""
+    doc = read_json(_files(root, job.id).with_suffix(".json"), None)
+    if not isinstance(doc, dict):
+        doc = read_json(job.path / "tensorboard.json", None)
+    return doc if isinstance(doc, dict) else {}
 
 
 # which TensorBoard serves a job: the job's own interpreter (``python:`` and its PATH), then any
@@ -123,41 +141,55 @@ def _without_credentials(url: Optional[str]) -> Optional[str]:
 
 
 def tensorboard(root: Root, ref: str, port: int, wait: float = 60.0) -> Mapping[str, object]:
-    """Start TensorBoard on the job's tb folder on ``port`` unless something serves there.
+    """Start TensorBoard on the job's event folders on ``port`` unless it serves there already.
 
     Detached (own session), with the job's interpreter (its ``python:`` and PATH, in a login
     shell), else the host's ``tensorboard``, else gpujob's tools environment. Returns what
-    serves the port (``via``) and the AutoDL URL if exposed.
+    serves the port (``via``), the folders it serves, a note when no event file is there yet,
+    and the AutoDL URL if exposed. This job's TensorBoard serving fewer folders than there are
+    now (a run written since) is started again on its port.
     """
+    from remote.view import tblogdir
+
     job_id = resolve(root, ref)
     job = root.job(job_id)
-    logdir = tb_dir(job)
-    info = read_json(job.path / "tensorboard.json", {}) or {}
-    busy: Optional[Dict[str, object]] = None
-    for p_ in ([int(info["port"])] if info.get("port") and info.get("port") != port else []) + [port]:
+    args, names, note = tblogdir.arguments(job)
+    logdir = args[1]  # what /data/environment answers as data_location
+    shown = {"served": names, "note": note}  # type: Dict[str, object]
+    info = _record(root, job)
+    own_port, own_pid = _int(info.get("port")), _int(info.get("pid"))
+    busy = None  # type: Optional[Dict[str, object]]
+    for p_ in ([own_port] if own_port and own_port != port else []) + [port]:
         if not listening(p_):
             continue
         serves = serves_logdir(p_)
-        if serves is not None and _same_dir(serves, logdir):  # verified: this job's curves, not another's
-            return {"job_id": job_id, "port": p_, "started": False, "logdir": logdir, "pid": info.get("pid"),
-                    "via": info.get("via"), "autodl_url": autodl_url(p_), "verified": True}
+        if serves is not None and (serves == logdir or _same_dir(serves, logdir)):  # this job's curves, not another's
+            return dict(shown, job_id=job_id, port=p_, started=False, logdir=logdir, pid=own_pid,
+                        via=info.get("via"), autodl_url=autodl_url(p_), verified=True)
+        if serves is not None and serves == info.get("logdir") and own_pid \
+                and _runs_tensorboard(own_pid, info.get("started_at")):
+            stop_tensorboard(root, job_id)  # this job's own, started before the folders it serves now were written
+            port, busy = p_, None
+            break
         if p_ == port:
             busy = {"port": port, "serves": serves}
     if busy is not None:  # another job's TensorBoard (or another server): this job's own on a free port
         port = _free_port(port + 1)
     url = autodl_url(port)
-    Path(logdir).mkdir(parents=True, exist_ok=True)
+    Path(tb_dir(job)).mkdir(parents=True, exist_ok=True)
     env = job_env(root, job)
     bind = "0.0.0.0" if url else "127.0.0.1"
-    args = ["--logdir", logdir, "--port", str(int(port)), "--host", bind, "--reload_interval", "5"]
-    log_path = job.path / "tensorboard.log"
+    args += ["--port", str(int(port)), "--host", bind, "--reload_interval", "5"]
+    files = _files(root, job_id)
+    files.parent.mkdir(parents=True, exist_ok=True)
+    log_path, rec_path = files.with_suffix(".log"), files.with_suffix(".json")
     log = open(str(log_path), "ab")
     start = log_path.stat().st_size
-    p = subprocess.Popen(["bash", "-lc", PATH_PREFIX + TB_PICK, "gpujob-tb"] + args, cwd=str(job.path), env=env,
+    p = subprocess.Popen(["bash", "-lc", PATH_PREFIX + TB_PICK, "gpujob-tb"] + args, cwd=str(files.parent), env=env,
                          stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                          close_fds=True)
     log.close()
-    write_json(job.path / "tensorboard.json", {"pid": p.pid, "port": port, "logdir": logdir, "started_at": time.time()})
+    write_json(rec_path, {"pid": p.pid, "port": port, "logdir": logdir, "started_at": time.time()})
 
     def output() -> str:
         try:
@@ -171,10 +203,9 @@ def tensorboard(root: Root, ref: str, port: int, wait: float = 60.0) -> Mapping[
     while time.time() < deadline:
         if listening(port):
             via = _tb_via(output())
-            write_json(job.path / "tensorboard.json", {"pid": p.pid, "port": port, "logdir": logdir,
-                                                       "started_at": time.time(), "via": via})
-            return {"job_id": job_id, "port": port, "started": True, "logdir": logdir, "pid": p.pid, "via": via,
-                    "autodl_url": url, "verified": True, "port_taken": busy}
+            write_json(rec_path, {"pid": p.pid, "port": port, "logdir": logdir, "started_at": time.time(), "via": via})
+            return dict(shown, job_id=job_id, port=port, started=True, logdir=logdir, pid=p.pid, via=via,
+                        autodl_url=url, verified=True, port_taken=busy)
         if p.poll() is not None:
             break
         time.sleep(0.2)
@@ -205,6 +236,13 @@ def serves_logdir(port: int) -> Optional[str]:
     return str(doc.get("data_location") or "") if isinstance(doc, dict) else None
 
 
+def _int(v: object) -> Optional[int]:
+    """A record's pid or port; None when it holds none (or something else)."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        return v
+    return int(v) if isinstance(v, str) and v.isdigit() else None
+
+
 def _same_dir(a: str, b: str) -> bool:
     return bool(a) and os.path.realpath(a) == os.path.realpath(b)
 
@@ -230,32 +268,53 @@ def _tb_via(out: str) -> Optional[Dict[str, str]]:
     return None
 
 
-def _runs_tensorboard(pid: Union[int, str]) -> bool:
-    """Whether process ``pid`` (as tensorboard.json has it) is a TensorBoard."""
+def _runs_tensorboard(pid: int, since: object = None) -> bool:
+    """Whether process ``pid`` (as the record has it) is a TensorBoard started by ``since`` (the
+    record's time: a pid reused later by someone else's process is not ours)."""
+    from remote.stopping.find import START_SLACK, started
+
     try:
-        with open("/proc/{}/cmdline".format(int(pid)), "rb") as f:
-            return b"tensorboard" in f.read()
-    except (OSError, TypeError, ValueError):
+        with open("/proc/{}/cmdline".format(pid), "rb") as f:
+            if b"tensorboard" not in f.read():
+                return False
+    except OSError:
         return False
+    return not isinstance(since, (int, float)) or started(pid) <= since + START_SLACK
 
 
-def stop_tensorboard(root: Root, ref: str, grace: float = 5.0) -> Mapping[str, object]:
-    """Stop the TensorBoard that ``tensorboard`` started for the job (its whole session)."""
-    job_id = resolve(root, ref)
-    job = root.job(job_id)
-    info = read_json(job.path / "tensorboard.json", {}) or {}
-    pid = info.get("pid")
-    if pid is None or not _runs_tensorboard(pid):  # gone already, or the pid now belongs to someone else
-        return {"job_id": job_id, "stopped": False, "pid": pid, "running": False}
+def stop_tensorboard(root: Root, ref: str, grace: float = 5.0, forget: bool = False) -> Mapping[str, object]:
+    """Stop the TensorBoard that ``tensorboard`` started for the job (its whole session); ``forget``
+    (the job is being removed): its record and log go too."""
+    return _stop(root, resolve(root, ref), grace, forget)
 
-    def reap() -> None:
-        try:
-            os.waitpid(int(pid), os.WNOHANG)
-        except OSError:
-            pass
 
-    procs.end(lambda sig: procs.signal_group(int(pid), sig), lambda: os.path.exists("/proc/{}".format(pid)),
-              grace, 2.0, reap, tick=0.1)
-    info["stopped_at"] = time.time()
-    write_json(job.path / "tensorboard.json", info)
-    return {"job_id": job_id, "stopped": True, "pid": pid, "running": False}
+def _stop(root: Root, job_id: str, grace: float, forget: bool) -> Dict[str, object]:
+    info = _record(root, root.job(job_id))
+    pid = _int(info.get("pid"))
+    running = pid is not None and _runs_tensorboard(pid, info.get("started_at"))
+    if pid is not None and running:  # else gone already, or the pid now belongs to someone else
+        def reap() -> None:
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except OSError:
+                pass
+
+        procs.end(lambda sig: procs.signal_group(pid, sig), lambda: os.path.exists("/proc/{}".format(pid)),
+                  grace, 2.0, reap, tick=0.1)
+    files = _files(root, job_id)
+    if forget:
+        for path in (files.with_suffix(".json"), files.with_suffix(".log")):
+            try:
+                path.unlink()
+            except OSError:
+                pass
+    elif running:
+        write_json(files.with_suffix(".json"), dict(info, stopped_at=time.time()))
+    return {"job_id": job_id, "stopped": running, "pid": pid, "running": False}
+
+
+def stop_orphans(root: Root) -> List[str]:
+    """End the TensorBoards whose job is gone (removed by hand, or by an agent that left them): ``gc``."""
+    folder = root.root / "tensorboard"
+    gone = sorted(p.stem for p in folder.glob("*.json") if not root.job(p.stem).path.is_dir()) if folder.is_dir() else []
+    return [job_id for job_id in gone if _stop(root, job_id, 2.0, forget=True)["stopped"]]

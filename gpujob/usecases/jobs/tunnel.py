@@ -1,8 +1,9 @@
 """``gpujob tunnel JOB|HOST``: TensorBoard (or any port) on the instance, reachable here.
 
-For a job, the agent starts TensorBoard on the job's tb folder when nothing serves the
-port yet (detached; it outlives the tunnel, so AutoDL's custom-service URL keeps working;
-``gpujob tunnel JOB --stop`` ends it). The forward is re-established after the
+For a job, the agent starts TensorBoard on the folders holding the job's event files (its tb
+folder, HF's ``ckpt/runs``, ``lightning_logs``, …: remote/view/tblogdir.py) when nothing serves the
+port yet (detached; it outlives the tunnel and the job, so AutoDL's custom-service URL keeps
+working; ``gpujob tunnel JOB --stop`` or ``gc`` ends it). The forward is re-established after the
 link drops: a probe command every few seconds notices a dead connection, then we
 reconnect with backoff and listen again on the same local port.
 """
@@ -36,7 +37,7 @@ def free_local_port(start: int, tries: int = 200) -> int:
 
 
 def ensure_tensorboard(agent: Agent, job: str, port: int) -> dict[str, Any]:
-    """TensorBoard serving the job's tb folder on ``port`` on the host (started if needed)."""
+    """TensorBoard serving the job's event folders on ``port`` on the host (started if needed)."""
     return agent.call("tb", ["--job", job, "--port", str(port)], timeout=120)
 
 
@@ -75,6 +76,8 @@ def run_tunnel(host: Host, remote_port: int, local_port: int | None, job: str | 
             else:
                 info["note"] = f"{tb['job_id']}'s TensorBoard already serves on port {tb['port']} on {host.name}"
             remote_port = info["remote_port"] = int(tb["port"])
+        if tb.get("note"):  # no event files yet: where the agent looked, what it serves
+            info["note"] = "; ".join(filter(None, [info.get("note"), tb["note"]]))
     else:
         p = agent.call("port", ["--port", str(remote_port)])
         if not p.get("listening"):

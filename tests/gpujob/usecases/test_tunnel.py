@@ -20,7 +20,7 @@ import pytest
 
 from tests.conftest import REPO, free_port, run_cli
 from tests.gpujob.usecases.test_tail import _proxied_host
-from tests.helpers import needs, submit, wait_state, write_job
+from tests.helpers import needs, remote_root, submit, wait_for, wait_state, write_job
 
 
 def _tunnel(*args: str) -> tuple[subprocess.Popen, dict]:
@@ -99,6 +99,7 @@ def test_tensorboard_through_tunnel_survives_a_drop(ssh_host: str, sshd, tmp_pat
     job = write_job(tmp_path, "tbjob", "print('hi')\n", "python main.py")
     job_id = submit(ssh_host, job)["job_id"]
     jdir = tmp_path / "remote-root" / "jobs" / job_id
+    record = tmp_path / "remote-root" / "tensorboard" / f"{job_id}.json"  # not under the job's folder: not the job's
     _write_events(jdir / "tb" / "run1")
     proxy = _proxied_host(sshd.port, tmp_path)
     remote_port = free_port()
@@ -111,18 +112,18 @@ def test_tensorboard_through_tunnel_survives_a_drop(ssh_host: str, sshd, tmp_pat
         assert info["job_id"] == job_id and info["tensorboard"]["started"] is True
         assert info["local_port"] != busy and "taken" in info["note"]
         runs = json.loads(_get(info["url"] + "data/runs", want="run1"))
-        assert "run1" in runs
+        assert "tb/run1" in runs  # the run named by where it lies under the job
         proxy.kill()  # the link drops; the tunnel notices and listens again on the same port
         time.sleep(1.5)
         proxy.start()
-        assert "run1" in json.loads(_get(info["url"] + "data/runs", timeout=60, want="run1"))
+        assert "tb/run1" in json.loads(_get(info["url"] + "data/runs", timeout=60, want="run1"))
         assert _stop(p) == 130
         # a second tunnel finds TensorBoard serving and does not start another
         p, info2 = _tunnel(job_id, "--host", ssh_host, "--remote-port", str(remote_port))
         assert info2["tensorboard"]["started"] is False
         assert _stop(p) == 130
         # TensorBoard outlives the tunnel (AutoDL's service URL) until told to stop
-        pid = json.loads((jdir / "tensorboard.json").read_text())["pid"]
+        pid = json.loads(record.read_text())["pid"]
         assert Path(f"/proc/{pid}").exists()
         r = run_cli("tunnel", job_id, "--host", ssh_host, "--stop", "--json")
         assert r.returncode == 0, r.stderr
@@ -135,7 +136,7 @@ def test_tensorboard_through_tunnel_survives_a_drop(ssh_host: str, sshd, tmp_pat
             p.kill()
         proxy.kill()
         taken.close()
-        tb = json.loads((jdir / "tensorboard.json").read_text())
+        tb = json.loads(record.read_text())
         try:
             os.killpg(tb["pid"], signal.SIGKILL)
         except OSError:
@@ -203,7 +204,7 @@ def test_tensorboard_runs_with_the_jobs_venv_python(ssh_host: str, tmp_path: Pat
     _write_events(jdir / "tb" / "run1")
     with _tensorboard_tunnel(job_id, "--host", ssh_host, "--remote-port", str(free_port())) as info:
         assert info["tensorboard"]["via"] == {"kind": "job", "path": str(venv / "bin" / "python")}
-        assert "run1" in json.loads(_get(info["url"] + "data/runs", want="run1"))
+        assert "tb/run1" in json.loads(_get(info["url"] + "data/runs", want="run1"))
         argv = Path(f"/proc/{info['tensorboard']['pid']}/cmdline").read_bytes().split(b"\0")
         assert argv[0].decode() == str(venv / "bin" / "python") and b"tensorboard.main" in argv
 
@@ -267,7 +268,7 @@ def test_install_puts_tensorboard_in_the_tools_environment(ssh_host: str, tmp_pa
         with _tensorboard_tunnel(job_id, "--host", ssh_host, "--remote-port", str(free_port()), "--install") as info:
             assert info.get("installed", {}).get("path") == str(tools), info
             assert info["tensorboard"]["via"] == {"kind": "tools", "path": str(tools / "bin" / "python")}
-            assert "run1" in json.loads(_get(info["url"] + "data/runs", want="run1"))
+            assert "tb/run1" in json.loads(_get(info["url"] + "data/runs", want="run1"))
         pip_put = list((tools / "lib").glob("python3*/site-packages/tensorboard/main.py"))
         assert bool(pip_put) == (name == "tbpip")
 
@@ -292,7 +293,7 @@ def test_a_port_serving_another_jobs_tensorboard_is_not_shown_as_this_jobs(tmp_p
         assert info_b["tensorboard"]["started"] is True and info_b["remote_port"] != port
         assert f"port {port} on local serves another log folder" in info_b["note"] and a in info_b["note"]
         env = json.loads(_get(info_b["url"] + "data/environment"))
-        assert env["data_location"].endswith(f"/jobs/{b}/tb"), env
+        assert f"tb:{remote_root(tmp_path, 'local')}/jobs/{b}/tb," in env["data_location"], env
         assert _stop(p) == 130
         p, again = _tunnel(b, "--remote-port", str(port))  # B's own is found again, verified, not A's
         assert again["tensorboard"]["started"] is False and again["remote_port"] == info_b["remote_port"]
@@ -303,3 +304,85 @@ def test_a_port_serving_another_jobs_tensorboard_is_not_shown_as_this_jobs(tmp_p
         for pid in pids:
             with contextlib.suppress(OSError):
                 os.killpg(pid, signal.SIGKILL)
+
+
+HF_LIKE = """
+import os, pathlib, time
+hold, write = pathlib.Path(os.environ["HOLD"]), pathlib.Path(os.environ["WRITE"])
+runs = pathlib.Path(os.environ["GPUJOB_CKPT_DIR"]) / "runs"
+if not runs.exists():  # the first attempt (a resumed one finds its events there)
+    from torch.utils.tensorboard import SummaryWriter
+    while not write.exists():  # the tunnel starts before any event file is written
+        time.sleep(0.1)
+    # where an HF Trainer with output_dir=$GPUJOB_CKPT_DIR writes: output_dir/runs/<date>_<host>
+    w = SummaryWriter(str(runs / "Dec07_10-00-00_box"))
+    for step in range(1, 4):
+        w.add_scalar("train/loss", 1.0 / step, step)
+    w.close()
+while hold.exists():
+    time.sleep(0.1)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_tensorboard_is_the_users_and_serves_hf_events(tmp_path: Path) -> None:
+    """An HF-Trainer-like job writes under ckpt/runs/ (no job-file setting): its scalars are served under
+    their own tag; the tunnel's TensorBoard outlives a stop and the job's normal end, until
+    `tunnel --stop`; `gc` ends the one of a job it removes."""
+    needs("tensorboard", "torch")
+    hold, write = tmp_path / "hold", tmp_path / "write"
+    hold.touch()
+    job = write_job(tmp_path, "hflike", HF_LIKE, "python main.py", env={"HOLD": str(hold), "WRITE": str(write)})
+    job_id = submit("local", job)["job_id"]
+    wait_state("local", job_id, ("running",))
+    p, info = _tunnel(job_id, "--remote-port", str(free_port()))
+    tb_pid = info["tensorboard"]["pid"]
+    try:
+        assert "no event files of" in info["note"] and "looked in tb, code (4 levels), ckpt/runs" in info["note"]
+        assert "ckpt/runs" in info["tensorboard"]["served"]
+        write.touch()  # written after TensorBoard started: it finds them on its next reload, no restart
+        tags = json.loads(_get(info["url"] + "data/plugin/scalars/tags", want="train/loss"))
+        assert list(tags) == ["ckpt/runs/Dec07_10-00-00_box"] and "train/loss" in tags["ckpt/runs/Dec07_10-00-00_box"]
+        r = run_cli("stop", job_id, "--json")
+        assert r.returncode == 0, r.stderr
+        wait_state("local", job_id, ("stopped",))
+        assert _alive(tb_pid) and "train/loss" in _get(info["url"] + "data/plugin/scalars/tags")
+        r = run_cli("resume", job_id, "--json")
+        assert r.returncode == 0, r.stderr
+        wait_state("local", job_id, ("running",))
+        hold.unlink()  # this attempt ends on its own
+        wait_state("local", job_id, ("succeeded",))
+        assert _alive(tb_pid) and "train/loss" in _get(info["url"] + "data/plugin/scalars/tags")
+        assert _stop(p) == 130
+        # a run in a folder of its own, written after TensorBoard started: the next tunnel starts the job's
+        # TensorBoard again on its port, reading that folder too
+        _write_events(remote_root(tmp_path, "local") / "jobs" / job_id / "code" / "results" / "runs" / "extra")
+        p, again = _tunnel(job_id, "--remote-port", str(info["remote_port"]))
+        assert again["tensorboard"]["started"] is True and again["remote_port"] == info["remote_port"]
+        assert not _alive(tb_pid) and "code/results/runs" in again["tensorboard"]["served"]
+        tb_pid = again["tensorboard"]["pid"]
+        tags = json.loads(_get(again["url"] + "data/plugin/scalars/tags", want="results"))
+        assert tags["code/results/runs/extra"] and "train/loss" in tags["ckpt/runs/Dec07_10-00-00_box"]
+        assert _stop(p) == 130
+        r = run_cli("tunnel", job_id, "--stop")
+        assert r.returncode == 0 and f"stopped TensorBoard of {job_id} (pid {tb_pid})" in r.stdout, r.stdout + r.stderr
+        wait_for(lambda: not _alive(tb_pid), 10, "TensorBoard to end")
+        p, info = _tunnel(job_id, "--remote-port", str(free_port()))
+        tb_pid = info["tensorboard"]["pid"]
+        assert info["tensorboard"]["started"] is True and "note" not in info
+        assert _stop(p) == 130
+        r = run_cli("gc", "--older-than", "0s", "--json")
+        assert r.returncode == 0 and json.loads(r.stdout)["tensorboards_stopped"] == [job_id], r.stdout + r.stderr
+        assert not (remote_root(tmp_path, "local") / "jobs" / job_id).exists()
+        assert not _alive(tb_pid) and not list((remote_root(tmp_path, "local") / "tensorboard").iterdir())
+    finally:
+        if p.poll() is None:
+            p.kill()
+        with contextlib.suppress(OSError):
+            os.killpg(tb_pid, signal.SIGKILL)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -165,6 +166,42 @@ def test_an_index_url_is_shown_without_its_credentials() -> None:
     assert _without_credentials("https://user:tok3n@mirror.example/simple") == "https://***@mirror.example/simple"
     assert _without_credentials("https://mirror.example/simple") == "https://mirror.example/simple"
     assert _without_credentials(None) is None
+
+
+def test_tensorboard_serves_every_folder_holding_the_jobs_events(tmp_path: Path) -> None:
+    """The job's tb folder and the writers' default folders always (runs written later show up); a run
+    found elsewhere through its parent (``code/results/runs``), never the job or code folder whole, unless
+    events lie right in it; events synced from the laptop before the submit are not the job's."""
+    import time
+
+    from remote.core.layout import Root
+    from remote.view import tblogdir
+
+    root = Root(str(tmp_path / "root"))
+    job = root.job("hf-12071200-abcde")
+    job.path.mkdir(parents=True)
+    (job.path / "spec.json").write_text('{"name": "hf"}')
+    now = time.time()
+    (job.path / "status.json").write_text(json.dumps({"state": "running", "job_id": job.id, "submitted_at": now}))
+
+    def events(rel: str, t: float = now) -> None:
+        (job.path / rel).mkdir(parents=True, exist_ok=True)
+        f = job.path / rel / f"events.out.tfevents.{int(t)}.box.1.0"
+        f.write_bytes(b"")
+        os.utime(f, (t, t))  # a sync keeps the laptop's times
+
+    args, names, note = tblogdir.arguments(job)
+    assert names == ["tb", "ckpt/runs", "code/runs", "code/lightning_logs"] and args[0] == "--logdir_spec"
+    assert note is not None and "looked in tb, code (4 levels), ckpt/runs" in note
+    events("code/old_runs/x", now - 86400)  # the laptop's, synced with the code
+    events("ckpt/runs/Dec07_box")
+    events("code/lightning_logs/version_0")
+    events("code/results/runs/Dec07_box")
+    args, names, note = tblogdir.arguments(job)
+    assert names == ["tb", "ckpt/runs", "code/runs", "code/lightning_logs", "code/results/runs"] and note is None
+    assert args == ["--logdir_spec", ",".join(f"{n}:{job.path / n}" for n in names)]
+    events("code")  # right in the code folder: served whole, and the folders inside it through it
+    assert tblogdir.arguments(job)[1] == ["tb", "ckpt/runs", "code"]
 
 
 def test_an_empty_job_reference_matches_no_job(tmp_path: Path) -> None:
