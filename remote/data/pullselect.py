@@ -4,7 +4,6 @@ folder (with the next step), the model saved at the end when there is no checkpo
 one cut short; and the job's checkpoint link, followed, with links into the job made relative.
 ``transfer`` sends what this selects."""
 
-import fnmatch
 import os
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional
@@ -13,10 +12,18 @@ from remote.ckpt import checkpoints
 from remote.ckpt.checkpoints.strays import Artifact
 from remote.core.layout import JobDir, read_doc, read_json
 from remote.core.spec import JobSpec
+from remote.data.pathglob import matcher
 from remote.stream import tree
 
 LOGS = ["output.log", "metrics.jsonl", "events.jsonl", "status.json"]
+PRIVATE = ("secrets.json",)  # the job's secret values: in no pull, whatever --include says
 NOT_OUTPUTS = ("__pycache__", "node_modules", "site-packages", "wandb", "data", "datasets")  # not searched for strays
+
+
+def appended_only(rel: str) -> bool:
+    """A log, or a TensorBoard event file: only ever appended to (a reader skips a torn last record),
+    so any moment's copy is a true one and a pull never waits for the job to close it."""
+    return rel.split("/")[0] in LOGS or ".tfevents." in rel.rsplit("/", 1)[-1]
 
 
 def _pattern(job_path: Path) -> Optional[str]:
@@ -106,11 +113,12 @@ def stray_hint(stray: List[str]) -> str:
 
 def select(job_path: Path, what: str = "all", metric: Optional[str] = None,
            include: Optional[List[str]] = None) -> Mapping[str, object]:
-    """The pull manifest of a job: ``what`` is all, latest or best; ``include`` globs filter it
-    (a glob under ``code/`` reaches into the job's code folder, for what the script wrote there)."""
+    """The pull manifest of a job: ``what`` is all, latest or best; ``include`` globs
+    (remote/data/pathglob.py) reach every file of the job folder but its secrets (the code folder,
+    ``tb/``, event files wherever the script wrote them) and keep what they match."""
     roots = [n for n in LOGS]
-    if any(g.startswith("code/") for g in include or []):
-        roots.append("code")
+    if include:
+        roots += _other_roots(job_path, roots)
     stray = stray_checkpoints(job_path)
     chosen = note = None  # type: Optional[str]
     skip = []  # type: List[str]  # under ckpt/: the checkpoints not chosen
@@ -165,14 +173,23 @@ def select(job_path: Path, what: str = "all", metric: Optional[str] = None,
     for name, kept in sources.items():  # the copy under the file's own name
         files[name] = tree(kept)["files"].get("", [])[:4] or files.get(name)
     if include:
-        def keep(rel: str) -> bool:
-            return any(fnmatch.fnmatch(rel, g) or fnmatch.fnmatch(rel, g.rstrip("/") + "/*") for g in include)
+        keep = matcher(include)
         files = {k: v for k, v in files.items() if keep(k)}
         stray = [x for x in stray if not keep(x)]  # asked for: nothing to say about them
         dirs = [d for d in dirs if keep(d) or any(k.startswith(d + "/") for k in files)]
     return {"files": files, "dirs": sorted(set(dirs)), "selected": chosen, "stray": stray,
             "stray_hint": stray_hint(stray) if stray else None, "note": note,
             "sources": {k: str(v.relative_to(job_path)) for k, v in sources.items() if k in files}}
+
+
+def _other_roots(job_path: Path, roots: List[str]) -> List[str]:
+    """The job folder's other entries an ``--include`` reaches (never its secrets, nor a lock;
+    ``ckpt`` as ``select``'s ``what`` chooses)."""
+    try:
+        names = sorted(os.listdir(str(job_path)))
+    except OSError:
+        return []
+    return [n for n in names if n not in roots and n != "ckpt" and n not in PRIVATE and not n.endswith(".lock")]
 
 
 def _kept_instead(job_path: Path, chosen: Optional[Path], note: Optional[str]) -> Any:
