@@ -134,7 +134,7 @@ def select(job_path: Path, what: str = "all", metric: Optional[str] = None,
         arts = final_artifacts(job_path) if p is None and what == "latest" else []
         if arts:  # no checkpoint, but the model the script saved at its end: that is what to bring
             roots += [] if "code" in roots else ["code"]
-            include = (include or []) + ["code/" + a["name"] for a in arts] + LOGS
+            include = (include or []) + ["code/" + a["name"] for a in arts] + ["/" + n for n in LOGS]
             note = ("the job wrote no checkpoint gpujob knows; brought the model file(s) it saved in its working "
                     "folder instead ({}), its final state rather than one to resume from").format(
                         ", ".join("code/" + a["name"] for a in arts))
