@@ -5,7 +5,9 @@ folders (``code/**/runs``); a trailing ``/`` matches folders only. A folder that
 everything under it."""
 
 import re
-from typing import Callable, List
+from typing import Callable, List, Optional, Set
+
+MAGIC = re.compile(r"[*?\[\\]")
 
 
 def _body(glob: str) -> str:
@@ -42,14 +44,36 @@ def _body(glob: str) -> str:
     return "".join(out)
 
 
+def literal(path: str) -> str:
+    """A glob matching ``path`` alone (its glob characters escaped)."""
+    return MAGIC.sub(lambda m: "\\" + m.group(0), path)
+
+
+def _clean(glob: str) -> str:
+    glob = glob.strip()
+    while glob.startswith("./"):
+        glob = glob[2:]
+    return glob
+
+
+def tops(globs: List[str]) -> Optional[Set[str]]:
+    """The top-level names of the job folder ``globs`` can reach; None when any (a glob without a
+    slash, or a wildcard in its first name): a pull walks only those."""
+    out = set()  # type: Set[str]
+    for g in map(_clean, globs):
+        path = g.rstrip("/").lstrip("/")
+        first = path.split("/", 1)[0]
+        if "/" not in g.rstrip("/") or MAGIC.search(first):
+            return None
+        out.add(first)
+    return out
+
+
 def matcher(globs: List[str]) -> Callable[[str], bool]:
     """Whether a path relative to the job folder ("tb/events.out.tfevents.1") is one of ``globs``
     or lies under a folder that is."""
     parts = []  # type: List[str]
-    for g in globs:
-        g = g.strip()
-        while g.startswith("./"):
-            g = g[2:]
+    for g in map(_clean, globs):
         folder = g.endswith("/")
         g = g.rstrip("/")
         if not g:

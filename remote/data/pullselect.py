@@ -6,13 +6,13 @@ one cut short; and the job's checkpoint link, followed, with links into the job 
 
 import os
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Set
 
 from remote.ckpt import checkpoints
 from remote.ckpt.checkpoints.strays import Artifact
 from remote.core.layout import JobDir, read_doc, read_json
 from remote.core.spec import JobSpec
-from remote.data.pathglob import matcher
+from remote.data.pathglob import literal, matcher, tops
 from remote.stream import tree
 
 LOGS = ["output.log", "metrics.jsonl", "events.jsonl", "status.json"]
@@ -118,7 +118,7 @@ def select(job_path: Path, what: str = "all", metric: Optional[str] = None,
     ``tb/``, event files wherever the script wrote them) and keep what they match."""
     roots = [n for n in LOGS]
     if include:
-        roots += _other_roots(job_path, roots)
+        roots += _other_roots(job_path, roots, tops(include))
     stray = stray_checkpoints(job_path)
     chosen = note = None  # type: Optional[str]
     skip = []  # type: List[str]  # under ckpt/: the checkpoints not chosen
@@ -134,7 +134,7 @@ def select(job_path: Path, what: str = "all", metric: Optional[str] = None,
         arts = final_artifacts(job_path) if p is None and what == "latest" else []
         if arts:  # no checkpoint, but the model the script saved at its end: that is what to bring
             roots += [] if "code" in roots else ["code"]
-            include = (include or []) + ["code/" + a["name"] for a in arts] + ["/" + n for n in LOGS]
+            include = (include or []) + ["code/" + literal(a["name"]) for a in arts] + ["/" + n for n in LOGS]
             note = ("the job wrote no checkpoint gpujob knows; brought the model file(s) it saved in its working "
                     "folder instead ({}), its final state rather than one to resume from").format(
                         ", ".join("code/" + a["name"] for a in arts))
@@ -182,14 +182,15 @@ def select(job_path: Path, what: str = "all", metric: Optional[str] = None,
             "sources": {k: str(v.relative_to(job_path)) for k, v in sources.items() if k in files}}
 
 
-def _other_roots(job_path: Path, roots: List[str]) -> List[str]:
+def _other_roots(job_path: Path, roots: List[str], only: Optional[Set[str]]) -> List[str]:
     """The job folder's other entries an ``--include`` reaches (never its secrets, nor a lock;
-    ``ckpt`` as ``select``'s ``what`` chooses)."""
+    ``ckpt`` as ``select``'s ``what`` chooses): those named in ``only`` when it is a set."""
     try:
         names = sorted(os.listdir(str(job_path)))
     except OSError:
         return []
-    return [n for n in names if n not in roots and n != "ckpt" and n not in PRIVATE and not n.endswith(".lock")]
+    return [n for n in names if n not in roots and n != "ckpt" and n not in PRIVATE and not n.endswith(".lock")
+            and (only is None or n in only)]
 
 
 def _kept_instead(job_path: Path, chosen: Optional[Path], note: Optional[str]) -> Any:

@@ -10,7 +10,7 @@ import os
 import struct
 from pathlib import Path
 
-from remote.data.pathglob import matcher
+from remote.data.pathglob import literal, matcher, tops
 from remote.data.pullselect import appended_only
 from remote.metrics.tfevents import masked_crc
 from tests.conftest import run_cli
@@ -112,6 +112,8 @@ def test_include_globs_mean_what_they_mean_in_gitignore() -> None:
     }
     assert [(g, rel) for g, rels in cases.items() for rel in rels if not matcher([g])(rel)] == []
     assert [(g, rel) for g, rels in misses.items() for rel in rels if matcher([g])(rel)] == []
+    assert matcher([literal("code/model[1]*.bin")])("code/model[1]*.bin") and not matcher([literal("a?")])("ab")
+    assert tops(["code/outputs/*", "/tb"]) == {"code", "tb"} and tops(["code/x", "*.log"]) is None  # what is walked
     # an event file only grows, as a log does: a pull takes it as it is, never waiting for its writer
     assert appended_only("code/runs/Dec07/events.out.tfevents.1.box") and appended_only("output.log")
     assert not appended_only("ckpt/model.pt") and not appended_only("code/tfevents.py")
