@@ -290,7 +290,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                         "in the names (val_loss=0.12.ckpt) or the metric history (loss-like names: lowest wins)")
     g.add_argument("--all", action="store_true", help="every checkpoint (the default)")
     s.add_argument("--include", action="append", default=[], metavar="GLOB",
-                   help="only paths (relative to the job folder) matching GLOB; repeatable")
+                   help="only the job's files matching GLOB, from anywhere in the job folder (code/, tb/, ckpt/, the "
+                        "logs): a name at any depth ('*tfevents*'), or a path from the job folder ('tb/', "
+                        "'code/outputs/**'); * stays within a name, ** spans folders; repeatable")
 
     s = add("doctor", cmd_doctor, "check a host in one round trip: Python, torch/CUDA, GPUs, disks, network, agent")
     s.add_argument("host", nargs="?", help="host profile (default local)")

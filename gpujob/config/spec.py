@@ -69,6 +69,9 @@ class JobSpec:
     host: str | None = None
     exclude: list[str] = field(default_factory=list)
     data: list[DataEntry] = field(default_factory=list)
+    # a data: source inside the workdir, by its path there -> its dst: never sent as code (exclude:
+    # holds it), and the job's code folder links that path to its data view (remote/jobs/submit.py)
+    data_in_code: dict[str, str] = field(default_factory=dict)
     setup: str | None = None
     requirements: str | None = None
     python: str | None = None
@@ -176,7 +179,8 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
     check_keys(ctx, (), raw, TOP_KEYS)
     run, wd, name, host, hosts = _command_and_place(ctx, raw, base_dir)
     exclude = str_list(ctx, ("exclude",), raw.get("exclude", []))
-    data = _data_section(ctx, raw.get("data") or [], base_dir)
+    data, data_in_code = _data_section(ctx, raw.get("data") or [], base_dir, wd)
+    exclude += [p for p in map(_anchored, data_in_code) if p not in exclude]
     setup, req, python = _preparation(ctx, raw, wd)
     env, secrets = _environment(ctx, raw)
     gpus = raw.get("gpus")
@@ -222,7 +226,8 @@ def validate(raw: Any, marks: dict[tuple, Mark], source: str, base_dir: Path) ->
             for f in sec.fields}
     sent.update(checkpoint_mirror=mirror, runtime_auto=sent["runtime_auto"] is not False)
     return JobSpec(
-        name=name, run=run, workdir=str(wd), host=host, exclude=exclude, data=data, setup=setup,
+        name=name, run=run, workdir=str(wd), host=host, exclude=exclude, data=data,
+        data_in_code=data_in_code, setup=setup,
         requirements=req, python=python, env=env, secrets=secrets, gpus=gpus, retry=Retry(**declared["retry"]),
         notify=sections.get("notify", {}), autostop=sections.get("autostop", {}), launcher=launcher, nodes=nodes,
         node_count=node_count, source=source, hosts=hosts, metrics=metrics, sweep=sweep if isinstance(sweep, dict) else {}, mlflow=mlflow,
@@ -261,9 +266,12 @@ def _command_and_place(ctx: Collector, raw: dict, base_dir: Path) -> tuple[str, 
     return run, wd, name, host, hosts
 
 
-def _data_section(ctx: Collector, items: Any, base_dir: Path) -> list[DataEntry]:
-    """``data:``: local paths, each synced to a relative destination under the data folder."""
+def _data_section(ctx: Collector, items: Any, base_dir: Path, wd: Path) -> tuple[list[DataEntry], dict[str, str]]:
+    """``data:``: local paths, each synced to a relative destination under the data folder; and
+    those inside the code folder ``wd``, by their path there (as written: a link into the
+    project to a dataset elsewhere counts as inside) -> their destination."""
     data: list[DataEntry] = []
+    in_code: dict[str, str] = {}
     if isinstance(items, (str, dict)):  # `data: ./corpus` and `data: {src: ..., dst: ...}` stand for one entry
         items = [items]
     elif not isinstance(items, list):
@@ -290,7 +298,30 @@ def _data_section(ctx: Collector, items: Any, base_dir: Path) -> list[DataEntry]
         if dst.startswith("/") or ".." in Path(dst).parts or not Path(dst).parts:
             ctx.err(p + ("dst",), f"{short(dst)} must be a relative path under the data folder")
         data.append(DataEntry(src=str(srcp), dst=dst))
-    return data
+        for at in _inside(wd, base_dir / Path(src).expanduser(), srcp):
+            in_code.setdefault(at, dst)
+    return data, in_code
+
+
+def _inside(wd: Path, written: Path, resolved: Path) -> list[str]:
+    """Where a path lies strictly inside the folder ``wd`` ("a/b"): as written (normalised), and
+    where it leads when that is elsewhere in ``wd`` too (a link inside the project)."""
+    import os
+
+    found: list[str] = []
+    for p in (os.path.normpath(written), str(resolved)):
+        for top in dict.fromkeys((str(wd), os.path.realpath(wd))):
+            rel = os.path.relpath(p, top) if os.path.isabs(p) else ".."
+            if rel not in (".", "..") and not rel.startswith("../") and rel not in found:
+                found.append(Path(rel).as_posix())
+                break
+    return found
+
+
+def _anchored(rel: str) -> str:
+    """``rel`` as an ``exclude:`` rule naming that one path (glob characters escaped)."""
+    esc = re.sub(r"([\\*?\[\]!#])", r"\\\1", rel)
+    return "/" + (esc[:-1] + "\\ " if esc.endswith(" ") else esc)
 
 
 def _preparation(ctx: Collector, raw: dict, wd: Path) -> tuple[Any, Any, Any]:

@@ -302,9 +302,21 @@ def submitted(res: results.SubmitResult) -> None:
                            f"synced {s['files_sent']} file(s), {s['bytes_sent'] / 1e6:.1f} MB, {s['unchanged']} unchanged"],
                           " ", width)
     c.print(f"[bold]{_esc(jid)}[/]" + _esc(head[0][len(jid):]))
-    for line in head[1:] + follow:
+    for line in head[1:] + left_out_lines(s.get("as_data") or []) + follow:
         c.print(_esc(line if line.startswith(" ") else "  " + line))
     large_code_warnings(s.get("large") or [])
+
+
+def left_out_lines(entries: list[Any]) -> list[str]:
+    """A ``data:`` source inside the workdir is no code: one line each, saying why it was left out."""
+    from gpujob.ui.report import human_bytes
+
+    lines = []
+    for e in entries:
+        size = f" ({human_bytes(e['bytes'])})" if isinstance(e.get("bytes"), int) else ""
+        lines.append(clean(f"left out of code: {e.get('path')}{size} — sent as data: (once); the job finds it "
+                           "at the same path"))
+    return lines
 
 
 def large_code_warnings(names: list[str]) -> None:

@@ -99,8 +99,8 @@ MAX_NODES = 64  # nodes: N (a Slurm host's nodes)
 # spec.json's keys: what the laptop sends (gpujob/config/spec.py JobSpec.to_remote: the declared
 # sections' keys under their ``sent`` names, ``retry`` whole), then what ``submit`` adds (:func:`submitted`;
 # ``host`` again: the host it ran on) and the supervisor (``allocated``). UNREAD: sent for the record only.
-SENT = ("name", "run", "host", "exclude", "data", "setup", "requirements", "python", "env", "secrets", "gpus",
-        "retry", "notify", "autostop", "launcher", "nodes", "node_count", "source", "hosts", "metrics") + tuple(
+SENT = ("name", "run", "host", "exclude", "data", "data_in_code", "setup", "requirements", "python", "env", "secrets",
+        "gpus", "retry", "notify", "autostop", "launcher", "nodes", "node_count", "source", "hosts", "metrics") + tuple(
     f.sent for s in SECTIONS if s is not RETRY for f in s.fields)
 ADDED = ("project", "host", "host_env", "price_per_hour", "currency", "shutdown_command", "node", "job_id",
          "cpu_fallback", "scheduler")
@@ -197,6 +197,7 @@ class JobSpec:
         self.setup = text(d.get("setup"))
         self.requirements = text(d.get("requirements"))  # the file's name in the code folder
         self.data = [x for x in items(d.get("data")) if isinstance(x, str)]  # destinations under <root>/data
+        self.data_in_code = strings(d.get("data_in_code"))  # a data: source's path in the code folder -> its dst
         gpus = d.get("gpus")
         self.gpus: Union[int, str, None] = gpus if isinstance(gpus, (int, str)) and not isinstance(gpus, bool) else None
         self.allocated = text(d.get("allocated"))  # CUDA_VISIBLE_DEVICES the supervisor chose

@@ -4,19 +4,26 @@ folder (with the next step), the model saved at the end when there is no checkpo
 one cut short; and the job's checkpoint link, followed, with links into the job made relative.
 ``transfer`` sends what this selects."""
 
-import fnmatch
 import os
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Set
 
 from remote.ckpt import checkpoints
 from remote.ckpt.checkpoints.strays import Artifact
 from remote.core.layout import JobDir, read_doc, read_json
 from remote.core.spec import JobSpec
+from remote.data.pathglob import literal, matcher, tops
 from remote.stream import tree
 
 LOGS = ["output.log", "metrics.jsonl", "events.jsonl", "status.json"]
+PRIVATE = ("secrets.json",)  # the job's secret values: in no pull, whatever --include says
 NOT_OUTPUTS = ("__pycache__", "node_modules", "site-packages", "wandb", "data", "datasets")  # not searched for strays
+
+
+def appended_only(rel: str) -> bool:
+    """A log, or a TensorBoard event file: only ever appended to (a reader skips a torn last record),
+    so any moment's copy is a true one and a pull never waits for the job to close it."""
+    return rel.split("/")[0] in LOGS or ".tfevents." in rel.rsplit("/", 1)[-1]
 
 
 def _pattern(job_path: Path) -> Optional[str]:
@@ -106,11 +113,12 @@ def stray_hint(stray: List[str]) -> str:
 
 def select(job_path: Path, what: str = "all", metric: Optional[str] = None,
            include: Optional[List[str]] = None) -> Mapping[str, object]:
-    """The pull manifest of a job: ``what`` is all, latest or best; ``include`` globs filter it
-    (a glob under ``code/`` reaches into the job's code folder, for what the script wrote there)."""
+    """The pull manifest of a job: ``what`` is all, latest or best; ``include`` globs
+    (remote/data/pathglob.py) reach every file of the job folder but its secrets (the code folder,
+    ``tb/``, event files wherever the script wrote them) and keep what they match."""
     roots = [n for n in LOGS]
-    if any(g.startswith("code/") for g in include or []):
-        roots.append("code")
+    if include:
+        roots += _other_roots(job_path, roots, tops(include))
     stray = stray_checkpoints(job_path)
     chosen = note = None  # type: Optional[str]
     skip = []  # type: List[str]  # under ckpt/: the checkpoints not chosen
@@ -126,7 +134,7 @@ def select(job_path: Path, what: str = "all", metric: Optional[str] = None,
         arts = final_artifacts(job_path) if p is None and what == "latest" else []
         if arts:  # no checkpoint, but the model the script saved at its end: that is what to bring
             roots += [] if "code" in roots else ["code"]
-            include = (include or []) + ["code/" + a["name"] for a in arts] + LOGS
+            include = (include or []) + ["code/" + literal(a["name"]) for a in arts] + ["/" + n for n in LOGS]
             note = ("the job wrote no checkpoint gpujob knows; brought the model file(s) it saved in its working "
                     "folder instead ({}), its final state rather than one to resume from").format(
                         ", ".join("code/" + a["name"] for a in arts))
@@ -165,14 +173,24 @@ def select(job_path: Path, what: str = "all", metric: Optional[str] = None,
     for name, kept in sources.items():  # the copy under the file's own name
         files[name] = tree(kept)["files"].get("", [])[:4] or files.get(name)
     if include:
-        def keep(rel: str) -> bool:
-            return any(fnmatch.fnmatch(rel, g) or fnmatch.fnmatch(rel, g.rstrip("/") + "/*") for g in include)
+        keep = matcher(include)
         files = {k: v for k, v in files.items() if keep(k)}
         stray = [x for x in stray if not keep(x)]  # asked for: nothing to say about them
         dirs = [d for d in dirs if keep(d) or any(k.startswith(d + "/") for k in files)]
     return {"files": files, "dirs": sorted(set(dirs)), "selected": chosen, "stray": stray,
             "stray_hint": stray_hint(stray) if stray else None, "note": note,
             "sources": {k: str(v.relative_to(job_path)) for k, v in sources.items() if k in files}}
+
+
+def _other_roots(job_path: Path, roots: List[str], only: Optional[Set[str]]) -> List[str]:
+    """The job folder's other entries an ``--include`` reaches (never its secrets, nor a lock;
+    ``ckpt`` as ``select``'s ``what`` chooses): those named in ``only`` when it is a set."""
+    try:
+        names = sorted(os.listdir(str(job_path)))
+    except OSError:
+        return []
+    return [n for n in names if n not in roots and n != "ckpt" and n not in PRIVATE and not n.endswith(".lock")
+            and (only is None or n in only)]
 
 
 def _kept_instead(job_path: Path, chosen: Optional[Path], note: Optional[str]) -> Any:

@@ -13,7 +13,7 @@ from typing import IO, Any, Dict, Iterable, List, Optional
 
 from remote.core import atomicfile, layout
 from remote.core.layout import read_doc
-from remote.data.pullselect import LOGS, ckpt_target, portable_link, select, stray_hint  # noqa: F401 (the pull verbs use select, stray_hint from here)
+from remote.data.pullselect import appended_only, ckpt_target, portable_link, select, stray_hint  # noqa: F401 (the pull verbs use select, stray_hint, appended_only from here)
 from remote.stream import (
     CHUNK,
     HashCache,
@@ -129,7 +129,7 @@ def send_list(base: Path, wanted: List[Any], out: IO[bytes], write_wait: Optiona
         from remote.ckpt import writing
 
         # the logs grow by appends while the job runs: any moment's copy of them is a true one
-        held = writing.wait_closed([str(f) for r, _, f in places if r.split("/")[0] not in LOGS
+        held = writing.wait_closed([str(f) for r, _, f in places if not appended_only(r)
                                     and f.is_file() and not f.is_symlink()], write_wait)
     for rel, prefix, full in places:
         if str(full) in held:

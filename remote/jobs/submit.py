@@ -6,7 +6,7 @@ import shutil
 import subprocess
 import sys
 import time
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Dict, Optional
 
 from remote.core import layout, locks
@@ -107,6 +107,7 @@ def submit(root: Root, request: Dict[str, Any]) -> Dict[str, Any]:
             _data_view(root, project, spec, job, bool(carried))
     _interpreter_or_refuse(job, checked)
     _same_code_or_refuse(job, request.get("expect_code_hash"))
+    _link_data_in_code(job, spec, bool(carried))  # after the hash: the laptop's code has no such links
     write_json(job.spec, dict(spec.doc, **submitted(request, project, job_id)))
     secrets = request.get("secrets") or {}
     if secrets:
@@ -153,6 +154,41 @@ def _data_view(root: Root, project: str, spec: JobSpec, job: JobDir, carried: bo
             shutil.rmtree(str(job.path), ignore_errors=True)
         raise AgentError("could not make the job's data view under {}: {}".format(job.path, e),
                          "free space on the instance (gpujob doctor), then submit again", "data_view") from None
+
+
+def _link_data_in_code(job: JobDir, spec: JobSpec, carried: bool) -> None:
+    """A ``data:`` source inside the code folder travels once, as data, never as code: its path in the
+    job's code leads to the job's data view (``code/data/x.bin -> ../../data/x.bin``), so the script
+    opens it where it did on the laptop. A path already taken, or under a link, is left as it is."""
+    from remote.data.datastore import VIEW
+
+    code = str(job.code)
+    try:
+        for rel, dst in sorted(spec.data_in_code.items()):
+            parts, to = PurePosixPath(rel).parts, PurePosixPath(dst).parts
+            if not parts or not to or rel.startswith("/") or dst.startswith("/") or ".." in parts + to:
+                continue  # the laptop never sends these
+            place = os.path.join(code, *parts)
+            if os.path.lexists(place) or not _plain_folders(code, parts[:-1]):
+                continue
+            os.makedirs(os.path.dirname(place), exist_ok=True)
+            os.symlink(os.path.relpath(os.path.join(str(job.path), VIEW, *to), os.path.dirname(place)), place)
+    except OSError as e:
+        if not carried:
+            shutil.rmtree(str(job.path), ignore_errors=True)
+        raise AgentError("could not link the job's data into its code folder under {}: {}".format(job.path, e),
+                         "free space on the instance (gpujob doctor), then submit again", "data_view") from None
+
+
+def _plain_folders(top: str, names: Any) -> bool:
+    """Each of ``names`` under ``top`` is a folder that is no link, or absent (made then): nothing is
+    written through a link of the user's."""
+    here = top
+    for name in names:
+        here = os.path.join(here, name)
+        if os.path.islink(here) or os.path.lexists(here) and not os.path.isdir(here):
+            return False
+    return True
 
 
 def _same_code_or_refuse(job: JobDir, want: Any) -> None:

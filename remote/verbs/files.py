@@ -165,7 +165,8 @@ def send(root: Root, a: argparse.Namespace) -> None:
         if a.write_wait is not None:  # files some process is writing now: the client says it waits
             from remote.ckpt import writing
 
-            held = writing.writers([str(job.path / rel) for rel in doc.get("files", {}) if rel not in transfer.LOGS])
+            held = writing.writers([str(job.path / rel) for rel in doc.get("files", {})
+                                    if not transfer.appended_only(rel)])
             doc["writing"] = {rel: held[str(job.path / rel)] for rel in doc.get("files", {})
                               if str(job.path / rel) in held}
         out(doc)

@@ -136,6 +136,8 @@ def plan(ref: str, sets: list[str]) -> RerunPlan:
     spec = load_spec(job_file, before)
     run_line, overrides = split_sets(row.get("run_line") or spec.run, sets)
     folder = _code_folder(row, Path(spec.workdir), spec.exclude)
+    if folder is not None:
+        _link_data(folder, spec)
     expect = _sent_hash(folder or Path(spec.workdir), spec)
     extra: list[str] = []
     if folder is not None:
@@ -149,6 +151,18 @@ def plan(ref: str, sets: list[str]) -> RerunPlan:
     return {"parent": row["job_id"], "host": row.get("host"), "job_file": job_file,
             "set": before + overrides + extra, "code_hash": row.get("code_hash"), "restored": folder is not None,
             "expect_code": expect}
+
+
+def _link_data(folder: Path, spec: Any) -> None:
+    """A restored tree holds no ``data:`` source of the workdir (data is never code): each is linked
+    at its path there to the file here, so the job file's ``data:`` still names it (and the code
+    hash leaves it out, as ``exclude:`` does)."""
+    srcs = {d.dst: d.src for d in spec.data}
+    for rel, dst in spec.data_in_code.items():
+        place = folder / rel
+        if dst in srcs and not place.is_symlink() and not place.exists():
+            place.parent.mkdir(parents=True, exist_ok=True)
+            place.symlink_to(srcs[dst])
 
 
 def _sent_hash(folder: Path, spec: Any) -> str:

@@ -95,7 +95,8 @@ def _open_host_source(agent: Agent, job_id: str) -> Source:
     try:
         s, doc = agent.stream_doc("send", [*base, "latest"])
     except RemoteError:  # no complete checkpoint: the logs alone, the job starts from scratch
-        s, doc = agent.stream_doc("send", [*base, "all", "--include", "*.log", "--include", "*.jsonl"])
+        logs = [a for name in ("output.log", "metrics.jsonl", "events.jsonl") for a in ("--include", "/" + name)]
+        s, doc = agent.stream_doc("send", [*base, "all", *logs])
     return Source("host", agent.host.name if agent.host else "?", doc, agent=agent, stream=s)
 
 

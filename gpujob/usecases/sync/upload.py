@@ -37,7 +37,7 @@ import threading
 import time
 import zlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, TypedDict
 
@@ -97,6 +97,13 @@ def choose_codec(entries: list[Any], sample: int = 64 << 10, max_files: int = 24
     return DEFAULT_CODEC if comp < 0.8 * raw else "none"
 
 
+class LeftOut(TypedDict):
+    """A ``data:`` source inside the workdir, left out of the code: sent once, as data."""
+
+    path: str  # relative to the workdir
+    bytes: int | None  # None: not known without a walk
+
+
 @dataclass
 class SyncReport:
     files_sent: int
@@ -108,6 +115,7 @@ class SyncReport:
     wire_bytes: int = 0
     codec: str = "none"
     large: list[str] = field(default_factory=list)  # code files over LARGE_CODE sent: data: is their place
+    as_data: list[LeftOut] = field(default_factory=list)  # data: sources inside the workdir: not code
 
 
 LARGE_CODE = 50_000_000  # bytes: a code file this big is named with a warning (belongs in data: or exclude:)
@@ -452,7 +460,7 @@ def _sync_planned(agent: Agent, spec: JobSpec, project: str, remote: dict, trees
                 s.close_stdin()
                 s.wait(60)
         _save_records(plan, remote)
-        return SyncReport(0, 0, 0, plan.unchanged, 1)
+        return SyncReport(0, 0, 0, plan.unchanged, 1, as_data=left_out(spec, plan))
     whole = plan
     counters = _callbacks(whole, progress)  # one count of the bytes for both parts
     big = ranged(agent, plan.send)
@@ -469,7 +477,7 @@ def _sync_planned(agent: Agent, spec: JobSpec, project: str, remote: dict, trees
     if check is not None:
         check.done(whole)
     _save_records(whole, remote)
-    return _report(whole, 2, wire + extra, codec, skipped)
+    return replace(_report(whole, 2, wire + extra, codec, skipped), as_data=left_out(spec, whole))
 
 
 def _upload_both(agent: Agent, rest: Plan, s: Any, leased: list[str],
@@ -537,6 +545,24 @@ def _check_space(agent: Agent, plan: Plan, remote: dict[str, Any], s: Any) -> No
             "free space on the instance (gpujob doctor shows each disk) or move the root to the data disk "
             f"(gpujob host set {agent.host.name} --root /root/autodl-tmp/gpujob); nothing was written",
         )
+
+
+def left_out(spec: JobSpec, plan: Plan) -> list[LeftOut]:
+    """The ``data:`` sources inside the workdir (config/spec.py ``data_in_code``), each with its size."""
+    trees = {d.dst: tp for d, tp in zip(spec.data, plan.trees[1:])}
+    return [{"path": rel, "bytes": _tree_bytes(trees[dst]) if dst in trees else None}
+            for rel, dst in spec.data_in_code.items()]
+
+
+def _tree_bytes(tp: TreePlan) -> int | None:
+    """A data tree's bytes: the walk's, else the record's (the tree is as it left it)."""
+    local = tp.local
+    if not local.lazy and local.delta is None:
+        return sum(v[0] for v in local.files.values())
+    try:
+        return sum(v[0] for v in tp.after.files.values())
+    except (StaleRecord, OSError):
+        return None
 
 
 def _report(plan: Plan, round_trips: int, wire: int, codec: str, skipped: int = 0) -> SyncReport:

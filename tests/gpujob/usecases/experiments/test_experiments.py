@@ -290,9 +290,12 @@ def test_rerun_runs_exactly_the_code_of_the_run_it_repeats(tmp_path: Path) -> No
     import gpujob
     from gpujob.errors import GpujobError
 
-    job = write_job(tmp_path, "exact", "print('CODE', 'v1', flush=True)\n", "python main.py", env=QUIET)
+    job = write_job(tmp_path, "exact", "print('CODE', 'v1', open('data/x.txt').read(), flush=True)\n", "python main.py",
+                    env=QUIET, data=["./data/x.txt"])  # a data: file inside the workdir: data, never code
     (job.parent / "lib").mkdir()
     (job.parent / "lib" / "util.py").write_text("X = 1\n")
+    (job.parent / "data").mkdir()
+    (job.parent / "data" / "x.txt").write_text("DATA-1")
     a = submit("local", job)["job_id"]
     wait_state("local", a, ("succeeded",), 90, root=tmp_path / "local-root")
     (job.parent / "main.py").write_text("print('CODE', 'v2', flush=True)\n")  # B: the newer edit, on the host now
@@ -303,7 +306,7 @@ def test_rerun_runs_exactly_the_code_of_the_run_it_repeats(tmp_path: Path) -> No
     c = doc["job_id"]
     assert doc["restored"] is True and doc["parent"] == a, doc
     wait_state("local", c, ("succeeded",), 90, root=tmp_path / "local-root")
-    assert "CODE v1" in log_text(job_dir(tmp_path, "local", c)), log_text(job_dir(tmp_path, "local", c))
+    assert "CODE v1 DATA-1" in log_text(job_dir(tmp_path, "local", c)), log_text(job_dir(tmp_path, "local", c))
     assert not (job_dir(tmp_path, "local", c) / "code" / "lib" / "new.py").exists()  # exactly A's tree
     runs = {r["job_id"]: r for r in cli_json("runs", "--name", "exact")["runs"]}
     assert runs[c]["code_hash"] == runs[a]["code_hash"] != runs[b]["code_hash"]
