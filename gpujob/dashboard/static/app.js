@@ -543,7 +543,7 @@ function sweepView(box, s) {
     series: [{ label: "trial" }, { label: metric, stroke: COLORS[0], width: 1, paths: () => null, points: { show: true, size: 8, width: 1, fill: COLORS[0] } },
       { label: "best so far", stroke: COLORS[1], width: 1.6, paths: uPlot.paths.stepped({ align: 1 }), points: { show: false } }],
   }, [xs, s.history.map((h) => h.value), s.history.map((h) => h.best)], hist);
-  imp.appendChild(el("div", { class: "u-title" }, "parameter importances (Optuna, fANOVA)"));
+  imp.appendChild(el("div", { class: "u-title" }, "parameter importances (Optuna, PED-ANOVA)"));
   if (s.importances) {
     for (const [p, v] of Object.entries(s.importances)) imp.appendChild(el("div", { class: "imp-row", "data-param": p },
       el("span", { class: "imp-name" }, p), el("span", { class: "imp-bar" }, el("span", { style: `width:${(v * 100).toFixed(1)}%` })),

@@ -45,8 +45,8 @@ with open(os.environ["GPUJOB_METRICS_FILE"], "a") as m:
 """
 
 
-def start_ui(cwd: Path, *extra: str) -> tuple[subprocess.Popen, dict]:
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+def start_ui(cwd: Path, *extra: str, pythonpath: str = "") -> tuple[subprocess.Popen, dict]:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(REPO), pythonpath) if p))
     p = subprocess.Popen([sys.executable, "-m", "gpujob.cli", "ui", "--json", *extra], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, env=env, stdin=subprocess.DEVNULL, cwd=str(cwd))
     line = p.stdout.readline() if p.stdout else ""
@@ -58,11 +58,12 @@ def start_ui(cwd: Path, *extra: str) -> tuple[subprocess.Popen, dict]:
 
 @pytest.fixture
 def ui_server(tmp_path: Path) -> Iterator[Callable[..., tuple[subprocess.Popen, dict]]]:
-    """Starts ``gpujob ui --json ARGS``; every server started is ended with the test."""
+    """Starts ``gpujob ui --json ARGS`` (``pythonpath``: folders after the repo's); every server started
+    is ended with the test."""
     procs: list[subprocess.Popen] = []
 
-    def start(*extra: str) -> tuple[subprocess.Popen, dict]:
-        p, info = start_ui(tmp_path, *extra)
+    def start(*extra: str, pythonpath: str = "") -> tuple[subprocess.Popen, dict]:
+        p, info = start_ui(tmp_path, *extra, pythonpath=pythonpath)
         procs.append(p)
         return p, info
 

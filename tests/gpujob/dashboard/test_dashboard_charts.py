@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import REPO, run_cli
 from tests.gpujob.dashboard.test_dashboard import CHROMIUM, FLAGS, ui_server  # noqa: F401 - the fixture, shared
 from tests.helpers import needs, status, submit, wait_state, write_job
 
@@ -334,31 +336,44 @@ with open(os.environ["GPUJOB_METRICS_FILE"], "a") as m:
 
 def test_a_sweeps_history_coordinates_and_importances(tmp_path: Path, ui_server: Callable[..., tuple],  # noqa: F811
                                                       browser_page: Any) -> None:
-    """A real grid sweep on ``local``: the compare page of its trials draws Optuna's optimisation history,
-    parallel coordinates and the importances ``optuna.importance.get_param_importances`` gives."""
+    """A real grid sweep on ``local``, with the ``sweep`` extra alone (scikit-learn hidden: a package of that
+    name that fails to import, ahead of any installed one): the compare page of its trials draws Optuna's
+    optimisation history, parallel coordinates and the importances ``get_param_importances`` gives."""
     needs("optuna")
     import optuna
     from playwright.sync_api import expect
 
     page, shots = browser_page, shots_dir(tmp_path)
+    shim = tmp_path / "no-sklearn"
+    (shim / "sklearn").mkdir(parents=True)
+    (shim / "sklearn" / "__init__.py").write_text("raise ImportError('No module named sklearn', name='sklearn')\n")
+    no_sklearn = subprocess.run([sys.executable, "-c", "import sklearn"], env=dict(os.environ, PYTHONPATH=str(shim)),
+                                capture_output=True, text=True, timeout=60)
+    assert no_sklearn.returncode != 0 and "No module named sklearn" in no_sklearn.stderr, no_sklearn.stderr
     d = write_job(tmp_path, "sw", SWEEP_SCRIPT, "python main.py --lr 0.1 --batch 8",
                   sweep={"metric": "loss", "method": "grid", "parallel": 2,
                          "params": {"lr": [0.001, 0.01, 0.03], "batch": [16, 64]}})
-    r = run_cli("sweep", str(d), "--hosts", "local", "--name", "sw-dash", "--json", timeout=600)
+    r = run_cli("sweep", str(d), "--hosts", "local", "--name", "sw-dash", "--json", timeout=600,
+                env_extra={"PYTHONPATH": f"{REPO}{os.pathsep}{shim}"})
     assert r.returncode == 0, r.stderr[-2000:]
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.load_study(study_name="sw-dash", storage=f"sqlite:///{tmp_path / 'state' / 'sweeps.sqlite'}")
-    want = optuna.importance.get_param_importances(study, evaluator=optuna.importance.FanovaImportanceEvaluator(seed=0))
-    _, info = ui_server("--host", "local")
+    want = optuna.importance.get_param_importances(study, evaluator=optuna.importance.PedAnovaImportanceEvaluator())
+    _, info = ui_server("--host", "local", pythonpath=str(shim))
     base = f"http://127.0.0.1:{info['port']}"
     page.goto(info["url"])
     page.goto(f"{base}/runs")
     expect(page.locator("#runs tbody tr")).to_have_count(6, timeout=30_000)
+    # the parameters that vary are the default columns (a grid's lr and batch), no column needs picking
+    for p in ("lr", "batch"):
+        expect(page.locator(f'#runs th[data-key="p:{p}"]')).to_have_count(1)
     page.click('#runs-columns')
     page.check('#runs-column-panel input[data-col="sweep"]')
     page.keyboard.press("Escape")
     expect(page.locator("#runs-column-panel")).to_be_hidden()
-    page.locator('#runs td a[href*="sweep=sw-dash"]').first.click()
+    with page.expect_response(lambda resp: "/api/sweep?" in resp.url) as sweep_answer:
+        page.locator('#runs td a[href*="sweep=sw-dash"]').first.click()
+    assert sweep_answer.value.status == 200, sweep_answer.value.text()
     expect(page.locator("#sweep-history canvas").first).to_be_visible(timeout=60_000)
     expect(page.locator("#coords-svg polyline")).to_have_count(6)
     rows = page.locator("#sweep-importances .imp-row")
