@@ -45,6 +45,13 @@ function money(v, currency) {
 
 function when(t) { return t ? new Date(t * 1000).toLocaleString() : "-"; }
 
+// a local time whole in a narrow column: "2026-12-07 15:27:14" (the locale's own form is its tooltip)
+function stamp(t) {
+  if (!t) return "-";
+  const d = new Date(t * 1000), two = (n) => String(n).padStart(2, "0");
+  return `${d.getFullYear()}-${two(d.getMonth() + 1)}-${two(d.getDate())} ${two(d.getHours())}:${two(d.getMinutes())}:${two(d.getSeconds())}`;
+}
+
 function jobHref(host, id) { return "/job?" + new URLSearchParams({ host, id }); }
 
 function live(on) { document.getElementById("live").classList.toggle("on", on); }
@@ -602,7 +609,7 @@ const RUN_COLS_KEY = "gpujob.runs.columns";
 const RUN_COLS = [["job_id", "Run"], ["name", "Name"], ["state", "State"], ["loss", "Loss"], ["cost", "Cost"],
   ["host", "Host"], ["sweep", "Sweep"], ["gpu_hours", "GPU h"], ["submitted_at", "Submitted"]];
 const RUN_COLS_SHOWN = ["job_id", "name", "state", "loss", "cost", "host", "submitted_at"];
-const PARAMS_SHOWN = 4;  // the first varying parameters are shown until the user picks
+const PARAMS_SHOWN = 8;  // the varying parameters shown until the user picks (the first, by name, if more vary)
 
 function cell(v) { return v === null || v === undefined ? "-" : typeof v === "object" ? JSON.stringify(v) : fmt(v); }
 
@@ -654,10 +661,13 @@ function runsView(q) {
   }
 
   function columns() {
-    // the parameters whose values vary among the runs listed are columns to pick
+    // a parameter varies when the runs that have it disagree on its value: one that only some runs have
+    // (an HF Trainer's defaults beside plain scripts) does not by that alone; it can still be picked
     const names = [...new Set(runs.flatMap((run) => Object.keys(run.params || {})))].sort();
-    const varying = names.filter((k) => new Set(runs.map((run) => JSON.stringify((run.params || {})[k]))).size > 1);
-    const all = [...RUN_COLS.slice(0, 5), ...varying.map((k) => [`p:${k}`, k]), ...RUN_COLS.slice(5)];
+    const had = (k) => runs.filter((run) => k in (run.params || {})).map((run) => JSON.stringify(run.params[k]));
+    const varying = names.filter((k) => new Set(had(k)).size > 1);
+    const some = names.filter((k) => !varying.includes(k) && had(k).length < runs.length);
+    const all = [...RUN_COLS.slice(0, 5), ...[...varying, ...some].map((k) => [`p:${k}`, k]), ...RUN_COLS.slice(5)];
     const byDefault = (k) => RUN_COLS_SHOWN.includes(k) || (k.startsWith("p:") && varying.indexOf(k.slice(2)) < PARAMS_SHOWN);
     return all.map(([k, label]) => [k, label, k in chosen ? chosen[k] : byDefault(k)]);
   }
@@ -684,7 +694,7 @@ function runsView(q) {
     });
     const td = (run, k) => {
       const v = value(run, k);
-      if (k === "submitted_at") return el("td", {}, when(v));
+      if (k === "submitted_at") return el("td", { class: "when", title: when(v) }, stamp(v));
       if (k === "cost") return el("td", { class: "num" }, money(run.cost, run.currency));
       if (k === "state") return el("td", { class: `state state-${run.state}` }, run.state);
       if (k === "sweep" && v) return el("td", { title: v }, el("a", { href: "/compare?" + new URLSearchParams({ sweep: v }) }, v));

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -19,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO, run_cli
+from tests.conftest import run_cli
 from tests.gpujob.dashboard.test_dashboard import CHROMIUM, FLAGS, ui_server  # noqa: F401 - the fixture, shared
 from tests.helpers import needs, status, submit, wait_state, write_job
 
@@ -221,8 +222,13 @@ def test_runs_page_fits_1400px_and_remembers_columns_sort_and_filter(tmp_path: P
 
     page, shots = browser_page, shots_dir(tmp_path)
     ids = []
+    # beside the ten that vary: the lr two runs have and disagree on (a default column), a flag two runs
+    # share that the third lacks and a setting only one run has (as an HF Trainer's defaults beside a plain
+    # script: missing from a run, they do not vary, so no default column, but each can be picked)
+    extra = ["--lr 0.1 --warmup 5 --only-here x", "--lr 0.2 --warmup 5", ""]
     for i in range(3):
         args = " ".join(f"--option-{k} /data/experiments/a-rather-long-path-{i}/{k}/shard" for k in range(10))
+        args += " " + extra[i]
         ids.append(submit("local", write_job(tmp_path, f"wide-{i}", WIDE, f"python main.py {args}"))["job_id"])
     for job in ids:
         wait_state("local", job, ("succeeded",), root=tmp_path / "local-root")
@@ -235,6 +241,16 @@ def test_runs_page_fits_1400px_and_remembers_columns_sort_and_filter(tmp_path: P
     for col in ("loss", "cost"):
         box = page.locator(f'#runs th[data-key="{col}"]').bounding_box()
         assert box and box["x"] + box["width"] <= 1400, (col, box)
+    expect(page.locator('#runs th[data-key="p:lr"]')).to_have_count(1)
+    for left in ("p:warmup", "p:only_here"):
+        expect(page.locator(f'#runs th[data-key="{left}"]')).to_have_count(0)
+        expect(page.locator(f'#runs-column-panel input[data-col="{left}"]')).to_have_count(1)
+    # the submitted time whole (seconds and all), none cut by its column
+    when = page.locator('#runs td.when')
+    expect(when).to_have_count(3)
+    for i in range(3):
+        assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", when.nth(i).inner_text()), when.nth(i).inner_text()
+    assert page.evaluate("[...document.querySelectorAll('#runs td.when')].every((td) => td.scrollWidth <= td.clientWidth)")
     page.screenshot(path=str(shots / "dashboard-runs.png"))
 
     # the column chooser: drop Host, add a parameter that was left out; remembered in this browser
@@ -335,7 +351,7 @@ with open(os.environ["GPUJOB_METRICS_FILE"], "a") as m:
 
 
 def test_a_sweeps_history_coordinates_and_importances(tmp_path: Path, ui_server: Callable[..., tuple],  # noqa: F811
-                                                      browser_page: Any) -> None:
+                                                      browser_page: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """A real grid sweep on ``local``, with the ``sweep`` extra alone (scikit-learn hidden: a package of that
     name that fails to import, ahead of any installed one): the compare page of its trials draws Optuna's
     optimisation history, parallel coordinates and the importances ``get_param_importances`` gives."""
@@ -353,8 +369,8 @@ def test_a_sweeps_history_coordinates_and_importances(tmp_path: Path, ui_server:
     d = write_job(tmp_path, "sw", SWEEP_SCRIPT, "python main.py --lr 0.1 --batch 8",
                   sweep={"metric": "loss", "method": "grid", "parallel": 2,
                          "params": {"lr": [0.001, 0.01, 0.03], "batch": [16, 64]}})
-    r = run_cli("sweep", str(d), "--hosts", "local", "--name", "sw-dash", "--json", timeout=600,
-                env_extra={"PYTHONPATH": f"{REPO}{os.pathsep}{shim}"})
+    monkeypatch.setenv("PYTHONPATH", str(shim))  # `gpujob sweep` too runs without scikit-learn
+    r = run_cli("sweep", str(d), "--hosts", "local", "--name", "sw-dash", "--json", timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.load_study(study_name="sw-dash", storage=f"sqlite:///{tmp_path / 'state' / 'sweeps.sqlite'}")
