@@ -422,8 +422,12 @@ function jobView(q) {
     buttons.stop.hidden = !CAN_STOP.includes(j.state);
     buttons.resume.hidden = !CAN_RESUME.includes(j.state);
     buttons.pull.hidden = !(j.checkpoints || []).some((c) => c.complete);
-    const d = j.diagnosis;
-    diag.replaceChildren(...(d ? [el("div", { class: "diagnosis" }, [d.summary || d.cause, d.where ? `\nat ${d.where}` : "", d.line ? `\n${d.line}` : ""].join(""))] : []));
+    // what `status` says of a failure: its cause (in full: the row has the agent's words for a job that never
+    // started), where, the line, and the remedy; a failed or lost job without a diagnosis: its reason
+    const d = j.diagnosis || (row.diagnosis ? { summary: row.diagnosis } : null);
+    const cause = d && (d.cause === "not_started" && row.diagnosis ? row.diagnosis : d.summary || d.cause);
+    diag.replaceChildren(...(d ? [el("div", { class: "diagnosis" }, [cause, d.where ? `\nat ${d.where}` : "",
+      d.line && d.line !== cause ? `\n${d.line}` : "", d.remedy ? `\n→ ${d.remedy}` : ""].join(""))] : []));
     board.update([{ key: `${host}/${id}`, label: id, color: COLORS[0], series: j.series || {} }]);
     mirror.replaceChildren(...(j.mirror_lines || []).map((line) => el("div", {}, line)));  // as `status` says it
     ckpts.replaceChildren(...(j.checkpoints || []).map((c) => el("tr", {},
@@ -442,10 +446,19 @@ function jobView(q) {
   // scrolls into view; scrolling up unticks it, back to the bottom ticks it again
   log.addEventListener("scroll", () => { follow.checked = log.scrollTop + log.clientHeight >= log.scrollHeight - 4; });
   follow.addEventListener("change", () => { if (follow.checked) log.scrollTop = log.scrollHeight; });
+  // the log's rows as a terminal shows them: a line event may replace the last rows (tqdm's nested bar moves
+  // up and writes again); a note ends that, a new follow writes below it
+  let rows = [];
   function say(text, cls) {
     log.appendChild(cls ? el("span", { class: cls }, text) : document.createTextNode(text));
     while (log.childNodes.length > 2000) log.removeChild(log.firstChild);
     if (follow.checked) log.scrollTop = log.scrollHeight;
+    if (cls) rows = [];
+  }
+  function write(doc) {
+    for (let k = Math.min(doc.rewrite || 0, rows.length); k > 0; k--) rows.pop().remove();
+    for (const r of doc.rows || [doc.line]) { say(r + "\n"); rows.push(log.lastChild); }
+    if (rows.length > 64) rows = rows.slice(-64);  // the server keeps as many (terminal.py MAX_ROWS)
   }
 
   // one stream: the job's status, and its log one line per event with the line's byte offset
@@ -457,7 +470,7 @@ function jobView(q) {
       if (doc.offset <= seen) return;
       seen = doc.offset;
       ended = false;
-      say(doc.line + "\n");
+      write(doc);
     },
     end: () => { if (!ended) say("── end of log (the job ended) ──\n", "log-note"); ended = true; },
     failed: (doc) => say(`── ${doc.error}${doc.remedy ? " → " + doc.remedy : ""} ──\n`, "log-note"),

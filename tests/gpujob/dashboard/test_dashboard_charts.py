@@ -282,6 +282,15 @@ TWO_ATTEMPTS = """
 import os, sys, time
 ck = os.path.join(os.environ["GPUJOB_CKPT_DIR"], "step-1")
 if not os.path.isdir(ck):
+    from tensorboard.compat.proto import event_pb2, summary_pb2
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    w = EventFileWriter(os.environ["GPUJOB_TB_DIR"])  # HF Trainer's tags, as TensorBoard shows them
+    for step in range(1, 4):
+        tags = {"train/loss": 1.0 / step, "train/learning_rate": 1e-3, "eval/loss": 1.2 / step}
+        w.add_event(event_pb2.Event(wall_time=time.time(), step=step, summary=summary_pb2.Summary(
+            value=[summary_pb2.Summary.Value(tag=t, simple_value=v) for t, v in tags.items()])))
+    w.close()
     os.makedirs(ck)
     open(os.path.join(ck, "weights.bin"), "w").write("w")
     open(os.path.join(ck, ".gpujob-complete"), "w").close()
@@ -303,6 +312,7 @@ def test_log_follows_a_resumed_attempt_and_buttons_match_the_state(tmp_path: Pat
                                                                    browser_page: Any) -> None:
     from playwright.sync_api import expect
 
+    needs("tensorboard")
     page, shots = browser_page, shots_dir(tmp_path)
     job = submit("local", write_job(tmp_path, "two-attempts", TWO_ATTEMPTS, "python main.py"))["job_id"]
     wait_state("local", job, ("running",), root=tmp_path / "local-root")
@@ -312,6 +322,10 @@ def test_log_follows_a_resumed_attempt_and_buttons_match_the_state(tmp_path: Pat
     page.goto(f"{base}/job?host=local&id={job}")
     log = page.locator("#log")
     expect(log).to_contain_text("first 79", timeout=30_000)
+    # TensorBoard's tags keep their names, so their charts group by prefix (train/, eval/)
+    for group, tag in (("train", "train/loss"), ("train", "train/learning_rate"), ("eval", "eval/loss")):
+        expect(page.locator(f'section[data-group="{group}"] .chart[data-metric="{tag}"]')).to_be_visible(timeout=30_000)
+    expect(page.locator('.chart[data-metric="loss"]')).to_have_count(0)
     expect(page.locator("#meta-state")).to_contain_text("running", timeout=30_000)
     expect(page.locator("#btn-stop")).to_be_visible()  # a running job: stop, no resume
     expect(page.locator("#btn-resume")).to_be_hidden()
