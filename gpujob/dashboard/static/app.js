@@ -681,7 +681,7 @@ function runsView(q) {
     const varying = names.filter((k) => new Set(had(k)).size > 1);
     const some = names.filter((k) => !varying.includes(k) && had(k).length < runs.length);
     const all = [...RUN_COLS.slice(0, 5), ...[...varying, ...some].map((k) => [`p:${k}`, k]), ...RUN_COLS.slice(5)];
-    const byDefault = (k) => RUN_COLS_SHOWN.includes(k) || (k.startsWith("p:") && varying.indexOf(k.slice(2)) < PARAMS_SHOWN);
+    const byDefault = (k) => RUN_COLS_SHOWN.includes(k) || (k.startsWith("p:") && varying.slice(0, PARAMS_SHOWN).includes(k.slice(2)));
     return all.map(([k, label]) => [k, label, k in chosen ? chosen[k] : byDefault(k)]);
   }
 
