@@ -436,7 +436,7 @@ def test_a_logs_lines_write_on_the_rows_above_as_a_terminal_does() -> None:
     (``rewrite``) instead of adding each redraw; a move down stops at the last row; hostile lines stay bounded."""
     from gpujob.dashboard.terminal import CONTROL, MAX_ROWS, LogScreen
 
-    screen, page = LogScreen(), []
+    screen, page = LogScreen(), list[str]()
 
     def feed(line: str) -> tuple[int, list[str]]:
         rewrite, rows = screen.feed(line)
