@@ -12,13 +12,13 @@ import threading
 import time
 from typing import Any, Callable
 
-from gpujob.dashboard.terminal import shown
+from gpujob.dashboard.terminal import LogScreen
 from gpujob.errors import GpujobError
 from gpujob.jsontypes import JSONObject
 from gpujob.transport.jobview import JobView
 
 LOG_LINES = 200  # a job page opens at the log's last lines
-LINE_SHOWN = 8192  # characters of a line a page gets (its end), once replayed as a terminal shows it
+LINE_SHOWN = 8192  # characters of a row a page gets (its end), once replayed as a terminal shows it
 LIVE = ("queued", "pending", "running", "restarting", "requeued")  # core.protocol ACTIVE
 RESTART_GAP_S = 5.0  # a follow that fails while the job runs is tried again, not in a loop
 
@@ -80,13 +80,17 @@ class LogFollower:
     def _pump(self, offset: int | None) -> None:
         try:
             with self.client_for() as c:
+                screen = LogScreen()  # the rows this follow wrote: a line may write again on those above
                 for chunk in c.job(self.job_id, host=self.host).logs(follow=True, lines=LOG_LINES, as_json=True,
                                                                      offset=offset, cancel=self.cancel):
                     for line in chunk.splitlines():
                         doc = json.loads(line)
-                        doc["line"] = shown(doc["line"])  # as a terminal leaves it: no control character
-                        if len(doc["line"]) > LINE_SHOWN:  # the queue holds 1,000 lines: of 1 MiB each, a GB
-                            doc["line"] = "…" + doc["line"][-LINE_SHOWN:]
+                        # as a terminal leaves it, no control character: this line's rows, and how many of the
+                        # rows the page shows they replace (tqdm's nested bar moves up, writes over its last row)
+                        doc["rewrite"], rows = screen.feed(doc["line"])
+                        # the queue holds 1,000 lines: of 1 MiB each, a GB
+                        doc["rows"] = [r if len(r) <= LINE_SHOWN else "…" + r[-LINE_SHOWN:] for r in rows]
+                        doc["line"] = "\n".join(doc["rows"])
                         self.offset = doc["offset"]  # a restart sends this line again; the page skips it
                         self._put(("line", doc))
             self._put(("end", {}))

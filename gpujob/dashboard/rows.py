@@ -80,7 +80,6 @@ def row(doc: JSONObject, history: list[float], gpu: float | None = None) -> Row:
     if eta is None and j.state == "running" and step and total and started:  # else: the mean rate so far
         rate = step / max(1e-6, (_num(j.now) or time.time()) - started)
         eta = max(0.0, (total - step) / rate)
-    diag = j.diagnosis or {}
     job_id = j.job_id if "job_id" in j else ""  # a null id is shown as such
     return {
         "key": f"{j.host or 'local'}/{job_id}",
@@ -91,6 +90,24 @@ def row(doc: JSONObject, history: list[float], gpu: float | None = None) -> Row:
         "loss_key": lk, "loss": _num(m.get(lk)) if lk else None, "spark": history[-SPARK_POINTS:],
         "gpu": gpu, "cost": _num(billing.cost), "currency": str(billing.currency or ""),
         "elapsed_s": _num(billing.elapsed_s), "submitted_at": _num(j.submitted_at),
-        "diagnosis": str(diag.get("summary") or diag.get("cause") or "") if isinstance(diag, dict) else str(diag),
+        "diagnosis": diagnosis(j),
         "last_line": " ".join(shown(str(j.last_line or "")).split())[:300],  # a bar's last redraw, not all
     }
+
+
+MARKER = "==> gpujob: "  # the agent's own lines in a job's log: ``==> gpujob: TEXT [YYYY-mm-dd HH:MM:SS]``
+
+
+def diagnosis(j: JobView) -> str:
+    """Why the job failed, in a line: the diagnosis of its last attempt; else, for a job that failed or was
+    lost with none (it never started: a setup that failed), its reason, said in full where the agent's last
+    line in its log says more of it (``setup failed: conda env 'x' not found``) -- what ``status`` shows."""
+    diag = j.diagnosis
+    if isinstance(diag, dict) and (diag.get("summary") or diag.get("cause")):
+        return str(diag.get("summary") or diag.get("cause"))
+    if j.state not in ("failed", "lost"):
+        return ""
+    reason = str(j.reason or j.lost_reason or "")
+    last = str(j.last_line or "")
+    said = last[len(MARKER):].rsplit(" [", 1)[0] if last.startswith(MARKER) else ""
+    return said if reason and said.startswith(reason) else reason

@@ -58,16 +58,20 @@ def _count(params: str) -> int:
 
 
 class _Screen:
-    """The rows one line writes on; ``r``, ``c``: the cursor."""
+    """The rows one line writes on; ``r``, ``c``: the cursor. ``touched``: the first row changed since it was
+    last reset (a log's screen says which of the rows a page shows to write again)."""
 
-    def __init__(self, budget: int) -> None:
+    def __init__(self, budget: int, grow_up: bool = True) -> None:
         self.rows: list[list[str]] = [[]]
         self.r = self.c = 0
         # characters the cursor's moves may pad or erase in all (a hostile line moving far and back again
         # and again stays linear: past the budget, a move pads no further, an erase before the cursor is skipped)
         self.budget = budget
+        self.grow_up = grow_up  # a move above the first row makes a row there (one line); else it stops there (a log)
+        self.touched = 0
 
     def write(self, s: str) -> None:
+        self.touched = min(self.touched, self.r)
         row = self.rows[self.r]
         if self.c > len(row):
             pad = min(self.c - len(row), max(0, self.budget))
@@ -81,11 +85,12 @@ class _Screen:
         """To the row ``rows`` below (above, if negative): a row beyond the first or last is a new one."""
         r = self.r + rows
         if r < 0:
-            new = min(-r, MAX_ROWS - len(self.rows))
+            new = min(-r, MAX_ROWS - len(self.rows)) if self.grow_up else 0
             self.rows[:0] = [[] for _ in range(max(0, new))]
             r = 0
-        elif r >= len(self.rows):
-            self.rows.extend([] for _ in range(min(r + 1, MAX_ROWS) - len(self.rows)))
+        elif r >= len(self.rows):  # a log's last row is the terminal's bottom: a move down stops there
+            if self.grow_up:
+                self.rows.extend([] for _ in range(min(r + 1, MAX_ROWS) - len(self.rows)))
             r = len(self.rows) - 1
         self.r = r
 
@@ -107,6 +112,7 @@ class _Screen:
             self.c = min(max(1, _count(cols[1]) if len(cols) > 1 else 1) - 1, MAX_COLS)
         elif final in "KJ":  # erase in line / in display: after the cursor (0), before it (1), all (2, 3)
             how = _count(params)
+            self.touched = min(self.touched, 0 if final == "J" and how else self.r)
             if how == 0:
                 del row[self.c:]
                 if final == "J":
@@ -136,15 +142,18 @@ def _redrawn(line: str) -> str:
     return shown
 
 
-def _line(line: str) -> str:
+def _prepared(line: str) -> str:
+    """``line`` less what changes no character shown (colours, titles...) and what a clear on its row hides."""
     if "\x1b" in line or "\x9b" in line:
         line = SILENT.sub("", line)  # colours: most escapes a job prints
         before, *after = CLEARED.split(line)
         if after and not ROW_MOVE.search(line, 0, len(line) - len(after[-1])):
             line = after[-1]  # (cleared on the same row: a move up or down before it wrote elsewhere)
-    if not NOT_CR.search(line):
-        return _redrawn(line)
-    scr = _Screen(4 * len(line) + MAX_COLS)
+    return line
+
+
+def _replay(scr: _Screen, line: str) -> None:
+    """``line``'s text and controls played on ``scr`` from its cursor."""
     at = 0
     for m in SEQUENCE.finditer(line):
         if m.start() > at:
@@ -161,5 +170,53 @@ def _line(line: str) -> str:
             scr.csi(m.group("params"), final)
     if at < len(line):
         scr.write(line[at:])
+
+
+def _line(line: str) -> str:
+    line = _prepared(line)
+    if not NOT_CR.search(line):
+        return _redrawn(line)
+    scr = _Screen(4 * len(line) + MAX_COLS)
+    _replay(scr, line)
     rows = ["".join(r) for r in scr.rows]
     return "\n".join(r for r in rows if r) if len(rows) > 1 else rows[0]
+
+
+class LogScreen:
+    """A log as a terminal shows it, line after line: each line is written after a newline (the cursor to
+    the next row's first column), so tqdm's nested bar, which moves up with ``ESC[A`` and writes again,
+    overwrites the rows it wrote before instead of adding a copy of each redraw. Keeps the last ``MAX_ROWS``
+    rows (a move up stops at the first of them); :meth:`feed` says which rows a page shows again."""
+
+    def __init__(self, row_kept: int = 1 << 14) -> None:
+        self.scr: _Screen | None = None
+        self.row_kept = row_kept  # a longer row keeps its end (a later move back onto it writes from there)
+
+    def feed(self, line: str) -> tuple[int, list[str]]:
+        """(rewrite, rows) for one line of the log: the page drops its last ``rewrite`` rows, then adds ``rows``
+        (after a plain line ``(0, [line])``; after a redraw on the row above ``(2, [above, this])``)."""
+        line = _prepared(line)
+        budget = 4 * len(line) + MAX_COLS
+        if self.scr is None:
+            self.scr = scr = _Screen(budget, grow_up=False)
+            before = 0
+        else:
+            scr, before = self.scr, len(self.scr.rows)
+            scr.budget, scr.touched = budget, before
+            if scr.r + 1 == before:  # the newline: a new row at the bottom, else the next row
+                scr.rows.append([])
+            scr.r, scr.c = scr.r + 1, 0
+        if not CONTROL.search(line):
+            scr.write(line)
+        else:
+            _replay(scr, line)
+        touched = min(scr.touched, len(scr.rows))
+        for i in range(touched, len(scr.rows)):
+            if len(scr.rows[i]) > self.row_kept:
+                scr.rows[i] = list("…") + scr.rows[i][-(self.row_kept - 1):]
+        out = ["".join(r) for r in scr.rows[touched:]]
+        extra = len(scr.rows) - MAX_ROWS
+        if extra > 0:
+            del scr.rows[:extra]
+            scr.r = max(0, scr.r - extra)
+        return before - touched, out

@@ -190,11 +190,8 @@ def _created(entry: Any, since: float) -> bool:
 
 
 def tb_key(tag: str) -> str:
-    """HF's TensorBoard tags ``train/loss``, ``eval/loss`` → the metric file's ``loss``, ``eval_loss``."""
-    if tag.startswith("train/"):
-        return tag[6:]
-    if tag.startswith("eval/"):
-        return "eval_" + tag[5:]
+    """A TensorBoard tag is its metric's name, as written (HF's ``train/loss``, ``eval/loss``): what TensorBoard
+    shows, and the prefix the dashboard groups charts by."""
     return tag
 
 

@@ -45,6 +45,13 @@ function money(v, currency) {
 
 function when(t) { return t ? new Date(t * 1000).toLocaleString() : "-"; }
 
+// a local time whole in a narrow column: "2026-12-07 15:27:14" (the locale's own form is its tooltip)
+function stamp(t) {
+  if (!t) return "-";
+  const d = new Date(t * 1000), two = (n) => String(n).padStart(2, "0");
+  return `${d.getFullYear()}-${two(d.getMonth() + 1)}-${two(d.getDate())} ${two(d.getHours())}:${two(d.getMinutes())}:${two(d.getSeconds())}`;
+}
+
 function jobHref(host, id) { return "/job?" + new URLSearchParams({ host, id }); }
 
 function live(on) { document.getElementById("live").classList.toggle("on", on); }
@@ -415,8 +422,12 @@ function jobView(q) {
     buttons.stop.hidden = !CAN_STOP.includes(j.state);
     buttons.resume.hidden = !CAN_RESUME.includes(j.state);
     buttons.pull.hidden = !(j.checkpoints || []).some((c) => c.complete);
-    const d = j.diagnosis;
-    diag.replaceChildren(...(d ? [el("div", { class: "diagnosis" }, [d.summary || d.cause, d.where ? `\nat ${d.where}` : "", d.line ? `\n${d.line}` : ""].join(""))] : []));
+    // what `status` says of a failure: its cause (in full: the row has the agent's words for a job that never
+    // started), where, the line, and the remedy; a failed or lost job without a diagnosis: its reason
+    const d = j.diagnosis || (row.diagnosis ? { summary: row.diagnosis } : null);
+    const cause = d && (d.cause === "not_started" && row.diagnosis ? row.diagnosis : d.summary || d.cause);
+    diag.replaceChildren(...(d ? [el("div", { class: "diagnosis" }, [cause, d.where ? `\nat ${d.where}` : "",
+      d.line && d.line !== cause ? `\n${d.line}` : "", d.remedy ? `\n→ ${d.remedy}` : ""].join(""))] : []));
     board.update([{ key: `${host}/${id}`, label: id, color: COLORS[0], series: j.series || {} }]);
     mirror.replaceChildren(...(j.mirror_lines || []).map((line) => el("div", {}, line)));  // as `status` says it
     ckpts.replaceChildren(...(j.checkpoints || []).map((c) => el("tr", {},
@@ -435,10 +446,19 @@ function jobView(q) {
   // scrolls into view; scrolling up unticks it, back to the bottom ticks it again
   log.addEventListener("scroll", () => { follow.checked = log.scrollTop + log.clientHeight >= log.scrollHeight - 4; });
   follow.addEventListener("change", () => { if (follow.checked) log.scrollTop = log.scrollHeight; });
+  // the log's rows as a terminal shows them: a line event may replace the last rows (tqdm's nested bar moves
+  // up and writes again); a note ends that, a new follow writes below it
+  let rows = [];
   function say(text, cls) {
     log.appendChild(cls ? el("span", { class: cls }, text) : document.createTextNode(text));
     while (log.childNodes.length > 2000) log.removeChild(log.firstChild);
     if (follow.checked) log.scrollTop = log.scrollHeight;
+    if (cls) rows = [];
+  }
+  function write(doc) {
+    for (let k = Math.min(doc.rewrite || 0, rows.length); k > 0; k--) rows.pop().remove();
+    for (const r of doc.rows || [doc.line]) { say(r + "\n"); rows.push(log.lastChild); }
+    if (rows.length > 64) rows = rows.slice(-64);  // the server keeps as many (terminal.py MAX_ROWS)
   }
 
   // one stream: the job's status, and its log one line per event with the line's byte offset
@@ -450,7 +470,7 @@ function jobView(q) {
       if (doc.offset <= seen) return;
       seen = doc.offset;
       ended = false;
-      say(doc.line + "\n");
+      write(doc);
     },
     end: () => { if (!ended) say("── end of log (the job ended) ──\n", "log-note"); ended = true; },
     failed: (doc) => say(`── ${doc.error}${doc.remedy ? " → " + doc.remedy : ""} ──\n`, "log-note"),
@@ -543,7 +563,7 @@ function sweepView(box, s) {
     series: [{ label: "trial" }, { label: metric, stroke: COLORS[0], width: 1, paths: () => null, points: { show: true, size: 8, width: 1, fill: COLORS[0] } },
       { label: "best so far", stroke: COLORS[1], width: 1.6, paths: uPlot.paths.stepped({ align: 1 }), points: { show: false } }],
   }, [xs, s.history.map((h) => h.value), s.history.map((h) => h.best)], hist);
-  imp.appendChild(el("div", { class: "u-title" }, "parameter importances (Optuna, fANOVA)"));
+  imp.appendChild(el("div", { class: "u-title" }, "parameter importances (Optuna, PED-ANOVA)"));
   if (s.importances) {
     for (const [p, v] of Object.entries(s.importances)) imp.appendChild(el("div", { class: "imp-row", "data-param": p },
       el("span", { class: "imp-name" }, p), el("span", { class: "imp-bar" }, el("span", { style: `width:${(v * 100).toFixed(1)}%` })),
@@ -602,7 +622,7 @@ const RUN_COLS_KEY = "gpujob.runs.columns";
 const RUN_COLS = [["job_id", "Run"], ["name", "Name"], ["state", "State"], ["loss", "Loss"], ["cost", "Cost"],
   ["host", "Host"], ["sweep", "Sweep"], ["gpu_hours", "GPU h"], ["submitted_at", "Submitted"]];
 const RUN_COLS_SHOWN = ["job_id", "name", "state", "loss", "cost", "host", "submitted_at"];
-const PARAMS_SHOWN = 4;  // the first varying parameters are shown until the user picks
+const PARAMS_SHOWN = 8;  // the varying parameters shown until the user picks (the first, by name, if more vary)
 
 function cell(v) { return v === null || v === undefined ? "-" : typeof v === "object" ? JSON.stringify(v) : fmt(v); }
 
@@ -654,11 +674,14 @@ function runsView(q) {
   }
 
   function columns() {
-    // the parameters whose values vary among the runs listed are columns to pick
+    // a parameter varies when the runs that have it disagree on its value: one that only some runs have
+    // (an HF Trainer's defaults beside plain scripts) does not by that alone; it can still be picked
     const names = [...new Set(runs.flatMap((run) => Object.keys(run.params || {})))].sort();
-    const varying = names.filter((k) => new Set(runs.map((run) => JSON.stringify((run.params || {})[k]))).size > 1);
-    const all = [...RUN_COLS.slice(0, 5), ...varying.map((k) => [`p:${k}`, k]), ...RUN_COLS.slice(5)];
-    const byDefault = (k) => RUN_COLS_SHOWN.includes(k) || (k.startsWith("p:") && varying.indexOf(k.slice(2)) < PARAMS_SHOWN);
+    const had = (k) => runs.filter((run) => k in (run.params || {})).map((run) => JSON.stringify(run.params[k]));
+    const varying = names.filter((k) => new Set(had(k)).size > 1);
+    const some = names.filter((k) => !varying.includes(k) && had(k).length < runs.length);
+    const all = [...RUN_COLS.slice(0, 5), ...[...varying, ...some].map((k) => [`p:${k}`, k]), ...RUN_COLS.slice(5)];
+    const byDefault = (k) => RUN_COLS_SHOWN.includes(k) || (k.startsWith("p:") && varying.slice(0, PARAMS_SHOWN).includes(k.slice(2)));
     return all.map(([k, label]) => [k, label, k in chosen ? chosen[k] : byDefault(k)]);
   }
 
@@ -684,7 +707,7 @@ function runsView(q) {
     });
     const td = (run, k) => {
       const v = value(run, k);
-      if (k === "submitted_at") return el("td", {}, when(v));
+      if (k === "submitted_at") return el("td", { class: "when", title: when(v) }, stamp(v));
       if (k === "cost") return el("td", { class: "num" }, money(run.cost, run.currency));
       if (k === "state") return el("td", { class: `state state-${run.state}` }, run.state);
       if (k === "sweep" && v) return el("td", { title: v }, el("a", { href: "/compare?" + new URLSearchParams({ sweep: v }) }, v));

@@ -2,12 +2,14 @@
 trials' parameters for parallel coordinates, and Optuna's parameter importances.
 
 Read from the study in ``<state>/sweeps.sqlite`` or the lab's shared storage (no host is asked); the importances are
-``optuna.importance.get_param_importances`` (fANOVA, seeded so a page reload draws the same bars).
+``optuna.importance.get_param_importances`` with PED-ANOVA: plain NumPy, so the ``sweep`` extra alone draws them
+(fANOVA and mean-decrease-impurity import scikit-learn, which no extra installs), and a reload draws the same bars.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any
 
 from gpujob.jsontypes import JSONObject
@@ -45,13 +47,24 @@ def sweep_insight(name: str) -> JSONObject:
     if len(done) < 2:
         why = "Optuna needs two completed trials or more for importances"
     else:
-        try:
-            evaluator = optuna.importance.FanovaImportanceEvaluator(seed=0)
-            importances = dict(optuna.importance.get_param_importances(study, evaluator=evaluator))
-        except (ValueError, RuntimeError) as e:  # e.g. every trial had the same values
-            why = f"Optuna could not weigh the parameters: {e}"
+        importances, why = _importances(optuna, study)
     return {"sweep": study.study_name, "metric": (study.user_attrs.get("sweep") or {}).get("metric"),
             "direction": "maximize" if maximize else "minimize", "history": history, "axes": axes,
             "trials": [{"number": t.number, "job_id": t.user_attrs.get("job_id"), "value": t.value,
                         "params": t.params} for t in done],
             "importances": importances, "why_no_importances": why}
+
+
+def _importances(optuna: Any, study: Any) -> tuple[JSONObject | None, str | None]:
+    """(importances, None), or (None, why not): whatever Optuna lacks or raises, the rest of the page shows."""
+    evaluator = getattr(optuna.importance, "PedAnovaImportanceEvaluator", None)
+    if evaluator is None:
+        return None, f"Optuna {optuna.__version__} has no PED-ANOVA importance evaluator: pip install -U 'optuna>=4.0'"
+    try:
+        with warnings.catch_warnings():  # e.g. "the quantiles select the same trials": the bars say it
+            warnings.simplefilter("ignore")
+            return dict(optuna.importance.get_param_importances(study, evaluator=evaluator())), None
+    except ImportError as e:  # a library the evaluator needs and this Python lacks
+        return None, f"Optuna could not weigh the parameters: it needs {e.name or e}, not installed here"
+    except Exception as e:  # noqa: BLE001 - an optional figure: the history and coordinates still show
+        return None, f"Optuna could not weigh the parameters: {type(e).__name__}: {e}"

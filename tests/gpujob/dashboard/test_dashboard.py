@@ -45,8 +45,8 @@ with open(os.environ["GPUJOB_METRICS_FILE"], "a") as m:
 """
 
 
-def start_ui(cwd: Path, *extra: str) -> tuple[subprocess.Popen, dict]:
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+def start_ui(cwd: Path, *extra: str, pythonpath: str = "") -> tuple[subprocess.Popen, dict]:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(REPO), pythonpath) if p))
     p = subprocess.Popen([sys.executable, "-m", "gpujob.cli", "ui", "--json", *extra], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, env=env, stdin=subprocess.DEVNULL, cwd=str(cwd))
     line = p.stdout.readline() if p.stdout else ""
@@ -58,11 +58,12 @@ def start_ui(cwd: Path, *extra: str) -> tuple[subprocess.Popen, dict]:
 
 @pytest.fixture
 def ui_server(tmp_path: Path) -> Iterator[Callable[..., tuple[subprocess.Popen, dict]]]:
-    """Starts ``gpujob ui --json ARGS``; every server started is ended with the test."""
+    """Starts ``gpujob ui --json ARGS`` (``pythonpath``: folders after the repo's); every server started
+    is ended with the test."""
     procs: list[subprocess.Popen] = []
 
-    def start(*extra: str) -> tuple[subprocess.Popen, dict]:
-        p, info = start_ui(tmp_path, *extra)
+    def start(*extra: str, pythonpath: str = "") -> tuple[subprocess.Popen, dict]:
+        p, info = start_ui(tmp_path, *extra, pythonpath=pythonpath)
         procs.append(p)
         return p, info
 
@@ -347,6 +348,13 @@ for i in range(11):
 out.write("\n")
 out.write("outer 1/2\n inner 5/5\x1b[A\router 2/2\n")
 out.write("controls:\x00\x07\x0b\x0c\x0e\x1f\x7f\u0085\u009b31m c1 end back:abc\x08X\n")
+# tqdm's nested bars as it writes them (position=1, leave=False): the inner one below, moving up after each draw
+out.write("\repoch 0/2")
+for e in range(1, 3):
+    for i in range(4):
+        out.write(f"\n\rinner {i}/3\x1b[A")
+    out.write("\n\r" + " " * 12 + f"\x1b[A\repoch {e}/2")
+out.write("\nafter the bars\n")
 with open(os.environ["GPUJOB_METRICS_FILE"], "a") as m:
     m.write(json.dumps({"step": 1, "loss\x1b[31m": 0.5, "acc\x07": 0.9}) + "\n")
 out.flush()
@@ -366,7 +374,11 @@ def test_control_characters_never_reach_the_page(tmp_path: Path, ui_server: Call
     from playwright.sync_api import expect, sync_playwright
 
     job = submit("local", write_job(tmp_path, "dash-ctl", CONTROLS, "python main.py"))["job_id"]
+    # a job that fails before it starts (its python is not there): no attempt, so no diagnosis of one
+    unstarted = submit("local", write_job(tmp_path, "dash-nopy", "print('never')\n", "python main.py",
+                                          python="conda:gpujob-no-such-env"))["job_id"]
     wait_state("local", job, ("failed",), root=tmp_path / "local-root")
+    wait_state("local", unstarted, ("failed",), root=tmp_path / "local-root")
     _, info = ui_server("--host", "local", "--interval", "1")
     base = f"http://127.0.0.1:{info['port']}"
     with sync_playwright() as pw:
@@ -381,7 +393,10 @@ def test_control_characters_never_reach_the_page(tmp_path: Path, ui_server: Call
             text = log.inner_text()
             assert "100%|██████████| 10/10 [running]" in text, text
             assert "0%|" not in text.replace("100%|", ""), text  # the earlier redraws are overwritten
-            assert "green words plain" in text and "outer 2/2\n inner 5/5" in text, text
+            # each row as a terminal leaves it: a move up writes on the row above, the next line goes on below
+            assert "green words plain" in text and "outer 2/2\ncontrols:" in text and "outer 1/2" not in text, text
+            assert "abX\nepoch 2/2\nafter the bars" in text and "epoch 1/2" not in text and "inner" not in text, text
+            expect(page.locator("#diagnosis")).to_contain_text("gpujob tail")  # the remedy, as `status` says it
             assert "controls:␀␇␋␌␎␟␡\\x85 c1 end back:abX" in text, text  # pictures; a backspace steps back
             body = page.evaluate("document.body.innerText")
             assert not page.evaluate(f"{RAW_CONTROL}.test(document.body.innerText)"), repr(body)
@@ -392,6 +407,11 @@ def test_control_characters_never_reach_the_page(tmp_path: Path, ui_server: Call
             assert not page.evaluate(f"{RAW_CONTROL}.test(document.body.innerText)"), repr(body)
             title = page.locator(f'tr[data-key="local/{job}"] td.diag').get_attribute("title") or ""
             assert not any(ord(c) < 32 and c not in "\n\t" or 0x7F <= ord(c) <= 0x9F for c in title), repr(title)
+            # the job that never started: why, in the agent's words, on both pages
+            why = "conda env 'gpujob-no-such-env' not found"
+            expect(page.locator(f'tr[data-key="local/{unstarted}"] td.diag')).to_contain_text(why, timeout=20_000)
+            page.goto(f"{base}/job?host=local&id={unstarted}")
+            expect(page.locator("#diagnosis")).to_contain_text(why, timeout=30_000)
         finally:
             browser.close()
 
@@ -409,3 +429,29 @@ def test_escape_sequences_show_as_a_terminal_leaves_them() -> None:
     assert shown("name\tand\nlines") == "name\tand\nlines"  # tab and newline pass
     for hostile in ("\x1b[65536Gx\r\x1b[K" * 20_000, "\x1b[65536Gx" + "\x1b[1K" * 50_000, "\x1b[A" * 50_000 + "y"):
         assert not CONTROL.search(shown(hostile))
+
+
+def test_a_logs_lines_write_on_the_rows_above_as_a_terminal_does() -> None:
+    """Across lines: tqdm's nested bar moves up and writes again, so the page replaces the rows it showed
+    (``rewrite``) instead of adding each redraw; a move down stops at the last row; hostile lines stay bounded."""
+    from gpujob.dashboard.terminal import CONTROL, MAX_ROWS, LogScreen
+
+    screen, page = LogScreen(), list[str]()
+
+    def feed(line: str) -> tuple[int, list[str]]:
+        rewrite, rows = screen.feed(line)
+        del page[len(page) - rewrite:]
+        page.extend(rows)
+        return rewrite, rows
+
+    assert feed("plain") == (0, ["plain"]) and feed("") == (0, [""])
+    assert feed("\repoch 0/2") == (0, ["epoch 0/2"])
+    assert feed("\rinner 0/3\x1b[A") == (0, ["inner 0/3"])  # drawn below, the cursor back on the bar above
+    assert feed("\rinner 1/3\x1b[A") == (1, ["inner 1/3"])  # the newline goes down onto it: written again
+    assert feed("\r" + " " * 9 + "\x1b[A\repoch 1/2") == (2, ["epoch 1/2", " " * 9])  # cleared, the bar above redrawn
+    assert feed("done") == (1, ["done     "])
+    assert page == ["plain", "", "epoch 1/2", "done     "]
+    assert feed("x\x1b[5By") == (0, ["xy"])  # no row below the last: a move down stops there
+    for hostile in ("\x1b[B" * 50_000 + "z", "\x1b[A" * 50_000 + "y", "x" * 1_000_000, "\x1b[65536Gx" + "\x1b[1K" * 50_000):
+        rewrite, rows = feed(hostile)
+        assert len(rows) <= MAX_ROWS and all(len(r) <= 1 << 14 and not CONTROL.search(r) for r in rows)

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -219,8 +222,13 @@ def test_runs_page_fits_1400px_and_remembers_columns_sort_and_filter(tmp_path: P
 
     page, shots = browser_page, shots_dir(tmp_path)
     ids = []
+    # beside the ten that vary: the lr two runs have and disagree on (a default column), a flag two runs
+    # share that the third lacks and a setting only one run has (as an HF Trainer's defaults beside a plain
+    # script: missing from a run, they do not vary, so no default column, but each can be picked)
+    extra = ["--lr 0.1 --warmup 5 --only-here x", "--lr 0.2 --warmup 5", ""]
     for i in range(3):
         args = " ".join(f"--option-{k} /data/experiments/a-rather-long-path-{i}/{k}/shard" for k in range(10))
+        args += " " + extra[i]
         ids.append(submit("local", write_job(tmp_path, f"wide-{i}", WIDE, f"python main.py {args}"))["job_id"])
     for job in ids:
         wait_state("local", job, ("succeeded",), root=tmp_path / "local-root")
@@ -233,6 +241,16 @@ def test_runs_page_fits_1400px_and_remembers_columns_sort_and_filter(tmp_path: P
     for col in ("loss", "cost"):
         box = page.locator(f'#runs th[data-key="{col}"]').bounding_box()
         assert box and box["x"] + box["width"] <= 1400, (col, box)
+    expect(page.locator('#runs th[data-key="p:lr"]')).to_have_count(1)
+    for left in ("p:warmup", "p:only_here"):
+        expect(page.locator(f'#runs th[data-key="{left}"]')).to_have_count(0)
+        expect(page.locator(f'#runs-column-panel input[data-col="{left}"]')).to_have_count(1)
+    # the submitted time whole (seconds and all), none cut by its column
+    when = page.locator('#runs td.when')
+    expect(when).to_have_count(3)
+    for i in range(3):
+        assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", when.nth(i).inner_text()), when.nth(i).inner_text()
+    assert page.evaluate("[...document.querySelectorAll('#runs td.when')].every((td) => td.scrollWidth <= td.clientWidth)")
     page.screenshot(path=str(shots / "dashboard-runs.png"))
 
     # the column chooser: drop Host, add a parameter that was left out; remembered in this browser
@@ -264,6 +282,15 @@ TWO_ATTEMPTS = """
 import os, sys, time
 ck = os.path.join(os.environ["GPUJOB_CKPT_DIR"], "step-1")
 if not os.path.isdir(ck):
+    from tensorboard.compat.proto import event_pb2, summary_pb2
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    w = EventFileWriter(os.environ["GPUJOB_TB_DIR"])  # HF Trainer's tags, as TensorBoard shows them
+    for step in range(1, 4):
+        tags = {"train/loss": 1.0 / step, "train/learning_rate": 1e-3, "eval/loss": 1.2 / step}
+        w.add_event(event_pb2.Event(wall_time=time.time(), step=step, summary=summary_pb2.Summary(
+            value=[summary_pb2.Summary.Value(tag=t, simple_value=v) for t, v in tags.items()])))
+    w.close()
     os.makedirs(ck)
     open(os.path.join(ck, "weights.bin"), "w").write("w")
     open(os.path.join(ck, ".gpujob-complete"), "w").close()
@@ -285,6 +312,7 @@ def test_log_follows_a_resumed_attempt_and_buttons_match_the_state(tmp_path: Pat
                                                                    browser_page: Any) -> None:
     from playwright.sync_api import expect
 
+    needs("tensorboard")
     page, shots = browser_page, shots_dir(tmp_path)
     job = submit("local", write_job(tmp_path, "two-attempts", TWO_ATTEMPTS, "python main.py"))["job_id"]
     wait_state("local", job, ("running",), root=tmp_path / "local-root")
@@ -294,6 +322,10 @@ def test_log_follows_a_resumed_attempt_and_buttons_match_the_state(tmp_path: Pat
     page.goto(f"{base}/job?host=local&id={job}")
     log = page.locator("#log")
     expect(log).to_contain_text("first 79", timeout=30_000)
+    # TensorBoard's tags keep their names, so their charts group by prefix (train/, eval/)
+    for group, tag in (("train", "train/loss"), ("train", "train/learning_rate"), ("eval", "eval/loss")):
+        expect(page.locator(f'section[data-group="{group}"] .chart[data-metric="{tag}"]')).to_be_visible(timeout=30_000)
+    expect(page.locator('.chart[data-metric="loss"]')).to_have_count(0)
     expect(page.locator("#meta-state")).to_contain_text("running", timeout=30_000)
     expect(page.locator("#btn-stop")).to_be_visible()  # a running job: stop, no resume
     expect(page.locator("#btn-resume")).to_be_hidden()
@@ -333,32 +365,45 @@ with open(os.environ["GPUJOB_METRICS_FILE"], "a") as m:
 
 
 def test_a_sweeps_history_coordinates_and_importances(tmp_path: Path, ui_server: Callable[..., tuple],  # noqa: F811
-                                                      browser_page: Any) -> None:
-    """A real grid sweep on ``local``: the compare page of its trials draws Optuna's optimisation history,
-    parallel coordinates and the importances ``optuna.importance.get_param_importances`` gives."""
+                                                      browser_page: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real grid sweep on ``local``, with the ``sweep`` extra alone (scikit-learn hidden: a package of that
+    name that fails to import, ahead of any installed one): the compare page of its trials draws Optuna's
+    optimisation history, parallel coordinates and the importances ``get_param_importances`` gives."""
     needs("optuna")
     import optuna
     from playwright.sync_api import expect
 
     page, shots = browser_page, shots_dir(tmp_path)
+    shim = tmp_path / "no-sklearn"
+    (shim / "sklearn").mkdir(parents=True)
+    (shim / "sklearn" / "__init__.py").write_text("raise ImportError('No module named sklearn', name='sklearn')\n")
+    no_sklearn = subprocess.run([sys.executable, "-c", "import sklearn"], env=dict(os.environ, PYTHONPATH=str(shim)),
+                                capture_output=True, text=True, timeout=60)
+    assert no_sklearn.returncode != 0 and "No module named sklearn" in no_sklearn.stderr, no_sklearn.stderr
     d = write_job(tmp_path, "sw", SWEEP_SCRIPT, "python main.py --lr 0.1 --batch 8",
                   sweep={"metric": "loss", "method": "grid", "parallel": 2,
                          "params": {"lr": [0.001, 0.01, 0.03], "batch": [16, 64]}})
+    monkeypatch.setenv("PYTHONPATH", str(shim))  # `gpujob sweep` too runs without scikit-learn
     r = run_cli("sweep", str(d), "--hosts", "local", "--name", "sw-dash", "--json", timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.load_study(study_name="sw-dash", storage=f"sqlite:///{tmp_path / 'state' / 'sweeps.sqlite'}")
-    want = optuna.importance.get_param_importances(study, evaluator=optuna.importance.FanovaImportanceEvaluator(seed=0))
-    _, info = ui_server("--host", "local")
+    want = optuna.importance.get_param_importances(study, evaluator=optuna.importance.PedAnovaImportanceEvaluator())
+    _, info = ui_server("--host", "local", pythonpath=str(shim))
     base = f"http://127.0.0.1:{info['port']}"
     page.goto(info["url"])
     page.goto(f"{base}/runs")
     expect(page.locator("#runs tbody tr")).to_have_count(6, timeout=30_000)
+    # the parameters that vary are the default columns (a grid's lr and batch), no column needs picking
+    for p in ("lr", "batch"):
+        expect(page.locator(f'#runs th[data-key="p:{p}"]')).to_have_count(1)
     page.click('#runs-columns')
     page.check('#runs-column-panel input[data-col="sweep"]')
     page.keyboard.press("Escape")
     expect(page.locator("#runs-column-panel")).to_be_hidden()
-    page.locator('#runs td a[href*="sweep=sw-dash"]').first.click()
+    with page.expect_response(lambda resp: "/api/sweep?" in resp.url) as sweep_answer:
+        page.locator('#runs td a[href*="sweep=sw-dash"]').first.click()
+    assert sweep_answer.value.status == 200, sweep_answer.value.text()
     expect(page.locator("#sweep-history canvas").first).to_be_visible(timeout=60_000)
     expect(page.locator("#coords-svg polyline")).to_have_count(6)
     rows = page.locator("#sweep-importances .imp-row")
