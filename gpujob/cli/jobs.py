@@ -138,13 +138,19 @@ def _watch_ls(args: argparse.Namespace) -> int:
     return 0
 
 
+def _link_note(text: str) -> None:
+    """``tail -f``'s word on its link (stderr: stdout is the log): lost and reconnecting, then back."""
+    print(f"gpujob: {text}", file=sys.stderr, flush=True)
+
+
 def cmd_tail(args: argparse.Namespace) -> int:
     from gpujob.exitcodes import for_state
 
     with client(args.host) as c:
         job = c.job(args.job)
         _copy(job.logs(follow=args.follow, lines=args.lines, since=getattr(args, "since", None),
-                       grep=getattr(args, "grep", None), as_json=getattr(args, "json", False), node=args.node),
+                       grep=getattr(args, "grep", None), as_json=getattr(args, "json", False), node=args.node,
+                       on_link=_link_note),
               log=True, raw=getattr(args, "raw", False))
         return for_state(job.record().state) if args.follow else 0  # the log ended with the job: its outcome
 
