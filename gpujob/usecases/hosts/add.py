@@ -190,6 +190,12 @@ def add_host(
                               f"check the host name in the console's login line, then {again}"
                               if "cannot resolve" in e.cause else "is the instance powered on? Copy its login line "
                               f"again (the port can change after a restart) and run {again}") from None
+            if isinstance(e, KeyRefused) and e.methods is not None and not {"password", "keyboard-interactive"} & set(e.methods):
+                raise type(e)(f"{e.cause}, and it takes no password login (it offers {', '.join(e.methods)}): gpujob "
+                              "cannot install its key with a password; nothing was saved",
+                              "put a public key of yours in the instance's ~/.ssh/authorized_keys (its provider's web "
+                              f"terminal or key settings), then gpujob host add {name} --ssh \"...\" --identity "
+                              "~/.ssh/KEY") from None
             if password is None:
                 if not sys.stdin.isatty():
                     raise ConnectError(
