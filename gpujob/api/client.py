@@ -128,13 +128,16 @@ class Client:
         """A job by id, id prefix or name (nothing is asked of its host yet)."""
         return Job(self, ref, host or self.host)
 
-    def jobs(self, all: bool = False, host: str | None = None) -> r.JobList:
+    def jobs(self, all: bool = False, host: str | None = None, last_known: bool = False) -> r.JobList:
         """Running and queued jobs and the newest finished ones (``all``: every job), of one host or all.
 
         Over several hosts, one that cannot be reached is listed in ``errors``; alone, its error is raised.
+        ``last_known``: a host that cannot be reached lists its jobs as this laptop last knew them
+        (marked ``unreachable``, with ``last_seen``) and is in ``errors``, even alone.
         """
         from gpujob.usecases.experiments.record import observe
         from gpujob.usecases.jobs import ops as jobs
+        from gpujob.usecases.jobs.lastknown import last_known as lastknown
 
         names = self._host_names(host)
         out: list[JSONObject] = []
@@ -151,8 +154,10 @@ class Client:
                 out += listed
                 observe(listed, name)
             except GpujobError as e:
-                if len(names) == 1:
+                known = lastknown(name, e.cause, all) if last_known else []
+                if len(names) == 1 and not known:
                     raise
+                out += known
                 errors[name] = str(e)
         return r.JobList.from_json({"jobs": out, "errors": errors, "older": sum(older)})
 

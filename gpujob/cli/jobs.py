@@ -15,7 +15,7 @@ from gpujob import exitcodes
 from gpujob.bundle import import_remote
 from gpujob.cli.common import client, command_after, show
 from gpujob.errors import GpujobError, HostError
-from gpujob.exitcodes import INTERRUPTED, USAGE
+from gpujob.exitcodes import CONNECT, INTERRUPTED, USAGE
 from gpujob.usecases.jobs.stoppolicy import STOP_WAIT, stop_policy
 
 
@@ -127,7 +127,9 @@ def cmd_ls(args: argparse.Namespace) -> int:
     if getattr(args, "watch", False) and not args.json:
         return _watch_ls(args)
     with client(args.host) as c:
-        return show(args, c.jobs(all=getattr(args, "all", False)), _draw_jobs)
+        listed = c.jobs(all=getattr(args, "all", False), last_known=True)
+        show(args, listed, _draw_jobs)
+        return CONNECT if listed.errors and all(j.unreachable for j in listed.jobs) else 0  # no host answered
 
 
 def _watch_ls(args: argparse.Namespace) -> int:

@@ -71,6 +71,8 @@ class JobView(View):
     name = Field(str)
     project = Field(str)
     host = Field(str)
+    unreachable = Field(str)
+    last_seen = Field(float)
     state = Field(str)
     reason = Field(str)
     remedy = Field(str)
