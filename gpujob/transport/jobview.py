@@ -71,8 +71,6 @@ class JobView(View):
     name = Field(str)
     project = Field(str)
     host = Field(str)
-    unreachable = Field(str)
-    last_seen = Field(float)
     state = Field(str)
     reason = Field(str)
     remedy = Field(str)
@@ -146,6 +144,8 @@ class JobView(View):
     projected_cost = Field(float)
     instance = Field(str)
     currency = Field(str)
+    unreachable = Field(str)
+    last_seen = Field(float)
 
 
 class ProgressView(View):

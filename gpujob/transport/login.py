@@ -105,8 +105,9 @@ def password_refused(host: Endpoint, methods: list[str] | None) -> ConnectError:
 
 
 def refused(host: Endpoint, e: paramiko.AuthenticationException, key: paramiko.PKey | None,
-            locked: bool, methods: list[str] | None = None) -> ConnectError:
-    """The host answered and refused the login: the key, or the key login itself (its policy)."""
+            locked: bool, methods: list[str] | None = None, agent_keys: int = 0) -> ConnectError:
+    """The host answered and refused the login: the key (and ``agent_keys`` keys of the user's ssh-agent,
+    offered after it), or the key login itself (its policy)."""
     allowed = getattr(e, "allowed_types", None)
     if isinstance(e, paramiko.BadAuthenticationType) and allowed is not None and "publickey" not in allowed:
         return LoginPolicy(
@@ -116,25 +117,37 @@ def refused(host: Endpoint, e: paramiko.AuthenticationException, key: paramiko.P
             f"logins for {host.user} in the server's sshd_config (PubkeyAuthentication yes), or ask its admin")
     if locked:
         return locked_key(host)
-    err = _key_refused(host, key)
+    err = _key_refused(host, key, f" and the {agent_keys} key(s) your ssh-agent holds" if agent_keys else "")
     err.methods = methods
     return err
 
 
-def _key_refused(host: Endpoint, key: paramiko.PKey | None) -> KeyRefused:
+def _key_refused(host: Endpoint, key: paramiko.PKey | None, also: str) -> KeyRefused:
     if host.identity_file:
         rsa = (" (an RSA key signs with rsa-sha2-256/512: a server that takes only ssh-rsa refuses it, "
                "PubkeyAcceptedAlgorithms)") if key is not None and "rsa" in key.get_name() else ""
         return KeyRefused(
-            f"{host.address} refused {describe(host, key)}",
+            f"{host.address} refused {describe(host, key)}{also}",
             f"check that {host.identity_file}.pub is in the instance's ~/.ssh/authorized_keys for {host.user}{rsa}, "
             f"or give the key it accepts (gpujob host set {host.name} --identity ~/.ssh/KEY), or let gpujob install "
             f"its own with the instance's password: gpujob host add {host.name} --ssh \"ssh -p {host.port} "
             f"{host.user}@{host.hostname}\" --force")
     return KeyRefused(
-        f"{host.address} refused {describe(host, key)}",
+        f"{host.address} refused {describe(host, key)}{also}",
         f"install the key with the instance's password: gpujob host add {host.name} --ssh \"ssh -p {host.port} "
         f"{host.user}@{host.hostname}\" --force")
+
+
+def agent_key_count() -> int:
+    """How many keys the user's ssh-agent holds (0: none, or no agent): a refusal names them too."""
+    try:
+        agent = paramiko.Agent()
+    except (paramiko.SSHException, OSError):
+        return 0
+    try:
+        return len(agent.get_keys())
+    finally:
+        agent.close()
 
 
 def locked_key(host: Endpoint) -> ConnectError:

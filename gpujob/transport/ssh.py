@@ -184,7 +184,7 @@ def open_client(target: Target, password: str | None = None, retries: int | None
                 raise _no_answer(host, "did not answer during the login (it timed out)", retries) from None
             if password is not None:  # the key is refused until the password installs it: the password's verdict
                 raise login.password_refused(host, methods) from None
-            raise login.refused(host, e, pkey, locked, methods) from None
+            raise login.refused(host, e, pkey, locked, methods, login.agent_key_count() if agent else 0) from None
         except socket.gaierror:
             client.close()
             raise login.NotReached(

@@ -21,10 +21,11 @@ def last_known(host: str, error: str, everything: bool = False) -> list[JSONObje
     """The index's jobs on ``host``, oldest first, each from the ledger's row (state "unknown" where it
     has none), marked unreachable; a plain listing keeps the unfinished ones and the newest finished."""
     from gpujob.config.ledger import LedgerDamaged, ledger_path, open_ledger
+    from gpujob.config.ledger.store import LedgerRow
 
     ids = list(dict.fromkeys(e["job_id"] for e in index.entries() if e.get("host") == host and e.get("job_id")))
     names = {e["job_id"]: e.get("name") or "" for e in index.entries() if e.get("host") == host and e.get("job_id")}
-    rows: dict[str, dict] = {}
+    rows: dict[str, LedgerRow] = {}
     if ids and ledger_path().exists():
         try:
             with open_ledger() as lg:

@@ -62,12 +62,29 @@ def test_a_refused_key_is_named_refused_whatever_its_type(sshd: Sshd, tmp_path: 
     assert "new" not in {h.name for h in HostStore().all()}
 
 
-def test_gpujobs_own_key_refused_keeps_the_password_remedy(sshd: Sshd) -> None:
+def test_gpujobs_own_key_refused_keeps_the_password_remedy(sshd: Sshd, tmp_path: Path) -> None:
     _profile(sshd)
     r = run_cli("exec", "box", "--", "true")
     err = _clear(r)
     assert r.returncode == 3 and "refused gpujob's key" in err and "ssh-ed25519 SHA256:" in err, err
     assert f"gpujob host add box --ssh \"ssh -p {sshd.port} {USER}@127.0.0.1\" --force" in err, err
+    assert "ssh-agent" not in err, err
+    # the user's ssh-agent offered its keys after gpujob's: the refusal says they were refused too
+    sock = tmp_path / "agent.sock"
+    agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL)
+    try:
+        from tests.helpers import wait_for
+
+        wait_for(sock.exists, 10, "the ssh-agent's socket")
+        env = {"SSH_AUTH_SOCK": str(sock), "GPUJOB_NO_SSH_AGENT": ""}
+        subprocess.run(["ssh-add", "-q", str(_keygen(tmp_path / "id_mine", "ed25519"))], env=dict(os.environ, **env),
+                       check=True, capture_output=True)
+        r = run_cli("exec", "box", "--", "true", env_extra=env)
+        err = _clear(r)
+        assert r.returncode == 3 and "refused gpujob's key" in err and "and the 1 key(s) your ssh-agent holds" in err, err
+    finally:
+        agent.terminate()
+        agent.wait(10)
 
 
 @pytest.mark.parametrize("sshd", [{"extra": e} for e in SECOND_FACTOR], indirect=True, ids=["kbdint", "password"])
