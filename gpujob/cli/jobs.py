@@ -136,7 +136,7 @@ def _watch_ls(args: argparse.Namespace) -> int:
     from gpujob.ui.live import live_table
 
     with client(args.host) as c:  # one connection per host, one command per refresh
-        live_table(lambda: c.jobs(all=getattr(args, "all", False)), args.interval)
+        live_table(lambda: c.jobs(all=getattr(args, "all", False), last_known=True), args.interval)  # a host away: last known
     return 0
 
 
