@@ -128,13 +128,16 @@ class Client:
         """A job by id, id prefix or name (nothing is asked of its host yet)."""
         return Job(self, ref, host or self.host)
 
-    def jobs(self, all: bool = False, host: str | None = None) -> r.JobList:
+    def jobs(self, all: bool = False, host: str | None = None, last_known: bool = False) -> r.JobList:
         """Running and queued jobs and the newest finished ones (``all``: every job), of one host or all.
 
         Over several hosts, one that cannot be reached is listed in ``errors``; alone, its error is raised.
+        ``last_known``: a host that cannot be reached lists its jobs as this laptop last knew them
+        (marked ``unreachable``, with ``last_seen``) and is in ``errors``, even alone.
         """
         from gpujob.usecases.experiments.record import observe
         from gpujob.usecases.jobs import ops as jobs
+        from gpujob.usecases.jobs.lastknown import last_known as lastknown
 
         names = self._host_names(host)
         out: list[JSONObject] = []
@@ -151,8 +154,10 @@ class Client:
                 out += listed
                 observe(listed, name)
             except GpujobError as e:
-                if len(names) == 1:
+                known = lastknown(name, e.cause, all) if last_known else []
+                if len(names) == 1 and not known:
                     raise
+                out += known
                 errors[name] = str(e)
         return r.JobList.from_json({"jobs": out, "errors": errors, "older": sum(older)})
 
@@ -477,7 +482,7 @@ class Job:
 
     def logs(self, follow: bool = False, lines: int | None = 20, since: float | str | None = None,
              grep: str | None = None, as_json: bool = False, node: int | None = None, offset: int | None = None,
-             cancel: threading.Event | None = None) -> Iterator[bytes]:
+             cancel: threading.Event | None = None, on_link: Callable[[str], None] | None = None) -> Iterator[bytes]:
         """The job's output as byte chunks: the last ``lines`` lines (None: all), or from ``since``
         (epoch seconds, or ``10m``/``2h``/a local date); ``follow`` goes on until the job ends and
         survives dropped links and a laptop that slept (the copy resumes at the byte it reached).
@@ -486,7 +491,8 @@ class Job:
         document per line (``tail --json``). A job over several nodes: every node's lines, each
         prefixed ``[node K] `` (``node``: only that one). ``offset``: from that byte of the log (a
         reconnect's resume point, as ``tail --json`` reports it); ``cancel``: an event that, set from
-        any thread, ends the iterator within half a second (its streams are killed).
+        any thread, ends the iterator within half a second (its streams are killed). ``on_link``: told
+        (from the reading thread) once per outage that the link was lost and is reopened, and when it is back.
         """
         from gpujob.usecases.jobs import ops as jobs
 
@@ -497,7 +503,7 @@ class Job:
             pump = LogPump(lambda rank: _connect(nodes[rank]), list(range(len(nodes))))
             pw = PrefixWriter(pump.write)
             return pump.run(lambda rank, reconnect: jobs.follow_logs(
-                reconnect, self.ref, pw.for_node(rank), lines=lines, follow=follow))
+                reconnect, self.ref, pw.for_node(rank), lines=lines, follow=follow, on_link=on_link))
         if nodes and node is not None and node >= len(nodes):
             raise GpujobError(f"--node {node}: {self.ref} runs on {len(nodes)} nodes (0 to {len(nodes) - 1})",
                               f"gpujob tail {self.ref} --node 0")
@@ -510,7 +516,7 @@ class Job:
             try:
                 jobs.follow_logs(reconnect, self.ref, flt or pump.write,
                                  lines=None if start is not None or offset is not None else lines, offset=offset or 0,
-                                 follow=follow, since=start, on_start=flt.start if flt else None)
+                                 follow=follow, since=start, on_start=flt.start if flt else None, on_link=on_link)
             finally:
                 if flt:
                     flt.flush()

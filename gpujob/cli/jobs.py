@@ -15,7 +15,7 @@ from gpujob import exitcodes
 from gpujob.bundle import import_remote
 from gpujob.cli.common import client, command_after, show
 from gpujob.errors import GpujobError, HostError
-from gpujob.exitcodes import INTERRUPTED, USAGE
+from gpujob.exitcodes import CONNECT, INTERRUPTED, USAGE
 from gpujob.usecases.jobs.stoppolicy import STOP_WAIT, stop_policy
 
 
@@ -127,15 +127,22 @@ def cmd_ls(args: argparse.Namespace) -> int:
     if getattr(args, "watch", False) and not args.json:
         return _watch_ls(args)
     with client(args.host) as c:
-        return show(args, c.jobs(all=getattr(args, "all", False)), _draw_jobs)
+        listed = c.jobs(all=getattr(args, "all", False), last_known=True)
+        show(args, listed, _draw_jobs)
+        return CONNECT if listed.errors and all(j.unreachable for j in listed.jobs) else 0  # no host answered
 
 
 def _watch_ls(args: argparse.Namespace) -> int:
     from gpujob.ui.live import live_table
 
     with client(args.host) as c:  # one connection per host, one command per refresh
-        live_table(lambda: c.jobs(all=getattr(args, "all", False)), args.interval)
+        live_table(lambda: c.jobs(all=getattr(args, "all", False), last_known=True), args.interval)  # a host away: last known
     return 0
+
+
+def _link_note(text: str) -> None:
+    """``tail -f``'s word on its link (stderr: stdout is the log): lost and reconnecting, then back."""
+    print(f"gpujob: {text}", file=sys.stderr, flush=True)
 
 
 def cmd_tail(args: argparse.Namespace) -> int:
@@ -144,7 +151,8 @@ def cmd_tail(args: argparse.Namespace) -> int:
     with client(args.host) as c:
         job = c.job(args.job)
         _copy(job.logs(follow=args.follow, lines=args.lines, since=getattr(args, "since", None),
-                       grep=getattr(args, "grep", None), as_json=getattr(args, "json", False), node=args.node),
+                       grep=getattr(args, "grep", None), as_json=getattr(args, "json", False), node=args.node,
+                       on_link=_link_note),
               log=True, raw=getattr(args, "raw", False))
         return for_state(job.record().state) if args.follow else 0  # the log ended with the job: its outcome
 

@@ -144,6 +144,8 @@ class JobView(View):
     projected_cost = Field(float)
     instance = Field(str)
     currency = Field(str)
+    unreachable = Field(str)
+    last_seen = Field(float)
 
 
 class ProgressView(View):

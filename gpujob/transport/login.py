@@ -26,7 +26,11 @@ class NotReached(ConnectError):
 
 
 class KeyRefused(ConnectError):
-    """The host answered and refused the key (the remedy installs or names the key it accepts)."""
+    """The host answered and refused the key (the remedy installs or names the key it accepts).
+    ``methods``: the login methods it offers (None: not told), so ``host add`` asks for no password
+    a host without password logins would refuse."""
+
+    methods: list[str] | None = None
 
 
 class LoginPolicy(ConnectError):
@@ -70,9 +74,40 @@ def describe(host: Endpoint, key: paramiko.PKey | None) -> str:
     return f"{whose} ({path}, {key.get_name()} {key.fingerprint})" if key is not None else f"{whose} ({path})"
 
 
+def offered(client: paramiko.SSHClient, user: str) -> list[str] | None:
+    """The login methods the server offers, asked on the connection a login just failed on (a "none"
+    request: its refusal lists them); None when it cannot be told."""
+    tr = client.get_transport()
+    if tr is None or not tr.is_active():
+        return None
+    try:
+        tr.auth_none(user)
+    except paramiko.BadAuthenticationType as e:
+        return list(e.allowed_types)
+    except (paramiko.SSHException, OSError, EOFError):
+        return None
+    return None
+
+
+def password_refused(host: Endpoint, methods: list[str] | None) -> ConnectError:
+    """The host refused the password ``host add`` gave: a wrong one, or a server that takes no password
+    login at all (PasswordAuthentication no), which no password can open."""
+    if methods is None or "password" in methods:
+        return ConnectError(f"{host.address} refused the password",
+                            "copy the root password again from the console (it can change after a restart) and retry")
+    asked = " (the password was refused at its keyboard-interactive prompt too)" if "keyboard-interactive" in methods else ""
+    return LoginPolicy(
+        f"{host.address} takes no password login for {host.user}: its sshd has password logins off "
+        f"(PasswordAuthentication no) and offers {', '.join(methods) or 'no method'}{asked}",
+        f"no password can install a key there: put a public key of yours in the instance's ~/.ssh/authorized_keys "
+        f"(its provider's web terminal or key settings), then gpujob host add {host.name} --ssh \"ssh -p {host.port} "
+        f"{host.user}@{host.hostname}\" --identity ~/.ssh/KEY")
+
+
 def refused(host: Endpoint, e: paramiko.AuthenticationException, key: paramiko.PKey | None,
-            locked: bool) -> ConnectError:
-    """The host answered and refused the login: the key, or the key login itself (its policy)."""
+            locked: bool, methods: list[str] | None = None, agent_keys: int = 0) -> ConnectError:
+    """The host answered and refused the login: the key (and ``agent_keys`` keys of the user's ssh-agent,
+    offered after it), or the key login itself (its policy)."""
     allowed = getattr(e, "allowed_types", None)
     if isinstance(e, paramiko.BadAuthenticationType) and allowed is not None and "publickey" not in allowed:
         return LoginPolicy(
@@ -82,19 +117,37 @@ def refused(host: Endpoint, e: paramiko.AuthenticationException, key: paramiko.P
             f"logins for {host.user} in the server's sshd_config (PubkeyAuthentication yes), or ask its admin")
     if locked:
         return locked_key(host)
+    err = _key_refused(host, key, f" and the {agent_keys} key(s) your ssh-agent holds" if agent_keys else "")
+    err.methods = methods
+    return err
+
+
+def _key_refused(host: Endpoint, key: paramiko.PKey | None, also: str) -> KeyRefused:
     if host.identity_file:
         rsa = (" (an RSA key signs with rsa-sha2-256/512: a server that takes only ssh-rsa refuses it, "
                "PubkeyAcceptedAlgorithms)") if key is not None and "rsa" in key.get_name() else ""
         return KeyRefused(
-            f"{host.address} refused {describe(host, key)}",
+            f"{host.address} refused {describe(host, key)}{also}",
             f"check that {host.identity_file}.pub is in the instance's ~/.ssh/authorized_keys for {host.user}{rsa}, "
             f"or give the key it accepts (gpujob host set {host.name} --identity ~/.ssh/KEY), or let gpujob install "
             f"its own with the instance's password: gpujob host add {host.name} --ssh \"ssh -p {host.port} "
             f"{host.user}@{host.hostname}\" --force")
     return KeyRefused(
-        f"{host.address} refused {describe(host, key)}",
+        f"{host.address} refused {describe(host, key)}{also}",
         f"install the key with the instance's password: gpujob host add {host.name} --ssh \"ssh -p {host.port} "
         f"{host.user}@{host.hostname}\" --force")
+
+
+def agent_key_count() -> int:
+    """How many keys the user's ssh-agent holds (0: none, or no agent): a refusal names them too."""
+    try:
+        agent = paramiko.Agent()
+    except (paramiko.SSHException, OSError):
+        return 0
+    try:
+        return len(agent.get_keys())
+    finally:
+        agent.close()
 
 
 def locked_key(host: Endpoint) -> ConnectError:

@@ -175,18 +175,16 @@ def open_client(target: Target, password: str | None = None, retries: int | None
             client.close()
             raise login.second_factor(host, e.methods, pkey, password is not None) from None
         except paramiko.AuthenticationException as e:
+            methods = None if "timeout" in str(e).lower() else login.offered(client, host.user)
             client.close()
             if "timeout" in str(e).lower():  # paramiko's "Authentication timeout.": the link froze, no refusal
                 if attempt < retries:
                     time.sleep(backoff(attempt, 1.0, 30.0))
                     continue
                 raise _no_answer(host, "did not answer during the login (it timed out)", retries) from None
-            if password is not None and not isinstance(e, paramiko.BadAuthenticationType):
-                raise ConnectError(
-                    f"{host.address} refused the password",
-                    "copy the root password again from the console (it can change after a restart) and retry",
-                ) from None
-            raise login.refused(host, e, pkey, locked) from None
+            if password is not None:  # the key is refused until the password installs it: the password's verdict
+                raise login.password_refused(host, methods) from None
+            raise login.refused(host, e, pkey, locked, methods, login.agent_key_count() if agent else 0) from None
         except socket.gaierror:
             client.close()
             raise login.NotReached(

@@ -38,13 +38,18 @@ LAST_LINE_MAX = 60
 def _ls_cells(j: JobView) -> dict[str, str]:
     m = j.last_metrics or {}
     lk = j.loss_key or loss_key(m)  # HF's train_loss, Lightning's train_loss, TensorBoard's Loss/train...
-    return {
+    cells = {
         "JOB": j.job_id or "?", "HOST": j.host or "-", "STATE": j.state or "?",
         "QUEUE": f"#{j.queue_position}" if j.queue_position else slurm_queue(j),
         "ATTEMPT": str(j.attempt or "-"), "ELAPSED": format_duration(elapsed_s(j.doc)),
         "STEP": str(m.get("step", "-")), "LOSS": _fmt(m.get(lk)) if lk else "-",
         "LAST LINE": " ".join((j.last_line or "").split()),  # its start: a line is read from the left
     }
+    if j.unreachable:  # the host did not answer: the laptop's last knowledge, said as such
+        seen = f", seen so {format_duration(max(0.0, time.time() - j.last_seen))} ago" if j.last_seen else ""
+        cells.update({"STATE": f"{j.state or '?'}?", "ELAPSED": "-" if j.state not in TERMINAL else cells["ELAPSED"],
+                      "LAST LINE": f"host unreachable: state as last known{seen}"})
+    return cells
 
 
 def slurm_queue(j: JobView) -> str:
@@ -90,7 +95,8 @@ def jobs_table(jobs: list[JSONObject], title: str | None = None, width: int | No
 
     rows = [_ls_cells(JobView(j)) for j in clean_doc(jobs)]  # host-supplied: no escape sequence reaches the terminal
     cells = [[r[c] for c in LS_COLUMNS] for r in rows]
-    styles = [["", "", STATE_STYLE.get(r["STATE"], "white")] for r in rows]
+    styles = [["", "", "dim" if r["STATE"].endswith("?") else STATE_STYLE.get(r["STATE"], "white")]  # last known
+              for r in rows]
     return Text.from_ansi(table(ls_cols(), cells, styles, width=width or console().width, title=title or "").rstrip("\n"),
                           no_wrap=True)
 
@@ -350,7 +356,9 @@ def job_list(listed: results.JobList) -> None:
     if listed.older:
         c.print(f"[dim]{listed.older} older finished job(s) not shown: gpujob ls --all[/]")
     for name, e in listed.errors.items():
-        c.print(f"[yellow]{_esc(clean(name))}[/]: {_esc(clean(e))}")
+        known = " (its jobs above are as this laptop last knew them)" if any(
+            j.unreachable and j.host == name for j in listed.jobs) else ""
+        c.print(f"[yellow]{_esc(clean(name))}[/]: {_esc(clean(e))}{known}")
     disk_warnings(jobs)
 
 

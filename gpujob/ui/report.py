@@ -137,6 +137,10 @@ def collected(doc: dict[str, Any]) -> None:
     for it in doc["items"]:
         what = f"{it['kind']} {it.get('job_id') or it['path']}"
         print(f"{human_bytes(it['bytes']):>9}  {what}")
+    shared = doc["bytes"] - sum(it["bytes"] for it in doc["items"])
+    if shared > 0:  # a file linked from two items (a job's code and its project's) is freed by neither alone
+        print(f"{human_bytes(shared):>9}  shared by the items above (hard links: a job's code or data view and its "
+              "project's or the data store's copy), freed only with all of them")
     print(f"{doc['host']}: {verb} {human_bytes(doc['bytes'])} in {len(doc['items'])} item(s); "
           f"{len(doc['busy'])} queued/running job(s) and agent {doc['agent']} kept"
           + ("   (run without --dry-run to remove)" if dry_run and doc["items"] else ""))

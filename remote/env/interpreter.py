@@ -79,11 +79,14 @@ def check(root: Root, spec: SpecLike, host_env: Dict[str, str]) -> None:
     start_check(root, spec, host_env)()
 
 
-def start_check(root: Root, spec: SpecLike, host_env: Dict[str, str]) -> Callable[[], None]:
+def start_check(root: Root, spec: SpecLike, host_env: Dict[str, str], host: str = "") -> Callable[[], None]:
     """``check`` in two halves: the login shell's lookup starts now (it can take a second) and the
     returned function waits for it, raising ``AgentError`` when the interpreter is missing; the
-    submit makes the job's code snapshot meanwhile."""
+    submit makes the job's code snapshot meanwhile. A ``python:`` path or conda env is checked
+    here too (``host``: the profile's name, for the message), before setup could not find it."""
     spec = JobSpec.of(spec)
+    if spec.python not in ("", "venv", "image", "system", "default"):
+        return _start_python_check(spec.python, host or "this host")
     if spec.python or spec.setup:
         return _nothing  # setup or python: decides the interpreter (and says so when it cannot)
     cmd = first_command(spec.run)
@@ -114,6 +117,56 @@ def start_check(root: Root, spec: SpecLike, host_env: Dict[str, str]) -> Callabl
 
 def _nothing() -> None:
     return None
+
+
+def _start_python_check(choice: str, host: str) -> Callable[[], None]:
+    """``python:`` as a path (or ``conda:NAME``): it exists there and runs (a broken venv's python does
+    not), else ``AgentError`` naming it and the host: a job would be made only to fail in its setup."""
+    if choice.startswith("conda:"):
+        from remote.env import provision
+
+        name = choice[6:].strip()
+        if provision.conda_prefix(name, dict(os.environ)) is not None:
+            return _nothing
+        return _refuse("python: conda env {!r} is not on {} (looked under {})".format(
+            name, host, ", ".join(provision.CONDA_BASES)), "create it there, or change python:")
+    path = os.path.expanduser(choice)
+    if not os.path.exists(path):
+        why = "no such file"
+    elif not os.path.isfile(path) or not os.access(path, os.X_OK):
+        why = "not an executable file"
+    else:
+        try:
+            proc = subprocess.Popen([path, "-c", "import sys"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.PIPE)
+        except OSError as e:
+            why = "it does not start: {}".format(e.strerror or e)
+        else:
+            return lambda: _ran(proc, choice, host)
+    return _refuse("python: {} is not an interpreter on {} ({})".format(choice, host, why), _PYTHON_REMEDY.format(host))
+
+
+_PYTHON_REMEDY = ("give the interpreter's full path there (gpujob exec {0} -- which python3 shows one; gpujob doctor "
+                  "{0} --job job.yaml lists what a job finds), or python: venv or conda:NAME")
+
+
+def _ran(proc: "subprocess.Popen[bytes]", choice: str, host: str) -> None:
+    try:
+        err = proc.communicate(timeout=60)[1]
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        return  # a slow start is no proof it is broken: the job's own run says
+    if proc.returncode != 0:
+        said = " ".join(err.decode("utf-8", "replace").strip().splitlines()[-1:])[:200]
+        raise AgentError("python: {} does not run on {} (exit {}{}); nothing was submitted".format(
+            choice, host, proc.returncode, ": " + said if said else ""), _PYTHON_REMEDY.format(host), "no_interpreter")
+
+
+def _refuse(message: str, remedy: str) -> Callable[[], None]:
+    def refuse() -> None:
+        raise AgentError(message + "; nothing was submitted", remedy, "no_interpreter")
+    return refuse
 
 
 def resolve(spec: SpecLike, prefix: str) -> JSONObject:

@@ -82,8 +82,8 @@ def submit(root: Root, request: Dict[str, Any]) -> Dict[str, Any]:
     from remote.env import interpreter
 
     # the login shell's lookup of run:'s interpreter (up to a second) runs while the code is snapshot
-    checked = interpreter.start_check(root, spec, request.get("host_env") or {}) if not request.get("moved_from") \
-        else None
+    checked = None if request.get("moved_from") else \
+        interpreter.start_check(root, spec, request.get("host_env") or {}, str(request.get("host") or ""))
     # the client syncs right before this; an absent folder is an empty tree (a project whose only
     # file is its job file, kept home for its secrets), which is a valid project
     code.mkdir(parents=True, exist_ok=True)

@@ -109,6 +109,8 @@ FIELDS = (
     _f("projected_cost", NUMBER, LS, "an older agent's projected cost (now under billing)"),
     _f("instance", TEXT, LS, "the instance's id (its root's), which the laptop adds to each ls row it lists"),
     _f("currency", TEXT, LS, "an older agent's currency (now under billing)"),
+    _f("unreachable", TEXT, LS, "the laptop's: its host did not answer (the error); the row is what it last knew"),
+    _f("last_seen", NUMBER, LS, "the laptop's, on an unreachable row: when it last saw the job so (epoch s)"),
 )
 
 BY_NAME: Dict[str, Field] = {f.name: f for f in FIELDS}

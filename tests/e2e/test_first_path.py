@@ -203,10 +203,26 @@ def test_a_wrong_identity_file_is_named_not_taken_for_a_silent_instance(sshd, tm
 
 
 def test_refused_key(sshd, tmp_path: Path) -> None:
-    # gpujob's key is not in authorized_keys and no password is available
+    from tests.conftest import start_sshd, stop_sshd
+
+    # gpujob's key is not in authorized_keys and no password is available (the host takes passwords)
+    pw = start_sshd(tmp_path / "pw", extra="PasswordAuthentication yes")
+    try:
+        r = run_cli("host", "add", "box", "--ssh", pw.ssh_line())
+        assert r.returncode == 3
+        assert "needs a password once" in r.stderr and "--password-stdin" in r.stderr and "--identity" in r.stderr
+        r = run_cli("host", "add", "box", "--ssh", pw.ssh_line(), "--password-stdin", input="not-the-password\n")
+        assert r.returncode == 3 and "refused the password" in r.stderr and "copy the root password" in r.stderr, r.stderr
+    finally:
+        stop_sshd(pw)
+    # a host with password logins off (the fixture's sshd): no password is asked for, none is said refused
     r = run_cli("host", "add", "box", "--ssh", sshd.ssh_line())
-    assert r.returncode == 3
-    assert "needs a password once" in r.stderr and "--password-stdin" in r.stderr and "--identity" in r.stderr
+    err = " ".join(r.stderr.split())
+    assert r.returncode == 3 and "refused gpujob's key" in err and "takes no password login (it offers publickey)" in err, err
+    assert "needs a password" not in err and "--identity ~/.ssh/KEY" in err and "nothing was saved" in err, err
+    r = run_cli("host", "add", "box", "--ssh", sshd.ssh_line(), "--password-stdin", input="whatever\n")
+    err = " ".join(r.stderr.split())
+    assert r.returncode == 3 and "takes no password login" in err and "refused the password" not in err, err
     from gpujob.config.hosts import HostStore
 
     assert [h.name for h in HostStore().all()] == ["local"]  # nothing half-saved

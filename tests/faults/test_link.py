@@ -94,6 +94,9 @@ def test_tail_follows_through_a_freeze_and_a_cut(via: tuple[str, LinkProxy], tmp
     assert t.returncode == 0, err
     lines = [ln for ln in out.decode().splitlines() if ln.startswith("line ")]
     assert lines == [f"line {i:03d}" for i in range(60)], err
+    said = err.decode()  # each outage said once on stderr (the cut for sure; the freeze once probed dead), and its end
+    lost, back = said.count("gpujob: lost the link to via"), said.count("gpujob: reconnected to via after")
+    assert 1 <= lost <= 2 and lost == back and "reconnecting" in said and "lost the link" not in out.decode(), said
 
 
 STUBBORN = """

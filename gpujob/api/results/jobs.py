@@ -25,6 +25,8 @@ class JobSummary(Result):
     submitted_at: float | None = None
     started_at: float | None = None
     ended_at: float | None = None
+    unreachable: str | None = None  # the host did not answer: the row is the laptop's last knowledge (its error)
+    last_seen: float | None = None  # when the laptop last saw the job so (unreachable rows)
 
     @property
     def finished(self) -> bool:

@@ -229,11 +229,13 @@ class Ledger:
         exact = self.get(ref)  # a whole id (what compare and rerun mostly get): its key, not a scan of every id
         if exact is not None:
             return exact
-        row = self.db.execute(
+        rows = self.db.execute(
             f"SELECT {', '.join(COLS)} FROM runs WHERE job_id=? OR name=? OR job_id LIKE ? ESCAPE '\\' OR job_id LIKE ? ESCAPE '\\' "
-            "ORDER BY (job_id=?) DESC, submitted_at DESC LIMIT 1",
-            (ref, ref, _like(ref) + "%", "%-" + _like(ref) + "%", ref)).fetchone()
-        return _row(row) if row else None
+            "ORDER BY (name=?) DESC, submitted_at DESC",
+            (ref, ref, _like(ref) + "%", "%-" + _like(ref) + "%", ref))
+        # LIKE ignores case and matches inside a name: the job asked about is the one of that name, or
+        # whose id ``ref`` begins past its name, or whose random end ``ref`` begins ("tiny" is not "tinyllama-…")
+        return next((_row(r) for r in rows if _names(ref, r[0], r[1])), None)
 
     def all(self, name: str | None = None, sweep: str | None = None, with_series: bool = False) -> list[LedgerRow]:
         """Every run (of ``name`` / ``sweep``), oldest first; the curves only when asked for (they are big)."""
@@ -290,6 +292,13 @@ def value_sql(key: str) -> tuple[str, list[str]]:
     paths = [f'$."{k}"' for k in dict.fromkeys([key, key.replace("-", "_")])]
     parts = [f"json_extract({col}, ?)" for col in ("params", "best", "final") for _ in paths]
     return "COALESCE(" + ", ".join(parts) + ")", [p for _ in ("params", "best", "final") for p in paths]
+
+
+def _names(ref: str, job_id: str, name: str | None) -> bool:
+    """Whether ``ref`` (no whole id) names the run ``job_id`` of ``name``: its name, an id prefix that
+    reaches past the name, or a prefix of the id's random end."""
+    return ref == name or (job_id.startswith(ref) and len(ref) > len(name or "")) \
+        or job_id.rsplit("-", 1)[-1].startswith(ref)
 
 
 def _like(s: str) -> str:

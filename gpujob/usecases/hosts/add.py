@@ -67,9 +67,9 @@ DETECT = (
 )
 
 
-def install_key(host: Host, password: str, pub: str) -> None:
-    """Log in with the password once and append the public key line ``pub`` (the profile's own
-    key) to authorized_keys."""
+def install_key(host: Host, password: str | None, pub: str) -> None:
+    """Log in with the password once (None: with a key of the user's ssh-agent the host took) and append
+    the public key line ``pub`` (the profile's own key) to authorized_keys."""
     from gpujob.transport.ssh import SSHTransport
 
     t = SSHTransport(host, password=password)
@@ -86,20 +86,36 @@ def install_key(host: Host, password: str, pub: str) -> None:
         t.close()
 
 
-def _install_own_key(host: Host, password: str) -> None:
-    """The password step: the profile gets a key of its own (config/keys.py), installed there and
-    tried; a failed step leaves no new key behind (the next try makes another)."""
+def _install_own_key(host: Host, password: str | None) -> None:
+    """The password step (or the ssh-agent's login): the profile gets a key of its own (config/keys.py),
+    installed there and tried alone; a failed step leaves no new key behind (the next try makes another)."""
     from gpujob.config.keys import ensure_host_key, host_key_path, public_key_line, remove_host_key
     from gpujob.transport.ssh import open_client
 
     made = not host_key_path(host.name).exists()
     try:
         install_key(host, password, public_key_line(ensure_host_key(host.name)))
-        open_client(host, retries=1).close()
+        open_client(host, retries=1, only_key=True).close()
     except BaseException:
         if made:
             remove_host_key(host.name)
         raise
+
+
+def _agent_opened(host: Host) -> bool:
+    """The login just made went through a key of the user's ssh-agent: gpujob's own key alone is refused."""
+    import os
+
+    from gpujob.transport.login import KeyRefused, agent_key_count
+    from gpujob.transport.ssh import open_client
+
+    if os.environ.get("GPUJOB_NO_SSH_AGENT") or not agent_key_count():
+        return False
+    try:
+        open_client(host, retries=1, only_key=True).close()
+    except KeyRefused:
+        return True
+    return False
 
 
 def detect_platform(host: Host) -> tuple[str, dict[str, str]]:
@@ -190,6 +206,12 @@ def add_host(
                               f"check the host name in the console's login line, then {again}"
                               if "cannot resolve" in e.cause else "is the instance powered on? Copy its login line "
                               f"again (the port can change after a restart) and run {again}") from None
+            if isinstance(e, KeyRefused) and e.methods is not None and not {"password", "keyboard-interactive"} & set(e.methods):
+                raise type(e)(f"{e.cause}, and it takes no password login (it offers {', '.join(e.methods)}): gpujob "
+                              "cannot install its key with a password; nothing was saved",
+                              "put a public key of yours in the instance's ~/.ssh/authorized_keys (its provider's web "
+                              f"terminal or key settings), then gpujob host add {name} --ssh \"...\" --identity "
+                              "~/.ssh/KEY") from None
             if password is None:
                 if not sys.stdin.isatty():
                     raise ConnectError(
@@ -199,6 +221,9 @@ def add_host(
                     ) from None
                 password = getpass.getpass(f"password for {host.user}@{host.hostname} (used once, not stored): ")
             _install_own_key(host, password)
+        else:
+            if not identity and _agent_opened(host):  # the user's agent key, not gpujob's: a profile that worked
+                _install_own_key(host, None)  # only while the agent held it, its refusals naming gpujob's key
         if not preset:
             host.preset, found = detect_platform(host)
             region = "".join(c for c in found.get("AutoDLRegion", "") if c.isprintable() and c not in "\"'\\")[:64]

@@ -109,7 +109,7 @@ def alive(agent: Agent, timeout: float | None = None) -> bool:
 def follow_logs(
     reconnect: Callable[[], Agent], job: str, write: Callable[[bytes], None], offset: int = 0, lines: int | None = None,
     follow: bool = True, retries: int = 30, since: float | None = None, idle_probe: float | None = None,
-    on_start: Callable[[str, int], None] | None = None,
+    on_start: Callable[[str, int], None] | None = None, on_link: Callable[[str], None] | None = None,
 ) -> int:
     """Copy the job's log; after a dropped link, reconnect and go on from the byte reached.
 
@@ -117,10 +117,12 @@ def follow_logs(
     then or later, else ``offset``. Returns the final offset. Nothing is lost or repeated:
     the offset counts the bytes handed to ``write``. While following, a link silent for
     ``idle_probe`` seconds is probed with a command; a dead one is closed and reopened
-    (a laptop that slept finds its TCP connection gone without a word).
+    (a laptop that slept finds its TCP connection gone without a word). ``on_link`` hears, once per
+    outage, that the link was lost and is being reopened, and when the log flows again.
     """
     failures = 0
     previous: Agent | None = None
+    where, down_since = "the host", 0.0  # down_since: when the outage said to on_link began (0: none)
     idle_probe = idle_probe or link_probe()
     while True:
         done = threading.Event()
@@ -128,6 +130,7 @@ def follow_logs(
             if previous is not None:
                 previous.close()
             agent = previous = reconnect()
+            where = agent.host.name
             if since is not None:
                 start = ["--since", repr(since)]
             else:
@@ -165,6 +168,10 @@ def follow_logs(
                 if on_start is not None:
                     on_start(job, offset)
                     on_start = None
+                if down_since and on_link is not None:
+                    on_link(f"reconnected to {where} after {time.monotonic() - down_since:.0f} s; "
+                            f"the log goes on from where it stopped")
+                down_since = 0.0
                 while True:
                     if not chunk:
                         chunk = s.read_some()
@@ -178,7 +185,8 @@ def follow_logs(
                 rc = s.wait()
             if rc == 0:
                 return offset
-            raise ConnectError(f"log stream ended with exit {rc}: {s.stderr_text().strip()[-300:]}", "")
+            raise ConnectError("the link closed under the log stream" if rc < 0 else  # no exit status: the link went
+                               f"log stream ended with exit {rc}: {s.stderr_text().strip()[-300:]}", "")
         except (HostKeyChanged, replies.UnreadableReply):  # asking again gets the same answer
             raise
         except (ConnectError, OSError, EOFError) as e:
@@ -187,6 +195,11 @@ def follow_logs(
                 sys.stderr.write(f"follow_logs: {type(e).__name__}: {e} (failure {failures})\n")
             if failures > retries:
                 raise ConnectError(f"lost the connection while following the log ({e})", f"gpujob tail {job} -f resumes") from None
+            if follow and not down_since and on_link is not None:  # once per outage, not per try
+                down_since = time.monotonic()
+                why = e.cause if isinstance(e, GpujobError) else str(e) or type(e).__name__
+                on_link(f"lost the link to {where} ({why}); reconnecting (up to {retries} tries, Ctrl-C ends the tail, "
+                        "the job goes on)")
             time.sleep(backoff(failures, 1.0, 30.0))
         finally:
             done.set()

@@ -135,3 +135,18 @@ def _processes_naming(text: str) -> list[int]:
         except OSError:
             continue
     return found
+
+
+def test_the_ledgers_suggestion_names_the_job_asked_about() -> None:
+    """``status tiny`` after ``rm`` of tiny's job: the remedy resumes tiny's job, never a newer one whose
+    name only starts with or holds ``tiny`` (SQL's LIKE matched "tinyllama-…" and "hf-tiny-…")."""
+    from gpujob.config.ledger import open_ledger
+
+    with open_ledger() as lg:
+        for i, (job_id, name) in enumerate([("tiny-12070101-aaaaa", "tiny"), ("tinyllama-12070202-bbbbb", "tinyllama"),
+                                            ("hf-tiny-12070303-ccccc", "hf-tiny"), ("TINY-12070404-ddddd", "TINY")]):
+            lg.put(job_id, name=name, host="local", state="succeeded", submitted_at=1.8e9 + i)
+    for ref, meant in (("tiny", "tiny-12070101-aaaaa"), ("bbb", "tinyllama-12070202-bbbbb")):
+        r = run_cli("status", ref, "--host", "local")
+        assert r.returncode == 2 and f"no job matches {ref!r} on local" in r.stderr, r.stderr
+        assert f"gpujob resume {meant} --host HOST" in r.stderr, (ref, r.stderr)

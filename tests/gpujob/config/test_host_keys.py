@@ -24,7 +24,8 @@ def test_each_profile_gets_its_own_key(tmp_path: Path, monkeypatch: pytest.Monke
     from gpujob.transport.ssh import open_client
     from gpujob.usecases.hosts import add as hostsetup
 
-    a, b = start_sshd(tmp_path / "sshd-a"), start_sshd(tmp_path / "sshd-b")
+    # password logins on, as on a rented instance (host add asks for no password a host without them refuses)
+    a, b = (start_sshd(tmp_path / f"sshd-{n}", extra="PasswordAuthentication yes") for n in "ab")
     by_port: dict[int, Sshd] = {a.port: a, b.port: b}
     installed: list[tuple[str, str]] = []
 

@@ -8,9 +8,11 @@ cause and the next step, no traceback."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -62,12 +64,17 @@ def test_a_refused_key_is_named_refused_whatever_its_type(sshd: Sshd, tmp_path: 
     assert "new" not in {h.name for h in HostStore().all()}
 
 
-def test_gpujobs_own_key_refused_keeps_the_password_remedy(sshd: Sshd) -> None:
+def test_gpujobs_own_key_refused_keeps_the_password_remedy(sshd: Sshd, tmp_path: Path) -> None:
     _profile(sshd)
     r = run_cli("exec", "box", "--", "true")
     err = _clear(r)
     assert r.returncode == 3 and "refused gpujob's key" in err and "ssh-ed25519 SHA256:" in err, err
     assert f"gpujob host add box --ssh \"ssh -p {sshd.port} {USER}@127.0.0.1\" --force" in err, err
+    assert "ssh-agent" not in err, err
+    with ssh_agent(tmp_path, _keygen(tmp_path / "id_mine", "ed25519")) as env:  # offered after gpujob's key
+        r = run_cli("exec", "box", "--", "true", env_extra=env)
+        err = _clear(r)
+        assert r.returncode == 3 and "refused gpujob's key" in err and "and the 1 key(s) your ssh-agent holds" in err, err
 
 
 @pytest.mark.parametrize("sshd", [{"extra": e} for e in SECOND_FACTOR], indirect=True, ids=["kbdint", "password"])
@@ -122,3 +129,44 @@ def test_a_key_behind_a_passphrase_with_no_agent_says_so(sshd: Sshd, tmp_path: P
     r = run_cli("exec", "box", "--", "true")
     err = _clear(r)
     assert r.returncode == 3 and "protected by a passphrase" in err and f"ssh-add {key}" in err, err
+
+
+@contextlib.contextmanager
+def ssh_agent(tmp_path: Path, key: Path) -> Iterator[dict[str, str]]:
+    """A real ssh-agent holding ``key``; the environment that lets gpujob use it."""
+    from tests.helpers import wait_for
+
+    sock = tmp_path / "agent.sock"
+    agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL)
+    try:
+        wait_for(sock.exists, 10, "the ssh-agent's socket")
+        env = {"SSH_AUTH_SOCK": str(sock), "GPUJOB_NO_SSH_AGENT": ""}
+        subprocess.run(["ssh-add", "-q", str(key)], env=dict(os.environ, **env), check=True, capture_output=True)
+        yield env
+    finally:
+        agent.terminate()
+        agent.wait(10)
+
+
+def test_a_host_added_through_the_ssh_agent_gets_gpujobs_own_key(tmp_path: Path) -> None:
+    """``host add`` without --identity, the user's ssh-agent key taken: the profile gets its own key installed
+    (over that login), so it works without the agent and a later refusal of "gpujob's key" is what it says."""
+    from gpujob.config.keys import host_key_path
+    from tests.conftest import start_sshd, stop_sshd
+
+    home = tmp_path / "home"  # the sessions' HOME: the install writes its ~/.ssh/authorized_keys, which sshd reads
+    base = tmp_path / "sshd-home"
+    sshd = start_sshd(base, set_env={"HOME": str(home)},
+                      extra=f"AuthorizedKeysFile {base / 'authorized_keys'} {home}/.ssh/authorized_keys")
+    try:
+        mine = _keygen(tmp_path / "id_mine", "ed25519")
+        sshd.authorize(mine.with_name("id_mine.pub").read_text())
+        with ssh_agent(tmp_path, mine) as env:
+            r = run_cli("host", "add", "box", "--ssh", sshd.ssh_line(), "--root", str(tmp_path / "r"), env_extra=env)
+            assert r.returncode == 0, r.stderr
+        installed = (home / ".ssh" / "authorized_keys").read_text()
+        assert host_key_path("box").exists() and "gpujob-box" in installed, installed
+        r = run_cli("exec", "box", "--", "true")  # no agent now: gpujob's own key opens it
+        assert r.returncode == 0, r.stderr
+    finally:
+        stop_sshd(sshd)

@@ -68,6 +68,10 @@ def test_gc_dry_run_then_frees_all_but_what_runs(tmp_path: Path) -> None:
     assert doc["bytes"] >= 300000 and doc["busy"] == [busy] and doc["dry_run"] is True
     human = run_cli("gc", "--older-than", "0s", "--dry-run").stdout
     assert "would free" in human and "0.0.0-stale" in human
+    from gpujob.ui.report import human_bytes
+
+    shared = doc["bytes"] - sum(i["bytes"] for i in doc["items"])  # old's code snapshot links its project's files
+    assert shared > 0 and f"{human_bytes(shared):>9}  shared by the items above" in human, human  # lines add up
 
     r = run_cli("gc", "--older-than", "0s")
     assert r.returncode == 0 and "freed" in r.stdout, r.stderr

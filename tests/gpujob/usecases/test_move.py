@@ -186,6 +186,13 @@ def test_move_from_a_pulled_checkpoint_when_the_host_is_dead(two_hosts: tuple[Ss
     pulled = json.loads(r.stdout)["selected"]
     reference = {m["step"]: m["loss"] for m in metrics(old_dir / "metrics.jsonl")}
     kill_instance(two_hosts[0], old_dir)
+    r = run_cli("ls", "--json")  # host a is away: its job as this laptop last knew it, marked so
+    assert r.returncode == 3 and "a" in json.loads(r.stdout)["errors"], r.stderr + r.stdout
+    row = next(j for j in json.loads(r.stdout)["jobs"] if j["job_id"] == job_id)
+    assert row["host"] == "a" and row["state"] == "running" and row["unreachable"] and row["last_seen"], row
+    r = run_cli("ls", env_extra={"COLUMNS": "200"})
+    assert "running?" in r.stdout and "host unreachable: state as last known, seen so" in r.stdout, r.stdout
+    assert "its jobs above are as this laptop last knew them" in r.stdout, r.stdout
     r = run_cli("resume", job_id, "--host", "b", "--json", timeout=300)  # another host: resume moves it
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)

@@ -38,3 +38,20 @@ def test_an_interpreter_not_on_the_job_path_is_refused(tmp_path: Path) -> None:
     job.write_text(job.read_text().replace("python3.99", "python"))
     job_id = submit("local", job)["job_id"]  # the same project: its sync lease was given back
     wait_state("local", job_id, ("succeeded",))
+
+
+def test_a_python_path_that_is_no_interpreter_there_is_refused(tmp_path: Path) -> None:
+    """``python:`` naming a path the host lacks (or a file that does not run) is refused at submit, the
+    path and the host named; it made a job that failed in its setup. (The agent checks it, over SSH alike.)"""
+    any_host, root = "local", tmp_path / "local-root"
+    broken = tmp_path / "broken-python"
+    broken.write_text("#!/bin/sh\necho 'broken venv' >&2\nexit 3\n")
+    broken.chmod(0o755)
+    for python, why in (("/opt/nope/bin/python3", "(no such file)"), (str(broken), "does not run on")):
+        (tmp_path / python.replace("/", "_")).mkdir()
+        job = write_job(tmp_path / python.replace("/", "_"), "py", "print('x')", "python main.py", python=python)
+        r = run_cli("submit", str(job), "--host", any_host)
+        said = " ".join(r.stderr.split())
+        assert r.returncode == 2 and f"python: {python}" in said and f"on {any_host}" in said and why in said, said
+        assert "nothing was submitted" in said and "gpujob exec" in said and "Traceback" not in said, said
+        assert not (root / "jobs").exists() or not any((root / "jobs").iterdir())

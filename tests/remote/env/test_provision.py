@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import run_cli
 from tests.helpers import submit, wait_state
 
 
@@ -170,17 +171,16 @@ def test_failing_setup_command_and_missing_conda_env(tmp_path: Path) -> None:
     assert not list((root / "envs").glob("*.ok"))
 
     job = write_project(tmp_path / "proj4", "# nothing\n", "true", "echo never", python="conda:nosuchenv")
-    st = submit_wait("local", job, root)
-    log = log_of(root, st)
-    assert st["state"] == "failed" and st["reason"] == "setup failed"
-    assert "conda env 'nosuchenv' not found" in log
+    jobs_before = set((root / "jobs").iterdir())
+    r = run_cli("submit", str(job), "--host", "local")  # refused at submit: it made a job that failed in setup
+    said = " ".join(r.stderr.split())
+    assert r.returncode == 2 and "python: conda env 'nosuchenv' is not on local" in said, said
+    assert "nothing was submitted" in said and set((root / "jobs").iterdir()) == jobs_before, said
 
 
 def test_names_gpujob_puts_into_setups_shell_are_text(tmp_path: Path) -> None:
     """A requirements file and a PATH folder whose names hold ``$(…)``: setup's shell ran them (the
     name was put between double quotes, where ``$(`` still expands). Each is quoted whole."""
-    from tests.conftest import run_cli
-
     job = write_job_with_req(tmp_path, "req$(touch PWNED).txt")
     odd = tmp_path / "bin$(touch PWNED)"
     odd.mkdir()
