@@ -114,7 +114,9 @@ def test_progress_and_eta_of_loops_that_count_by_epoch(isolated: Path, tmp_path:
     assert seen["state"] == "running", seen
     assert seen["max_steps"] == total and seen["eta_s"] is not None, seen
     assert 0 < seen["eta_s"] < 60 and seen["latest_metrics"]["step"] < total, seen
-    # a step (an epoch) sleeps 0.2 s: no faster than that, though the log is read in batches
-    assert seen["steps_per_s"] <= 1 / 0.2 * 1.05, seen["steps_per_s"]
+    # a step (an epoch) sleeps 0.2 s: no faster than that, though the log is read in batches; each line
+    # is timed when it is read, so one late read of the first lines shortens the 2.4 s span by up to a read
+    # (0.2 s, more on a loaded machine): 30 % over, where counting an epoch or a batch as a step is 8x
+    assert seen["steps_per_s"] <= 1 / 0.2 * 1.3, seen["steps_per_s"]
     st = wait_state("local", job_id, ("succeeded", "failed"), 90, root=tmp_path / "local-root")
     assert st["state"] == "succeeded" and st["last_metrics"]["step"] == total, st
