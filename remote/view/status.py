@@ -150,6 +150,10 @@ def _describe(root: Root, job_id: str, detail: bool = False) -> Dict[str, object
                 st["diagnosis"] = {"cause": "not_started", "summary": rec.reason, "where": None, "line": None,
                                    "remedy": rec.remedy or "see the agent's log: gpujob agent-log HOST",
                                    "gpu": False}
+            elif rec.reason and not rec.attempts:  # its setup: commands failed; the run never started
+                st["diagnosis"] = {"cause": "not_started", "where": None, "line": None, "gpu": False,
+                                   "summary": "{} with exit code {}".format(rec.reason, rec.exit_code),
+                                   "remedy": rec.remedy or "read the setup's output: gpujob tail {} -n 50".format(job.id)}
             else:
                 st["diagnosis"] = diagnose.diagnose(job.log, rec.exit_code, metrics=metrics)
             st["log_tail"] = screen_lines(job.log, 20)

@@ -374,9 +374,9 @@ def test_control_characters_never_reach_the_page(tmp_path: Path, ui_server: Call
     from playwright.sync_api import expect, sync_playwright
 
     job = submit("local", write_job(tmp_path, "dash-ctl", CONTROLS, "python main.py"))["job_id"]
-    # a job that fails before it starts (its python is not there): no attempt, so no diagnosis of one
-    unstarted = submit("local", write_job(tmp_path, "dash-nopy", "print('never')\n", "python main.py",
-                                          python="conda:gpujob-no-such-env"))["job_id"]
+    # a job that fails before it starts (its setup fails): no attempt, so no diagnosis of one
+    unstarted = submit("local", write_job(tmp_path, "dash-nosetup", "print('never')\n", "python main.py",
+                                          setup="exit 3"))["job_id"]
     wait_state("local", job, ("failed",), root=tmp_path / "local-root")
     wait_state("local", unstarted, ("failed",), root=tmp_path / "local-root")
     _, info = ui_server("--host", "local", "--interval", "1")
@@ -408,7 +408,7 @@ def test_control_characters_never_reach_the_page(tmp_path: Path, ui_server: Call
             title = page.locator(f'tr[data-key="local/{job}"] td.diag').get_attribute("title") or ""
             assert not any(ord(c) < 32 and c not in "\n\t" or 0x7F <= ord(c) <= 0x9F for c in title), repr(title)
             # the job that never started: why, in the agent's words, on both pages
-            why = "conda env 'gpujob-no-such-env' not found"
+            why = "setup failed with exit code 3"
             expect(page.locator(f'tr[data-key="local/{unstarted}"] td.diag')).to_contain_text(why, timeout=20_000)
             page.goto(f"{base}/job?host=local&id={unstarted}")
             expect(page.locator("#diagnosis")).to_contain_text(why, timeout=30_000)

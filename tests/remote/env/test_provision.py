@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
-from tests.helpers import submit, wait_state
+from tests.helpers import status, submit, wait_state
 
 
 def make_wheel(folder: Path) -> Path:
@@ -169,6 +169,9 @@ def test_failing_setup_command_and_missing_conda_env(tmp_path: Path) -> None:
     assert st["state"] == "failed" and st["reason"] == "setup failed" and st["exit_code"] == 3, log
     assert "about-to-fail" in log and "never" not in log.replace("echo never", "")
     assert not list((root / "envs").glob("*.ok"))
+    diag = status("local", st["job_id"])["diagnosis"]  # the setup's failure, not a traceback to read
+    assert diag["summary"] == "setup failed with exit code 3" and "gpujob tail" in diag["remedy"], diag
+    assert "traceback" not in diag["remedy"], diag
 
     job = write_project(tmp_path / "proj4", "# nothing\n", "true", "echo never", python="conda:nosuchenv")
     jobs_before = set((root / "jobs").iterdir())
