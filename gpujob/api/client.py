@@ -135,6 +135,7 @@ class Client:
         """
         from gpujob.usecases.experiments.record import observe
         from gpujob.usecases.jobs import ops as jobs
+        from gpujob.usecases.jobs.watch import whole
 
         names = self._host_names(host)
         out: list[JSONObject] = []
@@ -143,13 +144,14 @@ class Client:
         seen: set[tuple[str, str]] = set()
         for name in names:
             try:
-                listed = jobs.ls(self.agent(name), everything=all, older=older)
+                agent = self.agent(name)
+                listed = jobs.ls(agent, everything=all, older=older)
                 for j in listed:
                     j.setdefault("host", name)
                     j["host"] = j["host"] or name
                 listed = jobs.once_each(listed, seen)  # another profile of the same instance listed them
                 out += listed
-                observe(listed, name)
+                observe(listed, name, whole(agent))  # a job seen ended: its final metrics and whole curve
             except GpujobError as e:
                 if len(names) == 1:
                     raise
@@ -434,7 +436,7 @@ class Job:
         nodes = self.nodes
         if nodes:
             return r.JobStatus.from_json(self._on_nodes(nodes, lambda a: jobs.status(a, self.ref)))
-        return r.JobStatus.from_json(_observed(watch.fetch(self._agent(), self.ref), self.host))
+        return r.JobStatus.from_json(_observed(watch.fetch(self._agent(), self.ref), self.host, self._agent()))
 
     def record(self) -> r.JobStatus:
         """The job record alone (one light call: state, attempt, last metrics), as ``ls`` shows it."""
@@ -443,7 +445,7 @@ class Job:
         nodes = self.nodes
         if nodes:
             return r.JobStatus.from_json(self._on_nodes(nodes, lambda a: jobs.status(a, self.ref)))
-        return r.JobStatus.from_json(_observed(jobs.status(self._agent(), self.ref), self.host))
+        return r.JobStatus.from_json(_observed(jobs.status(self._agent(), self.ref), self.host, self._agent()))
 
     def wait(self, timeout: float | None = None, poll: float = 2.0) -> r.JobStatus:
         """Poll until the job is in a state it does not leave by itself; its full status then.
@@ -531,7 +533,7 @@ class Job:
             doc["survivors"] = sorted({p for n in doc["nodes"] for p in n.get("survivors") or []})
             return r.JobStatus.from_json(doc)
         return r.JobStatus.from_json(_observed(jobs.stop(self._agent(), self.ref, wait=wait, after_checkpoint=after_checkpoint),
-                                                   self.host))
+                                                   self.host, self._agent()))
 
     @property
     def resume_moves(self) -> bool:
@@ -646,11 +648,13 @@ class Job:
         return r.PlotResult.from_json(plot_job(self._agent(), self.ref, Path(output or f"{self.ref}.png"), draw))
 
 
-def _observed(job: JSONObject, host: str | None) -> JSONObject:
-    """``job``, its ledger row brought up to date on the way (the ledger outlives the host's record)."""
+def _observed(job: JSONObject, host: str | None, agent: Agent) -> JSONObject:
+    """``job``, its ledger row brought up to date on the way (the ledger outlives the host's record);
+    seen ended, its final metrics and whole curve are read through ``agent`` once."""
     from gpujob.usecases.experiments.record import observe
+    from gpujob.usecases.jobs.watch import whole
 
-    observe([job], host)
+    observe([job], host, whole(agent))
     return job
 
 

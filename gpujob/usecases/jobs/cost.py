@@ -163,8 +163,9 @@ def summarize(hosts: list[str], agent_for: Callable[[str], Agent], every_host: b
             fill_host_price(j, agent.host.price_per_hour, agent.host.currency)
             out.append(job_cost({**j, "host": JobView(j).host or name}))
         from gpujob.usecases.experiments.record import observe
+        from gpujob.usecases.jobs.watch import whole
 
-        observe(listed, name)
+        observe(listed, name, whole(agent))
     out += from_ledger({j["job_id"] for j in out}, None if every_host else hosts)
     for line in out:
         name = line.get("host") or "?"
