@@ -331,11 +331,12 @@ class Client:
     def cost(self, host: str | None = None) -> r.CostReport:
         """What the jobs have cost (elapsed × price_per_hour), per job, per host and per currency."""
         from gpujob.usecases.jobs.cost import summarize
+        from gpujob.usecases.jobs.watch import whole
 
         host = host or self.host
         if host:
             self.hosts.get(host)  # an unknown host is an error here, not a row of the report
-        return r.CostReport.from_json(summarize(self._host_names(host), self.agent, every_host=not host))
+        return r.CostReport.from_json(summarize(self._host_names(host), self.agent, every_host=not host, whole=whole))
 
     def tunnel(self, remote_port: int, local_port: int | None = None, host: str | None = None,
                on_event: Note | None = None) -> Tunnel:

@@ -68,7 +68,7 @@ def runs_table(res: results.RunList | Any) -> None:
         or next((k for r in rows for k in (r.get("final") or {}) if "loss" in k), None)
     # at a narrow width the run, its state, the metric's best and the cost stay; its last value, the
     # host, the parameters and the date give way whole (the footnote names them), never cut to "0.0…"
-    figures = [Col(f"BEST {metric.upper()}", rank=1), Col(f"LAST {metric.upper()}", rank=2)] if metric else []
+    figures = [Col(f"BEST {metric.upper()}", rank=1), Col(f"LAST {metric.upper()}", rank=4)] if metric else []
     cols = [Col("RUN", "id"), Col("HOST", "name", 3), Col("STATE"), Col("STARTED", rank=5),
             *(Col(k, "name", 4) for k in varying), *figures, Col("COST", rank=2)]
     cells, styles = [], []

@@ -504,14 +504,14 @@ def test_runs_draws_plain_columns_without_rich_or_a_client(tmp_path: Path) -> No
     out = run_cli("runs", "--limit", "1", env_extra={"COLUMNS": "100"})
     assert out.returncode == 0, out.stderr
     head, row, more = out.stdout.splitlines()
-    assert head.split() == ["RUN", "HOST", "STATE", "STARTED", "lr", "tag", "LOSS", "COST"]
+    assert head.split() == ["RUN", "HOST", "STATE", "STARTED", "lr", "tag", "BEST", "LOSS", "LAST", "LOSS", "COST"]
     assert row.split()[:3] == ["plain-1", "local", "succeeded"] and "0.7" in row and "\x1b" not in out.stdout
     assert more == "1 of 2 runs (--limit 0: all)"
     narrow = run_cli("runs", "--limit", "1", env_extra={"COLUMNS": "56"}).stdout.splitlines()
     # whole columns give way (the date first), named below; the state and the numbers are never cut
-    assert narrow[0].split() == ["RUN", "HOST", "STATE", "lr", "tag", "LOSS", "COST"], narrow
+    assert narrow[0].split() == ["RUN", "HOST", "STATE", "lr", "tag", "BEST", "LOSS", "COST"], narrow
     assert narrow[1].split()[:3] == ["plain-1", "local", "succeeded"] and "0.7" in narrow[1], narrow
-    assert narrow[2].startswith("not shown at 56 columns: STARTED"), narrow
+    assert narrow[2].startswith("not shown at 56 columns: STARTED, LAST LOSS"), narrow
     mods = imported("runs", full=True)
     assert not {"rich", "gpujob.api.client", "gpujob.transport", "optuna"} & mods
 
