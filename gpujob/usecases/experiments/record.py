@@ -36,6 +36,7 @@ SERIES_POINTS = 200  # a curve kept in the ledger: at most this many points per 
 NOT_METRICS = {"step", "epoch", "t", "lr", "learning_rate", "grad_norm", "max_steps", "total_flos"}
 FINAL_STATES = ("succeeded", "failed", "stopped", "autostopped", "lost", "moved")
 WholeStatus = Callable[[str], JSONObject]  # job id -> its status document with every point its host logged
+WHOLE_PER_LOOK = 8  # ended jobs whose whole curve one look reads (a first ``ls --all`` of many: the next looks go on)
 
 
 def _warn(e: BaseException) -> None:
@@ -304,9 +305,11 @@ def observe(jobs: list[JSONObject], host: str | None = None, whole: WholeStatus 
         with open_ledger() as lg:
             ends = {key[0]: end for j, key, _ in todo if (end := _end_of(j)) is not None}
             kept = lg.curve_ends(list(ends)) if ends else {}
-            # read before the write's lock is taken: the host may be slow to answer
-            finals = {job_id: _whole(whole, job_id) for job_id, end in ends.items() if kept.get(job_id) != end} \
-                if whole is not None else {}
+            due = [job_id for job_id, end in ends.items() if kept.get(job_id) != end] if whole is not None else []
+            # read before the write's lock is taken (the host may be slow to answer); past the first
+            # WHOLE_PER_LOOK, None: the next look reads them
+            finals = {job_id: _whole(whole, job_id) if whole is not None and i < WHOLE_PER_LOOK else None
+                      for i, job_id in enumerate(due)}
             written = []
             lg.db.execute("BEGIN IMMEDIATE")
             try:
@@ -363,8 +366,10 @@ def _put_observed(lg: Ledger, job: JSONObject, host: str | None, whole: bool = F
         series = _view(job).series
         lg.put_curve(job_id, _end_of(job) or "", series if isinstance(series, dict) else {})
     else:
-        if kept:
+        if kept:  # the end's own figures stand: a later look has no newer ones, and fewer points
             f.pop("series", None)
+            f.pop("final", None)
+            f.pop("loss_key", None)
             best = {}
         best = _better_of(best, row.get("best") or {}, declared)
     f["best"] = _better_of(best, f.get("final") or row.get("final") or {}, declared)
