@@ -238,8 +238,11 @@ class Ledger:
     def declared_direction(self, metric: str) -> str | None:
         """Which way ``metric`` gets better as the newest job file that set it said (``extra.directions``)."""
         path = f'$.directions."{metric}"'
-        row = self.db.execute("SELECT json_extract(extra, ?) FROM runs WHERE json_extract(extra, ?) IS NOT NULL "
-                              "ORDER BY submitted_at DESC LIMIT 1", (path, path)).fetchone()
+        try:
+            row = self.db.execute("SELECT json_extract(extra, ?) FROM runs WHERE json_extract(extra, ?) IS NOT NULL "
+                                  "ORDER BY submitted_at DESC LIMIT 1", (path, path)).fetchone()
+        except sqlite3.OperationalError:  # a name no JSON path can hold: no job file set it
+            return None
         return row[0] if row else None
 
     def keep_diff(self, digest: str, text: str) -> None:
