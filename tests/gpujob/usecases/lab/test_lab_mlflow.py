@@ -424,7 +424,7 @@ def test_a_run_followed_live_and_seen_ended_by_ls_alone_ends_whole_in_the_ledger
     wait_for(lambda: (r := _run_of(uri, name, jid)) is not None and "loss" in r.data.metrics, 120,
              "the running job's points in MLflow")
     live = _loss_steps(uri, _run_of(uri, name, jid).info.run_id)
-    assert 1 < len(live) < held, live  # what one look read: spread over the run, not every step
+    assert 0 < len(live) < held, live  # what one look read (spread over the run, or its newest line): not every step
 
     wait_for(lambda: _ended_here(tmp_path, jid), 120, "the job's end")
     assert run_cli("ls", env_extra=FOLLOW).returncode == 0  # the only look that sees it ended
