@@ -138,6 +138,7 @@ class Client:
         from gpujob.usecases.experiments.record import observe
         from gpujob.usecases.jobs import ops as jobs
         from gpujob.usecases.jobs.lastknown import last_known as lastknown
+        from gpujob.usecases.jobs.watch import whole
 
         names = self._host_names(host)
         out: list[JSONObject] = []
@@ -146,13 +147,14 @@ class Client:
         seen: set[tuple[str, str]] = set()
         for name in names:
             try:
-                listed = jobs.ls(self.agent(name), everything=all, older=older)
+                agent = self.agent(name)
+                listed = jobs.ls(agent, everything=all, older=older)
                 for j in listed:
                     j.setdefault("host", name)
                     j["host"] = j["host"] or name
                 listed = jobs.once_each(listed, seen)  # another profile of the same instance listed them
                 out += listed
-                observe(listed, name)
+                observe(listed, name, whole(agent))  # a job seen ended: its final metrics and whole curve
             except GpujobError as e:
                 known = lastknown(name, e.cause, all) if last_known else []
                 if len(names) == 1 and not known:
@@ -334,11 +336,12 @@ class Client:
     def cost(self, host: str | None = None) -> r.CostReport:
         """What the jobs have cost (elapsed × price_per_hour), per job, per host and per currency."""
         from gpujob.usecases.jobs.cost import summarize
+        from gpujob.usecases.jobs.watch import whole
 
         host = host or self.host
         if host:
             self.hosts.get(host)  # an unknown host is an error here, not a row of the report
-        return r.CostReport.from_json(summarize(self._host_names(host), self.agent, every_host=not host))
+        return r.CostReport.from_json(summarize(self._host_names(host), self.agent, every_host=not host, whole=whole))
 
     def tunnel(self, remote_port: int, local_port: int | None = None, host: str | None = None,
                on_event: Note | None = None) -> Tunnel:
@@ -439,7 +442,7 @@ class Job:
         nodes = self.nodes
         if nodes:
             return r.JobStatus.from_json(self._on_nodes(nodes, lambda a: jobs.status(a, self.ref)))
-        return r.JobStatus.from_json(_observed(watch.fetch(self._agent(), self.ref), self.host))
+        return r.JobStatus.from_json(_observed(watch.fetch(self._agent(), self.ref), self.host, self._agent()))
 
     def record(self) -> r.JobStatus:
         """The job record alone (one light call: state, attempt, last metrics), as ``ls`` shows it."""
@@ -448,7 +451,7 @@ class Job:
         nodes = self.nodes
         if nodes:
             return r.JobStatus.from_json(self._on_nodes(nodes, lambda a: jobs.status(a, self.ref)))
-        return r.JobStatus.from_json(_observed(jobs.status(self._agent(), self.ref), self.host))
+        return r.JobStatus.from_json(_observed(jobs.status(self._agent(), self.ref), self.host, self._agent()))
 
     def wait(self, timeout: float | None = None, poll: float = 2.0) -> r.JobStatus:
         """Poll until the job is in a state it does not leave by itself; its full status then.
@@ -537,7 +540,7 @@ class Job:
             doc["survivors"] = sorted({p for n in doc["nodes"] for p in n.get("survivors") or []})
             return r.JobStatus.from_json(doc)
         return r.JobStatus.from_json(_observed(jobs.stop(self._agent(), self.ref, wait=wait, after_checkpoint=after_checkpoint),
-                                                   self.host))
+                                                   self.host, self._agent()))
 
     @property
     def resume_moves(self) -> bool:
@@ -652,11 +655,13 @@ class Job:
         return r.PlotResult.from_json(plot_job(self._agent(), self.ref, Path(output or f"{self.ref}.png"), draw))
 
 
-def _observed(job: JSONObject, host: str | None) -> JSONObject:
-    """``job``, its ledger row brought up to date on the way (the ledger outlives the host's record)."""
+def _observed(job: JSONObject, host: str | None, agent: Agent) -> JSONObject:
+    """``job``, its ledger row brought up to date on the way (the ledger outlives the host's record);
+    seen ended, its final metrics and whole curve are read through ``agent`` once."""
     from gpujob.usecases.experiments.record import observe
+    from gpujob.usecases.jobs.watch import whole
 
-    observe([job], host)
+    observe([job], host, whole(agent))
     return job
 
 

@@ -427,11 +427,18 @@ def _mlflow_section(ctx: Collector, m: Any) -> dict[str, Any]:
 
 def _metrics_section(ctx: Collector, m: Any) -> dict[str, Any]:
     """``metrics: {patterns: [regex with named groups], total: {epochs: N} | {steps: N}}``: how the log
-    reader reads a format it does not know (docs/agent.md)."""
+    reader reads a format it does not know (docs/agent.md); ``maximize``/``minimize``: metric names
+    whose best is their highest/lowest value (the ledger's "best", docs/experiments.md)."""
     if not want(ctx, ("metrics",), m, dict, "{patterns: [...], total: {epochs: N}}"):
         return {}
-    check_keys(ctx, ("metrics",), m, ["patterns", "total"])
+    check_keys(ctx, ("metrics",), m, ["patterns", "total", "maximize", "minimize"])
     out: dict[str, Any] = {}
+    for way in ("maximize", "minimize"):  # which way "best" goes for these names (docs/experiments.md)
+        names = str_list(ctx, ("metrics", way), m.get(way, []))
+        if names:
+            out[way] = names
+    for name in set(out.get("maximize", [])) & set(out.get("minimize", [])):
+        ctx.err(("metrics", "minimize"), f"{name!r} is under maximize too: give each metric one direction")
     pats = str_list(ctx, ("metrics", "patterns"), m.get("patterns", []))
     for i, rx in enumerate(pats):
         try:

@@ -66,19 +66,21 @@ def runs_table(res: results.RunList | Any) -> None:
     varying = [k for k, vals in keys.items() if len(vals) > 1 or len(rows) == 1][:MAX_PARAM_COLS]
     metric = (doc.get("sort") or "").lstrip("-") or next((r.get("loss_key") for r in rows if r.get("loss_key")), None) \
         or next((k for r in rows for k in (r.get("final") or {}) if "loss" in k), None)
-    # at a narrow width the run, its state, the metric and the cost stay; the host, the parameters
-    # and the date give way whole (the footnote names them), never cut to "0.0…"
+    # at a narrow width the run, its state, the metric's best and the cost stay; its last value, the
+    # host, the parameters and the date give way whole (the footnote names them), never cut to "0.0…"
+    figures = [Col(f"BEST {metric.upper()}", rank=1), Col(f"LAST {metric.upper()}", rank=4)] if metric else []
     cols = [Col("RUN", "id"), Col("HOST", "name", 3), Col("STATE"), Col("STARTED", rank=5),
-            *(Col(k, "name", 4) for k in varying), *([Col(metric.upper(), rank=1)] if metric else []),
-            Col("COST", rank=2)]
+            *(Col(k, "name", 4) for k in varying), *figures, Col("COST", rank=2)]
     cells, styles = [], []
     for r in rows:
-        best = (r.get("best") or {}).get(metric) if metric else None
-        if metric and best is None:
-            best = (r.get("final") or {}).get(metric, (r.get("params") or {}).get(metric))
+        shown: list[str] = []
+        if metric:  # the best as the run's direction says (docs/experiments.md), and the newest value
+            last = (r.get("final") or {}).get(metric, (r.get("params") or {}).get(metric))
+            best = (r.get("best") or {}).get(metric)
+            shown = [_fmt(last if best is None else best), _fmt(last)]
         cost = f"{r['cost']:.2f} {r.get('currency') or ''}".strip() if r.get("cost") is not None else "-"
         cells.append([r["job_id"], r.get("host") or "-", r.get("state") or "?", _when(r.get("submitted_at")),
-                      *(_fmt((r.get("params") or {}).get(k)) for k in varying), *([_fmt(best)] if metric else []), cost])
+                      *(_fmt((r.get("params") or {}).get(k)) for k in varying), *shown, cost])
         styles.append(["", "", STATE_STYLE.get(r.get("state") or "", "white")])
     sys.stdout.write(table(cols, cells, styles))
     if doc["total"] > doc["shown"]:
@@ -109,10 +111,14 @@ def comparison(res: results.Comparison) -> None:
             styles.append(["bold"])
 
     section("differs", {**doc["params"], **doc["code"], **doc["env"]})
-    section("final", doc["final"])
-    section("best", doc["best"])
+    section("last", doc["final"])
+    ways = doc.get("directions") or {}
+    section("best", {f"{k} ({'max' if ways.get(k) == 'maximize' else 'min'})": v for k, v in doc["best"].items()})
     if any(v is not None for v in doc.get("cost") or []):
-        section("cost", {"cost": doc["cost"]})
+        money = doc.get("currency") or [None] * len(runs)
+        cells.append(["cost", *(f"{c:.2f} {m or ''}".strip() if isinstance(c, (int, float)) else "-"
+                                for c, m in zip(doc["cost"], money))])
+        styles.append(["bold"])
     # one column per run, none dropped: run ids shorten to their unique end before a value is cut
     sys.stdout.write(table([Col(""), *(Col(r["job_id"]) for r in runs)], cells, styles))
     if not (doc["params"] or doc["code"] or doc["env"]):

@@ -30,8 +30,8 @@ if TYPE_CHECKING:
 
 # ``ls`` columns in the order shown; at a narrow width the least important give way whole (plaintable's
 # rule: never a header cut to ``ST…``, the footnote names them); the last line fills what is left
-LS_COLUMNS = ("JOB", "HOST", "STATE", "QUEUE", "ATTEMPT", "ELAPSED", "STEP", "LOSS", "LAST LINE")
-LS_IMPORTANCE = ("JOB", "STATE", "HOST", "STEP", "LOSS", "ELAPSED", "ATTEMPT", "QUEUE", "LAST LINE")
+LS_COLUMNS = ("JOB", "HOST", "STATE", "QUEUE", "ATTEMPT", "ELAPSED", "STEP", "LAST LOSS", "LAST LINE")
+LS_IMPORTANCE = ("JOB", "STATE", "HOST", "STEP", "LAST LOSS", "ELAPSED", "ATTEMPT", "QUEUE", "LAST LINE")
 LAST_LINE_MAX = 60
 
 
@@ -42,7 +42,7 @@ def _ls_cells(j: JobView) -> dict[str, str]:
         "JOB": j.job_id or "?", "HOST": j.host or "-", "STATE": j.state or "?",
         "QUEUE": f"#{j.queue_position}" if j.queue_position else slurm_queue(j),
         "ATTEMPT": str(j.attempt or "-"), "ELAPSED": format_duration(elapsed_s(j.doc)),
-        "STEP": str(m.get("step", "-")), "LOSS": _fmt(m.get(lk)) if lk else "-",
+        "STEP": str(m.get("step", "-")), "LAST LOSS": _fmt(m.get(lk)) if lk else "-",
         "LAST LINE": " ".join((j.last_line or "").split()),  # its start: a line is read from the left
     }
     if j.unreachable:  # the host did not answer: the laptop's last knowledge, said as such

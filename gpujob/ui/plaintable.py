@@ -106,6 +106,11 @@ def _key(name: str) -> str:
 def _picked(cols: Sequence[Col], names: Sequence[str]) -> list[int]:
     """The columns ``--columns`` names, in its order (any case; ``last_line`` for LAST LINE)."""
     by = {_key(c.name): i for i, c in enumerate(cols) if c.name}
+    tails: dict[str, list[int]] = {}  # ``loss``: LAST LOSS of ``ls``, BEST LOSS of ``runs`` (their names before)
+    for key, i in by.items():
+        if " " in key:
+            tails.setdefault(key.split(" ", 1)[1], []).append(i)
+    by.update({t: min(found, key=lambda i: cols[i].rank) for t, found in tails.items() if t not in by})
     unknown = [n for n in names if _key(n) not in by]
     if unknown:
         raise GpujobError(f"--columns: no column {unknown[0]!r} in this table",

@@ -32,6 +32,7 @@ CREATE INDEX IF NOT EXISTS runs_sweep ON runs(sweep);
 CREATE INDEX IF NOT EXISTS runs_submitted ON runs(submitted_at);
 CREATE TABLE IF NOT EXISTS diffs (hash TEXT PRIMARY KEY, text TEXT);
 CREATE TABLE IF NOT EXISTS looks (job_id TEXT, full INTEGER, fp TEXT, PRIMARY KEY (job_id, full));
+CREATE TABLE IF NOT EXISTS curves (job_id TEXT PRIMARY KEY, ended TEXT, series TEXT);
 """
 JSON_COLS = ("params", "spec", "overrides", "final", "best", "series", "extra")
 COLS = ("job_id", "name", "host", "state", "submitted_at", "started_at", "ended_at", "updated_at", "run_line",
@@ -70,6 +71,7 @@ class RunExtra(TypedDict, total=False):
     workdir: str
     mlflow: MlflowTarget
     live: LiveFigures
+    directions: dict[str, str]  # metric -> maximize|minimize, as the job file set it (experiments/direction.py)
 
 
 class LedgerRow(TypedDict, total=False):
@@ -107,6 +109,7 @@ class LedgerRow(TypedDict, total=False):
     sweep: str | None
     trial: int | None
     extra: RunExtra | None
+    directions: dict[str, str]  # not a column: ``runs``' word on which way each best went (maximize|minimize)
 
 
 def ledger_path() -> Path:
@@ -212,6 +215,35 @@ class Ledger:
     def put_look(self, job_id: str, full: bool, fingerprint: str) -> None:
         """What a ``status``/``ls`` last learnt of the job (record.py's fingerprint), written with its row."""
         self.db.execute("INSERT OR REPLACE INTO looks VALUES (?, ?, ?)", (job_id, int(full), fingerprint))
+
+    def put_curve(self, job_id: str, ended: str, series: dict[str, list[list[JSON]]]) -> None:
+        """An ended job's whole curve (every point its host logged), read once at the end ``ended``
+        (record.py); the row's ``series`` is its down-sampled copy."""
+        self.db.execute("INSERT OR REPLACE INTO curves VALUES (?, ?, ?)", (job_id, ended, json.dumps(series)))
+
+    def curve(self, job_id: str) -> tuple[str, dict[str, list[list[JSON]]]] | None:
+        """(the end it was read at, the whole curve) of an ended job, if kept."""
+        row = self.db.execute("SELECT ended, series FROM curves WHERE job_id=?", (job_id,)).fetchone()
+        return (row[0] or "", json.loads(row[1] or "{}")) if row else None
+
+    def curve_ends(self, job_ids: list[str]) -> dict[str, str]:
+        """job id -> the end whose whole curve is kept (a job resumed and ended again has a new end)."""
+        out: dict[str, str] = {}
+        for i in range(0, len(job_ids), 500):  # an older SQLite takes at most 999 parameters
+            part = job_ids[i:i + 500]
+            out.update(self.db.execute(f"SELECT job_id, ended FROM curves WHERE job_id IN ({', '.join('?' * len(part))})",
+                                       part).fetchall())
+        return out
+
+    def declared_direction(self, metric: str) -> str | None:
+        """Which way ``metric`` gets better as the newest job file that set it said (``extra.directions``)."""
+        path = f'$.directions."{metric}"'
+        try:
+            row = self.db.execute("SELECT json_extract(extra, ?) FROM runs WHERE json_extract(extra, ?) IS NOT NULL "
+                                  "ORDER BY submitted_at DESC LIMIT 1", (path, path)).fetchone()
+        except sqlite3.OperationalError:  # a name no JSON path can hold: no job file set it
+            return None
+        return row[0] if row else None
 
     def keep_diff(self, digest: str, text: str) -> None:
         self.db.execute("INSERT OR IGNORE INTO diffs VALUES (?, ?)", (digest, text))

@@ -1,6 +1,10 @@
 """What the ledger learns: at submit (spec, run line and its arguments, code, environment) and each
 time the laptop reads a job's state (``status``, ``ls``, ``wait``): state, times, metrics, cost.
 
+The look that first sees a job ended (whichever command, the dashboard, a sweep's poll) reads the
+job's final metrics and every point of its curves from the host once (``observe``'s ``whole``): the
+row's last and best values are the run's own, and the whole curve is kept for the lab's export.
+
 A ledger that cannot be written never fails the command that reads or submits: the row waits
 for the next look at the job.
 """
@@ -9,16 +13,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import sqlite3
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from gpujob.config.ledger import Ledger, LedgerDamaged, open_ledger
 from gpujob.config.ledger.store import LedgerRow, LiveFigures, Mirrored, read_looks
+from gpujob.errors import GpujobError
 from gpujob.jsontypes import JSONObject
+from gpujob.usecases.experiments.direction import better, declared_of
 
 if TYPE_CHECKING:  # ls and status import this module: the spec's YAML and the tree walk only where used
     from gpujob.config.ledger.code import Snapshot
@@ -28,7 +35,8 @@ if TYPE_CHECKING:  # ls and status import this module: the spec's YAML and the t
 SERIES_POINTS = 200  # a curve kept in the ledger: at most this many points per metric
 NOT_METRICS = {"step", "epoch", "t", "lr", "learning_rate", "grad_norm", "max_steps", "total_flos"}
 FINAL_STATES = ("succeeded", "failed", "stopped", "autostopped", "lost", "moved")
-HIGHER_BETTER = ("acc", "f1", "bleu", "rouge", "auc", "score", "map", "precision", "recall", "reward")
+WholeStatus = Callable[[str], JSONObject]  # job id -> its status document with every point its host logged
+WHOLE_PER_LOOK = 8  # ended jobs whose whole curve one look reads (a first ``ls --all`` of many: the next looks go on)
 
 
 def _warn(e: BaseException) -> None:
@@ -104,7 +112,9 @@ def record_submit(res: Mapping[str, object], spec: JobSpec, code: CodeState | No
                    job_file=job_file, overrides=overrides, env_hash=env_hash(spec),
                    gpus=spec.gpus if isinstance(spec.gpus, int) else None,
                    extra={"snapshot": kept, "workdir": spec.workdir,
-                          **({"mlflow": spec.mlflow} if spec.mlflow else {})}, **code, **link)
+                          **({"mlflow": spec.mlflow} if spec.mlflow else {}),
+                          **({"directions": d} if (d := declared_of(spec.metrics, spec.sweep)) else {})},
+                   **code, **link)
     except (sqlite3.Error, OSError, LedgerDamaged) as e:
         _warn(e)
         return
@@ -122,16 +132,39 @@ def _downsample(points: list[list[Any]]) -> list[list[Any]]:
     return [p[:3] for p in picked]
 
 
-def higher_is_better(key: str) -> bool:
-    return any(w in key.lower() for w in HIGHER_BETTER) and "loss" not in key.lower()
+def _number(v: object) -> float | None:
+    """A metric's value that can be a best: a finite number (a diverged loss's nan is no best)."""
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return None
+    try:
+        return float(v) if math.isfinite(v) else None
+    except OverflowError:
+        return None
 
 
-def best_of(series: dict[str, list[list[Any]]]) -> dict[str, float]:
+def best_of(series: dict[str, list[list[Any]]], declared: Mapping[str, str] | None = None) -> dict[str, float]:
+    """Each metric's best point: the lowest of a loss, the highest of an accuracy or a throughput
+    (``declared``: the job file's directions, experiments/direction.py)."""
     out: dict[str, float] = {}
     for k, pts in series.items():
-        vals = [p[1] for p in pts if len(p) > 1 and isinstance(p[1], (int, float))]
-        if vals and k not in NOT_METRICS:
-            out[k] = max(vals) if higher_is_better(k) else min(vals)
+        if k in NOT_METRICS:
+            continue
+        for p in pts:
+            v = _number(p[1]) if len(p) > 1 else None
+            if v is not None:
+                out[k] = v if k not in out else better(k, out[k], v, declared)
+    return out
+
+
+def _better_of(best: Mapping[str, float], values: Mapping[str, object], declared: Mapping[str, str] | None
+               ) -> dict[str, float]:
+    """Each metric's better of ``best`` and ``values`` (a best is never worse than the last value, nor
+    than a best an earlier look saw)."""
+    out = dict(best)
+    for k, v in values.items():
+        x = _number(v)
+        if x is not None and k not in NOT_METRICS:
+            out[k] = x if k not in out else better(k, out[k], x, declared)
     return out
 
 
@@ -151,8 +184,9 @@ def _gpu_name(job: JobView) -> str | None:
     return None
 
 
-def fields_of(doc: JSONObject, host: str | None) -> Observed:
-    """The ledger's view of a job record from ``status`` or ``ls``."""
+def fields_of(doc: JSONObject, host: str | None, declared: Mapping[str, str] | None = None) -> Observed:
+    """The ledger's view of a job record from ``status`` or ``ls`` (``declared``: which way each
+    metric's best goes, as the job file set it)."""
     job = _view(doc)
     f: Observed = {"state": job.state, "host": job.host or host}
     if job.name is not None:  # a field the document lacks keeps the row's value
@@ -171,7 +205,7 @@ def fields_of(doc: JSONObject, host: str | None) -> Observed:
     series = job.series
     if isinstance(series, dict) and series:
         f["series"] = {k: _downsample(v) for k, v in series.items() if isinstance(v, list)}
-        f["best"] = best_of(series)
+        f["best"] = best_of(series, declared)
     bill = job.billed
     cost = bill.cost if bill.cost is not None else job.cost
     if cost is not None:
@@ -245,9 +279,10 @@ def _fingerprint(job: JSONObject, host: str | None) -> str:
     return json.dumps(seen, sort_keys=True, default=str)
 
 
-def observe(jobs: list[JSONObject], host: str | None = None) -> None:
+def observe(jobs: list[JSONObject], host: str | None = None, whole: WholeStatus | None = None) -> None:
     """Bring the ledger's rows of these job records up to date (a row is made for a job it lacks);
-    a job whose state and metrics this process has already written is left alone."""
+    a job whose state and metrics this process has already written is left alone. ``whole``: how to
+    read a job's every point from its host, for a job seen ended whose whole curve the ledger lacks."""
     todo = []
     for j in jobs:
         v = _view(j)
@@ -268,16 +303,29 @@ def observe(jobs: list[JSONObject], host: str | None = None) -> None:
         return
     try:
         with open_ledger() as lg:
+            ends = {key[0]: end for j, key, _ in todo if (end := _end_of(j)) is not None}
+            kept = lg.curve_ends(list(ends)) if ends else {}
+            due = [job_id for job_id, end in ends.items() if kept.get(job_id) != end] if whole is not None else []
+            # read before the write's lock is taken (the host may be slow to answer); past the first
+            # WHOLE_PER_LOOK, None: the next look reads them
+            finals = {job_id: _whole(whole, job_id) if whole is not None and i < WHOLE_PER_LOOK else None
+                      for i, job_id in enumerate(due)}
+            written = []
             lg.db.execute("BEGIN IMMEDIATE")
             try:
                 for j, key, fp in todo:
-                    _put_observed(lg, j, host)
+                    doc = finals.get(key[0])
+                    _put_observed(lg, doc or j, host, whole=doc is not None,
+                                  kept=key[0] in ends and kept.get(key[0]) == ends[key[0]])
+                    if key[0] in finals and doc is None:
+                        continue  # its end's curve could not be read: the next look tries again
                     lg.put_look(key[0], key[1], fp)
+                    written.append((key, fp))
                 lg.db.execute("COMMIT")
             except BaseException:
                 lg.db.execute("ROLLBACK")
                 raise
-        _WRITTEN.update((key, fp) for _, key, fp in todo)
+        _WRITTEN.update(written)
     except (sqlite3.Error, OSError, LedgerDamaged) as e:
         _warn(e)
         return
@@ -286,15 +334,49 @@ def observe(jobs: list[JSONObject], host: str | None = None) -> None:
     after_write(False)
 
 
-def _put_observed(lg: Ledger, job: JSONObject, host: str | None) -> None:
+def _end_of(job: JSONObject) -> str | None:
+    """Which end of the job a record tells (its end time): None while it has not ended. A job resumed
+    and ended again has a new one, and its curve is read again."""
+    v = _view(job)
+    return str(v.ended_at or "") if v.state in FINAL_STATES else None
+
+
+def _whole(whole: WholeStatus, job_id: str) -> JSONObject | None:
+    """The ended job's status with every point; None when its host did not give it (said, and tried again)."""
+    try:
+        doc = whole(job_id)
+    except GpujobError as e:
+        print(f"gpujob: the final metrics of {job_id} were not read ({e.cause}); the next look at it reads them",
+              file=sys.stderr)
+        return None
+    return doc if _end_of(doc) is not None else None  # resumed meanwhile: the next end is read
+
+
+def _put_observed(lg: Ledger, job: JSONObject, host: str | None, whole: bool = False, kept: bool = False) -> None:
+    """``job``'s row; ``whole``: ``job`` holds every point of the ended job (kept whole, the row's
+    curve its down-sampled copy); ``kept``: that end's curve is kept already (a later look's fewer
+    points do not replace it)."""
     job_id = str(_view(job).job_id)  # observe's: never empty
-    f = fields_of(job, host)
+    row = lg.get(job_id) or {}
+    extra = row.get("extra") or {}
+    declared = extra.get("directions")
+    f = fields_of(job, host, declared)
+    best = f.get("best") or {}
+    if whole:
+        series = _view(job).series
+        lg.put_curve(job_id, _end_of(job) or "", series if isinstance(series, dict) else {})
+    else:
+        if kept:  # the end's own figures stand: a later look has no newer ones, and fewer points
+            f.pop("series", None)
+            f.pop("final", None)
+            f.pop("loss_key", None)
+            best = {}
+        best = _better_of(best, row.get("best") or {}, declared)
+    f["best"] = _better_of(best, f.get("final") or row.get("final") or {}, declared)
     hp = f.pop("extra_hparams", None)
     live = f.pop("extra_live", None)
-    if hp is not None or live is not None:
-        row = lg.get(job_id) or {}
-        if hp is not None:  # the Trainer's own arguments (the autohook's ``hparams`` record) join the run line's
-            f["params"] = {**hp, **(row.get("params") or {})}
-        if live is not None:  # the row's other extras (snapshot, workdir, mlflow) stay
-            f["extra"] = {**(row.get("extra") or {}), "live": live}
+    if hp is not None:  # the Trainer's own arguments (the autohook's ``hparams`` record) join the run line's
+        f["params"] = {**hp, **(row.get("params") or {})}
+    if live is not None:  # the row's other extras (snapshot, workdir, mlflow) stay
+        f["extra"] = {**extra, "live": live}
     lg.put(job_id, **f)

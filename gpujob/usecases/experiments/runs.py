@@ -10,7 +10,7 @@ from gpujob.config.ledger.params import command_of, parse_where
 from gpujob.config.ledger.store import LedgerRow
 from gpujob.errors import GpujobError
 from gpujob.jsontypes import JSON
-from gpujob.usecases.experiments.record import higher_is_better
+from gpujob.usecases.experiments.direction import direction, maximized
 
 if TYPE_CHECKING:  # the lab's client is imported only where a command asks for the lab's runs
     from gpujob.usecases.lab.labruns import ShownRow
@@ -40,6 +40,8 @@ class ComparedRuns(TypedDict, total=False):
     final: dict[str, list[Any]]
     best: dict[str, list[Any]]
     cost: list[float | None]
+    currency: list[str | None]  # each run's cost's
+    directions: dict[str, str]  # metric -> maximize|minimize: which way its best went
     gpu_hours: list[float | None]
     loss_key: str | None
     series: dict[str, list[list[list[JSON]]]]  # metric -> each run's curve
@@ -53,11 +55,17 @@ def runs(name: str | None = None, where: list[str] | tuple[str, ...] = (), sort:
     ``mlflow``: the lab's runs on that server too ("": ``MLFLOW_TRACKING_URI``), each with its ``source``."""
     conds = [parse_where(w) for w in where]
     order = None
-    if sort:
-        key = sort.lstrip("-")
-        order = (key, higher_is_better(key) != sort.startswith("-"))
     with open_ledger() as lg:
-        found, total = lg.query(conds, order, 0 if mlflow is not None else limit, name=name, sweep=sweep, cols=ROW_KEYS)
+        if sort:
+            key = sort.lstrip("-")
+            way = lg.declared_direction(key)
+            order = (key, maximized(key, {key: way} if way else None) != sort.startswith("-"))
+        found, total = lg.query(conds, order, 0 if mlflow is not None else limit, name=name, sweep=sweep,
+                                cols=(*ROW_KEYS, "extra"))
+    for r in found:  # which way each best went: the job file's word, else the metric's name
+        extra = r.pop("extra", None) or {}
+        declared = extra.get("directions")
+        r["directions"] = {k: direction(k, declared) for k in r.get("best") or {}}
     rows: list[LedgerRow] | list[ShownRow] = found
     if mlflow is not None:  # the lab's runs beside this laptop's (a run both have is shown once, as the ledger has it)
         from gpujob.usecases.lab.labruns import lab_rows
@@ -158,6 +166,7 @@ def compare(refs: list[str]) -> ComparedRuns:
     code["command"] = [command_of(r.get("run_line") or "") for r in found]  # the arguments are in params
     env = {k: [r.get(k) for r in found] for k in ("env_hash", "host", "gpu")}
     loss = next((r.get("loss_key") for r in found if r.get("loss_key")), None)
+    declared = {k: v for r in reversed(found) for k, v in ((r.get("extra") or {}).get("directions") or {}).items()}
     series: dict[str, list[list[list[JSON]]]] = {}
     for r in found:
         for k in (r.get("series") or {}):
@@ -173,6 +182,8 @@ def compare(refs: list[str]) -> ComparedRuns:
         "final": _values(found, "final"),
         "best": _values(found, "best"),
         "cost": [r.get("cost") for r in found],
+        "currency": [r.get("currency") for r in found],
+        "directions": {k: direction(k, declared) for k in _values(found, "best")},
         "gpu_hours": [r.get("gpu_hours") for r in found],
         "loss_key": loss,
         "series": series,

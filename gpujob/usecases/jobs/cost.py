@@ -136,8 +136,10 @@ def _span(row: LedgerRow) -> float | None:
     return None
 
 
-def summarize(hosts: list[str], agent_for: Callable[[str], Agent], every_host: bool = True) -> CostSummary:
+def summarize(hosts: list[str], agent_for: Callable[[str], Agent], every_host: bool = True,
+              whole: Callable[[Agent], Callable[[str], JSONObject]] | None = None) -> CostSummary:
     """{jobs: [...], hosts: {name: {cost, currency, jobs, unpriced}}, total: {currency: sum}, errors}.
+    ``whole``: how a host gives an ended job's every point (the ledger's look at its end: watch.whole).
 
     Jobs the hosts no longer list are there too, from the run ledger (``every_host``: also of
     hosts not in ``hosts``): the cost history survives ``rm``, ``gc`` and a host given back.
@@ -164,7 +166,7 @@ def summarize(hosts: list[str], agent_for: Callable[[str], Agent], every_host: b
             out.append(job_cost({**j, "host": JobView(j).host or name}))
         from gpujob.usecases.experiments.record import observe
 
-        observe(listed, name)
+        observe(listed, name, whole(agent) if whole else None)
     out += from_ledger({j["job_id"] for j in out}, None if every_host else hosts)
     for line in out:
         name = line.get("host") or "?"

@@ -6,7 +6,7 @@ record plus derived figures). Data only: gpujob.ui.live redraws it in place.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from gpujob.jsontypes import JSONObject
 from gpujob.transport.agent import Agent
@@ -14,6 +14,7 @@ from gpujob.transport.jobview import JobView, WatchView
 from gpujob.usecases.jobs.cost import accrued_cost, elapsed_s, fill_host_price
 
 EVAL_PREFIXES = ("eval", "val", "test")
+WHOLE_FALLBACK = 5000  # points per metric of a curve too large for one reply
 
 
 def loss_key(keys: Iterable[str]) -> str | None:
@@ -83,3 +84,18 @@ def fetch(agent: Agent, job: str, points: int = 60) -> JSONObject:
     doc = agent.call("watch", ["--job", job, "--points", str(points)])
     fill_host_price(doc.get("job"), agent.host.price_per_hour, agent.host.currency)  # a price set after submit
     return status_doc(doc)
+
+
+def whole(agent: Agent) -> Callable[[str], JSONObject]:
+    """How the ledger reads an ended job's final metrics and every point it logged (record.observe's
+    ``whole``): one ``watch`` of the whole curve, or ``WHOLE_FALLBACK`` points spread over one too
+    large for a reply."""
+    from gpujob.transport.replies import UnreadableReply
+
+    def read(job_id: str) -> JSONObject:
+        try:
+            return fetch(agent, job_id, points=0)
+        except UnreadableReply:
+            return fetch(agent, job_id, points=WHOLE_FALLBACK)
+
+    return read

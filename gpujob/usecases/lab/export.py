@@ -6,6 +6,8 @@ flag, sweep and trial, parent of a rerun, gpujob version, mirrored checkpoints),
 points by step (those ``status`` reads: loss, eval, throughput, GPU use, cost), the state and end
 time. A metric's points are sent once: only those past the last step sent (``exportstate``); a
 diverged loss's nan and ±inf too, as MLflow keeps them (its SQL store: ±inf as ±the largest float).
+An ended run's whole curve (every step its host logged, read once by the look that saw it end)
+fills, once, the steps the run lacks below the last one sent (a live follow sends what each look read).
 
 What the server refuses of one run is said once and passed by: the other runs go. A run someone
 deleted on the server stays deleted (nothing more sent to it, no new one made) until it is restored
@@ -254,10 +256,10 @@ class Exporter:
                                  "new": True, **({"experiment": experiment} if experiment else {})})
         return 0
 
-    def export_or_note(self, row: LedgerRow, target: Target, state: ExportState) -> int:
+    def export_or_note(self, row: LedgerRow, target: Target, state: ExportState, whole: str | None = None) -> int:
         """``export``; the server's refusal of this one run noted (``refused``), not raised: the others go."""
         try:
-            points = self.export(row, target, state)
+            points = self.export(row, target, state, whole)
         except Exception as e:
             why = _refusal(e)
             if why is None:
@@ -270,8 +272,9 @@ class Exporter:
         state.taken(row["job_id"], self.uri)
         return points
 
-    def export(self, row: LedgerRow, target: Target, state: ExportState) -> int:
-        """Bring the run of ``row`` up to date; how many points were sent."""
+    def export(self, row: LedgerRow, target: Target, state: ExportState, whole: str | None = None) -> int:
+        """Bring the run of ``row`` up to date; how many points were sent. ``whole``: the end whose
+        whole curve ``row``'s series is (the steps the run lacks are filled once)."""
         mine: Sent | None = state.get(row["job_id"], self.uri)
         if mine is not None and mine["status"] == DELETED:
             run = self.run(mine["run_id"]) if mine["run_id"] else None
@@ -298,7 +301,7 @@ class Exporter:
                 last, params = self.sent_before(run)
                 mine = {"run_id": run.info.run_id, "last": last, "params": params, "status": run.info.status}
         try:
-            return self._send(row, mine, state)
+            return self._send(row, mine, state, whole)
         except Exception as e:
             if _refusal(e) is None:
                 raise
@@ -307,16 +310,31 @@ class Exporter:
                 return self._leave(row, mine["run_id"], state, known=False)
             if run is None and known:  # the server no longer has it at all (a new database): made again
                 state.forget(row["job_id"], self.uri)
-                return self.export(row, target, state)
+                return self.export(row, target, state, whole)
             raise
 
-    def _send(self, row: LedgerRow, mine: Sent, state: ExportState) -> int:
+    def _gaps(self, run_id: str, points: dict[str, list[tuple[int, float, int]]], sent: set[str],
+              fresh: list[tuple[str, int, float, int]]) -> list[tuple[str, int, float, int]]:
+        """The whole curve's points at steps the run lacks, of the metrics sent before (the others go whole)."""
+        going = {(k, step) for k, step, _, _ in fresh}
+        out = []
+        for k in sorted(sent & set(points)):
+            if k.startswith("gpujob/"):  # run-wide figures: their newest value alone
+                continue
+            have = {m.step for m in self.client.get_metric_history(run_id, k)}
+            out += [(k, step, v, ms) for step, v, ms in points[k] if step not in have and (k, step) not in going]
+        return out
+
+    def _send(self, row: LedgerRow, mine: Sent, state: ExportState, whole: str | None = None) -> int:
         from mlflow.entities import Metric, Param, RunTag
 
         run_id = mine["run_id"]
         params = {k: v for k, v in params_of(row).items() if k not in set(mine["params"])}
         tags = tags_of(row)
-        fresh = _new_points(points_of(row), mine["last"])
+        points, sent = points_of(row), set(mine["last"])
+        fresh = _new_points(points, mine["last"])
+        if whole is not None and state.whole_sent(row["job_id"], self.uri) != whole:
+            fresh += self._gaps(run_id, points, sent, fresh)
         metrics = [Metric(k, v, ms, step) for k, step, v, ms in fresh]
         ps = [Param(k, v) for k, v in params.items()]
         ts = [RunTag(k, v) for k, v in tags.items()]
@@ -335,6 +353,8 @@ class Exporter:
             self.client.update_run(run_id, status="RUNNING")
         state.put(row["job_id"], self.uri, run_id, row.get("updated_at") or 0.0, mine["last"],
                   list(mine["params"]) + list(params_of(row)), status)
+        if whole is not None:
+            state.put_whole(row["job_id"], self.uri, whole)
         return len(fresh)
 
 
@@ -392,8 +412,11 @@ def export(uri: str | None = None, job_ids: Iterable[str] | None = None,
                     ex = Exporter(where)
                     for job_id, target in jobs:
                         row = lg.get(job_id)
+                        kept = lg.curve(job_id) if row is not None and row.get("state") in STATUS else None
+                        if row is not None and kept is not None:
+                            row["series"] = kept[1]  # every point the host logged, read when the job was seen ended
                         if row is not None:
-                            points += ex.export_or_note(row, target, state)
+                            points += ex.export_or_note(row, target, state, kept[0] if kept else None)
                         done += 1
                         if progress:
                             progress(done, total)

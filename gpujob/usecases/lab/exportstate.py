@@ -1,6 +1,6 @@
 """What this laptop has exported, per run and server (``<state>/mlflow-export.sqlite``): the MLflow run
 id, the ledger row's version sent, and the last point of each metric, so a look sends only what is
-new and a second export adds nothing; and which refusal of a run the server's last answer was, so it
+new and a second export adds nothing; which ended run's whole curve the server has; and which refusal of a run the server's last answer was, so it
 is said once. A server's URI here never holds a password (``export`` refuses such a URI)."""
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ CREATE TABLE IF NOT EXISTS exported (
     PRIMARY KEY (job_id, uri)
 );
 CREATE TABLE IF NOT EXISTS refused (job_id TEXT, uri TEXT, why TEXT, PRIMARY KEY (job_id, uri));
+CREATE TABLE IF NOT EXISTS whole (job_id TEXT, uri TEXT, ended TEXT, PRIMARY KEY (job_id, uri));
 """
 
 
@@ -75,6 +76,15 @@ class ExportState:
 
     def forget(self, job_id: str, uri: str) -> None:
         self.db.execute("DELETE FROM exported WHERE job_id=? AND uri=?", (job_id, uri))
+        self.db.execute("DELETE FROM whole WHERE job_id=? AND uri=?", (job_id, uri))
+
+    def whole_sent(self, job_id: str, uri: str) -> str | None:
+        """The end of the job whose whole curve ``uri`` has (every step the host logged), if any."""
+        row = self.db.execute("SELECT ended FROM whole WHERE job_id=? AND uri=?", (job_id, uri)).fetchone()
+        return row[0] if row else None
+
+    def put_whole(self, job_id: str, uri: str, ended: str) -> None:
+        self.db.execute("INSERT OR REPLACE INTO whole VALUES (?, ?, ?)", (job_id, uri, ended))
 
     def deleted(self, uri: str) -> set[str]:
         """The jobs whose run someone deleted on ``uri`` (left so, docs/experiments.md)."""

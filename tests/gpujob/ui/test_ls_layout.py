@@ -34,7 +34,7 @@ def render(width: int, jobs: list[dict] = JOBS) -> str:
 
 def test_80_columns() -> None:
     assert render(80) == textwrap.dedent("""\
-        JOB                        HOST        STATE        ELAPSED  STEP  LOSS
+        JOB                        HOST        STATE        ELAPSED  STEP  LAST LOSS
         gpt2-small-11300043-wj047  a100-westb  running      1h02m    1200  2.346
         tiny-11300101-ab123        local       autostopped  1m00s    200   0.0123
         not shown at 80 columns: ATTEMPT, LAST LINE (--wide: all; --columns a,b: those)""")
@@ -42,8 +42,8 @@ def test_80_columns() -> None:
 
 def test_wide_shows_the_start_of_the_last_line() -> None:
     out = render(140).splitlines()
-    assert out[0].split() == ["JOB", "HOST", "STATE", "ATTEMPT", "ELAPSED", "STEP", "LOSS", "LAST", "LINE"]
-    assert out[1].endswith("  {'loss': 2.3456, 'grad_norm': 1.23, 'learning_rate': 0.…")
+    assert out[0].split() == ["JOB", "HOST", "STATE", "ATTEMPT", "ELAPSED", "STEP", "LAST", "LOSS", "LAST", "LINE"]
+    assert out[1].endswith("  {'loss': 2.3456, 'grad_norm': 1.23, 'learning_rate':…")
     assert out[2].endswith("done")
 
 

@@ -95,11 +95,12 @@ def test_every_table_reads_whole_at_the_terminals_width(tmp_path: Path, width: i
     with Screen(tmp_path, width, 40) as s:
         s.run("runs", "--columns", "run,loss,lr")
         assert s.wait_exit() == 0
-        assert s.rows()[0].split() == ["RUN", "LOSS", "lr"], s.text()
+        assert s.rows()[0].split() == ["RUN", "BEST", "LOSS", "lr"], s.text()  # loss: the best, as before
     with Screen(tmp_path, width, 40) as s:
         s.run("runs", "--wide")
         assert s.wait_exit() == 0
-        assert s.rows(joined=True)[0].split() == ["RUN", "HOST", "STATE", "STARTED", "lr", "LOSS", "COST"], s.text()
+        assert s.rows(joined=True)[0].split() == ["RUN", "HOST", "STATE", "STARTED", "lr", "BEST", "LOSS", "LAST", "LOSS",
+                                                 "COST"], s.text()
     r = run_cli("runs", "--columns", "nosuch")
     assert r.returncode == 2 and "no column 'nosuch'" in r.stderr and "run,host,state" in r.stderr, r.stderr
 

@@ -41,7 +41,8 @@ def test_the_job_list_shows_a_loss_named_otherwise(isolated: Path, tmp_path: Pat
     assert r.returncode == 0, r.stderr
     row = next(ln for ln in r.stdout.splitlines() if ln.startswith(job_id)).split()
     header = next(ln for ln in r.stdout.splitlines() if ln.startswith("JOB")).split()
-    assert float(row[header.index("LOSS")]) == float(f"{last['Loss/train']:.4g}"), r.stdout
+    assert header[header.index("STEP") + 1:][:2] == ["LAST", "LOSS"], header
+    assert float(row[header.index("STEP") + 1]) == float(f"{last['Loss/train']:.4g}"), r.stdout
 
 
 # mid-run (past one epoch) a loop holds until the test has read its status, or 120 s: a loaded

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -468,6 +469,47 @@ def test_a_look_that_learns_nothing_new_writes_nothing(tmp_path: Path) -> None:
     assert row()["state"] == "succeeded" and row()["cost"] == 0.018
 
 
+def test_best_goes_each_metrics_way_and_is_never_worse_than_the_last_value(tmp_path: Path) -> None:
+    """A loss's best is its lowest, an accuracy's and a throughput's their highest, a name the job
+    file lists under ``metrics.maximize`` its highest; ``runs`` says which way each went, and
+    ``compare`` shows cost in its currency."""
+    from gpujob.config.ledger import open_ledger
+    from gpujob.config.spec import load_spec
+    from gpujob.errors import SpecError
+    from gpujob.usecases.experiments import record
+
+    job = write_job(tmp_path, "ways", "print('hi')", "python main.py", metrics={"maximize": ["bleurt_gain"]})
+    record.record_submit({"job_id": "ways-1", "host": "local", "state": "queued"}, load_spec(job), None, str(job), [])
+    series = {"loss": [[1, 3.0, 1.0], [2, 1.0, 2.0], [3, 2.0, 3.0]], "eval_loss": [[1, float("nan"), 1.0], [2, 4.0, 2.0]],
+              "train_samples_per_second": [[1, 10.0, 1.0], [2, 30.0, 2.0], [3, 20.0, 3.0]],
+              "eval_accuracy": [[1, 0.5, 1.0], [2, 0.9, 2.0], [3, 0.7, 3.0]], "bleurt_gain": [[1, 1.0, 1.0], [2, 5.0, 2.0]]}
+    record.observe([{"job_id": "ways-1", "state": "running", "series": series, "latest_metrics": {"step": 3, "loss": 2.0}}],
+                   "local")
+    (row,) = cli_json("runs")["runs"]
+    assert row["best"] == {"loss": 1.0, "eval_loss": 4.0, "train_samples_per_second": 30.0, "eval_accuracy": 0.9,
+                           "bleurt_gain": 5.0}, row
+    assert row["directions"] == {"loss": "minimize", "eval_loss": "minimize", "train_samples_per_second": "maximize",
+                                 "eval_accuracy": "maximize", "bleurt_gain": "maximize"}, row
+    assert [r["job_id"] for r in cli_json("runs", "--sort", "bleurt_gain")["runs"]] == ["ways-1"]
+    # a light look (ls) past the last curve: the best follows the last value it cannot be worse than
+    record.observe([{"job_id": "ways-1", "state": "running", "last_metrics": {"step": 4, "loss": 0.5}}], "local")
+    (row,) = cli_json("runs")["runs"]
+    assert row["final"] == {"step": 4, "loss": 0.5} and row["best"]["loss"] == 0.5, row
+
+    with open_ledger() as lg:  # two priced runs side by side
+        for i in (2, 3):
+            lg.put(f"ways-{i}", name="ways", host="box", state="succeeded", submitted_at=1000.0 + i, cost=0.5 * i,
+                   currency="CNY", series={"loss": [[1, 1.0 / i, 1.0]]}, best={"loss": 1.0 / i}, loss_key="loss")
+    cmp = run_cli("compare", "ways-2", "ways-3")
+    assert cmp.returncode == 0 and re.search(r"cost\s+1\.00 CNY\s+1\.50 CNY", cmp.stdout), cmp.stdout + cmp.stderr
+    assert re.search(r"loss \(min\)", cmp.stdout), cmp.stdout
+    assert cli_json("compare", "ways-2", "ways-3")["currency"] == ["CNY", "CNY"]
+
+    both = write_job(tmp_path, "both", "print('hi')", "python main.py", metrics={"maximize": ["f"], "minimize": ["f"]})
+    with pytest.raises(SpecError, match="'f' is under maximize too"):
+        load_spec(both)
+
+
 def test_a_status_that_learns_nothing_new_changes_no_file(tmp_path: Path) -> None:
     """Every ``status`` is a process of its own: a second look at an ended job finds its look in the
     ledger and changes nothing on disk (no row written, no -wal/-shm file made and removed, no chmod
@@ -507,14 +549,14 @@ def test_runs_draws_plain_columns_without_rich_or_a_client(tmp_path: Path) -> No
     out = run_cli("runs", "--limit", "1", env_extra={"COLUMNS": "100"})
     assert out.returncode == 0, out.stderr
     head, row, more = out.stdout.splitlines()
-    assert head.split() == ["RUN", "HOST", "STATE", "STARTED", "lr", "tag", "LOSS", "COST"]
+    assert head.split() == ["RUN", "HOST", "STATE", "STARTED", "lr", "tag", "BEST", "LOSS", "LAST", "LOSS", "COST"]
     assert row.split()[:3] == ["plain-1", "local", "succeeded"] and "0.7" in row and "\x1b" not in out.stdout
     assert more == "1 of 2 runs (--limit 0: all)"
     narrow = run_cli("runs", "--limit", "1", env_extra={"COLUMNS": "56"}).stdout.splitlines()
     # whole columns give way (the date first), named below; the state and the numbers are never cut
-    assert narrow[0].split() == ["RUN", "HOST", "STATE", "lr", "tag", "LOSS", "COST"], narrow
+    assert narrow[0].split() == ["RUN", "HOST", "STATE", "lr", "tag", "BEST", "LOSS", "COST"], narrow
     assert narrow[1].split()[:3] == ["plain-1", "local", "succeeded"] and "0.7" in narrow[1], narrow
-    assert narrow[2].startswith("not shown at 56 columns: STARTED"), narrow
+    assert narrow[2].startswith("not shown at 56 columns: STARTED, LAST LOSS"), narrow
     mods = imported("runs", full=True)
     assert not {"rich", "gpujob.api.client", "gpujob.transport", "optuna"} & mods
 

@@ -45,7 +45,8 @@ def _finished(uri: str, experiment: str) -> Any:
 
 
 def _loss_steps(uri: str, run_id: str) -> list[int]:
-    return [m.step for m in _client(uri).get_metric_history(run_id, "loss")]
+    """The steps of the run's loss points, by step (the server gives them in the order they came)."""
+    return sorted(m.step for m in _client(uri).get_metric_history(run_id, "loss"))
 
 
 def _job(tmp_path: Path, name: str, steps: int = 30) -> Path:
@@ -103,7 +104,7 @@ def test_a_job_follows_into_mlflow_once_and_no_credential_reaches_the_host(
         assert tags["gpujob.job_id"] == jid and tags["gpujob.host"] == "box" and tags["gpujob.state"] == "succeeded"
         assert tags["gpujob.code_hash"] == code_hash and tags["gpujob.version"]
         steps = _loss_steps(uri, run.info.run_id)
-        assert steps == sorted(set(steps)) and steps[-1] == 30, steps  # by step, none twice
+        assert steps == list(range(1, 31)), steps  # every logged step, none twice
         assert run.data.metrics["loss"] == pytest.approx(st["latest_metrics"]["loss"])
         assert run.data.metrics["gpujob/gpu_hours"] > 0  # what the run used, beside its curves
 
@@ -403,3 +404,46 @@ def test_nan_and_inf_losses_reach_mlflow_as_it_shows_them_and_are_sent_once(
     other = _json("runs", "export", "--mlflow", uri, env={"GPUJOB_STATE_DIR": str(laptop2)})
     assert other["exported"] == 1 and other["points"] == 0, other
     assert len(_client(uri).get_metric_history(run.info.run_id, "loss")) == 6
+
+
+def test_a_run_followed_live_and_seen_ended_by_ls_alone_ends_whole_in_the_ledger_and_in_mlflow(
+        tmp_path: Path, mlflow_server: MlflowServer, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    """A look while it runs sends MLflow the points it read (60 spread over the run so far); the end,
+    seen by ``ls`` alone, brings the ledger to the final loss and MLflow to every logged step."""
+    import re
+
+    from tests.byo_helpers import job_dir, log_text
+
+    uri = mlflow_server.uri
+    name = _lab(monkeypatch, uri, "whole")
+    steps, held = 120, 70
+    jid = submit("local", write_job(tmp_path, name, LOOP, f"python main.py --lr 0.05 --steps {steps} --sleep 0.01 "
+                                    f"--hold-at {held} --hold-s 8", env=QUIET, mlflow={"experiment": name}))["job_id"]
+    jd = job_dir(tmp_path, "local", jid)
+    wait_for(lambda: f"step {held} " in log_text(jd), 60, f"the job at step {held}")
+    assert run_cli("status", jid, env_extra=FOLLOW).returncode == 0  # the live look: its points go to MLflow
+    wait_for(lambda: (r := _run_of(uri, name, jid)) is not None and "loss" in r.data.metrics, 120,
+             "the running job's points in MLflow")
+    live = _loss_steps(uri, _run_of(uri, name, jid).info.run_id)
+    assert 0 < len(live) < held, live  # what one look read (spread over the run, or its newest line): not every step
+
+    wait_for(lambda: _ended_here(tmp_path, jid), 120, "the job's end")
+    assert run_cli("ls", env_extra=FOLLOW).returncode == 0  # the only look that sees it ended
+    logged = [float(v) for v in re.findall(r"^step \d+ loss ([\d.]+)$", log_text(jd), re.M)]
+    (row,) = _json("runs", "--name", name)["runs"]
+    assert row["state"] == "succeeded" and row["final"]["step"] == steps, row
+    assert row["final"]["loss"] == pytest.approx(logged[-1]) and row["best"]["loss"] <= row["final"]["loss"], row
+    assert row["directions"]["loss"] == "minimize", row
+    shown = run_cli("runs", "--name", name, env_extra={"COLUMNS": "160"}).stdout.splitlines()
+    assert shown[0].split()[-5:] == ["BEST", "LOSS", "LAST", "LOSS", "COST"], shown
+    assert f"{logged[-1]:.4g}" in shown[1], shown
+
+    run_id = _run_of(uri, name, jid).info.run_id
+    wait_for(lambda: _loss_steps(uri, run_id) == list(range(1, steps + 1)) and _status_of(uri, name, jid) == "FINISHED",
+             180, "every logged step in MLflow, the run FINISHED")
+    hist = _client(uri).get_metric_history(run_id, "loss")
+    assert sorted(m.value for m in hist) == pytest.approx(sorted(logged))
+    wait_for(lambda: _exporter_left(tmp_path / "state"), 60, "the detached exporter done")
+    again = _json("runs", "export", "--mlflow")
+    assert again["points"] == 0, again  # each step once
+    assert len(_client(uri).get_metric_history(run_id, "loss")) == steps
