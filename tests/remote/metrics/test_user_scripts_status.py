@@ -123,8 +123,8 @@ def test_progress_and_eta_of_loops_that_count_by_epoch(isolated: Path, tmp_path:
 
 
 # a loop that prints `step N/100` and writes the same loss to TensorBoard, resuming from the step it
-# saved; attempt 1 holds at step 20 until the test has read its status, then is killed (kill -9) at
-# step 40; attempt 2 holds at step 70 until the test has read its status (or 120 s)
+# saved; it holds until the test has read its status (or 120 s) at step 20 (attempt 1, killed with
+# kill -9 at step 40), at step 70 (attempt 2, stopped there and resumed) and at step 90 (attempt 3)
 RESTARTED = """
     import os, signal, time
     from torch.utils.tensorboard import SummaryWriter
@@ -142,12 +142,10 @@ RESTARTED = """
         writer.add_scalar("train/loss", 1 / step, step)
         with open("step.txt", "w") as f:  # its checkpoint
             f.write(str(step))
-        if step == 20:
-            hold(SEEN + "1")
+        if step in (20, 70, 90):
+            hold(SEEN + str(step))
         if step == 40 and start == 0:
             os.kill(os.getpid(), signal.SIGKILL)  # what a watchdog or the platform does
-        if step == 70:
-            hold(SEEN + "2")
     writer.close()
 """
 
@@ -155,8 +153,9 @@ RESTARTED = """
 def test_progress_and_eta_go_on_into_a_restarted_attempt(isolated: Path, tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """A loop that prints ``step N/100`` and writes a SummaryWriter keeps its total (100) and an ETA,
-    though its metrics come from the event files; killed with kill -9 and restarted, status shows the
-    new attempt's step, total, rate, ETA and loss within seconds of its first step."""
+    though its metrics come from the event files; restarted after a kill -9, and resumed after a
+    stop, status shows the new attempt's step, total, rate, ETA and loss within seconds of its
+    first step."""
     needs("torch", "tensorboard")
     monkeypatch.setenv("GPUJOB_METRICS_EVERY", "0.5")
     seen_file = tmp_path / "seen"
@@ -170,10 +169,10 @@ def test_progress_and_eta_go_on_into_a_restarted_attempt(isolated: Path, tmp_pat
         seen.clear()
         seen.update(status("local", job_id))
         seen["asked_at"] = time.time()
-        assert seen["state"] in ("queued", "running", "restarting"), seen
-        m = seen.get("latest_metrics") or {}
-        return seen.get("attempt") == attempt and (m.get("step") or 0) > past and seen.get("eta_s") is not None \
-            and "loss" in m
+        assert seen["state"] in ("queued", "running", "restarting", "stopped"), seen
+        m, bill = seen.get("latest_metrics") or {}, seen.get("billing") or {}  # billing: what ls and the dashboard show
+        return seen.get("attempt") == attempt and (m.get("step") or 0) > past and "loss" in m \
+            and seen.get("eta_s") is not None and bill.get("eta_s") is not None
 
     def brief() -> str:
         return str({k: seen.get(k) for k in ("state", "attempt", "latest_metrics", "max_steps", "steps_per_s",
@@ -183,19 +182,29 @@ def test_progress_and_eta_go_on_into_a_restarted_attempt(isolated: Path, tmp_pat
     wait_for(lambda: shows(1, 10) and seen["metrics_source"] == "tensorboard", 60, brief)
     assert seen["max_steps"] == 100, brief()  # the log's total stays known
     assert 0 < seen["eta_s"] < 60 and seen["steps_per_s"] <= 1 / 0.05 * 1.05, brief()
-    seen_file.with_name("seen1").write_text("seen")
+    (tmp_path / "seen20").write_text("seen")
 
-    wait_for(lambda: shows(2, 40), 60, brief)
-    shown_at = seen["asked_at"]
-    seen_file.with_name("seen2").write_text("seen")
-    m = seen["latest_metrics"]
-    assert seen["max_steps"] == 100 and 0 < seen["eta_s"] < 60 and seen["steps_per_s"] > 0, brief()
-    assert 40 < m["step"] <= 70 and m["loss"] <= 1 / 41 + 1e-4, brief()  # attempt 2's, not attempt 1's
-    bill = seen["billing"]  # what ls and the dashboard show
-    assert bill["max_steps"] == 100 and bill["step"] > 40 and bill["eta_s"] is not None, bill
-    # its first step's time as the event file has it (the wall time of add_scalar)
-    first = min(r["t"] for r in map(json.loads, (jd / "metrics.tb.jsonl").read_text().splitlines())
-                if r.get("step", 0) > 40)
-    assert shown_at - first < 10, f"attempt 2's first step at {first}, shown {shown_at - first:.1f} s later"
+    def promptly(attempt: int, past: int, held: int) -> None:
+        """Status shows the attempt's own figures within 10 s of its first step (``past`` + 1)."""
+        wait_for(lambda: shows(attempt, past), 60, brief)
+        m, bill = seen["latest_metrics"], seen["billing"]
+        assert seen["max_steps"] == 100 and 0 < seen["eta_s"] < 60 and seen["steps_per_s"] > 0, brief()
+        assert past < m["step"] <= held and m["loss"] <= 1 / (past + 1) + 1e-4, brief()  # not an earlier attempt's
+        assert bill["max_steps"] == 100 and bill["step"] > past, bill
+        # its first step's time as the event file has it (the wall time of add_scalar)
+        first = min(r["t"] for r in map(json.loads, (jd / "metrics.tb.jsonl").read_text().splitlines())
+                    if r.get("step", 0) > past)
+        lag = seen["asked_at"] - first
+        assert lag < 10, f"attempt {attempt}'s first step at {first}, shown {lag:.1f} s later"
+
+    promptly(2, 40, 70)  # restarted after the kill -9 at step 40
+    saved = jd / "code" / "step.txt"
+    wait_for(lambda: saved.read_text() == "70", 60, lambda: saved.read_text())  # held there: stopped, resumed from 70
+    r = run_cli("stop", job_id, "--host", "local", "--json", timeout=90)
+    assert r.returncode == 0, r.stderr
+    r = run_cli("resume", job_id, "--host", "local", "--json")
+    assert r.returncode == 0, r.stderr
+    promptly(3, 70, 90)
+    (tmp_path / "seen90").write_text("seen")
     st = wait_state("local", job_id, ("succeeded", "failed"), 90, root=tmp_path / "local-root")
-    assert st["state"] == "succeeded" and st["attempt"] == 2 and st["last_metrics"]["step"] == 100, st
+    assert st["state"] == "succeeded" and st["attempt"] == 3 and st["last_metrics"]["step"] == 100, st
