@@ -98,7 +98,8 @@ def watch(root: Root, ref: str, points: int = 60) -> Mapping[str, object]:
     from remote.metrics import metricsrc, totals
 
     since = status.attempt_start(rec)
-    source, path = metricsrc.active(job, since)  # a restart: the source with this attempt's records
+    # a look: the source with this attempt's records (a restart); every point (plot, an export): the first with any
+    source, path = metricsrc.active(job, since if points > 0 else 0.0)
     rows: List[MetricRecord] = _read_jsonl(path, MAX_READ if points <= 0 else LIVE_READ)  # a refresh stays cheap
     keys = []  # type: List[str]
     for r in rows:
