@@ -6,16 +6,19 @@ writes) > TensorBoard event files > what the log prints. While the job runs, the
 ``metrics.state.json``) and appends what it finds, in the metrics file's own format
 (``{"t", "step", key: value}`` per line), to ``metrics.tb.jsonl`` and ``metrics.log.jsonl``.
 Every reader (status, plot, notifications, cost) then takes the first of the three files that
-has a record: ``active(job)``.
+has a record (status: a record of the current attempt, if one has: ``active(job, since)``).
 
 Event files are looked for under the job's TensorBoard folder (``GPUJOB_TB_DIR`` or
 ``tensorboard.logdir``), then, in a bounded walk, under the job's code folder and
 ``<job>/ckpt/runs`` (where scripts' own writers put them by default: torch's and HF's
 ``runs/<date>_<host>/``, Lightning's ``lightning_logs/version_N/``). Files created before the job
-was submitted (a ``runs/`` folder synced from the laptop) are not this job's and are skipped.
+was submitted (a ``runs/`` folder synced from the laptop) are not this job's and are skipped. Each
+attempt's writer makes a new file (a new ``runs/<date>_<host>/``): the search runs every second of
+an attempt's first minute until a file of that attempt is found.
 
 The log also gives progress (step, total, steps/s from tqdm) even when the metrics come from
-elsewhere: ``progress(job)``.
+elsewhere: ``progress(job)``; and the run's total, as any source last stated it (a record's
+``max_steps``, ``step N/200``, a bar's total), stays known across sources and attempts: ``known_total(job)``.
 """
 
 import json
@@ -27,7 +30,7 @@ from typing import Any, List, Optional, Tuple
 
 from remote.core import atomicfile
 from remote.core.jsontypes import JSONObject
-from remote.core.layout import JobDir, read_json, tail_lines
+from remote.core.layout import JobDir, last_json_line, read_json, tail_lines
 from remote.core.spec import JobSpec, SpecLike
 from remote.metrics.metricrecord import MetricRecord, Progress
 from remote.metrics.recordline import record_line
@@ -40,6 +43,7 @@ SOURCES = (("file", "metrics.jsonl"), ("tensorboard", "metrics.tb.jsonl"), ("log
 STATE = "metrics.state.json"
 EVERY = float(os.environ.get("GPUJOB_METRICS_EVERY", "2"))  # seconds between two reads
 SCAN_EVERY = (5.0, 30.0)  # seconds between two searches for new event files: before the first is found, after
+SCAN_NEW_ATTEMPT = (1.0, 60.0)  # an attempt's first 60 s, until a file of its own is found: a search every second
 MAX_WALK = 3000  # folders a search visits at most
 WALK_DEPTH = 4
 SKIP_DIRS = {"__pycache__", "node_modules", "site-packages", "wandb", "data", "datasets", "ckpt", "checkpoints"}
@@ -55,21 +59,42 @@ def path_of(job: JobDir, source: str) -> Path:
     return job.path / dict(SOURCES)[source]
 
 
-def active(job: JobDir) -> Tuple[Optional[str], Path]:
-    """(source name, its file): the first source with a record; (None, metrics.jsonl) when none has."""
+def active(job: JobDir, since: float = 0.0) -> Tuple[Optional[str], Path]:
+    """(source name, its file): the first source with a record; (None, metrics.jsonl) when none has.
+
+    ``since``: the current attempt's start (a restart): the first source whose newest record is of
+    this attempt, as a first attempt's readers take the log until the event files have a record,
+    else the first with any record."""
+    found: List[Tuple[str, Path]] = []
     for name, fname in SOURCES:
         p = job.path / fname
         try:
             if p.stat().st_size > 0:
-                return name, p
+                found.append((name, p))
         except OSError:
             continue
-    return None, job.metrics
+        if not since or _newest_t(p) >= since:
+            return found[-1]
+    return found[0] if found else (None, job.metrics)
+
+
+def _newest_t(path: Path) -> float:
+    """The time of a metrics file's last record (inf when it says none: a script's own line is current)."""
+    rec = last_json_line(path)
+    t = rec.get("t") if isinstance(rec, dict) else None
+    return float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else float("inf")
 
 
 def progress(job: JobDir) -> Progress:
     """The log's newest progress: {step, total, rate (steps/s), eta_s, t} (empty when none)."""
     return (read_json(job.path / STATE, {}) or {}).get("progress") or {}
+
+
+def known_total(job: JobDir) -> Optional[int]:
+    """The run's total steps as a source last stated it (a record's ``max_steps``: the log's ``step N/200``,
+    the run's hints; a bar's total), whichever source the metrics now come from and in every attempt."""
+    total = (read_json(job.path / STATE, {}) or {}).get("total")
+    return total if isinstance(total, int) and not isinstance(total, bool) and total > 0 else None
 
 
 def unread(job: JobDir, spec: SpecLike, limit: int = 1 << 18) -> Tuple[List[MetricRecord], Progress]:
@@ -224,9 +249,16 @@ class Collector:
         self.parser = LogParser(epochs=hints.get("epochs"), patterns=spec.metrics.get("patterns"))
         self.parser.carried(st.get("parser"))  # a new supervisor (resume) goes on counting alike
         self.progress = dict(st.get("progress") or {})
+        self.total = known_total(job)  # as a source last stated it: every attempt's, whatever the source
         self.next_at = 0.0
         self.next_scan = 0.0
+        self.attempt_at = 0.0  # the current attempt's start; its own event files found yet
+        self.attempt_found = True
         self.cpu = 0.0  # process time spent collecting (the benchmark reads it)
+
+    def new_attempt(self, started_at: float) -> None:
+        """An attempt started: its writer makes a new event file, looked for at once and then often."""
+        self.attempt_at, self.attempt_found, self.next_scan = started_at, False, 0.0
 
     def tick(self, sup: Any) -> Optional[str]:
         if time.monotonic() >= self.next_at:
@@ -291,13 +323,23 @@ class Collector:
             self.progress = dict(self.parser.progress)
             if self.max_steps and not self.progress.get("total"):
                 self.progress["total"] = self.max_steps
+            self._stated(self.progress.get("total"))
         self._append(path_of(self.job, "log"), recs)
+
+    def _stated(self, total: object) -> None:
+        """A source stated the run's total steps: it stays known (``known_total``)."""
+        if isinstance(total, (int, float)) and not isinstance(total, bool) and total > 0:
+            self.total = int(total)
 
     def _events(self, t: float) -> bool:
         if time.time() >= self.next_scan:
-            self.next_scan = time.time() + SCAN_EVERY[bool(self.tb)]
+            known = len(self.tb)
             for p in find_event_files(tb_roots(self.job, self.spec), self.since):
                 self.tb.setdefault(p, self.tfevents.FileState())
+            self.attempt_found = self.attempt_found or len(self.tb) > known
+            every, fast_for = SCAN_NEW_ATTEMPT
+            fast = not self.attempt_found and time.time() < self.attempt_at + fast_for
+            self.next_scan = time.time() + (every if fast else SCAN_EVERY[bool(self.tb)])
         recs: List[MetricRecord] = []
         before = {p: s.offset for p, s in self.tb.items()}
         for p, state in self.tb.items():
@@ -318,14 +360,15 @@ class Collector:
         self._append(path_of(self.job, "tensorboard"), recs)
         return bool(recs) or before != {p: s.offset for p, s in self.tb.items()}
 
-    @staticmethod
-    def _append(path: Path, recs: List[MetricRecord]) -> None:
+    def _append(self, path: Path, recs: List[MetricRecord]) -> None:
+        for r in recs:
+            self._stated(r.get("max_steps"))
         if recs:
             with open(str(path), "a") as f:  # each line as json.dumps(r, sort_keys=True) writes it
                 f.write("".join([record_line(r) + "\n" for r in recs]))
 
     def _save(self) -> None:
-        doc = {"log_offset": self.log_offset, "progress": self.progress, "parser": self.parser.carry(),
+        doc = {"log_offset": self.log_offset, "progress": self.progress, "total": self.total, "parser": self.parser.carry(),
                "tb": {p: {"offset": s.offset, "corrupt": s.corrupt, "bad_records": s.bad_records}
                       for p, s in self.tb.items()}}
         try:  # a cache: no fsync on every tick

@@ -122,10 +122,17 @@ class MetricsWatch:
     def __init__(self, ctx: JobContext, since: float) -> None:
         from remote.metrics import metricsrc
 
+        self.ctx = ctx
         self.collector = metricsrc.Collector(ctx.job, ctx.spec, since)
         self.interval = metricsrc.EVERY
+        self.attempt = 0
 
     def tick(self, now: float) -> Optional[str]:
+        attempt = int(self.ctx.status.attempt or 0)
+        if attempt != self.attempt:  # a new attempt (a restart, a resume): its event files are looked for at once
+            self.attempt = attempt
+            attempts = self.ctx.status.attempts
+            self.collector.new_attempt(float(attempts[-1].get("started_at") or 0) if attempts else 0.0)
         return self.collector.tick(None)  # due by its own clock
 
     def final(self) -> None:

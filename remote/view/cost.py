@@ -40,12 +40,13 @@ def max_steps(spec: SpecLike, records: List[MetricRecord]) -> Optional[int]:
 
 
 def estimate(status: RecordLike, spec: SpecLike, metrics: Path, now: float,
-             progress: Optional[Progress] = None) -> Dict[str, object]:
+             progress: Optional[Progress] = None, known_total: Optional[int] = None) -> Dict[str, object]:
     """{elapsed_s, cost, price_per_hour, currency, max_steps, step, steps_per_s, eta_s, projected_cost}.
 
     Step progress and the projection only while the job runs (a listing of many ended jobs
     reads no metrics). ``metrics`` is the job's active metrics file; ``progress`` what the log's
-    progress bar said (its total and rate stand in where the records carry none).
+    progress bar said (its total and rate stand in where the records carry none); ``known_total``
+    the total a source stated before (the log's ``step N/200`` while the events are the metrics).
     """
     spec = JobSpec.of(spec)
     status = JobRecord.of(status)
@@ -61,7 +62,8 @@ def estimate(status: RecordLike, spec: SpecLike, metrics: Path, now: float,
     live = status.state in ("running", "restarting")
     recs = _metrics_window(metrics, since) if live and os.path.exists(str(metrics)) else []
     prog = progress if live and progress and float(progress.get("t") or 0) >= since else {}
-    total = max_steps(spec, recs) or prog.get("total") or total_from_epochs(recs, run_hints(spec).get("epochs"))
+    total = max_steps(spec, recs) or prog.get("total") or known_total \
+        or total_from_epochs(recs, run_hints(spec).get("epochs"))
     doc["max_steps"] = total
     step = float(recs[-1]["step"]) if recs else prog.get("step")
     if step is None or not total:

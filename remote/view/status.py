@@ -99,7 +99,7 @@ def _describe(root: Root, job_id: str, detail: bool = False) -> Dict[str, object
     from remote.metrics import metricsrc
 
     spec = job.job_spec()
-    source, metrics = metricsrc.active(job)
+    source, metrics = metricsrc.active(job, attempt_start(rec))  # a restart: the source with its records
     st["last_metrics"] = recent = recent_metrics(rec, metrics)
     if not detail and rec.state == "running" and source in (None, "log"):  # ls: the log's newest step, as
         # status shows it, from a bounded tail (a metrics file or events are read whole, not lagging)
@@ -126,7 +126,7 @@ def _describe(root: Root, job_id: str, detail: bool = False) -> Dict[str, object
         st["queue_position"] = gpus.position(root, job_id)
     from remote.view import cost
 
-    st["billing"] = cost.estimate(rec, spec, metrics, t, metricsrc.progress(job))
+    st["billing"] = cost.estimate(rec, spec, metrics, t, metricsrc.progress(job), metricsrc.known_total(job))
     if rec.state not in TERMINAL:
         from remote.stopping import after
 

@@ -97,7 +97,9 @@ def watch(root: Root, ref: str, points: int = 60) -> Mapping[str, object]:
     rec = JobRecord(detail)  # the record's fields of it, typed
     from remote.metrics import metricsrc, totals
 
-    source, path = metricsrc.active(job)
+    since = status.attempt_start(rec)
+    # a look: the source with this attempt's records (a restart); every point (plot, an export): the first with any
+    source, path = metricsrc.active(job, since if points > 0 else 0.0)
     rows: List[MetricRecord] = _read_jsonl(path, MAX_READ if points <= 0 else LIVE_READ)  # a refresh stays cheap
     keys = []  # type: List[str]
     for r in rows:
@@ -113,8 +115,8 @@ def watch(root: Root, ref: str, points: int = 60) -> Mapping[str, object]:
     for r in rows:  # the newest value of every key (eval metrics come on their own lines), this attempt's
         if status.this_attempt(rec, r) is not None:
             last.update(r)
-    timed = [(float(r["t"]), float(r["step"])) for r in rows
-             if isinstance(r.get("t"), (int, float)) and isinstance(r.get("step"), (int, float))]
+    timed = [(float(r["t"]), float(r["step"])) for r in rows  # this attempt's: a restart's gap is no step
+             if isinstance(r.get("t"), (int, float)) and isinstance(r.get("step"), (int, float)) and r["t"] >= since]
     prog = metricsrc.progress(job)
     attempts = rec.attempts or [{}]
     if float(prog.get("t") or 0) < float(attempts[-1].get("started_at") or 0):
@@ -124,8 +126,10 @@ def watch(root: Root, ref: str, points: int = 60) -> Mapping[str, object]:
         source = "log"
     if not prog.get("total"):
         hints = totals.run_hints(job.spec_data(), job.code)  # metrics.total, GPUJOB_MAX_*, run flags, its config
-        total = hints.get("max_steps") or totals.total_from_epochs(rows, hints.get("epochs"))
-        if total and not hints.get("max_steps") and rec.state == "succeeded":
+        # the total a source stated (the log's `step N/200` while the events are the metrics, an earlier attempt's)
+        total = stated = metricsrc.known_total(job) or hints.get("max_steps")
+        total = total or totals.total_from_epochs(rows, hints.get("epochs"))
+        if total and not stated and rec.state == "succeeded":
             # an estimate from the epochs; the run went to its end, so its last step is the total
             total = max([int(r["step"]) for r in rows if isinstance(r.get("step"), (int, float))] or [total])
         prog = dict(prog, total=total) if total else prog

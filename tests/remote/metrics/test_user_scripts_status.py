@@ -4,6 +4,8 @@ file) has that loss in the job list's LOSS column, not only in ``status JOB``.""
 
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
 
 import pytest
@@ -121,3 +123,91 @@ def test_progress_and_eta_of_loops_that_count_by_epoch(isolated: Path, tmp_path:
     assert seen["steps_per_s"] <= 1 / 0.2 * 1.3, seen["steps_per_s"]
     st = wait_state("local", job_id, ("succeeded", "failed"), 90, root=tmp_path / "local-root")
     assert st["state"] == "succeeded" and st["last_metrics"]["step"] == total, st
+
+
+# a loop that prints `step N/100` and writes the same loss to TensorBoard, resuming from the step it
+# saved; it holds until the test has read its status (or 120 s) at step 20 (attempt 1, killed with
+# kill -9 at step 40), at step 70 (attempt 2, stopped there and resumed) and at step 90 (attempt 3)
+RESTARTED = """
+    import os, signal, time
+    from torch.utils.tensorboard import SummaryWriter
+
+    def hold(mark):
+        end = time.time() + 120
+        while not os.path.exists(mark) and time.time() < end:
+            time.sleep(0.05)
+
+    start = int(open("step.txt").read()) if os.path.exists("step.txt") else 0
+    writer = SummaryWriter()  # runs/<date>_<host>: a new folder, a new event file, each attempt
+    for step in range(start + 1, 101):
+        time.sleep(0.05)
+        print(f"step {step}/100 loss {1 / step:.4f}", flush=True)
+        writer.add_scalar("train/loss", 1 / step, step)
+        with open("step.txt", "w") as f:  # its checkpoint
+            f.write(str(step))
+        if step in (20, 70, 90):
+            hold(SEEN + str(step))
+        if step == 40 and start == 0:
+            os.kill(os.getpid(), signal.SIGKILL)  # what a watchdog or the platform does
+    writer.close()
+"""
+
+
+def test_progress_and_eta_go_on_into_a_restarted_attempt(isolated: Path, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loop that prints ``step N/100`` and writes a SummaryWriter keeps its total (100) and an ETA,
+    though its metrics come from the event files; restarted after a kill -9, and resumed after a
+    stop, status shows the new attempt's step, total, rate, ETA and loss within seconds of its
+    first step."""
+    needs("torch", "tensorboard")
+    monkeypatch.setenv("GPUJOB_METRICS_EVERY", "0.5")
+    seen_file = tmp_path / "seen"
+    job = write_job(tmp_path, "restarted", f"    SEEN = {str(seen_file)!r}\n" + RESTARTED, "python main.py",
+                    env=QUIET, tensorboard={"logdir": "runs"}, retry={"max_restarts": 1, "backoff": "0s"})
+    job_id = submit("local", job)["job_id"]
+    jd = tmp_path / "local-root" / "jobs" / job_id
+    seen: dict = {}
+
+    def shows(attempt: int, past: int) -> bool:
+        seen.clear()
+        seen.update(status("local", job_id))
+        seen["asked_at"] = time.time()
+        assert seen["state"] in ("queued", "running", "restarting", "stopped"), seen
+        m, bill = seen.get("latest_metrics") or {}, seen.get("billing") or {}  # billing: what ls and the dashboard show
+        return seen.get("attempt") == attempt and (m.get("step") or 0) > past and "loss" in m \
+            and seen.get("eta_s") is not None and bill.get("eta_s") is not None
+
+    def brief() -> str:
+        return str({k: seen.get(k) for k in ("state", "attempt", "latest_metrics", "max_steps", "steps_per_s",
+                                             "eta_s", "metrics_source", "last_line")})
+
+    # held at step 20: the event files are the metrics source once the agent found them
+    wait_for(lambda: shows(1, 10) and seen["metrics_source"] == "tensorboard", 60, brief)
+    assert seen["max_steps"] == 100, brief()  # the log's total stays known
+    assert 0 < seen["eta_s"] < 60 and seen["steps_per_s"] <= 1 / 0.05 * 1.05, brief()
+    (tmp_path / "seen20").write_text("seen")
+
+    def promptly(attempt: int, past: int, held: int) -> None:
+        """Status shows the attempt's own figures within 10 s of its first step (``past`` + 1)."""
+        wait_for(lambda: shows(attempt, past), 60, brief)
+        m, bill = seen["latest_metrics"], seen["billing"]
+        assert seen["max_steps"] == 100 and 0 < seen["eta_s"] < 60 and seen["steps_per_s"] > 0, brief()
+        assert past < m["step"] <= held and m["loss"] <= 1 / (past + 1) + 1e-4, brief()  # not an earlier attempt's
+        assert bill["max_steps"] == 100 and bill["step"] > past, bill
+        # its first step's time as the event file has it (the wall time of add_scalar)
+        first = min(r["t"] for r in map(json.loads, (jd / "metrics.tb.jsonl").read_text().splitlines())
+                    if r.get("step", 0) > past)
+        lag = seen["asked_at"] - first
+        assert lag < 10, f"attempt {attempt}'s first step at {first}, shown {lag:.1f} s later"
+
+    promptly(2, 40, 70)  # restarted after the kill -9 at step 40
+    saved = jd / "code" / "step.txt"
+    wait_for(lambda: saved.read_text() == "70", 60, lambda: saved.read_text())  # held there: stopped, resumed from 70
+    r = run_cli("stop", job_id, "--host", "local", "--json", timeout=90)
+    assert r.returncode == 0, r.stderr
+    r = run_cli("resume", job_id, "--host", "local", "--json")
+    assert r.returncode == 0, r.stderr
+    promptly(3, 70, 90)
+    (tmp_path / "seen90").write_text("seen")
+    st = wait_state("local", job_id, ("succeeded", "failed"), 90, root=tmp_path / "local-root")
+    assert st["state"] == "succeeded" and st["attempt"] == 3 and st["last_metrics"]["step"] == 100, st

@@ -160,6 +160,53 @@ def test_a_restarted_job_shows_only_the_current_attempts_metrics(tmp_path: Path)
     assert [p[0] for p in w["series"]["loss"]] == [50, 41]               # the history keeps both attempts
 
 
+def test_a_restart_shows_the_log_until_the_events_have_the_new_attempt_and_keeps_the_total(tmp_path: Path) -> None:
+    """The new attempt's event file has no record yet: its steps come from the log (as a first
+    attempt's do); the total the log stated (``step N/200``) stays known once the events are the
+    source again, and the rate is the new attempt's alone (a restart's gap is no step)."""
+    from remote.core.jobrecord import JobRecord
+    from remote.core.layout import Root
+    from remote.view import status as jobs
+    from remote.view import watch as observe
+
+    root = Root(str(tmp_path / "root"))
+    job = root.job("j-1")
+    job.path.mkdir(parents=True)
+    job.write_record(JobRecord({"job_id": "j-1", "state": "running", "attempt": 2, "heartbeat": 1e12, "started_at": 100.0,
+                                "attempts": [{"n": 1, "started_at": 100.0}, {"n": 2, "started_at": 200.0}]}))
+    tb, log = job.path / "metrics.tb.jsonl", job.path / "metrics.log.jsonl"
+
+    def add(path: Path, t: float, step: int, **extra: object) -> None:
+        with open(path, "a") as f:
+            f.write(json.dumps({"t": t, "step": step, "loss": 1 / step, **extra}) + "\n")
+
+    for step in range(1, 42, 10):  # attempt 1: steps 1..41 by t=150
+        add(tb, 109 + step, step)
+        add(log, 109 + step, step, max_steps=200)
+    (job.path / "metrics.state.json").write_text(json.dumps({"total": 200}))  # what the Collector kept
+    add(log, 205, 42, max_steps=200)
+    add(log, 210, 52, max_steps=200)
+    def shown() -> tuple[str, int, dict, str, int, float, dict]:
+        """status's (source, step, billing) and watch's (source, step, rate, progress), their shapes checked."""
+        st, w = jobs.describe(root, "j-1"), observe.watch(root, "j-1")
+        last, bill, latest, prog = st["last_metrics"], st["billing"], w["latest"], w["progress"]
+        assert isinstance(last, dict) and isinstance(bill, dict) and isinstance(latest, dict) and isinstance(prog, dict)
+        assert isinstance(w["rate"], float), w
+        return str(st["metrics_source"]), last["step"], bill, str(w["source"]), latest["step"], w["rate"], prog
+
+    source, step, bill, wsource, wstep, rate, prog = shown()
+    assert (source, step, wsource, wstep) == ("log", 52, "log", 52)
+    assert bill["max_steps"] == 200 and bill["steps_per_s"] == 2.0 and bill["eta_s"] == 74.0, bill
+    assert rate == 2.0 and prog["total"] == 200
+
+    add(tb, 206, 42)  # the new event file's records: no total in them
+    add(tb, 211, 52)
+    source, step, bill, wsource, wstep, rate, prog = shown()
+    assert (source, step, wsource, wstep) == ("tensorboard", 52, "tensorboard", 52)
+    assert bill["max_steps"] == 200 and bill["eta_s"] == 74.0, bill
+    assert rate == 2.0 and prog["total"] == 200  # this attempt's rate, not (52-1)/(211-110)
+
+
 def test_an_index_url_is_shown_without_its_credentials() -> None:
     from remote.view.tensorboard import _without_credentials
 
