@@ -69,10 +69,11 @@ def active(job: JobDir, since: float = 0.0) -> Tuple[Optional[str], Path]:
     for name, fname in SOURCES:
         p = job.path / fname
         try:
-            if p.stat().st_size > 0:
-                found.append((name, p))
+            if p.stat().st_size == 0:
+                continue  # made, not yet written
         except OSError:
             continue
+        found.append((name, p))
         if not since or _newest_t(p) >= since:
             return found[-1]
     return found[0] if found else (None, job.metrics)

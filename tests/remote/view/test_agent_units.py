@@ -276,3 +276,20 @@ def test_every_verb_has_its_handler_in_the_table() -> None:
     assert set(sub.choices) == set(VERBS)
     for verb in VERBS:
         assert callable(handler(verb)), verb
+
+
+def test_the_active_source_skips_a_metrics_file_made_but_not_yet_written(tmp_path: Path) -> None:
+    """A job's first metrics file exists empty before its first record (the collector made it): status of a
+    restarted attempt takes the next source with records, or none, and never fails on the empty one."""
+    from remote.core.layout import Root
+    from remote.metrics import metricsrc
+
+    job = Root(str(tmp_path / "root")).job("j-1")
+    job.path.mkdir(parents=True)
+    (job.path / "metrics.jsonl").write_text("")
+    assert metricsrc.active(job, 100.0) == (None, job.metrics)
+    assert metricsrc.active(job) == (None, job.metrics)
+    log = job.path / "metrics.log.jsonl"
+    log.write_text(json.dumps({"t": 90.0, "step": 1}) + "\n")  # a record of the earlier attempt only
+    assert metricsrc.active(job, 100.0) == ("log", log)
+    assert metricsrc.active(job) == ("log", log)
