@@ -26,6 +26,11 @@ REPO = Path(__file__).resolve().parent.parent
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 share_bytecode()  # before xdist starts its workers: they and every process they start share it
+# one compute thread a process (torch, numpy, tokenizers) for every process of the run, the fixtures'
+# servers and the workers themselves included: four workers on two cores, each process's second thread
+# would spin waiting for a core (OpenMP's busy wait) instead of leaving it to another test
+for _threads in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ.setdefault(_threads, "1")
 SSHD = shutil.which("sshd") or ("/usr/sbin/sshd" if os.path.exists("/usr/sbin/sshd") else None)
 
 
