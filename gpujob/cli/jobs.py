@@ -141,8 +141,11 @@ def _watch_ls(args: argparse.Namespace) -> int:
 
 
 def _link_note(text: str) -> None:
-    """``tail -f``'s word on its link (stderr: stdout is the log): lost and reconnecting, then back."""
-    print(f"gpujob: {text}", file=sys.stderr, flush=True)
+    """``tail -f``'s word on its link (stderr: stdout is the log): lost and reconnecting, then back. The
+    reason quotes the link's error, which may carry what the host sent: through the one sanitiser."""
+    from gpujob.ui.neutral import clean
+
+    print(f"gpujob: {clean(text)}", file=sys.stderr, flush=True)
 
 
 def cmd_tail(args: argparse.Namespace) -> int:
