@@ -170,7 +170,8 @@ def cmd_tunnel(args: argparse.Namespace) -> int:
                                 "gpujob tunnel JOB --stop")
             tunnel = c.tunnel(args.remote_port or 6006, args.local_port, host=args.target)
         elif args.stop:
-            return show(args, c.job(args.target).stop_tensorboard(), tensorboard_stopped)
+            ended = c.job(args.target).stop_tensorboard()
+            return show(args, ended, tensorboard_stopped) or (exitcodes.NOT_FINISHED if ended.running else 0)
         else:
             tunnel = c.job(args.target).tunnel(args.remote_port or 6006, args.local_port, install=args.install)
         try:

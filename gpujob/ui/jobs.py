@@ -383,6 +383,8 @@ def tunnel_ready(info: results.TunnelInfo) -> None:
 
 def tensorboard_stopped(res: results.TensorBoardStop) -> None:
     print(clean(f"stopped TensorBoard of {res.job_id} (pid {res.pid})" if res.stopped
+                else f"TensorBoard of {res.job_id} (pid {res.pid}) did not end: run `gpujob tunnel {res.job_id} --stop` "
+                     "again, or end it on the host" if res.running
                 else f"no TensorBoard of {res.job_id} was running"))
 
 

@@ -292,6 +292,7 @@ def _stop(root: Root, job_id: str, grace: float, forget: bool) -> Dict[str, obje
     info = _record(root, root.job(job_id))
     pid = _int(info.get("pid"))
     running = pid is not None and _runs_tensorboard(pid, info.get("started_at"))
+    gone = True
     if pid is not None and running:  # else gone already, or the pid now belongs to someone else
         def reap() -> None:
             try:
@@ -299,9 +300,11 @@ def _stop(root: Root, job_id: str, grace: float, forget: bool) -> Dict[str, obje
             except OSError:
                 pass
 
-        procs.end(lambda sig: procs.signal_group(pid, sig), lambda: os.path.exists("/proc/{}".format(pid)),
-                  grace, 2.0, reap, tick=0.1)
+        gone = procs.end(lambda sig: procs.signal_group(pid, sig), lambda: os.path.exists("/proc/{}".format(pid)),
+                         grace, 2.0, reap, tick=0.1)
     files = _files(root, job_id)
+    if not gone:  # it outlived SIGKILL (a process in D state): said so, and its record kept to stop it later
+        return {"job_id": job_id, "stopped": False, "pid": pid, "running": True}
     if forget:
         for path in (files.with_suffix(".json"), files.with_suffix(".log")):
             try:
