@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -34,7 +35,13 @@ def test_follow_of_a_job_removed_meanwhile_ends(tmp_path: Path) -> None:
                              env=dict(os.environ, PYTHONPATH=str(REPO)))
     try:  # following: it has looked at the job (its notes are on stdout)
         wait_for(lambda: "no complete checkpoint yet" in out.read_text(), 60, lambda: out.read_text() + err.read_text())
-        r = run_cli("rm", job_id, "--force", "--host", "local")  # another terminal removes it
+        # another terminal removes it while the follower is held (SIGSTOP): rm --force stops the job before it
+        # removes it, and a follower that looked between the two saw a stopped job end, as it should
+        os.kill(p.pid, signal.SIGSTOP)
+        try:
+            r = run_cli("rm", job_id, "--force", "--host", "local")
+        finally:
+            os.kill(p.pid, signal.SIGCONT)
         assert r.returncode == 0, r.stderr
         rc = p.wait(timeout=60)
     finally:
