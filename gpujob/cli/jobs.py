@@ -25,17 +25,22 @@ def cmd_submit(args: argparse.Namespace) -> int:
     from gpujob.ui.progress import transfer_bar
 
     wait = duration_flag("--wait-gpus", args.wait_gpus, "e.g. --wait-gpus 2h; nothing was submitted")
-    with client(None) as c:
+    from gpujob.cli import pools
+
+    instance = pools.take_instance(args, wait) if args.pool else None  # docs/pools.md
+    with pools.given_back_on_failure(args, instance), client(None) as c:
         # the bar ends (and leaves the screen) with the upload: left live under the log that
         # follows, it was drawn again around every line
         with transfer_bar("sync", not args.json) as bar:
             try:
-                job = c.submit(args.job_file, set=args.set, host=args.host, wait_gpus=wait, progress=bar,
-                               note=_note(args), force=args.force,
+                job = c.submit(args.job_file, set=args.set, host=instance or args.host,
+                               wait_gpus=None if instance else wait, progress=bar, note=_note(args), force=args.force,
                                on_host=bar and (lambda name: bar.describe(f"sync → {name}")))
             except PlacementInterrupted:
                 print("stopped waiting for GPUs; nothing was submitted", file=sys.stderr)
                 raise
+        if instance:
+            pools.bind_job(instance, job.id)
         show(args, job.submitted, submitted)
         return _follow(job, say=not job.submitted.nodes) if args.follow else 0
 

@@ -187,6 +187,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     s.add_argument("-f", "--follow", action="store_true", help="follow the log; Ctrl-C detaches, the job goes on")
     s.add_argument("--force", action="store_true",
                    help="upload a workdir that is the home folder or huge (keys and credentials are still never sent)")
+    s.add_argument("--pool", metavar="NAME", help="run on an instance of this pool: a free one, else one made "
+                   "(released when the job ends; docs/pools.md)")
 
     s = add("status", cmd_status, "a job's state, metrics and diagnosis (no JOB: the job list)")
     s.add_argument("job", nargs="?", type=job_ref)
@@ -396,6 +398,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     s.add_argument("name")
     s = add("disconnect", cmd_host_disconnect, "close the connection kept open to a host between commands", hsub)
     s.add_argument("name")
+    add_pool_parsers(sub, add)
     if only is not None and not sub.built:
         return build_parser()
     _fill_help(p)
@@ -426,6 +429,47 @@ def host_setting_args(s: argparse.ArgumentParser) -> None:
     s.add_argument("--partition", help="Slurm: the partition jobs go to ('' clears: the cluster's default)")
     s.add_argument("--account", help="Slurm: the account jobs are charged to ('' clears)")
     s.add_argument("--qos", help="Slurm: the quality of service jobs ask for ('' clears)")
+
+
+def add_pool_parsers(sub: Any, add: Callable[..., argparse.ArgumentParser]) -> None:
+    """``gpujob pool add/ls/rm/release`` (docs/pools.md)."""
+    from gpujob.cli.pools import cmd_pool_add, cmd_pool_ls, cmd_pool_release, cmd_pool_rm
+
+    what = "pools of instances made on demand with the provider's commands: add, ls, rm, release"
+    pp = sub.add_parser("pool", help=what, description=what)
+    psub = pp.add_subparsers(dest="pool_command", metavar="ACTION", required=True)
+    s = add("add", cmd_pool_add, "save a pool: the commands that make and release its instances", psub)
+    s.add_argument("name")
+    s.add_argument("--create", required=True, metavar="CMD", help="makes an instance; prints its login line "
+                   "(ssh -p PORT user@host, with a line 'id: ID') or JSON {host, port, user, id}")
+    s.add_argument("--release", required=True, metavar="CMD", help="releases an instance (its id: last argument "
+                   "and GPUJOB_INSTANCE_ID)")
+    s.add_argument("--list", metavar="CMD", help="prints the ids of the instances that exist")
+    s.add_argument("--stock", metavar="CMD", help="prints 'REGION GPU COUNT' lines: where GPUs are in stock")
+    s.add_argument("--identity", metavar="KEY_FILE", help="the key instances accept (default: the pool's own, "
+                   "its public line given to create as GPUJOB_PUBLIC_KEY)")
+    s.add_argument("--max", type=number_type(int, 1, 10000), help="at most this many instances at once (default 1)")
+    s.add_argument("--keep-warm", metavar="DURATION", help="keep an idle instance this long for the next job")
+    s.add_argument("--price-per-hour", type=PRICE, help="what an instance costs an hour (ledger and cost)")
+    s.add_argument("--currency", help="the price's currency (default CNY)")
+    s.add_argument("--region", action="append", help="a region create may use (GPUJOB_REGION), in order; repeat")
+    s.add_argument("--gpu", action="append", help="a GPU kind create may use (GPUJOB_GPU), in order; repeat")
+    s.add_argument("--root", help="gpujob's folder on an instance (default: the preset's)")
+    s.add_argument("--preset", choices=["generic", "autodl", "vast", "runpod"])
+    s.add_argument("--boot-timeout", metavar="DURATION", help="how long a made instance may take to accept SSH "
+                   "(default 10m); then it is released")
+    s.add_argument("--stock-wait", metavar="DURATION", help="how long a submit waits for stock or a free "
+                   "instance (default 30m; submit --wait-gpus overrides)")
+    s.add_argument("--force", action="store_true", help="replace the pool's settings")
+    s = add("ls", cmd_pool_ls, "each pool's instances, their jobs and cost so far (releases what is due)", psub)
+    s.add_argument("--all", action="store_true", help="released instances too")
+    s = add("rm", cmd_pool_rm, "forget a pool (refused while it has instances)", psub)
+    s.add_argument("name")
+    s.add_argument("--release", action="store_true", help="release its instances first")
+    s = add("release", cmd_pool_release, "release one instance now (again after a release that failed)", psub)
+    s.add_argument("instance", metavar="INSTANCE", help="the instance's name in pool ls (POOL-N)")
+    s.add_argument("--forget", action="store_true", help="released by hand in the provider's console: only "
+                   "record it (its time stops now)")
 
 
 # ---- shell completion --------------------------------------------------------------------

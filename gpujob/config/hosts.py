@@ -116,6 +116,9 @@ class Host:
     partition: str | None = None
     account: str | None = None
     qos: str | None = None
+    # an instance a pool made (docs/pools.md): the pool's name and the provider's id; released with the pool's command
+    pool: str | None = None
+    instance_id: str | None = None
 
     @property
     def slurm(self) -> bool:

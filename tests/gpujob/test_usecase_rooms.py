@@ -18,6 +18,7 @@ RANK = {
     "power": 4,  # a host switched on and off (asks jobs which are live)
     "launch": 5,  # submit, placement (wakes a host), several nodes
     "relocate": 6,  # move and guard (a submit elsewhere)
+    "pools": 7,  # instances made and released on demand (a submit onto one; a lost one's job moved)
 }
 FLAT_MOST = 5  # modules left at the top of usecases/; the rest live in rooms
 

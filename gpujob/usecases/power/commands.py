@@ -58,6 +58,16 @@ class Answer:
         return lines[-1] if lines else ""
 
 
+def secrets_env() -> dict[str, str]:
+    """The secrets file's entries: what a provider's command gets in its environment (pools too)."""
+    return _secrets()
+
+
+def blank(text: str, secrets: dict[str, str]) -> str:
+    """``text`` with the secrets' values as ``***`` (a command's output before it is shown)."""
+    return _blank(text, secrets)
+
+
 def _secrets() -> dict[str, str]:
     from gpujob.usecases.secrets.file import default_secrets_file, read_secrets_file
 
