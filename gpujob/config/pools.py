@@ -226,8 +226,8 @@ def take_slot(pool: Pool) -> tuple[InstanceRow, bool] | None:
             if r["owner_pid"] != me and not pid_alive(r["owner_pid"]):
                 db.execute("DELETE FROM instances WHERE name = ?", (r["name"],))
         for r in _rows(db, "WHERE pool = ? AND state = 'idle'", (pool.name,)):
-            update(db, r["name"], state="busy", owner_pid=me, idle_since=None)
-            r["state"], r["owner_pid"], r["idle_since"] = "busy", me, None
+            update(db, r["name"], state="busy", owner_pid=me, idle_since=None, job_id=None)  # the watcher waits for bind
+            r["state"], r["owner_pid"], r["idle_since"], r["job_id"] = "busy", me, None, None
             return r, True
         live = _rows(db, f"WHERE pool = ? AND state IN ({', '.join('?' * len(LIVE))})", (pool.name, *LIVE))
         if len(live) >= pool.max:

@@ -136,6 +136,32 @@ def _span(row: LedgerRow) -> float | None:
     return None
 
 
+def bill_instances(lines: list[CostLine], per_host: dict[str, HostCost]) -> None:
+    """A pool's instance is billed for its life, made → released (docs/pools.md): its host's sum is that,
+    not its jobs' (each job's line shows its own share at the pool's price), so nothing counts twice."""
+    import sqlite3
+
+    from gpujob.config.ledger import LedgerDamaged
+    from gpujob.config.pools import instance_intervals, interval_cost
+
+    try:
+        intervals = {iv["host"]: iv for iv in instance_intervals()}
+    except (sqlite3.Error, LedgerDamaged) as e:
+        print(f"gpujob: pool instances are not counted: {e}", file=sys.stderr)
+        return
+    for line in lines:
+        iv = intervals.get(line.get("host") or "")
+        price, secs = iv and iv["price_per_hour"], line["elapsed_s"]
+        if iv and price and line["cost"] is None and secs is not None:
+            line["price_per_hour"], line["currency"] = price, iv["currency"]
+            line["cost"] = round(price * secs / 3600.0, 4)
+    for name, iv in intervals.items():
+        h = per_host.setdefault(name, {"cost": 0.0, "currency": None, "jobs": 0, "unpriced": 0})
+        cost = interval_cost(iv)
+        h["cost"], h["currency"] = cost or 0.0, iv["currency"] if cost is not None else None
+        h["unpriced"] = h["jobs"] if cost is None else 0
+
+
 def summarize(hosts: list[str], agent_for: Callable[[str], Agent], every_host: bool = True,
               whole: Callable[[Agent], Callable[[str], JSONObject]] | None = None) -> CostSummary:
     """{jobs: [...], hosts: {name: {cost, currency, jobs, unpriced}}, total: {currency: sum}, errors}.
@@ -177,6 +203,7 @@ def summarize(hosts: list[str], agent_for: Callable[[str], Agent], every_host: b
         else:
             h["cost"] = round(h["cost"] + float(line["cost"]), 4)
             h["currency"] = h["currency"] or line["currency"]
+    bill_instances(out, per_host)
     total: dict[str, float] = {}
     for h in per_host.values():
         if h["currency"]:

@@ -128,8 +128,12 @@ def _create(pool: Pool, name: str, region: str, gpu: str, say: Note) -> bool:
             f"{said.out.strip()[-200:] or 'no output'}", "fix the create command (docs/pools.md)")
         if made.id is not None:
             say(f"pool {pool.name}: create failed after making instance {made.id}: releasing it")
-            release(name, say)
             pools.put(name, note=why.cause[:300])
+            try:
+                release(name, say)
+            except ProviderError as e:
+                raise ProviderError(f"{why.cause}; releasing the instance it made then failed: {e.cause}",
+                                    e.remedy) from None
         if said.rc != 0 and provider.is_stock_out(said):
             say(f"pool {pool.name}: no GPU free" + (f" ({at})" if at else ""))
             if made.id is not None:

@@ -53,12 +53,15 @@ def release(name: str, say: Note, forget: bool = False) -> InstanceRow:
 
 
 def _forget_profile(name: str) -> None:
-    """The instance's profile, its connection and its host key go (the provider reuses the address)."""
+    """The instance's profile, its connection and its host key go (the provider reuses the address); its
+    jobs leave the job index (the run ledger keeps them: runs, cost, resume from a mirror)."""
+    from gpujob.config import index
     from gpujob.config.hosts import HostStore
     from gpujob.errors import HostError
     from gpujob.transport.ssh import forget_host_key
     from gpujob.usecases.hosts.connection import remove_host
 
+    index.forget({str(e.get("job_id")) for e in index.entries() if e.get("host") == name}, host=name)
     try:
         host = HostStore().get(name, checked=False)
     except HostError:

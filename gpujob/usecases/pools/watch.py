@@ -35,7 +35,14 @@ def job_ended(name: str, job_id: str) -> bool | None:
     try:
         agent = connect_agent(HostStore().get(name))
         try:
-            return JobView(ops.status(agent, job_id)).state in ops.FINAL
+            doc = ops.status(agent, job_id)
+            ended = JobView(doc).state in ops.FINAL
+            if ended:  # the ledger's last look, with the whole curve, before the instance goes
+                from gpujob.usecases.experiments.record import observe
+                from gpujob.usecases.jobs.watch import whole
+
+                observe([doc], name, whole(agent))
+            return ended
         finally:
             agent.close()
     except GpujobError:
