@@ -78,7 +78,7 @@ COMMAND_GROUPS = (
     ("watch it", ("ls", "status", "tail", "plot", "tunnel", "ui", "cost")),
     ("act on it", ("stop", "resume", "move", "guard", "pull", "exec", "rm")),
     ("compare and search (the run ledger)", ("runs", "compare", "rerun", "sweep")),
-    ("hosts", ("host", "doctor", "ssh", "gc", "agent-log")),
+    ("hosts", ("host", "pool", "doctor", "ssh", "gc", "agent-log")),
     ("setup", ("notify", "completion")),
 )
 
@@ -439,7 +439,7 @@ def add_pool_parsers(sub: Any, add: Callable[..., argparse.ArgumentParser]) -> N
     pp = sub.add_parser("pool", help=what, description=what)
     psub = pp.add_subparsers(dest="pool_command", metavar="ACTION", required=True)
     s = add("add", cmd_pool_add, "save a pool: the commands that make and release its instances", psub)
-    s.add_argument("name")
+    s.add_argument("name", help="the pool's name; its instances are named NAME-1, NAME-2, …")
     s.add_argument("--create", required=True, metavar="CMD", help="makes an instance; prints its login line "
                    "(ssh -p PORT user@host, with a line 'id: ID') or JSON {host, port, user, id}")
     s.add_argument("--release", required=True, metavar="CMD", help="releases an instance (its id: last argument "
@@ -464,7 +464,7 @@ def add_pool_parsers(sub: Any, add: Callable[..., argparse.ArgumentParser]) -> N
     s = add("ls", cmd_pool_ls, "each pool's instances, their jobs and cost so far (releases what is due)", psub)
     s.add_argument("--all", action="store_true", help="released instances too")
     s = add("rm", cmd_pool_rm, "forget a pool (refused while it has instances)", psub)
-    s.add_argument("name")
+    s.add_argument("name", help="the pool's name")
     s.add_argument("--release", action="store_true", help="release its instances first")
     s = add("release", cmd_pool_release, "release one instance now (again after a release that failed)", psub)
     s.add_argument("instance", metavar="INSTANCE", help="the instance's name in pool ls (POOL-N)")

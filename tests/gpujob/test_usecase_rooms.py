@@ -17,8 +17,8 @@ RANK = {
     "jobs": 3,  # a job that exists: status, stop, tail, cost, plot
     "power": 4,  # a host switched on and off (asks jobs which are live)
     "launch": 5,  # submit, placement (wakes a host), several nodes
+    "pools": 5,  # instances made and released on demand (the submit onto one is the api's; guard moves a lost one's job)
     "relocate": 6,  # move and guard (a submit elsewhere)
-    "pools": 7,  # instances made and released on demand (a submit onto one; a lost one's job moved)
 }
 FLAT_MOST = 5  # modules left at the top of usecases/; the rest live in rooms
 

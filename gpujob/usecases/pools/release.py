@@ -92,6 +92,8 @@ def release_due(say: Note, only: str | None = None) -> list[str]:
     errors: list[str] = []
     now = time.time()
     by_name = {p.name: p for p in pools.all_pools()}
+    if not by_name:  # no pool: the ledger is not opened (guard asks every pass)
+        return errors
     for r in pools.instances(live_only=True):
         pool = by_name.get(r["pool"])
         if pool is None or (only and r["name"] != only):

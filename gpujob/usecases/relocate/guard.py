@@ -82,6 +82,13 @@ def _notify(spec: Any, job_id: str, old: str, res: JSONObject, why: str) -> list
     return send_from_laptop(notify_secrets(spec.notify)[0], event, collect_secrets(spec, secret_refs(spec)))
 
 
+def _moved(spec: Any, job_id: str, old: str, res: JSONObject, why: str) -> JSONObject:
+    """The job went on elsewhere: its time away starts again, its channels hear it."""
+    _answered(job_id)
+    sent = _notify(spec, job_id, old, res, why)
+    return {"job_id": job_id, "action": "moved", "move": res, "notified": len(sent)}
+
+
 def check(job_id: str, now: float, note: Note) -> JSONObject | None:
     """One look at one job: None while it needs watching, else what became of it."""
     from gpujob.config.spec import load_spec
@@ -116,9 +123,17 @@ def check(job_id: str, now: float, note: Note) -> JSONObject | None:
         except GpujobError as e:
             note(f"  {target}: {e}")
             continue
-        _answered(entry["job_id"])
-        sent = _notify(spec, entry["job_id"], host, res, why)
-        return {"job_id": entry["job_id"], "action": "moved", "move": res, "notified": len(sent)}
+        return _moved(spec, entry["job_id"], host, res, why)
+    from gpujob.usecases.pools.lost import pool_of, to_new_instance
+
+    if pool_of(host):  # an instance of a pool: the job goes on on a new one of the same pool
+        note(f"{entry['job_id']}: {why}: moving it to a new instance of pool {pool_of(host)}")
+        try:
+            res = to_new_instance(host, entry["job_id"], lambda target: move(entry["job_id"], target, note=note), note)
+        except GpujobError as e:
+            note(f"  {e}")
+        else:
+            return _moved(spec, entry["job_id"], host, res, why)
     note(f"{entry['job_id']}: no host to move it to took it; trying again later")
     return None
 
@@ -128,7 +143,11 @@ def guard(refs: list[str], interval: float = 30.0, once: bool = False, note: Not
     moved job is watched on on its new host."""
     left = list(dict.fromkeys(refs))
     outcomes: list[dict] = []
+    from gpujob.usecases.pools.release import release_due
+
     while left:
+        for e in release_due(note):  # pool instances past their keep-warm, or half made (docs/pools.md)
+            note(e)
         for ref in list(left):
             out = check(ref, time.time(), note)
             if out is not None:

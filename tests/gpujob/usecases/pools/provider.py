@@ -45,7 +45,7 @@ def create(base: Path) -> int:
     (d / "pid").write_text(str(proc.pid))
     print(f"id: {ident}", flush=True)
     if (base / "fail-after-id").exists():
-        print("quota exceeded while attaching the disk", file=sys.stderr)
+        print(f"quota exceeded while attaching the disk (token {os.environ.get('PROVIDER_TOKEN')})", file=sys.stderr)
         return 1
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:

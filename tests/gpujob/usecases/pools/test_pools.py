@@ -129,9 +129,13 @@ def test_stock_wait_then_a_half_made_instance_is_released_and_a_hung_release_is_
     assert not sshd_pids(prov)
 
     (prov / "fail-after-id").touch()  # create prints the id, then fails: what it made is released
+    token = "tok-" + os.urandom(8).hex()  # the provider's token: in its environment, never shown nor written
+    (tmp_path / "config" / "secrets.env").write_text(f"PROVIDER_TOKEN={token}\n")
+    (tmp_path / "config" / "secrets.env").chmod(0o600)
     r = run_cli("submit", str(job), "--pool", "p")
     assert r.returncode != 0 and "create of pool p failed (exit 1): quota exceeded" in r.stderr, r.stderr
-    assert "Traceback" not in r.stderr
+    assert "(token ***)" in r.stderr and token not in r.stderr and "Traceback" not in r.stderr
+    assert not any(token in f.read_text(errors="replace") for f in (tmp_path / "config").rglob("*.json"))
     half = rows()[-1]
     assert half["state"] == "released" and half["id"] in (prov / "released").read_text() and not sshd_pids(prov)
 
