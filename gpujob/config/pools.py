@@ -205,15 +205,10 @@ def put(name: str, **values: Any) -> None:
 
 
 def pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    """Whether the process that took a slot is still there (the agent's rule: a zombie is gone)."""
+    from gpujob.bundle import import_remote
+
+    return bool(import_remote("core.procs").pid_alive(pid))
 
 
 def take_slot(pool: Pool) -> tuple[InstanceRow, bool] | None:

@@ -13,15 +13,15 @@ from gpujob.config import pools
 from gpujob.errors import GpujobError
 from gpujob.jsontypes import JSONObject
 from gpujob.usecases.pools.make import acquire, bind, unbind
-from gpujob.usecases.pools.release import release
+from gpujob.usecases.pools.release import forget_profile, release
 
 Note = Callable[[str], None]
 
 
 def pool_of(host: str) -> str | None:
-    """The pool whose live instance ``host`` is; None for any other host."""
+    """The pool whose instance ``host`` is (or was: one the provider released under a job); None for any other host."""
     row = pools.instance(host)
-    return row["pool"] if row is not None and row["state"] in pools.LIVE else None
+    return row["pool"] if row is not None else None
 
 
 def to_new_instance(host: str, job_id: str, move: Callable[[str], JSONObject], note: Note) -> JSONObject:
@@ -29,8 +29,12 @@ def to_new_instance(host: str, job_id: str, move: Callable[[str], JSONObject], n
     pool = pool_of(host)
     if pool is None:
         raise GpujobError(f"{host} is not an instance of a pool", "gpujob move JOB --to HOST")
+    from gpujob.config.hosts import HostStore
+    from gpujob.transport import mux
+
     try:
-        release(host, note)
+        mux.disconnect(HostStore().get(host, checked=False))  # its kept connection waits on a dead link
+        release(host, note, keep_profile=True)
     except GpujobError as e:  # still counted in the pool's max: the new one may wait for a slot
         note(f"pool {pool}: {e}")
     new = acquire(pool, note=note)
@@ -40,4 +44,5 @@ def to_new_instance(host: str, job_id: str, move: Callable[[str], JSONObject], n
         unbind(new, note)
         raise
     bind(new, job_id)
+    forget_profile(host)  # the job is on the new one: the old profile (kept for the move) goes
     return res

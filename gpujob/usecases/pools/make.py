@@ -142,7 +142,7 @@ def _create(pool: Pool, name: str, region: str, gpu: str, say: Note) -> bool:
         raise why
     login = made.login
     pool_host = Host(name=name, hostname=login["hostname"], port=login.get("port", 22), user=login.get("user", "root"),
-                     identity_file=pool.identity or str(pool_key(pool)), root=pool.root, preset=pool.preset,
+                     identity_file=pool.identity or str(pool_key(pool)), root=made.root or pool.root, preset=pool.preset,
                      price_per_hour=None, currency=pool.currency, pool=pool.name, instance_id=made.id)
     HostStore().save(pool_host)
     return True

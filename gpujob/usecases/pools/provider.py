@@ -49,6 +49,7 @@ class Made:
 
     id: str | None
     login: SshTarget | None
+    root: str | None = None  # gpujob's folder on this instance, when create knows it better than the pool
 
 
 def run(pool: Pool, verb: str, instance_id: str | None = None, env: dict[str, str] | None = None,
@@ -85,10 +86,12 @@ def is_stock_out(said: Said) -> bool:
 
 
 def read_made(said: Said) -> Made:
-    """``create``'s answer: the last JSON object line ``{"host","port","user","id"}``, or an ssh login line
+    """``create``'s answer: the last JSON object line ``{"host","port","user","id"}`` (and, optionally, ``root``),
+    or an ssh login line
     (``ssh -p PORT user@host``) with the id on a line ``id: ID``; either may lack what a failure cut."""
     ident: str | None = None
     login: SshTarget | None = None
+    root: str | None = None
     ids = _ID_LINE.findall(said.out)
     if ids:
         ident = ids[-1]
@@ -104,11 +107,12 @@ def read_made(said: Said) -> Made:
                     user = f"{doc['user']}@" if doc.get("user") else ""
                     port = f"-p {int(doc['port'])} " if str(doc.get("port") or "").isdigit() else ""
                     login = parse_ssh_target(f"ssh {port}{user}{doc['host']}")
+                root = str(doc["root"]) if doc.get("root") else None
                 break
         if line.startswith("ssh ") or line.startswith("ssh://"):
             login = parse_ssh_target(line)
             break
-    return Made(ident, login)
+    return Made(ident, login, root)
 
 
 def stock(pool: Pool) -> list[tuple[str, str]]:

@@ -24,9 +24,10 @@ Note = Callable[[str], None]
 RELEASE_TIMEOUT_S = float(os.environ.get("GPUJOB_POOL_RELEASE_TIMEOUT", "120"))
 
 
-def release(name: str, say: Note, forget: bool = False) -> InstanceRow:
+def release(name: str, say: Note, forget: bool = False, keep_profile: bool = False) -> InstanceRow:
     """Run the pool's ``release`` for instance ``name`` (``forget``: do not, it was released by hand) and
-    forget its profile; ProviderError (the instance then ``release-failed``) when it did not."""
+    forget its profile (``keep_profile``: later, a move from it needs it); ProviderError (the instance
+    then ``release-failed``) when it did not."""
     row = pools.instance(name)
     if row is None:
         raise GpujobError(f"no instance {name!r} in any pool", "gpujob pool ls lists them")
@@ -46,13 +47,14 @@ def release(name: str, say: Note, forget: bool = False) -> InstanceRow:
                                 f"gpujob pool release {name} --forget") from None
     now = time.time()
     pools.put(name, state="released", released_at=now)
-    _forget_profile(name)
+    if not keep_profile:
+        forget_profile(name)
     say(f"pool {pool.name}: released {name} (instance {row['id'] or 'none'})")
     row["state"], row["released_at"] = "released", now
     return row
 
 
-def _forget_profile(name: str) -> None:
+def forget_profile(name: str) -> None:
     """The instance's profile, its connection and its host key go (the provider reuses the address); its
     jobs leave the job index (the run ledger keeps them: runs, cost, resume from a mirror)."""
     from gpujob.config import index
@@ -141,5 +143,6 @@ def mark_gone(pool: Pool, say: Note) -> None:
         if r["id"] and r["state"] in ("busy", "idle", "release-failed") and r["id"] not in ids:
             pools.put(r["name"], state="released", released_at=time.time(),
                       note="gone from the provider's list")
-            _forget_profile(r["name"])
+            if r["state"] != "busy":  # a job's profile stays until guard moved it (pools/lost.py)
+                forget_profile(r["name"])
             say(f"pool {pool.name}: {r['name']} (instance {r['id']}) is no longer listed by the provider: counted as released")

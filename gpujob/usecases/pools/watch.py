@@ -49,18 +49,29 @@ def job_ended(name: str, job_id: str) -> bool | None:
         return None
 
 
-def watch(name: str) -> None:
-    from gpujob.usecases.pools.release import keep_warm_s, release_due
+LIST_EVERY_S = 60.0  # a silent instance: the provider's list asked at most this often
 
+
+def watch(name: str) -> None:
+    from gpujob.usecases.pools.release import keep_warm_s, mark_gone, release_due
+
+    listed_at = 0.0
     while True:
         row = pools.instance(name)
         if row is None or row["state"] not in ("busy", "idle"):
             return  # released (or being released by another command), or never made
-        if row["state"] == "busy" and row["job_id"] and job_ended(name, row["job_id"]):
+        ended = job_ended(name, row["job_id"]) if row["state"] == "busy" and row["job_id"] else False
+        if ended:
             with pools.instances_db(write=True) as db:  # only if no submit took it meanwhile
                 db.execute("UPDATE instances SET state = 'idle', idle_since = ? WHERE name = ? AND state = 'busy' "
                            "AND job_id = ?", (time.time(), name, row["job_id"]))
             continue
+        if ended is None and time.monotonic() - listed_at >= LIST_EVERY_S:  # silent: did the provider release it?
+            listed_at = time.monotonic()
+            try:
+                mark_gone(pools.get_pool(row["pool"]), lambda s: None)  # its time stops; guard moves its job
+            except GpujobError:
+                pass
         if row["state"] == "idle":
             pool = pools.get_pool(row["pool"])
             due = (row["idle_since"] or 0) + keep_warm_s(pool)

@@ -5,12 +5,14 @@ login line; ``release ID`` ends it; ``list`` and ``stock`` answer from the folde
     python provider.py DIR create|release ID|list|stock
 
 Files of DIR that change its answers (the tests write them): ``stock`` (printed by stock),
-``fail-after-id`` (create prints the id, then fails), ``release-hangs`` (release never answers).
+``fail-after-id`` (create prints the id, then fails), ``release-hangs`` (release never answers),
+``json`` (create answers in JSON, with a root folder of the instance's own).
 Each instance is a folder DIR/<id> with its sshd's pid; ``released`` lists the ids released.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -54,7 +56,11 @@ def create(base: Path) -> int:
             break
         except OSError:
             time.sleep(0.05)
-    print(f"ssh -p {port} {os.environ.get('USER', 'root')}@127.0.0.1")
+    user = os.environ.get("USER", "root")
+    if (base / "json").exists():  # the other shape: JSON, with a disk of the instance's own
+        print(json.dumps({"host": "127.0.0.1", "port": port, "user": user, "id": ident, "root": str(d / "root")}))
+    else:
+        print(f"ssh -p {port} {user}@127.0.0.1")
     return 0
 
 

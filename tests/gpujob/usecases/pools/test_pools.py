@@ -153,3 +153,51 @@ def test_stock_wait_then_a_half_made_instance_is_released_and_a_hung_release_is_
     r = run_cli("pool", "release", stuck["name"])
     assert r.returncode == 0, r.stderr
     assert rows()[-1]["state"] == "released" and not sshd_pids(prov)
+
+
+LOSES = """
+import os, pathlib, time
+if os.environ.get("GPUJOB_RESUME"):
+    print("resumed from", pathlib.Path(os.environ["GPUJOB_RESUME"]).name, flush=True)
+    raise SystemExit(0)
+done = pathlib.Path(os.environ["GPUJOB_CKPT_DIR"]) / "step-1"
+done.mkdir(parents=True, exist_ok=True)
+(done / ".gpujob-complete").write_text("ok")
+while True:
+    time.sleep(0.1)  # until its instance goes away
+"""
+
+
+def test_a_job_whose_instance_is_lost_goes_on_on_a_new_instance_of_the_pool(tmp_path: Path, prov: Path) -> None:
+    from tests.conftest import _descendants, kill_job_processes
+
+    add_pool(tmp_path, prov, "--price-per-hour", "36")
+    (prov / "json").touch()  # create answers in JSON; each instance has a disk (root) of its own
+    shared = tmp_path / "shared-fs"
+    job = write_job(tmp_path, "loses", LOSES, "python main.py", checkpoint={"dir": str(shared)},
+                    retry={"move_after": "1s"})
+    job_id = json.loads(run_cli("submit", str(job), "--pool", "p", "--json").stdout)["job_id"]
+    first = rows()[0]
+    wait_for(lambda: (shared / job_id / "step-1" / ".gpujob-complete").exists(), 60, "the job's checkpoint")
+
+    sshd = sshd_pids(prov)[first["id"]]  # the provider lost the instance: its sshd and sessions, the job
+    for pid in [sshd, *_descendants(sshd)]:
+        os.kill(pid, signal.SIGKILL)
+    kill_job_processes(prov / first["id"] / "root")
+    outcomes: list[dict] = []
+
+    def moved() -> bool:  # a first look sees it silent, one a second later moves the job
+        r = run_cli("guard", job_id, "--once", "--json", timeout=120)
+        assert r.returncode == 0, r.stderr
+        outcomes[:] = json.loads(r.stdout)["outcomes"]
+        return bool(outcomes)
+
+    wait_for(moved, 60, "guard's move")
+    assert "move" in outcomes[0], outcomes
+    res = outcomes[0]["move"]
+    assert outcomes[0]["action"] == "moved" and res["to"] == "p-2" and res["source"] == "shared", outcomes
+    assert first["id"] in (prov / "released").read_text()  # the lost one released (its meter stops)
+    wait_for(lambda: all(r["state"] == "released" for r in rows()), 60, lambda: f"both released: {rows()}")
+    log = prov / rows()[1]["id"] / "root" / "jobs" / job_id / "output.log"
+    assert "resumed from step-1" in log.read_text()
+    assert not sshd_pids(prov) and [r["name"] for r in rows()] == ["p-1", "p-2"]
