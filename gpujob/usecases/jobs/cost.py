@@ -141,9 +141,11 @@ def bill_instances(lines: list[CostLine], per_host: dict[str, HostCost]) -> None
     not its jobs' (each job's line shows its own share at the pool's price), so nothing counts twice."""
     import sqlite3
 
-    from gpujob.config.ledger import LedgerDamaged
+    from gpujob.config.ledger import LedgerDamaged, ledger_path
     from gpujob.config.pools import instance_intervals, interval_cost
 
+    if not ledger_path().exists():  # nothing submitted from here yet: no instance either
+        return
     try:
         intervals = {iv["host"]: iv for iv in instance_intervals()}
     except (sqlite3.Error, LedgerDamaged) as e:

@@ -110,12 +110,15 @@ def _create(pool: Pool, name: str, region: str, gpu: str, say: Note) -> bool:
     at = " ".join(x for x in (gpu, region and f"in {region}") if x)
     say(f"pool {pool.name}: creating {name}" + (f" ({at})" if at else ""))
     t0 = time.time()
+    hung: ProviderError | None = None
     try:
         said = provider.run(pool, "create", env=env)
     except ProviderError as e:
-        e.remedy = (f"an instance it may have made is not known to gpujob: look at the provider's console; "
-                    f"{e.remedy}")
-        raise
+        if e.said is None or provider.read_made(e.said).id is None:
+            e.remedy = (f"an instance it may have made is not known to gpujob: look at the provider's console; "
+                        f"{e.remedy}")
+            raise
+        said, hung = e.said, e  # it printed an id before it hung: that instance is recorded and released below
     made = provider.read_made(said)
     if made.id is None and made.login is not None and said.rc == 0:
         made.id = f"{made.login.get('hostname')}:{made.login.get('port', 22)}"  # a login line alone names it
@@ -123,7 +126,7 @@ def _create(pool: Pool, name: str, region: str, gpu: str, say: Note) -> bool:
         pools.put(name, id=made.id, state="booting", made_at=t0, region=region or None, gpu=gpu or None,
                   **{k: v for k, v in (made.login or {}).items() if k in ("hostname", "port", "user")})
     if said.rc != 0 or made.login is None:
-        why = provider.failed(pool, "create", said) if said.rc != 0 else ProviderError(
+        why = hung or provider.failed(pool, "create", said) if said.rc != 0 else ProviderError(
             f"create of pool {pool.name} printed no login (ssh -p PORT user@host, or JSON with host and port): "
             f"{said.out.strip()[-200:] or 'no output'}", "fix the create command (docs/pools.md)")
         if made.id is not None:

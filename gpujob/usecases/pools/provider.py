@@ -24,14 +24,6 @@ TIMEOUT_S = float(os.environ.get("GPUJOB_POOL_COMMAND_TIMEOUT", "300"))
 _ID_LINE = re.compile(r"^\s*(?:instance[ _-]?)?id\s*[:=]\s*(\S+)\s*$", re.I | re.M)
 
 
-class ProviderError(GpujobError):
-    """A provider command failed or answered something gpujob cannot read."""
-
-
-class NoStock(ProviderError):
-    """The provider has no GPU of the kinds the pool allows, where it allows."""
-
-
 @dataclass
 class Said:
     rc: int
@@ -41,6 +33,17 @@ class Said:
     def tail(self) -> str:
         said = (self.err.strip() or self.out.strip()).splitlines()[-3:]
         return " | ".join(said)[:300] or "no output"
+
+
+class ProviderError(GpujobError):
+    """A provider command failed or answered something gpujob cannot read; ``said``: what a command
+    ended past its limit had printed (a create's id, for one)."""
+
+    said: Said | None = None
+
+
+class NoStock(ProviderError):
+    """The provider has no GPU of the kinds the pool allows, where it allows."""
 
 
 @dataclass
@@ -68,10 +71,12 @@ def run(pool: Pool, verb: str, instance_id: str | None = None, env: dict[str, st
         res = helpercmd.run(argv, timeout, f"{verb} of pool {pool.name}", env=full)
     except helpercmd.TimedOut as e:
         left = f" (pid {', '.join(map(str, e.survivors))} still there after SIGKILL)" if e.survivors else ""
-        raise ProviderError(
+        err = ProviderError(
             f"{verb} of pool {pool.name} gave no answer in {timeout:.3g} s and was ended with its processes{left}"
             + (f" (instance {instance_id})" if instance_id else ""),
-            f"run it by hand to see where it hangs: {blank(cmd, secrets)[:120]}") from None
+            f"run it by hand to see where it hangs: {blank(cmd, secrets)[:120]}")
+        err.said = Said(124, blank(e.out, secrets), blank(e.err, secrets))
+        raise err from None
     return Said(res.rc, blank(res.out, secrets), blank(res.err, secrets))
 
 

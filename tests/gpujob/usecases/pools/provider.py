@@ -5,7 +5,7 @@ login line; ``release ID`` ends it; ``list`` and ``stock`` answer from the folde
     python provider.py DIR create|release ID|list|stock
 
 Files of DIR that change its answers (the tests write them): ``stock`` (printed by stock),
-``fail-after-id`` (create prints the id, then fails), ``release-hangs`` (release never answers),
+``fail-after-id`` (create prints the id, then fails), ``hang-after-id`` (then never answers), ``release-hangs`` (release never answers),
 ``json`` (create answers in JSON, with a root folder of the instance's own).
 Each instance is a folder DIR/<id> with its sshd's pid; ``released`` lists the ids released.
 """
@@ -46,6 +46,8 @@ def create(base: Path) -> int:
                             stdout=subprocess.DEVNULL, stderr=open(d / "sshd.log", "ab"), start_new_session=True)
     (d / "pid").write_text(str(proc.pid))
     print(f"id: {ident}", flush=True)
+    if (base / "hang-after-id").exists():
+        time.sleep(600)
     if (base / "fail-after-id").exists():
         print(f"quota exceeded while attaching the disk (token {os.environ.get('PROVIDER_TOKEN')})", file=sys.stderr)
         return 1

@@ -139,7 +139,13 @@ def test_stock_wait_then_a_half_made_instance_is_released_and_a_hung_release_is_
     half = rows()[-1]
     assert half["state"] == "released" and half["id"] in (prov / "released").read_text() and not sshd_pids(prov)
 
-    (prov / "release-hangs").touch()  # the same, and its release never answers: bounded, said, recorded
+    (prov / "fail-after-id").rename(prov / "hang-after-id")  # it prints the id, then hangs: ended, released
+    r = run_cli("submit", str(job), "--pool", "p", env_extra={"GPUJOB_POOL_COMMAND_TIMEOUT": "2"})
+    assert r.returncode != 0 and "create of pool p gave no answer in 2 s" in r.stderr, r.stderr
+    assert rows()[-1]["state"] == "released" and not sshd_pids(prov)
+
+    (prov / "hang-after-id").rename(prov / "fail-after-id")
+    (prov / "release-hangs").touch()  # it fails after the id, and its release never answers: bounded, said, recorded
     r = run_cli("submit", str(job), "--pool", "p")
     assert r.returncode != 0 and "release of pool p gave no answer in 1 s" in r.stderr, r.stderr
     assert "may still run and be billed" in r.stderr and "gpujob pool release p-" in r.stderr
