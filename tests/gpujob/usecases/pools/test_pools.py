@@ -33,11 +33,19 @@ def prov(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     d = tmp_path / "prov"
     d.mkdir()
     yield d
-    for pid in sshd_pids(d).values():
+    for pid in [*sshd_pids(d).values(), *watchers(tmp_path)]:
         try:
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
+
+
+def watchers(tmp_path: Path) -> list[int]:
+    """The test's laptop watchers still running (each leaves once its instance is released)."""
+    from remote.core.procs import _cmdline, _environ, _parents
+
+    mine = f"GPUJOB_STATE_DIR={tmp_path / 'state'}".encode()
+    return [pid for pid in _parents() if b"gpujob.usecases.pools.watch" in _cmdline(pid) and mine in _environ(pid)]
 
 
 def sshd_pids(d: Path) -> dict[str, int]:
@@ -94,13 +102,14 @@ def test_submit_makes_instances_up_to_max_a_third_waits_and_each_is_released_aft
     assert "is free: the job goes there" in (tmp_path / "c.err").read_text()
     wait_for(lambda: all(r["state"] == "released" for r in rows()), 60, lambda: f"every instance released: {rows()}")
     assert len(rows()) == 2 and not sshd_pids(prov)  # no third instance was made; both sshd are gone
+    wait_for(lambda: not watchers(tmp_path), 10, "the watchers gone with their instances")
     assert sorted((prov / "released").read_text().split()) == sorted(r["id"] for r in rows())
 
     from gpujob.config.ledger import open_ledger
     from gpujob.config.pools import instance_intervals, interval_cost
 
     with open_ledger() as lg:  # the watcher's last look: the ledger has each job's end
-        assert [lg.get(j)["state"] for j in (a, b, c)] == ["succeeded"] * 3  # type: ignore[index]
+        assert [(lg.get(j) or {}).get("state") for j in (a, b, c)] == ["succeeded"] * 3
     spans = instance_intervals()
     assert all(iv["released_at"] and iv["released_at"] > iv["made_at"] for iv in spans)
     cost = json.loads(run_cli("cost", "--json").stdout)
