@@ -129,6 +129,9 @@ def guard(refs: list[str], interval: float = 30.0, once: bool = False, note: Not
     left = list(dict.fromkeys(refs))
     outcomes: list[dict] = []
     while left:
+        from gpujob.usecases.disks.warn import check as disks_check
+
+        disks_check(note=note)  # powered-off hosts whose platform releases them soon (throttled; docs/power.md)
         for ref in list(left):
             out = check(ref, time.time(), note)
             if out is not None:
