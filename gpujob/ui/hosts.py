@@ -43,8 +43,8 @@ def release_notes(releases: Mapping[str, Any]) -> None:
             only = rel.get("only_there") or []
             what = (f"{len(only)} job(s) with checkpoints only there: gpujob pull JOB --latest after gpujob host on "
                     f"{name} (host ls --json lists them)" if only else "no checkpoint known to be only there")
-            print(f"! {name} is powered off: its platform releases it and wipes its disk in {rel['left']}; {what}",
-                  file=sys.stderr)
+            when = f"in {rel['left']}" if rel["left_s"] > 0 else "already (it may be gone)"
+            print(f"! {name} is powered off: its platform releases it and wipes its disk {when}; {what}", file=sys.stderr)
 
 
 def preflight_cell(bench: JSONObject | None) -> str:

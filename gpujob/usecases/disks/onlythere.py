@@ -78,9 +78,10 @@ def only_there(jobs: list[Held]) -> list[Held]:
 
 
 def describe(j: Held) -> str:
-    """``bert-ft (20261207-ab12): checkpoint-120 (step 120)`` for a message or a note."""
+    """``bert-ft (20261207-ab12), succeeded: checkpoint-120`` for a message or a note."""
     who = f"{j['name']} ({j['job_id']})" if j.get("name") and j["name"] != j["job_id"] else j["job_id"]
     if not j.get("checkpoint"):
         return f"{who}, {j.get('state')}: its checkpoints were never listed here (whatever it saved is there only)"
-    step = f" (step {j['step']})" if j.get("step") is not None else ""
+    named = j.get("step") is None or str(j["checkpoint"]).endswith(str(j["step"]))  # checkpoint-120: said
+    step = "" if named else f" (step {j['step']})"
     return f"{who}, {j.get('state')}: {j['checkpoint']}{step}"

@@ -160,9 +160,10 @@ def _said(w: Warned, rel: Release) -> str:
     only = "; ".join(w["only_there"]) or "no checkpoint only there"
     sent = (f"sent to {w['delivered']} of {w['channels']} channel(s)" if w["channels"]
             else f"no notify channel of its jobs' files takes {EVENT}: said here only")
+    when = f"in {w['left']} ({at})" if rel["left_s"] > 0 else f"at {at} (it may be gone already)"
     return (f"gpujob: {w['host']} has been powered off since "
             f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(rel['powered_off_at']))}: its platform releases it and "
-            f"wipes its disk in {w['left']} ({at}); only there: {only} ({sent})")
+            f"wipes its disk {when}; only there: {only} ({sent})")
 
 
 def warn(host: Host, rel: Release, days: int, quick: bool = False) -> Warned:
@@ -205,7 +206,8 @@ def disk_event(host: Host, rel: Release, days: int, jobs: list[Held]) -> JSONObj
         "currency": None, "metrics": {}, "days": days, "left": rel["left"], "left_s": rel["left_s"],
         "powered_off_at": rel["powered_off_at"], "released_at": rel["released_at"],
         "reason": (f"powered off since {off}; its platform releases an instance powered off for {after:g} days and "
-                   f"wipes its disk: in {rel['left']} ({at})"),
+                   "wipes its disk: " + (f"in {rel['left']} ({at})" if rel["left_s"] > 0
+                                          else f"due at {at}: it may be gone already")),
         "only_there": listed([describe(j) for j in risky]),
         "checkpoints": [{k: v for k, v in j.items() if isinstance(v, (str, int, type(None)))} for j in jobs],
         "commands": listed(commands if risky else commands[:1]),
