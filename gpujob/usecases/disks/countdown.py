@@ -30,7 +30,8 @@ class Release(TypedDict, total=False):
 
 def powered_off(host: Host) -> bool:
     """Whether the laptop last knew ``host`` powered off (found off after its last power-on)."""
-    return bool(host.powered_off_at) and (host.powered_on_at or 0) <= (host.powered_off_at or 0)
+    off, on = host.powered_off_at, host.powered_on_at or 0
+    return isinstance(off, (int, float)) and off > 0 and isinstance(on, (int, float)) and on <= off
 
 
 def release_of(host: Host, now: float | None = None) -> Release | None:

@@ -35,7 +35,8 @@ def jobs_on(host: str) -> list[str]:
     return [j for j, h in newest.items() if host in h.split(",")]
 
 
-def _rows(ids: list[str]) -> dict[str, LedgerRow]:
+def ledger_rows(ids: list[str]) -> dict[str, LedgerRow]:
+    """The ledger's rows of ``ids`` it has; none when it cannot be read."""
     from gpujob.config.ledger import LedgerDamaged, ledger_path, open_ledger
 
     if not ids or not ledger_path().exists():
@@ -50,7 +51,7 @@ def _rows(ids: list[str]) -> dict[str, LedgerRow]:
 def held(host: str) -> list[Held]:
     """Every job of ``host`` this laptop knows, with its newest checkpoint and where else it is."""
     ids = jobs_on(host)
-    rows = _rows(ids)
+    rows = ledger_rows(ids)
     out: list[Held] = []
     for job_id in ids:
         row = rows.get(job_id) or {}

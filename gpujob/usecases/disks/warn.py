@@ -20,7 +20,7 @@ from gpujob.config.paths import atomicfile, state_dir
 from gpujob.errors import GpujobError
 from gpujob.jsontypes import JSON, JSONObject
 from gpujob.usecases.disks.countdown import DAY, Release, release_of
-from gpujob.usecases.disks.onlythere import Held, describe, held, jobs_on, only_there
+from gpujob.usecases.disks.onlythere import Held, describe, held, jobs_on, ledger_rows, only_there
 
 Note = Callable[[str], None]
 WARN_DAYS = (3, 1)  # each warning once per powered-off period
@@ -257,15 +257,6 @@ def _notify_of(job_id: str) -> dict[str, Any] | None:
             return load_spec(entry["job_file"], entry.get("set") or []).notify or None
         except (GpujobError, OSError):
             pass
-    from gpujob.config.ledger import LedgerDamaged, ledger_path, open_ledger
-
-    if not ledger_path().exists():
-        return None
-    try:
-        with open_ledger() as lg:
-            row = lg.get(job_id)
-    except (sqlite3.Error, OSError, LedgerDamaged):
-        return None
-    spec = (row or {}).get("spec") or {}
+    spec = (ledger_rows([job_id]).get(job_id) or {}).get("spec") or {}
     got = spec.get("notify")
     return got if isinstance(got, dict) else None

@@ -69,6 +69,7 @@ def test_powered_off_host_warns_3_then_1_day_before_release(ssh_host: str, tmp_p
     r = run_cli("ls", "--json", env_extra=NOW)
     assert r.returncode == 0, r.stderr
     assert [(e["days"], e["left"]) for e in warnings(hook)] == [(3, "1 day 23 h"), (1, "19 h")]
+    assert warnings(hook)[1]["only_there"] == [f"alone ({alone}), succeeded: step-1"]  # ls's own look kept it
     assert run_cli("ls", env_extra=NOW).returncode == 0 and len(warnings(hook)) == 2
 
     r = run_cli("host", "set", ssh_host, "--released-after", "off")  # a platform that never releases it
@@ -93,9 +94,10 @@ def test_released_after_is_checked_and_the_preset_gives_autodls(tmp_path: Path) 
 
 
 def test_which_warning_is_due() -> None:
+    from gpujob.usecases.disks.countdown import Release
     from gpujob.usecases.disks.warn import due
 
-    def rel(days_left: float) -> dict:
+    def rel(days_left: float) -> Release:
         return {"left_s": days_left * DAY}
 
     assert [due(rel(d), []) for d in (5, 3.5, 2.9, 1.5, 0.9, 0, -0.5, -1.5)] == [None, None, 3, 3, 1, 1, 1, None]
