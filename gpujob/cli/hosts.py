@@ -70,17 +70,21 @@ def cmd_notify_test(args: argparse.Namespace) -> int:
 def cmd_host_ls(args: argparse.Namespace) -> int:
     from gpujob.ui import hosts as ui
     from gpujob.ui.output import show
+    from gpujob.usecases.disks.warn import check, countdowns
     from gpujob.usecases.hosts.add import profile
     from gpujob.usecases.hosts.rekey import on_shared_key
 
     store = host_store()
-    hosts, shared = store.all(), on_shared_key(store)
+    hosts, shared, releases = store.all(), on_shared_key(store), countdowns(holdings=True)
 
     def draw(_: object) -> None:
-        ui.host_list(hosts)
+        ui.host_list(hosts, releases)
         ui.shared_key_note(shared)
+        ui.release_notes(releases)
 
-    show([{**profile(h), **({"shared_key": True} if h.name in shared else {})} for h in hosts], args.json, draw)
+    show([{**profile(h), **({"shared_key": True} if h.name in shared else {}),
+           **({"release": releases[h.name]} if h.name in releases else {})} for h in hosts], args.json, draw)
+    check(note=lambda text: print(text, file=sys.stderr), quick=True)  # the 3- and 1-day warnings, when due
     return 0
 
 

@@ -134,6 +134,9 @@ def cmd_ls(args: argparse.Namespace) -> int:
     with client(args.host) as c:
         listed = c.jobs(all=getattr(args, "all", False), last_known=True)
         show(args, listed, _draw_jobs)
+        from gpujob.usecases.disks.warn import check
+
+        check(note=lambda text: print(text, file=sys.stderr), quick=True)  # a powered-off host's disk: docs/power.md
         return CONNECT if listed.errors and all(j.unreachable for j in listed.jobs) else 0  # no host answered
 
 

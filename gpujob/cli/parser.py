@@ -424,6 +424,8 @@ def host_setting_args(s: argparse.ArgumentParser) -> None:
                    "(default 10m), and for host off to see it off (default 5m)")
     s.add_argument("--idle-shutdown", metavar="DURATION", help="power the instance off after this long with no job "
                    "and no SSH session, e.g. 30m (off: never); a watcher on the instance checks")
+    s.add_argument("--released-after", metavar="DURATION", help="the platform releases an instance powered off this "
+                   "long and wipes its disk (AutoDL: 15d, the preset's default; off: never; '' the preset's)")
     s.add_argument("--slurm", choices=["true", "false"], nargs="?", const="true",
                    help="the login node of a Slurm cluster: jobs go to Slurm with sbatch (docs/slurm.md)")
     s.add_argument("--partition", help="Slurm: the partition jobs go to ('' clears: the cluster's default)")

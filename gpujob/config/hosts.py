@@ -43,7 +43,7 @@ def check_host_name(name: str) -> str:
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _QUOTED_FIELDS = ("hostname", "user", "identity_file")  # words of an ssh_config line: no quote either
 _TEXT_FIELDS = ("root", "data_disk", "agent_python", "private_address", "region", "hf_endpoint", "pip_index_url",
-                "preset", "currency", "shutdown_command", "idle_shutdown")
+                "preset", "currency", "shutdown_command", "idle_shutdown", "released_after")
 
 
 def unsafe_values(host: Host) -> list[str]:
@@ -109,6 +109,9 @@ class Host:
     power: dict[str, str] = field(default_factory=dict)
     powered_on_at: float | None = None  # when gpujob last powered it on (a preflight is due after)
     powered_off_at: float | None = None  # when this laptop first found it off since (the meter stopped)
+    # how long the platform keeps a powered-off instance before it releases it and wipes its disk
+    # (docs/power.md): "15d"; None = the preset's; "off" = never
+    released_after: str | None = None
     bench: dict[str, Any] | None = None  # the last preflight's figures (gpujob doctor HOST --bench)
     # a Slurm cluster's login node (docs/slurm.md): jobs go to Slurm with sbatch; these are its defaults
     # for every job (a job file's slurm: section overrides them)
@@ -147,6 +150,17 @@ class Host:
     @property
     def tb_port(self) -> int:
         return self.tensorboard_port or int(self.preset_values.get("tensorboard_port") or 6006)
+
+    @property
+    def release_after_s(self) -> float | None:
+        """Seconds a powered-off instance keeps its disk before the platform releases it (None: never);
+        ``ValueError`` for a hand-edited value that is no duration."""
+        text = self.released_after or self.preset_values.get("released_after")
+        if not text or str(text).strip().lower() in RELEASE_NEVER:
+            return None
+        from gpujob.bundle import import_remote
+
+        return float(import_remote("core.protocol").parse_duration(text))
 
     @property
     def preset_values(self) -> Preset:
@@ -205,17 +219,22 @@ class Preset(TypedDict):
     data_disk: str | None
     tensorboard_port: int
     network_turbo: str | None
+    released_after: str | None  # a powered-off instance is released (its disk wiped) after this long
 
 
+RELEASE_NEVER = ("off", "never", "none", "0")
 PRESETS: dict[str, Preset] = {
     "generic": {"root": "~/.gpujob", "shutdown_command": None, "data_disk": None, "tensorboard_port": 6006,
-                "network_turbo": None},
+                "network_turbo": None, "released_after": None},
     "autodl": {"root": "/root/autodl-tmp/gpujob", "shutdown_command": "/usr/bin/shutdown",
-               "data_disk": "/root/autodl-tmp", "tensorboard_port": 6006, "network_turbo": None},
+               "data_disk": "/root/autodl-tmp", "tensorboard_port": 6006, "network_turbo": None,
+               "released_after": "15d"},  # AutoDL: released 15 days after its power-off (shared/AUTODL.md)
     "vast": {"root": "/workspace/.gpujob", "shutdown_command": "vastai stop instance $CONTAINER_ID",
-             "data_disk": "/workspace", "tensorboard_port": 6006, "network_turbo": None},
+             "data_disk": "/workspace", "tensorboard_port": 6006, "network_turbo": None,
+             "released_after": None},
     "runpod": {"root": "/workspace/.gpujob", "shutdown_command": "runpodctl stop pod $RUNPOD_POD_ID",
-               "data_disk": "/workspace", "tensorboard_port": 6006, "network_turbo": None},
+               "data_disk": "/workspace", "tensorboard_port": 6006, "network_turbo": None,
+               "released_after": None},
 }
 
 

@@ -15,11 +15,13 @@ from collections import deque
 from typing import Any, Callable, TypedDict
 
 from gpujob.backoff import backoff
+from gpujob.dashboard.disks import DiskWatch
 from gpujob.dashboard.rows import SPARK_POINTS, Row, gpu_use, loss_key, row
 from gpujob.errors import ConnectError, GpujobError
 from gpujob.jsontypes import JSONObject
 from gpujob.transport.jobview import JobView, views
 from gpujob.ui.mirror import mark_mirror
+from gpujob.usecases.disks.countdown import Release
 
 
 def _said(e: GpujobError) -> str:
@@ -33,6 +35,7 @@ class Listing(TypedDict):
     errors: dict[str, str]
     hosts: list[str]
     version: int
+    disks: dict[str, Release]  # powered-off hosts: the platform's release countdown (dashboard/disks.py)
 
 
 class Snapshot(TypedDict):
@@ -91,10 +94,12 @@ class Hub:
         self.wake = {h: threading.Event() for h in hosts}  # poke(): list this host now (after a button)
         self._lock = threading.Lock()
         self.pollers = [threading.Thread(target=self._poll, args=(h,), daemon=True, name=f"poll-{h}") for h in hosts]
+        self.disks = DiskWatch(self.bump, self.stopped)
 
     def start(self) -> Hub:
         for t in self.pollers:
             t.start()
+        self.disks.start()
         return self
 
     def close(self) -> None:
@@ -182,7 +187,8 @@ class Hub:
                     listed.setdefault((v.instance or f"host:{v.host}", v.job_id), v)
             out = [row(v.doc, list(self.history.get(f"{v.host}/{v.job_id}", [])), self.gpu.get(f"{v.host}/{v.job_id}"))
                    for v in listed.values()]
-            return {"jobs": out, "errors": dict(self.errors), "hosts": list(self.conns), "version": self.version}
+            return {"jobs": out, "errors": dict(self.errors), "hosts": list(self.conns), "version": self.version,
+                    "disks": dict(self.disks.shown)}
 
     def row_of(self, host: str, job_id: str) -> Row | None:
         """The job's row in the latest listing (its ETA and cost from the agent's estimate)."""

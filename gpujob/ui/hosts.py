@@ -14,16 +14,37 @@ if TYPE_CHECKING:
     from gpujob.usecases.hosts.shell import SshPlan
 
 
-def host_list(hosts: list[Any]) -> None:
+def host_list(hosts: list[Any], releases: Mapping[str, Any] | None = None) -> None:
     from gpujob.ui.plaintable import Col, table
 
     # the name and the address (its port!) are what the next command needs: they stay; the root
     # shortens in its middle, the rest give way whole
     cols = [Col("NAME", "name"), Col("ADDRESS"), Col("PRESET", rank=4), Col("ROOT", "name", 5), Col("PRICE/H", rank=2),
-            Col("POWER", rank=3), Col("PREFLIGHT", rank=1)]
+            Col("POWER", rank=3), Col("PREFLIGHT", rank=1), Col("RELEASED IN", rank=1, hide_empty=True)]
     rows = [[h.name, h.address, h.preset, h.remote_root, f"{h.price_per_hour} {h.currency}" if h.price_per_hour else "-",
-             "on/off" if h.power.get("on") else "-", preflight_cell(h.bench)] for h in hosts]
+             "on/off" if h.power.get("on") else "-", preflight_cell(h.bench), release_cell((releases or {}).get(h.name))]
+            for h in hosts]
     sys.stdout.write(table(cols, rows))
+
+
+def release_cell(rel: Mapping[str, Any] | None) -> str:
+    """A powered-off host's countdown to its platform's release (``off, 12 days``); ``-`` for the others."""
+    if not rel:
+        return "-"
+    return "off, bad released_after" if rel.get("error") else f"off, {rel['left']}"
+
+
+def release_notes(releases: Mapping[str, Any]) -> None:
+    """Under ``host ls``: each powered-off host within 3 days of its release, its checkpoints only there."""
+    for name, rel in releases.items():
+        if rel.get("error"):
+            print(f"! {rel['error']}", file=sys.stderr)
+        elif rel["left_s"] <= 3 * 86400:
+            only = rel.get("only_there") or []
+            what = (f"{len(only)} job(s) with checkpoints only there: gpujob pull JOB --latest after gpujob host on "
+                    f"{name} (host ls --json lists them)" if only else "no checkpoint known to be only there")
+            when = f"in {rel['left']}" if rel["left_s"] > 0 else "already (it may be gone)"
+            print(f"! {name} is powered off: its platform releases it and wipes its disk {when}; {what}", file=sys.stderr)
 
 
 def preflight_cell(bench: JSONObject | None) -> str:

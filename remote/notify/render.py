@@ -14,6 +14,7 @@ _VERB = {
     "gpu_error": ("\U0001f6a8", "GPU error"),
     "mirror_failing": ("\u26a0\ufe0f", "checkpoint mirror failing"),
     "test": ("\U0001f514", "test notification"),
+    "disk_release": ("\u23f3", "disk released soon"),
 }
 
 
@@ -43,7 +44,7 @@ def render(event: Mapping[str, object]) -> Tuple[str, str]:
     """(title, text) of an event: plain text, the log tail last inside a ``` fence."""
     kind = str(event.get("event", "test"))
     icon, verb = _VERB.get(kind, ("", kind))
-    who = event.get("name") or event.get("job_id") or "job"
+    who = event.get("name") or event.get("job_id") or event.get("host") or "job"  # a host's event has no job
     title = ("%s gpujob: %s %s" % (icon, who, verb)).strip()
     lines = []
     job = str(event.get("name") or "")
@@ -66,6 +67,10 @@ def render(event: Mapping[str, object]) -> Tuple[str, str]:
     for key, label in (("reason", "Reason"), ("diagnosis", "Diagnosis"), ("remedy", "Remedy")):
         if event.get(key):
             lines.append("%s: %s" % (label, event[key]))
+    only = event.get("only_there")
+    if isinstance(only, list) and only:  # disk_release: the checkpoints a powered-off host alone holds
+        lines.append("Only on the instance:")
+        lines.extend("- %s" % x for x in only[:20])
     metrics = event.get("metrics") or {}
     if isinstance(metrics, dict) and metrics:
         items = ["%s=%s" % (k, _fmt_num(v)) for k, v in list(metrics.items())[:16]]

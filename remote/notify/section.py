@@ -6,8 +6,9 @@ from .base import CHANNELS, channel_type
 from .redaction import secret_names
 
 EVENTS = ("started", "succeeded", "failed", "restarted", "stopped", "autostopped", "lost", "gpu_error",
-          "mirror_failing", "test")
-DEFAULT_ON = ["succeeded", "failed", "autostopped", "lost", "gpu_error", "mirror_failing"]
+          "mirror_failing", "test", "disk_release")
+# disk_release: the laptop's, a powered-off host's disk is released by its platform soon (gpujob/usecases/disks/)
+DEFAULT_ON = ["succeeded", "failed", "autostopped", "lost", "gpu_error", "mirror_failing", "disk_release"]
 
 _COMMON = ("type", "name", "on")
 

@@ -18,6 +18,7 @@ RANK = {
     "power": 4,  # a host switched on and off (asks jobs which are live)
     "launch": 5,  # submit, placement (wakes a host), several nodes
     "pools": 5,  # instances made and released on demand (the submit onto one is the api's; guard moves a lost one's job)
+    "disks": 5,  # a powered-off host's disk: its release countdown and warnings (over notify and the ledger)
     "relocate": 6,  # move and guard (a submit elsewhere)
 }
 FLAT_MOST = 5  # modules left at the top of usecases/; the rest live in rooms

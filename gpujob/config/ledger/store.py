@@ -49,12 +49,21 @@ class Mirrored(TypedDict):
     step: int | None
 
 
+class NewestCheckpoint(TypedDict):
+    """The newest complete checkpoint a look listed (``status JOB``): what a powered-off host may hold alone."""
+
+    name: str
+    step: int | None
+    mtime: float | None
+
+
 class LiveFigures(TypedDict, total=False):
     """Throughput, GPU use and the mirrored checkpoints as the newest look saw them (record.py's ``_live``)."""
 
     steps_per_s: float
     gpu_util: float
     mirrored: list[Mirrored]
+    checkpoint: NewestCheckpoint  # kept by later looks that list no checkpoints (ls)
 
 
 class MlflowTarget(TypedDict, total=False):

@@ -96,6 +96,15 @@ const COLUMNS = [
   ["loss", "Loss"], ["spark", "Trend"], ["gpu", "GPU %"], ["cost", "Cost"], ["diagnosis", "Diagnosis"],
 ];
 
+// a powered-off host: its platform releases it (and wipes its disk) after a while (docs/power.md)
+function diskLine(h, d) {
+  if (d.error) return `${h}: ${d.error}`;
+  const when = d.left_s > 0 ? `in ${d.left} (${new Date(d.released_at * 1000).toLocaleString()})` : "already (it may be gone)";
+  const only = (d.only_there || []).map((j) => `${j.job_id}${j.checkpoint ? " " + j.checkpoint : ""}`);
+  return `${h} is powered off: its platform releases it and wipes its disk ${when}` +
+    (only.length ? `; only there: ${only.join(", ")} (gpujob host on ${h}, then gpujob pull JOB --latest)` : "");
+}
+
 function jobsView() {
   const selected = new Set();
   let rows = [], sortKey = "submitted_at", asc = false;
@@ -105,6 +114,7 @@ function jobsView() {
     if (selected.size) location.href = "/compare?" + new URLSearchParams({ runs: [...selected].join(",") });
   } }, "Compare selected");
   const errors = el("div", { class: "errors", id: "host-errors" });
+  const disks = el("div", { class: "errors", id: "host-disks" });
   const count = el("span", { class: "muted", id: "count" });
   const head = el("tr", {}, el("th", {}, ""), COLUMNS.map(([k, label]) => el("th", { "data-key": k, onclick: () => {
     if (sortKey === k) asc = !asc; else { sortKey = k; asc = true; }
@@ -112,7 +122,7 @@ function jobsView() {
   } }, label)));
   const body = el("tbody");
   main.replaceChildren(el("h1", {}, "Jobs"), el("div", { class: "toolbar" }, filter, stateSel, compareBtn, count), errors,
-    el("table", { id: "jobs" }, el("thead", {}, head), body));
+    disks, el("table", { id: "jobs" }, el("thead", {}, head), body));
   filter.addEventListener("input", render);
   stateSel.addEventListener("change", render);
 
@@ -155,6 +165,7 @@ function jobsView() {
   stream("/api/events", { jobs: (doc) => {
     rows = doc.jobs;
     errors.replaceChildren(...Object.entries(doc.errors).map(([h, e]) => el("div", {}, `${h}: ${e}`)));
+    disks.replaceChildren(...Object.entries(doc.disks || {}).map(([h, d]) => el("div", { "data-host": h }, diskLine(h, d))));
     render();
   } });
 }

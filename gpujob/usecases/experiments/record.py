@@ -246,6 +246,11 @@ def _live(job: JobView) -> LiveFigures:
               and isinstance(t.get("mirrored"), str)]
     if marked:
         out["mirrored"] = marked
+    done = [c for c in job.checkpoints or [] if isinstance(c, dict) and c.get("complete") and isinstance(c.get("name"), str)]
+    if done:  # oldest first: the last is the newest
+        step, mtime = done[-1].get("step"), done[-1].get("mtime")
+        out["checkpoint"] = {"name": done[-1]["name"], "step": step if isinstance(step, int) else None,
+                             "mtime": float(mtime) if isinstance(mtime, (int, float)) else None}
     return out
 
 
@@ -268,14 +273,15 @@ def _fingerprint(job: JSONObject, host: str | None) -> str:
     """The job's state and metrics as far as the ledger keeps them, and its cost at most every
     ``COST_EVERY_S`` (it grows with every second a job runs)."""
     f = fields_of({k: v for k, v in job.items() if k != "series"}, host)
-    f.pop("extra_live", None)  # throughput and GPU use move at every look: written with what else changed
+    live = f.pop("extra_live", None) or {}  # throughput and GPU use move at every look: written with what else changed
     view = _view(job)
     if COST_EVERY_S and f.get("state") not in FINAL_STATES:
         secs = view.billed.elapsed_s or view.elapsed_s or 0
         f["cost"] = f["gpu_hours"] = int(float(secs) // COST_EVERY_S)
     series = view.series if isinstance(view.series, dict) else {}
     seen: dict[str, object] = {**f, "series": {k: [len(v), v[-1] if v else None] for k, v in series.items()
-                                               if isinstance(v, list)}}
+                                               if isinstance(v, list)},
+                               "checkpoint": live.get("checkpoint")}  # a new checkpoint is written, alone too
     return json.dumps(seen, sort_keys=True, default=str)
 
 
@@ -378,5 +384,8 @@ def _put_observed(lg: Ledger, job: JSONObject, host: str | None, whole: bool = F
     if hp is not None:  # the Trainer's own arguments (the autohook's ``hparams`` record) join the run line's
         f["params"] = {**hp, **(row.get("params") or {})}
     if live is not None:  # the row's other extras (snapshot, workdir, mlflow) stay
+        known = (extra.get("live") or {}).get("checkpoint")
+        if known and "checkpoint" not in live and "checkpoints" not in job:  # a look that lists none (ls)
+            live["checkpoint"] = known
         f["extra"] = {**extra, "live": live}
     lg.put(job_id, **f)

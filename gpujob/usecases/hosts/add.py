@@ -27,7 +27,7 @@ from gpujob.jsontypes import JSONObject
 
 # the settings ``host add`` and ``host set`` both take; None leaves one as it is, "" clears it
 SETTINGS = ("shutdown_command", "private_address", "network_turbo", "hf_endpoint", "pip_index_url", "data_disk",
-            "tensorboard_port", "idle_shutdown", "slurm", "partition", "account", "qos") + tuple("power_" + k for k in (
+            "tensorboard_port", "idle_shutdown", "slurm", "partition", "account", "qos", "released_after") + tuple("power_" + k for k in (
                 "on", "off", "state", "address", "stock_out", "wait", "boot_timeout"))
 SLURM_SETTINGS = ("partition", "account", "qos")
 _OFF = ("0", "off", "none", "")
@@ -332,6 +332,8 @@ def settle(host: Host, settings: Mapping[str, str | None]) -> None:
     for attr in SLURM_SETTINGS:  # "" clears
         if (val := settings.get(attr)) is not None:
             setattr(host, attr, val or None)
+    if (val := settings.get("released_after")) is not None:  # "" clears: the preset's again
+        host.released_after = check_released_after(val) or None
     if any(getattr(host, a) for a in SLURM_SETTINGS) and not host.slurm:
         raise GpujobError(f"--partition, --account and --qos are Slurm's: {host.name} is not a Slurm host",
                           f"add --slurm (jobs on {host.name} then go to Slurm with sbatch; docs/slurm.md)")
@@ -343,6 +345,27 @@ def settle(host: Host, settings: Mapping[str, str | None]) -> None:
         raise GpujobError(f"{host.name} is a Slurm cluster's login node: gpujob never powers it or a compute "
                           "node off (--shutdown-command, --power-*, --idle-shutdown)",
                           "leave those out; Slurm releases a job's nodes when it ends")
+
+
+def check_released_after(value: str) -> str:
+    """``--released-after``: a duration from an hour to ten years, ``off`` (never released) or "" (the
+    preset's); the value as it will be kept."""
+    from gpujob.config.hosts import RELEASE_NEVER
+
+    text = value.strip()
+    if not text or text.lower() in RELEASE_NEVER:
+        return "off" if text else ""
+    from gpujob.bundle import import_remote
+
+    try:
+        seconds = import_remote("core.protocol").parse_duration(text)
+    except ValueError as e:
+        raise GpujobError(f"--released-after: {e}", "e.g. --released-after 15d (AutoDL's), off (never), '' "
+                          "(the preset's)") from None
+    if not 3600 <= seconds <= 3650 * 86400:
+        raise GpujobError(f"--released-after: {text[:40]!r} is out of range: from 1h to 3650d",
+                          "e.g. --released-after 15d (AutoDL's), off (never)")
+    return text
 
 
 def check_power_setting(key: str, value: str) -> None:

@@ -10,7 +10,7 @@ from gpujob.errors import ConnectError
 from gpujob.jsontypes import JSONObject
 from gpujob.usecases.power import commands
 from gpujob.usecases.power.commands import PowerError
-from gpujob.usecases.power.wake import ensure_on, power_off
+from gpujob.usecases.power.wake import ensure_on, power_off, seen_on
 
 
 def host_on(name: str, wait: float | None = None, note: Callable[[str], None] | None = None) -> JSONObject:
@@ -42,6 +42,8 @@ def host_state(name: str) -> JSONObject:
     store = HostStore()
     host = store.get(name)
     state = commands.state(host)
+    if state == "on":
+        seen_on(host, store)
     return {"host": host.name, "state": state, "address": host.address, "powered_on_at": host.powered_on_at,
             "meter_off_at": seen_off(host, store) if state == "off" else None}
 

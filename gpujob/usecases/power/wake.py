@@ -55,6 +55,7 @@ def ensure_on(host: Host, *, wait: float | None = None, note: Note | None = None
             step(f"address {host.address}")
             _until_ssh(host, t0 + _seconds(host, "boot_timeout", "10m"), step)
             (store or HostStore()).save(host)
+        seen_on(host, store or HostStore())
         return host
     if now == "off":
         _power_on(host, wait if wait is not None else _seconds(host, "wait", "10m"), step)
@@ -69,6 +70,14 @@ def ensure_on(host: Host, *, wait: float | None = None, note: Note | None = None
     (store or HostStore()).save(host)
     step("answers over SSH")
     return host
+
+
+def seen_on(host: Host, store: HostStore) -> None:
+    """``host`` was found on (switched on elsewhere: the console): no longer powered off, so its
+    platform's release countdown (docs/power.md) stops."""
+    if host.powered_off_at and (host.powered_on_at or 0) <= host.powered_off_at:
+        host.powered_off_at = None
+        store.save(host)
 
 
 def _power_on(host: Host, wait: float, step: Note) -> None:

@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -197,7 +198,9 @@ def test_a_host_that_does_not_answer_is_named(ui_server: Callable[..., tuple]) -
     from tests.conftest import free_port
     from tests.helpers import wait_for
 
-    HostStore().save(Host(name="gone", hostname="127.0.0.1", port=free_port(), user="root", connect_timeout=2))
+    off = time.time() - 9.5 * 86400  # found powered off 9.5 days ago: AutoDL releases it 15 days after
+    HostStore().save(Host(name="gone", hostname="127.0.0.1", port=free_port(), user="root", connect_timeout=2,
+                          preset="autodl", powered_off_at=off))
     _, info = ui_server("--interval", "1")
     assert info["hosts"] == ["local", "gone"]
     token = info["url"].split("token=", 1)[1]
@@ -208,6 +211,7 @@ def test_a_host_that_does_not_answer_is_named(ui_server: Callable[..., tuple]) -
 
     wait_for(lambda: "gone" in listing()["errors"], 30, "the error of host 'gone'")
     assert "127.0.0.1" in listing()["errors"]["gone"] and "local" not in listing()["errors"]
+    assert listing()["disks"]["gone"]["left"] == "5 days" and listing()["disks"]["gone"]["released_at"] == off + 15 * 86400
 
 
 def test_ui_without_the_extra_says_how_to_get_it(tmp_path: Path) -> None:

@@ -81,12 +81,16 @@ def test_submit_powers_on_a_host_that_moved(tmp_path: Path, lab: object) -> None
     off = json.loads(r.stdout)
     assert r.returncode == 0 and off["state"] == "off" and off["meter_off_at"], r.stderr
     assert [j["job_id"] for j in off["cut"]] == [job_id]
+    assert run_cli("host", "set", "pw", "--released-after", "15d").returncode == 0  # an AutoDL-style platform
+    rel = profile("pw")["release"]  # found off just now: its disk is released 15 days after (docs/power.md)
+    assert rel["powered_off_at"] == off["meter_off_at"] and rel["left"] == "14 days", rel
     r = run_cli("status", job_id, "--host", "pw")  # the laptop, looking later, says why nothing answers
     assert r.returncode == 3 and "pw is powered off" in r.stderr and "meter off at" in r.stderr, r.stderr
     assert "gpujob host on pw" in r.stderr and "Traceback" not in r.stderr
     r = run_cli("resume", job_id, env_extra=FAST, timeout=120)  # powers it on again: a new port again
     assert r.returncode == 0 and "pw: power on accepted" in r.stderr, r.stderr + r.stdout
     assert profile("pw")["port"] == int((sw / "port").read_text()) != port
+    assert "release" not in profile("pw")  # on again: no countdown
     wait_state("pw", job_id, ("running",), timeout=60, root=remote_root(tmp_path, "pw"))
     r = run_cli("host", "state", "pw")
     assert r.returncode == 0 and "pw: on" in r.stdout, r.stderr
