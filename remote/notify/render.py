@@ -14,6 +14,8 @@ _VERB = {
     "gpu_error": ("\U0001f6a8", "GPU error"),
     "mirror_failing": ("\u26a0\ufe0f", "checkpoint mirror failing"),
     "test": ("\U0001f514", "test notification"),
+    "budget": ("\U0001f4b8", "budget limit passed"),  # the account's, from the laptop (gpujob budget)
+    "balance_low": ("\U0001f4b8", "balance low"),
 }
 
 

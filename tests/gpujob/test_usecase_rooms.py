@@ -16,6 +16,7 @@ RANK = {
     "experiments": 2,  # the run ledger, runs, rerun, sweeps (over lab)
     "jobs": 3,  # a job that exists: status, stop, tail, cost, plot
     "power": 4,  # a host switched on and off (asks jobs which are live)
+    "budget": 4,  # the account's limits and balance (stops jobs past a limit; launch asks it before a submit)
     "launch": 5,  # submit, placement (wakes a host), several nodes
     "relocate": 6,  # move and guard (a submit elsewhere)
 }
