@@ -170,7 +170,7 @@ def _limits(budget: Budget, now: float, note: Note) -> list[Crossing]:
         text = (f"the {r['period']} limit of {r['limit']:.2f} {cur} is passed: {r['spent']:.2f} {cur} spent since "
                 f"{time.strftime('%Y-%m-%d', time.localtime(r['since']))}")
         stopped = _stop(live, f"budget: {text}", note)
-        key = f"{cur}:{r['period']}:{r['label']}"
+        key = f"{cur}:{r['period']}:{r['label']}:{r['limit']:g}"  # a limit raised and passed again is said again
         first = _once(key, now)
         if first:
             names = ", ".join(f"{s['job_id']} ({s['host']})" for s in stopped)

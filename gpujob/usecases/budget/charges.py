@@ -58,7 +58,7 @@ def period_name(period: str, now: float) -> str:
 
 def spent(charges: list[Charge], currency: str, period: str, now: float) -> float:
     since = period_start(period, now)
-    return sum(c.cost(since, now) for c in charges if c.currency == currency)
+    return sum((c.cost(since, now) for c in charges if c.currency == currency), 0.0)
 
 
 def _number(v: object) -> float | None:
