@@ -129,9 +129,9 @@ def guard(refs: list[str], interval: float = 30.0, once: bool = False, note: Not
     left = list(dict.fromkeys(refs))
     outcomes: list[dict] = []
     while left:
-        from gpujob.usecases.budget.account import watch as watch_account
+        from gpujob.usecases.budget.account import guard_pass
 
-        watch_account(note)  # the account's limits and balance (several jobs together can pass a limit)
+        guard_pass(note)  # the account's limits and balance (several jobs together can pass a limit)
         for ref in list(left):
             out = check(ref, time.time(), note)
             if out is not None:

@@ -12,6 +12,7 @@ from gpujob.usecases.budget.charges import Charge, period_start, spent
 from gpujob.usecases.budget.gate import job_bound
 from tests.conftest import run_cli
 from tests.helpers import ENDED, status, submit, wait_for, wait_state
+from tests.remote.run.test_events import Hook
 
 # a plain loop: a checkpoint every 5 steps (0.5 s), never on a signal
 SAVER = """
@@ -66,10 +67,10 @@ def test_periods_and_bounds() -> None:
 
 
 def test_a_month_limit_refuses_a_submit_and_stops_jobs_that_pass_it_after_their_checkpoint(
-        ssh_host: str, tmp_path: Path, hook: object) -> None:
+        ssh_host: str, tmp_path: Path, hook: Hook) -> None:
     assert run_cli("host", "set", ssh_host, "--price", "3600").returncode == 0  # 1 CNY a second
     channels = tmp_path / "notify.yaml"
-    channels.write_text(json.dumps({"notify": {"channels": [{"type": "webhook", "url": hook.url}]}}))  # type: ignore[attr-defined]
+    channels.write_text(json.dumps({"notify": {"channels": [{"type": "webhook", "url": hook.url}]}}))
     balance = tmp_path / "balance"
     balance.write_text("500.00\n")
     doc = budget("set", "--month", "16", "--notify", str(channels), "--balance", f"echo hello; cat {balance}",
@@ -93,7 +94,7 @@ def test_a_month_limit_refuses_a_submit_and_stops_jobs_that_pass_it_after_their_
         st = wait_state(ssh_host, j, ENDED, 60)
         assert st["state"] == "stopped" and st["reason"].startswith("budget: the month limit of 16.00 CNY is passed"), st
         assert "(after checkpoint ckpt_" in st["reason"], st["reason"]
-    said = hook.wait_for("budget", 30)  # type: ignore[attr-defined]
+    said = hook.wait_for("budget", 30)
     text = said["body"]["text"]
     assert "the month limit of 16.00 CNY is passed" in text and a in text and b in text, text
 
@@ -101,7 +102,7 @@ def test_a_month_limit_refuses_a_submit_and_stops_jobs_that_pass_it_after_their_
     r = run_cli("submit", str(job(tmp_path, "late", budget=1)), "--host", ssh_host)
     assert r.returncode == 2 and "the month limit is reached" in r.stderr, r.stderr
     assert month(budget())["left"] <= 0
-    assert hook.events().count("budget") == 1, hook.events()  # type: ignore[attr-defined]
+    assert hook.events().count("budget") == 1, hook.events()
 
     # raised a little: a job alone stops (its agent's cap) after its next checkpoint
     budget("set", "--month", str(month(budget())["spent"] + 2))
@@ -113,6 +114,27 @@ def test_a_month_limit_refuses_a_submit_and_stops_jobs_that_pass_it_after_their_
     # the balance under its threshold: one notification, not one per look
     balance.write_text("42.5\n")
     assert budget()["balance"]["low"] and budget()["balance"]["value"] == 42.5
-    assert hook.events().count("balance_low") == 1, hook.events()  # type: ignore[attr-defined]
-    low = hook.wait_for("balance_low", 5)["body"]["text"]  # type: ignore[attr-defined]
+    assert hook.events().count("balance_low") == 1, hook.events()
+    low = hook.wait_for("balance_low", 5)["body"]["text"]
     assert "balance is 42.50 CNY, under 100.00 CNY" in low and "hello" not in low, low
+
+
+def test_what_budget_cannot_use_is_refused_or_said(tmp_path: Path) -> None:
+    bare = tmp_path / "bare.yaml"
+    bare.write_text("name: x\nrun: true\n")
+    for args, said in ((("--month", "-3"), "--month '-3': expected an amount"), ((), "nothing to set"),
+                       (("--notify", str(bare)), "has no notify: channels")):
+        r = run_cli("budget", "set", *args)
+        assert r.returncode == 2 and said in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
+    secrets = tmp_path / "config" / "secrets.env"  # the provider's token, as the power commands get it
+    secrets.parent.mkdir(mode=0o700, exist_ok=True)
+    secrets.write_text("SECRET_T=s3cr3t-value\n")
+    secrets.chmod(0o600)
+    doc = budget("set", "--day", "5", "--balance", "echo token-$SECRET_T; echo nope")
+    assert doc["balance_command"] == "echo token-$SECRET_T; echo nope"
+    assert doc["balance"]["error"].startswith("the balance command printed 'nope' as its last line, not a number")
+    r = run_cli("budget", "set", "--balance", "sleep 30", env_extra={"GPUJOB_BALANCE_TIMEOUT": "1"})
+    assert r.returncode == 0 and "balance: not read: the balance command did not finish in 1 s" in r.stdout, r
+    r = run_cli("budget", "set", "--balance", "echo $SECRET_T >&2; exit 3")
+    assert "exit 3" in r.stdout and "s3cr3t-value" not in r.stdout + r.stderr, r.stdout
+    assert (tmp_path / "config" / "budget.json").stat().st_mode & 0o777 == 0o600
