@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 import time
 
 from gpujob.bundle import import_remote
@@ -68,6 +69,9 @@ def admit(spec: JobSpec, host: Host, now: float | None = None) -> JobSpec:
     if bound is not None:
         return spec
     cap = math.floor(min(left.values()) * 100) / 100  # to the cent, never above what is left
+    tight = min(left, key=lambda p: left[p])
+    print(f"gpujob: {spec.name} has no autostop bound: its agent stops it at {cap:.2f} {cur}, what is left of the "
+          f"{tight} limit (after its next checkpoint)", file=sys.stderr)
     return dataclasses.replace(spec, autostop={**spec.autostop, "budget": cap})
 
 

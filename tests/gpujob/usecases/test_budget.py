@@ -85,7 +85,9 @@ def test_a_month_limit_refuses_a_submit_and_stops_jobs_that_pass_it_after_their_
     assert "gpujob budget set --month 3600" in r.stderr and "nothing was sent" in r.stderr, r.stderr
 
     # two jobs without a bound go, each capped by its agent at what was left; together they pass the limit
-    a = submit(ssh_host, job(tmp_path, "a"))["job_id"]
+    r = run_cli("submit", str(job(tmp_path, "a")), "--host", ssh_host, "--json")
+    assert "a has no autostop bound: its agent stops it at 16.00 CNY, what is left of the month limit" in r.stderr
+    a = json.loads(r.stdout)["job_id"]
     b = submit(ssh_host, job(tmp_path, "b"))["job_id"]
     caps = [status(ssh_host, j)["spec"]["autostop"]["budget"] for j in (a, b)]
     assert caps[0] == 16 and 0 < caps[1] < 16, caps
