@@ -132,6 +132,7 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
     s.add_argument("--wait", type=float, default=STOP_WAIT)
     s.add_argument("--after-checkpoint", metavar="MAX_WAIT", help="stop at the next complete checkpoint (seconds, or auto)")
     s.add_argument("--job-mode", action="store_true", help="as the job file's stop: {mode: ...} says (move)")
+    s.add_argument("--reason", default="stopped by user", help="why, as the job's reason says (the account's budget)")
     s = sub.add_parser("resume")
     s.add_argument("--job", required=True)
     for name in ("sync", "manifest"):

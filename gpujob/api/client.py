@@ -227,7 +227,8 @@ class Client:
         if spec.checkpoint_mirror:  # pull --from mirror and move read it with the host gone (no secret in it)
             again["mirror"] = spec.checkpoint_mirror
         index.record(res["job_id"], target.name, spec.name, **again)
-        record_submit(res, spec, code, again.get("job_file"), overrides, **(link or {}))
+        record_submit(res, spec, code, again.get("job_file"), overrides, **(link or {}),  # the price: the spend counts it
+                      price_per_hour=target.price_per_hour, currency=target.currency)
         return Job(self, res["job_id"], target.name, r.SubmitResult.from_json(res))
 
     def _submit_nodes(self, spec: JobSpec, on_host: Note | None) -> Job:

@@ -7,6 +7,7 @@ import sys
 from typing import Any, Callable, NoReturn
 
 from gpujob.cli.args import PORT, PRICE, address_type, job_ref, number_type, regex_type, table_flags, url_type
+from gpujob.cli.budget import add_parsers as add_budget_parsers
 from gpujob.cli.common import Handler
 from gpujob.cli.dashboard import cmd_ui
 from gpujob.cli.experiments import add_parsers as add_experiment_parsers
@@ -75,7 +76,7 @@ def _did_you_mean(message: str) -> str:
 # ``gpujob --help`` lists the commands by what a user is doing, not in one list of 28
 COMMAND_GROUPS = (
     ("start a job", ("init", "data", "submit")),
-    ("watch it", ("ls", "status", "tail", "plot", "tunnel", "ui", "cost")),
+    ("watch it", ("ls", "status", "tail", "plot", "tunnel", "ui", "cost", "budget")),
     ("act on it", ("stop", "resume", "move", "guard", "pull", "exec", "rm")),
     ("compare and search (the run ledger)", ("runs", "compare", "rerun", "sweep")),
     ("hosts", ("host", "pool", "doctor", "ssh", "gc", "agent-log")),
@@ -333,6 +334,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     s = add("completion", cmd_completion, "print a shell completion script: eval \"$(gpujob completion bash)\"")
     s.add_argument("shell", nargs="?", choices=["bash", "zsh", "fish"])
     s.add_argument("--words", choices=["hosts", "jobs"], help="print host names or job ids, one a line (what the script calls)")
+
+    add_budget_parsers(add, sub)
 
     what = "notify test JOB_FILE: send a test message to each channel of a job's notify: (docs/notifications.md)"
     np_ = sub.add_parser("notify", help=what, description=what)

@@ -15,6 +15,8 @@ _VERB = {
     "mirror_failing": ("\u26a0\ufe0f", "checkpoint mirror failing"),
     "test": ("\U0001f514", "test notification"),
     "disk_release": ("\u23f3", "disk released soon"),
+    "budget": ("\U0001f4b8", "budget limit passed"),  # the account's, from the laptop (gpujob budget)
+    "balance_low": ("\U0001f4b8", "balance low"),
 }
 
 

@@ -38,6 +38,7 @@ from remote.core.spec import JobSpec
 from remote.run.observed import Progress, active_metrics, nvidia_smi_sample, read_gpu_samples, utils_of
 
 KEYS = AUTOSTOP_KEYS
+BUDGET_STOP = "autostop: budget"  # a budget stop waits for the job's next checkpoint (remote/run/supervisor.py)
 # Bounds of the policies' numbers (docs/autostop.md): far above any real value, refusing nan/inf.
 MAX_DURATION = 365 * 86400.0
 
@@ -188,7 +189,7 @@ class AutoStop:
         if c.budget is not None and price:
             cost = rt / 3600.0 * float(price)
             if cost >= c.budget:
-                return "autostop: budget {} {} reached (cost {:.2f})".format(
+                return BUDGET_STOP + " {} {} reached (cost {:.2f})".format(
                     said["budget"], self.spec.currency or "", cost)
         if c.nan_loss and self.files.records:
             bad = loss_is_bad(self.files.records[-1])

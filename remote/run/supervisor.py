@@ -19,6 +19,7 @@ from remote.core import layout, locks, procs
 from remote.core.layout import JobDir, Root, agent_log, now
 from remote.env.jobenv import PATH_PREFIX
 from remote.run import childenv, ckptdir, events, launch, retry, slurmjob
+from remote.run.autostop import BUDGET_STOP
 from remote.run.gpuqueue import take_gpus
 from remote.run.keptcopy import KeptCopy
 from remote.run.processes import Processes
@@ -142,7 +143,8 @@ class Supervisor:
             if reason and self.slurm is not None and self.slurm.is_requeue(reason):  # said before Slurm's SIGKILL
                 self.record.set_state("requeued", reason=reason)
             if reason and reason.startswith("autostop") and not isinstance(by, after.Watch) \
-                    and self.spec.stop.mode == "checkpoint":
+                    and (self.spec.stop.mode == "checkpoint" or reason.startswith(BUDGET_STOP)
+                         and after.saves(self.ckpt_dir(), self.spec.checkpoint.pattern, self.procs.job_pids)):
                 if not after.pending(self.job):  # stop: {mode: checkpoint}: the next checkpoint first
                     req = after.request(self.job, self.spec.stop.max_wait, reason, self.ckpt_dir(),
                                         self.spec.checkpoint.pattern, self.procs.job_pids)

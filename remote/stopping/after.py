@@ -51,6 +51,12 @@ def request(job: JobDir, max_wait: Optional[float], reason: str, ckpt_dir: Optio
     return doc
 
 
+def saves(ckpt_dir: Path, pattern: Optional[str], pids: Any) -> bool:
+    """Whether the job wrote a complete checkpoint: a budget stop then waits for its next one (the money
+    goes on the work since the last save either way); one that never saves would only spend more."""
+    return bool(_complete(ckpt_dir, pattern, pids))
+
+
 def pending(job: JobDir) -> Optional["StopRequest"]:
     try:
         doc = json.loads(job.stop_after.read_text())

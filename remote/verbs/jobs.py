@@ -89,7 +89,7 @@ def stopped(root: Root, job_id: str, wait: float, reason: str = "stopped by user
 
 def stop(root: Root, a: argparse.Namespace) -> Mapping[str, object]:
     after = None if a.after_checkpoint is None else -1.0 if a.after_checkpoint == "auto" else float(a.after_checkpoint)
-    return stopped(root, resolve(root, a.job), a.wait, after_checkpoint=after, job_mode=a.job_mode)
+    return stopped(root, resolve(root, a.job), a.wait, a.reason[:300], after_checkpoint=after, job_mode=a.job_mode)
 
 
 def resume(root: Root, a: argparse.Namespace) -> Mapping[str, object]:

@@ -16,6 +16,7 @@ RANK = {
     "experiments": 2,  # the run ledger, runs, rerun, sweeps (over lab)
     "jobs": 3,  # a job that exists: status, stop, tail, cost, plot
     "power": 4,  # a host switched on and off (asks jobs which are live)
+    "budget": 4,  # the account's limits and balance (stops jobs past a limit; launch asks it before a submit)
     "launch": 5,  # submit, placement (wakes a host), several nodes
     "pools": 5,  # instances made and released on demand (the submit onto one is the api's; guard moves a lost one's job)
     "disks": 5,  # a powered-off host's disk: its release countdown and warnings (over notify and the ledger)

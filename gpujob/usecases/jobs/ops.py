@@ -64,15 +64,16 @@ def once_each(jobs: list[JSONObject], seen: set[tuple[str, str]]) -> list[JSONOb
 
 
 def stop(agent: Agent, job: str, wait: float = STOP_WAIT, after_checkpoint: float | bool | None = None,
-         job_mode: bool = False) -> JSONObject:
+         job_mode: bool = False, reason: str | None = None) -> JSONObject:
     """Stop a job (checkpoint first when its code polls the stop file) and wait for the end;
     ``after_checkpoint``: the next complete checkpoint first (at most that many s; True: twice the
     job's usual interval between checkpoints, else 20 min); ``job_mode``:
-    as the job file's ``stop: {mode}`` says (``move``). The answer names the job's processes that
-    still run (``survivors``)."""
+    as the job file's ``stop: {mode}`` says (``move``); ``reason``: the job's reason instead of "stopped by
+    user" (the account's budget). The answer names the job's processes that still run (``survivors``)."""
     extra = [] if after_checkpoint is None or after_checkpoint is False else \
         ["--after-checkpoint", "auto" if after_checkpoint is True else str(after_checkpoint)]
-    return agent.call("stop", ["--job", job, "--wait", str(wait), *extra, *(["--job-mode"] if job_mode else [])],
+    return agent.call("stop", ["--job", job, "--wait", str(wait), *extra, *(["--job-mode"] if job_mode else []),
+                               *(["--reason", reason] if reason else [])],
                       timeout=wait + 60)
 
 

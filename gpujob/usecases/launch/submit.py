@@ -31,6 +31,10 @@ def submit(
     from gpujob.usecases.launch.runcheck import check_script
 
     check_script(spec.run, spec.workdir, spec.source)  # before a byte is sent
+    if call is None:  # a new job (a move's job was counted when it was submitted)
+        from gpujob.usecases.budget.gate import admit
+
+        spec = admit(spec, host)  # the account's limits: refused with the figures, or capped
     if spec.node_count > 1 and not host.slurm:
         raise GpujobError(f"nodes: {spec.node_count} asks for nodes of a Slurm cluster, and {host.name} is not a "
                           "Slurm host: nothing was sent",

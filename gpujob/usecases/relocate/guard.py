@@ -143,6 +143,7 @@ def guard(refs: list[str], interval: float = 30.0, once: bool = False, note: Not
     moved job is watched on on its new host."""
     left = list(dict.fromkeys(refs))
     outcomes: list[dict] = []
+    from gpujob.usecases.budget.account import guard_pass
     from gpujob.usecases.disks.warn import check as disks_check
     from gpujob.usecases.pools.release import release_due
 
@@ -150,6 +151,7 @@ def guard(refs: list[str], interval: float = 30.0, once: bool = False, note: Not
         for e in release_due(note):  # pool instances past their keep-warm, or half made (docs/pools.md)
             note(e)
         disks_check(note=note)  # powered-off hosts whose platform releases them soon (throttled; docs/power.md)
+        guard_pass(note)  # the account's limits and balance (several jobs together can pass a limit)
         for ref in list(left):
             out = check(ref, time.time(), note)
             if out is not None:

@@ -116,6 +116,9 @@ def test_submit_makes_instances_up_to_max_a_third_waits_and_each_is_released_aft
     assert {h: cost["hosts"][h]["cost"] for h in ("p-1", "p-2")} == {iv["host"]: interval_cost(iv) for iv in spans}
     assert cost["total"]["CNY"] == pytest.approx(sum(interval_cost(iv) or 0 for iv in spans))
     assert not cost["errors"]  # released instances are not asked (their jobs come from the ledger)
+    # the account's spend (gpujob budget) bills the same lives, each once: not their jobs again
+    month = {r["period"]: r for r in json.loads(run_cli("budget", "--json").stdout)["currencies"]["CNY"]}["month"]
+    assert month["spent"] == pytest.approx(sum(interval_cost(iv) or 0 for iv in spans), abs=0.01 * len(spans))
     assert run_cli("pool", "rm", "p").returncode == 0
 
 
