@@ -32,6 +32,15 @@ class Finished:
     seconds: float
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C while a helper command ran: it and its group were ended; ``out``/``err``: what it had printed
+    (a provider's create may have said the id of an instance it made)."""
+
+    def __init__(self, out: str = "", err: str = "") -> None:
+        super().__init__()
+        self.out, self.err = out, err
+
+
 class TimedOut(GpujobError):
     """A helper command did not finish within its limit; it and its process group were ended."""
 
@@ -95,7 +104,8 @@ def run(argv: list[str], timeout: float, what: str, *, env: dict[str, str] | Non
     """Run ``argv`` (its own session, stdin ``input`` or nothing) for at most ``timeout`` seconds.
 
     ``what`` names the command in the error (``power.state of a100``); ``remedy`` is its next step.
-    ``TimedOut`` past the limit; a KeyboardInterrupt ends the command's group too, then goes on up."""
+    ``TimedOut`` past the limit; a KeyboardInterrupt ends the command's group too, then goes on up as
+    ``Interrupted`` with what the command had printed."""
     t0 = time.monotonic()
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=cwd, start_new_session=True)
@@ -131,7 +141,10 @@ def run(argv: list[str], timeout: float, what: str, *, env: dict[str, str] | Non
         rc = proc.wait(timeout=max(0.0, t0 + timeout - time.monotonic()))  # it closed its output but runs on
     except subprocess.TimeoutExpired:
         raise TimedOut(what, timeout, _text(out), _text(err), end_group(proc), remedy) from None
-    except BaseException:  # Ctrl-C: nothing of it goes on behind our back
+    except KeyboardInterrupt:  # Ctrl-C: nothing of it goes on behind our back; what it said goes up with it
+        end_group(proc)
+        raise Interrupted(_text(out), _text(err)) from None
+    except BaseException:
         end_group(proc)
         raise
     finally:

@@ -16,6 +16,7 @@ import sys
 import time
 from typing import Callable
 
+from gpujob import helpercmd
 from gpujob.backoff import delays
 from gpujob.bundle import import_remote
 from gpujob.config import pools
@@ -119,6 +120,12 @@ def _create(pool: Pool, name: str, region: str, gpu: str, say: Note) -> bool:
                         f"{e.remedy}")
             raise
         said, hung = e.said, e  # it printed an id before it hung: that instance is recorded and released below
+    except helpercmd.Interrupted as e:  # Ctrl-C: an id it printed is recorded; the next pool ls or guard releases it
+        ident = provider.read_made(provider.Said(130, e.out, e.err)).id
+        if ident is not None:
+            pools.put(name, id=ident, state="creating", made_at=t0, region=region or None, gpu=gpu or None)
+            say(f"pool {pool.name}: interrupted after create made instance {ident}: gpujob pool ls releases it")
+        raise
     made = provider.read_made(said)
     if made.id is None and made.login is not None and said.rc == 0:
         made.id = f"{made.login.get('hostname')}:{made.login.get('port', 22)}"  # a login line alone names it

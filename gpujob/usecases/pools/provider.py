@@ -77,6 +77,9 @@ def run(pool: Pool, verb: str, instance_id: str | None = None, env: dict[str, st
             f"run it by hand to see where it hangs: {blank(cmd, secrets)[:120]}")
         err.said = Said(124, blank(e.out, secrets), blank(e.err, secrets))
         raise err from None
+    except helpercmd.Interrupted as e:  # Ctrl-C: what it printed goes up (a create's id is recorded)
+        e.out, e.err = blank(e.out, secrets), blank(e.err, secrets)
+        raise
     return Said(res.rc, blank(res.out, secrets), blank(res.err, secrets))
 
 

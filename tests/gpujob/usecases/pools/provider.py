@@ -46,6 +46,7 @@ def create(base: Path) -> int:
                             stdout=subprocess.DEVNULL, stderr=open(d / "sshd.log", "ab"), start_new_session=True)
     (d / "pid").write_text(str(proc.pid))
     print(f"id: {ident}", flush=True)
+    (d / "said-id").touch()  # the id is out: a test may interrupt the submit now
     if (base / "hang-after-id").exists():
         time.sleep(600)
     if (base / "fail-after-id").exists():

@@ -156,6 +156,18 @@ def test_stock_wait_then_a_half_made_instance_is_released_and_a_hung_release_is_
     assert r.returncode != 0 and "create of pool p gave no answer in 2 s" in r.stderr, r.stderr
     assert rows()[-1]["state"] == "released" and not sshd_pids(prov)
 
+    # Ctrl-C while create hangs after its id: the id is recorded, and the next pool ls releases the instance
+    ids_out = len(list(prov.glob("*/said-id")))
+    sub = start_submit(job, tmp_path / "i.json")
+    wait_for(lambda: len(list(prov.glob("*/said-id"))) > ids_out, 30, lambda: (tmp_path / "i.err").read_text())
+    sub.send_signal(signal.SIGINT)
+    assert sub.wait(30) != 0
+    said = (tmp_path / "i.err").read_text()
+    cut = rows()[-1]
+    assert cut["id"] and f"interrupted after create made instance {cut['id']}" in said and "Traceback" not in said, said
+    assert run_cli("pool", "ls").returncode == 0
+    assert rows()[-1]["state"] == "released" and not sshd_pids(prov)
+
     (prov / "hang-after-id").rename(prov / "fail-after-id")
     (prov / "release-hangs").touch()  # it fails after the id, and its release never answers: bounded, said, recorded
     r = run_cli("submit", str(job), "--pool", "p")
