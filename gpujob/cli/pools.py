@@ -63,7 +63,20 @@ def take_instance(args: argparse.Namespace, wait: float | None) -> str:
 
     if args.host:
         raise GpujobError("--pool and --host both name where the job goes", "give one of them; nothing was submitted")
+    _admitted(args)
     return acquire(args.pool, wait=wait, note=_say(args))
+
+
+def _admitted(args: argparse.Namespace) -> None:
+    """The account's limits, before an instance is made for a job they refuse (the submit checks again, and caps)."""
+    from gpujob.config.hosts import Host
+    from gpujob.config.pools import get_pool
+    from gpujob.config.spec import load_spec
+    from gpujob.usecases.budget.gate import admit
+
+    pool = get_pool(args.pool)
+    admit(load_spec(args.job_file, list(args.set or [])),
+          Host(name=pool.name, price_per_hour=pool.price_per_hour, currency=pool.currency))
 
 
 @contextmanager

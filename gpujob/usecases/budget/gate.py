@@ -41,9 +41,23 @@ def job_bound(spec: JobSpec, price: float) -> tuple[float, str] | None:
     return min(bounds) if bounds else None
 
 
+def price_of(host: Host) -> tuple[float | None, str]:
+    """What ``host`` costs an hour: a pool's instance carries no price of its own, its pool's is the one billed."""
+    if host.pool:
+        from gpujob.config.pools import get_pool
+        from gpujob.errors import HostError
+
+        try:
+            pool = get_pool(host.pool)
+        except HostError:  # the pool was removed meanwhile: nothing to bill the job against
+            return None, host.currency
+        return pool.price_per_hour, pool.currency
+    return host.price_per_hour, host.currency
+
+
 def admit(spec: JobSpec, host: Host, now: float | None = None) -> JobSpec:
     """``spec`` as it may go to ``host`` (capped when unbounded), or ``OverBudget`` with the figures."""
-    price, cur = host.price_per_hour, host.currency
+    price, cur = price_of(host)
     budget = load_budget()
     limits = {p: v for p in PERIODS if (v := budget.limit(cur, p)) is not None}
     if not price or not limits:

@@ -119,6 +119,12 @@ def test_submit_makes_instances_up_to_max_a_third_waits_and_each_is_released_aft
     # the account's spend (gpujob budget) bills the same lives, each once: not their jobs again
     month = {r["period"]: r for r in json.loads(run_cli("budget", "--json").stdout)["currencies"]["CNY"]}["month"]
     assert month["spent"] == pytest.approx(sum(interval_cost(iv) or 0 for iv in spans), abs=0.01 * len(spans))
+    # a job the month's limit refuses is refused before an instance is made for it (at the pool's price)
+    assert run_cli("budget", "set", "--month", "5").returncode == 0
+    long = write_job(tmp_path, "long", "print(1)\n", "python main.py", autostop={"max_runtime": "1h"})
+    r = run_cli("submit", str(long), "--pool", "p")
+    assert r.returncode == 2 and "would pass the month limit" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert len(rows()) == 2 and not sshd_pids(prov)
     assert run_cli("pool", "rm", "p").returncode == 0
 
 
