@@ -69,6 +69,13 @@ class Sshd:
         return f"ssh -p {self.port} {os.environ.get('USER', 'root')}@127.0.0.1"
 
 
+# The sessions' shell as this image's .bashrc leaves it, without running it: bash sources ~/.bashrc for a
+# command sshd runs only at shell level 1 (SHLVL=1 makes it 2), and this image's runs `pyenv init`
+# (0.2 s of CPU a login, a rehash lock shared by all) and puts pyenv's shims first (0.1 s a `python`);
+# the interpreter's own folder first instead. A test of login files sets its own HOME and SHLVL.
+LOGIN_ENV = {"SHLVL": "1", "PATH": f"{Path(sys.executable).parent}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+
+
 def start_sshd(base: Path, host_key: Path | None = None, port: int | None = None, max_sessions: int = 50,
                tcp_forwarding: bool = True, set_env: dict[str, str] | None = None, extra: str = "") -> Sshd:
     """Start sshd on 127.0.0.1 with its own host key and authorized_keys file. ``set_env``: more
@@ -87,7 +94,8 @@ def start_sshd(base: Path, host_key: Path | None = None, port: int | None = None
     ak.chmod(0o600)
     port = port or free_port()
     cfg = base / "sshd_config"
-    env = " ".join(f"{k}={v}" for k, v in (set_env or {}).items())
+    login = {} if "HOME" in (set_env or {}) else LOGIN_ENV  # a HOME of the test's own: its login files are the point
+    env = " ".join(f"{k}={v}" for k, v in {**login, **(set_env or {})}.items())
     cfg.write_text(
         (extra.strip() + "\n" if extra.strip() else "") +
         f"Port {port}\nListenAddress 127.0.0.1\nHostKey {host_key}\nAuthorizedKeysFile {ak}\n"
@@ -95,10 +103,8 @@ def start_sshd(base: Path, host_key: Path | None = None, port: int | None = None
         "KbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\n"
         f"AllowTcpForwarding {'yes' if tcp_forwarding else 'no'}\n"
         f"ClientAliveInterval 0\nMaxSessions {max_sessions}\nMaxStartups 50\n"
-        # login shells of this image run `pyenv rehash`, which waits up to 60 s on a lock
-        # when many sessions start at once
         # OMP_NUM_THREADS: as in `isolated`, for the jobs this host runs
-        f"SetEnv PYENV_REHASH_TIMEOUT=1 OMP_NUM_THREADS=1 {env}\nLogLevel ERROR\n"
+        f"SetEnv OMP_NUM_THREADS=1 {env}\nLogLevel ERROR\n"
     )
     Path("/run/sshd").mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(cfg)], stderr=open(base / "sshd.log", "ab"))

@@ -51,7 +51,8 @@ def main() -> int:
             f"Port {port}\nListenAddress {conf['addr']}\nHostKey {d / 'hostkey'}\nAuthorizedKeysFile {d / 'authorized_keys'}\n"
             f"PidFile {d / 'sshd.pid'}\nStrictModes no\nUsePAM no\nPasswordAuthentication no\n"
             "PermitRootLogin prohibit-password\nMaxSessions 50\nMaxStartups 50\n"
-            "SetEnv PYENV_REHASH_TIMEOUT=1\nLogLevel ERROR\n")
+            # the sessions' shell as tests/conftest.py LOGIN_ENV leaves it (no pyenv init a login)
+            f"SetEnv SHLVL=1 PATH={Path(sys.executable).parent}:/usr/bin:/bin\nLogLevel ERROR\n")
         Path("/run/sshd").mkdir(parents=True, exist_ok=True)
         # boots a second later: sshd daemonizes inside the namespace (ip netns pids finds it)
         subprocess.Popen(["bash", "-c", f"sleep 1; exec ip netns exec {conf['ns']} {conf['sshd']} -f {cfg} -E {d / 'sshd.log'}"],

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, Sshd, run_cli, stop_sshd
+from tests.conftest import LOGIN_ENV, REPO, Sshd, run_cli, stop_sshd
 from tests.helpers import job_processes, needs, submit, wait_state
 
 DDP = REPO / "tests" / "remote" / "run" / "ddp_job"
@@ -105,9 +105,7 @@ def _sshd_in(ns: str, addr: str, base: Path) -> Sshd:
         f"Port 22\nListenAddress {addr}\nHostKey {key}\nAuthorizedKeysFile {ak}\nPidFile {base / 'pid'}\n"
         "StrictModes no\nUsePAM no\nPasswordAuthentication no\nPermitRootLogin prohibit-password\n"
         "MaxSessions 50\nMaxStartups 50\n"
-        # login shells of this image run `pyenv rehash`, which waits up to 60 s on a lock
-        # when many sessions start at once
-        "SetEnv PYENV_REHASH_TIMEOUT=1 OMP_NUM_THREADS=1\nLogLevel ERROR\n")
+        "SetEnv OMP_NUM_THREADS=1 " + " ".join(f"{k}={v}" for k, v in LOGIN_ENV.items()) + "\nLogLevel ERROR\n")
     Path("/run/sshd").mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen(["ip", "netns", "exec", ns, SSHD, "-D", "-e", "-f", str(cfg)],
                             stderr=open(base / "sshd.log", "ab"))
