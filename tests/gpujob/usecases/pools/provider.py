@@ -39,7 +39,8 @@ def create(base: Path) -> int:
         f"Port {port}\nListenAddress 127.0.0.1\nHostKey {d / 'host_key'}\nAuthorizedKeysFile {ak}\n"
         f"PidFile {d / 'sshd.pid'}\nStrictModes no\nUsePAM no\nPasswordAuthentication no\n"
         "KbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\nMaxSessions 50\nMaxStartups 50\n"
-        "SetEnv PYENV_REHASH_TIMEOUT=1 OMP_NUM_THREADS=1\nLogLevel ERROR\n")
+        # the sessions' shell as tests/conftest.py LOGIN_ENV leaves it (no pyenv init a login)
+        f"SetEnv OMP_NUM_THREADS=1 SHLVL=1 PATH={Path(sys.executable).parent}:/usr/bin:/bin\nLogLevel ERROR\n")
     (d / "env").write_text(f"{os.environ.get('GPUJOB_REGION', '')} {os.environ.get('GPUJOB_GPU', '')}\n")
     Path("/run/sshd").mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(d / "sshd_config")], stdin=subprocess.DEVNULL,
