@@ -23,13 +23,13 @@ if verb != "bench" or mode == "real":
 link = "[link=https://evil.example/]99[/link]"
 DOCS = {{"shape": '{{"at": 1, "warnings": 5, "gpus": 7}}',
         "markup": '{{"at": 1, "warnings": [], "gpus": [{{"index": 0, "name": "A100", "bf16_pct": "%s"}}]}}' % link,
-        "huge": '{{"at": 1, "warnings": ["%s"]}}' % ("x" * (12 << 20))}}
+        "huge": '{{"at": 1, "warnings": ["%s"]}}' % ("x" * (2 << 20))}}
 sys.stdout.write(DOCS[mode] + "\n")
 '''
 LINK = "[link=https://evil.example/]99[/link]"
 BAD_KEPT = {"shape": {"at": 1, "warnings": 5, "gpus": 7},
             "markup": {"at": 1, "warnings": [], "gpus": [{"index": 0, "name": "A100", "bf16_pct": LINK}]},
-            "huge": {"at": 1, "warnings": ["x" * (12 << 20)]}}
+            "huge": {"at": 1, "warnings": ["x" * (2 << 20)]}}
 ENV = {"GPUJOB_MUX": "0", "GPUJOB_PREFLIGHT": "0"}
 
 
