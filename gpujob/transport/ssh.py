@@ -597,9 +597,12 @@ class SSHTransport(Transport):
 
     def run(self, cmd: str, input: bytes | None = None, timeout: float | None = None, limit: int | None = None) -> Result:
         chan = self._exec(cmd)
-        if input:
-            chan.sendall(input)
-        chan.shutdown_write()
+        try:
+            if input:
+                chan.sendall(input)
+            chan.shutdown_write()
+        except OSError:  # it ended before reading its input (an agent not installed yet says so at once): its answer says why
+            pass
         out, err = bytearray(), bytearray()
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
