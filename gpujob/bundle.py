@@ -126,15 +126,21 @@ def _content_version(files: list[tuple[str, str]], version: str) -> str:
     return f"{version}-{h.hexdigest()[:10]}"
 
 
+BUNDLE_END = ".bundle-whole"  # the bundle's last member
+
+
 def bundle_tar() -> bytes:
     """The bundle as an uncompressed tar (a few dozen KB)."""
     import io
     import tarfile  # only an agent's install packs it: status and ls, which import this module, never do
 
     buf = io.BytesIO()
+    members = [(name, path.read_bytes()) for name, path in bundle_files().items()]
+    # last: the install takes the tree as whole only with it (tar ends without an error when its input is
+    # cut between two members, as when the laptop is killed mid-upload)
+    members.append((BUNDLE_END, b"whole\n"))
     with tarfile.open(fileobj=buf, mode="w") as tar:
-        for name, path in bundle_files().items():
-            data = path.read_bytes()
+        for name, data in members:
             info = tarfile.TarInfo(name)
             info.size = len(data)
             info.mode = 0o644

@@ -13,7 +13,7 @@ import sys
 from contextlib import AbstractContextManager
 from typing import Any, Callable
 
-from gpujob.bundle import bundle_tar, bundle_version, import_remote
+from gpujob.bundle import BUNDLE_END, bundle_tar, bundle_version, import_remote
 from gpujob.errors import ConnectError, GpujobError, JobNotFound, RemoteError, link_cut
 from gpujob.transport import replies
 from gpujob.transport.base import Result, Stream, Transport
@@ -87,7 +87,9 @@ class Agent:
             + 'if command -v "$p" >/dev/null 2>&1 && "$p" -c "import sys; sys.exit(0 if sys.version_info >= (3, 8) else 1)" '
             + '>/dev/null 2>&1; then PY=$("$p" -c "import sys; print(sys.executable)"); break; fi; done; '
             + f'if [ -z "$PY" ]; then echo gpujob-no-python >&2; exit {NO_PYTHON}; fi; '
-            + f'mkdir -p "$T" && tar -x -C "$T" && echo "$PY" > "$T/python" || exit {CANT_WRITE}; '
+            # the bundle's last member there, or the upload was cut (tar ends well between two members)
+            + f'mkdir -p "$T" && tar -x -C "$T" && [ -f "$T/{BUNDLE_END}" ] && echo "$PY" > "$T/python" '
+            + f'|| {{ rm -rf "$T"; exit {CANT_WRITE}; }}; '
             # bytecode now: every agent command would otherwise compile its modules again wherever
             # PYTHONDONTWRITEBYTECODE is set or the folder is read-only later (about 0.1 s a start)
             + '"$PY" -S -m compileall -q "$T/remote" "$T/runtime" >/dev/null 2>&1; '

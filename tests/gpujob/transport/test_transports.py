@@ -101,3 +101,28 @@ def test_kept_agent_call_only_on_the_kept_connection(transport, tmp_path: Path) 
             assert transport.serve_call(agent.command("serve"), ["hello"], 30) is None
         doc = agent.call("hello")  # served by the kept agent, or a command of its own
         assert doc["protocol"] and (tmp_path / "root" / "agent" / agent.version / "ok").exists()
+
+
+def test_an_agent_upload_cut_between_two_members_installs_nothing(tmp_path: Path) -> None:
+    """A laptop killed mid-upload cuts the bundle's stream; tar ends without an error when the cut falls
+    between two members, and that half tree was once marked installed: every later command then failed
+    (No module named 'remote.core'). The install takes the tree only with the bundle's last member."""
+    import io
+    import tarfile
+
+    from gpujob.bundle import BUNDLE_END, bundle_tar
+    from gpujob.transport import Endpoint, connect
+    from gpujob.transport.agent import Agent
+
+    whole = bundle_tar()
+    with tarfile.open(fileobj=io.BytesIO(whole)) as tar:
+        members = tar.getmembers()
+    assert members[-1].name == BUNDLE_END
+    agents = tmp_path / "root" / "agent"
+    with Agent(connect(Endpoint(name="local", kind="local", root=str(tmp_path / "root")))) as agent:
+        for m in members[1:6]:  # cut at a member's header: tar itself says nothing is wrong
+            res = agent.t.run(agent._install_command(), input=whole[:m.offset], timeout=60)
+            assert res.rc != 0 and not (agents / agent.version / "ok").exists(), m.name
+            assert not list(agents.glob("*.tmp.*"))  # the half tree is gone too
+        assert agent.call("hello")["protocol"]  # the next command installs the whole bundle and is answered
+    assert (agents / agent.version / "remote" / "core").is_dir()
