@@ -22,27 +22,20 @@ class BalanceError(GpujobError):
     """The balance command failed, hung, or printed no number as its last line."""
 
 
-def _blank(text: str, secrets: dict[str, str]) -> str:
-    for v in secrets.values():
-        if len(v) >= 4:
-            text = text.replace(v, "***")
-    return text
-
-
 def read_balance(cmd: str, timeout: float = BALANCE_TIMEOUT_S) -> float:
     """The number the command prints last (``1,234.5``, ``¥ 88.10`` and ``88.1 CNY`` read as numbers)."""
-    from gpujob.usecases.secrets.file import secrets_from_env
+    from gpujob.usecases.secrets.file import blank, secrets_from_env
 
     secrets = secrets_from_env(None)
     try:
         res = helpercmd.run(["bash", "-c", cmd], timeout, "the balance command", env={**os.environ, **secrets},
                             remedy=REMEDY)
     except helpercmd.TimedOut as e:
-        raise BalanceError(_blank(e.cause, secrets), REMEDY) from None
-    lines = [x.strip() for x in _blank(res.out, secrets).splitlines() if x.strip()]
+        raise BalanceError(blank(e.cause, secrets), REMEDY) from None
+    lines = [x.strip() for x in blank(res.out, secrets).splitlines() if x.strip()]
     last = lines[-1] if lines else ""
     if res.rc != 0:
-        said = (_blank(res.err, secrets).strip() or last).splitlines()[-3:]
+        said = (blank(res.err, secrets).strip() or last).splitlines()[-3:]
         raise BalanceError(f"the balance command failed (exit {res.rc}): {' | '.join(said)[:300] or 'no output'}",
                            REMEDY)
     found = re.fullmatch(r"[^\d\-+.]*([-+]?\d[\d,]*(?:\.\d+)?)\s*[A-Za-z\u00a5\u5143$]*", last)

@@ -15,6 +15,7 @@ from gpujob import helpercmd
 from gpujob.config.hosts import LOCAL, Host, SshTarget, parse_ssh_target
 from gpujob.errors import GpujobError, HostError
 from gpujob.transport import replies
+from gpujob.usecases.secrets.file import blank
 
 VERBS = ("on", "off", "state", "address")
 # an ``on`` command says "no GPU free to start it" by exiting 75 (EX_TEMPFAIL) or by printing a line that
@@ -60,26 +61,10 @@ class Answer:
 
 def secrets_env() -> dict[str, str]:
     """The secrets file's entries: what a provider's command gets in its environment (pools too)."""
-    return _secrets()
-
-
-def blank(text: str, secrets: dict[str, str]) -> str:
-    """``text`` with the secrets' values as ``***`` (a command's output before it is shown)."""
-    return _blank(text, secrets)
-
-
-def _secrets() -> dict[str, str]:
     from gpujob.usecases.secrets.file import default_secrets_file, read_secrets_file
 
     path = default_secrets_file()
     return read_secrets_file(path) if path.is_file() else {}
-
-
-def _blank(text: str, secrets: dict[str, str]) -> str:
-    for v in secrets.values():
-        if len(v) >= 4:
-            text = text.replace(v, "***")
-    return text
 
 
 def command(host: Host, verb: str) -> str:
@@ -98,7 +83,7 @@ def run(host: Host, verb: str, timeout: float = COMMAND_TIMEOUT_S) -> Answer:
     """Run ``power.VERB`` under bash on this machine, at most ``timeout`` s (then it is ended with its
     process group: ``PowerTimedOut``); its answer, secrets blanked."""
     cmd = command(host, verb)
-    secrets = _secrets()
+    secrets = secrets_env()
     env = {**os.environ, **secrets, "GPUJOB_HOST": host.name}
     try:
         res = helpercmd.run(["bash", "-c", cmd], timeout, f"power.{verb} of {host.name}", env=env)
@@ -106,10 +91,10 @@ def run(host: Host, verb: str, timeout: float = COMMAND_TIMEOUT_S) -> Answer:
         left = f" (pid {', '.join(map(str, e.survivors))} still there after SIGKILL)" if e.survivors else ""
         raise PowerTimedOut(
             f"power.{verb} of {host.name} gave no answer in {timeout:.3g} s and was ended with its processes{left}: "
-            f"{_blank(cmd, secrets)[:120]}",
+            f"{blank(cmd, secrets)[:120]}",
             f"run it by hand to see where it hangs; gpujob host {'on' if verb == 'address' else verb} {host.name} "
             f"gives it {COMMAND_TIMEOUT_S:.0f} s (GPUJOB_POWER_COMMAND_TIMEOUT)") from None
-    return Answer(verb, res.rc, _blank(res.out, secrets), _blank(res.err, secrets), res.seconds)
+    return Answer(verb, res.rc, blank(res.out, secrets), blank(res.err, secrets), res.seconds)
 
 
 def _failed(host: Host, a: Answer) -> PowerError:

@@ -79,3 +79,11 @@ def secrets_from_env(names: Iterable[str] | None, secrets_file: str | Path | Non
         elif n in from_file:
             out[n] = from_file[n]
     return out
+
+
+def blank(text: str, secrets: dict[str, str]) -> str:
+    """``text`` with the secrets' values as ``***`` (a helper command's output before it is shown)."""
+    for v in secrets.values():
+        if len(v) >= 4:
+            text = text.replace(v, "***")
+    return text
