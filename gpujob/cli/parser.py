@@ -7,7 +7,6 @@ import sys
 from typing import Any, Callable, NoReturn
 
 from gpujob.cli.args import PORT, PRICE, address_type, job_ref, number_type, regex_type, table_flags, url_type
-from gpujob.cli.budget import add_parsers as add_budget_parsers
 from gpujob.cli.common import Handler
 from gpujob.cli.dashboard import cmd_ui
 from gpujob.cli.experiments import add_parsers as add_experiment_parsers
@@ -335,7 +334,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     s.add_argument("shell", nargs="?", choices=["bash", "zsh", "fish"])
     s.add_argument("--words", choices=["hosts", "jobs"], help="print host names or job ids, one a line (what the script calls)")
 
-    add_budget_parsers(add, sub)
+    if sub.only in (None, "budget"):  # its module reads the budget's settings module: only where it is parsed
+        from gpujob.cli.budget import add_parsers as add_budget_parsers
+
+        add_budget_parsers(add, sub)
 
     what = "notify test JOB_FILE: send a test message to each channel of a job's notify: (docs/notifications.md)"
     np_ = sub.add_parser("notify", help=what, description=what)
