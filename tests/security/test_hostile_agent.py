@@ -80,6 +80,13 @@ def _daemon_hwm(mux_dir: Path) -> int | None:
     return None
 
 
+def _set_mode(mode: Path, m: str) -> None:
+    """Atomically: the kept daemon may start the hostile program while the mode is being written."""
+    tmp = mode.with_suffix(".new")
+    tmp.write_text(m)
+    os.replace(tmp, mode)
+
+
 @pytest.mark.slow
 def test_a_hostile_agent_gets_exit_3_and_bounded_memory(ssh_host: str, tmp_path: Path, mux_dir: Path) -> None:
     r = run_cli("ls", "--host", ssh_host, env_extra={"GPUJOB_MUX": "0"})  # installs the real agent
@@ -99,12 +106,12 @@ def test_a_hostile_agent_gets_exit_3_and_bounded_memory(ssh_host: str, tmp_path:
     rss: dict[str, int] = {}
     for env, how in ((direct, "direct"), (kept, "kept")):
         if how == "kept":  # a first command starts the daemon as it exits; then every call goes through it
-            mode.write_text("shape")
+            _set_mode(mode, "shape")
             run_cli("ls", "--host", ssh_host, env_extra=kept)
             wait_for(lambda: list(mux_dir.glob("*.sock")), 30, "the kept connection's socket")
             wait_for(lambda: _daemon_hwm(mux_dir), 30, "the kept connection's daemon")
         for m in ("shape", "shape2", "deep", "silent", "huge"):
-            mode.write_text(m)
+            _set_mode(mode, m)
             before = _daemon_hwm(mux_dir) if how == "kept" else None
             t0 = time.monotonic()
             r, peak = _cli("ls", "--host", ssh_host, env=env)

@@ -5,15 +5,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import pytest
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "remote" / "ckpt"))
 import checkpoints  # noqa: E402
 
+from tests.helpers import needs  # noqa: E402
 from tests.train_helpers import TEMPLATES, config_line, finish, job_env, metrics, run, runtime_dir, start  # noqa: E402
 
-pytest.importorskip("transformers")
-pytest.importorskip("datasets")
+needs("transformers", "datasets")  # without importing them at collection: seconds of CPU in every worker
 
 SCRIPT = TEMPLATES / "causal-lm" / "train.py"
 COMMON = ["--block-size", "64", "--max-steps", "8", "--save-steps", "4", "--logging-steps", "1", "--seed", "5"]

@@ -7,15 +7,13 @@ import signal
 import sys
 from pathlib import Path
 
-import pytest
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "remote" / "ckpt"))
 import checkpoints  # noqa: E402
 
-from tests.helpers import wait_for  # noqa: E402
+from tests.helpers import needs, wait_for  # noqa: E402
 from tests.train_helpers import TEMPLATES, config_line, finish, job_env, metrics, run, runtime_dir, start  # noqa: E402
 
-pytest.importorskip("torch")
+needs("torch")  # without importing it at collection: seconds of CPU in every worker
 
 SCRIPT = TEMPLATES / "seq-cls" / "train.py"
 COMMON = ["--epochs", "2", "--max-length", "48", "--save-steps", "4", "--seed", "3"]

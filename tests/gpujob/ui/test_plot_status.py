@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from tests.conftest import REPO, run_cli
-from tests.helpers import EXAMPLE, needs, submit, wait_state, write_job
+from tests.helpers import EXAMPLE, needs, submit, wait_for, wait_state, write_job
 
 PROGRESS = """
 import json, os, time
@@ -48,13 +48,14 @@ def test_status_shows_rate_eta_eval_and_gpu(tmp_path: Path) -> None:
     job = write_job(tmp_path, "progress", PROGRESS, "python main.py")
     job_id = submit("local", job)["job_id"]
     jdir = tmp_path / "local-root" / "jobs" / job_id
-    deadline = time.time() + 60
     st: dict = {}
-    while time.time() < deadline:  # a moment while it runs, past the first eval
-        st = json.loads(run_cli("status", job_id, "--host", "local", "--json").stdout)
-        if st["state"] == "running" and (st.get("latest_metrics") or {}).get("step", 0) >= 25:
-            break
-        time.sleep(0.3)
+
+    def past_first_eval() -> bool:  # a moment while it runs
+        st.clear()
+        st.update(json.loads(run_cli("status", job_id, "--host", "local", "--json").stdout))
+        return st["state"] != "running" or (st.get("latest_metrics") or {}).get("step", 0) >= 25
+
+    wait_for(past_first_eval, 60, lambda: str(st.get("state")), interval=0.3)
     assert st["state"] == "running", st["state"]
     assert st["max_steps"] == 120 and st["steps_per_s"] > 1
     assert st["eta_s"] is not None and 0 < st["eta_s"] < 120

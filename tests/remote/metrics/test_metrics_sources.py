@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import shutil
 import struct
-import time
 import zlib
 from pathlib import Path
 
@@ -20,7 +19,7 @@ import pytest
 from remote.metrics import tfevents
 from remote.metrics.logparse import LogParser
 from tests.conftest import REPO, run_cli
-from tests.helpers import needs, submit, wait_state
+from tests.helpers import needs, submit, wait_for, wait_state
 
 FIXTURES = REPO / "tests" / "remote" / "metrics" / "data" / "logs"
 SCRIPTS = REPO / "tests" / "remote" / "metrics" / "data" / "scripts"
@@ -251,15 +250,16 @@ def _job(tmp_path: Path, name: str, script: Path, run: str, **extra: object) -> 
 
 
 def _running_status(host: str, job_id: str, ok, timeout: float = 90) -> dict:
-    deadline = time.time() + timeout
     st: dict = {}
-    while time.time() < deadline:
-        st = json.loads(run_cli("status", job_id, "--host", host, "--json").stdout)
-        if st["state"] == "running" and ok(st):
-            return st
+
+    def seen() -> bool:  # wait_for spaces the looks by what each costs: a CLI call is CPU the job needs
+        st.clear()
+        st.update(json.loads(run_cli("status", job_id, "--host", host, "--json").stdout))
         assert st["state"] in ("queued", "running"), st
-        time.sleep(0.3)
-    raise AssertionError(f"never saw it: {json.dumps(st)[:2000]}")
+        return st["state"] == "running" and bool(ok(st))
+
+    wait_for(seen, timeout, lambda: f"never saw it: {json.dumps(st)[:2000]}", interval=0.3)
+    return st
 
 
 def test_a_job_that_only_prints_shows_loss_rate_eta_plots_and_notifies(ssh_host: str, tmp_path: Path, hook) -> None:

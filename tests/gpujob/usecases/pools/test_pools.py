@@ -7,6 +7,7 @@ boundary a real provider's command line has. Jobs are one-liners: the instance's
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -205,7 +206,7 @@ while True:
 
 
 def test_a_job_whose_instance_is_lost_goes_on_on_a_new_instance_of_the_pool(tmp_path: Path, prov: Path) -> None:
-    from tests.conftest import _descendants, kill_job_processes
+    from tests.conftest import _descendants, job_processes_under
 
     add_pool(tmp_path, prov, "--price-per-hour", "36")
     (prov / "json").touch()  # create answers in JSON; each instance has a disk (root) of its own
@@ -216,10 +217,20 @@ def test_a_job_whose_instance_is_lost_goes_on_on_a_new_instance_of_the_pool(tmp_
     first = rows()[0]
     wait_for(lambda: (shared / job_id / "step-1" / ".gpujob-complete").exists(), 60, "the job's checkpoint")
 
-    sshd = sshd_pids(prov)[first["id"]]  # the provider lost the instance: its sshd and sessions, the job
-    for pid in [sshd, *_descendants(sshd)]:
-        os.kill(pid, signal.SIGKILL)
-    kill_job_processes(prov / first["id"] / "root")
+    # the provider lost the instance: its sshd, sessions and job end at one instant. Frozen first, so
+    # that no session forked meanwhile reads (or the supervisor writes) a record the lost box never had
+    frozen: set[int] = set()
+    todo = [sshd_pids(prov)[first["id"]]]
+    while todo:
+        for pid in todo:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+        frozen.update(todo)
+        below = {c for p in frozen for c in _descendants(p)} | set(job_processes_under(prov / first["id"] / "root"))
+        todo = sorted(below - frozen)
+    for pid in frozen:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
     outcomes: list[dict] = []
 
     def moved() -> bool:  # a first look sees it silent, one a second later moves the job
