@@ -8,6 +8,7 @@ import logging
 import os
 import select
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -226,6 +227,10 @@ class _QuietFinal:
     under the command's clear error."""
 
     def __del__(self) -> None:
+        if sys.is_finalizing():
+            # at exit a daemon thread (the stderr pump, still draining a flood) can be frozen holding
+            # the channel's lock, and close() would wait on it forever; the process's end closes the socket
+            return
         try:
             self.close()  # type: ignore[attr-defined]
         except (ValueError, OSError, EOFError, paramiko.SSHException):

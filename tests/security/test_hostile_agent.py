@@ -6,6 +6,7 @@ kept (multiplexed) one. The program is put where the agent's interpreter is reco
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -55,8 +56,17 @@ def _cli(*args: str, env: dict[str, str], timeout: float = 60) -> tuple[subproce
                "sys.stderr.write('MAXRSS %d\\n' % resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); "
                "sys.exit(r.returncode)")
     full = dict(os.environ, PYTHONPATH=str(REPO), **env)
-    r = subprocess.run([sys.executable, "-c", wrapper, sys.executable, "-m", "gpujob.cli", *args],
-                       capture_output=True, text=True, timeout=timeout, env=full, stdin=subprocess.DEVNULL)
+    # a session of its own: past the timeout the command is killed with its wrapper, never left behind
+    with subprocess.Popen([sys.executable, "-c", wrapper, sys.executable, "-m", "gpujob.cli", *args], text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=full, stdin=subprocess.DEVNULL,
+                          start_new_session=True) as p:
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.communicate()
+            raise
+    r = subprocess.CompletedProcess(p.args, p.returncode, out, err)
     rss = int(r.stderr.rsplit("MAXRSS ", 1)[1].split()[0]) * 1024
     r.stderr = r.stderr.rsplit("MAXRSS ", 1)[0]
     return r, rss
