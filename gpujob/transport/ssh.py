@@ -226,14 +226,17 @@ class _QuietFinal:
     error's traceback), its buffer can be finalized first and paramiko's flush then raised a trace
     under the command's clear error."""
 
-    def __del__(self) -> None:
-        if sys.is_finalizing():
+    # bound now: at exit, module globals (sys, paramiko) are already None when a finalizer runs
+    _QUIET = (ValueError, OSError, EOFError, paramiko.SSHException)
+
+    def __del__(self, _finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
+        if _finalizing():
             # at exit a daemon thread (the stderr pump, still draining a flood) can be frozen holding
             # the channel's lock, and close() would wait on it forever; the process's end closes the socket
             return
         try:
             self.close()  # type: ignore[attr-defined]
-        except (ValueError, OSError, EOFError, paramiko.SSHException):
+        except self._QUIET:
             pass
 
 
