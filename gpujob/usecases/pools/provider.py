@@ -17,8 +17,8 @@ from gpujob import helpercmd
 from gpujob.config.hosts import SshTarget, parse_ssh_target
 from gpujob.config.pools import Pool
 from gpujob.errors import GpujobError, HostError
-from gpujob.usecases.power.commands import STOCK_OUT, STOCK_OUT_RC, secrets_env
-from gpujob.usecases.secrets.file import blank
+from gpujob.usecases.power.commands import STOCK_OUT, STOCK_OUT_RC
+from gpujob.usecases.secrets.file import blank, secrets_env
 
 TIMEOUT_S = float(os.environ.get("GPUJOB_POOL_COMMAND_TIMEOUT", "300"))
 # an id the command printed on a line of its own, before any later failure (kept: the instance is released)

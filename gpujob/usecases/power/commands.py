@@ -15,7 +15,7 @@ from gpujob import helpercmd
 from gpujob.config.hosts import LOCAL, Host, SshTarget, parse_ssh_target
 from gpujob.errors import GpujobError, HostError
 from gpujob.transport import replies
-from gpujob.usecases.secrets.file import blank
+from gpujob.usecases.secrets.file import blank, secrets_env
 
 VERBS = ("on", "off", "state", "address")
 # an ``on`` command says "no GPU free to start it" by exiting 75 (EX_TEMPFAIL) or by printing a line that
@@ -57,14 +57,6 @@ class Answer:
     def last_line(self) -> str:
         lines = [x.strip() for x in self.out.splitlines() if x.strip()]
         return lines[-1] if lines else ""
-
-
-def secrets_env() -> dict[str, str]:
-    """The secrets file's entries: what a provider's command gets in its environment (pools too)."""
-    from gpujob.usecases.secrets.file import default_secrets_file, read_secrets_file
-
-    path = default_secrets_file()
-    return read_secrets_file(path) if path.is_file() else {}
 
 
 def command(host: Host, verb: str) -> str:

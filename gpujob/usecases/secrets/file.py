@@ -87,3 +87,9 @@ def blank(text: str, secrets: dict[str, str]) -> str:
         if len(v) >= 4:
             text = text.replace(v, "***")
     return text
+
+
+def secrets_env() -> dict[str, str]:
+    """The secrets file's entries: what a provider's command (power, pools) gets in its environment."""
+    path = default_secrets_file()
+    return read_secrets_file(path) if path.is_file() else {}
