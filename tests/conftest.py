@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.bytecode import share_bytecode
+from tests.pyenvlock import drop_stale_lock, sweep_in_background
 from tests.schedule import pytest_collection_modifyitems, pytest_configure  # noqa: F401 - the parallel run's order
 
 REPO = Path(__file__).resolve().parent.parent
@@ -25,6 +26,8 @@ REPO = Path(__file__).resolve().parent.parent
 # be interrupted. The tests' processes get the disposition a terminal user's have.
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+if not os.environ.get("PYTEST_XDIST_WORKER"):
+    sweep_in_background()  # one sweeper for the run, in the controller (tests/pyenvlock.py)
 share_bytecode()  # before xdist starts its workers: they and every process they start share it
 # one compute thread a process (torch, numpy, tokenizers) for every process of the run, the fixtures'
 # servers and the workers themselves included: four workers on two cores, each process's second thread
@@ -147,22 +150,7 @@ def stop_sshd(s: Sshd) -> None:
         deadline = time.time() + 1.0
         while sig == 15 and time.time() < deadline and any(pid_alive(p) for p in sessions):
             time.sleep(0.05)
-    _drop_stale_pyenv_lock()
-
-
-def _drop_stale_pyenv_lock() -> None:
-    """This image's login shells run `pyenv rehash` under a lock file; a shell killed meanwhile
-    leaves it, and every later login shell then waits and complains (see .ci/run)."""
-    lock = Path(os.environ.get("PYENV_ROOT", str(Path.home() / ".pyenv"))) / "shims" / ".pyenv-shim"
-    if not lock.exists():
-        return
-    for d in os.listdir("/proc"):
-        try:
-            if d.isdigit() and b"pyenv-rehash" in Path(f"/proc/{d}/cmdline").read_bytes():
-                return  # a rehash is running: its lock is live
-        except OSError:
-            continue
-    lock.unlink(missing_ok=True)
+    drop_stale_lock(settle_s=0)  # its sessions just ended: no rehash of theirs is live
 
 
 def job_processes_under(folder: Path) -> set[int]:

@@ -267,7 +267,7 @@ def test_placement_skips_a_busy_host_and_one_that_does_not_answer(two_hosts: tup
     HostStore().save(Host(name="gone", hostname="127.0.0.1", port=free_port(), user="root", connect_timeout=2))
     job = write_job(tmp_path, "place", "print('placed')\n", "python main.py", gpus=1, host=["gone", "a", "b"])
     r = run_cli("submit", str(job), "--json")
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, r.stdout + r.stderr
     res = json.loads(r.stdout)
     assert res["host"] == "b"
     why = {s["host"]: s["why"] for s in res["skipped"]}
