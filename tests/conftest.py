@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.bytecode import share_bytecode
-from tests.pyenvlock import drop_stale_lock, sweep_in_background
+from tests.pyenvlock import sweep_in_background
 from tests.schedule import pytest_collection_modifyitems, pytest_configure  # noqa: F401 - the parallel run's order
 
 REPO = Path(__file__).resolve().parent.parent
@@ -76,7 +76,10 @@ class Sshd:
 # command sshd runs only at shell level 1 (SHLVL=1 makes it 2), and this image's runs `pyenv init`
 # (0.2 s of CPU a login, a rehash lock shared by all) and puts pyenv's shims first (0.1 s a `python`);
 # the interpreter's own folder first instead. A test of login files sets its own HOME and SHLVL.
-LOGIN_ENV = {"SHLVL": "1", "PATH": f"{Path(sys.executable).parent}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+# `bash -lc` (jobs, setup, probes) still runs `pyenv init`: as in `isolated`, a rehash gives up after
+# 1 s on a lock a killed shell left (tests/pyenvlock.py removes it) instead of waiting 60 s.
+LOGIN_ENV = {"SHLVL": "1", "PYENV_REHASH_TIMEOUT": "1",
+             "PATH": f"{Path(sys.executable).parent}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 
 
 def start_sshd(base: Path, host_key: Path | None = None, port: int | None = None, max_sessions: int = 50,
@@ -150,7 +153,6 @@ def stop_sshd(s: Sshd) -> None:
         deadline = time.time() + 1.0
         while sig == 15 and time.time() < deadline and any(pid_alive(p) for p in sessions):
             time.sleep(0.05)
-    drop_stale_lock(settle_s=0)  # its sessions just ended: no rehash of theirs is live
 
 
 def job_processes_under(folder: Path) -> set[int]:
