@@ -175,13 +175,50 @@ def job_processes_under(folder: Path) -> set[int]:
 
 def kill_job_processes(folder: Path) -> list[int]:
     """SIGKILL every job process under ``folder`` (a failed test leaves none running)."""
-    pids = job_processes_under(folder)
+    return _sigkill(job_processes_under(folder))
+
+
+def _sigkill(pids: set[int]) -> list[int]:
     for pid in pids:
         try:
             os.kill(pid, 9)
         except OSError:
             pass
     return sorted(pids)
+
+
+def _another_run_alive() -> bool:
+    """A pytest process that is neither this one nor one of its ancestors (a wrapper's command line)."""
+    from remote.core.procs import _cmdline, _parents
+
+    parents = _parents()
+    mine, pid = set(), os.getpid()
+    while pid > 1 and pid not in mine:
+        mine.add(pid)
+        pid = parents.get(pid, 1)
+
+    def runs_pytest(pid: int) -> bool:
+        argv = _cmdline(pid).split(b"\0")
+        return any(os.path.basename(a) in (b"pytest", b"py.test") for a in argv) or b"pytest" in argv[1:3]
+
+    return any(runs_pytest(p) for p in parents if p not in mine)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """A run killed before its teardowns (Ctrl-C twice, a CI timeout) leaves its jobs running under its
+    folders; the next run ends them before it starts, unless another run is live (they may be its)."""
+    if os.environ.get("PYTEST_XDIST_WORKER") or session.config.option.basetemp or _another_run_alive():
+        return
+    import getpass
+    import tempfile
+
+    from remote.core.procs import _cmdline, _parents
+
+    earlier = Path(tempfile.gettempdir()) / f"pytest-of-{getpass.getuser()}"
+    if not earlier.is_dir():
+        return
+    named = str(earlier).encode() + b"/"  # no process of this run exists yet: its sshds, servers, jobs
+    _sigkill(job_processes_under(earlier) | {p for p in _parents() if named in _cmdline(p) and p != os.getpid()})
 
 
 @pytest.fixture(autouse=True)
